@@ -1,0 +1,32 @@
+#pragma once
+// Device memory allocation. The CPU allocator hands out 64-byte aligned blocks
+// and keeps freed blocks in size classes for reuse, so steady-state training
+// loops stop calling the system allocator.
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/device.h"
+
+namespace kiln {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+};
+
+Allocator* get_allocator(Device device);
+
+struct AllocatorStats {
+  int64_t bytes_in_use = 0;     // handed out and not yet returned
+  int64_t bytes_cached = 0;     // returned and kept for reuse
+  int64_t peak_bytes_in_use = 0;
+  int64_t system_allocations = 0;  // calls that reached the system allocator
+  int64_t reuses = 0;              // requests served from the cache
+};
+AllocatorStats cpu_allocator_stats();
+// Returns cached blocks to the system.
+void cpu_allocator_release_cache();
+
+}  // namespace kiln

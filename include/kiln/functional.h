@@ -1,0 +1,152 @@
+#pragma once
+// The op API: one function per registered op (plus a few compositions).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// Elementwise unary.
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor gelu(const Tensor& x, bool tanh_approximation = false);
+Tensor silu(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+Tensor sign(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);  // half to even
+Tensor square(const Tensor& x);
+
+// Elementwise binary, with NumPy broadcasting and type promotion.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, double exponent);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& x, DType dtype);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// Reductions over `axes` (empty: all axes).
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor prod(const Tensor& x, const std::vector<int64_t>& axes = {}, bool keepdim = false);
+Tensor var(const Tensor& x, const std::vector<int64_t>& axes = {}, int64_t correction = 1, bool keepdim = false);
+Tensor std(const Tensor& x, const std::vector<int64_t>& axes = {}, int64_t correction = 1, bool keepdim = false);
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1);
+Tensor cumsum(const Tensor& x, int64_t axis);
+// Sums broadcast axes away so that the result has `shape` (used by gradients).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// Linear algebra and convolution.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+struct ConvOptions {
+  std::vector<int64_t> stride{1, 1};
+  std::vector<int64_t> padding{0, 0};
+  std::vector<int64_t> dilation{1, 1};
+  int64_t groups = 1;
+  std::vector<int64_t> output_padding{0, 0};  // conv_transpose2d only
+};
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const ConvOptions& o = {});
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), int64_t stride = 1,
+              int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const ConvOptions& o = {});
+
+// Pooling.
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0});
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true);
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+
+// Normalization and regularization.
+// In training mode, running_mean/var (when given) are updated in place.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+Tensor dropout(const Tensor& x, double p, bool training);
+
+// Indexing.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+Tensor one_hot(const Tensor& indices, int64_t num_classes);
+
+// Joining, splitting, padding, masking.
+Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis = 0);
+// pads: (before, after) per axis starting from the last one, like torch.nn.functional.pad.
+Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode = "constant",
+           double value = 0.0);
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
+Tensor triu(const Tensor& x, int64_t diagonal = 0);
+
+// Fused losses. reduction: "mean", "sum" or "none".
+struct CrossEntropyOptions {
+  Tensor weight;  // per-class weights, optional
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  std::string reduction = "mean";
+};
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean",
+                      double beta = 1.0);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        const std::string& reduction = "mean");
+
+}  // namespace kiln

@@ -1,0 +1,17 @@
+#pragma once
+// Intra-op parallelism. The thread count comes from KILN_NUM_THREADS (default:
+// the number of cores) and can be changed with set_num_threads; it also sets
+// the threads of the BLAS and oneDNN calls Kiln makes.
+#include <cstdint>
+#include <functional>
+
+namespace kiln {
+
+int get_num_threads();
+void set_num_threads(int n);
+
+// Calls fn(begin, end) on disjoint chunks of [0, n); runs inline when n is
+// below `grain` or when already inside a parallel region.
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace kiln

@@ -1,0 +1,108 @@
+#pragma once
+// The op registry: one definition per op (schema, shape/dtype inference,
+// gradient rule, ONNX mapping, tags) and kernels per (op, backend, dtype).
+// Everything else (dispatch, autograd, `kiln ops`, the generic op tests) is
+// driven from here.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/attrs.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// What shape inference sees of a tensor: metadata, never data.
+struct TensorMeta {
+  bool defined = true;  // false for an omitted optional input
+  Shape shape;
+  DType dtype = DType::Float32;
+  Device device;
+};
+
+enum OpTag : uint32_t {
+  kTagElementwise = 1u << 0,
+  kTagReduction = 1u << 1,
+  kTagView = 1u << 2,             // outputs alias the first input's storage
+  kTagNondifferentiable = 1u << 3,
+  kTagFusible = 1u << 4,
+  kTagRandom = 1u << 5,           // draws from the default generator
+  kTagBackward = 1u << 6,         // exists to compute another op's gradient
+  kTagLoss = 1u << 7,
+};
+std::string tags_str(uint32_t tags);
+
+struct GradContext {
+  const std::vector<Tensor>& inputs;   // as passed (undefined for omitted optionals)
+  const std::vector<Tensor>& outputs;  // detached aliases of the outputs
+  const Attrs& attrs;
+  // Which inputs need a gradient; a rule may skip work for the others.
+  const std::vector<bool>& needs_grad;
+};
+
+// Returns one gradient per input (undefined where there is none). Gradients of
+// outputs that received none arrive as undefined tensors, except the first.
+using GradFn = std::function<std::vector<Tensor>(const GradContext&, const std::vector<Tensor>& grads)>;
+using InferFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMeta>&, const Attrs&)>;
+// Outputs are allocated by the dispatcher from `infer`, except for view ops,
+// whose kernel sets them.
+using KernelFn = void (*)(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                          const Attrs& attrs);
+
+struct OpDef {
+  std::string name;
+  std::vector<std::string> inputs;   // "x", "bias?" (optional), "tensors*" (variadic)
+  std::vector<std::string> outputs;
+  std::vector<std::string> attrs;    // documentation: "axis:int=-1"
+  InferFn infer;
+  GradFn grad;                       // empty: not differentiable
+  std::string onnx;                  // ONNX op type(s) it maps to, empty if none yet
+  uint32_t tags = 0;
+  int dispatch_input = 0;            // whose dtype picks the kernel
+  std::vector<int> differentiable_inputs;  // empty: every floating input
+  KernelFn kernels[kNumDeviceTypes][kNumDTypes] = {};
+
+  bool has_tag(OpTag t) const { return (tags & t) != 0; }
+  bool differentiable() const { return static_cast<bool>(grad); }
+  bool variadic() const { return !inputs.empty() && inputs.back().back() == '*'; }
+  std::vector<DType> dtypes(DeviceType backend) const;
+};
+
+class OpRegistry {
+ public:
+  static OpRegistry& instance();
+  OpDef& define(OpDef def);  // throws when the name is taken
+  const OpDef* find(const std::string& name) const;
+  const OpDef& get(const std::string& name) const;  // throws listing close names
+  OpDef& get_mutable(const std::string& name);
+  void register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn);
+  std::vector<const OpDef*> all() const;  // sorted by name
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> ops_;
+};
+
+// Static registration helpers: one object per definition or kernel.
+struct OpDefiner {
+  explicit OpDefiner(OpDef def) { OpRegistry::instance().define(std::move(def)); }
+};
+struct KernelRegistrar {
+  KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes, KernelFn fn);
+};
+
+// Runs an op: infers outputs, picks the kernel, records autograd.
+std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+// Convenience for single-output ops.
+Tensor call1(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
+
+}  // namespace kiln
+
+#define KILN_CONCAT_INNER(a, b) a##b
+#define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
+// KILN_REGISTER_KERNEL("add", CPU, add_kernel, DType::Float32, DType::Float64)
+#define KILN_REGISTER_KERNEL(OP, BACKEND, FN, ...)                       \
+  static ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_, __COUNTER__)( \
+      OP, ::kiln::DeviceType::BACKEND, {__VA_ARGS__}, FN)

@@ -1,0 +1,31 @@
+#pragma once
+// A reference-counted block of device memory shared by a tensor and its views.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kiln/device.h"
+
+namespace kiln {
+
+class Allocator;
+
+struct StorageImpl {
+  StorageImpl(size_t nbytes, Device device);
+  ~StorageImpl();
+  StorageImpl(const StorageImpl&) = delete;
+  StorageImpl& operator=(const StorageImpl&) = delete;
+
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  Allocator* allocator = nullptr;
+  // Bumped by every in-place write, so autograd can tell that a tensor it
+  // saved for backward was changed afterwards.
+  std::atomic<uint32_t> version{0};
+};
+
+using Storage = std::shared_ptr<StorageImpl>;
+
+}  // namespace kiln

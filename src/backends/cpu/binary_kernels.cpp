@@ -1,0 +1,121 @@
+// CPU kernels of the binary elementwise ops, where, cast and strided copies.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/kernel_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+#define KILN_BINARY(NAME, R, EXPR)                                                         \
+  template <typename T>                                                                    \
+  void NAME##_kernel(const Ins& in, Outs& out, const Attrs&) {                             \
+    using C = compute_t<T>;                                                                \
+    binary_map<T, R>(in[0], in[1], out[0], [](C a, C b) -> compute_t<R> { return EXPR; }); \
+  }
+KILN_BINARY(add, T, a + b)
+KILN_BINARY(sub, T, a - b)
+KILN_BINARY(mul, T, a * b)
+KILN_BINARY(div, T, a / b)
+KILN_BINARY(pow, T, std::pow(a, b))
+KILN_BINARY(maximum, T, (a > b || a != a) ? a : b)
+KILN_BINARY(minimum, T, (a < b || a != a) ? a : b)
+KILN_BINARY(eq, bool, a == b)
+KILN_BINARY(ne, bool, a != b)
+KILN_BINARY(lt, bool, a < b)
+KILN_BINARY(le, bool, a <= b)
+KILN_BINARY(gt, bool, a > b)
+KILN_BINARY(ge, bool, a >= b)
+#undef KILN_BINARY
+
+// Integer division must not crash the process on a zero divisor.
+template <typename T>
+void int_div_kernel(const Ins& in, Outs& out, const Attrs&) {
+  std::atomic<bool> zero{false};
+  binary_map<T, T>(in[0], in[1], out[0], [&zero](T a, T b) -> T {
+    if (b == 0) {
+      zero.store(true, std::memory_order_relaxed);
+      return 0;
+    }
+    return a / b;
+  });
+  KILN_CHECK(!zero, "integer division by zero; cast to a floating type for IEEE semantics (inf/nan)");
+}
+
+template <typename T>
+void where_kernel(const Ins& in, Outs& out, const Attrs&) {
+  Tensor& o = out[0];
+  auto plan = make_plan<4>(o.shape(), {&o, &in[0], &in[1], &in[2]});
+  run_plan<4>(plan,
+              {static_cast<char*>(o.raw_data()), static_cast<char*>(in[0].raw_data()),
+               static_cast<char*>(in[1].raw_data()), static_cast<char*>(in[2].raw_data())},
+              {sizeof(T), 1, sizeof(T), sizeof(T)},
+              [](const std::array<char*, 4>& p, const std::array<int64_t, 4>& s, int64_t n) {
+                T* y = reinterpret_cast<T*>(p[0]);
+                const bool* c = reinterpret_cast<const bool*>(p[1]);
+                const T* a = reinterpret_cast<const T*>(p[2]);
+                const T* b = reinterpret_cast<const T*>(p[3]);
+                for (int64_t i = 0; i < n; ++i) y[i * s[0]] = c[i * s[1]] ? a[i * s[2]] : b[i * s[3]];
+              });
+}
+
+template <typename From>
+void cast_kernel(const Ins& in, Outs& out, const Attrs&) {
+  KILN_DISPATCH_ALL(out[0].dtype(), {
+    unary_map<From, scalar_t>(in[0], out[0], [](compute_t<From> x) -> compute_t<From> { return x; });
+  });
+}
+
+template <typename T>
+void assign_kernel(const Ins& in, Outs&, const Attrs&) {
+  Tensor dst = in[0];
+  strided_copy(in[1], dst);
+}
+
+}  // namespace
+
+void strided_copy(const Tensor& src, Tensor& dst) {
+  auto plan = make_plan<2>(dst.shape(), {&dst, &src});
+  int64_t es = static_cast<int64_t>(dst.element_size());
+  auto copy = [&](auto tag) {
+    using U = decltype(tag);
+    run_plan<2>(plan, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())}, {es, es},
+                [](const std::array<char*, 2>& p, const std::array<int64_t, 2>& s, int64_t n) {
+                  U* o = reinterpret_cast<U*>(p[0]);
+                  const U* a = reinterpret_cast<const U*>(p[1]);
+                  if (s[0] == 1 && s[1] == 1) {
+                    std::memcpy(o, a, static_cast<size_t>(n) * sizeof(U));
+                  } else {
+                    for (int64_t i = 0; i < n; ++i) o[i * s[0]] = a[i * s[1]];
+                  }
+                });
+  };
+  switch (es) {
+    case 1: copy(uint8_t{}); break;
+    case 2: copy(uint16_t{}); break;
+    case 4: copy(uint32_t{}); break;
+    case 8: copy(uint64_t{}); break;
+    default: KILN_ASSERT(false, "unexpected element size ", es);
+  }
+}
+
+KILN_CPU_NUMERIC("add", add_kernel);
+KILN_CPU_NUMERIC("sub", sub_kernel);
+KILN_CPU_NUMERIC("mul", mul_kernel);
+KILN_CPU_FLOAT("div", div_kernel);
+KILN_CPU_INT("div", int_div_kernel);
+KILN_CPU_FLOAT("pow", pow_kernel);
+KILN_CPU_NUMERIC("maximum", maximum_kernel);
+KILN_CPU_NUMERIC("minimum", minimum_kernel);
+KILN_CPU_ALL("eq", eq_kernel);
+KILN_CPU_ALL("ne", ne_kernel);
+KILN_CPU_NUMERIC("lt", lt_kernel);
+KILN_CPU_NUMERIC("le", le_kernel);
+KILN_CPU_NUMERIC("gt", gt_kernel);
+KILN_CPU_NUMERIC("ge", ge_kernel);
+KILN_CPU_ALL("where", where_kernel);
+KILN_CPU_ALL("cast", cast_kernel);
+KILN_CPU_ALL("assign", assign_kernel);
+
+}  // namespace kiln::cpu

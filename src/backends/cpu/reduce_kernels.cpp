@@ -1,0 +1,292 @@
+// CPU reduction kernels. The input is brought into an [outer, R, inner]
+// layout (R = reduced elements): a view when the reduced axes form one block
+// of a contiguous tensor, otherwise a permuted copy with R innermost.
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/kernel_helpers.h"
+#include "kiln/autograd.h"
+#include "ops/op_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Layout {
+  Tensor x;  // contiguous
+  int64_t outer = 1, r = 1, inner = 1;
+};
+
+Layout make_layout(const Tensor& in, const std::vector<int64_t>& axes) {
+  Layout l;
+  const Shape& s = in.shape();
+  int64_t rank = in.dim();
+  bool block = !axes.empty();
+  for (size_t i = 1; i < axes.size(); ++i) block = block && axes[i] == axes[i - 1] + 1;
+  if (block && in.is_contiguous()) {
+    l.x = in;
+    for (int64_t d = 0; d < axes.front(); ++d) l.outer *= s[d];
+    for (int64_t d : axes) l.r *= s[d];
+    for (int64_t d = axes.back() + 1; d < rank; ++d) l.inner *= s[d];
+    return l;
+  }
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) {
+      order.push_back(d);
+      l.outer *= s[d];
+    }
+  for (int64_t d : axes) {
+    order.push_back(d);
+    l.r *= s[d];
+  }
+  NoGradGuard guard;
+  l.x = in.permute(order).contiguous();
+  return l;
+}
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, int64_t>;
+
+// Sum-like reduction: out = finish(sum over R of map(x)).
+template <typename T, typename Map, typename Finish>
+void sum_reduce(const Layout& l, T* out, Map map, Finish finish) {
+  using A = acc_t<T>;
+  const T* x = l.x.data<T>();
+  const int64_t R = l.r, I = l.inner;
+  if (I == 1) {
+    parallel_for(l.outer, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t o = b; o < e; ++o) {
+        const T* p = x + o * R;
+        A lanes[8] = {};
+        int64_t i = 0;
+        for (; i + 8 <= R; i += 8)
+          for (int k = 0; k < 8; ++k) lanes[k] += static_cast<A>(map(static_cast<compute_t<T>>(p[i + k])));
+        A acc = 0;
+        for (; i < R; ++i) acc += static_cast<A>(map(static_cast<compute_t<T>>(p[i])));
+        for (int k = 0; k < 8; ++k) acc += lanes[k];
+        out[o] = static_cast<T>(finish(acc));
+      }
+    });
+    return;
+  }
+  parallel_for(l.outer * I, std::max<int64_t>(64, kGrainElements / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
+    // Work on runs of the inner axis so the R loop streams through memory.
+    std::vector<A> acc;
+    for (int64_t start = b; start < e;) {
+      int64_t o = start / I, j0 = start % I;
+      int64_t j1 = std::min(I, j0 + (e - start));
+      acc.assign(static_cast<size_t>(j1 - j0), A(0));
+      for (int64_t r = 0; r < R; ++r) {
+        const T* p = x + (o * R + r) * I;
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += static_cast<A>(map(static_cast<compute_t<T>>(p[j])));
+      }
+      for (int64_t j = j0; j < j1; ++j) out[o * I + j] = static_cast<T>(finish(acc[j - j0]));
+      start += j1 - j0;
+    }
+  });
+}
+
+// Generic reduction with combine(acc, v) over R, serial per output element.
+template <typename T, typename Init, typename Combine, typename Finish>
+void fold_reduce(const Layout& l, T* out, Init init, Combine combine, Finish finish) {
+  const T* x = l.x.data<T>();
+  const int64_t R = l.r, I = l.inner;
+  parallel_for(l.outer * I, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t o = k / I, j = k % I;
+      auto acc = init();
+      for (int64_t r = 0; r < R; ++r) acc = combine(acc, static_cast<compute_t<T>>(x[(o * R + r) * I + j]));
+      out[k] = static_cast<T>(finish(acc));
+    }
+  });
+}
+
+std::vector<int64_t> axes_attr(const Tensor& x, const Attrs& a) {
+  return detail::normalize_axes(a.get_ints("axes", {}), x.dim());
+}
+
+template <typename T>
+void sum_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  sum_reduce<T>(make_layout(in[0], axes_attr(in[0], a)), out[0].data<T>(), [](auto v) { return v; },
+                [](auto acc) { return acc; });
+}
+
+template <typename T>
+void mean_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Layout l = make_layout(in[0], axes_attr(in[0], a));
+  double n = static_cast<double>(l.r);
+  sum_reduce<T>(l, out[0].data<T>(), [](auto v) { return v; }, [n](auto acc) { return static_cast<double>(acc) / n; });
+}
+
+template <typename T, bool kMax>
+void extreme_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Layout l = make_layout(in[0], axes_attr(in[0], a));
+  KILN_CHECK(l.r > 0 || l.outer * l.inner == 0, kMax ? "amax" : "amin",
+             " of an empty axis has no identity; reduce a non-empty tensor");
+  using C = compute_t<T>;
+  fold_reduce<T>(
+      l, out[0].data<T>(),
+      [] { return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max(); },
+      [](C acc, C v) {
+        if (v != v) return v;  // NaN propagates
+        if (acc != acc) return acc;
+        return kMax ? (v > acc ? v : acc) : (v < acc ? v : acc);
+      },
+      [](C acc) { return acc; });
+}
+template <typename T>
+void amax_kernel(const Ins& in, Outs& out, const Attrs& a) { extreme_kernel<T, true>(in, out, a); }
+template <typename T>
+void amin_kernel(const Ins& in, Outs& out, const Attrs& a) { extreme_kernel<T, false>(in, out, a); }
+
+template <typename T>
+void prod_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  using A = acc_t<T>;
+  fold_reduce<T>(make_layout(in[0], axes_attr(in[0], a)), out[0].data<T>(), [] { return A(1); },
+                 [](A acc, compute_t<T> v) { return acc * static_cast<A>(v); }, [](A acc) { return acc; });
+}
+
+template <typename T>
+void logsumexp_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Layout l = make_layout(in[0], axes_attr(in[0], a));
+  const T* x = l.x.data<T>();
+  T* y = out[0].data<T>();
+  const int64_t R = l.r, I = l.inner;
+  parallel_for(l.outer * I, 16, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t o = k / I, j = k % I;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t r = 0; r < R; ++r) m = std::max(m, static_cast<double>(static_cast<compute_t<T>>(x[(o * R + r) * I + j])));
+      double s = 0;
+      if (std::isfinite(m))
+        for (int64_t r = 0; r < R; ++r) s += std::exp(static_cast<double>(static_cast<compute_t<T>>(x[(o * R + r) * I + j])) - m);
+      y[k] = static_cast<T>(std::isfinite(m) ? m + std::log(s) : m);
+    }
+  });
+}
+
+template <typename T, bool kStd>
+void moment_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Layout l = make_layout(in[0], axes_attr(in[0], a));
+  const T* x = l.x.data<T>();
+  T* y = out[0].data<T>();
+  const int64_t R = l.r, I = l.inner;
+  double denom = static_cast<double>(R - a.get_int("correction", 1));
+  parallel_for(l.outer * I, 16, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t o = k / I, j = k % I;
+      double s = 0;
+      for (int64_t r = 0; r < R; ++r) s += static_cast<double>(static_cast<compute_t<T>>(x[(o * R + r) * I + j]));
+      double m = s / static_cast<double>(R);
+      double ss = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        double d = static_cast<double>(static_cast<compute_t<T>>(x[(o * R + r) * I + j])) - m;
+        ss += d * d;
+      }
+      double v = denom > 0 ? ss / denom : std::numeric_limits<double>::quiet_NaN();
+      y[k] = static_cast<T>(kStd ? std::sqrt(v) : v);
+    }
+  });
+}
+template <typename T>
+void var_kernel(const Ins& in, Outs& out, const Attrs& a) { moment_kernel<T, false>(in, out, a); }
+template <typename T>
+void std_kernel(const Ins& in, Outs& out, const Attrs& a) { moment_kernel<T, true>(in, out, a); }
+
+template <typename T, bool kMax>
+void arg_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& xin = in[0];
+  int64_t ax = normalize_axis(a.get_int("axis"), xin.dim());
+  Layout l = make_layout(xin, xin.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{ax});
+  if (xin.dim() == 0) l.r = 1;
+  const T* x = l.x.data<T>();
+  int64_t* y = out[0].data<int64_t>();
+  const int64_t R = l.r, I = l.inner;
+  parallel_for(l.outer * I, 64, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t o = k / I, j = k % I;
+      int64_t best = 0;
+      auto bv = static_cast<compute_t<T>>(x[o * R * I + j]);
+      for (int64_t r = 1; r < R; ++r) {
+        auto v = static_cast<compute_t<T>>(x[(o * R + r) * I + j]);
+        if (bv != bv) break;  // the first NaN wins, as in PyTorch
+        if (v != v || (kMax ? v > bv : v < bv)) {
+          bv = v;
+          best = r;
+        }
+      }
+      y[k] = best;
+    }
+  });
+}
+template <typename T>
+void argmax_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, true>(in, out, a); }
+template <typename T>
+void argmin_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, false>(in, out, a); }
+
+template <typename T, bool kLog>
+void softmax_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& xin = in[0];
+  if (xin.numel() == 0) return;
+  int64_t ax = normalize_axis(a.get_int("axis", -1), xin.dim());
+  Layout l = make_layout(xin, xin.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{ax});
+  using C = compute_t<T>;
+  const T* x = l.x.data<T>();
+  // The output has the input's shape: write in layout order, then permute back if needed.
+  Tensor tmp = l.x.same(xin) ? out[0] : Tensor::empty(l.x.shape(), xin.dtype());
+  T* y = tmp.data<T>();
+  const int64_t R = xin.dim() == 0 ? 1 : l.r, I = l.inner;
+  parallel_for(l.outer * I, std::max<int64_t>(1, 4096 / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t o = k / I, j = k % I;
+      const T* px = x + o * R * I + j;
+      T* py = y + o * R * I + j;
+      C m = -std::numeric_limits<C>::infinity();
+      for (int64_t r = 0; r < R; ++r) m = std::max(m, static_cast<C>(px[r * I]));
+      C s = 0;
+      for (int64_t r = 0; r < R; ++r) {
+        C ev = std::exp(static_cast<C>(px[r * I]) - m);
+        s += ev;
+        if (!kLog) py[r * I] = static_cast<T>(ev);
+      }
+      if (kLog) {
+        C lse = m + std::log(s);
+        for (int64_t r = 0; r < R; ++r) py[r * I] = static_cast<T>(static_cast<C>(px[r * I]) - lse);
+      } else {
+        C inv = C(1) / s;
+        for (int64_t r = 0; r < R; ++r) py[r * I] = static_cast<T>(static_cast<C>(py[r * I]) * inv);
+      }
+    }
+  });
+  if (!tmp.same(out[0])) {
+    // tmp is [non-axis dims..., axis]; move the axis back to where it was.
+    std::vector<int64_t> order;
+    int64_t rank = xin.dim();
+    for (int64_t d = 0; d < rank; ++d) order.push_back(d < ax ? d : (d == ax ? rank - 1 : d - 1));
+    NoGradGuard guard;
+    strided_copy(tmp.permute(order), out[0]);
+  }
+}
+template <typename T>
+void softmax_k(const Ins& in, Outs& out, const Attrs& a) { softmax_kernel<T, false>(in, out, a); }
+template <typename T>
+void log_softmax_k(const Ins& in, Outs& out, const Attrs& a) { softmax_kernel<T, true>(in, out, a); }
+
+}  // namespace
+
+KILN_CPU_FLOAT("sum", sum_kernel);
+KILN_CPU_INT("sum", sum_kernel);
+KILN_CPU_FLOAT("mean", mean_kernel);
+KILN_CPU_NUMERIC("amax", amax_kernel);
+KILN_CPU_NUMERIC("amin", amin_kernel);
+KILN_CPU_FLOAT("prod", prod_kernel);
+KILN_CPU_INT("prod", prod_kernel);
+KILN_CPU_FLOAT("logsumexp", logsumexp_kernel);
+KILN_CPU_FLOAT("var", var_kernel);
+KILN_CPU_FLOAT("std", std_kernel);
+KILN_CPU_NUMERIC("argmax", argmax_kernel);
+KILN_CPU_NUMERIC("argmin", argmin_kernel);
+KILN_CPU_FLOAT("softmax", softmax_k);
+KILN_CPU_FLOAT("log_softmax", log_softmax_k);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,294 @@
+// Kernels of the shape ops. View kernels only compute new shape/strides/offset
+// over the same storage; the rest copy through strided_copy.
+#include <cstring>
+#include <optional>
+
+#include "backends/cpu/kernel_helpers.h"
+
+namespace kiln {
+namespace detail {
+void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count);
+}
+namespace cpu {
+namespace {
+
+Tensor alias(const Tensor& x, Shape shape, Strides strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = x.impl().storage;
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = x.dtype();
+  return Tensor(std::move(impl));
+}
+
+// The strides that let `shape` view memory laid out as (old_shape, old_strides), if any.
+std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape) {
+  if (old_shape.empty() || numel_of(old_shape) == 0) return contiguous_strides(shape);
+  Strides out(shape.size());
+  int64_t view_d = static_cast<int64_t>(shape.size()) - 1;
+  int64_t chunk_base = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(old_shape.size()) - 1; d >= 0; --d) {
+    tensor_numel *= old_shape[d];
+    if (d == 0 || (old_shape[d - 1] != 1 && old_strides[d - 1] != tensor_numel * chunk_base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
+        out[view_d] = view_numel * chunk_base;
+        view_numel *= shape[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base = old_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+void view_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& x = in[0];
+  Shape target = a.get_ints("shape");
+  // `infer` already resolved -1 and checked the element count; recompute here.
+  int64_t known = 1;
+  for (int64_t s : target)
+    if (s != -1) known *= s;
+  for (int64_t& s : target)
+    if (s == -1) s = known == 0 ? 0 : x.numel() / known;
+  auto strides = view_strides(x.shape(), x.strides(), target);
+  KILN_CHECK(strides.has_value(), "a tensor of shape ", shape_str(x.shape()), " with strides ", shape_str(x.strides()),
+             " cannot be viewed as ", shape_str(target), " without a copy; use reshape(), or contiguous() first");
+  out.resize(1);
+  out[0] = alias(x, target, *strides, x.offset());
+}
+
+void permute_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& x = in[0];
+  auto order = a.get_ints("order");
+  Shape s(order.size());
+  Strides st(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    int64_t ax = normalize_axis(order[i], x.dim());
+    s[i] = x.shape()[ax];
+    st[i] = x.strides()[ax];
+  }
+  out.resize(1);
+  out[0] = alias(x, s, st, x.offset());
+}
+
+void slice_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& x = in[0];
+  int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
+  int64_t start = a.get_int("start"), end = a.get_int("end"), step = a.get_int("step", 1), count = 0;
+  detail::slice_bounds(x.shape()[ax], start, end, step, count);
+  Shape s = x.shape();
+  Strides st = x.strides();
+  s[ax] = count;
+  int64_t offset = x.offset() + (count > 0 ? start * st[ax] : 0);
+  st[ax] *= step;
+  out.resize(1);
+  out[0] = alias(x, s, st, offset);
+}
+
+void expand_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& x = in[0];
+  Shape target = a.get_ints("shape");
+  Strides st(target.size(), 0);
+  size_t lead = target.size() - x.shape().size();
+  for (size_t i = 0; i < x.shape().size(); ++i) {
+    if (target[lead + i] == -1) target[lead + i] = x.shape()[i];
+    st[lead + i] = x.shape()[i] == 1 && target[lead + i] != 1 ? 0 : x.strides()[i];
+  }
+  out.resize(1);
+  out[0] = alias(x, target, st, x.offset());
+}
+
+void split_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor& x = in[0];
+  int64_t ax = normalize_axis(a.get_int("axis", 0), x.dim());
+  auto sizes = a.get_ints("sizes");
+  out.resize(sizes.size());
+  int64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    Shape s = x.shape();
+    s[ax] = sizes[i];
+    out[i] = alias(x, s, x.strides(), x.offset() + (sizes[i] > 0 ? at * x.strides()[ax] : 0));
+    at += sizes[i];
+  }
+}
+
+void zero_fill(Tensor& t) {
+  std::memset(t.raw_data(), 0, static_cast<size_t>(t.numel()) * t.element_size());
+}
+
+void slice_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor& o = out[0];
+  zero_fill(o);
+  std::vector<Tensor> view;
+  slice_kernel({o}, view, a);
+  strided_copy(in[0], view[0]);
+}
+
+void concat_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor& o = out[0];
+  int64_t ax = normalize_axis(a.get_int("axis", 0), o.dim());
+  int64_t at = 0;
+  for (const Tensor& t : in) {
+    int64_t n = t.shape()[ax];
+    std::vector<Tensor> view;
+    slice_kernel({o}, view, {{"axis", ax}, {"start", at}, {"end", at + n}, {"step", int64_t{1}}});
+    strided_copy(t, view[0]);
+    at += n;
+  }
+}
+
+// Maps an index of the padded axis to the source index (reflect mode), or -1.
+int64_t pad_source(int64_t i, int64_t before, int64_t size, bool reflect) {
+  int64_t j = i - before;
+  if (!reflect) return (j >= 0 && j < size) ? j : -1;
+  if (j < 0) j = -j;
+  if (j >= size) j = 2 * (size - 1) - j;
+  return j;
+}
+
+template <typename T>
+void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  Tensor& o = out[0];
+  auto pads = a.get_ints("pads");
+  bool reflect = a.get_string("mode", "constant") == "reflect";
+  T fill = static_cast<T>(a.get_float("value", 0.0));
+  int64_t r = x.dim();
+  std::vector<int64_t> before(r, 0);
+  for (size_t i = 0; i < pads.size() / 2; ++i) before[r - 1 - i] = pads[2 * i];
+  const T* src = x.data<T>();
+  T* dst = o.data<T>();
+  Strides xs = contiguous_strides(x.shape());
+  int64_t n = o.numel();
+  parallel_for(n, kGrainElements, [&](int64_t b, int64_t e) {
+    std::vector<int64_t> idx(r);
+    for (int64_t lin = b; lin < e; ++lin) {
+      int64_t rem = lin, off = 0;
+      bool inside = true;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        int64_t i = rem % o.shape()[d];
+        rem /= o.shape()[d];
+        int64_t s = pad_source(i, before[d], x.shape()[d], reflect);
+        if (s < 0) inside = false;
+        else off += s * xs[d];
+      }
+      dst[lin] = inside ? src[off] : fill;
+    }
+  });
+}
+
+template <typename T>
+void pad_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor g = in[0].contiguous();
+  Tensor& o = out[0];
+  zero_fill(o);
+  auto pads = a.get_ints("pads");
+  bool reflect = a.get_string("mode", "constant") == "reflect";
+  int64_t r = o.dim();
+  std::vector<int64_t> before(r, 0);
+  for (size_t i = 0; i < pads.size() / 2; ++i) before[r - 1 - i] = pads[2 * i];
+  const T* src = g.data<T>();
+  T* dst = o.data<T>();
+  Strides os = contiguous_strides(o.shape());
+  // Serial: reflected positions accumulate into the same input element.
+  for (int64_t lin = 0; lin < g.numel(); ++lin) {
+    int64_t rem = lin, off = 0;
+    bool inside = true;
+    for (int64_t d = r - 1; d >= 0; --d) {
+      int64_t i = rem % g.shape()[d];
+      rem /= g.shape()[d];
+      int64_t s = pad_source(i, before[d], o.shape()[d], reflect);
+      if (s < 0) inside = false;
+      else off += s * os[d];
+    }
+    if (inside) dst[off] = static_cast<T>(static_cast<compute_t<T>>(dst[off]) + static_cast<compute_t<T>>(src[lin]));
+  }
+}
+
+template <typename T, bool kLower>
+void tri_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  Tensor& o = out[0];
+  int64_t k = a.get_int("diagonal", 0);
+  int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
+  int64_t mats = rows * cols == 0 ? 0 : x.numel() / (rows * cols);
+  const T* src = x.data<T>();
+  T* dst = o.data<T>();
+  for (int64_t m = 0; m < mats; ++m)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t at = (m * rows + i) * cols + j;
+        bool keep = kLower ? (j - i <= k) : (j - i >= k);
+        dst[at] = keep ? src[at] : T(0);
+      }
+}
+
+template <typename T>
+void cumsum_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  Tensor& o = out[0];
+  int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
+  bool reverse = a.get_bool("reverse", false);
+  int64_t n = x.dim() == 0 ? 1 : x.shape()[ax];
+  int64_t inner = 1;
+  for (int64_t d = ax + 1; d < x.dim(); ++d) inner *= x.shape()[d];
+  int64_t outer = n * inner == 0 ? 0 : x.numel() / (n * inner);
+  const T* src = x.data<T>();
+  T* dst = o.data<T>();
+  parallel_for(outer * inner, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t oi = b; oi < e; ++oi) {
+      int64_t base = (oi / inner) * n * inner + oi % inner;
+      compute_t<T> acc = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t at = base + (reverse ? n - 1 - i : i) * inner;
+        acc += static_cast<compute_t<T>>(src[at]);
+        dst[at] = static_cast<T>(acc);
+      }
+    }
+  });
+}
+
+template <typename T>
+void tril_kernel(const Ins& in, Outs& out, const Attrs& a) { tri_kernel<T, true>(in, out, a); }
+template <typename T>
+void triu_kernel(const Ins& in, Outs& out, const Attrs& a) { tri_kernel<T, false>(in, out, a); }
+template <typename T>
+void concat_t(const Ins& in, Outs& out, const Attrs& a) { concat_kernel(in, out, a); }
+template <typename T>
+void slice_backward_t(const Ins& in, Outs& out, const Attrs& a) { slice_backward_kernel(in, out, a); }
+template <typename T>
+void view_t(const Ins& in, Outs& out, const Attrs& a) { view_kernel(in, out, a); }
+template <typename T>
+void permute_t(const Ins& in, Outs& out, const Attrs& a) { permute_kernel(in, out, a); }
+template <typename T>
+void slice_t(const Ins& in, Outs& out, const Attrs& a) { slice_kernel(in, out, a); }
+template <typename T>
+void expand_t(const Ins& in, Outs& out, const Attrs& a) { expand_kernel(in, out, a); }
+template <typename T>
+void split_t(const Ins& in, Outs& out, const Attrs& a) { split_kernel(in, out, a); }
+
+}  // namespace
+
+KILN_CPU_ALL("view", view_t);
+KILN_CPU_ALL("permute", permute_t);
+KILN_CPU_ALL("slice", slice_t);
+KILN_CPU_ALL("expand", expand_t);
+KILN_CPU_ALL("split", split_t);
+KILN_CPU_ALL("slice_backward", slice_backward_t);
+KILN_CPU_ALL("concat", concat_t);
+KILN_CPU_ALL("pad", pad_kernel);
+KILN_CPU_FLOAT("pad_backward", pad_backward_kernel);
+KILN_CPU_ALL("tril", tril_kernel);
+KILN_CPU_ALL("triu", triu_kernel);
+KILN_CPU_NUMERIC("cumsum", cumsum_kernel);
+
+}  // namespace cpu
+}  // namespace kiln

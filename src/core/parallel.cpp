@@ -1,0 +1,67 @@
+#include "kiln/parallel.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "kiln/error.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace kiln {
+namespace {
+
+int initial_threads() {
+  if (const char* env = std::getenv("KILN_NUM_THREADS")) {
+    char* end = nullptr;
+    long n = std::strtol(env, &end, 10);
+    KILN_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024, "KILN_NUM_THREADS='", env,
+               "' is not a thread count; set it to a whole number from 1 to 1024");
+    return static_cast<int>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int& thread_count() {
+  static int n = [] {
+    int t = initial_threads();
+    omp_set_num_threads(t);
+    openblas_set_num_threads(t);
+    return t;
+  }();
+  return n;
+}
+
+}  // namespace
+
+int get_num_threads() { return thread_count(); }
+
+void set_num_threads(int n) {
+  KILN_CHECK(n >= 1, "set_num_threads(", n, "): the thread count must be at least 1");
+  thread_count() = n;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  int threads = get_num_threads();
+  if (threads == 1 || n <= grain || omp_in_parallel()) {
+    fn(0, n);
+    return;
+  }
+  int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
+#pragma omp parallel num_threads(static_cast<int>(chunks))
+  {
+    int64_t t = omp_get_thread_num();
+    int64_t nt = omp_get_num_threads();
+    int64_t begin = n * t / nt;
+    int64_t end = n * (t + 1) / nt;
+    if (begin < end) fn(begin, end);
+  }
+}
+
+}  // namespace kiln

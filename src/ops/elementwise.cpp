@@ -1,0 +1,235 @@
+// Elementwise ops: unary math and activations, binary arithmetic with
+// broadcasting, comparisons, where, cast, and the activation backward ops.
+#include <cmath>
+
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+constexpr uint32_t kEw = kTagElementwise | kTagFusible;
+
+OpDef unary(const char* name, const char* onnx, GradFn grad, std::vector<std::string> attrs = {}) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = std::move(attrs);
+  d.infer = detail::same_as_input;
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.tags = kEw | (d.grad ? 0 : kTagNondifferentiable);
+  return d;
+}
+
+Metas infer_binary(const Metas& in, const Attrs&) {
+  detail::check_same_dtype(in, 0, 1);
+  return {{true, broadcast_shapes(in[0].shape, in[1].shape), in[0].dtype, in[0].device}};
+}
+
+Metas infer_compare(const Metas& in, const Attrs& a) {
+  auto out = infer_binary(in, a);
+  out[0].dtype = DType::Bool;
+  return out;
+}
+
+OpDef binary(const char* name, const char* onnx, GradFn grad, bool compare = false) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"a", "b"};
+  d.outputs = {"y"};
+  d.infer = compare ? infer_compare : infer_binary;
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.tags = kEw | (d.grad ? 0 : kTagNondifferentiable);
+  return d;
+}
+
+// Backward of an activation: (grad, saved) -> grad of the input.
+OpDef activation_backward(const char* name, std::vector<std::string> attrs = {}) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"grad", "saved"};
+  d.outputs = {"grad_x"};
+  d.attrs = std::move(attrs);
+  d.infer = infer_binary;
+  d.tags = kEw | kTagBackward | kTagNondifferentiable;
+  return d;
+}
+
+const Tensor& X(const GradContext& c) { return c.inputs[0]; }
+const Tensor& Y(const GradContext& c) { return c.outputs[0]; }
+
+Tensor bw(const char* op, const Tensor& g, const Tensor& saved, const Attrs& attrs = {}) {
+  return call(op, {g, saved}, attrs)[0];
+}
+
+// --- unary -----------------------------------------------------------------
+OpDefiner d_neg(unary("neg", "Neg", [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; }));
+OpDefiner d_abs(unary("abs", "Abs", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; }));
+OpDefiner d_exp(unary("exp", "Exp", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; }));
+OpDefiner d_log(unary("log", "Log", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; }));
+OpDefiner d_log1p(unary("log1p", "Log(Add)", [](const GradContext& c, const Grads& g) -> Grads {
+  return {g[0] / (X(c) + 1.0)};
+}));
+OpDefiner d_sqrt(unary("sqrt", "Sqrt", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; }));
+OpDefiner d_rsqrt(unary("rsqrt", "Reciprocal(Sqrt)", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor& y = Y(c);
+  return {g[0] * (y * y * y) * -0.5};
+}));
+OpDefiner d_sin(unary("sin", "Sin", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; }));
+OpDefiner d_cos(unary("cos", "Cos", [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; }));
+OpDefiner d_tanh(unary("tanh", "Tanh", [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; }));
+OpDefiner d_sigmoid(unary("sigmoid", "Sigmoid", [](const GradContext& c, const Grads& g) -> Grads {
+  return {bw("sigmoid_backward", g[0], Y(c))};
+}));
+OpDefiner d_relu(unary("relu", "Relu", [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; }));
+OpDefiner d_leaky(unary("leaky_relu", "LeakyRelu", [](const GradContext& c, const Grads& g) -> Grads {
+  return {bw("leaky_relu_backward", g[0], X(c), c.attrs)};
+}, {"negative_slope:float=0.01"}));
+OpDefiner d_gelu(unary("gelu", "Gelu (opset 20) / Erf composition", [](const GradContext& c, const Grads& g) -> Grads {
+  return {bw("gelu_backward", g[0], X(c), c.attrs)};
+}, {"approximate:string=none|tanh"}));
+OpDefiner d_silu(unary("silu", "Mul(Sigmoid)", [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; }));
+OpDefiner d_erf(unary("erf", "Erf", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor& x = X(c);
+  return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
+}));
+OpDefiner d_softplus(unary("softplus", "Softplus", [](const GradContext& c, const Grads& g) -> Grads {
+  return {bw("softplus_backward", g[0], X(c), c.attrs)};
+}, {"beta:float=1", "threshold:float=20"}));
+OpDefiner d_clamp(unary("clamp", "Clip", [](const GradContext& c, const Grads& g) -> Grads {
+  // Gradient passes where the input was inside [min, max].
+  const Tensor& x = X(c);
+  Tensor mask = ones_like(x);
+  if (c.attrs.has("min")) mask = mask * cast(ge(x, scalar_tensor(c.attrs.get_float("min"), x.dtype())), x.dtype());
+  if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
+  return {g[0] * mask};
+}, {"min:float?", "max:float?"}));
+OpDefiner d_sign(unary("sign", "Sign", nullptr));
+OpDefiner d_floor(unary("floor", "Floor", nullptr));
+OpDefiner d_ceil(unary("ceil", "Ceil", nullptr));
+OpDefiner d_round(unary("round", "Round", nullptr));
+
+// --- activation backward ops ---------------------------------------------------
+OpDefiner d_relu_bw(activation_backward("relu_backward"));
+OpDefiner d_sigmoid_bw(activation_backward("sigmoid_backward"));
+OpDefiner d_tanh_bw(activation_backward("tanh_backward"));
+OpDefiner d_silu_bw(activation_backward("silu_backward"));
+OpDefiner d_gelu_bw(activation_backward("gelu_backward", {"approximate:string=none|tanh"}));
+OpDefiner d_leaky_bw(activation_backward("leaky_relu_backward", {"negative_slope:float=0.01"}));
+OpDefiner d_softplus_bw(activation_backward("softplus_backward", {"beta:float=1", "threshold:float=20"}));
+
+// --- binary ----------------------------------------------------------------
+const Shape& shape_of(const GradContext& c, int i) { return c.inputs[i].shape(); }
+
+OpDefiner d_add(binary("add", "Add", [](const GradContext& c, const Grads& g) -> Grads {
+  return {sum_to(g[0], shape_of(c, 0)), sum_to(g[0], shape_of(c, 1))};
+}));
+OpDefiner d_sub(binary("sub", "Sub", [](const GradContext& c, const Grads& g) -> Grads {
+  return {sum_to(g[0], shape_of(c, 0)), c.needs_grad[1] ? sum_to(neg(g[0]), shape_of(c, 1)) : Tensor()};
+}));
+OpDefiner d_mul(binary("mul", "Mul", [](const GradContext& c, const Grads& g) -> Grads {
+  return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
+          c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
+}));
+OpDefiner d_div(binary("div", "Div", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor& b = c.inputs[1];
+  return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
+          c.needs_grad[1] ? sum_to(neg(g[0] * Y(c) / b), shape_of(c, 1)) : Tensor()};
+}));
+OpDefiner d_pow(binary("pow", "Pow", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor &a = c.inputs[0], &b = c.inputs[1];
+  Grads out(2);
+  if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
+  if (c.needs_grad[1]) {
+    // d/db a^b = a^b log a, taken as 0 where a == 0 (the limit for b > 0).
+    Tensor safe_log = where(eq(a, zeros_like(a)), zeros_like(a), log(abs(a)));
+    out[1] = sum_to(g[0] * Y(c) * safe_log, b.shape());
+  }
+  return out;
+}));
+GradFn select_grad(bool take_max) {
+  return [take_max](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1];
+    // Ties split the gradient evenly, as PyTorch does.
+    Tensor a_wins = cast(take_max ? gt(a, b) : lt(a, b), g[0].dtype());
+    Tensor tie = cast(eq(a, b), g[0].dtype()) * 0.5;
+    return {sum_to(g[0] * (a_wins + tie), a.shape()), sum_to(g[0] * (1.0 - a_wins - tie), b.shape())};
+  };
+}
+OpDefiner d_maximum(binary("maximum", "Max", select_grad(true)));
+OpDefiner d_minimum(binary("minimum", "Min", select_grad(false)));
+OpDefiner d_eq(binary("eq", "Equal", nullptr, true));
+OpDefiner d_ne(binary("ne", "Not(Equal)", nullptr, true));
+OpDefiner d_lt(binary("lt", "Less", nullptr, true));
+OpDefiner d_le(binary("le", "LessOrEqual", nullptr, true));
+OpDefiner d_gt(binary("gt", "Greater", nullptr, true));
+OpDefiner d_ge(binary("ge", "GreaterOrEqual", nullptr, true));
+
+OpDefiner d_where([] {
+  OpDef d;
+  d.name = "where";
+  d.inputs = {"cond", "a", "b"};
+  d.outputs = {"y"};
+  d.infer = [](const Metas& in, const Attrs&) -> Metas {
+    KILN_CHECK(in[0].dtype == DType::Bool, "cond must be a bool tensor, got ", dtype_name(in[0].dtype),
+               "; build it with a comparison such as gt(x, y)");
+    detail::check_same_dtype(in, 1, 2);
+    Shape s = broadcast_shapes(broadcast_shapes(in[0].shape, in[1].shape), in[2].shape);
+    return {{true, s, in[1].dtype, in[1].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    Tensor z = zeros({}, g[0].dtype());
+    return {Tensor(), c.needs_grad[1] ? sum_to(where(c.inputs[0], g[0], z), c.inputs[1].shape()) : Tensor(),
+            c.needs_grad[2] ? sum_to(where(c.inputs[0], z, g[0]), c.inputs[2].shape()) : Tensor()};
+  };
+  d.onnx = "Where";
+  d.tags = kEw;
+  d.dispatch_input = 1;
+  d.differentiable_inputs = {1, 2};
+  return d;
+}());
+
+OpDefiner d_cast([] {
+  OpDef d;
+  d.name = "cast";
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = {"dtype:dtype"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    return {{true, in[0].shape, a.get_dtype("dtype"), in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    if (!is_floating(c.outputs[0].dtype())) return {Tensor()};
+    return {cast(g[0], c.inputs[0].dtype())};
+  };
+  d.onnx = "Cast";
+  d.tags = kEw;
+  return d;
+}());
+
+OpDefiner d_copy(unary("copy", "Identity", [](const GradContext&, const Grads& g) -> Grads { return {g[0]}; }));
+
+// Writes b (broadcast) into a in place. Not differentiable: Tensor::copy_ and
+// the other in-place methods refuse tensors that autograd tracks.
+OpDefiner d_assign([] {
+  OpDef d;
+  d.name = "assign";
+  d.inputs = {"dst", "src"};
+  d.outputs = {};
+  d.infer = [](const Metas& in, const Attrs&) -> Metas {
+    detail::check_same_dtype(in, 0, 1);
+    KILN_CHECK(broadcast_shapes(in[0].shape, in[1].shape) == in[0].shape, "cannot write a tensor of shape ",
+               shape_str(in[1].shape), " into one of shape ", shape_str(in[0].shape),
+               "; the source must broadcast to the destination");
+    return {};
+  };
+  d.tags = kTagNondifferentiable;
+  return d;
+}());
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,34 @@
+#include "ops/op_helpers.h"
+
+#include <algorithm>
+
+namespace kiln::detail {
+
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank) {
+  std::vector<int64_t> out;
+  if (axes.empty()) {
+    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t a : axes) out.push_back(normalize_axis(a, rank));
+  std::sort(out.begin(), out.end());
+  KILN_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), "an axis appears twice in the axes list");
+  return out;
+}
+
+Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape out;
+  for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) out.push_back(in[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& axes, bool keepdim) {
+  if (keepdim) return g;
+  return g.reshape(reduced_shape(in_shape, axes, true));
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,55 @@
+#pragma once
+// Shared pieces of op definitions: common infer functions and short names.
+#include <string>
+#include <vector>
+
+#include "kiln/functional.h"
+#include "kiln/registry.h"
+
+namespace kiln::detail {
+
+using Grads = std::vector<Tensor>;
+using Metas = std::vector<TensorMeta>;
+
+inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { return {in[0]}; }
+
+inline void check_same_dtype(const Metas& in, size_t a, size_t b) {
+  KILN_CHECK(in[a].dtype == in[b].dtype, "inputs ", a, " and ", b, " have different dtypes (",
+             dtype_name(in[a].dtype), " and ", dtype_name(in[b].dtype),
+             "); cast one with .to(dtype) (the functional API promotes automatically)");
+}
+
+inline void check_floating(const TensorMeta& m, const char* what) {
+  KILN_CHECK(is_floating(m.dtype), what, " must be a floating-point tensor, got ", dtype_name(m.dtype),
+             "; convert it with .to(kiln::DType::Float32)");
+}
+
+inline void check_rank(const TensorMeta& m, int64_t rank, const char* what, const char* layout) {
+  KILN_CHECK(static_cast<int64_t>(m.shape.size()) == rank, what, " must have rank ", rank, " (", layout,
+             "), got shape ", shape_str(m.shape));
+}
+
+// Normalizes a list of axes (empty = all) into sorted unique positive axes.
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank);
+Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim);
+
+// Grad helper: reshapes a reduced gradient so it broadcasts against the input.
+Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& axes, bool keepdim);
+
+inline const std::string& reduction_attr(const Attrs& a) {
+  static const std::string kMean = "mean", kSum = "sum", kNone = "none";
+  std::string r = a.get_string("reduction", "mean");
+  if (r == "mean") return kMean;
+  if (r == "sum") return kSum;
+  KILN_CHECK(r == "none", "reduction '", r, "' is not one of 'mean', 'sum', 'none'");
+  return kNone;
+}
+
+}  // namespace kiln::detail
+
+// Looks an op up once per call site.
+#define KILN_OP(NAME)                                                  \
+  ([]() -> const ::kiln::OpDef& {                                      \
+    static const ::kiln::OpDef& op = ::kiln::OpRegistry::instance().get(NAME); \
+    return op;                                                         \
+  }())

@@ -1,0 +1,178 @@
+// Reductions over any set of axes with keepdim, arg-reductions, softmax,
+// log_softmax and sum_to (the reduction that gradients of broadcasts use).
+#include <algorithm>
+#include <cmath>
+
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+Metas infer_reduce(const Metas& in, const Attrs& a) {
+  auto axes = detail::normalize_axes(a.get_ints("axes", {}), static_cast<int64_t>(in[0].shape.size()));
+  return {{true, detail::reduced_shape(in[0].shape, axes, a.get_bool("keepdim", false)), in[0].dtype, in[0].device}};
+}
+
+std::vector<int64_t> axes_of(const GradContext& c) {
+  return detail::normalize_axes(c.attrs.get_ints("axes", {}), c.inputs[0].dim());
+}
+bool keepdim_of(const GradContext& c) { return c.attrs.get_bool("keepdim", false); }
+int64_t reduced_count(const GradContext& c) {
+  int64_t n = 1;
+  for (int64_t ax : axes_of(c)) n *= c.inputs[0].shape()[ax];
+  return n;
+}
+// The reduced gradient (or output), broadcast back to the input's shape.
+Tensor back(const GradContext& c, const Tensor& t) {
+  return detail::unreduce(t, c.inputs[0].shape(), axes_of(c), keepdim_of(c)).expand(c.inputs[0].shape());
+}
+
+OpDef reduction(const char* name, const char* onnx, GradFn grad) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = {"axes:ints=[] (all)", "keepdim:bool=false"};
+  d.infer = infer_reduce;
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.tags = kTagReduction | (d.grad ? 0 : kTagNondifferentiable);
+  return d;
+}
+
+// Gradient of max/min: split evenly among the positions that hit the extreme.
+Tensor extreme_grad(const GradContext& c, const Tensor& g) {
+  const Tensor& x = c.inputs[0];
+  Tensor mask = cast(eq(x, back(c, c.outputs[0])), x.dtype());
+  Tensor count = detail::unreduce(sum(mask, axes_of(c), true), x.shape(), axes_of(c), true);
+  return back(c, g) * mask / count;
+}
+
+OpDefiner d_sum(reduction("sum", "ReduceSum", [](const GradContext& c, const Grads& g) -> Grads { return {back(c, g[0]).contiguous()}; }));
+OpDefiner d_mean(reduction("mean", "ReduceMean", [](const GradContext& c, const Grads& g) -> Grads {
+  return {back(c, g[0] / static_cast<double>(reduced_count(c)))};
+}));
+OpDefiner d_amax(reduction("amax", "ReduceMax", [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
+OpDefiner d_amin(reduction("amin", "ReduceMin", [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
+OpDefiner d_prod(reduction("prod", "ReduceProd", [](const GradContext& c, const Grads& g) -> Grads {
+  // y / x, valid where x != 0 (PyTorch takes the same shortcut off the zero path).
+  return {back(c, g[0]) * back(c, c.outputs[0]) / c.inputs[0]};
+}));
+OpDefiner d_logsumexp(reduction("logsumexp", "ReduceLogSumExp", [](const GradContext& c, const Grads& g) -> Grads {
+  return {back(c, g[0]) * exp(c.inputs[0] - back(c, c.outputs[0]))};
+}));
+
+OpDef moment(const char* name, bool is_std) {
+  OpDef d = reduction(name, is_std ? "Sqrt(ReduceMean)" : "ReduceMean(Sub)", [is_std](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor& x = c.inputs[0];
+    auto axes = axes_of(c);
+    double denom = static_cast<double>(reduced_count(c) - c.attrs.get_int("correction", 1));
+    Tensor centered = x - mean(x, axes, true);
+    Tensor gy = is_std ? g[0] / (c.outputs[0] * 2.0) : g[0];
+    return {back(c, gy) * centered * (2.0 / denom)};
+  });
+  d.attrs.push_back("correction:int=1");
+  return d;
+}
+OpDefiner d_var(moment("var", false));
+OpDefiner d_std(moment("std", true));
+
+OpDef arg_reduction(const char* name, const char* onnx) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {"indices"};
+  d.attrs = {"axis:int", "keepdim:bool=false"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    int64_t ax = normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
+    KILN_CHECK(in[0].shape.empty() || in[0].shape[ax] > 0, "cannot take the arg-extreme of an empty axis ", ax);
+    return {{true, detail::reduced_shape(in[0].shape, {ax}, a.get_bool("keepdim", false)), DType::Int64, in[0].device}};
+  };
+  d.onnx = onnx;
+  d.tags = kTagReduction | kTagNondifferentiable;
+  return d;
+}
+OpDefiner d_argmax(arg_reduction("argmax", "ArgMax"));
+OpDefiner d_argmin(arg_reduction("argmin", "ArgMin"));
+
+OpDef softmax_like(const char* name, const char* onnx, GradFn grad) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = {"axis:int=-1"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    detail::check_floating(in[0], "x");
+    normalize_axis(a.get_int("axis", -1), static_cast<int64_t>(in[0].shape.size()));
+    return {in[0]};
+  };
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  return d;
+}
+OpDefiner d_softmax(softmax_like("softmax", "Softmax", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor& y = c.outputs[0];
+  int64_t ax = c.attrs.get_int("axis", -1);
+  return {y * (g[0] - sum(g[0] * y, {ax}, true))};
+}));
+OpDefiner d_log_softmax(softmax_like("log_softmax", "LogSoftmax", [](const GradContext& c, const Grads& g) -> Grads {
+  const Tensor& y = c.outputs[0];
+  int64_t ax = c.attrs.get_int("axis", -1);
+  return {g[0] - exp(y) * sum(g[0], {ax}, true)};
+}));
+
+Attrs reduce_attrs(const std::vector<int64_t>& axes, bool keepdim) { return {{"axes", axes}, {"keepdim", keepdim}}; }
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("sum"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("mean"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor amax(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("amax"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor amin(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("amin"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor prod(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("prod"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
+  return call1(KILN_OP("logsumexp"), {x}, reduce_attrs(axes, keepdim));
+}
+Tensor var(const Tensor& x, const std::vector<int64_t>& axes, int64_t correction, bool keepdim) {
+  Attrs a = reduce_attrs(axes, keepdim);
+  a.set("correction", correction);
+  return call1(KILN_OP("var"), {x}, a);
+}
+Tensor std(const Tensor& x, const std::vector<int64_t>& axes, int64_t correction, bool keepdim) {
+  Attrs a = reduce_attrs(axes, keepdim);
+  a.set("correction", correction);
+  return call1(KILN_OP("std"), {x}, a);
+}
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  return call1(KILN_OP("argmax"), {x}, {{"axis", axis}, {"keepdim", keepdim}});
+}
+Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
+  return call1(KILN_OP("argmin"), {x}, {{"axis", axis}, {"keepdim", keepdim}});
+}
+Tensor softmax(const Tensor& x, int64_t axis) { return call1(KILN_OP("softmax"), {x}, {{"axis", axis}}); }
+Tensor log_softmax(const Tensor& x, int64_t axis) { return call1(KILN_OP("log_softmax"), {x}, {{"axis", axis}}); }
+
+Tensor sum_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  KILN_CHECK(lead >= 0, "sum_to: cannot reduce ", shape_str(x.shape()), " to the larger rank of ", shape_str(shape));
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && x.shape()[i] != 1)) axes.push_back(i);
+  Tensor s = axes.empty() ? x : sum(x, axes, true);
+  return s.reshape(shape);
+}
+
+}  // namespace kiln

@@ -1,0 +1,126 @@
+#include "kiln/registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+namespace kiln {
+namespace {
+
+struct PendingKernel {
+  std::string op;
+  DeviceType backend;
+  DType dtype;
+  KernelFn fn;
+};
+
+// Kernels may register before their op is defined (static initialisation
+// order across files is unspecified); they wait here until it is.
+std::vector<PendingKernel>& pending_kernels() {
+  static std::vector<PendingKernel> v;
+  return v;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string tags_str(uint32_t tags) {
+  static const std::pair<OpTag, const char*> kNames[] = {
+      {kTagElementwise, "elementwise"}, {kTagReduction, "reduction"}, {kTagView, "view"},
+      {kTagNondifferentiable, "nondifferentiable"}, {kTagFusible, "fusible"}, {kTagRandom, "random"},
+      {kTagBackward, "backward"}, {kTagLoss, "loss"}};
+  std::string s;
+  for (auto& [t, n] : kNames) {
+    if (tags & t) {
+      if (!s.empty()) s += ",";
+      s += n;
+    }
+  }
+  return s;
+}
+
+std::vector<DType> OpDef::dtypes(DeviceType backend) const {
+  std::vector<DType> out;
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (kernels[static_cast<int>(backend)][d]) out.push_back(static_cast<DType>(d));
+  return out;
+}
+
+OpRegistry& OpRegistry::instance() {
+  static auto* r = new OpRegistry();
+  return *r;
+}
+
+OpDef& OpRegistry::define(OpDef def) {
+  KILN_ASSERT(!ops_.count(def.name), "op '", def.name, "' is defined twice");
+  KILN_ASSERT(static_cast<bool>(def.infer), "op '", def.name, "' has no infer function");
+  auto owned = std::make_unique<OpDef>(std::move(def));
+  OpDef& ref = *owned;
+  ops_[ref.name] = std::move(owned);
+  auto& pending = pending_kernels();
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->op == ref.name) {
+      ref.kernels[static_cast<int>(it->backend)][static_cast<int>(it->dtype)] = it->fn;
+      it = pending.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return ref;
+}
+
+const OpDef* OpRegistry::find(const std::string& name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : it->second.get();
+}
+
+const OpDef& OpRegistry::get(const std::string& name) const {
+  if (const OpDef* op = find(name)) return *op;
+  std::string best;
+  size_t best_d = 4;
+  for (auto& [n, _] : ops_) {
+    size_t d = edit_distance(name, n);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  KILN_FAIL("unknown op '", name, "'", best.empty() ? "" : "; did you mean '" + best + "'?",
+            " (`kiln ops` lists every registered op)");
+}
+
+OpDef& OpRegistry::get_mutable(const std::string& name) { return const_cast<OpDef&>(get(name)); }
+
+void OpRegistry::register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn) {
+  auto it = ops_.find(op);
+  if (it == ops_.end()) {
+    pending_kernels().push_back({op, backend, dtype, fn});
+    return;
+  }
+  it->second->kernels[static_cast<int>(backend)][static_cast<int>(dtype)] = fn;
+}
+
+std::vector<const OpDef*> OpRegistry::all() const {
+  std::vector<const OpDef*> out;
+  for (auto& [_, op] : ops_) out.push_back(op.get());
+  KILN_ASSERT(pending_kernels().empty(), "kernel registered for undefined op '",
+              pending_kernels().empty() ? "" : pending_kernels().front().op, "'");
+  return out;
+}
+
+KernelRegistrar::KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes,
+                                 KernelFn fn) {
+  for (DType d : dtypes) OpRegistry::instance().register_kernel(op, backend, d, fn);
+}
+
+}  // namespace kiln

@@ -1,0 +1,24 @@
+// kiln: the command-line tool. Subcommands register here as they land.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "kiln/kiln.h"
+
+namespace kiln::cli {
+void add_ops_command(CLI::App& app);
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"Kiln: train, export and serve deep learning models"};
+  app.require_subcommand(1);
+  kiln::cli::add_ops_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const kiln::Error& e) {
+    std::cerr << "kiln: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
