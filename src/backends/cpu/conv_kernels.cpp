@@ -1,0 +1,193 @@
+// CPU convolution: im2col over the whole batch, then one GEMM per group, so
+// BLAS sees large matrices even for small images.
+#include <cstring>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernel_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Geometry {
+  int64_t n, c, h, w;       // input
+  int64_t o, kh, kw;        // weight: [o, c/groups, kh, kw]
+  int64_t oh, ow;           // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  int64_t cg() const { return c / groups; }
+  int64_t og() const { return o / groups; }
+  int64_t k() const { return cg() * kh * kw; }  // rows of the column matrix
+  int64_t p() const { return oh * ow; }
+};
+
+Geometry geometry(const Shape& x, const Shape& w, const Shape& y, const Attrs& a) {
+  auto pick = [&](const char* name, int64_t fallback) {
+    auto v = a.get_ints(name, {fallback, fallback});
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  auto s = pick("stride", 1), p = pick("padding", 0), d = pick("dilation", 1);
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
+          a.get_int("groups", 1)};
+}
+
+// col[K, N*P] for group g.
+template <typename T>
+void im2col(const Geometry& g, const T* x, int64_t group, T* col) {
+  const int64_t np = g.n * g.p();
+  parallel_for(g.k(), 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      int64_t c = row / (g.kh * g.kw), i = (row / g.kw) % g.kh, j = row % g.kw;
+      T* dst = col + row * np;
+      for (int64_t n = 0; n < g.n; ++n) {
+        const T* plane = x + ((n * g.c) + group * g.cg() + c) * g.h * g.w;
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          int64_t iy = oy * g.sh - g.ph + i * g.dh;
+          T* out = dst + n * g.p() + oy * g.ow;
+          if (iy < 0 || iy >= g.h) {
+            std::memset(out, 0, sizeof(T) * g.ow);
+            continue;
+          }
+          const T* src = plane + iy * g.w;
+          for (int64_t ox = 0; ox < g.ow; ++ox) {
+            int64_t ix = ox * g.sw - g.pw + j * g.dw;
+            out[ox] = (ix >= 0 && ix < g.w) ? src[ix] : T(0);
+          }
+        }
+      }
+    }
+  });
+}
+
+// Accumulates col[K, N*P] of group g back into the input gradient.
+template <typename T>
+void col2im(const Geometry& g, const T* col, int64_t group, T* gx) {
+  const int64_t np = g.n * g.p();
+  parallel_for(g.n * g.cg(), 1, [&](int64_t b, int64_t e) {
+    for (int64_t nc = b; nc < e; ++nc) {
+      int64_t n = nc / g.cg(), c = nc % g.cg();
+      T* plane = gx + ((n * g.c) + group * g.cg() + c) * g.h * g.w;
+      for (int64_t i = 0; i < g.kh; ++i)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const T* src = col + ((c * g.kh + i) * g.kw + j) * np + n * g.p();
+          for (int64_t oy = 0; oy < g.oh; ++oy) {
+            int64_t iy = oy * g.sh - g.ph + i * g.dh;
+            if (iy < 0 || iy >= g.h) continue;
+            for (int64_t ox = 0; ox < g.ow; ++ox) {
+              int64_t ix = ox * g.sw - g.pw + j * g.dw;
+              if (ix >= 0 && ix < g.w) plane[iy * g.w + ix] += src[oy * g.ow + ox];
+            }
+          }
+        }
+    }
+  });
+}
+
+// [N, O, P] <-> [O, N*P]
+template <typename T>
+void nop_to_onp(const T* src, T* dst, int64_t n, int64_t o, int64_t p) {
+  parallel_for(n * o, 16, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t ni = k / o, oi = k % o;
+      std::memcpy(dst + oi * n * p + ni * p, src + k * p, sizeof(T) * p);
+    }
+  });
+}
+template <typename T>
+void onp_to_nop(const T* src, T* dst, int64_t n, int64_t o, int64_t p, const T* bias) {
+  parallel_for(n * o, 16, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t ni = k / o, oi = k % o;
+      const T* s = src + oi * n * p + ni * p;
+      T* d = dst + k * p;
+      if (bias) {
+        T bv = bias[oi];
+        for (int64_t i = 0; i < p; ++i) d[i] = s[i] + bv;
+      } else {
+        std::memcpy(d, s, sizeof(T) * p);
+      }
+    }
+  });
+}
+
+template <typename T>
+void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y) {
+  std::vector<T> col(static_cast<size_t>(g.k() * g.n * g.p()));
+  std::vector<T> tmp(static_cast<size_t>(g.o * g.n * g.p()));
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    im2col(g, x, grp, col.data());
+    gemm<T>(false, false, g.og(), g.n * g.p(), g.k(), T(1), w + grp * g.og() * g.k(), g.k(), col.data(), g.n * g.p(),
+            T(0), tmp.data() + grp * g.og() * g.n * g.p(), g.n * g.p());
+  }
+  onp_to_nop(tmp.data(), y, g.n, g.o, g.p(), bias);
+}
+
+template <typename T>
+void conv_input_grad(const Geometry& g, const T* gy, const T* w, T* gx, const T* bias) {
+  std::vector<T> gyt(static_cast<size_t>(g.o * g.n * g.p()));
+  nop_to_onp(gy, gyt.data(), g.n, g.o, g.p());
+  std::vector<T> col(static_cast<size_t>(g.k() * g.n * g.p()));
+  int64_t cells = g.n * g.c * g.h * g.w;
+  if (bias) {
+    for (int64_t i = 0; i < cells; ++i) gx[i] = bias[(i / (g.h * g.w)) % g.c];
+  } else {
+    std::fill(gx, gx + cells, T(0));
+  }
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    gemm<T>(true, false, g.k(), g.n * g.p(), g.og(), T(1), w + grp * g.og() * g.k(), g.k(),
+            gyt.data() + grp * g.og() * g.n * g.p(), g.n * g.p(), T(0), col.data(), g.n * g.p());
+    col2im(g, col.data(), grp, gx);
+  }
+}
+
+template <typename T>
+void conv_weight_grad(const Geometry& g, const T* x, const T* gy, T* gw) {
+  std::vector<T> gyt(static_cast<size_t>(g.o * g.n * g.p()));
+  nop_to_onp(gy, gyt.data(), g.n, g.o, g.p());
+  std::vector<T> col(static_cast<size_t>(g.k() * g.n * g.p()));
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    im2col(g, x, grp, col.data());
+    gemm<T>(false, true, g.og(), g.k(), g.n * g.p(), T(1), gyt.data() + grp * g.og() * g.n * g.p(), g.n * g.p(),
+            col.data(), g.n * g.p(), T(0), gw + grp * g.og() * g.k(), g.k());
+  }
+}
+
+template <typename T>
+void conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous(), w = in[1].contiguous();
+  Tensor b = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+  Geometry g = geometry(x.shape(), w.shape(), out[0].shape(), a);
+  conv_forward<T>(g, x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out[0].data<T>());
+}
+
+template <typename T>
+void conv2d_input_grad_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor gy = in[0].contiguous(), w = in[1].contiguous();
+  Geometry g = geometry(out[0].shape(), w.shape(), gy.shape(), a);
+  conv_input_grad<T>(g, gy.data<T>(), w.data<T>(), out[0].data<T>(), nullptr);
+}
+
+template <typename T>
+void conv2d_weight_grad_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous(), gy = in[1].contiguous();
+  Geometry g = geometry(x.shape(), out[0].shape(), gy.shape(), a);
+  conv_weight_grad<T>(g, x.data<T>(), gy.data<T>(), out[0].data<T>());
+}
+
+template <typename T>
+void conv_transpose2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  // The forward of a transposed convolution is the input gradient of the
+  // convolution whose input has the output's shape.
+  Tensor x = in[0].contiguous(), w = in[1].contiguous();
+  Tensor b = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+  Geometry g = geometry(out[0].shape(), w.shape(), x.shape(), a);
+  conv_input_grad<T>(g, x.data<T>(), w.data<T>(), out[0].data<T>(), b.defined() ? b.data<T>() : nullptr);
+}
+
+}  // namespace
+
+KILN_CPU_F32_F64("conv2d", conv2d_kernel);
+KILN_CPU_F32_F64("conv2d_input_grad", conv2d_input_grad_kernel);
+KILN_CPU_F32_F64("conv2d_weight_grad", conv2d_weight_grad_kernel);
+KILN_CPU_F32_F64("conv_transpose2d", conv_transpose2d_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,121 @@
+// CPU kernels of matmul and linear. Operands whose last two axes are
+// row-major or transposed go to BLAS without a copy.
+#include <cblas.h>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernel_helpers.h"
+#include "kiln/autograd.h"
+
+namespace kiln::cpu {
+
+template <>
+void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+template <>
+void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                  const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+namespace {
+
+// How BLAS should read the last two axes of t ([rows, cols]): transposed or
+// not, and the leading dimension. False when neither layout fits.
+bool blas_layout(const Tensor& t, bool& trans, int64_t& ld) {
+  int64_t rows = t.shape()[t.dim() - 2], cols = t.shape()[t.dim() - 1];
+  int64_t rs = t.strides()[t.dim() - 2], cs = t.strides()[t.dim() - 1];
+  if ((cs == 1 || cols == 1) && (rs >= std::max<int64_t>(cols, 1) || rows == 1)) {
+    trans = false;
+    ld = rows == 1 ? std::max<int64_t>(cols, 1) : rs;
+    return true;
+  }
+  if ((rs == 1 || rows == 1) && (cs >= std::max<int64_t>(rows, 1) || cols == 1)) {
+    trans = true;
+    ld = cols == 1 ? std::max<int64_t>(rows, 1) : cs;
+    return true;
+  }
+  return false;
+}
+
+template <typename T>
+void matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
+  Tensor& y = out[0];
+  int64_t m = y.shape()[y.dim() - 2], n = y.shape()[y.dim() - 1];
+  int64_t k = in[0].shape().back();
+  Shape batch(y.shape().begin(), y.shape().end() - 2);
+  NoGradGuard guard;
+  auto expand_to = [&](const Tensor& t, int64_t r, int64_t c) {
+    Shape s = batch;
+    s.push_back(r);
+    s.push_back(c);
+    return t.expand(s);
+  };
+  Tensor a = expand_to(in[0], m, k), b = expand_to(in[1], k, n);
+  bool ta, tb;
+  int64_t lda, ldb;
+  if (!blas_layout(a, ta, lda)) {
+    a = a.contiguous();
+    blas_layout(a, ta, lda);
+  }
+  if (!blas_layout(b, tb, ldb)) {
+    b = b.contiguous();
+    blas_layout(b, tb, ldb);
+  }
+  if (k == 0) {
+    std::fill(y.data<T>(), y.data<T>() + y.numel(), T(0));
+    return;
+  }
+  int64_t nb = numel_of(batch);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* py = y.data<T>();
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t oa = 0, ob = 0, rem = i;
+    for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+      int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      oa += idx * a.strides()[d];
+      ob += idx * b.strides()[d];
+    }
+    gemm<T>(ta, tb, m, n, k, T(1), pa + oa, lda, pb + ob, ldb, T(0), py + i * m * n, n);
+  }
+}
+
+template <typename T>
+void linear_kernel(const Ins& in, Outs& out, const Attrs&) {
+  const Tensor x = in[0].contiguous();
+  const Tensor w = in[1].contiguous();
+  Tensor& y = out[0];
+  int64_t o = w.shape()[0], i = w.shape()[1];
+  int64_t rows = i == 0 ? y.numel() / std::max<int64_t>(o, 1) : x.numel() / i;
+  T* py = y.data<T>();
+  bool has_bias = in.size() > 2 && in[2].defined();
+  if (has_bias) {
+    const Tensor b = in[2].contiguous();
+    const T* pb = b.data<T>();
+    parallel_for(rows, 256, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(pb, pb + o, py + r * o);
+    });
+  }
+  if (i == 0) {
+    if (!has_bias) std::fill(py, py + y.numel(), T(0));
+    return;
+  }
+  gemm<T>(false, true, rows, o, i, T(1), x.data<T>(), i, w.data<T>(), i, has_bias ? T(1) : T(0), py, o);
+}
+
+}  // namespace
+
+KILN_CPU_F32_F64("matmul", matmul_kernel);
+KILN_CPU_F32_F64("linear", linear_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,178 @@
+// CPU pooling kernels, parallel over (batch, channel) planes.
+#include <limits>
+
+#include "backends/cpu/kernel_helpers.h"
+
+namespace kiln::cpu {
+namespace {
+
+struct Window {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+Window window(const Attrs& a) {
+  auto get = [&](const char* n, std::vector<int64_t> fb) {
+    auto v = a.get_ints(n, fb);
+    if (v.empty()) v = fb;
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  auto k = get("kernel", {1, 1});
+  auto s = get("stride", k), p = get("padding", {0, 0}), d = get("dilation", {1, 1});
+  return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
+}
+
+// Calls fn(plane_in, plane_out, h, w, oh, ow) for every (n, c) plane.
+template <typename T, typename F>
+void for_planes(const Tensor& x, const Shape& y, F fn) {
+  int64_t planes = x.shape()[0] * x.shape()[1];
+  int64_t h = x.shape()[2], w = x.shape()[3], oh = y[2], ow = y[3];
+  parallel_for(planes, 1, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) fn(pl, h, w, oh, ow);
+  });
+}
+
+template <typename T>
+void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous();
+  Window wd = window(a);
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
+  for_planes<T>(x, out[0].shape(), [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    const T* src = px + pl * h * w;
+    T* dst = py + pl * oh * ow;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
+        for (int64_t i = 0; i < wd.kh; ++i) {
+          int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t j = 0; j < wd.kw; ++j) {
+            int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+            if (ix < 0 || ix >= w) continue;
+            compute_t<T> v = src[iy * w + ix];
+            if (v > best || v != v) best = v;
+          }
+        }
+        dst[oy * ow + ox] = static_cast<T>(best);
+      }
+  });
+}
+
+template <typename T>
+void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor g = in[0].contiguous(), x = in[1].contiguous();
+  Window wd = window(a);
+  const T* pg = g.data<T>();
+  const T* px = x.data<T>();
+  T* pgx = out[0].data<T>();
+  std::fill(pgx, pgx + out[0].numel(), T(0));
+  for_planes<T>(x, g.shape(), [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    const T* src = px + pl * h * w;
+    T* dst = pgx + pl * h * w;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t arg = -1;
+        T best = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < wd.kh; ++i) {
+          int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t j = 0; j < wd.kw; ++j) {
+            int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+            if (ix < 0 || ix >= w) continue;
+            T v = src[iy * w + ix];
+            if (arg < 0 || v > best || v != v) {
+              best = v;
+              arg = iy * w + ix;
+            }
+          }
+        }
+        if (arg >= 0) dst[arg] += pg[pl * oh * ow + oy * ow + ox];
+      }
+  });
+}
+
+template <typename T, bool kBackward>
+void avg_pool_impl(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor src_t = in[0].contiguous();
+  Window wd = window(a);
+  bool include_pad = a.get_bool("count_include_pad", true);
+  const Tensor& x = kBackward ? in[1] : in[0];
+  Shape yshape = kBackward ? in[0].shape() : out[0].shape();
+  const T* ps = src_t.data<T>();
+  T* pd = out[0].data<T>();
+  if (kBackward) std::fill(pd, pd + out[0].numel(), T(0));
+  for_planes<T>(x, yshape, [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t y0 = oy * wd.sh - wd.ph, x0 = ox * wd.sw - wd.pw;
+        int64_t y1 = std::min(y0 + wd.kh, h + wd.ph), x1 = std::min(x0 + wd.kw, w + wd.pw);
+        int64_t pad_count = (y1 - y0) * (x1 - x0);
+        int64_t ys = std::max<int64_t>(y0, 0), xs = std::max<int64_t>(x0, 0);
+        int64_t ye = std::min(y1, h), xe = std::min(x1, w);
+        int64_t count = include_pad ? pad_count : (ye - ys) * (xe - xs);
+        if (count <= 0) continue;
+        if (!kBackward) {
+          const T* src = ps + pl * h * w;
+          T acc = 0;
+          for (int64_t iy = ys; iy < ye; ++iy)
+            for (int64_t ix = xs; ix < xe; ++ix) acc += src[iy * w + ix];
+          pd[pl * oh * ow + oy * ow + ox] = acc / static_cast<T>(count);
+        } else {
+          T gv = ps[pl * oh * ow + oy * ow + ox] / static_cast<T>(count);
+          T* dst = pd + pl * h * w;
+          for (int64_t iy = ys; iy < ye; ++iy)
+            for (int64_t ix = xs; ix < xe; ++ix) dst[iy * w + ix] += gv;
+        }
+      }
+  });
+}
+template <typename T>
+void avg_pool_kernel(const Ins& in, Outs& out, const Attrs& a) { avg_pool_impl<T, false>(in, out, a); }
+template <typename T>
+void avg_pool_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { avg_pool_impl<T, true>(in, out, a); }
+
+// PyTorch's adaptive bins: [floor(i*H/OH), ceil((i+1)*H/OH)).
+template <typename T, bool kBackward>
+void adaptive_impl(const Ins& in, Outs& out, const Attrs&) {
+  Tensor src_t = in[0].contiguous();
+  const Tensor& x = kBackward ? in[1] : in[0];
+  Shape yshape = kBackward ? in[0].shape() : out[0].shape();
+  const T* ps = src_t.data<T>();
+  T* pd = out[0].data<T>();
+  if (kBackward) std::fill(pd, pd + out[0].numel(), T(0));
+  for_planes<T>(x, yshape, [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      int64_t ys = oy * h / oh, ye = ((oy + 1) * h + oh - 1) / oh;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        int64_t xs = ox * w / ow, xe = ((ox + 1) * w + ow - 1) / ow;
+        T count = static_cast<T>((ye - ys) * (xe - xs));
+        if (!kBackward) {
+          T acc = 0;
+          for (int64_t iy = ys; iy < ye; ++iy)
+            for (int64_t ix = xs; ix < xe; ++ix) acc += ps[pl * h * w + iy * w + ix];
+          pd[pl * oh * ow + oy * ow + ox] = acc / count;
+        } else {
+          T gv = ps[pl * oh * ow + oy * ow + ox] / count;
+          for (int64_t iy = ys; iy < ye; ++iy)
+            for (int64_t ix = xs; ix < xe; ++ix) pd[pl * h * w + iy * w + ix] += gv;
+        }
+      }
+    }
+  });
+}
+template <typename T>
+void adaptive_kernel(const Ins& in, Outs& out, const Attrs& a) { adaptive_impl<T, false>(in, out, a); }
+template <typename T>
+void adaptive_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { adaptive_impl<T, true>(in, out, a); }
+
+}  // namespace
+
+KILN_CPU_F32_F64("max_pool2d", max_pool_kernel);
+KILN_CPU_F32_F64("max_pool2d_backward", max_pool_backward_kernel);
+KILN_CPU_F32_F64("avg_pool2d", avg_pool_kernel);
+KILN_CPU_F32_F64("avg_pool2d_backward", avg_pool_backward_kernel);
+KILN_CPU_F32_F64("adaptive_avg_pool2d", adaptive_kernel);
+KILN_CPU_F32_F64("adaptive_avg_pool2d_backward", adaptive_backward_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,175 @@
+// Convolutions: conv1d, conv2d, conv_transpose2d and the two ops their
+// gradients are made of (input grad, weight grad).
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+std::vector<int64_t> pair_attr(const Attrs& a, const char* name, int64_t fallback) {
+  auto v = a.get_ints(name, {fallback, fallback});
+  if (v.size() == 1) v.push_back(v[0]);
+  KILN_CHECK(v.size() == 2, name, " must have 1 or 2 values, got ", v.size());
+  return v;
+}
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+void check_geometry(const Attrs& a) {
+  auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+  for (int i = 0; i < 2; ++i) {
+    KILN_CHECK(s[i] > 0, "stride must be positive, got ", s[i]);
+    KILN_CHECK(p[i] >= 0, "padding must be >= 0, got ", p[i]);
+    KILN_CHECK(d[i] > 0, "dilation must be positive, got ", d[i]);
+  }
+  KILN_CHECK(a.get_int("groups", 1) > 0, "groups must be positive");
+}
+
+Metas infer_conv2d(const Metas& in, const Attrs& a) {
+  check_geometry(a);
+  const Shape &x = in[0].shape, &w = in[1].shape;
+  detail::check_rank(in[0], 4, "input", "N, C, H, W");
+  detail::check_rank(in[1], 4, "weight", "out_channels, in_channels/groups, kH, kW");
+  detail::check_same_dtype(in, 0, 1);
+  int64_t g = a.get_int("groups", 1);
+  KILN_CHECK(x[1] == w[1] * g, "input has ", x[1], " channels but weight ", shape_str(w), " with groups=", g,
+             " expects ", w[1] * g);
+  KILN_CHECK(w[0] % g == 0, "out_channels (", w[0], ") must be divisible by groups (", g, ")");
+  if (in.size() > 2 && in[2].defined)
+    KILN_CHECK(in[2].shape == Shape{w[0]}, "bias must have shape [", w[0], "], got ", shape_str(in[2].shape));
+  auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+  int64_t oh = conv_out_size(x[2], w[2], s[0], p[0], d[0]), ow = conv_out_size(x[3], w[3], s[1], p[1], d[1]);
+  KILN_CHECK(oh > 0 && ow > 0, "input ", shape_str(x), " is too small for a ", w[2], "x", w[3],
+             " kernel with this padding/dilation (output would be ", oh, "x", ow, ")");
+  return {{true, {x[0], w[0], oh, ow}, in[0].dtype, in[0].device}};
+}
+
+Attrs with_shape(const Attrs& a, const char* name, const Shape& s) {
+  Attrs r = a;
+  r.set(name, s);
+  return r;
+}
+
+OpDefiner d_conv2d([] {
+  OpDef d;
+  d.name = "conv2d";
+  d.inputs = {"x", "weight", "bias?"};
+  d.outputs = {"y"};
+  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1"};
+  d.infer = infer_conv2d;
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1];
+    Grads r(3);
+    if (c.needs_grad[0]) r[0] = call("conv2d_input_grad", {g[0], w}, with_shape(c.attrs, "input_shape", x.shape()))[0];
+    if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {x, g[0]}, with_shape(c.attrs, "weight_shape", w.shape()))[0];
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], {0, 2, 3});
+    return r;
+  };
+  d.onnx = "Conv";
+  return d;
+}());
+
+OpDefiner d_conv2d_input_grad([] {
+  OpDef d;
+  d.name = "conv2d_input_grad";
+  d.inputs = {"grad_y", "weight"};
+  d.outputs = {"grad_x"};
+  d.attrs = {"input_shape:ints", "stride", "padding", "dilation", "groups"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    check_geometry(a);
+    return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    // Linear in both inputs: its own adjoints are conv2d and conv2d_weight_grad.
+    Attrs a = c.attrs;
+    Grads r(2);
+    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], c.inputs[1]}, a)[0];
+    if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {g[0], c.inputs[0]}, with_shape(a, "weight_shape", c.inputs[1].shape()))[0];
+    return r;
+  };
+  d.tags = kTagBackward;
+  d.onnx = "ConvTranspose";
+  return d;
+}());
+
+OpDefiner d_conv2d_weight_grad([] {
+  OpDef d;
+  d.name = "conv2d_weight_grad";
+  d.inputs = {"x", "grad_y"};
+  d.outputs = {"grad_weight"};
+  d.attrs = {"weight_shape:ints", "stride", "padding", "dilation", "groups"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    check_geometry(a);
+    return {{true, a.get_ints("weight_shape"), in[0].dtype, in[0].device}};
+  };
+  d.tags = kTagBackward | kTagNondifferentiable;
+  return d;
+}());
+
+OpDefiner d_conv_transpose2d([] {
+  OpDef d;
+  d.name = "conv_transpose2d";
+  d.inputs = {"x", "weight", "bias?"};
+  d.outputs = {"y"};
+  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "output_padding:ints=[0,0]", "dilation:ints=[1,1]",
+             "groups:int=1"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    check_geometry(a);
+    detail::check_rank(in[0], 4, "input", "N, C, H, W");
+    detail::check_rank(in[1], 4, "weight", "in_channels, out_channels/groups, kH, kW");
+    detail::check_same_dtype(in, 0, 1);
+    const Shape &x = in[0].shape, &w = in[1].shape;
+    int64_t g = a.get_int("groups", 1);
+    KILN_CHECK(x[1] == w[0], "input has ", x[1], " channels but weight ", shape_str(w), " expects ", w[0]);
+    KILN_CHECK(w[0] % g == 0, "in_channels (", w[0], ") must be divisible by groups (", g, ")");
+    auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+    auto op = pair_attr(a, "output_padding", 0);
+    for (int i = 0; i < 2; ++i)
+      KILN_CHECK(op[i] >= 0 && (op[i] < s[i] || op[i] < d[i]), "output_padding ", op[i],
+                 " must be smaller than the stride or the dilation");
+    int64_t oh = (x[2] - 1) * s[0] - 2 * p[0] + d[0] * (w[2] - 1) + op[0] + 1;
+    int64_t ow = (x[3] - 1) * s[1] - 2 * p[1] + d[1] * (w[3] - 1) + op[1] + 1;
+    KILN_CHECK(oh > 0 && ow > 0, "output size ", oh, "x", ow, " is not positive; reduce the padding");
+    if (in.size() > 2 && in[2].defined)
+      KILN_CHECK(in[2].shape == Shape{w[1] * g}, "bias must have shape [", w[1] * g, "], got ", shape_str(in[2].shape));
+    return {{true, {x[0], w[1] * g, oh, ow}, in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1];
+    Attrs a = c.attrs;
+    Grads r(3);
+    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], w}, a)[0];
+    if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {g[0], x}, with_shape(a, "weight_shape", w.shape()))[0];
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], {0, 2, 3});
+    return r;
+  };
+  d.onnx = "ConvTranspose";
+  return d;
+}());
+
+Attrs conv_attrs(const ConvOptions& o) {
+  return {{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}};
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
+  return call1(KILN_OP("conv2d"), {x, weight, bias}, conv_attrs(o));
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride, int64_t padding,
+              int64_t dilation, int64_t groups) {
+  KILN_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: input must be [N, C, L] and weight [out, in/groups, k], got ",
+             x.meta_str(), " and ", weight.meta_str());
+  ConvOptions o{{1, stride}, {0, padding}, {1, dilation}, groups, {0, 0}};
+  return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, o).squeeze(2);
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
+  Attrs a = conv_attrs(o);
+  a.set("output_padding", o.output_padding);
+  return call1(KILN_OP("conv_transpose2d"), {x, weight, bias}, a);
+}
+
+}  // namespace kiln

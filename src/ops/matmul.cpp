@@ -1,0 +1,91 @@
+// matmul (batched, broadcasting) and linear.
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+Metas infer_matmul(const Metas& in, const Attrs&) {
+  const Shape &a = in[0].shape, &b = in[1].shape;
+  detail::check_same_dtype(in, 0, 1);
+  KILN_CHECK(a.size() >= 2 && b.size() >= 2, "both operands need rank >= 2 here, got ", shape_str(a), " and ",
+             shape_str(b), " (kiln::matmul accepts 1-D operands and reshapes them)");
+  int64_t k = a.back(), k2 = b[b.size() - 2];
+  KILN_CHECK(k == k2, "inner dimensions differ: ", shape_str(a), " @ ", shape_str(b), " needs a's last axis (", k,
+             ") to equal b's second-to-last (", k2, ")");
+  Shape batch = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  batch.push_back(a[a.size() - 2]);
+  batch.push_back(b.back());
+  return {{true, batch, in[0].dtype, in[0].device}};
+}
+
+OpDefiner d_matmul([] {
+  OpDef d;
+  d.name = "matmul";
+  d.inputs = {"a", "b"};
+  d.outputs = {"y"};
+  d.infer = infer_matmul;
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1];
+    return {c.needs_grad[0] ? sum_to(matmul(g[0], b.transpose(-1, -2)), a.shape()) : Tensor(),
+            c.needs_grad[1] ? sum_to(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
+  };
+  d.onnx = "MatMul";
+  return d;
+}());
+
+OpDefiner d_linear([] {
+  OpDef d;
+  d.name = "linear";
+  d.inputs = {"x", "weight", "bias?"};
+  d.outputs = {"y"};
+  d.infer = [](const Metas& in, const Attrs&) -> Metas {
+    const Shape &x = in[0].shape, &w = in[1].shape;
+    detail::check_same_dtype(in, 0, 1);
+    KILN_CHECK(x.size() >= 1 && w.size() == 2, "x must have rank >= 1 and weight must be [out_features, in_features], got x ",
+               shape_str(x), " and weight ", shape_str(w));
+    KILN_CHECK(x.back() == w[1], "x has ", x.back(), " features in its last axis but weight ", shape_str(w), " expects ",
+               w[1]);
+    if (in.size() > 2 && in[2].defined) {
+      detail::check_same_dtype(in, 0, 2);
+      KILN_CHECK(in[2].shape == Shape{w[0]}, "bias must have shape [", w[0], "], got ", shape_str(in[2].shape));
+    }
+    Shape y = x;
+    y.back() = w[0];
+    return {{true, y, in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &x = c.inputs[0], &w = c.inputs[1];
+    int64_t out = w.shape()[0], in = w.shape()[1];
+    Tensor g2 = g[0].reshape({-1, out});
+    Grads r(3);
+    if (c.needs_grad[0]) r[0] = matmul(g[0], w);
+    if (c.needs_grad[1]) r[1] = matmul(g2.t(), x.reshape({-1, in}));
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g2, {0});
+    return r;
+  };
+  d.onnx = "Gemm";
+  return d;
+}());
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  KILN_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: operands must have rank >= 1, got ", a.meta_str(), " and ",
+             b.meta_str());
+  if (a.dtype() != b.dtype()) {
+    DType t = promote_types(a.dtype(), b.dtype());
+    return matmul(a.to(t), b.to(t));
+  }
+  // NumPy rules for 1-D operands: a vector becomes a row (a) or column (b), then the axis is dropped.
+  if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
+  if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
+  return call1(KILN_OP("matmul"), {a, b});
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return call1(KILN_OP("linear"), {x, weight, bias});
+}
+
+}  // namespace kiln

@@ -1,0 +1,88 @@
+// 2-D pooling: max, average, adaptive average, and their backward ops.
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+std::vector<int64_t> pair_of(const Attrs& a, const char* name, const std::vector<int64_t>& fallback) {
+  auto v = a.get_ints(name, fallback);
+  if (v.empty()) v = fallback;
+  if (v.size() == 1) v.push_back(v[0]);
+  KILN_CHECK(v.size() == 2, name, " must have 1 or 2 values, got ", v.size());
+  return v;
+}
+
+Metas infer_pool(const Metas& in, const Attrs& a) {
+  detail::check_rank(in[0], 4, "input", "N, C, H, W");
+  auto k = pair_of(a, "kernel", {});
+  auto s = pair_of(a, "stride", k), p = pair_of(a, "padding", {0, 0}), d = pair_of(a, "dilation", {1, 1});
+  const Shape& x = in[0].shape;
+  Shape y = x;
+  for (int i = 0; i < 2; ++i) {
+    KILN_CHECK(k[i] > 0 && s[i] > 0 && d[i] > 0, "kernel, stride and dilation must be positive");
+    KILN_CHECK(p[i] >= 0 && p[i] * 2 <= k[i], "padding ", p[i], " must be at most half the kernel size ", k[i]);
+    y[2 + i] = (x[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
+    KILN_CHECK(y[2 + i] > 0, "input ", shape_str(x), " is too small for pooling with kernel ", k[i]);
+  }
+  return {{true, y, in[0].dtype, in[0].device}};
+}
+
+OpDef pool(const char* name, const char* onnx, std::vector<std::string> attrs, InferFn infer, const char* backward) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = std::move(attrs);
+  d.infer = std::move(infer);
+  std::string bw = backward;
+  d.grad = [bw](const GradContext& c, const Grads& g) -> Grads { return {call(bw, {g[0], c.inputs[0]}, c.attrs)[0]}; };
+  d.onnx = onnx;
+  return d;
+}
+
+OpDef pool_backward(const char* name) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"grad_y", "x"};
+  d.outputs = {"grad_x"};
+  d.infer = [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; };
+  d.tags = kTagBackward | kTagNondifferentiable;
+  return d;
+}
+
+OpDefiner d_max(pool("max_pool2d", "MaxPool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
+                     infer_pool, "max_pool2d_backward"));
+OpDefiner d_avg(pool("avg_pool2d", "AveragePool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
+                     infer_pool, "avg_pool2d_backward"));
+OpDefiner d_adaptive(pool(
+    "adaptive_avg_pool2d", "GlobalAveragePool (1x1) / AveragePool", {"output_size:ints"},
+    [](const Metas& in, const Attrs& a) -> Metas {
+      detail::check_rank(in[0], 4, "input", "N, C, H, W");
+      auto o = pair_of(a, "output_size", {});
+      KILN_CHECK(o[0] > 0 && o[1] > 0, "output_size must be positive, got ", shape_str(o));
+      return {{true, {in[0].shape[0], in[0].shape[1], o[0], o[1]}, in[0].dtype, in[0].device}};
+    },
+    "adaptive_avg_pool2d_backward"));
+OpDefiner d_max_bw(pool_backward("max_pool2d_backward"));
+OpDefiner d_avg_bw(pool_backward("avg_pool2d_backward"));
+OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward"));
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  if (stride.empty()) stride = kernel;
+  return call1(KILN_OP("max_pool2d"), {x}, {{"kernel", kernel}, {"stride", stride}, {"padding", padding}});
+}
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                  bool count_include_pad) {
+  if (stride.empty()) stride = kernel;
+  return call1(KILN_OP("avg_pool2d"), {x},
+               {{"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"count_include_pad", count_include_pad}});
+}
+Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size) {
+  return call1(KILN_OP("adaptive_avg_pool2d"), {x}, {{"output_size", output_size}});
+}
+
+}  // namespace kiln
