@@ -20,7 +20,7 @@ OpDef unary(const char* name, const char* onnx, GradFn grad, std::vector<std::st
   d.infer = detail::same_as_input;
   d.grad = std::move(grad);
   d.onnx = onnx;
-  d.tags = kEw | (d.grad ? 0 : kTagNondifferentiable);
+  d.tags = kEw | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
 
@@ -43,7 +43,7 @@ OpDef binary(const char* name, const char* onnx, GradFn grad, bool compare = fal
   d.infer = compare ? infer_compare : infer_binary;
   d.grad = std::move(grad);
   d.onnx = onnx;
-  d.tags = kEw | (d.grad ? 0 : kTagNondifferentiable);
+  d.tags = kEw | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
 

@@ -38,7 +38,7 @@ OpDef reduction(const char* name, const char* onnx, GradFn grad) {
   d.infer = infer_reduce;
   d.grad = std::move(grad);
   d.onnx = onnx;
-  d.tags = kTagReduction | (d.grad ? 0 : kTagNondifferentiable);
+  d.tags = kTagReduction | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
 

@@ -41,7 +41,7 @@ OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::s
   d.infer = std::move(infer);
   d.grad = std::move(grad);
   d.onnx = onnx;
-  d.tags = tags | (d.grad ? 0 : kTagNondifferentiable);
+  d.tags = tags | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
 

@@ -1,0 +1,165 @@
+// CPU kernels of batch/layer/group normalization and dropout.
+#include <cmath>
+#include <random>
+
+#include "backends/cpu/kernel_helpers.h"
+#include "kiln/generator.h"
+
+namespace kiln::cpu {
+namespace {
+
+template <typename T>
+const T* opt_data(const Ins& in, size_t i, Tensor& keep) {
+  if (in.size() <= i || !in[i].defined()) return nullptr;
+  keep = in[i].contiguous();
+  return keep.data<T>();
+}
+
+template <typename T>
+void batch_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous(), wk, bk, mk, vk;
+  const T* w = opt_data<T>(in, 1, wk);
+  const T* b = opt_data<T>(in, 2, bk);
+  bool training = a.get_bool("training", true);
+  double eps = a.get_float("eps", 1e-5), momentum = a.get_float("momentum", 0.1);
+  int64_t n = x.shape()[0], c = x.shape()[1];
+  int64_t inner = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  int64_t count = n * inner;
+  KILN_CHECK(!training || count > 1, "training mode needs more than one value per channel (got input ",
+             x.meta_str(), "); use a batch larger than 1 or eval mode");
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
+  T* pmean = out[1].data<T>();
+  T* prstd = out[2].data<T>();
+  const bool has_running = in.size() > 4 && in[3].defined() && in[4].defined();
+  parallel_for(c, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      double mean, var;
+      if (training) {
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = px + (i * c + ch) * inner;
+          for (int64_t k = 0; k < inner; ++k) s += p[k];
+        }
+        mean = s / static_cast<double>(count);
+        for (int64_t i = 0; i < n; ++i) {
+          const T* p = px + (i * c + ch) * inner;
+          for (int64_t k = 0; k < inner; ++k) {
+            double d = p[k] - mean;
+            ss += d * d;
+          }
+        }
+        var = ss / static_cast<double>(count);
+        if (has_running) {
+          T* rm = in[3].data<T>() + 0;
+          T* rv = in[4].data<T>();
+          int64_t rms = in[3].strides()[0], rvs = in[4].strides()[0];
+          double unbiased = ss / static_cast<double>(count - 1);
+          rm[ch * rms] = static_cast<T>((1 - momentum) * rm[ch * rms] + momentum * mean);
+          rv[ch * rvs] = static_cast<T>((1 - momentum) * rv[ch * rvs] + momentum * unbiased);
+        }
+      } else {
+        mean = in[3].data<T>()[ch * in[3].strides()[0]];
+        var = in[4].data<T>()[ch * in[4].strides()[0]];
+      }
+      double rstd = 1.0 / std::sqrt(var + eps);
+      pmean[ch] = static_cast<T>(mean);
+      prstd[ch] = static_cast<T>(rstd);
+      T scale = static_cast<T>(rstd * (w ? w[ch] : 1.0));
+      T shift = static_cast<T>((b ? b[ch] : 0.0) - mean * rstd * (w ? w[ch] : 1.0));
+      for (int64_t i = 0; i < n; ++i) {
+        const T* p = px + (i * c + ch) * inner;
+        T* q = py + (i * c + ch) * inner;
+        for (int64_t k = 0; k < inner; ++k) q[k] = p[k] * scale + shift;
+      }
+    }
+  });
+  if (training && has_running) {
+    in[3].impl().storage->version++;
+    in[4].impl().storage->version++;
+  }
+}
+
+// Normalizes `rows` rows of `m` elements; affine index = element % affine_period / affine_div.
+template <typename T>
+void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_t m, double eps, const T* w, const T* b,
+                    int64_t affine_period, int64_t affine_div, int64_t row_offset_period) {
+  parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* p = px + r * m;
+      T* q = py + r * m;
+      double s = 0, ss = 0;
+      for (int64_t k = 0; k < m; ++k) s += p[k];
+      double mean = s / static_cast<double>(m);
+      for (int64_t k = 0; k < m; ++k) {
+        double d = p[k] - mean;
+        ss += d * d;
+      }
+      double rstd = 1.0 / std::sqrt(ss / static_cast<double>(m) + eps);
+      pmean[r] = static_cast<T>(mean);
+      prstd[r] = static_cast<T>(rstd);
+      int64_t base = (r % row_offset_period) * m;
+      for (int64_t k = 0; k < m; ++k) {
+        T v = static_cast<T>((p[k] - mean) * rstd);
+        if (w || b) {
+          int64_t ai = ((base + k) % affine_period) / affine_div;
+          if (w) v *= w[ai];
+          if (b) v += b[ai];
+        }
+        q[k] = v;
+      }
+    }
+  });
+}
+
+template <typename T>
+void layer_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous(), wk, bk;
+  const T* w = opt_data<T>(in, 1, wk);
+  const T* b = opt_data<T>(in, 2, bk);
+  int64_t k = a.get_int("normalized_ndim");
+  int64_t m = 1;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) m *= x.shape()[i];
+  int64_t rows = m == 0 ? 0 : x.numel() / m;
+  normalize_rows<T>(x.data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>(), rows, m, a.get_float("eps", 1e-5),
+                    w, b, std::max<int64_t>(m, 1), 1, 1);
+}
+
+template <typename T>
+void group_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous(), wk, bk;
+  const T* w = opt_data<T>(in, 1, wk);
+  const T* b = opt_data<T>(in, 2, bk);
+  int64_t n = x.shape()[0], c = x.shape()[1], g = a.get_int("groups");
+  int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+  int64_t m = (c / g) * spatial;
+  // Row r is (sample, group); element k of it is channel (r % g) * (c/g) + k / spatial.
+  normalize_rows<T>(x.data<T>(), out[0].data<T>(), out[1].data<T>(), out[2].data<T>(), n * g, m,
+                    a.get_float("eps", 1e-5), w, b, std::max<int64_t>(c * spatial, 1), std::max<int64_t>(spatial, 1), g);
+}
+
+template <typename T>
+void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor x = in[0].contiguous();
+  double p = a.get_float("p");
+  T scale = static_cast<T>(1.0 / (1.0 - p));
+  // Draws serially from the default generator so that a seed fixes the mask.
+  std::bernoulli_distribution keep(1.0 - p);
+  auto& eng = default_generator().engine();
+  const T* px = x.data<T>();
+  T* py = out[0].data<T>();
+  T* pm = out[1].data<T>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    pm[i] = keep(eng) ? scale : T(0);
+    py[i] = px[i] * pm[i];
+  }
+}
+
+}  // namespace
+
+KILN_CPU_F32_F64("batch_norm", batch_norm_kernel);
+KILN_CPU_F32_F64("layer_norm", layer_norm_kernel);
+KILN_CPU_F32_F64("group_norm", group_norm_kernel);
+KILN_CPU_F32_F64("dropout", dropout_kernel);
+
+}  // namespace kiln::cpu

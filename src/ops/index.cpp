@@ -1,0 +1,159 @@
+// Indexing: embedding, gather, index_select, scatter_add, one_hot.
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+void check_index(const TensorMeta& m, const char* what) {
+  KILN_CHECK(m.dtype == DType::Int64 || m.dtype == DType::Int32, what, " must be int64 or int32, got ",
+             dtype_name(m.dtype), "; convert it with .to(kiln::DType::Int64)");
+}
+
+OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
+           const char* onnx, std::vector<int> diff) {
+  OpDef d;
+  d.name = name;
+  d.inputs = std::move(inputs);
+  d.outputs = {"y"};
+  d.attrs = std::move(attrs);
+  d.infer = std::move(infer);
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.differentiable_inputs = std::move(diff);
+  d.tags = d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable);
+  return d;
+}
+
+OpDefiner d_embedding(make(
+    "embedding", {"weight", "indices"}, {},
+    [](const Metas& in, const Attrs&) -> Metas {
+      detail::check_rank(in[0], 2, "weight", "num_embeddings, dim");
+      check_index(in[1], "indices");
+      Shape s = in[1].shape;
+      s.push_back(in[0].shape[1]);
+      return {{true, s, in[0].dtype, in[0].device}};
+    },
+    [](const GradContext& c, const Grads& g) -> Grads {
+      return {call("embedding_backward", {g[0], c.inputs[1]}, {{"num_embeddings", c.inputs[0].shape()[0]}})[0], Tensor()};
+    },
+    "Gather", {0}));
+
+OpDefiner d_embedding_bw([] {
+  OpDef d = make(
+      "embedding_backward", {"grad", "indices"}, {"num_embeddings:int"},
+      [](const Metas& in, const Attrs& a) -> Metas {
+        return {{true, {a.get_int("num_embeddings"), in[0].shape.back()}, in[0].dtype, in[0].device}};
+      },
+      nullptr, "", {});
+  d.tags |= kTagBackward;
+  return d;
+}());
+
+Metas infer_gather(const Metas& in, const Attrs& a) {
+  check_index(in[1], "index");
+  int64_t r = static_cast<int64_t>(in[0].shape.size());
+  int64_t ax = normalize_axis(a.get_int("axis"), r);
+  KILN_CHECK(static_cast<int64_t>(in[1].shape.size()) == r, "index must have the rank of x (", r, "), got ",
+             shape_str(in[1].shape));
+  for (int64_t d = 0; d < r; ++d)
+    KILN_CHECK(d == ax || in[1].shape[d] <= in[0].shape[d], "index ", shape_str(in[1].shape),
+               " is larger than x ", shape_str(in[0].shape), " on axis ", d);
+  return {{true, in[1].shape, in[0].dtype, in[0].device}};
+}
+
+OpDefiner d_gather(make(
+    "gather", {"x", "index"}, {"axis:int"}, infer_gather,
+    [](const GradContext& c, const Grads& g) -> Grads {
+      int64_t ax = c.attrs.get_int("axis");
+      return {scatter_add(zeros_like(c.inputs[0]), ax, c.inputs[1], g[0]), Tensor()};
+    },
+    "GatherElements", {0}));
+
+OpDefiner d_index_select(make(
+    "index_select", {"x", "index"}, {"axis:int"},
+    [](const Metas& in, const Attrs& a) -> Metas {
+      check_index(in[1], "index");
+      KILN_CHECK(in[1].shape.size() == 1, "index must be 1-D, got ", shape_str(in[1].shape));
+      int64_t ax = normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
+      Shape s = in[0].shape;
+      s[ax] = in[1].shape[0];
+      return {{true, s, in[0].dtype, in[0].device}};
+    },
+    [](const GradContext& c, const Grads& g) -> Grads {
+      const Tensor& x = c.inputs[0];
+      int64_t ax = normalize_axis(c.attrs.get_int("axis"), x.dim());
+      Shape is(x.dim(), 1);
+      is[ax] = c.inputs[1].numel();
+      Tensor idx = c.inputs[1].reshape(is).expand(g[0].shape()).contiguous();
+      return {scatter_add(zeros_like(x), ax, idx, g[0]), Tensor()};
+    },
+    "Gather", {0}));
+
+OpDefiner d_scatter_add(make(
+    "scatter_add", {"x", "index", "src"}, {"axis:int"},
+    [](const Metas& in, const Attrs& a) -> Metas {
+      check_index(in[1], "index");
+      detail::check_same_dtype(in, 0, 2);
+      int64_t r = static_cast<int64_t>(in[0].shape.size());
+      int64_t ax = normalize_axis(a.get_int("axis"), r);
+      KILN_CHECK(in[1].shape.size() == in[0].shape.size() && in[2].shape.size() == in[0].shape.size(),
+                 "x, index and src must have the same rank");
+      for (int64_t d = 0; d < r; ++d) {
+        KILN_CHECK(in[1].shape[d] <= in[2].shape[d], "index ", shape_str(in[1].shape), " is larger than src ",
+                   shape_str(in[2].shape), " on axis ", d);
+        KILN_CHECK(d == ax || in[1].shape[d] <= in[0].shape[d], "index ", shape_str(in[1].shape),
+                   " is larger than x ", shape_str(in[0].shape), " on axis ", d);
+      }
+      return {in[0]};
+    },
+    [](const GradContext& c, const Grads& g) -> Grads {
+      int64_t ax = c.attrs.get_int("axis");
+      const Tensor& idx = c.inputs[1];
+      Grads r(3);
+      r[0] = g[0];
+      if (c.needs_grad[2]) {
+        Tensor gs = gather(g[0], ax, idx);
+        r[2] = gs.shape() == c.inputs[2].shape() ? gs : pad(gs, [&] {
+          std::vector<int64_t> pads;
+          for (int64_t d = idx.dim() - 1; d >= 0; --d) {
+            pads.push_back(0);
+            pads.push_back(c.inputs[2].shape()[d] - idx.shape()[d]);
+          }
+          return pads;
+        }());
+      }
+      return r;
+    },
+    "ScatterElements (reduction=add)", {0, 2}));
+
+OpDefiner d_one_hot(make(
+    "one_hot", {"indices"}, {"num_classes:int"},
+    [](const Metas& in, const Attrs& a) -> Metas {
+      check_index(in[0], "indices");
+      int64_t n = a.get_int("num_classes");
+      KILN_CHECK(n > 0, "num_classes must be positive, got ", n);
+      Shape s = in[0].shape;
+      s.push_back(n);
+      return {{true, s, DType::Int64, in[0].device}};
+    },
+    nullptr, "OneHot", {}));
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) { return call1(KILN_OP("embedding"), {weight, indices}); }
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+  return call1(KILN_OP("gather"), {x, index}, {{"axis", axis}});
+}
+Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
+  return call1(KILN_OP("index_select"), {x, index}, {{"axis", axis}});
+}
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return call1(KILN_OP("scatter_add"), {x, index, src}, {{"axis", axis}});
+}
+Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  return call1(KILN_OP("one_hot"), {indices}, {{"num_classes", num_classes}});
+}
+
+}  // namespace kiln

@@ -1,0 +1,183 @@
+// Fused losses: cross_entropy (label smoothing, ignore_index, class weights),
+// nll, mse, l1, smooth_l1, binary_cross_entropy_with_logits.
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+TensorMeta reduced_meta(const TensorMeta& per_item, const Attrs& a) {
+  if (detail::reduction_attr(a) == "none") return per_item;
+  return {true, {}, per_item.dtype, per_item.device};
+}
+
+Metas infer_class_loss(const Metas& in, const Attrs& a) {
+  detail::check_floating(in[0], "input");
+  detail::check_rank(in[0], 2, "input", "N, C (kiln::cross_entropy moves extra axes for you)");
+  KILN_CHECK(in[1].dtype == DType::Int64 || in[1].dtype == DType::Int32, "target must hold class indices (int64), got ",
+             dtype_name(in[1].dtype), "; for probabilities use a soft-target loss");
+  KILN_CHECK(in[1].shape == Shape{in[0].shape[0]}, "target must have shape [", in[0].shape[0], "] to match input ",
+             shape_str(in[0].shape), ", got ", shape_str(in[1].shape));
+  if (in.size() > 2 && in[2].defined) {
+    KILN_CHECK(in[2].shape == Shape{in[0].shape[1]}, "weight must have one value per class ([", in[0].shape[1],
+               "]), got ", shape_str(in[2].shape));
+    detail::check_same_dtype(in, 0, 2);
+  }
+  double ls = a.get_float("label_smoothing", 0.0);
+  KILN_CHECK(ls >= 0 && ls <= 1, "label_smoothing must be in [0, 1], got ", ls);
+  return {reduced_meta({true, {in[0].shape[0]}, in[0].dtype, in[0].device}, a)};
+}
+
+OpDef loss_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
+              const char* onnx) {
+  OpDef d;
+  d.name = name;
+  d.inputs = std::move(inputs);
+  d.outputs = {"loss"};
+  d.attrs = std::move(attrs);
+  d.infer = std::move(infer);
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.tags = kTagLoss;
+  return d;
+}
+
+OpDefiner d_ce([] {
+  OpDef d = loss_op(
+      "cross_entropy", {"input", "target", "weight?"},
+      {"ignore_index:int=-100", "label_smoothing:float=0", "reduction:string=mean|sum|none"}, infer_class_loss,
+      [](const GradContext& c, const Grads& g) -> Grads {
+        std::vector<Tensor> ins{g[0], c.inputs[0], c.inputs[1]};
+        if (c.inputs.size() > 2) ins.push_back(c.inputs[2]);
+        return {call("cross_entropy_backward", ins, c.attrs)[0]};
+      },
+      "SoftmaxCrossEntropyLoss");
+  d.differentiable_inputs = {0};
+  return d;
+}());
+
+OpDefiner d_ce_bw([] {
+  OpDef d = loss_op("cross_entropy_backward", {"grad", "input", "target", "weight?"},
+                    {"ignore_index", "label_smoothing", "reduction"},
+                    [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; }, nullptr, "");
+  d.tags = kTagBackward | kTagNondifferentiable;
+  d.dispatch_input = 1;
+  return d;
+}());
+
+OpDefiner d_nll([] {
+  OpDef d = loss_op(
+      "nll_loss", {"input", "target", "weight?"}, {"ignore_index:int=-100", "reduction:string=mean|sum|none"},
+      infer_class_loss,
+      [](const GradContext& c, const Grads& g) -> Grads {
+        // d loss_i / d input[i, t_i] = -w_{t_i} (scaled by the reduction), 0 elsewhere.
+        const Tensor &x = c.inputs[0], &t = c.inputs[1];
+        int64_t ignore = c.attrs.get_int("ignore_index", -100);
+        int64_t classes = x.shape()[1];
+        Tensor valid = ne(t, scalar_tensor(static_cast<double>(ignore), t.dtype()));
+        Tensor safe_t = where(valid, t, zeros({}, t.dtype()));
+        Tensor w_t = c.inputs.size() > 2 && c.inputs[2].defined() ? index_select(c.inputs[2], 0, safe_t) : ones({x.shape()[0]}, x.dtype());
+        w_t = w_t * cast(valid, x.dtype());
+        Tensor scale = g[0];
+        if (detail::reduction_attr(c.attrs) == "mean") scale = scale / sum(w_t);
+        Tensor coeff = (w_t * scale).reshape({-1, 1}) * -1.0;
+        return {cast(one_hot(safe_t, classes), x.dtype()) * coeff, Tensor()};
+      },
+      "NegativeLogLikelihoodLoss");
+  d.differentiable_inputs = {0};
+  return d;
+}());
+
+Metas infer_pointwise(const Metas& in, const Attrs& a) {
+  detail::check_floating(in[0], "input");
+  detail::check_same_dtype(in, 0, 1);
+  KILN_CHECK(in[0].shape == in[1].shape, "input ", shape_str(in[0].shape), " and target ", shape_str(in[1].shape),
+             " must have the same shape");
+  return {reduced_meta(in[0], a)};
+}
+
+// The upstream gradient spread over the elements: g / n for "mean".
+Tensor spread(const GradContext& c, const Tensor& g) {
+  if (detail::reduction_attr(c.attrs) == "mean") return g / static_cast<double>(std::max<int64_t>(c.inputs[0].numel(), 1));
+  return g;
+}
+
+GradFn pointwise_grad(Tensor (*dloss_dinput)(const Tensor& x, const Tensor& y, const Attrs& a), bool target_mirrors) {
+  return [=](const GradContext& c, const Grads& g) -> Grads {
+    Tensor gx = dloss_dinput(c.inputs[0], c.inputs[1], c.attrs) * spread(c, g[0]);
+    Grads r{gx, Tensor()};
+    if (c.needs_grad[1]) {
+      r[1] = target_mirrors ? neg(gx) : neg(c.inputs[0]) * spread(c, g[0]);
+    }
+    return r;
+  };
+}
+
+OpDefiner d_mse(loss_op("mse_loss", {"input", "target"}, {"reduction:string=mean|sum|none"}, infer_pointwise,
+                        pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return (x - y) * 2.0; }, true),
+                        "Sub, Mul, ReduceMean"));
+OpDefiner d_l1(loss_op("l1_loss", {"input", "target"}, {"reduction:string=mean|sum|none"}, infer_pointwise,
+                       pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return sign(x - y); }, true),
+                       "Sub, Abs, ReduceMean"));
+OpDefiner d_smooth_l1(loss_op(
+    "smooth_l1_loss", {"input", "target"}, {"reduction:string=mean|sum|none", "beta:float=1"}, infer_pointwise,
+    pointwise_grad(
+        [](const Tensor& x, const Tensor& y, const Attrs& a) {
+          double beta = a.get_float("beta", 1.0);
+          Tensor d = x - y;
+          if (beta == 0) return sign(d);
+          return where(lt(abs(d), scalar_tensor(beta, d.dtype())), d / beta, sign(d));
+        },
+        true),
+    "Sub, Abs, Where, ReduceMean"));
+OpDefiner d_bce(loss_op("binary_cross_entropy_with_logits", {"input", "target"}, {"reduction:string=mean|sum|none"},
+                        infer_pointwise,
+                        pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return sigmoid(x) - y; }, false),
+                        "Sigmoid, Log, Mul, ReduceMean"));
+
+// Moves the class axis of [N, C, d1, ...] last and flattens: [N*d1*..., C].
+std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& target) {
+  if (input.dim() <= 2) return {input, target};
+  std::vector<int64_t> order{0};
+  for (int64_t i = 2; i < input.dim(); ++i) order.push_back(i);
+  order.push_back(1);
+  return {input.permute(order).reshape({-1, input.shape()[1]}), target.reshape({-1})};
+}
+
+Tensor class_loss(const OpDef& op, const Tensor& input, const Tensor& target, const CrossEntropyOptions& o, bool smoothing) {
+  KILN_CHECK(input.dim() >= 1, op.name, ": input must be [N, C, ...] or [C], got ", input.meta_str());
+  if (input.dim() == 1) return class_loss(op, input.unsqueeze(0), target.reshape({1}), o, smoothing).reshape({});
+  KILN_CHECK(target.dim() == input.dim() - 1, op.name, ": target ", target.meta_str(), " must have the shape of input ",
+             input.meta_str(), " without the class axis 1");
+  auto [x, t] = flatten_classes(input, target);
+  Attrs a{{"ignore_index", o.ignore_index}, {"reduction", o.reduction}};
+  if (smoothing) a.set("label_smoothing", o.label_smoothing);
+  Tensor loss = call1(op, {x, t, o.weight}, a);
+  if (o.reduction == "none" && input.dim() > 2) return loss.reshape(target.shape());
+  return loss;
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  return class_loss(KILN_OP("cross_entropy"), logits, target, o, true);
+}
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  return class_loss(KILN_OP("nll_loss"), log_probs, target, o, false);
+}
+Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  return call1(KILN_OP("mse_loss"), {input, target}, {{"reduction", reduction}});
+}
+Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction) {
+  return call1(KILN_OP("l1_loss"), {input, target}, {{"reduction", reduction}});
+}
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction, double beta) {
+  KILN_CHECK(beta >= 0, "smooth_l1_loss: beta must be >= 0, got ", beta);
+  return call1(KILN_OP("smooth_l1_loss"), {input, target}, {{"reduction", reduction}, {"beta", beta}});
+}
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, const std::string& reduction) {
+  return call1(KILN_OP("binary_cross_entropy_with_logits"), {logits, target}, {{"reduction", reduction}});
+}
+
+}  // namespace kiln

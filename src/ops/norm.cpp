@@ -1,0 +1,187 @@
+// Normalization (batch, layer, group) and dropout. Forward ops return their
+// saved statistics as extra outputs; the gradients are written with Kiln ops.
+#include "kiln/autograd.h"
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Grads;
+using detail::Metas;
+
+// y = xhat * w + b with xhat = (x - mean) * rstd; given g = dL/dy and
+// reduction axes, returns dL/dx for statistics computed over those axes.
+Tensor normalized_input_grad(const Tensor& gxhat, const Tensor& xhat, const Tensor& rstd, const std::vector<int64_t>& axes) {
+  return rstd * (gxhat - mean(gxhat, axes, true) - xhat * mean(gxhat * xhat, axes, true));
+}
+
+Shape channel_shape(int64_t rank, int64_t c) {
+  Shape s(rank, 1);
+  s[1] = c;
+  return s;
+}
+
+OpDefiner d_batch_norm([] {
+  OpDef d;
+  d.name = "batch_norm";
+  d.inputs = {"x", "weight?", "bias?", "running_mean?", "running_var?"};
+  d.outputs = {"y", "saved_mean", "saved_rstd"};
+  d.attrs = {"training:bool", "momentum:float=0.1", "eps:float=1e-5"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    KILN_CHECK(in[0].shape.size() >= 2, "input must be [N, C, ...], got ", shape_str(in[0].shape));
+    detail::check_floating(in[0], "input");
+    int64_t c = in[0].shape[1];
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].defined) {
+        KILN_CHECK(in[i].shape == Shape{c}, "parameter ", i, " must have shape [", c, "] (one per channel), got ",
+                   shape_str(in[i].shape));
+        detail::check_same_dtype(in, 0, i);
+      }
+    bool training = a.get_bool("training", true);
+    KILN_CHECK(training || (in.size() > 4 && in[3].defined && in[4].defined),
+               "inference mode needs running_mean and running_var");
+    return {in[0], {true, {c}, in[0].dtype, in[0].device}, {true, {c}, in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor& x = c.inputs[0];
+    int64_t ch = x.shape()[1];
+    Shape cs = channel_shape(x.dim(), ch);
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+    Tensor mean_c = c.outputs[1].reshape(cs), rstd_c = c.outputs[2].reshape(cs);
+    Tensor xhat = (x - mean_c) * rstd_c;
+    bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
+    Tensor gxhat = has_w ? g[0] * c.inputs[1].reshape(cs) : g[0];
+    Grads r(c.inputs.size());
+    if (c.needs_grad[0]) {
+      r[0] = c.attrs.get_bool("training", true) ? normalized_input_grad(gxhat, xhat, rstd_c, axes) : gxhat * rstd_c;
+    }
+    if (has_w && c.needs_grad[1]) r[1] = sum(g[0] * xhat, axes);
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], axes);
+    return r;
+  };
+  d.differentiable_inputs = {0, 1, 2};
+  d.onnx = "BatchNormalization";
+  return d;
+}());
+
+OpDefiner d_layer_norm([] {
+  OpDef d;
+  d.name = "layer_norm";
+  d.inputs = {"x", "weight?", "bias?"};
+  d.outputs = {"y", "saved_mean", "saved_rstd"};
+  d.attrs = {"normalized_ndim:int", "eps:float=1e-5"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    detail::check_floating(in[0], "input");
+    int64_t k = a.get_int("normalized_ndim");
+    const Shape& x = in[0].shape;
+    KILN_CHECK(k >= 1 && k <= static_cast<int64_t>(x.size()), "normalized_shape has ", k,
+               " axes but the input is ", shape_str(x));
+    Shape norm(x.end() - k, x.end());
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].defined)
+        KILN_CHECK(in[i].shape == norm, "parameter ", i, " must have the normalized shape ", shape_str(norm), ", got ",
+                   shape_str(in[i].shape));
+    Shape stat(x.begin(), x.end() - k);
+    stat.insert(stat.end(), k, 1);
+    return {in[0], {true, stat, in[0].dtype, in[0].device}, {true, stat, in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor& x = c.inputs[0];
+    int64_t k = c.attrs.get_int("normalized_ndim");
+    std::vector<int64_t> axes, outer;
+    for (int64_t i = x.dim() - k; i < x.dim(); ++i) axes.push_back(i);
+    for (int64_t i = 0; i < x.dim() - k; ++i) outer.push_back(i);
+    Tensor xhat = (x - c.outputs[1]) * c.outputs[2];
+    bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
+    Tensor gxhat = has_w ? g[0] * c.inputs[1] : g[0];
+    Grads r(c.inputs.size());
+    if (c.needs_grad[0]) r[0] = normalized_input_grad(gxhat, xhat, c.outputs[2], axes);
+    auto reduce_outer = [&](const Tensor& t) { return outer.empty() ? t : sum(t, outer); };
+    if (has_w && c.needs_grad[1]) r[1] = reduce_outer(g[0] * xhat);
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = reduce_outer(g[0]);
+    return r;
+  };
+  d.onnx = "LayerNormalization";
+  return d;
+}());
+
+OpDefiner d_group_norm([] {
+  OpDef d;
+  d.name = "group_norm";
+  d.inputs = {"x", "weight?", "bias?"};
+  d.outputs = {"y", "saved_mean", "saved_rstd"};
+  d.attrs = {"groups:int", "eps:float=1e-5"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    detail::check_floating(in[0], "input");
+    const Shape& x = in[0].shape;
+    KILN_CHECK(x.size() >= 2, "input must be [N, C, ...], got ", shape_str(x));
+    int64_t g = a.get_int("groups");
+    KILN_CHECK(g > 0 && x[1] % g == 0, "channels (", x[1], ") must be divisible by groups (", g, ")");
+    for (size_t i = 1; i < in.size(); ++i)
+      if (in[i].defined)
+        KILN_CHECK(in[i].shape == Shape{x[1]}, "parameter ", i, " must have shape [", x[1], "], got ", shape_str(in[i].shape));
+    return {in[0], {true, {x[0], g, 1}, in[0].dtype, in[0].device}, {true, {x[0], g, 1}, in[0].dtype, in[0].device}};
+  };
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor& x = c.inputs[0];
+    int64_t n = x.shape()[0], ch = x.shape()[1], groups = c.attrs.get_int("groups");
+    Shape cs = channel_shape(x.dim(), ch);
+    std::vector<int64_t> axes{0};
+    for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+    Tensor xr = x.reshape({n, groups, -1});
+    Tensor xhat = (xr - c.outputs[1]) * c.outputs[2];
+    bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
+    Tensor gxhat = (has_w ? g[0] * c.inputs[1].reshape(cs) : g[0]).reshape({n, groups, -1});
+    Grads r(c.inputs.size());
+    if (c.needs_grad[0]) r[0] = normalized_input_grad(gxhat, xhat, c.outputs[2], {2}).reshape(x.shape());
+    Tensor xhat_full = xhat.reshape(x.shape());
+    if (has_w && c.needs_grad[1]) r[1] = sum(g[0] * xhat_full, axes);
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], axes);
+    return r;
+  };
+  d.onnx = "GroupNormalization (opset 18) / InstanceNormalization";
+  return d;
+}());
+
+OpDefiner d_dropout([] {
+  OpDef d;
+  d.name = "dropout";
+  d.inputs = {"x"};
+  d.outputs = {"y", "mask"};
+  d.attrs = {"p:float", "training:bool=true"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    double p = a.get_float("p");
+    KILN_CHECK(p >= 0 && p < 1, "p must be in [0, 1), got ", p);
+    detail::check_floating(in[0], "input");
+    return {in[0], in[0]};
+  };
+  // mask holds 0 or 1/(1-p), so the gradient is one multiply.
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * c.outputs[1]}; };
+  d.onnx = "Dropout";
+  d.tags = kTagRandom;
+  return d;
+}());
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  return call(KILN_OP("batch_norm"), {x, weight, bias, running_mean, running_var},
+              {{"training", training}, {"momentum", momentum}, {"eps", eps}})[0];
+}
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  int64_t k = static_cast<int64_t>(normalized_shape.size());
+  KILN_CHECK(k >= 1 && k <= x.dim() && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape,
+             "layer_norm: normalized_shape ", shape_str(normalized_shape), " must match the last axes of the input ",
+             x.meta_str());
+  return call(KILN_OP("layer_norm"), {x, weight, bias}, {{"normalized_ndim", k}, {"eps", eps}})[0];
+}
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
+  return call(KILN_OP("group_norm"), {x, weight, bias}, {{"groups", groups}, {"eps", eps}})[0];
+}
+Tensor dropout(const Tensor& x, double p, bool training) {
+  if (!training || p == 0.0) return x;
+  return call(KILN_OP("dropout"), {x}, {{"p", p}, {"training", training}})[0];
+}
+
+}  // namespace kiln
