@@ -92,6 +92,10 @@ struct KernelRegistrar {
   KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes, KernelFn fn);
 };
 
+// Called before every op runs (for tests and profiling); nullptr disables.
+using DispatchObserver = void (*)(const OpDef& op, const std::vector<Tensor>& inputs);
+void set_dispatch_observer(DispatchObserver observer);
+
 // Runs an op: infers outputs, picks the kernel, records autograd.
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
 std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});

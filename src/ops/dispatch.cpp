@@ -35,6 +35,7 @@ bool is_context_attached(const std::exception& e) {
 }
 
 std::atomic<uint64_t> g_sequence{0};
+std::atomic<DispatchObserver> g_observer{nullptr};
 
 Tensor detached_alias(const Tensor& t) {
   auto impl = std::make_shared<TensorImpl>();
@@ -83,7 +84,10 @@ void record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tens
 
 }  // namespace
 
+void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
   std::vector<TensorMeta> metas(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].defined()) {

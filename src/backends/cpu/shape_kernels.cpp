@@ -282,7 +282,7 @@ KILN_CPU_ALL("permute", permute_t);
 KILN_CPU_ALL("slice", slice_t);
 KILN_CPU_ALL("expand", expand_t);
 KILN_CPU_ALL("split", split_t);
-KILN_CPU_ALL("slice_backward", slice_backward_t);
+KILN_CPU_FLOAT("slice_backward", slice_backward_t);
 KILN_CPU_ALL("concat", concat_t);
 KILN_CPU_ALL("pad", pad_kernel);
 KILN_CPU_FLOAT("pad_backward", pad_backward_kernel);

@@ -1,0 +1,114 @@
+#include "ops/golden_cases.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace kiln::testing {
+namespace {
+
+GoldenTensor parse_tensor(const nlohmann::json& j, DType case_dtype) {
+  GoldenTensor t;
+  if (j.is_null()) return t;
+  t.present = true;
+  std::string d = j.at("dtype");
+  t.dtype = d == "out" ? DType::Float64 : dtype_from_name(d);
+  t.shape = j.at("shape").get<Shape>();
+  for (auto& v : j.at("data")) t.values.push_back(v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>());
+  return t;
+}
+
+Attrs parse_attrs(const nlohmann::json& j) {
+  Attrs a;
+  for (auto& item : j) {
+    std::string name = item[0], kind = item[1];
+    const auto& v = item[2];
+    if (kind == "int") a.set(name, v.get<int64_t>());
+    else if (kind == "float") a.set(name, v.get<double>());
+    else if (kind == "bool") a.set(name, v.get<bool>());
+    else if (kind == "string") a.set(name, v.get<std::string>());
+    else if (kind == "ints") a.set(name, v.get<std::vector<int64_t>>());
+    else if (kind == "dtype") a.set(name, dtype_from_name(v.get<std::string>()));
+    else throw std::runtime_error("unknown attribute kind " + kind);
+  }
+  return a;
+}
+
+std::vector<GoldenCase> load() {
+  std::ifstream f(std::string(KILN_GOLDEN_DIR) + "/op_golden.json");
+  if (!f) throw std::runtime_error("cannot open op_golden.json in " KILN_GOLDEN_DIR);
+  nlohmann::json doc = nlohmann::json::parse(f);
+  std::vector<GoldenCase> cases;
+  for (auto& c : doc.at("cases")) {
+    GoldenCase g;
+    g.name = c.at("name");
+    g.op = c.at("op");
+    g.dtype = dtype_from_name(c.at("dtype"));
+    g.attrs = parse_attrs(c.at("attrs"));
+    for (auto& i : c.at("inputs")) g.inputs.push_back(parse_tensor(i, g.dtype));
+    for (auto& o : c.at("outputs")) g.outputs.push_back(parse_tensor(o, g.dtype));
+    if (c.contains("upstream")) {
+      g.upstream = parse_tensor(c.at("upstream"), g.dtype);
+      for (auto& [k, v] : c.at("grads").items()) g.grads.emplace_back(std::stoi(k), parse_tensor(v, g.dtype));
+    }
+    cases.push_back(std::move(g));
+  }
+  return cases;
+}
+
+}  // namespace
+
+Tensor GoldenTensor::to_tensor(DType as) const {
+  Tensor t = from_vector<double>(values, shape);
+  return t.to(as);
+}
+
+std::vector<Tensor> GoldenCase::make_inputs() const {
+  std::vector<Tensor> out;
+  for (auto& t : inputs) out.push_back(t.present ? t.to_tensor(t.dtype) : Tensor());
+  return out;
+}
+
+const std::vector<GoldenCase>& golden_cases() {
+  static const std::vector<GoldenCase> cases = load();
+  return cases;
+}
+
+Tolerance forward_tolerance(DType d) {
+  switch (d) {
+    case DType::Float64: return {1e-7, 1e-9};
+    case DType::Float32: return {1e-4, 1e-5};
+    case DType::Float16: return {1e-2, 1e-2};
+    case DType::BFloat16: return {3e-2, 3e-2};
+    default: return {0, 0};
+  }
+}
+
+Tolerance gradient_tolerance(DType d) {
+  switch (d) {
+    case DType::Float64: return {1e-7, 1e-9};
+    case DType::Float32: return {1e-4, 1e-5};
+    case DType::Float16: return {3e-2, 3e-2};
+    case DType::BFloat16: return {8e-2, 8e-2};
+    default: return {0, 0};
+  }
+}
+
+std::string compare(const Tensor& actual, const std::vector<double>& expected, const Shape& shape, Tolerance tol) {
+  std::ostringstream os;
+  if (actual.shape() != shape) {
+    os << "shape " << shape_str(actual.shape()) << " != expected " << shape_str(shape);
+    return os.str();
+  }
+  std::vector<double> got = actual.to(DType::Float64).to_vector<double>();
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double a = got[i], e = expected[i];
+    bool ok = (std::isnan(a) && std::isnan(e)) || std::fabs(a - e) <= tol.atol + tol.rtol * std::fabs(e);
+    if (!ok && bad++ < 5) os << "  [" << i << "] got " << a << " expected " << e << "\n";
+  }
+  if (bad) os << "  " << bad << " of " << got.size() << " elements differ (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  return os.str();
+}
+
+}  // namespace kiln::testing

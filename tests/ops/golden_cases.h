@@ -1,0 +1,43 @@
+#pragma once
+// Loads tests/golden/op_golden.json (written by make_op_golden.py with PyTorch)
+// into tensors and attributes.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::testing {
+
+struct GoldenTensor {
+  bool present = false;
+  DType dtype = DType::Float64;
+  Shape shape;
+  std::vector<double> values;
+  Tensor to_tensor(DType as) const;  // values converted to `as`
+};
+
+struct GoldenCase {
+  std::string name, op;
+  DType dtype = DType::Float32;  // the dtype the case is run in
+  Attrs attrs;
+  std::vector<GoldenTensor> inputs;
+  std::vector<GoldenTensor> outputs;
+  GoldenTensor upstream;                                // gradient fed to outputs[0]
+  std::vector<std::pair<int, GoldenTensor>> grads;      // expected input gradients
+  std::vector<Tensor> make_inputs() const;
+};
+
+const std::vector<GoldenCase>& golden_cases();
+
+// Tolerances for comparing a result computed in `dtype` with a float64 reference.
+struct Tolerance {
+  double rtol, atol;
+};
+Tolerance forward_tolerance(DType dtype);
+Tolerance gradient_tolerance(DType dtype);
+
+// Empty when close; otherwise a description of the first mismatches.
+std::string compare(const Tensor& actual, const std::vector<double>& expected, const Shape& shape, Tolerance tol);
+
+}  // namespace kiln::testing
