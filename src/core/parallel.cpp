@@ -65,3 +65,10 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 }
 
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+// Apply KILN_NUM_THREADS when the library loads, before any BLAS or oneDNN call.
+const int kThreadsAtLoad = get_num_threads();
+}  // namespace
+}  // namespace kiln

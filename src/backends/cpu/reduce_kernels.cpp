@@ -53,6 +53,31 @@ void sum_reduce(const Layout& l, T* out, Map map, Finish finish) {
   using A = acc_t<T>;
   const T* x = l.x.data<T>();
   const int64_t R = l.r, I = l.inner;
+  if (I == 1 && l.outer < get_num_threads() && R >= kGrainElements) {
+    // Few long rows (a full reduction): split each row across threads.
+    for (int64_t o = 0; o < l.outer; ++o) {
+      const T* p = x + o * R;
+      int threads = get_num_threads();
+      std::vector<A> partial(static_cast<size_t>(threads), A(0));
+      parallel_for(threads, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          int64_t b = R * t / threads, e = R * (t + 1) / threads;
+          A lanes[8] = {};
+          int64_t i = b;
+          for (; i + 8 <= e; i += 8)
+            for (int k = 0; k < 8; ++k) lanes[k] += static_cast<A>(map(static_cast<compute_t<T>>(p[i + k])));
+          A acc = 0;
+          for (; i < e; ++i) acc += static_cast<A>(map(static_cast<compute_t<T>>(p[i])));
+          for (int k = 0; k < 8; ++k) acc += lanes[k];
+          partial[t] = acc;
+        }
+      });
+      A acc = 0;
+      for (A v : partial) acc += v;
+      out[o] = static_cast<T>(finish(acc));
+    }
+    return;
+  }
   if (I == 1) {
     parallel_for(l.outer, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) {

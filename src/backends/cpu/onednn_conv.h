@@ -1,0 +1,21 @@
+#pragma once
+// float32 convolutions through oneDNN primitives (plain NCHW/OIHW layouts, so
+// tensors are passed without copies). Primitives are cached per geometry.
+#include <cstdint>
+
+namespace kiln::cpu::onednn {
+
+struct ConvShape {
+  int64_t n, c, h, w;      // input
+  int64_t o, kh, kw;       // weight [o, c/groups, kh, kw]
+  int64_t oh, ow;          // output
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// Each returns false (and does nothing) when oneDNN cannot express the case,
+// so the caller falls back to its own path.
+bool conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
+bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw);
+
+}  // namespace kiln::cpu::onednn
