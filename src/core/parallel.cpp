@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -18,9 +19,10 @@ int initial_threads() {
   if (const char* env = std::getenv("KILN_NUM_THREADS")) {
     char* end = nullptr;
     long n = std::strtol(env, &end, 10);
-    KILN_CHECK(end != env && *end == '\0' && n >= 1 && n <= 1024, "KILN_NUM_THREADS='", env,
-               "' is not a thread count; set it to a whole number from 1 to 1024");
-    return static_cast<int>(n);
+    if (end != env && *end == '\0' && n >= 1 && n <= 1024) return static_cast<int>(n);
+    // Read while the library loads, where an exception cannot be caught: warn instead.
+    std::fprintf(stderr, "kiln: warning: KILN_NUM_THREADS='%s' is not a whole number from 1 to 1024; using %u threads\n",
+                 env, std::max(1u, std::thread::hardware_concurrency()));
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
