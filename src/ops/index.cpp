@@ -13,16 +13,8 @@ void check_index(const TensorMeta& m, const char* what) {
 
 OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
            const char* onnx, std::vector<int> diff) {
-  OpDef d;
-  d.name = name;
-  d.inputs = std::move(inputs);
-  d.outputs = {"y"};
-  d.attrs = std::move(attrs);
-  d.infer = std::move(infer);
-  d.grad = std::move(grad);
-  d.onnx = onnx;
+  OpDef d = detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), onnx);
   d.differentiable_inputs = std::move(diff);
-  d.tags = d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable);
   return d;
 }
 

@@ -31,16 +31,8 @@ Metas infer_class_loss(const Metas& in, const Attrs& a) {
 
 OpDef loss_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
               const char* onnx) {
-  OpDef d;
-  d.name = name;
-  d.inputs = std::move(inputs);
-  d.outputs = {"loss"};
-  d.attrs = std::move(attrs);
-  d.infer = std::move(infer);
-  d.grad = std::move(grad);
-  d.onnx = onnx;
-  d.tags = kTagLoss;
-  return d;
+  return detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), onnx, kTagLoss,
+                         {"loss"});
 }
 
 OpDefiner d_ce([] {

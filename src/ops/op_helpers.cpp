@@ -4,6 +4,20 @@
 
 namespace kiln::detail {
 
+OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
+              GradFn grad, const char* onnx, uint32_t tags, std::vector<std::string> outputs) {
+  OpDef d;
+  d.name = name;
+  d.inputs = std::move(inputs);
+  d.outputs = std::move(outputs);
+  d.attrs = std::move(attrs);
+  d.infer = std::move(infer);
+  d.grad = std::move(grad);
+  d.onnx = onnx;
+  d.tags = tags | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
+  return d;
+}
+
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   if (axes.empty()) {

@@ -31,21 +31,9 @@ Shape resolve_view_shape(const Shape& in, Shape s) {
   return s;
 }
 
-OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
-           GradFn grad, const char* onnx, uint32_t tags) {
-  OpDef d;
-  d.name = name;
-  d.inputs = std::move(inputs);
-  d.outputs = {"y"};
-  d.attrs = std::move(attrs);
-  d.infer = std::move(infer);
-  d.grad = std::move(grad);
-  d.onnx = onnx;
-  d.tags = tags | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
-  return d;
-}
+using detail::make_op;
 
-OpDefiner d_view(make(
+OpDefiner d_view(make_op(
     "view", {"x"}, {"shape:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, resolve_view_shape(in[0].shape, a.get_ints("shape")), in[0].dtype, in[0].device}};
@@ -53,7 +41,7 @@ OpDefiner d_view(make(
     [](const GradContext& c, const Grads& g) -> Grads { return {g[0].reshape(c.inputs[0].shape())}; }, "Reshape",
     kTagView));
 
-OpDefiner d_permute(make(
+OpDefiner d_permute(make_op(
     "permute", {"x"}, {"order:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto order = a.get_ints("order");
@@ -104,7 +92,7 @@ Metas infer_slice(const Metas& in, const Attrs& a) {
   return {{true, s, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_slice(make(
+OpDefiner d_slice(make_op(
     "slice", {"x"}, {"axis:int", "start:int", "end:int", "step:int=1"}, infer_slice,
     [](const GradContext& c, const Grads& g) -> Grads {
       Attrs a = c.attrs;
@@ -113,14 +101,14 @@ OpDefiner d_slice(make(
     },
     "Slice", kTagView));
 
-OpDefiner d_slice_bw(make(
+OpDefiner d_slice_bw(make_op(
     "slice_backward", {"grad"}, {"input_shape:ints", "axis:int", "start:int", "end:int", "step:int=1"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
     },
     nullptr, "", kTagBackward));
 
-OpDefiner d_expand(make(
+OpDefiner d_expand(make_op(
     "expand", {"x"}, {"shape:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       Shape target = a.get_ints("shape");
@@ -158,7 +146,7 @@ Metas infer_concat(const Metas& in, const Attrs& a) {
   return {{true, s, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_concat(make(
+OpDefiner d_concat(make_op(
     "concat", {"tensors*"}, {"axis:int=0"}, infer_concat,
     [](const GradContext& c, const Grads& g) -> Grads {
       int64_t ax = normalize_axis(c.attrs.get_int("axis", 0), c.inputs[0].dim());
@@ -174,7 +162,7 @@ OpDefiner d_concat(make(
     "Concat", 0));
 
 OpDefiner d_split([] {
-  OpDef d = make(
+  OpDef d = make_op(
       "split", {"x"}, {"sizes:ints", "axis:int=0"},
       [](const Metas& in, const Attrs& a) -> Metas {
         int64_t ax = normalize_axis(a.get_int("axis", 0), static_cast<int64_t>(in[0].shape.size()));
@@ -203,7 +191,7 @@ OpDefiner d_split([] {
   return d;
 }());
 
-OpDefiner d_pad(make(
+OpDefiner d_pad(make_op(
     "pad", {"x"}, {"pads:ints", "mode:string=constant|reflect", "value:float=0"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto pads = a.get_ints("pads");
@@ -231,7 +219,7 @@ OpDefiner d_pad(make(
     },
     "Pad", 0));
 
-OpDefiner d_pad_bw(make(
+OpDefiner d_pad_bw(make_op(
     "pad_backward", {"grad"}, {"input_shape:ints", "pads:ints", "mode:string"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
@@ -242,16 +230,16 @@ Metas infer_tri(const Metas& in, const Attrs&) {
   KILN_CHECK(in[0].shape.size() >= 2, "needs a tensor of rank >= 2, got ", shape_str(in[0].shape));
   return {in[0]};
 }
-OpDefiner d_tril(make(
+OpDefiner d_tril(make_op(
     "tril", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {tril(g[0], c.attrs.get_int("diagonal", 0))}; },
     "Trilu", 0));
-OpDefiner d_triu(make(
+OpDefiner d_triu(make_op(
     "triu", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {triu(g[0], c.attrs.get_int("diagonal", 0))}; },
     "Trilu", 0));
 
-OpDefiner d_cumsum(make(
+OpDefiner d_cumsum(make_op(
     "cumsum", {"x"}, {"axis:int", "reverse:bool=false"},
     [](const Metas& in, const Attrs& a) -> Metas {
       normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));

@@ -1,19 +1,12 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
+#include "support/error_message.h"
 
 using namespace kiln;
 
-namespace {
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-}  // namespace
+using kiln::testing::message_of;
+
 
 TEST(Autograd, ChainRuleThroughSeveralOps) {
   auto x = from_vector<double>({1.0, 2.0, 3.0}).set_requires_grad();

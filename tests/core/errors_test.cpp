@@ -3,18 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
+#include "support/error_message.h"
 
 using namespace kiln;
 
+using kiln::testing::message_of;
+
 namespace {
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 void expect_contains(const std::string& msg, std::initializer_list<const char*> parts) {
   for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in:\n" << msg;
 }

@@ -7,74 +7,97 @@
 namespace kiln::cpu {
 namespace {
 
-struct ClassLossArgs {
-  int64_t n, c, ignore;
-  double smoothing;
-  std::string reduction;
-};
-
-ClassLossArgs class_args(const Tensor& x, const Attrs& a) {
-  return {x.shape()[0], x.shape()[1], a.get_int("ignore_index", -100), a.get_float("label_smoothing", 0.0),
-          detail::reduction_attr(a)};
+// The inputs of a class-index loss: contiguous input [n, c], int64 targets,
+// optional class weights, and the attributes.
+// Writes per-item losses, their sum, or their sum / denominator.
+template <typename T>
+void write_reduced(Tensor& out, const std::vector<double>& loss, const std::string& reduction, double denominator) {
+  T* py = out.data<T>();
+  if (reduction == "none") {
+    for (size_t i = 0; i < loss.size(); ++i) py[i] = static_cast<T>(loss[i]);
+    return;
+  }
+  double total = 0;
+  for (double l : loss) total += l;
+  py[0] = static_cast<T>(reduction == "sum" ? total : total / denominator);
 }
 
 template <typename T>
+struct ClassLoss {
+  Tensor x, weight_keep;
+  std::vector<int64_t> target;
+  const T* w = nullptr;
+  int64_t n, c, ignore;
+  double smoothing;
+  std::string reduction;
+
+  ClassLoss(const Ins& in, size_t input, const Attrs& a)
+      : x(in[input].contiguous()), target(in[input + 1].to(DType::Int64).to_vector<int64_t>()) {
+    if (in.size() > input + 2 && in[input + 2].defined()) {
+      weight_keep = in[input + 2].contiguous();
+      w = weight_keep.template data<T>();
+    }
+    n = x.shape()[0];
+    c = x.shape()[1];
+    ignore = a.get_int("ignore_index", -100);
+    smoothing = a.get_float("label_smoothing", 0.0);
+    reduction = detail::reduction_attr(a);
+  }
+  double weight(int64_t k) const { return w ? static_cast<double>(w[k]) : 1.0; }
+  // The target of row i, or -1 when it is ignored; throws on a bad class index.
+  int64_t target_of(int64_t i) const {
+    int64_t t = target[i];
+    if (t == ignore) return -1;
+    KILN_CHECK(t >= 0 && t < c, "target ", t, " at position ", i, " is not a class index in [0, ", c,
+               ") nor ignore_index (", ignore, ")");
+    return t;
+  }
+  double denominator() const {
+    double d = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (target_of(i) >= 0) d += weight(target[i]);
+    return d;
+  }
+};
+
+template <typename T>
 void cross_entropy_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
-  auto t = in[1].to(DType::Int64).to_vector<int64_t>();
-  Tensor wk = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
-  const T* w = wk.defined() ? wk.data<T>() : nullptr;
-  ClassLossArgs p = class_args(x, a);
-  const T* px = x.data<T>();
+  ClassLoss<T> p(in, 0, a);
+  const T* px = p.x.template data<T>();
   std::vector<double> loss(p.n, 0.0);
-  double denom = 0;
   for (int64_t i = 0; i < p.n; ++i) {
-    if (t[i] == p.ignore) continue;
-    KILN_CHECK(t[i] >= 0 && t[i] < p.c, "target ", t[i], " at position ", i, " is not a class index in [0, ", p.c,
-               ") nor ignore_index (", p.ignore, ")");
+    int64_t t = p.target_of(i);
+    if (t < 0) continue;
     const T* row = px + i * p.c;
     double m = row[0];
     for (int64_t k = 1; k < p.c; ++k) m = std::max(m, static_cast<double>(row[k]));
     double s = 0;
     for (int64_t k = 0; k < p.c; ++k) s += std::exp(row[k] - m);
     double lse = m + std::log(s);
-    double wt = w ? w[t[i]] : 1.0;
-    double l = -(1 - p.smoothing) * wt * (row[t[i]] - lse);
+    double l = -(1 - p.smoothing) * p.weight(t) * (row[t] - lse);
     if (p.smoothing > 0) {
       double acc = 0;
-      for (int64_t k = 0; k < p.c; ++k) acc += (w ? w[k] : 1.0) * (row[k] - lse);
+      for (int64_t k = 0; k < p.c; ++k) acc += p.weight(k) * (row[k] - lse);
       l -= p.smoothing / static_cast<double>(p.c) * acc;
     }
     loss[i] = l;
-    denom += wt;
   }
-  T* py = out[0].data<T>();
-  if (p.reduction == "none") {
-    for (int64_t i = 0; i < p.n; ++i) py[i] = static_cast<T>(loss[i]);
-    return;
-  }
-  double total = 0;
-  for (double l : loss) total += l;
-  py[0] = static_cast<T>(p.reduction == "sum" ? total : total / denom);
+  write_reduced<T>(out[0], loss, p.reduction, p.denominator());
 }
 
 template <typename T>
 void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor g = in[0].contiguous(), x = in[1].contiguous();
-  auto t = in[2].to(DType::Int64).to_vector<int64_t>();
-  Tensor wk = in.size() > 3 && in[3].defined() ? in[3].contiguous() : Tensor();
-  const T* w = wk.defined() ? wk.data<T>() : nullptr;
-  ClassLossArgs p = class_args(x, a);
-  const T* px = x.data<T>();
+  Tensor g = in[0].contiguous();
+  ClassLoss<T> p(in, 1, a);
+  const T* px = p.x.template data<T>();
   const T* pg = g.data<T>();
   T* po = out[0].data<T>();
-  double denom = 0;
-  for (int64_t i = 0; i < p.n; ++i)
-    if (t[i] != p.ignore) denom += w ? w[t[i]] : 1.0;
+  double denom = p.denominator();
   std::vector<double> prob(p.c), coeff(p.c);
   for (int64_t i = 0; i < p.n; ++i) {
     T* orow = po + i * p.c;
-    if (t[i] == p.ignore) {
+    int64_t t = p.target_of(i);
+    if (t < 0) {
       std::fill(orow, orow + p.c, T(0));
       continue;
     }
@@ -84,10 +107,10 @@ void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
     for (int64_t k = 1; k < p.c; ++k) m = std::max(m, static_cast<double>(row[k]));
     double s = 0;
     for (int64_t k = 0; k < p.c; ++k) s += (prob[k] = std::exp(row[k] - m));
+    // d loss / d x_k = sum_j coeff_j (softmax_k - [j == k]).
     double total_coeff = 0;
     for (int64_t k = 0; k < p.c; ++k) {
-      coeff[k] = p.smoothing / static_cast<double>(p.c) * (w ? w[k] : 1.0);
-      if (k == t[i]) coeff[k] += (1 - p.smoothing) * (w ? w[k] : 1.0);
+      coeff[k] = p.smoothing / static_cast<double>(p.c) * p.weight(k) + (k == t ? (1 - p.smoothing) * p.weight(k) : 0.0);
       total_coeff += coeff[k];
     }
     for (int64_t k = 0; k < p.c; ++k) orow[k] = static_cast<T>(scale * (total_coeff * prob[k] / s - coeff[k]));
@@ -96,26 +119,14 @@ void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void nll_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
-  auto t = in[1].to(DType::Int64).to_vector<int64_t>();
-  Tensor wk = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
-  const T* w = wk.defined() ? wk.data<T>() : nullptr;
-  ClassLossArgs p = class_args(x, a);
-  const T* px = x.data<T>();
-  T* py = out[0].data<T>();
-  double total = 0, denom = 0;
+  ClassLoss<T> p(in, 0, a);
+  const T* px = p.x.template data<T>();
+  std::vector<double> loss(p.n, 0.0);
   for (int64_t i = 0; i < p.n; ++i) {
-    double l = 0;
-    if (t[i] != p.ignore) {
-      KILN_CHECK(t[i] >= 0 && t[i] < p.c, "target ", t[i], " at position ", i, " is not a class index in [0, ", p.c, ")");
-      double wt = w ? w[t[i]] : 1.0;
-      l = -wt * px[i * p.c + t[i]];
-      denom += wt;
-    }
-    if (p.reduction == "none") py[i] = static_cast<T>(l);
-    total += l;
+    int64_t t = p.target_of(i);
+    if (t >= 0) loss[i] = -p.weight(t) * px[i * p.c + t];
   }
-  if (p.reduction != "none") py[0] = static_cast<T>(p.reduction == "sum" ? total : total / denom);
+  write_reduced<T>(out[0], loss, p.reduction, p.denominator());
 }
 
 template <typename T, typename F>

@@ -1,0 +1,54 @@
+// Functions of the API that are compositions of registered ops rather than
+// ops of their own: conv1d, stack, chunk, square, 1-D matmul.
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+TEST(Composite, Conv1dIsConv2dOverAUnitHeight) {
+  manual_seed(11);
+  auto x = randn({2, 4, 9}, DType::Float64), w = randn({6, 2, 3}, DType::Float64), b = randn({6}, DType::Float64);
+  auto y = conv1d(x, w, b, /*stride=*/2, /*padding=*/1, /*dilation=*/2, /*groups=*/2);
+  EXPECT_EQ(y.shape(), (Shape{2, 6, 4}));
+  // Direct evaluation of the definition.
+  auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
+  for (int n = 0; n < 2; ++n)
+    for (int o = 0; o < 6; ++o)
+      for (int t = 0; t < 4; ++t) {
+        double acc = bv[o];
+        int g = o / 3;
+        for (int c = 0; c < 2; ++c)
+          for (int k = 0; k < 3; ++k) {
+            int pos = t * 2 - 1 + k * 2;
+            if (pos >= 0 && pos < 9) acc += xv[(n * 4 + g * 2 + c) * 9 + pos] * wv[(o * 2 + c) * 3 + k];
+          }
+        EXPECT_NEAR(yv[(n * 6 + o) * 4 + t], acc, 1e-12);
+      }
+  EXPECT_THROW(conv1d(randn({2, 4}), w), Error);
+}
+
+TEST(Composite, StackAndChunk) {
+  auto a = from_vector<float>({1, 2}), b = from_vector<float>({3, 4});
+  EXPECT_EQ(stack({a, b}).shape(), (Shape{2, 2}));
+  EXPECT_EQ(stack({a, b}, 1).to_vector<float>(), (std::vector<float>{1, 3, 2, 4}));
+  auto parts = chunk(arange(0.0, 7.0, 1.0), 3);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].to_vector<float>(), (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(parts[2].to_vector<float>(), (std::vector<float>{6}));
+  // Gradients flow through the pieces.
+  auto x = arange(0.0, 4.0, 1.0).set_requires_grad();
+  auto halves = chunk(x, 2);
+  sum(halves[1] * 3.0).backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{0, 0, 3, 3}));
+}
+
+TEST(Composite, MatmulWithVectors) {
+  auto m = arange(0.0, 6.0, 1.0).reshape({2, 3});
+  auto v = from_vector<float>({1, 1, 1});
+  EXPECT_EQ(matmul(m, v).to_vector<float>(), (std::vector<float>{3, 12}));
+  EXPECT_EQ(matmul(from_vector<float>({1, 1}), m).to_vector<float>(), (std::vector<float>{3, 5, 7}));
+  EXPECT_EQ(matmul(v, v).dim(), 0);
+  EXPECT_EQ(matmul(v, v).item<float>(), 3.0f);
+  EXPECT_EQ(square(v * 2.0).to_vector<float>(), std::vector<float>(3, 4.0f));
+}
