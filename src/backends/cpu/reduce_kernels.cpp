@@ -249,13 +249,61 @@ void argmax_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, tru
 template <typename T>
 void argmin_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, false>(in, out, a); }
 
+// One softmax over n contiguous values: three passes the compiler vectorizes.
+template <typename T, bool kLog>
+void softmax_row(const T* px, T* py, int64_t n) {
+  using C = compute_t<T>;
+  C m = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < n; ++r) m = std::max(m, static_cast<C>(px[r]));
+  C s = 0;
+  if constexpr (std::is_same_v<T, C>) {
+    for (int64_t r = 0; r < n; ++r) {
+      C ev = std::exp(px[r] - m);
+      s += ev;
+      if (!kLog) py[r] = ev;
+    }
+  } else {
+    for (int64_t r = 0; r < n; ++r) {
+      C ev = std::exp(static_cast<C>(px[r]) - m);
+      s += ev;
+      if (!kLog) py[r] = static_cast<T>(ev);
+    }
+  }
+  if (kLog) {
+    C lse = m + std::log(s);
+    for (int64_t r = 0; r < n; ++r) py[r] = static_cast<T>(static_cast<C>(px[r]) - lse);
+  } else {
+    C inv = C(1) / s;
+    for (int64_t r = 0; r < n; ++r) py[r] = static_cast<T>(static_cast<C>(py[r]) * inv);
+  }
+}
+
+template <typename T, bool kLog>
+void softmax_strided(const T* px, T* py, int64_t n, int64_t stride) {
+  using C = compute_t<T>;
+  C m = -std::numeric_limits<C>::infinity();
+  for (int64_t r = 0; r < n; ++r) m = std::max(m, static_cast<C>(px[r * stride]));
+  C s = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    C ev = std::exp(static_cast<C>(px[r * stride]) - m);
+    s += ev;
+    if (!kLog) py[r * stride] = static_cast<T>(ev);
+  }
+  if (kLog) {
+    C lse = m + std::log(s);
+    for (int64_t r = 0; r < n; ++r) py[r * stride] = static_cast<T>(static_cast<C>(px[r * stride]) - lse);
+  } else {
+    C inv = C(1) / s;
+    for (int64_t r = 0; r < n; ++r) py[r * stride] = static_cast<T>(static_cast<C>(py[r * stride]) * inv);
+  }
+}
+
 template <typename T, bool kLog>
 void softmax_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor& xin = in[0];
   if (xin.numel() == 0) return;
   int64_t ax = normalize_axis(a.get_int("axis", -1), xin.dim());
   Layout l = make_layout(xin, xin.dim() == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{ax});
-  using C = compute_t<T>;
   const T* x = l.x.data<T>();
   // The output has the input's shape: write in layout order, then permute back if needed.
   Tensor tmp = l.x.same(xin) ? out[0] : Tensor::empty(l.x.shape(), xin.dtype());
@@ -264,22 +312,10 @@ void softmax_kernel(const Ins& in, Outs& out, const Attrs& a) {
   parallel_for(l.outer * I, std::max<int64_t>(1, 4096 / std::max<int64_t>(R, 1)), [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       int64_t o = k / I, j = k % I;
-      const T* px = x + o * R * I + j;
-      T* py = y + o * R * I + j;
-      C m = -std::numeric_limits<C>::infinity();
-      for (int64_t r = 0; r < R; ++r) m = std::max(m, static_cast<C>(px[r * I]));
-      C s = 0;
-      for (int64_t r = 0; r < R; ++r) {
-        C ev = std::exp(static_cast<C>(px[r * I]) - m);
-        s += ev;
-        if (!kLog) py[r * I] = static_cast<T>(ev);
-      }
-      if (kLog) {
-        C lse = m + std::log(s);
-        for (int64_t r = 0; r < R; ++r) py[r * I] = static_cast<T>(static_cast<C>(px[r * I]) - lse);
+      if (I == 1) {
+        softmax_row<T, kLog>(x + o * R, y + o * R, R);
       } else {
-        C inv = C(1) / s;
-        for (int64_t r = 0; r < R; ++r) py[r * I] = static_cast<T>(static_cast<C>(py[r * I]) * inv);
+        softmax_strided<T, kLog>(x + o * R * I + j, y + o * R * I + j, R, I);
       }
     }
   });
