@@ -1,9 +1,14 @@
 #include "backends/cpu/onednn_conv.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
+
+#include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
 namespace {
@@ -49,34 +54,97 @@ Key key_of(int kind, bool bias, const ConvShape& s) {
   return {kind, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups};
 }
 
-dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g) {
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
-                                    g.wei, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+// Layout choice for the primitive's tensors: Kiln's plain layouts, or the
+// blocked ones oneDNN prefers (which then need reorders on the way in and out).
+memory::desc layout(const memory::desc& plain, bool blocked) {
+  return blocked ? memory::desc(plain.dims(), dt::f32, tag::any) : plain;
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked) {
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                    layout(g.src, blocked), layout(g.wei, blocked), g.bias, layout(g.dst, blocked),
+                                    g.strides, g.dilates, g.pad_l, g.pad_r);
   return dnnl::convolution_forward::primitive_desc(d, engine());
 }
 
-std::mutex g_mu;
-std::map<Key, dnnl::primitive>& cache() {
-  static std::map<Key, dnnl::primitive> c;
-  return c;
-}
-
-template <typename Make>
-dnnl::primitive get(const Key& k, Make make) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = cache().find(k);
-  if (it != cache().end()) return it->second;
-  dnnl::primitive p = make();
-  cache().emplace(k, p);
-  return p;
-}
+// A primitive with the layouts it chose for its tensor arguments. Kiln's
+// tensors are plain, so arguments in other layouts are reordered.
+struct Prepared {
+  dnnl::primitive prim;
+  std::map<int, memory::desc> layouts;
+};
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
 
-void run(dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
+struct Arg {
+  int id;
+  memory::desc plain;
+  const void* data;
+  bool output;
+};
+
+// Runs the primitive on plain-layout buffers, reordering where its layouts differ.
+void run(const Prepared& p, const std::vector<Arg>& args) {
   dnnl::stream s(engine());
-  p.execute(s, args);
+  std::unordered_map<int, memory> bound;
+  std::vector<std::pair<memory, memory>> write_back;  // (blocked, plain)
+  std::vector<Tensor> scratch;
+  for (const Arg& a : args) {
+    memory plain = wrap(a.plain, a.data);
+    auto it = p.layouts.find(a.id);
+    if (it == p.layouts.end() || it->second == a.plain) {
+      bound.emplace(a.id, plain);
+      continue;
+    }
+    // Temporary blocked copies come from Kiln's caching allocator.
+    scratch.push_back(Tensor::empty({static_cast<int64_t>(it->second.get_size())}, DType::UInt8));
+    memory blocked = wrap(it->second, scratch.back().raw_data());
+    if (!a.output) dnnl::reorder(plain, blocked).execute(s, plain, blocked);
+    else write_back.emplace_back(blocked, plain);
+    bound.emplace(a.id, blocked);
+  }
+  p.prim.execute(s, bound);
+  for (auto& [blocked, plain] : write_back) dnnl::reorder(blocked, plain).execute(s, blocked, plain);
   s.wait();
+}
+
+double seconds_to_run(const Prepared& p, const std::vector<Arg>& args) {
+  auto start = std::chrono::steady_clock::now();
+  run(p, args);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::mutex g_mu;
+std::map<Key, Prepared>& cache() {
+  static std::map<Key, Prepared> c;
+  return c;
+}
+
+// Runs the cached primitive for `key`. The first call for a geometry builds
+// the plain-layout and the blocked-layout variants, times both on the real
+// arguments and keeps the faster: blocked wins for wide layers, plain for
+// thin ones where the reorders cost more than they save.
+template <typename Make>
+void run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
+  Prepared chosen;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = cache().find(key);
+    if (it != cache().end()) {
+      chosen = it->second;
+    } else {
+      Prepared plain = make(false), blocked = make(true);
+      double t_plain = 1e30, t_blocked = 1e30;
+      for (int i = 0; i < 2; ++i) {
+        t_plain = std::min(t_plain, seconds_to_run(plain, args));
+        t_blocked = std::min(t_blocked, seconds_to_run(blocked, args));
+      }
+      chosen = t_blocked < t_plain ? blocked : plain;
+      cache().emplace(key, chosen);
+      return;  // the timing runs already computed the result
+    }
+  }
+  run(chosen, args);
 }
 
 }  // namespace
@@ -84,36 +152,43 @@ void run(dnnl::primitive& p, const std::unordered_map<int, memory>& args) {
 bool conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   Geometry g;
   if (!geometry(s, bias != nullptr, g)) return false;
-  dnnl::primitive p = get(key_of(0, bias != nullptr, s), [&] { return dnnl::convolution_forward(forward_pd(g)); });
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, wrap(g.src, x)}, {DNNL_ARG_WEIGHTS, wrap(g.wei, w)}, {DNNL_ARG_DST, wrap(g.dst, y)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, wrap(g.bias, bias));
-  run(p, args);
+  std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
+  if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
+  run_cached(key_of(0, bias != nullptr, s), [&](bool blocked) {
+    auto pd = forward_pd(g, blocked);
+    return Prepared{dnnl::convolution_forward(pd),
+                    {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}}};
+  }, args);
   return true;
 }
 
 bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
   Geometry g;
   if (!geometry(s, false, g)) return false;
-  dnnl::primitive p = get(key_of(1, false, s), [&] {
-    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, g.src, g.wei, g.dst, g.strides,
-                                            g.dilates, g.pad_l, g.pad_r);
-    return dnnl::convolution_backward_data(dnnl::convolution_backward_data::primitive_desc(d, engine(), forward_pd(g)));
-  });
-  run(p, {{DNNL_ARG_DIFF_DST, wrap(g.dst, gy)}, {DNNL_ARG_WEIGHTS, wrap(g.wei, w)}, {DNNL_ARG_DIFF_SRC, wrap(g.src, gx)}});
+  run_cached(key_of(1, false, s), [&](bool blocked) {
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
+                                            layout(g.wei, blocked), layout(g.dst, blocked), g.strides, g.dilates,
+                                            g.pad_l, g.pad_r);
+    dnnl::convolution_backward_data::primitive_desc pd(d, engine(), forward_pd(g, blocked));
+    return Prepared{dnnl::convolution_backward_data(pd),
+                    {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()},
+                     {DNNL_ARG_DIFF_SRC, pd.diff_src_desc()}}};
+  }, {{DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DIFF_SRC, g.src, gx, true}});
   return true;
 }
 
 bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw) {
   Geometry g;
   if (!geometry(s, false, g)) return false;
-  dnnl::primitive p = get(key_of(2, false, s), [&] {
-    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, g.src, g.wei, g.dst, g.strides,
-                                               g.dilates, g.pad_l, g.pad_r);
-    return dnnl::convolution_backward_weights(
-        dnnl::convolution_backward_weights::primitive_desc(d, engine(), forward_pd(g)));
-  });
-  run(p, {{DNNL_ARG_SRC, wrap(g.src, x)}, {DNNL_ARG_DIFF_DST, wrap(g.dst, gy)}, {DNNL_ARG_DIFF_WEIGHTS, wrap(g.wei, gw)}});
+  run_cached(key_of(2, false, s), [&](bool blocked) {
+    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
+                                               layout(g.wei, blocked), layout(g.dst, blocked), g.strides, g.dilates,
+                                               g.pad_l, g.pad_r);
+    dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), forward_pd(g, blocked));
+    return Prepared{dnnl::convolution_backward_weights(pd),
+                    {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
+                     {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()}}};
+  }, {{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_DIFF_WEIGHTS, g.wei, gw, true}});
   return true;
 }
 
