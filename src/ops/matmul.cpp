@@ -79,6 +79,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     return matmul(a.to(t), b.to(t));
   }
   // NumPy rules for 1-D operands: a vector becomes a row (a) or column (b), then the axis is dropped.
+  if (a.dim() == 1 && b.dim() == 1) return matmul(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
   if (a.dim() == 1) return matmul(a.unsqueeze(0), b).squeeze(-2);
   if (b.dim() == 1) return matmul(a, b.unsqueeze(1)).squeeze(-1);
   return call1(KILN_OP("matmul"), {a, b});

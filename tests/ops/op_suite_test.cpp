@@ -40,6 +40,29 @@ std::vector<int> golden_indices(bool with_grads, bool float64_only) {
   return idx;
 }
 
+// The same values laid out non-contiguously: matrices transposed in memory,
+// vectors with a stride of 2.
+Tensor non_contiguous(const Tensor& t) {
+  NoGradGuard guard;
+  if (t.dim() >= 2) return t.transpose(-1, -2).contiguous().transpose(-1, -2);
+  if (t.dim() == 1) return stack({t, t}, 1).select(1, 0);
+  return t;
+}
+
+// Cases with at least one input that a non-contiguous layout can hold.
+std::vector<int> strided_indices() {
+  std::vector<int> idx;
+  for (size_t i = 0; i < golden_cases().size(); ++i) {
+    for (const Tensor& t : golden_cases()[i].make_inputs()) {
+      if (t.defined() && !non_contiguous(t).is_contiguous()) {
+        idx.push_back(static_cast<int>(i));
+        break;
+      }
+    }
+  }
+  return idx;
+}
+
 std::string case_name(const ::testing::TestParamInfo<int>& info) {
   std::string n = golden_cases()[info.param].name;
   for (char& c : n)
@@ -63,6 +86,25 @@ TEST_P(OpGolden, ForwardMatchesPyTorch) {
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     std::string diff = compare(out[i], c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
     EXPECT_TRUE(diff.empty()) << c.name << " output " << i << ":\n" << diff;
+  }
+}
+
+class OpStrided : public ::testing::TestWithParam<int> {};
+
+TEST_P(OpStrided, NonContiguousInputsGiveTheSameResult) {
+  const GoldenCase& c = golden_cases()[GetParam()];
+  std::vector<Tensor> inputs = c.make_inputs();
+  for (auto& t : inputs)
+    if (t.defined()) t = non_contiguous(t);
+  if (c.op == "view") {
+    // A view must not copy: strides that do not allow one are an error.
+    EXPECT_THROW(run_case(c, inputs), Error);
+    return;
+  }
+  std::vector<Tensor> out = run_case(c, inputs);
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    std::string diff = compare(out[i], c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
+    EXPECT_TRUE(diff.empty()) << c.name << " output " << i << " with non-contiguous inputs:\n" << diff;
   }
 }
 
@@ -132,6 +174,7 @@ TEST_P(OpFiniteDifference, MatchesAutograd) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, OpGolden, ::testing::ValuesIn(golden_indices(false, false)), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, OpStrided, ::testing::ValuesIn(strided_indices()), case_name);
 INSTANTIATE_TEST_SUITE_P(Registry, OpGradient, ::testing::ValuesIn(golden_indices(true, false)), case_name);
 INSTANTIATE_TEST_SUITE_P(Registry, OpFiniteDifference, ::testing::ValuesIn(golden_indices(true, true)), case_name);
 
