@@ -52,8 +52,22 @@ OpDef pool_backward(const char* name) {
   return d;
 }
 
-OpDefiner d_max(pool("max_pool2d", "MaxPool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
-                     infer_pool, "max_pool2d_backward"));
+// Max pooling also returns the position of each maximum (flat index within
+// its H*W plane, as PyTorch's return_indices), so the backward is a scatter.
+OpDefiner d_max([] {
+  OpDef d = pool("max_pool2d", "MaxPool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
+                 [](const Metas& in, const Attrs& a) -> Metas {
+                   Metas out = infer_pool(in, a);
+                   out.push_back({true, out[0].shape, DType::Int64, out[0].device});
+                   return out;
+                 },
+                 "");
+  d.outputs = {"y", "indices"};
+  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+    return {call("max_pool2d_backward", {g[0], c.outputs[1]}, {{"input_shape", c.inputs[0].shape()}})[0]};
+  };
+  return d;
+}());
 OpDefiner d_avg(pool("avg_pool2d", "AveragePool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
                      infer_pool, "avg_pool2d_backward"));
 OpDefiner d_adaptive(pool(
@@ -65,7 +79,15 @@ OpDefiner d_adaptive(pool(
       return {{true, {in[0].shape[0], in[0].shape[1], o[0], o[1]}, in[0].dtype, in[0].device}};
     },
     "adaptive_avg_pool2d_backward"));
-OpDefiner d_max_bw(pool_backward("max_pool2d_backward"));
+OpDefiner d_max_bw([] {
+  OpDef d = pool_backward("max_pool2d_backward");
+  d.inputs = {"grad_y", "indices"};
+  d.attrs = {"input_shape:ints"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
+  };
+  return d;
+}());
 OpDefiner d_avg_bw(pool_backward("avg_pool2d_backward"));
 OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward"));
 
@@ -73,7 +95,7 @@ OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward"));
 
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
   if (stride.empty()) stride = kernel;
-  return call1(KILN_OP("max_pool2d"), {x}, {{"kernel", kernel}, {"stride", stride}, {"padding", padding}});
+  return call(KILN_OP("max_pool2d"), {x}, {{"kernel", kernel}, {"stride", stride}, {"padding", padding}})[0];
 }
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
                   bool count_include_pad) {

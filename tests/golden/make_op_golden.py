@@ -166,8 +166,10 @@ case("conv_transpose2d", [("f", [1, 4, 4, 5]), ("f", [4, 3, 3, 3]), ("f", [3])],
      [A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]), A("output_padding", "ints", [1, 1])])
 case("conv_transpose2d", [("f", [2, 4, 3, 3]), ("f", [4, 1, 2, 2]), ("N", [])],
      lambda x, w, b: F.conv_transpose2d(x, w, groups=2), [A("groups", "int", 2)], tag="groups")
-case("max_pool2d", [("f", [2, 3, 7, 7])], lambda x: F.max_pool2d(x, 3, 2, 1),
+case("max_pool2d", [("f", [2, 3, 7, 7])], lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
      [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
+case("max_pool2d", [("f", [2, 3, 6, 5])], lambda x: F.max_pool2d(x, 2, return_indices=True),
+     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2])], tag="2x2")
 case("avg_pool2d", [("f", [2, 3, 7, 6])], lambda x: F.avg_pool2d(x, (2, 3), 2, 1),
      [A("kernel", "ints", [2, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
 case("avg_pool2d", [("f", [1, 2, 5, 5])], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),

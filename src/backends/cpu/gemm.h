@@ -1,5 +1,6 @@
 #pragma once
-// Row-major GEMM through OpenBLAS: C = alpha * op(A) op(B) + beta * C.
+// Row-major GEMM: C = alpha * op(A) op(B) + beta * C (float32 through oneDNN,
+// float64 through OpenBLAS).
 #include <cstdint>
 
 namespace kiln::cpu {

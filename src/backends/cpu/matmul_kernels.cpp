@@ -1,6 +1,8 @@
 // CPU kernels of matmul and linear. Operands whose last two axes are
-// row-major or transposed go to BLAS without a copy.
+// row-major or transposed go to GEMM without a copy: oneDNN for float32,
+// OpenBLAS for float64.
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
@@ -12,9 +14,11 @@ template <>
 void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
-              c, static_cast<int>(ldc));
+  // oneDNN's sgemm runs on the same OpenMP threads as every other Kiln
+  // kernel; OpenBLAS's own thread pool would spin against them.
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed with status ", static_cast<int>(st), " for ", m, "x", k, " @ ", k,
+             "x", n);
 }
 
 template <>

@@ -32,48 +32,51 @@ void for_planes(const Tensor& x, const Shape& y, F fn) {
   });
 }
 
+// Non-overlapping 2x2 windows without padding (the usual pool): every window
+// lies inside the input, so the loop needs no bounds checks.
+bool two_by_two(const Window& wd) {
+  return wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 && wd.dh == 1 && wd.dw == 1;
+}
+
+// Writes the maximum of each window and its flat index within the plane.
+// NaN wins, as in PyTorch.
 template <typename T>
 void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = in[0].contiguous();
   Window wd = window(a);
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
+  int64_t* pi = out[1].data<int64_t>();
+  const bool fast = two_by_two(wd);
   for_planes<T>(x, out[0].shape(), [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
     const T* src = px + pl * h * w;
     T* dst = py + pl * oh * ow;
-    for (int64_t oy = 0; oy < oh; ++oy)
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        compute_t<T> best = -std::numeric_limits<compute_t<T>>::infinity();
-        for (int64_t i = 0; i < wd.kh; ++i) {
-          int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
-          if (iy < 0 || iy >= h) continue;
-          for (int64_t j = 0; j < wd.kw; ++j) {
-            int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
-            if (ix < 0 || ix >= w) continue;
-            compute_t<T> v = src[iy * w + ix];
-            if (v > best || v != v) best = v;
-          }
+    int64_t* idx = pi + pl * oh * ow;
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      if (fast) {
+        const T* r0 = src + 2 * oy * w;
+        const T* r1 = r0 + w;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          int64_t c = 2 * ox;
+          int64_t best = 2 * oy * w + c;
+          T bv = r0[c];
+          auto take = [&](T v, int64_t at) {
+            if (v > bv || (v != v && bv == bv)) {
+              bv = v;
+              best = at;
+            }
+          };
+          take(r0[c + 1], 2 * oy * w + c + 1);
+          take(r1[c], (2 * oy + 1) * w + c);
+          take(r1[c + 1], (2 * oy + 1) * w + c + 1);
+          dst[oy * ow + ox] = bv;
+          idx[oy * ow + ox] = best;
         }
-        dst[oy * ow + ox] = static_cast<T>(best);
+        continue;
       }
-  });
-}
-
-template <typename T>
-void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor g = in[0].contiguous(), x = in[1].contiguous();
-  Window wd = window(a);
-  const T* pg = g.data<T>();
-  const T* px = x.data<T>();
-  T* pgx = out[0].data<T>();
-  std::fill(pgx, pgx + out[0].numel(), T(0));
-  for_planes<T>(x, g.shape(), [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
-    const T* src = px + pl * h * w;
-    T* dst = pgx + pl * h * w;
-    for (int64_t oy = 0; oy < oh; ++oy)
       for (int64_t ox = 0; ox < ow; ++ox) {
-        int64_t arg = -1;
-        T best = -std::numeric_limits<T>::infinity();
+        int64_t best = -1;
+        T bv = -std::numeric_limits<T>::infinity();
         for (int64_t i = 0; i < wd.kh; ++i) {
           int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
           if (iy < 0 || iy >= h) continue;
@@ -81,14 +84,38 @@ void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
             int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
             if (ix < 0 || ix >= w) continue;
             T v = src[iy * w + ix];
-            if (arg < 0 || v > best || v != v) {
-              best = v;
-              arg = iy * w + ix;
+            if (best < 0 || v > bv || (v != v && bv == bv)) {
+              bv = v;
+              best = iy * w + ix;
             }
           }
         }
-        if (arg >= 0) dst[arg] += pg[pl * oh * ow + oy * ow + ox];
+        dst[oy * ow + ox] = bv;
+        idx[oy * ow + ox] = best;
       }
+    }
+  });
+}
+
+// Scatters each output gradient to the input position that held the maximum.
+template <typename T>
+void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
+  Tensor g = in[0].contiguous(), indices = in[1].contiguous();
+  const T* pg = g.data<T>();
+  const int64_t* pi = indices.data<int64_t>();
+  T* pgx = out[0].data<T>();
+  std::fill(pgx, pgx + out[0].numel(), T(0));
+  const Shape& xs = out[0].shape();
+  int64_t planes = xs[0] * xs[1], plane = xs[2] * xs[3];
+  int64_t per_plane = g.shape()[2] * g.shape()[3];
+  parallel_for(planes, 1, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      T* dst = pgx + pl * plane;
+      for (int64_t k = 0; k < per_plane; ++k) {
+        int64_t at = pi[pl * per_plane + k];
+        if (at >= 0) dst[at] += pg[pl * per_plane + k];
+      }
+    }
   });
 }
 

@@ -1,0 +1,170 @@
+#pragma once
+// Cells: the building blocks of networks. A Cell owns named parameters,
+// buffers and child cells, and computes its output in `construct`.
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/functional.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+class Cell {
+ public:
+  virtual ~Cell() = default;
+  virtual Tensor construct(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return construct(x); }
+
+  // Registration: one line each, usually in the constructor.
+  Tensor register_parameter(const std::string& name, Tensor value, bool trainable = true);
+  Tensor register_buffer(const std::string& name, Tensor value);
+  template <typename C>
+  std::shared_ptr<C> register_cell(const std::string& name, std::shared_ptr<C> cell) {
+    add_child(name, cell);
+    return cell;
+  }
+
+  void set_train(bool mode = true);
+  bool training() const { return training_; }
+
+  // Hierarchical names such as "layers.0.weight", in registration order.
+  std::vector<std::pair<std::string, Tensor>> parameters_and_names() const;
+  std::vector<std::pair<std::string, Tensor>> buffers_and_names() const;
+  std::vector<Tensor> trainable_params() const;  // parameters with requires_grad
+  int64_t parameter_count(bool trainable_only = false) const;
+  // Stops (or restarts) gradient updates of every parameter whose name starts with prefix.
+  void freeze(const std::string& prefix = "", bool frozen = true);
+  // Calls fn on this cell and every descendant, parents first.
+  void apply(const std::function<void(Cell&)>& fn);
+  const std::vector<std::pair<std::string, std::shared_ptr<Cell>>>& children() const { return children_; }
+
+  virtual std::string type_name() const { return "Cell"; }
+  virtual std::string extra_repr() const { return ""; }
+  // A table of every parameter and buffer: name, shape, count, trainable.
+  std::string summary() const;
+
+ protected:
+  void add_child(const std::string& name, std::shared_ptr<Cell> cell);
+  Tensor& param(const std::string& name);
+
+ private:
+  void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
+
+  bool training_ = true;
+  std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Cell>>> children_;
+};
+
+using CellPtr = std::shared_ptr<Cell>;
+
+// --- layers ---------------------------------------------------------------------
+class Dense : public Cell {
+ public:
+  Dense(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor construct(const Tensor& x) override;
+  std::string type_name() const override { return "Dense"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  int64_t in_, out_;
+};
+
+struct Conv2dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+class Conv2d : public Cell {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options = {});
+  Tensor construct(const Tensor& x) override;
+  std::string type_name() const override { return "Conv2d"; }
+  std::string extra_repr() const override;
+  Tensor weight, bias;
+
+ private:
+  int64_t in_, out_, k_;
+  Conv2dOptions o_;
+};
+
+class BatchNorm2d : public Cell {
+ public:
+  explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
+  Tensor construct(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  Tensor weight, bias, running_mean, running_var;
+
+ private:
+  double momentum_, eps_;
+};
+
+class ReLU : public Cell {
+ public:
+  Tensor construct(const Tensor& x) override { return relu(x); }
+  std::string type_name() const override { return "ReLU"; }
+};
+
+class MaxPool2d : public Cell {
+ public:
+  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0) : k_(kernel_size), s_(stride ? stride : kernel_size) {}
+  Tensor construct(const Tensor& x) override { return max_pool2d(x, {k_, k_}, {s_, s_}); }
+  std::string type_name() const override { return "MaxPool2d"; }
+
+ private:
+  int64_t k_, s_;
+};
+
+class AdaptiveAvgPool2d : public Cell {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t output_size) : o_(output_size) {}
+  Tensor construct(const Tensor& x) override { return adaptive_avg_pool2d(x, {o_, o_}); }
+  std::string type_name() const override { return "AdaptiveAvgPool2d"; }
+
+ private:
+  int64_t o_;
+};
+
+class Flatten : public Cell {
+ public:
+  Tensor construct(const Tensor& x) override { return x.flatten(1); }
+  std::string type_name() const override { return "Flatten"; }
+};
+
+class Dropout : public Cell {
+ public:
+  explicit Dropout(double p = 0.5) : p_(p) {}
+  Tensor construct(const Tensor& x) override { return dropout(x, p_, training()); }
+  std::string type_name() const override { return "Dropout"; }
+
+ private:
+  double p_;
+};
+
+class SequentialCell : public Cell {
+ public:
+  SequentialCell() = default;
+  explicit SequentialCell(std::vector<CellPtr> cells);
+  void append(CellPtr cell);
+  Tensor construct(const Tensor& x) override;
+  std::string type_name() const override { return "SequentialCell"; }
+};
+
+// --- initialisers (in place, without recording gradients) ------------------------
+namespace init {
+void uniform(Tensor& t, double low, double high);
+void normal(Tensor& t, double mean = 0.0, double std = 1.0);
+void constant(Tensor& t, double value);
+void zeros(Tensor& t);
+void ones(Tensor& t);
+// fan_in and fan_out of a weight [out, in, k...].
+std::pair<int64_t, int64_t> fans(const Tensor& weight);
+void xavier_uniform(Tensor& t, double gain = 1.0);
+void he_normal(Tensor& t);  // Kaiming normal for ReLU, fan_in
+}  // namespace init
+
+}  // namespace kiln::nn

@@ -1,0 +1,74 @@
+#pragma once
+// Optimizers and learning-rate schedules. Updates run under NoGradGuard and
+// change parameters in place, so every handle to a parameter sees them.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::optim {
+
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr = 0.01;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  virtual void step() = 0;
+  void zero_grad();
+  std::vector<ParamGroup>& groups() { return groups_; }
+  // Sets the learning rate of every group (schedules call this).
+  void set_lr(double lr);
+  double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
+  int64_t steps() const { return steps_; }
+
+ protected:
+  std::vector<ParamGroup> groups_;
+  int64_t steps_ = 0;
+};
+
+struct SGDOptions {
+  double lr = 0.01, momentum = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> params, SGDOptions o);
+  SGD(std::vector<ParamGroup> groups, SGDOptions o);
+  void step() override;
+
+ private:
+  SGDOptions o_;
+  std::vector<std::vector<Tensor>> momentum_;  // per group, per parameter
+};
+
+struct AdamOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled_weight_decay = false;  // true: AdamW
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> params, AdamOptions o);
+  Adam(std::vector<ParamGroup> groups, AdamOptions o);
+  void step() override;
+
+ private:
+  AdamOptions o_;
+  std::vector<std::vector<Tensor>> m_, v_;
+};
+
+// AdamW: Adam with decoupled weight decay (default 0.01, as in PyTorch).
+std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr = 1e-3, double weight_decay = 0.01);
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace kiln::optim

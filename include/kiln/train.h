@@ -1,0 +1,83 @@
+#pragma once
+// Model: the training and evaluation loop around a Cell, a loss and an optimizer.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/data.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+
+namespace kiln::train {
+
+using LossFn = std::function<Tensor(const Tensor& outputs, const Tensor& labels)>;
+
+struct StepInfo {
+  int epoch = 0;               // from 1
+  int64_t step = 0;            // global, from 1
+  int64_t batch = 0;           // within the epoch, from 1
+  int64_t batches_per_epoch = 0;
+  int64_t batch_size = 0;
+  double loss = 0;
+  double samples_per_s = 0;    // over the epoch so far
+};
+
+struct EpochInfo {
+  int epoch = 0;
+  int epochs = 0;
+  double mean_loss = 0;
+  double seconds = 0;          // the training loop alone
+  double samples_per_s = 0;
+};
+
+class Model;
+
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Model&) {}
+  virtual void on_step_end(Model&, const StepInfo&) {}
+  virtual void on_epoch_end(Model&, const EpochInfo&) {}
+  virtual void on_train_end(Model&) {}
+};
+
+// Prints progress: a bar with rate and ETA on a terminal, a line every
+// `every` steps otherwise, and a summary line per epoch.
+class LossMonitor : public Callback {
+ public:
+  explicit LossMonitor(int64_t every = 100) : every_(every) {}
+  void on_step_end(Model&, const StepInfo& s) override;
+  void on_epoch_end(Model&, const EpochInfo& e) override;
+
+ private:
+  int64_t every_;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;
+  int64_t samples = 0;
+};
+
+class Model {
+ public:
+  Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer);
+  // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
+  // not finite stops training with an error naming the step and the last finite loss.
+  std::vector<EpochInfo> train(int epochs, data::BatchIterator& batches,
+                               const std::vector<std::shared_ptr<Callback>>& callbacks = {});
+  // Mean loss and top-1 accuracy over a dataset, in inference mode.
+  EvalResult eval(data::BatchIterator& batches);
+  Tensor predict(const Tensor& inputs);
+  nn::Cell& network() { return *net_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  std::shared_ptr<nn::Cell> net_;
+  LossFn loss_;
+  std::shared_ptr<optim::Optimizer> optimizer_;
+  int64_t global_step_ = 0;
+};
+
+}  // namespace kiln::train

@@ -1,0 +1,117 @@
+// The standard layers, with PyTorch's default initialisation so that recipes
+// and learning rates carry over.
+#include <cmath>
+
+#include "kiln/autograd.h"
+#include "kiln/generator.h"
+#include "kiln/nn.h"
+
+namespace kiln::nn {
+namespace {
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv weights and biases.
+Tensor default_uniform(const Shape& shape, int64_t fan_in) {
+  double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  Tensor t = Tensor::empty(shape);
+  init::uniform(t, -bound, bound);
+  return t;
+}
+}  // namespace
+
+Dense::Dense(int64_t in_features, int64_t out_features, bool with_bias) : in_(in_features), out_(out_features) {
+  KILN_CHECK(in_features > 0 && out_features > 0, "Dense(", in_features, ", ", out_features,
+             "): feature counts must be positive");
+  weight = register_parameter("weight", default_uniform({out_features, in_features}, in_features));
+  if (with_bias) bias = register_parameter("bias", default_uniform({out_features}, in_features));
+}
+
+Tensor Dense::construct(const Tensor& x) { return linear(x, weight, bias); }
+std::string Dense::extra_repr() const {
+  return std::to_string(in_) + " -> " + std::to_string(out_) + (bias.defined() ? "" : ", no bias");
+}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions options)
+    : in_(in_channels), out_(out_channels), k_(kernel_size), o_(options) {
+  KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0, "Conv2d(", in_channels, ", ", out_channels, ", ",
+             kernel_size, "): channels and kernel size must be positive");
+  KILN_CHECK(in_channels % options.groups == 0 && out_channels % options.groups == 0,
+             "Conv2d: channels must be divisible by groups (", options.groups, ")");
+  int64_t fan_in = in_channels / options.groups * kernel_size * kernel_size;
+  weight = register_parameter("weight", default_uniform({out_channels, in_channels / options.groups, kernel_size, kernel_size}, fan_in));
+  if (options.bias) bias = register_parameter("bias", default_uniform({out_channels}, fan_in));
+}
+
+Tensor Conv2d::construct(const Tensor& x) {
+  ConvOptions c;
+  c.stride = {o_.stride, o_.stride};
+  c.padding = {o_.padding, o_.padding};
+  c.dilation = {o_.dilation, o_.dilation};
+  c.groups = o_.groups;
+  return conv2d(x, weight, bias, c);
+}
+
+std::string Conv2d::extra_repr() const {
+  return std::to_string(in_) + " -> " + std::to_string(out_) + ", kernel " + std::to_string(k_) + ", stride " +
+         std::to_string(o_.stride) + ", padding " + std::to_string(o_.padding);
+}
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double momentum, double eps) : momentum_(momentum), eps_(eps) {
+  weight = register_parameter("weight", ones({channels}));
+  bias = register_parameter("bias", zeros({channels}));
+  running_mean = register_buffer("running_mean", zeros({channels}));
+  running_var = register_buffer("running_var", ones({channels}));
+}
+
+Tensor BatchNorm2d::construct(const Tensor& x) {
+  KILN_CHECK(x.dim() == 4, "BatchNorm2d expects [N, C, H, W], got ", x.meta_str());
+  return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum_, eps_);
+}
+
+SequentialCell::SequentialCell(std::vector<CellPtr> cells) {
+  for (auto& c : cells) append(std::move(c));
+}
+
+void SequentialCell::append(CellPtr cell) { add_child(std::to_string(children().size()), std::move(cell)); }
+
+Tensor SequentialCell::construct(const Tensor& x) {
+  Tensor h = x;
+  for (auto& [_, c] : children()) h = c->construct(h);
+  return h;
+}
+
+namespace init {
+
+void uniform(Tensor& t, double low, double high) {
+  NoGradGuard guard;
+  t.copy_(rand(t.shape(), t.dtype()) * (high - low) + low);
+}
+void normal(Tensor& t, double mean, double std) {
+  NoGradGuard guard;
+  t.copy_(randn(t.shape(), t.dtype()) * std + mean);
+}
+void constant(Tensor& t, double value) {
+  NoGradGuard guard;
+  t.fill_(value);
+}
+void zeros(Tensor& t) { constant(t, 0.0); }
+void ones(Tensor& t) { constant(t, 1.0); }
+
+std::pair<int64_t, int64_t> fans(const Tensor& w) {
+  KILN_CHECK(w.dim() >= 2, "fan-in/fan-out need a weight of rank >= 2, got ", w.meta_str());
+  int64_t receptive = 1;
+  for (int64_t d = 2; d < w.dim(); ++d) receptive *= w.shape()[d];
+  return {w.shape()[1] * receptive, w.shape()[0] * receptive};
+}
+
+void xavier_uniform(Tensor& t, double gain) {
+  auto [fan_in, fan_out] = fans(t);
+  double bound = gain * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  uniform(t, -bound, bound);
+}
+
+void he_normal(Tensor& t) {
+  auto [fan_in, fan_out] = fans(t);
+  normal(t, 0.0, std::sqrt(2.0 / static_cast<double>(fan_in)));
+}
+
+}  // namespace init
+}  // namespace kiln::nn

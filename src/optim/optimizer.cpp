@@ -1,0 +1,128 @@
+#include <cmath>
+
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+#include "kiln/optim.h"
+
+namespace kiln::optim {
+namespace {
+std::vector<std::vector<Tensor>> zero_state(const std::vector<ParamGroup>& groups) {
+  std::vector<std::vector<Tensor>> s;
+  for (auto& g : groups) {
+    s.emplace_back();
+    for (auto& p : g.params) s.back().push_back(zeros_like(p));
+  }
+  return s;
+}
+std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double wd) {
+  return {ParamGroup{std::move(params), lr, wd}};
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  for (auto& g : groups_) {
+    KILN_CHECK(g.lr >= 0, "learning rate must be >= 0, got ", g.lr);
+    for (auto& p : g.params)
+      KILN_CHECK(p.defined() && p.requires_grad(), "optimizer parameters must require grad (",
+                 p.defined() ? p.meta_str() : "undefined", "); pass cell.trainable_params()");
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.params) p.zero_grad();
+}
+
+void Optimizer::set_lr(double lr) {
+  for (auto& g : groups_) g.lr = lr;
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o) : SGD(one_group(std::move(params), o.lr, o.weight_decay), o) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : Optimizer(std::move(groups)), o_(o) {
+  KILN_CHECK(o.momentum >= 0, "SGD momentum must be >= 0, got ", o.momentum);
+  KILN_CHECK(!o.nesterov || o.momentum > 0, "Nesterov momentum needs momentum > 0");
+  // Buffers start undefined: PyTorch starts each at the parameter's first gradient.
+  for (auto& g : groups_) momentum_.emplace_back(g.params.size());
+}
+
+void SGD::step() {
+  NoGradGuard guard;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      Tensor& p = g.params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (g.weight_decay != 0) grad = grad + p * g.weight_decay;
+      if (o_.momentum > 0) {
+        Tensor& buf = momentum_[gi][i];
+        if (!buf.defined()) buf = grad.clone();
+        else buf.copy_(buf * o_.momentum + grad);
+        grad = o_.nesterov ? grad + buf * o_.momentum : buf;
+      }
+      p.add_(grad, -g.lr);
+    }
+  }
+  ++steps_;
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions o) : Adam(one_group(std::move(params), o.lr, o.weight_decay), o) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Optimizer(std::move(groups)), o_(o) {
+  KILN_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam betas must be in [0, 1), got ", o.beta1,
+             " and ", o.beta2);
+  m_ = zero_state(groups_);
+  v_ = zero_state(groups_);
+}
+
+void Adam::step() {
+  NoGradGuard guard;
+  ++steps_;
+  double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
+  double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      Tensor& p = g.params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (g.weight_decay != 0) {
+        if (o_.decoupled_weight_decay) p.mul_(1 - g.lr * g.weight_decay);
+        else grad = grad + p * g.weight_decay;
+      }
+      Tensor& m = m_[gi][i];
+      Tensor& v = v_[gi][i];
+      m.copy_(m * o_.beta1 + grad * (1 - o_.beta1));
+      v.copy_(v * o_.beta2 + grad * grad * (1 - o_.beta2));
+      Tensor denom = sqrt(v / bc2) + o_.eps;
+      p.add_(m / denom, -g.lr / bc1);
+    }
+  }
+}
+
+std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr, double weight_decay) {
+  AdamOptions o;
+  o.lr = lr;
+  o.weight_decay = weight_decay;
+  o.decoupled_weight_decay = true;
+  return std::make_unique<Adam>(std::move(params), o);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard guard;
+  double total = 0;
+  for (auto& p : params)
+    if (p.grad().defined()) total += sum(square(p.grad().to(DType::Float64))).item<double>();
+  double norm = std::sqrt(total);
+  if (norm > max_norm && norm > 0) {
+    double scale = max_norm / (norm + 1e-6);
+    for (auto& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) g.mul_(scale);
+    }
+  }
+  return norm;
+}
+
+}  // namespace kiln::optim
