@@ -1,5 +1,6 @@
-// Trains workload W2 (a small CNN) on Fashion-MNIST with SGD + momentum and
-// prints the test accuracy. Usage: fashion_mnist_train [epochs] [batch_size] [lr]
+// Trains workload W2 (a small CNN) on Fashion-MNIST with SGD + momentum and a
+// cosine learning-rate decay, and prints the test accuracy.
+// Usage: fashion_mnist_train [epochs] [batch_size] [lr]
 #include <cstdio>
 #include <cstdlib>
 
@@ -41,7 +42,9 @@ int main(int argc, char** argv) {
     std::printf("%s", net->summary().c_str());
     auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = lr, .momentum = 0.9});
     train::Model model(net, [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); }, sgd);
-    model.train(epochs, train_set, {std::make_shared<train::LossMonitor>(100)});
+    auto schedule = optim::cosine_schedule(lr, epochs * train_set.batches_per_epoch());
+    model.train(epochs, train_set,
+                {std::make_shared<train::LossMonitor>(100), std::make_shared<train::LearningRateScheduler>(schedule)});
     train::EvalResult r = model.eval(test_set);
     std::printf("test accuracy %.2f%%, test loss %.4f (%lld images)\n", 100 * r.accuracy, r.loss,
                 static_cast<long long>(r.samples));

@@ -2,6 +2,7 @@
 // Optimizers and learning-rate schedules. Updates run under NoGradGuard and
 // change parameters in place, so every handle to a parameter sees them.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,5 +71,16 @@ std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr = 1e-3, d
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace kiln::optim
+
+namespace kiln::optim {
+
+// Learning rate as a function of the step (from 0). Schedules usable per step or per epoch.
+using Schedule = std::function<double(int64_t step)>;
+// Linear warm-up from 0 over `warmup` steps, then cosine decay to min_lr at `total` steps.
+Schedule cosine_schedule(double base_lr, int64_t total, int64_t warmup = 0, double min_lr = 0.0);
+// base_lr * gamma^(step / step_size).
+Schedule step_schedule(double base_lr, int64_t step_size, double gamma = 0.1);
 
 }  // namespace kiln::optim

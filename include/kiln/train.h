@@ -54,6 +54,21 @@ class LossMonitor : public Callback {
   int64_t every_;
 };
 
+// Sets the optimizer's learning rate from a schedule before every step
+// (per_epoch: from the epoch number instead, counted from 0).
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(optim::Schedule schedule, bool per_epoch = false)
+      : schedule_(std::move(schedule)), per_epoch_(per_epoch) {}
+  void on_train_begin(Model& m) override;
+  void on_step_end(Model& m, const StepInfo& s) override;
+  void on_epoch_end(Model& m, const EpochInfo& e) override;
+
+ private:
+  optim::Schedule schedule_;
+  bool per_epoch_;
+};
+
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;

@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+// A parameter p with gradient g, for hand-checked updates.
+Tensor param_with_grad(std::vector<float> p, std::vector<float> g) {
+  Tensor t = from_vector(p).set_requires_grad();
+  sum(t * from_vector(g)).backward();
+  return t;
+}
+}  // namespace
+
+TEST(SGD, MomentumFollowsPyTorchConvention) {
+  Tensor p = param_with_grad({1.0f}, {0.5f});
+  optim::SGD sgd({p}, {.lr = 0.1, .momentum = 0.9});
+  sgd.step();  // buf = g = 0.5; p = 1 - 0.05
+  EXPECT_FLOAT_EQ(p.item<float>(), 0.95f);
+  sgd.step();  // same grad: buf = 0.9*0.5 + 0.5 = 0.95; p -= 0.095
+  EXPECT_FLOAT_EQ(p.item<float>(), 0.855f);
+}
+
+TEST(SGD, NesterovAndWeightDecay) {
+  Tensor p = param_with_grad({2.0f}, {1.0f});
+  optim::SGD sgd({p}, {.lr = 0.1, .momentum = 0.5, .weight_decay = 0.1, .nesterov = true});
+  sgd.step();  // g = 1 + 0.2 = 1.2; buf = 1.2; step = g + 0.5*buf = 1.8
+  EXPECT_FLOAT_EQ(p.item<float>(), 2.0f - 0.18f);
+  EXPECT_THROW(optim::SGD({p}, {.lr = 0.1, .nesterov = true}), Error);
+}
+
+TEST(Adam, FirstStepMovesByLearningRate) {
+  Tensor p = param_with_grad({1.0f, -1.0f}, {0.3f, -2.0f});
+  optim::Adam adam({p}, {.lr = 0.01});
+  adam.step();  // bias-corrected m/sqrt(v) = sign(g)
+  auto v = p.to_vector<float>();
+  EXPECT_NEAR(v[0], 0.99f, 1e-6);
+  EXPECT_NEAR(v[1], -0.99f, 1e-6);
+}
+
+TEST(AdamW, DecaysWeightsIndependentlyOfTheGradient) {
+  Tensor p = param_with_grad({1.0f}, {0.0f});
+  auto adamw = optim::make_adamw({p}, 0.1, 0.5);
+  adamw->step();  // p *= 1 - lr*wd, gradient step is 0
+  EXPECT_NEAR(p.item<float>(), 0.95f, 1e-6);
+}
+
+TEST(ClipGradNorm, ScalesToTheMaximum) {
+  Tensor a = param_with_grad({0, 0}, {3, 0});
+  Tensor b = param_with_grad({0}, {4});
+  double norm = optim::clip_grad_norm({a, b}, 1.0);
+  EXPECT_NEAR(norm, 5.0, 1e-9);
+  EXPECT_NEAR(a.grad().to_vector<float>()[0], 0.6f, 1e-5);
+  EXPECT_NEAR(b.grad().item<float>(), 0.8f, 1e-5);
+}
+
+TEST(Optimizer, RejectsParametersWithoutGrad) {
+  EXPECT_THROW(optim::SGD({ones({2})}, {.lr = 0.1}), Error);
+  EXPECT_THROW(optim::SGD({ones({2}).set_requires_grad()}, {.lr = -1}), Error);
+}
+
+TEST(Schedule, CosineWithWarmupAndStep) {
+  auto cos = optim::cosine_schedule(1.0, 110, 10, 0.1);
+  EXPECT_NEAR(cos(0), 0.1, 1e-12);   // warm-up: (step + 1) / warmup
+  EXPECT_NEAR(cos(9), 1.0, 1e-12);
+  EXPECT_NEAR(cos(10), 1.0, 1e-12);  // cosine starts at the base rate
+  EXPECT_NEAR(cos(60), 0.55, 1e-12); // halfway: (base + min) / 2
+  EXPECT_NEAR(cos(110), 0.1, 1e-12);
+  EXPECT_NEAR(cos(500), 0.1, 1e-12);
+  auto st = optim::step_schedule(0.1, 30, 0.5);
+  EXPECT_NEAR(st(29), 0.1, 1e-12);
+  EXPECT_NEAR(st(30), 0.05, 1e-12);
+  EXPECT_THROW(optim::cosine_schedule(1.0, 10, 10), Error);
+}

@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "support/error_message.h"
+
+using namespace kiln;
+using kiln::testing::message_of;
+
+namespace {
+// Two well-separated Gaussian blobs in 2-D.
+data::TensorDataset blobs(int64_t n, uint64_t seed) {
+  Generator g(seed);
+  Tensor labels = randint(0, 2, {n}, DType::Int64, &g);
+  Tensor centers = cast(labels, DType::Float32).reshape({n, 1}) * 4.0 - 2.0;
+  return {randn({n, 2}, DType::Float32, &g) + centers, labels};
+}
+
+std::shared_ptr<nn::SequentialCell> mlp() {
+  return std::make_shared<nn::SequentialCell>(
+      std::vector<nn::CellPtr>{std::make_shared<nn::Dense>(2, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dense>(16, 2)});
+}
+
+train::LossFn ce() {
+  return [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
+}
+
+struct CountingCallback : train::Callback {
+  int steps = 0, epochs = 0;
+  void on_step_end(train::Model&, const train::StepInfo&) override { ++steps; }
+  void on_epoch_end(train::Model&, const train::EpochInfo&) override { ++epochs; }
+};
+}  // namespace
+
+TEST(Model, TrainsAClassifierAndEvaluatesIt) {
+  manual_seed(4);
+  auto net = mlp();
+  auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  train::Model model(net, ce(), sgd);
+  data::BatchIterator train_set(blobs(512, 1), 32, true, false, 7);
+  data::BatchIterator test_set(blobs(256, 2), 64, false);
+  double before = model.eval(test_set).loss;
+  auto counter = std::make_shared<CountingCallback>();
+  auto history = model.train(3, train_set, {counter});
+  ASSERT_EQ(history.size(), 3u);
+  EXPECT_LT(history.back().mean_loss, history.front().mean_loss);
+  EXPECT_EQ(counter->steps, 3 * 16);
+  EXPECT_EQ(counter->epochs, 3);
+  auto r = model.eval(test_set);
+  EXPECT_LT(r.loss, before);
+  EXPECT_GT(r.accuracy, 0.97);
+  EXPECT_EQ(r.samples, 256);
+  EXPECT_EQ(model.predict(blobs(5, 3).inputs).shape(), (Shape{5, 2}));
+}
+
+TEST(Model, StopsOnANonFiniteLossNamingTheStep) {
+  manual_seed(5);
+  auto net = mlp();
+  auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 1e30});
+  train::Model model(net, ce(), sgd);
+  data::BatchIterator train_set(blobs(256, 1), 32, true);
+  auto msg = message_of([&] { model.train(5, train_set); });
+  EXPECT_NE(msg.find("the loss became"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at step"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("last finite loss"), std::string::npos) << msg;
+}
