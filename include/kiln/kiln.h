@@ -16,3 +16,6 @@
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 #include "kiln/train.h"
+#include "kiln/nn/attention.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/losses.h"

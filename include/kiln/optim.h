@@ -66,6 +66,21 @@ class Adam : public Optimizer {
   std::vector<std::vector<Tensor>> m_, v_;
 };
 
+struct RMSPropOptions {
+  double lr = 0.01, alpha = 0.99, eps = 1e-8, weight_decay = 0.0, momentum = 0.0;
+};
+
+// RMSProp as in PyTorch: v = alpha v + (1 - alpha) g^2; p -= lr g / (sqrt(v) + eps).
+class RMSProp : public Optimizer {
+ public:
+  RMSProp(std::vector<Tensor> params, RMSPropOptions o);
+  void step() override;
+
+ private:
+  RMSPropOptions o_;
+  std::vector<std::vector<Tensor>> square_avg_, momentum_;
+};
+
 // AdamW: Adam with decoupled weight decay (default 0.01, as in PyTorch).
 std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr = 1e-3, double weight_decay = 0.01);
 

@@ -7,6 +7,7 @@
 
 #include "kiln/data.h"
 #include "kiln/nn.h"
+#include "kiln/nn/losses.h"
 #include "kiln/optim.h"
 
 namespace kiln::train {
@@ -78,6 +79,7 @@ struct EvalResult {
 class Model {
  public:
   Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer);
+  Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss, std::shared_ptr<optim::Optimizer> optimizer);
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
   // not finite stops training with an error naming the step and the last finite loss.
   std::vector<EpochInfo> train(int epochs, data::BatchIterator& batches,

@@ -101,6 +101,36 @@ void Adam::step() {
   }
 }
 
+RMSProp::RMSProp(std::vector<Tensor> params, RMSPropOptions o)
+    : Optimizer(one_group(std::move(params), o.lr, o.weight_decay)), o_(o) {
+  KILN_CHECK(o.alpha >= 0 && o.alpha < 1, "RMSProp alpha must be in [0, 1), got ", o.alpha);
+  square_avg_ = zero_state(groups_);
+  momentum_ = zero_state(groups_);
+}
+
+void RMSProp::step() {
+  NoGradGuard guard;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      Tensor& p = g.params[i];
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      if (g.weight_decay != 0) grad = grad + p * g.weight_decay;
+      Tensor& v = square_avg_[gi][i];
+      v.copy_(v * o_.alpha + grad * grad * (1 - o_.alpha));
+      Tensor update = grad / (sqrt(v) + o_.eps);
+      if (o_.momentum > 0) {
+        Tensor& buf = momentum_[gi][i];
+        buf.copy_(buf * o_.momentum + update);
+        update = buf;
+      }
+      p.add_(update, -g.lr);
+    }
+  }
+  ++steps_;
+}
+
 std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr, double weight_decay) {
   AdamOptions o;
   o.lr = lr;

@@ -11,6 +11,15 @@ Model::Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::
   KILN_CHECK(net_ != nullptr && static_cast<bool>(loss_), "Model needs a network and a loss function");
 }
 
+Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
+             std::shared_ptr<optim::Optimizer> optimizer)
+    : Model(std::move(net),
+            [loss](const Tensor& out, const Tensor& y) {
+              KILN_CHECK(loss != nullptr, "Model needs a loss");
+              return loss->construct(out, y);
+            },
+            std::move(optimizer)) {}
+
 std::vector<EpochInfo> Model::train(int epochs, data::BatchIterator& batches,
                                     const std::vector<std::shared_ptr<Callback>>& callbacks) {
   KILN_CHECK(optimizer_ != nullptr, "Model::train needs an optimizer");

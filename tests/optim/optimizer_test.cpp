@@ -73,3 +73,10 @@ TEST(Schedule, CosineWithWarmupAndStep) {
   EXPECT_NEAR(st(30), 0.05, 1e-12);
   EXPECT_THROW(optim::cosine_schedule(1.0, 10, 10), Error);
 }
+
+TEST(RMSProp, FirstStepMatchesTheFormula) {
+  Tensor p = param_with_grad({1.0f}, {2.0f});
+  optim::RMSProp rms({p}, {.lr = 0.01, .alpha = 0.9});
+  rms.step();  // v = 0.1 * 4 = 0.4; p -= 0.01 * 2 / sqrt(0.4)
+  EXPECT_NEAR(p.item<float>(), 1.0f - 0.02f / std::sqrt(0.4f), 1e-6);
+}
