@@ -9,6 +9,7 @@
 #include "kiln/error.h"
 #include "kiln/functional.h"
 #include "kiln/generator.h"
+#include "kiln/io.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/parallel.h"
@@ -19,3 +20,4 @@
 #include "kiln/nn/attention.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
+#include "kiln/models.h"
