@@ -6,12 +6,14 @@
 
 namespace kiln::cli {
 void add_ops_command(CLI::App& app);
+void add_train_commands(CLI::App& app);
 }
 
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: train, export and serve deep learning models"};
   app.require_subcommand(1);
   kiln::cli::add_ops_command(app);
+  kiln::cli::add_train_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

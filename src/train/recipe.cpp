@@ -1,0 +1,155 @@
+#include "kiln/recipe.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace kiln::recipe {
+namespace {
+
+std::string join(const std::set<std::string>& s) {
+  std::string out;
+  for (auto& v : s) out += (out.empty() ? "" : ", ") + v;
+  return out;
+}
+
+// Reads the keys of a mapping, refusing any it does not know.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string where, std::set<std::string> allowed, const std::string& source)
+      : node_(node), where_(std::move(where)), source_(source) {
+    KILN_CHECK(node.IsMap(), source, ": ", where_, " must be a mapping of keys to values");
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      std::string key = it->first.as<std::string>();
+      KILN_CHECK(allowed.count(key), source, ": unknown key '", key, "' in ", where_, "; allowed keys: ", join(allowed));
+    }
+  }
+  template <typename T>
+  void read(const std::string& key, T& out) const {
+    if (!node_[key]) return;
+    try {
+      out = node_[key].as<T>();
+    } catch (const YAML::Exception&) {
+      KILN_FAIL(source_, ": ", where_, key.empty() ? "" : ".", key, " has a value of the wrong type ('",
+                YAML::Dump(node_[key]), "')");
+    }
+  }
+  void read_choice(const std::string& key, std::string& out, const std::set<std::string>& choices) const {
+    read(key, out);
+    KILN_CHECK(choices.count(out), source_, ": ", where_, ".", key, " is '", out, "'; allowed values: ", join(choices));
+  }
+  YAML::Node operator[](const std::string& key) const { return node_[key]; }
+
+ private:
+  YAML::Node node_;
+  std::string where_;
+  const std::string& source_;
+};
+
+void check(bool ok, const Recipe& r, const std::string& what) { KILN_CHECK(ok, r.source, ": ", what); }
+
+}  // namespace
+
+Recipe parse_recipe_text(const std::string& text, const std::string& source) {
+  Recipe r;
+  r.source = source;
+  r.text = text;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    KILN_FAIL(source, ": not valid YAML: ", e.what());
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  Section top(root, "the recipe",
+              {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "epochs", "batch_size", "seed",
+               "threads", "output"},
+              source);
+  std::set<std::string> models(models::model_names().begin(), models::model_names().end());
+  top.read_choice("model", r.model, models);
+  if (top["model_config"]) {
+    Section mc(top["model_config"], "model_config",
+               {"num_classes", "hidden", "vocab_size", "seq_len", "d_model", "heads", "layers", "dim_feedforward"}, source);
+    mc.read("num_classes", r.model_config.num_classes);
+    mc.read("hidden", r.model_config.hidden);
+    mc.read("vocab_size", r.model_config.vocab_size);
+    mc.read("seq_len", r.model_config.seq_len);
+    mc.read("d_model", r.model_config.d_model);
+    mc.read("heads", r.model_config.heads);
+    mc.read("layers", r.model_config.layers);
+    mc.read("dim_feedforward", r.model_config.dim_feedforward);
+  }
+  if (top["dataset"]) {
+    if (top["dataset"].IsScalar()) {
+      top.read_choice("dataset", r.dataset, {"fashion_mnist", "mnist"});
+    } else {
+      Section ds(top["dataset"], "dataset", {"name", "path"}, source);
+      ds.read_choice("name", r.dataset, {"fashion_mnist", "mnist"});
+      ds.read("path", r.dataset_path);
+    }
+  }
+  if (top["loss"]) {
+    Section loss(top["loss"], "loss", {"name", "label_smoothing"}, source);
+    std::string name = "cross_entropy";
+    loss.read_choice("name", name, {"cross_entropy"});
+    loss.read("label_smoothing", r.label_smoothing);
+  }
+  if (top["optimizer"]) {
+    Section o(top["optimizer"], "optimizer", {"name", "lr", "momentum", "weight_decay", "nesterov"}, source);
+    o.read_choice("name", r.optimizer.name, {"sgd", "adam", "adamw", "rmsprop"});
+    if (r.optimizer.name == "adam" || r.optimizer.name == "adamw") r.optimizer.lr = 1e-3;
+    o.read("lr", r.optimizer.lr);
+    o.read("momentum", r.optimizer.momentum);
+    o.read("weight_decay", r.optimizer.weight_decay);
+    o.read("nesterov", r.optimizer.nesterov);
+  }
+  if (top["schedule"]) {
+    Section s(top["schedule"], "schedule", {"name", "warmup_epochs", "min_lr", "step_epochs", "gamma"}, source);
+    s.read_choice("name", r.schedule.name, {"none", "cosine", "step"});
+    s.read("warmup_epochs", r.schedule.warmup_epochs);
+    s.read("min_lr", r.schedule.min_lr);
+    s.read("step_epochs", r.schedule.step_epochs);
+    s.read("gamma", r.schedule.gamma);
+  }
+  top.read("epochs", r.epochs);
+  top.read("batch_size", r.batch_size);
+  top.read("seed", r.seed);
+  top.read("threads", r.threads);
+  top.read("output", r.output);
+  check(r.model != "char_transformer", r,
+        "model char_transformer needs a text dataset, which `kiln train` does not read yet; use mlp, cnn, resnet8 or "
+        "resnet18");
+  check(r.epochs > 0, r, "epochs must be positive, got " + std::to_string(r.epochs));
+  check(r.batch_size > 0, r, "batch_size must be positive, got " + std::to_string(r.batch_size));
+  check(r.optimizer.lr > 0, r, "optimizer.lr must be positive");
+  check(r.threads >= 0, r, "threads must be >= 0 (0: all cores)");
+  check(r.label_smoothing >= 0 && r.label_smoothing < 1, r, "loss.label_smoothing must be in [0, 1)");
+  check(r.schedule.warmup_epochs >= 0 && r.schedule.warmup_epochs < r.epochs, r,
+        "schedule.warmup_epochs must be >= 0 and below epochs");
+  check(r.schedule.step_epochs > 0, r, "schedule.step_epochs must be positive");
+  check(!r.output.empty(), r, "output must name a directory");
+  return r;
+}
+
+Recipe parse_recipe_file(const std::string& path) {
+  std::ifstream f(path);
+  KILN_CHECK(f.good(), "cannot open recipe '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_recipe_text(ss.str(), path);
+}
+
+void apply(Recipe& r, const Overrides& o) {
+  if (o.epochs) r.epochs = *o.epochs;
+  if (o.batch_size) r.batch_size = *o.batch_size;
+  if (o.lr) r.optimizer.lr = *o.lr;
+  if (o.output) r.output = *o.output;
+  if (o.seed) r.seed = *o.seed;
+  if (o.threads) r.threads = *o.threads;
+  KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0,
+             "--epochs, --batch-size and --lr must be positive and --threads >= 0");
+}
+
+}  // namespace kiln::recipe

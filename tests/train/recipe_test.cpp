@@ -1,0 +1,113 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/kiln.h"
+#include "kiln/recipe.h"
+#include "support/error_message.h"
+
+using namespace kiln;
+using kiln::testing::message_of;
+
+TEST(Recipe, ParsesEveryKnownKey) {
+  auto r = recipe::parse_recipe_text(R"(
+model: resnet8
+dataset: {name: mnist, path: /data/mnist}
+loss: {name: cross_entropy, label_smoothing: 0.1}
+optimizer: {name: adamw, lr: 0.002, weight_decay: 0.05}
+schedule: {name: cosine, warmup_epochs: 1, min_lr: 0.0001}
+epochs: 3
+batch_size: 128
+seed: 7
+threads: 1
+output: runs/x
+)");
+  EXPECT_EQ(r.model, "resnet8");
+  EXPECT_EQ(r.dataset, "mnist");
+  EXPECT_EQ(r.dataset_path, "/data/mnist");
+  EXPECT_DOUBLE_EQ(r.label_smoothing, 0.1);
+  EXPECT_EQ(r.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(r.optimizer.lr, 0.002);
+  EXPECT_EQ(r.schedule.name, "cosine");
+  EXPECT_EQ(r.epochs, 3);
+  EXPECT_EQ(r.batch_size, 128);
+  EXPECT_EQ(r.seed, 7u);
+  recipe::Overrides o;
+  o.epochs = 1;
+  o.lr = 0.5;
+  recipe::apply(r, o);
+  EXPECT_EQ(r.epochs, 1);
+  EXPECT_DOUBLE_EQ(r.optimizer.lr, 0.5);
+}
+
+TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
+  auto msg = message_of([] { recipe::parse_recipe_text("model: cnn\nepochz: 3\n", "r.yaml"); });
+  EXPECT_NE(msg.find("r.yaml: unknown key 'epochz' in the recipe; allowed keys:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("epochs"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("model: vgg\n"); });
+  EXPECT_NE(msg.find("model is 'vgg'; allowed values: char_transformer, cnn, mlp, resnet18, resnet8"), std::string::npos)
+      << msg;
+  msg = message_of([] { recipe::parse_recipe_text("optimizer: {name: sgd, lr: fast}\n"); });
+  EXPECT_NE(msg.find("optimizer.lr has a value of the wrong type"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("optimizer: {name: lamb}\n"); });
+  EXPECT_NE(msg.find("allowed values: adam, adamw, rmsprop, sgd"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("epochs: 0\n"); });
+  EXPECT_NE(msg.find("epochs must be positive"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("schedule: {name: cosine, warmup: 1}\n"); });
+  EXPECT_NE(msg.find("unknown key 'warmup' in schedule"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("model: [1, 2\n"); });
+  EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_file("/nonexistent.yaml"); });
+  EXPECT_NE(msg.find("cannot open recipe"), std::string::npos) << msg;
+}
+
+TEST(Recipe, MissingDatasetFailsBeforeTraining) {
+  auto r = recipe::parse_recipe_text("dataset: {name: mnist, path: /nonexistent/mnist}\noutput: /nonexistent/out\n");
+  auto msg = message_of([&] { recipe::train(r, false); });
+  EXPECT_NE(msg.find("no 'train-images-idx3-ubyte'"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists("/nonexistent/out"));
+  auto r2 = recipe::parse_recipe_text("dataset: mnist\n");
+  msg = message_of([&] { recipe::train(r2, false); });
+  EXPECT_NE(msg.find("set dataset.path"), std::string::npos) << msg;
+}
+
+TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
+  // A tiny MNIST-format dataset: 64 training and 32 test images of 28x28.
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto write_idx = [&](const std::string& name, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
+    std::vector<uint8_t> bytes{0, 0, 8, static_cast<uint8_t>(dims.size())};
+    for (uint32_t d : dims)
+      for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<uint8_t>(d >> s));
+    bytes.insert(bytes.end(), data.begin(), data.end());
+    std::ofstream((dir / name).string(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  };
+  for (auto [prefix, n] : {std::pair<std::string, uint32_t>{"train", 64}, {"t10k", 32}}) {
+    std::vector<uint8_t> pixels(n * 784), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 2);
+      for (int p = 0; p < 784; ++p) pixels[i * 784 + p] = static_cast<uint8_t>((p < 392) == (i % 2 == 0) ? 200 : 10);
+    }
+    write_idx(prefix + "-images-idx3-ubyte", {n, 28, 28}, pixels);
+    write_idx(prefix + "-labels-idx1-ubyte", {n}, labels);
+  }
+  std::string out = (dir / "run").string();
+  auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +
+                                     dir.string() + "}\nepochs: 2\nbatch_size: 16\noutput: " + out + "\n");
+  auto res = recipe::train(r, false);
+  EXPECT_DOUBLE_EQ(res.accuracy, 1.0);  // two trivially separable classes
+  auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+  for (const char* key : {"accuracy", "loss", "train_samples_per_s", "sec_per_epoch", "peak_rss_mb"})
+    EXPECT_TRUE(metrics.contains(key)) << key;
+  std::ifstream log(out + "/metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(log, line)) ++lines;
+  EXPECT_EQ(lines, 2);
+  auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
+  EXPECT_DOUBLE_EQ(ev.accuracy, res.accuracy);
+  EXPECT_EQ(io::load_safetensors(out + "/checkpoint.safetensors").metadata.at("model"), "mlp");
+  std::filesystem::remove_all(dir);
+}
