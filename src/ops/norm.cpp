@@ -42,25 +42,29 @@ OpDefiner d_batch_norm([] {
     return {in[0], {true, {c}, in[0].dtype, in[0].device}, {true, {c}, in[0].dtype, in[0].device}};
   };
   d.grad = [](const GradContext& c, const Grads& g) -> Grads {
-    const Tensor& x = c.inputs[0];
-    int64_t ch = x.shape()[1];
-    Shape cs = channel_shape(x.dim(), ch);
-    std::vector<int64_t> axes{0};
-    for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
-    Tensor mean_c = c.outputs[1].reshape(cs), rstd_c = c.outputs[2].reshape(cs);
-    Tensor xhat = (x - mean_c) * rstd_c;
     bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
-    Tensor gxhat = has_w ? g[0] * c.inputs[1].reshape(cs) : g[0];
+    auto outs = call("batch_norm_backward", {g[0], c.inputs[0], has_w ? c.inputs[1] : Tensor(), c.outputs[1], c.outputs[2]},
+                     {{"training", c.attrs.get_bool("training", true)}});
     Grads r(c.inputs.size());
-    if (c.needs_grad[0]) {
-      r[0] = c.attrs.get_bool("training", true) ? normalized_input_grad(gxhat, xhat, rstd_c, axes) : gxhat * rstd_c;
-    }
-    if (has_w && c.needs_grad[1]) r[1] = sum(g[0] * xhat, axes);
-    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], axes);
+    r[0] = outs[0];
+    if (has_w) r[1] = outs[1];
+    if (c.inputs.size() > 2 && c.inputs[2].defined()) r[2] = outs[2];
     return r;
   };
   d.differentiable_inputs = {0, 1, 2};
   d.onnx = "BatchNormalization";
+  return d;
+}());
+
+// One pass for the parameter gradients and one for the input gradient, per channel.
+OpDefiner d_batch_norm_backward([] {
+  OpDef d = detail::make_op(
+      "batch_norm_backward", {"grad", "x", "weight?", "saved_mean", "saved_rstd"}, {"training:bool"},
+      [](const Metas& in, const Attrs&) -> Metas {
+        TensorMeta c{true, {in[0].shape[1]}, in[0].dtype, in[0].device};
+        return {in[1], c, c};
+      },
+      nullptr, "", kTagBackward, {"grad_x", "grad_weight", "grad_bias"});
   return d;
 }());
 

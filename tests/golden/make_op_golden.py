@@ -161,6 +161,8 @@ conv_attrs = [A("stride", "ints", [2, 1]), A("padding", "ints", [1, 2]), A("dila
 case("conv2d", [("f", [2, 4, 7, 6]), ("f", [6, 2, 3, 3]), ("f", [6])],
      lambda x, w, b: F.conv2d(x, w, b, (2, 1), (1, 2), (1, 2), 2), conv_attrs)
 case("conv2d", [("f", [1, 1, 5, 5]), ("f", [2, 1, 3, 3]), ("N", [])], lambda x, w, b: F.conv2d(x, w), tag="plain")
+case("conv2d", [("f", [2, 4, 6, 6]), ("f", [3, 4, 1, 1]), ("N", [])], lambda x, w, b: F.conv2d(x, w, stride=2),
+     [A("stride", "ints", [2, 2])], tag="1x1_stride2")
 case("conv_transpose2d", [("f", [1, 4, 4, 5]), ("f", [4, 3, 3, 3]), ("f", [3])],
      lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1),
      [A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]), A("output_padding", "ints", [1, 1])])

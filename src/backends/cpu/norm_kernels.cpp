@@ -1,4 +1,5 @@
 // CPU kernels of batch/layer/group normalization and dropout.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -7,6 +8,29 @@
 
 namespace kiln::cpu {
 namespace {
+
+// Sum of p[0..n) and sum of (p[k] - shift)^2, in double with eight lanes so
+// the loops vectorize (a single accumulator would serialize on add latency).
+template <typename T>
+void lane_sums(const T* p, int64_t n, double shift, double& sum, double& sq) {
+  double s[8] = {}, q[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) {
+      double v = static_cast<double>(p[k + j]);
+      s[j] += v;
+      q[j] += (v - shift) * (v - shift);
+    }
+  for (; k < n; ++k) {
+    double v = static_cast<double>(p[k]);
+    s[0] += v;
+    q[0] += (v - shift) * (v - shift);
+  }
+  for (int j = 0; j < 8; ++j) {
+    sum += s[j];
+    sq += q[j];
+  }
+}
 
 template <typename T>
 const T* opt_data(const Ins& in, size_t i, Tensor& keep) {
@@ -36,19 +60,11 @@ void batch_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
     for (int64_t ch = c0; ch < c1; ++ch) {
       double mean, var;
       if (training) {
-        double s = 0, ss = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          const T* p = px + (i * c + ch) * inner;
-          for (int64_t k = 0; k < inner; ++k) s += p[k];
-        }
+        // Shifted by the first value: the variance stays accurate when the mean is large.
+        double shift = count > 0 ? static_cast<double>(px[ch * inner]) : 0.0, s = 0, shifted_sq = 0;
+        for (int64_t i = 0; i < n; ++i) lane_sums(px + (i * c + ch) * inner, inner, shift, s, shifted_sq);
         mean = s / static_cast<double>(count);
-        for (int64_t i = 0; i < n; ++i) {
-          const T* p = px + (i * c + ch) * inner;
-          for (int64_t k = 0; k < inner; ++k) {
-            double d = p[k] - mean;
-            ss += d * d;
-          }
-        }
+        double ss = std::max(0.0, shifted_sq - static_cast<double>(count) * (mean - shift) * (mean - shift));
         var = ss / static_cast<double>(count);
         if (has_running) {
           T* rm = in[3].data<T>() + 0;
@@ -80,6 +96,62 @@ void batch_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
   }
 }
 
+template <typename T>
+void batch_norm_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor g = in[0].contiguous(), x = in[1].contiguous(), wk;
+  const T* w = opt_data<T>(in, 2, wk);
+  Tensor mk = in[3].contiguous(), rk = in[4].contiguous();
+  const T* pm = mk.data<T>();
+  const T* pr = rk.data<T>();
+  bool training = a.get_bool("training", true);
+  int64_t n = x.shape()[0], c = x.shape()[1];
+  int64_t inner = c == 0 || n == 0 ? 0 : x.numel() / (n * c);
+  double count = static_cast<double>(n * inner);
+  const T* pg = g.data<T>();
+  const T* px = x.data<T>();
+  T* pgx = out[0].data<T>();
+  T* pgw = out[1].data<T>();
+  T* pgb = out[2].data<T>();
+  parallel_for(c, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      const double mean = pm[ch], rstd = pr[ch], scale = w ? static_cast<double>(w[ch]) : 1.0;
+      double sg[8] = {}, sgx[8] = {};
+      for (int64_t i = 0; i < n; ++i) {
+        const T* gp = pg + (i * c + ch) * inner;
+        const T* xp = px + (i * c + ch) * inner;
+        int64_t k = 0;
+        for (; k + 8 <= inner; k += 8)
+          for (int j = 0; j < 8; ++j) {
+            sg[j] += gp[k + j];
+            sgx[j] += static_cast<double>(gp[k + j]) * (static_cast<double>(xp[k + j]) - mean);
+          }
+        for (; k < inner; ++k) {
+          sg[0] += gp[k];
+          sgx[0] += static_cast<double>(gp[k]) * (static_cast<double>(xp[k]) - mean);
+        }
+      }
+      double sum_g = 0, sum_gx = 0;
+      for (int j = 0; j < 8; ++j) {
+        sum_g += sg[j];
+        sum_gx += sgx[j];
+      }
+      pgb[ch] = static_cast<T>(sum_g);
+      pgw[ch] = static_cast<T>(sum_gx * rstd);
+      // gx = w rstd (g - mean(g) - xhat mean(g xhat)) in training; w rstd g in eval.
+      const T k1 = static_cast<T>(scale * rstd);
+      const T k2 = static_cast<T>(training ? sum_g / count : 0.0);
+      const T k3 = static_cast<T>(training ? rstd * rstd * sum_gx / count : 0.0);
+      const T m = static_cast<T>(mean);
+      for (int64_t i = 0; i < n; ++i) {
+        const T* gp = pg + (i * c + ch) * inner;
+        const T* xp = px + (i * c + ch) * inner;
+        T* op = pgx + (i * c + ch) * inner;
+        for (int64_t k = 0; k < inner; ++k) op[k] = k1 * (gp[k] - k2 - (xp[k] - m) * k3);
+      }
+    }
+  });
+}
+
 // Normalizes `rows` rows of `m` elements; affine index = element % affine_period / affine_div.
 template <typename T>
 void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_t m, double eps, const T* w, const T* b,
@@ -88,13 +160,10 @@ void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_
     for (int64_t r = r0; r < r1; ++r) {
       const T* p = px + r * m;
       T* q = py + r * m;
-      double s = 0, ss = 0;
-      for (int64_t k = 0; k < m; ++k) s += p[k];
+      double shift = m > 0 ? static_cast<double>(p[0]) : 0.0, s = 0, shifted_sq = 0;
+      lane_sums(p, m, shift, s, shifted_sq);
       double mean = s / static_cast<double>(m);
-      for (int64_t k = 0; k < m; ++k) {
-        double d = p[k] - mean;
-        ss += d * d;
-      }
+      double ss = std::max(0.0, shifted_sq - static_cast<double>(m) * (mean - shift) * (mean - shift));
       double rstd = 1.0 / std::sqrt(ss / static_cast<double>(m) + eps);
       pmean[r] = static_cast<T>(mean);
       prstd[r] = static_cast<T>(rstd);
@@ -158,6 +227,7 @@ void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
 }  // namespace
 
 KILN_CPU_F32_F64("batch_norm", batch_norm_kernel);
+KILN_CPU_F32_F64("batch_norm_backward", batch_norm_backward_kernel);
 KILN_CPU_F32_F64("layer_norm", layer_norm_kernel);
 KILN_CPU_F32_F64("group_norm", group_norm_kernel);
 KILN_CPU_F32_F64("dropout", dropout_kernel);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -28,11 +29,13 @@ struct Geometry {
 };
 
 // oneDNN counts dilation from 0 and needs the right padding that makes the
-// output size come out exactly; negative right padding is left to the fallback.
+// output size come out exactly. That padding is negative when a strided window
+// leaves input rows unused (a 1x1 stride-2 convolution of an even size);
+// oneDNN accepts it, and a primitive it refuses falls back to im2col.
 bool geometry(const ConvShape& s, bool with_bias, Geometry& g) {
   int64_t pr_h = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph;
   int64_t pr_w = (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw;
-  if (pr_h < 0 || pr_w < 0) return false;
+  if (pr_h <= -s.sh || pr_w <= -s.sw) return false;
   g.src = memory::desc({s.n, s.c, s.h, s.w}, dt::f32, tag::nchw);
   g.dst = memory::desc({s.n, s.o, s.oh, s.ow}, dt::f32, tag::nchw);
   if (s.groups == 1) {
@@ -119,21 +122,33 @@ std::map<Key, Prepared>& cache() {
   static std::map<Key, Prepared> c;
   return c;
 }
+std::set<Key>& unsupported() {
+  static std::set<Key> u;
+  return u;
+}
 
 // Runs the cached primitive for `key`. The first call for a geometry builds
 // the plain-layout and the blocked-layout variants, times both on the real
 // arguments and keeps the faster: blocked wins for wide layers, plain for
 // thin ones where the reorders cost more than they save.
 template <typename Make>
-void run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
+bool run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
   Prepared chosen;
   {
     std::lock_guard<std::mutex> lock(g_mu);
+    if (unsupported().count(key)) return false;
     auto it = cache().find(key);
     if (it != cache().end()) {
       chosen = it->second;
     } else {
-      Prepared plain = make(false), blocked = make(true);
+      Prepared plain, blocked;
+      try {
+        plain = make(false);
+        blocked = make(true);
+      } catch (const dnnl::error&) {
+        unsupported().insert(key);
+        return false;  // a geometry oneDNN does not implement: the caller falls back
+      }
       double t_plain = 1e30, t_blocked = 1e30;
       for (int i = 0; i < 2; ++i) {
         t_plain = std::min(t_plain, seconds_to_run(plain, args));
@@ -141,10 +156,11 @@ void run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
       }
       chosen = t_blocked < t_plain ? blocked : plain;
       cache().emplace(key, chosen);
-      return;  // the timing runs already computed the result
+      return true;  // the timing runs already computed the result
     }
   }
   run(chosen, args);
+  return true;
 }
 
 }  // namespace
@@ -154,18 +170,17 @@ bool conv_forward(const ConvShape& s, const float* x, const float* w, const floa
   if (!geometry(s, bias != nullptr, g)) return false;
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
-  run_cached(key_of(0, bias != nullptr, s), [&](bool blocked) {
+  return run_cached(key_of(0, bias != nullptr, s), [&](bool blocked) {
     auto pd = forward_pd(g, blocked);
     return Prepared{dnnl::convolution_forward(pd),
                     {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}}};
   }, args);
-  return true;
 }
 
 bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
   Geometry g;
   if (!geometry(s, false, g)) return false;
-  run_cached(key_of(1, false, s), [&](bool blocked) {
+  return run_cached(key_of(1, false, s), [&](bool blocked) {
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
                                             layout(g.wei, blocked), layout(g.dst, blocked), g.strides, g.dilates,
                                             g.pad_l, g.pad_r);
@@ -174,13 +189,12 @@ bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, flo
                     {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()},
                      {DNNL_ARG_DIFF_SRC, pd.diff_src_desc()}}};
   }, {{DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DIFF_SRC, g.src, gx, true}});
-  return true;
 }
 
 bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw) {
   Geometry g;
   if (!geometry(s, false, g)) return false;
-  run_cached(key_of(2, false, s), [&](bool blocked) {
+  return run_cached(key_of(2, false, s), [&](bool blocked) {
     dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
                                                layout(g.wei, blocked), layout(g.dst, blocked), g.strides, g.dilates,
                                                g.pad_l, g.pad_r);
@@ -189,7 +203,6 @@ bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, 
                     {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
                      {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()}}};
   }, {{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_DIFF_WEIGHTS, g.wei, gw, true}});
-  return true;
 }
 
 }  // namespace kiln::cpu::onednn
