@@ -20,7 +20,7 @@ def load(name, offset):
     return np.frombuffer(gzip.open(D + name).read(), np.uint8, offset=offset)
 
 
-X = torch.tensor(load("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28) / 255.0, dtype=torch.float32)
+X = torch.from_numpy(load("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28).astype(np.float32) / np.float32(255))
 Y = torch.tensor(load("train-labels-idx1-ubyte.gz", 8).astype(np.int64))
 
 

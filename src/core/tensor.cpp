@@ -198,7 +198,11 @@ void check_inplace(const Tensor& t, const char* what) {
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace(*this, "copy_");
   static const OpDef& assign = OpRegistry::instance().get("assign");
-  call(assign, {*this, src.to(dtype())});
+  // A source that shares memory with the destination (x.copy_(x.t())) is read
+  // from a copy, so no element is overwritten before it is read.
+  Tensor from = src.to(dtype());
+  if (from.impl().storage == impl().storage) from = from.clone();
+  call(assign, {*this, from});
   impl().storage->version++;
   return *this;
 }

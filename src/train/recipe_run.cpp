@@ -101,7 +101,8 @@ RunResult train(const Recipe& r, bool progress) {
   auto net = models::make_model(r.model, model_config(r));
   auto opt = make_optimizer(r, net->trainable_params());
   data::BatchIterator train_batches(train_set, r.batch_size, /*shuffle=*/true, /*drop_remainder=*/false, r.seed + 1);
-  data::BatchIterator test_batches(test_set, 1000, false);
+  // Evaluation batches stay small: a batch of 1000 would make activations the peak of memory.
+  data::BatchIterator test_batches(test_set, 256, false);
   std::vector<std::shared_ptr<train::Callback>> callbacks;
   if (progress) callbacks.push_back(std::make_shared<train::LossMonitor>(100));
   if (auto s = make_schedule(r, train_batches.batches_per_epoch()))
@@ -139,7 +140,7 @@ RunResult train(const Recipe& r, bool progress) {
 
 RunResult evaluate(const Recipe& r, const std::string& checkpoint) {
   if (r.threads > 0) set_num_threads(r.threads);
-  data::BatchIterator test_batches(data::load_mnist(dataset_dir(r), "test"), 1000, false);
+  data::BatchIterator test_batches(data::load_mnist(dataset_dir(r), "test"), 256, false);
   auto net = models::make_model(r.model, model_config(r));
   io::load_cell(*net, checkpoint);
   train::Model model(net, loss_of(r), nullptr);

@@ -127,6 +127,12 @@ TEST(Tensor, InPlaceOpsBumpTheVersion) {
   EXPECT_GT(t.impl().storage->version, v);
 }
 
+TEST(Tensor, CopyFromAnOverlappingViewReadsTheOldValues) {
+  auto t = arange(0.0, 4.0, 1.0).reshape({2, 2});
+  t.copy_(t.t());
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0, 2, 1, 3}));
+}
+
 TEST(Allocator, ReusesFreedBlocks) {
   { auto warm = Tensor::empty({1 << 16}); }
   auto before = cpu_allocator_stats();
