@@ -164,6 +164,9 @@ void ones(Tensor& t);
 // fan_in and fan_out of a weight [out, in, k...].
 std::pair<int64_t, int64_t> fans(const Tensor& weight);
 void xavier_uniform(Tensor& t, double gain = 1.0);
+// A new tensor drawn from U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default
+// for the weights and biases of linear and convolution layers.
+Tensor default_uniform(const Shape& shape, int64_t fan_in);
 void he_normal(Tensor& t);  // Kaiming normal for ReLU, fan_in
 }  // namespace init
 

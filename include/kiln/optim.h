@@ -30,6 +30,12 @@ class Optimizer {
   int64_t steps() const { return steps_; }
 
  protected:
+  // Calls fn(group, group index, parameter index, gradient) for every
+  // parameter that has a gradient, with weight decay (L2) already added when
+  // add_weight_decay is set. Runs under NoGradGuard.
+  void for_each_gradient(bool add_weight_decay,
+                         const std::function<void(ParamGroup&, size_t, size_t, Tensor&)>& fn);
+
   std::vector<ParamGroup> groups_;
   int64_t steps_ = 0;
 };

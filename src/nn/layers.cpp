@@ -7,15 +7,7 @@
 #include "kiln/nn.h"
 
 namespace kiln::nn {
-namespace {
-// U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv weights and biases.
-Tensor default_uniform(const Shape& shape, int64_t fan_in) {
-  double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-  Tensor t = Tensor::empty(shape);
-  init::uniform(t, -bound, bound);
-  return t;
-}
-}  // namespace
+using init::default_uniform;
 
 Dense::Dense(int64_t in_features, int64_t out_features, bool with_bias) : in_(in_features), out_(out_features) {
   KILN_CHECK(in_features > 0 && out_features > 0, "Dense(", in_features, ", ", out_features,
@@ -100,6 +92,13 @@ std::pair<int64_t, int64_t> fans(const Tensor& w) {
   int64_t receptive = 1;
   for (int64_t d = 2; d < w.dim(); ++d) receptive *= w.shape()[d];
   return {w.shape()[1] * receptive, w.shape()[0] * receptive};
+}
+
+Tensor default_uniform(const Shape& shape, int64_t fan_in) {
+  double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  Tensor t = Tensor::empty(shape);
+  uniform(t, -bound, bound);
+  return t;
 }
 
 void xavier_uniform(Tensor& t, double gain) {

@@ -3,14 +3,6 @@
 #include "kiln/nn/layers.h"
 
 namespace kiln::nn {
-namespace {
-Tensor uniform_param(const Shape& shape, int64_t fan_in) {
-  double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
-  Tensor t = Tensor::empty(shape);
-  init::uniform(t, -bound, bound);
-  return t;
-}
-}  // namespace
 
 Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv2dOptions o) : o_(o) {
   KILN_CHECK(in_channels > 0 && out_channels > 0 && kernel_size > 0 && in_channels % o.groups == 0 &&
@@ -18,8 +10,8 @@ Conv1d::Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
              "Conv1d(", in_channels, ", ", out_channels, ", ", kernel_size, ", groups=", o.groups,
              "): sizes must be positive and channels divisible by groups");
   int64_t fan_in = in_channels / o.groups * kernel_size;
-  weight = register_parameter("weight", uniform_param({out_channels, in_channels / o.groups, kernel_size}, fan_in));
-  if (o.bias) bias = register_parameter("bias", uniform_param({out_channels}, fan_in));
+  weight = register_parameter("weight", init::default_uniform({out_channels, in_channels / o.groups, kernel_size}, fan_in));
+  if (o.bias) bias = register_parameter("bias", init::default_uniform({out_channels}, fan_in));
 }
 
 Tensor Conv1d::construct(const Tensor& x) { return conv1d(x, weight, bias, o_.stride, o_.padding, o_.dilation, o_.groups); }
@@ -33,8 +25,8 @@ Conv2dTranspose::Conv2dTranspose(int64_t in_channels, int64_t out_channels, int6
   // PyTorch computes the fan-in of a transposed convolution from weight.size(1).
   int64_t fan_in = out_channels / o.groups * kernel_size * kernel_size;
   weight = register_parameter("weight",
-                              uniform_param({in_channels, out_channels / o.groups, kernel_size, kernel_size}, fan_in));
-  if (o.bias) bias = register_parameter("bias", uniform_param({out_channels}, fan_in));
+                              init::default_uniform({in_channels, out_channels / o.groups, kernel_size, kernel_size}, fan_in));
+  if (o.bias) bias = register_parameter("bias", init::default_uniform({out_channels}, fan_in));
 }
 
 Tensor Conv2dTranspose::construct(const Tensor& x) {

@@ -33,6 +33,20 @@ void Optimizer::zero_grad() {
     for (auto& p : g.params) p.zero_grad();
 }
 
+void Optimizer::for_each_gradient(bool add_weight_decay,
+                                  const std::function<void(ParamGroup&, size_t, size_t, Tensor&)>& fn) {
+  NoGradGuard guard;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    auto& g = groups_[gi];
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      Tensor grad = g.params[i].grad();
+      if (!grad.defined()) continue;
+      if (add_weight_decay && g.weight_decay != 0) grad = grad + g.params[i] * g.weight_decay;
+      fn(g, gi, i, grad);
+    }
+  }
+}
+
 void Optimizer::set_lr(double lr) {
   for (auto& g : groups_) g.lr = lr;
 }
@@ -47,23 +61,15 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : Optimizer(std::move(gro
 }
 
 void SGD::step() {
-  NoGradGuard guard;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      Tensor& p = g.params[i];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      if (g.weight_decay != 0) grad = grad + p * g.weight_decay;
-      if (o_.momentum > 0) {
-        Tensor& buf = momentum_[gi][i];
-        if (!buf.defined()) buf = grad.clone();
-        else buf.copy_(buf * o_.momentum + grad);
-        grad = o_.nesterov ? grad + buf * o_.momentum : buf;
-      }
-      p.add_(grad, -g.lr);
+  for_each_gradient(true, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
+    if (o_.momentum > 0) {
+      Tensor& buf = momentum_[gi][i];
+      if (!buf.defined()) buf = grad.clone();
+      else buf.copy_(buf * o_.momentum + grad);
+      grad = o_.nesterov ? grad + buf * o_.momentum : buf;
     }
-  }
+    g.params[i].add_(grad, -g.lr);
+  });
   ++steps_;
 }
 
@@ -77,28 +83,18 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Optimizer(std::move(
 }
 
 void Adam::step() {
-  NoGradGuard guard;
   ++steps_;
   double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
   double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      Tensor& p = g.params[i];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      if (g.weight_decay != 0) {
-        if (o_.decoupled_weight_decay) p.mul_(1 - g.lr * g.weight_decay);
-        else grad = grad + p * g.weight_decay;
-      }
-      Tensor& m = m_[gi][i];
-      Tensor& v = v_[gi][i];
-      m.copy_(m * o_.beta1 + grad * (1 - o_.beta1));
-      v.copy_(v * o_.beta2 + grad * grad * (1 - o_.beta2));
-      Tensor denom = sqrt(v / bc2) + o_.eps;
-      p.add_(m / denom, -g.lr / bc1);
-    }
-  }
+  for_each_gradient(!o_.decoupled_weight_decay, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
+    Tensor& p = g.params[i];
+    if (o_.decoupled_weight_decay && g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
+    Tensor& m = m_[gi][i];
+    Tensor& v = v_[gi][i];
+    m.copy_(m * o_.beta1 + grad * (1 - o_.beta1));
+    v.copy_(v * o_.beta2 + grad * grad * (1 - o_.beta2));
+    p.add_(m / (sqrt(v / bc2) + o_.eps), -g.lr / bc1);
+  });
 }
 
 RMSProp::RMSProp(std::vector<Tensor> params, RMSPropOptions o)
@@ -109,25 +105,17 @@ RMSProp::RMSProp(std::vector<Tensor> params, RMSPropOptions o)
 }
 
 void RMSProp::step() {
-  NoGradGuard guard;
-  for (size_t gi = 0; gi < groups_.size(); ++gi) {
-    auto& g = groups_[gi];
-    for (size_t i = 0; i < g.params.size(); ++i) {
-      Tensor& p = g.params[i];
-      Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      if (g.weight_decay != 0) grad = grad + p * g.weight_decay;
-      Tensor& v = square_avg_[gi][i];
-      v.copy_(v * o_.alpha + grad * grad * (1 - o_.alpha));
-      Tensor update = grad / (sqrt(v) + o_.eps);
-      if (o_.momentum > 0) {
-        Tensor& buf = momentum_[gi][i];
-        buf.copy_(buf * o_.momentum + update);
-        update = buf;
-      }
-      p.add_(update, -g.lr);
+  for_each_gradient(true, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
+    Tensor& v = square_avg_[gi][i];
+    v.copy_(v * o_.alpha + grad * grad * (1 - o_.alpha));
+    Tensor update = grad / (sqrt(v) + o_.eps);
+    if (o_.momentum > 0) {
+      Tensor& buf = momentum_[gi][i];
+      buf.copy_(buf * o_.momentum + update);
+      update = buf;
     }
-  }
+    g.params[i].add_(update, -g.lr);
+  });
   ++steps_;
 }
 
