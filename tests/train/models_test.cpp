@@ -46,6 +46,7 @@ TEST(Checkpoint, SaveLoadRoundTripAndStrictReport) {
   Tensor x = randn({2, 1, 28, 28});
   a->set_train(false);
   b->set_train(false);
+  // Same weights, same algorithms: the same bits.
   EXPECT_EQ((*a)(x).to_vector<float>(), (*b)(x).to_vector<float>());
   auto cnn = models::make_model("cnn");
   auto msg = message_of([&] { io::load_cell(*cnn, path); });

@@ -154,9 +154,12 @@ bool run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
         t_plain = std::min(t_plain, seconds_to_run(plain, args));
         t_blocked = std::min(t_blocked, seconds_to_run(blocked, args));
       }
-      chosen = t_blocked < t_plain ? blocked : plain;
+      bool use_blocked = t_blocked < t_plain;
+      chosen = use_blocked ? blocked : plain;
       cache().emplace(key, chosen);
-      return true;  // the timing runs already computed the result
+      // The last timing run was the blocked variant; its output stands only if
+      // it won, so every call of a geometry uses one algorithm (same bits).
+      if (use_blocked) return true;
     }
   }
   run(chosen, args);
