@@ -38,6 +38,10 @@ inline void check_rank(const TensorMeta& m, int64_t rank, const char* what, cons
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank);
 Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim);
 
+// Python slice semantics for one axis: negative indices count from the end,
+// out-of-range bounds clamp; count is the number of selected elements.
+void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count);
+
 // Grad helper: reshapes a reduced gradient so it broadcasts against the input.
 Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& axes, bool keepdim);
 

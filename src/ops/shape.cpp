@@ -69,7 +69,6 @@ OpDefiner d_permute(make_op(
 }  // namespace
 
 namespace detail {
-// Python slice semantics: negative indices count from the end, out-of-range clamps.
 void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count) {
   KILN_CHECK(step > 0, "slice step must be positive, got ", step);
   if (start < 0) start += size;

@@ -4,11 +4,9 @@
 #include <optional>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "ops/op_helpers.h"
 
 namespace kiln {
-namespace detail {
-void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count);
-}
 namespace cpu {
 namespace {
 
