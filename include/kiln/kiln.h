@@ -4,6 +4,7 @@
 #include "kiln/attrs.h"
 #include "kiln/data.h"
 #include "kiln/autograd.h"
+#include "kiln/callbacks.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
@@ -21,3 +22,4 @@
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
 #include "kiln/models.h"
+#include "kiln/metrics.h"

@@ -1,5 +1,6 @@
 #pragma once
 // Model: the training and evaluation loop around a Cell, a loss and an optimizer.
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,7 +28,9 @@ struct StepInfo {
 struct EpochInfo {
   int epoch = 0;
   int epochs = 0;
-  double mean_loss = 0;
+  double mean_loss = 0;        // training loss, mean over the epoch
+  double val_loss = std::nan("");      // with a validation set
+  double val_accuracy = std::nan("");
   double seconds = 0;          // the training loop alone
   double samples_per_s = 0;
 };
@@ -82,8 +85,13 @@ class Model {
   Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss, std::shared_ptr<optim::Optimizer> optimizer);
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
   // not finite stops training with an error naming the step and the last finite loss.
+  // With a validation set, each epoch ends with an evaluation on it
+  // (EpochInfo::val_loss and val_accuracy), before the callbacks run.
   std::vector<EpochInfo> train(int epochs, data::BatchIterator& batches,
-                               const std::vector<std::shared_ptr<Callback>>& callbacks = {});
+                               const std::vector<std::shared_ptr<Callback>>& callbacks = {},
+                               data::BatchIterator* validation = nullptr);
+  // Asks train() to stop after the current epoch (EarlyStopping calls it).
+  void stop_training() { stop_requested_ = true; }
   // Mean loss and top-1 accuracy over a dataset, in inference mode.
   EvalResult eval(data::BatchIterator& batches);
   Tensor predict(const Tensor& inputs);
@@ -95,6 +103,7 @@ class Model {
   LossFn loss_;
   std::shared_ptr<optim::Optimizer> optimizer_;
   int64_t global_step_ = 0;
+  bool stop_requested_ = false;
 };
 
 }  // namespace kiln::train

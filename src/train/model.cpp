@@ -21,14 +21,16 @@ Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
             std::move(optimizer)) {}
 
 std::vector<EpochInfo> Model::train(int epochs, data::BatchIterator& batches,
-                                    const std::vector<std::shared_ptr<Callback>>& callbacks) {
+                                    const std::vector<std::shared_ptr<Callback>>& callbacks,
+                                    data::BatchIterator* validation) {
   KILN_CHECK(optimizer_ != nullptr, "Model::train needs an optimizer");
   KILN_CHECK(epochs > 0, "epochs must be positive, got ", epochs);
   using Clock = std::chrono::steady_clock;
   std::vector<EpochInfo> history;
   for (auto& c : callbacks) c->on_train_begin(*this);
   double last_finite = std::nan("");
-  for (int epoch = 1; epoch <= epochs; ++epoch) {
+  stop_requested_ = false;
+  for (int epoch = 1; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
     auto start = Clock::now();
@@ -56,8 +58,17 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchIterator& batches,
       for (auto& c : callbacks) c->on_step_end(*this, info);
     }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    EpochInfo e{epoch, epochs, samples ? loss_sum / static_cast<double>(samples) : 0, seconds,
-                seconds > 0 ? static_cast<double>(samples) / seconds : 0};
+    EpochInfo e;
+    e.epoch = epoch;
+    e.epochs = epochs;
+    e.mean_loss = samples ? loss_sum / static_cast<double>(samples) : 0;
+    e.seconds = seconds;
+    e.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+    if (validation) {
+      EvalResult v = eval(*validation);
+      e.val_loss = v.loss;
+      e.val_accuracy = v.accuracy;
+    }
     history.push_back(e);
     for (auto& c : callbacks) c->on_epoch_end(*this, e);
   }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kiln/callbacks.h"
 #include "kiln/io.h"
 #include "kiln/parallel.h"
 #include "kiln/recipe.h"
@@ -51,23 +52,6 @@ std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_
   return std::nullopt;
 }
 
-// Appends one JSON line per epoch to metrics.jsonl.
-class MetricsLog : public train::Callback {
- public:
-  explicit MetricsLog(const std::string& path) : out_(path) {
-    KILN_CHECK(out_.good(), "cannot write '", path, "'");
-  }
-  void on_epoch_end(train::Model& m, const train::EpochInfo& e) override {
-    nlohmann::json line{{"epoch", e.epoch}, {"train_loss", e.mean_loss}, {"seconds", e.seconds},
-                        {"samples_per_s", e.samples_per_s}, {"lr", m.optimizer().lr()}};
-    out_ << line.dump() << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
 models::ModelConfig model_config(const Recipe& r) {
   models::ModelConfig c = r.model_config;
   c.in_channels = 1;
@@ -107,7 +91,7 @@ RunResult train(const Recipe& r, bool progress) {
   if (progress) callbacks.push_back(std::make_shared<train::LossMonitor>(100));
   if (auto s = make_schedule(r, train_batches.batches_per_epoch()))
     callbacks.push_back(std::make_shared<train::LearningRateScheduler>(*s));
-  callbacks.push_back(std::make_shared<MetricsLog>(r.output + "/metrics.jsonl"));
+  callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl"));
 
   train::Model model(net, loss_of(r), opt);
   auto history = model.train(r.epochs, train_batches, callbacks);

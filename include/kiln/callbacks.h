@@ -1,0 +1,92 @@
+#pragma once
+// Training callbacks beyond LossMonitor and LearningRateScheduler.
+#include <cstdio>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "kiln/train.h"
+
+namespace kiln::train {
+
+// The value a callback watches: "loss" (training), "val_loss" or "val_accuracy".
+double monitored_value(const EpochInfo& e, const std::string& monitor);
+
+// Prints the time of every epoch and the mean time per step.
+class TimeMonitor : public Callback {
+ public:
+  void on_step_end(Model&, const StepInfo& s) override { steps_ = s.batch; }
+  void on_epoch_end(Model&, const EpochInfo& e) override;
+
+ private:
+  int64_t steps_ = 0;
+};
+
+// Saves parameters and buffers (safetensors) every `every_epochs` epochs as
+// DIR/PREFIX-epochN.safetensors, keeping the last `keep_last` files.
+class ModelCheckpoint : public Callback {
+ public:
+  ModelCheckpoint(std::string dir, int every_epochs = 1, int keep_last = 3, std::string prefix = "checkpoint");
+  void on_epoch_end(Model& m, const EpochInfo& e) override;
+  const std::deque<std::string>& kept() const { return kept_; }
+
+ private:
+  std::string dir_, prefix_;
+  int every_, keep_;
+  std::deque<std::string> kept_;
+};
+
+// Stops training when the monitored value has not improved by min_delta for `patience` epochs.
+class EarlyStopping : public Callback {
+ public:
+  EarlyStopping(std::string monitor = "val_loss", int patience = 3, double min_delta = 0.0);
+  void on_epoch_end(Model& m, const EpochInfo& e) override;
+  int stopped_epoch() const { return stopped_epoch_; }
+
+ private:
+  std::string monitor_;
+  int patience_, wait_ = 0, stopped_epoch_ = 0;
+  double min_delta_, best_;
+  bool higher_is_better_;
+};
+
+// Multiplies the learning rate by `factor` when the monitored value has not
+// improved for `patience` epochs, down to min_lr.
+class ReduceLROnPlateau : public Callback {
+ public:
+  ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 2, double min_lr = 0.0);
+  void on_epoch_end(Model& m, const EpochInfo& e) override;
+
+ private:
+  std::string monitor_;
+  double factor_, min_lr_, best_;
+  int patience_, wait_ = 0;
+  bool higher_is_better_;
+};
+
+// One line per epoch: JSON objects (path ending in .jsonl) or CSV with a header.
+class MetricsLogger : public Callback {
+ public:
+  explicit MetricsLogger(const std::string& path);
+  void on_epoch_end(Model& m, const EpochInfo& e) override;
+
+ private:
+  std::ofstream out_;
+  bool json_;
+};
+
+// Runs the given functions at the matching events.
+class LambdaCallback : public Callback {
+ public:
+  std::function<void(Model&, const StepInfo&)> step_end;
+  std::function<void(Model&, const EpochInfo&)> epoch_end;
+  void on_step_end(Model& m, const StepInfo& s) override {
+    if (step_end) step_end(m, s);
+  }
+  void on_epoch_end(Model& m, const EpochInfo& e) override {
+    if (epoch_end) epoch_end(m, e);
+  }
+};
+
+}  // namespace kiln::train

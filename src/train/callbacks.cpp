@@ -1,0 +1,115 @@
+#include "kiln/callbacks.h"
+
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "kiln/io.h"
+
+namespace kiln::train {
+
+double monitored_value(const EpochInfo& e, const std::string& monitor) {
+  double v;
+  if (monitor == "loss") v = e.mean_loss;
+  else if (monitor == "val_loss") v = e.val_loss;
+  else if (monitor == "val_accuracy") v = e.val_accuracy;
+  else KILN_FAIL("unknown monitor '", monitor, "'; use loss, val_loss or val_accuracy");
+  KILN_CHECK(!std::isnan(v), "monitor '", monitor, "' has no value: pass a validation set to Model::train");
+  return v;
+}
+
+namespace {
+void check_monitor(const std::string& monitor) {
+  KILN_CHECK(monitor == "loss" || monitor == "val_loss" || monitor == "val_accuracy", "unknown monitor '", monitor,
+             "'; use loss, val_loss or val_accuracy");
+}
+bool improved(double v, double best, double min_delta, bool higher_is_better) {
+  return higher_is_better ? v > best + min_delta : v < best - min_delta;
+}
+}  // namespace
+
+void TimeMonitor::on_epoch_end(Model&, const EpochInfo& e) {
+  std::printf("epoch %d took %.2f s, %.2f ms per step\n", e.epoch, e.seconds,
+              steps_ > 0 ? 1000.0 * e.seconds / static_cast<double>(steps_) : 0.0);
+  std::fflush(stdout);
+}
+
+ModelCheckpoint::ModelCheckpoint(std::string dir, int every_epochs, int keep_last, std::string prefix)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), every_(every_epochs), keep_(keep_last) {
+  KILN_CHECK(every_epochs > 0 && keep_last > 0, "ModelCheckpoint: every_epochs and keep_last must be positive");
+  std::filesystem::create_directories(dir_);
+}
+
+void ModelCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
+  if (e.epoch % every_ != 0) return;
+  std::string path = dir_ + "/" + prefix_ + "-epoch" + std::to_string(e.epoch) + ".safetensors";
+  io::save_cell(m.network(), path, {{"epoch", std::to_string(e.epoch)}, {"train_loss", std::to_string(e.mean_loss)}});
+  kept_.push_back(path);
+  while (static_cast<int>(kept_.size()) > keep_) {
+    std::filesystem::remove(kept_.front());
+    kept_.pop_front();
+  }
+}
+
+EarlyStopping::EarlyStopping(std::string monitor, int patience, double min_delta)
+    : monitor_(std::move(monitor)), patience_(patience), min_delta_(min_delta) {
+  check_monitor(monitor_);
+  higher_is_better_ = monitor_ == "val_accuracy";
+  best_ = higher_is_better_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+}
+
+void EarlyStopping::on_epoch_end(Model& m, const EpochInfo& e) {
+  double v = monitored_value(e, monitor_);
+  if (improved(v, best_, min_delta_, higher_is_better_)) {
+    best_ = v;
+    wait_ = 0;
+  } else if (++wait_ >= patience_) {
+    stopped_epoch_ = e.epoch;
+    std::printf("early stopping at epoch %d: %s has not improved for %d epochs (best %.4f)\n", e.epoch, monitor_.c_str(),
+                patience_, best_);
+    m.stop_training();
+  }
+}
+
+ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int patience, double min_lr)
+    : monitor_(std::move(monitor)), factor_(factor), min_lr_(min_lr), patience_(patience) {
+  check_monitor(monitor_);
+  KILN_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau: factor must be in (0, 1), got ", factor);
+  higher_is_better_ = monitor_ == "val_accuracy";
+  best_ = higher_is_better_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+}
+
+void ReduceLROnPlateau::on_epoch_end(Model& m, const EpochInfo& e) {
+  double v = monitored_value(e, monitor_);
+  if (improved(v, best_, 0.0, higher_is_better_)) {
+    best_ = v;
+    wait_ = 0;
+    return;
+  }
+  if (++wait_ >= patience_) {
+    m.optimizer().set_lr(std::max(min_lr_, m.optimizer().lr() * factor_));
+    wait_ = 0;
+  }
+}
+
+MetricsLogger::MetricsLogger(const std::string& path) : out_(path), json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {
+  KILN_CHECK(out_.good(), "cannot write '", path, "'");
+  if (!json_) out_ << "epoch,train_loss,val_loss,val_accuracy,seconds,samples_per_s,lr\n";
+}
+
+void MetricsLogger::on_epoch_end(Model& m, const EpochInfo& e) {
+  if (json_) {
+    nlohmann::json line{{"epoch", e.epoch}, {"train_loss", e.mean_loss}, {"seconds", e.seconds},
+                        {"samples_per_s", e.samples_per_s}, {"lr", m.optimizer().lr()}};
+    if (!std::isnan(e.val_loss)) line["val_loss"] = e.val_loss;
+    if (!std::isnan(e.val_accuracy)) line["val_accuracy"] = e.val_accuracy;
+    out_ << line.dump() << "\n";
+  } else {
+    auto opt = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
+    out_ << e.epoch << "," << e.mean_loss << "," << opt(e.val_loss) << "," << opt(e.val_accuracy) << "," << e.seconds
+         << "," << e.samples_per_s << "," << m.optimizer().lr() << "\n";
+  }
+  out_.flush();
+}
+
+}  // namespace kiln::train
