@@ -29,7 +29,16 @@ class Optimizer {
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
   int64_t steps() const { return steps_; }
 
+  // The optimizer's state as named tensors ("step", "g0.p3.momentum", ...),
+  // for checkpoints; load_state puts it back into an optimizer built over the
+  // same parameters, and refuses a state of another shape.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state);
+
  protected:
+  // Per-parameter buffers by name ("momentum", "exp_avg", ...), [group][param].
+  virtual std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() { return {}; }
+
   // Calls fn(group, group index, parameter index, gradient) for every
   // parameter that has a gradient, with weight decay (L2) already added when
   // add_weight_decay is set. Runs under NoGradGuard.
@@ -51,6 +60,11 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions o);
   void step() override;
 
+ protected:
+  std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
+    return {{"momentum", &momentum_}};
+  }
+
  private:
   SGDOptions o_;
   std::vector<std::vector<Tensor>> momentum_;  // per group, per parameter
@@ -67,6 +81,11 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions o);
   void step() override;
 
+ protected:
+  std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
+    return {{"exp_avg", &m_}, {"exp_avg_sq", &v_}};
+  }
+
  private:
   AdamOptions o_;
   std::vector<std::vector<Tensor>> m_, v_;
@@ -81,6 +100,11 @@ class RMSProp : public Optimizer {
  public:
   RMSProp(std::vector<Tensor> params, RMSPropOptions o);
   void step() override;
+
+ protected:
+  std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
+    return {{"square_avg", &square_avg_}, {"momentum", &momentum_}};
+  }
 
  private:
   RMSPropOptions o_;

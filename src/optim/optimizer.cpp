@@ -1,4 +1,5 @@
 #include <cmath>
+#include <map>
 
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
@@ -45,6 +46,58 @@ void Optimizer::for_each_gradient(bool add_weight_decay,
       fn(g, gi, i, grad);
     }
   }
+}
+
+namespace {
+// "g<group>.p<param>.<buffer>", built by appending (GCC 12 warns falsely on chained operator+).
+std::string state_key(size_t g, size_t i, const std::string& name) {
+  std::string key = "g";
+  key += std::to_string(g);
+  key += ".p";
+  key += std::to_string(i);
+  key += '.';
+  key += name;
+  return key;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("step", scalar_tensor(static_cast<double>(steps_), DType::Int64));
+  auto* self = const_cast<Optimizer*>(this);
+  for (auto& [name, store] : self->buffers())
+    for (size_t g = 0; g < store->size(); ++g)
+      for (size_t i = 0; i < (*store)[g].size(); ++i) {
+        const Tensor& t = (*store)[g][i];
+        if (t.defined()) out.emplace_back(state_key(g, i, name), t.clone());
+      }
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state) {
+  NoGradGuard guard;
+  std::map<std::string, Tensor> by_name(state.begin(), state.end());
+  auto step = by_name.find("step");
+  KILN_CHECK(step != by_name.end(), "optimizer state has no 'step' entry");
+  int64_t restored_steps = step->second.item<int64_t>();
+  std::vector<std::pair<Tensor*, Tensor>> assignments;
+  size_t used = 1;
+  for (auto& [name, store] : buffers())
+    for (size_t g = 0; g < store->size(); ++g)
+      for (size_t i = 0; i < (*store)[g].size(); ++i) {
+        auto it = by_name.find(state_key(g, i, name));
+        if (it == by_name.end()) continue;
+        const Tensor& p = groups_[g].params[i];
+        KILN_CHECK(it->second.shape() == p.shape(), "optimizer state '", it->first, "' has shape ",
+                   shape_str(it->second.shape()), " but its parameter has shape ", shape_str(p.shape()),
+                   "; the state belongs to another model");
+        assignments.emplace_back(&(*store)[g][i], it->second.to(p.dtype()));
+        ++used;
+      }
+  KILN_CHECK(used == state.size(), "optimizer state has ", state.size() - used,
+             " entries this optimizer does not know; it was saved by another kind of optimizer or model");
+  for (auto& [slot, value] : assignments) *slot = value.clone();
+  steps_ = restored_steps;
 }
 
 void Optimizer::set_lr(double lr) {

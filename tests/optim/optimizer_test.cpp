@@ -80,3 +80,27 @@ TEST(RMSProp, FirstStepMatchesTheFormula) {
   rms.step();  // v = 0.1 * 4 = 0.4; p -= 0.01 * 2 / sqrt(0.4)
   EXPECT_NEAR(p.item<float>(), 1.0f - 0.02f / std::sqrt(0.4f), 1e-6);
 }
+
+TEST(OptimizerState, RestoringGivesTheSameNextSteps) {
+  auto run = [](optim::Optimizer& opt, Tensor& p, int steps) {
+    for (int i = 0; i < steps; ++i) {
+      p.zero_grad();
+      sum(p * p * from_vector<float>({1.0f, 2.0f})).backward();
+      opt.step();
+    }
+  };
+  Tensor a = from_vector<float>({1.0f, -1.0f}).set_requires_grad();
+  optim::Adam first({a}, {.lr = 0.1});
+  run(first, a, 3);
+  auto state = first.state();
+  EXPECT_EQ(state.size(), 3u);  // step, exp_avg, exp_avg_sq
+  Tensor b = a.detach().clone().set_requires_grad();
+  optim::Adam second({b}, {.lr = 0.1});
+  second.load_state(state);
+  run(first, a, 2);
+  run(second, b, 2);
+  EXPECT_EQ(a.to_vector<float>(), b.to_vector<float>());
+  EXPECT_EQ(second.steps(), 5);
+  optim::SGD sgd({b}, {.lr = 0.1, .momentum = 0.9});
+  EXPECT_THROW(sgd.load_state(state), Error);  // Adam's buffers mean nothing to SGD
+}
