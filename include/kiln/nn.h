@@ -48,7 +48,6 @@ class Cell {
 
  protected:
   void add_child(const std::string& name, std::shared_ptr<Cell> cell);
-  Tensor& param(const std::string& name);
 
  private:
   void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;

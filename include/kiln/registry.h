@@ -76,7 +76,6 @@ class OpRegistry {
   OpDef& define(OpDef def);  // throws when the name is taken
   const OpDef* find(const std::string& name) const;
   const OpDef& get(const std::string& name) const;  // throws listing close names
-  OpDef& get_mutable(const std::string& name);
   void register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn);
   std::vector<const OpDef*> all() const;  // sorted by name
 

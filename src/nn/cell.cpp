@@ -28,12 +28,6 @@ void Cell::add_child(const std::string& name, std::shared_ptr<Cell> cell) {
   children_.emplace_back(name, std::move(cell));
 }
 
-Tensor& Cell::param(const std::string& name) {
-  for (auto& [n, t] : params_)
-    if (n == name) return t;
-  KILN_FAIL("no parameter named '", name, "'");
-}
-
 void Cell::set_train(bool mode) {
   apply([mode](Cell& c) { c.training_ = mode; });
 }

@@ -99,7 +99,6 @@ const OpDef& OpRegistry::get(const std::string& name) const {
             " (`kiln ops` lists every registered op)");
 }
 
-OpDef& OpRegistry::get_mutable(const std::string& name) { return const_cast<OpDef&>(get(name)); }
 
 void OpRegistry::register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn) {
   auto it = ops_.find(op);
