@@ -60,6 +60,16 @@ struct ClassLoss {
   }
 };
 
+// log(sum(exp(row))) over c values, computed from the row's maximum.
+template <typename T>
+double row_logsumexp(const T* row, int64_t c) {
+  double m = row[0];
+  for (int64_t k = 1; k < c; ++k) m = std::max(m, static_cast<double>(row[k]));
+  double s = 0;
+  for (int64_t k = 0; k < c; ++k) s += std::exp(row[k] - m);
+  return m + std::log(s);
+}
+
 template <typename T>
 void cross_entropy_kernel(const Ins& in, Outs& out, const Attrs& a) {
   ClassLoss<T> p(in, 0, a);
@@ -69,11 +79,7 @@ void cross_entropy_kernel(const Ins& in, Outs& out, const Attrs& a) {
     int64_t t = p.target_of(i);
     if (t < 0) continue;
     const T* row = px + i * p.c;
-    double m = row[0];
-    for (int64_t k = 1; k < p.c; ++k) m = std::max(m, static_cast<double>(row[k]));
-    double s = 0;
-    for (int64_t k = 0; k < p.c; ++k) s += std::exp(row[k] - m);
-    double lse = m + std::log(s);
+    double lse = row_logsumexp(row, p.c);
     double l = -(1 - p.smoothing) * p.weight(t) * (row[t] - lse);
     if (p.smoothing > 0) {
       double acc = 0;
@@ -93,7 +99,7 @@ void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const T* pg = g.data<T>();
   T* po = out[0].data<T>();
   double denom = p.denominator();
-  std::vector<double> prob(p.c), coeff(p.c);
+  std::vector<double> coeff(p.c);
   for (int64_t i = 0; i < p.n; ++i) {
     T* orow = po + i * p.c;
     int64_t t = p.target_of(i);
@@ -103,17 +109,14 @@ void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
     }
     double scale = p.reduction == "none" ? pg[i] : (p.reduction == "sum" ? pg[0] : pg[0] / denom);
     const T* row = px + i * p.c;
-    double m = row[0];
-    for (int64_t k = 1; k < p.c; ++k) m = std::max(m, static_cast<double>(row[k]));
-    double s = 0;
-    for (int64_t k = 0; k < p.c; ++k) s += (prob[k] = std::exp(row[k] - m));
+    double lse = row_logsumexp(row, p.c);
     // d loss / d x_k = sum_j coeff_j (softmax_k - [j == k]).
     double total_coeff = 0;
     for (int64_t k = 0; k < p.c; ++k) {
       coeff[k] = p.smoothing / static_cast<double>(p.c) * p.weight(k) + (k == t ? (1 - p.smoothing) * p.weight(k) : 0.0);
       total_coeff += coeff[k];
     }
-    for (int64_t k = 0; k < p.c; ++k) orow[k] = static_cast<T>(scale * (total_coeff * prob[k] / s - coeff[k]));
+    for (int64_t k = 0; k < p.c; ++k) orow[k] = static_cast<T>(scale * (total_coeff * std::exp(row[k] - lse) - coeff[k]));
   }
 }
 
