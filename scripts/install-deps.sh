@@ -9,7 +9,8 @@ PACKAGES=(
   libdnnl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
-  dataset-fashion-mnist
+  libjpeg62-turbo-dev libpng-dev
+  dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 
 missing=()

@@ -127,5 +127,13 @@ using Schedule = std::function<double(int64_t step)>;
 Schedule cosine_schedule(double base_lr, int64_t total, int64_t warmup = 0, double min_lr = 0.0);
 // base_lr * gamma^(step / step_size).
 Schedule step_schedule(double base_lr, int64_t step_size, double gamma = 0.1);
+// base_lr * gamma^(number of milestones <= step); milestones must increase.
+Schedule multistep_schedule(double base_lr, std::vector<int64_t> milestones, double gamma = 0.1);
+// base_lr * gamma^step.
+Schedule exponential_schedule(double base_lr, double gamma);
+// (base_lr - end_lr) * (1 - step / total)^power + end_lr, then end_lr after `total` steps.
+Schedule polynomial_schedule(double base_lr, int64_t total, double power = 1.0, double end_lr = 0.0);
+// values[i] while boundaries[i-1] <= step < boundaries[i]: one more value than boundaries.
+Schedule piecewise_constant_schedule(std::vector<int64_t> boundaries, std::vector<double> values);
 
 }  // namespace kiln::optim

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/models.h"
 
@@ -18,12 +19,18 @@ struct OptimizerSpec {
   bool nesterov = false;
 };
 
+// Schedules are written in epochs (fractions allowed) and applied every step.
 struct ScheduleSpec {
-  std::string name = "none";  // none | cosine | step
+  std::string name = "none";  // none | cosine | step | multistep | exponential | polynomial | piecewise
   double warmup_epochs = 0;   // cosine
   double min_lr = 0;          // cosine
   int64_t step_epochs = 1;    // step
-  double gamma = 0.1;         // step
+  double gamma = 0.1;         // step, multistep, exponential (per epoch)
+  std::vector<double> milestones;  // multistep: epochs at which the rate is multiplied by gamma
+  double power = 1.0;         // polynomial
+  double end_lr = 0.0;        // polynomial
+  std::vector<double> boundaries;  // piecewise: epochs where the next value starts
+  std::vector<double> values;      // piecewise: one more than boundaries
 };
 
 struct Recipe {

@@ -106,8 +106,17 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
     o.read("nesterov", r.optimizer.nesterov);
   }
   if (top["schedule"]) {
-    Section s(top["schedule"], "schedule", {"name", "warmup_epochs", "min_lr", "step_epochs", "gamma"}, source);
-    s.read_choice("name", r.schedule.name, {"none", "cosine", "step"});
+    Section s(top["schedule"], "schedule",
+              {"name", "warmup_epochs", "min_lr", "step_epochs", "gamma", "milestones", "power", "end_lr", "boundaries",
+               "values"},
+              source);
+    s.read_choice("name", r.schedule.name,
+                  {"none", "cosine", "step", "multistep", "exponential", "polynomial", "piecewise"});
+    s.read("milestones", r.schedule.milestones);
+    s.read("power", r.schedule.power);
+    s.read("end_lr", r.schedule.end_lr);
+    s.read("boundaries", r.schedule.boundaries);
+    s.read("values", r.schedule.values);
     s.read("warmup_epochs", r.schedule.warmup_epochs);
     s.read("min_lr", r.schedule.min_lr);
     s.read("step_epochs", r.schedule.step_epochs);
@@ -129,6 +138,12 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   check(r.schedule.warmup_epochs >= 0 && r.schedule.warmup_epochs < r.epochs, r,
         "schedule.warmup_epochs must be >= 0 and below epochs");
   check(r.schedule.step_epochs > 0, r, "schedule.step_epochs must be positive");
+  check(r.schedule.name != "multistep" || !r.schedule.milestones.empty(), r,
+        "schedule multistep needs milestones: a list of epochs, e.g. [3, 4]");
+  check(r.schedule.name != "piecewise" || r.schedule.values.size() == r.schedule.boundaries.size() + 1, r,
+        "schedule piecewise needs boundaries (epochs) and one more value than boundaries, e.g. boundaries: [2, 4], "
+        "values: [0.1, 0.01, 0.001]");
+  check(r.schedule.power > 0 && r.schedule.gamma > 0, r, "schedule.power and schedule.gamma must be positive");
   check(!r.output.empty(), r, "output must name a directory");
   return r;
 }

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,16 @@ std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_
   if (s.name == "cosine")
     return optim::cosine_schedule(r.optimizer.lr, total, static_cast<int64_t>(s.warmup_epochs * steps_per_epoch), s.min_lr);
   if (s.name == "step") return optim::step_schedule(r.optimizer.lr, s.step_epochs * steps_per_epoch, s.gamma);
+  auto to_steps = [&](const std::vector<double>& epochs) {
+    std::vector<int64_t> steps;
+    for (double e : epochs) steps.push_back(static_cast<int64_t>(std::llround(e * static_cast<double>(steps_per_epoch))));
+    return steps;
+  };
+  if (s.name == "multistep") return optim::multistep_schedule(r.optimizer.lr, to_steps(s.milestones), s.gamma);
+  if (s.name == "exponential")
+    return optim::exponential_schedule(r.optimizer.lr, std::pow(s.gamma, 1.0 / static_cast<double>(steps_per_epoch)));
+  if (s.name == "polynomial") return optim::polynomial_schedule(r.optimizer.lr, total, s.power, s.end_lr);
+  if (s.name == "piecewise") return optim::piecewise_constant_schedule(to_steps(s.boundaries), s.values);
   return std::nullopt;
 }
 

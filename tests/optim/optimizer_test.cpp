@@ -74,6 +74,31 @@ TEST(Schedule, CosineWithWarmupAndStep) {
   EXPECT_THROW(optim::cosine_schedule(1.0, 10, 10), Error);
 }
 
+TEST(Schedule, MultiStepExponentialPolynomialPiecewise) {
+  auto ms = optim::multistep_schedule(1.0, {3, 5}, 0.1);  // as torch MultiStepLR
+  EXPECT_NEAR(ms(2), 1.0, 1e-12);
+  EXPECT_NEAR(ms(3), 0.1, 1e-12);
+  EXPECT_NEAR(ms(4), 0.1, 1e-12);
+  EXPECT_NEAR(ms(5), 0.01, 1e-12);
+  EXPECT_NEAR(ms(100), 0.01, 1e-12);
+  auto ex = optim::exponential_schedule(2.0, 0.5);
+  EXPECT_NEAR(ex(0), 2.0, 1e-12);
+  EXPECT_NEAR(ex(3), 0.25, 1e-12);
+  auto poly = optim::polynomial_schedule(1.0, 10, 2.0, 0.1);
+  EXPECT_NEAR(poly(0), 1.0, 1e-12);
+  EXPECT_NEAR(poly(5), 0.9 * 0.25 + 0.1, 1e-12);
+  EXPECT_NEAR(poly(10), 0.1, 1e-12);
+  EXPECT_NEAR(poly(50), 0.1, 1e-12);
+  auto pw = optim::piecewise_constant_schedule({10, 20}, {0.1, 0.01, 0.001});
+  EXPECT_NEAR(pw(0), 0.1, 1e-12);
+  EXPECT_NEAR(pw(9), 0.1, 1e-12);
+  EXPECT_NEAR(pw(10), 0.01, 1e-12);
+  EXPECT_NEAR(pw(25), 0.001, 1e-12);
+  EXPECT_THROW(optim::multistep_schedule(1.0, {5, 3}), Error);
+  EXPECT_THROW(optim::piecewise_constant_schedule({10}, {0.1}), Error);
+  EXPECT_THROW(optim::polynomial_schedule(1.0, 0), Error);
+}
+
 TEST(RMSProp, FirstStepMatchesTheFormula) {
   Tensor p = param_with_grad({1.0f}, {2.0f});
   optim::RMSProp rms({p}, {.lr = 0.01, .alpha = 0.9});

@@ -57,6 +57,10 @@ TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
   EXPECT_NE(msg.find("epochs must be positive"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("schedule: {name: cosine, warmup: 1}\n"); });
   EXPECT_NE(msg.find("unknown key 'warmup' in schedule"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("schedule: {name: piecewise, boundaries: [2], values: [0.1]}\n"); });
+  EXPECT_NE(msg.find("one more value than boundaries"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("schedule: {name: multistep}\n"); });
+  EXPECT_NE(msg.find("multistep needs milestones"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("model: [1, 2\n"); });
   EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_file("/nonexistent.yaml"); });
