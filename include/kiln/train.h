@@ -87,13 +87,13 @@ class Model {
   // not finite stops training with an error naming the step and the last finite loss.
   // With a validation set, each epoch ends with an evaluation on it
   // (EpochInfo::val_loss and val_accuracy), before the callbacks run.
-  std::vector<EpochInfo> train(int epochs, data::BatchIterator& batches,
+  std::vector<EpochInfo> train(int epochs, data::BatchSource& batches,
                                const std::vector<std::shared_ptr<Callback>>& callbacks = {},
-                               data::BatchIterator* validation = nullptr);
+                               data::BatchSource* validation = nullptr);
   // Asks train() to stop after the current epoch (EarlyStopping calls it).
   void stop_training() { stop_requested_ = true; }
   // Mean loss and top-1 accuracy over a dataset, in inference mode.
-  EvalResult eval(data::BatchIterator& batches);
+  EvalResult eval(data::BatchSource& batches);
   Tensor predict(const Tensor& inputs);
   nn::Cell& network() { return *net_; }
   optim::Optimizer& optimizer() { return *optimizer_; }

@@ -20,9 +20,9 @@ Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
             },
             std::move(optimizer)) {}
 
-std::vector<EpochInfo> Model::train(int epochs, data::BatchIterator& batches,
+std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
                                     const std::vector<std::shared_ptr<Callback>>& callbacks,
-                                    data::BatchIterator* validation) {
+                                    data::BatchSource* validation) {
   KILN_CHECK(optimizer_ != nullptr, "Model::train needs an optimizer");
   KILN_CHECK(epochs > 0, "epochs must be positive, got ", epochs);
   using Clock = std::chrono::steady_clock;
@@ -76,7 +76,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchIterator& batches,
   return history;
 }
 
-EvalResult Model::eval(data::BatchIterator& batches) {
+EvalResult Model::eval(data::BatchSource& batches) {
   NoGradGuard guard;
   net_->set_train(false);
   batches.start_epoch();

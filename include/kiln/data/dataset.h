@@ -1,0 +1,81 @@
+#pragma once
+// Datasets: random-access sources of samples, and the batch sources that
+// Model::train and Model::eval consume.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/generator.h"
+#include "kiln/tensor.h"
+
+namespace kiln::data {
+
+// One sample: the model's input and its target (a class index, a token
+// sequence, ...). Transforms change either.
+struct Sample {
+  Tensor input;
+  Tensor label;
+};
+
+// A dataset with a known size and random access. get() is called from the
+// pipeline's worker threads at once, so it must not change shared state.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual Sample get(int64_t index) const = 0;
+};
+
+// Inputs and labels held in memory, first axis = samples.
+class TensorDataset : public Dataset {
+ public:
+  TensorDataset() = default;
+  TensorDataset(Tensor inputs_, Tensor labels_);
+  int64_t size() const override { return inputs.defined() ? inputs.shape()[0] : 0; }
+  Sample get(int64_t index) const override;
+
+  Tensor inputs;
+  Tensor labels;
+};
+
+struct Batch {
+  Tensor inputs;
+  Tensor labels;
+};
+
+// What the training loop reads: batches, epoch after epoch.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual void start_epoch() = 0;            // the next epoch (the first call starts epoch 0)
+  virtual bool next(Batch& batch) = 0;       // false at the end of the epoch
+  virtual int64_t batches_per_epoch() const = 0;
+  virtual int64_t batch_size() const = 0;
+};
+
+// The fast path for data already in memory as tensors: gathers rows, with no
+// transforms, reshuffling every epoch with its own generator.
+class BatchIterator : public BatchSource {
+ public:
+  BatchIterator(TensorDataset dataset, int64_t batch_size, bool shuffle, bool drop_remainder = false,
+                uint64_t seed = 0);
+  void start_epoch() override;  // reshuffles when shuffling is on
+  bool next(Batch& batch) override;
+  int64_t batches_per_epoch() const override;
+  int64_t batch_size() const override { return batch_size_; }
+  const TensorDataset& dataset() const { return dataset_; }
+
+ private:
+  TensorDataset dataset_;
+  int64_t batch_size_;
+  bool shuffle_, drop_remainder_;
+  Generator gen_;
+  std::vector<int64_t> order_;
+  int64_t pos_ = 0;
+};
+
+// Stacks samples into a batch. Every input (and every label) must have the
+// same shape and dtype; the error names the first sample that differs.
+Batch collate(const std::vector<Sample>& samples);
+
+}  // namespace kiln::data

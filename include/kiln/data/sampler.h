@@ -1,0 +1,50 @@
+#pragma once
+// Samplers decide which dataset indices an epoch visits, and in what order.
+// They are pure functions of (dataset size, epoch), so any number of workers
+// and any restart see the same order.
+#include <cstdint>
+#include <vector>
+
+namespace kiln::data {
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  virtual std::vector<int64_t> indices(int64_t dataset_size, int64_t epoch) const = 0;
+};
+
+// 0, 1, ..., n-1.
+class SequentialSampler : public Sampler {
+ public:
+  std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+};
+
+// A permutation that changes every epoch and is fixed by the seed.
+class RandomSampler : public Sampler {
+ public:
+  explicit RandomSampler(uint64_t seed) : seed_(seed) {}
+  std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+
+ private:
+  uint64_t seed_;
+};
+
+// One shard of `num_shards` for data-parallel training: every shard sees the
+// same number of samples (the order is padded by wrapping around, as
+// PyTorch's DistributedSampler does), shards do not overlap otherwise, and
+// all shards agree on the shuffled order because they share the seed.
+class DistributedSampler : public Sampler {
+ public:
+  DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle = true, uint64_t seed = 0);
+  std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+
+ private:
+  int64_t num_shards_, shard_id_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
+// Mixes seeds into one (splitmix64), for per-epoch and per-sample streams.
+uint64_t mix_seed(uint64_t a, uint64_t b);
+
+}  // namespace kiln::data
