@@ -4,3 +4,5 @@
 #include "kiln/data/pipeline.h"
 #include "kiln/data/readers.h"
 #include "kiln/data/sampler.h"
+#include "kiln/data/image.h"
+#include "kiln/data/vision.h"
