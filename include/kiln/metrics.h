@@ -30,4 +30,44 @@ class ConfusionMatrix {
   std::vector<int64_t> counts_;
 };
 
+// A metric accumulated over the batches of an evaluation (Model::eval).
+// Outputs are logits [N, C] (or [N, T, C] for sequences, classes last) and
+// labels [N] (or [N, T]).
+class Metric {
+ public:
+  virtual ~Metric() = default;
+  virtual void reset() = 0;
+  virtual void update(const Tensor& outputs, const Tensor& labels) = 0;
+  // Named results, e.g. {"precision", 0.9}; a metric may report several.
+  virtual std::vector<std::pair<std::string, double>> results() const = 0;
+};
+
+// Top-1 ("accuracy") or top-k ("top<k>_accuracy") accuracy.
+class Accuracy : public Metric {
+ public:
+  explicit Accuracy(int64_t k = 1) : k_(k) {}
+  void reset() override { hits_ = total_ = 0; }
+  void update(const Tensor& outputs, const Tensor& labels) override;
+  std::vector<std::pair<std::string, double>> results() const override;
+
+ private:
+  int64_t k_;
+  double hits_ = 0;
+  int64_t total_ = 0;
+};
+
+// Macro-averaged precision, recall and F1 (and the matrix) over num_classes.
+class ClassificationReport : public Metric {
+ public:
+  explicit ClassificationReport(int64_t num_classes) : num_classes_(num_classes), matrix_(num_classes) {}
+  void reset() override { matrix_ = ConfusionMatrix(num_classes_); }
+  void update(const Tensor& outputs, const Tensor& labels) override { matrix_.update(outputs, labels); }
+  std::vector<std::pair<std::string, double>> results() const override;
+  const ConfusionMatrix& matrix() const { return matrix_; }
+
+ private:
+  int64_t num_classes_;
+  ConfusionMatrix matrix_;
+};
+
 }  // namespace kiln::train::metrics

@@ -2,11 +2,13 @@
 // Model: the training and evaluation loop around a Cell, a loss and an optimizer.
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kiln/data.h"
+#include "kiln/metrics.h"
 #include "kiln/nn.h"
 #include "kiln/nn/losses.h"
 #include "kiln/optim.h"
@@ -75,24 +77,40 @@ class LearningRateScheduler : public Callback {
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // top-1, over samples (or tokens, for sequence outputs)
   int64_t samples = 0;
+  // "loss" and every result of the Model's metrics ("accuracy", "precision", ...).
+  std::map<std::string, double> metrics;
+  double operator[](const std::string& name) const;  // throws naming the metrics there are
+};
+
+// What train() does when the loss is NaN or infinite.
+enum class NonFinitePolicy {
+  Error,     // throw, naming the step and the last finite loss (the default)
+  Stop,      // end training there, keep what was learned so far, and warn
+  SkipStep,  // skip that batch's update and warn; still an error after 10 in a row
 };
 
 class Model {
  public:
-  Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer);
-  Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss, std::shared_ptr<optim::Optimizer> optimizer);
+  Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
+        std::vector<std::shared_ptr<metrics::Metric>> metrics = {});
+  Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss, std::shared_ptr<optim::Optimizer> optimizer,
+        std::vector<std::shared_ptr<metrics::Metric>> metrics = {});
+  // Metrics that eval() computes besides the loss (default: top-1 accuracy).
+  void set_metrics(std::vector<std::shared_ptr<metrics::Metric>> metrics);
+  void set_nonfinite_policy(NonFinitePolicy policy) { nonfinite_ = policy; }
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
-  // not finite stops training with an error naming the step and the last finite loss.
+  // not finite is handled as the NonFinitePolicy says.
   // With a validation set, each epoch ends with an evaluation on it
   // (EpochInfo::val_loss and val_accuracy), before the callbacks run.
   std::vector<EpochInfo> train(int epochs, data::BatchSource& batches,
                                const std::vector<std::shared_ptr<Callback>>& callbacks = {},
                                data::BatchSource* validation = nullptr);
-  // Asks train() to stop after the current epoch (EarlyStopping calls it).
+  // Asks train() to stop after the current step; the epoch then ends as usual
+  // (validation, callbacks). EarlyStopping and StopAtStep call it.
   void stop_training() { stop_requested_ = true; }
-  // Mean loss and top-1 accuracy over a dataset, in inference mode.
+  // Mean loss and the metrics over a dataset, in inference mode.
   EvalResult eval(data::BatchSource& batches);
   Tensor predict(const Tensor& inputs);
   nn::Cell& network() { return *net_; }
@@ -102,6 +120,8 @@ class Model {
   std::shared_ptr<nn::Cell> net_;
   LossFn loss_;
   std::shared_ptr<optim::Optimizer> optimizer_;
+  std::vector<std::shared_ptr<metrics::Metric>> metrics_;
+  NonFinitePolicy nonfinite_ = NonFinitePolicy::Error;
   int64_t global_step_ = 0;
   bool stop_requested_ = false;
 };

@@ -32,7 +32,7 @@ ConfusionMatrix::ConfusionMatrix(int64_t num_classes) : n_(num_classes), counts_
 }
 
 void ConfusionMatrix::update(const Tensor& out, const Tensor& labels) {
-  Tensor pred = out.dim() == 2 ? argmax(out, -1) : out;
+  Tensor pred = out.dim() == labels.dim() + 1 ? argmax(out, -1) : out;
   auto p = pred.to(DType::Int64).to_vector<int64_t>();
   auto y = labels.to(DType::Int64).to_vector<int64_t>();
   KILN_CHECK(p.size() == y.size(), "ConfusionMatrix: ", p.size(), " predictions but ", y.size(), " labels");
@@ -89,6 +89,38 @@ std::string ConfusionMatrix::str() const {
     os << "\n";
   }
   return os.str();
+}
+
+namespace {
+// [N, T, C] and [N, T] to [N*T, C] and [N*T].
+std::pair<Tensor, Tensor> rows_of(const Tensor& outputs, const Tensor& labels) {
+  KILN_CHECK(outputs.dim() == labels.dim() + 1 && outputs.dim() >= 2, "metrics expect outputs [N, C] or [N, T, C] ",
+             "with labels [N] or [N, T], got ", outputs.meta_str(), " and ", labels.meta_str());
+  return {outputs.reshape({-1, outputs.shape().back()}), labels.reshape({-1})};
+}
+}  // namespace
+
+void Accuracy::update(const Tensor& outputs, const Tensor& labels) {
+  auto [out, y] = rows_of(outputs, labels);
+  int64_t n = y.numel();
+  if (k_ == 1) hits_ += static_cast<double>(sum(cast(eq(argmax(out, -1), y.to(DType::Int64)), DType::Int64)).item<int64_t>());
+  else hits_ += top_k_accuracy(out, y, k_) * static_cast<double>(n);
+  total_ += n;
+}
+
+std::vector<std::pair<std::string, double>> Accuracy::results() const {
+  double value = total_ ? hits_ / static_cast<double>(total_) : 0.0;
+  return {{k_ == 1 ? std::string("accuracy") : "top" + std::to_string(k_) + "_accuracy", value}};
+}
+
+std::vector<std::pair<std::string, double>> ClassificationReport::results() const {
+  double p = 0, r = 0;
+  for (int64_t c = 0; c < num_classes_; ++c) {
+    p += matrix_.precision(c);
+    r += matrix_.recall(c);
+  }
+  double n = static_cast<double>(num_classes_);
+  return {{"precision", p / n}, {"recall", r / n}, {"f1", matrix_.macro_f1()}};
 }
 
 }  // namespace kiln::train::metrics

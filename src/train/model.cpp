@@ -1,24 +1,41 @@
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "kiln/autograd.h"
 #include "kiln/train.h"
 
 namespace kiln::train {
 
-Model::Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer)
+Model::Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
+             std::vector<std::shared_ptr<metrics::Metric>> metrics)
     : net_(std::move(net)), loss_(std::move(loss)), optimizer_(std::move(optimizer)) {
   KILN_CHECK(net_ != nullptr && static_cast<bool>(loss_), "Model needs a network and a loss function");
+  set_metrics(std::move(metrics));
 }
 
 Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
-             std::shared_ptr<optim::Optimizer> optimizer)
+             std::shared_ptr<optim::Optimizer> optimizer, std::vector<std::shared_ptr<metrics::Metric>> metrics)
     : Model(std::move(net),
             [loss](const Tensor& out, const Tensor& y) {
               KILN_CHECK(loss != nullptr, "Model needs a loss");
               return loss->construct(out, y);
             },
-            std::move(optimizer)) {}
+            std::move(optimizer), std::move(metrics)) {}
+
+void Model::set_metrics(std::vector<std::shared_ptr<metrics::Metric>> metrics) {
+  for (auto& m : metrics) KILN_CHECK(m != nullptr, "Model: a metric is null");
+  metrics_ = metrics.empty() ? std::vector<std::shared_ptr<metrics::Metric>>{std::make_shared<metrics::Accuracy>()}
+                             : std::move(metrics);
+}
+
+double EvalResult::operator[](const std::string& name) const {
+  auto it = metrics.find(name);
+  if (it != metrics.end()) return it->second;
+  std::string names;
+  for (auto& [k, v] : metrics) names += (names.empty() ? "" : ", ") + k;
+  KILN_FAIL("no metric '", name, "' in this evaluation; it has: ", names);
+}
 
 std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
                                     const std::vector<std::shared_ptr<Callback>>& callbacks,
@@ -29,6 +46,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   std::vector<EpochInfo> history;
   for (auto& c : callbacks) c->on_train_begin(*this);
   double last_finite = std::nan("");
+  int skipped_in_a_row = 0;
   stop_requested_ = false;
   for (int epoch = 1; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
@@ -37,14 +55,25 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
     data::Batch batch;
     double loss_sum = 0;
     int64_t samples = 0, batch_index = 0;
-    while (batches.next(batch)) {
+    while (!stop_requested_ && batches.next(batch)) {
       Tensor loss = loss_(net_->construct(batch.inputs), batch.labels);
       double value = loss.item<double>();
       ++global_step_;
       ++batch_index;
-      KILN_CHECK(std::isfinite(value), "the loss became ", value, " at step ", global_step_, " (epoch ", epoch,
-                 ", batch ", batch_index, "); the last finite loss was ", last_finite,
-                 ". Lower the learning rate, clip gradients, or check the inputs for NaN");
+      if (!std::isfinite(value)) {
+        std::string what = "the loss became " + std::to_string(value) + " at step " + std::to_string(global_step_) +
+                           " (epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch_index) +
+                           "); the last finite loss was " + std::to_string(last_finite);
+        const char* advice = ". Lower the learning rate, clip gradients, or check the inputs for NaN";
+        bool give_up = nonfinite_ == NonFinitePolicy::Error ||
+                       (nonfinite_ == NonFinitePolicy::SkipStep && ++skipped_in_a_row > 10);
+        KILN_CHECK(!give_up, what, nonfinite_ == NonFinitePolicy::SkipStep ? " (the 11th in a row)" : "", advice);
+        std::fprintf(stderr, "kiln: warning: %s; %s\n", what.c_str(),
+                     nonfinite_ == NonFinitePolicy::Stop ? "training stops here" : "skipping this step");
+        if (nonfinite_ == NonFinitePolicy::Stop) stop_requested_ = true;
+        continue;
+      }
+      skipped_in_a_row = 0;
       last_finite = value;
       optimizer_->zero_grad();
       loss.backward();
@@ -61,7 +90,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
     EpochInfo e;
     e.epoch = epoch;
     e.epochs = epochs;
-    e.mean_loss = samples ? loss_sum / static_cast<double>(samples) : 0;
+    e.mean_loss = samples ? loss_sum / static_cast<double>(samples) : std::nan("");
     e.seconds = seconds;
     e.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
     if (validation) {
@@ -80,21 +109,22 @@ EvalResult Model::eval(data::BatchSource& batches) {
   NoGradGuard guard;
   net_->set_train(false);
   batches.start_epoch();
+  for (auto& m : metrics_) m->reset();
   data::Batch batch;
   EvalResult r;
   double loss_sum = 0;
-  int64_t correct = 0;
   while (batches.next(batch)) {
     Tensor out = net_->construct(batch.inputs);
     int64_t n = batch.inputs.shape()[0];
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
-    correct += sum(cast(eq(argmax(out, -1), batch.labels), DType::Int64)).item<int64_t>();
+    for (auto& m : metrics_) m->update(out, batch.labels);
     r.samples += n;
   }
-  if (r.samples > 0) {
-    r.loss = loss_sum / static_cast<double>(r.samples);
-    r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
-  }
+  r.loss = r.samples ? loss_sum / static_cast<double>(r.samples) : std::nan("");
+  r.metrics["loss"] = r.loss;
+  for (auto& m : metrics_)
+    for (auto& [name, value] : m->results()) r.metrics[name] = value;
+  r.accuracy = r.metrics.count("accuracy") ? r.metrics["accuracy"] : std::nan("");
   return r;
 }
 

@@ -52,3 +52,10 @@ TEST(Composite, MatmulWithVectors) {
   EXPECT_EQ(matmul(v, v).item<float>(), 3.0f);
   EXPECT_EQ(square(v * 2.0).to_vector<float>(), std::vector<float>(3, 4.0f));
 }
+
+TEST(Activations, ReluPassesNaNThroughAsPyTorchDoes) {
+  auto v = relu(from_vector<float>({std::nanf(""), -1.0f, 2.0f})).to_vector<float>();
+  EXPECT_TRUE(std::isnan(v[0]));  // a NaN must reach the loss, where training notices it
+  EXPECT_EQ(v[1], 0.0f);
+  EXPECT_EQ(v[2], 2.0f);
+}

@@ -63,3 +63,63 @@ TEST(Model, StopsOnANonFiniteLossNamingTheStep) {
   EXPECT_NE(msg.find("at step"), std::string::npos) << msg;
   EXPECT_NE(msg.find("last finite loss"), std::string::npos) << msg;
 }
+
+TEST(Model, NonFinitePolicyStopEndsTrainingAndSkipStepSkipsTheBatch) {
+  data::TensorDataset poisoned = blobs(256, 1);
+  poisoned.inputs.data<float>()[2 * 40] = std::nanf("");  // sample 40: the second batch of 32
+  {
+    manual_seed(6);
+    auto net = mlp();
+    train::Model model(net, ce(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
+    model.set_nonfinite_policy(train::NonFinitePolicy::Stop);
+    data::BatchIterator batches(poisoned, 32, false);
+    auto counter = std::make_shared<CountingCallback>();
+    auto history = model.train(3, batches, {counter});
+    EXPECT_EQ(history.size(), 1u);  // the first epoch ends at the bad batch
+    EXPECT_EQ(counter->steps, 1);
+  }
+  manual_seed(6);
+  auto net = mlp();
+  train::Model model(net, ce(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
+  model.set_nonfinite_policy(train::NonFinitePolicy::SkipStep);
+  data::BatchIterator batches(poisoned, 32, false);
+  auto counter = std::make_shared<CountingCallback>();
+  model.train(3, batches, {counter});
+  EXPECT_EQ(counter->steps, 3 * 7);  // 8 batches an epoch, one skipped
+  for (auto& p : net->trainable_params())
+    for (float v : p.to_vector<float>()) ASSERT_TRUE(std::isfinite(v));
+  data::BatchIterator test_set(blobs(256, 2), 64, false);
+  EXPECT_GT(model.eval(test_set).accuracy, 0.95);
+}
+
+TEST(Model, EvalReportsThePluggedMetrics) {
+  manual_seed(4);
+  auto net = mlp();
+  auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  train::Model model(net, ce(), sgd,
+                     {std::make_shared<train::metrics::Accuracy>(), std::make_shared<train::metrics::Accuracy>(2),
+                      std::make_shared<train::metrics::ClassificationReport>(2)});
+  data::BatchIterator train_set(blobs(512, 1), 32, true, false, 7);
+  data::BatchIterator test_set(blobs(256, 2), 64, false);
+  model.train(2, train_set);
+  auto r = model.eval(test_set);
+  EXPECT_GT(r["accuracy"], 0.95);
+  EXPECT_DOUBLE_EQ(r["top2_accuracy"], 1.0);  // two classes: always in the top 2
+  EXPECT_GT(r["f1"], 0.95);
+  EXPECT_GT(r["precision"], 0.95);
+  EXPECT_GT(r["recall"], 0.95);
+  EXPECT_DOUBLE_EQ(r["loss"], r.loss);
+  auto msg = message_of([&] { r["auc"]; });
+  EXPECT_NE(msg.find("no metric 'auc' in this evaluation; it has: accuracy, f1, loss, precision, recall, top2_accuracy"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Metrics, AccuracyCountsTokensOfSequenceOutputs) {
+  // [N=1, T=3, C=2] logits; predictions 1, 0, 1 against labels 1, 1, 1.
+  Tensor logits = from_vector<float>({0, 1, 1, 0, 0, 2}, Shape{1, 3, 2});
+  Tensor labels = from_vector<int64_t>({1, 1, 1}, Shape{1, 3});
+  train::metrics::Accuracy acc;
+  acc.update(logits, labels);
+  EXPECT_NEAR(acc.results()[0].second, 2.0 / 3.0, 1e-12);
+}

@@ -24,7 +24,7 @@ KILN_UNARY(sin, std::sin(x))
 KILN_UNARY(cos, std::cos(x))
 KILN_UNARY(tanh, std::tanh(x))
 KILN_UNARY(sigmoid, C(1) / (C(1) + std::exp(-x)))
-KILN_UNARY(relu, x > C(0) ? x : C(0))
+KILN_UNARY(relu, x < C(0) ? C(0) : x)  // NaN passes through, as in PyTorch
 KILN_UNARY(silu, x / (C(1) + std::exp(-x)))
 KILN_UNARY(erf, std::erf(x))
 KILN_UNARY(sign, static_cast<C>((x > C(0)) - (x < C(0))))
