@@ -76,6 +76,18 @@ class MetricsLogger : public Callback {
   bool json_;
 };
 
+// Stops training after `max_steps` steps in all (the epoch then ends as usual).
+class StopAtStep : public Callback {
+ public:
+  explicit StopAtStep(int64_t max_steps) : max_steps_(max_steps) {}
+  void on_step_end(Model& m, const StepInfo& s) override {
+    if (s.step >= max_steps_) m.stop_training();
+  }
+
+ private:
+  int64_t max_steps_;
+};
+
 // Runs the given functions at the matching events.
 class LambdaCallback : public Callback {
  public:

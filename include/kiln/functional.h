@@ -139,6 +139,9 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   double label_smoothing = 0.0;
   std::string reduction = "mean";
+  // Logits [..., C] with targets [...] (language models: [N, T, V] and [N, T])
+  // instead of PyTorch's [N, C, ...]; no transpose is made.
+  bool classes_last = false;
 };
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});

@@ -33,13 +33,46 @@ struct ScheduleSpec {
   std::vector<double> values;      // piecewise: one more than boundaries
 };
 
+// A training augmentation, applied in the dataset's own layout before the
+// conversion to the model's float32 [C, H, W] input.
+struct TransformSpec {
+  std::string name;            // resize | random_crop | center_crop | random_horizontal_flip | random_rotation | random_erasing
+  std::vector<int64_t> size;   // resize, random_crop, center_crop: [height, width] or [side]
+  int64_t padding = 0;         // random_crop
+  double probability = 0.5;    // random_horizontal_flip, random_erasing
+  double degrees = 0;          // random_rotation
+};
+
+struct CallbackSpec {
+  std::string name;             // early_stopping | reduce_lr_on_plateau | model_checkpoint | time_monitor
+  std::string monitor = "val_loss";
+  int patience = 3;
+  double min_delta = 0;
+  double factor = 0.1;
+  double min_lr = 0;
+  int every_epochs = 1;
+  int keep = 3;
+};
+
 struct Recipe {
   std::string source;         // the path it was read from
   std::string text;           // the file as written, stored in checkpoints
   std::string model = "cnn";
   models::ModelConfig model_config;
-  std::string dataset = "fashion_mnist";  // fashion_mnist | mnist
-  std::string dataset_path;               // default: Debian's location for fashion_mnist
+  // fashion_mnist | mnist | cifar10 | image_folder | text | kjv
+  std::string dataset = "fashion_mnist";
+  // mnist: the idx folder; cifar10: the folder of its .bin files; image_folder:
+  // a folder with train/ and test/, one subfolder per class in each; text: a
+  // file. Default: Debian's location for fashion_mnist; kjv reads bible-kjv.
+  std::string dataset_path;
+  std::vector<TransformSpec> transforms;  // training only; resize/crops also shape the test set
+  std::vector<double> normalize_mean, normalize_std;  // after scaling pixels to [0, 1]
+  // Held out of the training set for per-epoch validation (0: none). Text
+  // datasets always split: the last 10% of the text unless set.
+  double validation_fraction = 0;
+  int workers = 2;                        // pipeline threads for datasets with transforms or files
+  int64_t max_steps = 0;                  // stop after this many steps (0: run all epochs)
+  std::vector<CallbackSpec> callbacks;
   double label_smoothing = 0.0;
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
@@ -62,18 +95,21 @@ struct Overrides {
   std::optional<std::string> output;
   std::optional<uint64_t> seed;
   std::optional<int> threads;
+  std::optional<int64_t> max_steps;
 };
 void apply(Recipe& r, const Overrides& o);
 
 struct RunResult {
   double accuracy = 0, loss = 0, train_samples_per_s = 0, sec_per_epoch = 0, peak_rss_mb = 0;
+  int64_t steps = 0;
+  int64_t seq_len = 0;  // text datasets: tokens per sample
 };
 
 // Trains as the recipe says, writing into r.output: checkpoint.safetensors,
 // metrics.jsonl (one line per epoch) and metrics.json (test accuracy and loss,
 // median training throughput, seconds per epoch, peak RSS).
 RunResult train(const Recipe& r, bool progress = true);
-// Evaluates a checkpoint on the recipe's test set.
+// Evaluates a checkpoint on the recipe's test set (for text: the validation split).
 RunResult evaluate(const Recipe& r, const std::string& checkpoint);
 
 }  // namespace kiln::recipe

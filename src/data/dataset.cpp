@@ -1,6 +1,8 @@
+#include <cmath>
 #include <cstring>
 
 #include "kiln/data/dataset.h"
+#include "kiln/data/sampler.h"
 
 namespace kiln::data {
 
@@ -14,6 +16,31 @@ TensorDataset::TensorDataset(Tensor inputs_, Tensor labels_) : inputs(std::move(
 Sample TensorDataset::get(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "TensorDataset: index ", index, " is out of range for ", size(), " samples");
   return {inputs.select(0, index), labels.select(0, index)};
+}
+
+Subset::Subset(std::shared_ptr<const Dataset> source, std::vector<int64_t> indices)
+    : source_(std::move(source)), indices_(std::move(indices)) {
+  KILN_CHECK(source_ != nullptr, "Subset needs a dataset");
+  for (int64_t i : indices_)
+    KILN_CHECK(i >= 0 && i < source_->size(), "Subset: index ", i, " is out of range for ", source_->size(), " samples");
+}
+
+Sample Subset::get(int64_t index) const {
+  KILN_CHECK(index >= 0 && index < size(), "Subset: index ", index, " is out of range for ", size(), " samples");
+  return source_->get(indices_[static_cast<size_t>(index)]);
+}
+
+std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset> source,
+                                                                         double held_out_fraction, uint64_t seed) {
+  KILN_CHECK(source != nullptr && held_out_fraction > 0 && held_out_fraction < 1,
+             "random_split: the held-out fraction must be in (0, 1), got ", held_out_fraction);
+  std::vector<int64_t> order = RandomSampler(seed).indices(source->size(), 0);
+  auto held = static_cast<size_t>(std::llround(held_out_fraction * static_cast<double>(order.size())));
+  KILN_CHECK(held > 0 && held < order.size(), "random_split: ", order.size(), " samples are too few to hold out ",
+             held_out_fraction);
+  size_t keep = order.size() - held;
+  return {std::make_shared<Subset>(source, std::vector<int64_t>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep))),
+          std::make_shared<Subset>(source, std::vector<int64_t>(order.begin() + static_cast<std::ptrdiff_t>(keep), order.end()))};
 }
 
 namespace {

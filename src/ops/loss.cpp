@@ -140,6 +140,15 @@ std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& tar
 Tensor class_loss(const OpDef& op, const Tensor& input, const Tensor& target, const CrossEntropyOptions& o, bool smoothing) {
   KILN_CHECK(input.dim() >= 1, op.name, ": input must be [N, C, ...] or [C], got ", input.meta_str());
   if (input.dim() == 1) return class_loss(op, input.unsqueeze(0), target.reshape({1}), o, smoothing).reshape({});
+  if (o.classes_last && input.dim() > 2) {
+    Shape lead(input.shape().begin(), input.shape().end() - 1);
+    KILN_CHECK(target.shape() == lead, op.name, ": with classes_last, target must have the shape of input ",
+               input.meta_str(), " without its last axis, got ", target.meta_str());
+    CrossEntropyOptions flat = o;
+    flat.classes_last = false;
+    Tensor loss = class_loss(op, input.reshape({-1, input.shape().back()}), target.reshape({-1}), flat, smoothing);
+    return o.reduction == "none" ? loss.reshape(lead) : loss;
+  }
   KILN_CHECK(target.dim() == input.dim() - 1, op.name, ": target ", target.meta_str(), " must have the shape of input ",
              input.meta_str(), " without the class axis 1");
   auto [x, t] = flatten_classes(input, target);

@@ -50,6 +50,67 @@ class Section {
 
 void check(bool ok, const Recipe& r, const std::string& what) { KILN_CHECK(ok, r.source, ": ", what); }
 
+std::string item_name(const char* list, size_t i) {
+  std::string where = list;  // appended: GCC 12 warns falsely (-Wrestrict) on chained + here
+  where += "[";
+  where += std::to_string(i);
+  where += "]";
+  return where;
+}
+
+std::vector<TransformSpec> parse_transforms(const YAML::Node& list, const std::string& source) {
+  KILN_CHECK(list.IsSequence(), source, ": dataset.transforms must be a list, e.g. [{name: random_crop, size: 28, ",
+             "padding: 2}]");
+  std::vector<TransformSpec> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string where = item_name("dataset.transforms", i);
+    Section t(list[i], where, {"name", "size", "padding", "probability", "degrees"}, source);
+    TransformSpec spec;
+    t.read_choice("name", spec.name,
+                  {"resize", "random_crop", "center_crop", "random_horizontal_flip", "random_rotation", "random_erasing"});
+    if (t["size"] && t["size"].IsScalar()) {
+      int64_t side = 0;
+      t.read("size", side);
+      spec.size = {side, side};
+    } else {
+      t.read("size", spec.size);
+    }
+    t.read("padding", spec.padding);
+    t.read("probability", spec.probability);
+    t.read("degrees", spec.degrees);
+    bool sized = spec.name == "resize" || spec.name == "random_crop" || spec.name == "center_crop";
+    KILN_CHECK(!sized || (spec.size.size() == 2 && spec.size[0] > 0 && spec.size[1] > 0), source, ": ", where, " (",
+               spec.name, ") needs size: [height, width] or one positive side");
+    KILN_CHECK(spec.probability >= 0 && spec.probability <= 1 && spec.padding >= 0 && spec.degrees >= 0, source, ": ",
+               where, ": probability must be in [0, 1], padding and degrees >= 0");
+    out.push_back(spec);
+  }
+  return out;
+}
+
+std::vector<CallbackSpec> parse_callbacks(const YAML::Node& list, const std::string& source) {
+  KILN_CHECK(list.IsSequence(), source, ": callbacks must be a list, e.g. [{name: early_stopping, patience: 3}]");
+  std::vector<CallbackSpec> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string where = item_name("callbacks", i);
+    Section c(list[i], where,
+              {"name", "monitor", "patience", "min_delta", "factor", "min_lr", "every_epochs", "keep"}, source);
+    CallbackSpec spec;
+    c.read_choice("name", spec.name, {"early_stopping", "reduce_lr_on_plateau", "model_checkpoint", "time_monitor"});
+    c.read_choice("monitor", spec.monitor, {"loss", "val_loss", "val_accuracy"});
+    c.read("patience", spec.patience);
+    c.read("min_delta", spec.min_delta);
+    c.read("factor", spec.factor);
+    c.read("min_lr", spec.min_lr);
+    c.read("every_epochs", spec.every_epochs);
+    c.read("keep", spec.keep);
+    KILN_CHECK(spec.patience >= 0 && spec.every_epochs > 0 && spec.keep > 0 && spec.factor > 0 && spec.factor < 1,
+               source, ": ", where, ": need patience >= 0, every_epochs > 0, keep > 0 and 0 < factor < 1");
+    out.push_back(spec);
+  }
+  return out;
+}
+
 }  // namespace
 
 Recipe parse_recipe_text(const std::string& text, const std::string& source) {
@@ -64,8 +125,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
-              {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "epochs", "batch_size", "seed",
-               "threads", "output"},
+              {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
+               "batch_size", "seed", "threads", "output"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -81,13 +142,23 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
     mc.read("layers", r.model_config.layers);
     mc.read("dim_feedforward", r.model_config.dim_feedforward);
   }
+  const std::set<std::string> datasets{"fashion_mnist", "mnist", "cifar10", "image_folder", "text", "kjv"};
   if (top["dataset"]) {
     if (top["dataset"].IsScalar()) {
-      top.read_choice("dataset", r.dataset, {"fashion_mnist", "mnist"});
+      top.read_choice("dataset", r.dataset, datasets);
     } else {
-      Section ds(top["dataset"], "dataset", {"name", "path"}, source);
-      ds.read_choice("name", r.dataset, {"fashion_mnist", "mnist"});
+      Section ds(top["dataset"], "dataset",
+                 {"name", "path", "transforms", "normalize", "validation_fraction", "workers"}, source);
+      ds.read_choice("name", r.dataset, datasets);
       ds.read("path", r.dataset_path);
+      ds.read("validation_fraction", r.validation_fraction);
+      ds.read("workers", r.workers);
+      if (ds["normalize"]) {
+        Section n(ds["normalize"], "dataset.normalize", {"mean", "std"}, source);
+        n.read("mean", r.normalize_mean);
+        n.read("std", r.normalize_std);
+      }
+      if (ds["transforms"]) r.transforms = parse_transforms(ds["transforms"], source);
     }
   }
   if (top["loss"]) {
@@ -122,14 +193,29 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
     s.read("step_epochs", r.schedule.step_epochs);
     s.read("gamma", r.schedule.gamma);
   }
+  if (top["callbacks"]) r.callbacks = parse_callbacks(top["callbacks"], source);
+  top.read("max_steps", r.max_steps);
   top.read("epochs", r.epochs);
   top.read("batch_size", r.batch_size);
   top.read("seed", r.seed);
   top.read("threads", r.threads);
   top.read("output", r.output);
-  check(r.model != "char_transformer", r,
-        "model char_transformer needs a text dataset, which `kiln train` does not read yet; use mlp, cnn, resnet8 or "
-        "resnet18");
+  bool is_text = r.dataset == "text" || r.dataset == "kjv";
+  check((r.model == "char_transformer") == is_text, r,
+        is_text ? "a text dataset needs model char_transformer" : "model char_transformer needs a text dataset (text or kjv)");
+  check(r.dataset != "text" || !r.dataset_path.empty(), r, "dataset text needs dataset.path: the text file to train on");
+  check(r.dataset != "image_folder" || !r.dataset_path.empty(), r,
+        "dataset image_folder needs dataset.path: a folder holding train/ and test/");
+  check(!is_text || r.transforms.empty(), r, "dataset.transforms apply to images, not to text");
+  check(r.validation_fraction >= 0 && r.validation_fraction < 1, r, "dataset.validation_fraction must be in [0, 1)");
+  check(r.workers >= 0 && r.workers <= 64, r, "dataset.workers must be 0 to 64");
+  check(r.normalize_mean.size() == r.normalize_std.size(), r,
+        "dataset.normalize needs as many std values as mean values");
+  check(r.max_steps >= 0, r, "max_steps must be >= 0 (0: no limit)");
+  for (const auto& c : r.callbacks)
+    check(c.monitor.rfind("val_", 0) != 0 || is_text || r.validation_fraction > 0, r,
+          "callback " + c.name + " monitors " + c.monitor +
+              ", which needs a validation set: set dataset.validation_fraction (e.g. 0.1)");
   check(r.epochs > 0, r, "epochs must be positive, got " + std::to_string(r.epochs));
   check(r.batch_size > 0, r, "batch_size must be positive, got " + std::to_string(r.batch_size));
   check(r.optimizer.lr > 0, r, "optimizer.lr must be positive");
@@ -163,8 +249,9 @@ void apply(Recipe& r, const Overrides& o) {
   if (o.output) r.output = *o.output;
   if (o.seed) r.seed = *o.seed;
   if (o.threads) r.threads = *o.threads;
-  KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0,
-             "--epochs, --batch-size and --lr must be positive and --threads >= 0");
+  if (o.max_steps) r.max_steps = *o.max_steps;
+  KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0 && r.max_steps >= 0,
+             "--epochs, --batch-size and --lr must be positive, --threads and --max-steps >= 0");
 }
 
 }  // namespace kiln::recipe

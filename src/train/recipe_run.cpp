@@ -14,6 +14,7 @@
 #include "kiln/parallel.h"
 #include "kiln/recipe.h"
 #include "kiln/train.h"
+#include "train/recipe_data.h"
 
 namespace kiln::recipe {
 namespace {
@@ -22,13 +23,6 @@ double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
-std::string dataset_dir(const Recipe& r) {
-  if (!r.dataset_path.empty()) return r.dataset_path;
-  KILN_CHECK(r.dataset == "fashion_mnist", r.source, ": dataset '", r.dataset,
-             "' has no default location; set dataset.path to the folder of its idx files");
-  return data::kFashionMnistDir;
 }
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const Recipe& r, const std::vector<Tensor>& params) {
@@ -44,9 +38,8 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Recipe& r, const std::vec
       params, optim::RMSPropOptions{.lr = o.lr, .weight_decay = o.weight_decay, .momentum = o.momentum});
 }
 
-std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_epoch) {
+std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_epoch, int64_t total) {
   const ScheduleSpec& s = r.schedule;
-  int64_t total = r.epochs * steps_per_epoch;
   if (s.name == "cosine")
     return optim::cosine_schedule(r.optimizer.lr, total, static_cast<int64_t>(s.warmup_epochs * steps_per_epoch), s.min_lr);
   if (s.name == "step") return optim::step_schedule(r.optimizer.lr, s.step_epochs * steps_per_epoch, s.gamma);
@@ -63,16 +56,10 @@ std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_
   return std::nullopt;
 }
 
-models::ModelConfig model_config(const Recipe& r) {
-  models::ModelConfig c = r.model_config;
-  c.in_channels = 1;
-  c.image_size = 28;
-  return c;
-}
-
 train::LossFn loss_of(const Recipe& r) {
   CrossEntropyOptions o;
   o.label_smoothing = r.label_smoothing;
+  o.classes_last = true;  // language models: logits [N, T, V]
   return [o](const Tensor& out, const Tensor& y) { return cross_entropy(out, y, o); };
 }
 
@@ -83,36 +70,51 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+
+std::shared_ptr<train::Callback> make_callback(const CallbackSpec& c, const Recipe& r) {
+  if (c.name == "early_stopping") return std::make_shared<train::EarlyStopping>(c.monitor, c.patience, c.min_delta);
+  if (c.name == "reduce_lr_on_plateau")
+    return std::make_shared<train::ReduceLROnPlateau>(c.monitor, c.factor, c.patience, c.min_lr);
+  if (c.name == "model_checkpoint") return std::make_shared<train::ModelCheckpoint>(r.output, c.every_epochs, c.keep);
+  return std::make_shared<train::TimeMonitor>();
+}
+
+RunResult result_of(const train::EvalResult& ev) {
+  RunResult res;
+  res.accuracy = ev.accuracy;
+  res.loss = ev.loss;
+  res.peak_rss_mb = peak_rss_mb();
+  return res;
+}
+
 }  // namespace
 
 RunResult train(const Recipe& r, bool progress) {
   if (r.threads > 0) set_num_threads(r.threads);
-  std::string dir = dataset_dir(r);
-  data::TensorDataset train_set = data::load_mnist(dir, "train");
-  data::TensorDataset test_set = data::load_mnist(dir, "test");
+  detail::RecipeData d = detail::load_data(r);  // first: missing data fails before anything is written
   std::filesystem::create_directories(r.output);
 
   manual_seed(r.seed);
-  auto net = models::make_model(r.model, model_config(r));
+  auto net = models::make_model(r.model, d.config);
   auto opt = make_optimizer(r, net->trainable_params());
-  data::BatchIterator train_batches(train_set, r.batch_size, /*shuffle=*/true, /*drop_remainder=*/false, r.seed + 1);
-  // Evaluation batches stay small: a batch of 1000 would make activations the peak of memory.
-  data::BatchIterator test_batches(test_set, 256, false);
+  int64_t steps_per_epoch = d.train->batches_per_epoch();
+  int64_t total_steps = r.epochs * steps_per_epoch;
+  if (r.max_steps > 0) total_steps = std::min(total_steps, r.max_steps);
   std::vector<std::shared_ptr<train::Callback>> callbacks;
   if (progress) callbacks.push_back(std::make_shared<train::LossMonitor>(100));
-  if (auto s = make_schedule(r, train_batches.batches_per_epoch()))
+  if (auto s = make_schedule(r, steps_per_epoch, total_steps))
     callbacks.push_back(std::make_shared<train::LearningRateScheduler>(*s));
   callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl"));
+  for (const auto& c : r.callbacks) callbacks.push_back(make_callback(c, r));
+  if (r.max_steps > 0) callbacks.push_back(std::make_shared<train::StopAtStep>(r.max_steps));
 
   train::Model model(net, loss_of(r), opt);
-  auto history = model.train(r.epochs, train_batches, callbacks);
-  train::EvalResult ev = model.eval(test_batches);
+  auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
+  train::EvalResult ev = model.eval(*d.test);
   io::save_cell(*net, r.output + "/checkpoint.safetensors",
-                {{"recipe", r.text}, {"model", r.model}, {"epochs", std::to_string(r.epochs)}});
+                {{"recipe", r.text}, {"model", r.model}, {"epochs", std::to_string(history.size())}});
 
-  RunResult res;
-  res.accuracy = ev.accuracy;
-  res.loss = ev.loss;
+  RunResult res = result_of(ev);
   std::vector<double> rates, seconds;
   for (auto& e : history) {
     rates.push_back(e.samples_per_s);
@@ -120,30 +122,34 @@ RunResult train(const Recipe& r, bool progress) {
   }
   res.train_samples_per_s = median(rates);
   res.sec_per_epoch = median(seconds);
-  res.peak_rss_mb = peak_rss_mb();
+  res.steps = opt->steps();
+  res.seq_len = d.seq_len;
   nlohmann::json metrics{{"accuracy", res.accuracy},
                          {"loss", res.loss},
                          {"train_samples_per_s", res.train_samples_per_s},
                          {"sec_per_epoch", res.sec_per_epoch},
                          {"peak_rss_mb", res.peak_rss_mb},
-                         {"epochs", r.epochs},
+                         {"epochs", history.size()},
+                         {"steps", res.steps},
                          {"model", r.model},
+                         {"dataset", r.dataset},
                          {"threads", get_num_threads()}};
+  if (d.seq_len > 0) {  // text: the test set is the validation split, and throughput counts tokens
+    metrics["val_loss"] = res.loss;
+    metrics["train_tokens_per_s"] = res.train_samples_per_s * static_cast<double>(d.seq_len);
+  }
   std::ofstream(r.output + "/metrics.json") << metrics.dump(2) << "\n";
   return res;
 }
 
 RunResult evaluate(const Recipe& r, const std::string& checkpoint) {
   if (r.threads > 0) set_num_threads(r.threads);
-  data::BatchIterator test_batches(data::load_mnist(dataset_dir(r), "test"), 256, false);
-  auto net = models::make_model(r.model, model_config(r));
+  detail::RecipeData d = detail::load_data(r);
+  auto net = models::make_model(r.model, d.config);
   io::load_cell(*net, checkpoint);
   train::Model model(net, loss_of(r), nullptr);
-  train::EvalResult ev = model.eval(test_batches);
-  RunResult res;
-  res.accuracy = ev.accuracy;
-  res.loss = ev.loss;
-  res.peak_rss_mb = peak_rss_mb();
+  RunResult res = result_of(model.eval(*d.test));
+  res.seq_len = d.seq_len;
   return res;
 }
 

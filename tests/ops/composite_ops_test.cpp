@@ -59,3 +59,18 @@ TEST(Activations, ReluPassesNaNThroughAsPyTorchDoes) {
   EXPECT_EQ(v[1], 0.0f);
   EXPECT_EQ(v[2], 2.0f);
 }
+
+TEST(Losses, CrossEntropyWithClassesLastMatchesTheTransposedForm) {
+  Tensor logits = randn({2, 5, 7}).set_requires_grad();  // [N, T, V]
+  Tensor target = randint(0, 7, {2, 5});
+  CrossEntropyOptions last;
+  last.classes_last = true;
+  Tensor a = cross_entropy(logits, target, last);
+  Tensor b = cross_entropy(logits.permute({0, 2, 1}), target);  // PyTorch's [N, C, T]
+  EXPECT_NEAR(a.item<float>(), b.item<float>(), 1e-5);
+  a.backward();
+  EXPECT_EQ(logits.grad().shape(), logits.shape());
+  last.reduction = "none";
+  EXPECT_EQ(cross_entropy(logits, target, last).shape(), (Shape{2, 5}));
+  EXPECT_THROW(cross_entropy(logits, randint(0, 7, {2, 7}), last), Error);
+}

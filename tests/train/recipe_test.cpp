@@ -61,6 +61,19 @@ TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
   EXPECT_NE(msg.find("one more value than boundaries"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("schedule: {name: multistep}\n"); });
   EXPECT_NE(msg.find("multistep needs milestones"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("dataset: {name: cifar10, transforms: [{name: blur}]}\n"); });
+  EXPECT_NE(msg.find("dataset.transforms[0].name is 'blur'; allowed values: center_crop, random_crop"), std::string::npos)
+      << msg;
+  msg = message_of([] { recipe::parse_recipe_text("dataset: {name: cifar10, transforms: [{name: resize}]}\n"); });
+  EXPECT_NE(msg.find("dataset.transforms[0] (resize) needs size"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("callbacks: [{name: early_stopping, monitor: val_loss}]\n"); });
+  EXPECT_NE(msg.find("monitors val_loss, which needs a validation set: set dataset.validation_fraction"),
+            std::string::npos)
+      << msg;
+  msg = message_of([] { recipe::parse_recipe_text("model: char_transformer\n"); });
+  EXPECT_NE(msg.find("model char_transformer needs a text dataset (text or kjv)"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("model: char_transformer\ndataset: text\n"); });
+  EXPECT_NE(msg.find("dataset text needs dataset.path"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("model: [1, 2\n"); });
   EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_file("/nonexistent.yaml"); });
@@ -113,5 +126,79 @@ TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
   auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
   EXPECT_DOUBLE_EQ(ev.accuracy, res.accuracy);
   EXPECT_EQ(io::load_safetensors(out + "/checkpoint.safetensors").metadata.at("model"), "mlp");
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+std::filesystem::path scratch(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+}  // namespace
+
+TEST(Recipe, TextRecipeTrainsACharTransformerOnAFile) {
+  auto dir = scratch("text");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog. ";
+  std::ofstream(dir / "corpus.txt") << text;
+  std::string out = (dir / "run").string();
+  auto r = recipe::parse_recipe_text("model: char_transformer\n"
+                                     "model_config: {seq_len: 16, d_model: 32, heads: 2, layers: 1, dim_feedforward: 64}\n"
+                                     "dataset: {name: text, path: " + (dir / "corpus.txt").string() + "}\n"
+                                     "optimizer: {name: adamw, lr: 0.01}\n"
+                                     "callbacks: [{name: early_stopping, monitor: val_loss, patience: 5}]\n"
+                                     "batch_size: 16\nepochs: 3\nmax_steps: 60\noutput: " + out + "\n");
+  auto res = recipe::train(r, false);
+  EXPECT_EQ(res.steps, 60);
+  EXPECT_EQ(res.seq_len, 16);
+  // 28 distinct characters: chance is ln(28) = 3.3 nats; the sentence repeats, so far less is reachable.
+  EXPECT_LT(res.loss, 1.0);
+  EXPECT_GT(res.accuracy, 0.7);
+  auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+  EXPECT_DOUBLE_EQ(metrics["val_loss"].get<double>(), res.loss);
+  EXPECT_GT(metrics["train_tokens_per_s"].get<double>(), 0);
+  auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
+  EXPECT_NEAR(ev.loss, res.loss, 1e-9);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Recipe, ImageFolderRecipeWithTransformsValidationAndCallbacks) {
+  auto dir = scratch("images");
+  // "bright" and "dark" noise images of varying sizes; resize makes them one size.
+  Generator g(3);
+  for (std::string split : {"train", "test"})
+    for (int cls = 0; cls < 2; ++cls) {
+      auto folder = dir / split / (cls ? "bright" : "dark");
+      std::filesystem::create_directories(folder);
+      for (int i = 0; i < (split == "train" ? 24 : 8); ++i) {
+        int64_t h = 10 + i % 3, w = 12 - i % 2;
+        Tensor img = Tensor::empty({h, w, 3}, DType::UInt8);
+        for (int64_t p = 0; p < img.numel(); ++p)
+          img.data<uint8_t>()[p] = static_cast<uint8_t>((cls ? 150 : 20) + g.next() % 80);
+        auto bytes = i % 2 ? data::encode_png(img) : data::encode_jpeg(img);
+        std::ofstream(folder / (std::to_string(i) + (i % 2 ? ".png" : ".jpg")), std::ios::binary)
+            .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      }
+    }
+  std::string out = (dir / "run").string();
+  auto r = recipe::parse_recipe_text(
+      "model: mlp\nmodel_config: {hidden: [16]}\n"
+      "dataset:\n  name: image_folder\n  path: " + dir.string() + "\n"
+      "  transforms: [{name: resize, size: 8}, {name: random_horizontal_flip}, {name: random_erasing, probability: 0.3}]\n"
+      "  normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}\n"
+      "  validation_fraction: 0.25\n  workers: 2\n"
+      "callbacks: [{name: model_checkpoint, every_epochs: 1, keep: 2}, {name: early_stopping, patience: 2}]\n"
+      "optimizer: {name: sgd, lr: 0.05}\nepochs: 4\nbatch_size: 8\noutput: " + out + "\n");
+  auto res = recipe::train(r, false);
+  EXPECT_GT(res.accuracy, 0.9);
+  std::ifstream log(out + "/metrics.jsonl");
+  std::string first;
+  std::getline(log, first);
+  EXPECT_NE(first.find("val_loss"), std::string::npos) << first;
+  int checkpoints = 0;
+  for (auto& e : std::filesystem::directory_iterator(out)) checkpoints += e.path().filename().string().find("-epoch") != std::string::npos;
+  EXPECT_EQ(checkpoints, 2);
   std::filesystem::remove_all(dir);
 }

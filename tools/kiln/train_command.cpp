@@ -10,6 +10,7 @@ void add_train_commands(CLI::App& app) {
   static std::string recipe_path, checkpoint;
   static recipe::Overrides o;
   static int epochs = 0, threads = -1;
+  static int64_t max_steps = -1;
   static int64_t batch_size = 0, seed = -1;
   static double lr = 0;
   static std::string output;
@@ -22,6 +23,7 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--output", output, "Override the output directory");
   train->add_option("--seed", seed, "Override the seed");
   train->add_option("--threads", threads, "Override the thread count");
+  train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
   train->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     if (epochs) o.epochs = epochs;
@@ -30,10 +32,16 @@ void add_train_commands(CLI::App& app) {
     if (!output.empty()) o.output = output;
     if (seed >= 0) o.seed = static_cast<uint64_t>(seed);
     if (threads >= 0) o.threads = threads;
+    if (max_steps >= 0) o.max_steps = max_steps;
     recipe::apply(r, o);
     recipe::RunResult res = recipe::train(r);
-    std::printf("test accuracy %.2f%%, test loss %.4f, %.0f samples/s, %.1f s/epoch, peak RSS %.0f MB\n",
-                100 * res.accuracy, res.loss, res.train_samples_per_s, res.sec_per_epoch, res.peak_rss_mb);
+    if (res.seq_len > 0)
+      std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%, %lld steps, %.0f tokens/s, peak RSS %.0f MB\n",
+                  res.loss, 100 * res.accuracy, static_cast<long long>(res.steps),
+                  res.train_samples_per_s * static_cast<double>(res.seq_len), res.peak_rss_mb);
+    else
+      std::printf("test accuracy %.2f%%, test loss %.4f, %.0f samples/s, %.1f s/epoch, peak RSS %.0f MB\n",
+                  100 * res.accuracy, res.loss, res.train_samples_per_s, res.sec_per_epoch, res.peak_rss_mb);
     std::printf("wrote %s/checkpoint.safetensors, metrics.json, metrics.jsonl\n", r.output.c_str());
   });
 
@@ -43,7 +51,10 @@ void add_train_commands(CLI::App& app) {
   eval->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     recipe::RunResult res = recipe::evaluate(r, checkpoint);
-    std::printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.accuracy, res.loss);
+    if (res.seq_len > 0)
+      std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);
+    else
+      std::printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.accuracy, res.loss);
   });
 }
 

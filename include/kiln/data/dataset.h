@@ -2,6 +2,7 @@
 // Datasets: random-access sources of samples, and the batch sources that
 // Model::train and Model::eval consume.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,23 @@ class TensorDataset : public Dataset {
   Tensor inputs;
   Tensor labels;
 };
+
+// The samples of `source` at `indices`, in that order.
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> source, std::vector<int64_t> indices);
+  int64_t size() const override { return static_cast<int64_t>(indices_.size()); }
+  Sample get(int64_t index) const override;
+
+ private:
+  std::shared_ptr<const Dataset> source_;
+  std::vector<int64_t> indices_;
+};
+
+// Splits a dataset by a seeded permutation: the first part gets 1 -
+// held_out_fraction of the samples, the second the rest.
+std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> random_split(std::shared_ptr<const Dataset> source,
+                                                                         double held_out_fraction, uint64_t seed);
 
 struct Batch {
   Tensor inputs;

@@ -1,0 +1,22 @@
+#pragma once
+// The data side of a recipe: the batch sources for training, validation and
+// test, and the model configuration the data implies (input channels, image
+// size, classes, vocabulary).
+#include <memory>
+
+#include "kiln/data.h"
+#include "kiln/recipe.h"
+
+namespace kiln::recipe::detail {
+
+struct RecipeData {
+  std::unique_ptr<data::BatchSource> train, validation, test;  // validation may be null
+  models::ModelConfig config;
+  int64_t seq_len = 0;  // text datasets: tokens per sample
+};
+
+// Loads (or opens) the datasets; throws before anything is trained when the
+// data is missing, naming the package or the key to set.
+RecipeData load_data(const Recipe& r);
+
+}  // namespace kiln::recipe::detail
