@@ -5,6 +5,8 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/train.h"
 
@@ -24,16 +26,21 @@ class TimeMonitor : public Callback {
 };
 
 // Saves parameters and buffers (safetensors) every `every_epochs` epochs as
-// DIR/PREFIX-epochN.safetensors, keeping the last `keep_last` files.
+// DIR/PREFIX-epochN.safetensors and, with every_steps, every that many steps
+// as DIR/PREFIX-stepN.safetensors, keeping the last `keep_last` files.
 class ModelCheckpoint : public Callback {
  public:
-  ModelCheckpoint(std::string dir, int every_epochs = 1, int keep_last = 3, std::string prefix = "checkpoint");
+  ModelCheckpoint(std::string dir, int every_epochs = 1, int keep_last = 3, std::string prefix = "checkpoint",
+                  int64_t every_steps = 0);
+  void on_step_end(Model& m, const StepInfo& s) override;
   void on_epoch_end(Model& m, const EpochInfo& e) override;
   const std::deque<std::string>& kept() const { return kept_; }
 
  private:
+  void save(Model& m, const std::string& tag, std::vector<std::pair<std::string, std::string>> metadata);
   std::string dir_, prefix_;
   int every_, keep_;
+  int64_t every_steps_;
   std::deque<std::string> kept_;
 };
 

@@ -50,7 +50,8 @@ struct CallbackSpec {
   double min_delta = 0;
   double factor = 0.1;
   double min_lr = 0;
-  int every_epochs = 1;
+  int every_epochs = 1;       // model_checkpoint (0: not per epoch)
+  int64_t every_steps = 0;    // model_checkpoint (0: not per step)
   int keep = 3;
 };
 

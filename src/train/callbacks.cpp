@@ -34,16 +34,33 @@ void TimeMonitor::on_epoch_end(Model&, const EpochInfo& e) {
   std::fflush(stdout);
 }
 
-ModelCheckpoint::ModelCheckpoint(std::string dir, int every_epochs, int keep_last, std::string prefix)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)), every_(every_epochs), keep_(keep_last) {
-  KILN_CHECK(every_epochs > 0 && keep_last > 0, "ModelCheckpoint: every_epochs and keep_last must be positive");
+ModelCheckpoint::ModelCheckpoint(std::string dir, int every_epochs, int keep_last, std::string prefix,
+                                 int64_t every_steps)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), every_(every_epochs), keep_(keep_last),
+      every_steps_(every_steps) {
+  KILN_CHECK(every_epochs >= 0 && every_steps >= 0 && keep_last > 0 && (every_epochs > 0 || every_steps > 0),
+             "ModelCheckpoint: keep_last must be positive and every_epochs or every_steps too (0 turns one off)");
   std::filesystem::create_directories(dir_);
 }
 
+void ModelCheckpoint::on_step_end(Model& m, const StepInfo& s) {
+  if (every_steps_ > 0 && s.step % every_steps_ == 0)
+    save(m, "-step" + std::to_string(s.step), {{"step", std::to_string(s.step)}, {"epoch", std::to_string(s.epoch)}});
+}
+
 void ModelCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
-  if (e.epoch % every_ != 0) return;
-  std::string path = dir_ + "/" + prefix_ + "-epoch" + std::to_string(e.epoch) + ".safetensors";
-  io::save_cell(m.network(), path, {{"epoch", std::to_string(e.epoch)}, {"train_loss", std::to_string(e.mean_loss)}});
+  if (every_ > 0 && e.epoch % every_ == 0)
+    save(m, "-epoch" + std::to_string(e.epoch),
+         {{"epoch", std::to_string(e.epoch)}, {"train_loss", std::to_string(e.mean_loss)}});
+}
+
+void ModelCheckpoint::save(Model& m, const std::string& tag, std::vector<std::pair<std::string, std::string>> metadata) {
+  std::string path = dir_;
+  path += "/";
+  path += prefix_;
+  path += tag;
+  path += ".safetensors";
+  io::save_cell(m.network(), path, {metadata.begin(), metadata.end()});
   kept_.push_back(path);
   while (static_cast<int>(kept_.size()) > keep_) {
     std::filesystem::remove(kept_.front());

@@ -94,7 +94,7 @@ std::vector<CallbackSpec> parse_callbacks(const YAML::Node& list, const std::str
   for (size_t i = 0; i < list.size(); ++i) {
     std::string where = item_name("callbacks", i);
     Section c(list[i], where,
-              {"name", "monitor", "patience", "min_delta", "factor", "min_lr", "every_epochs", "keep"}, source);
+              {"name", "monitor", "patience", "min_delta", "factor", "min_lr", "every_epochs", "every_steps", "keep"}, source);
     CallbackSpec spec;
     c.read_choice("name", spec.name, {"early_stopping", "reduce_lr_on_plateau", "model_checkpoint", "time_monitor"});
     c.read_choice("monitor", spec.monitor, {"loss", "val_loss", "val_accuracy"});
@@ -103,9 +103,11 @@ std::vector<CallbackSpec> parse_callbacks(const YAML::Node& list, const std::str
     c.read("factor", spec.factor);
     c.read("min_lr", spec.min_lr);
     c.read("every_epochs", spec.every_epochs);
+    c.read("every_steps", spec.every_steps);
     c.read("keep", spec.keep);
-    KILN_CHECK(spec.patience >= 0 && spec.every_epochs > 0 && spec.keep > 0 && spec.factor > 0 && spec.factor < 1,
-               source, ": ", where, ": need patience >= 0, every_epochs > 0, keep > 0 and 0 < factor < 1");
+    KILN_CHECK(spec.patience >= 0 && spec.every_epochs >= 0 && spec.every_steps >= 0 &&
+                   (spec.every_epochs > 0 || spec.every_steps > 0) && spec.keep > 0 && spec.factor > 0 && spec.factor < 1,
+               source, ": ", where, ": need patience >= 0, every_epochs or every_steps > 0, keep > 0 and 0 < factor < 1");
     out.push_back(spec);
   }
   return out;

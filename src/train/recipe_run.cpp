@@ -75,7 +75,7 @@ std::shared_ptr<train::Callback> make_callback(const CallbackSpec& c, const Reci
   if (c.name == "early_stopping") return std::make_shared<train::EarlyStopping>(c.monitor, c.patience, c.min_delta);
   if (c.name == "reduce_lr_on_plateau")
     return std::make_shared<train::ReduceLROnPlateau>(c.monitor, c.factor, c.patience, c.min_lr);
-  if (c.name == "model_checkpoint") return std::make_shared<train::ModelCheckpoint>(r.output, c.every_epochs, c.keep);
+  if (c.name == "model_checkpoint") return std::make_shared<train::ModelCheckpoint>(r.output, c.every_epochs, c.keep, "checkpoint", c.every_steps);
   return std::make_shared<train::TimeMonitor>();
 }
 

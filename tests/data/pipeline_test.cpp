@@ -195,3 +195,18 @@ TEST(DistributedSampler, ShardsAreDisjointEqualAndCoverTheData) {
   EXPECT_EQ(b.indices(5, 0), (std::vector<int64_t>{1, 3, 0}));
   EXPECT_THROW(data::DistributedSampler(2, 2), Error);
 }
+
+TEST(Subset, RandomSplitIsDisjointSeededAndComplete) {
+  auto ds = counting(20);
+  auto [train, held] = data::random_split(ds, 0.25, 7);
+  EXPECT_EQ(train->size(), 15);
+  EXPECT_EQ(held->size(), 5);
+  std::set<int64_t> seen;
+  for (auto* part : {train.get(), held.get()})
+    for (int64_t i = 0; i < part->size(); ++i) seen.insert(part->get(i).label.item<int64_t>());
+  EXPECT_EQ(seen.size(), 20u);
+  auto again = data::random_split(ds, 0.25, 7);
+  EXPECT_EQ(again.second->get(0).label.item<int64_t>(), held->get(0).label.item<int64_t>());
+  EXPECT_THROW(data::random_split(ds, 1.0, 0), Error);
+  EXPECT_THROW(data::Subset(ds, {20}), Error);
+}

@@ -70,6 +70,20 @@ TEST(Callbacks, ModelCheckpointKeepsTheLastK) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Callbacks, ModelCheckpointEveryNSteps) {
+  manual_seed(2);
+  Fixture f;
+  std::string dir = temp_dir("ckpt_steps");
+  // 4 steps an epoch, 3 epochs: steps 5 and 10 are saved, epochs are not.
+  auto ckpt = std::make_shared<train::ModelCheckpoint>(dir, 0, 5, "run", 5);
+  f.model.train(3, f.train_set, {ckpt});
+  EXPECT_EQ(std::vector<std::string>(ckpt->kept().begin(), ckpt->kept().end()),
+            (std::vector<std::string>{dir + "/run-step5.safetensors", dir + "/run-step10.safetensors"}));
+  EXPECT_EQ(io::load_safetensors(dir + "/run-step10.safetensors").metadata.at("epoch"), "3");
+  EXPECT_THROW(train::ModelCheckpoint(dir, 0, 1, "x", 0), Error);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Callbacks, EarlyStoppingAndReduceLROnPlateau) {
   manual_seed(3);
   Fixture f;
