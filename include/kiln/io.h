@@ -14,8 +14,10 @@ namespace kiln::io {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-// Writes atomically: a temporary file in the same folder, fsync, rename. A
-// failure (full disk, no permission) throws and leaves any old file intact.
+// Writes atomically: a temporary file in the same folder, fsync, rename (and
+// an fsync of the folder). A failure (full disk, no permission) throws and
+// leaves any old file intact. The CRC-32 of the data goes into the metadata
+// as "kiln.crc32"; readers check it when it is there.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
@@ -26,11 +28,63 @@ struct SafetensorsFile {
 // Validates the header against the file size before reading anything.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// A safetensors file mapped into memory: the header is parsed and validated,
+// the checksum verified, and tensors are read from the mapping, so loading
+// copies each byte once (into its destination).
+class MappedSafetensors {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    const void* data;
+    size_t bytes;
+  };
+  explicit MappedSafetensors(const std::string& path);
+  ~MappedSafetensors();
+  MappedSafetensors(const MappedSafetensors&) = delete;
+  MappedSafetensors& operator=(const MappedSafetensors&) = delete;
+
+  const std::vector<Entry>& entries() const { return entries_; }  // in data order
+  const Entry* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  Tensor tensor(const Entry& e) const;  // a copy
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t size_ = 0;
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
 // Parameters and buffers of a cell, by their hierarchical names.
 void save_cell(const nn::Cell& cell, const std::string& path, const std::map<std::string, std::string>& metadata = {});
-// Loads a checkpoint into a cell. Every parameter and buffer must be in the
-// file with the same shape and dtype, and the file may hold nothing else; all
-// problems are listed at once.
+struct LoadOptions {
+  // Strict: every parameter and buffer must be in the file with its shape and
+  // dtype, and the file may hold nothing else; any problem fails the load,
+  // listing all of them, and nothing is changed. Non-strict: loads what
+  // matches by name and shape (converting dtypes), and reports the rest.
+  bool strict = true;
+  bool print_report = true;  // non-strict: print the report when it is not clean
+};
+
+struct LoadReport {
+  std::vector<std::string> loaded;
+  std::vector<std::string> missing;     // in the cell, not in the file
+  std::vector<std::string> unexpected;  // in the file, matching nothing in the cell
+  std::vector<std::string> shape_mismatches;
+  std::vector<std::string> converted;   // loaded with a dtype conversion
+  bool clean() const { return missing.empty() && unexpected.empty() && shape_mismatches.empty() && converted.empty(); }
+  std::string str() const;
+};
+
+// Loads a safetensors checkpoint (memory-mapped, checksum verified) into a
+// cell. The optimizer part of a training checkpoint ("optimizer/..." entries)
+// is not the cell's and is passed over.
+LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOptions& options = {});
+// load_checkpoint, strict.
 void load_cell(nn::Cell& cell, const std::string& path);
 
 }  // namespace kiln::io

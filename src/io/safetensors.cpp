@@ -1,6 +1,10 @@
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <zlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +16,8 @@
 
 namespace kiln::io {
 namespace {
+
+constexpr const char* kCrcKey = "kiln.crc32";
 
 const char* st_dtype(DType d) {
   switch (d) {
@@ -45,22 +51,46 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
+uint32_t crc_of(const std::vector<Tensor>& tensors) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const Tensor& c : tensors) {
+    const auto* p = static_cast<const Bytef*>(c.raw_data());
+    size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+    while (n > 0) {  // zlib takes uInt lengths
+      uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      n -= chunk;
+    }
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void fsync_dir(const std::filesystem::path& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the rename itself has happened
+  ::fsync(fd);
+  ::close(fd);
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> contiguous;
   size_t offset = 0;
   for (auto& [name, t] : tensors) {
-    KILN_CHECK(!header.contains(name), "tensor name '", name, "' appears twice");
+    KILN_CHECK(name != "__metadata__" && !header.contains(name), "tensor name '", name, "' appears twice or is reserved");
     Tensor c = t.detach().contiguous();
     size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
     header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     contiguous.push_back(c);
   }
+  std::map<std::string, std::string> meta = metadata;
+  meta[kCrcKey] = std::to_string(crc_of(contiguous));
+  header["__metadata__"] = meta;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data
   uint64_t len = text.size();
@@ -88,66 +118,109 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     ::unlink(tmp.c_str());
     KILN_FAIL("cannot move the new file into place at '", path, "': ", std::strerror(err));
   }
+  fsync_dir(target.parent_path());
+}
+
+MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  KILN_CHECK(fd >= 0, "cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    KILN_FAIL("'", path, "' is too short to be a safetensors file (", size_, " bytes)");
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  KILN_CHECK(map_ != MAP_FAILED, "cannot map '", path, "': ", std::strerror(errno));
+  try {
+    const auto* bytes = static_cast<const uint8_t*>(map_);
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | bytes[i];
+    KILN_CHECK(len <= size_ - 8, "'", path, "' is truncated or not safetensors: its header claims ", len,
+               " bytes but the file has ", size_ - 8, " after the length");
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(bytes + 8, bytes + 8 + len);
+    } catch (const std::exception& e) {
+      KILN_FAIL("'", path, "' has a malformed header: ", e.what());
+    }
+    KILN_CHECK(header.is_object(), "'", path, "' has a header that is not a JSON object");
+    const uint64_t data_start = 8 + len, data_size = size_ - data_start;
+    for (auto& [name, e] : header.items()) {
+      if (name == "__metadata__") {
+        KILN_CHECK(e.is_object(), "'", path, "': __metadata__ is not an object");
+        for (auto& [k, v] : e.items())
+          KILN_CHECK(v.is_string(), "'", path, "': metadata value '", k, "' is not a string");
+        metadata_ = e.get<std::map<std::string, std::string>>();
+        continue;
+      }
+      KILN_CHECK(e.is_object() && e.contains("dtype") && e["dtype"].is_string() && e.contains("shape") &&
+                     e["shape"].is_array() && e.contains("data_offsets") && e["data_offsets"].is_array() &&
+                     e["data_offsets"].size() == 2 && e["data_offsets"][0].is_number_unsigned() &&
+                     e["data_offsets"][1].is_number_unsigned(),
+                 "'", path, "': entry '", name, "' needs dtype, shape and two unsigned data_offsets");
+      DType dtype = from_st_dtype(e["dtype"].get<std::string>(), path);
+      Shape shape;
+      uint64_t count = 1;
+      for (auto& d : e["shape"]) {
+        KILN_CHECK(d.is_number_unsigned(), "'", path, "': tensor '", name, "' has an invalid shape");
+        uint64_t v = d.get<uint64_t>();
+        KILN_CHECK(v <= (uint64_t{1} << 48) && (v == 0 || count <= (uint64_t{1} << 62) / v), "'", path, "': tensor '",
+                   name, "' has a shape whose size overflows");
+        count *= v;
+        shape.push_back(static_cast<int64_t>(v));
+      }
+      uint64_t begin = e["data_offsets"][0].get<uint64_t>(), end = e["data_offsets"][1].get<uint64_t>();
+      KILN_CHECK(begin <= end && end <= data_size && end - begin == count * dtype_size(dtype), "'", path,
+                 "': tensor '", name, "' (", dtype_name(dtype), shape_str(shape), ") has offsets [", begin, ", ", end,
+                 ") that do not fit its size or the file's ", data_size, " data bytes");
+      entries_.push_back({name, dtype, shape, bytes + data_start + begin, static_cast<size_t>(end - begin)});
+    }
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.data < b.data; });
+    if (auto it = metadata_.find(kCrcKey); it != metadata_.end()) {
+      uLong crc = crc32(0L, Z_NULL, 0);
+      for (const Entry& e : entries_) {
+        const auto* p = static_cast<const Bytef*>(e.data);
+        for (size_t n = e.bytes; n > 0;) {
+          uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+          crc = crc32(crc, p, chunk);
+          p += chunk;
+          n -= chunk;
+        }
+      }
+      KILN_CHECK(std::to_string(static_cast<uint32_t>(crc)) == it->second, "'", path,
+                 "' is corrupt: the checksum of its tensor data does not match the one stored when it was written");
+    }
+  } catch (...) {
+    ::munmap(map_, size_);
+    throw;
+  }
+}
+
+MappedSafetensors::~MappedSafetensors() {
+  if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
+}
+
+const MappedSafetensors::Entry* MappedSafetensors::find(const std::string& name) const {
+  for (const Entry& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+Tensor MappedSafetensors::tensor(const Entry& e) const {
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  if (e.bytes) std::memcpy(t.raw_data(), e.data, e.bytes);
+  return t;
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  KILN_CHECK(f.good(), "cannot open '", path, "'");
-  f.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(f.tellg());
-  f.seekg(0);
-  KILN_CHECK(size >= 8, "'", path, "' is too short to be a safetensors file (", size, " bytes)");
-  uint8_t le[8];
-  f.read(reinterpret_cast<char*>(le), 8);
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = (len << 8) | le[i];
-  KILN_CHECK(len <= size - 8, "'", path, "' is truncated or not safetensors: its header claims ", len,
-             " bytes but the file has ", size - 8, " after the length");
-  std::string text(len, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(len));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    KILN_FAIL("'", path, "' has a malformed header: ", e.what());
-  }
-  KILN_CHECK(header.is_object(), "'", path, "' has a header that is not a JSON object");
-  const uint64_t data_start = 8 + len, data_size = size - data_start;
+  MappedSafetensors file(path);
   SafetensorsFile out;
-  // Tensors in the order of their data, which is the order they were written.
-  std::vector<std::pair<uint64_t, std::string>> order;
-  for (auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      for (auto& [k, v] : entry.items())
-        KILN_CHECK(v.is_string(), "'", path, "': metadata value '", k, "' is not a string");
-      out.metadata = entry.get<std::map<std::string, std::string>>();
-      continue;
-    }
-    KILN_CHECK(entry.is_object() && entry.contains("data_offsets") && entry["data_offsets"].size() == 2,
-               "'", path, "': entry '", name, "' has no data_offsets");
-    order.emplace_back(entry["data_offsets"][0].get<uint64_t>(), name);
-  }
-  std::sort(order.begin(), order.end());
-  for (auto& [_, name] : order) {
-    const auto& e = header[name];
-    DType dtype = from_st_dtype(e.at("dtype").get<std::string>(), path);
-    Shape shape = e.at("shape").get<Shape>();
-    uint64_t begin = e["data_offsets"][0], end = e["data_offsets"][1];
-    uint64_t count = 1;
-    for (int64_t d : shape) {
-      KILN_CHECK(d >= 0 && (d == 0 || count <= UINT64_MAX / static_cast<uint64_t>(d)), "'", path, "': tensor '",
-                 name, "' has an invalid shape");
-      count *= static_cast<uint64_t>(d);
-    }
-    KILN_CHECK(begin <= end && end <= data_size && end - begin == count * dtype_size(dtype), "'", path,
-               "': tensor '", name, "' (", dtype_name(dtype), shape_str(shape), ") has offsets [", begin, ", ", end,
-               ") that do not fit its size or the file's ", data_size, " data bytes");
-    Tensor t = Tensor::empty(shape, dtype);
-    f.seekg(static_cast<std::streamoff>(data_start + begin));
-    f.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(end - begin));
-    KILN_CHECK(f.good() || end == begin, "'", path, "': could not read tensor '", name, "'");
-    out.tensors.emplace_back(name, t);
-  }
+  out.metadata = file.metadata();
+  out.metadata.erase(kCrcKey);
+  for (const auto& e : file.entries()) out.tensors.emplace_back(e.name, file.tensor(e));
   return out;
 }
 
@@ -155,38 +228,6 @@ void save_cell(const nn::Cell& cell, const std::string& path, const std::map<std
   NamedTensors all = cell.parameters_and_names();
   for (auto& b : cell.buffers_and_names()) all.push_back(b);
   save_safetensors(path, all, metadata);
-}
-
-void load_cell(nn::Cell& cell, const std::string& path) {
-  SafetensorsFile file = load_safetensors(path);
-  std::map<std::string, Tensor> in_file(file.tensors.begin(), file.tensors.end());
-  NamedTensors wanted = cell.parameters_and_names();
-  for (auto& b : cell.buffers_and_names()) wanted.push_back(b);
-  std::vector<std::string> problems;
-  for (auto& [name, t] : wanted) {
-    auto it = in_file.find(name);
-    if (it == in_file.end()) {
-      problems.push_back("missing from the file: " + name + " " + t.meta_str());
-      continue;
-    }
-    if (it->second.shape() != t.shape() || it->second.dtype() != t.dtype())
-      problems.push_back("mismatch: " + name + " is " + t.meta_str() + " in the cell but " + it->second.meta_str() +
-                         " in the file");
-    in_file.erase(it);
-  }
-  for (auto& [name, t] : in_file) problems.push_back("in the file but not in the cell: " + name + " " + t.meta_str());
-  if (!problems.empty()) {
-    std::string msg = "cannot load '" + path + "' into " + cell.type_name() + ": " + std::to_string(problems.size()) +
-                      " problem(s); nothing was loaded";
-    for (auto& p : problems) msg += "\n  " + p;
-    KILN_FAIL(msg);
-  }
-  NoGradGuard guard;
-  std::map<std::string, Tensor> values(file.tensors.begin(), file.tensors.end());
-  for (auto& [name, t] : wanted) {
-    Tensor dst = t;
-    dst.copy_(values.at(name));
-  }
 }
 
 }  // namespace kiln::io

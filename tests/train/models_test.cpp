@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "kiln/kiln.h"
 #include "support/error_message.h"
@@ -51,8 +52,22 @@ TEST(Checkpoint, SaveLoadRoundTripAndStrictReport) {
   auto cnn = models::make_model("cnn");
   auto msg = message_of([&] { io::load_cell(*cnn, path); });
   EXPECT_NE(msg.find("nothing was loaded"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("mismatch: 0.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("shape mismatches (not loaded)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0.weight: [32, 1, 3, 3] in the cell, [16, 1, 3, 3] in the file"), std::string::npos) << msg;
   EXPECT_NE(msg.find("in the file but not in the cell"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("missing from the file"), std::string::npos) << msg;
+  // A flipped bit in the data is caught by the checksum.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    char c;
+    f.read(&c, 1);
+    f.seekp(-5, std::ios::end);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  }
+  msg = message_of([&] { io::load_cell(*b, path); });
+  EXPECT_NE(msg.find("is corrupt: the checksum"), std::string::npos) << msg;
   // A truncated file is refused with a clear message.
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
   msg = message_of([&] { io::load_safetensors(path); });
@@ -60,5 +75,25 @@ TEST(Checkpoint, SaveLoadRoundTripAndStrictReport) {
   std::filesystem::resize_file(path, 4);
   msg = message_of([&] { io::load_safetensors(path); });
   EXPECT_NE(msg.find("too short"), std::string::npos) << msg;
+  std::filesystem::remove(path);
+}
+
+TEST(Checkpoint, NonStrictLoadsWhatMatchesAndReportsTheRest) {
+  manual_seed(1);
+  nn::SequentialCell small({std::make_shared<nn::Dense>(4, 3), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dense>(3, 2)});
+  std::string path = (std::filesystem::temp_directory_path() / ("kiln_ckpt_ns_" + std::to_string(::getpid()) + ".safetensors")).string();
+  io::save_safetensors(path, {{"0.weight", randn({3, 4}).to(DType::Float64)}, {"0.bias", zeros({3})},
+                              {"2.weight", zeros({5, 3})}, {"head.extra", zeros({1})}});
+  Tensor before = small.parameters_and_names()[3].second.clone();  // 2.bias
+  auto report = io::load_checkpoint(small, path, {.strict = false, .print_report = false});
+  EXPECT_EQ(report.loaded, (std::vector<std::string>{"0.weight", "0.bias"}));
+  EXPECT_EQ(report.converted, (std::vector<std::string>{"0.weight: float64 in the file, float32 in the cell"}));
+  EXPECT_EQ(report.shape_mismatches, (std::vector<std::string>{"2.weight: [2, 3] in the cell, [5, 3] in the file"}));
+  EXPECT_EQ(report.missing, (std::vector<std::string>{"2.bias float32[2]"}));
+  EXPECT_EQ(report.unexpected, (std::vector<std::string>{"head.extra float32[1]"}));
+  EXPECT_EQ(small.parameters_and_names()[1].second.to_vector<float>(), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(small.parameters_and_names()[3].second.to_vector<float>(), before.to_vector<float>());
+  auto msg = message_of([&] { io::load_checkpoint(small, path); });
+  EXPECT_NE(msg.find("(strict): nothing was loaded"), std::string::npos) << msg;
   std::filesystem::remove(path);
 }

@@ -1,0 +1,91 @@
+// Loading a checkpoint into a cell, with a report of everything that did not
+// line up: nothing is skipped or cast without being listed.
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "kiln/autograd.h"
+#include "kiln/io.h"
+
+namespace kiln::io {
+namespace {
+
+std::string describe(const std::string& name, DType dtype, const Shape& shape) {
+  std::string out = name;
+  out += " ";
+  out += dtype_name(dtype);
+  out += shape_str(shape);
+  return out;
+}
+
+void section(std::string& out, const char* title, const std::vector<std::string>& items) {
+  if (items.empty()) return;
+  out += "\n  ";
+  out += title;
+  out += " (" + std::to_string(items.size()) + "):";
+  for (const auto& i : items) out += "\n    " + i;
+}
+
+}  // namespace
+
+std::string LoadReport::str() const {
+  std::string out = std::to_string(loaded.size()) + " tensor(s) loaded";
+  section(out, "missing from the file", missing);
+  section(out, "in the file but not in the cell", unexpected);
+  section(out, "shape mismatches (not loaded)", shape_mismatches);
+  section(out, "dtype conversions", converted);
+  return out;
+}
+
+LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOptions& options) {
+  MappedSafetensors file(path);
+  io::NamedTensors wanted = cell.parameters_and_names();
+  for (auto& b : cell.buffers_and_names()) wanted.push_back(b);
+  std::map<std::string, const MappedSafetensors::Entry*> in_file;
+  for (const auto& e : file.entries())
+    if (e.name.rfind("optimizer/", 0) != 0) in_file[e.name] = &e;
+
+  LoadReport report;
+  std::vector<std::pair<Tensor, const MappedSafetensors::Entry*>> plan;
+  for (auto& [name, t] : wanted) {
+    auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      report.missing.push_back(describe(name, t.dtype(), t.shape()));
+      continue;
+    }
+    const auto* e = it->second;
+    in_file.erase(it);
+    if (e->shape != t.shape()) {
+      report.shape_mismatches.push_back(name + ": " + shape_str(t.shape()) + " in the cell, " + shape_str(e->shape) +
+                                        " in the file");
+      continue;
+    }
+    if (e->dtype != t.dtype())
+      report.converted.push_back(name + ": " + dtype_name(e->dtype) + " in the file, " + dtype_name(t.dtype()) +
+                                 " in the cell");
+    plan.emplace_back(t, e);
+  }
+  for (auto& [name, e] : in_file) report.unexpected.push_back(describe(name, e->dtype, e->shape));
+
+  if (options.strict && !report.clean())
+    KILN_FAIL("cannot load '", path, "' into ", cell.type_name(), " (strict): nothing was loaded; ", report.str(),
+              "\nfix the names (kiln ckpt diff shows both lists) or load with strict = false to take what matches");
+  NoGradGuard guard;
+  for (auto& [t, e] : plan) {
+    Tensor dst = t;
+    if (e->dtype == t.dtype() && dst.is_contiguous()) {
+      std::memcpy(dst.raw_data(), e->data, e->bytes);  // parameters are contiguous; one copy from the mapping
+    } else {
+      dst.copy_(file.tensor(*e).to(t.dtype()));
+    }
+    report.loaded.push_back(e->name);
+  }
+  if (!options.strict && options.print_report && !report.clean())
+    std::fprintf(stderr, "kiln: loaded '%s' into %s non-strictly: %s\n", path.c_str(), cell.type_name().c_str(),
+                 report.str().c_str());
+  return report;
+}
+
+void load_cell(nn::Cell& cell, const std::string& path) { load_checkpoint(cell, path, {.strict = true}); }
+
+}  // namespace kiln::io
