@@ -75,7 +75,8 @@ class ReduceLROnPlateau : public Callback {
 // One line per epoch: JSON objects (path ending in .jsonl) or CSV with a header.
 class MetricsLogger : public Callback {
  public:
-  explicit MetricsLogger(const std::string& path);
+  // append: continue an existing log (a resumed run) instead of starting a new one.
+  explicit MetricsLogger(const std::string& path, bool append = false);
   void on_epoch_end(Model& m, const EpochInfo& e) override;
 
  private:

@@ -3,11 +3,13 @@
 // the optimizer and schedule, the epochs and the output directory. Parsing
 // validates every key and value before any data is loaded or trained on.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/models.h"
+#include "kiln/train.h"
 
 namespace kiln::recipe {
 
@@ -106,10 +108,21 @@ struct RunResult {
   int64_t seq_len = 0;  // text datasets: tokens per sample
 };
 
-// Trains as the recipe says, writing into r.output: checkpoint.safetensors,
-// metrics.jsonl (one line per epoch) and metrics.json (test accuracy and loss,
-// median training throughput, seconds per epoch, peak RSS).
+struct RunOptions {
+  bool progress = true;
+  // A training checkpoint (OUTPUT/resume.safetensors) to continue from.
+  std::string resume_from;
+  std::vector<std::shared_ptr<train::Callback>> callbacks;  // run after the recipe's own
+};
+
+// Trains as the recipe says, writing into r.output: checkpoint.safetensors
+// (the weights), resume.safetensors (the training checkpoint, after every
+// epoch), metrics.jsonl (one line per epoch) and metrics.json (test accuracy
+// and loss, median training throughput, seconds per epoch, peak RSS).
+RunResult train(const Recipe& r, const RunOptions& options);
 RunResult train(const Recipe& r, bool progress = true);
+// The recipe a training checkpoint was written with.
+Recipe recipe_of_checkpoint(const std::string& resume_path);
 // Evaluates a checkpoint on the recipe's test set (for text: the validation split).
 RunResult evaluate(const Recipe& r, const std::string& checkpoint);
 

@@ -113,6 +113,11 @@ class Model {
   // Mean loss and the metrics over a dataset, in inference mode.
   EvalResult eval(data::BatchSource& batches);
   Tensor predict(const Tensor& inputs);
+  // Makes the next train() call continue a run: after `batches_done` batches
+  // of `epoch` (from 1), at global step `step`. Training checkpoints call it.
+  void resume_at(int64_t step, int epoch, int64_t batches_done);
+  int64_t global_step() const { return global_step_; }
+  int epochs_completed() const { return epochs_completed_; }
   nn::Cell& network() { return *net_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 
@@ -123,6 +128,9 @@ class Model {
   std::vector<std::shared_ptr<metrics::Metric>> metrics_;
   NonFinitePolicy nonfinite_ = NonFinitePolicy::Error;
   int64_t global_step_ = 0;
+  int epochs_completed_ = 0;
+  int resume_epoch_ = 0;  // 0: not resuming
+  int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
 };
 

@@ -3,27 +3,32 @@
 #include <numeric>
 
 #include "kiln/data.h"
+#include "kiln/data/sampler.h"
 
 namespace kiln::data {
 
 BatchIterator::BatchIterator(TensorDataset dataset, int64_t batch_size, bool shuffle, bool drop_remainder,
                              uint64_t seed)
     : dataset_(std::move(dataset)), batch_size_(batch_size), shuffle_(shuffle), drop_remainder_(drop_remainder),
-      gen_(seed) {
+      seed_(seed) {
   KILN_CHECK(batch_size > 0, "batch size must be positive, got ", batch_size);
   KILN_CHECK(dataset_.inputs.defined() && dataset_.labels.defined() &&
                  dataset_.labels.shape()[0] == dataset_.inputs.shape()[0],
              "a dataset needs inputs and labels with the same number of samples");
   dataset_.inputs = dataset_.inputs.contiguous();
   dataset_.labels = dataset_.labels.contiguous();
-  order_.resize(static_cast<size_t>(dataset_.size()));
-  std::iota(order_.begin(), order_.end(), 0);
-  start_epoch();
 }
 
 void BatchIterator::start_epoch() {
+  ++epoch_;
   pos_ = 0;
-  if (shuffle_) std::shuffle(order_.begin(), order_.end(), gen_.engine());
+  order_ = shuffle_ ? RandomSampler(seed_).indices(dataset_.size(), epoch_)
+                    : SequentialSampler().indices(dataset_.size(), epoch_);
+}
+
+void BatchIterator::skip_batches(int64_t count) {
+  if (epoch_ < 0) start_epoch();
+  pos_ = std::min(dataset_.size(), pos_ + count * batch_size_);
 }
 
 int64_t BatchIterator::batches_per_epoch() const {
@@ -46,6 +51,7 @@ Tensor gather_rows(const Tensor& t, const int64_t* idx, int64_t count) {
 }  // namespace
 
 bool BatchIterator::next(Batch& batch) {
+  if (epoch_ < 0) start_epoch();
   int64_t n = dataset_.size();
   int64_t remaining = n - pos_;
   if (remaining <= 0 || (drop_remainder_ && remaining < batch_size_)) return false;

@@ -109,9 +109,12 @@ void ReduceLROnPlateau::on_epoch_end(Model& m, const EpochInfo& e) {
   }
 }
 
-MetricsLogger::MetricsLogger(const std::string& path) : out_(path), json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {
+MetricsLogger::MetricsLogger(const std::string& path, bool append)
+    : json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {
+  bool had_lines = append && std::filesystem::exists(path) && std::filesystem::file_size(path) > 0;
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
   KILN_CHECK(out_.good(), "cannot write '", path, "'");
-  if (!json_) out_ << "epoch,train_loss,val_loss,val_accuracy,seconds,samples_per_s,lr\n";
+  if (!json_ && !had_lines) out_ << "epoch,train_loss,val_loss,val_accuracy,seconds,samples_per_s,lr\n";
 }
 
 void MetricsLogger::on_epoch_end(Model& m, const EpochInfo& e) {

@@ -44,17 +44,36 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   KILN_CHECK(epochs > 0, "epochs must be positive, got ", epochs);
   using Clock = std::chrono::steady_clock;
   std::vector<EpochInfo> history;
+  int first_epoch = 1;
+  int64_t skip = 0;
+  if (resume_epoch_ > 0) {
+    first_epoch = resume_epoch_;
+    skip = resume_batches_;
+    if (skip >= batches.batches_per_epoch()) {
+      ++first_epoch;
+      skip = 0;
+    }
+    batches.set_epoch(first_epoch - 1);
+    resume_epoch_ = 0;
+  }
+  epochs_completed_ = first_epoch - 1;
   for (auto& c : callbacks) c->on_train_begin(*this);
   double last_finite = std::nan("");
   int skipped_in_a_row = 0;
   stop_requested_ = false;
-  for (int epoch = 1; epoch <= epochs && !stop_requested_; ++epoch) {
+  for (int epoch = first_epoch; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
+    int64_t batch_index = 0;
+    if (skip > 0) {  // a run resumed inside this epoch: its first batches were trained on already
+      batches.skip_batches(skip);
+      batch_index = skip;
+      skip = 0;
+    }
     auto start = Clock::now();
     data::Batch batch;
     double loss_sum = 0;
-    int64_t samples = 0, batch_index = 0;
+    int64_t samples = 0;
     while (!stop_requested_ && batches.next(batch)) {
       Tensor loss = loss_(net_->construct(batch.inputs), batch.labels);
       double value = loss.item<double>();
@@ -99,10 +118,19 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       e.val_accuracy = v.accuracy;
     }
     history.push_back(e);
+    epochs_completed_ = epoch;
     for (auto& c : callbacks) c->on_epoch_end(*this, e);
   }
   for (auto& c : callbacks) c->on_train_end(*this);
   return history;
+}
+
+void Model::resume_at(int64_t step, int epoch, int64_t batches_done) {
+  KILN_CHECK(step >= 0 && epoch >= 1 && batches_done >= 0, "Model::resume_at: invalid position (step ", step,
+             ", epoch ", epoch, ", batch ", batches_done, ")");
+  global_step_ = step;
+  resume_epoch_ = epoch;
+  resume_batches_ = batches_done;
 }
 
 EvalResult Model::eval(data::BatchSource& batches) {

@@ -14,6 +14,7 @@
 #include "kiln/parallel.h"
 #include "kiln/recipe.h"
 #include "kiln/train.h"
+#include "kiln/training_checkpoint.h"
 #include "train/recipe_data.h"
 
 namespace kiln::recipe {
@@ -90,6 +91,20 @@ RunResult result_of(const train::EvalResult& ev) {
 }  // namespace
 
 RunResult train(const Recipe& r, bool progress) {
+  RunOptions options;
+  options.progress = progress;
+  return train(r, options);
+}
+
+Recipe recipe_of_checkpoint(const std::string& resume_path) {
+  io::MappedSafetensors file(resume_path);
+  auto it = file.metadata().find("recipe");
+  KILN_CHECK(it != file.metadata().end(), "'", resume_path, "' does not carry the recipe it was trained with");
+  return parse_recipe_text(it->second, resume_path);
+}
+
+RunResult train(const Recipe& r, const RunOptions& options) {
+  bool progress = options.progress;
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);  // first: missing data fails before anything is written
   std::filesystem::create_directories(r.output);
@@ -104,11 +119,20 @@ RunResult train(const Recipe& r, bool progress) {
   if (progress) callbacks.push_back(std::make_shared<train::LossMonitor>(100));
   if (auto s = make_schedule(r, steps_per_epoch, total_steps))
     callbacks.push_back(std::make_shared<train::LearningRateScheduler>(*s));
-  callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl"));
+  bool resuming = !options.resume_from.empty();
+  callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl", /*append=*/resuming));
   for (const auto& c : r.callbacks) callbacks.push_back(make_callback(c, r));
   if (r.max_steps > 0) callbacks.push_back(std::make_shared<train::StopAtStep>(r.max_steps));
+  int64_t checkpoint_steps = 0;
+  for (const auto& c : r.callbacks)
+    if (c.name == "model_checkpoint") checkpoint_steps = c.every_steps;
+  callbacks.push_back(std::make_shared<train::TrainingCheckpoint>(
+      r.output + "/resume.safetensors", checkpoint_steps,
+      std::map<std::string, std::string>{{"recipe", r.text}, {"model", r.model}}));
+  callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
 
   train::Model model(net, loss_of(r), opt);
+  if (resuming) train::load_training_checkpoint(options.resume_from, model);
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   train::EvalResult ev = model.eval(*d.test);
   io::save_cell(*net, r.output + "/checkpoint.safetensors",

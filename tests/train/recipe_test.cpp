@@ -90,26 +90,34 @@ TEST(Recipe, MissingDatasetFailsBeforeTraining) {
   EXPECT_NE(msg.find("set dataset.path"), std::string::npos) << msg;
 }
 
-TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
-  // A tiny MNIST-format dataset: 64 training and 32 test images of 28x28.
-  auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + std::to_string(::getpid()));
+namespace {
+// A tiny MNIST-format dataset: 64 training and 32 test images of 28x28, two
+// trivially separable classes.
+std::filesystem::path write_tiny_mnist(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  auto write_idx = [&](const std::string& name, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
+  auto write_idx = [&](const std::string& file, std::vector<uint32_t> dims, const std::vector<uint8_t>& data) {
     std::vector<uint8_t> bytes{0, 0, 8, static_cast<uint8_t>(dims.size())};
     for (uint32_t d : dims)
       for (int s = 24; s >= 0; s -= 8) bytes.push_back(static_cast<uint8_t>(d >> s));
     bytes.insert(bytes.end(), data.begin(), data.end());
-    std::ofstream((dir / name).string(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    std::ofstream((dir / file).string(), std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   };
   for (auto [prefix, n] : {std::pair<std::string, uint32_t>{"train", 64}, {"t10k", 32}}) {
     std::vector<uint8_t> pixels(n * 784), labels(n);
     for (uint32_t i = 0; i < n; ++i) {
       labels[i] = static_cast<uint8_t>(i % 2);
-      for (int p = 0; p < 784; ++p) pixels[i * 784 + p] = static_cast<uint8_t>((p < 392) == (i % 2 == 0) ? 200 : 10);
+      for (int p = 0; p < 784; ++p) pixels[i * 784 + p] = static_cast<uint8_t>((p < 392) == (i % 2 == 0) ? 200 : 10 + (p * i) % 40);
     }
     write_idx(prefix + "-images-idx3-ubyte", {n, 28, 28}, pixels);
     write_idx(prefix + "-labels-idx1-ubyte", {n}, labels);
   }
+  return dir;
+}
+}  // namespace
+
+TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
+  auto dir = write_tiny_mnist("train_eval");
   std::string out = (dir / "run").string();
   auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +
                                      dir.string() + "}\nepochs: 2\nbatch_size: 16\noutput: " + out + "\n");
@@ -200,5 +208,48 @@ TEST(Recipe, ImageFolderRecipeWithTransformsValidationAndCallbacks) {
   int checkpoints = 0;
   for (auto& e : std::filesystem::directory_iterator(out)) checkpoints += e.path().filename().string().find("-epoch") != std::string::npos;
   EXPECT_EQ(checkpoints, 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Recipe, ResumeContinuesTheRunAsIfItHadNotStopped) {
+  auto dir = write_tiny_mnist("resume");
+  auto recipe_text = [&](const std::string& out, int max_steps) {
+    return "model: cnn\nmodel_config: {hidden: [16]}\ndataset:\n  name: mnist\n  path: " + dir.string() +
+           "\n  transforms: [{name: random_crop, size: 28, padding: 2}]\n"
+           "schedule: {name: cosine, warmup_epochs: 0.5}\nepochs: 3\nbatch_size: 16\nmax_steps: " +
+           std::to_string(max_steps) + "\noutput: " + out + "\n";
+  };
+  auto losses_of = [](std::vector<double>& into) {
+    auto cb = std::make_shared<train::LambdaCallback>();
+    cb->step_end = [&into](train::Model&, const train::StepInfo& s) { into.push_back(s.loss); };
+    return cb;
+  };
+  std::vector<double> straight, first, second;
+  recipe::RunOptions o;
+  o.progress = false;
+  o.callbacks = {losses_of(straight)};
+  recipe::train(recipe::parse_recipe_text(recipe_text((dir / "straight").string(), 0)), o);
+  ASSERT_EQ(straight.size(), 12u);  // 4 steps an epoch
+
+  // An interrupted run: stopped inside epoch 2 (max_steps would shorten the schedule instead).
+  std::string out = (dir / "stopped").string();
+  auto interrupt = std::make_shared<train::LambdaCallback>();
+  interrupt->step_end = [](train::Model& m, const train::StepInfo& s) {
+    if (s.step == 6) m.stop_training();
+  };
+  o.callbacks = {losses_of(first), interrupt};
+  recipe::train(recipe::parse_recipe_text(recipe_text(out, 0)), o);
+  ASSERT_EQ(first.size(), 6u);
+  recipe::Recipe again = recipe::recipe_of_checkpoint(out + "/resume.safetensors");
+  o.callbacks = {losses_of(second)};
+  o.resume_from = out + "/resume.safetensors";
+  recipe::train(again, o);
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(first, straight);
+  auto a = io::load_safetensors((dir / "straight" / "checkpoint.safetensors").string());
+  auto b = io::load_safetensors(out + "/checkpoint.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i)
+    EXPECT_EQ(a.tensors[i].second.to_vector<float>(), b.tensors[i].second.to_vector<float>()) << a.tensors[i].first;
   std::filesystem::remove_all(dir);
 }

@@ -1,6 +1,7 @@
 // `kiln train RECIPE.yaml` and `kiln eval RECIPE.yaml --checkpoint PATH`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 
 #include "kiln/recipe.h"
 
@@ -13,10 +14,12 @@ void add_train_commands(CLI::App& app) {
   static int64_t max_steps = -1;
   static int64_t batch_size = 0, seed = -1;
   static double lr = 0;
-  static std::string output;
+  static std::string output, resume;
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
-  train->add_option("recipe", recipe_path, "Recipe YAML file")->required();
+  train->add_option("recipe", recipe_path, "Recipe YAML file (with --resume: default, the checkpoint's own)");
+  train->add_option("--resume", resume,
+                    "Continue the run in this output directory (its resume.safetensors) or from this training checkpoint");
   train->add_option("--epochs", epochs, "Override the number of epochs");
   train->add_option("--batch-size", batch_size, "Override the batch size");
   train->add_option("--lr", lr, "Override the learning rate");
@@ -25,7 +28,13 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--threads", threads, "Override the thread count");
   train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
   train->callback([] {
-    recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
+    KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
+    std::string resume_file = resume;
+    if (!resume.empty() && std::filesystem::is_directory(resume)) resume_file = resume + "/resume.safetensors";
+    KILN_CHECK(resume.empty() || std::filesystem::exists(resume_file), "--resume: no training checkpoint at '",
+               resume_file, "'; kiln train writes resume.safetensors into its output directory after every epoch");
+    recipe::Recipe r = recipe_path.empty() ? recipe::recipe_of_checkpoint(resume_file) : recipe::parse_recipe_file(recipe_path);
+    if (!resume.empty() && output.empty() && std::filesystem::is_directory(resume)) r.output = resume;
     if (epochs) o.epochs = epochs;
     if (batch_size) o.batch_size = batch_size;
     if (lr) o.lr = lr;
@@ -34,7 +43,9 @@ void add_train_commands(CLI::App& app) {
     if (threads >= 0) o.threads = threads;
     if (max_steps >= 0) o.max_steps = max_steps;
     recipe::apply(r, o);
-    recipe::RunResult res = recipe::train(r);
+    recipe::RunOptions options;
+    options.resume_from = resume_file;
+    recipe::RunResult res = recipe::train(r, options);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%, %lld steps, %.0f tokens/s, peak RSS %.0f MB\n",
                   res.loss, 100 * res.accuracy, static_cast<long long>(res.steps),
@@ -42,7 +53,7 @@ void add_train_commands(CLI::App& app) {
     else
       std::printf("test accuracy %.2f%%, test loss %.4f, %.0f samples/s, %.1f s/epoch, peak RSS %.0f MB\n",
                   100 * res.accuracy, res.loss, res.train_samples_per_s, res.sec_per_epoch, res.peak_rss_mb);
-    std::printf("wrote %s/checkpoint.safetensors, metrics.json, metrics.jsonl\n", r.output.c_str());
+    std::printf("wrote %s/checkpoint.safetensors, resume.safetensors, metrics.json, metrics.jsonl\n", r.output.c_str());
   });
 
   auto* eval = app.add_subcommand("eval", "Evaluate a checkpoint on the recipe's test set");

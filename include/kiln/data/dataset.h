@@ -69,6 +69,15 @@ class BatchSource {
   virtual bool next(Batch& batch) = 0;       // false at the end of the epoch
   virtual int64_t batches_per_epoch() const = 0;
   virtual int64_t batch_size() const = 0;
+  // The next start_epoch() starts epoch `epoch` (from 0): resuming a run
+  // replays its data order, since sources derive it from (seed, epoch).
+  virtual void set_epoch(int64_t epoch) = 0;
+  // Passes over the next `count` batches of this epoch.
+  virtual void skip_batches(int64_t count) {
+    Batch b;
+    for (int64_t i = 0; i < count && next(b); ++i) {
+    }
+  }
 };
 
 // The fast path for data already in memory as tensors: gathers rows, with no
@@ -77,17 +86,20 @@ class BatchIterator : public BatchSource {
  public:
   BatchIterator(TensorDataset dataset, int64_t batch_size, bool shuffle, bool drop_remainder = false,
                 uint64_t seed = 0);
-  void start_epoch() override;  // reshuffles when shuffling is on
+  void start_epoch() override;  // a new order (RandomSampler(seed) of the epoch) when shuffling
   bool next(Batch& batch) override;
   int64_t batches_per_epoch() const override;
   int64_t batch_size() const override { return batch_size_; }
+  void set_epoch(int64_t epoch) override { epoch_ = epoch - 1; }
+  void skip_batches(int64_t count) override;
   const TensorDataset& dataset() const { return dataset_; }
 
  private:
   TensorDataset dataset_;
   int64_t batch_size_;
   bool shuffle_, drop_remainder_;
-  Generator gen_;
+  uint64_t seed_;
+  int64_t epoch_ = -1;
   std::vector<int64_t> order_;
   int64_t pos_ = 0;
 };

@@ -59,6 +59,7 @@ class Pipeline : public BatchSource {
   bool next(Batch& batch) override;
   int64_t batches_per_epoch() const override;
   int64_t batch_size() const override { return batch_size_; }
+  void set_epoch(int64_t epoch) override { epoch_ = epoch - 1; }
   int64_t samples_per_epoch() const;
 
   // One sample after the transforms, as epoch 0 would produce it at `position`.

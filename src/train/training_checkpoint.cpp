@@ -1,0 +1,80 @@
+#include "kiln/training_checkpoint.h"
+
+#include <sstream>
+
+#include "kiln/io.h"
+
+namespace kiln::train {
+namespace {
+constexpr const char* kFormat = "kiln-training-checkpoint-1";
+constexpr const char* kOptimizerPrefix = "optimizer/";
+
+int64_t to_int(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+  auto it = meta.find(key);
+  KILN_CHECK(it != meta.end(), "'", path, "' is not a complete training checkpoint: no '", key, "' in its metadata");
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    KILN_FAIL("'", path, "': metadata '", key, "' is not a number ('", it->second, "')");
+  }
+}
+}  // namespace
+
+void save_training_checkpoint(const std::string& path, Model& model, const ResumePoint& at,
+                              const std::map<std::string, std::string>& metadata) {
+  io::NamedTensors tensors = model.network().parameters_and_names();
+  for (auto& b : model.network().buffers_and_names()) tensors.push_back(b);
+  for (auto& [name, t] : model.optimizer().state()) tensors.emplace_back(kOptimizerPrefix + name, t);
+  std::map<std::string, std::string> meta = metadata;
+  meta["kiln.format"] = kFormat;
+  meta["step"] = std::to_string(at.step);
+  meta["epoch"] = std::to_string(at.epoch);
+  meta["batches_done"] = std::to_string(at.batches_done);
+  std::ostringstream rng;
+  rng << default_generator().engine();
+  meta["rng"] = rng.str();
+  const auto& groups = model.optimizer().groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::ostringstream lr;
+    lr.precision(17);
+    lr << groups[g].lr;
+    meta["lr.g" + std::to_string(g)] = lr.str();
+  }
+  io::save_safetensors(path, tensors, meta);
+}
+
+std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model& model) {
+  io::MappedSafetensors file(path);
+  const auto& meta = file.metadata();
+  auto format = meta.find("kiln.format");
+  KILN_CHECK(format != meta.end() && format->second == kFormat, "'", path,
+             "' is not a Kiln training checkpoint (it holds weights only?); resume needs the file kiln train writes as "
+             "resume.safetensors");
+  ResumePoint at{to_int(meta, "step", path), static_cast<int>(to_int(meta, "epoch", path)),
+                 to_int(meta, "batches_done", path)};
+  std::vector<std::pair<std::string, Tensor>> state;
+  std::string prefix = kOptimizerPrefix;
+  for (const auto& e : file.entries())
+    if (e.name.rfind(prefix, 0) == 0) state.emplace_back(e.name.substr(prefix.size()), file.tensor(e));
+  io::load_checkpoint(model.network(), path, {.strict = true});
+  model.optimizer().load_state(state);
+  auto& groups = model.optimizer().groups();
+  for (size_t g = 0; g < groups.size(); ++g)
+    groups[g].lr = std::stod(meta.count("lr.g" + std::to_string(g)) ? meta.at("lr.g" + std::to_string(g)) : "0");
+  std::istringstream rng(meta.count("rng") ? meta.at("rng") : "");
+  rng >> default_generator().engine();
+  KILN_CHECK(!rng.fail(), "'", path, "': the generator state in its metadata is damaged");
+  model.resume_at(at.step, at.epoch, at.batches_done);
+  return meta;
+}
+
+void TrainingCheckpoint::on_step_end(Model& m, const StepInfo& s) {
+  last_batch_ = s.batch;
+  if (every_steps_ > 0 && s.step % every_steps_ == 0) save_training_checkpoint(path_, m, {s.step, s.epoch, s.batch}, metadata_);
+}
+
+void TrainingCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
+  save_training_checkpoint(path_, m, {m.global_step(), e.epoch, last_batch_}, metadata_);
+}
+
+}  // namespace kiln::train
