@@ -9,7 +9,7 @@ PACKAGES=(
   libdnnl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
-  libjpeg62-turbo-dev libpng-dev
+  libjpeg62-turbo-dev libpng-dev libzip-dev
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 

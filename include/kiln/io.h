@@ -59,6 +59,16 @@ class MappedSafetensors {
   std::map<std::string, std::string> metadata_;
 };
 
+// A PyTorch state dict saved by torch.save (the zip format of PyTorch 1.6
+// and later), read without running Python: float32/64, float16, bfloat16,
+// int64/32, uint8 and bool tensors; shared storages and views are resolved
+// (each tensor comes back contiguous). Nested dicts give dotted names
+// ("model.fc.weight"). Pickles that ask for anything but tensors and dicts
+// are refused.
+NamedTensors load_torch_file(const std::string& path);
+// safetensors or torch.save file, told apart by their first bytes.
+NamedTensors load_tensor_file(const std::string& path);
+
 // Parameters and buffers of a cell, by their hierarchical names.
 void save_cell(const nn::Cell& cell, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 struct LoadOptions {

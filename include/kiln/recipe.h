@@ -121,6 +121,9 @@ struct RunOptions {
 // and loss, median training throughput, seconds per epoch, peak RSS).
 RunResult train(const Recipe& r, const RunOptions& options);
 RunResult train(const Recipe& r, bool progress = true);
+// The recipe's model, configured for its data (input channels, image size,
+// classes, vocabulary), with fresh weights.
+std::shared_ptr<nn::Cell> build_model(const Recipe& r);
 // The recipe a training checkpoint was written with.
 Recipe recipe_of_checkpoint(const std::string& resume_path);
 // Evaluates a checkpoint on the recipe's test set (for text: the validation split).

@@ -96,6 +96,10 @@ RunResult train(const Recipe& r, bool progress) {
   return train(r, options);
 }
 
+std::shared_ptr<nn::Cell> build_model(const Recipe& r) {
+  return models::make_model(r.model, detail::load_data(r).config);
+}
+
 Recipe recipe_of_checkpoint(const std::string& resume_path) {
   io::MappedSafetensors file(resume_path);
   auto it = file.metadata().find("recipe");

@@ -1,0 +1,22 @@
+// Fuzz target: arbitrary bytes as a safetensors file. Every input must either
+// load or be refused with kiln::Error; crashes, hangs and other exceptions are bugs.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "kiln/io.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string path = "/tmp/kiln_fuzz_safetensors_" + std::to_string(::getpid());
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return 0;
+  std::fwrite(data, 1, size, f);
+  std::fclose(f);
+  try {
+    kiln::io::load_safetensors(path);
+  } catch (const kiln::Error&) {
+  }
+  return 0;
+}
