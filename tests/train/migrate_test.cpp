@@ -141,3 +141,26 @@ TEST(Migrate, PyTorchW2AndW3GiveTheSameLogitsAndAccuracyInKiln) {
     EXPECT_NEAR(accuracy, expected[file]["accuracy"].get<double>(), 0.001) << file;
   }
 }
+
+TEST(Migrate, RenameRulesFromYamlAndTheirErrors) {
+  std::string path = (fs::temp_directory_path() / ("kiln_rules" + std::to_string(::getpid()) + ".yaml")).string();
+  std::ofstream(path) << "rename:\n  - {from: '^encoder\\.', to: 'layer.'}\ntranspose: ['^layer\\.1\\.weight$']\n"
+                         "ignore: ['^aux']\n";
+  auto rules = io::load_rename_rules(path);
+  std::vector<io::TensorInfo> source{{"encoder.1.weight", DType::Float32, {3, 2}}, {"aux.loss", DType::Float32, {1}}};
+  std::vector<io::TensorInfo> target{{"layer.1.weight", DType::Float32, {2, 3}}};
+  auto m = io::match_names(source, target, rules);
+  ASSERT_TRUE(m.complete()) << io::format_matches(m, source, target);
+  EXPECT_EQ(m.matched[0].how, "rule");
+  EXPECT_TRUE(m.matched[0].transpose);
+  Tensor w = from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{3, 2});
+  auto out = io::apply_matches(m, {{"encoder.1.weight", w}, {"aux.loss", zeros({1})}}, target);
+  EXPECT_EQ(out[0].second.to_vector<float>(), (std::vector<float>{1, 3, 5, 2, 4, 6}));
+  std::ofstream(path) << "rename:\n  - {from: '([', to: x}\n";
+  auto msg = message_of([&] { io::load_rename_rules(path); });
+  EXPECT_NE(msg.find("'([' is not a valid regular expression"), std::string::npos) << msg;
+  std::ofstream(path) << "renames: []\n";
+  msg = message_of([&] { io::load_rename_rules(path); });
+  EXPECT_NE(msg.find("unknown key 'renames'; allowed keys: ignore, rename, transpose"), std::string::npos) << msg;
+  fs::remove(path);
+}
