@@ -49,9 +49,16 @@ class MappedSafetensors {
   const Entry* find(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   Tensor tensor(const Entry& e) const;  // a copy
+  // Drops the pages of `e` from this process's memory (they stay in the page
+  // cache and fault back in if read again): loading a large file then never
+  // holds more than one tensor's pages at a time.
+  void release(const Entry& e) const { release(e.data, e.bytes); }
+  // Copies e's bytes to dst in chunks, releasing each chunk's pages after it.
+  void copy_out(const Entry& e, void* dst) const;
   const std::string& path() const { return path_; }
 
  private:
+  void release(const void* data, size_t bytes) const;
   std::string path_;
   void* map_ = nullptr;
   size_t size_ = 0;

@@ -74,7 +74,7 @@ LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOp
   for (auto& [t, e] : plan) {
     Tensor dst = t;
     if (e->dtype == t.dtype() && dst.is_contiguous()) {
-      std::memcpy(dst.raw_data(), e->data, e->bytes);  // parameters are contiguous; one copy from the mapping
+      file.copy_out(*e, dst.raw_data());  // parameters are contiguous: one copy from the mapping
     } else {
       dst.copy_(file.tensor(*e).to(t.dtype()));
     }

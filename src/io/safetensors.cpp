@@ -18,6 +18,9 @@ namespace kiln::io {
 namespace {
 
 constexpr const char* kCrcKey = "kiln.crc32";
+// Large files are checksummed and copied in chunks whose pages are released
+// after use, so a load never holds much more of the file than this.
+constexpr size_t kChunk = 16u << 20;
 
 const char* st_dtype(DType d) {
   switch (d) {
@@ -184,8 +187,9 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
       for (const Entry& e : entries_) {
         const auto* p = static_cast<const Bytef*>(e.data);
         for (size_t n = e.bytes; n > 0;) {
-          uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+          uInt chunk = static_cast<uInt>(std::min<size_t>(n, kChunk));
           crc = crc32(crc, p, chunk);
+          release(p, chunk);
           p += chunk;
           n -= chunk;
         }
@@ -201,6 +205,25 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
 
 MappedSafetensors::~MappedSafetensors() {
   if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
+}
+
+void MappedSafetensors::release(const void* data, size_t bytes) const {
+  // Whole pages inside [data, data + bytes) only: neighbours may still be needed.
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  auto begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  auto end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+void MappedSafetensors::copy_out(const Entry& e, void* dst) const {
+  const char* src = static_cast<const char*>(e.data);
+  char* out = static_cast<char*>(dst);
+  for (size_t done = 0; done < e.bytes;) {
+    size_t chunk = std::min<size_t>(e.bytes - done, kChunk);
+    std::memcpy(out + done, src + done, chunk);
+    release(src + done, chunk);
+    done += chunk;
+  }
 }
 
 const MappedSafetensors::Entry* MappedSafetensors::find(const std::string& name) const {

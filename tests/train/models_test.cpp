@@ -97,3 +97,24 @@ TEST(Checkpoint, NonStrictLoadsWhatMatchesAndReportsTheRest) {
   EXPECT_NE(msg.find("(strict): nothing was loaded"), std::string::npos) << msg;
   std::filesystem::remove(path);
 }
+
+TEST(Checkpoint, LoadingALargeFileHoldsLittleMoreThanTheModel) {
+  auto peak_kb = [] {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+    return 0L;
+  };
+  nn::Dense big(4096, 4096, false);  // 64 MiB of float32
+  std::string path = (std::filesystem::temp_directory_path() / ("kiln_big_" + std::to_string(::getpid()) + ".safetensors")).string();
+  io::save_cell(big, path);
+  nn::Dense into(4096, 4096, false);
+  std::ofstream("/proc/self/clear_refs") << "5";  // resets the peak to the current size
+  long before = peak_kb();
+  io::load_cell(into, path);
+  long grown_mb = (peak_kb() - before) / 1024;
+  EXPECT_LT(grown_mb, 40) << "loading copied more than it should";  // the file is 64 MiB; chunks are 16 MiB
+  EXPECT_EQ(into.parameters_and_names()[0].second.to_vector<float>(), big.parameters_and_names()[0].second.to_vector<float>());
+  std::filesystem::remove(path);
+}
