@@ -102,6 +102,14 @@ class Unpickler {
  public:
   Unpickler(const std::string& data, const std::string& path, std::function<Tensor(const StorageRef&)> load_storage)
       : d_(data), path_(path), load_storage_(std::move(load_storage)) {}
+  // Containers may hold themselves (memo references make cycles); emptying
+  // them all breaks every cycle so that the values are freed.
+  ~Unpickler() {
+    for (auto& c : containers_) {
+      c->items.clear();
+      c->dict.clear();
+    }
+  }
 
   ValuePtr run() {
     for (;;) {
@@ -153,8 +161,8 @@ class Unpickler {
         case 'h': push(memo(byte())); break;               // BINGET
         case 'j': push(memo(le(4))); break;                // LONG_BINGET
         case ')': push(make(Value::Tuple)); break;         // EMPTY_TUPLE
-        case ']': push(make(Value::List)); break;          // EMPTY_LIST
-        case '}': push(make(Value::Dict)); break;          // EMPTY_DICT
+        case ']': push(container(Value::List)); break;     // EMPTY_LIST
+        case '}': push(container(Value::Dict)); break;     // EMPTY_DICT
         case 't': { auto v = make(Value::Tuple); v->items = pop_to_mark(); push(v); break; }
         case 0x85: case 0x86: case 0x87: {                 // TUPLE1..3
           auto v = make(Value::Tuple);
@@ -249,6 +257,10 @@ class Unpickler {
     stack_.pop_back();
     return {out.rbegin(), out.rend()};
   }
+  ValuePtr container(Value::Kind kind) {
+    containers_.push_back(make(kind));
+    return containers_.back();
+  }
   ValuePtr memo(uint64_t k) {
     auto it = memo_.find(k);
     KILN_CHECK(it != memo_.end(), where(), "memo entry ", k, " was never stored");
@@ -296,7 +308,7 @@ class Unpickler {
   }
   ValuePtr reduce(const ValuePtr& fn, const ValuePtr& args) {
     KILN_CHECK(fn->kind == Value::Global && args->kind == Value::Tuple, where(), "REDUCE of something not callable");
-    if (fn->s == "collections OrderedDict") return make(Value::Dict);
+    if (fn->s == "collections OrderedDict") return container(Value::Dict);
     if (fn->s == "torch._utils _rebuild_parameter") {
       KILN_CHECK(!args->items.empty() && args->items[0]->kind == Value::TensorValue, where(), "a malformed parameter");
       return args->items[0];
@@ -345,6 +357,7 @@ class Unpickler {
   size_t pos_ = 0;
   std::vector<ValuePtr> stack_;
   std::map<uint64_t, ValuePtr> memo_;
+  std::vector<ValuePtr> containers_;
 };
 
 void flatten(const ValuePtr& v, const std::string& prefix, NamedTensors& out, const std::string& path, int depth = 0) {
