@@ -50,6 +50,8 @@ class EarlyStopping : public Callback {
   EarlyStopping(std::string monitor = "val_loss", int patience = 3, double min_delta = 0.0);
   void on_epoch_end(Model& m, const EpochInfo& e) override;
   int stopped_epoch() const { return stopped_epoch_; }
+  std::map<std::string, std::string> state() const override;
+  void load_state(const std::map<std::string, std::string>& s) override;
 
  private:
   std::string monitor_;
@@ -64,6 +66,8 @@ class ReduceLROnPlateau : public Callback {
  public:
   ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 2, double min_lr = 0.0);
   void on_epoch_end(Model& m, const EpochInfo& e) override;
+  std::map<std::string, std::string> state() const override;
+  void load_state(const std::map<std::string, std::string>& s) override;
 
  private:
   std::string monitor_;

@@ -46,6 +46,10 @@ class Callback {
   virtual void on_step_end(Model&, const StepInfo&) {}
   virtual void on_epoch_end(Model&, const EpochInfo&) {}
   virtual void on_train_end(Model&) {}
+  // What a callback must carry across a resumed run (EarlyStopping's best
+  // value, ...), as strings for the checkpoint's metadata.
+  virtual std::map<std::string, std::string> state() const { return {}; }
+  virtual void load_state(const std::map<std::string, std::string>&) {}
 };
 
 // Prints progress: a bar with rate and ETA on a terminal, a line every

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "kiln/io.h"
@@ -108,6 +109,24 @@ void ReduceLROnPlateau::on_epoch_end(Model& m, const EpochInfo& e) {
     wait_ = 0;
   }
 }
+
+namespace {
+std::map<std::string, std::string> best_and_wait(double best, int wait) {
+  std::ostringstream b;
+  b.precision(17);
+  b << best;
+  return {{"best", b.str()}, {"wait", std::to_string(wait)}};
+}
+void restore_best_and_wait(const std::map<std::string, std::string>& s, double& best, int& wait) {
+  if (s.count("best")) best = std::stod(s.at("best"));
+  if (s.count("wait")) wait = std::stoi(s.at("wait"));
+}
+}  // namespace
+
+std::map<std::string, std::string> EarlyStopping::state() const { return best_and_wait(best_, wait_); }
+void EarlyStopping::load_state(const std::map<std::string, std::string>& s) { restore_best_and_wait(s, best_, wait_); }
+std::map<std::string, std::string> ReduceLROnPlateau::state() const { return best_and_wait(best_, wait_); }
+void ReduceLROnPlateau::load_state(const std::map<std::string, std::string>& s) { restore_best_and_wait(s, best_, wait_); }
 
 MetricsLogger::MetricsLogger(const std::string& path, bool append)
     : json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {

@@ -125,18 +125,20 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     callbacks.push_back(std::make_shared<train::LearningRateScheduler>(*s));
   bool resuming = !options.resume_from.empty();
   callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl", /*append=*/resuming));
-  for (const auto& c : r.callbacks) callbacks.push_back(make_callback(c, r));
+  std::vector<std::shared_ptr<train::Callback>> recipe_callbacks;  // their state goes into resume.safetensors
+  for (const auto& c : r.callbacks) recipe_callbacks.push_back(make_callback(c, r));
+  callbacks.insert(callbacks.end(), recipe_callbacks.begin(), recipe_callbacks.end());
   if (r.max_steps > 0) callbacks.push_back(std::make_shared<train::StopAtStep>(r.max_steps));
   int64_t checkpoint_steps = 0;
   for (const auto& c : r.callbacks)
     if (c.name == "model_checkpoint") checkpoint_steps = c.every_steps;
   callbacks.push_back(std::make_shared<train::TrainingCheckpoint>(
       r.output + "/resume.safetensors", checkpoint_steps,
-      std::map<std::string, std::string>{{"recipe", r.text}, {"model", r.model}}));
+      std::map<std::string, std::string>{{"recipe", r.text}, {"model", r.model}}, recipe_callbacks));
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
 
   train::Model model(net, loss_of(r), opt);
-  if (resuming) train::load_training_checkpoint(options.resume_from, model);
+  if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   train::EvalResult ev = model.eval(*d.test);
   io::save_cell(*net, r.output + "/checkpoint.safetensors",

@@ -18,10 +18,18 @@ int64_t to_int(const std::map<std::string, std::string>& meta, const std::string
     KILN_FAIL("'", path, "': metadata '", key, "' is not a number ('", it->second, "')");
   }
 }
+std::string callback_key(size_t i, const std::string& key) {
+  std::string k = "callback";
+  k += std::to_string(i);
+  k += ".";
+  k += key;
+  return k;
+}
 }  // namespace
 
 void save_training_checkpoint(const std::string& path, Model& model, const ResumePoint& at,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata,
+                              const std::vector<std::shared_ptr<Callback>>& callbacks) {
   io::NamedTensors tensors = model.network().parameters_and_names();
   for (auto& b : model.network().buffers_and_names()) tensors.push_back(b);
   for (auto& [name, t] : model.optimizer().state()) tensors.emplace_back(kOptimizerPrefix + name, t);
@@ -40,10 +48,13 @@ void save_training_checkpoint(const std::string& path, Model& model, const Resum
     lr << groups[g].lr;
     meta["lr.g" + std::to_string(g)] = lr.str();
   }
+  for (size_t i = 0; i < callbacks.size(); ++i)
+    for (auto& [k, v] : callbacks[i]->state()) meta[callback_key(i, k)] = v;
   io::save_safetensors(path, tensors, meta);
 }
 
-std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model& model) {
+std::map<std::string, std::string> load_training_checkpoint(const std::string& path, Model& model,
+                                                            const std::vector<std::shared_ptr<Callback>>& callbacks) {
   io::MappedSafetensors file(path);
   const auto& meta = file.metadata();
   auto format = meta.find("kiln.format");
@@ -64,17 +75,25 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
   std::istringstream rng(meta.count("rng") ? meta.at("rng") : "");
   rng >> default_generator().engine();
   KILN_CHECK(!rng.fail(), "'", path, "': the generator state in its metadata is damaged");
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    std::map<std::string, std::string> state;
+    std::string prefix = callback_key(i, "");
+    for (auto& [k, v] : meta)
+      if (k.rfind(prefix, 0) == 0) state[k.substr(prefix.size())] = v;
+    callbacks[i]->load_state(state);
+  }
   model.resume_at(at.step, at.epoch, at.batches_done);
   return meta;
 }
 
 void TrainingCheckpoint::on_step_end(Model& m, const StepInfo& s) {
   last_batch_ = s.batch;
-  if (every_steps_ > 0 && s.step % every_steps_ == 0) save_training_checkpoint(path_, m, {s.step, s.epoch, s.batch}, metadata_);
+  if (every_steps_ > 0 && s.step % every_steps_ == 0)
+    save_training_checkpoint(path_, m, {s.step, s.epoch, s.batch}, metadata_, stateful_);
 }
 
 void TrainingCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
-  save_training_checkpoint(path_, m, {m.global_step(), e.epoch, last_batch_}, metadata_);
+  save_training_checkpoint(path_, m, {m.global_step(), e.epoch, last_batch_}, metadata_, stateful_);
 }
 
 }  // namespace kiln::train

@@ -15,9 +15,9 @@ using kiln::testing::message_of;
 namespace {
 // A net with dropout, so that resuming must restore the generator too.
 std::shared_ptr<nn::SequentialCell> net_with_dropout() {
-  return std::make_shared<nn::SequentialCell>(std::vector<nn::CellPtr>{
-      std::make_shared<nn::Dense>(4, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.3),
-      std::make_shared<nn::Dense>(16, 3)});
+  return std::make_shared<nn::SequentialCell>(
+      std::vector<nn::CellPtr>{std::make_shared<nn::Dense>(4, 16), std::make_shared<nn::ReLU>(),
+                               std::make_shared<nn::Dropout>(0.3), std::make_shared<nn::Dense>(16, 3)});
 }
 
 struct TrainingRun {
@@ -107,5 +107,28 @@ TEST(Resume, AProcessKilledWhileSavingLeavesTheLastGoodCheckpoint) {
   for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
     if (e.path().filename().string().rfind("." + std::filesystem::path(path).filename().string() + ".tmp", 0) == 0)
       std::filesystem::remove(e.path());  // the killed writer's temporary files
+  std::filesystem::remove(path);
+}
+
+TEST(Resume, CallbackStateTravelsWithTheCheckpoint) {
+  std::string path = temp_path("callbacks");
+  manual_seed(4);
+  TrainingRun first;
+  data::BatchIterator a(dataset(), 8, true, false, 5);
+  auto stopping = std::make_shared<train::EarlyStopping>("loss", 5);
+  auto plateau = std::make_shared<train::ReduceLROnPlateau>("loss", 0.5, 1);
+  first.model.train(
+      3, a,
+      {stopping, plateau,
+       std::make_shared<train::TrainingCheckpoint>(path, 0, std::map<std::string, std::string>{},
+                                                   std::vector<std::shared_ptr<train::Callback>>{stopping, plateau})});
+  TrainingRun second;
+  auto stopping2 = std::make_shared<train::EarlyStopping>("loss", 5);
+  auto plateau2 = std::make_shared<train::ReduceLROnPlateau>("loss", 0.5, 1);
+  train::load_training_checkpoint(path, second.model, {stopping2, plateau2});
+  EXPECT_EQ(stopping2->state(), stopping->state());
+  EXPECT_EQ(plateau2->state(), plateau->state());
+  EXPECT_NE(stopping->state().at("best"), "inf");
+  EXPECT_DOUBLE_EQ(second.sgd->lr(), first.sgd->lr());
   std::filesystem::remove(path);
 }
