@@ -66,6 +66,8 @@ TEST(TorchFile, ReadsTensorsSharedStoragesViewsAndDtypes) {
   EXPECT_EQ(t["transposed"].to_vector<float>(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
   EXPECT_EQ(t["half"].dtype(), DType::Float16);
   EXPECT_EQ(t["half"].to(DType::Float32).to_vector<float>(), (std::vector<float>{1.5f, -2.0f}));
+  EXPECT_EQ(t["brain"].dtype(), DType::BFloat16);
+  EXPECT_EQ(t["brain"].to(DType::Float32).to_vector<float>(), (std::vector<float>{0.5f, 3.0f}));
   EXPECT_EQ(t["steps"].dtype(), DType::Int64);
   EXPECT_EQ(t["steps"].item<int64_t>(), 7);
   EXPECT_EQ(t["nested.bias"].to_vector<float>(), (std::vector<float>{3, 4}));  // {"nested": {"bias": ...}}
