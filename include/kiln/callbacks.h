@@ -100,6 +100,23 @@ class StopAtStep : public Callback {
   int64_t max_steps_;
 };
 
+// Profiles `steps` training steps after `skip` warm-up steps, then writes
+// DIR/profile.txt (the summary), DIR/trace.json (Chrome trace, for Perfetto)
+// and DIR/report.html.
+class ProfilerCallback : public Callback {
+ public:
+  ProfilerCallback(std::string dir, int64_t steps = 20, int64_t skip = 5);
+  void on_train_begin(Model& m) override;
+  void on_step_end(Model& m, const StepInfo& s) override;
+  void on_train_end(Model& m) override;
+
+ private:
+  void finish();
+  std::string dir_;
+  int64_t steps_, skip_, first_step_ = 0;
+  bool running_ = false, done_ = false;
+};
+
 // Runs the given functions at the matching events.
 class LambdaCallback : public Callback {
  public:

@@ -113,6 +113,8 @@ struct RunOptions {
   // A training checkpoint (OUTPUT/resume.safetensors) to continue from.
   std::string resume_from;
   std::vector<std::shared_ptr<train::Callback>> callbacks;  // run after the recipe's own
+  std::string profile_dir;     // profile some steps into this folder (ProfilerCallback)
+  int64_t profile_steps = 20;
 };
 
 // Trains as the recipe says, writing into r.output: checkpoint.safetensors

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "kiln/autograd.h"
+#include "kiln/profiler.h"
 #include "kiln/registry.h"
 
 namespace kiln {
@@ -82,6 +83,39 @@ void record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tens
   }
 }
 
+const char* op_category(const OpDef& op) {
+  const std::string& n = op.name;
+  if (op.has_tag(kTagView)) return "view";
+  if (op.has_tag(kTagLoss)) return "loss";
+  if (n.find("conv") != std::string::npos) return "convolution";
+  if (n.find("matmul") != std::string::npos || n.find("linear") != std::string::npos) return "matmul";
+  if (n.find("pool") != std::string::npos) return "pooling";
+  if (n.find("norm") != std::string::npos) return "normalization";
+  if (op.has_tag(kTagReduction)) return "reduction";
+  if (op.has_tag(kTagElementwise)) return "elementwise";
+  return "other";
+}
+
+// Only reached while profiling: the strings are built here, not on the hot path.
+void record_profile(const OpDef& op, Device device, const std::vector<Tensor>& inputs,
+                    const std::vector<Tensor>& outputs, int64_t start_ns) {
+  profiler::Record r;
+  r.start_ns = start_ns;
+  r.duration_ns = profiler::detail::now_ns() - start_ns;
+  r.name = op.name;
+  r.type = op_category(op);
+  if (op.has_tag(kTagBackward)) r.type += " backward";
+  r.backend = device_type_name(device.type);
+  for (const auto& t : inputs) {
+    if (!r.shapes.empty()) r.shapes += ", ";
+    r.shapes += t.defined() ? t.meta_str() : "none";
+    if (t.defined()) r.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  for (const auto& t : outputs)
+    if (t.defined()) r.bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  profiler::detail::record_op(std::move(r));
+}
+
 }  // namespace
 
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
@@ -131,12 +165,14 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     for (size_t i = 0; i < out_metas.size(); ++i)
       outputs[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype, metas[op.dispatch_input].device);
   }
+  const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
     kernel(inputs, outputs, attrs);
   } catch (const std::exception& e) {
     if (is_context_attached(e)) throw;
     rethrow_with_context(op, metas, attrs, e);
   }
+  if (profile_start >= 0) record_profile(op, metas[op.dispatch_input].device, inputs, outputs, profile_start);
 
   if (op.grad && autograd::grad_enabled()) {
     std::vector<bool> needs(inputs.size(), false);

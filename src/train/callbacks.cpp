@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/io.h"
+#include "kiln/profiler.h"
 
 namespace kiln::train {
 
@@ -127,6 +128,36 @@ std::map<std::string, std::string> EarlyStopping::state() const { return best_an
 void EarlyStopping::load_state(const std::map<std::string, std::string>& s) { restore_best_and_wait(s, best_, wait_); }
 std::map<std::string, std::string> ReduceLROnPlateau::state() const { return best_and_wait(best_, wait_); }
 void ReduceLROnPlateau::load_state(const std::map<std::string, std::string>& s) { restore_best_and_wait(s, best_, wait_); }
+
+ProfilerCallback::ProfilerCallback(std::string dir, int64_t steps, int64_t skip)
+    : dir_(std::move(dir)), steps_(steps), skip_(skip) {
+  KILN_CHECK(steps > 0 && skip >= 0, "ProfilerCallback: steps must be positive and skip >= 0");
+  std::filesystem::create_directories(dir_);
+}
+
+void ProfilerCallback::on_train_begin(Model& m) { first_step_ = m.global_step() + skip_; }
+
+void ProfilerCallback::on_step_end(Model&, const StepInfo& s) {
+  if (!running_ && !done_ && s.step >= first_step_) {
+    profiler::start();  // from the next step's wait for data
+    running_ = true;
+  } else if (running_ && s.step >= first_step_ + steps_) {
+    finish();
+  }
+}
+
+void ProfilerCallback::on_train_end(Model&) {
+  if (running_) finish();
+}
+
+void ProfilerCallback::finish() {
+  profiler::stop();
+  running_ = false;
+  done_ = true;
+  std::ofstream(dir_ + "/profile.txt") << profiler::summary();
+  profiler::write_chrome_trace(dir_ + "/trace.json");
+  profiler::write_html_report(dir_ + "/report.html");
+}
 
 MetricsLogger::MetricsLogger(const std::string& path, bool append)
     : json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {

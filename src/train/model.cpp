@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "kiln/autograd.h"
+#include "kiln/profiler.h"
 #include "kiln/train.h"
 
 namespace kiln::train {
@@ -74,7 +75,13 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
     data::Batch batch;
     double loss_sum = 0;
     int64_t samples = 0;
-    while (!stop_requested_ && batches.next(batch)) {
+    for (;;) {
+      if (stop_requested_) break;
+      {
+        profiler::Range wait("data");  // time the step waits for its batch
+        if (!batches.next(batch)) break;
+      }
+      profiler::Range step("step");
       Tensor loss = loss_(net_->construct(batch.inputs), batch.labels);
       double value = loss.item<double>();
       ++global_step_;

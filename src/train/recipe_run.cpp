@@ -136,6 +136,8 @@ RunResult train(const Recipe& r, const RunOptions& options) {
       r.output + "/resume.safetensors", checkpoint_steps,
       std::map<std::string, std::string>{{"recipe", r.text}, {"model", r.model}}, recipe_callbacks));
   callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
+  if (!options.profile_dir.empty())
+    callbacks.push_back(std::make_shared<train::ProfilerCallback>(options.profile_dir, options.profile_steps));
 
   train::Model model(net, loss_of(r), opt);
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);

@@ -14,7 +14,8 @@ void add_train_commands(CLI::App& app) {
   static int64_t max_steps = -1;
   static int64_t batch_size = 0, seed = -1;
   static double lr = 0;
-  static std::string output, resume;
+  static std::string output, resume, profile;
+  static int64_t profile_steps = 20;
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
   train->add_option("recipe", recipe_path, "Recipe YAML file (with --resume: default, the checkpoint's own)");
@@ -27,6 +28,8 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--seed", seed, "Override the seed");
   train->add_option("--threads", threads, "Override the thread count");
   train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
+  train->add_option("--profile", profile, "Profile some steps; write profile.txt, trace.json and report.html here");
+  train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
   train->callback([] {
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
@@ -45,6 +48,8 @@ void add_train_commands(CLI::App& app) {
     recipe::apply(r, o);
     recipe::RunOptions options;
     options.resume_from = resume_file;
+    options.profile_dir = profile;
+    options.profile_steps = profile_steps;
     recipe::RunResult res = recipe::train(r, options);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%, %lld steps, %.0f tokens/s, peak RSS %.0f MB\n",
