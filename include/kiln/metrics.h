@@ -56,7 +56,8 @@ class Accuracy : public Metric {
   int64_t total_ = 0;
 };
 
-// Macro-averaged precision, recall and F1 (and the matrix) over num_classes.
+// Macro-averaged precision, recall and F1 over the classes that occur (as a
+// label or a prediction), and the confusion matrix.
 class ClassificationReport : public Metric {
  public:
   explicit ClassificationReport(int64_t num_classes) : num_classes_(num_classes), matrix_(num_classes) {}

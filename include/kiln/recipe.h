@@ -3,6 +3,7 @@
 // the optimizer and schedule, the epochs and the output directory. Parsing
 // validates every key and value before any data is loaded or trained on.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,7 @@ struct RunResult {
   double accuracy = 0, loss = 0, train_samples_per_s = 0, sec_per_epoch = 0, peak_rss_mb = 0;
   int64_t steps = 0;
   int64_t seq_len = 0;  // text datasets: tokens per sample
+  std::map<std::string, double> metrics;  // evaluate(): every metric of the test set
 };
 
 struct RunOptions {

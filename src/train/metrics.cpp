@@ -114,13 +114,22 @@ std::vector<std::pair<std::string, double>> Accuracy::results() const {
 }
 
 std::vector<std::pair<std::string, double>> ClassificationReport::results() const {
-  double p = 0, r = 0;
+  // Macro averages over the classes that occur (as a label or a prediction),
+  // as scikit-learn does: a 10-class model tested on 2 classes is not
+  // penalised for the 8 it never saw.
+  double p = 0, r = 0, f = 0;
+  int64_t present = 0;
   for (int64_t c = 0; c < num_classes_; ++c) {
+    int64_t seen = 0;
+    for (int64_t o = 0; o < num_classes_; ++o) seen += matrix_.count(c, o) + matrix_.count(o, c);
+    if (seen == 0) continue;
+    ++present;
     p += matrix_.precision(c);
     r += matrix_.recall(c);
+    f += matrix_.f1(c);
   }
-  double n = static_cast<double>(num_classes_);
-  return {{"precision", p / n}, {"recall", r / n}, {"f1", matrix_.macro_f1()}};
+  double n = static_cast<double>(std::max<int64_t>(present, 1));
+  return {{"precision", p / n}, {"recall", r / n}, {"f1", f / n}};
 }
 
 }  // namespace kiln::train::metrics

@@ -179,9 +179,16 @@ RunResult evaluate(const Recipe& r, const std::string& checkpoint) {
   detail::RecipeData d = detail::load_data(r);
   auto net = models::make_model(r.model, d.config);
   io::load_cell(*net, checkpoint);
-  train::Model model(net, loss_of(r), nullptr);
-  RunResult res = result_of(model.eval(*d.test));
+  std::vector<std::shared_ptr<train::metrics::Metric>> metrics{std::make_shared<train::metrics::Accuracy>()};
+  if (d.seq_len == 0) {  // classification: top-5 and macro precision, recall and F1 too
+    metrics.push_back(std::make_shared<train::metrics::Accuracy>(std::min<int64_t>(5, d.config.num_classes)));
+    metrics.push_back(std::make_shared<train::metrics::ClassificationReport>(d.config.num_classes));
+  }
+  train::Model model(net, loss_of(r), nullptr, metrics);
+  train::EvalResult ev = model.eval(*d.test);
+  RunResult res = result_of(ev);
   res.seq_len = d.seq_len;
+  res.metrics = ev.metrics;
   return res;
 }
 

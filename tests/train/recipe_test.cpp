@@ -133,6 +133,9 @@ TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
   EXPECT_EQ(lines, 2);
   auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
   EXPECT_DOUBLE_EQ(ev.accuracy, res.accuracy);
+  EXPECT_DOUBLE_EQ(ev.metrics.at("f1"), 1.0);  // two perfectly separated classes
+  EXPECT_DOUBLE_EQ(ev.metrics.at("top5_accuracy"), 1.0);
+  EXPECT_DOUBLE_EQ(ev.metrics.at("loss"), ev.loss);
   EXPECT_EQ(io::load_safetensors(out + "/checkpoint.safetensors").metadata.at("model"), "mlp");
   std::filesystem::remove_all(dir);
 }

@@ -71,6 +71,7 @@ void add_train_commands(CLI::App& app) {
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);
     else
       std::printf("test accuracy %.2f%%, test loss %.4f\n", 100 * res.accuracy, res.loss);
+    for (const auto& [name, value] : res.metrics) std::printf("  %-16s %.4f\n", name.c_str(), value);
   });
 }
 
