@@ -101,6 +101,8 @@ struct LoadReport {
 // cell. The optimizer part of a training checkpoint ("optimizer/..." entries)
 // is not the cell's and is passed over.
 LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOptions& options = {});
+// The same from a file already mapped (its checksum checked once, when it was mapped).
+LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const LoadOptions& options = {});
 // load_checkpoint, strict.
 void load_cell(nn::Cell& cell, const std::string& path);
 

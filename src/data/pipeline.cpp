@@ -113,14 +113,20 @@ std::vector<int64_t> Pipeline::pass_order(int64_t pass) const {
   return {order.begin() + begin, order.begin() + end};
 }
 
+int64_t Pipeline::pass_length() const {
+  int64_t n = sampler_->count(source_->size());
+  int64_t after_skip = std::max<int64_t>(0, n - skip_);
+  return take_ < 0 ? after_skip : std::min(after_skip, take_);
+}
+
 int64_t Pipeline::samples_per_epoch() const {
-  int64_t n = static_cast<int64_t>(pass_order(0).size());
+  int64_t n = pass_length();
   if (drop_remainder_) n -= n % batch_size_;
   return n * repeat_;
 }
 
 int64_t Pipeline::batches_per_epoch() const {
-  int64_t n = static_cast<int64_t>(pass_order(0).size());
+  int64_t n = pass_length();
   return repeat_ * (drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_);
 }
 

@@ -43,7 +43,7 @@ DistributedSampler::DistributedSampler(int64_t num_shards, int64_t shard_id, boo
 std::vector<int64_t> DistributedSampler::indices(int64_t n, int64_t epoch) const {
   if (n <= 0) return {};
   std::vector<int64_t> all = shuffle_ ? permutation(n, seed_, epoch) : identity(n);
-  int64_t per_shard = (n + num_shards_ - 1) / num_shards_;
+  int64_t per_shard = count(n);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(per_shard));
   for (int64_t i = shard_id_; static_cast<int64_t>(mine.size()) < per_shard; i += num_shards_)

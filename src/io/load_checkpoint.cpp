@@ -38,7 +38,11 @@ std::string LoadReport::str() const {
 }
 
 LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOptions& options) {
-  MappedSafetensors file(path);
+  return load_checkpoint(cell, MappedSafetensors(path), options);
+}
+
+LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const LoadOptions& options) {
+  const std::string& path = file.path();
   io::NamedTensors wanted = cell.parameters_and_names();
   for (auto& b : cell.buffers_and_names()) wanted.push_back(b);
   std::map<std::string, const MappedSafetensors::Entry*> in_file;

@@ -54,18 +54,25 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
+// Extends a CRC-32 over n bytes in kChunk pieces (zlib takes uInt lengths),
+// calling after_chunk(piece, bytes) after each.
+template <typename AfterChunk>
+uLong crc_extend(uLong crc, const void* data, size_t n, AfterChunk after_chunk) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    uInt chunk = static_cast<uInt>(std::min<size_t>(n, kChunk));
+    crc = crc32(crc, p, chunk);
+    after_chunk(p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return crc;
+}
+
 uint32_t crc_of(const std::vector<Tensor>& tensors) {
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (const Tensor& c : tensors) {
-    const auto* p = static_cast<const Bytef*>(c.raw_data());
-    size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-    while (n > 0) {  // zlib takes uInt lengths
-      uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-      crc = crc32(crc, p, chunk);
-      p += chunk;
-      n -= chunk;
-    }
-  }
+  for (const Tensor& c : tensors)
+    crc = crc_extend(crc, c.raw_data(), static_cast<size_t>(c.numel()) * c.element_size(), [](const void*, size_t) {});
   return static_cast<uint32_t>(crc);
 }
 
@@ -184,16 +191,8 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.data < b.data; });
     if (auto it = metadata_.find(kCrcKey); it != metadata_.end()) {
       uLong crc = crc32(0L, Z_NULL, 0);
-      for (const Entry& e : entries_) {
-        const auto* p = static_cast<const Bytef*>(e.data);
-        for (size_t n = e.bytes; n > 0;) {
-          uInt chunk = static_cast<uInt>(std::min<size_t>(n, kChunk));
-          crc = crc32(crc, p, chunk);
-          release(p, chunk);
-          p += chunk;
-          n -= chunk;
-        }
-      }
+      for (const Entry& e : entries_)
+        crc = crc_extend(crc, e.data, e.bytes, [this](const void* p, size_t bytes) { release(p, bytes); });
       KILN_CHECK(std::to_string(static_cast<uint32_t>(crc)) == it->second, "'", path,
                  "' is corrupt: the checksum of its tensor data does not match the one stored when it was written");
     }

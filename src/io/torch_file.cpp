@@ -79,8 +79,8 @@ class ZipArchive {
   }
   // Reads a whole entry into `dst` (exactly `bytes` long).
   void read(const std::string& name, void* dst, uint64_t bytes) const {
-    KILN_CHECK(size_of(name) == bytes, "'", path_, "': entry '", name, "' holds ", size_of(name), " bytes, expected ",
-               bytes);
+    uint64_t stored = size_of(name);
+    KILN_CHECK(stored == bytes, "'", path_, "': entry '", name, "' holds ", stored, " bytes, expected ", bytes);
     zip_file_t* f = zip_fopen(zip_, name.c_str(), 0);
     KILN_CHECK(f != nullptr, "'", path_, "': cannot open entry '", name, "': ", zip_strerror(zip_));
     zip_int64_t n = bytes ? zip_fread(f, dst, bytes) : 0;

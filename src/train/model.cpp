@@ -65,6 +65,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   for (int epoch = first_epoch; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
+    const int64_t batches_per_epoch = batches.batches_per_epoch();
     int64_t batch_index = 0;
     if (skip > 0) {  // a run resumed inside this epoch: its first batches were trained on already
       batches.skip_batches(skip);
@@ -108,7 +109,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       samples += n;
       loss_sum += value * static_cast<double>(n);
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      StepInfo info{epoch, global_step_, batch_index, batches.batches_per_epoch(), batches.batch_size(), value,
+      StepInfo info{epoch, global_step_, batch_index, batches_per_epoch, batches.batch_size(), value,
                     elapsed > 0 ? static_cast<double>(samples) / elapsed : 0};
       for (auto& c : callbacks) c->on_step_end(*this, info);
     }

@@ -67,7 +67,7 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
   std::string prefix = kOptimizerPrefix;
   for (const auto& e : file.entries())
     if (e.name.rfind(prefix, 0) == 0) state.emplace_back(e.name.substr(prefix.size()), file.tensor(e));
-  io::load_checkpoint(model.network(), path, {.strict = true});
+  io::load_checkpoint(model.network(), file, {.strict = true});  // the mapping already checked
   model.optimizer().load_state(state);
   auto& groups = model.optimizer().groups();
   for (size_t g = 0; g < groups.size(); ++g)

@@ -69,6 +69,7 @@ class Pipeline : public BatchSource {
   struct Plan;     // the epoch's batches: which indices, which positions
   struct Workers;  // threads and the slots they fill
   std::vector<int64_t> pass_order(int64_t pass) const;
+  int64_t pass_length() const;  // pass_order's size, without drawing the order
   Batch make_batch(const Plan& plan, int64_t b) const;
   Sample load(int64_t index, uint64_t epoch, int64_t position) const;
   void stop_workers();

@@ -11,12 +11,16 @@ class Sampler {
  public:
   virtual ~Sampler() = default;
   virtual std::vector<int64_t> indices(int64_t dataset_size, int64_t epoch) const = 0;
+  // How many indices an epoch has (samplers that know it without drawing
+  // the order override this).
+  virtual int64_t count(int64_t dataset_size) const { return static_cast<int64_t>(indices(dataset_size, 0).size()); }
 };
 
 // 0, 1, ..., n-1.
 class SequentialSampler : public Sampler {
  public:
   std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+  int64_t count(int64_t n) const override { return n; }
 };
 
 // A permutation that changes every epoch and is fixed by the seed.
@@ -24,6 +28,7 @@ class RandomSampler : public Sampler {
  public:
   explicit RandomSampler(uint64_t seed) : seed_(seed) {}
   std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+  int64_t count(int64_t n) const override { return n; }
 
  private:
   uint64_t seed_;
@@ -37,6 +42,7 @@ class DistributedSampler : public Sampler {
  public:
   DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle = true, uint64_t seed = 0);
   std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
+  int64_t count(int64_t n) const override { return n <= 0 ? 0 : (n + num_shards_ - 1) / num_shards_; }
 
  private:
   int64_t num_shards_, shard_id_;
