@@ -11,6 +11,7 @@
 #include "kiln/functional.h"
 #include "kiln/generator.h"
 #include "kiln/io.h"
+#include "kiln/jit.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/parallel.h"

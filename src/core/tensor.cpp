@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "graph/trace_hook.h"
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
 #include "kiln/registry.h"
@@ -35,6 +36,7 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
+  if (graph::detail::tracing()) graph::detail::check_read(*this, "reading its data");
   return static_cast<char*>(impl().storage->data) + impl().offset * static_cast<int64_t>(element_size());
 }
 
@@ -64,6 +66,7 @@ double element_as_double(const Tensor& t, int64_t linear) {
 
 template <typename T>
 T Tensor::item() const {
+  if (graph::detail::tracing()) graph::detail::check_read(*this, "item()");
   KILN_CHECK(numel() == 1, "item() needs a one-element tensor, but this one is ", meta_str(),
              "; index or reduce it first");
   double v = 0;
@@ -73,6 +76,7 @@ T Tensor::item() const {
 
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
+  if (graph::detail::tracing()) graph::detail::check_read(*this, "to_vector()");
   Tensor c = to(DTypeOf<T>::value).contiguous();
   const T* p = static_cast<const T*>(c.raw_data());
   return std::vector<T>(p, p + c.numel());

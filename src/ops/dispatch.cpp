@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 
+#include "graph/trace_hook.h"
 #include "kiln/autograd.h"
 #include "kiln/profiler.h"
 #include "kiln/registry.h"
+#include "ops/dispatch_internal.h"
 
 namespace kiln {
 namespace {
@@ -83,6 +85,9 @@ void record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tens
   }
 }
 
+
+}  // namespace
+
 const char* op_category(const OpDef& op) {
   const std::string& n = op.name;
   if (op.has_tag(kTagView)) return "view";
@@ -97,14 +102,14 @@ const char* op_category(const OpDef& op) {
 }
 
 // Only reached while profiling: the strings are built here, not on the hot path.
-void record_profile(const OpDef& op, Device device, const std::vector<Tensor>& inputs,
+void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns) {
   profiler::Record r;
   r.start_ns = start_ns;
   r.duration_ns = profiler::detail::now_ns() - start_ns;
-  r.name = op.name;
-  r.type = op_category(op);
-  if (op.has_tag(kTagBackward)) r.type += " backward";
+  r.name = name;
+  r.type = op ? op_category(*op) : "fused";
+  if (op && op->has_tag(kTagBackward)) r.type += " backward";
   r.backend = device_type_name(device.type);
   for (const auto& t : inputs) {
     if (!r.shapes.empty()) r.shapes += ", ";
@@ -115,8 +120,6 @@ void record_profile(const OpDef& op, Device device, const std::vector<Tensor>& i
     if (t.defined()) r.bytes += t.numel() * static_cast<int64_t>(t.element_size());
   profiler::detail::record_op(std::move(r));
 }
-
-}  // namespace
 
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
 
@@ -167,12 +170,14 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
+    graph::detail::KernelDepth depth;
     kernel(inputs, outputs, attrs);
   } catch (const std::exception& e) {
     if (is_context_attached(e)) throw;
     rethrow_with_context(op, metas, attrs, e);
   }
-  if (profile_start >= 0) record_profile(op, metas[op.dispatch_input].device, inputs, outputs, profile_start);
+  if (profile_start >= 0) record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start);
+  if (graph::detail::tracing()) graph::detail::trace_call(op, inputs, outputs, attrs);
 
   if (op.grad && autograd::grad_enabled()) {
     std::vector<bool> needs(inputs.size(), false);

@@ -1,0 +1,103 @@
+#pragma once
+// Graph mode: trace a function or a Cell once, optimize the graph as a whole,
+// and run it without per-op dispatch, autograd bookkeeping or allocation.
+//
+//   auto fn = kiln::jit::compile(net, {example_batch});
+//   Tensor logits = fn({batch})[0];
+//
+// A graph is specialised on the shapes and dtypes of its inputs; a call with
+// new ones compiles again (with a log line, or an error under
+// RecompilePolicy::Error). Set KILN_DUMP_GRAPH=DIR to write the graph before
+// and after every pass, as text and Graphviz.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+namespace nn {
+class Cell;
+}
+
+enum class Mode { Eager, Graph };
+struct Context {
+  Mode mode = Mode::Eager;
+};
+// The process-wide execution mode: in Graph mode, train::Model compiles its
+// training step and its inference.
+void set_context(const Context& context);
+const Context& context();
+
+namespace jit {
+
+enum class RecompilePolicy {
+  Log,    // compile for the new shapes and print a line saying why (the default)
+  Silent, // compile without a word
+  Error,  // throw instead of compiling again
+};
+
+struct CompileOptions {
+  RecompilePolicy recompile = RecompilePolicy::Log;
+  size_t max_cached_graphs = 8;  // per compiled function; the oldest is dropped
+  bool optimize = true;          // run the passes (off: the traced graph as is)
+  // Inference only: fold batch norm into convolutions and fold parameters as
+  // constants. The graph is rebuilt when a parameter is later changed in place.
+  bool inference = false;
+  std::string name = "function";  // in logs, errors and dump file names
+  std::string dump_dir;           // KILN_DUMP_GRAPH overrides when set
+};
+
+// What compiling one shape did: the time of each stage and what every pass changed.
+struct PassReport {
+  std::string pass;
+  std::string summary;  // "removed 12 nodes", "fused 3 chains (9 ops)", ...
+  size_t nodes_after = 0;
+  double ms = 0;
+};
+struct CompileReport {
+  std::string signature;  // input shapes and dtypes
+  size_t traced_nodes = 0, final_nodes = 0, kernels = 0;
+  int64_t arena_bytes = 0;     // all intermediates, after buffer reuse
+  int64_t unshared_bytes = 0;  // the same without reuse
+  double trace_ms = 0, passes_ms = 0, prepare_ms = 0, total_ms = 0;
+  std::vector<PassReport> passes;
+  std::string str() const;
+};
+
+using Function = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+class CompiledFunction {
+ public:
+  struct Impl;  // opaque
+  CompiledFunction() = default;
+  explicit CompiledFunction(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  bool defined() const { return impl_ != nullptr; }
+  // Runs the graph for these inputs (compiling it first for new shapes).
+  // The results are new tensors owned by the caller.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+  // The same, but the results live in the graph's arena and stay valid only
+  // until the next call: no copy, for callers that consume them at once.
+  const std::vector<Tensor>& run_borrowed(const std::vector<Tensor>& inputs);
+
+  const CompileReport& report() const;  // of the graph used last
+  std::string graph_text() const;       // the optimized graph used last
+  std::string graph_dot() const;
+  int compiles() const;                 // graphs built so far (the first plus recompiles)
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// Traces `fn` on the example inputs and compiles it now (errors surface here).
+// Parameters and buffers reached by `fn` are read live on every run; other
+// tensors it captures are constants.
+CompiledFunction compile(Function fn, const std::vector<Tensor>& example_inputs, CompileOptions options = {});
+// Compiles a Cell's construct. Its parameters and buffers are named in the
+// graph and in errors; switching train/eval mode selects another graph.
+CompiledFunction compile(std::shared_ptr<nn::Cell> cell, const std::vector<Tensor>& example_inputs,
+                         CompileOptions options = {});
+
+}  // namespace jit
+}  // namespace kiln

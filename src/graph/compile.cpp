@@ -1,0 +1,235 @@
+// jit::compile: the cache of graphs per input signature, tracing, the pass
+// pipeline, dumps and the compile report.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "graph/compiled.h"
+#include "graph/passes.h"
+#include "graph/tracer.h"
+#include "kiln/autograd.h"
+#include "kiln/nn.h"
+
+namespace kiln {
+namespace {
+Context g_context;
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  KILN_CHECK(f.good(), "KILN_DUMP_GRAPH: cannot write ", path, "; check that the folder exists and is writable");
+  f << text;
+}
+}  // namespace
+
+void set_context(const Context& c) { g_context = c; }
+const Context& context() { return g_context; }
+
+namespace jit {
+
+std::string CompileReport::str() const {
+  char line[256];
+  std::string s = "compiled for " + signature + "\n";
+  std::snprintf(line, sizeof line, "  trace %.1f ms, passes %.1f ms, prepare %.1f ms, total %.1f ms\n", trace_ms,
+                passes_ms, prepare_ms, total_ms);
+  s += line;
+  std::snprintf(line, sizeof line, "  %zu traced ops -> %zu nodes, %zu kernels; arena %.2f MB (%.2f MB without reuse)\n",
+                traced_nodes, final_nodes, kernels, arena_bytes / 1e6, unshared_bytes / 1e6);
+  s += line;
+  for (const auto& p : passes) {
+    std::snprintf(line, sizeof line, "  %-28s %6.2f ms  %4zu nodes  ", p.pass.c_str(), p.ms, p.nodes_after);
+    s += line;
+    s += p.summary.empty() ? "no change" : p.summary;
+    s += "\n";
+  }
+  return s;
+}
+
+std::string signature_of(const std::vector<Tensor>& inputs, const std::string& extra) {
+  std::string s;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (i) s += ", ";
+    s += inputs[i].defined() ? inputs[i].meta_str() : "none";
+  }
+  if (!extra.empty()) {
+    s += " (";
+    s += extra;
+    s += ")";
+  }
+  return s;
+}
+
+void CompiledFunction::Impl::dump(const graph::Graph& g, int step, const std::string& stage) const {
+  if (dump_dir.empty()) return;
+  std::filesystem::create_directories(dump_dir);
+  char prefix[64];
+  std::snprintf(prefix, sizeof prefix, ".%d.%02d-", compiles, step);
+  std::string base = dump_dir + "/" + options.name + prefix + stage;
+  write_file(base + ".txt", g.text());
+  write_file(base + ".dot", g.dot());
+}
+
+std::vector<uint32_t> CompiledFunction::Impl::param_versions() const {
+  std::vector<uint32_t> v;
+  for (const auto& [name, t] : params) v.push_back(t.impl().storage->version.load());
+  return v;
+}
+
+CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vector<Tensor>& inputs,
+                                                                  std::vector<Tensor>* eager_outputs) {
+  std::string extra = cell ? (cell->training() ? "train" : "eval") : "";
+  std::string sig = signature_of(inputs, extra);
+  for (auto it = cache.begin(); it != cache.end(); ++it) {
+    if (it->signature != sig) continue;
+    if (options.inference && it->versions != param_versions()) {
+      cache.erase(it);  // parameters folded into it have changed since
+      break;
+    }
+    return *it;
+  }
+  if (!cache.empty() || compiles > 0) {
+    std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
+    if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
+    why += "; each input shape needs its own graph. If a smaller last batch causes it, batch with drop_remainder=true";
+    KILN_CHECK(options.recompile != RecompilePolicy::Error, why, " (RecompilePolicy::Error turned this into an error)");
+    if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Entry e;
+  e.signature = sig;
+  e.report.signature = sig;
+  graph::Graph g = graph::detail::trace(fn, inputs, names, eager_outputs);
+  e.report.trace_ms = ms_since(t0);
+  e.report.traced_nodes = g.live_nodes();
+  int step = 0;
+  dump(g, step++, "traced");
+  if (options.inference)
+    for (auto& v : g.values)
+      if (v.kind == graph::ValueKind::Param) v.kind = graph::ValueKind::Constant;
+  auto tp = std::chrono::steady_clock::now();
+  if (options.optimize) {
+    using PassFn = std::string (*)(graph::Graph&);
+    std::vector<std::pair<const char*, PassFn>> pipeline = {
+        {"dead code", graph::eliminate_dead_code},
+        {"common subexpressions", graph::eliminate_common_subexpressions},
+        {"constant folding", graph::fold_constants},
+        {"algebraic simplification", graph::simplify_algebra},
+    };
+    if (options.inference) pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
+    pipeline.push_back({"conv/matmul + activation", graph::fuse_conv_activation});
+    pipeline.push_back({"elementwise fusion", graph::fuse_elementwise});
+    pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
+    for (auto& [name, pass] : pipeline) {
+      auto ts = std::chrono::steady_clock::now();
+      std::string summary = pass(g);
+      e.report.passes.push_back({name, summary, g.live_nodes(), ms_since(ts)});
+      if (!summary.empty()) dump(g, step, name);
+      ++step;
+    }
+  }
+  e.report.passes_ms = ms_since(tp);
+  auto tq = std::chrono::steady_clock::now();
+  e.exec = std::make_unique<graph::Executable>(std::move(g));
+  e.report.prepare_ms = ms_since(tq);
+  e.report.final_nodes = e.exec->graph().nodes.size();
+  e.report.kernels = e.exec->kernels();
+  e.report.arena_bytes = e.exec->plan().arena_bytes;
+  e.report.unshared_bytes = e.exec->plan().unshared_bytes;
+  e.report.total_ms = ms_since(t0);
+  if (options.inference) e.versions = param_versions();
+  ++compiles;
+  if (cache.size() >= options.max_cached_graphs) cache.erase(cache.begin());
+  cache.push_back(std::move(e));
+  return cache.back();
+}
+
+const std::vector<Tensor>& CompiledFunction::Impl::run(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> eager;
+  Entry& e = entry_for(inputs, &eager);
+  last = &e;
+  if (!eager.empty()) {  // this call traced the program, which computed the results eagerly
+    traced_results = std::move(eager);
+    return traced_results;
+  }
+  traced_results.clear();
+  return e.exec->run(inputs);
+}
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {
+  const auto& outs = impl_->run(inputs);
+  std::vector<Tensor> owned;
+  owned.reserve(outs.size());
+  for (const Tensor& t : outs) owned.push_back(impl_->traced_results.empty() ? t.clone() : t);
+  return owned;
+}
+
+const std::vector<Tensor>& CompiledFunction::run_borrowed(const std::vector<Tensor>& inputs) { return impl_->run(inputs); }
+
+const CompileReport& CompiledFunction::report() const {
+  KILN_CHECK(impl_->last, "report(): nothing compiled yet");
+  return impl_->last->report;
+}
+std::string CompiledFunction::graph_text() const {
+  KILN_CHECK(impl_->last, "graph_text(): nothing compiled yet");
+  return impl_->last->exec->graph().text();
+}
+std::string CompiledFunction::graph_dot() const {
+  KILN_CHECK(impl_->last, "graph_dot(): nothing compiled yet");
+  return impl_->last->exec->graph().dot();
+}
+int CompiledFunction::compiles() const { return impl_->compiles; }
+
+std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options, std::shared_ptr<nn::Cell> cell) {
+  auto impl = std::make_shared<CompiledFunction::Impl>();
+  impl->fn = std::move(fn);
+  impl->options = std::move(options);
+  impl->cell = std::move(cell);
+  const char* env = std::getenv("KILN_DUMP_GRAPH");
+  impl->dump_dir = env && *env ? env : impl->options.dump_dir;
+  impl->names.root_type = impl->cell ? impl->cell->type_name() : "function";
+  if (impl->cell) {
+    auto add = [&](const std::vector<std::pair<std::string, Tensor>>& list) {
+      for (const auto& [name, t] : list) {
+        impl->names.params[t.impl().storage.get()] = name;
+        impl->params.emplace_back(name, t);
+      }
+    };
+    add(impl->cell->parameters_and_names());
+    add(impl->cell->buffers_and_names());
+    std::function<void(const std::string&, nn::Cell&)> walk = [&](const std::string& path, nn::Cell& c) {
+      impl->names.cell_types[path] = c.type_name();
+      for (auto& [name, child] : c.children()) walk(path.empty() ? name : path + "." + name, *child);
+    };
+    walk("", *impl->cell);
+  }
+  return impl;
+}
+
+CompiledFunction compile(Function fn, const std::vector<Tensor>& example_inputs, CompileOptions options) {
+  auto impl = make_impl(std::move(fn), std::move(options), nullptr);
+  if (!example_inputs.empty()) impl->run(example_inputs);
+  return CompiledFunction(impl);
+}
+
+CompiledFunction compile(std::shared_ptr<nn::Cell> cell, const std::vector<Tensor>& example_inputs,
+                         CompileOptions options) {
+  KILN_CHECK(cell != nullptr, "jit::compile: the Cell is null");
+  nn::Cell* raw = cell.get();
+  Function fn = [raw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    KILN_CHECK(in.size() == 1, "a compiled Cell takes one input, got ", in.size());
+    NoGradGuard no_grad;  // inference: a compiled training step computes gradients itself
+    return {raw->construct(in[0])};
+  };
+  if (options.name == "function") options.name = cell->type_name();
+  auto impl = make_impl(std::move(fn), std::move(options), std::move(cell));
+  if (!example_inputs.empty()) impl->run(example_inputs);
+  return CompiledFunction(impl);
+}
+
+}  // namespace jit
+}  // namespace kiln

@@ -1,0 +1,40 @@
+#pragma once
+// The state behind a jit::CompiledFunction (shared with the training step).
+#include <list>
+#include <memory>
+
+#include "graph/executor.h"
+#include "graph/tracer.h"
+#include "kiln/jit.h"
+
+namespace kiln::jit {
+
+std::string signature_of(const std::vector<Tensor>& inputs, const std::string& extra);
+
+struct CompiledFunction::Impl {
+  struct Entry {
+    std::string signature;
+    std::unique_ptr<graph::Executable> exec;
+    CompileReport report;
+    std::vector<uint32_t> versions;  // inference graphs: the parameters' versions they were built on
+  };
+  Function fn;
+  CompileOptions options;
+  std::shared_ptr<nn::Cell> cell;
+  graph::detail::CaptureNames names;
+  std::vector<std::pair<std::string, Tensor>> params;
+  std::string dump_dir;
+  std::list<Entry> cache;
+  Entry* last = nullptr;
+  int compiles = 0;
+  std::vector<Tensor> traced_results;
+
+  Entry& entry_for(const std::vector<Tensor>& inputs, std::vector<Tensor>* eager_outputs);
+  const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
+  void dump(const graph::Graph& g, int step, const std::string& stage) const;
+  std::vector<uint32_t> param_versions() const;
+};
+
+std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options, std::shared_ptr<nn::Cell> cell);
+
+}  // namespace kiln::jit

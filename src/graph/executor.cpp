@@ -1,0 +1,84 @@
+#include "graph/executor.h"
+
+#include <cstring>
+
+#include "kiln/profiler.h"
+#include "ops/dispatch_internal.h"
+
+namespace kiln::graph {
+namespace {
+
+Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = arena;
+  impl->shape = m.shape;
+  impl->strides = contiguous_strides(m.shape);
+  impl->offset = byte_offset / static_cast<int64_t>(dtype_size(m.dtype));
+  impl->dtype = m.dtype;
+  return Tensor(impl);
+}
+
+KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in) {
+  const Tensor& d = in[n.op->dispatch_input];
+  KernelFn k = n.op->kernels[static_cast<int>(d.device().type)][static_cast<int>(d.dtype())];
+  KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(d.device().type), " kernel for '", n.op->name,
+             "' with dtype ", dtype_name(d.dtype()));
+  return k;
+}
+
+}  // namespace
+
+Executable::Executable(Graph g) : graph_(std::move(g)) {
+  graph_.compact();
+  plan_ = plan_memory(graph_);
+  arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), Device{});
+  tensors_.resize(graph_.values.size());
+  for (size_t id = 0; id < graph_.values.size(); ++id) {
+    const Value& v = graph_.values[id];
+    if (v.kind == ValueKind::Param || v.kind == ValueKind::Constant) tensors_[id] = v.tensor;
+    else if (plan_.offset[id] >= 0) tensors_[id] = slot(arena_, plan_.offset[id], v.meta);
+  }
+  for (const Node& n : graph_.nodes) {
+    Step s;
+    s.node = &n;
+    for (int id : n.inputs) s.in.push_back(id >= 0 ? tensors_[id] : Tensor());
+    s.out.resize(n.outputs.size());
+    if (n.is_view()) {
+      // A view's geometry depends only on its input's, which is fixed: compute it once.
+      kernel_of(n, s.in)(s.in, s.out, n.attrs);
+      for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[n.outputs[i]] = s.out[i];
+      continue;
+    }
+    for (size_t i = 0; i < n.outputs.size(); ++i) s.out[i] = tensors_[n.outputs[i]];
+    if (n.op) s.kernel = kernel_of(n, s.in);
+    steps_.push_back(std::move(s));
+  }
+  for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
+}
+
+const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
+  KILN_CHECK(inputs.size() == graph_.inputs.size(), "compiled graph takes ", graph_.inputs.size(), " inputs, got ",
+             inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Tensor& dst = tensors_[graph_.inputs[i]];
+    const Tensor& src = inputs[i];
+    KILN_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "compiled graph: input ", i, " is ",
+               src.meta_str(), " but the graph was built for ", dst.meta_str());
+    if (src.is_contiguous()) std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
+    else dst.copy_(src);
+  }
+  const bool profiling = profiler::detail::active();
+  for (Step& s : steps_) {
+    const int64_t start = profiling ? profiler::detail::now_ns() : 0;
+    try {
+      if (s.kernel) s.kernel(s.in, s.out, s.node->attrs);
+      else s.node->custom(s.in, s.out);
+    } catch (const std::exception& e) {
+      KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
+    }
+    if (profiling) record_profile(s.node->op, s.node->name(), Device{}, s.in, s.out, start);
+  }
+  return outputs_;
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,38 @@
+#pragma once
+// Runs an optimized Graph. Everything is decided when it is prepared: every
+// buffer's place in one arena, the kernel of every node, the tensors each
+// kernel reads and writes, and the results of view ops (fixed, since the
+// buffers they alias do not move). Running copies the inputs into their slots
+// and calls the kernels in order; it allocates nothing.
+#include <memory>
+#include <vector>
+
+#include "graph/ir.h"
+#include "graph/memory_plan.h"
+
+namespace kiln::graph {
+
+class Executable {
+ public:
+  explicit Executable(Graph g);
+  // The outputs alias the arena: valid until the next run.
+  const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
+  const Graph& graph() const { return graph_; }
+  const MemoryPlan& plan() const { return plan_; }
+  size_t kernels() const { return steps_.size(); }
+
+ private:
+  struct Step {
+    const Node* node;
+    KernelFn kernel = nullptr;
+    std::vector<Tensor> in, out;
+  };
+  Graph graph_;
+  MemoryPlan plan_;
+  Storage arena_;
+  std::vector<Tensor> tensors_;  // per value
+  std::vector<Step> steps_;
+  std::vector<Tensor> outputs_;
+};
+
+}  // namespace kiln::graph

@@ -1,0 +1,157 @@
+#include "graph/ir.h"
+
+#include <sstream>
+
+namespace kiln::graph {
+namespace {
+
+// Inputs a node writes in place.
+std::vector<int> written_inputs(const Node& n) {
+  if (!n.op) return {};
+  if (n.op->name == "assign") return {n.inputs[0]};
+  if (n.op->name == "batch_norm" && n.attrs.get_bool("training", true) && n.inputs.size() > 4 && n.inputs[3] >= 0)
+    return {n.inputs[3], n.inputs[4]};
+  return {};
+}
+
+std::string value_ref(const Graph& g, int id) {
+  if (id < 0) return "none";
+  const Value& v = g.values[id];
+  std::string s = "%";
+  s += std::to_string(id);
+  if (!v.name.empty()) {
+    s += ':';
+    s += v.name;
+  }
+  return s;
+}
+
+const char* kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::Input: return "input";
+    case ValueKind::Param: return "param";
+    case ValueKind::Constant: return "const";
+    case ValueKind::Result: return "result";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int Graph::add_value(Value v) {
+  values.push_back(std::move(v));
+  return static_cast<int>(values.size()) - 1;
+}
+
+bool Graph::has_side_effects(const Node& n) const {
+  if (n.removed) return false;
+  if (n.op && n.op->has_tag(kTagRandom)) return true;
+  return !written_inputs(n).empty();
+}
+
+std::vector<bool> Graph::mutated_values() const {
+  std::vector<bool> m(values.size(), false);
+  for (const Node& n : nodes)
+    if (!n.removed)
+      for (int id : written_inputs(n)) m[id] = true;
+  return m;
+}
+
+std::vector<int> Graph::use_counts() const {
+  std::vector<int> uses(values.size(), 0);
+  for (const Node& n : nodes)
+    if (!n.removed)
+      for (int id : n.inputs)
+        if (id >= 0) ++uses[id];
+  for (int id : outputs) ++uses[id];
+  return uses;
+}
+
+void Graph::compact() {
+  std::vector<Node> kept;
+  kept.reserve(nodes.size());
+  for (Node& n : nodes)
+    if (!n.removed) kept.push_back(std::move(n));
+  nodes = std::move(kept);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int id : nodes[i].outputs) values[id].producer = static_cast<int>(i);
+}
+
+size_t Graph::live_nodes() const {
+  size_t n = 0;
+  for (const Node& node : nodes) n += node.removed ? 0 : 1;
+  return n;
+}
+
+std::string Graph::text() const {
+  std::ostringstream os;
+  for (int id : inputs) os << value_ref(*this, id) << " = input : " << dtype_name(values[id].meta.dtype) << shape_str(values[id].meta.shape) << "\n";
+  for (size_t id = 0; id < values.size(); ++id) {
+    const Value& v = values[id];
+    if (v.kind != ValueKind::Param && v.kind != ValueKind::Constant) continue;
+    os << value_ref(*this, static_cast<int>(id)) << " = " << kind_name(v.kind) << " : " << dtype_name(v.meta.dtype)
+       << shape_str(v.meta.shape) << "\n";
+  }
+  for (const Node& n : nodes) {
+    if (n.removed) continue;
+    for (size_t i = 0; i < n.outputs.size(); ++i) os << (i ? ", " : "") << value_ref(*this, n.outputs[i]);
+    os << (n.outputs.empty() ? "" : " = ") << n.name() << "(";
+    for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", " : "") << value_ref(*this, n.inputs[i]);
+    os << ")";
+    if (!n.attrs.items().empty()) os << " {" << n.attrs.str() << "}";
+    if (!n.outputs.empty()) {
+      os << " :";
+      for (int id : n.outputs) os << " " << dtype_name(values[id].meta.dtype) << shape_str(values[id].meta.shape);
+    }
+    os << "\n";
+  }
+  os << "return";
+  for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : " ") << value_ref(*this, outputs[i]);
+  os << "\n";
+  return os.str();
+}
+
+std::string Graph::dot() const {
+  std::ostringstream os;
+  os << "digraph kiln {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
+  std::vector<bool> drawn(values.size(), false);
+  auto draw_value = [&](int id) {
+    if (id < 0 || drawn[id] || values[id].kind == ValueKind::Result) return;
+    drawn[id] = true;
+    const Value& v = values[id];
+    os << "  v" << id << " [shape=ellipse, label=\"" << (v.name.empty() ? kind_name(v.kind) : v.name) << "\\n"
+       << dtype_name(v.meta.dtype) << shape_str(v.meta.shape) << "\"];\n";
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.removed) continue;
+    os << "  n" << i << " [shape=box, label=\"" << n.name() << "\"];\n";
+    for (int id : n.inputs) {
+      if (id < 0) continue;
+      draw_value(id);
+      const Value& v = values[id];
+      if (v.kind == ValueKind::Result)
+        os << "  n" << v.producer << " -> n" << i << " [label=\"" << shape_str(v.meta.shape) << "\"];\n";
+      else
+        os << "  v" << id << " -> n" << i << ";\n";
+    }
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Value& v = values[outputs[i]];
+    os << "  out" << i << " [shape=doublecircle, label=\"output " << i << "\"];\n";
+    if (v.kind == ValueKind::Result) os << "  n" << v.producer << " -> out" << i << ";\n";
+  }
+  os << "}\n";
+  return os.str();
+}
+
+void replace_uses(Graph& g, int from, int to) {
+  for (Node& n : g.nodes)
+    if (!n.removed)
+      for (int& id : n.inputs)
+        if (id == from) id = to;
+  for (int& id : g.outputs)
+    if (id == from) id = to;
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,69 @@
+#pragma once
+// The graph IR: values (inputs, captured parameters and constants, op
+// results) and nodes (one registered op each, or a fused kernel), kept in
+// execution order. Tracing builds it; passes rewrite it; the executor runs it.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/registry.h"
+
+namespace kiln::graph {
+
+enum class ValueKind {
+  Input,     // bound to the caller's tensor on every run
+  Param,     // a live captured tensor (parameter or buffer): read when the graph runs
+  Constant,  // a captured tensor whose value is fixed when the graph is compiled
+  Result,    // produced by a node
+};
+
+struct Value {
+  ValueKind kind = ValueKind::Result;
+  TensorMeta meta;
+  Tensor tensor;        // Param and Constant: the captured tensor
+  int producer = -1;    // Result: index of the node
+  int output_index = 0;
+  std::string name;     // parameter name, "input0", ... (for dumps)
+};
+
+// A kernel that is not a registry op (fused elementwise chains, fused updates).
+using CustomKernel = std::function<void(const std::vector<Tensor>& in, std::vector<Tensor>& out)>;
+
+struct Node {
+  const OpDef* op = nullptr;  // null for custom kernels
+  Attrs attrs;
+  std::vector<int> inputs;    // value ids; -1 for an omitted optional input
+  std::vector<int> outputs;   // value ids
+  CustomKernel custom;
+  std::string label;          // custom kernels: what they compute, for dumps and profiles
+  bool removed = false;
+
+  std::string name() const { return op ? op->name : label; }
+  bool is_view() const { return op && op->has_tag(kTagView); }
+};
+
+struct Graph {
+  std::vector<Value> values;
+  std::vector<Node> nodes;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+
+  int add_value(Value v);
+  // Nodes that must run even when no output is used: writes into captured
+  // tensors (assign, batch_norm's running statistics) and draws from the generator.
+  bool has_side_effects(const Node& n) const;
+  // Value ids written in place by some node (their reads cannot be merged or folded).
+  std::vector<bool> mutated_values() const;
+  // Use counts per value over live nodes and the graph outputs.
+  std::vector<int> use_counts() const;
+  void compact();  // drops removed nodes
+  size_t live_nodes() const;
+
+  std::string text() const;  // one line per node: %3 = conv2d(%0, %w) {stride=[1, 1]} : float32[64, 32, 28, 28]
+  std::string dot() const;   // Graphviz
+};
+
+// Replaces every use of value `from` (nodes and graph outputs) by `to`.
+void replace_uses(Graph& g, int from, int to);
+
+}  // namespace kiln::graph

@@ -1,0 +1,78 @@
+#include "graph/memory_plan.h"
+
+#include <algorithm>
+
+namespace kiln::graph {
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t bytes_of(const TensorMeta& m) {
+  int64_t n = numel_of(m.shape) * static_cast<int64_t>(dtype_size(m.dtype));
+  return (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Graph& g) {
+  const size_t nv = g.values.size();
+  MemoryPlan plan;
+  plan.offset.assign(nv, -1);
+  plan.alias_of.assign(nv, -1);
+  std::vector<int> first(nv, -1), last(nv, -1);
+  for (int id : g.inputs) {
+    plan.alias_of[id] = id;
+    first[id] = last[id] = -1;
+  }
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.removed) continue;
+    const int at = static_cast<int>(i);
+    for (int id : n.inputs)
+      if (id >= 0 && plan.alias_of[id] >= 0) last[plan.alias_of[id]] = std::max(last[plan.alias_of[id]], at);
+    for (int id : n.outputs) {
+      if (n.is_view()) {
+        plan.alias_of[id] = n.inputs[0] >= 0 ? plan.alias_of[n.inputs[0]] : -1;
+      } else {
+        plan.alias_of[id] = id;
+        first[id] = last[id] = at;
+      }
+    }
+  }
+  const int end = static_cast<int>(g.nodes.size());
+  for (int id : g.outputs)
+    if (plan.alias_of[id] >= 0) last[plan.alias_of[id]] = end;
+  // Values written in place stay live to the end of the graph (the write is a use).
+  auto mutated = g.mutated_values();
+  for (size_t id = 0; id < nv; ++id)
+    if (mutated[id] && plan.alias_of[id] >= 0) last[plan.alias_of[id]] = end;
+
+  struct Buffer {
+    int id;
+    int64_t size, begin, end;
+  };
+  std::vector<Buffer> buffers;
+  for (size_t id = 0; id < nv; ++id)
+    if (plan.alias_of[id] == static_cast<int>(id)) buffers.push_back({static_cast<int>(id), bytes_of(g.values[id].meta), first[id], last[id]});
+  // Largest first, each at the lowest offset free for its whole life.
+  std::stable_sort(buffers.begin(), buffers.end(), [](const Buffer& a, const Buffer& b) { return a.size > b.size; });
+  std::vector<const Buffer*> placed;
+  for (Buffer& b : buffers) {
+    plan.unshared_bytes += b.size;
+    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, offset + size) of overlapping lives
+    for (const Buffer* p : placed)
+      if (p->begin <= b.end && b.begin <= p->end) taken.push_back({plan.offset[p->id], plan.offset[p->id] + p->size});
+    std::sort(taken.begin(), taken.end());
+    int64_t at = 0;
+    for (auto& [lo, hi] : taken) {
+      if (lo - at >= b.size) break;
+      at = std::max(at, hi);
+    }
+    plan.offset[b.id] = at;
+    plan.arena_bytes = std::max(plan.arena_bytes, at + b.size);
+    placed.push_back(&b);
+  }
+  return plan;
+}
+
+}  // namespace kiln::graph

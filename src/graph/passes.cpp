@@ -1,0 +1,170 @@
+#include "graph/passes.h"
+
+#include <cmath>
+#include <map>
+
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+
+namespace kiln::graph {
+namespace {
+
+std::string count_of(size_t n, const char* what) {
+  std::string s = std::to_string(n);
+  s += ' ';
+  s += what;
+  return s;
+}
+
+bool is_const(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
+
+int add_constant(Graph& g, const Tensor& t, std::string name = "") {
+  Value v;
+  v.kind = ValueKind::Constant;
+  v.meta = {true, t.shape(), t.dtype(), t.device()};
+  v.tensor = t;
+  v.name = std::move(name);
+  return g.add_value(std::move(v));
+}
+
+// A one-element constant's value, or NaN.
+double scalar_value(const Graph& g, int id) {
+  if (!is_const(g, id) || g.values[id].tensor.numel() != 1) return std::nan("");
+  return g.values[id].tensor.item<double>();
+}
+
+}  // namespace
+
+std::string eliminate_dead_code(Graph& g) {
+  std::vector<int> uses = g.use_counts();
+  size_t removed = 0;
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    Node& n = g.nodes[i];
+    if (n.removed || g.has_side_effects(n)) continue;
+    bool used = false;
+    for (int id : n.outputs) used = used || uses[id] > 0;
+    if (used) continue;
+    n.removed = true;
+    ++removed;
+    for (int id : n.inputs)
+      if (id >= 0) --uses[id];
+  }
+  return removed ? "removed " + count_of(removed, "unused ops") : "";
+}
+
+std::string eliminate_common_subexpressions(Graph& g) {
+  auto mutated = g.mutated_values();
+  std::map<std::string, int> seen;  // op, attributes and inputs -> node
+  size_t merged = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.removed || !n.op || g.has_side_effects(n)) continue;
+    bool reads_mutated = false;
+    std::string key = n.op->name + "|" + n.attrs.str() + "|";
+    for (int id : n.inputs) {
+      key += std::to_string(id) + ",";
+      reads_mutated = reads_mutated || (id >= 0 && mutated[id]);
+    }
+    if (reads_mutated) continue;
+    auto [it, inserted] = seen.emplace(key, static_cast<int>(i));
+    if (inserted) continue;
+    const Node& first = g.nodes[it->second];
+    for (size_t k = 0; k < n.outputs.size(); ++k) replace_uses(g, n.outputs[k], first.outputs[k]);
+    n.removed = true;
+    ++merged;
+  }
+  return merged ? "merged " + count_of(merged, "repeated ops") : "";
+}
+
+std::string fold_constants(Graph& g) {
+  auto mutated = g.mutated_values();
+  size_t folded = 0;
+  NoGradGuard no_grad;
+  for (Node& n : g.nodes) {
+    if (n.removed || !n.op || n.outputs.empty() || g.has_side_effects(n)) continue;
+    bool all_const = true;
+    for (int id : n.inputs) all_const = all_const && (id < 0 || (is_const(g, id) && !mutated[id]));
+    if (!all_const) continue;
+    std::vector<Tensor> ins;
+    for (int id : n.inputs) ins.push_back(id >= 0 ? g.values[id].tensor : Tensor());
+    std::vector<Tensor> outs = call(*n.op, ins, n.attrs);
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      Value& v = g.values[n.outputs[k]];
+      v.kind = ValueKind::Constant;
+      v.tensor = outs[k].is_contiguous() ? outs[k] : outs[k].contiguous();
+      v.producer = -1;
+    }
+    n.removed = true;
+    ++folded;
+  }
+  return folded ? "computed " + count_of(folded, "ops on constants at compile time") : "";
+}
+
+std::string simplify_algebra(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  size_t simplified = 0;
+  for (Node& n : g.nodes) {
+    if (n.removed || !n.op || n.outputs.size() != 1) continue;
+    const std::string& op = n.op->name;
+    const int out = n.outputs[0];
+    int keep = -1;  // the input the node reduces to
+    if (op == "add" || op == "sub" || op == "mul" || op == "div") {
+      const int a = n.inputs[0], b = n.inputs[1];
+      const double identity = (op == "add" || op == "sub") ? 0.0 : 1.0;
+      auto same_meta = [&](int id) {
+        return g.values[id].meta.shape == g.values[out].meta.shape && g.values[id].meta.dtype == g.values[out].meta.dtype;
+      };
+      if (scalar_value(g, b) == identity && same_meta(a)) keep = a;
+      else if ((op == "add" || op == "mul") && scalar_value(g, a) == identity && same_meta(b)) keep = b;
+    } else if (op == "copy") {
+      // A copy of a buffer that nothing else reads or writes is the buffer itself.
+      const int x = n.inputs[0];
+      const Value& v = g.values[x];
+      if (v.kind == ValueKind::Result && !g.nodes[v.producer].is_view() && uses[x] == 1 && !mutated[x] && !mutated[out])
+        keep = x;
+    }
+    if (keep < 0 || mutated[out]) continue;
+    replace_uses(g, out, keep);
+    n.removed = true;
+    ++simplified;
+  }
+  return simplified ? "removed " + count_of(simplified, "identity ops (x+0, x*1, copies of temporaries)") : "";
+}
+
+std::string fold_batch_norm(Graph& g) {
+  auto uses = g.use_counts();
+  size_t folded = 0;
+  NoGradGuard no_grad;
+  for (Node& bn : g.nodes) {
+    if (bn.removed || !bn.op || bn.op->name != "batch_norm" || bn.attrs.get_bool("training", true)) continue;
+    const int y = bn.inputs[0];
+    if (y < 0 || g.values[y].kind != ValueKind::Result || uses[y] != 1) continue;
+    Node& conv = g.nodes[g.values[y].producer];
+    if (conv.removed || !conv.op || conv.op->name != "conv2d" || conv.attrs.get_string("activation", "none") != "none")
+      continue;
+    bool consts = is_const(g, conv.inputs[1]) && (conv.inputs.size() < 3 || conv.inputs[2] < 0 || is_const(g, conv.inputs[2]));
+    for (size_t i = 1; i < bn.inputs.size(); ++i) consts = consts && (bn.inputs[i] < 0 || is_const(g, bn.inputs[i]));
+    if (!consts || bn.inputs.size() < 5 || bn.inputs[3] < 0 || bn.inputs[4] < 0) continue;
+    if (uses[bn.outputs[1]] || uses[bn.outputs[2]]) continue;
+    // y = (conv(x, w) + b - mean) * gamma / sqrt(var + eps) + beta
+    const Tensor& w = g.values[conv.inputs[1]].tensor;
+    const int64_t o = w.shape()[0];
+    Tensor mean = g.values[bn.inputs[3]].tensor, var = g.values[bn.inputs[4]].tensor;
+    Tensor gamma = bn.inputs[1] >= 0 ? g.values[bn.inputs[1]].tensor : ones({o}, w.dtype());
+    Tensor beta = bn.inputs[2] >= 0 ? g.values[bn.inputs[2]].tensor : zeros({o}, w.dtype());
+    Tensor b = conv.inputs.size() > 2 && conv.inputs[2] >= 0 ? g.values[conv.inputs[2]].tensor : zeros({o}, w.dtype());
+    Tensor scale = gamma / sqrt(var + scalar_tensor(bn.attrs.get_float("eps", 1e-5), var.dtype()));
+    Tensor new_w = (w * scale.reshape({o, 1, 1, 1})).contiguous();
+    Tensor new_b = ((b - mean) * scale + beta).contiguous();
+    conv.inputs.resize(3);
+    conv.inputs[1] = add_constant(g, new_w, "folded_weight");
+    conv.inputs[2] = add_constant(g, new_b, "folded_bias");
+    replace_uses(g, bn.outputs[0], y);
+    bn.removed = true;
+    ++folded;
+  }
+  return folded ? "folded " + count_of(folded, "batch norms into their convolutions") : "";
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,174 @@
+#include "graph/tracer.h"
+
+#include "graph/trace_hook.h"
+
+namespace kiln::graph::detail {
+
+thread_local Tracer* t_tracer = nullptr;
+thread_local int t_kernel_depth = 0;
+
+namespace {
+
+TensorMeta meta_of(const Tensor& t) { return {true, t.shape(), t.dtype(), t.device()}; }
+
+struct ActiveTracer {
+  explicit ActiveTracer(Tracer* t) : prev(t_tracer) { t_tracer = t; }
+  ~ActiveTracer() { t_tracer = prev; }
+  Tracer* prev;
+};
+
+}  // namespace
+
+Tracer::Key Tracer::key_of(const Tensor& t) {
+  return {t.impl().storage.get(), t.offset(), t.shape(), t.strides(), t.dtype()};
+}
+
+int Tracer::add_input(const Tensor& t, std::string name) {
+  Value v;
+  v.kind = ValueKind::Input;
+  v.meta = meta_of(t);
+  v.name = std::move(name);
+  int id = graph_.add_value(std::move(v));
+  graph_.inputs.push_back(id);
+  ids_[key_of(t)] = id;
+  keep_alive_.push_back(t);
+  return id;
+}
+
+int Tracer::value_of(const Tensor& t) {
+  auto key = key_of(t);
+  auto it = ids_.find(key);
+  if (it != ids_.end()) return it->second;
+  Value v;
+  v.meta = meta_of(t);
+  v.tensor = t;
+  auto p = names_.params.find(t.impl().storage.get());
+  if (p != names_.params.end()) {
+    v.kind = ValueKind::Param;
+    v.name = p->second;
+  } else {
+    v.kind = ValueKind::Constant;
+  }
+  int id = graph_.add_value(std::move(v));
+  ids_[key] = id;
+  keep_alive_.push_back(t);
+  return id;
+}
+
+void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                    const Attrs& attrs) {
+  Node n;
+  n.op = &op;
+  n.attrs = attrs;
+  for (const Tensor& t : inputs) {
+    int id = t.defined() ? value_of(t) : -1;
+    n.inputs.push_back(id);
+    if (id >= 0 && graph_.values[id].kind == ValueKind::Param) last_param_ = graph_.values[id].name;
+  }
+  last_op_ = op.name;
+  if (graph_.has_side_effects(n) && !op.has_tag(kTagRandom)) {
+    int dst = n.inputs[op.name == "assign" ? 0 : 3];
+    if (graph_.values[dst].kind == ValueKind::Constant) {
+      // Filling a constant made while tracing, from constants, before anything read it:
+      // the captured tensor already holds the result.
+      bool from_constants = true, read_before = false;
+      for (size_t i = 1; i < n.inputs.size(); ++i)
+        if (n.inputs[i] >= 0 && graph_.values[n.inputs[i]].kind != ValueKind::Constant) from_constants = false;
+      for (const Node& m : graph_.nodes)
+        for (int id : m.inputs) read_before = read_before || id == dst;
+      KILN_CHECK(from_constants && !read_before, "while tracing ", where(), ": '", op.name,
+                 "' writes into a tensor captured from outside the compiled function (",
+                 dtype_name(graph_.values[dst].meta.dtype), shape_str(graph_.values[dst].meta.shape),
+                 "); every run of the compiled graph would write it again. Register it as a buffer of the Cell "
+                 "(register_buffer) so the graph owns its updates, or pass it in as an input");
+      return;
+    }
+  }
+  const int index = static_cast<int>(graph_.nodes.size());
+  graph_.nodes.push_back(std::move(n));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    Value v;
+    v.kind = ValueKind::Result;
+    v.meta = meta_of(outputs[i]);
+    v.producer = index;
+    v.output_index = static_cast<int>(i);
+    int id = graph_.add_value(std::move(v));
+    graph_.nodes[index].outputs.push_back(id);
+    ids_[key_of(outputs[i])] = id;
+    keep_alive_.push_back(outputs[i]);
+  }
+}
+
+bool Tracer::is_varying(const Tensor& t) const {
+  auto it = ids_.find(key_of(t));
+  return it != ids_.end() && graph_.values[it->second].kind != ValueKind::Constant;
+}
+
+std::string Tracer::producer_of(const Tensor& t) const {
+  auto it = ids_.find(key_of(t));
+  if (it == ids_.end()) return "";
+  const Value& v = graph_.values[it->second];
+  if (v.kind == ValueKind::Input) return "input '" + v.name + "'";
+  if (v.kind == ValueKind::Param) return "parameter '" + v.name + "'";
+  return "the result of '" + graph_.nodes[v.producer].name() + "'";
+}
+
+std::string Tracer::where() const {
+  std::string cell = names_.root_type;
+  std::string s = "Cell '" + cell + "'";
+  auto dot = last_param_.rfind('.');
+  if (dot != std::string::npos) {
+    std::string path = last_param_.substr(0, dot);
+    auto type = names_.cell_types.find(path);
+    s = "Cell '";
+    s += path;
+    s += "' (";
+    s += type != names_.cell_types.end() ? type->second : std::string("Cell");
+    s += ")";
+  }
+  if (!last_op_.empty()) {
+    s += ", after op '";
+    s += last_op_;
+    s += "'";
+  }
+  return s;
+}
+
+void trace_call(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                const Attrs& attrs) {
+  t_tracer->record(op, inputs, outputs, attrs);
+}
+
+void check_read(const Tensor& t, const char* what) {
+  if (!t.defined() || !t_tracer->is_varying(t)) return;
+  Tracer* tracer = t_tracer;
+  t_tracer = nullptr;  // building the message reads nothing, but stay safe
+  std::string msg = "while tracing " + tracer->where() + ": " + what + " on " + t.meta_str() + ", " +
+                    tracer->producer_of(t) +
+                    ". A compiled graph cannot look at tensor values: they change from run to run, so a "
+                    "branch or a number taken from them would be frozen at the traced values. Express the "
+                    "choice with kiln::where(condition, a, b) (or select), or return the tensor from the "
+                    "compiled function and read it afterwards";
+  t_tracer = tracer;
+  throw Error(msg);
+}
+
+Graph trace(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& program,
+            const std::vector<Tensor>& inputs, const CaptureNames& names, std::vector<Tensor>* eager_outputs) {
+  Tracer tracer(names);
+  for (size_t i = 0; i < inputs.size(); ++i) tracer.add_input(inputs[i], "input" + std::to_string(i));
+  std::vector<Tensor> outs;
+  {
+    ActiveTracer active(&tracer);
+    outs = program(inputs);
+  }
+  Graph& g = tracer.graph();
+  for (const Tensor& t : outs) {
+    KILN_CHECK(t.defined(), "the traced function returned an undefined tensor; return only defined tensors");
+    g.outputs.push_back(tracer.value_of(t));
+  }
+  if (eager_outputs) *eager_outputs = outs;
+  return tracer.take();
+}
+
+}  // namespace kiln::graph::detail

@@ -1,0 +1,54 @@
+#pragma once
+// Builds a Graph by running a program eagerly and recording every op the
+// dispatcher runs. Tensors are identified by their memory (storage, offset,
+// shape, strides, dtype), so the detached aliases autograd saves for backward
+// map to the values they alias.
+#include <functional>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include "graph/ir.h"
+
+namespace kiln::graph::detail {
+
+// What the tracer knows of the Cell being traced: its parameters and buffers
+// by storage, for naming captured tensors and for error messages.
+struct CaptureNames {
+  std::unordered_map<const StorageImpl*, std::string> params;  // storage -> "layers.0.weight"
+  std::unordered_map<std::string, std::string> cell_types;     // "layers.0" -> "Dense"
+  std::string root_type;                                        // the traced Cell's type, or "function"
+};
+
+class Tracer {
+ public:
+  explicit Tracer(const CaptureNames& names) : names_(names) {}
+  int add_input(const Tensor& t, std::string name);
+  void record(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+              const Attrs& attrs);
+  // The value a tensor holds: a known one, or a newly captured parameter/constant.
+  int value_of(const Tensor& t);
+  bool is_varying(const Tensor& t) const;  // an input, a parameter, or computed from them
+  std::string where() const;               // "in Cell 'layers.2' (Dense), at op 'linear'"
+  std::string producer_of(const Tensor& t) const;
+  Graph take() { return std::move(graph_); }
+  Graph& graph() { return graph_; }
+
+ private:
+  using Key = std::tuple<const StorageImpl*, int64_t, Shape, Strides, DType>;
+  static Key key_of(const Tensor& t);
+
+  const CaptureNames& names_;
+  Graph graph_;
+  std::map<Key, int> ids_;
+  std::vector<Tensor> keep_alive_;  // so no storage address is reused while tracing
+  std::string last_param_;
+  std::string last_op_;
+};
+
+// Runs `program` under a tracer on this thread; the graph's outputs are its results.
+Graph trace(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& program,
+            const std::vector<Tensor>& inputs, const CaptureNames& names, std::vector<Tensor>* eager_outputs);
+
+}  // namespace kiln::graph::detail

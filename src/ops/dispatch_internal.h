@@ -1,0 +1,15 @@
+#pragma once
+// What the graph executor shares with the eager dispatcher.
+#include <string>
+#include <vector>
+
+#include "kiln/registry.h"
+
+namespace kiln {
+
+const char* op_category(const OpDef& op);
+// Adds one op's record to the running profile (op is null for fused kernels).
+void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
+                    const std::vector<Tensor>& outputs, int64_t start_ns);
+
+}  // namespace kiln
