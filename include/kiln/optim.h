@@ -29,6 +29,22 @@ class Optimizer {
   double lr() const { return groups_.empty() ? 0.0 : groups_[0].lr; }
   int64_t steps() const { return steps_; }
 
+  // Graph mode. Creates every state buffer that eager mode creates lazily (as
+  // the zeros that give the same first update) and returns all of them, so a
+  // compiled training step can own their updates.
+  std::vector<Tensor> prepare_state();
+  // Applies one step with one fused in-place op per parameter (sgd_update,
+  // adam_update, rmsprop_update); lr[g] is group g's learning rate and `step`
+  // the step count after this step, both 0-d float64 tensors read when the op
+  // runs. When `loss` is given and is not finite when the update runs, the
+  // update is skipped. Returns false when this optimizer has no fused form.
+  virtual bool update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                            const Tensor& step, const Tensor& loss = Tensor()) {
+    return false;
+  }
+  // Counts steps applied through update_fused (-1 takes back a skipped one).
+  void count_step(int delta = 1) { steps_ += delta; }
+
   // The optimizer's state as named tensors ("step", "g0.p3.momentum", ...),
   // for checkpoints; load_state puts it back into an optimizer built over the
   // same parameters, and refuses a state of another shape.
@@ -56,12 +72,15 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
  public:
+  bool update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                    const Tensor& step, const Tensor& loss) override;
   SGD(std::vector<Tensor> params, SGDOptions o);
   SGD(std::vector<ParamGroup> groups, SGDOptions o);
   void step() override;
 
  protected:
   std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
+    if (o_.momentum == 0) return {};
     return {{"momentum", &momentum_}};
   }
 
@@ -77,6 +96,8 @@ struct AdamOptions {
 
 class Adam : public Optimizer {
  public:
+  bool update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                    const Tensor& step, const Tensor& loss) override;
   Adam(std::vector<Tensor> params, AdamOptions o);
   Adam(std::vector<ParamGroup> groups, AdamOptions o);
   void step() override;
@@ -98,6 +119,8 @@ struct RMSPropOptions {
 // RMSProp as in PyTorch: v = alpha v + (1 - alpha) g^2; p -= lr g / (sqrt(v) + eps).
 class RMSProp : public Optimizer {
  public:
+  bool update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                    const Tensor& step, const Tensor& loss) override;
   RMSProp(std::vector<Tensor> params, RMSPropOptions o);
   void step() override;
 

@@ -62,10 +62,15 @@ struct OpDef {
   uint32_t tags = 0;
   int dispatch_input = 0;            // whose dtype picks the kernel
   std::vector<int> differentiable_inputs;  // empty: every floating input
+  std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
+  std::string writes_if;                   // a bool attribute the writes depend on (batch_norm: "training")
   KernelFn kernels[kNumDeviceTypes][kNumDTypes] = {};
 
   bool has_tag(OpTag t) const { return (tags & t) != 0; }
   bool differentiable() const { return static_cast<bool>(grad); }
+  bool writes_with(const Attrs& a) const {
+    return !writes.empty() && (writes_if.empty() || a.get_bool(writes_if, true));
+  }
   bool variadic() const { return !inputs.empty() && inputs.back().back() == '*'; }
   std::vector<DType> dtypes(DeviceType backend) const;
 };

@@ -206,8 +206,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // from a copy, so no element is overwritten before it is read.
   Tensor from = src.to(dtype());
   if (from.impl().storage == impl().storage) from = from.clone();
-  call(assign, {*this, from});
-  impl().storage->version++;
+  call(assign, {*this, from});  // bumps the version counter (assign writes its first input)
   return *this;
 }
 

@@ -71,7 +71,12 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
   for (Step& s : steps_) {
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
-      if (s.kernel) s.kernel(s.in, s.out, s.node->attrs);
+      if (s.kernel) {
+        s.kernel(s.in, s.out, s.node->attrs);
+        if (s.node->op->writes_with(s.node->attrs))
+          for (int i : s.node->op->writes)
+            if (static_cast<size_t>(i) < s.in.size() && s.in[i].defined()) s.in[i].impl().storage->version++;
+      }
       else s.node->custom(s.in, s.out);
     } catch (const std::exception& e) {
       KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());

@@ -5,14 +5,18 @@
 namespace kiln::graph {
 namespace {
 
-// Inputs a node writes in place.
+}  // namespace
+
 std::vector<int> written_inputs(const Node& n) {
   if (!n.op) return {};
-  if (n.op->name == "assign") return {n.inputs[0]};
-  if (n.op->name == "batch_norm" && n.attrs.get_bool("training", true) && n.inputs.size() > 4 && n.inputs[3] >= 0)
-    return {n.inputs[3], n.inputs[4]};
-  return {};
+  std::vector<int> ids;
+  if (n.op->writes_with(n.attrs))
+    for (int i : n.op->writes)
+      if (static_cast<size_t>(i) < n.inputs.size() && n.inputs[i] >= 0) ids.push_back(n.inputs[i]);
+  return ids;
 }
+
+namespace {
 
 std::string value_ref(const Graph& g, int id) {
   if (id < 0) return "none";

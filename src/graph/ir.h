@@ -63,6 +63,10 @@ struct Graph {
   std::string dot() const;   // Graphviz
 };
 
+// The value ids a node writes in place (OpDef::writes; batch_norm's running
+// statistics in training mode).
+std::vector<int> written_inputs(const Node& n);
+
 // Replaces every use of value `from` (nodes and graph outputs) by `to`.
 void replace_uses(Graph& g, int from, int to);
 

@@ -67,13 +67,13 @@ void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const st
   }
   last_op_ = op.name;
   if (graph_.has_side_effects(n) && !op.has_tag(kTagRandom)) {
-    int dst = n.inputs[op.name == "assign" ? 0 : 3];
-    if (graph_.values[dst].kind == ValueKind::Constant) {
+    for (int dst : written_inputs(n)) {
+      if (graph_.values[dst].kind != ValueKind::Constant) continue;
       // Filling a constant made while tracing, from constants, before anything read it:
       // the captured tensor already holds the result.
       bool from_constants = true, read_before = false;
-      for (size_t i = 1; i < n.inputs.size(); ++i)
-        if (n.inputs[i] >= 0 && graph_.values[n.inputs[i]].kind != ValueKind::Constant) from_constants = false;
+      for (int id : n.inputs)
+        if (id >= 0 && id != dst && graph_.values[id].kind != ValueKind::Constant) from_constants = false;
       for (const Node& m : graph_.nodes)
         for (int id : m.inputs) read_before = read_before || id == dst;
       KILN_CHECK(from_constants && !read_before, "while tracing ", where(), ": '", op.name,

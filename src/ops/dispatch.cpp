@@ -172,6 +172,9 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   try {
     graph::detail::KernelDepth depth;
     kernel(inputs, outputs, attrs);
+    if (op.writes_with(attrs))
+      for (int i : op.writes)  // tells saved-tensor checks and folded graphs that the memory changed
+        if (static_cast<size_t>(i) < inputs.size() && inputs[i].defined()) inputs[i].impl().storage->version++;
   } catch (const std::exception& e) {
     if (is_context_attached(e)) throw;
     rethrow_with_context(op, metas, attrs, e);

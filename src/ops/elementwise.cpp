@@ -227,6 +227,7 @@ OpDefiner d_assign([] {
                "; the source must broadcast to the destination");
     return {};
   };
+  d.writes = {0};
   d.tags = kTagNondifferentiable;
   return d;
 }());

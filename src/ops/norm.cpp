@@ -52,6 +52,8 @@ OpDefiner d_batch_norm([] {
     return r;
   };
   d.differentiable_inputs = {0, 1, 2};
+  d.writes = {3, 4};  // the running statistics, in training mode
+  d.writes_if = "training";
   d.onnx = "BatchNormalization";
   return d;
 }());

@@ -4,6 +4,7 @@
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
 #include "kiln/optim.h"
+#include "kiln/registry.h"
 
 namespace kiln::optim {
 namespace {
@@ -46,6 +47,18 @@ void Optimizer::for_each_gradient(bool add_weight_decay,
       fn(g, gi, i, grad);
     }
   }
+}
+
+std::vector<Tensor> Optimizer::prepare_state() {
+  std::vector<Tensor> all;
+  for (auto& [name, store] : buffers())
+    for (size_t g = 0; g < store->size(); ++g)
+      for (size_t i = 0; i < (*store)[g].size(); ++i) {
+        Tensor& t = (*store)[g][i];
+        if (!t.defined()) t = zeros_like(groups_[g].params[i]);
+        all.push_back(t);
+      }
+  return all;
 }
 
 namespace {
@@ -126,6 +139,19 @@ void SGD::step() {
   ++steps_;
 }
 
+bool SGD::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr, const Tensor&,
+                       const Tensor& loss) {
+  static const OpDef& op = OpRegistry::instance().get("sgd_update");
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      if (!grads[gi][i].defined()) continue;
+      Tensor buf = o_.momentum > 0 ? momentum_[gi][i] : Tensor();
+      call(op, {groups_[gi].params[i], grads[gi][i], buf, lr[gi], loss},
+           {{"momentum", o_.momentum}, {"nesterov", o_.nesterov}, {"weight_decay", groups_[gi].weight_decay}});
+    }
+  return true;
+}
+
 Adam::Adam(std::vector<Tensor> params, AdamOptions o) : Adam(one_group(std::move(params), o.lr, o.weight_decay), o) {}
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Optimizer(std::move(groups)), o_(o) {
@@ -150,6 +176,19 @@ void Adam::step() {
   });
 }
 
+bool Adam::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                        const Tensor& step, const Tensor& loss) {
+  static const OpDef& op = OpRegistry::instance().get("adam_update");
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      if (!grads[gi][i].defined()) continue;
+      call(op, {groups_[gi].params[i], grads[gi][i], m_[gi][i], v_[gi][i], lr[gi], step, loss},
+           {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", groups_[gi].weight_decay},
+            {"decoupled", o_.decoupled_weight_decay}});
+    }
+  return true;
+}
+
 RMSProp::RMSProp(std::vector<Tensor> params, RMSPropOptions o)
     : Optimizer(one_group(std::move(params), o.lr, o.weight_decay)), o_(o) {
   KILN_CHECK(o.alpha >= 0 && o.alpha < 1, "RMSProp alpha must be in [0, 1), got ", o.alpha);
@@ -170,6 +209,19 @@ void RMSProp::step() {
     g.params[i].add_(update, -g.lr);
   });
   ++steps_;
+}
+
+bool RMSProp::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
+                           const Tensor&, const Tensor& loss) {
+  static const OpDef& op = OpRegistry::instance().get("rmsprop_update");
+  for (size_t gi = 0; gi < groups_.size(); ++gi)
+    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
+      if (!grads[gi][i].defined()) continue;
+      Tensor buf = o_.momentum > 0 ? momentum_[gi][i] : Tensor();
+      call(op, {groups_[gi].params[i], grads[gi][i], square_avg_[gi][i], buf, lr[gi], loss},
+           {{"alpha", o_.alpha}, {"eps", o_.eps}, {"momentum", o_.momentum}, {"weight_decay", groups_[gi].weight_decay}});
+    }
+  return true;
 }
 
 std::unique_ptr<Adam> make_adamw(std::vector<Tensor> params, double lr, double weight_decay) {

@@ -1,0 +1,100 @@
+// jit::TrainStep: the traced program is the eager training step itself,
+// forward, loss, autograd::grad over the trainable parameters and the
+// optimizer's fused update, so graph and eager share every rule.
+#include <cmath>
+
+#include "graph/compiled.h"
+#include "kiln/autograd.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+
+namespace kiln::jit {
+
+TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
+                     CompileOptions options)
+    : net_(std::move(net)), loss_(std::move(loss)), opt_(std::move(optimizer)), options_(std::move(options)) {
+  KILN_CHECK(net_ && loss_ && opt_, "TrainStep needs a network, a loss and an optimizer");
+  if (options_.name == "function") options_.name = net_->type_name() + "_train_step";
+  step_ = scalar_tensor(0, DType::Float64);
+}
+
+void TrainStep::build() {
+  state_ = opt_->prepare_state();
+  lr_.clear();
+  for (size_t g = 0; g < opt_->groups().size(); ++g) lr_.push_back(scalar_tensor(opt_->groups()[g].lr, DType::Float64));
+  nn::Cell* net = net_.get();
+  optim::Optimizer* opt = opt_.get();
+  LossFn loss_fn = loss_;
+  auto lr = lr_;
+  Tensor step = step_;
+  auto fused = std::make_shared<bool>(true);
+  Function program = [net, opt, loss_fn, lr, step, fused](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    KILN_CHECK(in.size() == 2, "a training step takes inputs and labels");
+    Tensor out = net->construct(in[0]);
+    Tensor loss = loss_fn(out, in[1]);
+    std::vector<Tensor> wrt;
+    for (auto& g : opt->groups())
+      for (auto& p : g.params)
+        if (p.requires_grad()) wrt.push_back(p);
+    std::vector<Tensor> flat = wrt.empty() ? std::vector<Tensor>{} : autograd::grad({loss}, wrt);
+    std::vector<std::vector<Tensor>> grads;
+    size_t k = 0;
+    for (auto& g : opt->groups()) {
+      grads.emplace_back();
+      for (auto& p : g.params) grads.back().push_back(p.requires_grad() ? flat[k++] : Tensor());
+    }
+    std::vector<Tensor> results{loss.detach(), out.detach()};
+    *fused = opt->update_fused(grads, lr, step, loss);
+    if (!*fused)
+      for (auto& g : grads)
+        for (auto& t : g) results.push_back(t.defined() ? t : Tensor());
+    return results;
+  };
+  auto impl = make_impl(program, options_, net_);
+  auto name_state = [&](const Tensor& t, const std::string& name) {
+    impl->names.params[t.impl().storage.get()] = name;
+    impl->params.emplace_back(name, t);
+  };
+  for (size_t i = 0; i < state_.size(); ++i) name_state(state_[i], "optimizer.state" + std::to_string(i));
+  for (size_t g = 0; g < lr_.size(); ++g) name_state(lr_[g], "optimizer.lr" + std::to_string(g));
+  name_state(step_, "optimizer.step");
+  fn_ = CompiledFunction(impl);
+  fused_ = true;
+  fused_flag_ = fused;
+}
+
+TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labels) {
+  // Rebuild when the optimizer's state was replaced (load_state) since the graph was made.
+  bool stale = !fn_.defined();
+  if (!stale) {
+    auto now = opt_->prepare_state();
+    stale = now.size() != state_.size();
+    for (size_t i = 0; !stale && i < now.size(); ++i) stale = !now[i].same(state_[i]);
+  }
+  if (stale) build();
+  for (size_t g = 0; g < lr_.size(); ++g) *lr_[g].data<double>() = opt_->groups()[g].lr;
+  opt_->count_step();
+  *step_.data<double>() = static_cast<double>(opt_->steps());
+  const auto& out = fn_.run_borrowed({inputs, labels});
+  fused_ = *fused_flag_;
+  Result r{out[0], out[1]};
+  const double loss = r.loss.item<double>();
+  if (!std::isfinite(loss)) {
+    opt_->count_step(-1);  // the update was skipped, as eager training skips it
+    return r;
+  }
+  if (!fused_) {
+    opt_->count_step(-1);  // the optimizer counts its own eager step
+    size_t k = 2;
+    for (auto& g : opt_->groups())
+      for (auto& p : g.params) {
+        const Tensor& grad = out[k++];
+        p.impl().grad = grad.defined() ? grad.impl_ptr() : nullptr;
+      }
+    opt_->step();
+    opt_->zero_grad();
+  }
+  return r;
+}
+
+}  // namespace kiln::jit
