@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/data.h"
+#include "kiln/jit.h"
 #include "kiln/metrics.h"
 #include "kiln/nn.h"
 #include "kiln/nn/losses.h"
@@ -136,6 +137,10 @@ class Model {
   int resume_epoch_ = 0;  // 0: not resuming
   int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
+  jit::CompiledFunction* inference();
+  // Graph mode (kiln::context().mode): the compiled training step and inference.
+  std::unique_ptr<jit::TrainStep> train_step_;
+  jit::CompiledFunction inference_;
 };
 
 }  // namespace kiln::train

@@ -83,7 +83,18 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!batches.next(batch)) break;
       }
       profiler::Range step("step");
-      Tensor loss = loss_(net_->construct(batch.inputs), batch.labels);
+      const bool graph = context().mode == Mode::Graph;
+      Tensor loss;
+      if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
+        if (!train_step_) {
+          jit::CompileOptions o;
+          o.name = "train_step";
+          train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o);
+        }
+        loss = (*train_step_)(batch.inputs, batch.labels).loss;
+      } else {
+        loss = loss_(net_->construct(batch.inputs), batch.labels);
+      }
       double value = loss.item<double>();
       ++global_step_;
       ++batch_index;
@@ -102,9 +113,11 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       }
       skipped_in_a_row = 0;
       last_finite = value;
-      optimizer_->zero_grad();
-      loss.backward();
-      optimizer_->step();
+      if (!graph) {
+        optimizer_->zero_grad();
+        loss.backward();
+        optimizer_->step();
+      }
       int64_t n = batch.inputs.shape()[0];
       samples += n;
       loss_sum += value * static_cast<double>(n);
@@ -141,6 +154,17 @@ void Model::resume_at(int64_t step, int epoch, int64_t batches_done) {
   resume_batches_ = batches_done;
 }
 
+jit::CompiledFunction* Model::inference() {
+  if (!inference_.defined()) {
+    jit::CompileOptions o;
+    o.name = "inference";
+    o.inference = true;                            // batch norm folded; rebuilt after the weights change
+    o.recompile = jit::RecompilePolicy::Silent;  // a smaller last batch is expected here
+    inference_ = jit::compile(net_, {}, o);
+  }
+  return &inference_;
+}
+
 EvalResult Model::eval(data::BatchSource& batches) {
   NoGradGuard guard;
   net_->set_train(false);
@@ -150,7 +174,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
   EvalResult r;
   double loss_sum = 0;
   while (batches.next(batch)) {
-    Tensor out = net_->construct(batch.inputs);
+    Tensor out = context().mode == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : net_->construct(batch.inputs);
     int64_t n = batch.inputs.shape()[0];
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
     for (auto& m : metrics_) m->update(out, batch.labels);
@@ -167,6 +191,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
 Tensor Model::predict(const Tensor& inputs) {
   NoGradGuard guard;
   net_->set_train(false);
+  if (context().mode == Mode::Graph) return (*inference())({inputs})[0];
   return net_->construct(inputs);
 }
 

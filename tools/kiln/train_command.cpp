@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "kiln/jit.h"
 #include "kiln/recipe.h"
 
 namespace kiln::cli {
@@ -16,6 +17,8 @@ void add_train_commands(CLI::App& app) {
   static double lr = 0;
   static std::string output, resume, profile;
   static int64_t profile_steps = 20;
+  static std::string mode = "eager";
+  auto set_mode = [] { set_context({.mode = mode == "graph" ? Mode::Graph : Mode::Eager}); };
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
   train->add_option("recipe", recipe_path, "Recipe YAML file (with --resume: default, the checkpoint's own)");
@@ -30,7 +33,10 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
   train->add_option("--profile", profile, "Profile some steps; write profile.txt, trace.json and report.html here");
   train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
-  train->callback([] {
+  train->add_option("--mode", mode, "eager, or graph: compile the whole training step and inference")
+      ->check(CLI::IsMember({"eager", "graph"}));
+  train->callback([set_mode] {
+    set_mode();
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
     if (!resume.empty() && std::filesystem::is_directory(resume)) resume_file = resume + "/resume.safetensors";
@@ -64,7 +70,9 @@ void add_train_commands(CLI::App& app) {
   auto* eval = app.add_subcommand("eval", "Evaluate a checkpoint on the recipe's test set");
   eval->add_option("recipe", recipe_path, "Recipe YAML file")->required();
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
-  eval->callback([] {
+  eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
+  eval->callback([set_mode] {
+    set_mode();
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     recipe::RunResult res = recipe::evaluate(r, checkpoint);
     if (res.seq_len > 0)

@@ -37,14 +37,23 @@ void sgd_update_kernel(const Ins& in, Outs&, const Attrs& a) {
   const T m = static_cast<T>(a.get_float("momentum", 0)), wd = static_cast<T>(a.get_float("weight_decay", 0));
   const bool nesterov = a.get_bool("nesterov", false);
   KILN_CHECK(buf || m == T(0), "momentum needs a momentum_buffer");
+  // Branch-free loops per case, so each vectorizes.
   parallel_for(in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T d = wd != T(0) ? g[i] + p[i] * wd : g[i];
-      if (buf) {
-        buf[i] = buf[i] * m + d;
-        d = nesterov ? d + buf[i] * m : buf[i];
+    if (!buf) {
+      for (int64_t i = b; i < e; ++i) p[i] = p[i] + (g[i] + p[i] * wd) * neg_lr;
+    } else if (!nesterov) {
+      for (int64_t i = b; i < e; ++i) {
+        T nb = buf[i] * m + (g[i] + p[i] * wd);
+        buf[i] = nb;
+        p[i] = p[i] + nb * neg_lr;
       }
-      p[i] = p[i] + d * neg_lr;
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        T d = g[i] + p[i] * wd;
+        T nb = buf[i] * m + d;
+        buf[i] = nb;
+        p[i] = p[i] + (d + nb * m) * neg_lr;
+      }
     }
   });
 }
