@@ -84,15 +84,17 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
                                                                   std::vector<Tensor>* eager_outputs) {
   std::string extra = cell ? (cell->training() ? "train" : "eval") : "";
   std::string sig = signature_of(inputs, extra);
+  bool weights_changed = false;
   for (auto it = cache.begin(); it != cache.end(); ++it) {
     if (it->signature != sig) continue;
     if (options.inference && it->versions != param_versions()) {
-      cache.erase(it);  // parameters folded into it have changed since
+      cache.erase(it);  // the parameters folded into it have changed since: rebuild, no new shape
+      weights_changed = true;
       break;
     }
     return *it;
   }
-  if (!cache.empty() || compiles > 0) {
+  if (!weights_changed && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
     if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
     why += "; each input shape needs its own graph. If a smaller last batch causes it, batch with drop_remainder=true";

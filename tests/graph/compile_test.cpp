@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "kiln/kiln.h"
 
 namespace {
@@ -28,6 +30,125 @@ TEST(Compile, CellMatchesEagerAndRunsAgainWithNewData) {
   }
   EXPECT_EQ(fn.compiles(), 1);
   EXPECT_NE(fn.graph_text().find("linear"), std::string::npos) << fn.graph_text();
+}
+
+}  // namespace
+
+namespace {
+using namespace kiln;
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A Cell that branches on a value it computed: it cannot be traced.
+struct Branchy : nn::Cell {
+  std::shared_ptr<nn::Dense> fc = register_cell("fc", std::make_shared<nn::Dense>(4, 4));
+  Tensor construct(const Tensor& x) override {
+    Tensor h = fc->construct(x);
+    return sum(h).item<double>() > 0 ? relu(h) : h;
+  }
+  std::string type_name() const override { return "Branchy"; }
+};
+
+TEST(Compile, ReadingATracedValueNamesTheCellTheOpAndTheWayOut) {
+  auto net = std::make_shared<Branchy>();
+  std::string e = error_of([&] { jit::compile(net, {randn({2, 4})}); });
+  EXPECT_NE(e.find("while tracing Cell 'fc' (Dense)"), std::string::npos) << e;
+  EXPECT_NE(e.find("item() on float32[], the result of 'sum'"), std::string::npos) << e;
+  EXPECT_NE(e.find("kiln::where"), std::string::npos) << e;
+}
+
+TEST(Compile, WhereCoversDataDependentChoices) {
+  auto fn = jit::compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{where(gt(in[0], zeros({})), in[0], neg(in[0]))}; },
+                         {randn({5})});
+  Tensor x = from_vector<float>({-1, 2, -3, 4, 0});
+  EXPECT_EQ(fn({x})[0].to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 0}));
+}
+
+TEST(Compile, WritingACapturedTensorIsRefused) {
+  Tensor counter = zeros({1});
+  std::string e = error_of([&] {
+    jit::compile([&](const std::vector<Tensor>& in) {
+      NoGradGuard g;
+      counter.copy_(counter + sum(in[0]).reshape({1}));
+      return std::vector<Tensor>{in[0] * 2};
+    }, {randn({3})});
+  });
+  EXPECT_NE(e.find("writes into a tensor captured from outside the compiled function (float32[1])"), std::string::npos) << e;
+  EXPECT_NE(e.find("register_buffer"), std::string::npos) << e;
+}
+
+TEST(Compile, NewShapesRecompileAndThePolicyCanForbidIt) {
+  auto net = models::make_model("mlp");
+  net->set_train(false);
+  auto fn = jit::compile(net, {randn({8, 1, 28, 28})});
+  EXPECT_EQ(fn({randn({4, 1, 28, 28})})[0].shape(), (Shape{4, 10}));
+  EXPECT_EQ(fn({randn({8, 1, 28, 28})})[0].shape(), (Shape{8, 10}));
+  EXPECT_EQ(fn.compiles(), 2);  // the 8-batch graph came from the cache
+  jit::CompileOptions strict;
+  strict.recompile = jit::RecompilePolicy::Error;
+  auto fixed = jit::compile(net, {randn({8, 1, 28, 28})}, strict);
+  std::string e = error_of([&] { fixed({randn({3, 1, 28, 28})}); });
+  EXPECT_NE(e.find("compiled again, for float32[3, 1, 28, 28]"), std::string::npos) << e;
+  EXPECT_NE(e.find("drop_remainder"), std::string::npos) << e;
+}
+
+TEST(Compile, PassesSimplifyAndTheArenaReusesMemory) {
+  auto fn = jit::compile([](const std::vector<Tensor>& in) {
+    Tensor a = relu(in[0]) * scalar_tensor(1.0);   // x * 1
+    Tensor b = relu(in[0]);                        // the same as inside a
+    Tensor unused = exp(in[0]);                    // dead
+    Tensor k = scalar_tensor(2.0) * scalar_tensor(3.0);  // folded
+    return std::vector<Tensor>{(a + b) * k};
+  }, {randn({1000})});
+  const auto& r = fn.report();
+  auto summary_of = [&](const std::string& pass) {
+    for (auto& p : r.passes)
+      if (p.pass == pass) return p.summary;
+    return std::string("missing");
+  };
+  EXPECT_EQ(summary_of("dead code"), "removed 1 unused ops");
+  EXPECT_EQ(summary_of("common subexpressions"), "merged 1 repeated ops");
+  EXPECT_NE(summary_of("constant folding").find("computed 1 ops"), std::string::npos);
+  EXPECT_NE(summary_of("algebraic simplification").find("removed 1 identity"), std::string::npos);
+  Tensor x = randn({1000});
+  auto want = ((relu(x) + relu(x)) * 6.0).to_vector<float>();
+  auto got = fn({x})[0].to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5);
+  EXPECT_LT(r.arena_bytes, r.unshared_bytes);
+}
+
+TEST(Compile, InferenceFoldsBatchNormAndSeesLaterWeightChanges) {
+  manual_seed(2);
+  auto net = models::make_model("resnet8");
+  net->set_train(false);
+  jit::CompileOptions o;
+  o.inference = true;
+  Tensor x = randn({2, 1, 28, 28});
+  auto fn = jit::compile(net, {x}, o);
+  EXPECT_EQ(fn.graph_text().find("batch_norm"), std::string::npos) << fn.graph_text();
+  NoGradGuard g;
+  expect_close(fn({x})[0], net->construct(x), 1e-4, 1e-5);
+  net->parameters_and_names()[0].second.mul_(0.5);  // the graph folded the old weights: it must rebuild
+  expect_close(fn({x})[0], net->construct(x), 1e-4, 1e-5);
+}
+
+TEST(Compile, DumpsEveryPassAsTextAndGraphviz) {
+  std::string dir = ::testing::TempDir() + "/kiln_dump";
+  jit::CompileOptions o;
+  o.dump_dir = dir;
+  o.name = "tiny";
+  jit::compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0]) + exp(in[0]) * 0.0}; }, {randn({4})}, o);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/tiny.0.00-traced.txt"));
+  bool dot = false;
+  for (auto& f : std::filesystem::directory_iterator(dir)) dot = dot || f.path().extension() == ".dot";
+  EXPECT_TRUE(dot);
 }
 
 }  // namespace
