@@ -28,5 +28,7 @@ struct AllocatorStats {
 AllocatorStats cpu_allocator_stats();
 // Returns cached blocks to the system.
 void cpu_allocator_release_cache();
+// Starts peak_bytes_in_use over from the bytes in use now (to measure one phase).
+void cpu_allocator_reset_peak();
 
 }  // namespace kiln

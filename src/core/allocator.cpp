@@ -74,6 +74,11 @@ class CpuAllocator final : public Allocator {
     return stats_;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  }
+
  private:
   void note_in_use(size_t size) {
     stats_.bytes_in_use += static_cast<int64_t>(size);
@@ -101,5 +106,6 @@ Allocator* get_allocator(Device device) {
 
 AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
 void cpu_allocator_release_cache() { cpu_allocator().release_cache(); }
+void cpu_allocator_reset_peak() { cpu_allocator().reset_peak(); }
 
 }  // namespace kiln

@@ -123,8 +123,6 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
         {"algebraic simplification", graph::simplify_algebra},
     };
     if (options.inference) pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
-    pipeline.push_back({"conv/matmul + activation", graph::fuse_conv_activation});
-    pipeline.push_back({"elementwise fusion", graph::fuse_elementwise});
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
     for (auto& [name, pass] : pipeline) {
       auto ts = std::chrono::steady_clock::now();

@@ -141,7 +141,7 @@ std::string fold_batch_norm(Graph& g) {
     const int y = bn.inputs[0];
     if (y < 0 || g.values[y].kind != ValueKind::Result || uses[y] != 1) continue;
     Node& conv = g.nodes[g.values[y].producer];
-    if (conv.removed || !conv.op || conv.op->name != "conv2d" || conv.attrs.get_string("activation", "none") != "none")
+    if (conv.removed || !conv.op || conv.op->name != "conv2d")
       continue;
     bool consts = is_const(g, conv.inputs[1]) && (conv.inputs.size() < 3 || conv.inputs[2] < 0 || is_const(g, conv.inputs[2]));
     for (size_t i = 1; i < bn.inputs.size(); ++i) consts = consts && (bn.inputs[i] < 0 || is_const(g, bn.inputs[i]));

@@ -11,8 +11,6 @@ std::string eliminate_dead_code(Graph& g);
 std::string eliminate_common_subexpressions(Graph& g);
 std::string fold_constants(Graph& g);
 std::string simplify_algebra(Graph& g);
-std::string fold_batch_norm(Graph& g);       // inference graphs only
-std::string fuse_conv_activation(Graph& g);  // conv2d/linear + relu into one kernel call
-std::string fuse_elementwise(Graph& g);      // chains of elementwise ops into one loop
+std::string fold_batch_norm(Graph& g);  // inference graphs only
 
 }  // namespace kiln::graph
