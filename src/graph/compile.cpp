@@ -123,6 +123,9 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
         {"algebraic simplification", graph::simplify_algebra},
     };
     if (options.inference) pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
+    pipeline.push_back({"conv + relu", graph::fuse_conv_activation});
+    pipeline.push_back({"conv bias gradient", graph::fuse_conv_bias_grad});
+    pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
     for (auto& [name, pass] : pipeline) {
       auto ts = std::chrono::steady_clock::now();

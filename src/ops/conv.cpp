@@ -56,14 +56,26 @@ OpDefiner d_conv2d([] {
   d.name = "conv2d";
   d.inputs = {"x", "weight", "bias?"};
   d.outputs = {"y"};
-  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1"};
-  d.infer = infer_conv2d;
-  d.grad = [](const GradContext& c, const Grads& g) -> Grads {
+  // activation=relu: y = relu(conv), in the same kernel call (graph mode's fusion sets it).
+  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1",
+             "activation:string=none|relu"};
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    std::string act = a.get_string("activation", "none");
+    KILN_CHECK(act == "none" || act == "relu", "activation must be none or relu, got '", act, "'");
+    return infer_conv2d(in, a);
+  };
+  d.grad = [](const GradContext& c, const Grads& grads) -> Grads {
     const Tensor &x = c.inputs[0], &w = c.inputs[1];
+    Tensor gy = grads[0];
+    Attrs a = c.attrs;
+    if (a.get_string("activation", "none") == "relu") {
+      gy = call("relu_backward", {gy, c.outputs[0]})[0];
+      a.set("activation", std::string("none"));
+    }
     Grads r(3);
-    if (c.needs_grad[0]) r[0] = call("conv2d_input_grad", {g[0], w}, with_shape(c.attrs, "input_shape", x.shape()))[0];
-    if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {x, g[0]}, with_shape(c.attrs, "weight_shape", w.shape()))[0];
-    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], {0, 2, 3});
+    if (c.needs_grad[0]) r[0] = call("conv2d_input_grad", {gy, w}, with_shape(a, "input_shape", x.shape()))[0];
+    if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {x, gy}, with_shape(a, "weight_shape", w.shape()))[0];
+    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(gy, {0, 2, 3});
     return r;
   };
   d.onnx = "Conv";
@@ -97,11 +109,15 @@ OpDefiner d_conv2d_weight_grad([] {
   OpDef d;
   d.name = "conv2d_weight_grad";
   d.inputs = {"x", "grad_y"};
-  d.outputs = {"grad_weight"};
-  d.attrs = {"weight_shape:ints", "stride", "padding", "dilation", "groups"};
+  d.outputs = {"grad_weight", "grad_bias?"};
+  // with_bias: also the bias gradient (grad_y summed over N, H, W) from the same pass.
+  d.attrs = {"weight_shape:ints", "stride", "padding", "dilation", "groups", "with_bias:bool=false"};
   d.infer = [](const Metas& in, const Attrs& a) -> Metas {
     check_geometry(a);
-    return {{true, a.get_ints("weight_shape"), in[0].dtype, in[0].device}};
+    Shape ws = a.get_ints("weight_shape");
+    Metas out{{true, ws, in[0].dtype, in[0].device}};
+    if (a.get_bool("with_bias", false)) out.push_back({true, {ws[0]}, in[0].dtype, in[0].device});
+    return out;
   };
   d.tags = kTagBackward | kTagNondifferentiable;
   return d;

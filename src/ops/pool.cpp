@@ -81,7 +81,9 @@ OpDefiner d_adaptive(pool(
     "adaptive_avg_pool2d_backward"));
 OpDefiner d_max_bw([] {
   OpDef d = pool_backward("max_pool2d_backward");
-  d.inputs = {"grad_y", "indices"};
+  // mask (optional): keep the gradient only where mask > 0, the backward of a
+  // ReLU before the pool in one pass (graph mode's fusion passes it).
+  d.inputs = {"grad_y", "indices", "mask?"};
   d.attrs = {"input_shape:ints"};
   d.infer = [](const Metas& in, const Attrs& a) -> Metas {
     return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};

@@ -117,9 +117,9 @@ onednn::ConvShape to_onednn(const Geometry& g) {
 }
 
 template <typename T>
-void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y) {
+void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y, bool relu = false) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::conv_forward(to_onednn(g), x, w, bias, y)) return;
+    if (onednn::conv_forward(to_onednn(g), x, w, bias, y, relu)) return;
   }
   std::vector<T> col(static_cast<size_t>(g.k() * g.n * g.p()));
   std::vector<T> tmp(static_cast<size_t>(g.o * g.n * g.p()));
@@ -129,6 +129,12 @@ void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y
             T(0), tmp.data() + grp * g.og() * g.n * g.p(), g.n * g.p());
   }
   onp_to_nop(tmp.data(), y, g.n, g.o, g.p(), bias);
+  if (relu) {
+    const int64_t cells = g.n * g.o * g.p();
+    parallel_for(cells, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+    });
+  }
 }
 
 template <typename T>
@@ -161,10 +167,23 @@ void conv_input_grad(const Geometry& g, const T* gy, const T* w, T* gx, const T*
   }
 }
 
+// gb (optional): the bias gradient, gy summed over N, H and W.
 template <typename T>
-void conv_weight_grad(const Geometry& g, const T* x, const T* gy, T* gw) {
+void conv_weight_grad(const Geometry& g, const T* x, const T* gy, T* gw, T* gb = nullptr) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::conv_backward_weights(to_onednn(g), x, gy, gw)) return;
+    if (onednn::conv_backward_weights(to_onednn(g), x, gy, gw, gb)) return;
+  }
+  if (gb) {
+    parallel_for(g.o, 1, [&](int64_t b, int64_t e) {
+      for (int64_t oi = b; oi < e; ++oi) {
+        double acc = 0;
+        for (int64_t ni = 0; ni < g.n; ++ni) {
+          const T* plane = gy + (ni * g.o + oi) * g.p();
+          for (int64_t i = 0; i < g.p(); ++i) acc += static_cast<double>(plane[i]);
+        }
+        gb[oi] = static_cast<T>(acc);
+      }
+    });
   }
   std::vector<T> gyt(static_cast<size_t>(g.o * g.n * g.p()));
   nop_to_onp(gy, gyt.data(), g.n, g.o, g.p());
@@ -181,7 +200,8 @@ void conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = in[0].contiguous(), w = in[1].contiguous();
   Tensor b = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
   Geometry g = geometry(x.shape(), w.shape(), out[0].shape(), a);
-  conv_forward<T>(g, x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out[0].data<T>());
+  const bool relu = a.get_string("activation", "none") == "relu";
+  conv_forward<T>(g, x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out[0].data<T>(), relu);
 }
 
 template <typename T>
@@ -195,7 +215,7 @@ template <typename T>
 void conv2d_weight_grad_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = in[0].contiguous(), gy = in[1].contiguous();
   Geometry g = geometry(x.shape(), out[0].shape(), gy.shape(), a);
-  conv_weight_grad<T>(g, x.data<T>(), gy.data<T>(), out[0].data<T>());
+  conv_weight_grad<T>(g, x.data<T>(), gy.data<T>(), out[0].data<T>(), out.size() > 1 ? out[1].data<T>() : nullptr);
 }
 
 template <typename T>

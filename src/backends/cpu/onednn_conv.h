@@ -15,8 +15,10 @@ struct ConvShape {
 
 // Each returns false (and does nothing) when oneDNN cannot express the case,
 // so the caller falls back to its own path.
-bool conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+// relu: apply a ReLU to the output in the same call.
+bool conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y, bool relu = false);
 bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx);
-bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw);
+// gb (optional): also the bias gradient, the sum of gy over N, H and W.
+bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw, float* gb = nullptr);
 
 }  // namespace kiln::cpu::onednn

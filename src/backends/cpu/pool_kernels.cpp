@@ -101,19 +101,23 @@ void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
 template <typename T>
 void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
   Tensor g = in[0].contiguous(), indices = in[1].contiguous();
+  // mask (optional): the gradient passes only where mask > 0 (a following ReLU's backward, fused).
+  Tensor mask = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
   const T* pg = g.data<T>();
   const int64_t* pi = indices.data<int64_t>();
+  const T* pm = mask.defined() ? mask.data<T>() : nullptr;
   T* pgx = out[0].data<T>();
-  std::fill(pgx, pgx + out[0].numel(), T(0));
   const Shape& xs = out[0].shape();
   int64_t planes = xs[0] * xs[1], plane = xs[2] * xs[3];
   int64_t per_plane = g.shape()[2] * g.shape()[3];
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     for (int64_t pl = b; pl < e; ++pl) {
       T* dst = pgx + pl * plane;
+      std::fill(dst, dst + plane, T(0));
+      const T* m = pm ? pm + pl * plane : nullptr;
       for (int64_t k = 0; k < per_plane; ++k) {
         int64_t at = pi[pl * per_plane + k];
-        if (at >= 0) dst[at] += pg[pl * per_plane + k];
+        if (at >= 0 && (!m || m[at] > T(0))) dst[at] += pg[pl * per_plane + k];
       }
     }
   });
