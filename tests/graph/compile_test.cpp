@@ -152,3 +152,24 @@ TEST(Compile, DumpsEveryPassAsTextAndGraphviz) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+TEST(Compile, ElementwiseChainsBecomeOneLoop) {
+  auto fn = jit::compile([](const std::vector<Tensor>& in) {
+    Tensor h = relu(in[0] * scalar_tensor(2.0) + in[1]) - exp(in[1]);
+    return std::vector<Tensor>{sqrt(abs(h)) / (h * h + scalar_tensor(1.0))};
+  }, {randn({3, 1000}), randn({3, 1000})});
+  EXPECT_NE(fn.report().str().find("elementwise fusion"), std::string::npos);
+  // h is read twice, so it is written once; everything else stays in registers.
+  EXPECT_NE(fn.graph_text().find("fused(exp, mul, add, relu, sub)"), std::string::npos) << fn.graph_text();
+  EXPECT_EQ(fn.report().kernels, 2u) << fn.graph_text();
+  Tensor x = randn({3, 1000}), y = randn({3, 1000});
+  Tensor h = relu(x * 2.0 + y) - exp(y);
+  Tensor want = sqrt(abs(h)) / (h * h + 1.0);
+  auto a = fn({x, y})[0].to_vector<float>(), b = want.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
+}
+
+}  // namespace

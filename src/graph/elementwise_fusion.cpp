@@ -1,0 +1,203 @@
+// Elementwise fusion: a chain (or tree) of float32 elementwise ops over one
+// shape becomes one kernel that streams blocks of elements through all of
+// them, so the intermediate values never go to memory.
+#include <algorithm>
+#include <cmath>
+
+#include "graph/passes.h"
+#include "kiln/parallel.h"
+
+namespace kiln::graph {
+namespace {
+
+enum class Code { Add, Sub, Mul, Div, Max, Neg, Abs, Exp, Log, Sqrt, Relu, ReluBackward, Sigmoid, Tanh,
+                  SigmoidBackward, TanhBackward };
+
+bool code_of(const std::string& op, Code& c) {
+  static const std::vector<std::pair<const char*, Code>> table = {
+      {"add", Code::Add}, {"sub", Code::Sub}, {"mul", Code::Mul}, {"div", Code::Div}, {"maximum", Code::Max},
+      {"neg", Code::Neg}, {"abs", Code::Abs}, {"exp", Code::Exp}, {"log", Code::Log}, {"sqrt", Code::Sqrt},
+      {"relu", Code::Relu}, {"relu_backward", Code::ReluBackward}, {"sigmoid", Code::Sigmoid},
+      {"tanh", Code::Tanh}, {"sigmoid_backward", Code::SigmoidBackward}, {"tanh_backward", Code::TanhBackward}};
+  for (auto& [name, code] : table)
+    if (op == name) {
+      c = code;
+      return true;
+    }
+  return false;
+}
+
+// An operand: an external input of the fused kernel (index into its inputs)
+// or the result of an earlier instruction.
+struct Operand {
+  bool external = true;
+  int index = 0;
+};
+
+struct Instr {
+  Code code;
+  Operand a, b;
+  bool binary = false;
+};
+
+constexpr int64_t kBlock = 512;
+constexpr size_t kMaxInstrs = 12;              // ops per fused loop
+constexpr size_t kMaxInputs = 2 * kMaxInstrs;  // so their inputs fit the stack buffers
+
+void apply(Code c, const float* a, const float* b, float* out, int64_t n) {
+  switch (c) {
+    case Code::Add: for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; break;
+    case Code::Sub: for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i]; break;
+    case Code::Mul: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i]; break;
+    case Code::Div: for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; break;
+    case Code::Max: for (int64_t i = 0; i < n; ++i) out[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i]; break;
+    case Code::Neg: for (int64_t i = 0; i < n; ++i) out[i] = -a[i]; break;
+    case Code::Abs: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.0f ? -a[i] : a[i]; break;
+    case Code::Exp: for (int64_t i = 0; i < n; ++i) out[i] = std::exp(a[i]); break;
+    case Code::Log: for (int64_t i = 0; i < n; ++i) out[i] = std::log(a[i]); break;
+    case Code::Sqrt: for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]); break;
+    case Code::Relu: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
+    case Code::ReluBackward: for (int64_t i = 0; i < n; ++i) out[i] = b[i] > 0.0f ? a[i] : 0.0f; break;
+    case Code::Sigmoid: for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-a[i])); break;
+    case Code::Tanh: for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(a[i]); break;
+    case Code::SigmoidBackward: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i] * (1.0f - b[i]); break;
+    case Code::TanhBackward: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * (1.0f - b[i] * b[i]); break;
+  }
+}
+
+CustomKernel make_kernel(std::vector<Instr> program) {
+  return [program](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const int64_t n = out[0].numel();
+    std::vector<const float*> ptr(in.size());
+    std::vector<float> scalar(in.size());
+    std::vector<bool> is_scalar(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      is_scalar[i] = in[i].numel() == 1 && n != 1;
+      if (is_scalar[i]) scalar[i] = *in[i].data<float>();
+      else ptr[i] = in[i].data<float>();
+    }
+    float* y = out[0].data<float>();
+    parallel_for((n + kBlock - 1) / kBlock, 4, [&](int64_t b0, int64_t b1) {
+      alignas(64) float regs[kMaxInstrs][kBlock];
+      alignas(64) float splat[kMaxInputs][kBlock];
+      for (size_t i = 0; i < in.size(); ++i)
+        if (is_scalar[i]) std::fill(splat[i], splat[i] + kBlock, scalar[i]);
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t start = blk * kBlock, len = std::min(kBlock, n - start);
+        auto src = [&](const Operand& o) -> const float* {
+          if (!o.external) return regs[o.index];
+          return is_scalar[o.index] ? splat[o.index] : ptr[o.index] + start;
+        };
+        for (size_t k = 0; k < program.size(); ++k) {
+          const Instr& ins = program[k];
+          float* dst = k + 1 == program.size() ? y + start : regs[k];
+          apply(ins.code, src(ins.a), ins.binary ? src(ins.b) : nullptr, dst, len);
+        }
+      }
+    });
+  };
+}
+
+}  // namespace
+
+std::string fuse_elementwise(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  // group[node] = index of the fused group a node's result feeds into, built in order.
+  struct Group {
+    std::vector<int> nodes;  // in execution order; the last produces the group's result
+  };
+  std::vector<int> group_of(g.nodes.size(), -1);
+  std::vector<Group> groups;
+  const auto full_shape = [&](int id, const Shape& shape) {
+    const Value& v = g.values[id];
+    if (v.meta.dtype != DType::Float32) return false;
+    if (numel_of(v.meta.shape) == 1) return true;
+    if (v.meta.shape != shape) return false;
+    if (v.kind == ValueKind::Result) return !g.nodes[v.producer].is_view();  // arena buffers are contiguous
+    if (v.kind == ValueKind::Input) return true;                              // copied into a contiguous slot
+    return v.tensor.is_contiguous();
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    Code code;
+    if (n.removed || !n.op || n.outputs.size() != 1 || !code_of(n.op->name, code)) continue;
+    const Shape& shape = g.values[n.outputs[0]].meta.shape;
+    if (g.values[n.outputs[0]].meta.dtype != DType::Float32 || mutated[n.outputs[0]]) continue;
+    bool ok = true;
+    for (int id : n.inputs) ok = ok && id >= 0 && full_shape(id, shape) && !mutated[id];
+    if (!ok) continue;
+    // Join the groups of inputs computed by fusible nodes and used only here
+    // (two such groups merge: their nodes are independent and all precede this one).
+    int joined = -1;
+    for (int id : n.inputs) {
+      const Value& v = g.values[id];
+      if (v.kind != ValueKind::Result || uses[id] != 1 || v.meta.shape != shape) continue;
+      int gi = group_of[v.producer];
+      if (gi < 0 || groups[gi].nodes.back() != v.producer || gi == joined) continue;
+      if (joined < 0) {
+        joined = gi;
+        continue;
+      }
+      if (groups[joined].nodes.size() + groups[gi].nodes.size() >= kMaxInstrs) continue;
+      auto& into = groups[joined].nodes;
+      for (int m : groups[gi].nodes) {
+        into.push_back(m);
+        group_of[m] = joined;
+      }
+      std::sort(into.begin(), into.end());
+      groups[gi].nodes.clear();
+    }
+    if (joined < 0 || groups[joined].nodes.size() >= kMaxInstrs) {
+      joined = static_cast<int>(groups.size());
+      groups.push_back({});
+    }
+    groups[joined].nodes.push_back(static_cast<int>(i));
+    group_of[i] = joined;
+  }
+  size_t fused_groups = 0, fused_ops = 0;
+  for (Group& grp : groups) {
+    if (grp.nodes.size() < 2) continue;
+    Node& last = g.nodes[grp.nodes.back()];
+    std::vector<int> external;
+    std::vector<Instr> program;
+    std::vector<int> produced;  // value id produced by each instruction
+    std::string label = "fused(";
+    auto operand = [&](int id) {
+      for (size_t k = 0; k < produced.size(); ++k)
+        if (produced[k] == id) return Operand{false, static_cast<int>(k)};
+      for (size_t k = 0; k < external.size(); ++k)
+        if (external[k] == id) return Operand{true, static_cast<int>(k)};
+      external.push_back(id);
+      return Operand{true, static_cast<int>(external.size()) - 1};
+    };
+    for (size_t k = 0; k < grp.nodes.size(); ++k) {
+      const Node& n = g.nodes[grp.nodes[k]];
+      Instr ins;
+      code_of(n.op->name, ins.code);
+      ins.a = operand(n.inputs[0]);
+      ins.binary = n.inputs.size() > 1;
+      if (ins.binary) ins.b = operand(n.inputs[1]);
+      program.push_back(ins);
+      produced.push_back(n.outputs[0]);
+      label += (k ? ", " : "") + n.op->name;
+    }
+    label += ")";
+    Node fused;
+    fused.inputs = external;
+    fused.outputs = last.outputs;
+    fused.custom = make_kernel(std::move(program));
+    fused.label = label;
+    for (int idx : grp.nodes) g.nodes[idx].removed = true;
+    const int at = grp.nodes.back();
+    g.nodes[at] = std::move(fused);
+    g.values[g.nodes[at].outputs[0]].producer = at;
+    ++fused_groups;
+    fused_ops += grp.nodes.size();
+  }
+  return fused_groups ? "fused " + std::to_string(fused_ops) + " elementwise ops into " + std::to_string(fused_groups) +
+                            " loops"
+                      : "";
+}
+
+}  // namespace kiln::graph
