@@ -122,7 +122,10 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
         {"constant folding", graph::fold_constants},
         {"algebraic simplification", graph::simplify_algebra},
     };
-    if (options.inference) pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
+    if (options.inference) {
+      pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
+      pipeline.push_back({"parallel linear merge", graph::merge_parallel_linears});
+    }
     pipeline.push_back({"conv + relu", graph::fuse_conv_activation});
     pipeline.push_back({"conv bias gradient", graph::fuse_conv_bias_grad});
     pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});

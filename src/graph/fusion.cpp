@@ -1,6 +1,12 @@
-// Fusions into vendor calls: convolution + ReLU (a oneDNN post-op), and the
-// bias gradient computed by the convolution's weight-gradient primitive.
+// Fusions into vendor calls: convolution + ReLU (a oneDNN post-op), the bias
+// gradient computed by the convolution's weight-gradient primitive, the ReLU
+// gradient folded into the max-pool gradient, and linear layers that read the
+// same input (attention's Q, K and V projections) merged into one GEMM.
+#include <map>
+
 #include "graph/passes.h"
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
 
 namespace kiln::graph {
 namespace {
@@ -69,6 +75,87 @@ std::string fuse_pool_relu_grad(Graph& g) {
     ++fused;
   }
   return fused ? "fused " + std::to_string(fused) + " relu gradients into max-pool gradients" : "";
+}
+
+std::string merge_parallel_linears(Graph& g) {
+  // linear nodes by input, when weights (and biases, all or none) are constants.
+  std::map<int, std::vector<int>> by_input;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!is_op(n, "linear") || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
+    const bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+    if (bias && g.values[n.inputs[2]].kind != ValueKind::Constant) continue;
+    by_input[n.inputs[0]].push_back(static_cast<int>(i));
+  }
+  NoGradGuard no_grad;
+  std::vector<std::vector<Node>> insert_after(g.nodes.size());
+  size_t merged = 0, groups = 0;
+  for (auto& [x, members] : by_input) {
+    if (members.size() < 2) continue;
+    auto has_bias = [&](int i) { return g.nodes[i].inputs.size() > 2 && g.nodes[i].inputs[2] >= 0; };
+    bool same = true;
+    for (int i : members) same = same && has_bias(i) == has_bias(members[0]);
+    if (!same) continue;
+    std::vector<Tensor> ws, bs;
+    for (int i : members) {
+      ws.push_back(g.values[g.nodes[i].inputs[1]].tensor);
+      if (has_bias(i)) bs.push_back(g.values[g.nodes[i].inputs[2]].tensor);
+    }
+    Node fused;
+    fused.op = g.nodes[members[0]].op;
+    Value w;
+    w.kind = ValueKind::Constant;
+    w.tensor = concat(ws, 0).contiguous();
+    w.meta = {true, w.tensor.shape(), w.tensor.dtype(), w.tensor.device()};
+    w.name = "merged_weight";
+    const int64_t merged_width = w.tensor.shape()[0];
+    fused.inputs = {x, g.add_value(std::move(w))};
+    if (!bs.empty()) {
+      Value b;
+      b.kind = ValueKind::Constant;
+      b.tensor = concat(bs, 0).contiguous();
+      b.meta = {true, b.tensor.shape(), b.tensor.dtype(), b.tensor.device()};
+      b.name = "merged_bias";
+      fused.inputs.push_back(g.add_value(std::move(b)));
+    }
+    Value y;
+    y.meta = g.values[g.nodes[members[0]].outputs[0]].meta;
+    const int64_t last_axis = static_cast<int64_t>(y.meta.shape.size()) - 1;
+    y.meta.shape.back() = merged_width;
+    const int y_id = g.add_value(std::move(y));
+    fused.outputs = {y_id};
+    // Each former output becomes a slice of the merged one, right after it.
+    auto& after = insert_after[members[0]];
+    after.push_back(std::move(fused));
+    int64_t at = 0;
+    for (int i : members) {
+      const int64_t width = g.values[g.nodes[i].inputs[1]].meta.shape[0];
+      Node slice;
+      slice.op = &OpRegistry::instance().get("slice");
+      slice.attrs = {{"axis", last_axis}, {"start", at}, {"end", at + width}, {"step", int64_t{1}}};
+      slice.inputs = {y_id};
+      slice.outputs = g.nodes[i].outputs;
+      after.push_back(std::move(slice));
+      g.nodes[i].removed = true;
+      at += width;
+    }
+    merged += members.size();
+    ++groups;
+  }
+  if (!groups) return "";
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!g.nodes[i].removed) nodes.push_back(std::move(g.nodes[i]));
+    for (Node& n : insert_after[i]) nodes.push_back(std::move(n));
+  }
+  g.nodes = std::move(nodes);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
+      g.values[g.nodes[i].outputs[k]].output_index = static_cast<int>(k);
+    }
+  return "merged " + std::to_string(merged) + " linear ops that share an input into " + std::to_string(groups) +
+         " (one GEMM each)";
 }
 
 }  // namespace kiln::graph

@@ -173,3 +173,25 @@ TEST(Compile, ElementwiseChainsBecomeOneLoop) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+TEST(Compile, InferenceMergesProjectionsOfOneInputIntoOneGemm) {
+  manual_seed(4);
+  Tensor wq = randn({8, 16}), wk = randn({8, 16}), wv = randn({4, 16});
+  Tensor bq = randn({8}), bk = randn({8}), bv = randn({4});
+  auto attention_like = [&](const std::vector<Tensor>& in) {
+    Tensor q = linear(in[0], wq, bq), k = linear(in[0], wk, bk), v = linear(in[0], wv, bv);
+    return std::vector<Tensor>{matmul(softmax(matmul(q, k.transpose(-1, -2)), -1), v)};
+  };
+  jit::CompileOptions o;
+  o.inference = true;
+  Tensor x = randn({2, 5, 16});
+  auto fn = jit::compile(attention_like, {x}, o);
+  EXPECT_NE(fn.report().str().find("merged 3 linear ops that share an input into 1"), std::string::npos)
+      << fn.report().str();
+  expect_close(fn({x})[0], attention_like({x})[0], 1e-5, 1e-5);
+}
+
+}  // namespace
