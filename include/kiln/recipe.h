@@ -85,6 +85,7 @@ struct Recipe {
   uint64_t seed = 0;
   int threads = 0;            // 0: KILN_NUM_THREADS or all cores
   std::string output = "runs/default";
+  std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
 };
 
 // Throws kiln::Error naming the key, the allowed keys or values, and the file.
@@ -100,6 +101,7 @@ struct Overrides {
   std::optional<uint64_t> seed;
   std::optional<int> threads;
   std::optional<int64_t> max_steps;
+  std::optional<std::string> mode;
 };
 void apply(Recipe& r, const Overrides& o);
 

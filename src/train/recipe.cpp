@@ -128,7 +128,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
-               "batch_size", "seed", "threads", "output"},
+               "batch_size", "seed", "threads", "output", "mode"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -202,6 +202,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("seed", r.seed);
   top.read("threads", r.threads);
   top.read("output", r.output);
+  top.read_choice("mode", r.mode, {"eager", "graph"});
   bool is_text = r.dataset == "text" || r.dataset == "kjv";
   check((r.model == "char_transformer") == is_text, r,
         is_text ? "a text dataset needs model char_transformer" : "model char_transformer needs a text dataset (text or kjv)");
@@ -252,6 +253,10 @@ void apply(Recipe& r, const Overrides& o) {
   if (o.seed) r.seed = *o.seed;
   if (o.threads) r.threads = *o.threads;
   if (o.max_steps) r.max_steps = *o.max_steps;
+  if (o.mode) {
+    KILN_CHECK(*o.mode == "eager" || *o.mode == "graph", "--mode must be eager or graph, got '", *o.mode, "'");
+    r.mode = *o.mode;
+  }
   KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0 && r.max_steps >= 0,
              "--epochs, --batch-size and --lr must be positive, --threads and --max-steps >= 0");
 }

@@ -107,7 +107,21 @@ Recipe recipe_of_checkpoint(const std::string& resume_path) {
   return parse_recipe_text(it->second, resume_path);
 }
 
+namespace {
+// The recipe's execution mode for the length of a run.
+struct ModeScope {
+  explicit ModeScope(const std::string& mode) : saved(context()) {
+    Context c = saved;
+    c.mode = mode == "graph" ? Mode::Graph : Mode::Eager;
+    set_context(c);
+  }
+  ~ModeScope() { set_context(saved); }
+  Context saved;
+};
+}  // namespace
+
 RunResult train(const Recipe& r, const RunOptions& options) {
+  ModeScope mode(r.mode);
   bool progress = options.progress;
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);  // first: missing data fails before anything is written
@@ -165,7 +179,8 @@ RunResult train(const Recipe& r, const RunOptions& options) {
                          {"steps", res.steps},
                          {"model", r.model},
                          {"dataset", r.dataset},
-                         {"threads", get_num_threads()}};
+                         {"threads", get_num_threads()},
+                         {"mode", r.mode}};
   if (d.seq_len > 0) {  // text: the test set is the validation split, and throughput counts tokens
     metrics["val_loss"] = res.loss;
     metrics["train_tokens_per_s"] = res.train_samples_per_s * static_cast<double>(d.seq_len);
@@ -175,6 +190,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 }
 
 RunResult evaluate(const Recipe& r, const std::string& checkpoint) {
+  ModeScope mode(r.mode);
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);
   auto net = models::make_model(r.model, d.config);

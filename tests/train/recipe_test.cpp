@@ -140,6 +140,26 @@ TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Recipe, GraphModeTrainsLikeEager) {
+  auto dir = write_tiny_mnist("graph_mode");
+  auto run = [&](const std::string& mode) {
+    std::string out = (dir / mode).string();
+    auto r = recipe::parse_recipe_text("model: cnn\ndataset: {name: mnist, path: " + dir.string() +
+                                       "}\nepochs: 2\nbatch_size: 16\nmode: " + mode + "\noutput: " + out + "\n");
+    auto res = recipe::train(r, false);
+    auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+    EXPECT_EQ(metrics.at("mode"), mode);
+    return res;
+  };
+  auto eager = run("eager"), graph = run("graph");
+  EXPECT_NEAR(graph.loss, eager.loss, 1e-4 * eager.loss);
+  EXPECT_DOUBLE_EQ(graph.accuracy, eager.accuracy);
+  EXPECT_EQ(context().mode, Mode::Eager);  // the recipe's mode lasts for its run only
+  EXPECT_NE(message_of([] { recipe::parse_recipe_text("mode: fast\n"); }).find("allowed values: eager, graph"),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 std::filesystem::path scratch(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + name + "_" + std::to_string(::getpid()));

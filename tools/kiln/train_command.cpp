@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "kiln/jit.h"
 #include "kiln/recipe.h"
 
 namespace kiln::cli {
@@ -17,8 +16,7 @@ void add_train_commands(CLI::App& app) {
   static double lr = 0;
   static std::string output, resume, profile;
   static int64_t profile_steps = 20;
-  static std::string mode = "eager";
-  auto set_mode = [] { set_context({.mode = mode == "graph" ? Mode::Graph : Mode::Eager}); };
+  static std::string mode;  // empty: the recipe's
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
   train->add_option("recipe", recipe_path, "Recipe YAML file (with --resume: default, the checkpoint's own)");
@@ -35,8 +33,7 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
   train->add_option("--mode", mode, "eager, or graph: compile the whole training step and inference")
       ->check(CLI::IsMember({"eager", "graph"}));
-  train->callback([set_mode] {
-    set_mode();
+  train->callback([] {
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
     if (!resume.empty() && std::filesystem::is_directory(resume)) resume_file = resume + "/resume.safetensors";
@@ -51,6 +48,7 @@ void add_train_commands(CLI::App& app) {
     if (seed >= 0) o.seed = static_cast<uint64_t>(seed);
     if (threads >= 0) o.threads = threads;
     if (max_steps >= 0) o.max_steps = max_steps;
+    if (!mode.empty()) o.mode = mode;
     recipe::apply(r, o);
     recipe::RunOptions options;
     options.resume_from = resume_file;
@@ -71,9 +69,9 @@ void add_train_commands(CLI::App& app) {
   eval->add_option("recipe", recipe_path, "Recipe YAML file")->required();
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
   eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
-  eval->callback([set_mode] {
-    set_mode();
+  eval->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
+    if (!mode.empty()) r.mode = mode;
     recipe::RunResult res = recipe::evaluate(r, checkpoint);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);
