@@ -36,6 +36,9 @@ struct Node {
   std::vector<int> outputs;   // value ids
   CustomKernel custom;
   std::string label;          // custom kernels: what they compute, for dumps and profiles
+  // The input whose buffer the output may reuse when that input dies here (a
+  // kernel that accumulates into its output, like a residual add); -1: none.
+  int inplace_input = -1;
   bool removed = false;
 
   std::string name() const { return op ? op->name : label; }

@@ -46,6 +46,19 @@ MemoryPlan plan_memory(const Graph& g) {
   auto mutated = g.mutated_values();
   for (size_t id = 0; id < nv; ++id)
     if (mutated[id] && plan.alias_of[id] >= 0) last[plan.alias_of[id]] = end;
+  // An output may take over the buffer of an input that dies at its node.
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.removed || n.inplace_input < 0 || n.outputs.size() != 1 || n.is_view()) continue;
+    const int out = n.outputs[0];
+    const int root = plan.alias_of[n.inputs[n.inplace_input]];
+    if (root < 0 || g.values[root].kind != ValueKind::Result || mutated[root] || last[root] != static_cast<int>(i) ||
+        bytes_of(g.values[root].meta) != bytes_of(g.values[out].meta))
+      continue;
+    for (size_t id = 0; id < nv; ++id)
+      if (plan.alias_of[id] == out) plan.alias_of[id] = root;
+    last[root] = last[out];
+  }
 
   struct Buffer {
     int id;
@@ -71,6 +84,12 @@ MemoryPlan plan_memory(const Graph& g) {
     plan.offset[b.id] = at;
     plan.arena_bytes = std::max(plan.arena_bytes, at + b.size);
     placed.push_back(&b);
+  }
+  // Outputs that took over an input's buffer start where it starts.
+  for (size_t id = 0; id < nv; ++id) {
+    const int root = plan.alias_of[id];
+    if (root < 0 || root == static_cast<int>(id) || g.values[id].kind != ValueKind::Result) continue;
+    if (!g.nodes[g.values[id].producer].is_view()) plan.offset[id] = plan.offset[root];
   }
   return plan;
 }

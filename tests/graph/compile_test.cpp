@@ -195,3 +195,37 @@ TEST(Compile, InferenceMergesProjectionsOfOneInputIntoOneGemm) {
 }
 
 }  // namespace
+
+#include "backends/cpu/onednn_conv.h"
+
+namespace {
+using namespace kiln;
+
+// W3 inference: convolutions on blocked activations with the residual adds
+// folded in, the same logits as eager, and at most half of eager's peak memory.
+TEST(Compile, ResNetInferenceKeepsBlockedLayoutsAndHalvesPeakMemory) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(6);
+  auto net = models::make_model("resnet8");
+  net->set_train(false);
+  Tensor x = randn({64, 1, 28, 28});
+  NoGradGuard no_grad;
+  Tensor want = net->construct(x);
+  cpu_allocator_reset_peak();
+  int64_t base = cpu_allocator_stats().bytes_in_use;
+  net->construct(x);
+  const int64_t eager = cpu_allocator_stats().peak_bytes_in_use - base;
+  jit::CompileOptions o;
+  o.inference = true;
+  base = cpu_allocator_stats().bytes_in_use;
+  auto fn = jit::compile(net, {}, o);
+  fn.run_borrowed({x});  // traces
+  expect_close(fn({x})[0], want, 1e-4, 1e-4);
+  cpu_allocator_reset_peak();
+  fn.run_borrowed({x});
+  const int64_t graph = cpu_allocator_stats().peak_bytes_in_use - base;
+  EXPECT_NE(fn.report().str().find("3 residual adds folded into them"), std::string::npos) << fn.report().str();
+  EXPECT_LE(graph * 2, eager) << "graph " << graph << " bytes vs eager " << eager;
+}
+
+}  // namespace

@@ -225,4 +225,79 @@ bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, 
   }, args);
 }
 
+namespace {
+
+memory::desc activation_desc(int64_t n, int64_t c, int64_t h, int64_t w, int block) {
+  tag t = block == 16 ? tag::nChw16c : block == 8 ? tag::nChw8c : tag::nchw;
+  return memory::desc({n, c, h, w}, dt::f32, t);
+}
+
+using LayoutKey = std::tuple<Key, int, int, bool, bool>;
+std::map<LayoutKey, Prepared>& layout_cache() {
+  static std::map<LayoutKey, Prepared> c;
+  return c;
+}
+
+}  // namespace
+
+int preferred_block() {
+  static const int block = [] {
+    // What oneDNN picks for a typical 3x3 convolution when free to choose.
+    ConvShape s{8, 64, 14, 14, 64, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, 1};
+    Geometry g;
+    geometry(s, false, g);
+    memory::desc dst = forward_pd(g, true).dst_desc();
+    if (dst == activation_desc(8, 64, 14, 14, 16)) return 16;
+    if (dst == activation_desc(8, 64, 14, 14, 8)) return 8;
+    return 0;
+  }();
+  return block;
+}
+
+bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
+                         const float* bias, float* y, bool relu, bool residual) {
+  Geometry g;
+  if (!geometry(s, bias != nullptr, g)) return false;
+  g.src = activation_desc(s.n, s.c, s.h, s.w, src_block);
+  g.dst = activation_desc(s.n, s.o, s.oh, s.ow, dst_block);
+  LayoutKey key{key_of(4, bias != nullptr, s), src_block, dst_block, relu, residual};
+  Prepared p;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = layout_cache().find(key);
+    if (it == layout_cache().end()) {
+      try {
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          g.src, layout(g.wei, true), g.bias, g.dst, g.strides, g.dilates, g.pad_l,
+                                          g.pad_r);
+        dnnl::post_ops ops;
+        if (residual) ops.append_sum(1.0f);  // y = conv + y
+        if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        dnnl::primitive_attr attr;
+        attr.set_post_ops(ops);
+        dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+        p = Prepared{dnnl::convolution_forward(pd), {{DNNL_ARG_WEIGHTS, pd.weights_desc()}}};
+      } catch (const dnnl::error&) {
+        return false;
+      }
+      layout_cache().emplace(key, p);
+    } else {
+      p = it->second;
+    }
+  }
+  std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
+  if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
+  run(p, args);
+  return true;
+}
+
+void reorder_layout(int64_t n, int64_t c, int64_t h, int64_t w, int from_block, int to_block, const float* src,
+                    float* dst) {
+  memory from = wrap(activation_desc(n, c, h, w, from_block), src);
+  memory to = wrap(activation_desc(n, c, h, w, to_block), dst);
+  dnnl::stream s(engine());
+  dnnl::reorder(from, to).execute(s, from, to);
+  s.wait();
+}
+
 }  // namespace kiln::cpu::onednn

@@ -21,4 +21,16 @@ bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, flo
 // gb (optional): also the bias gradient, the sum of gy over N, H and W.
 bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, float* gw, float* gb = nullptr);
 
+// Activation layouts for graph mode's layout pass: 0 is plain NCHW, 8 and 16
+// are oneDNN's channel-blocked nChw8c / nChw16c (same size when C is a
+// multiple of the block). preferred_block() is what oneDNN picks for this CPU.
+int preferred_block();
+// A float32 inference convolution reading x and writing y in the given layouts.
+// residual: y holds a tensor to add (a ResNet shortcut) and receives conv + y;
+// relu is applied after that. False when oneDNN cannot express the case.
+bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
+                         const float* bias, float* y, bool relu, bool residual);
+void reorder_layout(int64_t n, int64_t c, int64_t h, int64_t w, int from_block, int to_block, const float* src,
+                    float* dst);
+
 }  // namespace kiln::cpu::onednn

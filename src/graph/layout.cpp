@@ -1,0 +1,205 @@
+// Layout choice for inference convolution chains. oneDNN's convolutions run
+// fastest on channel-blocked activations (nChw8c with AVX2); eager mode keeps
+// every tensor in plain NCHW and pays a reorder on the way in and out of each
+// convolution. Here, a convolution's output stays blocked when its channels
+// allow, elementwise ops between convolutions (residual adds, ReLUs) run on
+// the blocked data as is, and a reorder to NCHW is inserted only where
+// something else reads the value. A residual add (and a ReLU after it) is
+// folded into the convolution that feeds it, accumulating into the shortcut's
+// buffer.
+#include <cstring>
+#include <map>
+
+#include "backends/cpu/onednn_conv.h"
+#include "graph/passes.h"
+
+namespace kiln::graph {
+namespace {
+
+std::vector<int64_t> pair(const Attrs& a, const char* name, int64_t fallback) {
+  auto v = a.get_ints(name, {fallback, fallback});
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
+
+// Elementwise ops that compute the same thing on any memory order of their operands.
+bool layout_free(const Node& n) {
+  if (n.removed || !n.op || n.outputs.size() != 1) return false;
+  static const char* ops[] = {"add", "sub", "mul", "div", "relu", "neg", "maximum", "minimum", "sigmoid", "tanh",
+                              "exp", "abs", "sqrt", "gelu", "silu", "leaky_relu", "clamp"};
+  for (const char* o : ops)
+    if (n.op->name == o) return true;
+  return false;
+}
+
+struct ConvPlan {
+  cpu::onednn::ConvShape shape;
+  int src_block = 0, dst_block = 0;
+  bool relu = false, bias = false;
+  int residual = -1;  // value id of the shortcut added to the output
+};
+
+CustomKernel conv_kernel(ConvPlan p) {
+  return [p](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* y = out[0].data<float>();
+    if (p.residual >= 0) {
+      const Tensor& r = in.back();
+      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
+    }
+    const float* bias = p.bias ? in[2].data<float>() : nullptr;
+    bool ok = cpu::onednn::conv_forward_layout(p.shape, p.src_block, p.dst_block, in[0].data<float>(),
+                                               in[1].data<float>(), bias, y, p.relu, p.residual >= 0);
+    KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
+  };
+}
+
+CustomKernel to_plain_kernel(int block) {
+  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& s = in[0].shape();
+    cpu::onednn::reorder_layout(s[0], s[1], s[2], s[3], block, 0, in[0].data<float>(), out[0].data<float>());
+  };
+}
+
+}  // namespace
+
+std::string choose_conv_layouts(Graph& g) {
+  const int block = cpu::onednn::preferred_block();
+  if (block == 0) return "";
+  auto uses = g.use_counts();
+  std::vector<bool> blocked(g.values.size(), false);
+  std::map<int, ConvPlan> plans;  // node index -> plan
+  auto blockable = [&](const TensorMeta& m) {
+    return m.dtype == DType::Float32 && m.shape.size() == 4 && m.shape[1] % block == 0;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (is_op(n, "conv2d")) {
+      const TensorMeta &x = g.values[n.inputs[0]].meta, &w = g.values[n.inputs[1]].meta, &y = g.values[n.outputs[0]].meta;
+      if (x.dtype != DType::Float32 || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
+      auto s = pair(n.attrs, "stride", 1), p = pair(n.attrs, "padding", 0), d = pair(n.attrs, "dilation", 1);
+      ConvPlan plan;
+      plan.shape = {x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3], y.shape[2],
+                    y.shape[3], s[0], s[1], p[0], p[1], d[0], d[1], n.attrs.get_int("groups", 1)};
+      plan.src_block = blocked[n.inputs[0]] ? block : 0;
+      plan.dst_block = blockable(y) ? block : 0;
+      plan.relu = n.attrs.get_string("activation", "none") == "relu";
+      plan.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+      if (plan.src_block == 0 && plan.dst_block == 0) continue;
+      plans[static_cast<int>(i)] = plan;
+      blocked[n.outputs[0]] = plan.dst_block != 0;
+    } else if (layout_free(n)) {
+      const Shape& shape = g.values[n.outputs[0]].meta.shape;
+      bool all = true, any = false;
+      for (int id : n.inputs) {
+        if (id < 0) continue;
+        if (numel_of(g.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
+        all = all && blocked[id] && g.values[id].meta.shape == shape;
+        any = true;
+      }
+      blocked[n.outputs[0]] = all && any;
+    }
+  }
+  // Residual adds (and a ReLU after them) fold into the convolution that feeds them.
+  size_t residuals = 0;
+  for (auto& [at, plan] : plans) {
+    Node& conv = g.nodes[at];
+    const int y = conv.outputs[0];
+    if (plan.relu || plan.dst_block == 0 || uses[y] != 1) continue;
+    Node* add = nullptr;
+    for (Node& m : g.nodes)
+      if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
+    if (!add) continue;
+    const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    if (other == y || !blocked[other] || g.values[other].meta.shape != g.values[y].meta.shape) continue;
+    if (g.values[other].kind == ValueKind::Result && g.values[other].producer > at) continue;  // not computed yet
+    int result = add->outputs[0];
+    add->removed = true;
+    Node* relu = nullptr;
+    if (uses[result] == 1)
+      for (Node& m : g.nodes)
+        if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
+    if (relu) {
+      result = relu->outputs[0];
+      relu->removed = true;
+      plan.relu = true;
+    }
+    plan.residual = other;
+    conv.outputs[0] = result;
+    blocked[result] = true;
+    ++residuals;
+  }
+  // Emit the convolutions, then a reorder to NCHW before each reader that needs it.
+  for (auto& [at, plan] : plans) {
+    Node& conv = g.nodes[at];
+    Node k;
+    k.inputs = {conv.inputs[0], conv.inputs[1]};
+    if (plan.bias) k.inputs.push_back(conv.inputs[2]);
+    if (plan.residual >= 0) {
+      k.inputs.push_back(plan.residual);
+      k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+    }
+    k.outputs = conv.outputs;
+    std::string tag = plan.dst_block ? "nChw" + std::to_string(plan.dst_block) + "c" : "nchw";
+    k.label = "conv2d[" + std::string(plan.src_block ? "nChw" + std::to_string(plan.src_block) + "c" : "nchw") +
+              " -> " + tag + "]" + (plan.residual >= 0 ? " + residual" : "") + (plan.relu ? " + relu" : "");
+    k.custom = conv_kernel(plan);
+    conv = std::move(k);
+  }
+  std::map<int, int> plain_of;  // blocked value -> its NCHW copy
+  std::vector<std::vector<Node>> insert_after(g.nodes.size());
+  auto plain = [&](int id) {
+    auto it = plain_of.find(id);
+    if (it != plain_of.end()) return it->second;
+    Value v;
+    v.meta = g.values[id].meta;
+    int copy = g.add_value(std::move(v));
+    blocked.push_back(false);
+    Node r;
+    r.inputs = {id};
+    r.outputs = {copy};
+    r.label = "reorder[nChw" + std::to_string(block) + "c -> nchw]";
+    r.custom = to_plain_kernel(block);
+    const int producer = g.values[id].producer;
+    insert_after[producer].push_back(std::move(r));
+    plain_of[id] = copy;
+    return copy;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.removed) continue;
+    const bool reads_blocked = plans.count(static_cast<int>(i)) || (n.op && layout_free(n) && blocked[n.outputs[0]]);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int id = n.inputs[k];
+      if (id < 0 || !blocked[id]) continue;
+      // A blocked convolution reads blocked data as its source and its shortcut only.
+      bool ok = reads_blocked;
+      if (plans.count(static_cast<int>(i))) {
+        const ConvPlan& p = plans[static_cast<int>(i)];
+        ok = (k == 0 && p.src_block) || (p.residual >= 0 && k + 1 == n.inputs.size());
+      }
+      if (!ok) n.inputs[k] = plain(id);
+    }
+  }
+  for (int& id : g.outputs)
+    if (blocked[id]) id = plain(id);
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!g.nodes[i].removed) nodes.push_back(std::move(g.nodes[i]));
+    for (Node& n : insert_after[i]) nodes.push_back(std::move(n));
+  }
+  g.nodes = std::move(nodes);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
+      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
+      g.values[g.nodes[i].outputs[k]].output_index = static_cast<int>(k);
+    }
+  if (plans.empty()) return "";
+  std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
+  if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
+  s += ", " + std::to_string(plain_of.size()) + " reorders to NCHW";
+  return s;
+}
+
+}  // namespace kiln::graph
