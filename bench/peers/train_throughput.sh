@@ -10,7 +10,8 @@ out=$(mktemp -d)
 metric() { python3 -c "import json; print(round(json.load(open('$1/metrics.json'))['$2']))"; }
 printf "%-4s %12s %12s %12s %12s %12s %10s %10s\n" workload "eager samp/s" "graph samp/s" "torch samp/s" \
   "graph/eager" "graph/torch" "graph MB" "torch MB"
-for w in "${@:-w1 w2 w3}"; do
+[ $# -gt 0 ] || set -- w1 w2 w3
+for w in "$@"; do
   case $w in
     w1) recipe=examples/fashion_mnist/w1_mlp.yaml ;;
     w2) recipe=examples/fashion_mnist/w2_cnn.yaml ;;

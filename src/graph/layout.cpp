@@ -38,7 +38,8 @@ struct ConvPlan {
   cpu::onednn::ConvShape shape;
   int src_block = 0, dst_block = 0;
   bool relu = false, bias = false;
-  int residual = -1;  // value id of the shortcut added to the output
+  bool reorder_src = false;  // the source is plain and gets a reorder to blocked first
+  int residual = -1;         // value id of the shortcut added to the output
 };
 
 CustomKernel conv_kernel(ConvPlan p) {
@@ -55,10 +56,10 @@ CustomKernel conv_kernel(ConvPlan p) {
   };
 }
 
-CustomKernel to_plain_kernel(int block) {
-  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel reorder_kernel(int from_block, int to_block) {
+  return [from_block, to_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const Shape& s = in[0].shape();
-    cpu::onednn::reorder_layout(s[0], s[1], s[2], s[3], block, 0, in[0].data<float>(), out[0].data<float>());
+    cpu::onednn::reorder_layout(s[0], s[1], s[2], s[3], from_block, to_block, in[0].data<float>(), out[0].data<float>());
   };
 }
 
@@ -87,6 +88,21 @@ std::string choose_conv_layouts(Graph& g) {
       plan.relu = n.attrs.get_string("activation", "none") == "relu";
       plan.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
       if (plan.src_block == 0 && plan.dst_block == 0) continue;
+      auto fast = [&](const ConvPlan& c) {
+        return cpu::onednn::conv_layout_is_fast(c.shape, c.src_block, c.dst_block, c.bias, c.relu, c.residual >= 0);
+      };
+      if (!fast(plan)) {
+        // oneDNN has fast kernels for plain sources only with few channels (a
+        // first layer); otherwise reorder the source to blocked first.
+        ConvPlan reordered = plan;
+        reordered.src_block = block;
+        if (plan.src_block == 0 && blockable(x) && fast(reordered)) {
+          plan = reordered;
+          plan.reorder_src = true;
+        } else {
+          continue;  // stays a plain convolution; a blocked source gets a reorder below
+        }
+      }
       plans[static_cast<int>(i)] = plan;
       blocked[n.outputs[0]] = plan.dst_block != 0;
     } else if (layout_free(n)) {
@@ -114,13 +130,20 @@ std::string choose_conv_layouts(Graph& g) {
     const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
     if (other == y || !blocked[other] || g.values[other].meta.shape != g.values[y].meta.shape) continue;
     if (g.values[other].kind == ValueKind::Result && g.values[other].producer > at) continue;  // not computed yet
+    ConvPlan with = plan;
+    with.residual = other;
+    with.relu = true;
+    const bool relu_fast = cpu::onednn::conv_layout_is_fast(with.shape, with.src_block, with.dst_block, with.bias, true, true);
+    with.relu = false;
+    if (!relu_fast && !cpu::onednn::conv_layout_is_fast(with.shape, with.src_block, with.dst_block, with.bias, false, true))
+      continue;
     int result = add->outputs[0];
     add->removed = true;
     Node* relu = nullptr;
     if (uses[result] == 1)
       for (Node& m : g.nodes)
         if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
-    if (relu) {
+    if (relu && relu_fast) {
       result = relu->outputs[0];
       relu->removed = true;
       plan.relu = true;
@@ -131,8 +154,10 @@ std::string choose_conv_layouts(Graph& g) {
     ++residuals;
   }
   // Emit the convolutions, then a reorder to NCHW before each reader that needs it.
+  std::vector<std::pair<int, int>> reorder_sources;  // (node, original source) for reorder_src plans
   for (auto& [at, plan] : plans) {
     Node& conv = g.nodes[at];
+    if (plan.reorder_src) reorder_sources.push_back({at, conv.inputs[0]});
     Node k;
     k.inputs = {conv.inputs[0], conv.inputs[1]};
     if (plan.bias) k.inputs.push_back(conv.inputs[2]);
@@ -147,8 +172,26 @@ std::string choose_conv_layouts(Graph& g) {
     k.custom = conv_kernel(plan);
     conv = std::move(k);
   }
-  std::map<int, int> plain_of;  // blocked value -> its NCHW copy
+  std::map<int, int> plain_of, blocked_of;  // a value's NCHW / blocked copy
   std::vector<std::vector<Node>> insert_after(g.nodes.size());
+  std::vector<Node> prologue;  // reorders of graph inputs and constants
+  auto to_blocked = [&](int id) {
+    auto it = blocked_of.find(id);
+    if (it != blocked_of.end()) return it->second;
+    Value v;
+    v.meta = g.values[id].meta;
+    int copy = g.add_value(std::move(v));
+    blocked.push_back(true);
+    Node r;
+    r.inputs = {id};
+    r.outputs = {copy};
+    r.label = "reorder[nchw -> nChw" + std::to_string(block) + "c]";
+    r.custom = reorder_kernel(0, block);
+    const Value& src = g.values[id];
+    (src.kind == ValueKind::Result ? insert_after[src.producer] : prologue).push_back(std::move(r));
+    blocked_of[id] = copy;
+    return copy;
+  };
   auto plain = [&](int id) {
     auto it = plain_of.find(id);
     if (it != plain_of.end()) return it->second;
@@ -160,12 +203,13 @@ std::string choose_conv_layouts(Graph& g) {
     r.inputs = {id};
     r.outputs = {copy};
     r.label = "reorder[nChw" + std::to_string(block) + "c -> nchw]";
-    r.custom = to_plain_kernel(block);
+    r.custom = reorder_kernel(block, 0);
     const int producer = g.values[id].producer;
     insert_after[producer].push_back(std::move(r));
     plain_of[id] = copy;
     return copy;
   };
+  for (auto& [at, source] : reorder_sources) g.nodes[at].inputs[0] = to_blocked(source);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (n.removed) continue;
@@ -184,7 +228,7 @@ std::string choose_conv_layouts(Graph& g) {
   }
   for (int& id : g.outputs)
     if (blocked[id]) id = plain(id);
-  std::vector<Node> nodes;
+  std::vector<Node> nodes = std::move(prologue);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!g.nodes[i].removed) nodes.push_back(std::move(g.nodes[i]));
     for (Node& n : insert_after[i]) nodes.push_back(std::move(n));
@@ -198,7 +242,7 @@ std::string choose_conv_layouts(Graph& g) {
   if (plans.empty()) return "";
   std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
   if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
-  s += ", " + std::to_string(plain_of.size()) + " reorders to NCHW";
+  s += ", " + std::to_string(plain_of.size() + blocked_of.size()) + " reorders";
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -82,6 +83,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blo
 struct Prepared {
   dnnl::primitive prim;
   std::map<int, memory::desc> layouts;
+  std::string implementation = {};  // oneDNN's name for the kernel it chose
 };
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
@@ -254,40 +256,53 @@ int preferred_block() {
   return block;
 }
 
+namespace {
+
+// The primitive for a layout choice, built once; null when oneDNN cannot express it.
+const Prepared* layout_primitive(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual,
+                                 Geometry& g) {
+  if (!geometry(s, bias, g)) return nullptr;
+  g.src = activation_desc(s.n, s.c, s.h, s.w, src_block);
+  g.dst = activation_desc(s.n, s.o, s.oh, s.ow, dst_block);
+  LayoutKey key{key_of(4, bias, s), src_block, dst_block, relu, residual};
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = layout_cache().find(key);
+  if (it != layout_cache().end()) return it->second.prim ? &it->second : nullptr;
+  Prepared p;
+  try {
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, g.src,
+                                      layout(g.wei, true), g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+    dnnl::post_ops ops;
+    if (residual) ops.append_sum(1.0f);  // y = conv + y
+    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+    p = Prepared{dnnl::convolution_forward(pd), {{DNNL_ARG_WEIGHTS, pd.weights_desc()}}};
+    p.implementation = pd.impl_info_str();
+  } catch (const dnnl::error&) {
+  }
+  auto& stored = layout_cache().emplace(key, p).first->second;
+  return stored.prim ? &stored : nullptr;
+}
+
+}  // namespace
+
+bool conv_layout_is_fast(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual) {
+  Geometry g;
+  const Prepared* p = layout_primitive(s, src_block, dst_block, bias, relu, residual, g);
+  // oneDNN's reference kernels ("ref:any") are correct but orders of magnitude slower.
+  return p != nullptr && p->implementation.rfind("ref", 0) != 0;
+}
+
 bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
                          const float* bias, float* y, bool relu, bool residual) {
   Geometry g;
-  if (!geometry(s, bias != nullptr, g)) return false;
-  g.src = activation_desc(s.n, s.c, s.h, s.w, src_block);
-  g.dst = activation_desc(s.n, s.o, s.oh, s.ow, dst_block);
-  LayoutKey key{key_of(4, bias != nullptr, s), src_block, dst_block, relu, residual};
-  Prepared p;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    auto it = layout_cache().find(key);
-    if (it == layout_cache().end()) {
-      try {
-        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                          g.src, layout(g.wei, true), g.bias, g.dst, g.strides, g.dilates, g.pad_l,
-                                          g.pad_r);
-        dnnl::post_ops ops;
-        if (residual) ops.append_sum(1.0f);  // y = conv + y
-        if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        dnnl::primitive_attr attr;
-        attr.set_post_ops(ops);
-        dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
-        p = Prepared{dnnl::convolution_forward(pd), {{DNNL_ARG_WEIGHTS, pd.weights_desc()}}};
-      } catch (const dnnl::error&) {
-        return false;
-      }
-      layout_cache().emplace(key, p);
-    } else {
-      p = it->second;
-    }
-  }
+  const Prepared* p = layout_primitive(s, src_block, dst_block, bias != nullptr, relu, residual, g);
+  if (!p) return false;
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
-  run(p, args);
+  run(*p, args);
   return true;
 }
 

@@ -30,6 +30,8 @@ int preferred_block();
 // relu is applied after that. False when oneDNN cannot express the case.
 bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
                          const float* bias, float* y, bool relu, bool residual);
+// Whether oneDNN has an optimized kernel for this layout choice (not its reference one).
+bool conv_layout_is_fast(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual);
 void reorder_layout(int64_t n, int64_t c, int64_t h, int64_t w, int from_block, int to_block, const float* src,
                     float* dst);
 
