@@ -9,6 +9,7 @@
 #include "graph/compiled.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
+#include "kiln/allocator.h"
 #include "kiln/autograd.h"
 #include "kiln/nn.h"
 
@@ -143,6 +144,9 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.passes_ms = ms_since(tp);
   auto tq = std::chrono::steady_clock::now();
   e.exec = std::make_unique<graph::Executable>(std::move(g));
+  // The trace's intermediates sit in the allocator's cache now; the graph runs
+  // from its arena and will not ask for them, so give the memory back.
+  cpu_allocator_release_cache();
   e.report.prepare_ms = ms_since(tq);
   e.report.final_nodes = e.exec->graph().nodes.size();
   e.report.kernels = e.exec->kernels();

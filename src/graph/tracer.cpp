@@ -23,6 +23,12 @@ Tracer::Key Tracer::key_of(const Tensor& t) {
   return {t.impl().storage.get(), t.offset(), t.shape(), t.strides(), t.dtype()};
 }
 
+const Tracer::Entry* Tracer::find(const Tensor& t) const {
+  auto it = ids_.find(key_of(t));
+  if (it == ids_.end() || it->second.storage.expired()) return nullptr;
+  return &it->second;
+}
+
 int Tracer::add_input(const Tensor& t, std::string name) {
   Value v;
   v.kind = ValueKind::Input;
@@ -30,15 +36,13 @@ int Tracer::add_input(const Tensor& t, std::string name) {
   v.name = std::move(name);
   int id = graph_.add_value(std::move(v));
   graph_.inputs.push_back(id);
-  ids_[key_of(t)] = id;
-  keep_alive_.push_back(t);
+  remember(t, id);
+  inputs_.push_back(t);
   return id;
 }
 
 int Tracer::value_of(const Tensor& t) {
-  auto key = key_of(t);
-  auto it = ids_.find(key);
-  if (it != ids_.end()) return it->second;
+  if (const Entry* e = find(t)) return e->id;
   Value v;
   v.meta = meta_of(t);
   v.tensor = t;
@@ -50,8 +54,7 @@ int Tracer::value_of(const Tensor& t) {
     v.kind = ValueKind::Constant;
   }
   int id = graph_.add_value(std::move(v));
-  ids_[key] = id;
-  keep_alive_.push_back(t);
+  remember(t, id);
   return id;
 }
 
@@ -94,20 +97,19 @@ void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const st
     v.output_index = static_cast<int>(i);
     int id = graph_.add_value(std::move(v));
     graph_.nodes[index].outputs.push_back(id);
-    ids_[key_of(outputs[i])] = id;
-    keep_alive_.push_back(outputs[i]);
+    remember(outputs[i], id);
   }
 }
 
 bool Tracer::is_varying(const Tensor& t) const {
-  auto it = ids_.find(key_of(t));
-  return it != ids_.end() && graph_.values[it->second].kind != ValueKind::Constant;
+  const Entry* e = find(t);
+  return e && graph_.values[e->id].kind != ValueKind::Constant;
 }
 
 std::string Tracer::producer_of(const Tensor& t) const {
-  auto it = ids_.find(key_of(t));
-  if (it == ids_.end()) return "";
-  const Value& v = graph_.values[it->second];
+  const Entry* e = find(t);
+  if (!e) return "";
+  const Value& v = graph_.values[e->id];
   if (v.kind == ValueKind::Input) return "input '" + v.name + "'";
   if (v.kind == ValueKind::Param) return "parameter '" + v.name + "'";
   return "the result of '" + graph_.nodes[v.producer].name() + "'";

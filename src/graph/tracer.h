@@ -2,7 +2,10 @@
 // Builds a Graph by running a program eagerly and recording every op the
 // dispatcher runs. Tensors are identified by their memory (storage, offset,
 // shape, strides, dtype), so the detached aliases autograd saves for backward
-// map to the values they alias.
+// map to the values they alias. Each entry holds a weak reference to its
+// storage: an entry whose storage died is stale (and, since storages are made
+// with make_shared, its address cannot be reused while the entry exists), so
+// tracing keeps no tensor alive that eager execution would have freed.
 #include <functional>
 #include <map>
 #include <string>
@@ -41,8 +44,14 @@ class Tracer {
 
   const CaptureNames& names_;
   Graph graph_;
-  std::map<Key, int> ids_;
-  std::vector<Tensor> keep_alive_;  // so no storage address is reused while tracing
+  struct Entry {
+    int id;
+    std::weak_ptr<StorageImpl> storage;
+  };
+  std::map<Key, Entry> ids_;
+  const Entry* find(const Tensor& t) const;  // null when unknown or stale
+  void remember(const Tensor& t, int id) { ids_[key_of(t)] = {id, t.impl().storage}; }
+  std::vector<Tensor> inputs_;
   std::string last_param_;
   std::string last_op_;
 };
