@@ -18,21 +18,43 @@ bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op-
 std::string fuse_conv_activation(Graph& g) {
   auto uses = g.use_counts();
   auto mutated = g.mutated_values();
-  size_t fused = 0;
+  size_t convs = 0, linears = 0;
   for (Node& relu : g.nodes) {
     if (!is_op(relu, "relu")) continue;
     const int y = relu.inputs[0];
     if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
     const int at = g.values[y].producer;
-    Node& conv = g.nodes[at];
-    if (!is_op(conv, "conv2d") || conv.attrs.get_string("activation", "none") != "none") continue;
-    conv.attrs.set("activation", std::string("relu"));
-    conv.outputs[0] = relu.outputs[0];
+    Node& producer = g.nodes[at];
+    if (is_op(producer, "conv2d") && producer.attrs.get_string("activation", "none") == "none") {
+      producer.attrs.set("activation", std::string("relu"));  // a oneDNN post-op
+      ++convs;
+    } else if (is_op(producer, "linear") && g.values[y].meta.dtype == DType::Float32) {
+      // The GEMM (with its bias) and the ReLU over its output while it is still in cache.
+      const OpDef* linear = producer.op;
+      const KernelFn gemm = linear->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+      if (!gemm) continue;
+      Node k;
+      k.inputs = producer.inputs;
+      k.label = "linear + relu";
+      k.custom = [gemm](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+        gemm(in, out, Attrs{});
+        float* p = out[0].data<float>();
+        const int64_t n = out[0].numel();
+        for (int64_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+      };
+      producer = std::move(k);
+      ++linears;
+    } else {
+      continue;
+    }
+    producer.outputs = {relu.outputs[0]};
     g.values[relu.outputs[0]].producer = at;
     relu.removed = true;
-    ++fused;
   }
-  return fused ? "fused " + std::to_string(fused) + " conv2d + relu pairs" : "";
+  std::string s;
+  if (convs) s = "fused " + std::to_string(convs) + " conv2d + relu pairs";
+  if (linears) s += (s.empty() ? "fused " : ", ") + std::to_string(linears) + " linear + relu pairs";
+  return s;
 }
 
 std::string fuse_conv_bias_grad(Graph& g) {
