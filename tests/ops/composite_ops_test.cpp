@@ -74,3 +74,23 @@ TEST(Losses, CrossEntropyWithClassesLastMatchesTheTransposedForm) {
   EXPECT_EQ(cross_entropy(logits, target, last).shape(), (Shape{2, 5}));
   EXPECT_THROW(cross_entropy(logits, randint(0, 7, {2, 7}), last), Error);
 }
+
+namespace {
+using namespace kiln;
+
+// Per-channel reductions of NCHW (the conv bias gradient, batch statistics)
+// take a path that sums in place; it must agree with the permuted general path.
+TEST(Reductions, KeepingAMiddleAxisMatchesThePermutedSum) {
+  Generator gen(3);
+  Tensor x = randn({5, 7, 6, 9}, DType::Float32, &gen);
+  Tensor want = sum(x.permute({1, 0, 2, 3}).contiguous().reshape({7, 5 * 6 * 9}), {1});
+  auto a = sum(x, {0, 2, 3}).to_vector<float>(), b = want.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << i;
+  auto m = mean(x, {0, 2, 3}, true);
+  EXPECT_EQ(m.shape(), (Shape{1, 7, 1, 1}));
+  EXPECT_NEAR(m.to_vector<float>()[3], b[3] / 270.0f, 1e-5);
+  Tensor big = full({2, 3, 4}, 4e15, DType::Int64);  // sums past 2^53 stay exact
+  EXPECT_EQ(sum(big, {0, 2}).to_vector<int64_t>(), std::vector<int64_t>(3, 32000000000000000LL));
+}
+
+}  // namespace

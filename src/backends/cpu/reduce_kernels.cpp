@@ -130,15 +130,62 @@ std::vector<int64_t> axes_attr(const Tensor& x, const Attrs& a) {
   return detail::normalize_axes(a.get_ints("axes", {}), x.dim());
 }
 
+// Reductions that keep a middle block of axes of a contiguous tensor, [A, K, B]
+// reduced over A and B (a per-channel sum of NCHW over N, H and W): summed in
+// place, where the general path would first copy a permuted tensor. Returns
+// false when the axes have another shape.
+template <typename T>
+bool sum_around(const Tensor& x, const std::vector<int64_t>& axes, T* out, double divisor) {
+  const int64_t rank = x.dim();
+  if (!x.is_contiguous() || axes.empty() || axes.front() != 0 || axes.back() != rank - 1) return false;
+  int64_t k0 = -1, k1 = -1;  // the kept block [k0, k1)
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1) {
+      if (k0 >= 0) return false;  // more than one kept block
+      k0 = axes[i - 1] + 1;
+      k1 = axes[i];
+    }
+  if (k0 < 0) return false;
+  const Shape& s = x.shape();
+  int64_t A = 1, K = 1, B = 1;
+  for (int64_t d = 0; d < k0; ++d) A *= s[d];
+  for (int64_t d = k0; d < k1; ++d) K *= s[d];
+  for (int64_t d = k1; d < rank; ++d) B *= s[d];
+  using Acc = acc_t<T>;
+  const T* p = x.data<T>();
+  parallel_for(K, 1, [&](int64_t kb, int64_t ke) {
+    for (int64_t k = kb; k < ke; ++k) {
+      Acc lanes[8] = {};
+      Acc acc = 0;
+      for (int64_t a = 0; a < A; ++a) {
+        const T* row = p + (a * K + k) * B;
+        int64_t i = 0;
+        for (; i + 8 <= B; i += 8)
+          for (int l = 0; l < 8; ++l) lanes[l] += static_cast<Acc>(static_cast<compute_t<T>>(row[i + l]));
+        for (; i < B; ++i) acc += static_cast<Acc>(static_cast<compute_t<T>>(row[i]));
+      }
+      for (int l = 0; l < 8; ++l) acc += lanes[l];
+      out[k] = divisor == 1.0 ? static_cast<T>(acc) : static_cast<T>(static_cast<double>(acc) / divisor);
+    }
+  });
+  return true;
+}
+
 template <typename T>
 void sum_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  sum_reduce<T>(make_layout(in[0], axes_attr(in[0], a)), out[0].data<T>(), [](auto v) { return v; },
+  auto axes = axes_attr(in[0], a);
+  if (sum_around<T>(in[0], axes, out[0].data<T>(), 1.0)) return;
+  sum_reduce<T>(make_layout(in[0], axes), out[0].data<T>(), [](auto v) { return v; },
                 [](auto acc) { return acc; });
 }
 
 template <typename T>
 void mean_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Layout l = make_layout(in[0], axes_attr(in[0], a));
+  auto axes = axes_attr(in[0], a);
+  int64_t count = 1;
+  for (int64_t d : axes) count *= in[0].shape()[d];
+  if (count > 0 && sum_around<T>(in[0], axes, out[0].data<T>(), static_cast<double>(count))) return;
+  Layout l = make_layout(in[0], axes);
   double n = static_cast<double>(l.r);
   sum_reduce<T>(l, out[0].data<T>(), [](auto v) { return v; }, [n](auto acc) { return static_cast<double>(acc) / n; });
 }
