@@ -65,33 +65,88 @@ void apply(Code c, const float* a, const float* b, float* out, int64_t n) {
   }
 }
 
+// How a kernel input maps onto the output's elements.
+struct Source {
+  enum Kind { Full, Scalar, Broadcast } kind = Full;
+  const float* data = nullptr;
+  float value = 0;
+  std::vector<int64_t> strides;  // Broadcast: per output axis, 0 where the input has size 1
+};
+
+// Gathers len elements of a broadcast input, from output element `start` on.
+// It walks runs along the last axis, each a fill (the input is constant along
+// it), a copy (contiguous) or a strided loop, stepping a multi-index per run.
+void gather(const Source& s, const Shape& shape, int64_t start, int64_t len, float* buf) {
+  const size_t rank = shape.size();
+  int64_t idx[16];
+  int64_t off = 0, rest = start;
+  for (size_t d = rank; d-- > 0;) {
+    idx[d] = rest % shape[d];
+    rest /= shape[d];
+    off += idx[d] * s.strides[d];
+  }
+  const int64_t last = shape[rank - 1], step = s.strides[rank - 1];
+  for (int64_t i = 0; i < len;) {
+    const int64_t run = std::min(len - i, last - idx[rank - 1]);
+    if (step == 0) std::fill(buf + i, buf + i + run, s.data[off]);
+    else if (step == 1) std::copy(s.data + off, s.data + off + run, buf + i);
+    else
+      for (int64_t k = 0; k < run; ++k) buf[i + k] = s.data[off + k * step];
+    i += run;
+    // Advance the multi-index by `run` elements: to the next row, or within this one.
+    off += run * step;
+    idx[rank - 1] += run;
+    for (size_t d = rank - 1; d > 0 && idx[d] == shape[d]; --d) {
+      off -= s.strides[d] * shape[d];
+      idx[d] = 0;
+      off += s.strides[d - 1];
+      ++idx[d - 1];
+    }
+  }
+}
+
 CustomKernel make_kernel(std::vector<Instr> program) {
   return [program](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const int64_t n = out[0].numel();
-    std::vector<const float*> ptr(in.size());
-    std::vector<float> scalar(in.size());
-    std::vector<bool> is_scalar(in.size());
+    const Shape& shape = out[0].shape();
+    std::vector<Source> src(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
-      is_scalar[i] = in[i].numel() == 1 && n != 1;
-      if (is_scalar[i]) scalar[i] = *in[i].data<float>();
-      else ptr[i] = in[i].data<float>();
+      Source& s = src[i];
+      if (in[i].numel() == 1 && n != 1) {
+        s.kind = Source::Scalar;
+        s.value = *in[i].data<float>();
+      } else if (in[i].shape() == shape) {
+        s.data = in[i].data<float>();
+      } else {  // broadcast: align axes from the right, stride 0 where the input has size 1
+        s.kind = Source::Broadcast;
+        s.data = in[i].data<float>();
+        s.strides.assign(shape.size(), 0);
+        const Shape& is = in[i].shape();
+        const Strides& st = in[i].strides();
+        for (size_t k = 0; k < is.size(); ++k) {
+          size_t d = shape.size() - is.size() + k;
+          if (is[k] != 1) s.strides[d] = st[k];
+        }
+      }
     }
     float* y = out[0].data<float>();
     parallel_for((n + kBlock - 1) / kBlock, 4, [&](int64_t b0, int64_t b1) {
       alignas(64) float regs[kMaxInstrs][kBlock];
-      alignas(64) float splat[kMaxInputs][kBlock];
+      alignas(64) float bufs[kMaxInputs][kBlock];
       for (size_t i = 0; i < in.size(); ++i)
-        if (is_scalar[i]) std::fill(splat[i], splat[i] + kBlock, scalar[i]);
+        if (src[i].kind == Source::Scalar) std::fill(bufs[i], bufs[i] + kBlock, src[i].value);
       for (int64_t blk = b0; blk < b1; ++blk) {
         const int64_t start = blk * kBlock, len = std::min(kBlock, n - start);
-        auto src = [&](const Operand& o) -> const float* {
+        for (size_t i = 0; i < in.size(); ++i)
+          if (src[i].kind == Source::Broadcast) gather(src[i], shape, start, len, bufs[i]);
+        auto operand = [&](const Operand& o) -> const float* {
           if (!o.external) return regs[o.index];
-          return is_scalar[o.index] ? splat[o.index] : ptr[o.index] + start;
+          return src[o.index].kind == Source::Full ? src[o.index].data + start : bufs[o.index];
         };
         for (size_t k = 0; k < program.size(); ++k) {
           const Instr& ins = program[k];
           float* dst = k + 1 == program.size() ? y + start : regs[k];
-          apply(ins.code, src(ins.a), ins.binary ? src(ins.b) : nullptr, dst, len);
+          apply(ins.code, operand(ins.a), ins.binary ? operand(ins.b) : nullptr, dst, len);
         }
       }
     });
@@ -109,11 +164,16 @@ std::string fuse_elementwise(Graph& g) {
   };
   std::vector<int> group_of(g.nodes.size(), -1);
   std::vector<Group> groups;
+  // An input fits when it is float32, contiguous, and equal or broadcastable to the shape.
   const auto full_shape = [&](int id, const Shape& shape) {
     const Value& v = g.values[id];
-    if (v.meta.dtype != DType::Float32) return false;
+    if (v.meta.dtype != DType::Float32 || shape.size() > 16) return false;
     if (numel_of(v.meta.shape) == 1) return true;
-    if (v.meta.shape != shape) return false;
+    if (v.meta.shape.size() > shape.size()) return false;
+    for (size_t k = 0; k < v.meta.shape.size(); ++k) {
+      int64_t d = v.meta.shape[k], o = shape[shape.size() - v.meta.shape.size() + k];
+      if (d != o && d != 1) return false;
+    }
     if (v.kind == ValueKind::Result) return !g.nodes[v.producer].is_view();  // arena buffers are contiguous
     if (v.kind == ValueKind::Input) return true;                              // copied into a contiguous slot
     return v.tensor.is_contiguous();

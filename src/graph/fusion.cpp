@@ -7,6 +7,7 @@
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "kiln/parallel.h"
 
 namespace kiln::graph {
 namespace {
@@ -39,8 +40,9 @@ std::string fuse_conv_activation(Graph& g) {
       k.custom = [gemm](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
         gemm(in, out, Attrs{});
         float* p = out[0].data<float>();
-        const int64_t n = out[0].numel();
-        for (int64_t i = 0; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+        parallel_for(out[0].numel(), 1 << 14, [p](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+        });
       };
       producer = std::move(k);
       ++linears;

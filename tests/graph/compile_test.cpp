@@ -229,3 +229,24 @@ TEST(Compile, ResNetInferenceKeepsBlockedLayoutsAndHalvesPeakMemory) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+TEST(Compile, ElementwiseFusionBroadcastsRowsAndColumns) {
+  Tensor w = randn({16}), b = randn({16});
+  auto norm_like = [&](const std::vector<Tensor>& in) {
+    Tensor m = mean(in[0], {-1}, true);  // [4, 8, 1]
+    Tensor centered = in[0] - m;
+    Tensor rstd = in[1];                 // [4, 8, 1]
+    return std::vector<Tensor>{exp(centered * rstd * w + b) - centered};
+  };
+  Tensor x = randn({4, 8, 16}), r = rand({4, 8, 1});
+  auto fn = jit::compile(norm_like, {x, r});
+  // centered is read twice, so it is written once; the other five ops run as one loop.
+  EXPECT_NE(fn.report().str().find("fused 5 elementwise ops into 1 loops"), std::string::npos) << fn.report().str();
+  Tensor x2 = randn({4, 8, 16}), r2 = rand({4, 8, 1});
+  expect_close(fn({x2, r2})[0], norm_like({x2, r2})[0], 1e-5, 1e-5);
+}
+
+}  // namespace
