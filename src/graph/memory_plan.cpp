@@ -6,10 +6,14 @@ namespace kiln::graph {
 namespace {
 
 constexpr int64_t kAlign = 64;
+// Every buffer gets a few cache lines of slack, so buffers of power-of-two
+// sizes placed side by side do not all start on the same cache sets (measured:
+// W4's attention matmuls ran ~10% slower without it).
+constexpr int64_t kStagger = 4 * kAlign;
 
 int64_t bytes_of(const TensorMeta& m) {
   int64_t n = numel_of(m.shape) * static_cast<int64_t>(dtype_size(m.dtype));
-  return (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign;
+  return (std::max<int64_t>(n, 1) + kAlign - 1) / kAlign * kAlign + kStagger;
 }
 
 }  // namespace
