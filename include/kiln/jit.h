@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -134,6 +135,7 @@ class TrainStep {
   Tensor step_;
   bool fused_ = true;
   std::shared_ptr<bool> fused_flag_;
+  std::shared_ptr<std::vector<std::pair<size_t, size_t>>> returned_;  // unfused: whose gradients the graph returns
 };
 
 }  // namespace jit

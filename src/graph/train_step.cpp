@@ -28,7 +28,8 @@ void TrainStep::build() {
   auto lr = lr_;
   Tensor step = step_;
   auto fused = std::make_shared<bool>(true);
-  Function program = [net, opt, loss_fn, lr, step, fused](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  auto returned = std::make_shared<std::vector<std::pair<size_t, size_t>>>();  // (group, param) of returned grads
+  Function program = [net, opt, loss_fn, lr, step, fused, returned](const std::vector<Tensor>& in) -> std::vector<Tensor> {
     KILN_CHECK(in.size() == 2, "a training step takes inputs and labels");
     Tensor out = net->construct(in[0]);
     Tensor loss = loss_fn(out, in[1]);
@@ -45,9 +46,14 @@ void TrainStep::build() {
     }
     std::vector<Tensor> results{loss.detach(), out.detach()};
     *fused = opt->update_fused(grads, lr, step, loss);
-    if (!*fused)
-      for (auto& g : grads)
-        for (auto& t : g) results.push_back(t.defined() ? t : Tensor());
+    returned->clear();
+    if (!*fused)  // the graph hands the gradients out; the optimizer steps eagerly
+      for (size_t gi = 0; gi < grads.size(); ++gi)
+        for (size_t i = 0; i < grads[gi].size(); ++i)
+          if (grads[gi][i].defined()) {
+            results.push_back(grads[gi][i]);
+            returned->push_back({gi, i});
+          }
     return results;
   };
   auto impl = make_impl(program, options_, net_);
@@ -61,6 +67,7 @@ void TrainStep::build() {
   fn_ = CompiledFunction(impl);
   fused_ = true;
   fused_flag_ = fused;
+  returned_ = returned;
 }
 
 TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labels) {
@@ -85,12 +92,9 @@ TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labe
   }
   if (!fused_) {
     opt_->count_step(-1);  // the optimizer counts its own eager step
+    opt_->zero_grad();
     size_t k = 2;
-    for (auto& g : opt_->groups())
-      for (auto& p : g.params) {
-        const Tensor& grad = out[k++];
-        p.impl().grad = grad.defined() ? grad.impl_ptr() : nullptr;
-      }
+    for (auto& [gi, i] : *returned_) opt_->groups()[gi].params[i].impl().grad = out[k++].impl_ptr();
     opt_->step();
     opt_->zero_grad();
   }

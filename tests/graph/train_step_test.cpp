@@ -129,3 +129,49 @@ TEST(TrainStep, W4TransformerWithAdamWHasTheSameLosses) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+// An optimizer with no fused form: the graph computes the gradients and the
+// optimizer steps eagerly from them.
+class HalfStep : public optim::Optimizer {
+ public:
+  explicit HalfStep(std::vector<Tensor> params) : Optimizer({optim::ParamGroup{std::move(params), 0.1, 0.0}}) {}
+  void step() override {
+    NoGradGuard g;
+    for (auto& p : groups_[0].params)
+      if (p.grad().defined()) p.add_(p.grad(), -0.5 * groups_[0].lr);
+    ++steps_;
+  }
+};
+
+TEST(TrainStep, OptimizersWithoutAFusedUpdateStepEagerly) {
+  auto run = [](bool graph) {
+    manual_seed(9);
+    auto net = models::make_model("mlp");
+    auto opt = std::make_shared<HalfStep>(net->trainable_params());
+    jit::TrainStep step(net, loss_of, opt);
+    Generator gen(1);
+    std::vector<double> losses;
+    for (int i = 0; i < 4; ++i) {
+      Tensor x = randn({8, 1, 28, 28}, DType::Float32, &gen), y = randint(0, 10, {8}, DType::Int64, &gen);
+      if (graph) {
+        losses.push_back(step(x, y).loss.item<double>());
+        EXPECT_FALSE(step.fused_update());
+      } else {
+        Tensor loss = loss_of(net->construct(x), y);
+        losses.push_back(loss.item<double>());
+        opt->zero_grad();
+        loss.backward();
+        opt->step();
+      }
+    }
+    EXPECT_EQ(opt->steps(), 4);
+    return losses;
+  };
+  auto eager = run(false), graph = run(true);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(graph[i], eager[i], 1e-5 * eager[i]) << i;
+}
+
+}  // namespace
