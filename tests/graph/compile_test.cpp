@@ -203,7 +203,7 @@ using namespace kiln;
 
 // W3 inference: convolutions on blocked activations with the residual adds
 // folded in, the same logits as eager, and about half of eager's peak memory.
-TEST(Compile, ResNetInferenceKeepsBlockedLayoutsAndHalvesPeakMemory) {
+TEST(Compile, ResNetInferenceKeepsBlockedLayoutsAndCutsPeakMemory) {
   if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
   manual_seed(6);
   auto net = models::make_model("resnet8");
