@@ -305,8 +305,15 @@ void softmax_row(const T* px, T* py, int64_t n) {
   C s = 0;
   if constexpr (std::is_same_v<T, C>) {
     // exp in a loop of its own so it vectorizes (libmvec); a running sum in the
-    // same loop would keep it scalar. Then the sum in 8 lanes.
-    for (int64_t r = 0; r < n; ++r) py[r] = std::exp(px[r] - m);
+    // same loop would keep it scalar. Then the sum in 8 lanes. Arguments below
+    // `low` (masked -inf scores) give 0 directly: libmvec takes a slow path for
+    // -inf and for subnormal results (a causal mask made softmax 3.4x slower).
+    const C low = std::is_same_v<C, float> ? C(-87) : C(-708);
+    for (int64_t r = 0; r < n; ++r) {
+      C d = px[r] - m;
+      C e = std::exp(d < low ? low : d);
+      py[r] = d < low ? C(0) : e;
+    }
     C lanes[8] = {};
     int64_t r = 0;
     for (; r + 8 <= n; r += 8)
