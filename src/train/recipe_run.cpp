@@ -41,8 +41,12 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Recipe& r, const std::vec
 
 std::optional<optim::Schedule> make_schedule(const Recipe& r, int64_t steps_per_epoch, int64_t total) {
   const ScheduleSpec& s = r.schedule;
-  if (s.name == "cosine")
-    return optim::cosine_schedule(r.optimizer.lr, total, static_cast<int64_t>(s.warmup_epochs * steps_per_epoch), s.min_lr);
+  if (s.name == "cosine") {
+    // max_steps compresses the whole schedule into the shorter run; the warm-up keeps its share.
+    const double share = s.warmup_epochs / static_cast<double>(r.epochs);
+    const int64_t warmup = std::min(static_cast<int64_t>(share * static_cast<double>(total)), std::max<int64_t>(total - 1, 0));
+    return optim::cosine_schedule(r.optimizer.lr, total, warmup, s.min_lr);
+  }
   if (s.name == "step") return optim::step_schedule(r.optimizer.lr, s.step_epochs * steps_per_epoch, s.gamma);
   auto to_steps = [&](const std::vector<double>& epochs) {
     std::vector<int64_t> steps;

@@ -140,6 +140,15 @@ TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Recipe, MaxStepsShorterThanTheWarmupCompressesTheSchedule) {
+  auto dir = write_tiny_mnist("warmup_max_steps");
+  auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +
+                                     dir.string() + "}\nschedule: {name: cosine, warmup_epochs: 1}\nepochs: 2\n"
+                                     "batch_size: 16\nmax_steps: 2\noutput: " + (dir / "run").string() + "\n");
+  EXPECT_EQ(recipe::train(r, false).steps, 2);  // used to fail: warm-up (whole epoch) >= total steps (2)
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Recipe, GraphModeTrainsLikeEager) {
   auto dir = write_tiny_mnist("graph_mode");
   auto run = [&](const std::string& mode) {
