@@ -29,7 +29,7 @@ KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in) {
 }  // namespace
 
 Executable::Executable(Graph g) : graph_(std::move(g)) {
-  graph_.compact();
+  graph_.splice();
   plan_ = plan_memory(graph_);
   arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), Device{});
   tensors_.resize(graph_.values.size());
@@ -73,9 +73,7 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
     try {
       if (s.kernel) {
         s.kernel(s.in, s.out, s.node->attrs);
-        if (s.node->op->writes_with(s.node->attrs))
-          for (int i : s.node->op->writes)
-            if (static_cast<size_t>(i) < s.in.size() && s.in[i].defined()) s.in[i].impl().storage->version++;
+        bump_written_versions(*s.node->op, s.in, s.node->attrs);
       }
       else s.node->custom(s.in, s.out);
     } catch (const std::exception& e) {

@@ -167,17 +167,7 @@ std::string merge_parallel_linears(Graph& g) {
     ++groups;
   }
   if (!groups) return "";
-  std::vector<Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!g.nodes[i].removed) nodes.push_back(std::move(g.nodes[i]));
-    for (Node& n : insert_after[i]) nodes.push_back(std::move(n));
-  }
-  g.nodes = std::move(nodes);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
-      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
-      g.values[g.nodes[i].outputs[k]].output_index = static_cast<int>(k);
-    }
+  g.splice({}, std::move(insert_after));
   return "merged " + std::to_string(merged) + " linear ops that share an input into " + std::to_string(groups) +
          " (one GEMM each)";
 }

@@ -71,14 +71,20 @@ std::vector<int> Graph::use_counts() const {
   return uses;
 }
 
-void Graph::compact() {
-  std::vector<Node> kept;
-  kept.reserve(nodes.size());
-  for (Node& n : nodes)
-    if (!n.removed) kept.push_back(std::move(n));
+void Graph::splice(std::vector<Node> prologue, std::vector<std::vector<Node>> after) {
+  std::vector<Node> kept = std::move(prologue);
+  kept.reserve(kept.size() + nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i].removed) kept.push_back(std::move(nodes[i]));
+    if (i < after.size())
+      for (Node& n : after[i]) kept.push_back(std::move(n));
+  }
   nodes = std::move(kept);
   for (size_t i = 0; i < nodes.size(); ++i)
-    for (int id : nodes[i].outputs) values[id].producer = static_cast<int>(i);
+    for (size_t k = 0; k < nodes[i].outputs.size(); ++k) {
+      values[nodes[i].outputs[k]].producer = static_cast<int>(i);
+      values[nodes[i].outputs[k]].output_index = static_cast<int>(k);
+    }
 }
 
 size_t Graph::live_nodes() const {

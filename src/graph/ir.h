@@ -59,7 +59,9 @@ struct Graph {
   std::vector<bool> mutated_values() const;
   // Use counts per value over live nodes and the graph outputs.
   std::vector<int> use_counts() const;
-  void compact();  // drops removed nodes
+  // Drops removed nodes, puts `prologue` first and after[i] right after node
+  // i, and renumbers the producers of all values.
+  void splice(std::vector<Node> prologue = {}, std::vector<std::vector<Node>> after = {});
   size_t live_nodes() const;
 
   std::string text() const;  // one line per node: %3 = conv2d(%0, %w) {stride=[1, 1]} : float32[64, 32, 28, 28]

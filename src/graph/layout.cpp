@@ -22,6 +22,8 @@ std::vector<int64_t> pair(const Attrs& a, const char* name, int64_t fallback) {
   return v;
 }
 
+std::string layout_name(int block) { return block ? "nChw" + std::to_string(block) + "c" : std::string("nchw"); }
+
 bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 // Elementwise ops that compute the same thing on any memory order of their operands.
@@ -166,49 +168,33 @@ std::string choose_conv_layouts(Graph& g) {
       k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
     }
     k.outputs = conv.outputs;
-    std::string tag = plan.dst_block ? "nChw" + std::to_string(plan.dst_block) + "c" : "nchw";
-    k.label = "conv2d[" + std::string(plan.src_block ? "nChw" + std::to_string(plan.src_block) + "c" : "nchw") +
-              " -> " + tag + "]" + (plan.residual >= 0 ? " + residual" : "") + (plan.relu ? " + relu" : "");
+    k.label = "conv2d[" + layout_name(plan.src_block) + " -> " + layout_name(plan.dst_block) + "]" + (plan.residual >= 0 ? " + residual" : "") + (plan.relu ? " + relu" : "");
     k.custom = conv_kernel(plan);
     conv = std::move(k);
   }
   std::map<int, int> plain_of, blocked_of;  // a value's NCHW / blocked copy
   std::vector<std::vector<Node>> insert_after(g.nodes.size());
   std::vector<Node> prologue;  // reorders of graph inputs and constants
-  auto to_blocked = [&](int id) {
-    auto it = blocked_of.find(id);
-    if (it != blocked_of.end()) return it->second;
+  // The copy of value `id` in the other layout, made once, right after its producer.
+  auto reorder_copy = [&](int id, int from, int to, std::map<int, int>& copies) -> int {
+    auto it = copies.find(id);
+    if (it != copies.end()) return it->second;
     Value v;
     v.meta = g.values[id].meta;
     int copy = g.add_value(std::move(v));
-    blocked.push_back(true);
+    blocked.push_back(to != 0);
     Node r;
     r.inputs = {id};
     r.outputs = {copy};
-    r.label = "reorder[nchw -> nChw" + std::to_string(block) + "c]";
-    r.custom = reorder_kernel(0, block);
+    r.label = "reorder[" + layout_name(from) + " -> " + layout_name(to) + "]";
+    r.custom = reorder_kernel(from, to);
     const Value& src = g.values[id];
     (src.kind == ValueKind::Result ? insert_after[src.producer] : prologue).push_back(std::move(r));
-    blocked_of[id] = copy;
+    copies[id] = copy;
     return copy;
   };
-  auto plain = [&](int id) {
-    auto it = plain_of.find(id);
-    if (it != plain_of.end()) return it->second;
-    Value v;
-    v.meta = g.values[id].meta;
-    int copy = g.add_value(std::move(v));
-    blocked.push_back(false);
-    Node r;
-    r.inputs = {id};
-    r.outputs = {copy};
-    r.label = "reorder[nChw" + std::to_string(block) + "c -> nchw]";
-    r.custom = reorder_kernel(block, 0);
-    const int producer = g.values[id].producer;
-    insert_after[producer].push_back(std::move(r));
-    plain_of[id] = copy;
-    return copy;
-  };
+  auto to_blocked = [&](int id) { return reorder_copy(id, 0, block, blocked_of); };
+  auto plain = [&](int id) { return reorder_copy(id, block, 0, plain_of); };
   for (auto& [at, source] : reorder_sources) g.nodes[at].inputs[0] = to_blocked(source);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
@@ -228,17 +214,7 @@ std::string choose_conv_layouts(Graph& g) {
   }
   for (int& id : g.outputs)
     if (blocked[id]) id = plain(id);
-  std::vector<Node> nodes = std::move(prologue);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!g.nodes[i].removed) nodes.push_back(std::move(g.nodes[i]));
-    for (Node& n : insert_after[i]) nodes.push_back(std::move(n));
-  }
-  g.nodes = std::move(nodes);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (size_t k = 0; k < g.nodes[i].outputs.size(); ++k) {
-      g.values[g.nodes[i].outputs[k]].producer = static_cast<int>(i);
-      g.values[g.nodes[i].outputs[k]].output_index = static_cast<int>(k);
-    }
+  g.splice(std::move(prologue), std::move(insert_after));
   if (plans.empty()) return "";
   std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
   if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";

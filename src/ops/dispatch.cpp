@@ -101,6 +101,12 @@ const char* op_category(const OpDef& op) {
   return "other";
 }
 
+void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  if (!op.writes_with(attrs)) return;
+  for (int i : op.writes)
+    if (static_cast<size_t>(i) < inputs.size() && inputs[i].defined()) inputs[i].impl().storage->version++;
+}
+
 // Only reached while profiling: the strings are built here, not on the hot path.
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns) {
@@ -172,9 +178,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   try {
     graph::detail::KernelDepth depth;
     kernel(inputs, outputs, attrs);
-    if (op.writes_with(attrs))
-      for (int i : op.writes)  // tells saved-tensor checks and folded graphs that the memory changed
-        if (static_cast<size_t>(i) < inputs.size() && inputs[i].defined()) inputs[i].impl().storage->version++;
+    bump_written_versions(op, inputs, attrs);
   } catch (const std::exception& e) {
     if (is_context_attached(e)) throw;
     rethrow_with_context(op, metas, attrs, e);

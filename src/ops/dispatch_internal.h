@@ -8,6 +8,9 @@
 namespace kiln {
 
 const char* op_category(const OpDef& op);
+// After an op that writes inputs in place (OpDef::writes): bumps their storage
+// versions, which saved-tensor checks and folded inference graphs watch.
+void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs);
 // Adds one op's record to the running profile (op is null for fused kernels).
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns);
