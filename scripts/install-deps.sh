@@ -10,8 +10,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libzip-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev libcpp-httplib-dev nodejs
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
+
+# Debian's nodejs 18 ships npm separately; other nodejs builds bundle it.
+if ! command -v npm >/dev/null 2>&1; then PACKAGES+=(npm); fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -22,11 +26,19 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# ONNX Runtime, the independent reference the ONNX tests compare against (npm,
+# pinned by tools/ort/package-lock.json; its CPU library is in the package, so
+# the post-install download of GPU libraries is skipped).
+ort_dir="$(dirname "$0")/../tools/ort"
+if [ ! -f "$ort_dir/node_modules/onnxruntime-node/package.json" ]; then
+  echo "install-deps: installing onnxruntime-node into tools/ort"
+  (cd "$ort_dir" && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error)
+fi

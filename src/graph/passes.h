@@ -15,8 +15,8 @@ std::string fold_batch_norm(Graph& g);       // inference graphs only
 std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass
-std::string fuse_elementwise(Graph& g);
-std::string merge_parallel_linears(Graph& g);
-std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions  // inference: Q/K/V-style projections of one input, one GEMM      // float32 elementwise chains into one blocked loop
+std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
+std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
+std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
 
 }  // namespace kiln::graph

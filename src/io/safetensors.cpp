@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/autograd.h"
+#include "io/atomic_file.h"
 #include "kiln/io.h"
 
 namespace kiln::io {
@@ -43,17 +44,6 @@ DType from_st_dtype(const std::string& s, const std::string& path) {
   KILN_FAIL("'", path, "' holds a tensor of dtype ", s, ", which Kiln does not support");
 }
 
-void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    KILN_CHECK(w > 0, "cannot write '", path, "': ", std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
 // Extends a CRC-32 over n bytes in kChunk pieces (zlib takes uInt lengths),
 // calling after_chunk(piece, bytes) after each.
 template <typename AfterChunk>
@@ -74,13 +64,6 @@ uint32_t crc_of(const std::vector<Tensor>& tensors) {
   for (const Tensor& c : tensors)
     crc = crc_extend(crc, c.raw_data(), static_cast<size_t>(c.numel()) * c.element_size(), [](const void*, size_t) {});
   return static_cast<uint32_t>(crc);
-}
-
-void fsync_dir(const std::filesystem::path& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: the rename itself has happened
-  ::fsync(fd);
-  ::close(fd);
 }
 
 }  // namespace
@@ -104,31 +87,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // align the data
   uint64_t len = text.size();
+  uint8_t le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(len >> (8 * i));
 
-  std::filesystem::path target(path);
-  std::string tmp = (target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path()).string() + "/." +
-                    target.filename().string() + ".tmp" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  KILN_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
-  try {
-    uint8_t le[8];
-    for (int i = 0; i < 8; ++i) le[i] = static_cast<uint8_t>(len >> (8 * i));
-    write_all(fd, le, 8, tmp);
-    write_all(fd, text.data(), text.size(), tmp);
-    for (auto& c : contiguous) write_all(fd, c.raw_data(), static_cast<size_t>(c.numel()) * c.element_size(), tmp);
-    KILN_CHECK(::fsync(fd) == 0, "cannot flush '", tmp, "': ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    KILN_FAIL("cannot move the new file into place at '", path, "': ", std::strerror(err));
-  }
-  fsync_dir(target.parent_path());
+  ByteChunks chunks = {{le, 8}, {text.data(), text.size()}};
+  for (auto& c : contiguous) chunks.emplace_back(c.raw_data(), static_cast<size_t>(c.numel()) * c.element_size());
+  write_file_atomic(path, chunks);
 }
 
 MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
