@@ -4,12 +4,24 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln {
 
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+};
+
+// A valid input that Kiln cannot handle (an ONNX op, dtype or attribute value
+// it lacks), as opposed to a malformed one. `missing_ops` lists op types that
+// have no implementation, when that is the reason.
+class UnsupportedError : public Error {
+ public:
+  explicit UnsupportedError(const std::string& msg, std::vector<std::string> missing_ops = {})
+      : Error(msg), missing_ops(std::move(missing_ops)) {}
+  std::vector<std::string> missing_ops;
 };
 
 namespace detail {

@@ -34,7 +34,7 @@ int Tracer::add_input(const Tensor& t, std::string name) {
   v.kind = ValueKind::Input;
   v.meta = meta_of(t);
   v.name = std::move(name);
-  int id = graph_.add_value(std::move(v));
+  int id = add(std::move(v), true);
   graph_.inputs.push_back(id);
   remember(t, id);
   inputs_.push_back(t);
@@ -53,8 +53,16 @@ int Tracer::value_of(const Tensor& t) {
   } else {
     v.kind = ValueKind::Constant;
   }
-  int id = graph_.add_value(std::move(v));
+  bool varying = v.kind != ValueKind::Constant;
+  int id = add(std::move(v), varying);
   remember(t, id);
+  return id;
+}
+
+int Tracer::add(Value v, bool varying) {
+  int id = graph_.add_value(std::move(v));
+  varying_.resize(graph_.values.size());
+  varying_[id] = varying;
   return id;
 }
 
@@ -87,6 +95,9 @@ void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const st
       return;
     }
   }
+  // Results computed from constants alone (shape arithmetic) are constants too.
+  bool varying = op.has_tag(kTagRandom);
+  for (int id : n.inputs) varying = varying || (id >= 0 && varying_[id]);
   const int index = static_cast<int>(graph_.nodes.size());
   graph_.nodes.push_back(std::move(n));
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -95,7 +106,7 @@ void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const st
     v.meta = meta_of(outputs[i]);
     v.producer = index;
     v.output_index = static_cast<int>(i);
-    int id = graph_.add_value(std::move(v));
+    int id = add(std::move(v), varying);
     graph_.nodes[index].outputs.push_back(id);
     remember(outputs[i], id);
   }
@@ -103,7 +114,7 @@ void Tracer::record(const OpDef& op, const std::vector<Tensor>& inputs, const st
 
 bool Tracer::is_varying(const Tensor& t) const {
   const Entry* e = find(t);
-  return e && graph_.values[e->id].kind != ValueKind::Constant;
+  return e && varying_[e->id];
 }
 
 std::string Tracer::producer_of(const Tensor& t) const {

@@ -32,7 +32,7 @@ class Tracer {
               const Attrs& attrs);
   // The value a tensor holds: a known one, or a newly captured parameter/constant.
   int value_of(const Tensor& t);
-  bool is_varying(const Tensor& t) const;  // an input, a parameter, or computed from them
+  bool is_varying(const Tensor& t) const;  // an input, a parameter, random, or computed from them
   std::string where() const;               // "in Cell 'layers.2' (Dense), at op 'linear'"
   std::string producer_of(const Tensor& t) const;
   Graph take() { return std::move(graph_); }
@@ -50,6 +50,8 @@ class Tracer {
   };
   std::map<Key, Entry> ids_;
   const Entry* find(const Tensor& t) const;  // null when unknown or stale
+  int add(Value v, bool varying);
+  std::vector<bool> varying_;                // per value id
   void remember(const Tensor& t, int id) { ids_[key_of(t)] = {id, t.impl().storage}; }
   std::vector<Tensor> inputs_;
   std::string last_param_;

@@ -41,8 +41,11 @@ DType kiln_dtype(int t, const std::string& where) {
     case TensorProto::BOOL: return DType::Bool;
     default: break;
   }
-  if (!TensorProto::DataType_IsValid(t) || t == TensorProto::UNDEFINED)
+  if (t <= TensorProto::UNDEFINED || t > 64)
     KILN_FAIL(where, ": element type ", t, " is not an ONNX data type; the file is malformed");
+  if (!TensorProto::DataType_IsValid(t))  // the 8-, 4- and 2-bit types of newer ONNX versions
+    throw Unsupported(detail::concat(where, ": element type ", t,
+                                     " (a low-precision type of a newer ONNX version) is not supported by Kiln"));
   throw Unsupported(detail::concat(where, ": element type ", onnx_dtype_name(t),
                                    " is not supported by Kiln (float32, float64, float16, bfloat16, int32, int64, "
                                    "uint8 and bool are); cast it in the exporting framework"));

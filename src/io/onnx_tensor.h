@@ -10,12 +10,8 @@
 
 namespace kiln::onnx_io {
 
-// Raised for valid ONNX that Kiln cannot run (an op, dtype or attribute
-// value it lacks), as opposed to a malformed file.
-class Unsupported : public Error {
- public:
-  explicit Unsupported(const std::string& msg) : Error(msg) {}
-};
+// Raised for valid ONNX that Kiln cannot run.
+using Unsupported = UnsupportedError;
 
 // The ONNX element type of a Kiln dtype.
 int onnx_dtype(DType dtype);

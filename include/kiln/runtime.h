@@ -1,0 +1,67 @@
+#pragma once
+// The inference runtime: loads an ONNX model (written by Kiln or by
+// torch.onnx.export, opset 13 to 17) into Kiln's graph IR and runs it with the
+// same passes and kernels as graph mode.
+//
+//   kiln::InferenceSession session("model.onnx");
+//   std::vector<kiln::Tensor> outputs = session.run({images});
+//
+// A graph is compiled per input shape (a new batch size compiles once more)
+// and kept; run() may be called from many threads at once.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// A model input or output: -1 in shape for a dimension of any size.
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::Float32;
+  std::vector<int64_t> shape;
+  std::vector<std::string> dim_names;  // "batch" for symbolic dimensions, "" for fixed ones
+  bool shape_known = true;             // false when the file does not say
+  std::string str() const;             // "input: float32 [batch, 1, 28, 28]"
+};
+
+struct SessionOptions {
+  std::string device = "cpu";
+  int threads = 0;             // intra-op threads for the process; 0 leaves the current setting
+  // 0: run node by node (eager); 1: compiled graph, no optimizing passes;
+  // 2: compiled and optimized (constant folding, batch-norm folding, fusion, layouts).
+  int optimization_level = 2;
+};
+
+class InferenceSession {
+ public:
+  explicit InferenceSession(const std::string& path, SessionOptions options = {});
+  static InferenceSession from_bytes(const std::string& bytes, SessionOptions options = {},
+                                     const std::string& name = "<memory>");
+  ~InferenceSession();
+  InferenceSession(InferenceSession&&) noexcept;
+  InferenceSession& operator=(InferenceSession&&) noexcept;
+
+  // Inputs in the model's order. Throws naming the input and the expected
+  // shape and dtype when one does not fit.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs);
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+
+  const std::vector<TensorInfo>& inputs() const;
+  const std::vector<TensorInfo>& outputs() const;
+  const std::map<std::string, std::string>& metadata() const;
+  int opset() const;
+  const std::string& producer() const;
+
+ private:
+  struct Impl;
+  InferenceSession(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+// The ONNX op types (default domain) the runtime can load.
+std::vector<std::string> supported_onnx_ops();
+
+}  // namespace kiln

@@ -1,0 +1,164 @@
+// InferenceSession: an OnnxProgram traced and compiled per input signature,
+// with one compiled function per concurrent caller.
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "kiln/autograd.h"
+#include "kiln/jit.h"
+#include "kiln/parallel.h"
+#include "kiln/runtime.h"
+#include "runtime/onnx_program.h"
+
+namespace kiln {
+
+std::string TensorInfo::str() const {
+  std::string s = name + ": " + dtype_name(dtype) + " ";
+  if (!shape_known) return s + "(any shape)";
+  s += "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += shape[i] >= 0 ? std::to_string(shape[i]) : dim_names[i];
+  }
+  return s + "]";
+}
+
+struct InferenceSession::Impl {
+  std::shared_ptr<const runtime::OnnxProgram> program;
+  SessionOptions options;
+  // Compiled functions not in use, per the values of the inputs bound by
+  // value (none for most models: then one key, "").
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::unique_ptr<jit::CompiledFunction>>> idle;
+  static constexpr size_t kMaxBoundKeys = 16;
+
+  std::string key_of(const std::vector<Tensor>& inputs) const {
+    std::string key;
+    const auto& bound = program->bound_by_value();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!bound[i]) continue;
+      Tensor c = inputs[i].contiguous();
+      key += c.meta_str();
+      key.append(static_cast<const char*>(c.raw_data()), c.numel() * c.element_size());
+    }
+    return key;
+  }
+
+  std::unique_ptr<jit::CompiledFunction> take(const std::string& key, const std::vector<Tensor>& inputs) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      auto it = idle.find(key);
+      if (it != idle.end() && !it->second.empty()) {
+        auto f = std::move(it->second.back());
+        it->second.pop_back();
+        return f;
+      }
+    }
+    jit::CompileOptions o;
+    o.recompile = jit::RecompilePolicy::Silent;  // a new batch size is expected, not a mistake
+    o.inference = true;
+    o.optimize = options.optimization_level >= 2;
+    o.name = "onnx";
+    // Inputs bound by value are constants of this graph; the others are its inputs.
+    std::vector<Tensor> bound;
+    const auto& by_value = program->bound_by_value();
+    for (size_t i = 0; i < inputs.size(); ++i) bound.push_back(by_value[i] ? inputs[i].clone() : Tensor());
+    auto prog = program;
+    auto fn = [prog, bound](const std::vector<Tensor>& free) {
+      std::vector<Tensor> all = bound;
+      size_t next = 0;
+      for (auto& t : all)
+        if (!t.defined()) t = free.at(next++);
+      return prog->run(all);
+    };
+    return std::make_unique<jit::CompiledFunction>(jit::compile(fn, {}, o));
+  }
+
+  void give_back(const std::string& key, std::unique_ptr<jit::CompiledFunction> f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!idle.count(key) && idle.size() >= kMaxBoundKeys) idle.clear();  // many distinct bound values: start over
+    idle[key].push_back(std::move(f));
+  }
+
+  std::vector<Tensor> free_inputs(const std::vector<Tensor>& inputs) const {
+    std::vector<Tensor> free;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!program->bound_by_value()[i]) free.push_back(inputs[i]);
+    return free;
+  }
+};
+
+InferenceSession::InferenceSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+InferenceSession::~InferenceSession() = default;
+InferenceSession::InferenceSession(InferenceSession&&) noexcept = default;
+InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = default;
+
+InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionOptions options, const std::string& name) {
+  KILN_CHECK(options.device == "cpu", "InferenceSession: device '", options.device,
+             "' is not available; this build runs on the CPU (device \"cpu\")");
+  KILN_CHECK(options.optimization_level >= 0 && options.optimization_level <= 2,
+             "InferenceSession: optimization_level must be 0, 1 or 2, got ", options.optimization_level);
+  KILN_CHECK(options.threads >= 0, "InferenceSession: threads must be >= 0, got ", options.threads);
+  if (options.threads > 0) set_num_threads(options.threads);
+  auto impl = std::make_shared<Impl>();
+  impl->program = std::make_shared<runtime::OnnxProgram>(bytes, name);
+  impl->options = options;
+  return InferenceSession(impl);
+}
+
+InferenceSession::InferenceSession(const std::string& path, SessionOptions options) {
+  std::ifstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "cannot open ONNX model '", path, "'");
+  std::stringstream buffer;
+  buffer << f.rdbuf();
+  impl_ = from_bytes(buffer.str(), options, "'" + path + "'").impl_;
+}
+
+std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
+  NoGradGuard no_grad;
+  impl_->program->check_inputs(inputs);  // before tracing, so the message is about the caller's tensors
+  if (impl_->options.optimization_level == 0) return impl_->program->run(inputs);
+  std::string key = impl_->key_of(inputs);
+  auto fn = impl_->take(key, inputs);
+  std::vector<Tensor> out;
+  try {
+    out = (*fn)(impl_->free_inputs(inputs));
+  } catch (...) {
+    impl_->give_back(key, std::move(fn));
+    throw;
+  }
+  impl_->give_back(key, std::move(fn));
+  return out;
+}
+
+std::map<std::string, Tensor> InferenceSession::run(const std::map<std::string, Tensor>& named_inputs) {
+  std::vector<Tensor> ordered;
+  for (const auto& info : inputs()) {
+    auto it = named_inputs.find(info.name);
+    KILN_CHECK(it != named_inputs.end(), "input '", info.name, "' is missing; expected ", info.str());
+    ordered.push_back(it->second);
+  }
+  for (const auto& [name, t] : named_inputs) {
+    bool known = false;
+    for (const auto& info : inputs()) known = known || info.name == name;
+    KILN_CHECK(known, "the model has no input named '", name, "'");
+  }
+  auto out = run(ordered);
+  std::map<std::string, Tensor> named;
+  for (size_t i = 0; i < out.size(); ++i) named[outputs()[i].name] = out[i];
+  return named;
+}
+
+const std::vector<TensorInfo>& InferenceSession::inputs() const { return impl_->program->inputs(); }
+const std::vector<TensorInfo>& InferenceSession::outputs() const { return impl_->program->outputs(); }
+const std::map<std::string, std::string>& InferenceSession::metadata() const { return impl_->program->metadata(); }
+int InferenceSession::opset() const { return impl_->program->opset(); }
+const std::string& InferenceSession::producer() const { return impl_->program->producer(); }
+
+std::vector<std::string> supported_onnx_ops() {
+  std::vector<std::string> ops;
+  for (const auto& [name, fn] : runtime::converters()) ops.push_back(name);
+  return ops;
+}
+
+}  // namespace kiln

@@ -1,0 +1,84 @@
+#pragma once
+// Importing ONNX nodes: one converter per ONNX op type, which computes the
+// node's outputs with Kiln ops. Run under the tracer, the converters build
+// Kiln's graph IR; shapes and other values a converter reads (a Reshape's
+// shape, a Slice's starts) must be constants of the model, which they are
+// in files written by torch.onnx.export and by Kiln.
+#include <onnx/onnx_pb.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/onnx_tensor.h"
+#include "kiln/tensor.h"
+
+namespace kiln::runtime {
+
+using onnx_io::Unsupported;
+
+// One node as a converter sees it: attributes with defaults, and the opset
+// of its domain, for ops whose signature changed between versions.
+class OnnxNode {
+ public:
+  OnnxNode(const ::onnx::NodeProto& proto, int opset);
+  const ::onnx::NodeProto& proto() const { return proto_; }
+  int opset() const { return opset_; }
+  size_t num_outputs() const { return static_cast<size_t>(proto_.output_size()); }
+  bool output_wanted(size_t i) const { return i < num_outputs() && !proto_.output(static_cast<int>(i)).empty(); }
+  std::string where() const;  // "node 'conv1' (Conv)"
+
+  bool has(const std::string& name) const;
+  int64_t i(const std::string& name, int64_t fallback) const;
+  double f(const std::string& name, double fallback) const;
+  std::string s(const std::string& name, const std::string& fallback) const;
+  std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const;
+  std::vector<double> floats(const std::string& name) const;
+  const ::onnx::TensorProto* tensor(const std::string& name) const;
+  int64_t required_i(const std::string& name) const;
+
+  // Errors that name the node: a malformed model, or one Kiln cannot run.
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) const {
+    throw Error(where() + ": " + detail::concat(args...));
+  }
+  template <typename... Args>
+  [[noreturn]] void unsupported(const Args&... args) const {
+    throw Unsupported(where() + ": " + detail::concat(args...));
+  }
+
+ private:
+  const ::onnx::AttributeProto* attr(const std::string& name) const;
+  const ::onnx::NodeProto& proto_;
+  int opset_;
+};
+
+// inputs[i] is undefined for an omitted optional input. Returns one tensor per
+// node output (trailing ones may be omitted when not wanted).
+using Converter = std::function<std::vector<Tensor>(const OnnxNode&, const std::vector<Tensor>&)>;
+using ConverterTable = std::map<std::string, Converter>;
+
+// The converters of the default ONNX domain, by op type.
+const ConverterTable& converters();
+void add_elementwise_converters(ConverterTable& table);
+void add_nn_converters(ConverterTable& table);
+void add_shape_converters(ConverterTable& table);
+void add_reduce_converters(ConverterTable& table);
+
+// The inputs of an op type that converters read as values (shapes, axes,
+// bounds) rather than compute with: a graph input feeding one of them is
+// bound by value when the graph is compiled.
+const std::vector<int>& value_inputs(const std::string& op_type);
+
+// Helpers shared by the converter files.
+// The values of a constant integer tensor (a shape, axes, pads, ...).
+std::vector<int64_t> int_values(const OnnxNode& n, const Tensor& t, const char* what);
+double scalar_value(const OnnxNode& n, const Tensor& t, const char* what);
+// `axis` in [-rank, rank) to [0, rank), or a clear error.
+int64_t normalize_axis(const OnnxNode& n, int64_t axis, int64_t rank);
+const Tensor& input(const OnnxNode& n, const std::vector<Tensor>& in, size_t i);  // required input i
+// A tensor holding `value` with x's dtype, shaped to broadcast.
+Tensor scalar_like(double value, const Tensor& x);
+
+}  // namespace kiln::runtime

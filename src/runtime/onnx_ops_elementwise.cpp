@@ -1,0 +1,227 @@
+// ONNX elementwise ops: unary math, activations, arithmetic, comparisons, logic.
+#include <cmath>
+#include <limits>
+
+#include "kiln/functional.h"
+#include "runtime/onnx_ops.h"
+
+namespace kiln::runtime {
+namespace {
+
+using Unary = Tensor (*)(const Tensor&);
+using Binary = Tensor (*)(const Tensor&, const Tensor&);
+
+Converter unary(Unary f) {
+  return [f](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> { return {f(input(n, in, 0))}; };
+}
+// Before opset 7, binary ops broadcast only with broadcast=1, aligning B's
+// axes to A's starting at `axis` (default: the trailing axes, as numpy does).
+Tensor legacy_broadcast(const OnnxNode& n, const Tensor& a, const Tensor& b) {
+  if (n.opset() >= 7 || !n.i("broadcast", 0) || !n.has("axis") || b.dim() == 0) return b;
+  int64_t axis = normalize_axis(n, n.i("axis", 0), a.dim());
+  if (axis + b.dim() > a.dim()) n.fail("B ", shape_str(b.shape()), " does not fit A ", shape_str(a.shape()), " at axis ", axis);
+  Shape s = b.shape();
+  s.resize(static_cast<size_t>(a.dim() - axis), 1);
+  return b.reshape(s);
+}
+
+Converter binary(Binary f) {
+  return [f](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& a = input(n, in, 0);
+    return {f(a, legacy_broadcast(n, a, input(n, in, 1)))};
+  };
+}
+// Max, Min, Sum, Mean: one or more inputs, broadcast together.
+Converter variadic(Binary f, bool mean = false) {
+  return [f, mean](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    Tensor acc = input(n, in, 0);
+    for (size_t i = 1; i < in.size(); ++i) acc = f(acc, input(n, in, i));
+    if (in.size() == 1) acc = acc + scalar_like(0, acc);  // a new tensor, not the input itself
+    if (mean) acc = acc / scalar_like(static_cast<double>(in.size()), acc);
+    return {acc};
+  };
+}
+
+Tensor logical_not(const Tensor& x) { return eq(x, zeros({}, x.dtype())); }
+Tensor logical_and(const Tensor& a, const Tensor& b) { return where(a, b, zeros({}, DType::Bool)); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return where(a, ones({}, DType::Bool), b); }
+Tensor identity(const Tensor& x) { return x; }
+Tensor reciprocal(const Tensor& x) { return scalar_like(1, x) / x; }
+Tensor softsign(const Tensor& x) { return x / (abs(x) + scalar_like(1, x)); }
+Tensor mish(const Tensor& x) { return x * tanh(softplus(x)); }
+Tensor is_nan(const Tensor& x) { return ne(x, x); }
+Tensor tan_of(const Tensor& x) { return sin(x) / cos(x); }
+Tensor sinh_of(const Tensor& x) { return (exp(x) - exp(neg(x))) * scalar_like(0.5, x); }
+Tensor cosh_of(const Tensor& x) { return (exp(x) + exp(neg(x))) * scalar_like(0.5, x); }
+// ONNX Div on integers truncates toward zero.
+Tensor divide(const Tensor& a, const Tensor& b) {
+  if (is_floating(a.dtype())) return div(a, b);
+  Tensor q = div(a.to(DType::Float64), b.to(DType::Float64));
+  return cast(where(lt(q, zeros({}, DType::Float64)), ceil(q), floor(q)), a.dtype());
+}
+// Integer powers are computed in float64, which is exact for the results an int64 holds up to 2^53.
+Tensor power(const Tensor& a, const Tensor& b) {
+  if (!is_floating(a.dtype())) return cast(round(pow(a.to(DType::Float64), b.to(DType::Float64))), a.dtype());
+  return pow(a, b.dtype() == a.dtype() ? b : cast(b, a.dtype()));
+}
+
+std::vector<Tensor> elu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  double alpha = n.f("alpha", 1.0);
+  Tensor neg_part = (exp(x) - scalar_like(1, x)) * scalar_like(alpha, x);
+  return {where(gt(x, scalar_like(0, x)), x, neg_part)};
+}
+
+std::vector<Tensor> celu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  double alpha = n.f("alpha", 1.0);
+  Tensor e = (exp(x / scalar_like(alpha, x)) - scalar_like(1, x)) * scalar_like(alpha, x);
+  return {maximum(x, scalar_like(0, x)) + minimum(scalar_like(0, x), e)};
+}
+
+std::vector<Tensor> selu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  double alpha = n.f("alpha", 1.67326319217681884765625), gamma = n.f("gamma", 1.05070102214813232421875);
+  Tensor neg_part = (exp(x) * scalar_like(alpha, x) - scalar_like(alpha, x));
+  return {where(gt(x, scalar_like(0, x)), x, neg_part) * scalar_like(gamma, x)};
+}
+
+std::vector<Tensor> hard_sigmoid(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  return {clamp(x * scalar_like(n.f("alpha", 0.2), x) + scalar_like(n.f("beta", 0.5), x), 0.0, 1.0)};
+}
+
+std::vector<Tensor> hard_swish(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  return {x * clamp(x * scalar_like(1.0 / 6, x) + scalar_like(0.5, x), 0.0, 1.0)};
+}
+
+std::vector<Tensor> leaky(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {leaky_relu(input(n, in, 0), n.f("alpha", 0.01))};
+}
+
+std::vector<Tensor> prelu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  Tensor slope = input(n, in, 1);
+  // Before opset 7 a 1-d slope holds one value per channel (axis 1).
+  if (n.opset() < 7 && slope.dim() == 1 && x.dim() > 2 && slope.shape()[0] == x.shape()[1]) {
+    Shape s(static_cast<size_t>(x.dim() - 1), 1);
+    s[0] = slope.shape()[0];
+    slope = slope.reshape(s);
+  }
+  return {where(lt(x, scalar_like(0, x)), x * slope, x)};
+}
+
+std::vector<Tensor> thresholded_relu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  return {where(gt(x, scalar_like(n.f("alpha", 1.0), x)), x, scalar_like(0, x))};
+}
+
+std::vector<Tensor> gelu_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  std::string approx = n.s("approximate", "none");
+  if (approx != "none" && approx != "tanh") n.fail("approximate must be 'none' or 'tanh', got '", approx, "'");
+  return {gelu(input(n, in, 0), approx == "tanh")};
+}
+
+std::vector<Tensor> clip(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  std::optional<double> lo, hi;
+  if (n.opset() < 11) {
+    lo = n.f("min", -std::numeric_limits<double>::infinity());
+    hi = n.f("max", std::numeric_limits<double>::infinity());
+  } else {
+    if (in.size() > 1 && in[1].defined()) lo = scalar_value(n, in[1], "min");
+    if (in.size() > 2 && in[2].defined()) hi = scalar_value(n, in[2], "max");
+  }
+  if (!lo && !hi) return {x + scalar_like(0, x)};
+  return {clamp(x, lo, hi)};
+}
+
+std::vector<Tensor> cast_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  DType to = onnx_io::kiln_dtype(static_cast<int>(n.required_i("to")), n.where() + " attribute 'to'");
+  return {cast(input(n, in, 0), to)};
+}
+
+std::vector<Tensor> cast_like(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {cast(input(n, in, 0), input(n, in, 1).dtype())};
+}
+
+std::vector<Tensor> is_inf(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  double inf = std::numeric_limits<double>::infinity();
+  bool pos = n.i("detect_positive", 1) != 0, neg = n.i("detect_negative", 1) != 0;
+  Tensor r = zeros(x.shape(), DType::Bool);
+  if (pos) r = logical_or(r, eq(x, scalar_like(inf, x)));
+  if (neg) r = logical_or(r, eq(x, scalar_like(-inf, x)));
+  return {r};
+}
+
+std::vector<Tensor> softplus_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  // ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
+  return {softplus(input(n, in, 0), 1.0, 20.0)};
+}
+
+}  // namespace
+
+void add_elementwise_converters(ConverterTable& t) {
+  t["Abs"] = unary(abs);
+  t["Neg"] = unary(neg);
+  t["Exp"] = unary(exp);
+  t["Log"] = unary(log);
+  t["Sqrt"] = unary(sqrt);
+  t["Sin"] = unary(sin);
+  t["Cos"] = unary(cos);
+  t["Tan"] = unary(tan_of);
+  t["Sinh"] = unary(sinh_of);
+  t["Cosh"] = unary(cosh_of);
+  t["Tanh"] = unary(tanh);
+  t["Sigmoid"] = unary(sigmoid);
+  t["Relu"] = unary(relu);
+  t["Erf"] = unary(erf);
+  t["Ceil"] = unary(ceil);
+  t["Floor"] = unary(floor);
+  t["Round"] = unary(round);
+  t["Sign"] = unary(sign);
+  t["Reciprocal"] = unary(reciprocal);
+  t["Softsign"] = unary(softsign);
+  t["Mish"] = unary(mish);
+  t["IsNaN"] = unary(is_nan);
+  t["Not"] = unary(logical_not);
+  t["Identity"] = unary(identity);
+  t["Softplus"] = softplus_op;
+  t["Elu"] = elu;
+  t["Celu"] = celu;
+  t["Selu"] = selu;
+  t["HardSigmoid"] = hard_sigmoid;
+  t["HardSwish"] = hard_swish;
+  t["LeakyRelu"] = leaky;
+  t["PRelu"] = prelu;
+  t["ThresholdedRelu"] = thresholded_relu;
+  t["Gelu"] = gelu_op;
+  t["Clip"] = clip;
+  t["Cast"] = cast_op;
+  t["CastLike"] = cast_like;
+  t["IsInf"] = is_inf;
+  t["Add"] = binary(add);
+  t["Sub"] = binary(sub);
+  t["Mul"] = binary(mul);
+  t["Div"] = binary(divide);
+  t["Pow"] = binary(power);
+  t["Equal"] = binary(eq);
+  t["Less"] = binary(lt);
+  t["LessOrEqual"] = binary(le);
+  t["Greater"] = binary(gt);
+  t["GreaterOrEqual"] = binary(ge);
+  t["And"] = binary(logical_and);
+  t["Or"] = binary(logical_or);
+  t["Xor"] = binary(ne);
+  t["Max"] = variadic(maximum);
+  t["Min"] = variadic(minimum);
+  t["Sum"] = variadic(add);
+  t["Mean"] = variadic(add, true);
+  t["Where"] = [](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {where(input(n, in, 0), input(n, in, 1), input(n, in, 2))};
+  };
+}
+
+}  // namespace kiln::runtime
