@@ -106,4 +106,10 @@ LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const 
 // load_checkpoint, strict.
 void load_cell(nn::Cell& cell, const std::string& path);
 
+// NumPy .npy files (format 1.0-3.0, C order, little-endian): float32/64/16,
+// int32/64, uint8, bool.
+Tensor load_npy(const std::string& path);
+Tensor parse_npy(const std::string& bytes, const std::string& what);
+void save_npy(const std::string& path, const Tensor& t);
+
 }  // namespace kiln::io

@@ -66,15 +66,25 @@ memory::desc layout(const memory::desc& plain, bool blocked) {
 
 // relu: a ReLU applied to the output inside the primitive (a post-op), so the
 // output is written once, already activated.
+// The scratchpad is passed in by each call (user mode): with oneDNN's own
+// (library) scratchpad, one primitive run from two threads at once shares it
+// and corrupts memory, and inference sessions do run them concurrently.
+dnnl::primitive_attr base_attr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked, bool relu = false) {
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                     layout(g.src, blocked), layout(g.wei, blocked), g.bias, layout(g.dst, blocked),
                                     g.strides, g.dilates, g.pad_l, g.pad_r);
-  if (!relu) return dnnl::convolution_forward::primitive_desc(d, engine());
-  dnnl::post_ops ops;
-  ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
+  dnnl::primitive_attr attr = base_attr();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
   return dnnl::convolution_forward::primitive_desc(d, attr, engine());
 }
 
@@ -83,8 +93,14 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blo
 struct Prepared {
   dnnl::primitive prim;
   std::map<int, memory::desc> layouts;
+  memory::desc scratchpad = {};
   std::string implementation = {};  // oneDNN's name for the kernel it chose
 };
+
+template <typename Primitive>
+Prepared prepare(const typename Primitive::primitive_desc& pd, std::map<int, memory::desc> layouts) {
+  return Prepared{Primitive(pd), std::move(layouts), pd.scratchpad_desc(), pd.impl_info_str()};
+}
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
 
@@ -114,6 +130,10 @@ void run(const Prepared& p, const std::vector<Arg>& args) {
     if (!a.output) dnnl::reorder(plain, blocked).execute(s, plain, blocked);
     else write_back.emplace_back(blocked, plain);
     bound.emplace(a.id, blocked);
+  }
+  if (p.scratchpad.get_size() > 0) {
+    scratch.push_back(Tensor::empty({static_cast<int64_t>(p.scratchpad.get_size())}, DType::UInt8));
+    bound.emplace(DNNL_ARG_SCRATCHPAD, wrap(p.scratchpad, scratch.back().raw_data()));
   }
   p.prim.execute(s, bound);
   for (auto& [blocked, plain] : write_back) dnnl::reorder(blocked, plain).execute(s, blocked, plain);
@@ -188,8 +208,7 @@ bool conv_forward(const ConvShape& s, const float* x, const float* w, const floa
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
   return run_cached(key_of(relu ? 3 : 0, bias != nullptr, s), [&](bool blocked) {
     auto pd = forward_pd(g, blocked, relu);
-    return Prepared{dnnl::convolution_forward(pd),
-                    {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}}};
+    return prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}});
   }, args);
 }
 
@@ -200,10 +219,9 @@ bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, flo
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
                                             layout(g.wei, blocked), layout(g.dst, blocked), g.strides, g.dilates,
                                             g.pad_l, g.pad_r);
-    dnnl::convolution_backward_data::primitive_desc pd(d, engine(), forward_pd(g, blocked));
-    return Prepared{dnnl::convolution_backward_data(pd),
-                    {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()},
-                     {DNNL_ARG_DIFF_SRC, pd.diff_src_desc()}}};
+    dnnl::convolution_backward_data::primitive_desc pd(d, base_attr(), engine(), forward_pd(g, blocked));
+    return prepare<dnnl::convolution_backward_data>(pd, {{DNNL_ARG_DIFF_DST, pd.diff_dst_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()},
+                        {DNNL_ARG_DIFF_SRC, pd.diff_src_desc()}});
   }, {{DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DIFF_SRC, g.src, gx, true}});
 }
 
@@ -220,10 +238,9 @@ bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, 
                 : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, layout(g.src, blocked),
                                                            layout(g.wei, blocked), layout(g.dst, blocked), g.strides,
                                                            g.dilates, g.pad_l, g.pad_r);
-    dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), forward_pd(g, blocked));
-    return Prepared{dnnl::convolution_backward_weights(pd),
-                    {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
-                     {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()}}};
+    dnnl::convolution_backward_weights::primitive_desc pd(d, base_attr(), engine(), forward_pd(g, blocked));
+    return prepare<dnnl::convolution_backward_weights>(pd, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_DIFF_DST, pd.diff_dst_desc()},
+                        {DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()}});
   }, args);
 }
 
@@ -275,11 +292,10 @@ const Prepared* layout_primitive(const ConvShape& s, int src_block, int dst_bloc
     dnnl::post_ops ops;
     if (residual) ops.append_sum(1.0f);  // y = conv + y
     if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(ops);
     dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
-    p = Prepared{dnnl::convolution_forward(pd), {{DNNL_ARG_WEIGHTS, pd.weights_desc()}}};
-    p.implementation = pd.impl_info_str();
+    p = prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_WEIGHTS, pd.weights_desc()}});
   } catch (const dnnl::error&) {
   }
   auto& stored = layout_cache().emplace(key, p).first->second;

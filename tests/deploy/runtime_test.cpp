@@ -1,0 +1,190 @@
+// InferenceSession on models PyTorch exported (tests/fixtures/onnx, made by
+// make_onnx_fixtures.py): the outputs match PyTorch's and ONNX Runtime's; bad
+// files and bad inputs get errors that say what is wrong.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime.h"
+#include "support/close.h"
+#include "support/error_message.h"
+#include "support/ort_reference.h"
+
+namespace {
+using namespace kiln;
+namespace kt = kiln::testing;
+
+std::string fixture(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/" + name; }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class PyTorchExport : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PyTorchExport, MatchesPyTorchAndOnnxRuntime) {
+  std::string name = GetParam();
+  Tensor x = io::load_npy(fixture(name + ".input.npy"));
+  Tensor expected = io::load_npy(fixture(name + ".output.npy"));
+  for (int level : {0, 2}) {
+    SessionOptions o;
+    o.optimization_level = level;
+    InferenceSession session(fixture(name + ".onnx"), o);
+    EXPECT_EQ(session.producer().rfind("pytorch", 0), 0u);
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the traced run, then the compiled graph
+      auto out = session.run({x});
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_TRUE(kt::all_close(out[0], expected, 1e-4, 1e-4)) << name << " at level " << level << ", run " << repeat;
+    }
+  }
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed";
+  auto ort = kt::run_ort(fixture(name + ".onnx"), {{"input", x}});
+  InferenceSession session(fixture(name + ".onnx"));
+  EXPECT_TRUE(kt::all_close(session.run({x})[0], ort.outputs[0].second, 1e-4, 1e-4)) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchExport,
+                         ::testing::Values("mlp", "cnn", "resnet18", "mobilenet_v2", "transformer_encoder", "gpt_block"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(InferenceSession, DynamicBatchCompilesPerShape) {
+  InferenceSession session(fixture("cnn.onnx"));
+  ASSERT_EQ(session.inputs().size(), 1u);
+  EXPECT_EQ(session.inputs()[0].str(), "input: float32 [batch, 1, 28, 28]");
+  EXPECT_EQ(session.opset(), 14);
+  for (int64_t batch : {1, 5, 1}) {
+    Tensor x = rand({batch, 1, 28, 28});
+    Tensor y = session.run({x})[0];
+    EXPECT_EQ(y.shape(), (Shape{batch, 10}));
+    if (kt::ort_available()) {
+      EXPECT_TRUE(kt::all_close(y, kt::run_ort(fixture("cnn.onnx"), {{"input", x}}).outputs[0].second));
+    }
+  }
+}
+
+TEST(InferenceSession, RunsFromManyThreadsAtOnce) {
+  InferenceSession session(fixture("resnet18.onnx"));
+  std::vector<Tensor> inputs, expected;
+  for (int i = 0; i < 4; ++i) {
+    inputs.push_back(randn({2, 3, 64, 64}));
+    expected.push_back(session.run({inputs.back()})[0]);
+  }
+  // Each thread may get a fresh compiled copy, whose first run is the traced
+  // eager run (batch norm not folded): equal up to rounding, hence 1e-5.
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 10; ++r) {
+        int i = (t + r) % 4;
+        if (!kt::all_close(session.run({inputs[i]})[0], expected[i], 1e-5, 1e-5)) ++mismatches[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
+}
+
+TEST(InferenceSession, NamedInputsAndOutputs) {
+  InferenceSession session(fixture("mlp.onnx"));
+  Tensor x = io::load_npy(fixture("mlp.input.npy"));
+  auto out = session.run(std::map<std::string, Tensor>{{"input", x}});
+  ASSERT_TRUE(out.count("output"));
+  EXPECT_TRUE(kt::all_close(out["output"], io::load_npy(fixture("mlp.output.npy"))));
+  std::string msg = kt::message_of([&] { session.run(std::map<std::string, Tensor>{{"images", x}}); });
+  EXPECT_NE(msg.find("input 'input' is missing"), std::string::npos) << msg;
+}
+
+TEST(InferenceSession, WrongInputsAreRefusedWithTheExpectedShape) {
+  InferenceSession session(fixture("mlp.onnx"));
+  std::string msg = kt::message_of([&] { session.run({rand({2, 1, 28, 29})}); });
+  EXPECT_NE(msg.find("input 'input' expects float32 [2, 1, 28, 28], got float32 [2, 1, 28, 29]"), std::string::npos) << msg;
+  msg = kt::message_of([&] { session.run({rand({2, 1, 28, 28}, DType::Float64)}); });
+  EXPECT_NE(msg.find("got float64"), std::string::npos) << msg;
+  msg = kt::message_of([&] { session.run(std::vector<Tensor>{}); });
+  EXPECT_NE(msg.find("takes 1 input(s)"), std::string::npos) << msg;
+}
+
+TEST(InferenceSession, MalformedFilesAreRefused) {
+  std::string bytes = read_bytes(fixture("mlp.onnx"));
+  for (size_t cut : {bytes.size() / 2, bytes.size() - 7, size_t{20}}) {
+    std::string msg = kt::message_of([&] { InferenceSession::from_bytes(bytes.substr(0, cut), {}, "cut.onnx"); });
+    EXPECT_NE(msg.find("cut.onnx"), std::string::npos) << msg;
+    EXPECT_TRUE(msg.find("truncated") != std::string::npos || msg.find("malformed") != std::string::npos) << msg;
+  }
+  EXPECT_NE(kt::message_of([] { InferenceSession::from_bytes("", {}, "empty.onnx"); }).find("empty"), std::string::npos);
+  EXPECT_NE(kt::message_of([] { InferenceSession("/nonexistent/model.onnx"); }).find("cannot open"), std::string::npos);
+  std::string npy = read_bytes(fixture("mlp.input.npy"));
+  EXPECT_NE(kt::message_of([&] { InferenceSession::from_bytes(npy, {}, "x.npy"); }).find("not"), std::string::npos);
+}
+
+TEST(InferenceSession, UnsupportedOpsAreListedAtOnce) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* ml = m.add_opset_import();
+  ml->set_domain("ai.onnx.ml");
+  ml->set_version(3);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  auto add = [&](const char* op, const char* domain, const char* name, const char* from, const char* to) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_domain(domain);
+    n->set_name(name);
+    n->add_input(from);
+    n->add_output(to);
+  };
+  add("Relu", "", "ok", "x", "a");
+  add("Hardmax", "", "hm1", "a", "b");
+  add("Hardmax", "", "hm2", "b", "c");
+  add("Binarizer", "ai.onnx.ml", "bin", "c", "y");
+  g->add_output()->set_name("y");
+  std::string msg;
+  try {
+    InferenceSession::from_bytes(m.SerializeAsString(), {}, "m.onnx");
+  } catch (const UnsupportedError& e) {
+    msg = e.what();
+    EXPECT_EQ(e.missing_ops, (std::vector<std::string>{"Hardmax", "ai.onnx.ml::Binarizer"}));
+  }
+  EXPECT_NE(msg.find("2 op type(s)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Hardmax (opset 17): 2 node(s): hm1, hm2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ai.onnx.ml::Binarizer (opset 3): 1 node(s): bin"), std::string::npos) << msg;
+}
+
+TEST(InferenceSession, OptionsAreChecked) {
+  SessionOptions gpu;
+  gpu.device = "cuda";
+  EXPECT_NE(kt::message_of([&] { InferenceSession(fixture("mlp.onnx"), gpu); }).find("device 'cuda'"), std::string::npos);
+  SessionOptions level;
+  level.optimization_level = 3;
+  EXPECT_NE(kt::message_of([&] { InferenceSession(fixture("mlp.onnx"), level); }).find("optimization_level"),
+            std::string::npos);
+}
+
+TEST(Npy, RoundTripsAndRefusesBadFiles) {
+  std::string path = ::testing::TempDir() + "/t.npy";
+  for (DType d : {DType::Float32, DType::Int64, DType::Bool}) {
+    Tensor t = cast(randn({2, 3}) * 10.0, d);
+    io::save_npy(path, t);
+    EXPECT_TRUE(kt::all_close(io::load_npy(path), t, 0, 0));
+    EXPECT_EQ(io::load_npy(path).dtype(), d);
+  }
+  io::save_npy(path, randn({4}));
+  EXPECT_EQ(io::load_npy(path).shape(), (Shape{4}));
+  std::string good = read_bytes(path);
+  EXPECT_NE(kt::message_of([&] { io::parse_npy(good.substr(0, good.size() - 1), "x.npy"); }).find("truncated"),
+            std::string::npos);
+  EXPECT_NE(kt::message_of([&] { io::parse_npy("hello world", "x.npy"); }).find("not a .npy file"), std::string::npos);
+}
+
+}  // namespace
