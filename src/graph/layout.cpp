@@ -7,9 +7,11 @@
 // something else reads the value. A residual add (and a ReLU after it) is
 // folded into the convolution that feeds it, accumulating into the shortcut's
 // buffer.
+#include <algorithm>
 #include <cstring>
 #include <map>
 
+#include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/onednn_conv.h"
 #include "graph/passes.h"
 
@@ -58,6 +60,31 @@ CustomKernel conv_kernel(ConvPlan p) {
   };
 }
 
+CustomKernel max_pool_kernel(cpu::PoolWindow wd, int block) {
+  return [wd, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();
+    cpu::max_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], y[2], y[3], block, wd);
+  };
+}
+
+CustomKernel global_avg_kernel(int block) {
+  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& x = in[0].shape();
+    cpu::global_avg_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], block);
+  };
+}
+
+// The mean over H and W of an NCHW tensor (GlobalAveragePool, adaptive pooling to 1x1).
+bool global_average(const Graph& g, const Node& n) {
+  if (is_op(n, "adaptive_avg_pool2d")) {
+    const Shape& y = g.values[n.outputs[0]].meta.shape;
+    return y.size() == 4 && y[2] == 1 && y[3] == 1;
+  }
+  if (!is_op(n, "mean") || g.values[n.inputs[0]].meta.shape.size() != 4) return false;
+  auto axes = n.attrs.get_ints("axes", {});
+  return axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1};
+}
+
 CustomKernel reorder_kernel(int from_block, int to_block) {
   return [from_block, to_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const Shape& s = in[0].shape();
@@ -73,6 +100,8 @@ std::string choose_conv_layouts(Graph& g) {
   auto uses = g.use_counts();
   std::vector<bool> blocked(g.values.size(), false);
   std::map<int, ConvPlan> plans;  // node index -> plan
+  std::map<int, cpu::PoolWindow> pools;  // node index -> max pool on blocked data
+  std::vector<int> averages;             // global average pools of blocked data (plain [N, C] results)
   auto blockable = [&](const TensorMeta& m) {
     return m.dtype == DType::Float32 && m.shape.size() == 4 && m.shape[1] % block == 0;
   };
@@ -107,6 +136,14 @@ std::string choose_conv_layouts(Graph& g) {
       }
       plans[static_cast<int>(i)] = plan;
       blocked[n.outputs[0]] = plan.dst_block != 0;
+    } else if (is_op(n, "max_pool2d") && blocked[n.inputs[0]] && uses[n.outputs[1]] == 0) {
+      auto k = pair(n.attrs, "kernel", 1), s = pair(n.attrs, "stride", 0), p = pair(n.attrs, "padding", 0),
+           d = pair(n.attrs, "dilation", 1);
+      if (s[0] == 0) s = k;
+      pools[static_cast<int>(i)] = {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
+      blocked[n.outputs[0]] = true;
+    } else if (global_average(g, n) && blocked[n.inputs[0]]) {
+      averages.push_back(static_cast<int>(i));
     } else if (layout_free(n)) {
       const Shape& shape = g.values[n.outputs[0]].meta.shape;
       bool all = true, any = false;
@@ -172,6 +209,24 @@ std::string choose_conv_layouts(Graph& g) {
     k.custom = conv_kernel(plan);
     conv = std::move(k);
   }
+  for (auto& [at, window] : pools) {
+    Node& pool = g.nodes[at];
+    Node k;
+    k.inputs = {pool.inputs[0]};
+    k.outputs = {pool.outputs[0]};  // the unused argmax indices are not computed
+    k.label = "max_pool2d[" + layout_name(block) + "]";
+    k.custom = max_pool_kernel(window, block);
+    pool = std::move(k);
+  }
+  for (int at : averages) {
+    Node& avg = g.nodes[at];
+    Node k;
+    k.inputs = {avg.inputs[0]};
+    k.outputs = avg.outputs;
+    k.label = "global_avg_pool[" + layout_name(block) + " -> nchw]";
+    k.custom = global_avg_kernel(block);
+    avg = std::move(k);
+  }
   std::map<int, int> plain_of, blocked_of;  // a value's NCHW / blocked copy
   std::vector<std::vector<Node>> insert_after(g.nodes.size());
   std::vector<Node> prologue;  // reorders of graph inputs and constants
@@ -199,7 +254,9 @@ std::string choose_conv_layouts(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     if (n.removed) continue;
-    const bool reads_blocked = plans.count(static_cast<int>(i)) || (n.op && layout_free(n) && blocked[n.outputs[0]]);
+    const int at = static_cast<int>(i);
+    const bool pooled = pools.count(at) || std::find(averages.begin(), averages.end(), at) != averages.end();
+    const bool reads_blocked = plans.count(at) || pooled || (n.op && layout_free(n) && blocked[n.outputs[0]]);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const int id = n.inputs[k];
       if (id < 0 || !blocked[id]) continue;
@@ -217,6 +274,8 @@ std::string choose_conv_layouts(Graph& g) {
   g.splice(std::move(prologue), std::move(insert_after));
   if (plans.empty()) return "";
   std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
+  if (!pools.empty() || !averages.empty())
+    s += ", " + std::to_string(pools.size() + averages.size()) + " pools on them";
   if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
   s += ", " + std::to_string(plain_of.size() + blocked_of.size()) + " reorders";
   return s;

@@ -231,6 +231,34 @@ TEST(Compile, ResNetInferenceKeepsBlockedLayoutsAndCutsPeakMemory) {
   EXPECT_LE(graph * 5, eager * 3) << "graph " << graph << " bytes vs eager " << eager;
 }
 
+// Max pools between blocked convolutions pool the blocked data (no reorders
+// around them), with 2x2 windows and with padded, overlapping 3x3 ones.
+TEST(Compile, MaxPoolsStayOnBlockedActivations) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(8);
+  Tensor w1 = randn({16, 3, 3, 3}), w2 = randn({16, 16, 3, 3}) * 0.1;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = relu(conv2d(in[0], w1, Tensor(), pad1));
+    y = max_pool2d(y, {3, 3}, {2, 2}, {1, 1});
+    y = relu(conv2d(y, w2, Tensor(), pad1));
+    y = max_pool2d(y, {2, 2});
+    return std::vector<Tensor>{y};
+  };
+  Tensor x = randn({2, 3, 17, 17});
+  jit::CompileOptions o;
+  o.inference = true;
+  auto fn = jit::compile(program, {x}, o);
+  Tensor got = fn({x})[0];
+  NoGradGuard no_grad;
+  Tensor want = program({x})[0];
+  EXPECT_NE(fn.report().str().find("2 pools on them"), std::string::npos) << fn.report().str();
+  EXPECT_EQ(fn.graph_text().find("reorder[nChw8c -> nchw](%"), fn.graph_text().rfind("reorder[nChw8c -> nchw](%"))
+      << "one reorder, at the end: " << fn.graph_text();
+  expect_close(got, want, 1e-4, 1e-4);
+}
+
 }  // namespace
 
 namespace {

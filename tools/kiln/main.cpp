@@ -9,6 +9,7 @@ void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_onnx_test_command(CLI::App& app);
+void add_deploy_commands(CLI::App& app);
 }
 
 int main(int argc, char** argv) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_train_commands(app);
   kiln::cli::add_ckpt_command(app);
   kiln::cli::add_onnx_test_command(app);
+  kiln::cli::add_deploy_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,21 @@
+#pragma once
+// Pooling on channel-blocked activations (nChw8c / nChw16c), for graph
+// mode's layout pass: the convolutions around a pool keep their layout, with
+// no reorder in between. Each spatial position holds `block` channels side by
+// side, so a window's maximum is a vector maximum over its positions.
+#include <cstdint>
+
+namespace kiln::cpu {
+
+struct PoolWindow {
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+};
+
+// x: [n, c/block, h, w, block] -> y: [n, c/block, oh, ow, block]. NaN wins, as
+// in the plain kernel; padding never does.
+void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                      int block, const PoolWindow& wd);
+// The mean over h and w per channel: [n, c/block, h, w, block] -> y: [n, c] (plain).
+void global_avg_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int block);
+
+}  // namespace kiln::cpu

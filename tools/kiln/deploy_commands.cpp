@@ -1,0 +1,199 @@
+// `kiln export`, `kiln run` and `kiln bench`: from a trained checkpoint to an
+// ONNX file, and running one.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "kiln/allocator.h"
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/onnx.h"
+#include "kiln/recipe.h"
+#include "kiln/runtime.h"
+
+namespace kiln::cli {
+namespace {
+
+std::vector<int64_t> parse_ints(const std::string& text, const char* what) {
+  std::vector<int64_t> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      v.push_back(std::stoll(item, &used));
+      KILN_CHECK(used == item.size(), "");
+    } catch (const std::exception&) {
+      KILN_FAIL(what, ": '", text, "' should be comma-separated integers, like 1,1,28,28");
+    }
+    KILN_CHECK(v.back() > 0, what, ": sizes must be positive, got ", v.back());
+  }
+  KILN_CHECK(!v.empty(), what, " is empty");
+  return v;
+}
+
+Tensor load_input(const std::string& path) {
+  auto ext = std::filesystem::path(path).extension().string();
+  if (ext == ".npy") return io::load_npy(path);
+  if (ext == ".pb") return load_tensor_pb(path);
+  KILN_FAIL("--input '", path, "': use a .npy file (numpy.save) or an ONNX TensorProto .pb file");
+}
+
+void save_output(const std::string& path, const Tensor& t) {
+  auto ext = std::filesystem::path(path).extension().string();
+  if (ext == ".pb") return save_tensor_pb(path, t);
+  KILN_CHECK(ext == ".npy", "--output '", path, "': use a .npy or .pb file name");
+  io::save_npy(path, t);
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+void add_export(CLI::App& app) {
+  struct Args {
+    std::string recipe, checkpoint, shape = "1,1,28,28", out = "model.onnx", input_name, output_name;
+    bool dynamic_batch = false;
+    int opset = 17;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("export", "Export a trained model to ONNX (inference mode, batch norm folded)");
+  cmd->add_option("--recipe", a->recipe, "The recipe the model was trained with")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "Its checkpoint (.safetensors)")->required();
+  cmd->add_option("--input-shape", a->shape, "Input shape, e.g. 1,1,28,28 (token models: batch,sequence)");
+  cmd->add_option("--out", a->out, "The ONNX file to write");
+  cmd->add_flag("--dynamic-batch", a->dynamic_batch, "Make axis 0 of inputs and outputs the symbolic 'batch'");
+  cmd->add_option("--opset", a->opset, "ONNX opset, 13 to 17");
+  cmd->add_option("--input-name", a->input_name, "Name of the graph input (default: input)");
+  cmd->add_option("--output-name", a->output_name, "Name of the graph output (default: output)");
+  cmd->callback([a] {
+    recipe::Recipe r = recipe::parse_recipe_file(a->recipe);
+    auto net = recipe::build_model(r);
+    io::load_cell(*net, a->checkpoint);
+    Shape shape = parse_ints(a->shape, "--input-shape");
+    bool tokens = r.dataset == "text" || r.dataset == "kjv";
+    Tensor sample = tokens ? zeros(shape, DType::Int64) : zeros(shape);
+    ExportOptions o;
+    o.dynamic_batch = a->dynamic_batch;
+    o.opset = a->opset;
+    if (!a->input_name.empty()) o.input_names = {a->input_name};
+    if (!a->output_name.empty()) o.output_names = {a->output_name};
+    o.graph_name = r.model;
+    o.metadata = {{"kiln.recipe", r.text}, {"kiln.model", r.model}, {"kiln.checkpoint", a->checkpoint}};
+    if (!r.normalize_mean.empty()) {
+      std::string m, s;
+      for (double v : r.normalize_mean) m += (m.empty() ? "" : ",") + std::to_string(v);
+      for (double v : r.normalize_std) s += (s.empty() ? "" : ",") + std::to_string(v);
+      o.metadata["kiln.normalize_mean"] = m;
+      o.metadata["kiln.normalize_std"] = s;
+    }
+    ExportReport report = export_model(net, {sample}, a->out, o);
+    std::printf("wrote %s: %s\n", a->out.c_str(), report.str().c_str());
+  });
+}
+
+void add_run(CLI::App& app) {
+  struct Args {
+    std::string model, output;
+    std::vector<std::string> inputs;
+    int level = 2;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("run", "Run an ONNX model on inputs from .npy or .pb files");
+  cmd->add_option("model", a->model, "The ONNX file")->required();
+  cmd->add_option("--input", a->inputs, "One file per model input, in order (.npy or TensorProto .pb)")->required();
+  cmd->add_option("--output", a->output, "Write the first output here (.npy or .pb)");
+  cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
+  cmd->callback([a] {
+    SessionOptions so;
+    so.optimization_level = a->level;
+    InferenceSession session(a->model, so);
+    std::vector<Tensor> inputs;
+    for (const auto& p : a->inputs) inputs.push_back(load_input(p));
+    auto t0 = std::chrono::steady_clock::now();
+    auto outputs = session.run(inputs);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor& y = outputs[i];
+      std::printf("%s: %s %s\n", session.outputs()[i].name.c_str(), dtype_name(y.dtype()), shape_str(y.shape()).c_str());
+      if (y.dim() == 2 && is_floating(y.dtype())) {
+        auto top = argmax(y, 1).to_vector<int64_t>();
+        std::printf("  argmax per row:");
+        for (size_t r = 0; r < top.size() && r < 32; ++r) std::printf(" %lld", static_cast<long long>(top[r]));
+        std::printf("%s\n", top.size() > 32 ? " ..." : "");
+      }
+    }
+    std::printf("ran in %.2f ms (first run: includes compiling the graph)\n", ms);
+    if (!a->output.empty()) {
+      save_output(a->output, outputs[0]);
+      std::printf("wrote %s\n", a->output.c_str());
+    }
+  });
+}
+
+void add_bench(CLI::App& app) {
+  struct Args {
+    std::string model, batches = "1,64";
+    int runs = 50, threads = 0, level = 2;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX model");
+  cmd->add_option("model", a->model, "The ONNX file")->required();
+  cmd->add_option("--batch", a->batches, "Batch sizes, e.g. 1,64 (axis 0 of every input)");
+  cmd->add_option("--runs", a->runs, "Timed runs per batch size (after 5 warm-up runs)")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
+  cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
+  cmd->callback([a] {
+    SessionOptions so;
+    so.threads = a->threads;
+    so.optimization_level = a->level;
+    InferenceSession session(a->model, so);
+    std::printf("%s: opset %d, %s\n", a->model.c_str(), session.opset(), session.producer().c_str());
+    std::printf("%6s %10s %10s %10s %14s %12s\n", "batch", "p50 ms", "p90 ms", "p99 ms", "samples/s", "peak MB");
+    for (int64_t batch : parse_ints(a->batches, "--batch")) {
+      std::vector<Tensor> inputs;
+      for (const auto& info : session.inputs()) {
+        Shape s(info.shape.begin(), info.shape.end());
+        KILN_CHECK(info.shape_known && !s.empty(), "bench: input '", info.name, "' has no known shape");
+        KILN_CHECK(s[0] < 0 || s[0] == batch, "bench: input '", info.name, "' has a fixed batch of ", s[0],
+                   "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch ", batch);
+        s[0] = batch;
+        for (size_t d = 1; d < s.size(); ++d)
+          KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size");
+        inputs.push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
+      }
+      for (int i = 0; i < 5; ++i) session.run(inputs);
+      cpu_allocator_reset_peak();
+      std::vector<double> ms;
+      for (int i = 0; i < a->runs; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        session.run(inputs);
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      double mean = 0;
+      for (double m : ms) mean += m / static_cast<double>(ms.size());
+      std::printf("%6lld %10.3f %10.3f %10.3f %14.0f %12.2f\n", static_cast<long long>(batch), percentile(ms, 0.5),
+                  percentile(ms, 0.9), percentile(ms, 0.99), static_cast<double>(batch) * 1000.0 / mean,
+                  static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
+    }
+    struct rusage u {};
+    getrusage(RUSAGE_SELF, &u);
+    std::printf("peak RSS %.0f MB\n", static_cast<double>(u.ru_maxrss) / 1024.0);
+  });
+}
+
+}  // namespace
+
+void add_deploy_commands(CLI::App& app) {
+  add_export(app);
+  add_run(app);
+  add_bench(app);
+}
+
+}  // namespace kiln::cli

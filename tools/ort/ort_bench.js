@@ -1,0 +1,39 @@
+// Latency of an ONNX model in ONNX Runtime (CPU), the peer figure of `kiln bench`.
+//   node ort_bench.js MODEL INPUT_NAME DIMS [--type float32|int64] [--threads N] [--runs N]
+// DIMS is comma-separated, e.g. 64,1,28,28. Prints one line:
+//   batch B p50 X p90 Y p99 Z samples/s S
+const ort = require('onnxruntime-node');
+
+async function main() {
+  const [model, inputName, dimsText, ...rest] = process.argv.slice(2);
+  const flag = (name, fallback) => {
+    const i = rest.indexOf(name);
+    return i >= 0 ? rest[i + 1] : fallback;
+  };
+  const threads = Number(flag('--threads', 1));
+  const runs = Number(flag('--runs', 50));
+  const type = flag('--type', 'float32');
+  const dims = dimsText.split(',').map(Number);
+  const count = dims.reduce((a, b) => a * b, 1);
+  const session = await ort.InferenceSession.create(model, {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+  });
+  const data = type === 'int64' ? new BigInt64Array(count) : Float32Array.from({ length: count }, () => Math.random());
+  const feeds = { [inputName]: new ort.Tensor(type, data, dims) };
+  for (let i = 0; i < 5; ++i) await session.run(feeds);
+  const ms = [];
+  for (let i = 0; i < runs; ++i) {
+    const t0 = process.hrtime.bigint();
+    await session.run(feeds);
+    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  const mean = ms.reduce((a, b) => a + b, 0) / ms.length;
+  ms.sort((a, b) => a - b);
+  const pct = (p) => ms[Math.min(ms.length - 1, Math.floor(p * ms.length))].toFixed(3);
+  console.log(`batch ${dims[0]} p50 ${pct(0.5)} p90 ${pct(0.9)} p99 ${pct(0.99)} samples/s ${(dims[0] * 1000 / mean).toFixed(0)}`);
+}
+
+main().catch((e) => {
+  console.error(`ort_bench: ${e.message}`);
+  process.exit(1);
+});
