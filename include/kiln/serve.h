@@ -1,0 +1,51 @@
+#pragma once
+// `kiln serve`: models behind HTTP, speaking the Open Inference Protocol v2
+// (REST): health, server and model metadata, readiness, and infer with JSON
+// tensors or the binary tensor extension; Prometheus metrics at /metrics.
+//
+//   kiln::ServeOptions o;
+//   o.model = "model.onnx";          // or o.model_repository = "models/"
+//   kiln::Server server(o);
+//   int port = server.start();       // listening and ready
+//   ...
+//   server.shutdown();               // not ready, in-flight requests finish, stop
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace kiln {
+
+struct ServeOptions {
+  std::string host = "0.0.0.0";
+  int port = 8000;                  // 0: any free port (start() returns it)
+  // One ONNX file (served as the model named after the file, version 1), or a
+  // repository: <model>/<version>/model.onnx with an optional <model>/config.yaml.
+  std::string model;
+  std::string model_repository;
+  size_t max_body_bytes = 64u << 20;  // larger bodies get 413
+  int http_threads = 64;              // connections served at once
+  double request_timeout_s = 30;      // longer in the queue: 503
+  double drain_timeout_s = 30;        // shutdown waits this long for in-flight requests
+  std::string access_log = "-";       // "-": stderr; "": none; otherwise a file appended to
+};
+
+class Server {
+ public:
+  explicit Server(ServeOptions options);
+  ~Server();
+  // Starts listening (live at once), loads and warms up every model, then
+  // turns ready. Returns the port. Throws when a model does not load.
+  int start();
+  // Not ready any more; waits for in-flight requests (up to drain_timeout_s); stops.
+  void shutdown();
+  bool ready() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Serves until SIGTERM or SIGINT, then shuts down gracefully. Returns the exit code.
+int run_server(const ServeOptions& options);
+
+}  // namespace kiln

@@ -1,0 +1,42 @@
+#pragma once
+// A served model's config.yaml (next to its version folders):
+//
+//   max_batch_size: 64            # 0: requests are run as they come, unbatched
+//   inputs:  [{name: input, datatype: FP32, shape: [1, 28, 28]}]   # per sample; checked against the model
+//   outputs: [{name: output, datatype: FP32, shape: [10]}]
+//   dynamic_batching: {max_queue_delay_microseconds: 500, preferred_batch_size: [32, 64], max_queue_size: 256}
+//   instance_count: 1             # batches computed at once
+//   warmup: [1, 64]               # batch sizes run once before the model is ready
+#include <string>
+#include <vector>
+
+#include "kiln/dtype.h"
+
+namespace kiln::serve {
+
+struct TensorSpec {
+  std::string name, datatype;
+  std::vector<int64_t> shape;  // without the batch axis when max_batch_size > 0
+};
+
+struct ModelConfig {
+  std::string name;
+  int64_t max_batch_size = 0;
+  std::vector<TensorSpec> inputs, outputs;
+  bool dynamic_batching = false;
+  int64_t max_queue_delay_us = 0;
+  std::vector<int64_t> preferred_batch_sizes;
+  int64_t max_queue_size = 1024;  // requests waiting; more are refused with 503
+  int instance_count = 1;
+  std::vector<int64_t> warmup_batch_sizes = {1};
+};
+
+// Throws naming the file and the key; unknown keys are refused.
+ModelConfig parse_model_config(const std::string& yaml_text, const std::string& source);
+
+// OIP v2 datatype names ("FP32", "INT64", ...).
+const char* oip_datatype(DType d);
+// Throws listing the supported names.
+DType dtype_of_oip(const std::string& datatype);
+
+}  // namespace kiln::serve

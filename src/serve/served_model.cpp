@@ -1,0 +1,233 @@
+#include "serve/served_model.h"
+
+#include <algorithm>
+
+#include "kiln/functional.h"
+
+namespace kiln::serve {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+ServedModel::ServedModel(std::string name, std::string version, const std::string& onnx_path, ModelConfig config,
+                         ModelMetrics& metrics)
+    : name_(std::move(name)), version_(std::move(version)), config_(std::move(config)), metrics_(metrics),
+      session_(onnx_path) {
+  // The config, where it describes tensors, must agree with the file.
+  auto check_specs = [&](const std::vector<TensorSpec>& specs, const std::vector<TensorInfo>& infos, const char* kind) {
+    for (const auto& spec : specs) {
+      auto it = std::find_if(infos.begin(), infos.end(), [&](const TensorInfo& i) { return i.name == spec.name; });
+      KILN_CHECK(it != infos.end(), "model '", name_, "': config.yaml names ", kind, " '", spec.name,
+                 "', which the ONNX file does not have");
+      KILN_CHECK(spec.datatype.empty() || dtype_of_oip(spec.datatype) == it->dtype, "model '", name_, "': config.yaml says ",
+                 kind, " '", spec.name, "' is ", spec.datatype, ", the file says ", oip_datatype(it->dtype));
+    }
+  };
+  check_specs(config_.inputs, inputs(), "input");
+  check_specs(config_.outputs, outputs(), "output");
+  if (config_.max_batch_size > 0)
+    for (const auto& info : inputs())
+      KILN_CHECK(info.shape_known && !info.shape.empty() && info.shape[0] < 0, "model '", name_, "': max_batch_size is ",
+                 config_.max_batch_size, " but input '", info.name, "' has no dynamic batch axis (", info.str(),
+                 "); export with kiln export --dynamic-batch, or set max_batch_size: 0");
+  batching_ = config_.dynamic_batching && config_.max_batch_size > 1;
+  if (batching_)
+    for (int i = 0; i < config_.instance_count; ++i) workers_.emplace_back([this] { batch_loop(); });
+}
+
+ServedModel::~ServedModel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  ready_cv_.notify_all();
+  slot_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+std::string ServedModel::expected(const TensorInfo& info) const {
+  std::string s = std::string(oip_datatype(info.dtype)) + " [";
+  for (size_t i = 0; i < info.shape.size(); ++i) {
+    if (i) s += ", ";
+    s += info.shape[i] >= 0 ? std::to_string(info.shape[i]) : info.dim_names[i];
+  }
+  s += "]";
+  if (config_.max_batch_size > 0) s += " (batch 1 to " + std::to_string(config_.max_batch_size) + ")";
+  return s;
+}
+
+std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std::string, Tensor>>& given) const {
+  std::vector<Tensor> ordered(inputs().size());
+  for (const auto& [name, t] : given) {
+    auto it = std::find_if(inputs().begin(), inputs().end(), [&](const TensorInfo& i) { return i.name == name; });
+    if (it == inputs().end()) {
+      std::string names;
+      for (const auto& i : inputs()) names += (names.empty() ? "" : ", ") + i.name;
+      throw BadRequest("model '" + name_ + "' has no input '" + name + "'; its inputs are: " + names);
+    }
+    size_t k = static_cast<size_t>(it - inputs().begin());
+    if (ordered[k].defined()) throw BadRequest("input '" + name + "' is given twice");
+    bool fits = t.dtype() == it->dtype;
+    if (it->shape_known) {
+      fits = fits && t.dim() == static_cast<int64_t>(it->shape.size());
+      for (size_t d = 0; fits && d < it->shape.size(); ++d) fits = it->shape[d] < 0 || it->shape[d] == t.shape()[d];
+    }
+    if (fits && config_.max_batch_size > 0 && t.dim() > 0)
+      fits = t.shape()[0] >= 1 && t.shape()[0] <= config_.max_batch_size;
+    if (!fits)
+      throw BadRequest("input '" + name + "': expected " + expected(*it) + ", got " + oip_datatype(t.dtype()) + " " +
+                       shape_str(t.shape()));
+    ordered[k] = t;
+  }
+  for (size_t k = 0; k < ordered.size(); ++k)
+    if (!ordered[k].defined())
+      throw BadRequest("input '" + inputs()[k].name + "' is missing; expected " + expected(inputs()[k]));
+  if (config_.max_batch_size > 0)
+    for (const Tensor& t : ordered)
+      if (t.shape()[0] != ordered[0].shape()[0])
+        throw BadRequest("the inputs disagree on the batch size (axis 0): " + shape_str(ordered[0].shape()) + " and " +
+                         shape_str(t.shape()));
+  return ordered;
+}
+
+void ServedModel::warm_up() {
+  for (int64_t b : config_.warmup_batch_sizes) {
+    std::vector<Tensor> in;
+    for (const auto& info : inputs()) {
+      KILN_CHECK(info.shape_known, "model '", name_, "': cannot warm up input '", info.name, "' of unknown shape");
+      Shape s(info.shape.begin(), info.shape.end());
+      for (size_t d = 0; d < s.size(); ++d) {
+        KILN_CHECK(s[d] >= 0 || d == 0, "model '", name_, "': cannot warm up input '", info.name,
+                   "': axis ", d, " has no fixed size");
+        if (s[d] < 0) s[d] = b;
+      }
+      in.push_back(zeros(s, info.dtype));
+    }
+    session_.run(in);
+  }
+}
+
+std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    slot_cv_.wait(lock, [&] { return running_ < config_.instance_count || stopping_; });
+    if (stopping_) throw Unavailable("model '" + name_ + "' is shutting down");
+    ++running_;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<Tensor> out;
+  try {
+    out = session_.run(inputs);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    slot_cv_.notify_one();
+    throw;
+  }
+  metrics_.compute_seconds.observe(seconds_since(t0));
+  metrics_.batch_size.observe(inputs.empty() || inputs[0].dim() == 0 ? 1.0 : static_cast<double>(inputs[0].shape()[0]));
+  std::lock_guard<std::mutex> lock(mu_);
+  --running_;
+  slot_cv_.notify_one();
+  return out;
+}
+
+std::vector<Tensor> ServedModel::infer(const std::vector<std::pair<std::string, Tensor>>& given,
+                                       std::chrono::steady_clock::duration timeout) {
+  std::vector<Tensor> ordered = order_and_check(given);
+  if (!batching_) return run_now(ordered);
+  auto p = std::make_shared<Pending>();
+  p->inputs = std::move(ordered);
+  p->batch = p->inputs[0].shape()[0];
+  p->queued = std::chrono::steady_clock::now();
+  auto result = p->result.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) throw Unavailable("model '" + name_ + "' is shutting down");
+    if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_size)
+      throw Unavailable("model '" + name_ + "': the queue is full (" + std::to_string(config_.max_queue_size) +
+                        " requests waiting); retry later");
+    queue_.push_back(p);
+    metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+  }
+  ready_cv_.notify_one();
+  if (result.wait_for(timeout) != std::future_status::ready) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find(queue_.begin(), queue_.end(), p);
+    if (it != queue_.end()) {  // still queued: withdraw it
+      queue_.erase(it);
+      metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+      throw Unavailable("model '" + name_ + "': the request waited longer than the timeout; retry later");
+    }
+  }
+  return result.get();  // being computed: its batch finishes soon
+}
+
+void ServedModel::batch_loop() {
+  using clock = std::chrono::steady_clock;
+  const auto delay = std::chrono::microseconds(config_.max_queue_delay_us);
+  auto preferred = [&](int64_t n) {
+    return std::find(config_.preferred_batch_sizes.begin(), config_.preferred_batch_sizes.end(), n) !=
+           config_.preferred_batch_sizes.end();
+  };
+  for (;;) {
+    std::vector<std::shared_ptr<Pending>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ready_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) return;
+      const clock::time_point deadline = queue_.front()->queued + delay;
+      int64_t total = 0;
+      for (;;) {
+        while (!queue_.empty() && total + queue_.front()->batch <= config_.max_batch_size) {
+          total += queue_.front()->batch;
+          batch.push_back(queue_.front());
+          queue_.pop_front();
+        }
+        bool full = total >= config_.max_batch_size || preferred(total) ||
+                    (!queue_.empty() && total + queue_.front()->batch > config_.max_batch_size);
+        if (full || stopping_ || clock::now() >= deadline) break;
+        ready_cv_.wait_until(lock, deadline);
+      }
+      metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+      if (!queue_.empty()) ready_cv_.notify_one();  // another worker can start the next batch
+    }
+    run_batch(batch);
+  }
+}
+
+void ServedModel::run_batch(std::vector<std::shared_ptr<Pending>>& batch) {
+  auto start = std::chrono::steady_clock::now();
+  for (auto& p : batch) metrics_.queue_seconds.observe(std::chrono::duration<double>(start - p->queued).count());
+  try {
+    std::vector<Tensor> joined;
+    for (size_t i = 0; i < batch[0]->inputs.size(); ++i) {
+      if (batch.size() == 1) {
+        joined.push_back(batch[0]->inputs[i]);
+        continue;
+      }
+      std::vector<Tensor> parts;
+      for (auto& p : batch) parts.push_back(p->inputs[i]);
+      joined.push_back(concat(parts, 0));
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> out = session_.run(joined);
+    metrics_.compute_seconds.observe(seconds_since(t0));
+    metrics_.batch_size.observe(static_cast<double>(joined[0].shape()[0]));
+    int64_t offset = 0;
+    for (auto& p : batch) {
+      std::vector<Tensor> mine;
+      for (const Tensor& y : out) mine.push_back(batch.size() == 1 ? y : y.slice(0, offset, offset + p->batch).contiguous());
+      offset += p->batch;
+      p->result.set_value(std::move(mine));
+    }
+  } catch (...) {
+    for (auto& p : batch) p->result.set_exception(std::current_exception());
+  }
+}
+
+}  // namespace kiln::serve

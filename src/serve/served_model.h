@@ -1,0 +1,74 @@
+#pragma once
+// One model version behind the server: its session, its config, and (with
+// dynamic batching) a queue that worker threads drain in batches.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/runtime.h"
+#include "serve/metrics.h"
+#include "serve/model_config.h"
+#include "serve/oip.h"
+
+namespace kiln::serve {
+
+// The queue is full, or the request waited past its deadline: answered 503.
+class Unavailable : public Error {
+ public:
+  explicit Unavailable(const std::string& msg) : Error(msg) {}
+};
+
+class ServedModel {
+ public:
+  ServedModel(std::string name, std::string version, const std::string& onnx_path, ModelConfig config,
+              ModelMetrics& metrics);
+  ~ServedModel();
+  ServedModel(const ServedModel&) = delete;
+  ServedModel& operator=(const ServedModel&) = delete;
+
+  // Runs the configured warm-up batch sizes once each.
+  void warm_up();
+  // Checks the inputs against the model (BadRequest naming the input, the
+  // expected shape and datatype), then runs them, batched with others when
+  // configured. Outputs come in the model's order.
+  std::vector<Tensor> infer(const std::vector<std::pair<std::string, Tensor>>& inputs,
+                            std::chrono::steady_clock::duration timeout);
+
+  const std::string& name() const { return name_; }
+  const std::string& version() const { return version_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<TensorInfo>& inputs() const { return session_.inputs(); }
+  const std::vector<TensorInfo>& outputs() const { return session_.outputs(); }
+  std::string expected(const TensorInfo& info) const;  // "FP32 [batch, 1, 28, 28] (batch 1 to 64)"
+
+ private:
+  struct Pending {
+    std::vector<Tensor> inputs;
+    int64_t batch = 1;
+    std::chrono::steady_clock::time_point queued;
+    std::promise<std::vector<Tensor>> result;
+  };
+  std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+  std::vector<Tensor> run_now(const std::vector<Tensor>& inputs);
+  void batch_loop();
+  void run_batch(std::vector<std::shared_ptr<Pending>>& batch);
+
+  std::string name_, version_;
+  ModelConfig config_;
+  ModelMetrics& metrics_;
+  InferenceSession session_;
+  bool batching_ = false;
+  std::mutex mu_;
+  std::condition_variable ready_cv_, slot_cv_;
+  std::deque<std::shared_ptr<Pending>> queue_;
+  int running_ = 0;  // unbatched runs in progress (at most instance_count)
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kiln::serve

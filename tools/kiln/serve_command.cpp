@@ -1,0 +1,32 @@
+// `kiln serve --model model.onnx | --model-repository DIR [--port 8000]`.
+#include <CLI/CLI.hpp>
+
+#include "kiln/kiln.h"
+#include "kiln/serve.h"
+
+namespace kiln::cli {
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "Serve ONNX models over HTTP (Open Inference Protocol v2)");
+  auto* model = cmd->add_option("--model", o->model, "One ONNX file, served as the model named after the file");
+  auto* repo = cmd->add_option("--model-repository", o->model_repository,
+                               "A folder of <model>/<version>/model.onnx, each model with an optional config.yaml");
+  model->excludes(repo);
+  cmd->add_option("--host", o->host, "Address to listen on");
+  cmd->add_option("--port", o->port, "Port to listen on (0: any free one)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--max-body-mb", o->max_body_bytes, "Largest request body in bytes")->transform([](std::string v) {
+    return std::to_string(static_cast<size_t>(std::stod(v) * 1024 * 1024));
+  });
+  cmd->add_option("--http-threads", o->http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds a request may wait for a batch slot (then 503)");
+  cmd->add_option("--drain-timeout", o->drain_timeout_s, "Seconds shutdown waits for in-flight requests");
+  cmd->add_option("--access-log", o->access_log, "Access log file ('-': stderr, '': none)");
+  cmd->callback([o] {
+    KILN_CHECK(!o->model.empty() || !o->model_repository.empty(), "kiln serve needs --model FILE or --model-repository DIR");
+    int rc = run_server(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace kiln::cli
