@@ -73,27 +73,34 @@ Tensor from_proto(const TensorProto& p, const std::string& where) {
     numel *= d;
     KILN_CHECK(numel <= (int64_t{1} << 40), name, ": the tensor is too large (", numel, " elements)");
   }
-  Tensor t = Tensor::empty(shape, dtype);
+  // Sizes are checked against the data present before anything is allocated.
   size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   if (p.has_raw_data()) {
     KILN_CHECK(p.raw_data().size() == bytes, name, ": raw_data holds ", p.raw_data().size(), " bytes but shape ",
                shape_str(shape), " of ", dtype_name(dtype), " needs ", bytes, "; the file is truncated or malformed");
+    Tensor t = Tensor::empty(shape, dtype);
     if (bytes) std::memcpy(t.raw_data(), p.raw_data().data(), bytes);
     return t;
   }
-  auto check_count = [&](int count, const char* field) {
-    KILN_CHECK(count == numel, name, ": ", field, " holds ", count, " values but shape ", shape_str(shape), " needs ",
-               numel, "; the file is malformed");
-  };
+  int present = 0;
   switch (dtype) {
-    case DType::Float32: check_count(p.float_data_size(), "float_data"); copy_field<float, float>(p.float_data(), t); break;
-    case DType::Float64: check_count(p.double_data_size(), "double_data"); copy_field<double, double>(p.double_data(), t); break;
-    case DType::Int64: check_count(p.int64_data_size(), "int64_data"); copy_field<int64_t, int64_t>(p.int64_data(), t); break;
-    case DType::Int32: check_count(p.int32_data_size(), "int32_data"); copy_field<int32_t, int32_t>(p.int32_data(), t); break;
-    case DType::UInt8: check_count(p.int32_data_size(), "int32_data"); copy_field<int32_t, uint8_t>(p.int32_data(), t); break;
-    case DType::Bool: check_count(p.int32_data_size(), "int32_data"); copy_field<int32_t, bool>(p.int32_data(), t); break;
+    case DType::Float32: present = p.float_data_size(); break;
+    case DType::Float64: present = p.double_data_size(); break;
+    case DType::Int64: present = p.int64_data_size(); break;
+    default: present = p.int32_data_size(); break;
+  }
+  KILN_CHECK(present == numel, name, ": holds ", present, " values but shape ", shape_str(shape), " needs ", numel,
+             "; the file is truncated or malformed");
+  Tensor t = Tensor::empty(shape, dtype);
+  switch (dtype) {
+    case DType::Float32: copy_field<float, float>(p.float_data(), t); break;
+    case DType::Float64: copy_field<double, double>(p.double_data(), t); break;
+    case DType::Int64: copy_field<int64_t, int64_t>(p.int64_data(), t); break;
+    case DType::Int32: copy_field<int32_t, int32_t>(p.int32_data(), t); break;
+    case DType::UInt8: copy_field<int32_t, uint8_t>(p.int32_data(), t); break;
+    case DType::Bool: copy_field<int32_t, bool>(p.int32_data(), t); break;
     case DType::Float16:
-    case DType::BFloat16: check_count(p.int32_data_size(), "int32_data"); copy_field<int32_t, uint16_t>(p.int32_data(), t); break;
+    case DType::BFloat16: copy_field<int32_t, uint16_t>(p.int32_data(), t); break;
   }
   return t;
 }

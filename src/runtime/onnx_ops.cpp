@@ -87,6 +87,16 @@ const Tensor& input(const OnnxNode& n, const std::vector<Tensor>& in, size_t i) 
   return in[i];
 }
 
+void check_created_size(const OnnxNode& n, const Shape& shape) {
+  constexpr int64_t kMax = int64_t{1} << 28;  // 1 GiB of float32
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) n.fail("shape ", shape_str(shape), " has a negative size");
+    if (d > 0 && numel > kMax / d) n.fail("the result ", shape_str(shape), " would hold more than 2^28 elements");
+    numel *= d;
+  }
+}
+
 Tensor scalar_like(double value, const Tensor& x) { return scalar_tensor(value, x.dtype()); }
 
 const std::vector<int>& value_inputs(const std::string& op_type) {

@@ -78,6 +78,9 @@ double scalar_value(const OnnxNode& n, const Tensor& t, const char* what);
 // `axis` in [-rank, rank) to [0, rank), or a clear error.
 int64_t normalize_axis(const OnnxNode& n, int64_t axis, int64_t rank);
 const Tensor& input(const OnnxNode& n, const std::vector<Tensor>& in, size_t i);  // required input i
+// Refuses a tensor of `shape` that a node would create from values in the
+// model (ConstantOfShape, Expand, Tile, Range) when it is absurdly large.
+void check_created_size(const OnnxNode& n, const Shape& shape);
 // A tensor holding `value` with x's dtype, shaped to broadcast.
 Tensor scalar_like(double value, const Tensor& x);
 

@@ -196,6 +196,7 @@ Shape broadcast_shapes(const OnnxNode& n, const Shape& a, const Shape& b) {
 std::vector<Tensor> expand_op(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   Shape target = broadcast_shapes(n, x.shape(), int_values(n, input(n, in, 1), "shape"));
+  check_created_size(n, target);
   Shape lifted(target.size() - x.shape().size(), 1);
   lifted.insert(lifted.end(), x.shape().begin(), x.shape().end());
   return {x.reshape(lifted).expand(target).contiguous()};
@@ -205,6 +206,12 @@ std::vector<Tensor> tile_op(const OnnxNode& n, const std::vector<Tensor>& in) {
   Tensor x = input(n, in, 0);
   auto repeats = int_values(n, input(n, in, 1), "repeats");
   if (static_cast<int64_t>(repeats.size()) != x.dim()) n.fail("repeats has ", repeats.size(), " values for rank ", x.dim());
+  Shape tiled = x.shape();
+  for (size_t i = 0; i < tiled.size(); ++i) {
+    if (repeats[i] > (int64_t{1} << 28)) n.fail("repeats ", repeats[i], " is too large");
+    tiled[i] *= std::max<int64_t>(repeats[i], 0);
+  }
+  check_created_size(n, tiled);
   for (int64_t ax = 0; ax < x.dim(); ++ax) {
     if (repeats[ax] < 0) n.fail("repeats must not be negative");
     if (repeats[ax] == 1) continue;
@@ -236,6 +243,7 @@ std::vector<Tensor> constant_op(const OnnxNode& n, const std::vector<Tensor>&) {
 
 std::vector<Tensor> constant_of_shape(const OnnxNode& n, const std::vector<Tensor>& in) {
   Shape shape = int_values(n, input(n, in, 0), "shape");
+  check_created_size(n, shape);
   double value = 0;
   DType dtype = DType::Float32;
   if (const auto* t = n.tensor("value")) {
@@ -251,7 +259,9 @@ std::vector<Tensor> range_op(const OnnxNode& n, const std::vector<Tensor>& in) {
   double start = scalar_value(n, input(n, in, 0), "start"), limit = scalar_value(n, input(n, in, 1), "limit"),
          delta = scalar_value(n, input(n, in, 2), "delta");
   if (delta == 0) n.fail("delta cannot be 0");
-  int64_t count = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+  double steps = std::ceil((limit - start) / delta);
+  if (!(steps < static_cast<double>(int64_t{1} << 28))) n.fail("Range(", start, ", ", limit, ", ", delta, ") is too long");
+  int64_t count = std::max<int64_t>(0, static_cast<int64_t>(steps));
   std::vector<double> v(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) v[i] = start + static_cast<double>(i) * delta;
   return {cast(from_vector(v, Shape{count}), in[0].dtype())};

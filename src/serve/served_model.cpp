@@ -62,7 +62,9 @@ std::string ServedModel::expected(const TensorInfo& info) const {
 
 std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std::string, Tensor>>& given) const {
   std::vector<Tensor> ordered(inputs().size());
-  for (const auto& [name, t] : given) {
+  for (const auto& item : given) {
+    const std::string& name = item.first;
+    const Tensor& t = item.second;
     auto it = std::find_if(inputs().begin(), inputs().end(), [&](const TensorInfo& i) { return i.name == name; });
     if (it == inputs().end()) {
       std::string names;
