@@ -59,6 +59,7 @@ struct InferenceSession::Impl {
     o.inference = true;
     o.optimize = options.optimization_level >= 2;
     o.name = "onnx";
+    o.max_cached_graphs = 16;  // one per batch size in use
     // Inputs bound by value are constants of this graph; the others are its inputs.
     std::vector<Tensor> bound;
     const auto& by_value = program->bound_by_value();

@@ -96,8 +96,42 @@ std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std
   return ordered;
 }
 
+// Batches are padded to a power of two (or max_batch_size): each batch size
+// is a graph compiled for that shape, and a handful of buckets keeps them all
+// compiled and cached instead of compiling for every size that arrives.
+int64_t ServedModel::bucket(int64_t batch) const {
+  if (config_.max_batch_size <= 0) return batch;
+  int64_t b = 1;
+  while (b < batch) b *= 2;
+  return std::min(b, config_.max_batch_size);
+}
+
+std::vector<Tensor> ServedModel::run_padded(const std::vector<Tensor>& inputs) {
+  const int64_t batch = inputs[0].shape()[0], padded = bucket(batch);
+  if (padded == batch) return session_.run(inputs);
+  std::vector<Tensor> full;
+  for (const Tensor& t : inputs) {
+    Shape rest = t.shape();
+    rest[0] = padded - batch;
+    full.push_back(concat({t, zeros(rest, t.dtype())}, 0));
+  }
+  std::vector<Tensor> out = session_.run(full);
+  for (Tensor& y : out) y = y.slice(0, 0, batch).contiguous();
+  return out;
+}
+
 void ServedModel::warm_up() {
-  for (int64_t b : config_.warmup_batch_sizes) {
+  std::vector<int64_t> sizes = config_.warmup_batch_sizes;
+  if (batching_ && !sizes.empty())  // every bucket a batch can land in
+    for (int64_t b = 1;; b *= 2) {
+      sizes.push_back(bucket(b));
+      if (bucket(b) >= config_.max_batch_size) break;
+    }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int64_t& b : sizes) b = bucket(b);
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int64_t b : sizes) {
     std::vector<Tensor> in;
     for (const auto& info : inputs()) {
       KILN_CHECK(info.shape_known, "model '", name_, "': cannot warm up input '", info.name, "' of unknown shape");
@@ -123,7 +157,7 @@ std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> out;
   try {
-    out = session_.run(inputs);
+    out = config_.max_batch_size > 0 ? run_padded(inputs) : session_.run(inputs);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
@@ -217,7 +251,7 @@ void ServedModel::run_batch(std::vector<std::shared_ptr<Pending>>& batch) {
       joined.push_back(concat(parts, 0));
     }
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> out = session_.run(joined);
+    std::vector<Tensor> out = run_padded(joined);
     metrics_.compute_seconds.observe(seconds_since(t0));
     metrics_.batch_size.observe(static_cast<double>(joined[0].shape()[0]));
     int64_t offset = 0;

@@ -55,6 +55,9 @@ class ServedModel {
   };
   std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
   std::vector<Tensor> run_now(const std::vector<Tensor>& inputs);
+  // Runs a batch padded up to its bucket and returns the outputs for the real rows.
+  std::vector<Tensor> run_padded(const std::vector<Tensor>& inputs);
+  int64_t bucket(int64_t batch) const;
   void batch_loop();
   void run_batch(std::vector<std::shared_ptr<Pending>>& batch);
 

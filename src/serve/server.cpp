@@ -196,6 +196,7 @@ int Server::start() {
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   s.http.set_payload_max_length(o.max_body_bytes);
   s.http.set_keep_alive_max_count(100000);
+  s.http.set_tcp_nodelay(true);  // small responses go out at once, not after a delayed ACK
   s.http.set_read_timeout(30, 0);
   s.http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
     t_request_start = std::chrono::steady_clock::now();

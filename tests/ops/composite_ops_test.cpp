@@ -94,3 +94,31 @@ TEST(Reductions, KeepingAMiddleAxisMatchesThePermutedSum) {
 }
 
 }  // namespace
+
+// The batched matmul paths: a weight shared by every batch entry runs as one
+// GEMM over the stacked rows; many small products run one per thread. Both
+// must equal the products taken one at a time, in float32 and float64.
+TEST(Composite, BatchedMatmulPathsMatchOneProductAtATime) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor a = randn({3, 5, 4}, dt), w = randn({4, 6}, dt);
+    Tensor shared = matmul(a, w);
+    Tensor heads = randn({2, 8, 16, 12}, dt), keys = randn({2, 8, 12, 16}, dt);
+    Tensor small = matmul(heads, keys);
+    Tensor transposed = matmul(a, randn({6, 4}, dt).t());  // shared and transposed
+    for (int64_t i = 0; i < 3; ++i) {
+      Tensor want = matmul(a.slice(0, i, i + 1).squeeze(0).contiguous(), w);
+      auto g = shared.slice(0, i, i + 1).squeeze(0).to(DType::Float64).contiguous().to_vector<double>();
+      auto e = want.to(DType::Float64).to_vector<double>();
+      for (size_t j = 0; j < g.size(); ++j) EXPECT_NEAR(g[j], e[j], 1e-4);
+    }
+    EXPECT_EQ(transposed.shape(), (Shape{3, 5, 6}));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 8; h += 3) {
+        Tensor x = heads.slice(0, b, b + 1).slice(1, h, h + 1).reshape({16, 12});
+        Tensor y = keys.slice(0, b, b + 1).slice(1, h, h + 1).reshape({12, 16});
+        auto g = small.slice(0, b, b + 1).slice(1, h, h + 1).reshape({16, 16}).to(DType::Float64).contiguous().to_vector<double>();
+        auto e = matmul(x, y).to(DType::Float64).to_vector<double>();
+        for (size_t j = 0; j < g.size(); ++j) EXPECT_NEAR(g[j], e[j], 1e-4);
+      }
+  }
+}

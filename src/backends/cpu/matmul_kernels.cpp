@@ -82,7 +82,20 @@ void matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* py = y.data<T>();
-  for (int64_t i = 0; i < nb; ++i) {
+  // One matrix for every batch entry ([B, M, K] @ [K, N], a projection
+  // exported as MatMul) with row-major rows stacked evenly: one GEMM of B*M rows.
+  bool shared_b = true, stacked_a = !ta && nb > 1;
+  int64_t expected = m * lda;
+  for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+    shared_b = shared_b && (b.strides()[d] == 0 || batch[d] == 1);
+    stacked_a = stacked_a && (a.strides()[d] == expected || batch[d] == 1);
+    expected *= batch[d];
+  }
+  if (shared_b && stacked_a && lda == k) {
+    gemm<T>(false, tb, nb * m, n, k, T(1), pa, lda, pb, ldb, T(0), py, n);
+    return;
+  }
+  auto one = [&](int64_t i) {
     int64_t oa = 0, ob = 0, rem = i;
     for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
       int64_t idx = rem % batch[d];
@@ -91,7 +104,16 @@ void matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
       ob += idx * b.strides()[d];
     }
     gemm<T>(ta, tb, m, n, k, T(1), pa + oa, lda, pb + ob, ldb, T(0), py + i * m * n, n);
+  };
+  // Many small products (attention heads): one per thread, each GEMM on its
+  // own thread (inside a parallel region oneDNN runs single-threaded).
+  if (nb >= 2 && m * n * k <= (int64_t{1} << 20)) {
+    parallel_for(nb, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) one(i);
+    });
+    return;
   }
+  for (int64_t i = 0; i < nb; ++i) one(i);
 }
 
 template <typename T>

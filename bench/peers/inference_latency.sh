@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Inference runtime against ONNX Runtime (onnxruntime-node, same thread
+# count), in one run: latency at batch 1 and throughput at batch 64 for W2,
+# ResNet-18 and a Transformer encoder.
+# Usage: bench/peers/inference_latency.sh W2.onnx [THREADS]
+#   W2.onnx: exported with kiln export --dynamic-batch. ResNet-18 and the
+#   encoder are exported by make_inference_models.py (needs Debian's python3-torch).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+w2="$1"
+threads="${2:-2}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+/usr/bin/python3 bench/peers/make_inference_models.py "$work" 2>/dev/null
+
+kiln_p50() {  # model, batch, runs -> "p50_ms samples_per_s"
+  KILN_NUM_THREADS="$threads" ./build/kiln bench "$1" --batch "$2" --runs "$3" --threads "$threads" |
+    awk -v b="$2" '$1 == b {print $2, $5}'
+}
+ort_p50() {  # model, dims, runs, type
+  node tools/ort/ort_bench.js "$1" input "$2" --threads "$threads" --runs "$3" | awk '{print $4, $10}'
+}
+
+printf '%-20s %5s  %12s %12s %7s  %12s %12s %7s\n' model batch "kiln p50 ms" "ORT p50 ms" "ratio" "kiln /s" "ORT /s" "ratio"
+row() {  # name, model, batch, dims, runs
+  read -r kp ks <<< "$(kiln_p50 "$2" "$3" "$5")"
+  read -r op os <<< "$(ort_p50 "$2" "$4" "$5")"
+  awk -v n="$1" -v b="$3" -v kp="$kp" -v op="$op" -v ks="$ks" -v os="$os" \
+    'BEGIN { printf "%-20s %5d  %12.3f %12.3f %6.2fx  %12.0f %12.0f %6.2fx\n", n, b, kp, op, op / kp, ks, os, ks / os }'
+}
+row W2 "$w2" 1 1,1,28,28 200
+row W2 "$w2" 64 64,1,28,28 50
+row ResNet-18 "$work/resnet18.onnx" 1 1,3,224,224 20
+row ResNet-18 "$work/resnet18.onnx" 64 64,3,224,224 3
+row "Transformer encoder" "$work/transformer_encoder.onnx" 1 1,128,256 50
+row "Transformer encoder" "$work/transformer_encoder.onnx" 64 64,128,256 5
+echo "ratio > 1: Kiln is faster (latency: ORT p50 / Kiln p50; throughput: Kiln / ORT)"
