@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -302,6 +303,52 @@ TEST(Serve, AccessLogHasOneLinePerRequest) {
   std::getline(f, second);
   EXPECT_NE(first.find("127.0.0.1 GET /v2/health/ready 200"), std::string::npos) << first;
   EXPECT_NE(second.find("POST /v2/models/cnn/infer 400"), std::string::npos) << second;
+}
+
+}  // namespace
+
+namespace {
+
+// The real `kiln serve` process: SIGTERM while a request is in flight; the
+// request is answered and the process exits 0.
+TEST(ServeProcess, SigtermDrainsAndExits) {
+  fs::path repo = make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 400000}\n");
+  fs::path log = repo / "serve.log";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    ::execl(KILN_CLI, KILN_CLI, "serve", "--model-repository", repo.c_str(), "--host", "127.0.0.1", "--port", "0",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int port = 0;
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream f(log);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    auto at = text.find("ready on 127.0.0.1:");
+    if (at != std::string::npos) port = std::atoi(text.c_str() + at + std::strlen("ready on 127.0.0.1:"));
+  }
+  ASSERT_GT(port, 0) << "kiln serve did not become ready";
+  int status = 0;
+  std::thread request([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    auto res = c.Post("/v2/models/cnn/infer", infer_body(rand({1, 1, 28, 28})).dump(), "application/json");
+    status = res ? res->status : -1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(pid, SIGTERM);
+  request.join();
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  std::ifstream f(log);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("SIGTERM received; finishing in-flight requests"), std::string::npos) << text;
+  EXPECT_NE(text.find("POST /v2/models/cnn/infer 200"), std::string::npos) << text;
 }
 
 }  // namespace
