@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 
 #include "serve/model_config.h"
 
@@ -9,6 +10,8 @@ namespace kiln::serve {
 namespace {
 
 using json = nlohmann::json;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
 
 template <typename... Args>
 [[noreturn]] void bad(const Args&... args) {
@@ -17,25 +20,43 @@ template <typename... Args>
 
 // Appends the numbers of a (possibly nested) JSON array.
 template <typename T>
-void flatten(const json& j, std::vector<T>& out, const std::string& name) {
-  if (j.is_array()) {
-    for (const auto& e : j) flatten(e, out, name);
-    return;
-  }
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!j.is_boolean()) bad("input '", name, "': BOOL data must be true/false, got ", j.dump());
-    out.push_back(j.get<bool>());
-  } else {
-    if (!j.is_number()) bad("input '", name, "': data must be numbers, got ", j.dump().substr(0, 40));
-    if constexpr (std::is_integral_v<T>) {
-      if (!j.is_number_integer()) bad("input '", name, "': integer data expected, got ", j.dump());
+void flatten(element e, std::vector<T>& out, const std::string& name) {
+  switch (e.type()) {
+    case element_type::ARRAY:
+    {
+      simdjson::dom::array items = e.get_array().value_unsafe();
+      for (element item : items) flatten(item, out, name);
+      return;
     }
-    out.push_back(j.get<T>());
+    case element_type::BOOL:
+      if constexpr (std::is_same_v<T, bool>) {
+        out.push_back(e.get_bool().value_unsafe());
+        return;
+      }
+      bad("input '", name, "': numbers expected, got true/false");
+    case element_type::INT64:
+    case element_type::UINT64:
+    case element_type::DOUBLE:
+      if constexpr (std::is_same_v<T, bool>) {
+        bad("input '", name, "': BOOL data must be true/false");
+      } else if constexpr (std::is_integral_v<T>) {
+        if (e.type() == element_type::DOUBLE) bad("input '", name, "': integer data expected, got ", e.get_double().value_unsafe());
+        int64_t v = e.type() == element_type::INT64 ? e.get_int64().value_unsafe()
+                                                     : static_cast<int64_t>(e.get_uint64().value_unsafe());
+        out.push_back(static_cast<T>(v));
+      } else {
+        double v = 0;
+        if (e.get_double().get(v)) bad("input '", name, "': a number does not fit a double");
+        out.push_back(static_cast<T>(v));
+      }
+      return;
+    default:
+      bad("input '", name, "': data must be numbers or nested lists of them");
   }
 }
 
 template <typename T>
-Tensor from_json(const json& data, const Shape& shape, DType dtype, const std::string& name) {
+Tensor from_json(element data, const Shape& shape, DType dtype, const std::string& name) {
   std::vector<T> values;
   values.reserve(static_cast<size_t>(numel_of(shape)));
   flatten(data, values, name);
@@ -45,7 +66,7 @@ Tensor from_json(const json& data, const Shape& shape, DType dtype, const std::s
   return t.dtype() == dtype ? t : t.to(dtype);
 }
 
-Tensor json_tensor(const json& data, const Shape& shape, DType dtype, const std::string& name) {
+Tensor json_tensor(element data, const Shape& shape, DType dtype, const std::string& name) {
   switch (dtype) {
     case DType::Float32: return from_json<float>(data, shape, dtype, name);
     case DType::Float64:
@@ -71,9 +92,23 @@ json tensor_json(const Tensor& t) {
   }
 }
 
-bool binary_param(const json& item) {
-  return item.contains("parameters") && item["parameters"].is_object() &&
-         item["parameters"].value("binary_data", false);
+// Field `key` of object `o` as the given type, or a BadRequest naming it.
+element field(simdjson::dom::object o, const char* key, const std::string& where) {
+  element e;
+  if (o[key].get(e)) bad(where, " needs \"", key, "\"");
+  return e;
+}
+std::string string_of(element e, const std::string& what) {
+  std::string_view v;
+  if (e.get_string().get(v)) bad(what, " must be a string");
+  return std::string(v);
+}
+bool flag(simdjson::dom::object o, const char* key) {
+  element params, value;
+  bool on = false;
+  if (o["parameters"].get(params) || params.type() != element_type::OBJECT) return false;
+  if (params.get_object().value_unsafe()[key].get(value)) return false;
+  return !value.get_bool().get(on) && on;
 }
 
 }  // namespace
@@ -82,66 +117,80 @@ InferRequest parse_infer_request(const std::string& body, long long header_lengt
   if (header_length > static_cast<long long>(body.size()))
     bad("Inference-Header-Content-Length (", header_length, ") is larger than the body (", body.size(), " bytes)");
   size_t json_len = header_length >= 0 ? static_cast<size_t>(header_length) : body.size();
-  json j;
-  try {
-    j = json::parse(body.begin(), body.begin() + static_cast<long>(json_len));
-  } catch (const json::exception& e) {
-    bad("the request body is not valid JSON: ", e.what());
-  }
-  if (!j.is_object()) bad("the request body must be a JSON object with an \"inputs\" list");
+  thread_local simdjson::dom::parser parser;  // keeps its buffers between requests
+  simdjson::padded_string text(body.data(), json_len);
+  element doc;
+  if (auto err = parser.parse(text).get(doc)) bad("the request body is not valid JSON: ", simdjson::error_message(err));
+  if (doc.type() != element_type::OBJECT) bad("the request body must be a JSON object with an \"inputs\" list");
+  simdjson::dom::object root = doc.get_object().value_unsafe();
   InferRequest r;
-  try {
-    if (j.contains("id")) r.id = j["id"].get<std::string>();
-    if (!j.contains("inputs") || !j["inputs"].is_array() || j["inputs"].empty())
-      bad("the request needs a non-empty \"inputs\" list of {name, shape, datatype, data}");
-    if (j.contains("parameters") && j["parameters"].is_object())
-      r.binary_by_default = j["parameters"].value("binary_data_output", false);
-    size_t offset = json_len;
-    for (const auto& in : j["inputs"]) {
-      if (!in.is_object() || !in.contains("name") || !in.contains("shape") || !in.contains("datatype"))
-        bad("each input needs \"name\", \"shape\" and \"datatype\"");
-      std::string name = in["name"].get<std::string>();
-      Shape shape = in["shape"].get<Shape>();
-      for (int64_t d : shape)
-        if (d < 0) bad("input '", name, "': shape ", shape_str(shape), " has a negative size");
-      if (numel_of(shape) > (int64_t{1} << 31)) bad("input '", name, "': shape ", shape_str(shape), " is too large");
-      DType dtype;
-      try {
-        dtype = dtype_of_oip(in["datatype"].get<std::string>());
-      } catch (const Error& e) {
-        bad("input '", name, "': ", e.what());
-      }
-      long long binary_size = -1;
-      if (in.contains("parameters") && in["parameters"].is_object() && in["parameters"].contains("binary_data_size"))
-        binary_size = in["parameters"]["binary_data_size"].get<long long>();
-      if (binary_size >= 0) {
-        size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
-        if (header_length < 0) bad("input '", name, "' has binary data but no Inference-Header-Content-Length header");
-        if (static_cast<size_t>(binary_size) != need)
-          bad("input '", name, "': binary_data_size is ", binary_size, " but shape ", shape_str(shape), " of ",
-              in["datatype"].get<std::string>(), " needs ", need, " bytes");
-        if (offset + need > body.size()) bad("input '", name, "': the body ends before its binary data (truncated)");
-        Tensor t = Tensor::empty(shape, dtype);
-        if (need) std::memcpy(t.raw_data(), body.data() + offset, need);
-        offset += need;
-        r.inputs.emplace_back(name, t);
-        continue;
-      }
-      if (!in.contains("data")) bad("input '", name, "' has neither \"data\" nor binary_data_size");
-      r.inputs.emplace_back(name, json_tensor(in["data"], shape, dtype, name));
+  element id;
+  if (!root["id"].get(id)) r.id = string_of(id, "\"id\"");
+  element inputs;
+  simdjson::dom::array input_list;
+  if (root["inputs"].get(inputs) || inputs.get_array().get(input_list) || input_list.size() == 0)
+    bad("the request needs a non-empty \"inputs\" list of {name, shape, datatype, data}");
+  r.binary_by_default = flag(root, "binary_data_output");
+  size_t offset = json_len;
+  for (element in : input_list) {
+    if (in.type() != element_type::OBJECT) bad("each input must be an object with \"name\", \"shape\" and \"datatype\"");
+    simdjson::dom::object o = in.get_object().value_unsafe();
+    std::string name = string_of(field(o, "name", "each input"), "an input's \"name\"");
+    std::string where = "input '" + name + "'";
+    element shape_e = field(o, "shape", where);
+    simdjson::dom::array dims;
+    if (shape_e.get_array().get(dims)) bad(where, ": \"shape\" must be a list of sizes");
+    Shape shape;
+    for (element d : dims) {
+      int64_t v = 0;
+      if (d.get_int64().get(v) || v < 0) bad(where, ": shape sizes must be non-negative integers");
+      shape.push_back(v);
     }
-    if (header_length >= 0 && offset != body.size())
-      bad("the body has ", body.size() - offset, " bytes after the binary inputs it declares");
-    if (j.contains("outputs")) {
-      if (!j["outputs"].is_array()) bad("\"outputs\" must be a list of {name}");
-      for (const auto& out : j["outputs"]) {
-        if (!out.is_object() || !out.contains("name")) bad("each requested output needs a \"name\"");
-        r.outputs.push_back(out["name"].get<std::string>());
-        r.binary_outputs.push_back(binary_param(out) || r.binary_by_default);
-      }
+    if (numel_of(shape) > (int64_t{1} << 31)) bad(where, ": shape ", shape_str(shape), " is too large");
+    std::string datatype = string_of(field(o, "datatype", where), where + ": \"datatype\"");
+    DType dtype;
+    try {
+      dtype = dtype_of_oip(datatype);
+    } catch (const Error& e) {
+      bad(where, ": ", e.what());
     }
-  } catch (const json::exception& e) {
-    bad("malformed request: ", e.what());
+    element params, size_e;
+    long long binary_size = -1;
+    if (!o["parameters"].get(params) && params.type() == element_type::OBJECT &&
+        !params.get_object().value_unsafe()["binary_data_size"].get(size_e)) {
+      int64_t v = 0;
+      if (size_e.get_int64().get(v) || v < 0) bad(where, ": binary_data_size must be a non-negative integer");
+      binary_size = v;
+    }
+    if (binary_size >= 0) {
+      size_t need = static_cast<size_t>(numel_of(shape)) * dtype_size(dtype);
+      if (header_length < 0) bad(where, " has binary data but no Inference-Header-Content-Length header");
+      if (static_cast<size_t>(binary_size) != need)
+        bad(where, ": binary_data_size is ", binary_size, " but shape ", shape_str(shape), " of ", datatype, " needs ",
+            need, " bytes");
+      if (offset + need > body.size()) bad(where, ": the body ends before its binary data (truncated)");
+      Tensor t = Tensor::empty(shape, dtype);
+      if (need) std::memcpy(t.raw_data(), body.data() + offset, need);
+      offset += need;
+      r.inputs.emplace_back(name, t);
+      continue;
+    }
+    element data;
+    if (o["data"].get(data)) bad(where, " has neither \"data\" nor binary_data_size");
+    r.inputs.emplace_back(name, json_tensor(data, shape, dtype, name));
+  }
+  if (header_length >= 0 && offset != body.size())
+    bad("the body has ", body.size() - offset, " bytes after the binary inputs it declares");
+  element outputs;
+  if (!root["outputs"].get(outputs)) {
+    simdjson::dom::array output_list;
+    if (outputs.get_array().get(output_list)) bad("\"outputs\" must be a list of {name}");
+    for (element out : output_list) {
+      if (out.type() != element_type::OBJECT) bad("each requested output must be an object with a \"name\"");
+      simdjson::dom::object o = out.get_object().value_unsafe();
+      r.outputs.push_back(string_of(field(o, "name", "each requested output"), "an output's \"name\""));
+      r.binary_outputs.push_back(flag(o, "binary_data") || r.binary_by_default);
+    }
   }
   return r;
 }
