@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "kiln/kiln.h"
+#include "kiln/runtime.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,6 +24,24 @@ std::string backends(const OpDef& op) {
   return s.empty() ? "-" : s;
 }
 
+// The ONNX op types (default domain) InferenceSession converts to Kiln ops.
+void print_onnx_imports(std::ostream& os, bool markdown) {
+  auto ops = supported_onnx_ops();
+  if (markdown) os << "\n## ONNX import\n\nThe inference runtime loads these " << ops.size()
+                   << " ONNX op types (default domain, opsets 6 to 28); `kiln ops --onnx` lists them too.\n\n";
+  std::string line;
+  for (const auto& op : ops) {
+    std::string item = markdown ? "`" + op + "`" : op;
+    if (!line.empty() && line.size() + item.size() + 2 > 100) {
+      os << line << ",\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : ", ") + item;
+  }
+  os << line << "\n";
+  if (!markdown) os << ops.size() << " ONNX op types\n";
+}
+
 void print_markdown(std::ostream& os) {
   auto ops = OpRegistry::instance().all();
   os << "# Operator coverage\n\n"
@@ -37,6 +56,7 @@ void print_markdown(std::ostream& os) {
        << dtype_list(*op, DeviceType::CPU) << " | " << (op->differentiable() ? "yes" : "no") << " | "
        << (op->onnx.empty() ? "-" : op->onnx) << " | " << tags_str(op->tags) << " |\n";
   }
+  print_onnx_imports(os, true);
 }
 
 void print_table(std::ostream& os) {
@@ -56,10 +76,12 @@ void print_table(std::ostream& os) {
 
 void add_ops_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("ops", "List the registered operators (backends, dtypes, gradient, ONNX)");
-  static bool markdown = false;
+  static bool markdown = false, onnx = false;
   cmd->add_flag("--markdown", markdown, "Write the table as Markdown (the content of docs/ops.md)");
+  cmd->add_flag("--onnx", onnx, "List the ONNX op types the inference runtime loads");
   cmd->callback([] {
-    if (markdown) print_markdown(std::cout);
+    if (onnx) print_onnx_imports(std::cout, false);
+    else if (markdown) print_markdown(std::cout);
     else print_table(std::cout);
   });
 }
