@@ -15,9 +15,17 @@ void add_serve_command(CLI::App& app) {
   model->excludes(repo);
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port to listen on (0: any free one)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--max-body-mb", o->max_body_bytes, "Largest request body in bytes")->transform([](std::string v) {
-    return std::to_string(static_cast<size_t>(std::stod(v) * 1024 * 1024));
-  });
+  cmd->add_option("--max-body-mb", o->max_body_bytes, "Largest request body, in MiB (default 64); larger ones get 413")
+      ->transform([](std::string v) {
+        double mb = 0;
+        try {
+          mb = std::stod(v);
+        } catch (const std::exception&) {
+          throw CLI::ValidationError("--max-body-mb", "'" + v + "' is not a number of MiB");
+        }
+        if (!(mb > 0)) throw CLI::ValidationError("--max-body-mb", "must be positive");
+        return std::to_string(static_cast<size_t>(mb * 1024 * 1024));
+      });
   cmd->add_option("--http-threads", o->http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds a request may wait for a batch slot (then 503)");
   cmd->add_option("--drain-timeout", o->drain_timeout_s, "Seconds shutdown waits for in-flight requests");
