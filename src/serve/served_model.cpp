@@ -29,11 +29,14 @@ ServedModel::ServedModel(std::string name, std::string version, const std::strin
   };
   check_specs(config_.inputs, inputs(), "input");
   check_specs(config_.outputs, outputs(), "output");
+  // Batching splits and pads along axis 0 of every input and output.
   if (config_.max_batch_size > 0)
-    for (const auto& info : inputs())
-      KILN_CHECK(info.shape_known && !info.shape.empty() && info.shape[0] < 0, "model '", name_, "': max_batch_size is ",
-                 config_.max_batch_size, " but input '", info.name, "' has no dynamic batch axis (", info.str(),
-                 "); export with kiln export --dynamic-batch, or set max_batch_size: 0");
+    for (const auto* list : {&inputs(), &outputs()})
+      for (const auto& info : *list)
+        KILN_CHECK((list == &outputs() && !info.shape_known) || (!info.shape.empty() && info.shape[0] < 0), "model '", name_,
+                   "': max_batch_size is ", config_.max_batch_size, " but '", info.name,
+                   "' has no dynamic batch axis (", info.str(),
+                   "); export with kiln export --dynamic-batch, or set max_batch_size: 0");
   batching_ = config_.dynamic_batching && config_.max_batch_size > 1;
   if (batching_)
     for (int i = 0; i < config_.instance_count; ++i) workers_.emplace_back([this] { batch_loop(); });
