@@ -1,6 +1,6 @@
 #pragma once
 // The inference runtime: loads an ONNX model (written by Kiln or by
-// torch.onnx.export, opset 13 to 17) into Kiln's graph IR and runs it with the
+// torch.onnx.export; opsets 6 to 28) into Kiln's graph IR and runs it with the
 // same passes and kernels as graph mode.
 //
 //   kiln::InferenceSession session("model.onnx");
