@@ -14,6 +14,7 @@
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/onednn_conv.h"
 #include "graph/passes.h"
+#include "kiln/autograd.h"
 
 namespace kiln::graph {
 namespace {
@@ -90,6 +91,42 @@ CustomKernel reorder_kernel(int from_block, int to_block) {
     const Shape& s = in[0].shape();
     cpu::onednn::reorder_layout(s[0], s[1], s[2], s[3], from_block, to_block, in[0].data<float>(), out[0].data<float>());
   };
+}
+
+// A linear layer after flatten(reorder to NCHW(x)) reads the blocked x
+// directly, flattened in its own order, with the weight's columns permuted
+// to match: the reorder disappears (the final dead-code pass drops it).
+size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int block) {
+  std::map<int, int> source_of;  // plain copy -> blocked value
+  for (const auto& [blocked_id, copy] : plain_of) source_of[copy] = blocked_id;
+  auto uses = g.use_counts();
+  size_t rewritten = 0;
+  for (Node& n : g.nodes) {
+    const bool linear = is_op(n, "linear") || (!n.removed && !n.op && n.label == "linear + relu");
+    if (!linear || n.inputs.size() < 2) continue;
+    const int flat = n.inputs[0], w = n.inputs[1];
+    const Value& fv = g.values[flat];
+    if (fv.kind != ValueKind::Result || uses[flat] != 1 || g.values[w].kind != ValueKind::Constant) continue;
+    Node& view = g.nodes[fv.producer];
+    if (!is_op(view, "view") || fv.meta.shape.size() != 2) continue;
+    auto it = source_of.find(view.inputs[0]);
+    if (it == source_of.end() || uses[view.inputs[0]] != 1) continue;
+    const Shape& x = g.values[it->second].meta.shape;  // [N, C, H, W]
+    const Tensor& weight = g.values[w].tensor;
+    if (fv.meta.shape[0] != x[0] || weight.dim() != 2 || weight.shape()[1] != x[1] * x[2] * x[3]) continue;
+    NoGradGuard no_grad;
+    const int64_t o = weight.shape()[0];
+    Tensor permuted = weight.reshape({o, x[1] / block, block, x[2], x[3]}).permute({0, 1, 3, 4, 2}).contiguous();
+    Value v;
+    v.kind = ValueKind::Constant;
+    v.meta = {true, weight.shape(), weight.dtype(), weight.device()};
+    v.tensor = permuted.reshape(weight.shape());
+    v.name = (g.values[w].name.empty() ? std::string("weight") : g.values[w].name) + ".blocked";
+    n.inputs[1] = g.add_value(std::move(v));
+    view.inputs[0] = it->second;
+    ++rewritten;
+  }
+  return rewritten;
 }
 
 }  // namespace
@@ -272,10 +309,12 @@ std::string choose_conv_layouts(Graph& g) {
   for (int& id : g.outputs)
     if (blocked[id]) id = plain(id);
   g.splice(std::move(prologue), std::move(insert_after));
+  const size_t read_blocked = read_flattened_blocked(g, plain_of, block);
   if (plans.empty()) return "";
   std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
   if (!pools.empty() || !averages.empty())
     s += ", " + std::to_string(pools.size() + averages.size()) + " pools on them";
+  if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
   if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
   s += ", " + std::to_string(plain_of.size() + blocked_of.size()) + " reorders";
   return s;
