@@ -2,6 +2,7 @@
 // error statuses, the access log, readiness and graceful shutdown.
 #include <httplib.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdio>
@@ -211,8 +212,16 @@ int Server::start() {
     error(res, res.status, "request failed");
   });
   s.routes();
+  int listen_fd = -1;
+  s.http.set_socket_options([&listen_fd](socket_t sock) {  // the listening socket, before bind
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   int port = o.port == 0 ? s.http.bind_to_any_port(o.host) : (s.http.bind_to_port(o.host, o.port) ? o.port : -1);
   KILN_CHECK(port > 0, "serve: cannot listen on ", o.host, ":", o.port, " (in use, or not allowed)");
+  // cpp-httplib listens with a backlog of 5: a burst of new connections
+  // overflows it and clients see resets. Listening again raises the backlog.
+  if (listen_fd >= 0) ::listen(listen_fd, SOMAXCONN);
   s.listener = std::thread([this] { impl_->http.listen_after_bind(); });
   // Live before the models load; stop() before the loop runs would be lost.
   auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
