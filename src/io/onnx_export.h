@@ -28,8 +28,6 @@ struct ExportContext {
   std::string ints(const std::vector<int64_t>& values, const std::string& hint);
   // A 0-d initializer of `dtype` holding `value`.
   std::string scalar(double value, DType dtype, const std::string& hint);
-  // A fresh name for an intermediate of a node that expands to several.
-  std::string temp(const std::string& hint) { return unique(hint); }
 };
 
 void set_attr(::onnx::NodeProto& n, const std::string& name, int64_t v);

@@ -62,9 +62,9 @@ void write_gelu(ExportContext& ctx, const Node& n) {
   std::string inner;
   if (n.attrs.get_string("approximate", "none") == "tanh") {
     // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    std::string x3 = ctx.temp("gelu_x3"), t = ctx.temp("gelu_t"), s = ctx.temp("gelu_s"), u = ctx.temp("gelu_u");
+    std::string x3 = ctx.unique("gelu_x3"), t = ctx.unique("gelu_t"), s = ctx.unique("gelu_s"), u = ctx.unique("gelu_u");
     ctx.node("Pow", {x, ctx.scalar(3, dt, "three")}, {x3});
-    std::string c = ctx.temp("gelu_c");
+    std::string c = ctx.unique("gelu_c");
     ctx.node("Mul", {x3, ctx.scalar(0.044715, dt, "gelu_k")}, {c});
     ctx.node("Add", {x, c}, {t});
     ctx.node("Mul", {t, ctx.scalar(std::sqrt(2.0 / M_PI), dt, "gelu_sqrt_2_over_pi")}, {s});
@@ -72,12 +72,12 @@ void write_gelu(ExportContext& ctx, const Node& n) {
     inner = u;
   } else {
     // 0.5 x (1 + erf(x / sqrt(2)))
-    std::string d = ctx.temp("gelu_scaled"), e = ctx.temp("gelu_erf");
+    std::string d = ctx.unique("gelu_scaled"), e = ctx.unique("gelu_erf");
     ctx.node("Mul", {x, ctx.scalar(M_SQRT1_2, dt, "gelu_rsqrt2")}, {d});
     ctx.node("Erf", {d}, {e});
     inner = e;
   }
-  std::string p = ctx.temp("gelu_1p"), h = ctx.temp("gelu_half_x");
+  std::string p = ctx.unique("gelu_1p"), h = ctx.unique("gelu_half_x");
   ctx.node("Add", {inner, ctx.scalar(1, dt, "one")}, {p});
   ctx.node("Mul", {x, ctx.scalar(0.5, dt, "half")}, {h});
   ctx.node("Mul", {h, p}, {io.out()});
@@ -93,7 +93,7 @@ void write_var(ExportContext& ctx, const Node& n, bool take_sqrt) {
   int64_t count = 1;
   for (int64_t a : axes) count *= s[a < 0 ? a + static_cast<int64_t>(s.size()) : a];
   int64_t correction = n.attrs.get_int("correction", 1);
-  std::string mean = ctx.temp("var_mean"), d = ctx.temp("var_diff"), sq = ctx.temp("var_sq"), sum = ctx.temp("var_sum");
+  std::string mean = ctx.unique("var_mean"), d = ctx.unique("var_diff"), sq = ctx.unique("var_sq"), sum = ctx.unique("var_sum");
   auto& m = ctx.node("ReduceMean", {io.in(0)}, {mean});
   set_attr(m, "axes", axes);
   set_attr(m, "keepdims", int64_t{1});
@@ -106,7 +106,7 @@ void write_var(ExportContext& ctx, const Node& n, bool take_sqrt) {
     ctx.node("Div", {sum, ctx.scalar(denom, dt, "var_count")}, {io.out()});
     return;
   }
-  std::string var = ctx.temp("var");
+  std::string var = ctx.unique("var");
   ctx.node("Div", {sum, ctx.scalar(denom, dt, "var_count")}, {var});
   ctx.node("Sqrt", {var}, {io.out()});
 }
@@ -117,7 +117,7 @@ void write_conv(ExportContext& ctx, const Node& n, bool transposed) {
   const Shape& w = io.in_shape(1);
   std::string y = io.out();
   bool relu = n.attrs.get_string("activation", "none") == "relu";
-  if (relu) y = ctx.temp("conv_out");
+  if (relu) y = ctx.unique("conv_out");
   auto& c = ctx.node(transposed ? "ConvTranspose" : "Conv", {io.in(0), io.in(1), io.in(2)}, {y});
   set_attr(c, "kernel_shape", std::vector<int64_t>{w[2], w[3]});
   set_attr(c, "strides", n.attrs.get_ints("stride", {1, 1}));
@@ -170,25 +170,25 @@ const std::unordered_map<std::string, Writer>& writers() {
       w[kiln_op] = same(onnx_op);
     w["rsqrt"] = [](ExportContext& ctx, const Node& n) {
       Io io{ctx, n};
-      std::string s = ctx.temp("sqrt");
+      std::string s = ctx.unique("sqrt");
       ctx.node("Sqrt", {io.in(0)}, {s});
       ctx.node("Reciprocal", {s}, {io.out()});
     };
     w["log1p"] = [](ExportContext& ctx, const Node& n) {
       Io io{ctx, n};
-      std::string s = ctx.temp("one_plus");
+      std::string s = ctx.unique("one_plus");
       ctx.node("Add", {io.in(0), ctx.scalar(1, io.dtype(), "one")}, {s});
       ctx.node("Log", {s}, {io.out()});
     };
     w["silu"] = [](ExportContext& ctx, const Node& n) {
       Io io{ctx, n};
-      std::string s = ctx.temp("sigmoid");
+      std::string s = ctx.unique("sigmoid");
       ctx.node("Sigmoid", {io.in(0)}, {s});
       ctx.node("Mul", {io.in(0), s}, {io.out()});
     };
     w["ne"] = [](ExportContext& ctx, const Node& n) {
       Io io{ctx, n};
-      std::string s = ctx.temp("equal");
+      std::string s = ctx.unique("equal");
       ctx.node("Equal", {io.in(0), io.in(1)}, {s});
       ctx.node("Not", {s}, {io.out()});
     };
@@ -207,7 +207,7 @@ const std::unordered_map<std::string, Writer>& writers() {
         ctx.node("Softplus", {io.in(0)}, {io.out()});
         return;
       }
-      std::string bx = ctx.temp("beta_x"), sp = ctx.temp("softplus");
+      std::string bx = ctx.unique("beta_x"), sp = ctx.unique("softplus");
       ctx.node("Mul", {io.in(0), ctx.scalar(beta, io.dtype(), "beta")}, {bx});
       ctx.node("Softplus", {bx}, {sp});
       ctx.node("Div", {sp, ctx.scalar(beta, io.dtype(), "beta")}, {io.out()});
@@ -228,7 +228,7 @@ const std::unordered_map<std::string, Writer>& writers() {
         set_attr(ctx.node("Gemm", {io.in(0), io.in(1), io.in(2)}, {io.out()}), "transB", int64_t{1});
         return;
       }
-      std::string wt = ctx.temp("weight_t"), y = io.in(2).empty() ? io.out() : ctx.temp("matmul");
+      std::string wt = ctx.unique("weight_t"), y = io.in(2).empty() ? io.out() : ctx.unique("matmul");
       set_attr(ctx.node("Transpose", {io.in(1)}, {wt}), "perm", std::vector<int64_t>{1, 0});
       ctx.node("MatMul", {io.in(0), wt}, {y});
       if (!io.in(2).empty()) ctx.node("Add", {y, io.in(2)}, {io.out()});
@@ -293,7 +293,7 @@ const std::unordered_map<std::string, Writer>& writers() {
       require_unused(io, 1, "the saved statistics");
       const Shape& x = io.in_shape();
       int64_t groups = n.attrs.get_int("groups");
-      std::string r = ctx.temp("gn_grouped"), in = ctx.temp("gn_normed"), back = ctx.temp("gn_back");
+      std::string r = ctx.unique("gn_grouped"), in = ctx.unique("gn_normed"), back = ctx.unique("gn_back");
       ctx.node("Reshape", {io.in(0), ctx.ints({ctx.dynamic_batch ? 0 : x[0], groups, -1}, "shape")}, {r});
       std::string one = filled(ctx, {groups}, 1, io.dtype(), "gn_one"), zero = filled(ctx, {groups}, 0, io.dtype(), "gn_zero");
       set_attr(ctx.node("InstanceNormalization", {r, one, zero}, {in}), "epsilon",
@@ -308,7 +308,7 @@ const std::unordered_map<std::string, Writer>& writers() {
       std::string cur = y;
       for (auto [i, op] : {std::pair{size_t{1}, "Mul"}, std::pair{size_t{2}, "Add"}}) {
         if (io.in(i).empty()) continue;
-        std::string p = ctx.temp("gn_param"), next = (i == 2 || io.in(2).empty()) ? io.out() : ctx.temp("gn_scaled");
+        std::string p = ctx.unique("gn_param"), next = (i == 2 || io.in(2).empty()) ? io.out() : ctx.unique("gn_scaled");
         ctx.node("Reshape", {io.in(i), ctx.ints(per_channel, "shape")}, {p});
         ctx.node(op, {cur, p}, {next});
         cur = next;

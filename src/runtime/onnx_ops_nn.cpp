@@ -64,7 +64,6 @@ std::vector<int64_t> spatial_attr(const OnnxNode& n, const char* name, size_t di
 
 // 1-d ops run as 2-d ones with a unit height.
 struct SpatialRank {
-  const OnnxNode& n;
   bool one_d = false;
   Tensor lift(const Tensor& x) { return one_d ? x.unsqueeze(2) : x; }
   Tensor lower(const Tensor& y) { return one_d ? y.squeeze(2) : y; }
@@ -77,7 +76,7 @@ struct SpatialRank {
 SpatialRank spatial_rank(const OnnxNode& n, const Tensor& x) {
   if (x.dim() != 3 && x.dim() != 4)
     n.unsupported("only 1-d and 2-d spatial inputs ([N, C, L] or [N, C, H, W]) are supported, got ", shape_str(x.shape()));
-  return {n, x.dim() == 3};
+  return {x.dim() == 3};
 }
 
 std::vector<Tensor> conv(const OnnxNode& n, const std::vector<Tensor>& in) {

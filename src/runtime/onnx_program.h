@@ -30,6 +30,7 @@ class OnnxProgram {
 
   // Throws naming the input, the expected and the given dtype and shape.
   void check_inputs(const std::vector<Tensor>& inputs) const;
+  // Inputs already passed check_inputs (InferenceSession::run checks them once).
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
  private:

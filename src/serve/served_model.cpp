@@ -130,9 +130,8 @@ void ServedModel::warm_up() {
       sizes.push_back(bucket(b));
       if (bucket(b) >= config_.max_batch_size) break;
     }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (int64_t& b : sizes) b = bucket(b);
+  std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (int64_t b : sizes) {
     std::vector<Tensor> in;

@@ -47,7 +47,7 @@ void reply(httplib::Response& res, int status, const json& body) {
 
 void error(httplib::Response& res, int status, const std::string& message) { reply(res, status, {{"error", message}}); }
 
-json tensor_metadata(const ServedModel& m, const TensorInfo& info) {
+json tensor_metadata(const TensorInfo& info) {
   std::vector<int64_t> shape = info.shape;  // -1 for the batch axis (and any other free one)
   return {{"name", info.name}, {"datatype", serve::oip_datatype(info.dtype)}, {"shape", shape}};
 }
@@ -102,8 +102,8 @@ void Server::Impl::routes() {
     ServedModel* m = find(req, res);
     if (!m) return;
     json inputs = json::array(), outputs = json::array();
-    for (const auto& i : m->inputs()) inputs.push_back(tensor_metadata(*m, i));
-    for (const auto& o : m->outputs()) outputs.push_back(tensor_metadata(*m, o));
+    for (const auto& i : m->inputs()) inputs.push_back(tensor_metadata(i));
+    for (const auto& o : m->outputs()) outputs.push_back(tensor_metadata(o));
     reply(res, 200, {{"name", m->name()}, {"versions", repository->versions(m->name())}, {"platform", "onnx"},
                      {"inputs", inputs}, {"outputs", outputs}, {"max_batch_size", m->config().max_batch_size}});
   });
