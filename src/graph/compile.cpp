@@ -130,7 +130,8 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     pipeline.push_back({"conv + relu", graph::fuse_conv_activation});
     pipeline.push_back({"conv bias gradient", graph::fuse_conv_bias_grad});
     pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});
-    if (options.inference) pipeline.push_back({"convolution layouts", graph::choose_conv_layouts});
+    pipeline.push_back({"convolution layouts",
+                        options.inference ? graph::choose_conv_layouts : graph::choose_training_conv_layouts});
     pipeline.push_back({"elementwise fusion", graph::fuse_elementwise});
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
     for (auto& [name, pass] : pipeline) {

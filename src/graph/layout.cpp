@@ -1,18 +1,18 @@
-// Layout choice for inference convolution chains. oneDNN's convolutions run
-// fastest on channel-blocked activations (nChw8c with AVX2); eager mode keeps
-// every tensor in plain NCHW and pays a reorder on the way in and out of each
+// Layout choice for convolution chains. oneDNN's convolutions run fastest
+// on channel-blocked activations (nChw8c with AVX2); eager mode keeps every
+// tensor in plain NCHW and pays a reorder on the way in and out of each
 // convolution. Here, a convolution's output stays blocked when its channels
-// allow, elementwise ops between convolutions (residual adds, ReLUs) run on
-// the blocked data as is, and a reorder to NCHW is inserted only where
-// something else reads the value. A residual add (and a ReLU after it) is
-// folded into the convolution that feeds it, accumulating into the shortcut's
-// buffer.
+// allow, the ops between convolutions that can read blocked data do (pools,
+// elementwise ops, and in training graphs the convolution and max-pool
+// gradients), and a reorder is inserted only where something else reads the
+// value. In inference graphs, a residual add (and a ReLU after it) is folded
+// into the convolution that feeds it, accumulating into the shortcut's buffer.
 #include <algorithm>
-#include <cstring>
 #include <map>
+#include <set>
 
-#include "backends/cpu/blocked_pool.h"
-#include "backends/cpu/onednn_conv.h"
+#include "backends/cpu/few_channel_conv.h"
+#include "graph/layout_kernels.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 
@@ -39,42 +39,6 @@ bool layout_free(const Node& n) {
   return false;
 }
 
-struct ConvPlan {
-  cpu::onednn::ConvShape shape;
-  int src_block = 0, dst_block = 0;
-  bool relu = false, bias = false;
-  bool reorder_src = false;  // the source is plain and gets a reorder to blocked first
-  int residual = -1;         // value id of the shortcut added to the output
-};
-
-CustomKernel conv_kernel(ConvPlan p) {
-  return [p](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    float* y = out[0].data<float>();
-    if (p.residual >= 0) {
-      const Tensor& r = in.back();
-      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
-    }
-    const float* bias = p.bias ? in[2].data<float>() : nullptr;
-    bool ok = cpu::onednn::conv_forward_layout(p.shape, p.src_block, p.dst_block, in[0].data<float>(),
-                                               in[1].data<float>(), bias, y, p.relu, p.residual >= 0);
-    KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
-  };
-}
-
-CustomKernel max_pool_kernel(cpu::PoolWindow wd, int block) {
-  return [wd, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const Shape &x = in[0].shape(), &y = out[0].shape();
-    cpu::max_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], y[2], y[3], block, wd);
-  };
-}
-
-CustomKernel global_avg_kernel(int block) {
-  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const Shape& x = in[0].shape();
-    cpu::global_avg_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], block);
-  };
-}
-
 // The mean over H and W of an NCHW tensor (GlobalAveragePool, adaptive pooling to 1x1).
 bool global_average(const Graph& g, const Node& n) {
   if (is_op(n, "adaptive_avg_pool2d")) {
@@ -84,13 +48,6 @@ bool global_average(const Graph& g, const Node& n) {
   if (!is_op(n, "mean") || g.values[n.inputs[0]].meta.shape.size() != 4) return false;
   auto axes = n.attrs.get_ints("axes", {});
   return axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1};
-}
-
-CustomKernel reorder_kernel(int from_block, int to_block) {
-  return [from_block, to_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const Shape& s = in[0].shape();
-    cpu::onednn::reorder_layout(s[0], s[1], s[2], s[3], from_block, to_block, in[0].data<float>(), out[0].data<float>());
-  };
 }
 
 // A linear layer after flatten(reorder to NCHW(x)) reads the blocked x
@@ -129,195 +86,359 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
   return rewritten;
 }
 
-}  // namespace
+// What the pass does with one node.
+struct Plan {
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage } kind;
+  cpu::onednn::LayoutCall call = {};
+  bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
+  cpu::PoolWindow window = {};
+  int gy_block = 0;  // MaxPoolGrad: the layout of the incoming gradient
+  int residual = -1;  // Conv: value id of the shortcut added to the output
+};
 
-std::string choose_conv_layouts(Graph& g) {
-  const int block = cpu::onednn::preferred_block();
-  if (block == 0) return "";
-  auto uses = g.use_counts();
-  std::vector<bool> blocked(g.values.size(), false);
-  std::map<int, ConvPlan> plans;  // node index -> plan
-  std::map<int, cpu::PoolWindow> pools;  // node index -> max pool on blocked data
-  std::vector<int> averages;             // global average pools of blocked data (plain [N, C] results)
-  auto blockable = [&](const TensorMeta& m) {
-    return m.dtype == DType::Float32 && m.shape.size() == 4 && m.shape[1] % block == 0;
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (is_op(n, "conv2d")) {
-      const TensorMeta &x = g.values[n.inputs[0]].meta, &w = g.values[n.inputs[1]].meta, &y = g.values[n.outputs[0]].meta;
-      if (x.dtype != DType::Float32 || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
-      auto s = pair(n.attrs, "stride", 1), p = pair(n.attrs, "padding", 0), d = pair(n.attrs, "dilation", 1);
-      ConvPlan plan;
-      plan.shape = {x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3], y.shape[2],
-                    y.shape[3], s[0], s[1], p[0], p[1], d[0], d[1], n.attrs.get_int("groups", 1)};
-      plan.src_block = blocked[n.inputs[0]] ? block : 0;
-      plan.dst_block = blockable(y) ? block : 0;
-      plan.relu = n.attrs.get_string("activation", "none") == "relu";
-      plan.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
-      if (plan.src_block == 0 && plan.dst_block == 0) continue;
-      auto fast = [&](const ConvPlan& c) {
-        return cpu::onednn::conv_layout_is_fast(c.shape, c.src_block, c.dst_block, c.bias, c.relu, c.residual >= 0);
-      };
-      if (!fast(plan)) {
-        // oneDNN has fast kernels for plain sources only with few channels (a
-        // first layer); otherwise reorder the source to blocked first.
-        ConvPlan reordered = plan;
-        reordered.src_block = block;
-        if (plan.src_block == 0 && blockable(x) && fast(reordered)) {
-          plan = reordered;
-          plan.reorder_src = true;
-        } else {
-          continue;  // stays a plain convolution; a blocked source gets a reorder below
-        }
-      }
-      plans[static_cast<int>(i)] = plan;
-      blocked[n.outputs[0]] = plan.dst_block != 0;
-    } else if (is_op(n, "max_pool2d") && blocked[n.inputs[0]] && uses[n.outputs[1]] == 0) {
-      auto k = pair(n.attrs, "kernel", 1), s = pair(n.attrs, "stride", 0), p = pair(n.attrs, "padding", 0),
-           d = pair(n.attrs, "dilation", 1);
-      if (s[0] == 0) s = k;
-      pools[static_cast<int>(i)] = {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
-      blocked[n.outputs[0]] = true;
-    } else if (global_average(g, n) && blocked[n.inputs[0]]) {
-      averages.push_back(static_cast<int>(i));
+cpu::onednn::ConvShape conv_shape(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
+  auto s = pair(a, "stride", 1), p = pair(a, "padding", 0), d = pair(a, "dilation", 1);
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
+          a.get_int("groups", 1)};
+}
+
+cpu::PoolWindow pool_window(const Attrs& a) {
+  auto k = pair(a, "kernel", 1), s = pair(a, "stride", 0), p = pair(a, "padding", 0), d = pair(a, "dilation", 1);
+  if (s[0] == 0) s = k;
+  return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
+}
+
+bool fast(const cpu::onednn::LayoutCall& c) { return cpu::onednn::conv_layout_is_fast(c); }
+
+// The pass over one graph: decides each node's plan in order (a value's
+// layout is known before its readers are visited), then rewrites the nodes
+// and inserts the reorders.
+class LayoutPass {
+ public:
+  LayoutPass(Graph& g, bool training) : g_(g), training_(training), block_(cpu::onednn::preferred_block()) {}
+
+  std::string run() {
+    if (block_ == 0) return "";
+    uses_ = g_.use_counts();
+    readers_.assign(g_.values.size(), {});
+    for (size_t i = 0; i < g_.nodes.size(); ++i)
+      if (!g_.nodes[i].removed)
+        for (size_t k = 0; k < g_.nodes[i].inputs.size(); ++k)
+          if (g_.nodes[i].inputs[k] >= 0) readers_[g_.nodes[i].inputs[k]].push_back({static_cast<int>(i), static_cast<int>(k)});
+    blocked_.assign(g_.values.size(), false);
+    for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
+    const size_t residuals = training_ ? 0 : fold_residuals();
+    rewrite_nodes();
+    insert_reorders();
+    const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_);
+    return summary(residuals, read_blocked);
+  }
+
+ private:
+  bool blockable(int id) const {
+    const TensorMeta& m = g_.values[id].meta;
+    return m.dtype == DType::Float32 && m.shape.size() == 4 && m.shape[1] % block_ == 0;
+  }
+
+  // Whether reader (node, input) can take the value blocked as it stands.
+  bool reads_blocked_natively(int node, int k) const {
+    const Node& m = g_.nodes[node];
+    if (is_op(m, "conv2d") || is_op(m, "max_pool2d") || is_op(m, "conv2d_input_grad")) return k == 0;
+    if (is_op(m, "conv2d_weight_grad")) return k <= 1;
+    if (is_op(m, "max_pool2d_backward")) return k == 0 || k == 2;
+    return global_average(g_, m) || layout_free(m);
+  }
+
+  // Whether a value with a choice of layout should be blocked. Inference
+  // graphs block every convolution output (the readers that cannot take it
+  // pay one reorder, as eager mode does inside the convolution). In training
+  // graphs the value must also be read by the backward pass, so it is blocked
+  // only when every reader takes it as it is: a batch norm after a
+  // convolution keeps it plain.
+  bool wants_blocked(int id) const {
+    if (!blockable(id)) return false;
+    if (!training_) return true;
+    if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
+    for (auto [node, k] : readers_[id])
+      if (!reads_blocked_natively(node, k) || layout_free(g_.nodes[node])) return false;
+    return true;
+  }
+
+  void plan_node(int at) {
+    Node& n = g_.nodes[at];
+    if (n.removed) return;
+    if (is_op(n, "conv2d")) return plan_conv(at);
+    if (is_op(n, "conv2d_input_grad")) return plan_input_grad(at);
+    if (is_op(n, "conv2d_weight_grad")) return plan_weight_grad(at);
+    if (is_op(n, "max_pool2d") && blocked_[n.inputs[0]] && indices_recomputable(n)) {
+      set(at, {Plan::MaxPool, {}, false, pool_window(n.attrs)}, {true});
+      blocked_[n.outputs[0]] = true;
+    } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
+      plan_pool_grad(at);
+    } else if (global_average(g_, n) && blocked_[n.inputs[0]]) {
+      set(at, {Plan::GlobalAverage}, {true});
     } else if (layout_free(n)) {
-      const Shape& shape = g.values[n.outputs[0]].meta.shape;
+      const Shape& shape = g_.values[n.outputs[0]].meta.shape;
       bool all = true, any = false;
       for (int id : n.inputs) {
-        if (id < 0) continue;
-        if (numel_of(g.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
-        all = all && blocked[id] && g.values[id].meta.shape == shape;
+        if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
+        all = all && blocked_[id] && g_.values[id].meta.shape == shape;
         any = true;
       }
-      blocked[n.outputs[0]] = all && any;
+      blocked_[n.outputs[0]] = all && any;
+      if (all && any) {
+        std::vector<bool> reads;
+        for (int id : n.inputs) reads.push_back(id >= 0 && numel_of(g_.values[id].meta.shape) != 1);
+        reads_[at] = reads;
+      }
     }
   }
+
+  // A blocked pool writes no argmax indices: its gradient finds the maxima
+  // again in the pool's input, so every reader of the indices must be a
+  // max-pool gradient.
+  bool indices_recomputable(const Node& n) const {
+    for (auto [node, k] : readers_[n.outputs[1]])
+      if (!is_op(g_.nodes[node], "max_pool2d_backward") || k != 1) return false;
+    return true;
+  }
+
+  void plan_conv(int at) {
+    Node& n = g_.nodes[at];
+    const int x = n.inputs[0], y = n.outputs[0];
+    if (g_.values[x].meta.dtype != DType::Float32) return;
+    Plan p{Plan::Conv};
+    p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, g_.values[n.inputs[1]].meta.shape, g_.values[y].meta.shape);
+    p.call.src_block = blocked_[x] ? block_ : 0;
+    p.call.dst_block = wants_blocked(y) ? block_ : 0;
+    p.call.relu = n.attrs.get_string("activation", "none") == "relu";
+    p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+    if (p.call.src_block == 0 && p.call.dst_block == 0) return;
+    if (!fast(p.call)) {
+      // oneDNN has fast kernels for plain sources only with few channels (a
+      // first layer); otherwise reorder the source to blocked first.
+      Plan reordered = p;
+      reordered.call.src_block = block_;
+      if (p.call.src_block != 0 || !blockable(x) || !fast(reordered.call)) return;  // stays a plain convolution
+      p = reordered;
+    }
+    std::vector<bool> reads{p.call.src_block != 0, false};
+    if (p.call.bias) reads.push_back(false);
+    set(at, p, reads);
+    blocked_[y] = p.call.dst_block != 0;
+  }
+
+  void plan_input_grad(int at) {
+    Node& n = g_.nodes[at];
+    const int gy = n.inputs[0], gx = n.outputs[0];
+    if (!blocked_[gy] || !wants_blocked(gx)) return;
+    Plan p{Plan::InputGrad};
+    p.call.kind = cpu::onednn::ConvPass::BackwardData;
+    p.call.shape = conv_shape(n.attrs, n.attrs.get_ints("input_shape", {}), g_.values[n.inputs[1]].meta.shape,
+                              g_.values[gy].meta.shape);
+    p.call.src_block = p.call.dst_block = block_;
+    if (!fast(p.call)) return;
+    set(at, p, {true, false});
+    blocked_[gx] = true;
+  }
+
+  void plan_weight_grad(int at) {
+    Node& n = g_.nodes[at];
+    const int x = n.inputs[0], gy = n.inputs[1];
+    if (!blocked_[gy]) return;
+    Plan p{Plan::WeightGrad};
+    p.call.kind = cpu::onednn::ConvPass::BackwardWeights;
+    p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, n.attrs.get_ints("weight_shape", {}), g_.values[gy].meta.shape);
+    p.call.bias = n.attrs.get_bool("with_bias", false);
+    p.call.dst_block = block_;
+    p.call.src_block = blocked_[x] ? block_ : 0;
+    if (p.call.src_block == 0 && cpu::few_channel_weight_grad_applies(p.call.shape, block_)) {
+      p.few_channels = true;
+    } else if (!fast(p.call)) {
+      return;
+    }
+    set(at, p, {p.call.src_block != 0, true});
+  }
+
+  void plan_pool_grad(int at) {
+    Node& n = g_.nodes[at];
+    const int pool = g_.values[n.inputs[1]].producer;
+    Plan p{Plan::MaxPoolGrad, {}, false, plans_.at(pool).window};
+    p.gy_block = blocked_[n.inputs[0]] ? block_ : 0;
+    // The node now reads (gy, the pool's input, [mask]) instead of (gy, indices, [mask]).
+    n.inputs[1] = g_.nodes[pool].inputs[0];
+    std::vector<bool> reads{p.gy_block != 0, true};
+    if (n.inputs.size() > 2) reads.push_back(true);
+    set(at, p, reads);
+    blocked_[n.outputs[0]] = true;
+  }
+
+  void set(int at, const Plan& p, std::vector<bool> reads) {
+    plans_.emplace(at, p);
+    reads_[at] = std::move(reads);
+    if (p.kind == Plan::MaxPool) pools_.insert(at);
+  }
+
   // Residual adds (and a ReLU after them) fold into the convolution that feeds them.
-  size_t residuals = 0;
-  for (auto& [at, plan] : plans) {
-    Node& conv = g.nodes[at];
-    const int y = conv.outputs[0];
-    if (plan.relu || plan.dst_block == 0 || uses[y] != 1) continue;
-    Node* add = nullptr;
-    for (Node& m : g.nodes)
-      if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
-    if (!add) continue;
-    const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-    if (other == y || !blocked[other] || g.values[other].meta.shape != g.values[y].meta.shape) continue;
-    if (g.values[other].kind == ValueKind::Result && g.values[other].producer > at) continue;  // not computed yet
-    ConvPlan with = plan;
-    with.residual = other;
-    with.relu = true;
-    const bool relu_fast = cpu::onednn::conv_layout_is_fast(with.shape, with.src_block, with.dst_block, with.bias, true, true);
-    with.relu = false;
-    if (!relu_fast && !cpu::onednn::conv_layout_is_fast(with.shape, with.src_block, with.dst_block, with.bias, false, true))
-      continue;
-    int result = add->outputs[0];
-    add->removed = true;
-    Node* relu = nullptr;
-    if (uses[result] == 1)
-      for (Node& m : g.nodes)
-        if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
-    if (relu && relu_fast) {
-      result = relu->outputs[0];
-      relu->removed = true;
-      plan.relu = true;
+  size_t fold_residuals() {
+    size_t folded = 0;
+    for (auto& [at, plan] : plans_) {
+      if (plan.kind != Plan::Conv) continue;
+      Node& conv = g_.nodes[at];
+      const int y = conv.outputs[0];
+      if (plan.call.relu || plan.call.dst_block == 0 || uses_[y] != 1) continue;
+      Node* add = nullptr;
+      for (Node& m : g_.nodes)
+        if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
+      if (!add) continue;
+      const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+      if (other == y || !blocked_[other] || g_.values[other].meta.shape != g_.values[y].meta.shape) continue;
+      if (g_.values[other].kind == ValueKind::Result && g_.values[other].producer > at) continue;  // not computed yet
+      cpu::onednn::LayoutCall with = plan.call;
+      with.residual = true;
+      with.relu = true;
+      const bool relu_fast = fast(with);
+      with.relu = false;
+      if (!relu_fast && !fast(with)) continue;
+      int result = add->outputs[0];
+      add->removed = true;
+      Node* relu = nullptr;
+      if (uses_[result] == 1)
+        for (Node& m : g_.nodes)
+          if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
+      if (relu && relu_fast) {
+        result = relu->outputs[0];
+        relu->removed = true;
+        plan.call.relu = true;
+      }
+      plan.call.residual = true;
+      plan.residual = other;
+      conv.outputs[0] = result;
+      blocked_[result] = true;
+      ++folded;
     }
-    plan.residual = other;
-    conv.outputs[0] = result;
-    blocked[result] = true;
-    ++residuals;
+    return folded;
   }
-  // Emit the convolutions, then a reorder to NCHW before each reader that needs it.
-  std::vector<std::pair<int, int>> reorder_sources;  // (node, original source) for reorder_src plans
-  for (auto& [at, plan] : plans) {
-    Node& conv = g.nodes[at];
-    if (plan.reorder_src) reorder_sources.push_back({at, conv.inputs[0]});
-    Node k;
-    k.inputs = {conv.inputs[0], conv.inputs[1]};
-    if (plan.bias) k.inputs.push_back(conv.inputs[2]);
-    if (plan.residual >= 0) {
-      k.inputs.push_back(plan.residual);
-      k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+
+  void rewrite_nodes() {
+    for (auto& [at, plan] : plans_) {
+      Node& n = g_.nodes[at];
+      Node k;
+      k.inputs = n.inputs;
+      k.outputs = n.outputs;
+      const std::string from = layout_name(plan.call.src_block), to = layout_name(plan.call.dst_block),
+                        blocked = layout_name(block_);
+      switch (plan.kind) {
+        case Plan::Conv:
+          if (plan.residual >= 0) {
+            k.inputs.push_back(plan.residual);
+            k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+            reads_[at].push_back(true);
+          }
+          k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
+                    (plan.call.relu ? " + relu" : "");
+          k.custom = conv_kernel(plan.call);
+          break;
+        case Plan::InputGrad:
+          k.label = "conv2d_input_grad[" + to + " -> " + from + "]";
+          k.custom = conv_input_grad_kernel(plan.call);
+          break;
+        case Plan::WeightGrad:
+          k.label = "conv2d_weight_grad[" + from + ", " + to + (plan.few_channels ? ", few channels]" : "]");
+          k.custom = conv_weight_grad_kernel(plan.call, plan.few_channels);
+          break;
+        case Plan::MaxPool:
+          k.outputs = {n.outputs[0]};  // no argmax indices
+          k.label = "max_pool2d[" + blocked + "]";
+          k.custom = max_pool_kernel(plan.window, block_);
+          break;
+        case Plan::MaxPoolGrad:
+          k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
+                    (n.inputs.size() > 2 ? " + relu" : "");
+          k.custom = max_pool_backward_kernel(plan.window, block_, plan.gy_block);
+          break;
+        case Plan::GlobalAverage:
+          k.label = "global_avg_pool[" + blocked + " -> nchw]";
+          k.custom = global_avg_kernel(block_);
+          break;
+      }
+      n = std::move(k);
     }
-    k.outputs = conv.outputs;
-    k.label = "conv2d[" + layout_name(plan.src_block) + " -> " + layout_name(plan.dst_block) + "]" + (plan.residual >= 0 ? " + residual" : "") + (plan.relu ? " + relu" : "");
-    k.custom = conv_kernel(plan);
-    conv = std::move(k);
   }
-  for (auto& [at, window] : pools) {
-    Node& pool = g.nodes[at];
-    Node k;
-    k.inputs = {pool.inputs[0]};
-    k.outputs = {pool.outputs[0]};  // the unused argmax indices are not computed
-    k.label = "max_pool2d[" + layout_name(block) + "]";
-    k.custom = max_pool_kernel(window, block);
-    pool = std::move(k);
-  }
-  for (int at : averages) {
-    Node& avg = g.nodes[at];
-    Node k;
-    k.inputs = {avg.inputs[0]};
-    k.outputs = avg.outputs;
-    k.label = "global_avg_pool[" + layout_name(block) + " -> nchw]";
-    k.custom = global_avg_kernel(block);
-    avg = std::move(k);
-  }
-  std::map<int, int> plain_of, blocked_of;  // a value's NCHW / blocked copy
-  std::vector<std::vector<Node>> insert_after(g.nodes.size());
-  std::vector<Node> prologue;  // reorders of graph inputs and constants
+
   // The copy of value `id` in the other layout, made once, right after its producer.
-  auto reorder_copy = [&](int id, int from, int to, std::map<int, int>& copies) -> int {
+  int reorder_copy(int id, int from, int to, std::map<int, int>& copies) {
     auto it = copies.find(id);
     if (it != copies.end()) return it->second;
     Value v;
-    v.meta = g.values[id].meta;
-    int copy = g.add_value(std::move(v));
-    blocked.push_back(to != 0);
+    v.meta = g_.values[id].meta;
+    int copy = g_.add_value(std::move(v));
+    blocked_.push_back(to != 0);
     Node r;
     r.inputs = {id};
     r.outputs = {copy};
     r.label = "reorder[" + layout_name(from) + " -> " + layout_name(to) + "]";
     r.custom = reorder_kernel(from, to);
-    const Value& src = g.values[id];
-    (src.kind == ValueKind::Result ? insert_after[src.producer] : prologue).push_back(std::move(r));
+    const Value& src = g_.values[id];
+    (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
     copies[id] = copy;
     return copy;
-  };
-  auto to_blocked = [&](int id) { return reorder_copy(id, 0, block, blocked_of); };
-  auto plain = [&](int id) { return reorder_copy(id, block, 0, plain_of); };
-  for (auto& [at, source] : reorder_sources) g.nodes[at].inputs[0] = to_blocked(source);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node& n = g.nodes[i];
-    if (n.removed) continue;
-    const int at = static_cast<int>(i);
-    const bool pooled = pools.count(at) || std::find(averages.begin(), averages.end(), at) != averages.end();
-    const bool reads_blocked = plans.count(at) || pooled || (n.op && layout_free(n) && blocked[n.outputs[0]]);
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const int id = n.inputs[k];
-      if (id < 0 || !blocked[id]) continue;
-      // A blocked convolution reads blocked data as its source and its shortcut only.
-      bool ok = reads_blocked;
-      if (plans.count(static_cast<int>(i))) {
-        const ConvPlan& p = plans[static_cast<int>(i)];
-        ok = (k == 0 && p.src_block) || (p.residual >= 0 && k + 1 == n.inputs.size());
-      }
-      if (!ok) n.inputs[k] = plain(id);
-    }
   }
-  for (int& id : g.outputs)
-    if (blocked[id]) id = plain(id);
-  g.splice(std::move(prologue), std::move(insert_after));
-  const size_t read_blocked = read_flattened_blocked(g, plain_of, block);
-  if (plans.empty()) return "";
-  std::string s = std::to_string(plans.size()) + " convolutions on nChw" + std::to_string(block) + "c activations";
-  if (!pools.empty() || !averages.empty())
-    s += ", " + std::to_string(pools.size() + averages.size()) + " pools on them";
-  if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
-  if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
-  s += ", " + std::to_string(plain_of.size() + blocked_of.size()) + " reorders";
-  return s;
-}
+
+  // Every input is read in the layout its reader takes: reorders where they differ.
+  void insert_reorders() {
+    insert_after_.assign(g_.nodes.size(), {});
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      Node& n = g_.nodes[i];
+      if (n.removed) continue;
+      auto r = reads_.find(static_cast<int>(i));
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const int id = n.inputs[k];
+        if (id < 0) continue;
+        const bool want = r != reads_.end() && k < r->second.size() && r->second[k];
+        if (want && !blocked_[id]) n.inputs[k] = reorder_copy(id, 0, block_, blocked_of_);
+        else if (!want && blocked_[id]) n.inputs[k] = reorder_copy(id, block_, 0, plain_of_);
+      }
+    }
+    for (int& id : g_.outputs)
+      if (blocked_[id]) id = reorder_copy(id, block_, 0, plain_of_);
+    g_.splice(std::move(prologue_), std::move(insert_after_));
+  }
+
+  std::string summary(size_t residuals, size_t read_blocked) const {
+    size_t convs = 0, grads = 0, pools = 0;
+    for (const auto& [at, plan] : plans_) {
+      convs += plan.kind == Plan::Conv;
+      grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
+      pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
+    }
+    if (convs == 0) return "";
+    std::string s = std::to_string(convs) + " convolutions on nChw" + std::to_string(block_) + "c activations";
+    if (pools) s += ", " + std::to_string(pools) + " pools on them";
+    if (grads) s += ", " + std::to_string(grads) + " gradients on them";
+    if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
+    if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
+    s += ", " + std::to_string(plain_of_.size() + blocked_of_.size()) + " reorders";
+    return s;
+  }
+
+  Graph& g_;
+  const bool training_;
+  const int block_;
+  std::vector<int> uses_;
+  std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
+  std::vector<bool> blocked_;                             // value -> held in the blocked layout
+  std::map<int, Plan> plans_;                             // node -> its rewrite
+  std::map<int, std::vector<bool>> reads_;                // node -> which inputs it reads blocked
+  std::set<int> pools_;                                   // blocked max pools (no indices)
+  std::map<int, int> plain_of_, blocked_of_;              // a value's NCHW / blocked copy
+  std::vector<std::vector<Node>> insert_after_;
+  std::vector<Node> prologue_;  // reorders of graph inputs and constants
+};
+
+}  // namespace
+
+std::string choose_conv_layouts(Graph& g) { return LayoutPass(g, false).run(); }
+std::string choose_training_conv_layouts(Graph& g) { return LayoutPass(g, true).run(); }
 
 }  // namespace kiln::graph

@@ -18,5 +18,6 @@ std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_b
 std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
 std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
 std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
+std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
 
 }  // namespace kiln::graph

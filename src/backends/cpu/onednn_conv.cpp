@@ -275,27 +275,49 @@ int preferred_block() {
 
 namespace {
 
-// The primitive for a layout choice, built once; null when oneDNN cannot express it.
-const Prepared* layout_primitive(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual,
-                                 Geometry& g) {
-  if (!geometry(s, bias, g)) return nullptr;
-  g.src = activation_desc(s.n, s.c, s.h, s.w, src_block);
-  g.dst = activation_desc(s.n, s.o, s.oh, s.ow, dst_block);
-  LayoutKey key{key_of(4, bias, s), src_block, dst_block, relu, residual};
+// The primitive for a layout choice, built once; null when oneDNN cannot
+// express it. Activations (src / dst and their gradients) are in the layouts
+// asked for; weights stay plain for Kiln, and run() reorders them to what the
+// primitive chose.
+const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
+  const ConvShape& s = c.shape;
+  if (!geometry(s, c.bias, g)) return nullptr;
+  g.src = activation_desc(s.n, s.c, s.h, s.w, c.src_block);
+  g.dst = activation_desc(s.n, s.o, s.oh, s.ow, c.dst_block);
+  LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, c.relu, c.residual};
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = layout_cache().find(key);
   if (it != layout_cache().end()) return it->second.prim ? &it->second : nullptr;
   Prepared p;
   try {
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, g.src,
-                                      layout(g.wei, true), g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
-    dnnl::post_ops ops;
-    if (residual) ops.append_sum(1.0f);  // y = conv + y
-    if (relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    dnnl::primitive_attr attr = base_attr();
-    attr.set_post_ops(ops);
-    dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
-    p = prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_WEIGHTS, pd.weights_desc()}});
+    const auto any_weights = layout(g.wei, true);
+    if (c.kind == ConvPass::Forward) {
+      dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, g.src,
+                                        any_weights, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+      dnnl::post_ops ops;
+      if (c.residual) ops.append_sum(1.0f);  // y = conv + y
+      if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      dnnl::primitive_attr attr = base_attr();
+      attr.set_post_ops(ops);
+      dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
+      p = prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_WEIGHTS, pd.weights_desc()}});
+    } else {
+      // The backward primitives take the forward one as a hint.
+      dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, g.src,
+                                         any_weights, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+      dnnl::convolution_forward::primitive_desc hint(fd, base_attr(), engine());
+      if (c.kind == ConvPass::BackwardData) {
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, g.src, any_weights, g.dst,
+                                                g.strides, g.dilates, g.pad_l, g.pad_r);
+        dnnl::convolution_backward_data::primitive_desc pd(d, base_attr(), engine(), hint);
+        p = prepare<dnnl::convolution_backward_data>(pd, {{DNNL_ARG_WEIGHTS, pd.weights_desc()}});
+      } else {
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, g.src, any_weights, g.bias,
+                                                   g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, base_attr(), engine(), hint);
+        p = prepare<dnnl::convolution_backward_weights>(pd, {{DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc()}});
+      }
+    }
   } catch (const dnnl::error&) {
   }
   auto& stored = layout_cache().emplace(key, p).first->second;
@@ -304,20 +326,38 @@ const Prepared* layout_primitive(const ConvShape& s, int src_block, int dst_bloc
 
 }  // namespace
 
-bool conv_layout_is_fast(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual) {
+bool conv_layout_is_fast(const LayoutCall& c) {
   Geometry g;
-  const Prepared* p = layout_primitive(s, src_block, dst_block, bias, relu, residual, g);
+  const Prepared* p = layout_primitive(c, g);
   // oneDNN's reference kernels ("ref:any") are correct but orders of magnitude slower.
   return p != nullptr && p->implementation.rfind("ref", 0) != 0;
 }
 
-bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
-                         const float* bias, float* y, bool relu, bool residual) {
+bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, const float* bias, float* y) {
   Geometry g;
-  const Prepared* p = layout_primitive(s, src_block, dst_block, bias != nullptr, relu, residual, g);
-  if (!p) return false;
+  const Prepared* p = layout_primitive(c, g);
+  if (!p || c.kind != ConvPass::Forward) return false;
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
+  run(*p, args);
+  return true;
+}
+
+bool conv_backward_data_layout(const LayoutCall& c, const float* gy, const float* w, float* gx) {
+  Geometry g;
+  const Prepared* p = layout_primitive(c, g);
+  if (!p || c.kind != ConvPass::BackwardData) return false;
+  run(*p, {{DNNL_ARG_DIFF_DST, g.dst, gy, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DIFF_SRC, g.src, gx, true}});
+  return true;
+}
+
+bool conv_backward_weights_layout(const LayoutCall& c, const float* x, const float* gy, float* gw, float* gb) {
+  Geometry g;
+  const Prepared* p = layout_primitive(c, g);
+  if (!p || c.kind != ConvPass::BackwardWeights) return false;
+  std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_DIFF_DST, g.dst, gy, false},
+                        {DNNL_ARG_DIFF_WEIGHTS, g.wei, gw, true}};
+  if (gb) args.push_back({DNNL_ARG_DIFF_BIAS, g.bias, gb, true});
   run(*p, args);
   return true;
 }

@@ -25,13 +25,25 @@ bool conv_backward_weights(const ConvShape& s, const float* x, const float* gy, 
 // are oneDNN's channel-blocked nChw8c / nChw16c (same size when C is a
 // multiple of the block). preferred_block() is what oneDNN picks for this CPU.
 int preferred_block();
-// A float32 inference convolution reading x and writing y in the given layouts.
-// residual: y holds a tensor to add (a ResNet shortcut) and receives conv + y;
-// relu is applied after that. False when oneDNN cannot express the case.
-bool conv_forward_layout(const ConvShape& s, int src_block, int dst_block, const float* x, const float* w,
-                         const float* bias, float* y, bool relu, bool residual);
-// Whether oneDNN has an optimized kernel for this layout choice (not its reference one).
-bool conv_layout_is_fast(const ConvShape& s, int src_block, int dst_block, bool bias, bool relu, bool residual);
+// A float32 convolution pass on activations in given layouts. For the
+// backward passes, src_block is the layout of x and its gradient, dst_block
+// that of y's gradient. Weights and their gradients are always plain.
+enum class ConvPass { Forward, BackwardData, BackwardWeights };
+struct LayoutCall {
+  ConvShape shape;
+  ConvPass kind = ConvPass::Forward;
+  int src_block = 0, dst_block = 0;
+  bool bias = false;
+  bool relu = false;      // forward only: ReLU on the output
+  bool residual = false;  // forward only: y holds a tensor to add (a shortcut) and receives conv + y, before the ReLU
+};
+// Whether oneDNN has an optimized kernel for this call (not its reference one).
+bool conv_layout_is_fast(const LayoutCall& c);
+// Each returns false when oneDNN cannot express the call.
+bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, const float* bias, float* y);
+bool conv_backward_data_layout(const LayoutCall& c, const float* gy, const float* w, float* gx);
+// gb: the bias gradient too (c.bias must be set), or null.
+bool conv_backward_weights_layout(const LayoutCall& c, const float* x, const float* gy, float* gw, float* gb);
 void reorder_layout(int64_t n, int64_t c, int64_t h, int64_t w, int from_block, int to_block, const float* src,
                     float* dst);
 

@@ -1,0 +1,99 @@
+#include "backends/cpu/few_channel_conv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kiln/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+constexpr int64_t kMaxTaps = 4 * 7 * 7;  // channels x kernel height x kernel width
+
+// The input plane with its padding, large enough for every tap of every
+// output position (the right padding may be smaller than the left).
+int64_t padded_height(const onednn::ConvShape& s) {
+  return std::max(s.h + 2 * s.ph, (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1);
+}
+int64_t padded_width(const onednn::ConvShape& s) {
+  return std::max(s.w + 2 * s.pw, (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1);
+}
+
+// One channel block of outputs: acc[tap][lane] += gy[pos][lane] * x at the
+// tap's offset from pos, over every image and output position. The input is
+// copied with its zero padding around it, so no tap needs a bounds check.
+// TAPS > 0 fixes the tap count at compile time, which keeps the accumulators
+// in registers for the common 3x3 single-channel case.
+template <int B, int TAPS>
+void accumulate_block(const onednn::ConvShape& s, int64_t cb, const float* x, const float* gy, float* acc, float* bias_acc,
+                      std::vector<float>& padded, const std::vector<int64_t>& offsets) {
+  const int64_t taps = TAPS > 0 ? TAPS : static_cast<int64_t>(offsets.size());
+  const int64_t ph_w = padded_width(s), ph_h = padded_height(s), blocks = s.o / B;
+  std::fill_n(acc, taps * B, 0.0f);
+  std::fill_n(bias_acc, B, 0.0f);
+  for (int64_t n = 0; n < s.n; ++n) {
+    // Sums per image, added to the totals after it: shorter float sums.
+    float a[TAPS > 0 ? TAPS : kMaxTaps][B] = {};
+    float bsum[B] = {};
+    for (int64_t c = 0; c < s.c; ++c)
+      for (int64_t iy = 0; iy < s.h; ++iy)
+        std::copy_n(x + ((n * s.c + c) * s.h + iy) * s.w, s.w, padded.data() + (c * ph_h + iy + s.ph) * ph_w + s.pw);
+    const float* g = gy + (n * blocks + cb) * s.oh * s.ow * B;
+    for (int64_t oy = 0; oy < s.oh; ++oy)
+      for (int64_t ox = 0; ox < s.ow; ++ox) {
+        const float* gv = g + (oy * s.ow + ox) * B;
+        const float* origin = padded.data() + oy * s.sh * ph_w + ox * s.sw;
+#pragma GCC unroll 16
+        for (int64_t t = 0; t < taps; ++t) {
+          const float xv = origin[offsets[t]];
+#pragma omp simd
+          for (int k = 0; k < B; ++k) a[t][k] += gv[k] * xv;
+        }
+#pragma omp simd
+        for (int k = 0; k < B; ++k) bsum[k] += gv[k];
+      }
+    for (int64_t t = 0; t < taps; ++t)
+      for (int k = 0; k < B; ++k) acc[t * B + k] += a[t][k];
+    for (int k = 0; k < B; ++k) bias_acc[k] += bsum[k];
+  }
+}
+
+template <int B>
+void weight_grad(const onednn::ConvShape& s, const float* x, const float* gy, float* gw, float* gb) {
+  const int64_t ph_w = padded_width(s), ph_h = padded_height(s), taps = s.c * s.kh * s.kw;
+  std::vector<int64_t> offsets;  // tap (c, i, j) -> offset in the padded input
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t i = 0; i < s.kh; ++i)
+      for (int64_t j = 0; j < s.kw; ++j) offsets.push_back((c * ph_h + i * s.dh) * ph_w + j * s.dw);
+  parallel_for(s.o / B, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> padded(static_cast<size_t>(s.c * ph_h * ph_w), 0.0f);
+    std::vector<float> acc(static_cast<size_t>(taps * B)), bias_acc(B);
+    for (int64_t cb = begin; cb < end; ++cb) {
+      if (taps == 9)
+        accumulate_block<B, 9>(s, cb, x, gy, acc.data(), bias_acc.data(), padded, offsets);
+      else
+        accumulate_block<B, 0>(s, cb, x, gy, acc.data(), bias_acc.data(), padded, offsets);
+      for (int k = 0; k < B; ++k) {
+        const int64_t o = cb * B + k;
+        for (int64_t t = 0; t < taps; ++t) gw[o * taps + t] = acc[t * B + k];  // taps run in [c, kh, kw] order
+        if (gb) gb[o] = bias_acc[k];
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool few_channel_weight_grad_applies(const onednn::ConvShape& s, int block) {
+  return (block == 8 || block == 16) && s.groups == 1 && s.c <= 4 && s.kh <= 7 && s.kw <= 7 && s.o % block == 0;
+}
+
+void conv_weight_grad_few_channels(const onednn::ConvShape& s, int block, const float* x, const float* gy, float* gw,
+                                   float* gb) {
+  if (block == 16)
+    weight_grad<16>(s, x, gy, gw, gb);
+  else
+    weight_grad<8>(s, x, gy, gw, gb);
+}
+
+}  // namespace kiln::cpu

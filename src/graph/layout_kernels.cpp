@@ -1,0 +1,75 @@
+#include "graph/layout_kernels.h"
+
+#include <cstring>
+
+#include "backends/cpu/few_channel_conv.h"
+#include "kiln/error.h"
+
+namespace kiln::graph {
+
+namespace onednn = cpu::onednn;
+
+CustomKernel conv_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* y = out[0].data<float>();
+    if (call.residual) {
+      const Tensor& r = in.back();
+      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
+    }
+    const float* bias = call.bias ? in[2].data<float>() : nullptr;
+    bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), in[1].data<float>(), bias, y);
+    KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
+  };
+}
+
+CustomKernel conv_input_grad_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    bool ok = onednn::conv_backward_data_layout(call, in[0].data<float>(), in[1].data<float>(), out[0].data<float>());
+    KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution gradient it accepted when the graph was built");
+  };
+}
+
+CustomKernel conv_weight_grad_kernel(const onednn::LayoutCall& call, bool few_channels) {
+  return [call, few_channels](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* gb = call.bias ? out[1].data<float>() : nullptr;
+    if (few_channels) {
+      cpu::conv_weight_grad_few_channels(call.shape, call.dst_block, in[0].data<float>(), in[1].data<float>(),
+                                         out[0].data<float>(), gb);
+      return;
+    }
+    bool ok = onednn::conv_backward_weights_layout(call, in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), gb);
+    KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution gradient it accepted when the graph was built");
+  };
+}
+
+CustomKernel max_pool_kernel(cpu::PoolWindow window, int block) {
+  return [window, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();
+    cpu::max_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], y[2], y[3], block, window);
+  };
+}
+
+CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block) {
+  return [window, block, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[1].shape(), &gy = in[0].shape();
+    const float* mask = in.size() > 2 ? in[2].data<float>() : nullptr;
+    cpu::max_pool_backward_blocked(in[0].data<float>(), gy_block, in[1].data<float>(), mask, out[0].data<float>(), x[0],
+                                   x[1], x[2], x[3], gy[2], gy[3], block, window);
+  };
+}
+
+CustomKernel global_avg_kernel(int block) {
+  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& x = in[0].shape();
+    cpu::global_avg_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], block);
+  };
+}
+
+CustomKernel reorder_kernel(int from_block, int to_block) {
+  return [from_block, to_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& s = in[0].shape();
+    onednn::reorder_layout(s[0], s[1], s[2], s[3], from_block, to_block, in[0].data<float>(), out[0].data<float>());
+  };
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,25 @@
+#pragma once
+// The kernels graph mode's layout pass puts in place of convolutions, pools
+// and their gradients when they read or write channel-blocked activations.
+#include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/onednn_conv.h"
+#include "graph/ir.h"
+
+namespace kiln::graph {
+
+// in: x, w, [bias], [residual (also the output's buffer)] -> y.
+CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
+// in: gy, w -> gx.
+CustomKernel conv_input_grad_kernel(const cpu::onednn::LayoutCall& call);
+// in: x, gy -> gw, [gb]. few_channels: the direct kernel for a plain x with
+// few channels instead of oneDNN.
+CustomKernel conv_weight_grad_kernel(const cpu::onednn::LayoutCall& call, bool few_channels);
+// in: x (blocked) -> y (blocked); no argmax indices.
+CustomKernel max_pool_kernel(cpu::PoolWindow window, int block);
+// in: gy (blocked when gy_block), x (the pool's input, blocked), [mask] -> gx (blocked).
+CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block);
+// in: x (blocked) -> [N, C] plain.
+CustomKernel global_avg_kernel(int block);
+CustomKernel reorder_kernel(int from_block, int to_block);
+
+}  // namespace kiln::graph
