@@ -91,8 +91,9 @@ struct Plan {
   enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
-  cpu::PoolWindow window = {};
-  int gy_block = 0;  // MaxPoolGrad: the layout of the incoming gradient
+  bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
+  cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
+  int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
 };
 
@@ -128,6 +129,7 @@ class LayoutPass {
     blocked_.assign(g_.values.size(), false);
     for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
     const size_t residuals = training_ ? 0 : fold_residuals();
+    fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
     const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_);
@@ -171,7 +173,9 @@ class LayoutPass {
     if (is_op(n, "conv2d_input_grad")) return plan_input_grad(at);
     if (is_op(n, "conv2d_weight_grad")) return plan_weight_grad(at);
     if (is_op(n, "max_pool2d") && blocked_[n.inputs[0]] && indices_recomputable(n)) {
-      set(at, {Plan::MaxPool, {}, false, pool_window(n.attrs)}, {true});
+      Plan p{Plan::MaxPool};
+      p.window = pool_window(n.attrs);
+      set(at, p, {true});
       blocked_[n.outputs[0]] = true;
     } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
       plan_pool_grad(at);
@@ -263,7 +267,8 @@ class LayoutPass {
   void plan_pool_grad(int at) {
     Node& n = g_.nodes[at];
     const int pool = g_.values[n.inputs[1]].producer;
-    Plan p{Plan::MaxPoolGrad, {}, false, plans_.at(pool).window};
+    Plan p{Plan::MaxPoolGrad};
+    p.window = plans_.at(pool).window;
     p.gy_block = blocked_[n.inputs[0]] ? block_ : 0;
     // The node now reads (gy, the pool's input, [mask]) instead of (gy, indices, [mask]).
     n.inputs[1] = g_.nodes[pool].inputs[0];
@@ -320,6 +325,33 @@ class LayoutPass {
     return folded;
   }
 
+  // A max-pool gradient read only by a first layer's few-channel weight
+  // gradient is made there, plane by plane, instead of written in full (the
+  // largest activation of a CNN stem) and read back.
+  void fuse_pool_grads_into_first_layers() {
+    for (auto& [at, plan] : plans_) {
+      if (plan.kind != Plan::WeightGrad || !plan.few_channels) continue;
+      Node& n = g_.nodes[at];
+      const Value& gy = g_.values[n.inputs[1]];
+      if (gy.kind != ValueKind::Result || uses_[n.inputs[1]] != 1) continue;
+      auto pool = plans_.find(gy.producer);
+      if (pool == plans_.end() || pool->second.kind != Plan::MaxPoolGrad) continue;
+      Node& p = g_.nodes[gy.producer];
+      plan.from_pool = true;
+      plan.window = pool->second.window;
+      plan.gy_block = pool->second.gy_block;
+      n.inputs.resize(1);
+      n.inputs.insert(n.inputs.end(), p.inputs.begin(), p.inputs.end());
+      std::vector<bool> reads{false};
+      const auto& pool_reads = reads_.at(gy.producer);
+      reads.insert(reads.end(), pool_reads.begin(), pool_reads.end());
+      reads_[at] = reads;
+      reads_.erase(gy.producer);
+      p.removed = true;
+      plans_.erase(pool);
+    }
+  }
+
   void rewrite_nodes() {
     for (auto& [at, plan] : plans_) {
       Node& n = g_.nodes[at];
@@ -346,6 +378,11 @@ class LayoutPass {
         case Plan::WeightGrad:
           k.label = "conv2d_weight_grad[" + from + ", " + to + (plan.few_channels ? ", few channels]" : "]");
           k.custom = conv_weight_grad_kernel(plan.call, plan.few_channels);
+          if (plan.from_pool) {
+            k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
+                      (n.inputs.size() > 3 ? " + relu" : "") + " + conv2d_weight_grad[" + from + ", few channels]";
+            k.custom = conv_weight_grad_from_pool_kernel(plan.call, plan.window, plan.gy_block);
+          }
           break;
         case Plan::MaxPool:
           k.outputs = {n.outputs[0]};  // no argmax indices

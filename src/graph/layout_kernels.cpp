@@ -9,6 +9,19 @@ namespace kiln::graph {
 
 namespace onednn = cpu::onednn;
 
+namespace {
+
+// The max-pool gradient whose inputs (gy, the pool's input, [mask]) start at in[first].
+cpu::MaxPoolGrad pool_grad_of(const std::vector<Tensor>& in, size_t first, const cpu::PoolWindow& window, int block,
+                              int gy_block) {
+  const Shape &x = in[first + 1].shape(), &gy = in[first].shape();
+  const float* mask = in.size() > first + 2 ? in[first + 2].data<float>() : nullptr;
+  return {in[first].data<float>(), gy_block, in[first + 1].data<float>(), mask, x[0], x[1], x[2], x[3], gy[2], gy[3],
+          block, window};
+}
+
+}  // namespace
+
 CustomKernel conv_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
@@ -42,6 +55,14 @@ CustomKernel conv_weight_grad_kernel(const onednn::LayoutCall& call, bool few_ch
   };
 }
 
+CustomKernel conv_weight_grad_from_pool_kernel(const onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block) {
+  return [call, window, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* gb = call.bias ? out[1].data<float>() : nullptr;
+    cpu::conv_weight_grad_few_channels(call.shape, in[0].data<float>(), pool_grad_of(in, 1, window, call.dst_block, gy_block),
+                                       out[0].data<float>(), gb);
+  };
+}
+
 CustomKernel max_pool_kernel(cpu::PoolWindow window, int block) {
   return [window, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const Shape &x = in[0].shape(), &y = out[0].shape();
@@ -51,10 +72,7 @@ CustomKernel max_pool_kernel(cpu::PoolWindow window, int block) {
 
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block) {
   return [window, block, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const Shape &x = in[1].shape(), &gy = in[0].shape();
-    const float* mask = in.size() > 2 ? in[2].data<float>() : nullptr;
-    cpu::max_pool_backward_blocked(in[0].data<float>(), gy_block, in[1].data<float>(), mask, out[0].data<float>(), x[0],
-                                   x[1], x[2], x[3], gy[2], gy[3], block, window);
+    cpu::max_pool_backward_blocked(pool_grad_of(in, 0, window, block, gy_block), out[0].data<float>());
   };
 }
 

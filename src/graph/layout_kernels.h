@@ -14,6 +14,10 @@ CustomKernel conv_input_grad_kernel(const cpu::onednn::LayoutCall& call);
 // in: x, gy -> gw, [gb]. few_channels: the direct kernel for a plain x with
 // few channels instead of oneDNN.
 CustomKernel conv_weight_grad_kernel(const cpu::onednn::LayoutCall& call, bool few_channels);
+// in: x, then the inputs of the max-pool gradient that makes gy (gy of the
+// pool, the pool's input, [mask]) -> gw, [gb]: the few-channel weight
+// gradient fused with that max-pool gradient.
+CustomKernel conv_weight_grad_from_pool_kernel(const cpu::onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block);
 // in: x (blocked) -> y (blocked); no argmax indices.
 CustomKernel max_pool_kernel(cpu::PoolWindow window, int block);
 // in: gy (blocked when gy_block), x (the pool's input, blocked), [mask] -> gx (blocked).

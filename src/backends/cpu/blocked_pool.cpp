@@ -72,20 +72,9 @@ void global_avg_planes(const float* x, float* y, int64_t c, int64_t hw, int64_t 
 // first maximum stays, and the first NaN wins (the plain kernel's rule).
 inline bool beats(float v, float best) { return v > best || (v != v && best == best); }
 
-// Where the gradient of one window lands, per lane: scans its positions in
-// order and keeps the winner's offset (in floats, from the plane's start).
-struct BackwardArgs {
-  const float* gy;
-  int gy_block;  // 0: gy is plain NCHW
-  const float *x, *mask;
-  float* gx;
-  int64_t c, h, w, oh, ow;
-  PoolWindow wd;
-};
-
 // The output gradient of lane k at (n, channel block cb, oy, ox).
 template <int B>
-inline float grad_at(const BackwardArgs& a, int64_t n, int64_t cb, int64_t oy, int64_t ox, int k) {
+inline float grad_at(const MaxPoolGrad& a, int64_t n, int64_t cb, int64_t oy, int64_t ox, int k) {
   if (a.gy_block) return a.gy[(((n * (a.c / B) + cb) * a.oh + oy) * a.ow + ox) * B + k];
   return a.gy[((n * a.c + cb * B + k) * a.oh + oy) * a.ow + ox];
 }
@@ -106,21 +95,20 @@ inline vi beats8(vf v, vf best) { return (v > best) | ((v != v) & (best == best)
 // Non-overlapping 2x2 windows tiling the whole plane: each input position
 // belongs to exactly one window, so every gradient element is written once.
 template <int B>
-void max_pool_backward_2x2(const BackwardArgs& a, int64_t begin, int64_t end) {
-  const int64_t blocks = a.c / B;
+void grad_plane_2x2(const MaxPoolGrad& a, int64_t plane, float* out) {
+  const int64_t blocks = a.c / B, n = plane / blocks, cb = plane % blocks, base = plane * a.h * a.w * B;
   const vi none = {}, all = ~none;
-  for (int64_t row = begin; row < end; ++row) {  // row = plane * oh + oy
-    const int64_t plane = row / a.oh, oy = row % a.oh, n = plane / blocks, cb = plane % blocks;
-    const int64_t r0 = (plane * a.h + 2 * oy) * a.w * B, r1 = r0 + a.w * B;
+  for (int64_t oy = 0; oy < a.oh; ++oy)
     for (int64_t ox = 0; ox < a.ow; ++ox)
       for (int half = 0; half < B; half += 8) {
+        const int64_t r0 = 2 * oy * a.w * B, r1 = r0 + a.w * B;  // offsets within the plane
         const int64_t at[4] = {r0 + 2 * ox * B + half, r0 + (2 * ox + 1) * B + half, r1 + 2 * ox * B + half,
                                r1 + (2 * ox + 1) * B + half};
         // One-hot masks of the winning position, scanning in order.
         vi win[4] = {all, none, none, none};
-        vf best = load8(a.x + at[0]);
+        vf best = load8(a.x + base + at[0]);
         for (int j = 1; j < 4; ++j) {
-          const vf v = load8(a.x + at[j]);
+          const vf v = load8(a.x + base + at[j]);
           const vi b = beats8(v, best);
           best = reinterpret_cast<vf>((reinterpret_cast<vi>(v) & b) | (reinterpret_cast<vi>(best) & ~b));
           for (int i = 0; i < j; ++i) win[i] &= ~b;
@@ -136,44 +124,40 @@ void max_pool_backward_2x2(const BackwardArgs& a, int64_t begin, int64_t end) {
         }
         if (a.mask) {
           vi pass = none;
-          for (int j = 0; j < 4; ++j) pass |= win[j] & (load8(a.mask + at[j]) > vf{});
+          for (int j = 0; j < 4; ++j) pass |= win[j] & (load8(a.mask + base + at[j]) > vf{});
           g = keep(pass, g);
         }
-        for (int j = 0; j < 4; ++j) store8(a.gx + at[j], keep(win[j], g));
+        for (int j = 0; j < 4; ++j) store8(out + at[j], keep(win[j], g));
       }
-  }
 }
 
 // Any window: zero the plane, then add each window's gradient at its maximum.
 template <int B>
-void max_pool_backward_planes(const BackwardArgs& a, int64_t begin, int64_t end) {
-  const int64_t blocks = a.c / B;
-  const PoolWindow& wd = a.wd;
-  for (int64_t plane = begin; plane < end; ++plane) {
-    const int64_t n = plane / blocks, cb = plane % blocks, base = plane * a.h * a.w * B;
-    std::fill(a.gx + base, a.gx + base + a.h * a.w * B, 0.0f);
-    for (int64_t oy = 0; oy < a.oh; ++oy)
-      for (int64_t ox = 0; ox < a.ow; ++ox)
-        for (int k = 0; k < B; ++k) {
-          int64_t found = -1;
-          float best = 0.0f;
-          for (int64_t i = 0; i < wd.kh; ++i) {
-            const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
-            if (iy < 0 || iy >= a.h) continue;
-            for (int64_t j = 0; j < wd.kw; ++j) {
-              const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
-              if (ix < 0 || ix >= a.w) continue;
-              const int64_t at = base + (iy * a.w + ix) * B + k;
-              if (found < 0 || beats(a.x[at], best)) {
-                best = a.x[at];
-                found = at;
-              }
+void grad_plane_any(const MaxPoolGrad& a, int64_t plane, float* out) {
+  const int64_t blocks = a.c / B, n = plane / blocks, cb = plane % blocks, base = plane * a.h * a.w * B;
+  const PoolWindow& wd = a.window;
+  std::fill(out, out + a.h * a.w * B, 0.0f);
+  for (int64_t oy = 0; oy < a.oh; ++oy)
+    for (int64_t ox = 0; ox < a.ow; ++ox)
+      for (int k = 0; k < B; ++k) {
+        int64_t found = -1;
+        float best = 0.0f;
+        for (int64_t i = 0; i < wd.kh; ++i) {
+          const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+          if (iy < 0 || iy >= a.h) continue;
+          for (int64_t j = 0; j < wd.kw; ++j) {
+            const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+            if (ix < 0 || ix >= a.w) continue;
+            const int64_t at = (iy * a.w + ix) * B + k;
+            if (found < 0 || beats(a.x[base + at], best)) {
+              best = a.x[base + at];
+              found = at;
             }
           }
-          if (found < 0 || (a.mask && !(a.mask[found] > 0.0f))) continue;
-          a.gx[found] += grad_at<B>(a, n, cb, oy, ox, k);
         }
-  }
+        if (found < 0 || (a.mask && !(a.mask[base + found] > 0.0f))) continue;
+        out[found] += grad_at<B>(a, n, cb, oy, ox, k);
+      }
 }
 
 }  // namespace
@@ -204,22 +188,21 @@ void global_avg_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int
   });
 }
 
-void max_pool_backward_blocked(const float* gy, int gy_block, const float* x, const float* mask, float* gx, int64_t n,
-                               int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, int block,
-                               const PoolWindow& wd) {
-  const BackwardArgs a{gy, gy_block, x, mask, gx, c, h, w, oh, ow, wd};
+void max_pool_grad_plane(const MaxPoolGrad& a, int64_t plane, float* out) {
+  const PoolWindow& wd = a.window;
   const bool tiled = wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 &&
-                     wd.dh == 1 && wd.dw == 1 && h == 2 * oh && w == 2 * ow;
-  const int64_t planes = n * (c / block);
-  if (tiled) {
-    parallel_for(planes * oh, 4, [&](int64_t b, int64_t e) {
-      block == 16 ? max_pool_backward_2x2<16>(a, b, e) : max_pool_backward_2x2<8>(a, b, e);
-    });
-  } else {
-    parallel_for(planes, 1, [&](int64_t b, int64_t e) {
-      block == 16 ? max_pool_backward_planes<16>(a, b, e) : max_pool_backward_planes<8>(a, b, e);
-    });
-  }
+                     wd.dh == 1 && wd.dw == 1 && a.h == 2 * a.oh && a.w == 2 * a.ow;
+  if (tiled)
+    a.block == 16 ? grad_plane_2x2<16>(a, plane, out) : grad_plane_2x2<8>(a, plane, out);
+  else
+    a.block == 16 ? grad_plane_any<16>(a, plane, out) : grad_plane_any<8>(a, plane, out);
+}
+
+void max_pool_backward_blocked(const MaxPoolGrad& a, float* gx) {
+  const int64_t plane_size = a.h * a.w * a.block;
+  parallel_for(a.n * (a.c / a.block), 1, [&](int64_t b, int64_t e) {
+    for (int64_t plane = b; plane < e; ++plane) max_pool_grad_plane(a, plane, gx + plane * plane_size);
+  });
 }
 
 }  // namespace kiln::cpu

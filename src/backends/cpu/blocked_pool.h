@@ -18,12 +18,21 @@ void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h,
 // The gradient of max_pool_blocked: each window's gradient goes to the
 // position of its maximum, found again in x (the first maximum in scan order,
 // NaN first) rather than read from stored indices, so the forward pool need
-// not write any. gy: [n, c, oh, ow] plain when gy_block is 0, else blocked
-// like x; gx: blocked. mask (optional, blocked): the gradient passes only
-// where mask > 0 (a ReLU's backward, fused).
-void max_pool_backward_blocked(const float* gy, int gy_block, const float* x, const float* mask, float* gx, int64_t n,
-                               int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow, int block,
-                               const PoolWindow& wd);
+// not write any.
+struct MaxPoolGrad {
+  const float* gy;    // [n, c, oh, ow]: plain when gy_block is 0, else blocked like x
+  int gy_block;
+  const float* x;     // the pool's input, blocked
+  const float* mask;  // optional, blocked: the gradient passes only where mask > 0 (a ReLU's backward, fused)
+  int64_t n, c, h, w, oh, ow;
+  int block;
+  PoolWindow window;
+};
+// gx: [n, c/block, h, w, block].
+void max_pool_backward_blocked(const MaxPoolGrad& a, float* gx);
+// One (image, channel block) plane of that gradient, plane = n * c/block + cb,
+// into out [h, w, block]: for a consumer that uses it where it is made.
+void max_pool_grad_plane(const MaxPoolGrad& a, int64_t plane, float* out);
 // The mean over h and w per channel: [n, c/block, h, w, block] -> y: [n, c] (plain).
 void global_avg_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int block);
 

@@ -24,11 +24,12 @@ int64_t padded_width(const onednn::ConvShape& s) {
 // copied with its zero padding around it, so no tap needs a bounds check.
 // TAPS > 0 fixes the tap count at compile time, which keeps the accumulators
 // in registers for the common 3x3 single-channel case.
-template <int B, int TAPS>
-void accumulate_block(const onednn::ConvShape& s, int64_t cb, const float* x, const float* gy, float* acc, float* bias_acc,
-                      std::vector<float>& padded, const std::vector<int64_t>& offsets) {
+// grad_plane(n): image n's output gradient for this channel block, [oh, ow, B].
+template <int B, int TAPS, typename GradPlane>
+void accumulate_block(const onednn::ConvShape& s, const float* x, const GradPlane& grad_plane, float* acc,
+                      float* bias_acc, std::vector<float>& padded, const std::vector<int64_t>& offsets) {
   const int64_t taps = TAPS > 0 ? TAPS : static_cast<int64_t>(offsets.size());
-  const int64_t ph_w = padded_width(s), ph_h = padded_height(s), blocks = s.o / B;
+  const int64_t ph_w = padded_width(s), ph_h = padded_height(s);
   std::fill_n(acc, taps * B, 0.0f);
   std::fill_n(bias_acc, B, 0.0f);
   for (int64_t n = 0; n < s.n; ++n) {
@@ -38,7 +39,7 @@ void accumulate_block(const onednn::ConvShape& s, int64_t cb, const float* x, co
     for (int64_t c = 0; c < s.c; ++c)
       for (int64_t iy = 0; iy < s.h; ++iy)
         std::copy_n(x + ((n * s.c + c) * s.h + iy) * s.w, s.w, padded.data() + (c * ph_h + iy + s.ph) * ph_w + s.pw);
-    const float* g = gy + (n * blocks + cb) * s.oh * s.ow * B;
+    const float* g = grad_plane(n);
     for (int64_t oy = 0; oy < s.oh; ++oy)
       for (int64_t ox = 0; ox < s.ow; ++ox) {
         const float* gv = g + (oy * s.ow + ox) * B;
@@ -58,8 +59,10 @@ void accumulate_block(const onednn::ConvShape& s, int64_t cb, const float* x, co
   }
 }
 
-template <int B>
-void weight_grad(const onednn::ConvShape& s, const float* x, const float* gy, float* gw, float* gb) {
+// Parallel over output channel blocks; grad_plane(n, cb, scratch) returns
+// image n's gradient plane for block cb, made in scratch if it must be.
+template <int B, typename GradPlane>
+void weight_grad(const onednn::ConvShape& s, const float* x, const GradPlane& grad_plane, float* gw, float* gb) {
   const int64_t ph_w = padded_width(s), ph_h = padded_height(s), taps = s.c * s.kh * s.kw;
   std::vector<int64_t> offsets;  // tap (c, i, j) -> offset in the padded input
   for (int64_t c = 0; c < s.c; ++c)
@@ -67,12 +70,13 @@ void weight_grad(const onednn::ConvShape& s, const float* x, const float* gy, fl
       for (int64_t j = 0; j < s.kw; ++j) offsets.push_back((c * ph_h + i * s.dh) * ph_w + j * s.dw);
   parallel_for(s.o / B, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> padded(static_cast<size_t>(s.c * ph_h * ph_w), 0.0f);
-    std::vector<float> acc(static_cast<size_t>(taps * B)), bias_acc(B);
+    std::vector<float> acc(static_cast<size_t>(taps * B)), bias_acc(B), scratch;
     for (int64_t cb = begin; cb < end; ++cb) {
+      auto plane = [&](int64_t n) { return grad_plane(n, cb, scratch); };
       if (taps == 9)
-        accumulate_block<B, 9>(s, cb, x, gy, acc.data(), bias_acc.data(), padded, offsets);
+        accumulate_block<B, 9>(s, x, plane, acc.data(), bias_acc.data(), padded, offsets);
       else
-        accumulate_block<B, 0>(s, cb, x, gy, acc.data(), bias_acc.data(), padded, offsets);
+        accumulate_block<B, 0>(s, x, plane, acc.data(), bias_acc.data(), padded, offsets);
       for (int k = 0; k < B; ++k) {
         const int64_t o = cb * B + k;
         for (int64_t t = 0; t < taps; ++t) gw[o * taps + t] = acc[t * B + k];  // taps run in [c, kh, kw] order
@@ -80,6 +84,16 @@ void weight_grad(const onednn::ConvShape& s, const float* x, const float* gy, fl
       }
     }
   });
+}
+
+template <int B>
+void weight_grad_from_pool(const onednn::ConvShape& s, const float* x, const MaxPoolGrad& pool, float* gw, float* gb) {
+  auto plane = [&](int64_t n, int64_t cb, std::vector<float>& scratch) -> const float* {
+    scratch.resize(static_cast<size_t>(s.oh * s.ow * B));
+    max_pool_grad_plane(pool, n * (s.o / B) + cb, scratch.data());
+    return scratch.data();
+  };
+  weight_grad<B>(s, x, plane, gw, gb);
 }
 
 }  // namespace
@@ -90,10 +104,20 @@ bool few_channel_weight_grad_applies(const onednn::ConvShape& s, int block) {
 
 void conv_weight_grad_few_channels(const onednn::ConvShape& s, int block, const float* x, const float* gy, float* gw,
                                    float* gb) {
+  const int64_t plane_size = s.oh * s.ow * block;
+  auto plane = [&](int64_t n, int64_t cb, std::vector<float>&) { return gy + (n * (s.o / block) + cb) * plane_size; };
   if (block == 16)
-    weight_grad<16>(s, x, gy, gw, gb);
+    weight_grad<16>(s, x, plane, gw, gb);
   else
-    weight_grad<8>(s, x, gy, gw, gb);
+    weight_grad<8>(s, x, plane, gw, gb);
+}
+
+void conv_weight_grad_few_channels(const onednn::ConvShape& s, const float* x, const MaxPoolGrad& pool, float* gw,
+                                   float* gb) {
+  if (pool.block == 16)
+    weight_grad_from_pool<16>(s, x, pool, gw, gb);
+  else
+    weight_grad_from_pool<8>(s, x, pool, gw, gb);
 }
 
 }  // namespace kiln::cpu
