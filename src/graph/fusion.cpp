@@ -1,9 +1,11 @@
-// Fusions into vendor calls: convolution + ReLU (a oneDNN post-op), the bias
+// Fusions into vendor calls: convolution + ReLU and linear + bias + ReLU
+// (oneDNN post-ops), the bias
 // gradient computed by the convolution's weight-gradient primitive, the ReLU
 // gradient folded into the max-pool gradient, and linear layers that read the
 // same input (attention's Q, K and V projections) merged into one GEMM.
 #include <map>
 
+#include "backends/cpu/onednn_linear.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
@@ -30,7 +32,8 @@ std::string fuse_conv_activation(Graph& g) {
       producer.attrs.set("activation", std::string("relu"));  // a oneDNN post-op
       ++convs;
     } else if (is_op(producer, "linear") && g.values[y].meta.dtype == DType::Float32) {
-      // The GEMM (with its bias) and the ReLU over its output while it is still in cache.
+      // One oneDNN matmul with the bias and the ReLU as post-ops; the
+      // registry's GEMM and a ReLU pass if oneDNN refuses the shape.
       const OpDef* linear = producer.op;
       const KernelFn gemm = linear->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
       if (!gemm) continue;
@@ -38,6 +41,14 @@ std::string fuse_conv_activation(Graph& g) {
       k.inputs = producer.inputs;
       k.label = "linear + relu";
       k.custom = [gemm](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+        const bool bias = in.size() > 2 && in[2].defined();
+        const Tensor x = in[0].contiguous(), w = in[1].contiguous(), b = bias ? in[2].contiguous() : Tensor();
+        const int64_t features = w.shape()[1];
+        cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, true};
+        if (features > 0 && call.rows > 0 &&
+            cpu::onednn::linear_forward(call, x.data<float>(), w.data<float>(), bias ? b.data<float>() : nullptr,
+                                        out[0].data<float>()))
+          return;
         gemm(in, out, Attrs{});
         float* p = out[0].data<float>();
         parallel_for(out[0].numel(), 1 << 14, [p](int64_t b, int64_t e) {

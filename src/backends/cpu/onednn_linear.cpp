@@ -1,0 +1,88 @@
+#include "backends/cpu/onednn_linear.h"
+
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+
+#include "kiln/tensor.h"
+
+namespace kiln::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+using dt = memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+struct Descs {
+  memory::desc x, w, bias, y;
+};
+
+Descs descs(const LinearCall& c) {
+  Descs d;
+  d.x = memory::desc({c.rows, c.in}, dt::f32, memory::format_tag::ab);
+  d.w = memory::desc({c.in, c.out}, dt::f32, memory::format_tag::ba);  // Kiln's [out, in], read transposed
+  d.bias = c.bias ? memory::desc({1, c.out}, dt::f32, memory::format_tag::ab) : memory::desc();
+  d.y = memory::desc({c.rows, c.out}, dt::f32, memory::format_tag::ab);
+  return d;
+}
+
+struct Prepared {
+  dnnl::matmul prim;
+  memory::desc scratchpad;
+};
+
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+
+// Null when oneDNN refuses the shape.
+const Prepared* prepared(const LinearCall& c) {
+  static std::mutex mu;
+  static std::map<Key, Prepared> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  Key key{c.rows, c.in, c.out, c.bias, c.relu};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
+  Prepared p;
+  try {
+    Descs d = descs(c);
+    dnnl::post_ops ops;
+    if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    // Scratchpads passed in per call: a primitive may run on two threads at once.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.x, d.w, d.bias, d.y), attr, engine());
+    p = {dnnl::matmul(pd), pd.scratchpad_desc()};
+  } catch (const dnnl::error&) {
+  }
+  auto& stored = cache.emplace(key, p).first->second;
+  return stored.prim ? &stored : nullptr;
+}
+
+memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
+
+}  // namespace
+
+bool linear_forward(const LinearCall& c, const float* x, const float* w, const float* bias, float* y) {
+  const Prepared* p = prepared(c);
+  if (!p) return false;
+  Descs d = descs(c);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(d.x, x)}, {DNNL_ARG_WEIGHTS, wrap(d.w, w)},
+                                       {DNNL_ARG_DST, wrap(d.y, y)}};
+  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));
+  Tensor scratch;
+  if (p->scratchpad.get_size() > 0) {
+    scratch = Tensor::empty({static_cast<int64_t>(p->scratchpad.get_size())}, DType::UInt8);
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(p->scratchpad, scratch.raw_data()));
+  }
+  dnnl::stream s(engine());
+  p->prim.execute(s, args);
+  s.wait();
+  return true;
+}
+
+}  // namespace kiln::cpu::onednn

@@ -1,0 +1,18 @@
+#pragma once
+// A linear layer with its bias and a ReLU in one oneDNN matmul call (the
+// bias and the post-op applied while the output tile is still in
+// registers), cached per shape. float32.
+#include <cstdint>
+
+namespace kiln::cpu::onednn {
+
+struct LinearCall {
+  int64_t rows, in, out;  // x [rows, in], w [out, in] (row-major), y [rows, out]
+  bool bias = false;
+  bool relu = false;
+};
+
+// False when oneDNN cannot express the call (the caller then runs its own path).
+bool linear_forward(const LinearCall& c, const float* x, const float* w, const float* bias, float* y);
+
+}  // namespace kiln::cpu::onednn
