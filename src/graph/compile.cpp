@@ -127,6 +127,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
       pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
       pipeline.push_back({"parallel linear merge", graph::merge_parallel_linears});
     }
+    pipeline.push_back({"linear + residual", graph::fuse_linear_residual});
     pipeline.push_back({"conv + relu", graph::fuse_conv_activation});
     pipeline.push_back({"conv bias gradient", graph::fuse_conv_bias_grad});
     pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});

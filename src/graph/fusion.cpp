@@ -1,8 +1,9 @@
-// Fusions into vendor calls: convolution + ReLU and linear + bias + ReLU
-// (oneDNN post-ops), the bias
+// Fusions into vendor calls: convolution + ReLU, and linear + bias
+// (+ residual add) (+ ReLU) (oneDNN post-ops), the bias
 // gradient computed by the convolution's weight-gradient primitive, the ReLU
 // gradient folded into the max-pool gradient, and linear layers that read the
 // same input (attention's Q, K and V projections) merged into one GEMM.
+#include <algorithm>
 #include <map>
 
 #include "backends/cpu/onednn_linear.h"
@@ -16,7 +17,85 @@ namespace {
 
 bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
+// in: x, w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when
+// relu: one oneDNN matmul with post-ops, or, where oneDNN refuses the shape,
+// the registry's GEMM (`gemm`) and a pass over the output.
+CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu) {
+  return [gemm, residual, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const size_t operands = in.size() - (residual ? 1 : 0);
+    const bool bias = operands > 2 && in[2].defined();
+    const Tensor x = in[0].contiguous(), w = in[1].contiguous(), b = bias ? in[2].contiguous() : Tensor();
+    float* y = out[0].data<float>();
+    const int64_t features = w.shape()[1], n = out[0].numel();
+    Tensor r = residual ? in.back().contiguous() : Tensor();
+    if (residual && r.data<float>() != y) std::copy_n(r.data<float>(), n, y);
+    cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, residual, relu};
+    if (features > 0 && call.rows > 0 &&
+        cpu::onednn::linear_forward(call, x.data<float>(), w.data<float>(), bias ? b.data<float>() : nullptr, y))
+      return;
+    if (residual) r = r.clone();  // y may be the residual's own buffer, which the GEMM overwrites
+    gemm(std::vector<Tensor>(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(operands)), out, Attrs{});
+    const float* pr = residual ? r.data<float>() : nullptr;
+    parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float v = pr ? y[i] + pr[i] : y[i];
+        y[i] = relu && v < 0.0f ? 0.0f : v;
+      }
+    });
+  };
+}
+
 }  // namespace
+
+std::string fuse_linear_residual(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  size_t fused = 0, relus = 0;
+  for (Node& add : g.nodes) {
+    if (!is_op(add, "add") || add.inputs.size() != 2) continue;
+    const int sum = add.outputs[0];
+    if (g.values[sum].meta.dtype != DType::Float32) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int y = add.inputs[side], r = add.inputs[1 - side];
+      if (y == r || g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
+      const int at = g.values[y].producer;
+      Node& linear = g.nodes[at];
+      if (!is_op(linear, "linear") || g.values[r].meta.shape != g.values[sum].meta.shape ||
+          g.values[y].meta.shape != g.values[sum].meta.shape)
+        continue;
+      // The residual is copied into the output before the GEMM: it must exist by then.
+      if (g.values[r].kind == ValueKind::Result && g.values[r].producer > at) continue;
+      const KernelFn gemm = linear.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+      if (!gemm) continue;
+      int result = sum;
+      Node* relu = nullptr;
+      if (uses[sum] == 1)
+        for (Node& m : g.nodes)
+          if (is_op(m, "relu") && m.inputs[0] == sum) relu = &m;
+      if (relu) {
+        result = relu->outputs[0];
+        relu->removed = true;
+        ++relus;
+      }
+      Node k;
+      k.inputs = linear.inputs;
+      k.inputs.push_back(r);
+      k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+      k.outputs = {result};
+      k.label = relu ? "linear + residual + relu" : "linear + residual";
+      k.custom = fused_linear_kernel(gemm, true, relu != nullptr);
+      linear = std::move(k);
+      g.values[result].producer = at;
+      g.values[result].output_index = 0;
+      add.removed = true;
+      ++fused;
+      break;
+    }
+  }
+  if (!fused) return "";
+  return "fused " + std::to_string(fused) + " residual adds into linear layers" +
+         (relus ? " (" + std::to_string(relus) + " with the ReLU after them)" : "");
+}
 
 std::string fuse_conv_activation(Graph& g) {
   auto uses = g.use_counts();
@@ -32,29 +111,12 @@ std::string fuse_conv_activation(Graph& g) {
       producer.attrs.set("activation", std::string("relu"));  // a oneDNN post-op
       ++convs;
     } else if (is_op(producer, "linear") && g.values[y].meta.dtype == DType::Float32) {
-      // One oneDNN matmul with the bias and the ReLU as post-ops; the
-      // registry's GEMM and a ReLU pass if oneDNN refuses the shape.
-      const OpDef* linear = producer.op;
-      const KernelFn gemm = linear->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+      const KernelFn gemm = producer.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
       if (!gemm) continue;
       Node k;
       k.inputs = producer.inputs;
       k.label = "linear + relu";
-      k.custom = [gemm](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-        const bool bias = in.size() > 2 && in[2].defined();
-        const Tensor x = in[0].contiguous(), w = in[1].contiguous(), b = bias ? in[2].contiguous() : Tensor();
-        const int64_t features = w.shape()[1];
-        cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, true};
-        if (features > 0 && call.rows > 0 &&
-            cpu::onednn::linear_forward(call, x.data<float>(), w.data<float>(), bias ? b.data<float>() : nullptr,
-                                        out[0].data<float>()))
-          return;
-        gemm(in, out, Attrs{});
-        float* p = out[0].data<float>();
-        parallel_for(out[0].numel(), 1 << 14, [p](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
-        });
-      };
+      k.custom = fused_linear_kernel(gemm, false, true);
       producer = std::move(k);
       ++linears;
     } else {

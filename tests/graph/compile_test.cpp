@@ -194,6 +194,28 @@ TEST(Compile, InferenceMergesProjectionsOfOneInputIntoOneGemm) {
   expect_close(fn({x})[0], attention_like({x})[0], 1e-5, 1e-5);
 }
 
+// Linear layers take their bias, a residual add and a ReLU in one call: a
+// residual block (ReLU after the add) and a transformer-style sublayer (no
+// ReLU, the residual read again later, so it cannot be overwritten).
+TEST(Compile, ResidualAddsAndReluFoldIntoLinearLayers) {
+  manual_seed(6);
+  Tensor w1 = randn({16, 16}) * 0.3, b1 = randn({16}), w2 = randn({16, 16}) * 0.3, w3 = randn({16, 16}) * 0.3;
+  auto blocks = [&](const std::vector<Tensor>& in) {
+    Tensor h = relu(linear(in[0], w1, b1) + in[0]);
+    Tensor u = linear(h, w2) + h;
+    Tensor v = relu(linear(u, w3));
+    return std::vector<Tensor>{v * h + u};
+  };
+  Tensor x = randn({3, 7, 16});
+  auto fn = jit::compile(blocks, {x});
+  const std::string report = fn.report().str();
+  EXPECT_NE(report.find("fused 2 residual adds into linear layers (1 with the ReLU after them)"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("1 linear + relu pairs"), std::string::npos) << report;
+  Tensor x2 = randn({3, 7, 16});
+  expect_close(fn({x2})[0], blocks({x2})[0], 1e-5, 1e-5);
+}
+
 }  // namespace
 
 #include "backends/cpu/onednn_conv.h"

@@ -36,20 +36,21 @@ struct Prepared {
   memory::desc scratchpad;
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>;
 
 // Null when oneDNN refuses the shape.
 const Prepared* prepared(const LinearCall& c) {
   static std::mutex mu;
   static std::map<Key, Prepared> cache;
   std::lock_guard<std::mutex> lock(mu);
-  Key key{c.rows, c.in, c.out, c.bias, c.relu};
+  Key key{c.rows, c.in, c.out, c.bias, c.residual, c.relu};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
   Prepared p;
   try {
     Descs d = descs(c);
     dnnl::post_ops ops;
+    if (c.residual) ops.append_sum(1.0f);
     if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);

@@ -1,6 +1,6 @@
 #pragma once
-// A linear layer with its bias and a ReLU in one oneDNN matmul call (the
-// bias and the post-op applied while the output tile is still in
+// A linear layer with its bias, a residual add and a ReLU in one oneDNN
+// matmul call (bias and post-ops applied while the output tile is still in
 // registers), cached per shape. float32.
 #include <cstdint>
 
@@ -9,6 +9,7 @@ namespace kiln::cpu::onednn {
 struct LinearCall {
   int64_t rows, in, out;  // x [rows, in], w [out, in] (row-major), y [rows, out]
   bool bias = false;
+  bool residual = false;  // y holds a tensor to add and receives x w^T + b + y, before the ReLU
   bool relu = false;
 };
 
