@@ -12,6 +12,7 @@
 #include <set>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/winograd_conv.h"
 #include "graph/layout_kernels.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
@@ -352,6 +353,26 @@ class LayoutPass {
     }
   }
 
+  // An inference convolution with constant weights runs by Winograd's
+  // F(2x2, 3x3) where that measured faster; its weight input becomes the
+  // transformed weights, made here once.
+  bool use_winograd(const Plan& plan, Node& k) {
+    const int w = k.inputs[1];
+    if (training_ || g_.values[w].kind != ValueKind::Constant || !cpu::winograd_is_faster(plan.call)) return false;
+    NoGradGuard no_grad;
+    const Tensor weight = g_.values[w].tensor.contiguous();
+    Value u;
+    u.kind = ValueKind::Constant;
+    u.tensor = Tensor::empty({cpu::winograd_weights_size(plan.call.shape)});
+    cpu::winograd_weights(plan.call.shape, weight.data<float>(), u.tensor.data<float>());
+    u.meta = {true, u.tensor.shape(), DType::Float32, u.tensor.device()};
+    u.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".winograd";
+    k.inputs[1] = g_.add_value(std::move(u));
+    blocked_.push_back(false);
+    ++winograd_;
+    return true;
+  }
+
   void rewrite_nodes() {
     for (auto& [at, plan] : plans_) {
       Node& n = g_.nodes[at];
@@ -370,6 +391,10 @@ class LayoutPass {
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                     (plan.call.relu ? " + relu" : "");
           k.custom = conv_kernel(plan.call);
+          if (use_winograd(plan, k)) {
+            k.label += " (winograd)";
+            k.custom = winograd_conv_kernel(plan.call);
+          }
           break;
         case Plan::InputGrad:
           k.label = "conv2d_input_grad[" + to + " -> " + from + "]";
@@ -455,6 +480,7 @@ class LayoutPass {
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
+    if (winograd_) s += ", " + std::to_string(winograd_) + " by Winograd's F(2x2, 3x3)";
     s += ", " + std::to_string(plain_of_.size() + blocked_of_.size()) + " reorders";
     return s;
   }
@@ -471,6 +497,7 @@ class LayoutPass {
   std::map<int, int> plain_of_, blocked_of_;              // a value's NCHW / blocked copy
   std::vector<std::vector<Node>> insert_after_;
   std::vector<Node> prologue_;  // reorders of graph inputs and constants
+  size_t winograd_ = 0;         // convolutions run by Winograd's algorithm
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
 
 namespace kiln::graph {
@@ -32,6 +33,19 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
     bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), in[1].data<float>(), bias, y);
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
+  };
+}
+
+CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* y = out[0].data<float>();
+    if (call.residual) {
+      const Tensor& r = in.back();
+      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
+    }
+    const float* bias = call.bias ? in[2].data<float>() : nullptr;
+    cpu::winograd_conv(call.shape, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
+                       call.residual);
   };
 }
 

@@ -12,6 +12,22 @@ namespace {
 // a, or b when b is larger or NaN (NaN wins, as in the plain kernel).
 inline float take_max(float a, float b) { return (b > a || b != b) ? b : a; }
 
+// Eight lanes as one value (GCC/Clang vector extensions): the compiler's
+// if-conversion of per-lane loops produced masked stores, which are slow.
+using vf = float __attribute__((vector_size(32)));
+using vi = int32_t __attribute__((vector_size(32)));
+inline vf load8(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf keep(vi mask, vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & mask); }
+inline vf select8(vi mask, vf a, vf b) {
+  return reinterpret_cast<vf>((reinterpret_cast<vi>(a) & mask) | (reinterpret_cast<vi>(b) & ~mask));
+}
+inline vi beats8(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
+
 // Non-overlapping 2x2 windows without padding: four vectors per output position.
 template <int B>
 void max_pool_2x2_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, int64_t ow, int64_t begin,
@@ -21,11 +37,16 @@ void max_pool_2x2_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
     const float* r0 = x + (plane * h + 2 * oy) * w * B;
     const float* r1 = r0 + w * B;
     float* dst = y + (plane * oh + oy) * ow * B;
-    for (int64_t ox = 0; ox < ow; ++ox) {
-      const float *a = r0 + 2 * ox * B, *b = r1 + 2 * ox * B;
-#pragma omp simd
-      for (int k = 0; k < B; ++k) dst[ox * B + k] = take_max(take_max(a[k], a[B + k]), take_max(b[k], b[B + k]));
-    }
+    for (int64_t ox = 0; ox < ow; ++ox)
+      for (int half = 0; half < B; half += 8) {
+        const float *a = r0 + 2 * ox * B + half, *b = r1 + 2 * ox * B + half;
+        vf m = load8(a);
+        for (const float* p : {a + B, b, b + B}) {
+          const vf v = load8(p);
+          m = select8(beats8(v, m), v, m);
+        }
+        store8(dst + ox * B + half, m);
+      }
   }
 }
 
@@ -79,18 +100,6 @@ inline float grad_at(const MaxPoolGrad& a, int64_t n, int64_t cb, int64_t oy, in
   return a.gy[((n * a.c + cb * B + k) * a.oh + oy) * a.ow + ox];
 }
 
-// Eight lanes as one value (GCC/Clang vector extensions): the compiler's
-// if-conversion of the per-lane loop produced masked stores, which are slow.
-using vf = float __attribute__((vector_size(32)));
-using vi = int32_t __attribute__((vector_size(32)));
-inline vf load8(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline vf keep(vi mask, vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & mask); }
-inline vi beats8(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
 
 // Non-overlapping 2x2 windows tiling the whole plane: each input position
 // belongs to exactly one window, so every gradient element is written once.

@@ -1,0 +1,219 @@
+#include "backends/cpu/winograd_conv.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "kiln/error.h"
+#include "kiln/parallel.h"
+#include "kiln/functional.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Eight channels as one value (GCC/Clang vector extensions).
+using vf = float __attribute__((vector_size(32)));
+using vi = int32_t __attribute__((vector_size(32)));
+inline vf load8(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+
+// Where eight channels starting at channel group g (channels 8g..8g+7) sit in
+// a blocked tensor [n, c/block, h, w, block], at (n, ., y, x).
+struct Blocked {
+  const float* base;
+  int64_t c, h, w;
+  int block;
+  int64_t at(int64_t n, int64_t g, int64_t y, int64_t x) const {
+    const int64_t ch = g * 8;
+    return (((n * (c / block) + ch / block) * h + y) * w + x) * block + ch % block;
+  }
+};
+
+struct Geometry {
+  int64_t tiles_h, tiles_w, tiles;  // tiles per image along h and w; in all
+  int64_t groups_in, groups_out;    // channels / 8
+};
+
+Geometry geometry_of(const onednn::ConvShape& s) {
+  Geometry g;
+  g.tiles_h = (s.oh + 1) / 2;
+  g.tiles_w = (s.ow + 1) / 2;
+  g.tiles = s.n * g.tiles_h * g.tiles_w;
+  g.groups_in = s.c / 8;
+  g.groups_out = s.o / 8;
+  return g;
+}
+
+// V = B^T d B for tiles [first, first + count): v[t][tile][c], t the 16 positions.
+void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked& x, int64_t first, int64_t count,
+                     float* v) {
+  const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.c;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
+                  tx = tile % geo.tiles_w;
+    const int64_t y0 = 2 * ty - s.ph, x0 = 2 * tx - s.pw;
+    const bool inside = y0 >= 0 && x0 >= 0 && y0 + 4 <= s.h && x0 + 4 <= s.w;
+    for (int64_t g = 0; g < geo.groups_in; ++g) {
+      vf d[4][4];
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 4; ++c) {
+          const int64_t iy = y0 + r, ix = x0 + c;
+          d[r][c] = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) ? load8(x.base + x.at(n, g, iy, ix)) : vf{};
+        }
+      vf t[4][4];
+      for (int c = 0; c < 4; ++c) {
+        t[0][c] = d[0][c] - d[2][c];
+        t[1][c] = d[1][c] + d[2][c];
+        t[2][c] = d[2][c] - d[1][c];
+        t[3][c] = d[1][c] - d[3][c];
+      }
+      float* out = v + i * s.c + g * 8;
+      for (int r = 0; r < 4; ++r) {
+        store8(out + (r * 4 + 0) * stride_t, t[r][0] - t[r][2]);
+        store8(out + (r * 4 + 1) * stride_t, t[r][1] + t[r][2]);
+        store8(out + (r * 4 + 2) * stride_t, t[r][2] - t[r][1]);
+        store8(out + (r * 4 + 3) * stride_t, t[r][1] - t[r][3]);
+      }
+    }
+  }
+}
+
+// Y = A^T M A for tiles [first, first + count), with bias, residual and ReLU.
+void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
+                      const float* bias, float* y_base, int block, bool relu, bool residual) {
+  const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
+  const Blocked y{y_base, s.o, s.oh, s.ow, block};
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
+                  tx = tile % geo.tiles_w;
+    for (int64_t g = 0; g < geo.groups_out; ++g) {
+      const float* in = m + i * s.o + g * 8;
+      vf r0[4], r1[4];
+      for (int c = 0; c < 4; ++c) {
+        const vf m0 = load8(in + (0 * 4 + c) * stride_t), m1 = load8(in + (1 * 4 + c) * stride_t);
+        const vf m2 = load8(in + (2 * 4 + c) * stride_t), m3 = load8(in + (3 * 4 + c) * stride_t);
+        r0[c] = m0 + m1 + m2;
+        r1[c] = m1 - m2 - m3;
+      }
+      const vf b = bias ? load8(bias + g * 8) : vf{};
+      const vf out[2][2] = {{r0[0] + r0[1] + r0[2] + b, r0[1] - r0[2] - r0[3] + b},
+                            {r1[0] + r1[1] + r1[2] + b, r1[1] - r1[2] - r1[3] + b}};
+      for (int a = 0; a < 2; ++a)
+        for (int c = 0; c < 2; ++c) {
+          const int64_t oy = 2 * ty + a, ox = 2 * tx + c;
+          if (oy >= s.oh || ox >= s.ow) continue;
+          float* p = y_base + y.at(n, g, oy, ox);
+          vf v = out[a][c];
+          if (residual) v += load8(p);
+          if (relu) v = reinterpret_cast<vf>(reinterpret_cast<vi>(v) & (v > vf{}));
+          store8(p, v);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+bool winograd_applies(const onednn::ConvShape& s, int block) {
+  return (block == 8 || block == 16) && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+         s.groups == 1 && s.ph <= 1 && s.pw <= 1 && s.c % block == 0 && s.o % block == 0 && s.oh >= 1 && s.ow >= 1;
+}
+
+int64_t winograd_weights_size(const onednn::ConvShape& s) { return 16 * s.c * s.o; }
+
+void winograd_weights(const onednn::ConvShape& s, const float* w, float* u) {
+  const int64_t co = s.c * s.o;
+  for (int64_t o = 0; o < s.o; ++o)
+    for (int64_t c = 0; c < s.c; ++c) {
+      const float* g = w + (o * s.c + c) * 9;
+      float t[4][3];  // G g
+      for (int j = 0; j < 3; ++j) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+      }
+      for (int i = 0; i < 4; ++i) {  // (G g) G^T
+        const float row[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
+                              t[i][2]};
+        for (int j = 0; j < 4; ++j) u[(i * 4 + j) * co + c * s.o + o] = row[j];
+      }
+    }
+}
+
+void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
+                   bool relu, bool residual) {
+  const Geometry geo = geometry_of(s);
+  // Tiles per chunk: each thread transforms a chunk, runs its 16 GEMMs and
+  // transforms it back while it is still in its own cache. Its buffers take
+  // 64 (c + o) bytes per tile: about 256 KB, at least 32 tiles so that the
+  // GEMMs amortize reading the transformed weights. (The time hardly moves
+  // between 48 and 256 tiles; the memory does.)
+  const int64_t chunk = std::clamp<int64_t>(4096 / (s.c + s.o), 32, 512);
+  const int64_t chunks = (geo.tiles + chunk - 1) / chunk;
+  const Blocked xb{x, s.c, s.h, s.w, block};
+  parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+    // From Kiln's caching allocator: no page faults or zeroing per call.
+    Tensor v_buffer = Tensor::empty({16 * chunk * s.c}), m_buffer = Tensor::empty({16 * chunk * s.o});
+    float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
+      transform_input(s, geo, xb, first, count, v);
+      for (int t = 0; t < 16; ++t) {
+        dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c, u + t * s.c * s.o,
+                                      s.o, 0.0f, m + t * count * s.o, s.o);
+        KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
+      }
+      transform_output(s, geo, m, first, count, bias, y, block, relu, residual);
+    }
+  });
+}
+
+bool winograd_is_faster(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  if (call.kind != onednn::ConvPass::Forward || call.src_block != call.dst_block || !winograd_applies(s, call.src_block))
+    return false;
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool, bool>, bool>
+      decided;
+  const auto key = std::make_tuple(s.n, s.c, s.h, s.w, s.o, s.ph, s.pw, call.src_block, call.bias, call.relu, call.residual);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = decided.find(key);
+  if (it != decided.end()) return it->second;
+  // Both on the real sizes (any values: the time does not depend on them),
+  // best of three after a warm-up run each.
+  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * s.c * 9}), b = zeros({s.o});
+  Tensor y = zeros({s.n * s.o * s.oh * s.ow}), u = zeros({winograd_weights_size(s)});
+  auto seconds = [](auto&& run) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto direct = [&] {
+    onednn::conv_forward_layout(call, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+  };
+  auto winograd = [&] {
+    winograd_conv(s, call.src_block, x.data<float>(), u.data<float>(), b.data<float>(), y.data<float>(), call.relu,
+                  call.residual);
+  };
+  seconds(direct);
+  seconds(winograd);
+  double t_direct = 1e30, t_winograd = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    t_direct = std::min(t_direct, seconds(direct));
+    t_winograd = std::min(t_winograd, seconds(winograd));
+  }
+  return decided[key] = t_winograd < t_direct;
+}
+
+}  // namespace kiln::cpu

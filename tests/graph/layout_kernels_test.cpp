@@ -1,0 +1,90 @@
+// The kernels behind graph mode's blocked layouts, against Kiln's plain
+// convolution and its gradients.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/winograd_conv.h"
+#include "kiln/kiln.h"
+
+namespace {
+using namespace kiln;
+namespace onednn = cpu::onednn;
+
+Tensor to_blocked(const Tensor& plain, int block) {
+  const Shape& s = plain.shape();
+  Tensor out = Tensor::empty(s);
+  onednn::reorder_layout(s[0], s[1], s[2], s[3], 0, block, plain.contiguous().data<float>(), out.data<float>());
+  return out;
+}
+
+void expect_near_all(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  auto a = got.to_vector<float>(), b = want.to_vector<float>();
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << what << ", element " << i;
+}
+
+struct WinogradCase {
+  int64_t n, c, o, h, w, pad;
+};
+
+// Partial edge tiles (odd output sizes), no padding, both block sizes, and
+// every epilogue: bias, residual, ReLU.
+TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
+  manual_seed(2);
+  for (const WinogradCase& k : {WinogradCase{2, 8, 16, 9, 9, 1}, WinogradCase{1, 16, 8, 6, 11, 0},
+                                WinogradCase{3, 16, 16, 7, 7, 1}}) {
+    for (int block : {8, 16}) {
+      if (k.c % block || k.o % block) continue;
+      for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
+        std::string what = "n c o h w pad block epilogue:";
+        for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{block}, int64_t{epilogue}}) what.append(" ").append(std::to_string(v));
+        Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 3, 3}) * 0.2, b = randn({k.o});
+        ConvOptions opts;
+        opts.padding = {k.pad, k.pad};
+        Tensor want = conv2d(x, w, epilogue ? b : Tensor(), opts);
+        Tensor residual = randn(want.shape());
+        if (epilogue == 2) want = want + residual;
+        if (epilogue) want = relu(want);
+        const Shape& ys = want.shape();
+        onednn::ConvShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, ys[2], ys[3], 1, 1, k.pad, k.pad, 1, 1, 1};
+        ASSERT_TRUE(cpu::winograd_applies(s, block)) << what;
+        Tensor u = Tensor::empty({cpu::winograd_weights_size(s)});
+        cpu::winograd_weights(s, w.contiguous().data<float>(), u.data<float>());
+        Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(ys);
+        cpu::winograd_conv(s, block, to_blocked(x, block).data<float>(), u.data<float>(),
+                           epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
+        expect_near_all(y, to_blocked(want, block), 1e-4, what);
+      }
+    }
+  }
+}
+
+// A strided, dilated first layer with 3 channels: the weight and bias
+// gradients from a blocked output gradient equal autograd's.
+TEST(LayoutKernels, FewChannelWeightGradientMatchesAutograd) {
+  manual_seed(3);
+  for (int block : {8, 16}) {
+    Tensor x = randn({2, 3, 11, 10}), w = randn({16, 3, 3, 3}), b = randn({16});
+    w.set_requires_grad();
+    b.set_requires_grad();
+    ConvOptions opts;
+    opts.stride = {2, 1};
+    opts.padding = {1, 2};
+    opts.dilation = {1, 2};
+    Tensor y = conv2d(x, w, b, opts);
+    Tensor gy = randn(y.shape());
+    sum(y * gy).backward();
+    const Shape& ys = y.shape();
+    onednn::ConvShape s{2, 3, 11, 10, 16, 3, 3, ys[2], ys[3], 2, 1, 1, 2, 1, 2, 1};
+    ASSERT_TRUE(cpu::few_channel_weight_grad_applies(s, block));
+    Tensor gw = Tensor::empty({16, 3, 3, 3}), gb = Tensor::empty({16});
+    cpu::conv_weight_grad_few_channels(s, block, x.data<float>(), to_blocked(gy, block).data<float>(), gw.data<float>(),
+                                       gb.data<float>());
+    std::string block_name = "block ";
+    block_name.append(std::to_string(block));
+    expect_near_all(gw, w.grad(), 1e-4, block_name);
+    expect_near_all(gb, b.grad(), 1e-4, block_name);
+  }
+}
+
+}  // namespace
