@@ -21,15 +21,18 @@ cpu::MaxPoolGrad pool_grad_of(const std::vector<Tensor>& in, size_t first, const
           block, window};
 }
 
+// A convolution with a residual accumulates into its output, which starts
+// as the shortcut (already there when the output took over its buffer).
+void copy_residual(const Tensor& r, float* y) {
+  if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
+}
+
 }  // namespace
 
 CustomKernel conv_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
-    if (call.residual) {
-      const Tensor& r = in.back();
-      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
-    }
+    if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
     bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), in[1].data<float>(), bias, y);
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
@@ -39,10 +42,7 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
 CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
-    if (call.residual) {
-      const Tensor& r = in.back();
-      if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
-    }
+    if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
     cpu::winograd_conv(call.shape, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
                        call.residual);

@@ -1,9 +1,9 @@
 #include "backends/cpu/blocked_pool.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
+#include "backends/cpu/vec8.h"
 #include "kiln/parallel.h"
 
 namespace kiln::cpu {
@@ -12,20 +12,10 @@ namespace {
 // a, or b when b is larger or NaN (NaN wins, as in the plain kernel).
 inline float take_max(float a, float b) { return (b > a || b != b) ? b : a; }
 
-// Eight lanes as one value (GCC/Clang vector extensions): the compiler's
-// if-conversion of per-lane loops produced masked stores, which are slow.
-using vf = float __attribute__((vector_size(32)));
-using vi = int32_t __attribute__((vector_size(32)));
-inline vf load8(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-inline vf keep(vi mask, vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & mask); }
-inline vf select8(vi mask, vf a, vf b) {
-  return reinterpret_cast<vf>((reinterpret_cast<vi>(a) & mask) | (reinterpret_cast<vi>(b) & ~mask));
-}
+using vec8::vf;
+using vec8::vi;
+
+// Per lane: whether v replaces best as a window's maximum (beats, eight at a time).
 inline vi beats8(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
 
 // Non-overlapping 2x2 windows without padding: four vectors per output position.
@@ -40,12 +30,12 @@ void max_pool_2x2_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
     for (int64_t ox = 0; ox < ow; ++ox)
       for (int half = 0; half < B; half += 8) {
         const float *a = r0 + 2 * ox * B + half, *b = r1 + 2 * ox * B + half;
-        vf m = load8(a);
+        vf m = vec8::load(a);
         for (const float* p : {a + B, b, b + B}) {
-          const vf v = load8(p);
-          m = select8(beats8(v, m), v, m);
+          const vf v = vec8::load(p);
+          m = vec8::select(beats8(v, m), v, m);
         }
-        store8(dst + ox * B + half, m);
+        vec8::store(dst + ox * B + half, m);
       }
   }
 }
@@ -115,28 +105,28 @@ void grad_plane_2x2(const MaxPoolGrad& a, int64_t plane, float* out) {
                                r1 + (2 * ox + 1) * B + half};
         // One-hot masks of the winning position, scanning in order.
         vi win[4] = {all, none, none, none};
-        vf best = load8(a.x + base + at[0]);
+        vf best = vec8::load(a.x + base + at[0]);
         for (int j = 1; j < 4; ++j) {
-          const vf v = load8(a.x + base + at[j]);
+          const vf v = vec8::load(a.x + base + at[j]);
           const vi b = beats8(v, best);
-          best = reinterpret_cast<vf>((reinterpret_cast<vi>(v) & b) | (reinterpret_cast<vi>(best) & ~b));
+          best = vec8::select(b, v, best);
           for (int i = 0; i < j; ++i) win[i] &= ~b;
           win[j] = b;
         }
         vf g;
         if (a.gy_block) {
-          g = load8(a.gy + (((n * blocks + cb) * a.oh + oy) * a.ow + ox) * B + half);
+          g = vec8::load(a.gy + (((n * blocks + cb) * a.oh + oy) * a.ow + ox) * B + half);
         } else {
           float lanes[8];
           for (int k = 0; k < 8; ++k) lanes[k] = grad_at<B>(a, n, cb, oy, ox, half + k);
-          g = load8(lanes);
+          g = vec8::load(lanes);
         }
         if (a.mask) {
           vi pass = none;
-          for (int j = 0; j < 4; ++j) pass |= win[j] & (load8(a.mask + base + at[j]) > vf{});
-          g = keep(pass, g);
+          for (int j = 0; j < 4; ++j) pass |= win[j] & (vec8::load(a.mask + base + at[j]) > vf{});
+          g = vec8::keep(pass, g);
         }
-        for (int j = 0; j < 4; ++j) store8(out + at[j], keep(win[j], g));
+        for (int j = 0; j < 4; ++j) vec8::store(out + at[j], vec8::keep(win[j], g));
       }
 }
 

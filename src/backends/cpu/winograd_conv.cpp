@@ -3,13 +3,13 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/vec8.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/functional.h"
@@ -17,15 +17,7 @@
 namespace kiln::cpu {
 namespace {
 
-// Eight channels as one value (GCC/Clang vector extensions).
-using vf = float __attribute__((vector_size(32)));
-using vi = int32_t __attribute__((vector_size(32)));
-inline vf load8(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store8(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+using vec8::vf;
 
 // Where eight channels starting at channel group g (channels 8g..8g+7) sit in
 // a blocked tensor [n, c/block, h, w, block], at (n, ., y, x).
@@ -68,7 +60,7 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
       for (int r = 0; r < 4; ++r)
         for (int c = 0; c < 4; ++c) {
           const int64_t iy = y0 + r, ix = x0 + c;
-          d[r][c] = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) ? load8(x.base + x.at(n, g, iy, ix)) : vf{};
+          d[r][c] = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) ? vec8::load(x.base + x.at(n, g, iy, ix)) : vf{};
         }
       vf t[4][4];
       for (int c = 0; c < 4; ++c) {
@@ -79,10 +71,10 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
       }
       float* out = v + i * s.c + g * 8;
       for (int r = 0; r < 4; ++r) {
-        store8(out + (r * 4 + 0) * stride_t, t[r][0] - t[r][2]);
-        store8(out + (r * 4 + 1) * stride_t, t[r][1] + t[r][2]);
-        store8(out + (r * 4 + 2) * stride_t, t[r][2] - t[r][1]);
-        store8(out + (r * 4 + 3) * stride_t, t[r][1] - t[r][3]);
+        vec8::store(out + (r * 4 + 0) * stride_t, t[r][0] - t[r][2]);
+        vec8::store(out + (r * 4 + 1) * stride_t, t[r][1] + t[r][2]);
+        vec8::store(out + (r * 4 + 2) * stride_t, t[r][2] - t[r][1]);
+        vec8::store(out + (r * 4 + 3) * stride_t, t[r][1] - t[r][3]);
       }
     }
   }
@@ -100,12 +92,12 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
       const float* in = m + i * s.o + g * 8;
       vf r0[4], r1[4];
       for (int c = 0; c < 4; ++c) {
-        const vf m0 = load8(in + (0 * 4 + c) * stride_t), m1 = load8(in + (1 * 4 + c) * stride_t);
-        const vf m2 = load8(in + (2 * 4 + c) * stride_t), m3 = load8(in + (3 * 4 + c) * stride_t);
+        const vf m0 = vec8::load(in + (0 * 4 + c) * stride_t), m1 = vec8::load(in + (1 * 4 + c) * stride_t);
+        const vf m2 = vec8::load(in + (2 * 4 + c) * stride_t), m3 = vec8::load(in + (3 * 4 + c) * stride_t);
         r0[c] = m0 + m1 + m2;
         r1[c] = m1 - m2 - m3;
       }
-      const vf b = bias ? load8(bias + g * 8) : vf{};
+      const vf b = bias ? vec8::load(bias + g * 8) : vf{};
       const vf out[2][2] = {{r0[0] + r0[1] + r0[2] + b, r0[1] - r0[2] - r0[3] + b},
                             {r1[0] + r1[1] + r1[2] + b, r1[1] - r1[2] - r1[3] + b}};
       for (int a = 0; a < 2; ++a)
@@ -114,9 +106,9 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
           if (oy >= s.oh || ox >= s.ow) continue;
           float* p = y_base + y.at(n, g, oy, ox);
           vf v = out[a][c];
-          if (residual) v += load8(p);
-          if (relu) v = reinterpret_cast<vf>(reinterpret_cast<vi>(v) & (v > vf{}));
-          store8(p, v);
+          if (residual) v += vec8::load(p);
+          if (relu) v = vec8::keep(v > vf{}, v);
+          vec8::store(p, v);
         }
     }
   }
