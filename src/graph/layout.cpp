@@ -373,6 +373,26 @@ class LayoutPass {
     return true;
   }
 
+  // Constant weights are reordered once, here, into the layout oneDNN's
+  // primitive reads, instead of on every call (at batch 1 the reorders of
+  // ResNet-18's widest weights took a quarter of the time).
+  void prepare_constant_weights(Plan& plan, Node& k) {
+    const int w = k.inputs[1];
+    if (g_.values[w].kind != ValueKind::Constant) return;
+    const int64_t bytes = cpu::onednn::prepared_weights_bytes(plan.call);
+    if (bytes == 0) return;
+    const Tensor weight = g_.values[w].tensor.contiguous();
+    Value v;
+    v.kind = ValueKind::Constant;
+    v.tensor = Tensor::empty({bytes}, DType::UInt8);
+    cpu::onednn::prepare_weights(plan.call, weight.data<float>(), v.tensor.raw_data());
+    v.meta = {true, v.tensor.shape(), DType::UInt8, v.tensor.device()};
+    v.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".prepared";
+    k.inputs[1] = g_.add_value(std::move(v));
+    blocked_.push_back(false);
+    plan.call.prepared_weights = true;
+  }
+
   void rewrite_nodes() {
     for (auto& [at, plan] : plans_) {
       Node& n = g_.nodes[at];
@@ -390,10 +410,12 @@ class LayoutPass {
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                     (plan.call.relu ? " + relu" : "");
-          k.custom = conv_kernel(plan.call);
           if (use_winograd(plan, k)) {
             k.label += " (winograd)";
             k.custom = winograd_conv_kernel(plan.call);
+          } else {
+            prepare_constant_weights(plan, k);
+            k.custom = conv_kernel(plan.call);
           }
           break;
         case Plan::InputGrad:

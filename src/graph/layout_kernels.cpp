@@ -34,7 +34,8 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), in[1].data<float>(), bias, y);
+    const float* w = call.prepared_weights ? static_cast<const float*>(in[1].raw_data()) : in[1].data<float>();
+    bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), w, bias, y);
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
   };
 }

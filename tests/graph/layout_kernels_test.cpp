@@ -28,11 +28,12 @@ struct WinogradCase {
 };
 
 // Partial edge tiles (odd output sizes), no padding, both block sizes, and
-// every epilogue: bias, residual, ReLU.
+// every epilogue: bias, residual, ReLU; few tiles (one chunk, the GEMMs
+// spread over threads) and many (a chunk per thread at a time).
 TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
   manual_seed(2);
   for (const WinogradCase& k : {WinogradCase{2, 8, 16, 9, 9, 1}, WinogradCase{1, 16, 8, 6, 11, 0},
-                                WinogradCase{3, 16, 16, 7, 7, 1}}) {
+                                WinogradCase{3, 16, 16, 7, 7, 1}, WinogradCase{4, 8, 8, 31, 30, 1}}) {
     for (int block : {8, 16}) {
       if (k.c % block || k.o % block) continue;
       for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu

@@ -7,12 +7,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "kiln/allocator.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
+#include "kiln/profiler.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
 
@@ -137,9 +139,19 @@ void add_run(CLI::App& app) {
   });
 }
 
+// The profile of one batch size's timed runs, in dir/batch<N>/.
+void write_profile(const std::string& dir, int64_t batch) {
+  profiler::stop();
+  const std::string out = dir + "/batch" + std::to_string(batch);
+  std::filesystem::create_directories(out);
+  std::ofstream(out + "/profile.txt") << profiler::summary();
+  profiler::write_chrome_trace(out + "/trace.json");
+  profiler::write_html_report(out + "/report.html", "kiln bench, batch " + std::to_string(batch));
+}
+
 void add_bench(CLI::App& app) {
   struct Args {
-    std::string model, batches = "1,64";
+    std::string model, batches = "1,64", profile;
     int runs = 50, threads = 0, level = 2;
   };
   auto a = std::make_shared<Args>();
@@ -149,6 +161,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--runs", a->runs, "Timed runs per batch size (after 5 warm-up runs)")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
+  cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here");
   cmd->callback([a] {
     SessionOptions so;
     so.threads = a->threads;
@@ -170,12 +183,14 @@ void add_bench(CLI::App& app) {
       }
       for (int i = 0; i < 5; ++i) session.run(inputs);
       cpu_allocator_reset_peak();
+      if (!a->profile.empty()) profiler::start();
       std::vector<double> ms;
       for (int i = 0; i < a->runs; ++i) {
         auto t0 = std::chrono::steady_clock::now();
         session.run(inputs);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
+      if (!a->profile.empty()) write_profile(a->profile, batch);
       double mean = 0;
       for (double m : ms) mean += m / static_cast<double>(ms.size());
       std::printf("%6lld %10.3f %10.3f %10.3f %14.0f %12.2f\n", static_cast<long long>(batch), percentile(ms, 0.5),

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
@@ -333,11 +334,30 @@ bool conv_layout_is_fast(const LayoutCall& c) {
   return p != nullptr && p->implementation.rfind("ref", 0) != 0;
 }
 
+int64_t prepared_weights_bytes(const LayoutCall& c) {
+  Geometry g;
+  const Prepared* p = layout_primitive(c, g);
+  if (!p || c.kind != ConvPass::Forward) return 0;
+  return static_cast<int64_t>(p->layouts.at(DNNL_ARG_WEIGHTS).get_size());
+}
+
+void prepare_weights(const LayoutCall& c, const float* w, void* out) {
+  Geometry g;
+  const Prepared* p = layout_primitive(c, g);
+  KILN_CHECK(p && c.kind == ConvPass::Forward, "prepare_weights: oneDNN has no primitive for this convolution");
+  memory plain = wrap(g.wei, w), prepared = wrap(p->layouts.at(DNNL_ARG_WEIGHTS), out);
+  dnnl::stream s(engine());
+  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
+  s.wait();
+}
+
 bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, const float* bias, float* y) {
   Geometry g;
   const Prepared* p = layout_primitive(c, g);
   if (!p || c.kind != ConvPass::Forward) return false;
-  std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
+  // Prepared weights are bound in the primitive's own layout: run() reorders nothing.
+  const memory::desc& weights = c.prepared_weights ? p->layouts.at(DNNL_ARG_WEIGHTS) : g.wei;
+  std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, weights, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
   run(*p, args);
   return true;

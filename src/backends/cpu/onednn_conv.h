@@ -36,9 +36,17 @@ struct LayoutCall {
   bool bias = false;
   bool relu = false;      // forward only: ReLU on the output
   bool residual = false;  // forward only: y holds a tensor to add (a shortcut) and receives conv + y, before the ReLU
+  // forward only: the weights passed are already in the primitive's layout
+  // (prepare_weights), as constant weights are once, rather than plain.
+  bool prepared_weights = false;
 };
 // Whether oneDNN has an optimized kernel for this call (not its reference one).
 bool conv_layout_is_fast(const LayoutCall& c);
+// Constant weights reordered once, for calls with prepared_weights: the size
+// in bytes of the primitive's layout (0 when there is no primitive), and the
+// reorder into out.
+int64_t prepared_weights_bytes(const LayoutCall& c);
+void prepare_weights(const LayoutCall& c, const float* w, void* out);
 // Each returns false when oneDNN cannot express the call.
 bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, const float* bias, float* y);
 bool conv_backward_data_layout(const LayoutCall& c, const float* gy, const float* w, float* gx);

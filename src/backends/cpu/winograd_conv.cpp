@@ -46,11 +46,13 @@ Geometry geometry_of(const onednn::ConvShape& s) {
   return g;
 }
 
-// V = B^T d B for tiles [first, first + count): v[t][tile][c], t the 16 positions.
+// V = B^T d B: v[t][tile][c], t the 16 positions.
+// Tiles [first, first + count) make a chunk; this transforms its tiles
+// [lo, hi) (chunk positions).
 void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked& x, int64_t first, int64_t count,
-                     float* v) {
+                     int64_t lo, int64_t hi, float* v) {
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.c;
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
     const int64_t y0 = 2 * ty - s.ph, x0 = 2 * tx - s.pw;
@@ -80,12 +82,12 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
   }
 }
 
-// Y = A^T M A for tiles [first, first + count), with bias, residual and ReLU.
+// Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU.
 void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
-                      const float* bias, float* y_base, int block, bool relu, bool residual) {
+                      int64_t lo, int64_t hi, const float* bias, float* y_base, int block, bool relu, bool residual) {
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
   const Blocked y{y_base, s.o, s.oh, s.ow, block};
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
     for (int64_t g = 0; g < geo.groups_out; ++g) {
@@ -154,19 +156,34 @@ void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const 
   const int64_t chunk = std::clamp<int64_t>(4096 / (s.c + s.o), 32, 512);
   const int64_t chunks = (geo.tiles + chunk - 1) / chunk;
   const Blocked xb{x, s.c, s.h, s.w, block};
+  auto gemm = [&](int t, int64_t count, const float* v, float* m) {
+    dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c, u + t * s.c * s.o, s.o,
+                                  0.0f, m + t * count * s.o, s.o);
+    KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
+  };
+  if (chunks < 2 * get_num_threads()) {
+    // Few tiles (deep layers at batch 1): one chunk of them all, each phase
+    // spread over the threads, the 16 GEMMs too.
+    Tensor v_buffer = Tensor::empty({16 * geo.tiles * s.c}), m_buffer = Tensor::empty({16 * geo.tiles * s.o});
+    float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
+    parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) { transform_input(s, geo, xb, 0, geo.tiles, lo, hi, v); });
+    parallel_for(16, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t) gemm(static_cast<int>(t), geo.tiles, v, m);
+    });
+    parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) {
+      transform_output(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
+    });
+    return;
+  }
   parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
     // From Kiln's caching allocator: no page faults or zeroing per call.
     Tensor v_buffer = Tensor::empty({16 * chunk * s.c}), m_buffer = Tensor::empty({16 * chunk * s.o});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
     for (int64_t k = begin; k < end; ++k) {
       const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
-      transform_input(s, geo, xb, first, count, v);
-      for (int t = 0; t < 16; ++t) {
-        dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c, u + t * s.c * s.o,
-                                      s.o, 0.0f, m + t * count * s.o, s.o);
-        KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
-      }
-      transform_output(s, geo, m, first, count, bias, y, block, relu, residual);
+      transform_input(s, geo, xb, first, count, 0, count, v);
+      for (int t = 0; t < 16; ++t) gemm(t, count, v, m);
+      transform_output(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
     }
   });
 }
