@@ -125,6 +125,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     };
     if (options.inference) {
       pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
+      pipeline.push_back({"matmul + bias to linear", graph::matmul_bias_to_linear});
       pipeline.push_back({"parallel linear merge", graph::merge_parallel_linears});
     }
     pipeline.push_back({"linear + residual", graph::fuse_linear_residual});

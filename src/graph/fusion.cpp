@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backends/cpu/onednn_linear.h"
+#include "graph/derived_constants.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
@@ -46,6 +47,56 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu) {
 }
 
 }  // namespace
+
+std::string matmul_bias_to_linear(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  const OpDef& linear = OpRegistry::instance().get("linear");
+  size_t rewritten = 0;
+  for (Node& add : g.nodes) {
+    if (!is_op(add, "add") || add.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int y = add.inputs[side], b = add.inputs[1 - side];
+      if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
+      const int at = g.values[y].producer;
+      Node& mm = g.nodes[at];
+      if (!is_op(mm, "matmul")) continue;
+      const Value &w = g.values[mm.inputs[1]], &bias = g.values[b];
+      if (w.kind != ValueKind::Constant || bias.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 ||
+          bias.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 || g.values[mm.inputs[0]].meta.shape.size() < 2)
+        continue;
+      const int64_t n = w.meta.shape[1];
+      // The bias must be one value per output feature, broadcast over the rest.
+      const Shape& bs = bias.meta.shape;
+      bool per_feature = !bs.empty() && bs.back() == n && numel_of(bs) == n;
+      if (!per_feature || g.values[add.outputs[0]].meta.shape != g.values[y].meta.shape) continue;
+      NoGradGuard no_grad;
+      Value wt;
+      wt.kind = ValueKind::Constant;
+      const Tensor& weight = w.tensor;
+      wt.tensor = shared_derived_constant(weight, "transposed", [&] { return weight.transpose(0, 1).contiguous(); });
+      wt.meta = {true, wt.tensor.shape(), DType::Float32, wt.tensor.device()};
+      wt.name = (w.name.empty() ? std::string("weight") : w.name) + ".t";
+      Value flat;
+      flat.kind = ValueKind::Constant;
+      flat.tensor = bias.tensor.reshape({n}).contiguous();
+      flat.meta = {true, flat.tensor.shape(), DType::Float32, flat.tensor.device()};
+      flat.name = bias.name;
+      const int x = mm.inputs[0], out = add.outputs[0];
+      Node k;
+      k.op = &linear;
+      k.inputs = {x, g.add_value(std::move(wt)), g.add_value(std::move(flat))};
+      k.outputs = {out};
+      g.nodes[at] = std::move(k);  // (references into g.values are not used past here)
+      g.values[out].producer = at;
+      g.values[out].output_index = 0;
+      add.removed = true;
+      ++rewritten;
+      break;
+    }
+  }
+  return rewritten ? "turned " + std::to_string(rewritten) + " matmul + bias pairs with constant weights into linear ops" : "";
+}
 
 std::string fuse_linear_residual(Graph& g) {
   auto uses = g.use_counts();

@@ -13,6 +13,7 @@
 
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/winograd_conv.h"
+#include "graph/derived_constants.h"
 #include "graph/layout_kernels.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
@@ -74,11 +75,14 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
     if (fv.meta.shape[0] != x[0] || weight.dim() != 2 || weight.shape()[1] != x[1] * x[2] * x[3]) continue;
     NoGradGuard no_grad;
     const int64_t o = weight.shape()[0];
-    Tensor permuted = weight.reshape({o, x[1] / block, block, x[2], x[3]}).permute({0, 1, 3, 4, 2}).contiguous();
+    std::string kind = "columns of blocked [";
+    for (int64_t d : {x[1], x[2], x[3], int64_t{block}}) kind.append(std::to_string(d)).append(" ");
     Value v;
     v.kind = ValueKind::Constant;
     v.meta = {true, weight.shape(), weight.dtype(), weight.device()};
-    v.tensor = permuted.reshape(weight.shape());
+    v.tensor = shared_derived_constant(weight, kind, [&] {
+      return weight.reshape({o, x[1] / block, block, x[2], x[3]}).permute({0, 1, 3, 4, 2}).contiguous().reshape(weight.shape());
+    });
     v.name = (g.values[w].name.empty() ? std::string("weight") : g.values[w].name) + ".blocked";
     n.inputs[1] = g.add_value(std::move(v));
     view.inputs[0] = it->second;
@@ -360,11 +364,14 @@ class LayoutPass {
     const int w = k.inputs[1];
     if (training_ || g_.values[w].kind != ValueKind::Constant || !cpu::winograd_is_faster(plan.call)) return false;
     NoGradGuard no_grad;
-    const Tensor weight = g_.values[w].tensor.contiguous();
+    const Tensor& source = g_.values[w].tensor;
     Value u;
     u.kind = ValueKind::Constant;
-    u.tensor = Tensor::empty({cpu::winograd_weights_size(plan.call.shape)});
-    cpu::winograd_weights(plan.call.shape, weight.data<float>(), u.tensor.data<float>());
+    u.tensor = shared_derived_constant(source, "winograd", [&] {
+      Tensor t = Tensor::empty({cpu::winograd_weights_size(plan.call.shape)});
+      cpu::winograd_weights(plan.call.shape, source.contiguous().data<float>(), t.data<float>());
+      return t;
+    });
     u.meta = {true, u.tensor.shape(), DType::Float32, u.tensor.device()};
     u.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".winograd";
     k.inputs[1] = g_.add_value(std::move(u));
@@ -381,11 +388,14 @@ class LayoutPass {
     if (g_.values[w].kind != ValueKind::Constant) return;
     const int64_t bytes = cpu::onednn::prepared_weights_bytes(plan.call);
     if (bytes == 0) return;
-    const Tensor weight = g_.values[w].tensor.contiguous();
+    const Tensor& source = g_.values[w].tensor;
     Value v;
     v.kind = ValueKind::Constant;
-    v.tensor = Tensor::empty({bytes}, DType::UInt8);
-    cpu::onednn::prepare_weights(plan.call, weight.data<float>(), v.tensor.raw_data());
+    v.tensor = shared_derived_constant(source, "onednn " + cpu::onednn::prepared_weights_layout(plan.call), [&] {
+      Tensor t = Tensor::empty({bytes}, DType::UInt8);
+      cpu::onednn::prepare_weights(plan.call, source.contiguous().data<float>(), t.raw_data());
+      return t;
+    });
     v.meta = {true, v.tensor.shape(), DType::UInt8, v.tensor.device()};
     v.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".prepared";
     k.inputs[1] = g_.add_value(std::move(v));

@@ -12,6 +12,7 @@ std::string eliminate_common_subexpressions(Graph& g);
 std::string fold_constants(Graph& g);
 std::string simplify_algebra(Graph& g);
 std::string fold_batch_norm(Graph& g);       // inference graphs only
+std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
 std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
 std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad

@@ -39,6 +39,7 @@ class OnnxProgram {
     const Converter* convert;
     std::vector<int> inputs;  // value slots; -1 for an omitted optional input
     std::vector<int> outputs;
+    std::vector<int> release;  // value slots read for the last time here
   };
   ::onnx::ModelProto model_;
   std::string what_;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kiln/allocator.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
@@ -159,6 +160,45 @@ TEST(InferenceSession, UnsupportedOpsAreListedAtOnce) {
   EXPECT_NE(msg.find("2 op type(s)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Hardmax (opset 17): 2 node(s): hm1, hm2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ai.onnx.ml::Binarizer (opset 3): 1 node(s): bin"), std::string::npos) << msg;
+}
+
+// Run eagerly, a chain of 16 ops holds at most a few activations at once:
+// each value is dropped after its last reader.
+TEST(InferenceSession, EagerRunsDropEachValueAfterItsLastUse) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(17);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* type = in->mutable_type()->mutable_tensor_type();
+  type->set_elem_type(::onnx::TensorProto::FLOAT);
+  for (int64_t d : {256, 1024}) type->mutable_shape()->add_dim()->set_dim_value(d);
+  std::string last = "x";
+  for (int i = 0; i < 16; ++i) {
+    auto* n = g->add_node();
+    n->set_op_type(i % 2 ? "Relu" : "Neg");
+    n->add_input(last);
+    last = "v";
+    last.append(std::to_string(i));
+    n->add_output(last);
+  }
+  auto* out = g->add_output();
+  out->set_name(last);
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  SessionOptions eager;
+  eager.optimization_level = 0;
+  InferenceSession session = InferenceSession::from_bytes(m.SerializeAsString(), eager, "chain.onnx");
+  Tensor x = randn({256, 1024});
+  session.run({x});
+  cpu_allocator_reset_peak();
+  const int64_t base = cpu_allocator_stats().bytes_in_use;
+  Tensor y = session.run({x})[0];
+  const int64_t activation = x.numel() * 4, peak = cpu_allocator_stats().peak_bytes_in_use - base;
+  EXPECT_LE(peak, 3 * activation) << "peak " << peak << " bytes for activations of " << activation;
+  Tensor want = x;
+  for (int i = 0; i < 16; ++i) want = i % 2 ? relu(want) : -want;
+  EXPECT_TRUE(kt::all_close(y, want, 0, 0));
 }
 
 TEST(InferenceSession, OptionsAreChecked) {

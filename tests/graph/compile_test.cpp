@@ -216,6 +216,30 @@ TEST(Compile, ResidualAddsAndReluFoldIntoLinearLayers) {
   expect_close(fn({x2})[0], blocks({x2})[0], 1e-5, 1e-5);
 }
 
+// ONNX-style matmul(x, W) + b with constants becomes a linear op, so the
+// ReLU after it joins the same oneDNN call. The transposed weight is made
+// once and shared by the graphs of every input shape.
+TEST(Compile, InferenceTurnsMatmulPlusBiasIntoLinearAndSharesItsWeight) {
+  manual_seed(9);
+  Tensor w = randn({256, 512}) * 0.1, b = randn({512});
+  auto dense = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(matmul(in[0], w) + b)}; };
+  jit::CompileOptions o;
+  o.inference = true;
+  o.recompile = jit::RecompilePolicy::Silent;
+  Tensor x = randn({2, 256});
+  auto fn = jit::compile(dense, {x}, o);
+  const std::string report = fn.report().str();
+  EXPECT_NE(report.find("turned 1 matmul + bias pairs with constant weights into linear ops"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("1 linear + relu pairs"), std::string::npos) << report;
+  expect_close(fn({x})[0], dense({x})[0], 1e-5, 1e-5);
+  const int64_t before = cpu_allocator_stats().bytes_in_use;
+  Tensor x3 = randn({3, 256});
+  expect_close(fn({x3})[0], dense({x3})[0], 1e-5, 1e-5);  // a second graph
+  EXPECT_EQ(fn.compiles(), 2);
+  EXPECT_LT(cpu_allocator_stats().bytes_in_use - before, w.numel() * 4 / 2) << "the second graph copied the weight";
+}
+
 }  // namespace
 
 #include "backends/cpu/onednn_conv.h"

@@ -341,6 +341,23 @@ int64_t prepared_weights_bytes(const LayoutCall& c) {
   return static_cast<int64_t>(p->layouts.at(DNNL_ARG_WEIGHTS).get_size());
 }
 
+std::string prepared_weights_layout(const LayoutCall& c) {
+  Geometry g;
+  const Prepared* p = layout_primitive(c, g);
+  if (!p || c.kind != ConvPass::Forward) return "";
+  const dnnl_memory_desc_t& d = p->layouts.at(DNNL_ARG_WEIGHTS).data;
+  std::string s = "dims";
+  for (int i = 0; i < d.ndims; ++i) s.append(" ").append(std::to_string(d.padded_dims[i]));
+  if (d.format_kind != dnnl_blocked) return s.append(" format ").append(std::to_string(d.format_kind));
+  s.append(" strides");
+  for (int i = 0; i < d.ndims; ++i) s.append(" ").append(std::to_string(d.format_desc.blocking.strides[i]));
+  s.append(" blocks");
+  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i)
+    s.append(" ").append(std::to_string(d.format_desc.blocking.inner_idxs[i])).append(":").append(
+        std::to_string(d.format_desc.blocking.inner_blks[i]));
+  return s;
+}
+
 void prepare_weights(const LayoutCall& c, const float* w, void* out) {
   Geometry g;
   const Prepared* p = layout_primitive(c, g);

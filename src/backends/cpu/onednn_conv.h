@@ -3,6 +3,7 @@
 // geometry runs in plain NCHW/OIHW layouts or in oneDNN's blocked ones
 // (reordering Kiln's plain tensors), whichever measured faster on first use.
 #include <cstdint>
+#include <string>
 
 namespace kiln::cpu::onednn {
 
@@ -46,6 +47,8 @@ bool conv_layout_is_fast(const LayoutCall& c);
 // in bytes of the primitive's layout (0 when there is no primitive), and the
 // reorder into out.
 int64_t prepared_weights_bytes(const LayoutCall& c);
+// That layout in words (dimensions, strides, blocks): equal strings, equal layouts.
+std::string prepared_weights_layout(const LayoutCall& c);
 void prepare_weights(const LayoutCall& c, const float* w, void* out);
 // Each returns false when oneDNN cannot express the call.
 bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, const float* bias, float* y);
