@@ -22,9 +22,17 @@ ort_p50() {  # model, dims, runs, type
 }
 
 printf '%-20s %5s  %12s %12s %7s  %12s %12s %7s\n' model batch "kiln p50 ms" "ORT p50 ms" "ratio" "kiln /s" "ORT /s" "ratio"
-row() {  # name, model, batch, dims, runs
-  read -r kp ks <<< "$(kiln_p50 "$2" "$3" "$5")"
-  read -r op os <<< "$(ort_p50 "$2" "$4" "$5")"
+median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+row() {  # name, model, batch, dims, runs: Kiln and ORT alternate three times (this machine swings
+         # between busy and quiet minutes); each column is the median of the three
+  local kps=() kss=() ops=() oss=()
+  for _ in 1 2 3; do
+    read -r kp ks <<< "$(kiln_p50 "$2" "$3" "$5")"
+    read -r op os <<< "$(ort_p50 "$2" "$4" "$5")"
+    kps+=("$kp"); kss+=("$ks"); ops+=("$op"); oss+=("$os")
+  done
+  kp=$(printf '%s\n' "${kps[@]}" | median); ks=$(printf '%s\n' "${kss[@]}" | median)
+  op=$(printf '%s\n' "${ops[@]}" | median); os=$(printf '%s\n' "${oss[@]}" | median)
   awk -v n="$1" -v b="$3" -v kp="$kp" -v op="$op" -v ks="$ks" -v os="$os" \
     'BEGIN { printf "%-20s %5d  %12.3f %12.3f %6.2fx  %12.0f %12.0f %6.2fx\n", n, b, kp, op, op / kp, ks, os, ks / os }'
 }
