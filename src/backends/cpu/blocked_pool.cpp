@@ -9,9 +9,6 @@
 namespace kiln::cpu {
 namespace {
 
-// a, or b when b is larger or NaN (NaN wins, as in the plain kernel).
-inline float take_max(float a, float b) { return (b > a || b != b) ? b : a; }
-
 using vec8::vf;
 using vec8::vi;
 
@@ -47,22 +44,21 @@ void max_pool_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, i
     const int64_t plane = row / oh, oy = row % oh;
     const float* src = x + plane * h * w * B;
     float* dst = y + (plane * oh + oy) * ow * B;
-    for (int64_t ox = 0; ox < ow; ++ox) {
-      float m[B];
-      for (int k = 0; k < B; ++k) m[k] = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < wd.kh; ++i) {
-        const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
-        if (iy < 0 || iy >= h) continue;
-        for (int64_t j = 0; j < wd.kw; ++j) {
-          const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
-          if (ix < 0 || ix >= w) continue;
-          const float* v = src + (iy * w + ix) * B;
-#pragma omp simd
-          for (int k = 0; k < B; ++k) m[k] = take_max(m[k], v[k]);
+    for (int64_t ox = 0; ox < ow; ++ox)
+      for (int half = 0; half < B; half += 8) {
+        vf m = vec8::splat(-std::numeric_limits<float>::infinity());
+        for (int64_t i = 0; i < wd.kh; ++i) {
+          const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t j = 0; j < wd.kw; ++j) {
+            const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+            if (ix < 0 || ix >= w) continue;
+            const vf v = vec8::load(src + (iy * w + ix) * B + half);
+            m = vec8::select(beats8(v, m), v, m);
+          }
         }
+        vec8::store(dst + ox * B + half, m);
       }
-      for (int k = 0; k < B; ++k) dst[ox * B + k] = m[k];
-    }
   }
 }
 

@@ -17,6 +17,7 @@ inline vf load(const float* p) {
   return v;
 }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf splat(float x) { return vf{x, x, x, x, x, x, x, x}; }
 // v where mask is set, else 0.
 inline vf keep(vi mask, vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & mask); }
 // a where mask is set, else b.
