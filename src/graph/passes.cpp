@@ -49,6 +49,10 @@ std::string eliminate_dead_code(Graph& g) {
     for (int id : n.inputs)
       if (id >= 0) --uses[id];
   }
+  // Constants nothing reads any more (weights that a pass replaced by a
+  // folded, transposed or reordered copy) are let go, not carried in the graph.
+  for (size_t id = 0; id < g.values.size(); ++id)
+    if (g.values[id].kind == ValueKind::Constant && uses[id] == 0) g.values[id].tensor = Tensor();
   return removed ? "removed " + count_of(removed, "unused ops") : "";
 }
 

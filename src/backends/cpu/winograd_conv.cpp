@@ -7,12 +7,11 @@
 #include <map>
 #include <mutex>
 #include <tuple>
-#include <vector>
 
 #include "backends/cpu/vec8.h"
 #include "kiln/error.h"
-#include "kiln/parallel.h"
 #include "kiln/functional.h"
+#include "kiln/parallel.h"
 
 namespace kiln::cpu {
 namespace {
@@ -208,12 +207,10 @@ bool winograd_is_faster(const onednn::LayoutCall& call) {
     run();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  auto direct = [&] {
-    onednn::conv_forward_layout(call, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
-  };
+  const float* bias = call.bias ? b.data<float>() : nullptr;
+  auto direct = [&] { onednn::conv_forward_layout(call, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
   auto winograd = [&] {
-    winograd_conv(s, call.src_block, x.data<float>(), u.data<float>(), b.data<float>(), y.data<float>(), call.relu,
-                  call.residual);
+    winograd_conv(s, call.src_block, x.data<float>(), u.data<float>(), bias, y.data<float>(), call.relu, call.residual);
   };
   seconds(direct);
   seconds(winograd);
@@ -222,7 +219,8 @@ bool winograd_is_faster(const onednn::LayoutCall& call) {
     t_direct = std::min(t_direct, seconds(direct));
     t_winograd = std::min(t_winograd, seconds(winograd));
   }
-  return decided[key] = t_winograd < t_direct;
+  // It must win clearly: its weights are 16/9 the size and it needs scratch.
+  return decided[key] = t_winograd < 0.9 * t_direct;
 }
 
 }  // namespace kiln::cpu
