@@ -97,6 +97,7 @@ struct Plan {
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
+  bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
   cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
@@ -134,6 +135,7 @@ class LayoutPass {
     blocked_.assign(g_.values.size(), false);
     for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
     const size_t residuals = training_ ? 0 : fold_residuals();
+    if (!training_) fuse_first_layer_pools();
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
@@ -330,6 +332,28 @@ class LayoutPass {
     return folded;
   }
 
+  // Inference: a first layer with few input channels, a ReLU and a 2x2 max
+  // pool after it run as one kernel that writes only the pooled output.
+  void fuse_first_layer_pools() {
+    for (auto& [at, plan] : plans_) {
+      if (plan.kind != Plan::MaxPool) continue;
+      const Value& x = g_.values[g_.nodes[at].inputs[0]];
+      if (x.kind != ValueKind::Result || uses_[g_.nodes[at].inputs[0]] != 1) continue;
+      auto conv = plans_.find(x.producer);
+      if (conv == plans_.end() || conv->second.kind != Plan::Conv) continue;
+      Plan& c = conv->second;
+      if (c.call.src_block != 0 || !c.call.relu || c.call.residual || c.call.dst_block != block_ ||
+          !cpu::conv_relu_pool_applies(c.call.shape, block_, plan.window))
+        continue;
+      c.pooled = true;
+      g_.nodes[x.producer].outputs = g_.nodes[at].outputs;
+      g_.values[g_.nodes[at].outputs[0]].producer = x.producer;
+      g_.nodes[at].removed = true;
+    }
+    for (auto it = plans_.begin(); it != plans_.end();)
+      it = g_.nodes[it->first].removed ? plans_.erase(it) : std::next(it);
+  }
+
   // A max-pool gradient read only by a first layer's few-channel weight
   // gradient is made there, plane by plane, instead of written in full (the
   // largest activation of a CNN stem) and read back.
@@ -420,7 +444,11 @@ class LayoutPass {
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                     (plan.call.relu ? " + relu" : "");
-          if (use_winograd(plan, k)) {
+          if (plan.pooled) {
+            k.outputs = {n.outputs[0]};  // the pool's output
+            k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
+            k.custom = conv_relu_pool_kernel(plan.call);
+          } else if (use_winograd(plan, k)) {
             k.label += " (winograd)";
             k.custom = winograd_conv_kernel(plan.call);
           } else {

@@ -50,6 +50,14 @@ CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
+CustomKernel conv_relu_pool_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const float* bias = call.bias ? in[2].data<float>() : nullptr;
+    cpu::conv_relu_pool_few_channels(call.shape, call.dst_block, in[0].data<float>(), in[1].data<float>(), bias,
+                                     out[0].data<float>());
+  };
+}
+
 CustomKernel conv_input_grad_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     bool ok = onednn::conv_backward_data_layout(call, in[0].data<float>(), in[1].data<float>(), out[0].data<float>());

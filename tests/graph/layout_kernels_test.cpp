@@ -88,4 +88,28 @@ TEST(LayoutKernels, FewChannelWeightGradientMatchesAutograd) {
   }
 }
 
+// The fused first layer of inference graphs: convolution, bias, ReLU and a
+// 2x2 max pool in one pass, including an odd convolution output (the pool
+// drops its last row and column) and a stride.
+TEST(LayoutKernels, FirstLayerConvolutionReluAndPoolMatchTheirOps) {
+  manual_seed(4);
+  for (int block : {8, 16}) {
+    for (int64_t stride : {1, 2}) {
+      Tensor x = randn({2, 3, 13, 12}), w = randn({16, 3, 3, 3}), b = randn({16});
+      ConvOptions opts;
+      opts.stride = {stride, stride};
+      opts.padding = {1, 1};
+      Tensor conv = conv2d(x, w, b, opts), want = max_pool2d(relu(conv), {2, 2});
+      const Shape &cs = conv.shape(), &ps = want.shape();
+      onednn::ConvShape s{2, 3, 13, 12, 16, 3, 3, cs[2], cs[3], stride, stride, 1, 1, 1, 1, 1};
+      ASSERT_TRUE(cpu::conv_relu_pool_applies(s, block, {2, 2, 2, 2, 0, 0, 1, 1}));
+      Tensor y = Tensor::empty(ps);
+      cpu::conv_relu_pool_few_channels(s, block, x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>());
+      std::string what = "block, stride:";
+      what.append(" ").append(std::to_string(block)).append(" ").append(std::to_string(stride));
+      expect_near_all(y, to_blocked(want, block), 1e-5, what);
+    }
+  }
+}
+
 }  // namespace

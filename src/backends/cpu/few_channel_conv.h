@@ -1,9 +1,9 @@
 #pragma once
-// The weight gradient of a convolution whose input has few channels (a first
-// layer: 1-4 image channels), from a channel-blocked output gradient. oneDNN
-// pads such an input to a whole channel block and does 8x the work in its
-// blocked kernel, or runs a GEMM with a K of 9 in its plain one; both take
-// ten times longer than this loop, which reads the gradient once.
+// Kernels for first layers (1-4 image channels) whose outputs are channel
+// blocked. oneDNN pads such an input to a whole channel block and does 8x the
+// work in its blocked kernels, or runs a GEMM with a K of 9 in its plain one.
+// The weight gradient here reads the output gradient once, about ten times
+// faster; the inference kernel writes only the pooled output.
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/onednn_conv.h"
 
@@ -20,5 +20,12 @@ void conv_weight_grad_few_channels(const onednn::ConvShape& s, int block, const 
 // where it is used, so the full-size gradient is never written.
 void conv_weight_grad_few_channels(const onednn::ConvShape& s, const float* x, const MaxPoolGrad& pool, float* gw,
                                    float* gb);
+
+// Inference: y = max_pool_2x2(relu(conv(x, w) + bias)) in one pass, x plain
+// [n, c, h, w] with few channels, y blocked [n, o/block, oh/2, ow/2, block].
+// The convolution's output, a CNN's largest activation, is never written.
+bool conv_relu_pool_applies(const onednn::ConvShape& s, int block, const PoolWindow& window);
+void conv_relu_pool_few_channels(const onednn::ConvShape& s, int block, const float* x, const float* w,
+                                 const float* bias, float* y);
 
 }  // namespace kiln::cpu
