@@ -86,7 +86,6 @@ inline float grad_at(const MaxPoolGrad& a, int64_t n, int64_t cb, int64_t oy, in
   return a.gy[((n * a.c + cb * B + k) * a.oh + oy) * a.ow + ox];
 }
 
-
 // Non-overlapping 2x2 windows tiling the whole plane: each input position
 // belongs to exactly one window, so every gradient element is written once.
 template <int B>
