@@ -161,7 +161,10 @@ TEST(Recipe, GraphModeTrainsLikeEager) {
     return res;
   };
   auto eager = run("eager"), graph = run("graph");
-  EXPECT_NEAR(graph.loss, eager.loss, 1e-4 * eager.loss);
+  // The two modes pick different convolution algorithms, so their rounding
+  // differs; on these separable classes the loss ends near 1e-3, where that
+  // alone reaches 1e-4 relative, hence the absolute term.
+  EXPECT_NEAR(graph.loss, eager.loss, 1e-4 * eager.loss + 1e-6);
   EXPECT_DOUBLE_EQ(graph.accuracy, eager.accuracy);
   EXPECT_EQ(context().mode, Mode::Eager);  // the recipe's mode lasts for its run only
   EXPECT_NE(message_of([] { recipe::parse_recipe_text("mode: fast\n"); }).find("allowed values: eager, graph"),
