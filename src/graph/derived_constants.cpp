@@ -34,4 +34,11 @@ Tensor shared_derived_constant(const Tensor& source, const std::string& kind, co
   return made;
 }
 
+int add_derived_constant(Graph& g, int source, const std::string& kind, const std::string& suffix,
+                         const std::function<Tensor()>& make) {
+  Tensor derived = shared_derived_constant(g.values[source].tensor, kind, make);
+  const std::string& name = g.values[source].name;
+  return add_constant(g, derived, (name.empty() ? std::string("weight") : name) + suffix);
+}
+
 }  // namespace kiln::graph

@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "graph/ir.h"
 #include "kiln/tensor.h"
 
 namespace kiln::graph {
@@ -15,5 +16,10 @@ namespace kiln::graph {
 // still holds it and the source has not been written since. kind names the
 // derivation and everything it depends on besides the source.
 Tensor shared_derived_constant(const Tensor& source, const std::string& kind, const std::function<Tensor()>& make);
+
+// The same for constant value `source` of g: adds the derived tensor as a
+// constant named after the source ("<name><suffix>") and returns its id.
+int add_derived_constant(Graph& g, int source, const std::string& kind, const std::string& suffix,
+                         const std::function<Tensor()>& make);
 
 }  // namespace kiln::graph

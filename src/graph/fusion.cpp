@@ -71,23 +71,16 @@ std::string matmul_bias_to_linear(Graph& g) {
       bool per_feature = !bs.empty() && bs.back() == n && numel_of(bs) == n;
       if (!per_feature || g.values[add.outputs[0]].meta.shape != g.values[y].meta.shape) continue;
       NoGradGuard no_grad;
-      Value wt;
-      wt.kind = ValueKind::Constant;
-      const Tensor& weight = w.tensor;
-      wt.tensor = shared_derived_constant(weight, "transposed", [&] { return weight.transpose(0, 1).contiguous(); });
-      wt.meta = {true, wt.tensor.shape(), DType::Float32, wt.tensor.device()};
-      wt.name = (w.name.empty() ? std::string("weight") : w.name) + ".t";
-      Value flat;
-      flat.kind = ValueKind::Constant;
-      flat.tensor = bias.tensor.reshape({n}).contiguous();
-      flat.meta = {true, flat.tensor.shape(), DType::Float32, flat.tensor.device()};
-      flat.name = bias.name;
+      const Tensor weight = w.tensor, flat_bias = bias.tensor.reshape({n}).contiguous();
+      const std::string bias_name = bias.name;
       const int x = mm.inputs[0], out = add.outputs[0];
       Node k;
       k.op = &linear;
-      k.inputs = {x, g.add_value(std::move(wt)), g.add_value(std::move(flat))};
+      k.inputs = {x, add_derived_constant(g, mm.inputs[1], "transposed", ".t",
+                                          [&] { return weight.transpose(0, 1).contiguous(); }),
+                  add_constant(g, flat_bias, bias_name)};
       k.outputs = {out};
-      g.nodes[at] = std::move(k);  // (references into g.values are not used past here)
+      g.nodes[at] = std::move(k);
       g.values[out].producer = at;
       g.values[out].output_index = 0;
       add.removed = true;

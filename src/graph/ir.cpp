@@ -47,6 +47,15 @@ int Graph::add_value(Value v) {
   return static_cast<int>(values.size()) - 1;
 }
 
+int add_constant(Graph& g, const Tensor& t, std::string name) {
+  Value v;
+  v.kind = ValueKind::Constant;
+  v.meta = {true, t.shape(), t.dtype(), t.device()};
+  v.tensor = t;
+  v.name = std::move(name);
+  return g.add_value(std::move(v));
+}
+
 bool Graph::has_side_effects(const Node& n) const {
   if (n.removed) return false;
   if (n.op && n.op->has_tag(kTagRandom)) return true;

@@ -72,6 +72,9 @@ struct Graph {
 // statistics in training mode).
 std::vector<int> written_inputs(const Node& n);
 
+// Adds a constant value holding t; returns its id.
+int add_constant(Graph& g, const Tensor& t, std::string name = "");
+
 // Replaces every use of value `from` (nodes and graph outputs) by `to`.
 void replace_uses(Graph& g, int from, int to);
 

@@ -77,14 +77,9 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
     const int64_t o = weight.shape()[0];
     std::string kind = "columns of blocked [";
     for (int64_t d : {x[1], x[2], x[3], int64_t{block}}) kind.append(std::to_string(d)).append(" ");
-    Value v;
-    v.kind = ValueKind::Constant;
-    v.meta = {true, weight.shape(), weight.dtype(), weight.device()};
-    v.tensor = shared_derived_constant(weight, kind, [&] {
+    n.inputs[1] = add_derived_constant(g, w, kind, ".blocked", [&] {
       return weight.reshape({o, x[1] / block, block, x[2], x[3]}).permute({0, 1, 3, 4, 2}).contiguous().reshape(weight.shape());
     });
-    v.name = (g.values[w].name.empty() ? std::string("weight") : g.values[w].name) + ".blocked";
-    n.inputs[1] = g.add_value(std::move(v));
     view.inputs[0] = it->second;
     ++rewritten;
   }
@@ -389,16 +384,11 @@ class LayoutPass {
     if (training_ || g_.values[w].kind != ValueKind::Constant || !cpu::winograd_is_faster(plan.call)) return false;
     NoGradGuard no_grad;
     const Tensor& source = g_.values[w].tensor;
-    Value u;
-    u.kind = ValueKind::Constant;
-    u.tensor = shared_derived_constant(source, "winograd", [&] {
+    k.inputs[1] = add_derived_constant(g_, w, "winograd", ".winograd", [&] {
       Tensor t = Tensor::empty({cpu::winograd_weights_size(plan.call.shape)});
       cpu::winograd_weights(plan.call.shape, source.contiguous().data<float>(), t.data<float>());
       return t;
     });
-    u.meta = {true, u.tensor.shape(), DType::Float32, u.tensor.device()};
-    u.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".winograd";
-    k.inputs[1] = g_.add_value(std::move(u));
     blocked_.push_back(false);
     ++winograd_;
     return true;
@@ -413,16 +403,12 @@ class LayoutPass {
     const int64_t bytes = cpu::onednn::prepared_weights_bytes(plan.call);
     if (bytes == 0) return;
     const Tensor& source = g_.values[w].tensor;
-    Value v;
-    v.kind = ValueKind::Constant;
-    v.tensor = shared_derived_constant(source, "onednn " + cpu::onednn::prepared_weights_layout(plan.call), [&] {
+    const std::string kind = "onednn " + cpu::onednn::prepared_weights_layout(plan.call);
+    k.inputs[1] = add_derived_constant(g_, w, kind, ".prepared", [&] {
       Tensor t = Tensor::empty({bytes}, DType::UInt8);
       cpu::onednn::prepare_weights(plan.call, source.contiguous().data<float>(), t.raw_data());
       return t;
     });
-    v.meta = {true, v.tensor.shape(), DType::UInt8, v.tensor.device()};
-    v.name = (g_.values[w].name.empty() ? std::string("weight") : g_.values[w].name) + ".prepared";
-    k.inputs[1] = g_.add_value(std::move(v));
     blocked_.push_back(false);
     plan.call.prepared_weights = true;
   }

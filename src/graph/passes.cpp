@@ -18,15 +18,6 @@ std::string count_of(size_t n, const char* what) {
 
 bool is_const(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
 
-int add_constant(Graph& g, const Tensor& t, std::string name = "") {
-  Value v;
-  v.kind = ValueKind::Constant;
-  v.meta = {true, t.shape(), t.dtype(), t.device()};
-  v.tensor = t;
-  v.name = std::move(name);
-  return g.add_value(std::move(v));
-}
-
 // A one-element constant's value, or NaN.
 double scalar_value(const Graph& g, int id) {
   if (!is_const(g, id) || g.values[id].tensor.numel() != 1) return std::nan("");

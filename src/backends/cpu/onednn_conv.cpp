@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/onednn_engine.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
 
@@ -19,11 +20,6 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
-
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
 
 struct Geometry {
   memory::desc src, wei, bias, dst;
@@ -67,15 +63,6 @@ memory::desc layout(const memory::desc& plain, bool blocked) {
 
 // relu: a ReLU applied to the output inside the primitive (a post-op), so the
 // output is written once, already activated.
-// The scratchpad is passed in by each call (user mode): with oneDNN's own
-// (library) scratchpad, one primitive run from two threads at once shares it
-// and corrupts memory, and inference sessions do run them concurrently.
-dnnl::primitive_attr base_attr() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
-
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked, bool relu = false) {
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                     layout(g.src, blocked), layout(g.wei, blocked), g.bias, layout(g.dst, blocked),
@@ -102,8 +89,6 @@ template <typename Primitive>
 Prepared prepare(const typename Primitive::primitive_desc& pd, std::map<int, memory::desc> layouts) {
   return Prepared{Primitive(pd), std::move(layouts), pd.scratchpad_desc(), pd.impl_info_str()};
 }
-
-memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
 
 struct Arg {
   int id;

@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
+#include "backends/cpu/onednn_engine.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
@@ -12,11 +13,6 @@ namespace {
 
 using dnnl::memory;
 using dt = memory::data_type;
-
-dnnl::engine& engine() {
-  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  return eng;
-}
 
 struct Descs {
   memory::desc x, w, bias, y;
@@ -52,10 +48,8 @@ const Prepared* prepared(const LinearCall& c) {
     dnnl::post_ops ops;
     if (c.residual) ops.append_sum(1.0f);
     if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    dnnl::primitive_attr attr;
+    dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(ops);
-    // Scratchpads passed in per call: a primitive may run on two threads at once.
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.x, d.w, d.bias, d.y), attr, engine());
     p = {dnnl::matmul(pd), pd.scratchpad_desc()};
   } catch (const dnnl::error&) {
@@ -63,8 +57,6 @@ const Prepared* prepared(const LinearCall& c) {
   auto& stored = cache.emplace(key, p).first->second;
   return stored.prim ? &stored : nullptr;
 }
-
-memory wrap(const memory::desc& d, const void* p) { return memory(d, engine(), const_cast<void*>(p)); }
 
 }  // namespace
 
