@@ -9,6 +9,9 @@ namespace kiln {
 
 int get_num_threads();
 void set_num_threads(int n);
+// Gives the calling thread's OpenMP regions (and so oneDNN's) the count of
+// get_num_threads(). Op dispatch and compiled graphs call it on entry.
+void apply_num_threads_to_this_thread();
 
 // Calls fn(begin, end) on disjoint chunks of [0, n); runs inline when n is
 // below `grain` or when already inside a parallel region.

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,8 +28,8 @@ int initial_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-int& thread_count() {
-  static int n = [] {
+std::atomic<int>& thread_count() {
+  static std::atomic<int> n = [] {
     int t = initial_threads();
     omp_set_num_threads(t);
     openblas_set_num_threads(t);
@@ -39,13 +40,24 @@ int& thread_count() {
 
 }  // namespace
 
-int get_num_threads() { return thread_count(); }
+int get_num_threads() { return thread_count().load(std::memory_order_relaxed); }
 
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "set_num_threads(", n, "): the thread count must be at least 1");
   thread_count() = n;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
+}
+
+// omp_set_num_threads sets the calling thread's count only; other threads
+// start with OpenMP's default (every core), which oneDNN then uses.
+void apply_num_threads_to_this_thread() {
+  thread_local int applied = 0;
+  int n = get_num_threads();
+  if (applied != n) {
+    omp_set_num_threads(n);
+    applied = n;
+  }
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kiln/parallel.h"
 #include "kiln/profiler.h"
 #include "ops/dispatch_internal.h"
 
@@ -57,6 +58,7 @@ Executable::Executable(Graph g) : graph_(std::move(g)) {
 }
 
 const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
+  apply_num_threads_to_this_thread();
   KILN_CHECK(inputs.size() == graph_.inputs.size(), "compiled graph takes ", graph_.inputs.size(), " inputs, got ",
              inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include "graph/trace_hook.h"
 #include "kiln/autograd.h"
+#include "kiln/parallel.h"
 #include "kiln/profiler.h"
 #include "kiln/registry.h"
 #include "ops/dispatch_internal.h"
@@ -130,6 +131,7 @@ void record_profile(const OpDef* op, const std::string& name, Device device, con
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
 
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  apply_num_threads_to_this_thread();
   if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
   std::vector<TensorMeta> metas(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
