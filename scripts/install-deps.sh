@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libzip-dev
-  libprotobuf-dev protobuf-compiler libonnx-dev libcpp-httplib-dev libsimdjson-dev nodejs
+  libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 

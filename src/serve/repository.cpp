@@ -2,7 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 namespace kiln::serve {
 namespace fs = std::filesystem;
@@ -17,6 +19,23 @@ std::string read_text(const fs::path& p) {
   return s.str();
 }
 
+// Runs fn on a thread of its own and waits. Loading and warming up a model
+// runs OpenMP regions, and libgomp keeps a team for every thread that ever
+// started one; with more team threads than cores it stops spinning between
+// regions, and then every region of every later request pays a futex wake-up.
+// On a thread that ends, the team goes with it.
+void on_own_thread(const std::function<void()>& fn) {
+  std::exception_ptr failed;
+  std::thread([&] {
+    try {
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }).join();
+  if (failed) std::rethrow_exception(failed);
+}
+
 bool all_digits(const std::string& s) {
   return !s.empty() && s.size() < 18 && s.find_first_not_of("0123456789") == std::string::npos;
 }
@@ -27,9 +46,12 @@ Repository::Repository(const std::string& single_model, const std::string& folde
   KILN_CHECK(single_model.empty() != folder.empty(), "serve: give either --model FILE or --model-repository DIR");
   auto load = [&](const std::string& name, int64_t version, const fs::path& onnx, ModelConfig config) {
     try {
-      auto m = std::make_unique<ServedModel>(name, std::to_string(version), onnx.string(), std::move(config),
-                                             metrics.model(name));
-      m->warm_up();
+      std::unique_ptr<ServedModel> m;
+      on_own_thread([&] {
+        m = std::make_unique<ServedModel>(name, std::to_string(version), onnx.string(), std::move(config),
+                                          metrics.model(name));
+        m->warm_up();
+      });
       models_[name][version] = std::move(m);
     } catch (const Error& e) {
       KILN_FAIL("serve: model '", name, "' version ", version, " (", onnx.string(), ") did not load: ", e.what());

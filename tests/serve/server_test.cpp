@@ -255,6 +255,83 @@ TEST(Serve, SlowClientsDoNotBlockOthers) {
   EXPECT_EQ(s.client().Get("/v2/health/live")->status, 200);
 }
 
+// A loopback connection that sends raw bytes and reads what comes back.
+struct RawConnection {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  explicit RawConnection(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConnection() { ::close(fd); }
+  void send(const std::string& bytes) { ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size())); }
+  // Reads until `count` occurrences of `marker` have arrived (or the peer closes or stalls).
+  std::string read_until(const std::string& marker, int count = 1) {
+    std::string got;
+    char buf[4096];
+    auto occurrences = [&] {
+      int n = 0;
+      for (size_t at = got.find(marker); at != std::string::npos; at = got.find(marker, at + 1)) ++n;
+      return n;
+    };
+    while (occurrences() < count) {
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  }
+};
+
+TEST(Serve, HttpDetailsClientsRelyOn) {
+  ServeOptions o;
+  o.model = kCnn;
+  Running s(o);
+  // A known route with the wrong method: 405 naming the right one.
+  auto c = s.client();
+  auto wrong = c.Get("/v2/models/cnn/infer");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST");
+  EXPECT_NE(wrong->body.find("use POST"), std::string::npos) << wrong->body;
+  // Percent-encoded paths are decoded; a query string is ignored.
+  EXPECT_EQ(c.Get("/v2/models/%63nn?verbose=1")->status, 200);
+
+  // Two requests in one write: two answers, in order.
+  RawConnection pipelined(s.port);
+  pipelined.send("GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\nGET /v2/models/nope HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string both = pipelined.read_until("HTTP/1.1 ", 2);
+  size_t first = both.find("HTTP/1.1 200"), second = both.find("HTTP/1.1 404");
+  EXPECT_NE(first, std::string::npos) << both;
+  EXPECT_NE(second, std::string::npos) << both;
+  EXPECT_LT(first, second) << both;
+
+  // Expect: 100-continue (curl sends it for bodies over 1 KiB): the interim
+  // answer comes before the body is sent, then the real one.
+  Tensor x = rand({1, 1, 28, 28});
+  std::string body = infer_body(x).dump();
+  RawConnection careful(s.port);
+  std::string head = "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n";
+  head.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
+  careful.send(head);
+  EXPECT_EQ(careful.read_until("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  careful.send(body);
+  std::string answer = careful.read_until("\"outputs\"");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+
+  // Not HTTP: 400, and the connection closes.
+  RawConnection garbage(s.port);
+  garbage.send("HELLO THERE\r\n\r\n");
+  std::string refused = garbage.read_until("\"}");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 400", 0), 0u) << refused;
+  EXPECT_NE(refused.find("malformed HTTP request"), std::string::npos) << refused;
+  EXPECT_EQ(c.Get("/v2/health/live")->status, 200);
+}
+
 TEST(Serve, ShutdownDrainsInFlightRequests) {
   ServeOptions o;
   // A long queue delay keeps the request in flight while shutdown starts.

@@ -1,0 +1,375 @@
+#include "serve/http_server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kiln/error.h"
+
+namespace kiln::serve {
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using error_code = boost::system::error_code;
+
+namespace {
+
+std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
+
+error_code errno_code() { return error_code(errno, boost::system::system_category()); }
+
+// A connected socket as Beast's synchronous stream: recv blocks until data
+// comes or SO_RCVTIMEO passes; a buffer sequence goes out in one sendmsg.
+class SocketStream {
+ public:
+  explicit SocketStream(int fd) : fd_(fd) {}
+
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, error_code& ec) {
+    ec = {};
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it) {
+      net::mutable_buffer b(*it);
+      if (b.size() == 0) continue;
+      for (;;) {
+        ssize_t n = ::recv(fd_, b.data(), b.size(), 0);
+        if (n > 0) return static_cast<size_t>(n);
+        if (n == 0) {
+          ec = net::error::eof;
+        } else if (errno == EINTR) {
+          continue;
+        } else {
+          ec = errno == EAGAIN || errno == EWOULDBLOCK ? error_code(net::error::timed_out) : errno_code();
+        }
+        return 0;
+      }
+    }
+    return 0;
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    return or_throw([&](error_code& ec) { return read_some(buffers, ec); });
+  }
+
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, error_code& ec) {
+    ec = {};
+    iovec iov[64];
+    size_t count = 0;
+    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers) && count < 64; ++it) {
+      net::const_buffer b(*it);
+      iov[count].iov_base = const_cast<void*>(b.data());
+      iov[count].iov_len = b.size();
+      ++count;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    for (;;) {
+      ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
+      if (n >= 0) return static_cast<size_t>(n);
+      if (errno == EINTR) continue;
+      ec = errno == EAGAIN || errno == EWOULDBLOCK ? error_code(net::error::timed_out) : errno_code();
+      return 0;
+    }
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    return or_throw([&](error_code& ec) { return write_some(buffers, ec); });
+  }
+
+ private:
+  template <class F>
+  static size_t or_throw(F f) {
+    error_code ec;
+    size_t n = f(ec);
+    if (ec) throw boost::system::system_error(ec);
+    return n;
+  }
+
+  int fd_;
+};
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// The path of a request target, %XX sequences decoded, the query dropped.
+std::string decode_path(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::string out;
+  out.reserve(target.size());
+  for (size_t i = 0; i < target.size(); ++i) {
+    int hi = 0, lo = 0;
+    if (target[i] == '%' && i + 2 < target.size() && (hi = hex_digit(target[i + 1])) >= 0 &&
+        (lo = hex_digit(target[i + 2])) >= 0) {
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += target[i];
+    }
+  }
+  return out;
+}
+
+void set_timeout(int fd, int option, double seconds) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(seconds);
+  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
+  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
+}
+
+// After refusing a request whose body is still coming, read and drop the rest
+// (up to a few seconds) so that closing does not reset the connection before
+// the client has read the refusal.
+void linger_and_drain(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  set_timeout(fd, SO_RCVTIMEO, 0.2);
+  char sink[16384];
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < give_up && ::recv(fd, sink, sizeof sink, 0) > 0) {
+  }
+}
+
+}  // namespace
+
+const std::string* HttpRequest::header(std::string_view name) const {
+  for (const auto& [key, value] : headers)
+    if (key.size() == name.size() && ::strncasecmp(key.data(), name.data(), name.size()) == 0) return &value;
+  return nullptr;
+}
+
+void set_error(HttpResponse& res, int status, const std::string& message) {
+  res.status = status;
+  res.content_type = "application/json";
+  res.body = nlohmann::json{{"error", message}}.dump();
+}
+
+struct HttpServer::Impl {
+  HttpOptions options;
+  Handler handler;
+  Logger logger;
+  int listen_fd = -1;
+  std::thread acceptor;
+  struct Connection {
+    int fd;
+    std::string remote_addr;
+    std::thread thread;
+    bool done = false;
+  };
+  std::mutex mu;
+  std::condition_variable slot_freed;
+  std::list<Connection> connections;
+  std::atomic<bool> stopping{false};
+
+  void accept_loop();
+  void serve(Connection& c);
+  // Joins and forgets the connections whose threads have finished. Holds mu.
+  void reap_finished();
+};
+
+HttpServer::HttpServer(HttpOptions options, Handler handler, Logger logger) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->handler = std::move(handler);
+  impl_->logger = std::move(logger);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::listen() {
+  Impl& s = *impl_;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(s.options.port);
+  int rc = ::getaddrinfo(s.options.host.c_str(), port.c_str(), &hints, &found);
+  KILN_CHECK(rc == 0, "serve: cannot resolve the address '", s.options.host, "': ", ::gai_strerror(rc));
+  std::string why;
+  for (addrinfo* a = found; a && s.listen_fd < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      s.listen_fd = fd;
+    } else {
+      why = std::strerror(errno);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(found);
+  KILN_CHECK(s.listen_fd >= 0, "serve: cannot listen on ", s.options.host, ":", s.options.port, " (", why,
+             "); choose another --port or --host");
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(s.listen_fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  int bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s.acceptor = std::thread([&s] { s.accept_loop(); });
+  return bound_port;
+}
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) return;
+  if (s.listen_fd >= 0) ::shutdown(s.listen_fd, SHUT_RDWR);  // accept() returns
+  s.slot_freed.notify_all();
+  if (s.acceptor.joinable()) s.acceptor.join();
+  if (s.listen_fd >= 0) ::close(s.listen_fd);
+  s.listen_fd = -1;
+  std::list<Impl::Connection> all;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& c : s.connections)
+      if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);  // a blocked recv returns
+    all.splice(all.end(), s.connections);
+  }
+  for (auto& c : all) c.thread.join();
+}
+
+void HttpServer::Impl::reap_finished() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (it->done) {
+      it->thread.join();
+      it = connections.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void HttpServer::Impl::accept_loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      reap_finished();
+      slot_freed.wait(lock, [&] {
+        reap_finished();
+        return stopping || static_cast<int>(connections.size()) < options.max_connections;
+      });
+      if (stopping) return;
+    }
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of descriptors: let some close
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // a response goes out at once
+    set_timeout(fd, SO_RCVTIMEO, options.read_timeout_s);
+    set_timeout(fd, SO_SNDTIMEO, options.read_timeout_s);
+    char host[INET6_ADDRSTRLEN] = "";
+    if (peer.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr, host, sizeof host);
+    else if (peer.ss_family == AF_INET6)
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr, host, sizeof host);
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) {
+      ::close(fd);
+      return;
+    }
+    Connection& c = connections.emplace_back(Connection{fd, host, {}, false});
+    c.thread = std::thread([this, &c] { serve(c); });
+  }
+}
+
+void HttpServer::Impl::serve(Connection& c) {
+  SocketStream stream(c.fd);
+  boost::beast::flat_buffer buffer;
+  buffer.reserve(64 * 1024);  // empty, Beast would read 512 bytes per recv
+  bool refused_body = false;
+  while (!stopping) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(options.max_body_bytes);
+    error_code ec;
+    http::read_header(stream, buffer, parser, ec);
+    if (!ec && !parser.is_done()) {
+      if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        stream.write_some(net::buffer(kContinue, sizeof kContinue - 1), ec);
+      }
+      if (!ec) http::read(stream, buffer, parser, ec);
+    }
+    auto read_at = std::chrono::steady_clock::now();
+    HttpRequest req;
+    HttpResponse res;
+    req.remote_addr = c.remote_addr;
+    bool keep_alive = true;
+    if (ec) {
+      // The peer left or went silent: nothing to answer.
+      if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+          ec.category() != http::make_error_code(http::error::bad_target).category())
+        break;
+      if (parser.is_header_done()) {
+        req.method = std::string(view(parser.get().method_string()));
+        req.path = decode_path(view(parser.get().target()));
+      }
+      if (ec == http::error::body_limit) {
+        set_error(res, 413, "the request body is larger than the server accepts (" +
+                                std::to_string(options.max_body_bytes) + " bytes; kiln serve --max-body-mb raises it)");
+        refused_body = true;
+      } else if (ec == http::error::header_limit) {
+        set_error(res, 431, "the request's headers are larger than 64 KiB");
+      } else {
+        set_error(res, 400, "malformed HTTP request: " + ec.message());
+      }
+      keep_alive = false;
+    } else {
+      http::request<http::string_body> msg = parser.release();
+      req.method = std::string(view(msg.method_string()));
+      req.path = decode_path(view(msg.target()));
+      for (const auto& field : msg) req.headers.emplace_back(view(field.name_string()), view(field.value()));
+      req.body = std::move(msg.body());
+      keep_alive = msg.keep_alive();
+      try {
+        handler(req, res);
+      } catch (const std::exception& e) {
+        res = HttpResponse();
+        set_error(res, 500, std::string("the request failed: ") + e.what());
+      }
+    }
+    http::response<http::string_body> out;
+    out.result(static_cast<unsigned>(res.status));
+    out.set(http::field::content_type, res.content_type);
+    for (const auto& [name, value] : res.headers) out.set(name, value);
+    out.body() = std::move(res.body);
+    out.keep_alive(keep_alive && !stopping);
+    out.prepare_payload();
+    http::write(stream, out, ec);
+    res.body = std::move(out.body());
+    if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
+    if (ec || !out.keep_alive()) break;
+  }
+  if (refused_body) linger_and_drain(c.fd);
+  std::lock_guard<std::mutex> lock(mu);
+  ::close(c.fd);
+  c.fd = -1;
+  c.done = true;
+  slot_freed.notify_all();
+}
+
+}  // namespace kiln::serve

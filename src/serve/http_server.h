@@ -1,0 +1,69 @@
+#pragma once
+// The HTTP/1.1 transport under `kiln serve`: a thread per connection, requests
+// parsed by Boost.Beast, each response written with one sendmsg. A request
+// that fits in the socket buffer is one recv, so at concurrency 1 the
+// transport costs about what a loopback round trip costs (a general-purpose
+// server that writes head and body separately wakes the client twice).
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kiln::serve {
+
+struct HttpRequest {
+  std::string method;       // "GET", "POST", ...
+  std::string path;         // percent-decoded, without the query
+  std::string body;
+  std::string remote_addr;  // the peer's address
+  std::vector<std::pair<std::string, std::string>> headers;
+  // The value of a header (the name compared without case), or nullptr.
+  const std::string* header(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
+};
+
+// A body of {"error": message}: what every error status carries.
+void set_error(HttpResponse& res, int status, const std::string& message);
+
+struct HttpOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;                      // 0: any free port
+  size_t max_body_bytes = 64u << 20;  // larger bodies get 413 before they are read
+  int max_connections = 64;          // more wait in the listen backlog
+  double read_timeout_s = 30;        // a connection silent this long mid-request or idle is closed
+};
+
+class HttpServer {
+ public:
+  // The handler runs on the connection's thread and may block; exceptions it
+  // lets out become 500. The logger sees every request answered, with the
+  // seconds from its last byte read to its response written.
+  using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;
+  using Logger = std::function<void(const HttpRequest&, const HttpResponse&, double seconds)>;
+
+  HttpServer(HttpOptions options, Handler handler, Logger logger);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds, listens and starts accepting. Returns the port; throws when the
+  // address cannot be bound.
+  int listen();
+  // Stops accepting, closes every connection (a request being handled
+  // finishes first, its answer may be lost) and joins their threads.
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::serve
