@@ -350,6 +350,9 @@ void HttpServer::Impl::serve(Connection& c) {
       } catch (const std::exception& e) {
         res = HttpResponse();
         set_error(res, 500, std::string("the request failed: ") + e.what());
+      } catch (...) {
+        res = HttpResponse();
+        set_error(res, 500, "the request failed");
       }
     }
     http::response<http::string_body> out;
