@@ -12,6 +12,8 @@
 #include <set>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"
 #include "graph/layout_kernels.h"
@@ -377,21 +379,33 @@ class LayoutPass {
   }
 
   // An inference convolution with constant weights runs by Winograd's
-  // F(2x2, 3x3) where that measured faster; its weight input becomes the
-  // transformed weights, made here once.
-  bool use_winograd(const Plan& plan, Node& k) {
+  // F(2x2, 3x3) or as a patch GEMM where that measured faster; its weight
+  // input becomes the transformed or packed weights, made here once.
+  cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
     const int w = k.inputs[1];
-    if (training_ || g_.values[w].kind != ValueKind::Constant || !cpu::winograd_is_faster(plan.call)) return false;
+    if (training_ || g_.values[w].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
+    const cpu::ConvAlgorithm algorithm = cpu::fastest_conv_algorithm(plan.call);
+    if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
     NoGradGuard no_grad;
     const Tensor& source = g_.values[w].tensor;
-    k.inputs[1] = add_derived_constant(g_, w, "winograd", ".winograd", [&] {
-      Tensor t = Tensor::empty({cpu::winograd_weights_size(plan.call.shape)});
-      cpu::winograd_weights(plan.call.shape, source.contiguous().data<float>(), t.data<float>());
-      return t;
-    });
+    const cpu::onednn::ConvShape& s = plan.call.shape;
+    if (algorithm == cpu::ConvAlgorithm::Winograd) {
+      k.inputs[1] = add_derived_constant(g_, w, "winograd", ".winograd", [&] {
+        Tensor t = Tensor::empty({cpu::winograd_weights_size(s)});
+        cpu::winograd_weights(s, source.contiguous().data<float>(), t.data<float>());
+        return t;
+      });
+      ++winograd_;
+    } else {
+      k.inputs[1] = add_derived_constant(g_, w, "patch panels", ".panels", [&] {
+        Tensor t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
+        cpu::patch_gemm_weights(s, source.contiguous().data<float>(), t.data<float>());
+        return t;
+      });
+      ++patch_gemm_;
+    }
     blocked_.push_back(false);
-    ++winograd_;
-    return true;
+    return algorithm;
   }
 
   // Constant weights are reordered once, here, into the layout oneDNN's
@@ -434,12 +448,21 @@ class LayoutPass {
             k.outputs = {n.outputs[0]};  // the pool's output
             k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
             k.custom = conv_relu_pool_kernel(plan.call);
-          } else if (use_winograd(plan, k)) {
-            k.label += " (winograd)";
-            k.custom = winograd_conv_kernel(plan.call);
           } else {
-            prepare_constant_weights(plan, k);
-            k.custom = conv_kernel(plan.call);
+            switch (own_algorithm(plan, k)) {
+              case cpu::ConvAlgorithm::Winograd:
+                k.label += " (winograd)";
+                k.custom = winograd_conv_kernel(plan.call);
+                break;
+              case cpu::ConvAlgorithm::PatchGemm:
+                k.label += " (patch gemm)";
+                k.custom = patch_gemm_conv_kernel(plan.call);
+                break;
+              case cpu::ConvAlgorithm::Direct:
+                prepare_constant_weights(plan, k);
+                k.custom = conv_kernel(plan.call);
+                break;
+            }
           }
           break;
         case Plan::InputGrad:
@@ -527,6 +550,7 @@ class LayoutPass {
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
     if (winograd_) s += ", " + std::to_string(winograd_) + " by Winograd's F(2x2, 3x3)";
+    if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
     s += ", " + std::to_string(plain_of_.size() + blocked_of_.size()) + " reorders";
     return s;
   }
@@ -544,6 +568,7 @@ class LayoutPass {
   std::vector<std::vector<Node>> insert_after_;
   std::vector<Node> prologue_;  // reorders of graph inputs and constants
   size_t winograd_ = 0;         // convolutions run by Winograd's algorithm
+  size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
 };
 
 }  // namespace

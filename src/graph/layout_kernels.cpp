@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
 
@@ -47,6 +48,15 @@ CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call) {
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
     cpu::winograd_conv(call.shape, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
                        call.residual);
+  };
+}
+
+CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    float* y = out[0].data<float>();
+    if (call.residual) copy_residual(in.back(), y);
+    const float* bias = call.bias ? in[2].data<float>() : nullptr;
+    cpu::patch_gemm_conv(call.shape, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu, call.residual);
   };
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/kiln.h"
 
@@ -21,6 +22,15 @@ void expect_near_all(const Tensor& got, const Tensor& want, double tol, const st
   auto a = got.to_vector<float>(), b = want.to_vector<float>();
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << what << ", element " << i;
+}
+
+// What a fused convolution kernel must produce: conv2d, then for epilogue 1
+// the bias and a ReLU, for epilogue 2 the bias, `residual` and a ReLU.
+Tensor expected_conv(const Tensor& x, const Tensor& w, const Tensor& b, const ConvOptions& opts, int epilogue,
+                     const Tensor& residual) {
+  Tensor want = conv2d(x, w, epilogue ? b : Tensor(), opts);
+  if (epilogue == 2) want = want + residual;
+  return epilogue ? relu(want) : want;
 }
 
 struct WinogradCase {
@@ -42,10 +52,8 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 3, 3}) * 0.2, b = randn({k.o});
         ConvOptions opts;
         opts.padding = {k.pad, k.pad};
-        Tensor want = conv2d(x, w, epilogue ? b : Tensor(), opts);
-        Tensor residual = randn(want.shape());
-        if (epilogue == 2) want = want + residual;
-        if (epilogue) want = relu(want);
+        Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
+        Tensor want = expected_conv(x, w, b, opts, epilogue, residual);
         const Shape& ys = want.shape();
         onednn::ConvShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, ys[2], ys[3], 1, 1, k.pad, k.pad, 1, 1, 1};
         ASSERT_TRUE(cpu::winograd_applies(s, block)) << what;
@@ -56,6 +64,42 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
                            epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
         expect_near_all(y, to_blocked(want, block), 1e-4, what);
       }
+    }
+  }
+}
+
+struct PatchCase {
+  int64_t n, c, o, h, w, k, stride, pad, dilation;
+};
+
+// 3x3 and 1x1 kernels, strides, padding and dilation; pixel counts that are
+// not whole tiles of 6; more than one pass over the patch (c * k * k > 256);
+// a batch; and every epilogue.
+TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
+  manual_seed(4);
+  for (const PatchCase& k : {PatchCase{1, 64, 32, 7, 7, 3, 1, 1, 1}, PatchCase{2, 16, 16, 9, 8, 3, 2, 1, 1},
+                             PatchCase{1, 24, 48, 14, 14, 1, 2, 0, 1}, PatchCase{1, 8, 16, 10, 10, 3, 1, 2, 2}}) {
+    for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
+      std::string what = "n c o h w k stride pad dilation epilogue:";
+      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{epilogue}})
+        what.append(" ").append(std::to_string(v));
+      Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, k.k, k.k}) * 0.2, b = randn({k.o});
+      ConvOptions opts;
+      opts.stride = {k.stride, k.stride};
+      opts.padding = {k.pad, k.pad};
+      opts.dilation = {k.dilation, k.dilation};
+      Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
+      Tensor want = expected_conv(x, w, b, opts, epilogue, residual);
+      const Shape& ys = want.shape();
+      onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
+                          ys[3],    k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, 1};
+      ASSERT_TRUE(cpu::patch_gemm_applies(s, 8)) << what;
+      Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(s)});
+      cpu::patch_gemm_weights(s, w.contiguous().data<float>(), packed.data<float>());
+      Tensor y = epilogue == 2 ? to_blocked(residual, 8) : Tensor::empty(ys);
+      cpu::patch_gemm_conv(s, to_blocked(x, 8).data<float>(), packed.data<float>(), epilogue ? b.data<float>() : nullptr,
+                           y.data<float>(), epilogue > 0, epilogue == 2);
+      expect_near_all(y, to_blocked(want, 8), 1e-4, what);
     }
   }
 }

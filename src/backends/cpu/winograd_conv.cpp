@@ -3,15 +3,11 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <chrono>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "backends/cpu/vec8.h"
 #include "kiln/error.h"
-#include "kiln/functional.h"
 #include "kiln/parallel.h"
+#include "kiln/tensor.h"
 
 namespace kiln::cpu {
 namespace {
@@ -187,42 +183,6 @@ void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const 
       transform_output(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
     }
   });
-}
-
-bool winograd_is_faster(const onednn::LayoutCall& call) {
-  const onednn::ConvShape& s = call.shape;
-  if (call.kind != onednn::ConvPass::Forward || call.src_block != call.dst_block || !winograd_applies(s, call.src_block))
-    return false;
-  static std::mutex mu;
-  static std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool, bool>, bool>
-      decided;
-  const auto key = std::make_tuple(s.n, s.c, s.h, s.w, s.o, s.ph, s.pw, call.src_block, call.bias, call.relu, call.residual);
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = decided.find(key);
-  if (it != decided.end()) return it->second;
-  // Both on the real sizes (any values: the time does not depend on them),
-  // best of three after a warm-up run each.
-  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * s.c * 9}), b = zeros({s.o});
-  Tensor y = zeros({s.n * s.o * s.oh * s.ow}), u = zeros({winograd_weights_size(s)});
-  auto seconds = [](auto&& run) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const float* bias = call.bias ? b.data<float>() : nullptr;
-  auto direct = [&] { onednn::conv_forward_layout(call, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
-  auto winograd = [&] {
-    winograd_conv(s, call.src_block, x.data<float>(), u.data<float>(), bias, y.data<float>(), call.relu, call.residual);
-  };
-  seconds(direct);
-  seconds(winograd);
-  double t_direct = 1e30, t_winograd = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    t_direct = std::min(t_direct, seconds(direct));
-    t_winograd = std::min(t_winograd, seconds(winograd));
-  }
-  // It must win clearly: its weights are 16/9 the size and it needs scratch.
-  return decided[key] = t_winograd < 0.9 * t_direct;
 }
 
 }  // namespace kiln::cpu

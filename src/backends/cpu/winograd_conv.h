@@ -25,10 +25,4 @@ void winograd_weights(const onednn::ConvShape& s, const float* w, float* u);
 void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
                    bool relu, bool residual);
 
-// Whether this convolution (forward, same blocked layout in and out) runs
-// at least 10% faster by winograd_conv than by oneDNN's direct kernel here:
-// both are timed once per geometry, on the real sizes. Winograd wins for wide layers and
-// large batches; at batch 1 its few tiles leave threads idle.
-bool winograd_is_faster(const onednn::LayoutCall& call);
-
 }  // namespace kiln::cpu
