@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/onednn_engine.h"
+#include "graph/trace_hook.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
 
@@ -159,10 +160,17 @@ bool run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
       Prepared plain, blocked;
       try {
         plain = make(false);
-        blocked = make(true);
+        if (!graph::detail::t_tracer) blocked = make(true);
       } catch (const dnnl::error&) {
         unsupported().insert(key);
         return false;  // a geometry oneDNN does not implement: the caller falls back
+      }
+      // A run being traced only records the program: graph mode chooses its
+      // own layouts later, so it runs plain and decides nothing (timing both
+      // took most of compiling a batch-64 ResNet).
+      if (graph::detail::t_tracer) {
+        run(plain, args);
+        return true;
       }
       // Best of three after a warm-up run each (the first pays for page faults
       // and oneDNN's kernel generation), so one noisy run does not decide.
