@@ -379,7 +379,7 @@ class LayoutPass {
   }
 
   // An inference convolution with constant weights runs by Winograd's
-  // F(2x2, 3x3) or as a patch GEMM where that measured faster; its weight
+  // algorithm or as a patch GEMM where that measured faster; its weight
   // input becomes the transformed or packed weights, made here once.
   cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
     const int w = k.inputs[1];
@@ -389,13 +389,15 @@ class LayoutPass {
     NoGradGuard no_grad;
     const Tensor& source = g_.values[w].tensor;
     const cpu::onednn::ConvShape& s = plan.call.shape;
-    if (algorithm == cpu::ConvAlgorithm::Winograd) {
-      k.inputs[1] = add_derived_constant(g_, w, "winograd", ".winograd", [&] {
-        Tensor t = Tensor::empty({cpu::winograd_weights_size(s)});
-        cpu::winograd_weights(s, source.contiguous().data<float>(), t.data<float>());
+    if (algorithm != cpu::ConvAlgorithm::PatchGemm) {
+      const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
+      const std::string kind = "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
+      k.inputs[1] = add_derived_constant(g_, w, kind, ".winograd" + std::to_string(tile), [&] {
+        Tensor t = Tensor::empty({cpu::winograd_weights_size(s, tile)});
+        cpu::winograd_weights(s, tile, source.contiguous().data<float>(), t.data<float>());
         return t;
       });
-      ++winograd_;
+      ++(tile == 2 ? winograd2_ : winograd4_);
     } else {
       k.inputs[1] = add_derived_constant(g_, w, "patch panels", ".panels", [&] {
         Tensor t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
@@ -450,9 +452,13 @@ class LayoutPass {
             k.custom = conv_relu_pool_kernel(plan.call);
           } else {
             switch (own_algorithm(plan, k)) {
-              case cpu::ConvAlgorithm::Winograd:
-                k.label += " (winograd)";
-                k.custom = winograd_conv_kernel(plan.call);
+              case cpu::ConvAlgorithm::Winograd2x2:
+                k.label += " (winograd 2x2)";
+                k.custom = winograd_conv_kernel(plan.call, 2);
+                break;
+              case cpu::ConvAlgorithm::Winograd4x4:
+                k.label += " (winograd 4x4)";
+                k.custom = winograd_conv_kernel(plan.call, 4);
                 break;
               case cpu::ConvAlgorithm::PatchGemm:
                 k.label += " (patch gemm)";
@@ -549,7 +555,8 @@ class LayoutPass {
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
-    if (winograd_) s += ", " + std::to_string(winograd_) + " by Winograd's F(2x2, 3x3)";
+    if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
+    if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
     if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
     s += ", " + std::to_string(plain_of_.size() + blocked_of_.size()) + " reorders";
     return s;
@@ -567,7 +574,8 @@ class LayoutPass {
   std::map<int, int> plain_of_, blocked_of_;              // a value's NCHW / blocked copy
   std::vector<std::vector<Node>> insert_after_;
   std::vector<Node> prologue_;  // reorders of graph inputs and constants
-  size_t winograd_ = 0;         // convolutions run by Winograd's algorithm
+  size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)
+  size_t winograd4_ = 0;        // and F(4x4, 3x3)
   size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
 };
 

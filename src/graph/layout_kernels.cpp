@@ -41,12 +41,12 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
-CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call) {
-  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile) {
+  return [call, tile](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::winograd_conv(call.shape, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
+    cpu::winograd_conv(call.shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
                        call.residual);
   };
 }

@@ -9,8 +9,8 @@ namespace kiln::graph {
 
 // in: x, w, [bias], [residual (also the output's buffer)] -> y.
 CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
-// The same by Winograd's F(2x2, 3x3), w replaced by its transform (winograd_weights).
-CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call);
+// The same by Winograd's F(tile x tile, 3x3), w replaced by its transform (winograd_weights).
+CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile);
 // The same as one GEMM per image over its patches, w replaced by its panels (patch_gemm_weights).
 CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call);
 // in: x (plain, few channels), w, [bias] -> max_pool_2x2(relu(conv)) (blocked).

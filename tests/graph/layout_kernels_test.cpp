@@ -37,18 +37,22 @@ struct WinogradCase {
   int64_t n, c, o, h, w, pad;
 };
 
-// Partial edge tiles (odd output sizes), no padding, both block sizes, and
-// every epilogue: bias, residual, ReLU; few tiles (one chunk, the GEMMs
-// spread over threads) and many (a chunk per thread at a time).
+// Both tile sizes; partial edge tiles (output sizes not a multiple of the
+// tile), no padding, both block sizes, and every epilogue: bias, residual,
+// ReLU; few tiles (one chunk, the GEMMs spread over threads) and many (a
+// chunk per thread at a time).
 TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
   manual_seed(2);
   for (const WinogradCase& k : {WinogradCase{2, 8, 16, 9, 9, 1}, WinogradCase{1, 16, 8, 6, 11, 0},
-                                WinogradCase{3, 16, 16, 7, 7, 1}, WinogradCase{4, 8, 8, 31, 30, 1}}) {
+                                WinogradCase{3, 16, 16, 7, 7, 1}, WinogradCase{4, 8, 8, 31, 30, 1},
+                                WinogradCase{2, 32, 16, 58, 57, 1}}) {
+    for (int tile : {2, 4})
     for (int block : {8, 16}) {
       if (k.c % block || k.o % block) continue;
       for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
-        std::string what = "n c o h w pad block epilogue:";
-        for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{block}, int64_t{epilogue}}) what.append(" ").append(std::to_string(v));
+        std::string what = "n c o h w pad tile block epilogue:";
+        for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{tile}, int64_t{block}, int64_t{epilogue}})
+          what.append(" ").append(std::to_string(v));
         Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 3, 3}) * 0.2, b = randn({k.o});
         ConvOptions opts;
         opts.padding = {k.pad, k.pad};
@@ -57,10 +61,10 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         const Shape& ys = want.shape();
         onednn::ConvShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, ys[2], ys[3], 1, 1, k.pad, k.pad, 1, 1, 1};
         ASSERT_TRUE(cpu::winograd_applies(s, block)) << what;
-        Tensor u = Tensor::empty({cpu::winograd_weights_size(s)});
-        cpu::winograd_weights(s, w.contiguous().data<float>(), u.data<float>());
+        Tensor u = Tensor::empty({cpu::winograd_weights_size(s, tile)});
+        cpu::winograd_weights(s, tile, w.contiguous().data<float>(), u.data<float>());
         Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(ys);
-        cpu::winograd_conv(s, block, to_blocked(x, block).data<float>(), u.data<float>(),
+        cpu::winograd_conv(s, tile, block, to_blocked(x, block).data<float>(), u.data<float>(),
                            epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
         expect_near_all(y, to_blocked(want, block), 1e-4, what);
       }

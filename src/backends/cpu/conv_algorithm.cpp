@@ -64,11 +64,14 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
     if (t < best) choice = ConvAlgorithm::PatchGemm, best = t;
   }
   if (winograd) {
-    Tensor u = zeros({winograd_weights_size(s)});
-    double t = 1.12 * best_seconds([&] {
-      winograd_conv(s, call.src_block, x.data<float>(), u.data<float>(), bias, y.data<float>(), call.relu, call.residual);
-    });
-    if (t < best) choice = ConvAlgorithm::Winograd, best = t;
+    for (int tile : {2, 4}) {
+      Tensor u = zeros({winograd_weights_size(s, tile)});
+      double t = (tile == 2 ? 1.12 : 1.2) * best_seconds([&] {
+        winograd_conv(s, tile, call.src_block, x.data<float>(), u.data<float>(), bias, y.data<float>(), call.relu,
+                      call.residual);
+      });
+      if (t < best) choice = tile == 2 ? ConvAlgorithm::Winograd2x2 : ConvAlgorithm::Winograd4x4, best = t;
+    }
   }
   return decided[key] = choice;
 }

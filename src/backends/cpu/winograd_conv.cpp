@@ -26,60 +26,122 @@ struct Blocked {
   }
 };
 
+// The 1-D transforms of F(M, 3): `in` is B^T (A = M + 2 input values to A),
+// `out` is A^T (A values to M outputs), `weight` is G (3 taps to A). Applied
+// along columns and then rows, they make the 2-D ones.
+template <int M>
+struct Transforms;
+
+template <>
+struct Transforms<2> {
+  static constexpr int A = 4;
+  static void in(const vf d[4], vf r[4]) {
+    r[0] = d[0] - d[2];
+    r[1] = d[1] + d[2];
+    r[2] = d[2] - d[1];
+    r[3] = d[1] - d[3];
+  }
+  static void out(const vf m[4], vf r[2]) {
+    r[0] = m[0] + m[1] + m[2];
+    r[1] = m[1] - m[2] - m[3];
+  }
+  static void weight(const float g[3], float r[4]) {
+    r[0] = g[0];
+    r[1] = 0.5f * (g[0] + g[1] + g[2]);
+    r[2] = 0.5f * (g[0] - g[1] + g[2]);
+    r[3] = g[2];
+  }
+};
+
+// Points 0, -1, 1, -2, 2 and infinity (Lavin and Gray).
+template <>
+struct Transforms<4> {
+  static constexpr int A = 6;
+  static void in(const vf d[6], vf r[6]) {
+    const vf two = vec8::splat(2.0f), four = vec8::splat(4.0f), five = vec8::splat(5.0f);
+    r[0] = four * d[0] - five * d[2] + d[4];
+    r[1] = d[3] + d[4] - four * (d[1] + d[2]);
+    r[2] = four * (d[1] - d[2]) + d[4] - d[3];
+    r[3] = two * (d[3] - d[1]) + d[4] - d[2];
+    r[4] = two * (d[1] - d[3]) + d[4] - d[2];
+    r[5] = four * d[1] - five * d[3] + d[5];
+  }
+  static void out(const vf m[6], vf r[4]) {
+    const vf two = vec8::splat(2.0f), four = vec8::splat(4.0f), eight = vec8::splat(8.0f);
+    const vf sum12 = m[1] + m[2], diff12 = m[1] - m[2], sum34 = m[3] + m[4], diff34 = m[3] - m[4];
+    r[0] = m[0] + sum12 + sum34;
+    r[1] = diff12 + two * diff34;
+    r[2] = sum12 + four * sum34;
+    r[3] = diff12 + eight * diff34 + m[5];
+  }
+  static void weight(const float g[3], float r[6]) {
+    r[0] = g[0] / 4;
+    r[1] = -(g[0] + g[1] + g[2]) / 6;
+    r[2] = -(g[0] - g[1] + g[2]) / 6;
+    r[3] = g[0] / 24 + g[1] / 12 + g[2] / 6;
+    r[4] = g[0] / 24 - g[1] / 12 + g[2] / 6;
+    r[5] = g[2];
+  }
+};
+
 struct Geometry {
   int64_t tiles_h, tiles_w, tiles;  // tiles per image along h and w; in all
   int64_t groups_in, groups_out;    // channels / 8
 };
 
+template <int M>
 Geometry geometry_of(const onednn::ConvShape& s) {
   Geometry g;
-  g.tiles_h = (s.oh + 1) / 2;
-  g.tiles_w = (s.ow + 1) / 2;
+  g.tiles_h = (s.oh + M - 1) / M;
+  g.tiles_w = (s.ow + M - 1) / M;
   g.tiles = s.n * g.tiles_h * g.tiles_w;
   g.groups_in = s.c / 8;
   g.groups_out = s.o / 8;
   return g;
 }
 
-// V = B^T d B: v[t][tile][c], t the 16 positions.
+// V = B^T d B: v[t][tile][c], t the A*A positions.
 // Tiles [first, first + count) make a chunk; this transforms its tiles
 // [lo, hi) (chunk positions).
+template <int M>
 void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked& x, int64_t first, int64_t count,
                      int64_t lo, int64_t hi, float* v) {
+  constexpr int A = Transforms<M>::A;
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.c;
   for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
-    const int64_t y0 = 2 * ty - s.ph, x0 = 2 * tx - s.pw;
-    const bool inside = y0 >= 0 && x0 >= 0 && y0 + 4 <= s.h && x0 + 4 <= s.w;
+    const int64_t y0 = M * ty - s.ph, x0 = M * tx - s.pw;
+    const bool inside = y0 >= 0 && x0 >= 0 && y0 + A <= s.h && x0 + A <= s.w;
     for (int64_t g = 0; g < geo.groups_in; ++g) {
-      vf d[4][4];
-      for (int r = 0; r < 4; ++r)
-        for (int c = 0; c < 4; ++c) {
+      vf d[A][A];
+      for (int r = 0; r < A; ++r)
+        for (int c = 0; c < A; ++c) {
           const int64_t iy = y0 + r, ix = x0 + c;
           d[r][c] = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) ? vec8::load(x.base + x.at(n, g, iy, ix)) : vf{};
         }
-      vf t[4][4];
-      for (int c = 0; c < 4; ++c) {
-        t[0][c] = d[0][c] - d[2][c];
-        t[1][c] = d[1][c] + d[2][c];
-        t[2][c] = d[2][c] - d[1][c];
-        t[3][c] = d[1][c] - d[3][c];
+      vf t[A][A];  // B^T d, column by column
+      for (int c = 0; c < A; ++c) {
+        vf column[A], transformed[A];
+        for (int r = 0; r < A; ++r) column[r] = d[r][c];
+        Transforms<M>::in(column, transformed);
+        for (int r = 0; r < A; ++r) t[r][c] = transformed[r];
       }
       float* out = v + i * s.c + g * 8;
-      for (int r = 0; r < 4; ++r) {
-        vec8::store(out + (r * 4 + 0) * stride_t, t[r][0] - t[r][2]);
-        vec8::store(out + (r * 4 + 1) * stride_t, t[r][1] + t[r][2]);
-        vec8::store(out + (r * 4 + 2) * stride_t, t[r][2] - t[r][1]);
-        vec8::store(out + (r * 4 + 3) * stride_t, t[r][1] - t[r][3]);
+      for (int r = 0; r < A; ++r) {  // (B^T d) B, row by row
+        vf row[A];
+        Transforms<M>::in(t[r], row);
+        for (int c = 0; c < A; ++c) vec8::store(out + (r * A + c) * stride_t, row[c]);
       }
     }
   }
 }
 
 // Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU.
+template <int M>
 void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
                       int64_t lo, int64_t hi, const float* bias, float* y_base, int block, bool relu, bool residual) {
+  constexpr int A = Transforms<M>::A;
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
   const Blocked y{y_base, s.o, s.oh, s.ow, block};
   for (int64_t i = lo; i < hi; ++i) {
@@ -87,65 +149,61 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
                   tx = tile % geo.tiles_w;
     for (int64_t g = 0; g < geo.groups_out; ++g) {
       const float* in = m + i * s.o + g * 8;
-      vf r0[4], r1[4];
-      for (int c = 0; c < 4; ++c) {
-        const vf m0 = vec8::load(in + (0 * 4 + c) * stride_t), m1 = vec8::load(in + (1 * 4 + c) * stride_t);
-        const vf m2 = vec8::load(in + (2 * 4 + c) * stride_t), m3 = vec8::load(in + (3 * 4 + c) * stride_t);
-        r0[c] = m0 + m1 + m2;
-        r1[c] = m1 - m2 - m3;
+      vf t[M][A];  // A^T m, column by column
+      for (int c = 0; c < A; ++c) {
+        vf column[A], transformed[M];
+        for (int r = 0; r < A; ++r) column[r] = vec8::load(in + (r * A + c) * stride_t);
+        Transforms<M>::out(column, transformed);
+        for (int r = 0; r < M; ++r) t[r][c] = transformed[r];
       }
       const vf b = bias ? vec8::load(bias + g * 8) : vf{};
-      const vf out[2][2] = {{r0[0] + r0[1] + r0[2] + b, r0[1] - r0[2] - r0[3] + b},
-                            {r1[0] + r1[1] + r1[2] + b, r1[1] - r1[2] - r1[3] + b}};
-      for (int a = 0; a < 2; ++a)
-        for (int c = 0; c < 2; ++c) {
-          const int64_t oy = 2 * ty + a, ox = 2 * tx + c;
+      for (int a = 0; a < M; ++a) {
+        vf row[M];
+        Transforms<M>::out(t[a], row);
+        for (int c = 0; c < M; ++c) {
+          const int64_t oy = M * ty + a, ox = M * tx + c;
           if (oy >= s.oh || ox >= s.ow) continue;
           float* p = y_base + y.at(n, g, oy, ox);
-          vf v = out[a][c];
+          vf v = row[c] + b;
           if (residual) v += vec8::load(p);
           if (relu) v = vec8::keep(v > vf{}, v);
           vec8::store(p, v);
         }
+      }
     }
   }
 }
 
-}  // namespace
-
-bool winograd_applies(const onednn::ConvShape& s, int block) {
-  return (block == 8 || block == 16) && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
-         s.groups == 1 && s.ph <= 1 && s.pw <= 1 && s.c % block == 0 && s.o % block == 0 && s.oh >= 1 && s.ow >= 1;
-}
-
-int64_t winograd_weights_size(const onednn::ConvShape& s) { return 16 * s.c * s.o; }
-
-void winograd_weights(const onednn::ConvShape& s, const float* w, float* u) {
+template <int M>
+void weights(const onednn::ConvShape& s, const float* w, float* u) {
+  constexpr int A = Transforms<M>::A;
   const int64_t co = s.c * s.o;
   for (int64_t o = 0; o < s.o; ++o)
     for (int64_t c = 0; c < s.c; ++c) {
       const float* g = w + (o * s.c + c) * 9;
-      float t[4][3];  // G g
+      float t[A][3];  // G g, column by column
       for (int j = 0; j < 3; ++j) {
-        t[0][j] = g[j];
-        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
-        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
-        t[3][j] = g[6 + j];
+        const float column[3] = {g[j], g[3 + j], g[6 + j]};
+        float transformed[A];
+        Transforms<M>::weight(column, transformed);
+        for (int i = 0; i < A; ++i) t[i][j] = transformed[i];
       }
-      for (int i = 0; i < 4; ++i) {  // (G g) G^T
-        const float row[4] = {t[i][0], 0.5f * (t[i][0] + t[i][1] + t[i][2]), 0.5f * (t[i][0] - t[i][1] + t[i][2]),
-                              t[i][2]};
-        for (int j = 0; j < 4; ++j) u[(i * 4 + j) * co + c * s.o + o] = row[j];
+      for (int i = 0; i < A; ++i) {  // (G g) G^T, row by row
+        float row[A];
+        Transforms<M>::weight(t[i], row);
+        for (int j = 0; j < A; ++j) u[(i * A + j) * co + c * s.o + o] = row[j];
       }
     }
 }
 
-void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
-                   bool relu, bool residual) {
-  const Geometry geo = geometry_of(s);
-  // Tiles per chunk: each thread transforms a chunk, runs its 16 GEMMs and
+template <int M>
+void convolve(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
+              bool relu, bool residual) {
+  constexpr int T = Transforms<M>::A * Transforms<M>::A;  // GEMMs per chunk
+  const Geometry geo = geometry_of<M>(s);
+  // Tiles per chunk: each thread transforms a chunk, runs its T GEMMs and
   // transforms it back while it is still in its own cache. Its buffers take
-  // 64 (c + o) bytes per tile. Each chunk's GEMMs read all 16 c x o
+  // 4 T (c + o) bytes per tile. Each chunk's GEMMs read all T c x o
   // transformed weight matrices (and sgemm packs them again), so a chunk
   // needs enough tiles to amortize that: 32 while the weights stay in cache,
   // up to 512 when they are megabytes (512 channels: 16 MB, 1.6x faster at
@@ -160,29 +218,49 @@ void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const 
   };
   if (chunks < 2 * get_num_threads()) {
     // Few tiles (deep layers at batch 1): one chunk of them all, each phase
-    // spread over the threads, the 16 GEMMs too.
-    Tensor v_buffer = Tensor::empty({16 * geo.tiles * s.c}), m_buffer = Tensor::empty({16 * geo.tiles * s.o});
+    // spread over the threads, the T GEMMs too.
+    Tensor v_buffer = Tensor::empty({T * geo.tiles * s.c}), m_buffer = Tensor::empty({T * geo.tiles * s.o});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
-    parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) { transform_input(s, geo, xb, 0, geo.tiles, lo, hi, v); });
-    parallel_for(16, 1, [&](int64_t lo, int64_t hi) {
+    parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) { transform_input<M>(s, geo, xb, 0, geo.tiles, lo, hi, v); });
+    parallel_for(T, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t) gemm(static_cast<int>(t), geo.tiles, v, m);
     });
     parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) {
-      transform_output(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
+      transform_output<M>(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
     });
     return;
   }
   parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
     // From Kiln's caching allocator: no page faults or zeroing per call.
-    Tensor v_buffer = Tensor::empty({16 * chunk * s.c}), m_buffer = Tensor::empty({16 * chunk * s.o});
+    Tensor v_buffer = Tensor::empty({T * chunk * s.c}), m_buffer = Tensor::empty({T * chunk * s.o});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
     for (int64_t k = begin; k < end; ++k) {
       const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
-      transform_input(s, geo, xb, first, count, 0, count, v);
-      for (int t = 0; t < 16; ++t) gemm(t, count, v, m);
-      transform_output(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
+      transform_input<M>(s, geo, xb, first, count, 0, count, v);
+      for (int t = 0; t < T; ++t) gemm(t, count, v, m);
+      transform_output<M>(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
     }
   });
+}
+
+}  // namespace
+
+bool winograd_applies(const onednn::ConvShape& s, int block) {
+  return (block == 8 || block == 16) && s.kh == 3 && s.kw == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+         s.groups == 1 && s.ph <= 1 && s.pw <= 1 && s.c % block == 0 && s.o % block == 0 && s.oh >= 1 && s.ow >= 1;
+}
+
+int64_t winograd_weights_size(const onednn::ConvShape& s, int tile) { return (tile + 2) * (tile + 2) * s.c * s.o; }
+
+void winograd_weights(const onednn::ConvShape& s, int tile, const float* w, float* u) {
+  KILN_CHECK(tile == 2 || tile == 4, "Winograd output tiles are 2x2 or 4x4, not ", tile, "x", tile);
+  tile == 2 ? weights<2>(s, w, u) : weights<4>(s, w, u);
+}
+
+void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, const float* bias,
+                   float* y, bool relu, bool residual) {
+  KILN_CHECK(tile == 2 || tile == 4, "Winograd output tiles are 2x2 or 4x4, not ", tile, "x", tile);
+  tile == 2 ? convolve<2>(s, block, x, u, bias, y, relu, residual) : convolve<4>(s, block, x, u, bias, y, relu, residual);
 }
 
 }  // namespace kiln::cpu

@@ -1,12 +1,14 @@
 #pragma once
 // 3x3, stride-1 float32 convolutions on channel-blocked activations by
-// Winograd's F(2x2, 3x3): each 2x2 output tile comes from a 4x4 input patch
-// through 16 products instead of 36, so the arithmetic is 2.25x smaller.
-// Patches are transformed eight channels at a time (one vector per blocked
-// position), the 16 products are GEMMs over channels, and the output
-// transform adds the bias, a residual and a ReLU before the one write.
-// Rounding differs from a direct convolution by a few units in the last
-// place: used for inference only.
+// Winograd's F(2x2, 3x3) or F(4x4, 3x3): each 2x2 (4x4) output tile comes
+// from a 4x4 (6x6) input patch through 16 (36) products instead of 36 (144),
+// so the arithmetic is 2.25x (4x) smaller. Patches are transformed eight
+// channels at a time (one vector per blocked position), the products are
+// GEMMs over channels, and the output transform adds the bias, a residual
+// and a ReLU before the one write. Rounding differs from a direct
+// convolution: by a few units in the last place for 2x2 tiles, about ten
+// times that for 4x4 (its transforms have entries up to 8 and 1/24). Used
+// for inference only.
 #include <cstdint>
 
 #include "backends/cpu/onednn_conv.h"
@@ -16,13 +18,14 @@ namespace kiln::cpu {
 // Whether winograd_conv handles this geometry: a 3x3 kernel, stride and
 // dilation 1, one group, padding at most 1, channels in whole blocks of 8.
 bool winograd_applies(const onednn::ConvShape& s, int block);
-// The number of floats winograd_weights writes: 16 * c * o.
-int64_t winograd_weights_size(const onednn::ConvShape& s);
-// w: [o, c, 3, 3] -> u: for each of the 16 tile positions, a [c, o] matrix.
-void winograd_weights(const onednn::ConvShape& s, const float* w, float* u);
+// tile: the output tile's side, 2 or 4.
+// The number of floats winograd_weights writes: (tile + 2)^2 * c * o.
+int64_t winograd_weights_size(const onednn::ConvShape& s, int tile);
+// w: [o, c, 3, 3] -> u: for each of the (tile + 2)^2 patch positions, a [c, o] matrix.
+void winograd_weights(const onednn::ConvShape& s, int tile, const float* w, float* u);
 // x: [n, c/block, h, w, block]; y: [n, o/block, oh, ow, block]. bias: [o] or
 // null. residual: y holds a tensor to add before the ReLU.
-void winograd_conv(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
-                   bool relu, bool residual);
+void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, const float* bias,
+                   float* y, bool relu, bool residual);
 
 }  // namespace kiln::cpu
