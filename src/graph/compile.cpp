@@ -134,6 +134,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});
     pipeline.push_back({"convolution layouts",
                         options.inference ? graph::choose_conv_layouts : graph::choose_training_conv_layouts});
+    if (options.inference) pipeline.push_back({"packed linear weights", graph::use_packed_linear_weights});
     pipeline.push_back({"elementwise fusion", graph::fuse_elementwise});
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
     for (auto& [name, pass] : pipeline) {

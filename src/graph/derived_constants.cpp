@@ -36,9 +36,21 @@ Tensor shared_derived_constant(const Tensor& source, const std::string& kind, co
 
 int add_derived_constant(Graph& g, int source, const std::string& kind, const std::string& suffix,
                          const std::function<Tensor()>& make) {
-  Tensor derived = shared_derived_constant(g.values[source].tensor, kind, make);
-  const std::string& name = g.values[source].name;
-  return add_constant(g, derived, (name.empty() ? std::string("weight") : name) + suffix);
+  // Keyed on the captured tensor, not on an intermediate derivation: no
+  // graph may hold that once the derived one replaced it, and a second graph
+  // would make the intermediate, then everything derived from it, anew.
+  // (A root that nothing else holds any more, like a batch-norm-folded
+  // weight, is gone: then the key is the intermediate, shared by no one.)
+  const Value& from = g.values[source];
+  const std::shared_ptr<TensorImpl> root = from.derived_root.lock();
+  const Tensor key = root ? Tensor(root) : from.tensor;
+  std::string derivation = root ? from.derivation + ", then " + kind : kind;
+  Tensor derived = shared_derived_constant(key, derivation, make);
+  const std::string name = (from.name.empty() ? std::string("weight") : from.name) + suffix;
+  const int id = add_constant(g, derived, name);
+  g.values[id].derived_root = key.impl_ptr();
+  g.values[id].derivation = std::move(derivation);
+  return id;
 }
 
 }  // namespace kiln::graph

@@ -19,6 +19,7 @@ Tensor shared_derived_constant(const Tensor& source, const std::string& kind, co
 
 // The same for constant value `source` of g: adds the derived tensor as a
 // constant named after the source ("<name><suffix>") and returns its id.
+// When `source` was itself derived, the derivations chain from its root.
 int add_derived_constant(Graph& g, int source, const std::string& kind, const std::string& suffix,
                          const std::function<Tensor()>& make);
 

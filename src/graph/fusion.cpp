@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backends/cpu/onednn_linear.h"
+#include "backends/cpu/packed_linear.h"
 #include "graph/derived_constants.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
@@ -287,6 +288,58 @@ std::string merge_parallel_linears(Graph& g) {
   g.splice({}, std::move(insert_after));
   return "merged " + std::to_string(merged) + " linear ops that share an input into " + std::to_string(groups) +
          " (one GEMM each)";
+}
+
+namespace {
+
+// in: x, packed w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when relu.
+CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, bool residual, bool relu) {
+  return [=](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const size_t operands = in.size() - (residual ? 1 : 0);
+    const Tensor x = in[0].contiguous();
+    const Tensor b = operands > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+    float* y = out[0].data<float>();
+    if (residual && in.back().data<float>() != y) std::copy_n(in.back().contiguous().data<float>(), out[0].numel(), y);
+    cpu::packed_linear(x.data<float>(), x.numel() / in_features, in_features, out_features, in[1].data<float>(),
+                       b.defined() ? b.data<float>() : nullptr, y, residual, relu);
+  };
+}
+
+}  // namespace
+
+std::string use_packed_linear_weights(Graph& g) {
+  size_t packed = 0;
+  for (auto& n : g.nodes) {
+    if (n.removed || n.inputs.size() < 2) continue;
+    const bool plain = is_op(n, "linear"), fused = !n.op && n.label.rfind("linear + ", 0) == 0;
+    if (!plain && !fused) continue;
+    const Value& w = g.values[n.inputs[1]];
+    if (w.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 ||
+        g.values[n.outputs[0]].meta.dtype != DType::Float32)
+      continue;
+    const bool residual = n.label == "linear + residual" || n.label == "linear + residual + relu";
+    const bool relu = n.label == "linear + relu" || n.label == "linear + residual + relu";
+    const int64_t out_features = w.meta.shape[0], in_features = w.meta.shape[1];
+    // Packing once saves most where each call has few rows to amortize a
+    // library GEMM's packing over; from about 1000 rows oneDNN is faster.
+    const int64_t rows = in_features > 0 ? numel_of(g.values[n.inputs[0]].meta.shape) / in_features : 0;
+    if (rows == 0 || rows > 512) continue;
+    NoGradGuard no_grad;
+    const Tensor source = w.tensor;
+    const int id = n.inputs[1];
+    n.inputs[1] = add_derived_constant(g, id, "linear panels", ".panels", [&] {
+      Tensor t = Tensor::empty({cpu::packed_linear_weights_size(out_features, in_features)});
+      cpu::pack_linear_weights(source.contiguous().data<float>(), out_features, in_features, t.data<float>());
+      return t;
+    });
+    n.custom = packed_linear_kernel(out_features, in_features, residual, relu);
+    if (plain) n.label = "linear";
+    n.label += " (packed)";
+    n.op = nullptr;
+    n.attrs = Attrs{};
+    ++packed;
+  }
+  return packed ? "gave " + std::to_string(packed) + " linear layers weights packed into panels" : "";
 }
 
 }  // namespace kiln::graph

@@ -24,6 +24,11 @@ struct Value {
   int producer = -1;    // Result: index of the node
   int output_index = 0;
   std::string name;     // parameter name, "input0", ... (for dumps)
+  // A constant a pass derived from a captured tensor: that tensor (not kept
+  // alive for this) and the derivations from it, so that deriving again
+  // from this one is shared between graphs too (see derived_constants.h).
+  std::weak_ptr<TensorImpl> derived_root;
+  std::string derivation;
 };
 
 // A kernel that is not a registry op (fused elementwise chains, fused updates).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/kiln.h"
@@ -104,6 +105,29 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       cpu::patch_gemm_conv(s, to_blocked(x, 8).data<float>(), packed.data<float>(), epilogue ? b.data<float>() : nullptr,
                            y.data<float>(), epilogue > 0, epilogue == 2);
       expect_near_all(y, to_blocked(want, 8), 1e-4, what);
+    }
+  }
+}
+
+// Rows that are not whole register tiles, more than one pass over k (in >
+// 256), a last panel of fewer than 16 columns, and every epilogue.
+TEST(LayoutKernels, PackedLinearMatchesLinear) {
+  manual_seed(5);
+  for (const Shape& dims : {Shape{7, 300, 20}, Shape{1, 64, 16}, Shape{150, 40, 33}}) {
+    const int64_t rows = dims[0], in = dims[1], out = dims[2];
+    for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
+      const std::string what = "rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " +
+                               std::to_string(out) + " epilogue " + std::to_string(epilogue);
+      Tensor x = randn({rows, in}), w = randn({out, in}) * 0.1, b = randn({out}), residual = randn({rows, out});
+      Tensor want = linear(x, w, epilogue ? b : Tensor());
+      if (epilogue == 2) want = want + residual;
+      if (epilogue) want = relu(want);
+      Tensor packed = Tensor::empty({cpu::packed_linear_weights_size(out, in)});
+      cpu::pack_linear_weights(w.data<float>(), out, in, packed.data<float>());
+      Tensor y = epilogue == 2 ? residual.clone() : Tensor::empty({rows, out});
+      cpu::packed_linear(x.data<float>(), rows, in, out, packed.data<float>(), epilogue ? b.data<float>() : nullptr,
+                         y.data<float>(), epilogue == 2, epilogue > 0);
+      expect_near_all(y, want, 1e-4, what);
     }
   }
 }

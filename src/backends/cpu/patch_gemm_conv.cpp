@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "backends/cpu/vec8.h"
+#include "backends/cpu/gemm_tile.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
@@ -10,56 +10,9 @@ namespace kiln::cpu {
 namespace {
 
 using vec8::vf;
-constexpr int64_t kCols = 16;  // output channels per panel: two blocks of 8
-constexpr int64_t kRows = 6;   // output pixels per register tile
+using gemm::kCols;
+using gemm::kRows;
 constexpr int64_t kDepth = 4096;  // patch values per pass: a panel's slice (256 KB) stays in L2
-
-struct Epilogue {
-  const float* bias;  // this panel's 16, or null
-  bool accumulate;    // add what the output holds (a residual, or earlier passes)
-  bool last;          // the last pass: bias and ReLU
-  bool relu;
-};
-
-// Rows [0, R) of the output tile: pixel r's two 8-channel vectors sit at
-// c + 8 r and c + block_stride + 8 r. a: R patch rows of `depth` values, lda apart.
-template <int R>
-void tile(const float* a, int64_t lda, const float* b, int64_t depth, float* c, int64_t block_stride,
-          const Epilogue& e) {
-  vf lo[R], hi[R];
-  for (int r = 0; r < R; ++r) lo[r] = hi[r] = vf{};
-  for (int64_t k = 0; k < depth; ++k) {
-    const vf b0 = vec8::load(b + k * kCols), b1 = vec8::load(b + k * kCols + 8);
-    for (int r = 0; r < R; ++r) {
-      const vf ar = vec8::splat(a[r * lda + k]);
-      lo[r] += ar * b0;
-      hi[r] += ar * b1;
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    float *p0 = c + 8 * r, *p1 = c + block_stride + 8 * r;
-    vf v0 = lo[r], v1 = hi[r];
-    if (e.accumulate) v0 += vec8::load(p0), v1 += vec8::load(p1);
-    if (e.last) {
-      if (e.bias) v0 += vec8::load(e.bias), v1 += vec8::load(e.bias + 8);
-      if (e.relu) v0 = vec8::keep(v0 > vf{}, v0), v1 = vec8::keep(v1 > vf{}, v1);
-    }
-    vec8::store(p0, v0);
-    vec8::store(p1, v1);
-  }
-}
-
-void tile_of(int64_t rows, const float* a, int64_t lda, const float* b, int64_t depth, float* c, int64_t block_stride,
-             const Epilogue& e) {
-  switch (rows) {
-    case 6: return tile<6>(a, lda, b, depth, c, block_stride, e);
-    case 5: return tile<5>(a, lda, b, depth, c, block_stride, e);
-    case 4: return tile<4>(a, lda, b, depth, c, block_stride, e);
-    case 3: return tile<3>(a, lda, b, depth, c, block_stride, e);
-    case 2: return tile<2>(a, lda, b, depth, c, block_stride, e);
-    default: return tile<1>(a, lda, b, depth, c, block_stride, e);
-  }
-}
 
 int64_t patch_length(const onednn::ConvShape& s) { return s.c * s.kh * s.kw; }
 
@@ -120,11 +73,13 @@ void patch_gemm_conv(const onednn::ConvShape& s, const float* x, const float* pa
       for (int64_t panel = first; panel < last; ++panel) {
         for (int64_t k0 = 0; k0 < length; k0 += kDepth) {
           const int64_t depth = std::min(kDepth, length - k0);
-          const Epilogue e{bias ? bias + panel * kCols : nullptr, k0 > 0 || residual, k0 + depth >= length, relu};
+          const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, k0 > 0 || residual, k0 + depth >= length,
+                                 relu};
           const float* b = packed + (panel * length + k0) * kCols;
           float* c = out + 2 * panel * pixels * 8;
           for (int64_t r = 0; r < pixels; r += kRows)
-            tile_of(std::min(kRows, pixels - r), patches + r * length + k0, length, b, depth, c + 8 * r, pixels * 8, e);
+            gemm::tile_rows(std::min(kRows, pixels - r), patches + r * length + k0, length, b, depth,
+                            {c + 8 * r, 8, pixels * 8}, e);
         }
       }
     });

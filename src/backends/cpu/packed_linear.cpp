@@ -1,0 +1,73 @@
+#include "backends/cpu/packed_linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/gemm_tile.h"
+#include "kiln/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+using gemm::kCols;
+using gemm::kRows;
+constexpr int64_t kDepth = 256;         // k per pass: a panel's slice (16 KB) stays in L1
+constexpr int64_t kBlockRows = 144;     // rows per block: their slice of x (144 KB per pass) stays in L2
+constexpr int64_t kPanelsPerItem = 4;   // 64 output columns per work item
+
+}  // namespace
+
+int64_t packed_linear_weights_size(int64_t out, int64_t in) { return (out + kCols - 1) / kCols * kCols * in; }
+
+void pack_linear_weights(const float* w, int64_t out, int64_t in, float* packed) {
+  for (int64_t panel = 0; panel < (out + kCols - 1) / kCols; ++panel)
+    for (int64_t k = 0; k < in; ++k)
+      for (int64_t j = 0; j < kCols; ++j) {
+        const int64_t o = panel * kCols + j;
+        packed[(panel * in + k) * kCols + j] = o < out ? w[o * in + k] : 0.0f;
+      }
+}
+
+void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const float* packed, const float* bias,
+                   float* y, bool residual, bool relu) {
+  const int64_t panels = (out + kCols - 1) / kCols, groups = (panels + kPanelsPerItem - 1) / kPanelsPerItem;
+  const int64_t blocks = std::max<int64_t>(1, (rows + kBlockRows - 1) / kBlockRows);
+  const int64_t block_rows = (rows + blocks - 1) / blocks;
+  // Work items are (row block, group of panels): a batch of one splits by columns.
+  parallel_for(blocks * groups, 1, [&](int64_t lo, int64_t hi) {
+    alignas(32) float tail[kRows * kCols];  // the last panel's tile, when out is not a multiple of 16
+    alignas(32) float tail_bias[kCols];
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t r0 = item / groups * block_rows, r1 = std::min(rows, r0 + block_rows);
+      const int64_t g = item % groups;
+      for (int64_t k0 = 0; k0 < in; k0 += kDepth) {
+        const int64_t depth = std::min(kDepth, in - k0);
+        for (int64_t panel = g * kPanelsPerItem; panel < std::min(panels, (g + 1) * kPanelsPerItem); ++panel) {
+          const int64_t col = panel * kCols, cols = std::min(kCols, out - col);
+          const float* b = packed + (panel * in + k0) * kCols;
+          gemm::Epilogue e{bias ? bias + col : nullptr, k0 > 0 || residual, k0 + depth >= in, relu};
+          if (bias && cols < kCols) {
+            std::memset(tail_bias, 0, sizeof tail_bias);
+            std::memcpy(tail_bias, bias + col, static_cast<size_t>(cols) * sizeof(float));
+            e.bias = tail_bias;
+          }
+          for (int64_t r = r0; r < r1; r += kRows) {
+            const int64_t n = std::min(kRows, r1 - r);
+            const float* a = x + r * in + k0;
+            if (cols == kCols) {
+              gemm::tile_rows(n, a, in, b, depth, {y + r * out + col, out, 8}, e);
+              continue;
+            }
+            for (int64_t i = 0; i < n && e.accumulate; ++i)
+              std::memcpy(tail + i * kCols, y + (r + i) * out + col, static_cast<size_t>(cols) * sizeof(float));
+            gemm::tile_rows(n, a, in, b, depth, {tail, kCols, 8}, e);
+            for (int64_t i = 0; i < n; ++i)
+              std::memcpy(y + (r + i) * out + col, tail + i * kCols, static_cast<size_t>(cols) * sizeof(float));
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

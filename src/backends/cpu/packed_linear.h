@@ -1,0 +1,19 @@
+#pragma once
+// Float32 linear layers (y = x w^T + b) on weights packed once into
+// 16-column panels (gemm_tile.h), with a residual add and a ReLU applied as
+// each tile is stored. For inference graphs, whose weights are constants:
+// a library GEMM packs the weights again on every call.
+#include <cstdint>
+
+namespace kiln::cpu {
+
+// The number of floats pack_linear_weights writes: out rounded up to 16, times in.
+int64_t packed_linear_weights_size(int64_t out, int64_t in);
+// w: [out, in] (row-major) -> panels; columns past `out` in the last panel are zero.
+void pack_linear_weights(const float* w, int64_t out, int64_t in, float* packed);
+// x: [rows, in]; y: [rows, out]; bias: [out] or null. residual: y holds a
+// tensor to add before the ReLU.
+void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const float* packed, const float* bias,
+                   float* y, bool residual, bool relu);
+
+}  // namespace kiln::cpu
