@@ -10,10 +10,9 @@ namespace kiln::cpu {
 
 enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 
-// For a forward call with the same layout in and out. The patch GEMM must
-// beat the others by 5% (it needs scratch), Winograd by 12% (scratch, and
-// weights 16/9 the size) and F(4x4) by 20% (weights 4x the size, and more
-// rounding).
+// For a forward call with the same layout in and out. The others must beat
+// the direct kernel by 3%, and larger weights count as the time it takes to
+// read them from memory (16/9 the size for F(2x2), 4x for F(4x4)).
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call);
 
 }  // namespace kiln::cpu
