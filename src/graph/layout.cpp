@@ -11,8 +11,8 @@
 #include <map>
 #include <set>
 
-#include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"

@@ -362,10 +362,11 @@ void HttpServer::Impl::serve(Connection& c) {
     out.body() = std::move(res.body);
     out.keep_alive(keep_alive && !stopping);
     out.prepare_payload();
-    http::write(stream, out, ec);
+    error_code written;
+    http::write(stream, out, written);
     res.body = std::move(out.body());
     if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
-    if (ec || !out.keep_alive()) break;
+    if (written || !out.keep_alive()) break;
   }
   if (refused_body) linger_and_drain(c.fd);
   std::lock_guard<std::mutex> lock(mu);
