@@ -54,9 +54,13 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
                                             call.residual);
                           }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
-  Tensor u4 = winograd ? zeros({winograd_weights_size(s, 4)}) : Tensor();
+  // F(4x4) on an output under 8x8 computes at least a third of its tiles'
+  // outputs for nothing, and its buffers and weights, 36/16 and 4x the
+  // size, cost a small network more memory than it saves time.
+  const bool winograd4 = winograd && s.oh >= 8 && s.ow >= 8;
+  Tensor u4 = winograd4 ? zeros({winograd_weights_size(s, 4)}) : Tensor();
   for (int tile : {2, 4})
-    if (winograd)
+    if (tile == 2 ? winograd : winograd4)
       candidates.push_back({tile == 2 ? ConvAlgorithm::Winograd2x2 : ConvAlgorithm::Winograd4x4,
                             (tile == 2 ? u2 : u4).numel() * 4, [&, tile] {
                               winograd_conv(s, tile, call.src_block, x.data<float>(), (tile == 2 ? u2 : u4).data<float>(),

@@ -205,16 +205,17 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
   // transforms it back while it is still in its own cache. Its buffers take
   // 4 T (c + o) bytes per tile. Each chunk's GEMMs read all T c x o
   // transformed weight matrices (and sgemm packs them again), so a chunk
-  // needs enough tiles to amortize that: up to 512 when the weights are
-  // megabytes (512 channels: 16 MB, 1.6x faster at batch 64 than with
-  // 32-tile chunks). With few channels each GEMM is tiny, and a chunk needs
-  // enough tiles to give it some 256K multiply-adds (32 -> 64 channels:
-  // 128-tile chunks, 3.8 -> 3.0 ms at batch 64).
-  int64_t chunk = std::clamp<int64_t>(std::max(262144 / (s.c * s.o), s.c * s.o / 512), 32, 512);
+  // needs enough tiles to amortize that: 32 while the weights stay in cache,
+  // up to 512 when they are megabytes (512 channels: 16 MB, 1.6x faster at
+  // batch 64 than with 32-tile chunks). (With few channels, larger chunks
+  // would make the tiny GEMMs faster too, but their buffers count against
+  // the peak memory of small networks.)
+  int64_t chunk = std::clamp<int64_t>(s.c * s.o / 512, 32, 512);
   int64_t chunks = (geo.tiles + chunk - 1) / chunk;
-  if (const int64_t threads = get_num_threads(); chunks >= 2 * threads) {  // as many chunks for every thread
+  if (const int64_t threads = get_num_threads(); chunks >= 2 * threads) {  // about as many tiles for every thread
     chunks = (chunks + threads - 1) / threads * threads;
     chunk = (geo.tiles + chunks - 1) / chunks;
+    chunks = (geo.tiles + chunk - 1) / chunk;  // none empty
   }
   const Blocked xb{x, s.c, s.h, s.w, block};
   auto gemm = [&](int t, int64_t count, const float* v, float* m) {
