@@ -389,23 +389,19 @@ class LayoutPass {
     NoGradGuard no_grad;
     const Tensor& source = g_.values[w].tensor;
     const cpu::onednn::ConvShape& s = plan.call.shape;
-    if (algorithm != cpu::ConvAlgorithm::PatchGemm) {
-      const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
-      const std::string kind = "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
-      k.inputs[1] = add_derived_constant(g_, w, kind, ".winograd" + std::to_string(tile), [&] {
-        Tensor t = Tensor::empty({cpu::winograd_weights_size(s, tile)});
-        cpu::winograd_weights(s, tile, source.contiguous().data<float>(), t.data<float>());
-        return t;
-      });
-      ++(tile == 2 ? winograd2_ : winograd4_);
-    } else {
-      k.inputs[1] = add_derived_constant(g_, w, "patch panels", ".panels", [&] {
-        Tensor t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
-        cpu::patch_gemm_weights(s, source.contiguous().data<float>(), t.data<float>());
-        return t;
-      });
-      ++patch_gemm_;
-    }
+    const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
+    const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
+    const std::string kind = patch ? "patch panels" : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
+    k.inputs[1] = add_derived_constant(g_, w, kind, patch ? ".panels" : ".winograd" + std::to_string(tile), [&] {
+      Tensor t = Tensor::empty({patch ? cpu::patch_gemm_weights_size(s) : cpu::winograd_weights_size(s, tile)});
+      const Tensor from = source.contiguous();
+      if (patch)
+        cpu::patch_gemm_weights(s, from.data<float>(), t.data<float>());
+      else
+        cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
+      return t;
+    });
+    ++(patch ? patch_gemm_ : tile == 2 ? winograd2_ : winograd4_);
     blocked_.push_back(false);
     return algorithm;
   }

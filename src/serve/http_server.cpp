@@ -261,7 +261,6 @@ void HttpServer::Impl::accept_loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      reap_finished();
       slot_freed.wait(lock, [&] {
         reap_finished();
         return stopping || static_cast<int>(connections.size()) < options.max_connections;

@@ -21,10 +21,10 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
     return ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int, bool, bool, bool>;
+                         int64_t, int64_t, int64_t, int, bool, bool, bool>;
   static std::map<Key, ConvAlgorithm> decided;
-  const Key key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, call.src_block, call.bias, call.relu,
-                call.residual};
+  const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,      s.sh,     s.sw,
+                s.ph, s.pw, s.dh, s.dw, call.src_block, call.bias, call.relu, call.residual};
   std::lock_guard<std::mutex> lock(mu);
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
