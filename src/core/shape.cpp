@@ -6,10 +6,35 @@
 
 namespace kiln {
 
+int64_t checked_numel(const Shape& shape, int64_t limit) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d == 0) return 0;  // [huge, 0] holds nothing, whatever the other sizes
+    overflow = overflow || __builtin_mul_overflow(n, d, &n) || n > limit;
+  }
+  return overflow ? -1 : n;
+}
+
 int64_t numel_of(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) {
+      int64_t checked = checked_numel(shape);
+      if (checked >= 0) return checked;  // a zero size later in the shape
+      KILN_FAIL("shape ", shape_str(shape), " has more elements than a 64-bit count can hold; ",
+                "a size in it is wrong (read from a file or request that is malformed?)");
+    }
+  }
   return n;
+}
+
+size_t nbytes_of(const Shape& shape, size_t element_size) {
+  size_t bytes = 0;
+  KILN_CHECK(!__builtin_mul_overflow(static_cast<size_t>(numel_of(shape)), element_size, &bytes), "shape ",
+             shape_str(shape), " of ", element_size, "-byte elements needs more bytes than memory can address");
+  return bytes;
 }
 
 Strides contiguous_strides(const Shape& shape) {

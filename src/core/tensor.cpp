@@ -13,7 +13,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape)
     KILN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape), "; sizes must be >= 0");
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<StorageImpl>(static_cast<size_t>(numel_of(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<StorageImpl>(nbytes_of(shape, dtype_size(dtype)), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

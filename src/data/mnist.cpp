@@ -19,9 +19,9 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
   int n;
   while ((n = gzread(f, buf, sizeof(buf))) > 0) out.insert(out.end(), buf, buf + n);
   int err = 0;
-  const char* msg = gzerror(f, &err);
+  std::string msg = gzerror(f, &err);  // copied: gzclose frees the message
   gzclose(f);
-  KILN_CHECK(n == 0 && err == Z_OK, "'", path, "' is corrupt or truncated (", msg, ")");
+  KILN_CHECK(n == 0 && err == Z_OK, "'", path, "' is corrupt or truncated (", msg, "); download or copy it again");
   return out;
 }
 
@@ -37,13 +37,13 @@ std::vector<int64_t> parse_idx(const std::vector<uint8_t>& bytes, const std::str
   KILN_CHECK(rank >= 1 && rank <= 4 && bytes.size() >= 4 + 4 * static_cast<size_t>(rank), "'", path,
              "' has a malformed idx header");
   std::vector<int64_t> dims;
-  size_t count = 1;
-  for (int i = 0; i < rank; ++i) {
-    dims.push_back(be32(bytes.data() + 4 + 4 * i));
-    count *= static_cast<size_t>(dims.back());
-  }
-  KILN_CHECK(bytes.size() == 4 + 4 * static_cast<size_t>(rank) + count, "'", path, "' holds ",
-             bytes.size() - 4 - 4 * rank, " bytes of data but its header promises ", count);
+  for (int i = 0; i < rank; ++i) dims.push_back(be32(bytes.data() + 4 + 4 * i));
+  int64_t count = checked_numel(dims);
+  KILN_CHECK(count >= 0, "'", path, "' has a malformed idx header: its shape ", shape_str(dims),
+             " holds more elements than any file can");
+  KILN_CHECK(bytes.size() == 4 + 4 * static_cast<size_t>(rank) + static_cast<size_t>(count), "'", path, "' holds ",
+             bytes.size() - 4 - 4 * rank, " bytes of data but its header promises ", count, " (shape ",
+             shape_str(dims), "): truncated or malformed");
   data = bytes.data() + 4 + 4 * rank;
   return dims;
 }

@@ -69,7 +69,6 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   Shape shape;
   std::stringstream dims(shape_text.substr(1, shape_text.find(')') - 1));
   std::string item;
-  int64_t numel = 1;
   while (std::getline(dims, item, ',')) {
     if (item.find_first_not_of(' ') == std::string::npos) continue;
     int64_t d = 0;
@@ -78,11 +77,11 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
     } catch (const std::exception&) {
       KILN_FAIL(what, ": malformed shape in ", header);
     }
-    KILN_CHECK(d >= 0 && d < (int64_t{1} << 40), what, ": dimension ", d, " is not valid");
+    KILN_CHECK(d >= 0, what, ": dimension ", d, " is not valid");
     shape.push_back(d);
-    numel *= d;
-    KILN_CHECK(numel < (int64_t{1} << 40), what, ": the array is too large");
   }
+  int64_t numel = checked_numel(shape, int64_t{1} << 40);
+  KILN_CHECK(numel >= 0, what, ": shape ", shape_str(shape), " is too large (over 2^40 elements); the file is malformed");
   size_t need = static_cast<size_t>(numel) * dtype_size(dtype);
   KILN_CHECK(bytes.size() - data_at == need, what, ": holds ", bytes.size() - data_at, " data bytes, but ",
              dtype_name(dtype), " ", shape_str(shape), " needs ", need, " (truncated or malformed)");

@@ -66,13 +66,12 @@ Tensor from_proto(const TensorProto& p, const std::string& where) {
              "weights inside (onnx.save(model, path, save_as_external_data=False))");
   DType dtype = kiln_dtype(p.data_type(), name);
   Shape shape;
-  int64_t numel = 1;
   for (int64_t d : p.dims()) {
-    KILN_CHECK(d >= 0 && d <= (int64_t{1} << 40), name, ": dimension ", d, " is not valid");
+    KILN_CHECK(d >= 0, name, ": dimension ", d, " is not valid");
     shape.push_back(d);
-    numel *= d;
-    KILN_CHECK(numel <= (int64_t{1} << 40), name, ": the tensor is too large (", numel, " elements)");
   }
+  int64_t numel = checked_numel(shape, int64_t{1} << 40);
+  KILN_CHECK(numel >= 0, name, ": shape ", shape_str(shape), " is too large (over 2^40 elements); the file is malformed");
   // Sizes are checked against the data present before anything is allocated.
   size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   if (p.has_raw_data()) {

@@ -322,11 +322,15 @@ class Unpickler {
     auto stride = ints(args->items[3], "the tensor's stride", where());
     KILN_CHECK(size.size() == stride.size() && offset >= 0, where(), "a tensor with ", size.size(), " sizes and ",
                stride.size(), " strides");
-    int64_t extent = offset, count = 1;
-    for (size_t k = 0; k < size.size(); ++k) {
-      count *= size[k];
-      KILN_CHECK(count < (int64_t{1} << 48), where(), "a tensor whose size overflows");
-      if (size[k] > 0) extent += (size[k] - 1) * stride[k];
+    int64_t count = checked_numel(Shape(size.begin(), size.end()), int64_t{1} << 48);
+    KILN_CHECK(count >= 0, where(), "a tensor whose size overflows");
+    // The last element the view reaches (each size and stride fits in 48 bits;
+    // their products need not).
+    int64_t extent = offset;
+    for (size_t k = 0; count > 0 && k < size.size(); ++k) {
+      int64_t term = 0;
+      KILN_CHECK(!__builtin_mul_overflow(size[k] - 1, stride[k], &term) && !__builtin_add_overflow(extent, term, &extent),
+                 where(), "a tensor whose strides overflow");
     }
     KILN_CHECK(count == 0 || extent < st.numel, where(), "a tensor of size ", shape_str(Shape(size.begin(), size.end())),
                " reaches element ", extent, " of a storage of ", st.numel, ": the file lies about its layout");

@@ -156,3 +156,26 @@ TEST(Parallel, ThreadCountIsConfigurable) {
   set_num_threads(before);
   EXPECT_THROW(set_num_threads(0), Error);
 }
+
+// Shapes come from files and requests: a count that does not fit in 64 bits
+// is an error naming the shape, never a wrapped-around small number.
+TEST(Shape, ElementCountsThatOverflowAreErrors) {
+  const int64_t big = int64_t{1} << 60;
+  EXPECT_EQ(numel_of({2, 3, 4}), 24);
+  EXPECT_EQ(numel_of({big, 0}), 0);
+  EXPECT_EQ(checked_numel({big, 1, 28, 28}), -1);
+  EXPECT_EQ(checked_numel({big, 0, 28}), 0);
+  EXPECT_EQ(checked_numel({4, -1}), -1);
+  EXPECT_EQ(checked_numel({1024, 1024}, 1000), -1);
+  EXPECT_EQ(checked_numel({1000}, 1000), 1000);
+  try {
+    numel_of({big, 1, 28, 28});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[1152921504606846976, 1, 28, 28] has more elements than"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Tensor::empty({big, 1, 28, 28}), Error);
+  EXPECT_THROW(Tensor::empty({int64_t{1} << 62, 4}, DType::Float64), Error);  // the bytes overflow
+  EXPECT_THROW(zeros({big, 16}), Error);
+}
