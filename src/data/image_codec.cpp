@@ -26,12 +26,21 @@ void jpeg_error_exit(j_common_ptr info) {
   std::longjmp(err->jump, 1);
 }
 
+// libjpeg reports corrupt or truncated data ("Premature end of JPEG file") as
+// a warning on stderr and goes on with gray pixels: make it an error instead,
+// so a damaged file is named rather than trained on. Trace messages (level
+// > 0) stay silent.
+void jpeg_emit_message(j_common_ptr info, int level) {
+  if (level < 0) jpeg_error_exit(info);
+}
+
 // Returns false with err->message set on failure; `out` holds H*W*channels bytes.
 bool jpeg_decode_into(const uint8_t* bytes, size_t size, int channels, std::vector<uint8_t>& out, int& height,
                       int& width, JpegError* err) {
   jpeg_decompress_struct info;
   info.err = jpeg_std_error(&err->mgr);
   err->mgr.error_exit = jpeg_error_exit;
+  err->mgr.emit_message = jpeg_emit_message;
   if (setjmp(err->jump)) {
     jpeg_destroy_decompress(&info);
     return false;
@@ -75,7 +84,7 @@ Tensor decode_image(const uint8_t* bytes, size_t size, int channels) {
     int height = 0, width = 0;
     JpegError err{};
     KILN_CHECK(jpeg_decode_into(bytes, size, channels, pixels, height, width, &err),
-               "decode_image: not a valid JPEG (", err.message, ")");
+               "decode_image: not a valid JPEG, or corrupt or truncated (", err.message, ")");
     return from_pixels(pixels, height, width, channels);
   }
   if (std::memcmp(bytes, kPng, 8) == 0) {
@@ -87,6 +96,8 @@ Tensor decode_image(const uint8_t* bytes, size_t size, int channels) {
     image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
     std::vector<uint8_t> pixels(PNG_IMAGE_SIZE(image));
     bool ok = png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr);
+    // A warning (a bad CRC, extra data) also means damaged data: refuse it.
+    ok = ok && (image.warning_or_error & PNG_IMAGE_WARNING) == 0;
     std::string message = image.message;
     png_image_free(&image);
     KILN_CHECK(ok, "decode_image: the PNG is corrupt or truncated (", message, ")");

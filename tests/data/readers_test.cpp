@@ -85,6 +85,18 @@ TEST(Image, CorruptFilesAreRefusedWithTheReason) {
   std::vector<uint8_t> broken(jpg.begin(), jpg.begin() + 20);
   msg = message_of([&] { data::decode_image(broken.data(), broken.size()); });
   EXPECT_NE(msg.find("not a valid JPEG"), std::string::npos) << msg;
+  // Truncated after its header: libjpeg only warns and fills gray; Kiln refuses
+  // it, naming the file, and nothing reaches stderr.
+  auto big = data::encode_jpeg(pattern(13, 13));
+  std::vector<uint8_t> truncated(big.begin(), big.begin() + static_cast<long>(big.size() * 3 / 4));
+  fs::path dir = fresh_dir("truncated_jpeg");
+  write_bytes(dir / "cut.jpg", truncated);
+  ::testing::internal::CaptureStderr();
+  msg = message_of([&] { data::read_image((dir / "cut.jpg").string()); });
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_NE(msg.find("cut.jpg"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("corrupt or truncated (Premature end of JPEG file)"), std::string::npos) << msg;
+  fs::remove_all(dir);
   std::vector<uint8_t> text{'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd'};
   msg = message_of([&] { data::decode_image(text.data(), text.size()); });
   EXPECT_NE(msg.find("neither JPEG nor PNG"), std::string::npos) << msg;
