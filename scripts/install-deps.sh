@@ -6,7 +6,8 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libdnnl-dev libopenblas-dev
+  # oneDNN's CMake package looks for OpenCL (only a recommendation of libdnnl-dev).
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libzip-dev
