@@ -16,17 +16,28 @@
 namespace kiln {
 
 struct ServeOptions {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";     // loopback only; "0.0.0.0" accepts other machines
   int port = 8000;                  // 0: any free port (start() returns it)
   // One ONNX file (served as the model named after the file, version 1), or a
   // repository: <model>/<version>/model.onnx with an optional <model>/config.yaml.
   std::string model;
   std::string model_repository;
   size_t max_body_bytes = 64u << 20;  // larger bodies get 413
-  int http_threads = 64;              // connections served at once
+  // The largest batch (axis 0) one request may carry to a model without
+  // max_batch_size in its config.yaml (those are bounded by it); more gets 413
+  // before any data is decoded, so one request cannot take the machine's memory.
+  int64_t max_request_batch = 256;
+  int http_threads = 512;             // connections served at once (a thread each)
+  int max_connections_per_client = 256;  // from one address at once; more get 503
+  // A request head must arrive within this (an idle keep-alive connection is
+  // closed then too); a body within it plus its size at 64 KiB/s. Slower: 408.
+  double header_timeout_s = 10;
   double request_timeout_s = 30;      // longer in the queue: 503
   double drain_timeout_s = 30;        // shutdown waits this long for in-flight requests
   std::string access_log = "-";       // "-": stderr; "": none; otherwise a file appended to
+  // A file holding a token: every endpoint but /v2/health/* then needs
+  // "Authorization: Bearer <token>" (401 otherwise). Empty: no authentication.
+  std::string auth_token_file;
 };
 
 class Server {

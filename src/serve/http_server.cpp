@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <list>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -33,11 +34,17 @@ std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}
 
 error_code errno_code() { return error_code(errno, boost::system::system_category()); }
 
-// A connected socket as Beast's synchronous stream: recv blocks until data
-// comes or SO_RCVTIMEO passes; a buffer sequence goes out in one sendmsg.
+using Clock = std::chrono::steady_clock;
+
+// A connected socket as Beast's synchronous stream. Reads give up at a
+// deadline that covers a whole request head or body, not a single recv, so a
+// client that sends a byte now and then cannot hold a connection for long;
+// data already there is one recv. A buffer sequence goes out in one sendmsg.
 class SocketStream {
  public:
   explicit SocketStream(int fd) : fd_(fd) {}
+  void set_deadline(Clock::time_point t) { deadline_ = t; }
+  size_t received() const { return received_; }
 
   template <class Buffers>
   size_t read_some(const Buffers& buffers, error_code& ec) {
@@ -46,16 +53,30 @@ class SocketStream {
       net::mutable_buffer b(*it);
       if (b.size() == 0) continue;
       for (;;) {
-        ssize_t n = ::recv(fd_, b.data(), b.size(), 0);
-        if (n > 0) return static_cast<size_t>(n);
+        ssize_t n = ::recv(fd_, b.data(), b.size(), MSG_DONTWAIT);
+        if (n > 0) {
+          received_ += static_cast<size_t>(n);
+          return static_cast<size_t>(n);
+        }
         if (n == 0) {
           ec = net::error::eof;
-        } else if (errno == EINTR) {
-          continue;
-        } else {
-          ec = errno == EAGAIN || errno == EWOULDBLOCK ? error_code(net::error::timed_out) : errno_code();
+          return 0;
         }
-        return 0;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          ec = errno_code();
+          return 0;
+        }
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+        if (left <= 0) {
+          ec = net::error::timed_out;
+          return 0;
+        }
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(std::min<long long>(left + 1, 1 << 30))) < 0 && errno != EINTR) {
+          ec = errno_code();
+          return 0;
+        }
       }
     }
     return 0;
@@ -102,7 +123,20 @@ class SocketStream {
   }
 
   int fd_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  size_t received_ = 0;
 };
+
+// Answers a connection the server will not take and closes it, without
+// blocking the acceptor on a client that does not read.
+void refuse_connection(int fd, const std::string& message) {
+  std::string body = nlohmann::json{{"error", message}}.dump();
+  std::string out = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  [[maybe_unused]] ssize_t sent = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
 
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -177,6 +211,7 @@ struct HttpServer::Impl {
   std::mutex mu;
   std::condition_variable slot_freed;
   std::list<Connection> connections;
+  std::map<std::string, int> per_client;  // open connections by peer address
   std::atomic<bool> stopping{false};
 
   void accept_loop();
@@ -278,8 +313,7 @@ void HttpServer::Impl::accept_loop() {
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // a response goes out at once
-    set_timeout(fd, SO_RCVTIMEO, options.read_timeout_s);
-    set_timeout(fd, SO_SNDTIMEO, options.read_timeout_s);
+    set_timeout(fd, SO_SNDTIMEO, options.write_timeout_s);
     char host[INET6_ADDRSTRLEN] = "";
     if (peer.ss_family == AF_INET)
       ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&peer)->sin_addr, host, sizeof host);
@@ -290,6 +324,13 @@ void HttpServer::Impl::accept_loop() {
       ::close(fd);
       return;
     }
+    if (per_client[host] >= options.max_connections_per_client) {
+      refuse_connection(fd, "too many connections from " + std::string(host) + " (" +
+                                std::to_string(options.max_connections_per_client) +
+                                " at once); reuse keep-alive connections or wait for some to close");
+      continue;
+    }
+    ++per_client[host];
     Connection& c = connections.emplace_back(Connection{fd, host, {}, false});
     c.thread = std::thread([this, &c] { serve(c); });
   }
@@ -300,17 +341,25 @@ void HttpServer::Impl::serve(Connection& c) {
   boost::beast::flat_buffer buffer;
   buffer.reserve(64 * 1024);  // empty, Beast would read 512 bytes per recv
   bool refused_body = false;
+  const auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   while (!stopping) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(64 * 1024);
     parser.body_limit(options.max_body_bytes);
     error_code ec;
+    // The whole head within header_timeout_s of the server starting to wait
+    // for it; the body within that again plus its size at the minimum rate.
+    const size_t received_before = stream.received(), buffered_before = buffer.size();
+    stream.set_deadline(Clock::now() + seconds(options.header_timeout_s));
     http::read_header(stream, buffer, parser, ec);
     if (!ec && !parser.is_done()) {
       if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
         stream.write_some(net::buffer(kContinue, sizeof kContinue - 1), ec);
       }
+      auto length = parser.content_length();
+      double body_bytes = static_cast<double>(length ? *length : options.max_body_bytes);
+      stream.set_deadline(Clock::now() + seconds(options.header_timeout_s + body_bytes / options.min_body_bytes_per_s));
       if (!ec) http::read(stream, buffer, parser, ec);
     }
     auto read_at = std::chrono::steady_clock::now();
@@ -318,7 +367,18 @@ void HttpServer::Impl::serve(Connection& c) {
     HttpResponse res;
     req.remote_addr = c.remote_addr;
     bool keep_alive = true;
-    if (ec) {
+    if (ec == net::error::timed_out && (stream.received() != received_before || buffered_before > 0)) {
+      // Started but too slow: say so (a silent idle connection is just closed).
+      if (parser.is_header_done()) {
+        req.method = std::string(view(parser.get().method_string()));
+        req.path = decode_path(view(parser.get().target()));
+      }
+      set_error(res, 408,
+                std::string("the request did not arrive in time (") +
+                    (parser.is_header_done() ? "its body came slower than the minimum rate" : "its head took too long") +
+                    "); send whole requests at once");
+      keep_alive = false;
+    } else if (ec) {
       // The peer left or went silent: nothing to answer.
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec.category() != http::make_error_code(http::error::bad_target).category())
@@ -372,6 +432,7 @@ void HttpServer::Impl::serve(Connection& c) {
   ::close(c.fd);
   c.fd = -1;
   c.done = true;
+  if (--per_client[c.remote_addr] == 0) per_client.erase(c.remote_addr);
   slot_freed.notify_all();
 }
 

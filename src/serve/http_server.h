@@ -37,8 +37,15 @@ struct HttpOptions {
   std::string host = "0.0.0.0";
   int port = 0;                      // 0: any free port
   size_t max_body_bytes = 64u << 20;  // larger bodies get 413 before they are read
-  int max_connections = 64;          // more wait in the listen backlog
-  double read_timeout_s = 30;        // a connection silent this long mid-request or idle is closed
+  int max_connections = 512;         // connections served at once; more wait in the listen backlog
+  int max_connections_per_client = 256;  // from one address; more are answered 503 and closed
+  // A request head must arrive within this of the server starting to wait
+  // for it (at accept, or after the previous answer on a keep-alive
+  // connection); an idle connection is closed then too.
+  double header_timeout_s = 10;
+  // A body must arrive within header_timeout_s plus its size at this rate.
+  double min_body_bytes_per_s = 64 * 1024;
+  double write_timeout_s = 30;  // a client that stops reading its answer this long is dropped
 };
 
 class HttpServer {

@@ -1,5 +1,6 @@
 #include "serve/oip.h"
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
@@ -58,7 +59,8 @@ void flatten(element e, std::vector<T>& out, const std::string& name) {
 template <typename T>
 Tensor from_json(element data, const Shape& shape, DType dtype, const std::string& name) {
   std::vector<T> values;
-  values.reserve(static_cast<size_t>(numel_of(shape)));
+  // The shape is only a claim: reserve for it up to what a modest body holds.
+  values.reserve(static_cast<size_t>(std::min<int64_t>(numel_of(shape), int64_t{1} << 20)));
   flatten(data, values, name);
   if (static_cast<int64_t>(values.size()) != numel_of(shape))
     bad("input '", name, "': data holds ", values.size(), " values but shape ", shape_str(shape), " needs ", numel_of(shape));
@@ -113,7 +115,8 @@ bool flag(simdjson::dom::object o, const char* key) {
 
 }  // namespace
 
-InferRequest parse_infer_request(const std::string& body, long long header_length) {
+InferRequest parse_infer_request(const std::string& body, long long header_length, int64_t max_batch,
+                                 const std::string& max_batch_source) {
   if (header_length > static_cast<long long>(body.size()))
     bad("Inference-Header-Content-Length (", header_length, ") is larger than the body (", body.size(), " bytes)");
   size_t json_len = header_length >= 0 ? static_cast<size_t>(header_length) : body.size();
@@ -146,7 +149,11 @@ InferRequest parse_infer_request(const std::string& body, long long header_lengt
       if (d.get_int64().get(v) || v < 0) bad(where, ": shape sizes must be non-negative integers");
       shape.push_back(v);
     }
-    if (numel_of(shape) > (int64_t{1} << 31)) bad(where, ": shape ", shape_str(shape), " is too large");
+    if (checked_numel(shape, int64_t{1} << 31) < 0)
+      bad(where, ": shape ", shape_str(shape), " is too large (more than 2^31 elements)");
+    if (!shape.empty() && shape[0] > max_batch)
+      throw TooLarge(detail::concat(where, ": a batch of ", shape[0], " is more than this server runs in one request (",
+                                    max_batch, ", ", max_batch_source, "); split it into smaller requests"));
     std::string datatype = string_of(field(o, "datatype", where), where + ": \"datatype\"");
     DType dtype;
     try {

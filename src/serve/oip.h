@@ -2,6 +2,7 @@
 // The Open Inference Protocol v2 (REST) infer request and response bodies:
 // JSON tensors, and the binary tensor extension (a JSON header of
 // Inference-Header-Content-Length bytes, then the raw tensors in order).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,12 @@ class BadRequest : public Error {
   explicit BadRequest(const std::string& msg) : Error(msg) {}
 };
 
+// More work than the server takes in one request: answered 413.
+class TooLarge : public BadRequest {
+ public:
+  explicit TooLarge(const std::string& msg) : BadRequest(msg) {}
+};
+
 struct InferRequest {
   std::string id;
   std::vector<std::pair<std::string, Tensor>> inputs;  // as given, in request order
@@ -25,8 +32,10 @@ struct InferRequest {
 };
 
 // header_length: the Inference-Header-Content-Length value, or -1 when the
-// body is all JSON. Throws BadRequest saying what is malformed.
-InferRequest parse_infer_request(const std::string& body, long long header_length);
+// body is all JSON. Throws BadRequest saying what is malformed, and TooLarge
+// (before decoding any data) when an input's batch axis exceeds max_batch.
+InferRequest parse_infer_request(const std::string& body, long long header_length,
+                                 int64_t max_batch = INT64_MAX, const std::string& max_batch_source = "");
 
 struct InferResponse {
   std::string body;

@@ -25,6 +25,16 @@ ServedModel::ServedModel(std::string name, std::string version, const std::strin
                  "', which the ONNX file does not have");
       KILN_CHECK(spec.datatype.empty() || dtype_of_oip(spec.datatype) == it->dtype, "model '", name_, "': config.yaml says ",
                  kind, " '", spec.name, "' is ", spec.datatype, ", the file says ", oip_datatype(it->dtype));
+      if (spec.shape.empty() || !it->shape_known) continue;
+      // With batching, config shapes are per sample: the file's shape without its batch axis.
+      const bool batched = config_.max_batch_size > 0 && !it->shape.empty();
+      Shape file(it->shape.begin() + (batched ? 1 : 0), it->shape.end());
+      bool same = file.size() == spec.shape.size();
+      for (size_t d = 0; same && d < file.size(); ++d) same = file[d] < 0 || spec.shape[d] < 0 || file[d] == spec.shape[d];
+      KILN_CHECK(same, "model '", name_, "': config.yaml says ", kind, " '", spec.name, "' has shape ",
+                 shape_str(spec.shape), batched ? " per sample" : "", ", the file says ", it->str(),
+                 batched ? " (the shape in config.yaml leaves out the batch axis when max_batch_size > 0)" : "",
+                 "; correct config.yaml or export the model again");
     }
   };
   check_specs(config_.inputs, inputs(), "input");
@@ -149,10 +159,17 @@ void ServedModel::warm_up() {
   }
 }
 
-std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs) {
+std::string ServedModel::timed_out() const {
+  return "model '" + name_ + "': the request waited longer than its timeout (kiln serve --request-timeout) and was "
+         "not run; retry later";
+}
+
+std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs,
+                                         std::chrono::steady_clock::time_point deadline) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    slot_cv_.wait(lock, [&] { return running_ < config_.instance_count || stopping_; });
+    if (!slot_cv_.wait_until(lock, deadline, [&] { return running_ < config_.instance_count || stopping_; }))
+      throw Unavailable(timed_out());
     if (stopping_) throw Unavailable("model '" + name_ + "' is shutting down");
     ++running_;
   }
@@ -175,13 +192,15 @@ std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs) {
 }
 
 std::vector<Tensor> ServedModel::infer(const std::vector<std::pair<std::string, Tensor>>& given,
-                                       std::chrono::steady_clock::duration timeout) {
+                                       std::chrono::steady_clock::time_point deadline) {
   std::vector<Tensor> ordered = order_and_check(given);
-  if (!batching_) return run_now(ordered);
+  if (std::chrono::steady_clock::now() >= deadline) throw Unavailable(timed_out());  // decoding took it all
+  if (!batching_) return run_now(ordered, deadline);
   auto p = std::make_shared<Pending>();
   p->inputs = std::move(ordered);
   p->batch = p->inputs[0].shape()[0];
   p->queued = std::chrono::steady_clock::now();
+  p->deadline = deadline;
   auto result = p->result.get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -193,13 +212,13 @@ std::vector<Tensor> ServedModel::infer(const std::vector<std::pair<std::string, 
     metrics_.queue_depth = static_cast<int64_t>(queue_.size());
   }
   ready_cv_.notify_one();
-  if (result.wait_for(timeout) != std::future_status::ready) {
+  if (result.wait_until(deadline) != std::future_status::ready) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = std::find(queue_.begin(), queue_.end(), p);
     if (it != queue_.end()) {  // still queued: withdraw it
       queue_.erase(it);
       metrics_.queue_depth = static_cast<int64_t>(queue_.size());
-      throw Unavailable("model '" + name_ + "': the request waited longer than the timeout; retry later");
+      throw Unavailable(timed_out());
     }
   }
   return result.get();  // being computed: its batch finishes soon
@@ -222,6 +241,11 @@ void ServedModel::batch_loop() {
       int64_t total = 0;
       for (;;) {
         while (!queue_.empty() && total + queue_.front()->batch <= config_.max_batch_size) {
+          if (clock::now() >= queue_.front()->deadline) {  // past its deadline: answered, not run
+            queue_.front()->result.set_exception(std::make_exception_ptr(Unavailable(timed_out())));
+            queue_.pop_front();
+            continue;
+          }
           total += queue_.front()->batch;
           batch.push_back(queue_.front());
           queue_.pop_front();

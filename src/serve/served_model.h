@@ -35,9 +35,11 @@ class ServedModel {
   void warm_up();
   // Checks the inputs against the model (BadRequest naming the input, the
   // expected shape and datatype), then runs them, batched with others when
-  // configured. Outputs come in the model's order.
+  // configured. Outputs come in the model's order. A request still waiting
+  // (for a batch or a free instance) at `deadline` is withdrawn without
+  // running: Unavailable.
   std::vector<Tensor> infer(const std::vector<std::pair<std::string, Tensor>>& inputs,
-                            std::chrono::steady_clock::duration timeout);
+                            std::chrono::steady_clock::time_point deadline);
 
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
@@ -50,14 +52,15 @@ class ServedModel {
   struct Pending {
     std::vector<Tensor> inputs;
     int64_t batch = 1;
-    std::chrono::steady_clock::time_point queued;
+    std::chrono::steady_clock::time_point queued, deadline;
     std::promise<std::vector<Tensor>> result;
   };
   std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
-  std::vector<Tensor> run_now(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> run_now(const std::vector<Tensor>& inputs, std::chrono::steady_clock::time_point deadline);
   // Runs a batch padded up to its bucket and returns the outputs for the real rows.
   std::vector<Tensor> run_padded(const std::vector<Tensor>& inputs);
   int64_t bucket(int64_t batch) const;
+  std::string timed_out() const;
   void batch_loop();
   void run_batch(std::vector<std::shared_ptr<Pending>>& batch);
 

@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "kiln/serve.h"
@@ -29,6 +31,7 @@ struct Server::Impl {
   std::atomic<int> in_flight{0};
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
+  std::string auth_token;  // empty: no authentication
 
   explicit Impl(ServeOptions o) : options(std::move(o)) {}
   void handle(const HttpRequest& req, HttpResponse& res);
@@ -76,6 +79,29 @@ bool method_is(const HttpRequest& req, HttpResponse& res, const char* method) {
   return false;
 }
 
+// Compares the whole token whatever the first difference, so the time taken
+// says nothing about how much of a guess was right.
+bool authorized(const HttpRequest& req, const std::string& token) {
+  const std::string* value = req.header("Authorization");
+  const std::string prefix = "Bearer ";
+  if (!value || value->size() != prefix.size() + token.size() || value->compare(0, prefix.size(), prefix) != 0)
+    return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>((*value)[prefix.size() + i] ^ token[i]);
+  return diff == 0;
+}
+
+std::string read_token(const std::string& path) {
+  std::ifstream f(path);
+  KILN_CHECK(f.good(), "serve: cannot read the token file '", path, "'");
+  std::string token((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front()))) token.erase(token.begin());
+  KILN_CHECK(token.size() >= 16 && token.find_first_of(" \t\r\n") == std::string::npos, "serve: the token in '", path,
+             "' must be one word of at least 16 characters (e.g. the output of 'openssl rand -hex 32')");
+  return token;
+}
+
 }  // namespace
 
 void Server::Impl::log(const HttpRequest& req, const HttpResponse& res, double seconds) {
@@ -96,6 +122,12 @@ void Server::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   auto is = [&](std::initializer_list<const char*> route) {
     return parts.size() == route.size() && std::equal(route.begin(), route.end(), parts.begin());
   };
+  const bool health = is({"v2", "health", "live"}) || is({"v2", "health", "ready"});
+  if (!health && !auth_token.empty() && !authorized(req, auth_token)) {
+    serve::set_error(res, 401, "this server needs \"Authorization: Bearer <token>\" (the token of --auth-token-file)");
+    res.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return;
+  }
   if (is({"v2", "health", "live"})) {
     if (method_is(req, res, "GET")) reply(res, 200, {{"live", true}});
   } else if (is({"v2", "health", "ready"})) {
@@ -166,10 +198,17 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
       }
       if (header_length < 0) throw BadRequest("Inference-Header-Content-Length must not be negative");
     }
-    serve::InferRequest request = serve::parse_infer_request(req.body, header_length);
-    auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(options.request_timeout_s));
-    std::vector<Tensor> out = m.infer(request.inputs, timeout);
+    // Models with max_batch_size check the batch against it after decoding
+    // (their message names the expected shape); the others are bounded here,
+    // before any data is decoded.
+    const bool configured = m.config().max_batch_size > 0;
+    serve::InferRequest request =
+        serve::parse_infer_request(req.body, header_length, configured ? INT64_MAX : options.max_request_batch,
+                                   "kiln serve --max-request-batch");
+    // The timeout runs from the request's arrival: decoding counts too.
+    auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::chrono::duration<double>(options.request_timeout_s));
+    std::vector<Tensor> out = m.infer(request.inputs, deadline);
     std::vector<std::pair<std::string, Tensor>> named;
     std::vector<bool> binary;
     if (request.outputs.empty()) {
@@ -194,6 +233,9 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
     res.body = std::move(r.body);
     ++mm.success;
     mm.request_seconds.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  } catch (const serve::TooLarge& e) {
+    ++mm.failure;
+    serve::set_error(res, 413, e.what());
   } catch (const BadRequest& e) {
     ++mm.failure;
     serve::set_error(res, 400, e.what());
@@ -225,11 +267,14 @@ int Server::start() {
     s.access_log = std::fopen(o.access_log.c_str(), "a");
     KILN_CHECK(s.access_log, "serve: cannot open the access log '", o.access_log, "' for appending");
   }
+  if (!o.auth_token_file.empty()) s.auth_token = read_token(o.auth_token_file);
   serve::HttpOptions h;
   h.host = o.host;
   h.port = o.port;
   h.max_body_bytes = o.max_body_bytes;
   h.max_connections = o.http_threads;
+  h.max_connections_per_client = o.max_connections_per_client;
+  h.header_timeout_s = o.header_timeout_s;
   s.http = std::make_unique<serve::HttpServer>(
       h, [&s](const HttpRequest& req, HttpResponse& res) { s.handle(req, res); },
       [&s](const HttpRequest& req, const HttpResponse& res, double seconds) { s.log(req, res, seconds); });
@@ -262,7 +307,10 @@ int run_server(const ServeOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   Server server(options);
   int port = server.start();
-  std::fprintf(stderr, "kiln serve: ready on %s:%d\n", options.host.c_str(), port);
+  const bool loopback = options.host == "127.0.0.1" || options.host == "::1" || options.host == "localhost";
+  std::fprintf(stderr, "kiln serve: ready on %s:%d%s%s\n", options.host.c_str(), port,
+               loopback ? " (this machine only; --host 0.0.0.0 to accept others)" : "",
+               options.auth_token_file.empty() ? "" : ", bearer token required");
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "kiln serve: %s received; finishing in-flight requests\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -177,6 +177,46 @@ TEST(Serve, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   EXPECT_NE(metrics.find("kiln_inference_requests_total{model=\"cnn\",outcome=\"failure\"} 11"), std::string::npos) << metrics;
 }
 
+// A shape whose element count overflows 64 bits once wrapped to 0 and matched
+// an empty "data", then killed the server (SIGFPE). Every such shape is refused
+// (400, or 413 for a batch axis beyond --max-request-batch).
+TEST(Serve, ShapesThatOverflowAreRefused) {
+  ServeOptions o;
+  o.model = kCnn;
+  Running s(o);
+  auto c = s.client();
+  for (const char* shape : {"[1152921504606846976, 1, 28, 28]", "[4294967296, 4294967296, 0, 1]",
+                            "[9223372036854775807, 2, 28, 28]"}) {
+    std::string body = std::string("{\"inputs\": [{\"name\": \"input\", \"shape\": ") + shape +
+                       ", \"datatype\": \"FP32\", \"data\": []}]}";
+    auto r = c.Post("/v2/models/cnn/infer", body, "application/json");
+    ASSERT_TRUE(r) << "the server died on shape " << shape;
+    EXPECT_TRUE(r->status == 400 || r->status == 413) << shape << " -> " << r->status << " " << r->body;
+    std::string head = std::string("{\"inputs\": [{\"name\": \"input\", \"shape\": ") + shape +
+                       ", \"datatype\": \"FP32\", \"parameters\": {\"binary_data_size\": 0}}]}";
+    httplib::Headers h = {{"Inference-Header-Content-Length", std::to_string(head.size())}};
+    auto b = c.Post("/v2/models/cnn/infer", h, head, "application/octet-stream");
+    ASSERT_TRUE(b) << "the server died on binary shape " << shape;
+    EXPECT_TRUE(b->status == 400 || b->status == 413) << shape << " -> " << b->status << " " << b->body;
+  }
+  // A batch beyond --max-request-batch is refused before its data is decoded.
+  auto huge_batch = c.Post("/v2/models/cnn/infer",
+                           R"({"inputs": [{"name": "input", "shape": [20000, 1, 28, 28], "datatype": "FP32", "data": [0]}]})",
+                           "application/json");
+  EXPECT_EQ(huge_batch->status, 413) << huge_batch->body;
+  EXPECT_NE(huge_batch->body.find("a batch of 20000 is more than this server runs in one request (256, kiln serve "
+                                  "--max-request-batch)"),
+            std::string::npos)
+      << huge_batch->body;
+  auto too_large = c.Post("/v2/models/cnn/infer",
+                          R"({"inputs": [{"name": "input", "shape": [1152921504606846976, 1, 28, 28], "datatype": "FP32", "data": []}]})",
+                          "application/json");
+  EXPECT_NE(too_large->body.find("is too large"), std::string::npos) << too_large->body;
+  Tensor x = rand({1, 1, 28, 28});
+  auto ok = c.Post("/v2/models/cnn/infer", infer_body(x).dump(), "application/json");
+  ASSERT_EQ(ok->status, 200) << ok->body;
+}
+
 TEST(Serve, ConcurrentClientsAreBatchedAndAnsweredCorrectly) {
   ServeOptions o;
   o.model_repository =
@@ -204,6 +244,60 @@ TEST(Serve, ConcurrentClientsAreBatchedAndAnsweredCorrectly) {
   ASSERT_NE(at, std::string::npos);
   int batches = std::stoi(metrics.substr(at + std::strlen("kiln_inference_batch_size_count{model=\"cnn\"} ")));
   EXPECT_LT(batches, clients * each) << metrics;
+}
+
+// A request that waits behind a long one past --request-timeout is answered
+// 503 at its deadline, without running, in both serving paths.
+TEST(Serve, RequestsPastTheirTimeoutAreAnsweredWithoutRunning) {
+  for (const char* config : {"max_batch_size: 0\n", "max_batch_size: 4\ndynamic_batching: {max_queue_delay_microseconds: 0}\n"}) {
+    ServeOptions o;
+    o.model_repository = make_repository(config).string();
+    o.request_timeout_s = 0.3;
+    o.max_request_batch = 4096;
+    Running s(o);
+    // The long request: a big batch, sent binary (run as given when unbatched;
+    // batched models take 1 to 4, so it is several requests in a row there).
+    const int64_t big = std::string(config).find("dynamic") == std::string::npos ? 4096 : 4;
+    Tensor x = rand({big, 1, 28, 28});
+    json header = {{"inputs", {{{"name", "input"}, {"shape", x.shape()}, {"datatype", "FP32"},
+                                {"parameters", {{"binary_data_size", x.numel() * 4}}}}}}};
+    std::string head = header.dump();
+    std::string body = head + std::string(static_cast<const char*>(x.raw_data()), x.numel() * 4);
+    std::atomic<bool> done{false};
+    std::thread loader([&] {
+      auto c = s.client();
+      httplib::Headers h = {{"Inference-Header-Content-Length", std::to_string(head.size())}};
+      for (int i = 0; i < (big == 4 ? 400 : 1) && !done; ++i) c.Post("/v2/models/cnn/infer", h, body, "application/octet-stream");
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    int refused = 0;
+    double slowest = 0;
+    for (int i = 0; i < 20 && !done; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto r = s.client().Post("/v2/models/cnn/infer", infer_body(rand({1, 1, 28, 28})).dump(), "application/json");
+      slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (!r) {
+        ADD_FAILURE() << "no answer: " << httplib::to_string(r.error());
+        break;
+      }
+      if (r->status == 503) {
+        EXPECT_NE(r->body.find("waited longer than its timeout (kiln serve --request-timeout) and was not run"),
+                  std::string::npos)
+            << r->body;
+        ++refused;
+      } else {
+        EXPECT_EQ(r->status, 200) << r->body;
+      }
+    }
+    done = true;
+    loader.join();
+    // Answered near the deadline (0.3 s), never after the long request.
+    EXPECT_LT(slowest, 1.5) << config;
+    if (big == 4096) {
+      EXPECT_GT(refused, 0) << config;
+    }
+  }
 }
 
 TEST(Serve, AFullQueueAnswers503) {
@@ -364,6 +458,21 @@ TEST(Serve, BadRepositoriesAreRefusedAtStart) {
   msg = kt::message_of([&] { Running s(o); });
   EXPECT_NE(msg.find("has no dynamic batch axis"), std::string::npos) << msg;
   EXPECT_NE(msg.find("--dynamic-batch"), std::string::npos) << msg;
+  // config.yaml shapes are checked against the file (per sample when batching).
+  o.model_repository =
+      make_repository("max_batch_size: 8\ninputs: [{name: input, datatype: FP32, shape: [3, 28, 28]}]\n").string();
+  msg = kt::message_of([&] { Running s(o); });
+  EXPECT_NE(msg.find("config.yaml says input 'input' has shape [3, 28, 28] per sample, the file says input: float32 "
+                     "[batch, 1, 28, 28]"),
+            std::string::npos)
+      << msg;
+  o.model_repository = make_repository("max_batch_size: 0\noutputs: [{name: output, shape: [10]}]\n").string();
+  msg = kt::message_of([&] { Running s(o); });
+  EXPECT_NE(msg.find("output 'output' has shape [10], the file says output: float32 [batch, 10]"), std::string::npos)
+      << msg;
+  o.model_repository =
+      make_repository("max_batch_size: 8\ninputs: [{name: input, datatype: FP32, shape: [1, 28, 28]}]\n").string();
+  EXPECT_EQ(kt::message_of([&] { Running s(o); }), "<no error>");
   ServeOptions none;
   none.model = "/nonexistent.onnx";
   EXPECT_NE(kt::message_of([&] { Running s(none); }).find("is not a file"), std::string::npos);
@@ -393,6 +502,36 @@ TEST(Serve, AccessLogHasOneLinePerRequest) {
 
 namespace {
 
+TEST(Serve, ABearerTokenGuardsEverythingButHealth) {
+  fs::path dir = make_repository("max_batch_size: 4\n");
+  std::ofstream(dir / "token") << "  0123456789abcdef0123456789abcdef\n";
+  ServeOptions o;
+  o.model = kCnn;
+  o.auth_token_file = (dir / "token").string();
+  Running s(o);
+  auto c = s.client();
+  EXPECT_EQ(c.Get("/v2/health/live")->status, 200);
+  EXPECT_EQ(c.Get("/v2/health/ready")->status, 200);
+  Tensor x = rand({1, 1, 28, 28});
+  for (const char* auth : {"", "Bearer wrong", "Bearer 0123456789abcdef0123456789abcdeX", "0123456789abcdef0123456789abcdef"}) {
+    httplib::Headers h;
+    if (*auth) h.emplace("Authorization", auth);
+    auto r = c.Post("/v2/models/cnn/infer", h, infer_body(x).dump(), "application/json");
+    EXPECT_EQ(r->status, 401) << auth;
+    EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+    EXPECT_EQ(c.Get("/v2/models/cnn", h)->status, 401) << auth;
+    EXPECT_EQ(c.Get("/metrics", h)->status, 401) << auth;
+  }
+  httplib::Headers good = {{"Authorization", "Bearer 0123456789abcdef0123456789abcdef"}};
+  auto r = c.Post("/v2/models/cnn/infer", good, infer_body(x).dump(), "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(kt::all_close(output_of(r->body), session_output(x), 1e-6, 1e-6));
+  EXPECT_EQ(c.Get("/v2/models/cnn", good)->status, 200);
+  std::ofstream(dir / "short") << "abc\n";
+  o.auth_token_file = (dir / "short").string();
+  EXPECT_NE(kt::message_of([&] { Running weak(o); }).find("at least 16 characters"), std::string::npos);
+}
+
 // The real `kiln serve` process: SIGTERM while a request is in flight; the
 // request is answered and the process exits 0.
 TEST(ServeProcess, SigtermDrainsAndExits) {
@@ -402,8 +541,8 @@ TEST(ServeProcess, SigtermDrainsAndExits) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::freopen(log.c_str(), "w", stderr);
-    ::execl(KILN_CLI, KILN_CLI, "serve", "--model-repository", repo.c_str(), "--host", "127.0.0.1", "--port", "0",
-            static_cast<char*>(nullptr));
+    // No --host: the default listens on loopback only.
+    ::execl(KILN_CLI, KILN_CLI, "serve", "--model-repository", repo.c_str(), "--port", "0", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   int port = 0;
@@ -431,8 +570,111 @@ TEST(ServeProcess, SigtermDrainsAndExits) {
   EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
   std::ifstream f(log);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("(this machine only; --host 0.0.0.0 to accept others)"), std::string::npos) << text;
   EXPECT_NE(text.find("SIGTERM received; finishing in-flight requests"), std::string::npos) << text;
+  EXPECT_EQ(text.find("error"), std::string::npos) << "a stop is not an error: " << text;
   EXPECT_NE(text.find("POST /v2/models/cnn/infer 200"), std::string::npos) << text;
 }
 
 }  // namespace
+
+namespace {
+int connect_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+}  // namespace
+
+// 200 connections that trickle their head a byte at a time or say nothing
+// cannot take the server from a good client: its p99 stays within 2x of the
+// quiet figure, and the slow ones are answered 408 or closed at the head
+// deadline.
+TEST(Serve, ManySlowClientsCannotDenyService) {
+  ServeOptions o;
+  o.model = kCnn;
+  o.header_timeout_s = 2;
+  Running s(o);
+  Tensor x = rand({1, 1, 28, 28});
+  const std::string body = infer_body(x).dump();
+  auto measure = [&](int n) {
+    std::vector<double> ms;
+    for (int i = 0; i < n; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto r = s.client().Post("/v2/models/cnn/infer", body, "application/json");  // a new connection each
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
+    }
+    return ms;
+  };
+  measure(5);  // warm
+  const double quiet = percentile(measure(40), 0.99);
+  std::vector<int> trickling, idle;
+  for (int i = 0; i < 200; ++i) {
+    int fd = connect_loopback(s.port);
+    ASSERT_GE(fd, 0);
+    (i % 2 ? idle : trickling).push_back(fd);
+  }
+  const std::string head = "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    for (size_t at = 0; at < head.size() && !stop; ++at) {
+      for (int fd : trickling) [[maybe_unused]] ssize_t n = ::send(fd, &head[at], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double busy = percentile(measure(40), 0.99);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the head deadline
+  stop = true;
+  trickle.join();
+  EXPECT_LE(busy, 2 * quiet + 5.0) << "quiet p99 " << quiet << " ms, with 200 slow connections " << busy << " ms";
+  std::printf("good client p99: quiet %.2f ms, beside 200 slow connections %.2f ms\n", quiet, busy);
+  int answered_408 = 0, closed = 0;
+  for (int fd : trickling) {
+    timeval tv{3, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[512];
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    answered_408 += n > 0 && std::string(buf, static_cast<size_t>(n)).find("408") != std::string::npos;
+    ::close(fd);
+  }
+  for (int fd : idle) {
+    timeval tv{3, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[64];
+    closed += ::recv(fd, buf, sizeof buf, 0) == 0;
+    ::close(fd);
+  }
+  EXPECT_EQ(answered_408, 100);
+  EXPECT_EQ(closed, 100);
+}
+
+TEST(Serve, ConnectionsPerClientAreCapped) {
+  ServeOptions o;
+  o.model = kCnn;
+  o.max_connections_per_client = 3;
+  Running s(o);
+  std::vector<int> held;
+  for (int i = 0; i < 3; ++i) held.push_back(connect_loopback(s.port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto r = s.client().Get("/v2/health/live");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("too many connections from 127.0.0.1 (3 at once)"), std::string::npos) << r->body;
+  for (int fd : held) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(s.client().Get("/v2/health/live")->status, 200);
+}

@@ -13,7 +13,9 @@ void add_serve_command(CLI::App& app) {
   auto* repo = cmd->add_option("--model-repository", o->model_repository,
                                "A folder of <model>/<version>/model.onnx, each model with an optional config.yaml");
   model->excludes(repo);
-  cmd->add_option("--host", o->host, "Address to listen on");
+  cmd->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: all)");
+  cmd->add_option("--auth-token-file", o->auth_token_file,
+                  "File holding a bearer token that every endpoint but /v2/health needs");
   cmd->add_option("--port", o->port, "Port to listen on (0: any free one)")->check(CLI::Range(0, 65535));
   cmd->add_option("--max-body-mb", o->max_body_bytes, "Largest request body, in MiB (default 64); larger ones get 413")
       ->transform([](std::string v) {
@@ -26,7 +28,17 @@ void add_serve_command(CLI::App& app) {
         if (!(mb > 0)) throw CLI::ValidationError("--max-body-mb", "must be positive");
         return std::to_string(static_cast<size_t>(mb * 1024 * 1024));
       });
-  cmd->add_option("--http-threads", o->http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-request-batch", o->max_request_batch,
+                  "Largest batch one request may carry to a model without max_batch_size (default 256; more: 413)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--http-threads", o->http_threads, "Connections served at once (default 512)")
+      ->check(CLI::Range(1, 16384));
+  cmd->add_option("--max-connections-per-client", o->max_connections_per_client,
+                  "Connections one address may hold at once (default 256; more are answered 503)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--header-timeout", o->header_timeout_s,
+                  "Seconds a request head may take to arrive, and an idle connection stays open (default 10)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds a request may wait for a batch slot (then 503)");
   cmd->add_option("--drain-timeout", o->drain_timeout_s, "Seconds shutdown waits for in-flight requests");
   cmd->add_option("--access-log", o->access_log, "Access log file ('-': stderr, '': none)");
