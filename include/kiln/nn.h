@@ -16,7 +16,11 @@ class Cell {
  public:
   virtual ~Cell() = default;
   virtual Tensor construct(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return construct(x); }
+  // Runs construct. The first call also checks that every Cell with trainable
+  // parameters that this one calls is registered (reachable from the outermost
+  // Cell being called), since an unregistered one is silently not trained,
+  // saved or listed.
+  Tensor operator()(const Tensor& x);
 
   // Registration: one line each, usually in the constructor.
   Tensor register_parameter(const std::string& name, Tensor value, bool trainable = true);
@@ -42,6 +46,9 @@ class Cell {
   const std::vector<std::pair<std::string, std::shared_ptr<Cell>>>& children() const { return children_; }
 
   virtual std::string type_name() const { return "Cell"; }
+  // "Dense 'encoder.fc1'": the type and the path from the outermost Cell being
+  // called (just the type outside a call), for errors that name a layer.
+  std::string display_name() const;
   virtual std::string extra_repr() const { return ""; }
   // A table of every parameter and buffer: name, shape, count, trainable.
   std::string summary() const;
@@ -52,7 +59,13 @@ class Cell {
  private:
   void collect(const std::string& prefix, bool buffers, std::vector<std::pair<std::string, Tensor>>& out) const;
 
+  void check_registered_in_caller() const;
+  const std::string& frame_type() const;
+
   bool training_ = true;
+  bool registration_checked_ = false;
+  mutable std::string frame_type_;  // type_name(), or the C++ class name for a plain "Cell"
+  mutable int library_ = -1;        // whether the dynamic type is one of Kiln's (-1: not known yet)
   std::vector<std::pair<std::string, Tensor>> params_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Cell>>> children_;

@@ -123,6 +123,13 @@ class Model {
   void resume_at(int64_t step, int epoch, int64_t batches_done);
   int64_t global_step() const { return global_step_; }
   int epochs_completed() const { return epochs_completed_; }
+  // Graph mode: the graphs compiled so far for the training step and for
+  // eval/predict (one per input shape; both 0 when everything ran eagerly).
+  struct CompiledGraphs {
+    int train_step = 0;
+    int inference = 0;
+  };
+  CompiledGraphs compiled_graphs() const;
   nn::Cell& network() { return *net_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
 

@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "graph/trace_hook.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -54,6 +55,7 @@ void print_rec(std::ostream& os, const std::vector<double>& vals, const Shape& s
 }  // namespace
 
 std::string Tensor::str() const {
+  if (graph::detail::tracing()) graph::detail::check_read(*this, "printing it (operator<< or str())");
   if (!defined()) return "tensor(undefined)";
   std::vector<double> vals = to(DType::Float64).to_vector<double>();
   bool fixed = true;

@@ -98,7 +98,8 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   if (!weights_changed && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
     if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
-    why += "; each input shape needs its own graph. If a smaller last batch causes it, batch with drop_remainder=true";
+    why += "; each input shape needs its own graph. If a smaller last batch causes it, leave it out: "
+           "drop_remainder: true in a recipe, or the drop_remainder argument of BatchIterator and Pipeline::batch";
     KILN_CHECK(options.recompile != RecompilePolicy::Error, why, " (RecompilePolicy::Error turned this into an error)");
     if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
   }
@@ -219,6 +220,7 @@ std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions op
     add(impl->cell->buffers_and_names());
     std::function<void(const std::string&, nn::Cell&)> walk = [&](const std::string& path, nn::Cell& c) {
       impl->names.cell_types[path] = c.type_name();
+      impl->names.cell_paths[&c] = path;
       for (auto& [name, child] : c.children()) walk(path.empty() ? name : path + "." + name, *child);
     };
     walk("", *impl->cell);
@@ -239,7 +241,7 @@ CompiledFunction compile(std::shared_ptr<nn::Cell> cell, const std::vector<Tenso
   Function fn = [raw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
     KILN_CHECK(in.size() == 1, "a compiled Cell takes one input, got ", in.size());
     NoGradGuard no_grad;  // inference: a compiled training step computes gradients itself
-    return {raw->construct(in[0])};
+    return {(*raw)(in[0])};
   };
   if (options.name == "function") options.name = cell->type_name();
   auto impl = make_impl(std::move(fn), std::move(options), std::move(cell));

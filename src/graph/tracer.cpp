@@ -126,7 +126,23 @@ std::string Tracer::producer_of(const Tensor& t) const {
   return "the result of '" + graph_.nodes[v.producer].name() + "'";
 }
 
+std::string Tracer::cell_name(const kiln::detail::CellFrame& frame) const {
+  auto path = names_.cell_paths.find(frame.cell);
+  if (path == names_.cell_paths.end() || path->second.empty()) return "Cell '" + *frame.type + "'";
+  return "Cell '" + path->second + "' (" + *frame.type + ")";
+}
+
 std::string Tracer::where() const {
+  // The user's own Cell, the innermost one being called: errors come from
+  // what its construct does, even when they surface inside a built-in layer.
+  const auto& frames = kiln::detail::cell_frames();
+  for (size_t i = frames.size(); i-- > 0;) {
+    if (frames[i].library) continue;
+    std::string s = cell_name(frames[i]);
+    if (i + 1 < frames.size()) s += ", inside " + cell_name(frames.back());
+    if (!last_op_.empty()) s += ", after op '" + last_op_ + "'";
+    return s;
+  }
   std::string cell = names_.root_type;
   std::string s = "Cell '" + cell + "'";
   auto dot = last_param_.rfind('.');

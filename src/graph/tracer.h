@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "core/cell_frames.h"
 #include "graph/ir.h"
 
 namespace kiln::graph::detail {
@@ -21,6 +22,7 @@ namespace kiln::graph::detail {
 struct CaptureNames {
   std::unordered_map<const StorageImpl*, std::string> params;  // storage -> "layers.0.weight"
   std::unordered_map<std::string, std::string> cell_types;     // "layers.0" -> "Dense"
+  std::unordered_map<const void*, std::string> cell_paths;      // Cell -> "layers.0" ("" for the root)
   std::string root_type;                                        // the traced Cell's type, or "function"
 };
 
@@ -33,7 +35,8 @@ class Tracer {
   // The value a tensor holds: a known one, or a newly captured parameter/constant.
   int value_of(const Tensor& t);
   bool is_varying(const Tensor& t) const;  // an input, a parameter, random, or computed from them
-  std::string where() const;               // "in Cell 'layers.2' (Dense), at op 'linear'"
+  std::string where() const;               // "Cell 'block' (MyBlock), inside Cell 'block.fc' (Dense), after op 'linear'"
+  std::string cell_name(const kiln::detail::CellFrame& frame) const;
   std::string producer_of(const Tensor& t) const;
   Graph take() { return std::move(graph_); }
   Graph& graph() { return graph_; }

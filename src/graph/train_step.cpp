@@ -31,7 +31,7 @@ void TrainStep::build() {
   auto returned = std::make_shared<std::vector<std::pair<size_t, size_t>>>();  // (group, param) of returned grads
   Function program = [net, opt, loss_fn, lr, step, fused, returned](const std::vector<Tensor>& in) -> std::vector<Tensor> {
     KILN_CHECK(in.size() == 2, "a training step takes inputs and labels");
-    Tensor out = net->construct(in[0]);
+    Tensor out = (*net)(in[0]);
     Tensor loss = loss_fn(out, in[1]);
     std::vector<Tensor> wrt;
     for (auto& g : opt->groups())

@@ -2,6 +2,8 @@
 // write the graph with its weights as an ONNX ModelProto.
 #include "io/onnx_export.h"
 
+#include <cstdio>
+
 #include <fstream>
 #include <set>
 
@@ -107,6 +109,11 @@ std::string hint_for(const graph::Value& v, int id) {
 // that makes Kiln-only kernels (fusion, layouts) runs.
 graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<Tensor>& inputs) {
   bool was_training = cell->training();
+  if (was_training)
+    std::fprintf(stderr,
+                 "kiln: export: %s is in training mode; it is exported in inference mode (no dropout, batch norm with "
+                 "its running statistics) and left in training mode (call set_train(false) first to skip this note)\n",
+                 cell->type_name().c_str());
   cell->set_train(false);
   graph::Graph g;
   try {
@@ -115,7 +122,7 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
     auto program = [raw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
       KILN_CHECK(in.size() == 1, "export: a Cell takes one input, got ", in.size());
       NoGradGuard no_grad;
-      return {raw->construct(in[0])};
+      return {(*raw)(in[0])};
     };
     g = graph::detail::trace(program, inputs, impl->names, nullptr);
   } catch (...) {

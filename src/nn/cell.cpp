@@ -1,10 +1,113 @@
-#include <iomanip>
-#include <sstream>
+#include <cxxabi.h>
 
+#include <cstdlib>
+#include <iomanip>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <typeinfo>
+
+#include "core/cell_frames.h"
 #include "kiln/autograd.h"
 #include "kiln/nn.h"
 
 namespace kiln::nn {
+namespace {
+
+std::string demangled(const std::type_info& type) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(type.name(), nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(type.name());
+}
+
+bool reachable(const Cell& from, const Cell* target) {
+  if (&from == target) return true;
+  for (auto& [_, c] : from.children())
+    if (reachable(*c, target)) return true;
+  return false;
+}
+
+// The path of `target` below `from` ("layers.0"), or false when not there.
+bool path_to(const Cell& from, const Cell* target, std::string& path) {
+  for (auto& [name, c] : from.children()) {
+    std::string here = path.empty() ? name : path + "." + name;
+    if (c.get() == target) {
+      path = here;
+      return true;
+    }
+    if (path_to(*c, target, here)) {
+      path = here;
+      return true;
+    }
+  }
+  return false;
+}
+
+struct FramePop {
+  std::vector<detail::CellFrame>& frames;
+  ~FramePop() { frames.pop_back(); }
+};
+
+}  // namespace
+
+const std::string& Cell::frame_type() const {
+  static std::mutex mu;  // the first calls of a Cell may come from several threads
+  std::lock_guard<std::mutex> lock(mu);
+  if (library_ < 0) {
+    std::string full = demangled(typeid(*this));
+    library_ = full.rfind("kiln::", 0) == 0;
+    frame_type_ = type_name();
+    if (frame_type_ == "Cell") {  // the user did not name it: the class name says more
+      size_t template_at = full.find('<');
+      size_t colon = full.rfind("::", template_at);
+      frame_type_ = colon == std::string::npos ? full : full.substr(colon + 2);
+    }
+  }
+  return frame_type_;
+}
+
+std::string Cell::display_name() const {
+  const auto& frames = detail::cell_frames();
+  std::string path;
+  if (!frames.empty() && path_to(*static_cast<const Cell*>(frames.front().cell), this, path))
+    return frame_type() + " '" + path + "'";
+  return frame_type();
+}
+
+void Cell::check_registered_in_caller() const {
+  auto& frames = detail::cell_frames();
+  if (frames.empty()) return;
+  const Cell* root = static_cast<const Cell*>(frames.front().cell);
+  if (reachable(*root, this)) return;
+  std::string trainable;
+  for (auto& [name, t] : parameters_and_names())
+    if (t.requires_grad()) {
+      if (!trainable.empty()) trainable += ", ";
+      trainable += name;
+      trainable += ' ';
+      trainable += shape_str(t.shape());
+    }
+  if (trainable.empty()) return;  // nothing it holds would be trained (a frozen teacher, an activation)
+  const Cell* caller = static_cast<const Cell*>(frames.back().cell);
+  std::string self = frame_type(), repr = extra_repr();
+  if (!repr.empty()) self.append("(").append(repr).append(")");
+  KILN_FAIL("Cell '", caller->frame_type(), "' calls a ", self, " that is not registered in it, so its parameters (",
+            trainable, ") are not trained, saved or listed. Register it where it is created, in ",
+            caller->frame_type(), "'s constructor: member = register_cell(\"name\", std::make_shared<",
+            frame_type(), ">(...)); a Cell held in a std::vector needs a CellList or one register_cell per element");
+}
+
+Tensor Cell::operator()(const Tensor& x) {
+  auto& frames = detail::cell_frames();
+  if (!registration_checked_ && !frames.empty()) {  // a top-level call has no caller to check against
+    check_registered_in_caller();
+    registration_checked_ = true;
+  }
+  const std::string& type = frame_type();
+  frames.push_back({this, &type, library_ == 1});
+  FramePop pop{frames};
+  return construct(x);
+}
 
 Tensor Cell::register_parameter(const std::string& name, Tensor value, bool trainable) {
   KILN_CHECK(name.find('.') == std::string::npos && !name.empty(), "parameter name '", name,

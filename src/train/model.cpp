@@ -93,7 +93,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         }
         loss = (*train_step_)(batch.inputs, batch.labels).loss;
       } else {
-        loss = loss_(net_->construct(batch.inputs), batch.labels);
+        loss = loss_((*net_)(batch.inputs), batch.labels);
       }
       double value = loss.item<double>();
       ++global_step_;
@@ -154,6 +154,10 @@ void Model::resume_at(int64_t step, int epoch, int64_t batches_done) {
   resume_batches_ = batches_done;
 }
 
+Model::CompiledGraphs Model::compiled_graphs() const {
+  return {train_step_ ? train_step_->compiled().compiles() : 0, inference_.defined() ? inference_.compiles() : 0};
+}
+
 jit::CompiledFunction* Model::inference() {
   if (!inference_.defined()) {
     jit::CompileOptions o;
@@ -174,7 +178,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
   EvalResult r;
   double loss_sum = 0;
   while (batches.next(batch)) {
-    Tensor out = context().mode == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : net_->construct(batch.inputs);
+    Tensor out = context().mode == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : (*net_)(batch.inputs);
     int64_t n = batch.inputs.shape()[0];
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
     for (auto& m : metrics_) m->update(out, batch.labels);
@@ -192,7 +196,7 @@ Tensor Model::predict(const Tensor& inputs) {
   NoGradGuard guard;
   net_->set_train(false);
   if (context().mode == Mode::Graph) return (*inference())({inputs})[0];
-  return net_->construct(inputs);
+  return (*net_)(inputs);
 }
 
 }  // namespace kiln::train

@@ -134,8 +134,15 @@ TEST(Export, DropoutDisappearsAndTrainingModeIsRestored) {
   net->append(std::make_shared<nn::Dropout>(0.5));
   net->set_train(true);
   ExportReport report;
+  ::testing::internal::CaptureStderr();
   auto m = parse(export_model_bytes(net, {randn({2, 8})}, {}, &report));
+  std::string note = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(note.find("is in training mode; it is exported in inference mode"), std::string::npos) << note;
   EXPECT_TRUE(net->training());
+  net->set_train(false);  // already in inference mode: nothing to say
+  ::testing::internal::CaptureStderr();
+  export_model_bytes(net, {randn({2, 8})});
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   for (const auto& n : m.graph().node()) EXPECT_NE(n.op_type(), "Dropout");
   EXPECT_EQ(report.op_counts.at("Gemm"), 1);
 }

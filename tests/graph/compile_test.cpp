@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "kiln/kiln.h"
 
@@ -59,9 +60,35 @@ struct Branchy : nn::Cell {
 TEST(Compile, ReadingATracedValueNamesTheCellTheOpAndTheWayOut) {
   auto net = std::make_shared<Branchy>();
   std::string e = error_of([&] { jit::compile(net, {randn({2, 4})}); });
-  EXPECT_NE(e.find("while tracing Cell 'fc' (Dense)"), std::string::npos) << e;
+  // The user's Cell that branches, not the built-in Dense that ran last.
+  EXPECT_NE(e.find("while tracing Cell 'Branchy', after op 'sum'"), std::string::npos) << e;
   EXPECT_NE(e.find("item() on float32[], the result of 'sum'"), std::string::npos) << e;
   EXPECT_NE(e.find("kiln::where"), std::string::npos) << e;
+}
+
+// A Cell that prints an intermediate value, one level below the traced root,
+// and whose C++ class gives its name.
+struct Printing : nn::Cell {
+  std::shared_ptr<nn::Dense> fc = register_cell("fc", std::make_shared<nn::Dense>(4, 4));
+  Tensor construct(const Tensor& x) override {
+    Tensor h = (*fc)(x);
+    std::ostringstream os;
+    os << h;
+    return h;
+  }
+};
+struct Outer : nn::Cell {
+  std::shared_ptr<Printing> inner = register_cell("inner", std::make_shared<Printing>());
+  Tensor construct(const Tensor& x) override { return relu((*inner)(x)); }
+};
+
+TEST(Compile, PrintingATracedValueNamesTheInnermostUserCell) {
+  auto net = std::make_shared<Outer>();
+  std::string e = error_of([&] { jit::compile(net, {randn({2, 4})}); });
+  EXPECT_NE(e.find("while tracing Cell 'inner' (Printing), after op 'linear': printing it (operator<< or str()) on "
+                   "float32[2, 4], the result of 'linear'"),
+            std::string::npos)
+      << e;
 }
 
 TEST(Compile, WhereCoversDataDependentChoices) {

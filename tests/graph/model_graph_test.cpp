@@ -15,6 +15,7 @@ struct ModeGuard {
 struct Outcome {
   std::vector<double> epoch_losses;
   train::EvalResult eval;
+  train::Model::CompiledGraphs graphs;
 };
 
 Outcome fit(Mode mode) {
@@ -30,11 +31,18 @@ Outcome fit(Mode mode) {
   for (auto& e : model.train(2, batches)) r.epoch_losses.push_back(e.mean_loss);
   data::BatchIterator test(data::TensorDataset(x, y), 64, false);
   r.eval = model.eval(test);
+  r.graphs = model.compiled_graphs();
   return r;
 }
 
 TEST(ModelGraphMode, TrainsAndEvaluatesLikeEager) {
   Outcome eager = fit(Mode::Eager), graph = fit(Mode::Graph);
+  // Graph mode really ran compiled: one training graph per batch shape (64 and
+  // the last 8), inference graphs for eval; eager compiled nothing.
+  EXPECT_EQ(graph.graphs.train_step, 2);
+  EXPECT_EQ(graph.graphs.inference, 2);
+  EXPECT_EQ(eager.graphs.train_step, 0);
+  EXPECT_EQ(eager.graphs.inference, 0);
   ASSERT_EQ(graph.epoch_losses.size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(graph.epoch_losses[i], eager.epoch_losses[i], 1e-4 * eager.epoch_losses[i]);
   EXPECT_NEAR(graph.eval.loss, eager.eval.loss, 1e-4 * eager.eval.loss);

@@ -86,3 +86,44 @@ TEST(Init, XavierAndHeScaleWithFans) {
   EXPECT_EQ(fi, 36);
   EXPECT_EQ(fo, 72);
 }
+
+namespace {
+// Holds a Dense without registering it: its parameters would be silently
+// left out of training, checkpoints and parameters_and_names().
+class Forgetful : public nn::Cell {
+ public:
+  Forgetful() { head = register_cell("head", std::make_shared<nn::Dense>(3, 2)); }
+  Tensor construct(const Tensor& x) override { return (*head)((*hidden)(x)); }
+  std::shared_ptr<nn::Dense> hidden = std::make_shared<nn::Dense>(4, 3);  // not registered
+  std::shared_ptr<nn::Dense> head;
+};
+
+// A frozen Cell used without registering it (a teacher network) is allowed.
+class WithTeacher : public nn::Cell {
+ public:
+  explicit WithTeacher(std::shared_ptr<nn::Dense> t) : teacher(std::move(t)) {
+    fc = register_cell("fc", std::make_shared<nn::Dense>(4, 4));
+  }
+  Tensor construct(const Tensor& x) override { return (*fc)(x) + (*teacher)(x); }
+  std::shared_ptr<nn::Dense> teacher, fc;
+};
+}  // namespace
+
+TEST(Cell, CallingAnUnregisteredChildIsAnErrorNamingItAndTheFix) {
+  Forgetful net;
+  std::string e = message_of([&] { net(randn({2, 4})); });
+  EXPECT_NE(e.find("Cell 'Forgetful' calls a Dense(4 -> 3) that is not registered in it, so its parameters "
+                   "(weight [3, 4], bias [3]) are not trained, saved or listed"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("register_cell(\"name\", std::make_shared<Dense>(...))"), std::string::npos) << e;
+  // Registering it fixes the call.
+  net.register_cell("hidden", net.hidden);
+  EXPECT_EQ(net(randn({2, 4})).shape(), (Shape{2, 2}));
+  EXPECT_EQ(net.parameters_and_names().size(), 4u);
+
+  auto teacher = std::make_shared<nn::Dense>(4, 4);
+  teacher->freeze();
+  WithTeacher student(teacher);
+  EXPECT_EQ(student(randn({2, 4})).shape(), (Shape{2, 4}));
+}
