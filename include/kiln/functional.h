@@ -143,7 +143,12 @@ struct CrossEntropyOptions {
   // instead of PyTorch's [N, C, ...]; no transpose is made.
   bool classes_last = false;
 };
+// target: class indices (int64, the logits' shape without the class axis), or
+// class probabilities of the logits' shape (soft targets, as PyTorch).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+// -sum_c w_c p_c log softmax(logits)_c per item, with p smoothed by
+// label_smoothing; "mean" averages over items. ignore_index does not apply.
+Tensor soft_cross_entropy(const Tensor& logits, const Tensor& probs, const CrossEntropyOptions& o = {});
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});
 Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");
 Tensor l1_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean");

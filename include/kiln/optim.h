@@ -22,6 +22,9 @@ class Optimizer {
   Optimizer(std::vector<ParamGroup> groups);
   virtual ~Optimizer() = default;
   virtual void step() = 0;
+  // "SGD", "SGD with momentum", "Adam", "AdamW", "RMSProp": what training
+  // checkpoints record, so a resume with another optimizer is refused by name.
+  virtual std::string name() const { return "a custom optimizer"; }
   void zero_grad();
   std::vector<ParamGroup>& groups() { return groups_; }
   // Sets the learning rate of every group (schedules call this).
@@ -77,6 +80,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions o);
   SGD(std::vector<ParamGroup> groups, SGDOptions o);
   void step() override;
+  std::string name() const override { return o_.momentum > 0 ? "SGD with momentum" : "SGD"; }
 
  protected:
   std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
@@ -101,6 +105,7 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions o);
   Adam(std::vector<ParamGroup> groups, AdamOptions o);
   void step() override;
+  std::string name() const override { return o_.decoupled_weight_decay ? "AdamW" : "Adam"; }
 
  protected:
   std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {
@@ -123,6 +128,7 @@ class RMSProp : public Optimizer {
                     const Tensor& step, const Tensor& loss) override;
   RMSProp(std::vector<Tensor> params, RMSPropOptions o);
   void step() override;
+  std::string name() const override { return "RMSProp"; }
 
  protected:
   std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() override {

@@ -82,6 +82,7 @@ struct Recipe {
   ScheduleSpec schedule;
   int epochs = 5;
   int64_t batch_size = 64;
+  bool drop_remainder = false;  // training: leave out a smaller last batch (one graph shape in graph mode)
   uint64_t seed = 0;
   int threads = 0;            // 0: KILN_NUM_THREADS or all cores
   std::string output = "runs/default";
@@ -133,6 +134,7 @@ std::shared_ptr<nn::Cell> build_model(const Recipe& r);
 // The recipe a training checkpoint was written with.
 Recipe recipe_of_checkpoint(const std::string& resume_path);
 // Evaluates a checkpoint on the recipe's test set (for text: the validation split).
-RunResult evaluate(const Recipe& r, const std::string& checkpoint);
+// Non-strict: loads the weights that match and prints what did not.
+RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict = true);
 
 }  // namespace kiln::recipe

@@ -73,7 +73,8 @@ LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const 
 
   if (options.strict && !report.clean())
     KILN_FAIL("cannot load '", path, "' into ", cell.type_name(), " (strict): nothing was loaded; ", report.str(),
-              "\nfix the names (kiln ckpt diff shows both lists) or load with strict = false to take what matches");
+              "\nfix the names (kiln ckpt diff shows both lists), or load only what matches: LoadOptions{.strict = false} "
+              "in C++, --no-strict on kiln eval");
   NoGradGuard guard;
   for (auto& [t, e] : plan) {
     Tensor dst = t;

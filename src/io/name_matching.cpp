@@ -118,8 +118,12 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
     renamed.push_back(n);
   }
   std::vector<bool> src_used(src.size(), false), tgt_used(target.size(), false);
+  // A transpose rule may name the entry as the file spells it or as renamed.
+  auto transposes = [&](size_t i) {
+    return matches_any(renamed[i], rules.transpose) || matches_any(src[i].name, rules.transpose);
+  };
   auto take = [&](size_t i, size_t j, const std::string& how) {
-    bool t = matches_any(renamed[i], rules.transpose);
+    bool t = transposes(i);
     Shape shape = t ? transposed(src[i].shape) : src[i].shape;
     if (shape != target[j].shape) return false;
     m.matched.push_back({src[i].name, target[j].name, how, t});
@@ -150,7 +154,7 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
   if (rs.size() == rt.size()) {
     bool all_fit = true;
     for (size_t k = 0; k < rs.size() && all_fit; ++k) {
-      bool t = matches_any(renamed[rs[k]], rules.transpose);
+      bool t = transposes(rs[k]);
       all_fit = (t ? transposed(src[rs[k]].shape) : src[rs[k]].shape) == target[rt[k]].shape;
     }
     if (all_fit)
@@ -162,9 +166,17 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
     if (!tgt_used[j]) m.unmatched_target.push_back(target[j]);
   for (const auto& t : m.unmatched_target) {
     std::vector<std::string> fits;
-    for (const auto& s : m.unmatched_source)
-      if (s.shape == t.shape || (s.shape.size() == 2 && transposed(s.shape) == t.shape)) fits.push_back(s.name);
-    if (fits.size() == 1)
+    bool needs_transpose = false;
+    for (const auto& s : m.unmatched_source) {
+      bool as_is = s.shape == t.shape, flipped = s.shape.size() == 2 && transposed(s.shape) == t.shape;
+      if (!as_is && !flipped) continue;
+      fits.push_back(s.name);
+      needs_transpose = !as_is;
+    }
+    if (fits.size() == 1 && needs_transpose)
+      m.suggestions.push_back(t.name + " <- " + fits[0] + ", rename and transpose (the only unmatched entry that " +
+                              "fits once transposed: add a rename rule and list it under transpose)");
+    else if (fits.size() == 1)
       m.suggestions.push_back(t.name + " <- " + fits[0] + " (the only unmatched entry of a fitting shape)");
     else if (fits.size() > 1)
       m.suggestions.push_back(t.name + ": ambiguous, " + std::to_string(fits.size()) + " unmatched entries fit (" +

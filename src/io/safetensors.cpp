@@ -13,6 +13,7 @@
 
 #include "kiln/autograd.h"
 #include "io/atomic_file.h"
+#include "io/file_format.h"
 #include "kiln/io.h"
 
 namespace kiln::io {
@@ -112,6 +113,8 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) len = (len << 8) | bytes[i];
+    std::string other = detail::foreign_format_hint(bytes, size_, path);
+    KILN_CHECK(other.empty(), "'", path, "' is not a safetensors file: ", other);
     KILN_CHECK(len <= size_ - 8, "'", path, "' is truncated or not safetensors: its header claims ", len,
                " bytes but the file has ", size_ - 8, " after the length");
     nlohmann::json header;
@@ -120,6 +123,16 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
     } catch (const std::exception& e) {
       KILN_FAIL("'", path, "' has a malformed header: ", e.what());
     }
+    // Data cut short (a copy or download that stopped): say so, with both sizes.
+    uint64_t data_end = 0;
+    if (header.is_object())
+      for (auto& [name, e] : header.items())
+        if (name != "__metadata__" && e.is_object() && e.contains("data_offsets") && e["data_offsets"].is_array() &&
+            e["data_offsets"].size() == 2 && e["data_offsets"][1].is_number_unsigned())
+          data_end = std::max(data_end, e["data_offsets"][1].get<uint64_t>());
+    KILN_CHECK(data_end <= size_ - 8 - len, "'", path, "' is truncated: its header describes ", 8 + len + data_end,
+               " bytes but the file has ", size_, ". The copy or download was cut short (or the disk filled while "
+               "it was written): copy it again, or use an earlier checkpoint");
     KILN_CHECK(header.is_object(), "'", path, "' has a header that is not a JSON object");
     const uint64_t data_start = 8 + len, data_size = size_ - data_start;
     for (auto& [name, e] : header.items()) {

@@ -16,7 +16,17 @@ Dense::Dense(int64_t in_features, int64_t out_features, bool with_bias) : in_(in
   if (with_bias) bias = register_parameter("bias", default_uniform({out_features}, in_features));
 }
 
-Tensor Dense::construct(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Dense::construct(const Tensor& x) {
+  if (x.dim() == 0 || x.shape().back() != in_) {
+    std::string fix = "make the layer before it give " + std::to_string(in_) + " features, or build this one as Dense(" +
+                      (x.dim() ? std::to_string(x.shape().back()) : std::string("1")) + ", " + std::to_string(out_) + ")";
+    if (x.dim() >= 3 && numel_of(Shape(x.shape().begin() + 1, x.shape().end())) == in_)
+      fix = "the input still has its image axes: add a Flatten before this layer";
+    KILN_FAIL(display_name(), " (", in_, " -> ", out_, ") takes inputs [..., ", in_, "], got ", x.meta_str(), "; ",
+              fix);
+  }
+  return linear(x, weight, bias);
+}
 std::string Dense::extra_repr() const {
   return std::to_string(in_) + " -> " + std::to_string(out_) + (bias.defined() ? "" : ", no bias");
 }
@@ -33,6 +43,15 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
 }
 
 Tensor Conv2d::construct(const Tensor& x) {
+  if (x.dim() != 4 || x.shape()[1] != in_) {
+    std::string fix = x.dim() == 3 ? "a single image needs its batch axis: x.unsqueeze(0)"
+                      : x.dim() != 4
+                          ? "reshape the input into [N, C, H, W] (flat pixels: x.reshape({N, C, H, W}))"
+                          : "make the layer before it give " + std::to_string(in_) + " channels, or build this one with " +
+                                std::to_string(x.shape()[1]) + " input channels";
+    KILN_FAIL(display_name(), " (", in_, " -> ", out_, " channels) takes inputs [N, ", in_, ", H, W], got ",
+              x.meta_str(), "; ", fix);
+  }
   ConvOptions c;
   c.stride = {o_.stride, o_.stride};
   c.padding = {o_.padding, o_.padding};
@@ -66,7 +85,7 @@ void SequentialCell::append(CellPtr cell) { add_child(std::to_string(children().
 
 Tensor SequentialCell::construct(const Tensor& x) {
   Tensor h = x;
-  for (auto& [_, c] : children()) h = c->construct(h);
+  for (auto& [_, c] : children()) h = (*c)(h);
   return h;
 }
 

@@ -16,7 +16,8 @@ Metas infer_class_loss(const Metas& in, const Attrs& a) {
   detail::check_floating(in[0], "input");
   detail::check_rank(in[0], 2, "input", "N, C (kiln::cross_entropy moves extra axes for you)");
   KILN_CHECK(in[1].dtype == DType::Int64 || in[1].dtype == DType::Int32, "target must hold class indices (int64), got ",
-             dtype_name(in[1].dtype), "; for probabilities use a soft-target loss");
+             dtype_name(in[1].dtype), "; for class probabilities pass a float target of the input's shape to "
+             "kiln::cross_entropy (or soft_cross_entropy), which computes the soft-target loss");
   KILN_CHECK(in[1].shape == Shape{in[0].shape[0]}, "target must have shape [", in[0].shape[0], "] to match input ",
              shape_str(in[0].shape), ", got ", shape_str(in[1].shape));
   if (in.size() > 2 && in[2].defined) {
@@ -139,6 +140,9 @@ std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& tar
 
 Tensor class_loss(const OpDef& op, const Tensor& input, const Tensor& target, const CrossEntropyOptions& o, bool smoothing) {
   KILN_CHECK(input.dim() >= 1, op.name, ": input must be [N, C, ...] or [C], got ", input.meta_str());
+  KILN_CHECK(!is_floating(target.dtype()), op.name, ": a float target holds class probabilities (the soft-target loss) "
+             "and must have the input's shape ", input.meta_str(), ", got ", target.meta_str(),
+             "; class indices go as int64 without the class axis");
   if (input.dim() == 1) return class_loss(op, input.unsqueeze(0), target.reshape({1}), o, smoothing).reshape({});
   if (o.classes_last && input.dim() > 2) {
     Shape lead(input.shape().begin(), input.shape().end() - 1);
@@ -161,7 +165,28 @@ Tensor class_loss(const OpDef& op, const Tensor& input, const Tensor& target, co
 
 }  // namespace
 
+Tensor soft_cross_entropy(const Tensor& logits, const Tensor& probs, const CrossEntropyOptions& o) {
+  KILN_CHECK(is_floating(probs.dtype()) && probs.shape() == logits.shape(), "soft_cross_entropy: the target ",
+             probs.meta_str(), " must hold class probabilities of the logits' shape ", logits.meta_str(),
+             " (class indices go to cross_entropy as int64 [N])");
+  const int64_t axis = logits.dim() == 1 || o.classes_last ? -1 : 1, classes = logits.size(axis);
+  Tensor p = probs.dtype() == logits.dtype() ? probs : probs.to(logits.dtype());
+  if (o.label_smoothing > 0) p = p * (1.0 - o.label_smoothing) + o.label_smoothing / static_cast<double>(classes);
+  if (o.weight.defined()) {
+    KILN_CHECK(o.weight.shape() == Shape{classes}, "soft_cross_entropy: weight must have one value per class ([",
+               classes, "]), got ", o.weight.meta_str());
+    Shape at(static_cast<size_t>(logits.dim()), 1);
+    at[static_cast<size_t>(axis < 0 ? logits.dim() - 1 : axis)] = classes;
+    p = p * o.weight.reshape(at);
+  }
+  Tensor per_item = neg(sum(p * log_softmax(logits, axis), {axis}));
+  const std::string& r = detail::reduction_attr(Attrs{{"reduction", o.reduction}});
+  return r == "none" ? per_item : r == "sum" ? sum(per_item) : mean(per_item);
+}
+
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  // Probabilities (distillation, mixup, smoothed labels) take the soft-target form.
+  if (is_floating(target.dtype()) && target.shape() == logits.shape()) return soft_cross_entropy(logits, target, o);
   return class_loss(KILN_OP("cross_entropy"), logits, target, o, true);
 }
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {

@@ -21,7 +21,8 @@ inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { re
 inline void check_same_dtype(const Metas& in, size_t a, size_t b) {
   KILN_CHECK(in[a].dtype == in[b].dtype, "inputs ", a, " and ", b, " have different dtypes (",
              dtype_name(in[a].dtype), " and ", dtype_name(in[b].dtype),
-             "); cast one with .to(dtype) (the functional API promotes automatically)");
+             "); this op does not promote: cast one to the other's dtype, e.g. x.to(weight.dtype()) "
+             "(layers hold float32 parameters)");
 }
 
 inline void check_floating(const TensorMeta& m, const char* what) {

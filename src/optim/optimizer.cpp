@@ -22,6 +22,12 @@ std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double 
 }  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  size_t count = 0;
+  for (auto& g : groups_) count += g.params.size();
+  KILN_CHECK(count > 0, "the optimizer got no parameters, so training would run at a constant loss without a word. "
+             "Either nothing is trainable (every parameter is frozen: see the Cell's summary() and freeze(prefix, "
+             "false)), or the parameters were taken before the layers were built or registered (call "
+             "trainable_params() after the Cell is constructed, with every child registered by register_cell)");
   for (auto& g : groups_) {
     KILN_CHECK(g.lr >= 0, "learning rate must be >= 0, got ", g.lr);
     for (auto& p : g.params)

@@ -94,7 +94,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
-               "batch_size", "seed", "threads", "output", "mode"},
+               "batch_size", "drop_remainder", "seed", "threads", "output", "mode"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -165,6 +165,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("max_steps", r.max_steps);
   top.read("epochs", r.epochs);
   top.read("batch_size", r.batch_size);
+  top.read("drop_remainder", r.drop_remainder);
   top.read("seed", r.seed);
   top.read("threads", r.threads);
   top.read("output", r.output);

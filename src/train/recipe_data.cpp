@@ -39,10 +39,11 @@ std::vector<data::Transform> transforms_for(const Recipe& r, Layout layout, bool
   return out;
 }
 
+// Training pipelines shuffle and honour drop_remainder; evaluation sees every sample.
 std::unique_ptr<data::Pipeline> pipeline(std::shared_ptr<const data::Dataset> ds, std::vector<data::Transform> t,
                                          const Recipe& r, int64_t batch, bool shuffle) {
   auto p = std::make_unique<data::Pipeline>(std::move(ds));
-  p->map(std::move(t)).batch(batch).num_parallel_workers(r.workers).prefetch(std::max(2, 2 * r.workers));
+  p->map(std::move(t)).batch(batch, shuffle && r.drop_remainder).num_parallel_workers(r.workers).prefetch(std::max(2, 2 * r.workers));
   if (shuffle) p->shuffle(r.seed + 1);
   return p;
 }
@@ -58,7 +59,7 @@ RecipeData image_data(const Recipe& r) {
     auto te = std::make_shared<data::TensorDataset>(data::load_mnist(dir, "test"));
     if (r.transforms.empty() && r.normalize_mean.empty() && r.validation_fraction == 0) {
       // In memory and untransformed: gather rows, no per-sample work.
-      d.train = std::make_unique<data::BatchIterator>(*tr, r.batch_size, true, false, r.seed + 1);
+      d.train = std::make_unique<data::BatchIterator>(*tr, r.batch_size, true, r.drop_remainder, r.seed + 1);
       d.test = std::make_unique<data::BatchIterator>(*te, kEvalBatch, false);
       d.config.in_channels = 1;
       d.config.image_size = tr->inputs.shape()[2];

@@ -193,12 +193,12 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   return res;
 }
 
-RunResult evaluate(const Recipe& r, const std::string& checkpoint) {
+RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) {
   ModeScope mode(r.mode);
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);
   auto net = models::make_model(r.model, d.config);
-  io::load_cell(*net, checkpoint);
+  io::load_checkpoint(*net, checkpoint, {.strict = strict});
   std::vector<std::shared_ptr<train::metrics::Metric>> metrics{std::make_shared<train::metrics::Accuracy>()};
   if (d.seq_len == 0) {  // classification: top-5 and macro precision, recall and F1 too
     metrics.push_back(std::make_shared<train::metrics::Accuracy>(std::min<int64_t>(5, d.config.num_classes)));

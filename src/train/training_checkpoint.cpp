@@ -38,6 +38,7 @@ void save_training_checkpoint(const std::string& path, Model& model, const Resum
   meta["step"] = std::to_string(at.step);
   meta["epoch"] = std::to_string(at.epoch);
   meta["batches_done"] = std::to_string(at.batches_done);
+  meta["optimizer"] = model.optimizer().name();
   std::ostringstream rng;
   rng << default_generator().engine();
   meta["rng"] = rng.str();
@@ -63,6 +64,11 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
              "resume.safetensors");
   ResumePoint at{to_int(meta, "step", path), static_cast<int>(to_int(meta, "epoch", path)),
                  to_int(meta, "batches_done", path)};
+  auto written_by = meta.find("optimizer");
+  KILN_CHECK(written_by == meta.end() || written_by->second == model.optimizer().name(), "'", path,
+             "' was written by training with ", written_by->second, ", but this run uses ", model.optimizer().name(),
+             ": its optimizer state cannot continue. Resume with the same optimizer (kiln train --resume reads it "
+             "from the recipe stored in the checkpoint), or start a new run from its weights");
   std::vector<std::pair<std::string, Tensor>> state;
   std::string prefix = kOptimizerPrefix;
   for (const auto& e : file.entries())

@@ -129,3 +129,19 @@ TEST(OptimizerState, RestoringGivesTheSameNextSteps) {
   optim::SGD sgd({b}, {.lr = 0.1, .momentum = 0.9});
   EXPECT_THROW(sgd.load_state(state), Error);  // Adam's buffers mean nothing to SGD
 }
+
+// An optimizer over nothing would train at a constant loss without a word.
+TEST(Optimizer, RefusesAnEmptyParameterList) {
+  auto net = std::make_shared<nn::Dense>(4, 2);
+  net->freeze();
+  std::string e;
+  try {
+    optim::SGD opt(net->trainable_params(), optim::SGDOptions{.lr = 0.1});
+  } catch (const Error& err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("the optimizer got no parameters"), std::string::npos) << e;
+  EXPECT_NE(e.find("every parameter is frozen"), std::string::npos) << e;
+  EXPECT_NE(e.find("taken before the layers were built"), std::string::npos) << e;
+  EXPECT_THROW(optim::Adam(std::vector<Tensor>{}, optim::AdamOptions{}), Error);
+}

@@ -158,6 +158,16 @@ TEST(Migrate, RenameRulesFromYamlAndTheirErrors) {
   Tensor w = from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{3, 2});
   auto out = io::apply_matches(m, {{"encoder.1.weight", w}, {"aux.loss", zeros({1})}}, target);
   EXPECT_EQ(out[0].second.to_vector<float>(), (std::vector<float>{1, 3, 5, 2, 4, 6}));
+  // A transpose rule may also name the entry as the file spells it.
+  rules.transpose = {"^encoder\\.1\\.weight$"};
+  m = io::match_names(source, target, rules);
+  ASSERT_TRUE(m.complete()) << io::format_matches(m, source, target);
+  EXPECT_TRUE(m.matched[0].transpose);
+  // Without rules, a weight that fits only once transposed is suggested as such.
+  std::vector<io::TensorInfo> other{{"fc.w", DType::Float32, {3, 2}}};
+  m = io::match_names(other, target);
+  std::string report = io::format_matches(m, other, target);
+  EXPECT_NE(report.find("layer.1.weight <- fc.w, rename and transpose"), std::string::npos) << report;
   std::ofstream(path) << "rename:\n  - {from: '([', to: x}\n";
   auto msg = message_of([&] { io::load_rename_rules(path); });
   EXPECT_NE(msg.find("'([' is not a valid regular expression"), std::string::npos) << msg;

@@ -69,13 +69,33 @@ TEST(Checkpoint, SaveLoadRoundTripAndStrictReport) {
   msg = message_of([&] { io::load_cell(*b, path); });
   EXPECT_NE(msg.find("is corrupt: the checksum"), std::string::npos) << msg;
   // A truncated file is refused with a clear message.
-  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+  const auto full = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, full - 100);
   msg = message_of([&] { io::load_safetensors(path); });
-  EXPECT_NE(msg.find("do not fit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is truncated: its header describes " + std::to_string(full) + " bytes but the file has " +
+                     std::to_string(full - 100)),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("copy it again"), std::string::npos) << msg;
   std::filesystem::resize_file(path, 4);
   msg = message_of([&] { io::load_safetensors(path); });
   EXPECT_NE(msg.find("too short"), std::string::npos) << msg;
   std::filesystem::remove(path);
+}
+
+// A PyTorch checkpoint given where safetensors is expected is named as such,
+// with the command that converts it (not a header "claiming" petabytes).
+TEST(Checkpoint, OtherFormatsAreRecognisedByTheirMagic) {
+  const std::string pt = std::string(KILN_FIXTURE_DIR) + "/torch/w2.pt";
+  auto cnn = models::make_model("cnn");
+  std::string msg = message_of([&] { io::load_cell(*cnn, pt); });
+  EXPECT_NE(msg.find("is not a safetensors file: it is a PyTorch checkpoint (a torch.save zip archive); convert its "
+                     "weights with 'kiln ckpt convert " + pt),
+            std::string::npos)
+      << msg;
+  const std::string onnx = std::string(KILN_FIXTURE_DIR) + "/onnx/cnn.onnx";
+  msg = message_of([&] { io::load_safetensors(onnx); });
+  EXPECT_NE(msg.find("looks like an ONNX model"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, NonStrictLoadsWhatMatchesAndReportsTheRest) {

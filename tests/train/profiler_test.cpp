@@ -9,10 +9,18 @@
 
 using namespace kiln;
 
-TEST(Profiler, RecordsNothingWhenOff) {
+TEST(Profiler, RecordsOnlyWhileOn) {
+  Tensor a = ones({4});
   profiler::start();
+  add(a, a);
   profiler::stop();
-  add(ones({4}), ones({4}));
+  add(a, a);  // after stop: not recorded
+  mul(a, a);
+  std::vector<std::string> names;
+  for (auto& r : profiler::records()) names.push_back(r.name);
+  EXPECT_EQ(names, std::vector<std::string>{"add"});
+  profiler::start();  // a new session starts empty
+  profiler::stop();
   EXPECT_TRUE(profiler::records().empty());
 }
 

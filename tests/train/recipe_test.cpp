@@ -140,6 +140,23 @@ TEST(Recipe, TrainWritesCheckpointAndMetricsThatEvalReads) {
   std::filesystem::remove_all(dir);
 }
 
+// drop_remainder leaves out the smaller last batch of each training epoch
+// (64 samples in batches of 24: 2 full batches and one of 16 per epoch).
+TEST(Recipe, DropRemainderLeavesOutTheLastPartialBatch) {
+  auto dir = write_tiny_mnist("drop_remainder");
+  for (bool drop : {false, true}) {
+    std::string out = (dir / (drop ? "drop" : "keep")).string();
+    auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +
+                                       dir.string() + "}\nepochs: 2\nbatch_size: 24\ndrop_remainder: " +
+                                       (drop ? "true" : "false") + "\noutput: " + out + "\n");
+    EXPECT_EQ(r.drop_remainder, drop);
+    recipe::train(r, false);
+    auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+    EXPECT_EQ(metrics["steps"], drop ? 4 : 6) << "drop_remainder: " << drop;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Recipe, MaxStepsShorterThanTheWarmupCompressesTheSchedule) {
   auto dir = write_tiny_mnist("warmup_max_steps");
   auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +

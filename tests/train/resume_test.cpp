@@ -84,6 +84,19 @@ TEST(Resume, RefusesAWeightsOnlyFile) {
   std::filesystem::remove(path);
 }
 
+TEST(Resume, RefusesAnotherOptimizerNamingBothAndTheFile) {
+  TrainingRun r;
+  std::string path = temp_path("optimizer");
+  train::save_training_checkpoint(path, r.model, {0, 1, 0});
+  auto adam = std::make_shared<optim::Adam>(r.net->trainable_params(), optim::AdamOptions{});
+  train::Model other(r.net, std::make_shared<nn::CrossEntropyLoss>(), adam);
+  auto msg = message_of([&] { train::load_training_checkpoint(path, other); });
+  EXPECT_NE(msg.find("'" + path + "' was written by training with SGD with momentum, but this run uses Adam"),
+            std::string::npos)
+      << msg;
+  std::filesystem::remove(path);
+}
+
 TEST(Resume, AProcessKilledWhileSavingLeavesTheLastGoodCheckpoint) {
   std::string path = temp_path("kill");
   manual_seed(1);

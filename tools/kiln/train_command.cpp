@@ -69,10 +69,13 @@ void add_train_commands(CLI::App& app) {
   eval->add_option("recipe", recipe_path, "Recipe YAML file")->required();
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
   eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
+  static bool no_strict = false;
+  eval->add_flag("--no-strict", no_strict,
+                 "Load the weights whose names and shapes match and report the rest, instead of refusing the file");
   eval->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     if (!mode.empty()) r.mode = mode;
-    recipe::RunResult res = recipe::evaluate(r, checkpoint);
+    recipe::RunResult res = recipe::evaluate(r, checkpoint, !no_strict);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);
     else
