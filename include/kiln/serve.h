@@ -1,7 +1,8 @@
 #pragma once
 // `kiln serve`: models behind HTTP, speaking the Open Inference Protocol v2
 // (REST): health, server and model metadata, readiness, and infer with JSON
-// tensors or the binary tensor extension; Prometheus metrics at /metrics.
+// tensors or the binary tensor extension; the model repository endpoints
+// (index, load, unload); Prometheus metrics at /metrics.
 //
 //   kiln::ServeOptions o;
 //   o.model = "model.onnx";          // or o.model_repository = "models/"
@@ -38,6 +39,10 @@ struct ServeOptions {
   // A file holding a token: every endpoint but /v2/health/* then needs
   // "Authorization: Bearer <token>" (401 otherwise). Empty: no authentication.
   std::string auth_token_file;
+  // > 0: look at the model repository this often (seconds) and load what is
+  // new or changed, unload what is gone. The repository endpoints
+  // (/v2/repository/...) load and unload on request either way.
+  double repository_poll_s = 0;
 };
 
 class Server {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -28,14 +29,22 @@ struct Server::Impl {
   serve::Metrics metrics;
   std::unique_ptr<serve::Repository> repository;
   std::atomic<bool> ready{false};
+  std::atomic<bool> loaded{false};  // `repository` is set (it is read only after this)
   std::atomic<int> in_flight{0};
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
   std::string auth_token;  // empty: no authentication
+  // The repository poll (--repository-poll-secs).
+  std::thread poller;
+  std::mutex poll_mu;
+  std::condition_variable poll_cv;
+  bool stop_polling = false;
 
   explicit Impl(ServeOptions o) : options(std::move(o)) {}
   void handle(const HttpRequest& req, HttpResponse& res);
   void model_route(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
+  void repository_route(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
+  void poll_loop();
   void infer(const HttpRequest& req, HttpResponse& res, ServedModel& m);
   void log(const HttpRequest& req, const HttpResponse& res, double seconds);
 };
@@ -139,8 +148,10 @@ void Server::Impl::handle(const HttpRequest& req, HttpResponse& res) {
     if (!method_is(req, res, "GET")) return;
     res.content_type = "text/plain; version=0.0.4";
     res.body = metrics.text();
-  } else if (parts.size() >= 3 && parts[0] == "v2" && parts[1] == "models") {
-    model_route(req, res, parts);
+  } else if (parts.size() >= 3 && parts[0] == "v2" && (parts[1] == "models" || parts[1] == "repository")) {
+    if (!loaded) return serve::set_error(res, 503, "the server is loading its models; try again when /v2/health/ready says so");
+    if (parts[1] == "models") return model_route(req, res, parts);
+    repository_route(req, res, parts);
   } else {
     serve::set_error(res, 404, "no such endpoint: " + req.path + "; see /v2 and /v2/models/{model}");
   }
@@ -159,16 +170,15 @@ void Server::Impl::model_route(const HttpRequest& req, HttpResponse& res, const 
   if (parts.size() > at + 1 || (parts.size() == at + 1 && action != "ready" && action != "infer"))
     return serve::set_error(res, 404, "no such endpoint: " + req.path +
                                           "; model routes are /v2/models/{model}[/versions/{version}][/ready|/infer]");
-  ServedModel* m = repository ? repository->find(name, version) : nullptr;
+  std::shared_ptr<ServedModel> m = repository->find(name, version);
   if (!m) {
     std::string known;
-    if (repository)
-      for (const auto& [n, versions] : repository->models()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& n : repository->loaded_names()) known += (known.empty() ? "" : ", ") + n;
     return serve::set_error(res, 404, "unknown model '" + name + "'" + (version.empty() ? "" : " version " + version) +
                                           (known.empty() ? "" : "; served models: " + known));
   }
   if (action == "infer") {
-    if (method_is(req, res, "POST")) infer(req, res, *m);
+    if (method_is(req, res, "POST")) infer(req, res, *m);  // m keeps the version alive through a reload
   } else if (action == "ready") {
     if (method_is(req, res, "GET")) reply(res, ready ? 200 : 503, {{"name", m->name()}, {"ready", ready.load()}});
   } else if (method_is(req, res, "GET")) {
@@ -177,6 +187,67 @@ void Server::Impl::model_route(const HttpRequest& req, HttpResponse& res, const 
     for (const auto& o : m->outputs()) outputs.push_back(tensor_metadata(o));
     reply(res, 200, {{"name", m->name()}, {"versions", repository->versions(m->name())}, {"platform", "onnx"},
                      {"inputs", inputs}, {"outputs", outputs}, {"max_batch_size", m->config().max_batch_size}});
+  }
+}
+
+// /v2/repository/index, /v2/repository/models/{name}/load and .../unload
+// (Triton's model repository extension).
+void Server::Impl::repository_route(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts) {
+  const bool index = parts.size() == 3 && parts[2] == "index";
+  const bool change = parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload");
+  if (!index && !change)
+    return serve::set_error(res, 404, "no such endpoint: " + req.path +
+                                          "; repository routes are /v2/repository/index and "
+                                          "/v2/repository/models/{model}/load|unload");
+  if (!method_is(req, res, "POST")) return;
+  try {
+    if (index) {
+      // An optional body {"ready": true} keeps only the loaded versions.
+      bool only_ready = false;
+      if (!req.body.empty()) {
+        json body = json::parse(req.body, nullptr, false);
+        if (body.is_discarded() || !body.is_object())
+          throw BadRequest("the index request's body must be a JSON object such as {\"ready\": true}, or empty");
+        if (body.contains("ready")) {
+          if (!body["ready"].is_boolean()) throw BadRequest("\"ready\" must be true or false");
+          only_ready = body["ready"].get<bool>();
+        }
+      }
+      json out = json::array();
+      for (const auto& e : repository->index()) {
+        if (only_ready && e.state != "READY") continue;
+        json line = {{"name", e.name}, {"state", e.state}};
+        if (!e.version.empty()) line["version"] = e.version;
+        if (!e.reason.empty()) line["reason"] = e.reason;
+        out.push_back(line);
+      }
+      return reply(res, 200, out);
+    }
+    const std::string& name = parts[3];
+    if (parts[4] == "load") {
+      repository->load(name);
+      std::string versions;
+      for (const auto& v : repository->versions(name)) versions += (versions.empty() ? "" : ", ") + v;
+      std::fprintf(stderr, "kiln serve: model '%s' loaded (versions %s)\n", name.c_str(), versions.c_str());
+    } else {
+      repository->unload(name);
+      std::fprintf(stderr, "kiln serve: model '%s' unloaded\n", name.c_str());
+    }
+    reply(res, 200, json::object());
+  } catch (const BadRequest& e) {
+    serve::set_error(res, 400, e.what());
+  } catch (const serve::RepositoryError& e) {
+    serve::set_error(res, 400, e.what());
+  }
+}
+
+void Server::Impl::poll_loop() {
+  const auto every = std::chrono::duration<double>(options.repository_poll_s);
+  std::unique_lock<std::mutex> lock(poll_mu);
+  while (!poll_cv.wait_for(lock, every, [this] { return stop_polling; })) {
+    lock.unlock();
+    for (const auto& line : repository->poll()) std::fprintf(stderr, "kiln serve: %s\n", line.c_str());
+    lock.lock();
   }
 }
 
@@ -285,6 +356,8 @@ int Server::start() {
     s.http->stop();
     throw;
   }
+  s.loaded = true;
+  if (o.repository_poll_s > 0 && !o.model_repository.empty()) s.poller = std::thread([&s] { s.poll_loop(); });
   s.ready = true;
   return port;
 }
@@ -292,6 +365,14 @@ int Server::start() {
 void Server::shutdown() {
   Impl& s = *impl_;
   s.ready = false;
+  if (s.poller.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(s.poll_mu);
+      s.stop_polling = true;
+    }
+    s.poll_cv.notify_all();
+    s.poller.join();
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(s.options.drain_timeout_s);
   while (s.in_flight > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

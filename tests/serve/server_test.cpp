@@ -16,6 +16,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kiln/serve.h"
+#include "support/serve_fixture.h"
 #include "support/close.h"
 #include "support/error_message.h"
 
@@ -24,54 +25,7 @@ using namespace kiln;
 namespace kt = kiln::testing;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-const std::string kCnn = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/cnn.onnx";  // dynamic batch
-const std::string kMlp = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/mlp.onnx";  // fixed batch 2
-
-// A repository with the CNN under the name "cnn", versions 1 and 3, and the given config.
-fs::path make_repository(const std::string& config) {
-  static int counter = 0;
-  fs::path root = fs::temp_directory_path() / ("kiln_repo_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  for (const char* v : {"1", "3"}) {
-    fs::create_directories(root / "cnn" / v);
-    fs::copy_file(kCnn, root / "cnn" / v / "model.onnx", fs::copy_options::overwrite_existing);
-  }
-  std::ofstream(root / "cnn" / "config.yaml") << config;
-  return root;
-}
-
-struct Running {
-  std::unique_ptr<Server> server;
-  int port = 0;
-  explicit Running(ServeOptions o) {
-    o.port = 0;
-    o.host = "127.0.0.1";
-    if (o.access_log == "-") o.access_log = "";
-    server = std::make_unique<Server>(o);
-    port = server->start();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(30, 0);
-    return c;
-  }
-};
-
-json infer_body(const Tensor& x) {
-  return {{"id", "r1"},
-          {"inputs", {{{"name", "input"}, {"shape", x.shape()}, {"datatype", "FP32"}, {"data", x.contiguous().to_vector<float>()}}}}};
-}
-
-Tensor output_of(const std::string& body) {
-  json j = json::parse(body);
-  const json& o = j["outputs"][0];
-  return from_vector(o["data"].get<std::vector<float>>(), o["shape"].get<Shape>());
-}
-
-Tensor session_output(const Tensor& x) {
-  static InferenceSession session(kCnn);
-  return session.run({x})[0];
-}
+using kt::infer_body, kt::kCnn, kt::kMlp, kt::make_repository, kt::output_of, kt::Running, kt::session_output;
 
 TEST(Serve, HealthAndMetadata) {
   ServeOptions o;

@@ -16,6 +16,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: all)");
   cmd->add_option("--auth-token-file", o->auth_token_file,
                   "File holding a bearer token that every endpoint but /v2/health needs");
+  cmd->add_option("--repository-poll-secs", o->repository_poll_s,
+                  "Look at the model repository this often and load new or changed models, unload removed ones")
+      ->check(CLI::PositiveNumber)
+      ->needs(repo);
   cmd->add_option("--port", o->port, "Port to listen on (0: any free one)")->check(CLI::Range(0, 65535));
   cmd->add_option("--max-body-mb", o->max_body_bytes, "Largest request body, in MiB (default 64); larger ones get 413")
       ->transform([](std::string v) {
