@@ -1,6 +1,8 @@
 // kiln: the command-line tool. Subcommands register here as they land.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "kiln/kiln.h"
 
@@ -27,7 +29,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const kiln::Error& e) {
-    std::cerr << "kiln: error: " << e.what() << "\n";
+    // One write: another process sharing this stderr (a server being stopped)
+    // cannot land in the middle of the line.
+    std::string line = std::string("kiln: error: ") + e.what() + "\n";
+    std::fwrite(line.data(), 1, line.size(), stderr);
     return 1;
   }
   return 0;
