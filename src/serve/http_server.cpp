@@ -14,10 +14,12 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <map>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -138,6 +140,19 @@ void refuse_connection(int fd, const std::string& message) {
   ::close(fd);
 }
 
+// Transfer-Encoding is chunked or absent, and never beside Content-Length:
+// a proxy in front that read the length another way would see other
+// requests in this one. Empty when the framing is sound.
+std::string framing_problem(const http::request<http::string_body>& head) {
+  auto te = head.find(http::field::transfer_encoding);
+  if (te == head.end()) return "";
+  if (!boost::beast::iequals(te->value(), "chunked"))
+    return "Transfer-Encoding '" + std::string(view(te->value())) + "' is not supported; send Content-Length or chunked";
+  if (head.count(http::field::transfer_encoding) > 1 || head.count(http::field::content_length) > 0)
+    return "a request may not carry both Transfer-Encoding and Content-Length (or Transfer-Encoding twice)";
+  return "";
+}
+
 int hex_digit(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -193,7 +208,24 @@ const std::string* HttpRequest::header(std::string_view name) const {
 void set_error(HttpResponse& res, int status, const std::string& message) {
   res.status = status;
   res.content_type = "application/json";
-  res.body = nlohmann::json{{"error", message}}.dump();
+  res.body = nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string printable(std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f || c == '\\') {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
 }
 
 struct HttpServer::Impl {
@@ -351,8 +383,15 @@ void HttpServer::Impl::serve(Connection& c) {
     // for it; the body within that again plus its size at the minimum rate.
     const size_t received_before = stream.received(), buffered_before = buffer.size();
     stream.set_deadline(Clock::now() + seconds(options.header_timeout_s));
-    http::read_header(stream, buffer, parser, ec);
-    if (!ec && !parser.is_done()) {
+    std::string framing_error;  // a head whose body length two parties could read differently
+    bool out_of_memory = false;
+    try {
+      http::read_header(stream, buffer, parser, ec);
+      if (!ec) framing_error = framing_problem(parser.get());
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;
+    }
+    if (!ec && framing_error.empty() && !out_of_memory && !parser.is_done()) {
       if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
         stream.write_some(net::buffer(kContinue, sizeof kContinue - 1), ec);
@@ -360,14 +399,27 @@ void HttpServer::Impl::serve(Connection& c) {
       auto length = parser.content_length();
       double body_bytes = static_cast<double>(length ? *length : options.max_body_bytes);
       stream.set_deadline(Clock::now() + seconds(options.header_timeout_s + body_bytes / options.min_body_bytes_per_s));
-      if (!ec) http::read(stream, buffer, parser, ec);
+      try {
+        if (!ec) http::read(stream, buffer, parser, ec);
+      } catch (const std::bad_alloc&) {
+        out_of_memory = true;  // this request's body; the server goes on
+      }
     }
     auto read_at = std::chrono::steady_clock::now();
     HttpRequest req;
     HttpResponse res;
     req.remote_addr = c.remote_addr;
     bool keep_alive = true;
-    if (ec == net::error::timed_out && (stream.received() != received_before || buffered_before > 0)) {
+    if (out_of_memory || !framing_error.empty()) {
+      req.method = std::string(view(parser.get().method_string()));
+      req.path = decode_path(view(parser.get().target()));
+      if (out_of_memory)
+        set_error(res, 503, "the server has no memory for this request now; try again later or send a smaller one");
+      else
+        set_error(res, 400, framing_error);
+      keep_alive = false;
+      refused_body = true;
+    } else if (ec == net::error::timed_out && (stream.received() != received_before || buffered_before > 0)) {
       // Started but too slow: say so (a silent idle connection is just closed).
       if (parser.is_header_done()) {
         req.method = std::string(view(parser.get().method_string()));
@@ -406,12 +458,19 @@ void HttpServer::Impl::serve(Connection& c) {
       keep_alive = msg.keep_alive();
       try {
         handler(req, res);
-      } catch (const std::exception& e) {
+      } catch (const std::bad_alloc&) {
         res = HttpResponse();
-        set_error(res, 500, std::string("the request failed: ") + e.what());
+        set_error(res, 503, "the server has no memory for this request now; try again later or send a smaller one");
+      } catch (const std::exception& e) {
+        // A library's message is no use to the client: it goes to the log.
+        std::string detail = "kiln serve: internal error on " + printable(req.method) + " " + printable(req.path) +
+                             ": " + printable(e.what()) + "\n";
+        std::fwrite(detail.data(), 1, detail.size(), stderr);
+        res = HttpResponse();
+        set_error(res, 500, "internal error while answering this request (the server's log has the details)");
       } catch (...) {
         res = HttpResponse();
-        set_error(res, 500, "the request failed");
+        set_error(res, 500, "internal error while answering this request");
       }
     }
     http::response<http::string_body> out;
@@ -419,11 +478,12 @@ void HttpServer::Impl::serve(Connection& c) {
     out.set(http::field::content_type, res.content_type);
     for (const auto& [name, value] : res.headers) out.set(name, value);
     out.body() = std::move(res.body);
-    out.keep_alive(keep_alive && !stopping);
+    out.keep_alive(keep_alive && !stopping && !res.close);
     out.prepare_payload();
     error_code written;
     http::write(stream, out, written);
     res.body = std::move(out.body());
+    if (written) res.status = kClientGone;  // logged as what the client got: nothing
     if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
     if (written || !out.keep_alive()) break;
   }

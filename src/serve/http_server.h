@@ -28,10 +28,18 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
+  bool close = false;  // close the connection after this answer
 };
 
-// A body of {"error": message}: what every error status carries.
+// The status logged for an answer the client did not take (it left first).
+constexpr int kClientGone = 499;
+
+// A body of {"error": message}: what every error status carries. Bytes that
+// are not UTF-8 (from a client's path or name) become U+FFFD.
 void set_error(HttpResponse& res, int status, const std::string& message);
+// The text with control characters, backslashes and non-ASCII bytes written
+// as \xHH: client input fit for a log line, which it cannot split or forge.
+std::string printable(std::string_view text);
 
 struct HttpOptions {
   std::string host = "0.0.0.0";

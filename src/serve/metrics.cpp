@@ -55,6 +55,11 @@ ModelMetrics& Metrics::model(const std::string& name) {
   return *m;
 }
 
+void Metrics::count_response(int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++responses_[status];
+}
+
 std::string Metrics::text() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
@@ -63,6 +68,9 @@ std::string Metrics::text() const {
   };
   header("kiln_http_requests_total", "counter", "HTTP requests received");
   s += "kiln_http_requests_total " + std::to_string(http_requests.load()) + "\n";
+  header("kiln_http_responses_total", "counter", "HTTP answers by status code (499: the client left first)");
+  for (const auto& [code, n] : responses_)
+    s += "kiln_http_responses_total{code=\"" + std::to_string(code) + "\"} " + std::to_string(n) + "\n";
   header("kiln_inference_requests_total", "counter", "Inference requests by outcome");
   for (const auto& [name, m] : models_) {
     s += "kiln_inference_requests_total{model=\"" + name + "\",outcome=\"success\"} " + std::to_string(m->success) + "\n";

@@ -36,10 +36,13 @@ class Metrics {
  public:
   ModelMetrics& model(const std::string& name);  // created on first use
   std::atomic<uint64_t> http_requests{0};
+  // Every answer by status, those of the HTTP layer (400, 408, 413, 431) too.
+  void count_response(int status);
   std::string text() const;  // the /metrics page
 
  private:
   mutable std::mutex mu_;
+  std::map<int, uint64_t> responses_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
 };
 

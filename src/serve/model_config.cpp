@@ -60,7 +60,10 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   ModelConfig c;
   if (!root || root.IsNull()) return c;
   YamlSection s(root, "the model config",
-                {"name", "max_batch_size", "inputs", "outputs", "dynamic_batching", "instance_count", "warmup"}, source);
+                {"name", "max_batch_size", "inputs", "outputs", "dynamic_batching", "instance_count", "warmup",
+                 "allow_non_finite"},
+                source);
+  s.read("allow_non_finite", c.allow_non_finite);
   s.read("name", c.name);
   s.read("max_batch_size", c.max_batch_size);
   KILN_CHECK(c.max_batch_size >= 0, source, ": max_batch_size must be >= 0, got ", c.max_batch_size);

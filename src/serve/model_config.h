@@ -7,6 +7,7 @@
 //   dynamic_batching: {max_queue_delay_microseconds: 500, preferred_batch_size: [32, 64], max_queue_size: 256}
 //   instance_count: 1             # batches computed at once
 //   warmup: [1, 64]               # batch sizes run once before the model is ready
+//   allow_non_finite: false       # true: inf and NaN inputs are run, not refused
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ struct ModelConfig {
   int64_t max_queue_size = 1024;  // requests waiting; more are refused with 503
   int instance_count = 1;
   std::vector<int64_t> warmup_batch_sizes = {1};
+  bool allow_non_finite = false;
 };
 
 // Throws naming the file and the key; unknown keys are refused.

@@ -1,7 +1,9 @@
 #include "serve/oip.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
@@ -20,13 +22,14 @@ template <typename... Args>
 }
 
 // Appends the numbers of a (possibly nested) JSON array.
+// `limit`: the largest magnitude the input's datatype holds (floating types).
 template <typename T>
-void flatten(element e, std::vector<T>& out, const std::string& name) {
+void flatten(element e, std::vector<T>& out, const std::string& name, const Shape& shape, double limit) {
   switch (e.type()) {
     case element_type::ARRAY:
     {
       simdjson::dom::array items = e.get_array().value_unsafe();
-      for (element item : items) flatten(item, out, name);
+      for (element item : items) flatten(item, out, name, shape, limit);
       return;
     }
     case element_type::BOOL:
@@ -42,12 +45,20 @@ void flatten(element e, std::vector<T>& out, const std::string& name) {
         bad("input '", name, "': BOOL data must be true/false");
       } else if constexpr (std::is_integral_v<T>) {
         if (e.type() == element_type::DOUBLE) bad("input '", name, "': integer data expected, got ", e.get_double().value_unsafe());
-        int64_t v = e.type() == element_type::INT64 ? e.get_int64().value_unsafe()
-                                                     : static_cast<int64_t>(e.get_uint64().value_unsafe());
-        out.push_back(static_cast<T>(v));
+        // A value the datatype cannot hold is refused, not wrapped around.
+        if (e.type() == element_type::UINT64 ||
+            e.get_int64().value_unsafe() < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+            e.get_int64().value_unsafe() > static_cast<int64_t>(std::numeric_limits<T>::max()))
+          bad("input '", name, "': ", simdjson::to_string(e), " is outside the range of its datatype (",
+              std::numeric_limits<T>::min() + 0, " to ", std::numeric_limits<T>::max() + 0, ")");
+        out.push_back(static_cast<T>(e.get_int64().value_unsafe()));
       } else {
         double v = 0;
         if (e.get_double().get(v)) bad("input '", name, "': a number does not fit a double");
+        // 1e39 as FP32 would be inf: refused, like any value the datatype cannot hold.
+        if (std::abs(v) > limit)
+          bad("input '", name, "': ", v, " at ", position_of(static_cast<int64_t>(out.size()), shape),
+              " is outside the range of its datatype (largest magnitude ", limit, ")");
         out.push_back(static_cast<T>(v));
       }
       return;
@@ -56,12 +67,31 @@ void flatten(element e, std::vector<T>& out, const std::string& name) {
   }
 }
 
+}  // namespace
+
+std::string position_of(int64_t flat, const Shape& shape) {
+  Shape at(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] > 0) {
+      at[d] = flat % shape[d];
+      flat /= shape[d];
+    }
+  }
+  return shape_str(at);
+}
+
+namespace {
+
 template <typename T>
 Tensor from_json(element data, const Shape& shape, DType dtype, const std::string& name) {
   std::vector<T> values;
   // The shape is only a claim: reserve for it up to what a modest body holds.
   values.reserve(static_cast<size_t>(std::min<int64_t>(numel_of(shape), int64_t{1} << 20)));
-  flatten(data, values, name);
+  const double limit = dtype == DType::Float32 ? std::numeric_limits<float>::max()
+                       : dtype == DType::Float16  ? 65504.0
+                       : dtype == DType::BFloat16 ? 3.3895313892515355e38
+                                                  : std::numeric_limits<double>::max();
+  flatten(data, values, name, shape, limit);
   if (static_cast<int64_t>(values.size()) != numel_of(shape))
     bad("input '", name, "': data holds ", values.size(), " values but shape ", shape_str(shape), " needs ", numel_of(shape));
   Tensor t = from_vector(values, shape);
@@ -120,7 +150,11 @@ InferRequest parse_infer_request(const std::string& body, long long header_lengt
   if (header_length > static_cast<long long>(body.size()))
     bad("Inference-Header-Content-Length (", header_length, ") is larger than the body (", body.size(), " bytes)");
   size_t json_len = header_length >= 0 ? static_cast<size_t>(header_length) : body.size();
-  thread_local simdjson::dom::parser parser;  // keeps its buffers between requests
+  // Small bodies reuse this thread's parser and its buffers; a large one gets
+  // a parser of its own, so its buffers (several times its size) go with it.
+  thread_local simdjson::dom::parser reused;
+  simdjson::dom::parser own;
+  simdjson::dom::parser& parser = json_len <= (size_t{1} << 20) ? reused : own;
   simdjson::padded_string text(body.data(), json_len);
   element doc;
   if (auto err = parser.parse(text).get(doc)) bad("the request body is not valid JSON: ", simdjson::error_message(err));

@@ -23,6 +23,9 @@ class TooLarge : public BadRequest {
   explicit TooLarge(const std::string& msg) : BadRequest(msg) {}
 };
 
+// The multi-index of element `flat` of a row-major tensor: "[0, 0, 14, 14]".
+std::string position_of(int64_t flat, const Shape& shape);
+
 struct InferRequest {
   std::string id;
   std::vector<std::pair<std::string, Tensor>> inputs;  // as given, in request order

@@ -168,7 +168,7 @@ std::shared_ptr<ServedModel> Repository::find(const std::string& name, const std
   if (it == models_.end() || it->second.versions.empty()) return nullptr;
   const auto& versions = it->second.versions;
   if (version.empty()) return versions.rbegin()->second;
-  if (!all_digits(version)) return nullptr;
+  if (!all_digits(version) || (version.size() > 1 && version[0] == '0')) return nullptr;  // "01" is not version 1
   auto v = versions.find(std::stoll(version));
   return v == versions.end() ? nullptr : v->second;
 }

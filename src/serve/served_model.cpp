@@ -1,6 +1,7 @@
 #include "serve/served_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/functional.h"
 
@@ -73,6 +74,20 @@ std::string ServedModel::expected(const TensorInfo& info) const {
   return s;
 }
 
+// inf and NaN make answers depend on the kernel each batch size picks (a
+// Winograd convolution spreads one inf over its whole tile as NaN): refused
+// unless the config allows them.
+void ServedModel::refuse_non_finite(const std::string& input, const Tensor& t) const {
+  if (!is_floating(t.dtype()) || t.numel() == 0) return;
+  Tensor values = t.dtype() == DType::Float32 ? t.contiguous() : t.to(DType::Float32).contiguous();
+  const float* v = values.data<float>();
+  for (int64_t i = 0; i < values.numel(); ++i)
+    if (!std::isfinite(v[i]))
+      throw BadRequest("input '" + input + "' holds " + (std::isnan(v[i]) ? "NaN" : "inf") + " at " +
+                       position_of(i, t.shape()) + "; model '" + name_ +
+                       "' takes finite values only (allow_non_finite: true in its config.yaml runs them)");
+}
+
 std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std::string, Tensor>>& given) const {
   std::vector<Tensor> ordered(inputs().size());
   for (const auto& item : given) {
@@ -96,6 +111,7 @@ std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std
     if (!fits)
       throw BadRequest("input '" + name + "': expected " + expected(*it) + ", got " + oip_datatype(t.dtype()) + " " +
                        shape_str(t.shape()));
+    if (!config_.allow_non_finite) refuse_non_finite(name, t);
     ordered[k] = t;
   }
   for (size_t k = 0; k < ordered.size(); ++k)

@@ -56,6 +56,7 @@ class ServedModel {
     std::promise<std::vector<Tensor>> result;
   };
   std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
+  void refuse_non_finite(const std::string& input, const Tensor& t) const;
   std::vector<Tensor> run_now(const std::vector<Tensor>& inputs, std::chrono::steady_clock::time_point deadline);
   // Runs a batch padded up to its bucket and returns the outputs for the real rows.
   std::vector<Tensor> run_padded(const std::vector<Tensor>& inputs);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -53,7 +54,7 @@ namespace {
 
 void reply(HttpResponse& res, int status, const json& body) {
   res.status = status;
-  res.body = body.dump();
+  res.body = body.dump(-1, ' ', false, json::error_handler_t::replace);  // names on disk need not be UTF-8
 }
 
 json tensor_metadata(const TensorInfo& info) {
@@ -114,14 +115,17 @@ std::string read_token(const std::string& path) {
 }  // namespace
 
 void Server::Impl::log(const HttpRequest& req, const HttpResponse& res, double seconds) {
+  metrics.count_response(res.status);
   if (!access_log) return;
   std::time_t now = std::time(nullptr);
   char when[32];
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::lock_guard<std::mutex> lock(log_mu);
-  std::fprintf(access_log, "%s %s %s %s %d %zu %zu %.3fms\n", when, req.remote_addr.c_str(),
-               req.method.empty() ? "-" : req.method.c_str(), req.path.empty() ? "-" : req.path.c_str(), res.status,
-               req.body.size(), res.body.size(), seconds * 1e3);
+  // Method and path come from the client: escaped, so they cannot start a line of their own.
+  const std::string method = req.method.empty() ? "-" : serve::printable(req.method);
+  const std::string path = req.path.empty() ? "-" : serve::printable(req.path);
+  std::fprintf(access_log, "%s %s %s %s %d %zu %zu %.3fms\n", when, req.remote_addr.c_str(), method.c_str(),
+               path.c_str(), res.status, req.body.size(), res.body.size(), seconds * 1e3);
   std::fflush(access_log);
 }
 
@@ -257,17 +261,16 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
   serve::ModelMetrics& mm = metrics.model(m.name());
   if (!ready) {
     ++mm.failure;
+    res.close = true;  // a client that keeps the connection would come back to a closing server
     return serve::set_error(res, 503, "the server is not ready (starting or shutting down)");
   }
   try {
     long long header_length = -1;
     if (const std::string* v = req.header("Inference-Header-Content-Length")) {
-      try {
-        header_length = std::stoll(*v);
-      } catch (const std::exception&) {
-        throw BadRequest("Inference-Header-Content-Length '" + *v + "' is not a number");
-      }
-      if (header_length < 0) throw BadRequest("Inference-Header-Content-Length must not be negative");
+      // All of it a number: "162junk" is a client bug, not 162.
+      auto [end, failed] = std::from_chars(v->data(), v->data() + v->size(), header_length);
+      if (failed != std::errc() || end != v->data() + v->size() || header_length < 0)
+        throw BadRequest("Inference-Header-Content-Length '" + *v + "' is not a non-negative whole number");
     }
     // Models with max_batch_size check the batch against it after decoding
     // (their message names the expected shape); the others are bounded here,
@@ -313,9 +316,12 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
   } catch (const Unavailable& e) {
     ++mm.failure;
     serve::set_error(res, 503, e.what());
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
     ++mm.failure;
     serve::set_error(res, 500, std::string("inference failed: ") + e.what());
+  } catch (...) {
+    ++mm.failure;
+    throw;  // out of memory (503) or a library's exception (500, its text only in the log)
   }
 }
 

@@ -25,7 +25,7 @@ using namespace kiln;
 namespace kt = kiln::testing;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using kt::infer_body, kt::kCnn, kt::kMlp, kt::make_repository, kt::output_of, kt::Running, kt::session_output;
+using kt::RawConnection, kt::infer_body, kt::kCnn, kt::kMlp, kt::make_repository, kt::output_of, kt::Running, kt::session_output;
 
 TEST(Serve, HealthAndMetadata) {
   ServeOptions o;
@@ -302,38 +302,6 @@ TEST(Serve, SlowClientsDoNotBlockOthers) {
   ::close(fd);
   EXPECT_EQ(s.client().Get("/v2/health/live")->status, 200);
 }
-
-// A loopback connection that sends raw bytes and reads what comes back.
-struct RawConnection {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  explicit RawConnection(int port) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawConnection() { ::close(fd); }
-  void send(const std::string& bytes) { ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size())); }
-  // Reads until `count` occurrences of `marker` have arrived (or the peer closes or stalls).
-  std::string read_until(const std::string& marker, int count = 1) {
-    std::string got;
-    char buf[4096];
-    auto occurrences = [&] {
-      int n = 0;
-      for (size_t at = got.find(marker); at != std::string::npos; at = got.find(marker, at + 1)) ++n;
-      return n;
-    };
-    while (occurrences() < count) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    return got;
-  }
-};
 
 TEST(Serve, HttpDetailsClientsRelyOn) {
   ServeOptions o;

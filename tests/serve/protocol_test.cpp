@@ -1,0 +1,139 @@
+// kiln serve where a lenient reading would hurt: values the model or the
+// datatype cannot take, request framing two parties could read differently,
+// internal messages and client bytes that must not leak into answers or logs,
+// and refusals that must still be counted.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "support/serve_fixture.h"
+
+namespace {
+using namespace kiln;
+namespace kt = kiln::testing;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using kt::infer_body, kt::kCnn, kt::make_repository, kt::RawConnection, kt::Running;
+
+httplib::Result post_binary(const Running& s, const Tensor& x) {
+  json header = {{"inputs", {{{"name", "input"}, {"shape", x.shape()}, {"datatype", "FP32"},
+                              {"parameters", {{"binary_data_size", x.numel() * 4}}}}}}};
+  std::string head = header.dump();
+  std::string body = head + std::string(static_cast<const char*>(x.raw_data()), x.numel() * 4);
+  return s.client().Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(head.size())}}, body,
+                         "application/octet-stream");
+}
+
+// Sends raw bytes and returns the whole answer (the server closes after refusals).
+std::string raw_exchange(const Running& s, const std::string& request) {
+  RawConnection c(s.port);
+  c.send(request);
+  return c.read_until("\"}");
+}
+
+TEST(ServeInput, NonFiniteValuesAreRefusedUnlessTheConfigAllowsThem) {
+  for (bool allowed : {false, true}) {
+    ServeOptions o;
+    o.model_repository = make_repository(allowed ? "allow_non_finite: true\n" : "").string();
+    Running s(o);
+    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      Tensor x = rand({2, 1, 28, 28});
+      x.data<float>()[28 * 28 + 14 * 28 + 14] = bad;  // [1, 0, 14, 14]
+      auto r = post_binary(s, x);
+      ASSERT_TRUE(r);
+      if (allowed) {
+        EXPECT_EQ(r->status, 200) << r->body;
+        continue;
+      }
+      EXPECT_EQ(r->status, 400) << r->body;
+      EXPECT_NE(r->body.find(std::string("input 'input' holds ") + (std::isnan(bad) ? "NaN" : "inf") +
+                             " at [1, 0, 14, 14]"),
+                std::string::npos)
+          << r->body;
+      EXPECT_NE(r->body.find("allow_non_finite: true"), std::string::npos) << r->body;
+    }
+    fs::remove_all(o.model_repository);
+  }
+}
+
+TEST(ServeInput, ValuesOutsideTheDatatypeAreRefused) {
+  ServeOptions o;
+  o.model = kCnn;
+  Running s(o);
+  auto c = s.client();
+  json body = infer_body(zeros({1, 1, 28, 28}));
+  body["inputs"][0]["data"][5] = 1e39;  // no float holds it
+  auto r = c.Post("/v2/models/cnn/infer", body.dump(), "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("1e+39 at [0, 0, 0, 5] is outside the range of its datatype"), std::string::npos) << r->body;
+  json ints = {{"inputs", {{{"name", "input"}, {"shape", {2}}, {"datatype", "INT32"}, {"data", {1, 3000000000LL}}}}}};
+  r = c.Post("/v2/models/cnn/infer", ints.dump(), "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("3000000000 is outside the range of its datatype"), std::string::npos) << r->body;
+  body["inputs"][0]["data"][5] = 3e38;  // large, but a float
+  EXPECT_EQ(c.Post("/v2/models/cnn/infer", body.dump(), "application/json")->status, 200);
+}
+
+TEST(ServeProtocol, FramingIsReadStrictly) {
+  ServeOptions o;
+  o.model = kCnn;
+  Running s(o);
+  // A header length with trailing junk is not a length.
+  Tensor x = rand({1, 1, 28, 28});
+  std::string json_body = infer_body(x).dump();
+  auto r = s.client().Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(json_body.size()) + "junk"}},
+                           json_body, "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("is not a non-negative whole number"), std::string::npos) << r->body;
+  // Transfer-Encoding other than chunked, or beside Content-Length: refused.
+  std::string answer = raw_exchange(
+      s, "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\nContent-Length: 2\r\n\r\n{}");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find("Transfer-Encoding 'xchunked' is not supported"), std::string::npos) << answer;
+  answer = raw_exchange(
+      s, "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  // All the headers together, not each one, are held to 64 KiB.
+  std::string many = "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 10000; ++i) many += "X-Filler-" + std::to_string(i) + ": 0\r\n";
+  answer = raw_exchange(s, many + "\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+  // Version 00001 is not version 1.
+  EXPECT_EQ(s.client().Get("/v2/models/cnn/versions/00001")->status, 404);
+  EXPECT_EQ(s.client().Get("/v2/models/cnn/versions/1")->status, 200);
+  // Refusals of the HTTP layer are counted by code.
+  std::string metrics = s.client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kiln_http_responses_total{code=\"431\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kiln_http_responses_total{code=\"400\"} 3"), std::string::npos) << metrics;
+}
+
+TEST(ServeProtocol, ClientBytesNeitherBreakAnswersNorForgeLogLines) {
+  fs::path log = fs::temp_directory_path() / ("kiln_access_" + std::to_string(::getpid()) + ".log");
+  fs::remove(log);
+  ServeOptions o;
+  o.model = kCnn;
+  o.access_log = log.string();
+  Running s(o);
+  auto c = s.client();
+  // Not UTF-8 once decoded: a 404 with a valid JSON body, no library's exception text.
+  auto r = c.Get("/v2/models/%FF");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_TRUE(json::accept(r->body)) << r->body;
+  EXPECT_EQ(r->body.find("exception"), std::string::npos) << r->body;
+  r = c.Get("/x%0d%0a2099-01-01T00:00:00Z%20evil%20GET%20/admin%20200");
+  EXPECT_EQ(r->status, 404);
+  s.server->shutdown();
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("/v2/models/\\xff 404"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("/x\\x0d\\x0a2099-01-01T00:00:00Z evil GET /admin 200 404"), std::string::npos) << lines[1];
+  fs::remove(log);
+}
+
+}  // namespace
