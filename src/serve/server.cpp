@@ -7,9 +7,12 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "kiln/serve.h"
 #include "serve/http_server.h"
@@ -401,7 +404,23 @@ int run_server(const ServeOptions& options) {
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "kiln serve: %s received; finishing in-flight requests\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  server.shutdown();
+  // Shutdown waits drain_timeout_s for requests, then closes their
+  // connections; a computation still running then would hold the exit as
+  // long as it takes. The process ends a moment after the drain timeout
+  // whatever is still running: its clients are gone already.
+  std::promise<void> stopped;
+  auto finished = stopped.get_future();
+  std::thread stopper([&] {
+    server.shutdown();
+    stopped.set_value();
+  });
+  if (finished.wait_for(std::chrono::duration<double>(options.drain_timeout_s + 1)) != std::future_status::ready) {
+    std::fprintf(stderr, "kiln serve: stopped with computations still running past --drain-timeout (%g s)\n",
+                 options.drain_timeout_s);
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  stopper.join();
   std::fprintf(stderr, "kiln serve: stopped\n");
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "support/serve_fixture.h"
 
@@ -105,8 +106,14 @@ TEST(ServeProtocol, FramingIsReadStrictly) {
   // Version 00001 is not version 1.
   EXPECT_EQ(s.client().Get("/v2/models/cnn/versions/00001")->status, 404);
   EXPECT_EQ(s.client().Get("/v2/models/cnn/versions/1")->status, 200);
-  // Refusals of the HTTP layer are counted by code.
-  std::string metrics = s.client().Get("/metrics")->body;
+  // Refusals of the HTTP layer are counted by code (once written, a moment
+  // after the client has them).
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    metrics = s.client().Get("/metrics")->body;
+    if (metrics.find("kiln_http_responses_total{code=\"431\"}") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   EXPECT_NE(metrics.find("kiln_http_responses_total{code=\"431\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kiln_http_responses_total{code=\"400\"} 3"), std::string::npos) << metrics;
 }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -456,25 +457,42 @@ TEST(Serve, ABearerTokenGuardsEverythingButHealth) {
 
 // The real `kiln serve` process: SIGTERM while a request is in flight; the
 // request is answered and the process exits 0.
-TEST(ServeProcess, SigtermDrainsAndExits) {
-  fs::path repo = make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 400000}\n");
-  fs::path log = repo / "serve.log";
+// `kiln serve` in a process of its own, stderr to `log`. Returns its pid and port.
+std::pair<pid_t, int> start_serve_process(std::vector<std::string> args, const fs::path& log) {
   pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
     std::freopen(log.c_str(), "w", stderr);
-    // No --host: the default listens on loopback only.
-    ::execl(KILN_CLI, KILN_CLI, "serve", "--model-repository", repo.c_str(), "--port", "0", static_cast<char*>(nullptr));
+    args.insert(args.begin(), {KILN_CLI, "serve"});
+    args.push_back("--port");
+    args.push_back("0");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(KILN_CLI, argv.data());
     ::_exit(127);
   }
   int port = 0;
-  for (int i = 0; i < 300 && port == 0; ++i) {
+  for (int i = 0; i < 300 && port == 0 && pid > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::ifstream f(log);
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     auto at = text.find("ready on 127.0.0.1:");
     if (at != std::string::npos) port = std::atoi(text.c_str() + at + std::strlen("ready on 127.0.0.1:"));
   }
+  return {pid, port};
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+TEST(ServeProcess, SigtermDrainsAndExits) {
+  fs::path repo = make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 400000}\n");
+  fs::path log = repo / "serve.log";
+  // No --host: the default listens on loopback only.
+  auto [pid, port] = start_serve_process({"--model-repository", repo.string()}, log);
+  ASSERT_GT(pid, 0);
   ASSERT_GT(port, 0) << "kiln serve did not become ready";
   int status = 0;
   std::thread request([&] {
@@ -496,6 +514,38 @@ TEST(ServeProcess, SigtermDrainsAndExits) {
   EXPECT_NE(text.find("SIGTERM received; finishing in-flight requests"), std::string::npos) << text;
   EXPECT_EQ(text.find("error"), std::string::npos) << "a stop is not an error: " << text;
   EXPECT_NE(text.find("POST /v2/models/cnn/infer 200"), std::string::npos) << text;
+}
+
+// A request still in the server after the drain timeout (here: waiting 10 s
+// for its batch to fill) does not hold the exit, and the access log does not
+// claim an answer the client never got.
+TEST(ServeProcess, ExitIsBoundedByTheDrainTimeout) {
+  fs::path repo = make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 10000000}\n");
+  fs::path log = repo / "serve.log";
+  auto [pid, port] = start_serve_process({"--model-repository", repo.string(), "--drain-timeout", "0.2"}, log);
+  ASSERT_GT(pid, 0);
+  ASSERT_GT(port, 0) << "kiln serve did not become ready";
+  int status = 0;
+  std::thread request([&, port = port] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    auto res = c.Post("/v2/models/cnn/infer", infer_body(rand({1, 1, 28, 28})).dump(), "application/json");
+    status = res ? res->status : -1;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto sent = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  int wstatus = 0;
+  ::waitpid(pid, &wstatus, 0);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  request.join();
+  EXPECT_LT(took, 0.2 + 1 + 1.5) << "the exit waited for the request";
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  EXPECT_EQ(status, -1);
+  std::string text = read_all(log);
+  EXPECT_EQ(text.find("infer 200"), std::string::npos) << text;
+  EXPECT_NE(text.find("stopped with computations still running past --drain-timeout"), std::string::npos) << text;
+  fs::remove_all(repo);
 }
 
 }  // namespace
