@@ -486,6 +486,11 @@ void HttpServer::Impl::serve(Connection& c) {
     if (written) res.status = kClientGone;  // logged as what the client got: nothing
     if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
     if (written || !out.keep_alive()) break;
+    // A large request grew the buffer: give it back rather than keep it per connection.
+    if (buffer.capacity() > (size_t{1} << 20) && buffer.size() < (size_t{1} << 16)) {
+      buffer.shrink_to_fit();
+      buffer.reserve(64 * 1024);
+    }
   }
   if (refused_body) linger_and_drain(c.fd);
   std::lock_guard<std::mutex> lock(mu);
