@@ -74,6 +74,7 @@ struct Recipe {
   // Held out of the training set for per-epoch validation (0: none). Text
   // datasets always split: the last 10% of the text unless set.
   double validation_fraction = 0;
+  bool skip_bad_images = false;  // image_folder: replace images that do not decode, with a counted warning
   int workers = 2;                        // pipeline threads for datasets with transforms or files
   int64_t max_steps = 0;                  // stop after this many steps (0: run all epochs)
   std::vector<CallbackSpec> callbacks;

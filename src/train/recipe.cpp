@@ -116,10 +116,12 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
       top.read_choice("dataset", r.dataset, datasets);
     } else {
       Section ds(top["dataset"], "dataset",
-                 {"name", "path", "transforms", "normalize", "validation_fraction", "workers"}, source);
+                 {"name", "path", "transforms", "normalize", "validation_fraction", "workers", "skip_bad_images"},
+                 source);
       ds.read_choice("name", r.dataset, datasets);
       ds.read("path", r.dataset_path);
       ds.read("validation_fraction", r.validation_fraction);
+      ds.read("skip_bad_images", r.skip_bad_images);
       ds.read("workers", r.workers);
       if (ds["normalize"]) {
         Section n(ds["normalize"], "dataset.normalize", {"mean", "std"}, source);
@@ -178,6 +180,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
         "dataset image_folder needs dataset.path: a folder holding train/ and test/");
   check(!is_text || r.transforms.empty(), r, "dataset.transforms apply to images, not to text");
   check(r.validation_fraction >= 0 && r.validation_fraction < 1, r, "dataset.validation_fraction must be in [0, 1)");
+  check(!r.skip_bad_images || r.dataset == "image_folder", r,
+        "dataset.skip_bad_images applies to image_folder datasets only (the others are not decoded per file)");
   check(r.workers >= 0 && r.workers <= 64, r, "dataset.workers must be 0 to 64");
   check(r.normalize_mean.size() == r.normalize_std.size(), r,
         "dataset.normalize needs as many std values as mean values");

@@ -75,8 +75,10 @@ RecipeData image_data(const Recipe& r) {
     train = std::make_shared<data::TensorDataset>(data::load_cifar10(r.dataset_path, "train"));
     test = std::make_shared<data::TensorDataset>(data::load_cifar10(r.dataset_path, "test"));
   } else {
-    auto tr = std::make_shared<data::ImageFolderDataset>(r.dataset_path + "/train");
-    auto te = std::make_shared<data::ImageFolderDataset>(r.dataset_path + "/test");
+    data::ImageFolderOptions files;
+    files.skip_unreadable = r.skip_bad_images;
+    auto tr = std::make_shared<data::ImageFolderDataset>(r.dataset_path + "/train", files);
+    auto te = std::make_shared<data::ImageFolderDataset>(r.dataset_path + "/test", files);
     KILN_CHECK(tr->class_names() == te->class_names(), r.source, ": ", r.dataset_path,
                "/train and /test must hold the same class folders");
     d.config.num_classes = static_cast<int64_t>(tr->class_names().size());

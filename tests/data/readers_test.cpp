@@ -138,6 +138,34 @@ TEST(ImageFolder, ClassesFromSubfoldersFilesDecodedOnDemand) {
   fs::remove_all(dir);
 }
 
+// With skip_unreadable, a truncated image is replaced by the next one that
+// decodes, reported once with the count; without it, it is an error.
+TEST(ImageFolder, UnreadableImagesAreSkippedWithACountedWarningWhenAsked) {
+  fs::path dir = fresh_dir("skip");
+  fs::create_directories(dir / "cat");
+  fs::create_directories(dir / "dog");
+  auto jpg = data::encode_jpeg(pattern(16, 16));
+  write_bytes(dir / "cat" / "a.jpg", std::vector<uint8_t>(jpg.begin(), jpg.begin() + static_cast<long>(jpg.size() / 2)));
+  write_bytes(dir / "cat" / "b.png", data::encode_png(pattern(4, 6)));
+  write_bytes(dir / "dog" / "c.png", data::encode_png(pattern(5, 5)));
+  EXPECT_NE(message_of([&] { data::ImageFolderDataset(dir.string()).get(0); }).find("a.jpg"), std::string::npos);
+  data::ImageFolderDataset ds(dir.string(), data::ImageFolderOptions{.skip_unreadable = true});
+  ::testing::internal::CaptureStderr();
+  data::Sample first = ds.get(0), again = ds.get(0);
+  std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first.input.to_vector<uint8_t>(), pattern(4, 6).to_vector<uint8_t>());  // b.png stands in
+  EXPECT_EQ(first.label.item<int64_t>(), 0);
+  EXPECT_EQ(ds.skipped(), 1);
+  EXPECT_NE(warned.find("skipped an unreadable image (1 so far)"), std::string::npos) << warned;
+  EXPECT_NE(warned.find("a.jpg"), std::string::npos) << warned;
+  EXPECT_EQ(warned.find("skipped", warned.find("skipped") + 1), std::string::npos) << "reported twice: " << warned;
+  EXPECT_EQ(ds.get(2).label.item<int64_t>(), 1);
+  EXPECT_NE(message_of([&] { data::ImageFolderDataset(dir.string(), {.decode = false, .skip_unreadable = true}); })
+                .find("skip_unreadable needs decode"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(Csv, FeaturesAndLabelsWithHeaderQuotesAndClassNames) {
   fs::path dir = fresh_dir("csv");
   std::ofstream(dir / "iris.csv") << "sepal,\"petal, width\",species\n1.5,2,setosa\n\n3,4.25,\"virginica\"\n5,6e-1,setosa\n";

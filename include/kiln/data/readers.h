@@ -29,6 +29,10 @@ extern const std::vector<std::string> kCifar10Classes;
 struct ImageFolderOptions {
   bool decode = true;
   int channels = 3;
+  // An image that does not decode (truncated, corrupt) is replaced by the next
+  // one that does, with one line on stderr per file naming it and the count so
+  // far; otherwise it is an error naming the file. Needs decode.
+  bool skip_unreadable = false;
 };
 class ImageFolderDataset : public Dataset {
  public:
@@ -37,9 +41,12 @@ class ImageFolderDataset : public Dataset {
   Sample get(int64_t index) const override;
   const std::vector<std::string>& class_names() const { return classes_; }
   const std::string& path(int64_t index) const { return files_[static_cast<size_t>(index)]; }
+  int64_t skipped() const;  // files found unreadable so far (skip_unreadable)
 
  private:
   ImageFolderOptions options_;
+  struct Skipped;
+  std::shared_ptr<Skipped> skipped_;
   std::vector<std::string> classes_, files_;
   std::vector<int64_t> labels_;
 };
