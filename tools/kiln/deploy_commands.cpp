@@ -95,6 +95,7 @@ void add_export(CLI::App& app) {
       o.metadata["kiln.normalize_mean"] = m;
       o.metadata["kiln.normalize_std"] = s;
     }
+    net->set_train(false);  // a model loaded from a checkpoint to deploy: nothing to say about its mode
     ExportReport report = export_model(net, {sample}, a->out, o);
     std::printf("wrote %s: %s\n", a->out.c_str(), report.str().c_str());
   });
