@@ -50,6 +50,9 @@ Tensor gt(const Tensor& a, const Tensor& b);
 Tensor ge(const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor cast(const Tensor& x, DType dtype);
+// Row-major index of x's first inf or NaN; -1 when every value is finite
+// (always for integer and bool tensors). Reads the values: not an op, no gradient.
+int64_t first_non_finite(const Tensor& x);
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

@@ -7,7 +7,10 @@
 //   std::vector<kiln::Tensor> outputs = session.run({images});
 //
 // A graph is compiled per input shape (a new batch size compiles once more)
-// and kept; run() may be called from many threads at once.
+// and kept; run() may be called from many threads at once. Inputs holding inf
+// or NaN run node by node instead, so their answer is the same on every run
+// and at every batch size (the compiled graph's fastest kernels do not all
+// treat inf and NaN alike).
 #include <map>
 #include <memory>
 #include <string>

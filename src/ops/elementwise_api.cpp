@@ -1,4 +1,6 @@
 // The functional API of the elementwise ops.
+#include <cmath>
+
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -81,6 +83,19 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor cast(const Tensor& x, DType dtype) { return call1(KILN_OP("cast"), {x}, {{"dtype", dtype}}); }
+
+int64_t first_non_finite(const Tensor& x) {
+  if (!is_floating(x.dtype()) || x.numel() == 0) return -1;
+  auto scan = [](const auto* v, int64_t n) -> int64_t {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(static_cast<double>(v[i]))) return i;
+    return -1;
+  };
+  if (x.dtype() == DType::Float64) return scan(x.contiguous().data<double>(), x.numel());
+  // float16 and bfloat16 widen exactly, so inf and NaN stay what they are.
+  Tensor f = x.dtype() == DType::Float32 ? x.contiguous() : cast(x, DType::Float32).contiguous();
+  return scan(f.data<float>(), f.numel());
+}
 
 namespace {
 // A Python-style scalar adopts the tensor's dtype, except that a fractional

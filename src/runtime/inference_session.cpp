@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kiln/autograd.h"
+#include "kiln/functional.h"
 #include "kiln/jit.h"
 #include "kiln/parallel.h"
 #include "kiln/runtime.h"
@@ -89,6 +90,18 @@ struct InferenceSession::Impl {
   }
 };
 
+namespace {
+// inf and NaN run node by node: the compiled graph's kernels are chosen for
+// speed per batch size, and some (Winograd convolution, which spreads one inf
+// over its whole tile as NaN) give other non-finite answers than the plain
+// sum of products. Node by node, every run and batch size gives the same one.
+bool any_non_finite(const std::vector<Tensor>& inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && first_non_finite(t) >= 0) return true;
+  return false;
+}
+}  // namespace
+
 InferenceSession::InferenceSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 InferenceSession::~InferenceSession() = default;
 InferenceSession::InferenceSession(InferenceSession&&) noexcept = default;
@@ -118,7 +131,7 @@ InferenceSession::InferenceSession(const std::string& path, SessionOptions optio
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   NoGradGuard no_grad;
   impl_->program->check_inputs(inputs);  // before tracing, so the message is about the caller's tensors
-  if (impl_->options.optimization_level == 0) return impl_->program->run(inputs);
+  if (impl_->options.optimization_level == 0 || any_non_finite(inputs)) return impl_->program->run(inputs);
   std::string key = impl_->key_of(inputs);
   auto fn = impl_->take(key, inputs);
   std::vector<Tensor> out;

@@ -7,7 +7,7 @@
 //   dynamic_batching: {max_queue_delay_microseconds: 500, preferred_batch_size: [32, 64], max_queue_size: 256}
 //   instance_count: 1             # batches computed at once
 //   warmup: [1, 64]               # batch sizes run once before the model is ready
-//   allow_non_finite: false       # true: inf and NaN inputs are run, not refused
+//   allow_non_finite: false       # true: inf and NaN inputs are run (node by node), not refused
 #include <string>
 #include <vector>
 

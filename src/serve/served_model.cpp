@@ -74,18 +74,15 @@ std::string ServedModel::expected(const TensorInfo& info) const {
   return s;
 }
 
-// inf and NaN make answers depend on the kernel each batch size picks (a
-// Winograd convolution spreads one inf over its whole tile as NaN): refused
-// unless the config allows them.
+// inf and NaN are refused unless the config allows them: most models were
+// never meant to see them, and a client that sends them has usually made a
+// mistake worth hearing about.
 void ServedModel::refuse_non_finite(const std::string& input, const Tensor& t) const {
-  if (!is_floating(t.dtype()) || t.numel() == 0) return;
-  Tensor values = t.dtype() == DType::Float32 ? t.contiguous() : t.to(DType::Float32).contiguous();
-  const float* v = values.data<float>();
-  for (int64_t i = 0; i < values.numel(); ++i)
-    if (!std::isfinite(v[i]))
-      throw BadRequest("input '" + input + "' holds " + (std::isnan(v[i]) ? "NaN" : "inf") + " at " +
-                       position_of(i, t.shape()) + "; model '" + name_ +
-                       "' takes finite values only (allow_non_finite: true in its config.yaml runs them)");
+  int64_t at = first_non_finite(t);
+  if (at < 0) return;
+  double v = t.contiguous().reshape({-1}).select(0, at).item<double>();
+  throw BadRequest("input '" + input + "' holds " + (std::isnan(v) ? "NaN" : "inf") + " at " + position_of(at, t.shape()) +
+                   "; model '" + name_ + "' takes finite values only (allow_non_finite: true in its config.yaml runs them)");
 }
 
 std::vector<Tensor> ServedModel::order_and_check(const std::vector<std::pair<std::string, Tensor>>& given) const {

@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -80,6 +81,36 @@ TEST(InferenceSession, DynamicBatchMatchesOnnxRuntime) {
     Tensor x = rand({batch, 1, 28, 28});
     EXPECT_TRUE(kt::all_close(session.run({x})[0], kt::run_ort(fixture("cnn.onnx"), {{"input", x}}).outputs[0].second))
         << "batch " << batch;
+  }
+}
+
+// inf and NaN get one answer, whatever the batch and however often they are
+// run: the one of the plain sum of products (the compiled graph's Winograd
+// convolutions would turn a single inf into a tile of NaN).
+TEST(InferenceSession, NonFiniteInputsGetTheSameAnswerEveryRun) {
+  for (const std::string name : {"resnet18", "cnn"}) {
+    const std::string model = fixture(name + ".onnx");
+    Tensor clean = io::load_npy(fixture(name + ".input.npy"));
+    const int64_t h = clean.shape()[2];
+    SessionOptions eager_options;
+    eager_options.optimization_level = 0;
+    InferenceSession eager(model, eager_options);
+    InferenceSession session(model);
+    session.run({clean});  // compiled at this batch size before the odd input comes
+    for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      Tensor x = clean.clone();
+      x.data<float>()[(h / 2) * h + h / 2] = bad;  // row 0, channel 0, the middle
+      EXPECT_EQ(first_non_finite(x), (h / 2) * h + h / 2);
+      Tensor reference = eager.run({x})[0];
+      for (int repeat = 0; repeat < 3; ++repeat)
+        EXPECT_TRUE(kt::all_close(session.run({x})[0], reference, 1e-4, 1e-4, true))
+            << name << " with " << bad << ", run " << repeat;
+      if (session.inputs()[0].shape[0] >= 0) continue;  // a fixed batch
+      // Alone, the odd row gets the same answer as within its batch.
+      Tensor alone = session.run({x.slice(0, 0, 1).contiguous()})[0];
+      EXPECT_TRUE(kt::all_close(alone, reference.slice(0, 0, 1), 1e-4, 1e-4, true)) << name << " with " << bad;
+    }
+    EXPECT_EQ(first_non_finite(clean), -1);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/close.h"
 #include "support/serve_fixture.h"
 
 namespace {
@@ -27,6 +28,24 @@ httplib::Result post_binary(const Running& s, const Tensor& x) {
   std::string body = head + std::string(static_cast<const char*>(x.raw_data()), x.numel() * 4);
   return s.client().Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(head.size())}}, body,
                          "application/octet-stream");
+}
+
+// JSON has no inf or NaN: they come back as null, read here as NaN.
+Tensor output_with_nulls(const std::string& body) {
+  json o = json::parse(body)["outputs"][0];
+  std::vector<float> values;
+  for (const auto& v : o["data"]) values.push_back(v.is_null() ? std::numeric_limits<float>::quiet_NaN() : v.get<float>());
+  return from_vector(values, o["shape"].get<Shape>());
+}
+
+// The model run node by node, non-finite values made NaN as in a JSON answer.
+Tensor eager_output(const Tensor& x) {
+  SessionOptions o;
+  o.optimization_level = 0;
+  Tensor y = InferenceSession(kCnn, o).run({x})[0].contiguous();
+  for (int64_t i = 0; i < y.numel(); ++i)
+    if (!std::isfinite(y.data<float>()[i])) y.data<float>()[i] = std::numeric_limits<float>::quiet_NaN();
+  return y;
 }
 
 // Sends raw bytes and returns the whole answer (the server closes after refusals).
@@ -47,7 +66,15 @@ TEST(ServeInput, NonFiniteValuesAreRefusedUnlessTheConfigAllowsThem) {
       auto r = post_binary(s, x);
       ASSERT_TRUE(r);
       if (allowed) {
-        EXPECT_EQ(r->status, 200) << r->body;
+        // Run node by node: the same answer each time, and for the row alone.
+        ASSERT_EQ(r->status, 200) << r->body;
+        Tensor reference = eager_output(x);
+        for (int repeat = 0; repeat < 2; ++repeat)
+          EXPECT_TRUE(kt::all_close(output_with_nulls(post_binary(s, x)->body), reference, 1e-4, 1e-4, true)) << bad;
+        EXPECT_TRUE(kt::all_close(output_with_nulls(r->body), reference, 1e-4, 1e-4, true)) << bad;
+        Tensor row = x.slice(0, 1, 2).contiguous();
+        EXPECT_TRUE(kt::all_close(output_with_nulls(post_binary(s, row)->body), reference.slice(0, 1, 2), 1e-4, 1e-4, true))
+            << bad;
         continue;
       }
       EXPECT_EQ(r->status, 400) << r->body;

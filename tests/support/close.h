@@ -8,8 +8,10 @@
 
 namespace kiln::testing {
 
-// |a - b| <= atol + rtol * |b| everywhere (b is the reference).
-inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-4, double atol = 1e-4) {
+// |a - b| <= atol + rtol * |b| everywhere (b is the reference); with
+// equal_nan, NaN matches NaN (equal infinities always match).
+inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, double rtol = 1e-4, double atol = 1e-4,
+                                            bool equal_nan = false) {
   if (a.shape() != b.shape())
     return ::testing::AssertionFailure() << "shapes differ: " << shape_str(a.shape()) << " vs " << shape_str(b.shape());
   auto x = a.to(DType::Float64).contiguous().to_vector<double>();
@@ -17,6 +19,7 @@ inline ::testing::AssertionResult all_close(const Tensor& a, const Tensor& b, do
   double worst = 0;
   size_t worst_at = 0, bad = 0;
   for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == y[i] || (equal_nan && std::isnan(x[i]) && std::isnan(y[i]))) continue;
     double d = std::fabs(x[i] - y[i]), limit = atol + rtol * std::fabs(y[i]);
     if (!(d <= limit)) {
       ++bad;
