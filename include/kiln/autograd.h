@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kiln/attrs.h"
+#include "kiln/grad_mode.h"
 #include "kiln/registry.h"
 #include "kiln/tensor.h"
 
@@ -35,9 +36,6 @@ struct Node {
   uint64_t sequence = 0;             // creation order, for a stable topological walk
 };
 
-bool grad_enabled();
-void set_grad_enabled(bool on);
-
 // Gradients of `outputs` with respect to `inputs` (without touching .grad).
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
@@ -45,17 +43,5 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
 
 }  // namespace autograd
-
-// Disables gradient recording for its lifetime.
-class NoGradGuard {
- public:
-  NoGradGuard() : prev_(autograd::grad_enabled()) { autograd::set_grad_enabled(false); }
-  ~NoGradGuard() { autograd::set_grad_enabled(prev_); }
-  NoGradGuard(const NoGradGuard&) = delete;
-  NoGradGuard& operator=(const NoGradGuard&) = delete;
-
- private:
-  bool prev_;
-};
 
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/functional.h"
+#include "kiln/jit.h"
 #include "kiln/tensor.h"
 
 namespace kiln::nn {
@@ -183,3 +184,12 @@ void he_normal(Tensor& t);  // Kaiming normal for ReLU, fan_in
 }  // namespace init
 
 }  // namespace kiln::nn
+
+namespace kiln::jit {
+
+// Compiles a Cell's construct. Its parameters and buffers are named in the
+// graph and in errors; switching train/eval mode selects another graph.
+CompiledFunction compile(std::shared_ptr<nn::Cell> cell, const std::vector<Tensor>& example_inputs,
+                         CompileOptions options = {});
+
+}  // namespace kiln::jit

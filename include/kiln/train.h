@@ -13,6 +13,7 @@
 #include "kiln/nn.h"
 #include "kiln/nn/losses.h"
 #include "kiln/optim.h"
+#include "kiln/train_step.h"
 
 namespace kiln::train {
 

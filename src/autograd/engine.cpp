@@ -10,8 +10,6 @@
 namespace kiln::autograd {
 namespace {
 
-thread_local bool t_grad_enabled = true;
-
 void check_saved(const Node& node) {
   if (node.released) {
     KILN_FAIL("backward through the graph a second time: the tensors saved by '", node.op->name,
@@ -187,9 +185,6 @@ Tensor root_gradient(const Tensor& root, const Tensor& gradient) {
 
 }  // namespace
 
-bool grad_enabled() { return t_grad_enabled; }
-void set_grad_enabled(bool on) { t_grad_enabled = on; }
-
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   Tensor g = root_gradient(root, gradient);
   run({{edge_of(root), g}}, retain_graph, nullptr);
@@ -216,3 +211,9 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
 }
 
 }  // namespace kiln::autograd
+
+namespace kiln {
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward(*this, gradient, retain_graph);
+}
+}  // namespace kiln

@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kiln/functional.h"
 #include "kiln/generator.h"
 #include "kiln/tensor.h"
 

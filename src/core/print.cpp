@@ -4,7 +4,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "graph/trace_hook.h"
+#include "core/read_observer.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -55,9 +55,9 @@ void print_rec(std::ostream& os, const std::vector<double>& vals, const Shape& s
 }  // namespace
 
 std::string Tensor::str() const {
-  if (graph::detail::tracing()) graph::detail::check_read(*this, "printing it (operator<< or str())");
+  detail::observe_read(*this, "printing it (operator<< or str())");
   if (!defined()) return "tensor(undefined)";
-  std::vector<double> vals = to(DType::Float64).to_vector<double>();
+  std::vector<double> vals = to_vector<double>();
   bool fixed = true;
   size_t width = 1;
   for (double v : vals) {

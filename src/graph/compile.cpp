@@ -11,7 +11,6 @@
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
 #include "kiln/autograd.h"
-#include "kiln/nn.h"
 
 namespace kiln {
 namespace {
@@ -201,50 +200,29 @@ std::string CompiledFunction::graph_dot() const {
 }
 int CompiledFunction::compiles() const { return impl_->compiles; }
 
-std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options, std::shared_ptr<nn::Cell> cell) {
+std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options, std::optional<CapturedCell> cell) {
   auto impl = std::make_shared<CompiledFunction::Impl>();
   impl->fn = std::move(fn);
   impl->options = std::move(options);
   impl->cell = std::move(cell);
   const char* env = std::getenv("KILN_DUMP_GRAPH");
   impl->dump_dir = env && *env ? env : impl->options.dump_dir;
-  impl->names.root_type = impl->cell ? impl->cell->type_name() : "function";
+  impl->names.root_type = impl->cell ? impl->cell->type_name : "function";
   if (impl->cell) {
-    auto add = [&](const std::vector<std::pair<std::string, Tensor>>& list) {
-      for (const auto& [name, t] : list) {
-        impl->names.params[t.impl().storage.get()] = name;
-        impl->params.emplace_back(name, t);
-      }
-    };
-    add(impl->cell->parameters_and_names());
-    add(impl->cell->buffers_and_names());
-    std::function<void(const std::string&, nn::Cell&)> walk = [&](const std::string& path, nn::Cell& c) {
-      impl->names.cell_types[path] = c.type_name();
-      impl->names.cell_paths[&c] = path;
-      for (auto& [name, child] : c.children()) walk(path.empty() ? name : path + "." + name, *child);
-    };
-    walk("", *impl->cell);
+    for (const auto& [name, t] : impl->cell->tensors) {
+      impl->names.params[t.impl().storage.get()] = name;
+      impl->params.emplace_back(name, t);
+    }
+    for (const auto& [path, type, address] : impl->cell->cells) {
+      impl->names.cell_types[path] = type;
+      impl->names.cell_paths[address] = path;
+    }
   }
   return impl;
 }
 
 CompiledFunction compile(Function fn, const std::vector<Tensor>& example_inputs, CompileOptions options) {
-  auto impl = make_impl(std::move(fn), std::move(options), nullptr);
-  if (!example_inputs.empty()) impl->run(example_inputs);
-  return CompiledFunction(impl);
-}
-
-CompiledFunction compile(std::shared_ptr<nn::Cell> cell, const std::vector<Tensor>& example_inputs,
-                         CompileOptions options) {
-  KILN_CHECK(cell != nullptr, "jit::compile: the Cell is null");
-  nn::Cell* raw = cell.get();
-  Function fn = [raw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    KILN_CHECK(in.size() == 1, "a compiled Cell takes one input, got ", in.size());
-    NoGradGuard no_grad;  // inference: a compiled training step computes gradients itself
-    return {(*raw)(in[0])};
-  };
-  if (options.name == "function") options.name = cell->type_name();
-  auto impl = make_impl(std::move(fn), std::move(options), std::move(cell));
+  auto impl = make_impl(std::move(fn), std::move(options));
   if (!example_inputs.empty()) impl->run(example_inputs);
   return CompiledFunction(impl);
 }

@@ -1,7 +1,10 @@
 #pragma once
 // The state behind a jit::CompiledFunction (shared with the training step).
+#include <functional>
 #include <list>
 #include <memory>
+#include <optional>
+#include <tuple>
 
 #include "graph/executor.h"
 #include "graph/tracer.h"
@@ -10,6 +13,17 @@
 namespace kiln::jit {
 
 std::string signature_of(const std::vector<Tensor>& inputs, const std::string& extra);
+
+// What graph mode knows of the Cell it compiles, described by the nn layer
+// (which sits above this one): its parameters and buffers by name, its Cells'
+// paths and types, and its train/eval mode (part of a graph's signature).
+struct CapturedCell {
+  std::shared_ptr<void> owner;  // keeps the Cell alive
+  std::string type_name;
+  std::vector<std::pair<std::string, Tensor>> tensors;                   // parameters, then buffers
+  std::vector<std::tuple<std::string, std::string, const void*>> cells;  // path, type, the Cell
+  std::function<bool()> training;
+};
 
 struct CompiledFunction::Impl {
   struct Entry {
@@ -20,7 +34,7 @@ struct CompiledFunction::Impl {
   };
   Function fn;
   CompileOptions options;
-  std::shared_ptr<nn::Cell> cell;
+  std::optional<CapturedCell> cell;
   graph::detail::CaptureNames names;
   std::vector<std::pair<std::string, Tensor>> params;
   std::string dump_dir;
@@ -35,6 +49,7 @@ struct CompiledFunction::Impl {
   std::vector<uint32_t> param_versions() const;
 };
 
-std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options, std::shared_ptr<nn::Cell> cell);
+std::shared_ptr<CompiledFunction::Impl> make_impl(Function fn, CompileOptions options,
+                                                  std::optional<CapturedCell> cell = std::nullopt);
 
 }  // namespace kiln::jit

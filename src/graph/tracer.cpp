@@ -1,20 +1,52 @@
 #include "graph/tracer.h"
 
-#include "graph/trace_hook.h"
+#include "core/read_observer.h"
+#include "ops/dispatch_hooks.h"
 
 namespace kiln::graph::detail {
-
-thread_local Tracer* t_tracer = nullptr;
-thread_local int t_kernel_depth = 0;
-
 namespace {
+
+// The tracer of this thread, or null.
+thread_local Tracer* t_tracer = nullptr;
 
 TensorMeta meta_of(const Tensor& t) { return {true, t.shape(), t.dtype(), t.device()}; }
 
+void trace_call(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                const Attrs& attrs) {
+  t_tracer->record(op, inputs, outputs, attrs);
+}
+
+// Throws when `t` holds a value that varies from run to run of the traced program.
+void check_read(const Tensor& t, const char* what) {
+  if (!t.defined() || !t_tracer->is_varying(t)) return;
+  Tracer* tracer = t_tracer;
+  t_tracer = nullptr;  // building the message reads nothing, but stay safe
+  std::string msg = "while tracing " + tracer->where() + ": " + what + " on " + t.meta_str() + ", " +
+                    tracer->producer_of(t) +
+                    ". A compiled graph cannot look at tensor values: they change from run to run, so a "
+                    "branch or a number taken from them would be frozen at the traced values. Express the "
+                    "choice with kiln::where(condition, a, b) (or select), or return the tensor from the "
+                    "compiled function and read it afterwards";
+  t_tracer = tracer;
+  throw Error(msg);
+}
+
+// Puts a tracer in charge of this thread's ops and reads for its lifetime.
 struct ActiveTracer {
-  explicit ActiveTracer(Tracer* t) : prev(t_tracer) { t_tracer = t; }
-  ~ActiveTracer() { t_tracer = prev; }
+  explicit ActiveTracer(Tracer* t)
+      : prev(t_tracer), prev_ops(kiln::detail::t_op_observer), prev_reads(kiln::detail::t_read_observer) {
+    t_tracer = t;
+    kiln::detail::t_op_observer = &trace_call;
+    kiln::detail::t_read_observer = &check_read;
+  }
+  ~ActiveTracer() {
+    t_tracer = prev;
+    kiln::detail::t_op_observer = prev_ops;
+    kiln::detail::t_read_observer = prev_reads;
+  }
   Tracer* prev;
+  kiln::detail::OpObserver prev_ops;
+  kiln::detail::ReadObserver prev_reads;
 };
 
 }  // namespace
@@ -161,25 +193,6 @@ std::string Tracer::where() const {
     s += "'";
   }
   return s;
-}
-
-void trace_call(const OpDef& op, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                const Attrs& attrs) {
-  t_tracer->record(op, inputs, outputs, attrs);
-}
-
-void check_read(const Tensor& t, const char* what) {
-  if (!t.defined() || !t_tracer->is_varying(t)) return;
-  Tracer* tracer = t_tracer;
-  t_tracer = nullptr;  // building the message reads nothing, but stay safe
-  std::string msg = "while tracing " + tracer->where() + ": " + what + " on " + t.meta_str() + ", " +
-                    tracer->producer_of(t) +
-                    ". A compiled graph cannot look at tensor values: they change from run to run, so a "
-                    "branch or a number taken from them would be frozen at the traced values. Express the "
-                    "choice with kiln::where(condition, a, b) (or select), or return the tensor from the "
-                    "compiled function and read it afterwards";
-  t_tracer = tracer;
-  throw Error(msg);
 }
 
 Graph trace(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& program,

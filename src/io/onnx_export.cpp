@@ -14,6 +14,7 @@
 #include "kiln/autograd.h"
 #include "kiln/nn.h"
 #include "kiln/onnx.h"
+#include "nn/captured_cell.h"
 
 namespace kiln {
 namespace onnx_io {
@@ -117,7 +118,7 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
   cell->set_train(false);
   graph::Graph g;
   try {
-    auto impl = jit::make_impl(nullptr, {}, cell);
+    auto impl = jit::make_impl(nullptr, {}, nn::detail::capture(cell));
     nn::Cell* raw = cell.get();
     auto program = [raw](const std::vector<Tensor>& in) -> std::vector<Tensor> {
       KILN_CHECK(in.size() == 1, "export: a Cell takes one input, got ", in.size());

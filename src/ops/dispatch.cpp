@@ -1,13 +1,14 @@
-// Running an op: shape inference, kernel choice, output allocation, and
-// recording the autograd node. Errors get the op's context attached here.
-#include <algorithm>
+// Running an op: shape inference, kernel choice, output allocation, then the
+// hooks of the layers above (autograd's recorder, the tracer). Errors get the
+// op's context attached here.
 #include <atomic>
 
-#include "graph/trace_hook.h"
-#include "kiln/autograd.h"
+#include "core/read_observer.h"
+#include "kiln/grad_mode.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
 #include "kiln/registry.h"
+#include "ops/dispatch_hooks.h"
 #include "ops/dispatch_internal.h"
 
 namespace kiln {
@@ -38,54 +39,8 @@ bool is_context_attached(const std::exception& e) {
   return std::string(e.what()).find("\n  inputs: ") != std::string::npos;
 }
 
-std::atomic<uint64_t> g_sequence{0};
 std::atomic<DispatchObserver> g_observer{nullptr};
-
-Tensor detached_alias(const Tensor& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl().storage;
-  impl->shape = t.shape();
-  impl->strides = t.strides();
-  impl->offset = t.offset();
-  impl->dtype = t.dtype();
-  return Tensor(impl);
-}
-
-void record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-            const Attrs& attrs, const std::vector<bool>& needs) {
-  auto node = std::make_shared<autograd::Node>();
-  node->op = &op;
-  node->attrs = attrs;
-  node->sequence = g_sequence.fetch_add(1);
-  node->inputs.resize(inputs.size());
-  node->next.resize(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!inputs[i].defined()) continue;
-    node->inputs[i] = {inputs[i], inputs[i].impl().storage->version.load()};
-    if (!needs[i]) continue;
-    auto& impl = inputs[i].impl();
-    if (impl.grad_fn) {
-      node->next[i].node = impl.grad_fn;
-      node->next[i].output_nr = impl.output_nr;
-    } else {
-      node->next[i].leaf = inputs[i].impl_ptr();
-    }
-  }
-  node->outputs.resize(outputs.size());
-  node->output_metas.resize(outputs.size());
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    Tensor& out = outputs[i];
-    node->outputs[i] = {detached_alias(out), out.impl().storage->version.load()};
-    node->output_metas[i] = {true, out.shape(), out.dtype(), out.device()};
-    if (!is_floating(out.dtype())) continue;
-    // A view op may hand back its input's impl unchanged; never rewrite that.
-    if (out.impl().grad_fn) continue;
-    out.impl().requires_grad = true;
-    out.impl().grad_fn = node;
-    out.impl().output_nr = static_cast<int>(i);
-  }
-}
-
+std::atomic<detail::GradRecorder> g_grad_recorder{nullptr};
 
 }  // namespace
 
@@ -129,6 +84,11 @@ void record_profile(const OpDef* op, const std::string& name, Device device, con
 }
 
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
+
+namespace detail {
+thread_local OpObserver t_op_observer = nullptr;
+void set_grad_recorder(GradRecorder recorder) { g_grad_recorder.store(recorder); }
+}  // namespace detail
 
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   apply_num_threads_to_this_thread();
@@ -178,7 +138,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
-    graph::detail::KernelDepth depth;
+    detail::KernelScope in_kernel;
     kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);
   } catch (const std::exception& e) {
@@ -186,28 +146,9 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     rethrow_with_context(op, metas, attrs, e);
   }
   if (profile_start >= 0) record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start);
-  if (graph::detail::tracing()) graph::detail::trace_call(op, inputs, outputs, attrs);
-
-  if (op.grad && autograd::grad_enabled()) {
-    std::vector<bool> needs(inputs.size(), false);
-    bool any = false;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i].defined() || !inputs[i].requires_grad() || !is_floating(inputs[i].dtype())) continue;
-      if (!op.differentiable_inputs.empty() &&
-          std::find(op.differentiable_inputs.begin(), op.differentiable_inputs.end(), static_cast<int>(i)) ==
-              op.differentiable_inputs.end())
-        continue;
-      needs[i] = any = true;
-    }
-    if (any) {
-      if (view) {
-        // Give each view its own impl so that autograd metadata is per view.
-        for (auto& out : outputs)
-          if (out.same(inputs[0])) out = detached_alias(out);
-      }
-      record(op, inputs, outputs, attrs, needs);
-    }
-  }
+  if (detail::t_op_observer != nullptr && !detail::in_kernel()) detail::t_op_observer(op, inputs, outputs, attrs);
+  if (op.grad && autograd::grad_enabled())
+    if (detail::GradRecorder record = g_grad_recorder.load(std::memory_order_relaxed)) record(op, inputs, outputs, attrs);
   return outputs;
 }
 

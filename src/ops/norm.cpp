@@ -1,6 +1,5 @@
 // Normalization (batch, layer, group) and dropout. Forward ops return their
 // saved statistics as extra outputs; the gradients are written with Kiln ops.
-#include "kiln/autograd.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {

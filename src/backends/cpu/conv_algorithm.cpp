@@ -10,7 +10,7 @@
 
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
-#include "kiln/functional.h"
+#include "kiln/tensor.h"
 
 namespace kiln::cpu {
 

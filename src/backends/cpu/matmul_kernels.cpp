@@ -6,7 +6,7 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
-#include "kiln/autograd.h"
+#include "kiln/grad_mode.h"
 
 namespace kiln::cpu {
 

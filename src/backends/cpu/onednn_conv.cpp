@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/onednn_engine.h"
-#include "graph/trace_hook.h"
+#include "ops/dispatch_hooks.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
 
@@ -160,7 +160,7 @@ bool run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
       Prepared plain, blocked;
       try {
         plain = make(false);
-        if (!graph::detail::t_tracer) blocked = make(true);
+        if (!kiln::detail::tracing_this_thread()) blocked = make(true);
       } catch (const dnnl::error&) {
         unsupported().insert(key);
         return false;  // a geometry oneDNN does not implement: the caller falls back
@@ -168,7 +168,7 @@ bool run_cached(const Key& key, Make make, const std::vector<Arg>& args) {
       // A run being traced only records the program: graph mode chooses its
       // own layouts later, so it runs plain and decides nothing (timing both
       // took most of compiling a batch-64 ResNet).
-      if (graph::detail::t_tracer) {
+      if (kiln::detail::tracing_this_thread()) {
         run(plain, args);
         return true;
       }

@@ -6,7 +6,7 @@
 
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/vec8.h"
-#include "kiln/autograd.h"
+#include "kiln/grad_mode.h"
 #include "ops/op_helpers.h"
 
 namespace kiln::cpu {

@@ -3,10 +3,9 @@
 // optimizer's fused update, so graph and eager share every rule.
 #include <cmath>
 
-#include "graph/compiled.h"
 #include "kiln/autograd.h"
-#include "kiln/nn.h"
-#include "kiln/optim.h"
+#include "kiln/train_step.h"
+#include "nn/captured_cell.h"
 
 namespace kiln::jit {
 
@@ -56,7 +55,7 @@ void TrainStep::build() {
           }
     return results;
   };
-  auto impl = make_impl(program, options_, net_);
+  auto impl = make_impl(program, options_, nn::detail::capture(net_));
   auto name_state = [&](const Tensor& t, const std::string& name) {
     impl->names.params[t.impl().storage.get()] = name;
     impl->params.emplace_back(name, t);

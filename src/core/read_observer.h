@@ -1,0 +1,27 @@
+#pragma once
+// How graph mode watches reads of tensor data without core calling up: the
+// tracer installs an observer on its thread while it traces, and core calls
+// it from item(), to_vector(), data() and printing. Reads made inside a kernel
+// (kernel depth > 0) belong to that kernel and are not observed.
+#include "kiln/tensor.h"
+
+namespace kiln::detail {
+
+using ReadObserver = void (*)(const Tensor& t, const char* what);
+extern thread_local ReadObserver t_read_observer;
+extern thread_local int t_kernel_depth;
+
+inline void observe_read(const Tensor& t, const char* what) {
+  if (t_read_observer != nullptr && t_kernel_depth == 0) t_read_observer(t, what);
+}
+inline bool in_kernel() { return t_kernel_depth > 0; }
+
+// Marks the running of a kernel on this thread.
+struct KernelScope {
+  KernelScope() { ++t_kernel_depth; }
+  ~KernelScope() { --t_kernel_depth; }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+};
+
+}  // namespace kiln::detail
