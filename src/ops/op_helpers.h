@@ -5,6 +5,7 @@
 
 #include "kiln/functional.h"
 #include "kiln/registry.h"
+#include "ops/shape_rules.h"
 
 namespace kiln::detail {
 
@@ -35,25 +36,8 @@ inline void check_rank(const TensorMeta& m, int64_t rank, const char* what, cons
              "), got shape ", shape_str(m.shape));
 }
 
-// Normalizes a list of axes (empty = all) into sorted unique positive axes.
-std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank);
-Shape reduced_shape(const Shape& in, const std::vector<int64_t>& axes, bool keepdim);
-
-// Python slice semantics for one axis: negative indices count from the end,
-// out-of-range bounds clamp; count is the number of selected elements.
-void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count);
-
 // Grad helper: reshapes a reduced gradient so it broadcasts against the input.
 Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& axes, bool keepdim);
-
-inline const std::string& reduction_attr(const Attrs& a) {
-  static const std::string kMean = "mean", kSum = "sum", kNone = "none";
-  std::string r = a.get_string("reduction", "mean");
-  if (r == "mean") return kMean;
-  if (r == "sum") return kSum;
-  KILN_CHECK(r == "none", "reduction '", r, "' is not one of 'mean', 'sum', 'none'");
-  return kNone;
-}
 
 }  // namespace kiln::detail
 

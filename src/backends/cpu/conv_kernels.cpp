@@ -197,8 +197,8 @@ void conv_weight_grad(const Geometry& g, const T* x, const T* gy, T* gw, T* gb =
 
 template <typename T>
 void conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous(), w = in[1].contiguous();
-  Tensor b = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+  Tensor x = contiguous(in[0]), w = contiguous(in[1]);
+  Tensor b = in.size() > 2 && in[2].defined() ? contiguous(in[2]) : Tensor();
   Geometry g = geometry(x.shape(), w.shape(), out[0].shape(), a);
   const bool relu = a.get_string("activation", "none") == "relu";
   conv_forward<T>(g, x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, out[0].data<T>(), relu);
@@ -206,14 +206,14 @@ void conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void conv2d_input_grad_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor gy = in[0].contiguous(), w = in[1].contiguous();
+  Tensor gy = contiguous(in[0]), w = contiguous(in[1]);
   Geometry g = geometry(out[0].shape(), w.shape(), gy.shape(), a);
   conv_input_grad<T>(g, gy.data<T>(), w.data<T>(), out[0].data<T>(), nullptr);
 }
 
 template <typename T>
 void conv2d_weight_grad_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous(), gy = in[1].contiguous();
+  Tensor x = contiguous(in[0]), gy = contiguous(in[1]);
   Geometry g = geometry(x.shape(), out[0].shape(), gy.shape(), a);
   conv_weight_grad<T>(g, x.data<T>(), gy.data<T>(), out[0].data<T>(), out.size() > 1 ? out[1].data<T>() : nullptr);
 }
@@ -222,8 +222,8 @@ template <typename T>
 void conv_transpose2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
   // The forward of a transposed convolution is the input gradient of the
   // convolution whose input has the output's shape.
-  Tensor x = in[0].contiguous(), w = in[1].contiguous();
-  Tensor b = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+  Tensor x = contiguous(in[0]), w = contiguous(in[1]);
+  Tensor b = in.size() > 2 && in[2].defined() ? contiguous(in[2]) : Tensor();
   Geometry g = geometry(out[0].shape(), w.shape(), x.shape(), a);
   conv_input_grad<T>(g, x.data<T>(), w.data<T>(), out[0].data<T>(), b.defined() ? b.data<T>() : nullptr);
 }

@@ -7,7 +7,7 @@
 namespace kiln::cpu {
 namespace {
 
-std::vector<int64_t> indices_of(const Tensor& t) { return t.to(DType::Int64).to_vector<int64_t>(); }
+std::vector<int64_t> indices_of(const Tensor& t) { return t.to_vector<int64_t>(); }
 
 int64_t checked(int64_t i, int64_t n, const char* what) {
   KILN_CHECK(i >= -n && i < n, what, " ", i, " is out of range for size ", n, " (valid: ", -n, "..", n - 1, ")");
@@ -16,7 +16,7 @@ int64_t checked(int64_t i, int64_t n, const char* what) {
 
 template <typename T>
 void embedding_kernel(const Ins& in, Outs& out, const Attrs&) {
-  Tensor w = in[0].contiguous();
+  Tensor w = contiguous(in[0]);
   auto idx = indices_of(in[1]);
   int64_t rows = w.shape()[0], dim = w.shape()[1];
   const T* pw = w.data<T>();
@@ -29,7 +29,7 @@ void embedding_kernel(const Ins& in, Outs& out, const Attrs&) {
 
 template <typename T>
 void embedding_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
-  Tensor g = in[0].contiguous();
+  Tensor g = contiguous(in[0]);
   auto idx = indices_of(in[1]);
   int64_t rows = out[0].shape()[0], dim = out[0].shape()[1];
   T* po = out[0].data<T>();
@@ -61,7 +61,7 @@ void for_index(const Shape& s, const Strides& x_strides, int64_t ax, const std::
 
 template <typename T>
 void gather_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
+  Tensor x = contiguous(in[0]);
   int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
   auto idx = indices_of(in[1]);
   const T* px = x.data<T>();
@@ -71,7 +71,7 @@ void gather_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void index_select_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
+  Tensor x = contiguous(in[0]);
   int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
   auto idx = indices_of(in[1]);
   int64_t outer = 1, inner = 1, n = x.shape()[ax];
@@ -92,7 +92,7 @@ template <typename T>
 void scatter_add_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor& y = out[0];
   strided_copy(in[0], y);
-  Tensor src = in[2].contiguous();
+  Tensor src = contiguous(in[2]);
   int64_t ax = normalize_axis(a.get_int("axis"), y.dim());
   auto idx = indices_of(in[1]);
   const T* ps = src.data<T>();

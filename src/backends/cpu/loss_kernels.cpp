@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "backends/cpu/kernel_helpers.h"
-#include "ops/op_helpers.h"
+#include "ops/shape_rules.h"
 
 namespace kiln::cpu {
 namespace {
@@ -32,9 +32,9 @@ struct ClassLoss {
   std::string reduction;
 
   ClassLoss(const Ins& in, size_t input, const Attrs& a)
-      : x(in[input].contiguous()), target(in[input + 1].to(DType::Int64).to_vector<int64_t>()) {
+      : x(contiguous(in[input])), target(in[input + 1].to_vector<int64_t>()) {
     if (in.size() > input + 2 && in[input + 2].defined()) {
-      weight_keep = in[input + 2].contiguous();
+      weight_keep = contiguous(in[input + 2]);
       w = weight_keep.template data<T>();
     }
     n = x.shape()[0];
@@ -93,7 +93,7 @@ void cross_entropy_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor g = in[0].contiguous();
+  Tensor g = contiguous(in[0]);
   ClassLoss<T> p(in, 1, a);
   const T* px = p.x.template data<T>();
   const T* pg = g.data<T>();
@@ -134,7 +134,7 @@ void nll_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T, typename F>
 void pointwise_loss(const Ins& in, Outs& out, const Attrs& a, F f) {
-  Tensor x = in[0].contiguous(), y = in[1].contiguous();
+  Tensor x = contiguous(in[0]), y = contiguous(in[1]);
   const T* px = x.data<T>();
   const T* py = y.data<T>();
   T* po = out[0].data<T>();

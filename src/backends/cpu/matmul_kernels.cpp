@@ -6,7 +6,6 @@
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
-#include "kiln/grad_mode.h"
 
 namespace kiln::cpu {
 
@@ -56,22 +55,21 @@ void matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   int64_t m = y.shape()[y.dim() - 2], n = y.shape()[y.dim() - 1];
   int64_t k = in[0].shape().back();
   Shape batch(y.shape().begin(), y.shape().end() - 2);
-  NoGradGuard guard;
   auto expand_to = [&](const Tensor& t, int64_t r, int64_t c) {
     Shape s = batch;
     s.push_back(r);
     s.push_back(c);
-    return t.expand(s);
+    return expanded(t, s);
   };
   Tensor a = expand_to(in[0], m, k), b = expand_to(in[1], k, n);
   bool ta, tb;
   int64_t lda, ldb;
   if (!blas_layout(a, ta, lda)) {
-    a = a.contiguous();
+    a = contiguous(a);
     blas_layout(a, ta, lda);
   }
   if (!blas_layout(b, tb, ldb)) {
-    b = b.contiguous();
+    b = contiguous(b);
     blas_layout(b, tb, ldb);
   }
   if (k == 0) {
@@ -118,15 +116,15 @@ void matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
 
 template <typename T>
 void linear_kernel(const Ins& in, Outs& out, const Attrs&) {
-  const Tensor x = in[0].contiguous();
-  const Tensor w = in[1].contiguous();
+  const Tensor x = contiguous(in[0]);
+  const Tensor w = contiguous(in[1]);
   Tensor& y = out[0];
   int64_t o = w.shape()[0], i = w.shape()[1];
   int64_t rows = i == 0 ? y.numel() / std::max<int64_t>(o, 1) : x.numel() / i;
   T* py = y.data<T>();
   bool has_bias = in.size() > 2 && in[2].defined();
   if (has_bias) {
-    const Tensor b = in[2].contiguous();
+    const Tensor b = contiguous(in[2]);
     const T* pb = b.data<T>();
     parallel_for(rows, 256, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) std::copy(pb, pb + o, py + r * o);

@@ -35,13 +35,13 @@ void lane_sums(const T* p, int64_t n, double shift, double& sum, double& sq) {
 template <typename T>
 const T* opt_data(const Ins& in, size_t i, Tensor& keep) {
   if (in.size() <= i || !in[i].defined()) return nullptr;
-  keep = in[i].contiguous();
+  keep = contiguous(in[i]);
   return keep.data<T>();
 }
 
 template <typename T>
 void batch_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous(), wk, bk, mk, vk;
+  Tensor x = contiguous(in[0]), wk, bk, mk, vk;
   const T* w = opt_data<T>(in, 1, wk);
   const T* b = opt_data<T>(in, 2, bk);
   bool training = a.get_bool("training", true);
@@ -98,9 +98,9 @@ void batch_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void batch_norm_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor g = in[0].contiguous(), x = in[1].contiguous(), wk;
+  Tensor g = contiguous(in[0]), x = contiguous(in[1]), wk;
   const T* w = opt_data<T>(in, 2, wk);
-  Tensor mk = in[3].contiguous(), rk = in[4].contiguous();
+  Tensor mk = contiguous(in[3]), rk = contiguous(in[4]);
   const T* pm = mk.data<T>();
   const T* pr = rk.data<T>();
   bool training = a.get_bool("training", true);
@@ -196,7 +196,7 @@ void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_
 
 template <typename T>
 void layer_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous(), wk, bk;
+  Tensor x = contiguous(in[0]), wk, bk;
   const T* w = opt_data<T>(in, 1, wk);
   const T* b = opt_data<T>(in, 2, bk);
   int64_t k = a.get_int("normalized_ndim");
@@ -209,7 +209,7 @@ void layer_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void group_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous(), wk, bk;
+  Tensor x = contiguous(in[0]), wk, bk;
   const T* w = opt_data<T>(in, 1, wk);
   const T* b = opt_data<T>(in, 2, bk);
   int64_t n = x.shape()[0], c = x.shape()[1], g = a.get_int("groups");
@@ -222,7 +222,7 @@ void group_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
+  Tensor x = contiguous(in[0]);
   double p = a.get_float("p");
   T scale = static_cast<T>(1.0 / (1.0 - p));
   // Draws serially from the default generator so that a seed fixes the mask.

@@ -42,7 +42,7 @@ bool two_by_two(const Window& wd) {
 // NaN wins, as in PyTorch.
 template <typename T>
 void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = in[0].contiguous();
+  Tensor x = contiguous(in[0]);
   Window wd = window(a);
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
@@ -100,9 +100,9 @@ void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
 // Scatters each output gradient to the input position that held the maximum.
 template <typename T>
 void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
-  Tensor g = in[0].contiguous(), indices = in[1].contiguous();
+  Tensor g = contiguous(in[0]), indices = contiguous(in[1]);
   // mask (optional): the gradient passes only where mask > 0 (a following ReLU's backward, fused).
-  Tensor mask = in.size() > 2 && in[2].defined() ? in[2].contiguous() : Tensor();
+  Tensor mask = in.size() > 2 && in[2].defined() ? contiguous(in[2]) : Tensor();
   const T* pg = g.data<T>();
   const int64_t* pi = indices.data<int64_t>();
   const T* pm = mask.defined() ? mask.data<T>() : nullptr;
@@ -125,7 +125,7 @@ void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
 
 template <typename T, bool kBackward>
 void avg_pool_impl(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor src_t = in[0].contiguous();
+  Tensor src_t = contiguous(in[0]);
   Window wd = window(a);
   bool include_pad = a.get_bool("count_include_pad", true);
   const Tensor& x = kBackward ? in[1] : in[0];
@@ -166,7 +166,7 @@ void avg_pool_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { avg_po
 // PyTorch's adaptive bins: [floor(i*H/OH), ceil((i+1)*H/OH)).
 template <typename T, bool kBackward>
 void adaptive_impl(const Ins& in, Outs& out, const Attrs&) {
-  Tensor src_t = in[0].contiguous();
+  Tensor src_t = contiguous(in[0]);
   const Tensor& x = kBackward ? in[1] : in[0];
   Shape yshape = kBackward ? in[0].shape() : out[0].shape();
   const T* ps = src_t.data<T>();

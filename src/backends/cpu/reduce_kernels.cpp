@@ -6,8 +6,7 @@
 
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/vec8.h"
-#include "kiln/grad_mode.h"
-#include "ops/op_helpers.h"
+#include "ops/shape_rules.h"
 
 namespace kiln::cpu {
 namespace {
@@ -40,8 +39,7 @@ Layout make_layout(const Tensor& in, const std::vector<int64_t>& axes) {
     order.push_back(d);
     l.r *= s[d];
   }
-  NoGradGuard guard;
-  l.x = in.permute(order).contiguous();
+  l.x = contiguous(permuted(in, order));
   return l;
 }
 
@@ -397,8 +395,7 @@ void softmax_kernel(const Ins& in, Outs& out, const Attrs& a) {
     std::vector<int64_t> order;
     int64_t rank = xin.dim();
     for (int64_t d = 0; d < rank; ++d) order.push_back(d < ax ? d : (d == ax ? rank - 1 : d - 1));
-    NoGradGuard guard;
-    strided_copy(tmp.permute(order), out[0]);
+    strided_copy(permuted(tmp, order), out[0]);
   }
 }
 template <typename T>

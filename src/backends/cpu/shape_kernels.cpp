@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "backends/cpu/kernel_helpers.h"
-#include "ops/op_helpers.h"
+#include "ops/shape_rules.h"
 
 namespace kiln {
 namespace cpu {
@@ -154,7 +154,7 @@ int64_t pad_source(int64_t i, int64_t before, int64_t size, bool reflect) {
 
 template <typename T>
 void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor x = in[0].contiguous();
+  const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
   auto pads = a.get_ints("pads");
   bool reflect = a.get_string("mode", "constant") == "reflect";
@@ -185,7 +185,7 @@ void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void pad_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor g = in[0].contiguous();
+  const Tensor g = contiguous(in[0]);
   Tensor& o = out[0];
   zero_fill(o);
   auto pads = a.get_ints("pads");
@@ -213,7 +213,7 @@ void pad_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T, bool kLower>
 void tri_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor x = in[0].contiguous();
+  const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
   int64_t k = a.get_int("diagonal", 0);
   int64_t rows = x.shape()[x.dim() - 2], cols = x.shape()[x.dim() - 1];
@@ -231,7 +231,7 @@ void tri_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 template <typename T>
 void cumsum_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor x = in[0].contiguous();
+  const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
   int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
   bool reverse = a.get_bool("reverse", false);
