@@ -45,8 +45,8 @@ class Optimizer {
                             const Tensor& step, const Tensor& loss = Tensor()) {
     return false;
   }
-  // Counts steps applied through update_fused (-1 takes back a skipped one).
-  void count_step(int delta = 1) { steps_ += delta; }
+  // Counts a step applied through update_fused (a skipped one is not counted).
+  void count_step() { ++steps_; }
 
   // The optimizer's state as named tensors ("step", "g0.p3.momentum", ...),
   // for checkpoints; load_state puts it back into an optimizer built over the

@@ -79,18 +79,16 @@ TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labe
   }
   if (stale) build();
   for (size_t g = 0; g < lr_.size(); ++g) *lr_[g].data<double>() = opt_->groups()[g].lr;
-  opt_->count_step();
-  *step_.data<double>() = static_cast<double>(opt_->steps());
+  // The graph's update is the optimizer's next step; it is counted once it happened.
+  *step_.data<double>() = static_cast<double>(opt_->steps() + 1);
   const auto& out = fn_.run_borrowed({inputs, labels});
   fused_ = *fused_flag_;
   Result r{out[0], out[1]};
   const double loss = r.loss.item<double>();
-  if (!std::isfinite(loss)) {
-    opt_->count_step(-1);  // the update was skipped, as eager training skips it
-    return r;
-  }
-  if (!fused_) {
-    opt_->count_step(-1);  // the optimizer counts its own eager step
+  if (!std::isfinite(loss)) return r;  // the update was skipped, as eager training skips it
+  if (fused_) {
+    opt_->count_step();
+  } else {  // the optimizer steps eagerly, counting its own step
     opt_->zero_grad();
     size_t k = 2;
     for (auto& [gi, i] : *returned_) opt_->groups()[gi].params[i].impl().grad = out[k++].impl_ptr();

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "kiln/kiln.h"
@@ -355,6 +357,35 @@ TEST(Compile, ElementwiseFusionBroadcastsRowsAndColumns) {
   EXPECT_NE(fn.report().str().find("fused 5 elementwise ops into 1 loops"), std::string::npos) << fn.report().str();
   Tensor x2 = randn({4, 8, 16}), r2 = rand({4, 8, 1});
   expect_close(fn({x2, r2})[0], norm_like({x2, r2})[0], 1e-5, 1e-5);
+}
+
+// A NaN pixel makes that sample's logits NaN, compiled as in eager, and leaves
+// the other samples alone: fused ReLU epilogues (linear, Winograd, the
+// few-channel conv + ReLU + pool) let NaN through as the eager ReLU does, so a
+// poisoned batch cannot look finite to the training step's loss check.
+TEST(Compile, NaNInputsPoisonTheirSampleAsInEager) {
+  for (const std::string model : {"mlp", "cnn", "resnet8"}) {
+    SCOPED_TRACE(model);
+    manual_seed(2);
+    auto net = models::make_model(model);
+    net->set_train(false);
+    Generator gen(3);
+    Tensor x = randn({4, 1, 28, 28}, DType::Float32, &gen);
+    x.data<float>()[1 * 784 + 14 * 28 + 14] = std::numeric_limits<float>::quiet_NaN();
+    Tensor eager = net->construct(x);
+    Tensor compiled = jit::compile(net, {x})({x})[0];
+    const auto e = eager.to_vector<float>(), c = compiled.to_vector<float>();
+    ASSERT_EQ(e.size(), c.size());
+    const size_t classes = e.size() / 4;
+    for (size_t i = 0; i < e.size(); ++i) {
+      const bool poisoned_sample = i / classes == 1;
+      EXPECT_EQ(std::isnan(e[i]), poisoned_sample) << "eager logit " << i;
+      EXPECT_EQ(std::isnan(c[i]), poisoned_sample) << "compiled logit " << i;
+      if (!poisoned_sample) {
+        EXPECT_NEAR(c[i], e[i], 1e-4 + 1e-4 * std::fabs(e[i])) << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // Graph and eager training agree: the same losses step by step and the same
 // parameters after 10 steps, for the four benchmark workloads.
+#include <cmath>
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
@@ -172,6 +175,39 @@ TEST(TrainStep, OptimizersWithoutAFusedUpdateStepEagerly) {
   };
   auto eager = run(false), graph = run(true);
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(graph[i], eager[i], 1e-5 * eager[i]) << i;
+}
+
+// A batch whose loss is not finite leaves the parameters and the step count
+// as they were, so the next step (Adam's bias correction included) is the
+// one a run without that batch takes.
+TEST(TrainStep, NonFiniteLossSkipsTheUpdateAndIsNotCounted) {
+  Generator gen(5);
+  auto batch = [&] { return Batch{randn({8, 1, 28, 28}, DType::Float32, &gen), randint(0, 10, {8}, DType::Int64, &gen)}; };
+  Batch first = batch(), second = batch();
+  Batch poisoned{first.x.clone(), first.y};
+  poisoned.x.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+
+  auto run = [&](bool with_poisoned) {
+    manual_seed(9);
+    auto net = models::make_model("mlp");
+    std::shared_ptr<optim::Optimizer> opt = optim::make_adamw(net->trainable_params(), 1e-3, 0.01);
+    jit::TrainStep step(net, loss_of, opt);
+    std::vector<double> losses{step(first.x, first.y).loss.item<double>()};
+    if (with_poisoned) {
+      std::vector<std::vector<float>> before;
+      for (auto& [name, p] : net->parameters_and_names()) before.push_back(p.to_vector<float>());
+      EXPECT_TRUE(std::isnan(step(poisoned.x, poisoned.y).loss.item<double>()));
+      size_t i = 0;
+      for (auto& [name, p] : net->parameters_and_names()) EXPECT_EQ(p.to_vector<float>(), before[i++]) << name;
+      EXPECT_EQ(opt->steps(), 1);
+    }
+    losses.push_back(step(second.x, second.y).loss.item<double>());
+    losses.push_back(step(first.x, first.y).loss.item<double>());
+    EXPECT_EQ(opt->steps(), 3);
+    return losses;
+  };
+  auto clean = run(false), skipped = run(true);
+  for (size_t i = 0; i < clean.size(); ++i) EXPECT_DOUBLE_EQ(skipped[i], clean[i]) << i;
 }
 
 }  // namespace

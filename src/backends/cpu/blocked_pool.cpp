@@ -12,8 +12,6 @@ namespace {
 using vec8::vf;
 using vec8::vi;
 
-// Per lane: whether v replaces best as a window's maximum (beats, eight at a time).
-inline vi beats8(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
 
 // Non-overlapping 2x2 windows without padding: four vectors per output position.
 template <int B>
@@ -30,7 +28,7 @@ void max_pool_2x2_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
         vf m = vec8::load(a);
         for (const float* p : {a + B, b, b + B}) {
           const vf v = vec8::load(p);
-          m = vec8::select(beats8(v, m), v, m);
+          m = vec8::select(vec8::beats(v, m), v, m);
         }
         vec8::store(dst + ox * B + half, m);
       }
@@ -54,7 +52,7 @@ void max_pool_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, i
             const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
             if (ix < 0 || ix >= w) continue;
             const vf v = vec8::load(src + (iy * w + ix) * B + half);
-            m = vec8::select(beats8(v, m), v, m);
+            m = vec8::select(vec8::beats(v, m), v, m);
           }
         }
         vec8::store(dst + ox * B + half, m);
@@ -103,7 +101,7 @@ void grad_plane_2x2(const MaxPoolGrad& a, int64_t plane, float* out) {
         vf best = vec8::load(a.x + base + at[0]);
         for (int j = 1; j < 4; ++j) {
           const vf v = vec8::load(a.x + base + at[j]);
-          const vi b = beats8(v, best);
+          const vi b = vec8::beats(v, best);
           best = vec8::select(b, v, best);
           for (int i = 0; i < j; ++i) win[i] &= ~b;
           win[j] = b;

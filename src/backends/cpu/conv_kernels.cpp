@@ -132,7 +132,7 @@ void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y
   if (relu) {
     const int64_t cells = g.n * g.o * g.p();
     parallel_for(cells, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = y[i] > T(0) ? y[i] : T(0);
+      for (int64_t i = b; i < e; ++i) y[i] = y[i] < T(0) ? T(0) : y[i];  // NaN passes, as in eager relu
     });
   }
 }

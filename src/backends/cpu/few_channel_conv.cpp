@@ -148,9 +148,9 @@ void conv_relu_pool_plane(const onednn::ConvShape& s, const float* w, const floa
       }
       for (int q = 0; q < Q; ++q) {
         vf best = acc[q][0];
-        for (int d = 1; d < 4; ++d) best = vec8::select(acc[q][d] > best, acc[q][d], best);
+        for (int d = 1; d < 4; ++d) best = vec8::select(vec8::beats(acc[q][d], best), acc[q][d], best);
         best += b;
-        vec8::store(out + (py * pooled_w + px + q) * B, vec8::keep(best > vf{}, best));
+        vec8::store(out + (py * pooled_w + px + q) * B, vec8::relu(best));
       }
     };
     for (int64_t py = 0; py < pooled_h; ++py) {

@@ -47,7 +47,7 @@ void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Outp
     if (e.accumulate) v0 += vec8::load(p0), v1 += vec8::load(p1);
     if (e.last) {
       if (e.bias) v0 += vec8::load(e.bias), v1 += vec8::load(e.bias + 8);
-      if (e.relu) v0 = vec8::keep(v0 > vf{}, v0), v1 = vec8::keep(v1 > vf{}, v1);
+      if (e.relu) v0 = vec8::relu(v0), v1 = vec8::relu(v1);
     }
     vec8::store(p0, v0);
     vec8::store(p1, v1);

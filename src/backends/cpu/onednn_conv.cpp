@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backends/cpu/onednn_engine.h"
+#include "backends/cpu/vec8.h"
+#include "kiln/parallel.h"
 #include "ops/dispatch_hooks.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
@@ -62,19 +64,18 @@ memory::desc layout(const memory::desc& plain, bool blocked) {
   return blocked ? memory::desc(plain.dims(), dt::f32, tag::any) : plain;
 }
 
-// relu: a ReLU applied to the output inside the primitive (a post-op), so the
-// output is written once, already activated.
-dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked, bool relu = false) {
+// ReLU runs as a pass over the output rather than as oneDNN's post-op, which
+// turns NaN into 0 where the eager relu lets it through (graph and eager must
+// agree, and a poisoned batch must reach the loss as NaN).
+void relu_in_place(float* y, int64_t n) {
+  parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked) {
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
                                     layout(g.src, blocked), layout(g.wei, blocked), g.bias, layout(g.dst, blocked),
                                     g.strides, g.dilates, g.pad_l, g.pad_r);
-  dnnl::primitive_attr attr = base_attr();
-  if (relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-  }
-  return dnnl::convolution_forward::primitive_desc(d, attr, engine());
+  return dnnl::convolution_forward::primitive_desc(d, base_attr(), engine());
 }
 
 // A primitive with the layouts it chose for its tensor arguments. Kiln's
@@ -200,10 +201,12 @@ bool conv_forward(const ConvShape& s, const float* x, const float* w, const floa
   if (!geometry(s, bias != nullptr, g)) return false;
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, g.wei, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
-  return run_cached(key_of(relu ? 3 : 0, bias != nullptr, s), [&](bool blocked) {
-    auto pd = forward_pd(g, blocked, relu);
+  const bool ran = run_cached(key_of(0, bias != nullptr, s), [&](bool blocked) {
+    auto pd = forward_pd(g, blocked);
     return prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}});
   }, args);
+  if (ran && relu) relu_in_place(y, s.n * s.o * s.oh * s.ow);
+  return ran;
 }
 
 bool conv_backward_data(const ConvShape& s, const float* gy, const float* w, float* gx) {
@@ -278,7 +281,7 @@ const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
   if (!geometry(s, c.bias, g)) return nullptr;
   g.src = activation_desc(s.n, s.c, s.h, s.w, c.src_block);
   g.dst = activation_desc(s.n, s.o, s.oh, s.ow, c.dst_block);
-  LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, c.relu, c.residual};
+  LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, false, c.residual};
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = layout_cache().find(key);
   if (it != layout_cache().end()) return it->second.prim ? &it->second : nullptr;
@@ -290,7 +293,6 @@ const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
                                         any_weights, g.bias, g.dst, g.strides, g.dilates, g.pad_l, g.pad_r);
       dnnl::post_ops ops;
       if (c.residual) ops.append_sum(1.0f);  // y = conv + y
-      if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
       dnnl::primitive_attr attr = base_attr();
       attr.set_post_ops(ops);
       dnnl::convolution_forward::primitive_desc pd(d, attr, engine());
@@ -370,6 +372,7 @@ bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, co
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, weights, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
   run(*p, args);
+  if (c.relu) relu_in_place(y, static_cast<int64_t>(g.dst.get_size() / sizeof(float)));
   return true;
 }
 

@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "backends/cpu/onednn_engine.h"
+#include "backends/cpu/vec8.h"
+#include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
@@ -32,14 +34,14 @@ struct Prepared {
   memory::desc scratchpad;
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // ReLU is a pass after the primitive
 
 // Null when oneDNN refuses the shape.
 const Prepared* prepared(const LinearCall& c) {
   static std::mutex mu;
   static std::map<Key, Prepared> cache;
   std::lock_guard<std::mutex> lock(mu);
-  Key key{c.rows, c.in, c.out, c.bias, c.residual, c.relu};
+  Key key{c.rows, c.in, c.out, c.bias, c.residual};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
   Prepared p;
@@ -47,7 +49,6 @@ const Prepared* prepared(const LinearCall& c) {
     Descs d = descs(c);
     dnnl::post_ops ops;
     if (c.residual) ops.append_sum(1.0f);
-    if (c.relu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(ops);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.x, d.w, d.bias, d.y), attr, engine());
@@ -75,6 +76,11 @@ bool linear_forward(const LinearCall& c, const float* x, const float* w, const f
   dnnl::stream s(engine());
   p->prim.execute(s, args);
   s.wait();
+  // oneDNN's ReLU post-op turns NaN into 0 where the eager relu lets it
+  // through; a pass over the output keeps graph and eager in agreement (and a
+  // NaN from a poisoned batch visible to the loss check).
+  if (c.relu)
+    parallel_for(c.rows * c.out, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
   return true;
 }
 

@@ -25,4 +25,15 @@ inline vf select(vi mask, vf a, vf b) {
   return reinterpret_cast<vf>((reinterpret_cast<vi>(a) & mask) | (reinterpret_cast<vi>(b) & ~mask));
 }
 
+// max(v, 0) as the eager relu computes it: NaN passes through (as in PyTorch).
+inline vf relu(vf v) { return keep(~(v < vf{}), v); }
+inline void relu_in_place(float* p, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store(p + i, relu(load(p + i)));
+  for (; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+}
+// Per lane: whether v replaces best as a window's running maximum: a larger
+// value, or the first NaN (the eager max-pool's rule, so NaN propagates).
+inline vi beats(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
+
 }  // namespace kiln::cpu::vec8

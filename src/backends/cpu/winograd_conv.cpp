@@ -166,7 +166,7 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
           float* p = y_base + y.at(n, g, oy, ox);
           vf v = row[c] + b;
           if (residual) v += vec8::load(p);
-          if (relu) v = vec8::keep(v > vf{}, v);
+          if (relu) v = vec8::relu(v);
           vec8::store(p, v);
         }
       }
