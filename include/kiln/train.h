@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,10 @@ class Model {
   // Metrics that eval() computes besides the loss (default: top-1 accuracy).
   void set_metrics(std::vector<std::shared_ptr<metrics::Metric>> metrics);
   void set_nonfinite_policy(NonFinitePolicy policy) { nonfinite_ = policy; }
+  // Eager or graph execution for this Model's train, eval and predict; unset,
+  // the process-wide kiln::context().mode when each call starts.
+  void set_mode(Mode mode) { mode_ = mode; }
+  Mode mode() const { return mode_ ? *mode_ : context().mode; }
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
   // not finite is handled as the NonFinitePolicy says.
   // With a validation set, each epoch ends with an evaluation on it
@@ -140,13 +145,14 @@ class Model {
   std::shared_ptr<optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<metrics::Metric>> metrics_;
   NonFinitePolicy nonfinite_ = NonFinitePolicy::Error;
+  std::optional<Mode> mode_;
   int64_t global_step_ = 0;
   int epochs_completed_ = 0;
   int resume_epoch_ = 0;  // 0: not resuming
   int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
   jit::CompiledFunction* inference();
-  // Graph mode (kiln::context().mode): the compiled training step and inference.
+  // Graph mode: the compiled training step and inference.
   std::unique_ptr<jit::TrainStep> train_step_;
   jit::CompiledFunction inference_;
 };

@@ -83,7 +83,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!batches.next(batch)) break;
       }
       profiler::Range step("step");
-      const bool graph = context().mode == Mode::Graph;
+      const bool graph = mode() == Mode::Graph;
       Tensor loss;
       if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
         if (!train_step_) {
@@ -178,7 +178,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
   EvalResult r;
   double loss_sum = 0;
   while (batches.next(batch)) {
-    Tensor out = context().mode == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : (*net_)(batch.inputs);
+    Tensor out = mode() == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : (*net_)(batch.inputs);
     int64_t n = batch.inputs.shape()[0];
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
     for (auto& m : metrics_) m->update(out, batch.labels);
@@ -195,7 +195,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
 Tensor Model::predict(const Tensor& inputs) {
   NoGradGuard guard;
   net_->set_train(false);
-  if (context().mode == Mode::Graph) return (*inference())({inputs})[0];
+  if (mode() == Mode::Graph) return (*inference())({inputs})[0];
   return (*net_)(inputs);
 }
 

@@ -112,20 +112,11 @@ Recipe recipe_of_checkpoint(const std::string& resume_path) {
 }
 
 namespace {
-// The recipe's execution mode for the length of a run.
-struct ModeScope {
-  explicit ModeScope(const std::string& mode) : saved(context()) {
-    Context c = saved;
-    c.mode = mode == "graph" ? Mode::Graph : Mode::Eager;
-    set_context(c);
-  }
-  ~ModeScope() { set_context(saved); }
-  Context saved;
-};
+// The recipe's execution mode, for its Model alone (the process-wide mode is left as it is).
+Mode mode_of(const Recipe& r) { return r.mode == "graph" ? Mode::Graph : Mode::Eager; }
 }  // namespace
 
 RunResult train(const Recipe& r, const RunOptions& options) {
-  ModeScope mode(r.mode);
   bool progress = options.progress;
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);  // first: missing data fails before anything is written
@@ -158,6 +149,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     callbacks.push_back(std::make_shared<train::ProfilerCallback>(options.profile_dir, options.profile_steps));
 
   train::Model model(net, loss_of(r), opt);
+  model.set_mode(mode_of(r));
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   train::EvalResult ev = model.eval(*d.test);
@@ -194,7 +186,6 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 }
 
 RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) {
-  ModeScope mode(r.mode);
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);
   auto net = models::make_model(r.model, d.config);
@@ -205,6 +196,7 @@ RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) 
     metrics.push_back(std::make_shared<train::metrics::ClassificationReport>(d.config.num_classes));
   }
   train::Model model(net, loss_of(r), nullptr, metrics);
+  model.set_mode(mode_of(r));
   train::EvalResult ev = model.eval(*d.test);
   RunResult res = result_of(ev);
   res.seq_len = d.seq_len;
