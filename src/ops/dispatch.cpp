@@ -39,6 +39,14 @@ bool is_context_attached(const std::exception& e) {
   return std::string(e.what()).find("\n  inputs: ") != std::string::npos;
 }
 
+// "'x'" for a named input (its optional/variadic mark dropped), "3" past the names.
+std::string input_name(const OpDef& op, size_t i) {
+  if (i >= op.inputs.size()) return std::to_string(i);
+  std::string name = op.inputs[i];
+  if (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
+  return "'" + name + "'";
+}
+
 std::atomic<DispatchObserver> g_observer{nullptr};
 std::atomic<detail::GradRecorder> g_grad_recorder{nullptr};
 
@@ -115,8 +123,14 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     }
     KILN_CHECK(static_cast<size_t>(op.dispatch_input) < inputs.size() && metas[op.dispatch_input].defined,
                "missing input ", op.dispatch_input);
-    out_metas = op.infer(metas, attrs);
     const TensorMeta& d = metas[op.dispatch_input];
+    for (size_t i = 0; i < metas.size(); ++i) {
+      if (!metas[i].defined || metas[i].device == d.device) continue;
+      KILN_FAIL("input ", input_name(op, i), " is on ", metas[i].device.str(), " but input ",
+                input_name(op, static_cast<size_t>(op.dispatch_input)), " is on ", d.device.str(),
+                "; an op's inputs must share one device: copy one of them to the other's device first");
+    }
+    out_metas = op.infer(metas, attrs);
     kernel = op.kernels[static_cast<int>(d.device.type)][static_cast<int>(d.dtype)];
     if (kernel == nullptr) {
       std::string supported;

@@ -77,3 +77,14 @@ TEST(Errors, UndefinedTensorAndWrongInputCount) {
   msg = message_of([] { call("add", {ones({2})}); });
   expect_contains(msg, {"add", "expects 2 inputs, got 1"});
 }
+
+// Inputs on two devices are refused before any kernel runs, naming both
+// inputs and both devices. (A tensor is marked as on another device here;
+// no second backend is needed to check the rule.)
+TEST(Errors, InputsOnDifferentDevicesAreNamed) {
+  Tensor x = ones({2, 3}), elsewhere = ones({2, 3});
+  elsewhere.impl().storage->device = Device{DeviceType::CUDA, 1};
+  auto msg = message_of([&] { add(x, elsewhere); });
+  elsewhere.impl().storage->device = cpu_device();
+  expect_contains(msg, {"add:", "input 'b' is on cuda:1 but input 'a' is on cpu", "share one device"});
+}
