@@ -47,6 +47,14 @@ std::string input_name(const OpDef& op, size_t i) {
   return "'" + name + "'";
 }
 
+// Out of line and cold: the check runs on every op, the message almost never.
+[[noreturn, gnu::cold, gnu::noinline]] void fail_on_devices(const OpDef& op, const std::vector<TensorMeta>& metas,
+                                                            size_t i) {
+  const size_t at = static_cast<size_t>(op.dispatch_input);
+  KILN_FAIL("input ", input_name(op, i), " is on ", metas[i].device.str(), " but input ", input_name(op, at), " is on ",
+            metas[at].device.str(), "; an op's inputs must share one device: copy one of them to the other's device first");
+}
+
 std::atomic<DispatchObserver> g_observer{nullptr};
 std::atomic<detail::GradRecorder> g_grad_recorder{nullptr};
 
@@ -124,12 +132,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     KILN_CHECK(static_cast<size_t>(op.dispatch_input) < inputs.size() && metas[op.dispatch_input].defined,
                "missing input ", op.dispatch_input);
     const TensorMeta& d = metas[op.dispatch_input];
-    for (size_t i = 0; i < metas.size(); ++i) {
-      if (!metas[i].defined || metas[i].device == d.device) continue;
-      KILN_FAIL("input ", input_name(op, i), " is on ", metas[i].device.str(), " but input ",
-                input_name(op, static_cast<size_t>(op.dispatch_input)), " is on ", d.device.str(),
-                "; an op's inputs must share one device: copy one of them to the other's device first");
-    }
+    for (size_t i = 0; i < metas.size(); ++i)
+      if (metas[i].defined && !(metas[i].device == d.device)) fail_on_devices(op, metas, i);
     out_metas = op.infer(metas, attrs);
     kernel = op.kernels[static_cast<int>(d.device.type)][static_cast<int>(d.dtype)];
     if (kernel == nullptr) {
