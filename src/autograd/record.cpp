@@ -12,16 +12,6 @@ namespace {
 
 std::atomic<uint64_t> g_sequence{0};
 
-Tensor detached_alias(const Tensor& t) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = t.impl().storage;
-  impl->shape = t.shape();
-  impl->strides = t.strides();
-  impl->offset = t.offset();
-  impl->dtype = t.dtype();
-  return Tensor(impl);
-}
-
 void record_node(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs, const Attrs& attrs,
                  const std::vector<bool>& needs) {
   auto node = std::make_shared<Node>();
@@ -46,7 +36,7 @@ void record_node(const OpDef& op, const std::vector<Tensor>& inputs, std::vector
   node->output_metas.resize(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     Tensor& out = outputs[i];
-    node->outputs[i] = {detached_alias(out), out.impl().storage->version.load()};
+    node->outputs[i] = {out.detach(), out.impl().storage->version.load()};
     node->output_metas[i] = {true, out.shape(), out.dtype(), out.device()};
     if (!is_floating(out.dtype())) continue;
     // A view op may hand back its input's impl unchanged; never rewrite that.
@@ -72,7 +62,7 @@ void record(const OpDef& op, const std::vector<Tensor>& inputs, std::vector<Tens
   if (op.has_tag(kTagView)) {
     // Give each view its own impl so that autograd metadata is per view.
     for (auto& out : outputs)
-      if (out.same(inputs[0])) out = detached_alias(out);
+      if (out.same(inputs[0])) out = out.detach();
   }
   record_node(op, inputs, outputs, attrs, needs);
 }

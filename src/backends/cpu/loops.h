@@ -156,8 +156,10 @@ void binary_map(const Tensor& a, const Tensor& b, Tensor& out, F f) {
 // Copies src (broadcast) into dst, any layouts, same dtype.
 void strided_copy(const Tensor& src, Tensor& dst);
 
-// Layouts for kernels, without running ops (views.cpp): `t` itself when it is
-// contiguous, else a dense copy; views with their axes reordered or broadcast.
+// Layouts for kernels, without running ops (views.cpp): a view of t's storage
+// (no autograd metadata); `t` itself when it is contiguous, else a dense copy;
+// views with their axes reordered or broadcast.
+Tensor alias(const Tensor& t, Shape shape, Strides strides, int64_t offset);
 Tensor contiguous(const Tensor& t);
 Tensor permuted(const Tensor& t, const std::vector<int64_t>& order);
 Tensor expanded(const Tensor& t, const Shape& shape);

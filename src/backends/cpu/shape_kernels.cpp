@@ -10,16 +10,6 @@ namespace kiln {
 namespace cpu {
 namespace {
 
-Tensor alias(const Tensor& x, Shape shape, Strides strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = x.impl().storage;
-  impl->shape = std::move(shape);
-  impl->strides = std::move(strides);
-  impl->offset = offset;
-  impl->dtype = x.dtype();
-  return Tensor(std::move(impl));
-}
-
 // The strides that let `shape` view memory laid out as (old_shape, old_strides), if any.
 std::optional<Strides> view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& shape) {
   if (old_shape.empty() || numel_of(old_shape) == 0) return contiguous_strides(shape);

@@ -4,19 +4,16 @@
 #include "backends/cpu/loops.h"
 
 namespace kiln::cpu {
-namespace {
 
-Tensor alias(const Tensor& t, Shape shape, Strides strides) {
+Tensor alias(const Tensor& t, Shape shape, Strides strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = t.impl().storage;
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
-  impl->offset = t.offset();
+  impl->offset = offset;
   impl->dtype = t.dtype();
   return Tensor(std::move(impl));
 }
-
-}  // namespace
 
 Tensor contiguous(const Tensor& t) {
   if (!t.defined() || t.is_contiguous()) return t;
@@ -33,7 +30,7 @@ Tensor permuted(const Tensor& t, const std::vector<int64_t>& order) {
     shape.push_back(t.shape()[d]);
     strides.push_back(t.strides()[d]);
   }
-  return alias(t, std::move(shape), std::move(strides));
+  return alias(t, std::move(shape), std::move(strides), t.offset());
 }
 
 Tensor expanded(const Tensor& t, const Shape& shape) {
@@ -45,7 +42,7 @@ Tensor expanded(const Tensor& t, const Shape& shape) {
     KILN_ASSERT(size == shape[lead + d] || size == 1, "expanded: axis sizes do not broadcast");
     strides[lead + d] = size == 1 && shape[lead + d] != 1 ? 0 : t.strides()[d];
   }
-  return alias(t, shape, std::move(strides));
+  return alias(t, shape, std::move(strides), t.offset());
 }
 
 }  // namespace kiln::cpu
