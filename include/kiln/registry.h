@@ -60,6 +60,7 @@ struct OpDef {
   GradFn grad;                       // empty: not differentiable
   std::string onnx;                  // ONNX op type(s) it maps to, empty if none yet
   uint32_t tags = 0;
+  std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
   int dispatch_input = 0;            // whose dtype picks the kernel
   std::vector<int> differentiable_inputs;  // empty: every floating input
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)

@@ -79,6 +79,7 @@ OpDefiner d_conv2d([] {
     return r;
   };
   d.onnx = "Conv";
+  d.category = "convolution";
   return d;
 }());
 
@@ -102,6 +103,7 @@ OpDefiner d_conv2d_input_grad([] {
   };
   d.tags = kTagBackward;
   d.onnx = "ConvTranspose";
+  d.category = "convolution";
   return d;
 }());
 
@@ -120,6 +122,7 @@ OpDefiner d_conv2d_weight_grad([] {
     return out;
   };
   d.tags = kTagBackward | kTagNondifferentiable;
+  d.category = "convolution";
   return d;
 }());
 
@@ -161,6 +164,7 @@ OpDefiner d_conv_transpose2d([] {
     return r;
   };
   d.onnx = "ConvTranspose";
+  d.category = "convolution";
   return d;
 }());
 

@@ -61,13 +61,9 @@ std::atomic<detail::GradRecorder> g_grad_recorder{nullptr};
 }  // namespace
 
 const char* op_category(const OpDef& op) {
-  const std::string& n = op.name;
+  if (!op.category.empty()) return op.category.c_str();
   if (op.has_tag(kTagView)) return "view";
   if (op.has_tag(kTagLoss)) return "loss";
-  if (n.find("conv") != std::string::npos) return "convolution";
-  if (n.find("matmul") != std::string::npos || n.find("linear") != std::string::npos) return "matmul";
-  if (n.find("pool") != std::string::npos) return "pooling";
-  if (n.find("norm") != std::string::npos) return "normalization";
   if (op.has_tag(kTagReduction)) return "reduction";
   if (op.has_tag(kTagElementwise)) return "elementwise";
   return "other";

@@ -32,6 +32,7 @@ OpDefiner d_matmul([] {
             c.needs_grad[1] ? sum_to(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
   };
   d.onnx = "MatMul";
+  d.category = "matmul";
   return d;
 }());
 
@@ -66,6 +67,7 @@ OpDefiner d_linear([] {
     return r;
   };
   d.onnx = "Gemm";
+  d.category = "matmul";
   return d;
 }());
 

@@ -54,6 +54,7 @@ OpDefiner d_batch_norm([] {
   d.writes = {3, 4};  // the running statistics, in training mode
   d.writes_if = "training";
   d.onnx = "BatchNormalization";
+  d.category = "normalization";
   return d;
 }());
 
@@ -66,6 +67,7 @@ OpDefiner d_batch_norm_backward([] {
         return {in[1], c, c};
       },
       nullptr, "", kTagBackward, {"grad_x", "grad_weight", "grad_bias"});
+  d.category = "normalization";
   return d;
 }());
 
@@ -107,6 +109,7 @@ OpDefiner d_layer_norm([] {
     return r;
   };
   d.onnx = "LayerNormalization";
+  d.category = "normalization";
   return d;
 }());
 
@@ -145,6 +148,7 @@ OpDefiner d_group_norm([] {
     return r;
   };
   d.onnx = "GroupNormalization (opset 18) / InstanceNormalization";
+  d.category = "normalization";
   return d;
 }());
 

@@ -39,6 +39,7 @@ OpDef pool(const char* name, const char* onnx, std::vector<std::string> attrs, I
   std::string bw = backward;
   d.grad = [bw](const GradContext& c, const Grads& g) -> Grads { return {call(bw, {g[0], c.inputs[0]}, c.attrs)[0]}; };
   d.onnx = onnx;
+  d.category = "pooling";
   return d;
 }
 
@@ -49,6 +50,7 @@ OpDef pool_backward(const char* name) {
   d.outputs = {"grad_x"};
   d.infer = [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; };
   d.tags = kTagBackward | kTagNondifferentiable;
+  d.category = "pooling";
   return d;
 }
 
