@@ -23,7 +23,9 @@ struct Context {
   Mode mode = Mode::Eager;
 };
 // The process-wide execution mode: in Graph mode, train::Model compiles its
-// training step and its inference.
+// training step and its inference (Model::set_mode overrides it per Model).
+// Safe to set and read from any thread; context() returns this thread's copy
+// as of the call.
 void set_context(const Context& context);
 const Context& context();
 

@@ -1,5 +1,6 @@
 // jit::compile: the cache of graphs per input signature, tracing, the pass
 // pipeline, dumps and the compile report.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +15,9 @@
 
 namespace kiln {
 namespace {
-Context g_context;
+// Set from any thread, read by every Model call: the mode is an atomic, and
+// each reader gets its own copy of the Context.
+std::atomic<Mode> g_mode{Mode::Eager};
 
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -27,8 +30,12 @@ void write_file(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-void set_context(const Context& c) { g_context = c; }
-const Context& context() { return g_context; }
+void set_context(const Context& c) { g_mode.store(c.mode); }
+const Context& context() {
+  thread_local Context current;
+  current.mode = g_mode.load();
+  return current;
+}
 
 namespace jit {
 
