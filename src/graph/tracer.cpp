@@ -18,9 +18,9 @@ void trace_call(const OpDef& op, const std::vector<Tensor>& inputs, const std::v
 
 // Throws when `t` holds a value that varies from run to run of the traced program.
 void check_read(const Tensor& t, const char* what) {
-  if (!t.defined() || !t_tracer->is_varying(t)) return;
+  if (t_tracer == nullptr || !t.defined() || !t_tracer->is_varying(t)) return;
   Tracer* tracer = t_tracer;
-  t_tracer = nullptr;  // building the message reads nothing, but stay safe
+  t_tracer = nullptr;  // building the message reads nothing, but a read now would not recurse
   std::string msg = "while tracing " + tracer->where() + ": " + what + " on " + t.meta_str() + ", " +
                     tracer->producer_of(t) +
                     ". A compiled graph cannot look at tensor values: they change from run to run, so a "
