@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "backends/cpu/onednn_engine.h"
-#include "backends/cpu/vec8.h"
-#include "kiln/parallel.h"
 #include "ops/dispatch_hooks.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
@@ -62,13 +60,6 @@ Key key_of(int kind, bool bias, const ConvShape& s) {
 // blocked ones oneDNN prefers (which then need reorders on the way in and out).
 memory::desc layout(const memory::desc& plain, bool blocked) {
   return blocked ? memory::desc(plain.dims(), dt::f32, tag::any) : plain;
-}
-
-// ReLU runs as a pass over the output rather than as oneDNN's post-op, which
-// turns NaN into 0 where the eager relu lets it through (graph and eager must
-// agree, and a poisoned batch must reach the loss as NaN).
-void relu_in_place(float* y, int64_t n) {
-  parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
 }
 
 dnnl::convolution_forward::primitive_desc forward_pd(const Geometry& g, bool blocked) {
@@ -205,7 +196,7 @@ bool conv_forward(const ConvShape& s, const float* x, const float* w, const floa
     auto pd = forward_pd(g, blocked);
     return prepare<dnnl::convolution_forward>(pd, {{DNNL_ARG_SRC, pd.src_desc()}, {DNNL_ARG_WEIGHTS, pd.weights_desc()}, {DNNL_ARG_DST, pd.dst_desc()}});
   }, args);
-  if (ran && relu) relu_in_place(y, s.n * s.o * s.oh * s.ow);
+  if (ran && relu) relu_after_primitive(y, s.n * s.o * s.oh * s.ow);
   return ran;
 }
 
@@ -248,7 +239,7 @@ memory::desc activation_desc(int64_t n, int64_t c, int64_t h, int64_t w, int blo
   return memory::desc({n, c, h, w}, dt::f32, t);
 }
 
-using LayoutKey = std::tuple<Key, int, int, bool, bool>;
+using LayoutKey = std::tuple<Key, int, int, bool>;  // ReLU is a pass after the primitive
 std::map<LayoutKey, Prepared>& layout_cache() {
   static std::map<LayoutKey, Prepared> c;
   return c;
@@ -281,7 +272,7 @@ const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
   if (!geometry(s, c.bias, g)) return nullptr;
   g.src = activation_desc(s.n, s.c, s.h, s.w, c.src_block);
   g.dst = activation_desc(s.n, s.o, s.oh, s.ow, c.dst_block);
-  LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, false, c.residual};
+  LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, c.residual};
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = layout_cache().find(key);
   if (it != layout_cache().end()) return it->second.prim ? &it->second : nullptr;
@@ -372,7 +363,7 @@ bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, co
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, weights, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
   run(*p, args);
-  if (c.relu) relu_in_place(y, static_cast<int64_t>(g.dst.get_size() / sizeof(float)));
+  if (c.relu) relu_after_primitive(y, static_cast<int64_t>(g.dst.get_size() / sizeof(float)));
   return true;
 }
 

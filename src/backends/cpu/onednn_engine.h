@@ -3,6 +3,9 @@
 // as oneDNN memory, and the attributes every primitive is built with.
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/vec8.h"
+#include "kiln/parallel.h"
+
 namespace kiln::cpu::onednn {
 
 inline dnnl::engine& engine() {
@@ -21,6 +24,14 @@ inline dnnl::primitive_attr base_attr() {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   return attr;
+}
+
+// ReLU runs as a pass over a primitive's output rather than as oneDNN's
+// post-op: its ReLU (and binary max, and clip) turn NaN into 0 where the eager
+// relu lets it through, and graph and eager must agree (a poisoned batch must
+// reach the loss as NaN).
+inline void relu_after_primitive(float* y, int64_t n) {
+  parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
 }
 
 }  // namespace kiln::cpu::onednn

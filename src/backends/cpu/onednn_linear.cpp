@@ -6,8 +6,6 @@
 #include <tuple>
 
 #include "backends/cpu/onednn_engine.h"
-#include "backends/cpu/vec8.h"
-#include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
@@ -76,11 +74,7 @@ bool linear_forward(const LinearCall& c, const float* x, const float* w, const f
   dnnl::stream s(engine());
   p->prim.execute(s, args);
   s.wait();
-  // oneDNN's ReLU post-op turns NaN into 0 where the eager relu lets it
-  // through; a pass over the output keeps graph and eager in agreement (and a
-  // NaN from a poisoned batch visible to the loss check).
-  if (c.relu)
-    parallel_for(c.rows * c.out, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
+  if (c.relu) relu_after_primitive(y, c.rows * c.out);
   return true;
 }
 
