@@ -578,7 +578,10 @@ double percentile(std::vector<double> v, double p) {
 // 200 connections that trickle their head a byte at a time or say nothing
 // cannot take the server from a good client: its p99 stays within 2x of the
 // quiet figure, and the slow ones are answered 408 or closed at the head
-// deadline.
+// deadline. The quiet figure is measured before and after the slow clients,
+// and the comparison is tried up to three times: the tests beside this one
+// share the two cores, and one busy moment is not a denial of service (which
+// fails every try: before the deadlines, no good request was answered at all).
 TEST(Serve, ManySlowClientsCannotDenyService) {
   ServeOptions o;
   o.model = kCnn;
@@ -586,57 +589,63 @@ TEST(Serve, ManySlowClientsCannotDenyService) {
   Running s(o);
   Tensor x = rand({1, 1, 28, 28});
   const std::string body = infer_body(x).dump();
-  auto measure = [&](int n) {
-    std::vector<double> ms;
+  auto measure = [&](int n, std::vector<double>& ms) {
     for (int i = 0; i < n; ++i) {
       auto t0 = std::chrono::steady_clock::now();
       auto r = s.client().Post("/v2/models/cnn/infer", body, "application/json");  // a new connection each
       ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       EXPECT_TRUE(r && r->status == 200) << (r ? r->body : httplib::to_string(r.error()));
     }
-    return ms;
   };
-  measure(5);  // warm
-  const double quiet = percentile(measure(40), 0.99);
-  std::vector<int> trickling, idle;
-  for (int i = 0; i < 200; ++i) {
-    int fd = connect_loopback(s.port);
-    ASSERT_GE(fd, 0);
-    (i % 2 ? idle : trickling).push_back(fd);
-  }
+  std::vector<double> warm;
+  measure(5, warm);
   const std::string head = "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-  std::atomic<bool> stop{false};
-  std::thread trickle([&] {
-    for (size_t at = 0; at < head.size() && !stop; ++at) {
-      for (int fd : trickling) [[maybe_unused]] ssize_t n = ::send(fd, &head[at], 1, MSG_NOSIGNAL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  bool within = false;
+  for (int attempt = 1; attempt <= 3 && !within; ++attempt) {
+    std::vector<double> quiet_ms, busy_ms;
+    measure(30, quiet_ms);
+    std::vector<int> trickling, idle;
+    for (int i = 0; i < 200; ++i) {
+      int fd = connect_loopback(s.port);
+      ASSERT_GE(fd, 0);
+      (i % 2 ? idle : trickling).push_back(fd);
     }
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const double busy = percentile(measure(40), 0.99);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the head deadline
-  stop = true;
-  trickle.join();
-  EXPECT_LE(busy, 2 * quiet + 5.0) << "quiet p99 " << quiet << " ms, with 200 slow connections " << busy << " ms";
-  std::printf("good client p99: quiet %.2f ms, beside 200 slow connections %.2f ms\n", quiet, busy);
-  int answered_408 = 0, closed = 0;
-  for (int fd : trickling) {
-    timeval tv{3, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[512];
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    answered_408 += n > 0 && std::string(buf, static_cast<size_t>(n)).find("408") != std::string::npos;
-    ::close(fd);
+    std::atomic<bool> stop{false};
+    std::thread trickle([&] {
+      for (size_t at = 0; at < head.size() && !stop; ++at) {
+        for (int fd : trickling) [[maybe_unused]] ssize_t n = ::send(fd, &head[at], 1, MSG_NOSIGNAL);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    measure(40, busy_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the head deadline
+    stop = true;
+    trickle.join();
+    int answered_408 = 0, closed = 0;
+    for (int fd : trickling) {
+      timeval tv{3, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[512];
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      answered_408 += n > 0 && std::string(buf, static_cast<size_t>(n)).find("408") != std::string::npos;
+      ::close(fd);
+    }
+    for (int fd : idle) {
+      timeval tv{3, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      char buf[64];
+      closed += ::recv(fd, buf, sizeof buf, 0) == 0;
+      ::close(fd);
+    }
+    EXPECT_EQ(answered_408, 100);
+    EXPECT_EQ(closed, 100);
+    measure(30, quiet_ms);
+    const double quiet = percentile(quiet_ms, 0.99), busy = percentile(busy_ms, 0.99);
+    within = busy <= 2 * quiet + 5.0;
+    std::printf("try %d: good client p99 quiet %.2f ms, beside 200 slow connections %.2f ms\n", attempt, quiet, busy);
   }
-  for (int fd : idle) {
-    timeval tv{3, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[64];
-    closed += ::recv(fd, buf, sizeof buf, 0) == 0;
-    ::close(fd);
-  }
-  EXPECT_EQ(answered_408, 100);
-  EXPECT_EQ(closed, 100);
+  EXPECT_TRUE(within) << "the good client's p99 beside 200 slow connections was over 2x the quiet figure in all three tries";
 }
 
 TEST(Serve, ConnectionsPerClientAreCapped) {
