@@ -16,7 +16,7 @@ declare -A rank=(
 declare -A header_layer=(
   [tensor]=core [dtype]=core [shape]=core [device]=core [allocator]=core [storage]=core
   [parallel]=core [generator]=core [error]=core [attrs]=core [grad_mode]=core
-  [profiler]=profiler [registry]=ops [functional]=ops [autograd]=autograd [jit]=graph
+  [profiler]=profiler [registry]=ops [op_onnx]=ops [functional]=ops [autograd]=autograd [jit]=graph
   [nn]=nn [optim]=optim [data]=data [models]=models [io]=io [onnx]=io [migrate]=io
   [runtime]=runtime [train]=train [callbacks]=train [metrics]=train [recipe]=train
   [training_checkpoint]=train [train_step]=train [serve]=serve [kiln]=top

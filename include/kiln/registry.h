@@ -1,6 +1,6 @@
 #pragma once
 // The op registry: one definition per op (schema, shape/dtype inference,
-// gradient rule, ONNX mapping, tags) and kernels per (op, backend, dtype).
+// gradient rule, ONNX writer, tags) and kernels per (op, backend, dtype).
 // Everything else (dispatch, autograd, `kiln ops`, the generic op tests) is
 // driven from here.
 #include <functional>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/attrs.h"
+#include "kiln/op_onnx.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -58,7 +59,7 @@ struct OpDef {
   std::vector<std::string> attrs;    // documentation: "axis:int=-1"
   InferFn infer;
   GradFn grad;                       // empty: not differentiable
-  std::string onnx;                  // ONNX op type(s) it maps to, empty if none yet
+  OnnxExport onnx;                   // how it is written as ONNX; empty: export refuses it
   uint32_t tags = 0;
   std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
   int dispatch_input = 0;            // whose dtype picks the kernel

@@ -42,47 +42,6 @@ std::string ExportContext::unique(const std::string& hint) {
   return *n;
 }
 
-std::string ExportContext::ints(const std::vector<int64_t>& values, const std::string& hint) {
-  auto* init = out.add_initializer();
-  init->set_name(unique(hint));
-  init->set_data_type(::onnx::TensorProto::INT64);
-  init->add_dims(static_cast<int64_t>(values.size()));
-  for (int64_t v : values) init->add_int64_data(v);
-  return init->name();
-}
-
-std::string ExportContext::scalar(double value, DType dtype, const std::string& hint) {
-  auto* init = out.add_initializer();
-  onnx_io::to_proto(scalar_tensor(value, dtype), *init);
-  init->set_name(unique(hint));
-  return init->name();
-}
-
-void set_attr(::onnx::NodeProto& n, const std::string& name, int64_t v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::INT);
-  a->set_i(v);
-}
-void set_attr(::onnx::NodeProto& n, const std::string& name, float v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-void set_attr(::onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::INTS);
-  for (int64_t x : v) a->add_ints(x);
-}
-void set_attr(::onnx::NodeProto& n, const std::string& name, const std::string& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
-
 namespace {
 
 void describe(::onnx::ValueInfoProto& info, const std::string& name, const TensorMeta& meta, bool dynamic_batch) {
@@ -145,12 +104,12 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
   // Every op without an ONNX form, at once.
   std::map<std::string, int> missing;
   for (const auto& n : g.nodes)
-    if (!n.removed && (!n.op || !onnx_io::can_export(n.op->name))) ++missing[n.name()];
+    if (!n.removed && (!n.op || !n.op->onnx)) ++missing[n.name()];
   if (!missing.empty()) {
     std::string list;
     for (auto& [op, count] : missing) list += "\n  " + op + " (" + std::to_string(count) + " nodes)";
     KILN_FAIL("export: ", missing.size(), " op type(s) in the graph have no ONNX form:", list,
-              "\nexpress them with supported ops (`kiln ops` lists the ONNX mapping of each op)");
+              "\nexpress them with ops that have one (the ONNX column of `kiln ops` lists them)");
   }
 
   ::onnx::ModelProto model;
@@ -167,7 +126,7 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
   }
   ::onnx::GraphProto& out = *model.mutable_graph();
   out.set_name(options.graph_name);
-  onnx_io::ExportContext ctx{g, out, options.dynamic_batch, {}, {}};
+  onnx_io::ExportContext ctx{g, out, options.dynamic_batch, options.opset, {}, {}};
   ctx.names.resize(g.values.size());
 
   auto pick = [](const std::vector<std::string>& names, size_t i, const char* base) {

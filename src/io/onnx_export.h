@@ -1,5 +1,7 @@
 #pragma once
-// The state shared by the ONNX exporter and its per-op writers.
+// The state shared by the ONNX exporter and the op writers it runs: each op
+// writes itself through kiln::OnnxWriter (its definition's `onnx` facet);
+// onnx_node_writer.cpp implements that interface on this context.
 #include <onnx/onnx_pb.h>
 
 #include <map>
@@ -14,29 +16,22 @@ struct ExportContext {
   const graph::Graph& g;
   ::onnx::GraphProto& out;
   bool dynamic_batch = false;
+  int opset = 17;
   std::vector<std::string> names;  // value id -> ONNX name
   std::map<std::string, int> taken;
 
   // A name not used yet, from a hint.
   std::string unique(const std::string& hint);
   const std::string& name(int value) const { return names.at(value); }
-  const TensorMeta& meta(int value) const { return g.values.at(value).meta; }
-  // Adds a node; returns it for attributes.
+  // Adds a node; trailing omitted ("") inputs are dropped.
   ::onnx::NodeProto& node(const std::string& op_type, const std::vector<std::string>& inputs,
                           const std::vector<std::string>& outputs);
-  // An int64 initializer (shapes, axes, pads), named from the hint.
-  std::string ints(const std::vector<int64_t>& values, const std::string& hint);
-  // A 0-d initializer of `dtype` holding `value`.
-  std::string scalar(double value, DType dtype, const std::string& hint);
 };
 
-void set_attr(::onnx::NodeProto& n, const std::string& name, int64_t v);
-void set_attr(::onnx::NodeProto& n, const std::string& name, float v);
-void set_attr(::onnx::NodeProto& n, const std::string& name, const std::vector<int64_t>& v);
-void set_attr(::onnx::NodeProto& n, const std::string& name, const std::string& v);
+// Kiln attributes as ONNX attributes of `n` (see kiln::OnnxWriter::node).
+void set_attrs(::onnx::NodeProto& n, const Attrs& attrs);
 
-// Writes one Kiln node as ONNX nodes. Returns false when the op has no writer.
-bool export_node(ExportContext& ctx, const graph::Node& n);
-bool can_export(const std::string& op);
+// Writes one Kiln node as ONNX nodes with its op's writer. The op must have one.
+void export_node(ExportContext& ctx, const graph::Node& n);
 
 }  // namespace kiln::onnx_io

@@ -51,6 +51,23 @@ Attrs with_shape(const Attrs& a, const char* name, const Shape& s) {
   return r;
 }
 
+// ONNX Conv and ConvTranspose; a fused ReLU (activation=relu) is a Relu after.
+void write_conv(OnnxWriter& w, bool transposed) {
+  const Attrs& a = w.attrs();
+  auto pad = pair_attr(a, "padding", 0);
+  const Shape& k = w.in_shape(1);
+  bool relu = a.get_string("activation", "none") == "relu";
+  std::string y = relu ? w.unique("conv_out") : w.out();
+  Attrs c = {{"kernel_shape", std::vector<int64_t>{k[2], k[3]}},
+             {"strides", pair_attr(a, "stride", 1)},
+             {"pads", std::vector<int64_t>{pad[0], pad[1], pad[0], pad[1]}},
+             {"dilations", pair_attr(a, "dilation", 1)},
+             {"group", a.get_int("groups", 1)}};
+  if (transposed) c.set("output_padding", pair_attr(a, "output_padding", 0));
+  w.node(transposed ? "ConvTranspose" : "Conv", {w.in(0), w.in(1), w.in(2)}, {y}, c);
+  if (relu) w.node("Relu", {y}, {w.out()});
+}
+
 OpDefiner d_conv2d([] {
   OpDef d;
   d.name = "conv2d";
@@ -78,7 +95,7 @@ OpDefiner d_conv2d([] {
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(gy, {0, 2, 3});
     return r;
   };
-  d.onnx = "Conv";
+  d.onnx = {{"Conv", "Relu"}, [](OnnxWriter& w) { write_conv(w, false); }};
   d.category = "convolution";
   return d;
 }());
@@ -102,7 +119,6 @@ OpDefiner d_conv2d_input_grad([] {
     return r;
   };
   d.tags = kTagBackward;
-  d.onnx = "ConvTranspose";
   d.category = "convolution";
   return d;
 }());
@@ -163,7 +179,7 @@ OpDefiner d_conv_transpose2d([] {
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], {0, 2, 3});
     return r;
   };
-  d.onnx = "ConvTranspose";
+  d.onnx = {{"ConvTranspose"}, [](OnnxWriter& w) { write_conv(w, true); }};
   d.category = "convolution";
   return d;
 }());

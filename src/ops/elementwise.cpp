@@ -11,7 +11,7 @@ using detail::Metas;
 
 constexpr uint32_t kEw = kTagElementwise | kTagFusible;
 
-OpDef unary(const char* name, const char* onnx, GradFn grad, std::vector<std::string> attrs = {}) {
+OpDef unary(const char* name, OnnxExport onnx, GradFn grad, std::vector<std::string> attrs = {}) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
@@ -19,7 +19,7 @@ OpDef unary(const char* name, const char* onnx, GradFn grad, std::vector<std::st
   d.attrs = std::move(attrs);
   d.infer = detail::same_as_input;
   d.grad = std::move(grad);
-  d.onnx = onnx;
+  d.onnx = std::move(onnx);
   d.tags = kEw | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
@@ -35,14 +35,14 @@ Metas infer_compare(const Metas& in, const Attrs& a) {
   return out;
 }
 
-OpDef binary(const char* name, const char* onnx, GradFn grad, bool compare = false) {
+OpDef binary(const char* name, OnnxExport onnx, GradFn grad, bool compare = false) {
   OpDef d;
   d.name = name;
   d.inputs = {"a", "b"};
   d.outputs = {"y"};
   d.infer = compare ? infer_compare : infer_binary;
   d.grad = std::move(grad);
-  d.onnx = onnx;
+  d.onnx = std::move(onnx);
   d.tags = kEw | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
@@ -66,41 +66,108 @@ Tensor bw(const char* op, const Tensor& g, const Tensor& saved, const Attrs& att
   return call(op, {g, saved}, attrs)[0];
 }
 
+// --- ONNX forms that take more than one node ------------------------------------
+void write_log1p(OnnxWriter& w) {
+  std::string s = w.unique("one_plus");
+  w.node("Add", {w.in(0), w.scalar(1, w.dtype(), "one")}, {s});
+  w.node("Log", {s}, {w.out()});
+}
+void write_rsqrt(OnnxWriter& w) {
+  std::string s = w.unique("sqrt");
+  w.node("Sqrt", {w.in(0)}, {s});
+  w.node("Reciprocal", {s}, {w.out()});
+}
+void write_silu(OnnxWriter& w) {
+  std::string s = w.unique("sigmoid");
+  w.node("Sigmoid", {w.in(0)}, {s});
+  w.node("Mul", {w.in(0), s}, {w.out()});
+}
+void write_ne(OnnxWriter& w) {
+  std::string s = w.unique("equal");
+  w.node("Equal", {w.in(0), w.in(1)}, {s});
+  w.node("Not", {s}, {w.out()});
+}
+// Gelu is an ONNX op from opset 20 on; below that, its formula.
+void write_gelu(OnnxWriter& w) {
+  DType dt = w.dtype();
+  std::string x = w.in(0), inner;
+  if (w.attrs().get_string("approximate", "none") == "tanh") {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    std::string x3 = w.unique("gelu_x3"), c = w.unique("gelu_c"), t = w.unique("gelu_t"), s = w.unique("gelu_s");
+    inner = w.unique("gelu_u");
+    w.node("Pow", {x, w.scalar(3, dt, "three")}, {x3});
+    w.node("Mul", {x3, w.scalar(0.044715, dt, "gelu_k")}, {c});
+    w.node("Add", {x, c}, {t});
+    w.node("Mul", {t, w.scalar(std::sqrt(2.0 / M_PI), dt, "gelu_sqrt_2_over_pi")}, {s});
+    w.node("Tanh", {s}, {inner});
+  } else {
+    // 0.5 x (1 + erf(x / sqrt(2)))
+    std::string d = w.unique("gelu_scaled");
+    inner = w.unique("gelu_erf");
+    w.node("Mul", {x, w.scalar(M_SQRT1_2, dt, "gelu_rsqrt2")}, {d});
+    w.node("Erf", {d}, {inner});
+  }
+  std::string p = w.unique("gelu_1p"), h = w.unique("gelu_half_x");
+  w.node("Add", {inner, w.scalar(1, dt, "one")}, {p});
+  w.node("Mul", {x, w.scalar(0.5, dt, "half")}, {h});
+  w.node("Mul", {h, p}, {w.out()});
+}
+// ONNX Softplus has no beta: softplus(beta x) / beta.
+void write_softplus(OnnxWriter& w) {
+  double beta = w.attrs().get_float("beta", 1.0);
+  if (beta == 1.0) {
+    w.node("Softplus", {w.in(0)}, {w.out()});
+    return;
+  }
+  std::string bx = w.unique("beta_x"), sp = w.unique("softplus");
+  w.node("Mul", {w.in(0), w.scalar(beta, w.dtype(), "beta")}, {bx});
+  w.node("Softplus", {bx}, {sp});
+  w.node("Div", {sp, w.scalar(beta, w.dtype(), "beta")}, {w.out()});
+}
+void write_clamp(OnnxWriter& w) {
+  const Attrs& a = w.attrs();
+  std::string lo = a.has("min") ? w.scalar(a.get_float("min"), w.dtype(), "min") : "";
+  std::string hi = a.has("max") ? w.scalar(a.get_float("max"), w.dtype(), "max") : "";
+  w.node("Clip", {w.in(0), lo, hi}, {w.out()});
+}
+
 // --- unary -----------------------------------------------------------------
-OpDefiner d_neg(unary("neg", "Neg", [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; }));
-OpDefiner d_abs(unary("abs", "Abs", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; }));
-OpDefiner d_exp(unary("exp", "Exp", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; }));
-OpDefiner d_log(unary("log", "Log", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; }));
-OpDefiner d_log1p(unary("log1p", "Log(Add)", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_neg(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; }));
+OpDefiner d_abs(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; }));
+OpDefiner d_exp(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; }));
+OpDefiner d_log(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; }));
+OpDefiner d_log1p(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
   return {g[0] / (X(c) + 1.0)};
 }));
-OpDefiner d_sqrt(unary("sqrt", "Sqrt", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; }));
-OpDefiner d_rsqrt(unary("rsqrt", "Reciprocal(Sqrt)", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sqrt(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; }));
+OpDefiner d_rsqrt(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& y = Y(c);
   return {g[0] * (y * y * y) * -0.5};
 }));
-OpDefiner d_sin(unary("sin", "Sin", [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; }));
-OpDefiner d_cos(unary("cos", "Cos", [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; }));
-OpDefiner d_tanh(unary("tanh", "Tanh", [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; }));
-OpDefiner d_sigmoid(unary("sigmoid", "Sigmoid", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sin(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; }));
+OpDefiner d_cos(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; }));
+OpDefiner d_tanh(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; }));
+OpDefiner d_sigmoid(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("sigmoid_backward", g[0], Y(c))};
 }));
-OpDefiner d_relu(unary("relu", "Relu", [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; }));
-OpDefiner d_leaky(unary("leaky_relu", "LeakyRelu", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_relu(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; }));
+OpDefiner d_leaky(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
+  return {{"alpha", w.attrs().get_float("negative_slope", 0.01)}};
+}), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("leaky_relu_backward", g[0], X(c), c.attrs)};
 }, {"negative_slope:float=0.01"}));
-OpDefiner d_gelu(unary("gelu", "Gelu (opset 20) / Erf composition", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_gelu(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
 }, {"approximate:string=none|tanh"}));
-OpDefiner d_silu(unary("silu", "Mul(Sigmoid)", [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; }));
-OpDefiner d_erf(unary("erf", "Erf", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_silu(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; }));
+OpDefiner d_erf(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
 }));
-OpDefiner d_softplus(unary("softplus", "Softplus", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_softplus(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
 }, {"beta:float=1", "threshold:float=20"}));
-OpDefiner d_clamp(unary("clamp", "Clip", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_clamp(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
   // Gradient passes where the input was inside [min, max].
   const Tensor& x = X(c);
   Tensor mask = ones_like(x);
@@ -108,10 +175,10 @@ OpDefiner d_clamp(unary("clamp", "Clip", [](const GradContext& c, const Grads& g
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
 }, {"min:float?", "max:float?"}));
-OpDefiner d_sign(unary("sign", "Sign", nullptr));
-OpDefiner d_floor(unary("floor", "Floor", nullptr));
-OpDefiner d_ceil(unary("ceil", "Ceil", nullptr));
-OpDefiner d_round(unary("round", "Round", nullptr));
+OpDefiner d_sign(unary("sign", onnx_as("Sign"), nullptr));
+OpDefiner d_floor(unary("floor", onnx_as("Floor"), nullptr));
+OpDefiner d_ceil(unary("ceil", onnx_as("Ceil"), nullptr));
+OpDefiner d_round(unary("round", onnx_as("Round"), nullptr));
 
 // --- activation backward ops ---------------------------------------------------
 OpDefiner d_relu_bw(activation_backward("relu_backward"));
@@ -125,22 +192,22 @@ OpDefiner d_softplus_bw(activation_backward("softplus_backward", {"beta:float=1"
 // --- binary ----------------------------------------------------------------
 const Shape& shape_of(const GradContext& c, int i) { return c.inputs[i].shape(); }
 
-OpDefiner d_add(binary("add", "Add", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_add(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), sum_to(g[0], shape_of(c, 1))};
 }));
-OpDefiner d_sub(binary("sub", "Sub", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sub(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), c.needs_grad[1] ? sum_to(neg(g[0]), shape_of(c, 1)) : Tensor()};
 }));
-OpDefiner d_mul(binary("mul", "Mul", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_mul(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
   return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
 }));
-OpDefiner d_div(binary("div", "Div", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_div(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& b = c.inputs[1];
   return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(neg(g[0] * Y(c) / b), shape_of(c, 1)) : Tensor()};
 }));
-OpDefiner d_pow(binary("pow", "Pow", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_pow(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   Grads out(2);
   if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
@@ -160,14 +227,14 @@ GradFn select_grad(bool take_max) {
     return {sum_to(g[0] * (a_wins + tie), a.shape()), sum_to(g[0] * (1.0 - a_wins - tie), b.shape())};
   };
 }
-OpDefiner d_maximum(binary("maximum", "Max", select_grad(true)));
-OpDefiner d_minimum(binary("minimum", "Min", select_grad(false)));
-OpDefiner d_eq(binary("eq", "Equal", nullptr, true));
-OpDefiner d_ne(binary("ne", "Not(Equal)", nullptr, true));
-OpDefiner d_lt(binary("lt", "Less", nullptr, true));
-OpDefiner d_le(binary("le", "LessOrEqual", nullptr, true));
-OpDefiner d_gt(binary("gt", "Greater", nullptr, true));
-OpDefiner d_ge(binary("ge", "GreaterOrEqual", nullptr, true));
+OpDefiner d_maximum(binary("maximum", onnx_as("Max"), select_grad(true)));
+OpDefiner d_minimum(binary("minimum", onnx_as("Min"), select_grad(false)));
+OpDefiner d_eq(binary("eq", onnx_as("Equal"), nullptr, true));
+OpDefiner d_ne(binary("ne", {{"Equal", "Not"}, write_ne}, nullptr, true));
+OpDefiner d_lt(binary("lt", onnx_as("Less"), nullptr, true));
+OpDefiner d_le(binary("le", onnx_as("LessOrEqual"), nullptr, true));
+OpDefiner d_gt(binary("gt", onnx_as("Greater"), nullptr, true));
+OpDefiner d_ge(binary("ge", onnx_as("GreaterOrEqual"), nullptr, true));
 
 OpDefiner d_where([] {
   OpDef d;
@@ -186,7 +253,7 @@ OpDefiner d_where([] {
     return {Tensor(), c.needs_grad[1] ? sum_to(where(c.inputs[0], g[0], z), c.inputs[1].shape()) : Tensor(),
             c.needs_grad[2] ? sum_to(where(c.inputs[0], z, g[0]), c.inputs[2].shape()) : Tensor()};
   };
-  d.onnx = "Where";
+  d.onnx = onnx_as("Where");
   d.tags = kEw;
   d.dispatch_input = 1;
   d.differentiable_inputs = {1, 2};
@@ -206,12 +273,12 @@ OpDefiner d_cast([] {
     if (!is_floating(c.outputs[0].dtype())) return {Tensor()};
     return {cast(g[0], c.inputs[0].dtype())};
   };
-  d.onnx = "Cast";
+  d.onnx = onnx_as("Cast", [](const OnnxWriter& w) -> Attrs { return {{"to", w.attrs().get_dtype("dtype")}}; });
   d.tags = kEw;
   return d;
 }());
 
-OpDefiner d_copy(unary("copy", "Identity", [](const GradContext&, const Grads& g) -> Grads { return {g[0]}; }));
+OpDefiner d_copy(unary("copy", onnx_as("Identity"), [](const GradContext&, const Grads& g) -> Grads { return {g[0]}; }));
 
 // Writes b (broadcast) into a in place. Not differentiable: Tensor::copy_ and
 // the other in-place methods refuse tensors that autograd tracks.

@@ -12,10 +12,37 @@ void check_index(const TensorMeta& m, const char* what) {
 }
 
 OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
-           const char* onnx, std::vector<int> diff) {
-  OpDef d = detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), onnx);
+           OnnxExport onnx, std::vector<int> diff) {
+  OpDef d = detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), std::move(onnx));
   d.differentiable_inputs = std::move(diff);
   return d;
+}
+
+// ONNX ScatterElements adds from opset 16 on, and its updates have the
+// index's shape: src is cut to it first where it is larger.
+void write_scatter_add(OnnxWriter& w) {
+  KILN_CHECK(w.opset() >= 16, "export: scatter_add is ONNX ScatterElements with reduction 'add', which needs opset 16 "
+             "or later; export with opset 16 or 17 (the default)");
+  const Shape &index = w.in_shape(1), &src = w.in_shape(2);
+  std::string updates = w.in(2);
+  if (index != src) {
+    std::vector<int64_t> axes(index.size());
+    for (size_t d = 0; d < index.size(); ++d) axes[d] = static_cast<int64_t>(d);
+    updates = w.unique("scatter_src");
+    w.node("Slice", {w.in(2), w.ints(std::vector<int64_t>(index.size(), 0), "starts"),
+                     w.ints(std::vector<int64_t>(index.begin(), index.end()), "ends"), w.ints(axes, "axes")},
+           {updates});
+  }
+  w.node("ScatterElements", {w.in(0), w.in(1), updates}, {w.out()},
+         {{"axis", w.attrs().get_int("axis")}, {"reduction", std::string("add")}});
+}
+// ONNX OneHot's output takes the dtype of its (off, on) values: int64 here.
+void write_one_hot(OnnxWriter& w) {
+  Tensor values = Tensor::empty({2}, DType::Int64);
+  values.data<int64_t>()[0] = 0;
+  values.data<int64_t>()[1] = 1;
+  std::string depth = w.ints({w.attrs().get_int("num_classes")}, "depth");
+  w.node("OneHot", {w.in(0), depth, w.initializer(values, "one_hot_values")}, {w.out()}, {{"axis", int64_t{-1}}});
 }
 
 OpDefiner d_embedding(make(
@@ -30,7 +57,7 @@ OpDefiner d_embedding(make(
     [](const GradContext& c, const Grads& g) -> Grads {
       return {call("embedding_backward", {g[0], c.inputs[1]}, {{"num_embeddings", c.inputs[0].shape()[0]}})[0], Tensor()};
     },
-    "Gather", {0}));
+    onnx_as("Gather", [](const OnnxWriter&) -> Attrs { return {{"axis", int64_t{0}}}; }), {0}));
 
 OpDefiner d_embedding_bw([] {
   OpDef d = make(
@@ -38,7 +65,7 @@ OpDefiner d_embedding_bw([] {
       [](const Metas& in, const Attrs& a) -> Metas {
         return {{true, {a.get_int("num_embeddings"), in[0].shape.back()}, in[0].dtype, in[0].device}};
       },
-      nullptr, "", {});
+      nullptr, {}, {});
   d.tags |= kTagBackward;
   return d;
 }());
@@ -61,7 +88,7 @@ OpDefiner d_gather(make(
       int64_t ax = c.attrs.get_int("axis");
       return {scatter_add(zeros_like(c.inputs[0]), ax, c.inputs[1], g[0]), Tensor()};
     },
-    "GatherElements", {0}));
+    onnx_as("GatherElements", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}));
 
 OpDefiner d_index_select(make(
     "index_select", {"x", "index"}, {"axis:int"},
@@ -81,7 +108,7 @@ OpDefiner d_index_select(make(
       Tensor idx = c.inputs[1].reshape(is).expand(g[0].shape()).contiguous();
       return {scatter_add(zeros_like(x), ax, idx, g[0]), Tensor()};
     },
-    "Gather", {0}));
+    onnx_as("Gather", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}));
 
 OpDefiner d_scatter_add(make(
     "scatter_add", {"x", "index", "src"}, {"axis:int"},
@@ -118,7 +145,7 @@ OpDefiner d_scatter_add(make(
       }
       return r;
     },
-    "ScatterElements (reduction=add)", {0, 2}));
+    {{"Slice", "ScatterElements"}, write_scatter_add}, {0, 2}));
 
 OpDefiner d_one_hot(make(
     "one_hot", {"indices"}, {"num_classes:int"},
@@ -130,7 +157,7 @@ OpDefiner d_one_hot(make(
       s.push_back(n);
       return {{true, s, DType::Int64, in[0].device}};
     },
-    nullptr, "OneHot", {}));
+    nullptr, {{"OneHot"}, write_one_hot}, {}));
 
 }  // namespace
 

@@ -30,9 +30,33 @@ Metas infer_class_loss(const Metas& in, const Attrs& a) {
   return {reduced_meta({true, {in[0].shape[0]}, in[0].dtype, in[0].device}, a)};
 }
 
+// ONNX's class losses take scores, class indices and optional class weights,
+// with ignore_index and reduction as Kiln's; they have no label smoothing.
+OnnxExport onnx_class_loss(const char* op_type) {
+  return {{op_type}, [op_type](OnnxWriter& w) {
+            const Attrs& a = w.attrs();
+            KILN_CHECK(a.get_float("label_smoothing", 0.0) == 0.0, "export: ", w.where(),
+                       " uses label smoothing, which ONNX ", op_type, " does not have; export the model without its loss");
+            w.node(op_type, {w.in(0), w.in(1), w.in(2)}, {w.out()},
+                   {{"ignore_index", a.get_int("ignore_index", -100)}, {"reduction", detail::reduction_attr(a)}});
+          }};
+}
+
+// mse and l1: the difference, squared (Mul) or taken absolute (Abs), reduced.
+OnnxExport onnx_pointwise_loss(const char* op_type) {
+  return {{"Sub", op_type, "ReduceMean", "ReduceSum"}, [op_type = std::string(op_type)](OnnxWriter& w) {
+            std::string reduction = detail::reduction_attr(w.attrs());
+            std::string d = w.unique("loss_diff"), e = reduction == "none" ? w.out() : w.unique("loss_items");
+            w.node("Sub", {w.in(0), w.in(1)}, {d});
+            w.node(op_type, op_type == "Mul" ? std::vector<std::string>{d, d} : std::vector<std::string>{d}, {e});
+            if (reduction != "none")
+              w.node(reduction == "mean" ? "ReduceMean" : "ReduceSum", {e}, {w.out()}, {{"keepdims", int64_t{0}}});
+          }};
+}
+
 OpDef loss_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer, GradFn grad,
-              const char* onnx) {
-  return detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), onnx, kTagLoss,
+              OnnxExport onnx) {
+  return detail::make_op(name, std::move(inputs), std::move(attrs), std::move(infer), std::move(grad), std::move(onnx), kTagLoss,
                          {"loss"});
 }
 
@@ -45,7 +69,7 @@ OpDefiner d_ce([] {
         if (c.inputs.size() > 2) ins.push_back(c.inputs[2]);
         return {call("cross_entropy_backward", ins, c.attrs)[0]};
       },
-      "SoftmaxCrossEntropyLoss");
+      onnx_class_loss("SoftmaxCrossEntropyLoss"));
   d.differentiable_inputs = {0};
   return d;
 }());
@@ -53,7 +77,7 @@ OpDefiner d_ce([] {
 OpDefiner d_ce_bw([] {
   OpDef d = loss_op("cross_entropy_backward", {"grad", "input", "target", "weight?"},
                     {"ignore_index", "label_smoothing", "reduction"},
-                    [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; }, nullptr, "");
+                    [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; }, nullptr, {});
   d.tags = kTagBackward | kTagNondifferentiable;
   d.dispatch_input = 1;
   return d;
@@ -77,7 +101,7 @@ OpDefiner d_nll([] {
         Tensor coeff = (w_t * scale).reshape({-1, 1}) * -1.0;
         return {cast(one_hot(safe_t, classes), x.dtype()) * coeff, Tensor()};
       },
-      "NegativeLogLikelihoodLoss");
+      onnx_class_loss("NegativeLogLikelihoodLoss"));
   d.differentiable_inputs = {0};
   return d;
 }());
@@ -109,10 +133,10 @@ GradFn pointwise_grad(Tensor (*dloss_dinput)(const Tensor& x, const Tensor& y, c
 
 OpDefiner d_mse(loss_op("mse_loss", {"input", "target"}, {"reduction:string=mean|sum|none"}, infer_pointwise,
                         pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return (x - y) * 2.0; }, true),
-                        "Sub, Mul, ReduceMean"));
+                        onnx_pointwise_loss("Mul")));
 OpDefiner d_l1(loss_op("l1_loss", {"input", "target"}, {"reduction:string=mean|sum|none"}, infer_pointwise,
                        pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return sign(x - y); }, true),
-                       "Sub, Abs, ReduceMean"));
+                       onnx_pointwise_loss("Abs")));
 OpDefiner d_smooth_l1(loss_op(
     "smooth_l1_loss", {"input", "target"}, {"reduction:string=mean|sum|none", "beta:float=1"}, infer_pointwise,
     pointwise_grad(
@@ -123,11 +147,11 @@ OpDefiner d_smooth_l1(loss_op(
           return where(lt(abs(d), scalar_tensor(beta, d.dtype())), d / beta, sign(d));
         },
         true),
-    "Sub, Abs, Where, ReduceMean"));
+    {}));
 OpDefiner d_bce(loss_op("binary_cross_entropy_with_logits", {"input", "target"}, {"reduction:string=mean|sum|none"},
                         infer_pointwise,
                         pointwise_grad([](const Tensor& x, const Tensor& y, const Attrs&) { return sigmoid(x) - y; }, false),
-                        "Sigmoid, Log, Mul, ReduceMean"));
+                        {}));
 
 // Moves the class axis of [N, C, d1, ...] last and flattens: [N*d1*..., C].
 std::pair<Tensor, Tensor> flatten_classes(const Tensor& input, const Tensor& target) {

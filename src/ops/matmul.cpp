@@ -20,6 +20,19 @@ Metas infer_matmul(const Metas& in, const Attrs&) {
   return {{true, batch, in[0].dtype, in[0].device}};
 }
 
+// 2-D inputs are one Gemm; others a MatMul with the transposed weight.
+void write_linear(OnnxWriter& w) {
+  if (w.in_shape().size() == 2) {
+    w.node("Gemm", {w.in(0), w.in(1), w.in(2)}, {w.out()}, {{"transB", int64_t{1}}});
+    return;
+  }
+  bool bias = !w.in(2).empty();
+  std::string wt = w.unique("weight_t"), y = bias ? w.unique("matmul") : w.out();
+  w.node("Transpose", {w.in(1)}, {wt}, {{"perm", std::vector<int64_t>{1, 0}}});
+  w.node("MatMul", {w.in(0), wt}, {y});
+  if (bias) w.node("Add", {y, w.in(2)}, {w.out()});
+}
+
 OpDefiner d_matmul([] {
   OpDef d;
   d.name = "matmul";
@@ -31,7 +44,7 @@ OpDefiner d_matmul([] {
     return {c.needs_grad[0] ? sum_to(matmul(g[0], b.transpose(-1, -2)), a.shape()) : Tensor(),
             c.needs_grad[1] ? sum_to(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
   };
-  d.onnx = "MatMul";
+  d.onnx = onnx_as("MatMul");
   d.category = "matmul";
   return d;
 }());
@@ -66,7 +79,7 @@ OpDefiner d_linear([] {
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g2, {0});
     return r;
   };
-  d.onnx = "Gemm";
+  d.onnx = {{"Gemm", "Transpose", "MatMul", "Add"}, write_linear};
   d.category = "matmul";
   return d;
 }());

@@ -19,6 +19,65 @@ Shape channel_shape(int64_t rank, int64_t c) {
   return s;
 }
 
+// --- ONNX forms: inference only (the saved statistics have no ONNX output) ---------
+double eps_of(const OnnxWriter& w) { return w.attrs().get_float("eps", 1e-5); }
+
+void write_batch_norm(OnnxWriter& w) {
+  KILN_CHECK(!w.attrs().get_bool("training", true),
+             "export: batch_norm in training mode; export calls set_train(false), so a Cell that forces "
+             "training statistics cannot be exported");
+  w.require_unused_from(1, "the batch statistics");
+  KILN_CHECK(!w.in(3).empty() && !w.in(4).empty(),
+             "export: batch_norm without running statistics has no inference form; track running statistics");
+  Shape c = {w.in_shape()[1]};
+  w.node("BatchNormalization",
+         {w.in(0), w.in_or_filled(1, c, 1, "bn_scale"), w.in_or_filled(2, c, 0, "bn_bias"), w.in(3), w.in(4)},
+         {w.out()}, {{"epsilon", eps_of(w)}});
+}
+
+void write_layer_norm(OnnxWriter& w) {
+  w.require_unused_from(1, "the saved statistics");
+  int64_t nd = w.attrs().get_int("normalized_ndim");
+  const Shape& x = w.in_shape();
+  Shape normalized(x.end() - nd, x.end());
+  w.node("LayerNormalization",
+         {w.in(0), w.in_or_filled(1, normalized, 1, "ln_scale"), w.in_or_filled(2, normalized, 0, "ln_bias")},
+         {w.out()}, {{"axis", -nd}, {"epsilon", eps_of(w)}});
+}
+
+// GroupNormalization is an ONNX op from opset 18 on; below that,
+// InstanceNormalization over [N, groups, rest], then the per-channel affine.
+void write_group_norm(OnnxWriter& w) {
+  w.require_unused_from(1, "the saved statistics");
+  const Shape& x = w.in_shape();
+  DType dt = w.dtype();
+  int64_t groups = w.attrs().get_int("groups");
+  std::string grouped = w.unique("gn_grouped"), normed = w.unique("gn_normed");
+  w.node("Reshape", {w.in(0), w.ints({w.dynamic_batch() ? 0 : x[0], groups, -1}, "shape")}, {grouped});
+  w.node("InstanceNormalization", {grouped, w.filled({groups}, 1, dt, "gn_one"), w.filled({groups}, 0, dt, "gn_zero")},
+         {normed}, {{"epsilon", eps_of(w)}});
+  std::vector<int64_t> shape(x.begin(), x.end());
+  if (w.dynamic_batch()) shape[0] = 0;
+  bool affine = !w.in(1).empty() || !w.in(2).empty();
+  std::string cur = affine ? w.unique("gn_back") : w.out();
+  w.node("Reshape", {normed, w.ints(shape, "shape")}, {cur});
+  std::vector<int64_t> per_channel(x.size() - 1, 1);
+  per_channel[0] = x[1];
+  for (auto [i, op] : {std::pair{size_t{1}, "Mul"}, std::pair{size_t{2}, "Add"}}) {
+    if (w.in(i).empty()) continue;
+    std::string p = w.unique("gn_param"), next = (i == 2 || w.in(2).empty()) ? w.out() : w.unique("gn_scaled");
+    w.node("Reshape", {w.in(i), w.ints(per_channel, "shape")}, {p});
+    w.node(op, {cur, p}, {next});
+    cur = next;
+  }
+}
+
+void write_dropout(OnnxWriter& w) {
+  KILN_CHECK(!w.attrs().get_bool("training", true), "export: dropout in training mode");
+  w.require_unused_from(1, "the dropout mask");
+  w.node("Identity", {w.in(0)}, {w.out()});
+}
+
 OpDefiner d_batch_norm([] {
   OpDef d;
   d.name = "batch_norm";
@@ -53,7 +112,7 @@ OpDefiner d_batch_norm([] {
   d.differentiable_inputs = {0, 1, 2};
   d.writes = {3, 4};  // the running statistics, in training mode
   d.writes_if = "training";
-  d.onnx = "BatchNormalization";
+  d.onnx = {{"BatchNormalization"}, write_batch_norm};
   d.category = "normalization";
   return d;
 }());
@@ -66,7 +125,7 @@ OpDefiner d_batch_norm_backward([] {
         TensorMeta c{true, {in[0].shape[1]}, in[0].dtype, in[0].device};
         return {in[1], c, c};
       },
-      nullptr, "", kTagBackward, {"grad_x", "grad_weight", "grad_bias"});
+      nullptr, {}, kTagBackward, {"grad_x", "grad_weight", "grad_bias"});
   d.category = "normalization";
   return d;
 }());
@@ -108,7 +167,7 @@ OpDefiner d_layer_norm([] {
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = reduce_outer(g[0]);
     return r;
   };
-  d.onnx = "LayerNormalization";
+  d.onnx = {{"LayerNormalization"}, write_layer_norm};
   d.category = "normalization";
   return d;
 }());
@@ -147,7 +206,7 @@ OpDefiner d_group_norm([] {
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], axes);
     return r;
   };
-  d.onnx = "GroupNormalization (opset 18) / InstanceNormalization";
+  d.onnx = {{"Reshape", "InstanceNormalization", "Mul", "Add"}, write_group_norm};
   d.category = "normalization";
   return d;
 }());
@@ -166,7 +225,7 @@ OpDefiner d_dropout([] {
   };
   // mask holds 0 or 1/(1-p), so the gradient is one multiply.
   d.grad = [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * c.outputs[1]}; };
-  d.onnx = "Dropout";
+  d.onnx = {{"Identity"}, write_dropout};
   d.tags = kTagRandom;
   return d;
 }());

@@ -5,7 +5,7 @@
 namespace kiln::detail {
 
 OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
-              GradFn grad, const char* onnx, uint32_t tags, std::vector<std::string> outputs) {
+              GradFn grad, OnnxExport onnx, uint32_t tags, std::vector<std::string> outputs) {
   OpDef d;
   d.name = name;
   d.inputs = std::move(inputs);
@@ -13,7 +13,7 @@ OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std
   d.attrs = std::move(attrs);
   d.infer = std::move(infer);
   d.grad = std::move(grad);
-  d.onnx = onnx;
+  d.onnx = std::move(onnx);
   d.tags = tags | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }

@@ -15,7 +15,7 @@ using Metas = std::vector<TensorMeta>;
 // An OpDef with the common fields set; ops without a gradient rule get the
 // nondifferentiable tag.
 OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
-              GradFn grad, const char* onnx, uint32_t tags = 0, std::vector<std::string> outputs = {"y"});
+              GradFn grad, OnnxExport onnx, uint32_t tags = 0, std::vector<std::string> outputs = {"y"});
 
 inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { return {in[0]}; }
 

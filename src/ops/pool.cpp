@@ -29,7 +29,36 @@ Metas infer_pool(const Metas& in, const Attrs& a) {
   return {{true, y, in[0].dtype, in[0].device}};
 }
 
-OpDef pool(const char* name, const char* onnx, std::vector<std::string> attrs, InferFn infer, const char* backward) {
+// ONNX pooling: kernel_shape, strides and pads (begin and end alike).
+Attrs onnx_pool_attrs(const OnnxWriter& w) {
+  auto k = pair_of(w.attrs(), "kernel", {}), p = pair_of(w.attrs(), "padding", {0, 0});
+  return {{"kernel_shape", k}, {"strides", pair_of(w.attrs(), "stride", k)}, {"pads", std::vector<int64_t>{p[0], p[1], p[0], p[1]}}};
+}
+void write_max_pool(OnnxWriter& w) {
+  w.require_unused_from(1, "the argmax indices");
+  Attrs a = onnx_pool_attrs(w);
+  a.set("dilations", pair_of(w.attrs(), "dilation", {1, 1}));
+  w.node("MaxPool", {w.in(0)}, {w.out()}, a);
+}
+void write_avg_pool(OnnxWriter& w) {
+  Attrs a = onnx_pool_attrs(w);
+  a.set("count_include_pad", w.attrs().get_bool("count_include_pad", true));
+  w.node("AveragePool", {w.in(0)}, {w.out()}, a);
+}
+void write_adaptive_avg_pool(OnnxWriter& w) {
+  const Shape &x = w.in_shape(), &y = w.out_shape();
+  if (y[2] == 1 && y[3] == 1) {
+    w.node("GlobalAveragePool", {w.in(0)}, {w.out()});
+    return;
+  }
+  KILN_CHECK(x[2] % y[2] == 0 && x[3] % y[3] == 0, "export: adaptive_avg_pool2d from ", shape_str(x), " to ",
+             shape_str(y), " has uneven windows, which ONNX AveragePool cannot express; choose an output size "
+             "that divides the input size");
+  std::vector<int64_t> k = {x[2] / y[2], x[3] / y[3]};
+  w.node("AveragePool", {w.in(0)}, {w.out()}, {{"kernel_shape", k}, {"strides", k}});
+}
+
+OpDef pool(const char* name, OnnxExport onnx, std::vector<std::string> attrs, InferFn infer, const char* backward) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
@@ -38,7 +67,7 @@ OpDef pool(const char* name, const char* onnx, std::vector<std::string> attrs, I
   d.infer = std::move(infer);
   std::string bw = backward;
   d.grad = [bw](const GradContext& c, const Grads& g) -> Grads { return {call(bw, {g[0], c.inputs[0]}, c.attrs)[0]}; };
-  d.onnx = onnx;
+  d.onnx = std::move(onnx);
   d.category = "pooling";
   return d;
 }
@@ -57,7 +86,7 @@ OpDef pool_backward(const char* name) {
 // Max pooling also returns the position of each maximum (flat index within
 // its H*W plane, as PyTorch's return_indices), so the backward is a scatter.
 OpDefiner d_max([] {
-  OpDef d = pool("max_pool2d", "MaxPool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
+  OpDef d = pool("max_pool2d", {{"MaxPool"}, write_max_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
                  [](const Metas& in, const Attrs& a) -> Metas {
                    Metas out = infer_pool(in, a);
                    out.push_back({true, out[0].shape, DType::Int64, out[0].device});
@@ -70,10 +99,10 @@ OpDefiner d_max([] {
   };
   return d;
 }());
-OpDefiner d_avg(pool("avg_pool2d", "AveragePool", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
+OpDefiner d_avg(pool("avg_pool2d", {{"AveragePool"}, write_avg_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
                      infer_pool, "avg_pool2d_backward"));
 OpDefiner d_adaptive(pool(
-    "adaptive_avg_pool2d", "GlobalAveragePool (1x1) / AveragePool", {"output_size:ints"},
+    "adaptive_avg_pool2d", {{"GlobalAveragePool", "AveragePool"}, write_adaptive_avg_pool}, {"output_size:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       detail::check_rank(in[0], 4, "input", "N, C, H, W");
       auto o = pair_of(a, "output_size", {});

@@ -29,7 +29,40 @@ Tensor back(const GradContext& c, const Tensor& t) {
   return detail::unreduce(t, c.inputs[0].shape(), axes_of(c), keepdim_of(c)).expand(c.inputs[0].shape());
 }
 
-OpDef reduction(const char* name, const char* onnx, GradFn grad) {
+// ONNX reductions: axes as an attribute, except ReduceSum's (an input from
+// opset 13 on); no axes means all of them.
+OnnxExport onnx_reduce(const char* op_type, bool axes_as_input) {
+  return {{op_type}, [op_type, axes_as_input](OnnxWriter& w) {
+            auto axes = w.attrs().get_ints("axes", {});
+            Attrs a = {{"keepdims", w.attrs().get_bool("keepdim", false)}};
+            std::vector<std::string> ins = {w.in(0)};
+            if (!axes.empty()) {
+              if (axes_as_input) ins.push_back(w.ints(axes, "axes"));
+              else a.set("axes", axes);
+            }
+            w.node(op_type, ins, {w.out()}, a);
+          }};
+}
+
+// var and std: sum((x - mean)^2) / (count - correction), then the root.
+void write_moment(OnnxWriter& w, bool take_sqrt) {
+  DType dt = w.dtype();
+  const Shape& s = w.in_shape();
+  auto axes = detail::normalize_axes(w.attrs().get_ints("axes", {}), static_cast<int64_t>(s.size()));
+  int64_t count = 1;
+  for (int64_t a : axes) count *= s[a];
+  double denom = static_cast<double>(std::max<int64_t>(count - w.attrs().get_int("correction", 1), 0));
+  std::string mean = w.unique("var_mean"), d = w.unique("var_diff"), sq = w.unique("var_sq"), sum = w.unique("var_sum");
+  w.node("ReduceMean", {w.in(0)}, {mean}, {{"axes", axes}, {"keepdims", int64_t{1}}});
+  w.node("Sub", {w.in(0), mean}, {d});
+  w.node("Mul", {d, d}, {sq});
+  w.node("ReduceSum", {sq, w.ints(axes, "axes")}, {sum}, {{"keepdims", w.attrs().get_bool("keepdim", false)}});
+  std::string var = take_sqrt ? w.unique("var") : w.out();
+  w.node("Div", {sum, w.scalar(denom, dt, "var_count")}, {var});
+  if (take_sqrt) w.node("Sqrt", {var}, {w.out()});
+}
+
+OpDef reduction(const char* name, OnnxExport onnx, GradFn grad) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
@@ -37,7 +70,7 @@ OpDef reduction(const char* name, const char* onnx, GradFn grad) {
   d.attrs = {"axes:ints=[] (all)", "keepdim:bool=false"};
   d.infer = infer_reduce;
   d.grad = std::move(grad);
-  d.onnx = onnx;
+  d.onnx = std::move(onnx);
   d.tags = kTagReduction | (d.grad ? 0u : static_cast<uint32_t>(kTagNondifferentiable));
   return d;
 }
@@ -50,22 +83,24 @@ Tensor extreme_grad(const GradContext& c, const Tensor& g) {
   return back(c, g) * mask / count;
 }
 
-OpDefiner d_sum(reduction("sum", "ReduceSum", [](const GradContext& c, const Grads& g) -> Grads { return {back(c, g[0]).contiguous()}; }));
-OpDefiner d_mean(reduction("mean", "ReduceMean", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sum(reduction("sum", onnx_reduce("ReduceSum", true), [](const GradContext& c, const Grads& g) -> Grads { return {back(c, g[0]).contiguous()}; }));
+OpDefiner d_mean(reduction("mean", onnx_reduce("ReduceMean", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0] / static_cast<double>(reduced_count(c)))};
 }));
-OpDefiner d_amax(reduction("amax", "ReduceMax", [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
-OpDefiner d_amin(reduction("amin", "ReduceMin", [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
-OpDefiner d_prod(reduction("prod", "ReduceProd", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_amax(reduction("amax", onnx_reduce("ReduceMax", false), [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
+OpDefiner d_amin(reduction("amin", onnx_reduce("ReduceMin", false), [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
+OpDefiner d_prod(reduction("prod", onnx_reduce("ReduceProd", false), [](const GradContext& c, const Grads& g) -> Grads {
   // y / x, valid where x != 0 (PyTorch takes the same shortcut off the zero path).
   return {back(c, g[0]) * back(c, c.outputs[0]) / c.inputs[0]};
 }));
-OpDefiner d_logsumexp(reduction("logsumexp", "ReduceLogSumExp", [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_logsumexp(reduction("logsumexp", onnx_reduce("ReduceLogSumExp", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0]) * exp(c.inputs[0] - back(c, c.outputs[0]))};
 }));
 
 OpDef moment(const char* name, bool is_std) {
-  OpDef d = reduction(name, is_std ? "Sqrt(ReduceMean)" : "ReduceMean(Sub)", [is_std](const GradContext& c, const Grads& g) -> Grads {
+  OnnxExport onnx{{"ReduceMean", "Sub", "Mul", "ReduceSum", "Div", "Sqrt"},
+                  [is_std](OnnxWriter& w) { write_moment(w, is_std); }};
+  OpDef d = reduction(name, std::move(onnx), [is_std](const GradContext& c, const Grads& g) -> Grads {
     const Tensor& x = c.inputs[0];
     auto axes = axes_of(c);
     double denom = static_cast<double>(reduced_count(c) - c.attrs.get_int("correction", 1));
@@ -79,7 +114,7 @@ OpDef moment(const char* name, bool is_std) {
 OpDefiner d_var(moment("var", false));
 OpDefiner d_std(moment("std", true));
 
-OpDef arg_reduction(const char* name, const char* onnx) {
+OpDef arg_reduction(const char* name, const char* onnx_type) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
@@ -90,14 +125,16 @@ OpDef arg_reduction(const char* name, const char* onnx) {
     KILN_CHECK(in[0].shape.empty() || in[0].shape[ax] > 0, "cannot take the arg-extreme of an empty axis ", ax);
     return {{true, detail::reduced_shape(in[0].shape, {ax}, a.get_bool("keepdim", false)), DType::Int64, in[0].device}};
   };
-  d.onnx = onnx;
+  d.onnx = onnx_as(onnx_type, [](const OnnxWriter& w) -> Attrs {
+    return {{"axis", w.attrs().get_int("axis")}, {"keepdims", w.attrs().get_bool("keepdim", false)}};
+  });
   d.tags = kTagReduction | kTagNondifferentiable;
   return d;
 }
 OpDefiner d_argmax(arg_reduction("argmax", "ArgMax"));
 OpDefiner d_argmin(arg_reduction("argmin", "ArgMin"));
 
-OpDef softmax_like(const char* name, const char* onnx, GradFn grad) {
+OpDef softmax_like(const char* name, const char* onnx_type, GradFn grad) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
@@ -109,7 +146,7 @@ OpDef softmax_like(const char* name, const char* onnx, GradFn grad) {
     return {in[0]};
   };
   d.grad = std::move(grad);
-  d.onnx = onnx;
+  d.onnx = onnx_as(onnx_type, [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", -1)}}; });
   return d;
 }
 OpDefiner d_softmax(softmax_like("softmax", "Softmax", [](const GradContext& c, const Grads& g) -> Grads {

@@ -33,12 +33,72 @@ Shape resolve_view_shape(const Shape& in, Shape s) {
 
 using detail::make_op;
 
+// --- ONNX forms -------------------------------------------------------------------
+// With a dynamic batch, a shape that keeps axis 0 writes 0 there: ONNX
+// Reshape copies that size from the input.
+void write_view(OnnxWriter& w) {
+  std::vector<int64_t> shape(w.out_shape().begin(), w.out_shape().end());
+  if (w.dynamic_batch() && !shape.empty()) {
+    KILN_CHECK(!w.in_shape().empty() && w.in_shape()[0] == shape[0], "export with a dynamic batch: a reshape from ",
+               shape_str(w.in_shape()), " to ", shape_str(w.out_shape()),
+               " changes axis 0, so it cannot follow the batch size; export with fixed shapes "
+               "(dynamic_batch off) or keep the batch axis first and whole");
+    shape[0] = 0;
+  }
+  w.node("Reshape", {w.in(0), w.ints(shape, "shape")}, {w.out()});
+}
+void write_slice(OnnxWriter& w) {
+  const Attrs& a = w.attrs();
+  w.node("Slice",
+         {w.in(0), w.ints({a.get_int("start")}, "starts"), w.ints({a.get_int("end")}, "ends"),
+          w.ints({a.get_int("axis")}, "axes"), w.ints({a.get_int("step", 1)}, "steps")},
+         {w.out()});
+}
+// ONNX Expand broadcasts both ways, so a batch axis kept whole may say 1.
+void write_expand(OnnxWriter& w) {
+  std::vector<int64_t> shape(w.out_shape().begin(), w.out_shape().end());
+  const Shape& x = w.in_shape();
+  if (w.dynamic_batch() && x.size() == shape.size() && !x.empty() && x[0] == shape[0]) shape[0] = 1;
+  w.node("Expand", {w.in(0), w.ints(shape, "shape")}, {w.out()});
+}
+void write_split(OnnxWriter& w) {
+  w.node("Split", {w.in(0), w.ints(w.attrs().get_ints("sizes"), "split")}, w.outputs(),
+         {{"axis", w.attrs().get_int("axis", 0)}});
+}
+// Kiln's pads are (before, after) pairs from the last axis backwards; ONNX's
+// are every axis's begin, then every axis's end.
+void write_pad(OnnxWriter& w) {
+  auto pairs = w.attrs().get_ints("pads");
+  const size_t rank = w.in_shape().size();
+  std::vector<int64_t> pads(2 * rank, 0);
+  for (size_t i = 0; i < pairs.size() / 2; ++i) {
+    size_t ax = rank - 1 - i;
+    pads[ax] = pairs[2 * i];
+    pads[rank + ax] = pairs[2 * i + 1];
+  }
+  std::string mode = w.attrs().get_string("mode", "constant");
+  std::vector<std::string> ins = {w.in(0), w.ints(pads, "pads")};
+  if (mode == "constant") ins.push_back(w.scalar(w.attrs().get_float("value", 0), w.dtype(), "pad_value"));
+  w.node("Pad", ins, {w.out()}, {{"mode", mode}});
+}
+OnnxExport onnx_trilu(bool upper) {
+  return {{"Trilu"}, [upper](OnnxWriter& w) {
+            std::string k = w.scalar(static_cast<double>(w.attrs().get_int("diagonal", 0)), DType::Int64, "k");
+            w.node("Trilu", {w.in(0), k}, {w.out()}, {{"upper", int64_t{upper ? 1 : 0}}});
+          }};
+}
+void write_cumsum(OnnxWriter& w) {
+  std::string axis = w.scalar(static_cast<double>(w.attrs().get_int("axis")), DType::Int64, "axis");
+  w.node("CumSum", {w.in(0), axis}, {w.out()}, {{"reverse", w.attrs().get_bool("reverse", false)}});
+}
+
+
 OpDefiner d_view(make_op(
     "view", {"x"}, {"shape:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, resolve_view_shape(in[0].shape, a.get_ints("shape")), in[0].dtype, in[0].device}};
     },
-    [](const GradContext& c, const Grads& g) -> Grads { return {g[0].reshape(c.inputs[0].shape())}; }, "Reshape",
+    [](const GradContext& c, const Grads& g) -> Grads { return {g[0].reshape(c.inputs[0].shape())}; }, {{"Reshape"}, write_view},
     kTagView));
 
 OpDefiner d_permute(make_op(
@@ -64,7 +124,7 @@ OpDefiner d_permute(make_op(
         inverse[normalize_axis(order[i], static_cast<int64_t>(order.size()))] = static_cast<int64_t>(i);
       return {g[0].permute(inverse)};
     },
-    "Transpose", kTagView));
+    onnx_as("Transpose", [](const OnnxWriter& w) -> Attrs { return {{"perm", w.attrs().get_ints("order")}}; }), kTagView));
 
 }  // namespace
 
@@ -98,14 +158,14 @@ OpDefiner d_slice(make_op(
       a.set("input_shape", c.inputs[0].shape());
       return {call("slice_backward", {g[0]}, a)[0]};
     },
-    "Slice", kTagView));
+    {{"Slice"}, write_slice}, kTagView));
 
 OpDefiner d_slice_bw(make_op(
     "slice_backward", {"grad"}, {"input_shape:ints", "axis:int", "start:int", "end:int", "step:int=1"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
     },
-    nullptr, "", kTagBackward));
+    nullptr, {}, kTagBackward));
 
 OpDefiner d_expand(make_op(
     "expand", {"x"}, {"shape:ints"},
@@ -121,7 +181,7 @@ OpDefiner d_expand(make_op(
       }
       return {{true, target, in[0].dtype, in[0].device}};
     },
-    [](const GradContext& c, const Grads& g) -> Grads { return {sum_to(g[0], c.inputs[0].shape())}; }, "Expand",
+    [](const GradContext& c, const Grads& g) -> Grads { return {sum_to(g[0], c.inputs[0].shape())}; }, {{"Expand"}, write_expand},
     kTagView));
 
 Metas infer_concat(const Metas& in, const Attrs& a) {
@@ -158,7 +218,7 @@ OpDefiner d_concat(make_op(
       }
       return out;
     },
-    "Concat", 0));
+    onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0));
 
 OpDefiner d_split([] {
   OpDef d = make_op(
@@ -185,7 +245,7 @@ OpDefiner d_split([] {
           parts.push_back(g[i].defined() ? g[i] : zeros(c.outputs[i].shape(), c.outputs[i].dtype()));
         return {concat(parts, c.attrs.get_int("axis", 0))};
       },
-      "Split", kTagView);
+      OnnxExport{{"Split"}, write_split}, kTagView);
   d.outputs = {"parts*"};
   return d;
 }());
@@ -216,14 +276,14 @@ OpDefiner d_pad(make_op(
       a.set("input_shape", c.inputs[0].shape());
       return {call("pad_backward", {g[0]}, a)[0]};
     },
-    "Pad", 0));
+    {{"Pad"}, write_pad}, 0));
 
 OpDefiner d_pad_bw(make_op(
     "pad_backward", {"grad"}, {"input_shape:ints", "pads:ints", "mode:string"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
     },
-    nullptr, "", kTagBackward));
+    nullptr, {}, kTagBackward));
 
 Metas infer_tri(const Metas& in, const Attrs&) {
   KILN_CHECK(in[0].shape.size() >= 2, "needs a tensor of rank >= 2, got ", shape_str(in[0].shape));
@@ -232,11 +292,11 @@ Metas infer_tri(const Metas& in, const Attrs&) {
 OpDefiner d_tril(make_op(
     "tril", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {tril(g[0], c.attrs.get_int("diagonal", 0))}; },
-    "Trilu", 0));
+    onnx_trilu(false), 0));
 OpDefiner d_triu(make_op(
     "triu", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {triu(g[0], c.attrs.get_int("diagonal", 0))}; },
-    "Trilu", 0));
+    onnx_trilu(true), 0));
 
 OpDefiner d_cumsum(make_op(
     "cumsum", {"x"}, {"axis:int", "reverse:bool=false"},
@@ -247,7 +307,7 @@ OpDefiner d_cumsum(make_op(
     [](const GradContext& c, const Grads& g) -> Grads {
       return {call("cumsum", {g[0]}, {{"axis", c.attrs.get_int("axis")}, {"reverse", !c.attrs.get_bool("reverse", false)}})[0]};
     },
-    "CumSum", 0));
+    {{"CumSum"}, write_cumsum}, 0));
 
 }  // namespace
 

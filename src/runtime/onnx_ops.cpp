@@ -104,7 +104,7 @@ const std::vector<int>& value_inputs(const std::string& op_type) {
     std::map<std::string, std::vector<int>> t = {
         {"Reshape", {1}}, {"Expand", {1}},    {"Tile", {1}},          {"Clip", {1, 2}},       {"CumSum", {1}},
         {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}},   {"Unsqueeze", {1}},     {"Pad", {1, 2, 3}},
-        {"Trilu", {1}},   {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}, {"Dropout", {1, 2}},
+        {"Trilu", {1}},   {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}, {"Dropout", {1, 2}}, {"OneHot", {1}},
     };
     for (const char* r : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
                           "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"})

@@ -291,6 +291,27 @@ std::vector<Tensor> gemm(const OnnxNode& n, const std::vector<Tensor>& in) {
   return {y};
 }
 
+// SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss: scores [N, C, ...]
+// with class indices [N, ...] and optional class weights; without
+// ignore_index no target is ignored. The first also returns log_prob.
+std::vector<Tensor> class_loss_op(const OnnxNode& n, const std::vector<Tensor>& in, bool softmax) {
+  const Tensor& x = input(n, in, 0);
+  Tensor target = input(n, in, 1);
+  if (is_floating(target.dtype())) n.fail("labels must be integer class indices, got ", dtype_name(target.dtype()));
+  if (target.dtype() != DType::Int64) target = cast(target, DType::Int64);
+  CrossEntropyOptions o;
+  o.reduction = n.s("reduction", "mean");
+  if (o.reduction != "mean" && o.reduction != "sum" && o.reduction != "none")
+    n.fail("reduction must be mean, sum or none, got '", o.reduction, "'");
+  o.ignore_index = n.has("ignore_index") ? n.i("ignore_index", 0) : std::numeric_limits<int64_t>::min();
+  if (in.size() > 2 && in[2].defined()) o.weight = in[2];
+  if (!softmax) return {nll_loss(x, target, o)};
+  Tensor log_prob = log_softmax(x, 1);
+  std::vector<Tensor> out = {nll_loss(log_prob, target, o)};
+  if (n.output_wanted(1)) out.push_back(log_prob);
+  return out;
+}
+
 }  // namespace
 
 void add_nn_converters(ConverterTable& t) {
@@ -304,6 +325,8 @@ void add_nn_converters(ConverterTable& t) {
   t["InstanceNormalization"] = instance_norm;
   t["LayerNormalization"] = layer_norm_op;
   t["Dropout"] = dropout_op;
+  t["SoftmaxCrossEntropyLoss"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return class_loss_op(n, in, true); };
+  t["NegativeLogLikelihoodLoss"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return class_loss_op(n, in, false); };
   t["Softmax"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return softmax_like(n, in, false); };
   t["LogSoftmax"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return softmax_like(n, in, true); };
   t["MatMul"] = matmul_op;

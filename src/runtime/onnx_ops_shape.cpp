@@ -327,6 +327,52 @@ std::vector<Tensor> space_to_depth(const OnnxNode& n, const std::vector<Tensor>&
   return {t.reshape({N, C * b * b, H / b, W / b})};
 }
 
+// OneHot(indices, depth, values = [off, on]) along `axis` (default -1, a new
+// last axis). Negative indices count from depth; indices out of range give a
+// row of off values. The output takes the values' dtype.
+std::vector<Tensor> one_hot_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& raw = input(n, in, 0);
+  int64_t depth = static_cast<int64_t>(scalar_value(n, input(n, in, 1), "depth"));
+  if (depth <= 0) n.fail("depth must be positive, got ", depth);
+  const Tensor& values = input(n, in, 2);
+  if (values.numel() != 2) n.fail("values must hold [off_value, on_value], got shape ", shape_str(values.shape()));
+  Tensor i = wrap_indices(is_floating(raw.dtype()) ? cast(raw, DType::Int64) : raw, depth);
+  Tensor zero = zeros({}, DType::Int64);
+  Tensor valid = where(ge(i, zero), lt(i, scalar_tensor(static_cast<double>(depth), DType::Int64)), zeros({}, DType::Bool));
+  Tensor hot = one_hot(where(valid, i, zero), depth);
+  Shape with_class = i.shape();
+  with_class.push_back(1);
+  Tensor on = gt(hot * cast(valid, DType::Int64).reshape(with_class), zero);
+  Tensor flat = values.reshape({2});
+  Tensor y = where(on, flat.slice(0, 1, 2).reshape({}), flat.slice(0, 0, 1).reshape({}));
+  int64_t rank = y.dim(), axis = normalize_axis(n, n.i("axis", -1), rank);
+  if (axis == rank - 1) return {y};
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < rank - 1; ++d) {
+    if (d == axis) order.push_back(rank - 1);
+    order.push_back(d);
+  }
+  return {y.permute(order).contiguous()};
+}
+
+// ScatterElements(data, indices, updates) along `axis`, with reduction none
+// (the updates replace) or add. With repeated indices ONNX leaves "none"
+// undefined; here they add up.
+std::vector<Tensor> scatter_elements(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  const Tensor& updates = input(n, in, 2);
+  int64_t axis = normalize_axis(n, n.i("axis", 0), x.dim());
+  Tensor idx = wrap_indices(input(n, in, 1), x.shape()[axis]);
+  if (idx.shape() != updates.shape())
+    n.fail("indices ", shape_str(idx.shape()), " and updates ", shape_str(updates.shape()), " must have the same shape");
+  std::string reduction = n.s("reduction", "none");
+  if (reduction == "add") return {scatter_add(x, axis, idx, updates)};
+  if (reduction != "none") n.unsupported("reduction '", reduction, "' is not supported; Kiln runs 'none' and 'add'");
+  Tensor hits = scatter_add(zeros(x.shape(), DType::Int64), axis, idx, ones(idx.shape(), DType::Int64));
+  Tensor written = scatter_add(zeros(x.shape(), x.dtype()), axis, idx, updates);
+  return {where(gt(hits, zeros({}, DType::Int64)), written, x)};
+}
+
 }  // namespace
 
 void add_shape_converters(ConverterTable& t) {
@@ -340,6 +386,8 @@ void add_shape_converters(ConverterTable& t) {
   t["Slice"] = slice_op;
   t["Gather"] = gather_op;
   t["GatherElements"] = gather_elements;
+  t["ScatterElements"] = scatter_elements;
+  t["OneHot"] = one_hot_op;
   t["Expand"] = expand_op;
   t["Tile"] = tile_op;
   t["Shape"] = shape_op;
