@@ -24,6 +24,8 @@ Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor gelu(const Tensor& x, bool tanh_approximation = false);
 Tensor silu(const Tensor& x);
+Tensor hardsigmoid(const Tensor& x);  // relu6(x + 3) / 6
+Tensor hardswish(const Tensor& x);    // x * hardsigmoid(x)
 Tensor erf(const Tensor& x);
 Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);

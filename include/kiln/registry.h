@@ -52,6 +52,26 @@ using InferFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMe
 using KernelFn = void (*)(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                           const Attrs& attrs);
 
+// An elementwise op's formula on contiguous runs: out[i] = f(in[0][i], ...)
+// with the op's attributes, in float and in double. It is written once, in
+// the op's definition; graph mode's elementwise fusion chains the float form,
+// and `kernel` runs it on tensors of any layout (broadcasting, strides,
+// float16/bfloat16 through float) with the block runner of the tensors'
+// backend. The registry gives `kernel` to every backend with a runner for
+// each dtype where the op has no kernel of its own.
+template <typename T>
+using BlockFn = void (*)(const T* const* in, T* out, int64_t n, const Attrs& attrs);
+struct ElementwiseMath {
+  int arity = 0;
+  BlockFn<float> f32 = nullptr;
+  BlockFn<double> f64 = nullptr;
+  KernelFn kernel = nullptr;
+  explicit operator bool() const { return f32 != nullptr; }
+};
+// How a backend runs block math over tensors of any layout.
+using BlockRunner = void (*)(const ElementwiseMath& math, const std::vector<Tensor>& inputs,
+                             std::vector<Tensor>& outputs, const Attrs& attrs);
+
 struct OpDef {
   std::string name;
   std::vector<std::string> inputs;   // "x", "bias?" (optional), "tensors*" (variadic)
@@ -62,6 +82,7 @@ struct OpDef {
   OnnxExport onnx;                   // how it is written as ONNX; empty: export refuses it
   uint32_t tags = 0;
   std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
+  ElementwiseMath math;              // elementwise ops: the formula, for kernels and fusion
   int dispatch_input = 0;            // whose dtype picks the kernel
   std::vector<int> differentiable_inputs;  // empty: every floating input
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
@@ -84,10 +105,17 @@ class OpRegistry {
   const OpDef* find(const std::string& name) const;
   const OpDef& get(const std::string& name) const;  // throws listing close names
   void register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn);
+  // A backend's runner of block math, for the given dtypes: every op with
+  // `math` gets math.kernel there unless it registers a kernel of its own.
+  void register_block_runner(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes);
+  BlockRunner block_runner(DeviceType backend) const;
   std::vector<const OpDef*> all() const;  // sorted by name
 
  private:
+  void give_math_kernel(OpDef& op, DeviceType backend);
   std::map<std::string, std::unique_ptr<OpDef>> ops_;
+  BlockRunner runners_[kNumDeviceTypes] = {};
+  std::vector<DType> runner_dtypes_[kNumDeviceTypes];
 };
 
 // Static registration helpers: one object per definition or kernel.
@@ -96,6 +124,11 @@ struct OpDefiner {
 };
 struct KernelRegistrar {
   KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes, KernelFn fn);
+};
+struct BlockRunnerRegistrar {
+  BlockRunnerRegistrar(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes) {
+    OpRegistry::instance().register_block_runner(backend, runner, dtypes);
+  }
 };
 
 // Called before every op runs (for tests and profiling); nullptr disables.

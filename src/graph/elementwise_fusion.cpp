@@ -10,22 +10,9 @@
 namespace kiln::graph {
 namespace {
 
-enum class Code { Add, Sub, Mul, Div, Max, Neg, Abs, Exp, Log, Sqrt, Relu, ReluBackward, Sigmoid, Tanh,
-                  SigmoidBackward, TanhBackward };
-
-bool code_of(const std::string& op, Code& c) {
-  static const std::vector<std::pair<const char*, Code>> table = {
-      {"add", Code::Add}, {"sub", Code::Sub}, {"mul", Code::Mul}, {"div", Code::Div}, {"maximum", Code::Max},
-      {"neg", Code::Neg}, {"abs", Code::Abs}, {"exp", Code::Exp}, {"log", Code::Log}, {"sqrt", Code::Sqrt},
-      {"relu", Code::Relu}, {"relu_backward", Code::ReluBackward}, {"sigmoid", Code::Sigmoid},
-      {"tanh", Code::Tanh}, {"sigmoid_backward", Code::SigmoidBackward}, {"tanh_backward", Code::TanhBackward}};
-  for (auto& [name, code] : table)
-    if (op == name) {
-      c = code;
-      return true;
-    }
-  return false;
-}
+// An op joins a fused loop when its definition has a float formula
+// (OpDef::math) and the fusible tag.
+bool fusible(const Node& n) { return n.op && n.op->math && n.op->has_tag(kTagFusible); }
 
 // An operand: an external input of the fused kernel (index into its inputs)
 // or the result of an earlier instruction.
@@ -35,7 +22,8 @@ struct Operand {
 };
 
 struct Instr {
-  Code code;
+  BlockFn<float> fn = nullptr;
+  Attrs attrs;
   Operand a, b;
   bool binary = false;
 };
@@ -43,27 +31,6 @@ struct Instr {
 constexpr int64_t kBlock = 512;
 constexpr size_t kMaxInstrs = 12;              // ops per fused loop
 constexpr size_t kMaxInputs = 2 * kMaxInstrs;  // so their inputs fit the stack buffers
-
-void apply(Code c, const float* a, const float* b, float* out, int64_t n) {
-  switch (c) {
-    case Code::Add: for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; break;
-    case Code::Sub: for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i]; break;
-    case Code::Mul: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i]; break;
-    case Code::Div: for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; break;
-    case Code::Max: for (int64_t i = 0; i < n; ++i) out[i] = (a[i] > b[i] || a[i] != a[i]) ? a[i] : b[i]; break;
-    case Code::Neg: for (int64_t i = 0; i < n; ++i) out[i] = -a[i]; break;
-    case Code::Abs: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.0f ? -a[i] : a[i]; break;
-    case Code::Exp: for (int64_t i = 0; i < n; ++i) out[i] = std::exp(a[i]); break;
-    case Code::Log: for (int64_t i = 0; i < n; ++i) out[i] = std::log(a[i]); break;
-    case Code::Sqrt: for (int64_t i = 0; i < n; ++i) out[i] = std::sqrt(a[i]); break;
-    case Code::Relu: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.0f ? 0.0f : a[i]; break;
-    case Code::ReluBackward: for (int64_t i = 0; i < n; ++i) out[i] = b[i] > 0.0f ? a[i] : 0.0f; break;
-    case Code::Sigmoid: for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-a[i])); break;
-    case Code::Tanh: for (int64_t i = 0; i < n; ++i) out[i] = std::tanh(a[i]); break;
-    case Code::SigmoidBackward: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i] * (1.0f - b[i]); break;
-    case Code::TanhBackward: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * (1.0f - b[i] * b[i]); break;
-  }
-}
 
 // How a kernel input maps onto the output's elements.
 struct Source {
@@ -146,7 +113,8 @@ CustomKernel make_kernel(std::vector<Instr> program) {
         for (size_t k = 0; k < program.size(); ++k) {
           const Instr& ins = program[k];
           float* dst = k + 1 == program.size() ? y + start : regs[k];
-          apply(ins.code, operand(ins.a), ins.binary ? operand(ins.b) : nullptr, dst, len);
+          const float* args[2] = {operand(ins.a), ins.binary ? operand(ins.b) : nullptr};
+          ins.fn(args, dst, len, ins.attrs);
         }
       }
     });
@@ -180,8 +148,7 @@ std::string fuse_elementwise(Graph& g) {
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    Code code;
-    if (n.removed || !n.op || n.outputs.size() != 1 || !code_of(n.op->name, code)) continue;
+    if (n.removed || n.outputs.size() != 1 || !fusible(n)) continue;
     const Shape& shape = g.values[n.outputs[0]].meta.shape;
     if (g.values[n.outputs[0]].meta.dtype != DType::Float32 || mutated[n.outputs[0]]) continue;
     bool ok = true;
@@ -234,9 +201,10 @@ std::string fuse_elementwise(Graph& g) {
     for (size_t k = 0; k < grp.nodes.size(); ++k) {
       const Node& n = g.nodes[grp.nodes[k]];
       Instr ins;
-      code_of(n.op->name, ins.code);
+      ins.fn = n.op->math.f32;
+      ins.attrs = n.attrs;
       ins.a = operand(n.inputs[0]);
-      ins.binary = n.inputs.size() > 1;
+      ins.binary = n.op->math.arity > 1;
       if (ins.binary) ins.b = operand(n.inputs[1]);
       program.push_back(ins);
       produced.push_back(n.outputs[0]);

@@ -1,7 +1,9 @@
 // Elementwise ops: unary math and activations, binary arithmetic with
 // broadcasting, comparisons, where, cast, and the activation backward ops.
+#include <algorithm>
 #include <cmath>
 
+#include "ops/elementwise_math.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -64,6 +66,138 @@ const Tensor& Y(const GradContext& c) { return c.outputs[0]; }
 
 Tensor bw(const char* op, const Tensor& g, const Tensor& saved, const Attrs& attrs = {}) {
   return call(op, {g, saved}, attrs)[0];
+}
+
+// --- the formulas (OpDef::math): kernels and graph mode's fusion run these -----------
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
+
+KILN_MATH1(Neg, -x);
+KILN_MATH1(Abs, x < C(0) ? -x : x);
+KILN_MATH1(Exp, std::exp(x));
+KILN_MATH1(Log, std::log(x));
+KILN_MATH1(Log1p, std::log1p(x));
+KILN_MATH1(Sqrt, std::sqrt(x));
+KILN_MATH1(Rsqrt, C(1) / std::sqrt(x));
+KILN_MATH1(Sin, std::sin(x));
+KILN_MATH1(Cos, std::cos(x));
+KILN_MATH1(Tanh, std::tanh(x));
+KILN_MATH1(Sigmoid, C(1) / (C(1) + std::exp(-x)));
+KILN_MATH1(Relu, x < C(0) ? C(0) : x);  // NaN passes through, as in PyTorch
+KILN_MATH1(Silu, x / (C(1) + std::exp(-x)));
+KILN_MATH1(Erf, std::erf(x));
+KILN_MATH1(Sign, static_cast<C>((x > C(0)) - (x < C(0))));
+KILN_MATH1(Floor, std::floor(x));
+KILN_MATH1(Ceil, std::ceil(x));
+KILN_MATH1(Round, std::nearbyint(x));
+KILN_MATH2(Add, a + b);
+KILN_MATH2(Sub, a - b);
+KILN_MATH2(Mul, a * b);
+KILN_MATH2(Div, a / b);
+KILN_MATH2(Pow, std::pow(a, b));
+KILN_MATH2(Maximum, (a > b || a != a) ? a : b);  // NaN in a or b gives NaN
+KILN_MATH2(Minimum, (a < b || a != a) ? a : b);
+// Activation backward ops: (grad, saved) -> grad of the input.
+KILN_MATH2(ReluBackward, b > C(0) ? a : C(0));
+KILN_MATH2(SigmoidBackward, a * b * (C(1) - b));
+KILN_MATH2(TanhBackward, a * (C(1) - b * b));
+KILN_MATH2(SiluBackward, a * (C(1) / (C(1) + std::exp(-b))) * (C(1) + b * (C(1) - C(1) / (C(1) + std::exp(-b)))));
+
+struct LeakyRelu {
+  static constexpr int kArity = 1;
+  double slope;
+  explicit LeakyRelu(const Attrs& a) : slope(a.get_float("negative_slope", 0.01)) {}
+  template <typename C>
+  C operator()(C x) const { return x > C(0) ? x : x * static_cast<C>(slope); }
+};
+struct LeakyReluBackward : LeakyRelu {
+  static constexpr int kArity = 2;
+  using LeakyRelu::LeakyRelu;
+  template <typename C>
+  C operator()(C g, C x) const { return x > C(0) ? g : g * static_cast<C>(slope); }
+};
+
+bool gelu_tanh(const Attrs& attrs) {
+  std::string a = attrs.get_string("approximate", "none");
+  KILN_CHECK(a == "none" || a == "tanh", "approximate must be 'none' or 'tanh', got '", a, "'");
+  return a == "tanh";
+}
+struct Gelu {
+  static constexpr int kArity = 1;
+  bool tanh_form;
+  explicit Gelu(const Attrs& a) : tanh_form(gelu_tanh(a)) {}
+  template <typename C>
+  C operator()(C x) const {
+    if (tanh_form) return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x)));
+    return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
+  }
+};
+struct GeluBackward : Gelu {
+  static constexpr int kArity = 2;
+  using Gelu::Gelu;
+  template <typename C>
+  C operator()(C g, C x) const {
+    if (tanh_form) {
+      C k = C(kSqrt2OverPi);
+      C t = std::tanh(k * (x + C(0.044715) * x * x * x));
+      C dt = (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * x * x);
+      return g * (C(0.5) * (C(1) + t) + C(0.5) * x * dt);
+    }
+    C cdf = C(0.5) * (C(1) + std::erf(x * C(kInvSqrt2)));
+    C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
+    return g * (cdf + x * pdf);
+  }
+};
+
+struct Softplus {
+  static constexpr int kArity = 1;
+  double beta, threshold;
+  explicit Softplus(const Attrs& a) : beta(a.get_float("beta", 1.0)), threshold(a.get_float("threshold", 20.0)) {}
+  template <typename C>
+  C operator()(C x) const {
+    const C b = static_cast<C>(beta);
+    return x * b > static_cast<C>(threshold) ? x : std::log1p(std::exp(x * b)) / b;
+  }
+};
+struct SoftplusBackward : Softplus {
+  static constexpr int kArity = 2;
+  using Softplus::Softplus;
+  template <typename C>
+  C operator()(C g, C x) const {
+    const C b = static_cast<C>(beta);
+    return x * b > static_cast<C>(threshold) ? g : g / (C(1) + std::exp(-x * b));
+  }
+};
+
+struct Clamp {
+  static constexpr int kArity = 1;
+  bool has_min, has_max;
+  double lo, hi;
+  explicit Clamp(const Attrs& a)
+      : has_min(a.has("min")), has_max(a.has("max")), lo(has_min ? a.get_float("min") : 0.0),
+        hi(has_max ? a.get_float("max") : 0.0) {}
+  template <typename C>
+  C operator()(C x) const {
+    if (has_min && x < static_cast<C>(lo)) x = static_cast<C>(lo);
+    if (has_max && x > static_cast<C>(hi)) x = static_cast<C>(hi);
+    return x;
+  }
+};
+
+// MobileNetV3's activations: relu6(x + 3) / 6 and x times it, as PyTorch
+// computes them (NaN passes through).
+template <typename C>
+C hard_sigmoid_of(C x) { return std::min(std::max(x + C(3), C(0)), C(6)) / C(6); }
+KILN_MATH1(Hardsigmoid, hard_sigmoid_of(x));
+KILN_MATH1(Hardswish, x * hard_sigmoid_of(x));
+KILN_MATH2(HardsigmoidBackward, (b > C(-3) && b < C(3)) ? a / C(6) : C(0));
+KILN_MATH2(HardswishBackward, b < C(-3) ? C(0) : (b <= C(3) ? a * (b / C(3) + C(0.5)) : a));
+
+template <class F>
+OpDef with_math(OpDef d) {
+  d.math = detail::elementwise_math<F>();
+  return d;
 }
 
 // --- ONNX forms that take more than one node ------------------------------------
@@ -132,82 +266,95 @@ void write_clamp(OnnxWriter& w) {
 }
 
 // --- unary -----------------------------------------------------------------
-OpDefiner d_neg(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; }));
-OpDefiner d_abs(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; }));
-OpDefiner d_exp(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; }));
-OpDefiner d_log(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; }));
-OpDefiner d_log1p(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_neg(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })));
+OpDefiner d_abs(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })));
+OpDefiner d_exp(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })));
+OpDefiner d_log(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })));
+OpDefiner d_log1p(with_math<Log1p>(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
   return {g[0] / (X(c) + 1.0)};
-}));
-OpDefiner d_sqrt(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; }));
-OpDefiner d_rsqrt(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_sqrt(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })));
+OpDefiner d_rsqrt(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& y = Y(c);
   return {g[0] * (y * y * y) * -0.5};
-}));
-OpDefiner d_sin(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; }));
-OpDefiner d_cos(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; }));
-OpDefiner d_tanh(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; }));
-OpDefiner d_sigmoid(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_sin(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })));
+OpDefiner d_cos(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })));
+OpDefiner d_tanh(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })));
+OpDefiner d_sigmoid(with_math<Sigmoid>(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("sigmoid_backward", g[0], Y(c))};
-}));
-OpDefiner d_relu(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; }));
-OpDefiner d_leaky(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
+})));
+OpDefiner d_relu(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })));
+OpDefiner d_leaky(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
   return {{"alpha", w.attrs().get_float("negative_slope", 0.01)}};
 }), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("leaky_relu_backward", g[0], X(c), c.attrs)};
-}, {"negative_slope:float=0.01"}));
-OpDefiner d_gelu(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
+}, {"negative_slope:float=0.01"})));
+OpDefiner d_gelu(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
-}, {"approximate:string=none|tanh"}));
-OpDefiner d_silu(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; }));
-OpDefiner d_erf(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
+}, {"approximate:string=none|tanh"})));
+OpDefiner d_silu(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })));
+OpDefiner d_erf(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
-}));
-OpDefiner d_softplus(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_softplus(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
-}, {"beta:float=1", "threshold:float=20"}));
-OpDefiner d_clamp(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
+}, {"beta:float=1", "threshold:float=20"})));
+OpDefiner d_clamp(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
   // Gradient passes where the input was inside [min, max].
   const Tensor& x = X(c);
   Tensor mask = ones_like(x);
   if (c.attrs.has("min")) mask = mask * cast(ge(x, scalar_tensor(c.attrs.get_float("min"), x.dtype())), x.dtype());
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
-}, {"min:float?", "max:float?"}));
-OpDefiner d_sign(unary("sign", onnx_as("Sign"), nullptr));
-OpDefiner d_floor(unary("floor", onnx_as("Floor"), nullptr));
-OpDefiner d_ceil(unary("ceil", onnx_as("Ceil"), nullptr));
-OpDefiner d_round(unary("round", onnx_as("Round"), nullptr));
+}, {"min:float?", "max:float?"})));
+OpDefiner d_sign(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)));
+OpDefiner d_floor(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)));
+OpDefiner d_ceil(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)));
+OpDefiner d_round(with_math<Round>(unary("round", onnx_as("Round"), nullptr)));
+
+OpDefiner d_hardsigmoid(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
+  return {{"alpha", 1.0 / 6}, {"beta", 0.5}};
+}), [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardsigmoid_backward", g[0], X(c))}; })));
+// HardSwish is an ONNX op from opset 14 on; before, x * HardSigmoid(x).
+OpDefiner d_hardswish(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
+  if (w.opset() >= 14) return w.node("HardSwish", {w.in(0)}, {w.out()});
+  std::string hs = w.unique("hard_sigmoid");
+  w.node("HardSigmoid", {w.in(0)}, {hs}, {{"alpha", 1.0 / 6}, {"beta", 0.5}});
+  w.node("Mul", {w.in(0), hs}, {w.out()});
+}}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardswish_backward", g[0], X(c))}; })));
 
 // --- activation backward ops ---------------------------------------------------
-OpDefiner d_relu_bw(activation_backward("relu_backward"));
-OpDefiner d_sigmoid_bw(activation_backward("sigmoid_backward"));
-OpDefiner d_tanh_bw(activation_backward("tanh_backward"));
-OpDefiner d_silu_bw(activation_backward("silu_backward"));
-OpDefiner d_gelu_bw(activation_backward("gelu_backward", {"approximate:string=none|tanh"}));
-OpDefiner d_leaky_bw(activation_backward("leaky_relu_backward", {"negative_slope:float=0.01"}));
-OpDefiner d_softplus_bw(activation_backward("softplus_backward", {"beta:float=1", "threshold:float=20"}));
+OpDefiner d_hardsigmoid_bw(with_math<HardsigmoidBackward>(activation_backward("hardsigmoid_backward")));
+OpDefiner d_hardswish_bw(with_math<HardswishBackward>(activation_backward("hardswish_backward")));
+OpDefiner d_relu_bw(with_math<ReluBackward>(activation_backward("relu_backward")));
+OpDefiner d_sigmoid_bw(with_math<SigmoidBackward>(activation_backward("sigmoid_backward")));
+OpDefiner d_tanh_bw(with_math<TanhBackward>(activation_backward("tanh_backward")));
+OpDefiner d_silu_bw(with_math<SiluBackward>(activation_backward("silu_backward")));
+OpDefiner d_gelu_bw(with_math<GeluBackward>(activation_backward("gelu_backward", {"approximate:string=none|tanh"})));
+OpDefiner d_leaky_bw(with_math<LeakyReluBackward>(activation_backward("leaky_relu_backward", {"negative_slope:float=0.01"})));
+OpDefiner d_softplus_bw(with_math<SoftplusBackward>(activation_backward("softplus_backward", {"beta:float=1", "threshold:float=20"})));
 
 // --- binary ----------------------------------------------------------------
 const Shape& shape_of(const GradContext& c, int i) { return c.inputs[i].shape(); }
 
-OpDefiner d_add(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_add(with_math<Add>(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), sum_to(g[0], shape_of(c, 1))};
-}));
-OpDefiner d_sub(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_sub(with_math<Sub>(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), c.needs_grad[1] ? sum_to(neg(g[0]), shape_of(c, 1)) : Tensor()};
-}));
-OpDefiner d_mul(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_mul(with_math<Mul>(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
   return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
-}));
-OpDefiner d_div(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_div(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& b = c.inputs[1];
   return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(neg(g[0] * Y(c) / b), shape_of(c, 1)) : Tensor()};
-}));
-OpDefiner d_pow(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
+})));
+OpDefiner d_pow(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   Grads out(2);
   if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
@@ -217,7 +364,7 @@ OpDefiner d_pow(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Gra
     out[1] = sum_to(g[0] * Y(c) * safe_log, b.shape());
   }
   return out;
-}));
+})));
 GradFn select_grad(bool take_max) {
   return [take_max](const GradContext& c, const Grads& g) -> Grads {
     const Tensor &a = c.inputs[0], &b = c.inputs[1];
@@ -227,8 +374,8 @@ GradFn select_grad(bool take_max) {
     return {sum_to(g[0] * (a_wins + tie), a.shape()), sum_to(g[0] * (1.0 - a_wins - tie), b.shape())};
   };
 }
-OpDefiner d_maximum(binary("maximum", onnx_as("Max"), select_grad(true)));
-OpDefiner d_minimum(binary("minimum", onnx_as("Min"), select_grad(false)));
+OpDefiner d_maximum(with_math<Maximum>(binary("maximum", onnx_as("Max"), select_grad(true))));
+OpDefiner d_minimum(with_math<Minimum>(binary("minimum", onnx_as("Min"), select_grad(false))));
 OpDefiner d_eq(binary("eq", onnx_as("Equal"), nullptr, true));
 OpDefiner d_ne(binary("ne", {{"Equal", "Not"}, write_ne}, nullptr, true));
 OpDefiner d_lt(binary("lt", onnx_as("Less"), nullptr, true));

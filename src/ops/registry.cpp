@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ops/elementwise_math.h"
+
 namespace kiln {
 namespace {
 
@@ -76,8 +78,28 @@ OpDef& OpRegistry::define(OpDef def) {
       ++it;
     }
   }
+  for (int b = 0; b < kNumDeviceTypes; ++b) give_math_kernel(ref, static_cast<DeviceType>(b));
   return ref;
 }
+
+// Fills only empty slots: a kernel of the op's own always wins, since
+// register_kernel overwrites whatever is there.
+void OpRegistry::give_math_kernel(OpDef& op, DeviceType backend) {
+  if (!op.math || !runners_[static_cast<int>(backend)]) return;
+  KILN_ASSERT(op.math.kernel, "op '", op.name, "' has math without a kernel (build it with detail::elementwise_math)");
+  for (DType d : runner_dtypes_[static_cast<int>(backend)]) {
+    KernelFn& slot = op.kernels[static_cast<int>(backend)][static_cast<int>(d)];
+    if (!slot) slot = op.math.kernel;
+  }
+}
+
+void OpRegistry::register_block_runner(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes) {
+  runners_[static_cast<int>(backend)] = runner;
+  runner_dtypes_[static_cast<int>(backend)] = dtypes;
+  for (auto& [_, op] : ops_) give_math_kernel(*op, backend);
+}
+
+BlockRunner OpRegistry::block_runner(DeviceType backend) const { return runners_[static_cast<int>(backend)]; }
 
 const OpDef* OpRegistry::find(const std::string& name) const {
   auto it = ops_.find(name);
@@ -123,3 +145,15 @@ KernelRegistrar::KernelRegistrar(const char* op, DeviceType backend, std::initia
 }
 
 }  // namespace kiln
+
+namespace kiln::detail {
+
+void run_math(const ElementwiseMath& math, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+              const Attrs& attrs) {
+  DeviceType backend = out.at(0).device().type;
+  BlockRunner runner = OpRegistry::instance().block_runner(backend);
+  KILN_CHECK(runner, "the ", device_type_name(backend), " backend has no runner for elementwise math");
+  runner(math, in, out, attrs);
+}
+
+}  // namespace kiln::detail

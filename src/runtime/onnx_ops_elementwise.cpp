@@ -86,14 +86,13 @@ std::vector<Tensor> selu(const OnnxNode& n, const std::vector<Tensor>& in) {
   return {where(gt(x, scalar_like(0, x)), x, neg_part) * scalar_like(gamma, x)};
 }
 
+// PyTorch's hardsigmoid (alpha 1/6, beta 0.5) is one Kiln op; other slopes
+// are the formula.
 std::vector<Tensor> hard_sigmoid(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
-  return {clamp(x * scalar_like(n.f("alpha", 0.2), x) + scalar_like(n.f("beta", 0.5), x), 0.0, 1.0)};
-}
-
-std::vector<Tensor> hard_swish(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor& x = input(n, in, 0);
-  return {x * clamp(x * scalar_like(1.0 / 6, x) + scalar_like(0.5, x), 0.0, 1.0)};
+  double alpha = n.f("alpha", 0.2), beta = n.f("beta", 0.5);
+  if (std::abs(alpha - 1.0 / 6) < 1e-7 && beta == 0.5) return {hardsigmoid(x)};
+  return {clamp(x * scalar_like(alpha, x) + scalar_like(beta, x), 0.0, 1.0)};
 }
 
 std::vector<Tensor> leaky(const OnnxNode& n, const std::vector<Tensor>& in) {
@@ -193,7 +192,7 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Celu"] = celu;
   t["Selu"] = selu;
   t["HardSigmoid"] = hard_sigmoid;
-  t["HardSwish"] = hard_swish;
+  t["HardSwish"] = unary(hardswish);
   t["LeakyRelu"] = leaky;
   t["PRelu"] = prelu;
   t["ThresholdedRelu"] = thresholded_relu;

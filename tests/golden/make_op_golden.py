@@ -37,7 +37,7 @@ def registered():
 
 # Input kinds: f = normal floats (differentiable), p = positive floats (diff),
 # c = floats not differentiated (running stats, class weights), u = uniform
-# [0,1] (diff), I = integers in [lo, hi) in the case dtype, i = int64 indices
+# [0,1] (diff), w = normal floats times 4 (diff: both sides of a kink at +-3), I = integers in [lo, hi) in the case dtype, i = int64 indices
 # in [lo, hi), b = bool, n = nonzero values, N = omitted optional input.
 def make_input(rng, spec, dtype):
     kind, shape = spec[0], spec[1]
@@ -59,6 +59,8 @@ def make_input(rng, spec, dtype):
         v = np.abs(rng.standard_normal(shape)) + 0.5
     elif kind == "u":
         v = rng.uniform(0, 1, size=shape)
+    elif kind == "w":
+        v = 4 * rng.standard_normal(shape)
     elif kind == "n":
         v = rng.standard_normal(shape)
         v = np.where(np.abs(v) < 0.3, 0.3 * np.sign(v) + (v == 0), v)
@@ -88,6 +90,8 @@ for op, fn in [("neg", torch.neg), ("abs", torch.abs), ("exp", torch.exp), ("sin
     case(op, [("f", S)], fn)
 for op, fn in [("log", torch.log), ("log1p", torch.log1p), ("sqrt", torch.sqrt), ("rsqrt", torch.rsqrt)]:
     case(op, [("p", S)], fn)
+case("hardsigmoid", [("w", [4, 5])], F.hardsigmoid)
+case("hardswish", [("w", [4, 5])], F.hardswish)
 case("leaky_relu", [("f", S)], lambda x: F.leaky_relu(x, 0.1), [A("negative_slope", "float", 0.1)])
 case("gelu", [("f", S)], lambda x: F.gelu(x), [A("approximate", "string", "none")], tag="exact")
 case("gelu", [("f", S)], lambda x: F.gelu(x, approximate="tanh"), [A("approximate", "string", "tanh")], tag="tanh")
@@ -283,7 +287,7 @@ def main():
                 diff = []
                 if is_float and c["grad"] and differentiable:
                     for k, (s, t) in enumerate(zip(c["inputs"], run_ins)):
-                        if s[0] in ("f", "p", "u", "n"):
+                        if s[0] in ("f", "p", "u", "n", "w"):
                             t.requires_grad_(True)
                             diff.append(k)
                 fn = c["fn"] if (is_float or c["int_fn"] is None) else c["int_fn"]

@@ -359,6 +359,23 @@ TEST(Compile, ElementwiseFusionBroadcastsRowsAndColumns) {
   expect_close(fn({x2, r2})[0], norm_like({x2, r2})[0], 1e-5, 1e-5);
 }
 
+// An op joins fused loops through its definition's formula alone: the
+// MobileNetV3 block's hardswish, hardsigmoid and gelu (with its attribute)
+// fuse with arithmetic and give eager's values.
+TEST(Compile, OpsWithAFormulaJoinFusedLoops) {
+  auto block = [](const std::vector<Tensor>& in) {
+    Tensor h = hardswish(in[0] * scalar_tensor(3.0) + in[1]);
+    return std::vector<Tensor>{gelu(h * hardsigmoid(in[1]), true) - in[0]};
+  };
+  Tensor x = randn({2, 3, 40}), y = randn({2, 3, 40});
+  auto fn = jit::compile(block, {x, y});
+  EXPECT_NE(fn.graph_text().find("fused(mul, add, hardswish, hardsigmoid, mul, gelu, sub)"), std::string::npos)
+      << fn.graph_text();
+  EXPECT_EQ(fn.report().kernels, 1u) << fn.graph_text();
+  Tensor x2 = randn({2, 3, 40}) * 2.0, y2 = randn({2, 3, 40}) * 2.0;
+  expect_close(fn({x2, y2})[0], block({x2, y2})[0], 1e-5, 1e-5);
+}
+
 // A NaN pixel makes that sample's logits NaN, compiled as in eager, and leaves
 // the other samples alone: fused ReLU epilogues (linear, Winograd, the
 // few-channel conv + ReLU + pool) let NaN through as the eager ReLU does, so a
