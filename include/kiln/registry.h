@@ -76,7 +76,7 @@ struct OpDef {
   std::string name;
   std::vector<std::string> inputs;   // "x", "bias?" (optional), "tensors*" (variadic)
   std::vector<std::string> outputs;
-  std::vector<std::string> attrs;    // documentation: "axis:int=-1"
+  std::vector<std::string> attrs;    // "name:type=default" ("axis:int=-1", "min:float?"); dispatch checks calls against it
   InferFn infer;
   GradFn grad;                       // empty: not differentiable
   OnnxExport onnx;                   // how it is written as ONNX; empty: export refuses it
@@ -88,6 +88,14 @@ struct OpDef {
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
   std::string writes_if;                   // a bool attribute the writes depend on (batch_norm: "training")
   KernelFn kernels[kNumDeviceTypes][kNumDTypes] = {};
+
+  // The attribute schema parsed from `attrs` when the op is defined: a name
+  // and a kind ("int", "ints", "float", "floats", "bool", "string", "dtype";
+  // "" accepts any value).
+  struct AttrSpec {
+    std::string name, kind;
+  };
+  std::vector<AttrSpec> attr_specs;
 
   bool has_tag(OpTag t) const { return (tags & t) != 0; }
   bool differentiable() const { return static_cast<bool>(grad); }

@@ -45,9 +45,19 @@ Metas infer_conv2d(const Metas& in, const Attrs& a) {
   return {{true, {x[0], w[0], oh, ow}, in[0].dtype, in[0].device}};
 }
 
+// The geometry of a convolution's attributes, for the ops its gradient is
+// made of (which take no activation or output padding), with a shape.
 Attrs with_shape(const Attrs& a, const char* name, const Shape& s) {
-  Attrs r = a;
+  Attrs r;
+  for (const char* g : {"stride", "padding", "dilation", "groups"})
+    if (const AttrValue* v = a.find(g)) r.set(g, *v);
   r.set(name, s);
+  return r;
+}
+Attrs geometry(const Attrs& a) {
+  Attrs r;
+  for (const char* g : {"stride", "padding", "dilation", "groups"})
+    if (const AttrValue* v = a.find(g)) r.set(g, *v);
   return r;
 }
 
@@ -84,11 +94,8 @@ OpDefiner d_conv2d([] {
   d.grad = [](const GradContext& c, const Grads& grads) -> Grads {
     const Tensor &x = c.inputs[0], &w = c.inputs[1];
     Tensor gy = grads[0];
-    Attrs a = c.attrs;
-    if (a.get_string("activation", "none") == "relu") {
-      gy = call("relu_backward", {gy, c.outputs[0]})[0];
-      a.set("activation", std::string("none"));
-    }
+    const Attrs& a = c.attrs;
+    if (a.get_string("activation", "none") == "relu") gy = call("relu_backward", {gy, c.outputs[0]})[0];
     Grads r(3);
     if (c.needs_grad[0]) r[0] = call("conv2d_input_grad", {gy, w}, with_shape(a, "input_shape", x.shape()))[0];
     if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {x, gy}, with_shape(a, "weight_shape", w.shape()))[0];
@@ -112,9 +119,9 @@ OpDefiner d_conv2d_input_grad([] {
   };
   d.grad = [](const GradContext& c, const Grads& g) -> Grads {
     // Linear in both inputs: its own adjoints are conv2d and conv2d_weight_grad.
-    Attrs a = c.attrs;
+    const Attrs& a = c.attrs;
     Grads r(2);
-    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], c.inputs[1]}, a)[0];
+    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], c.inputs[1]}, geometry(a))[0];
     if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {g[0], c.inputs[0]}, with_shape(a, "weight_shape", c.inputs[1].shape()))[0];
     return r;
   };
@@ -172,9 +179,9 @@ OpDefiner d_conv_transpose2d([] {
   };
   d.grad = [](const GradContext& c, const Grads& g) -> Grads {
     const Tensor &x = c.inputs[0], &w = c.inputs[1];
-    Attrs a = c.attrs;
+    const Attrs& a = c.attrs;
     Grads r(3);
-    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], w}, a)[0];
+    if (c.needs_grad[0]) r[0] = call("conv2d", {g[0], w}, geometry(a))[0];
     if (c.needs_grad[1]) r[1] = call("conv2d_weight_grad", {g[0], x}, with_shape(a, "weight_shape", w.shape()))[0];
     if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = sum(g[0], {0, 2, 3});
     return r;

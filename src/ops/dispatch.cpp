@@ -102,6 +102,49 @@ thread_local OpObserver t_op_observer = nullptr;
 void set_grad_recorder(GradRecorder recorder) { g_grad_recorder.store(recorder); }
 }  // namespace detail
 
+namespace {
+
+bool value_fits(const AttrValue& v, const std::string& kind) {
+  if (kind.empty()) return true;
+  if (kind == "int" || kind == "bool") return std::holds_alternative<int64_t>(v) || std::holds_alternative<bool>(v);
+  if (kind == "float") return std::holds_alternative<double>(v) || std::holds_alternative<int64_t>(v);
+  if (kind == "ints") return std::holds_alternative<std::vector<int64_t>>(v) || std::holds_alternative<int64_t>(v);
+  if (kind == "floats") return std::holds_alternative<std::vector<double>>(v);
+  if (kind == "string") return std::holds_alternative<std::string>(v);
+  return std::holds_alternative<DType>(v);  // dtype
+}
+
+const char* kind_of(const AttrValue& v) {
+  static const char* kNames[] = {"int", "float", "bool", "string", "ints", "floats", "dtype"};
+  return kNames[v.index()];
+}
+
+[[noreturn]] void fail_on_attr(const OpDef& op, const std::string& name, const AttrValue& v) {
+  std::string known, close;
+  for (const auto& s : op.attr_specs) {
+    known += (known.empty() ? "" : ", ") + s.name;
+    if (close.empty() && detail::edit_distance(name, s.name) <= 2) close = s.name;
+  }
+  for (const auto& s : op.attr_specs)
+    if (s.name == name)
+      KILN_FAIL("attribute '", name, "' must be ", s.kind, ", got ", kind_of(v));
+  KILN_FAIL("no attribute '", name, "'", close.empty() ? "" : " (did you mean '" + close + "'?)", "; ",
+            known.empty() ? std::string("this op takes none") : "its attributes are " + known);
+}
+
+// Every attribute of a call is one the op declares, of its kind: a misspelt
+// name would otherwise be ignored and its default used.
+void check_attrs(const OpDef& op, const Attrs& attrs) {
+  for (const auto& [name, value] : attrs.items()) {
+    const OpDef::AttrSpec* spec = nullptr;
+    for (const auto& s : op.attr_specs)
+      if (s.name == name) spec = &s;
+    if (!spec || !value_fits(value, spec->kind)) fail_on_attr(op, name, value);
+  }
+}
+
+}  // namespace
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   apply_num_threads_to_this_thread();
   if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
@@ -130,6 +173,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     const TensorMeta& d = metas[op.dispatch_input];
     for (size_t i = 0; i < metas.size(); ++i)
       if (metas[i].defined && !(metas[i].device == d.device)) fail_on_devices(op, metas, i);
+    check_attrs(op, attrs);
     out_metas = op.infer(metas, attrs);
     kernel = op.kernels[static_cast<int>(d.device.type)][static_cast<int>(d.dtype)];
     if (kernel == nullptr) {

@@ -15,4 +15,9 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns);
 
+namespace detail {
+// Levenshtein distance, for "did you mean" in errors about names.
+size_t edit_distance(const std::string& a, const std::string& b);
+}  // namespace detail
+
 }  // namespace kiln

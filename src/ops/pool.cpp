@@ -72,9 +72,10 @@ OpDef pool(const char* name, OnnxExport onnx, std::vector<std::string> attrs, In
   return d;
 }
 
-OpDef pool_backward(const char* name) {
+OpDef pool_backward(const char* name, std::vector<std::string> attrs = {}) {
   OpDef d;
   d.name = name;
+  d.attrs = std::move(attrs);  // the forward op's, which its gradient passes on
   d.inputs = {"grad_y", "x"};
   d.outputs = {"grad_x"};
   d.infer = [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; };
@@ -121,8 +122,9 @@ OpDefiner d_max_bw([] {
   };
   return d;
 }());
-OpDefiner d_avg_bw(pool_backward("avg_pool2d_backward"));
-OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward"));
+OpDefiner d_avg_bw(pool_backward("avg_pool2d_backward", {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]",
+                                                         "count_include_pad:bool=true"}));
+OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward", {"output_size:ints"}));
 
 }  // namespace
 

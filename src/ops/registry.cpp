@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ops/dispatch_internal.h"
 #include "ops/elementwise_math.h"
 
 namespace kiln {
@@ -20,18 +21,6 @@ struct PendingKernel {
 std::vector<PendingKernel>& pending_kernels() {
   static std::vector<PendingKernel> v;
   return v;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 }  // namespace
@@ -63,9 +52,29 @@ OpRegistry& OpRegistry::instance() {
   return *r;
 }
 
+namespace {
+
+// "axis:int=-1" -> {axis, int}; "min:float?" -> {min, float}; "stride" -> {stride, any}.
+OpDef::AttrSpec parse_attr_spec(const std::string& op, const std::string& text) {
+  size_t colon = text.find(':');
+  OpDef::AttrSpec spec{text.substr(0, colon), ""};
+  if (colon != std::string::npos) {
+    size_t end = text.find_first_of("=? ", colon + 1);
+    spec.kind = text.substr(colon + 1, end == std::string::npos ? std::string::npos : end - colon - 1);
+  }
+  static const char* kKinds[] = {"", "int", "ints", "float", "floats", "bool", "string", "dtype"};
+  KILN_ASSERT(std::find(std::begin(kKinds), std::end(kKinds), spec.kind) != std::end(kKinds), "op '", op,
+              "' declares attribute '", text, "' of unknown kind '", spec.kind, "'");
+  return spec;
+}
+
+}  // namespace
+
 OpDef& OpRegistry::define(OpDef def) {
   KILN_ASSERT(!ops_.count(def.name), "op '", def.name, "' is defined twice");
   KILN_ASSERT(static_cast<bool>(def.infer), "op '", def.name, "' has no infer function");
+  def.attr_specs.clear();
+  for (const auto& text : def.attrs) def.attr_specs.push_back(parse_attr_spec(def.name, text));
   auto owned = std::make_unique<OpDef>(std::move(def));
   OpDef& ref = *owned;
   ops_[ref.name] = std::move(owned);
@@ -111,7 +120,7 @@ const OpDef& OpRegistry::get(const std::string& name) const {
   std::string best;
   size_t best_d = 4;
   for (auto& [n, _] : ops_) {
-    size_t d = edit_distance(name, n);
+    size_t d = detail::edit_distance(name, n);
     if (d < best_d) {
       best_d = d;
       best = n;
@@ -147,6 +156,18 @@ KernelRegistrar::KernelRegistrar(const char* op, DeviceType backend, std::initia
 }  // namespace kiln
 
 namespace kiln::detail {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
 
 void run_math(const ElementwiseMath& math, const std::vector<Tensor>& in, std::vector<Tensor>& out,
               const Attrs& attrs) {

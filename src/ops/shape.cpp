@@ -272,8 +272,8 @@ OpDefiner d_pad(make_op(
       return {{true, s, in[0].dtype, in[0].device}};
     },
     [](const GradContext& c, const Grads& g) -> Grads {
-      Attrs a = c.attrs;
-      a.set("input_shape", c.inputs[0].shape());
+      Attrs a{{"pads", c.attrs.get_ints("pads")}, {"mode", c.attrs.get_string("mode", "constant")},
+              {"input_shape", c.inputs[0].shape()}};
       return {call("pad_backward", {g[0]}, a)[0]};
     },
     {{"Pad"}, write_pad}, 0));

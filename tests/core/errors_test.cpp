@@ -71,6 +71,20 @@ TEST(Errors, BadIndicesAndValues) {
   expect_contains(msg, {"unknown dtype 'float8'", "float32"});
 }
 
+// A misspelt or mistyped attribute would otherwise be ignored and its
+// default used: sum over all axes instead of keeping the dimension.
+TEST(Errors, AttributesAreCheckedAgainstTheSchema) {
+  auto msg = message_of([] { call("sum", {ones({2, 3})}, {{"axes", std::vector<int64_t>{1}}, {"keepdims", true}}); });
+  expect_contains(msg, {"sum", "no attribute 'keepdims'", "did you mean 'keepdim'?", "its attributes are axes, keepdim"});
+  msg = message_of([] { call("relu", {ones({2})}, {{"inplace", true}}); });
+  expect_contains(msg, {"relu", "no attribute 'inplace'", "this op takes none"});
+  msg = message_of([] { call("softmax", {ones({2, 3})}, {{"axis", std::string("last")}}); });
+  expect_contains(msg, {"softmax", "attribute 'axis' must be int, got string"});
+  // Kinds that read as one another are accepted, as Attrs reads them.
+  EXPECT_NO_THROW(call("leaky_relu", {ones({2})}, {{"negative_slope", int64_t{1}}}));
+  EXPECT_NO_THROW(call("sum", {ones({2, 3})}, {{"axes", int64_t{1}}, {"keepdim", int64_t{1}}}));
+}
+
 TEST(Errors, UndefinedTensorAndWrongInputCount) {
   auto msg = message_of([] { Tensor().shape(); });
   expect_contains(msg, {"undefined Tensor"});
