@@ -14,7 +14,7 @@ declare -A rank=(
   [nn]=6 [optim]=6 [data]=6 [models]=7 [io]=8 [runtime]=9 [train]=10 [serve]=11
 )
 declare -A header_layer=(
-  [tensor]=core [dtype]=core [shape]=core [device]=core [allocator]=core [storage]=core
+  [tensor]=core [backend]=core [dtype]=core [shape]=core [device]=core [allocator]=core [storage]=core
   [parallel]=core [generator]=core [error]=core [attrs]=core [grad_mode]=core
   [profiler]=profiler [registry]=ops [op_onnx]=ops [functional]=ops [autograd]=autograd [jit]=graph
   [nn]=nn [optim]=optim [data]=data [models]=models [io]=io [onnx]=io [migrate]=io

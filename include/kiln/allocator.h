@@ -16,7 +16,11 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
 };
 
+// The allocator of a device's backend (kiln/backend.h).
 Allocator* get_allocator(Device device);
+// The host's caching allocator: the CPU backend's, and any other backend's
+// that keeps its tensors in host memory.
+Allocator& host_allocator();
 
 struct AllocatorStats {
   int64_t bytes_in_use = 0;     // handed out and not yet returned

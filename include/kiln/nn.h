@@ -33,6 +33,9 @@ class Cell {
   }
 
   void set_train(bool mode = true);
+  // Moves every parameter and buffer to `device`, in place: the Cell's own
+  // tensor handles (and any views of them) follow.
+  void to(Device device);
   bool training() const { return training_; }
 
   // Hierarchical names such as "layers.0.weight", in registration order.

@@ -143,6 +143,16 @@ struct BlockRunnerRegistrar {
 using DispatchObserver = void (*)(const OpDef& op, const std::vector<Tensor>& inputs);
 void set_dispatch_observer(DispatchObserver observer);
 
+// An op with no kernel on its tensors' backend runs on the CPU: the inputs
+// are copied there, the outputs back, a warning is printed the first time
+// for each op and backend, and profiles mark the call as a fallback. Under
+// strict_device that is an error naming the op and the backend instead.
+// Starts from the environment: KILN_STRICT_DEVICE=1.
+void set_strict_device(bool strict);
+bool strict_device();
+// Calls that ran on the CPU in place of their backend so far, in this process.
+int64_t fallback_count();
+
 // Runs an op: infers outputs, picks the kernel, records autograd.
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});
 std::vector<Tensor> call(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {});

@@ -16,6 +16,9 @@ struct StorageImpl {
   ~StorageImpl();
   StorageImpl(const StorageImpl&) = delete;
   StorageImpl& operator=(const StorageImpl&) = delete;
+  // Moves the bytes to `device`: every tensor and view on this storage then
+  // lives there (Cell::to moves parameters this way). Bumps the version.
+  void move_to(Device device);
 
   void* data = nullptr;
   size_t nbytes = 0;

@@ -98,11 +98,7 @@ CpuAllocator& cpu_allocator() {
 
 }  // namespace
 
-Allocator* get_allocator(Device device) {
-  KILN_CHECK(device.type == DeviceType::CPU, "no allocator for device ", device.str(),
-             ": this build of Kiln has only the CPU backend");
-  return &cpu_allocator();
-}
+Allocator& host_allocator() { return cpu_allocator(); }
 
 AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
 void cpu_allocator_release_cache() { cpu_allocator().release_cache(); }

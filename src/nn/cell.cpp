@@ -131,6 +131,11 @@ void Cell::add_child(const std::string& name, std::shared_ptr<Cell> cell) {
   children_.emplace_back(name, std::move(cell));
 }
 
+void Cell::to(Device device) {
+  for (auto& [name, t] : parameters_and_names()) t.impl().storage->move_to(device);
+  for (auto& [name, t] : buffers_and_names()) t.impl().storage->move_to(device);
+}
+
 void Cell::set_train(bool mode) {
   apply([mode](Cell& c) { c.training_ = mode; });
 }

@@ -2,8 +2,13 @@
 // hooks of the layers above (autograd's recorder, the tracer). Errors get the
 // op's context attached here.
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
 
 #include "core/read_observer.h"
+#include "kiln/backend.h"
 #include "kiln/grad_mode.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
@@ -77,8 +82,9 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
 
 // Only reached while profiling: the strings are built here, not on the hot path.
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
-                    const std::vector<Tensor>& outputs, int64_t start_ns) {
+                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback) {
   profiler::Record r;
+  r.fallback = fallback;
   r.start_ns = start_ns;
   r.duration_ns = profiler::detail::now_ns() - start_ns;
   r.name = name;
@@ -145,6 +151,93 @@ void check_attrs(const OpDef& op, const Attrs& attrs) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<int> g_strict{-1};  // -1: not read from the environment yet
+std::atomic<int64_t> g_fallbacks{0};
+
+// The CPU kernel standing in for a missing one, or null when there is none
+// (or strict_device forbids it, which throws).
+KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d) {
+  if (d.device.type == DeviceType::CPU) return nullptr;
+  KernelFn cpu = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
+  if (!cpu) return nullptr;
+  // A view moves no data: on a backend in host memory the CPU's view kernel
+  // is the view, with no copy and nothing to report.
+  if (op.has_tag(kTagView)) {
+    KILN_CHECK(backend(d.device.type).host_memory(), "no ", device_type_name(d.device.type),
+               " kernel for the view op; views cannot fall back to the CPU across a copy");
+    return cpu;
+  }
+  KILN_CHECK(!strict_device(), "no ", device_type_name(d.device.type), " kernel for dtype ", dtype_name(d.dtype),
+             ", and strict_device forbids running it on the CPU instead; unset KILN_STRICT_DEVICE (or call "
+             "set_strict_device(false)) to let it fall back, or move its inputs to the CPU with .to(kiln::cpu_device())");
+  return cpu;
+}
+
+void warn_fallback_once(const OpDef& op, Device device) {
+  static std::mutex mu;
+  static std::set<std::pair<std::string, int>> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned.insert({op.name, static_cast<int>(device.type)}).second) return;
+  std::fprintf(stderr,
+               "kiln: warning: op '%s' has no %s kernel; it runs on the CPU (inputs copied there, outputs back). "
+               "Profiles mark these calls as fallback; set KILN_STRICT_DEVICE=1 to make this an error.\n",
+               op.name.c_str(), device_type_name(device.type));
+}
+
+// A CPU tensor over a copy of t's whole storage, with t's layout.
+Tensor host_copy(const Tensor& t) {
+  if (!t.defined()) return t;
+  const StorageImpl& from = *t.impl().storage;
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<StorageImpl>(from.nbytes, cpu_device());
+  copy_between(cpu_device(), impl->storage->data, from.device, from.data, from.nbytes);
+  impl->shape = t.shape();
+  impl->strides = t.strides();
+  impl->offset = t.offset();
+  impl->dtype = t.dtype();
+  return Tensor(std::move(impl));
+}
+
+// Runs the CPU kernel on copies of the inputs: outputs are copied back to
+// `device`, and so are the inputs the op writes in place.
+void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                const std::vector<TensorMeta>& out_metas, const Attrs& attrs, Device device) {
+  warn_fallback_once(op, device);
+  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  std::vector<Tensor> host(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) host[i] = host_copy(inputs[i]);
+  std::vector<Tensor> host_out(out_metas.size());
+  for (size_t i = 0; i < out_metas.size(); ++i) host_out[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype);
+  cpu(host, host_out, attrs);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    copy_between(device, outputs[i].raw_data(), cpu_device(), host_out[i].raw_data(),
+                 static_cast<size_t>(host_out[i].numel()) * host_out[i].element_size());
+  if (op.writes_with(attrs))
+    for (int w : op.writes)
+      if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined()) {
+        StorageImpl& dst = *inputs[w].impl().storage;
+        copy_between(dst.device, dst.data, cpu_device(), host[w].impl().storage->data, dst.nbytes);
+      }
+}
+
+}  // namespace
+
+void set_strict_device(bool strict) { g_strict.store(strict ? 1 : 0); }
+
+bool strict_device() {
+  int s = g_strict.load(std::memory_order_relaxed);
+  if (s < 0) {
+    const char* env = std::getenv("KILN_STRICT_DEVICE");
+    s = env && *env && std::string(env) != "0" ? 1 : 0;
+    g_strict.store(s);
+  }
+  return s == 1;
+}
+
+int64_t fallback_count() { return g_fallbacks.load(); }
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   apply_num_threads_to_this_thread();
   if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
@@ -158,6 +251,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   std::vector<TensorMeta> out_metas;
   KernelFn kernel = nullptr;
+  bool fallback = false;
   try {
     size_t required = 0;
     for (auto& name : op.inputs)
@@ -176,6 +270,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     check_attrs(op, attrs);
     out_metas = op.infer(metas, attrs);
     kernel = op.kernels[static_cast<int>(d.device.type)][static_cast<int>(d.dtype)];
+    if (kernel == nullptr && (kernel = cpu_fallback(op, d)) != nullptr)
+      fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
       std::string supported;
       for (DType t : op.dtypes(d.device.type)) supported += std::string(supported.empty() ? "" : ", ") + dtype_name(t);
@@ -197,13 +293,15 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
     detail::KernelScope in_kernel;
-    kernel(inputs, outputs, attrs);
+    if (fallback) run_on_cpu(op, kernel, inputs, outputs, out_metas, attrs, metas[op.dispatch_input].device);
+    else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);
   } catch (const std::exception& e) {
     if (is_context_attached(e)) throw;
     rethrow_with_context(op, metas, attrs, e);
   }
-  if (profile_start >= 0) record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start);
+  if (profile_start >= 0)
+    record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start, fallback);
   if (detail::t_op_observer != nullptr && !detail::in_kernel()) detail::t_op_observer(op, inputs, outputs, attrs);
   if (op.grad && autograd::grad_enabled())
     if (detail::GradRecorder record = g_grad_recorder.load(std::memory_order_relaxed)) record(op, inputs, outputs, attrs);

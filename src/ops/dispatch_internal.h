@@ -13,7 +13,7 @@ const char* op_category(const OpDef& op);
 void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs);
 // Adds one op's record to the running profile (op is null for fused kernels).
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
-                    const std::vector<Tensor>& outputs, int64_t start_ns);
+                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback = false);
 
 namespace detail {
 // Levenshtein distance, for "did you mean" in errors about names.

@@ -1,6 +1,7 @@
 // The Tensor methods that are ops: views, copies, casts and in-place
 // updates go through registered ops, so that they are differentiable, traced
 // and profiled like any other. Declared in core's tensor.h, defined here.
+#include "kiln/backend.h"
 #include "kiln/functional.h"
 #include "kiln/grad_mode.h"
 #include "kiln/registry.h"
@@ -80,6 +81,14 @@ Tensor Tensor::flatten(int64_t start_axis, int64_t end_axis) const {
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 Tensor Tensor::clone() const { return call("copy", {*this})[0]; }
 Tensor Tensor::to(DType d) const { return d == dtype() ? *this : cast(*this, d); }
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  Tensor dense = contiguous();
+  Tensor out = Tensor::empty(shape(), dtype(), d);
+  copy_between(d, out.raw_data(), dense.device(), dense.raw_data(), static_cast<size_t>(numel()) * element_size());
+  return out;
+}
 
 namespace {
 void check_inplace(const Tensor& t, const char* what) {

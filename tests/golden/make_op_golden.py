@@ -29,7 +29,7 @@ FLOATS = {"float32", "float64", "float16", "bfloat16"}
 def registered():
     table = {}
     for line in open(os.path.join(ROOT, "docs/ops.md")):
-        m = re.match(r"\| `([a-z0-9_]+)` \| [^|]* \| [^|]* \| ([^|]*) \| (yes|no) \| [^|]* \| ([^|]*) \|", line)
+        m = re.match(r"\| `([a-z0-9_]+)` \| [^|]* \| [^|]* \| [^|]* \| ([^|]*) \| (yes|no) \| [^|]* \| ([^|]*) \|", line)
         if m:
             table[m.group(1)] = (m.group(2).split(), m.group(3) == "yes", m.group(4).strip())
     return table

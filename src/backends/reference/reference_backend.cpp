@@ -1,0 +1,162 @@
+// The reference backend: tensors in host memory and plain, obviously correct
+// loops (one element at a time, index arithmetic, double accumulators) for a
+// few ops: copy, matmul, sum, and every op with an elementwise formula
+// through its block runner. It exists to prove the backend seam without
+// hardware: the test suite checks it against the CPU, and every other op
+// falls back to the CPU visibly.
+#include <cstring>
+#include <vector>
+
+#include "kiln/backend.h"
+#include "kiln/registry.h"
+
+namespace kiln::reference {
+namespace {
+
+class ReferenceBackend final : public Backend {
+ public:
+  Allocator& allocator(int) override { return host_allocator(); }
+  bool host_memory() const override { return true; }
+  void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
+};
+
+[[maybe_unused]] const bool registered = [] {
+  static ReferenceBackend backend;
+  register_backend(DeviceType::Reference, &backend);
+  return true;
+}();
+
+// The element offset of `t` at index `at` of a shape it broadcasts to
+// (axes aligned from the right; size-1 axes repeat).
+int64_t offset_at(const Tensor& t, const std::vector<int64_t>& at) {
+  int64_t off = t.offset();
+  const size_t skip = at.size() - t.shape().size();
+  for (size_t d = 0; d < t.shape().size(); ++d)
+    if (t.shape()[d] != 1) off += at[skip + d] * t.strides()[d];
+  return off;
+}
+
+// Visits every index of `shape` in row-major order.
+template <typename F>
+void for_each_index(const Shape& shape, F&& f) {
+  std::vector<int64_t> at(shape.size(), 0);
+  const int64_t n = numel_of(shape);
+  for (int64_t i = 0; i < n; ++i) {
+    f(at);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++at[d] < shape[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+template <typename T>
+T* base(const Tensor& t) {
+  return static_cast<T*>(t.impl().storage->data);
+}
+
+template <typename T>
+double load(const Tensor& t, int64_t off) {
+  return static_cast<double>(static_cast<float>(base<T>(t)[off]));
+}
+template <>
+double load<double>(const Tensor& t, int64_t off) {
+  return base<double>(t)[off];
+}
+
+// Elementwise math one element at a time, in the op's float or double form.
+void run_blocks(const ElementwiseMath& math, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                const Attrs& attrs) {
+  Tensor& y = out.at(0);
+  const DType dt = y.dtype();
+  for_each_index(y.shape(), [&](const std::vector<int64_t>& at) {
+    const int64_t oy = offset_at(y, at);
+    if (dt == DType::Float64) {
+      double a[2], r;
+      const double* args[2] = {&a[0], &a[1]};
+      for (int k = 0; k < math.arity; ++k) a[k] = base<double>(in[k])[offset_at(in[k], at)];
+      math.f64(args, &r, 1, attrs);
+      base<double>(y)[oy] = r;
+      return;
+    }
+    float a[2], r;
+    const float* args[2] = {&a[0], &a[1]};
+    for (int k = 0; k < math.arity; ++k) {
+      const int64_t o = offset_at(in[k], at);
+      a[k] = dt == DType::Float32 ? base<float>(in[k])[o] : dt == DType::Float16 ? static_cast<float>(base<Half>(in[k])[o])
+                                                                                  : static_cast<float>(base<BFloat16>(in[k])[o]);
+    }
+    math.f32(args, &r, 1, attrs);
+    if (dt == DType::Float32) base<float>(y)[oy] = r;
+    else if (dt == DType::Float16) base<Half>(y)[oy] = Half(r);
+    else base<BFloat16>(y)[oy] = BFloat16(r);
+  });
+}
+
+const BlockRunnerRegistrar runner(DeviceType::Reference, run_blocks,
+                                  {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16});
+
+// Any layout to the output's, element by element, byte for byte.
+void copy_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const size_t size = in[0].element_size();
+  const char* src = static_cast<const char*>(in[0].impl().storage->data);
+  char* dst = static_cast<char*>(out[0].impl().storage->data);
+  for_each_index(out[0].shape(), [&](const std::vector<int64_t>& at) {
+    std::memcpy(dst + offset_at(out[0], at) * size, src + offset_at(in[0], at) * size, size);
+  });
+}
+
+// y[..., i, j] = sum_k a[..., i, k] b[..., k, j], batch axes broadcast.
+template <typename T>
+void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const Tensor &a = in[0], &b = in[1];
+  Tensor& y = out[0];
+  const int64_t k_size = a.shape().back();
+  for_each_index(y.shape(), [&](const std::vector<int64_t>& at) {
+    std::vector<int64_t> ia = at, ib = at;
+    const size_t r = at.size();
+    double acc = 0;
+    for (int64_t k = 0; k < k_size; ++k) {
+      ia[r - 1] = k;
+      ib[r - 2] = k;
+      ib[r - 1] = at[r - 1];
+      acc += load<T>(a, offset_at(a, ia)) * load<T>(b, offset_at(b, ib));
+    }
+    base<T>(y)[offset_at(y, at)] = static_cast<T>(acc);
+  });
+}
+
+// Every input element added into the output element it reduces to.
+template <typename T>
+void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const int64_t rank = x.dim();
+  std::vector<bool> reduced(static_cast<size_t>(rank), attrs.get_ints("axes", {}).empty());
+  for (int64_t a : attrs.get_ints("axes", {})) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  const bool keepdim = attrs.get_bool("keepdim", false);
+  std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+  for_each_index(x.shape(), [&](const std::vector<int64_t>& at) {
+    int64_t flat = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (reduced[d] && !keepdim) continue;
+      const int64_t size = reduced[d] ? 1 : x.shape()[d];
+      flat = flat * size + (reduced[d] ? 0 : at[d]);
+    }
+    acc[static_cast<size_t>(flat)] += load<T>(x, offset_at(x, at));
+  });
+  int64_t i = 0;
+  for_each_index(y.shape(), [&](const std::vector<int64_t>& at) { base<T>(y)[offset_at(y, at)] = static_cast<T>(acc[i++]); });
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
+                     DType::Int32, DType::Int64, DType::UInt8, DType::Bool);
+KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);
+KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<double>, DType::Float64);
+KILN_REGISTER_KERNEL("sum", Reference, sum_kernel<float>, DType::Float32);
+KILN_REGISTER_KERNEL("sum", Reference, sum_kernel<double>, DType::Float64);
+
+}  // namespace kiln::reference
