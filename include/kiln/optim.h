@@ -58,6 +58,11 @@ class Optimizer {
   // Per-parameter buffers by name ("momentum", "exp_avg", ...), [group][param].
   virtual std::vector<std::pair<std::string, std::vector<std::vector<Tensor>>*>> buffers() { return {}; }
 
+  // One eager step through update_fused, the ops a compiled training step
+  // runs, so an optimizer with a fused form has its formula once, in its
+  // kernel: the same numbers in both modes.
+  void step_with_update_ops();
+
   // Calls fn(group, group index, parameter index, gradient) for every
   // parameter that has a gradient, with weight decay (L2) already added when
   // add_weight_decay is set. Runs under NoGradGuard.

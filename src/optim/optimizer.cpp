@@ -55,6 +55,24 @@ void Optimizer::for_each_gradient(bool add_weight_decay,
   }
 }
 
+void Optimizer::step_with_update_ops() {
+  NoGradGuard guard;
+  prepare_state();
+  std::vector<std::vector<Tensor>> grads;
+  std::vector<Tensor> lr;
+  for (auto& g : groups_) {
+    lr.push_back(scalar_tensor(g.lr, DType::Float64));
+    grads.emplace_back();
+    for (auto& p : g.params) {
+      Tensor grad = p.grad();
+      grads.back().push_back(grad.defined() ? grad.contiguous() : grad);
+    }
+  }
+  Tensor step = scalar_tensor(static_cast<double>(steps_ + 1), DType::Float64);
+  KILN_ASSERT(update_fused(grads, lr, step), name(), " has no fused update to step with");
+  ++steps_;
+}
+
 std::vector<Tensor> Optimizer::prepare_state() {
   std::vector<Tensor> all;
   for (auto& [name, store] : buffers())
@@ -132,18 +150,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o) : Optimizer(std::move(gro
   for (auto& g : groups_) momentum_.emplace_back(g.params.size());
 }
 
-void SGD::step() {
-  for_each_gradient(true, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
-    if (o_.momentum > 0) {
-      Tensor& buf = momentum_[gi][i];
-      if (!buf.defined()) buf = grad.clone();
-      else buf.copy_(buf * o_.momentum + grad);
-      grad = o_.nesterov ? grad + buf * o_.momentum : buf;
-    }
-    g.params[i].add_(grad, -g.lr);
-  });
-  ++steps_;
-}
+void SGD::step() { step_with_update_ops(); }
 
 bool SGD::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr, const Tensor&,
                        const Tensor& loss) {
@@ -167,20 +174,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o) : Optimizer(std::move(
   v_ = zero_state(groups_);
 }
 
-void Adam::step() {
-  ++steps_;
-  double bc1 = 1 - std::pow(o_.beta1, static_cast<double>(steps_));
-  double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(steps_));
-  for_each_gradient(!o_.decoupled_weight_decay, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
-    Tensor& p = g.params[i];
-    if (o_.decoupled_weight_decay && g.weight_decay != 0) p.mul_(1 - g.lr * g.weight_decay);
-    Tensor& m = m_[gi][i];
-    Tensor& v = v_[gi][i];
-    m.copy_(m * o_.beta1 + grad * (1 - o_.beta1));
-    v.copy_(v * o_.beta2 + grad * grad * (1 - o_.beta2));
-    p.add_(m / (sqrt(v / bc2) + o_.eps), -g.lr / bc1);
-  });
-}
+void Adam::step() { step_with_update_ops(); }
 
 bool Adam::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
                         const Tensor& step, const Tensor& loss) {
@@ -202,20 +196,7 @@ RMSProp::RMSProp(std::vector<Tensor> params, RMSPropOptions o)
   momentum_ = zero_state(groups_);
 }
 
-void RMSProp::step() {
-  for_each_gradient(true, [&](ParamGroup& g, size_t gi, size_t i, Tensor& grad) {
-    Tensor& v = square_avg_[gi][i];
-    v.copy_(v * o_.alpha + grad * grad * (1 - o_.alpha));
-    Tensor update = grad / (sqrt(v) + o_.eps);
-    if (o_.momentum > 0) {
-      Tensor& buf = momentum_[gi][i];
-      buf.copy_(buf * o_.momentum + update);
-      update = buf;
-    }
-    g.params[i].add_(update, -g.lr);
-  });
-  ++steps_;
-}
+void RMSProp::step() { step_with_update_ops(); }
 
 bool RMSProp::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
                            const Tensor&, const Tensor& loss) {
