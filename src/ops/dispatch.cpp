@@ -149,10 +149,6 @@ void check_attrs(const OpDef& op, const Attrs& attrs) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 std::atomic<int> g_strict{-1};  // -1: not read from the environment yet
 std::atomic<int64_t> g_fallbacks{0};
 

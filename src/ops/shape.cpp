@@ -83,6 +83,8 @@ void write_pad(OnnxWriter& w) {
 }
 OnnxExport onnx_trilu(bool upper) {
   return {{"Trilu"}, [upper](OnnxWriter& w) {
+            KILN_CHECK(w.opset() >= 14, "export: ", upper ? "triu" : "tril", " is ONNX Trilu, which needs opset 14 "
+                       "or later; export with opset 14 to 17 (17 is the default)");
             std::string k = w.scalar(static_cast<double>(w.attrs().get_int("diagonal", 0)), DType::Int64, "k");
             w.node("Trilu", {w.in(0), k}, {w.out()}, {{"upper", int64_t{upper ? 1 : 0}}});
           }};

@@ -187,5 +187,21 @@ TEST(OpExportCoverage, AnOpWithoutAnOnnxFormIsRefusedByName) {
   EXPECT_NE(msg.find("ONNX column of `kiln ops`"), std::string::npos) << msg;
 }
 
+// Ops whose ONNX form is newer than the opset asked for say which opset they need.
+TEST(OpExportCoverage, OpsNewerThanTheOpsetAreRefusedNamingTheOpset) {
+  struct Lower : nn::Cell {
+    Tensor construct(const Tensor& x) override { return tril(x); }
+  };
+  auto cell = std::make_shared<Lower>();
+  cell->set_train(false);
+  ExportOptions at13;
+  at13.opset = 13;
+  std::string msg = message_of([&] { export_model_bytes(cell, {ones({3, 3})}, at13); });
+  EXPECT_NE(msg.find("tril is ONNX Trilu, which needs opset 14"), std::string::npos) << msg;
+  ExportOptions at14;
+  at14.opset = 14;
+  EXPECT_NO_THROW(export_model_bytes(cell, {ones({3, 3})}, at14));
+}
+
 }  // namespace
 }  // namespace kiln::testing
