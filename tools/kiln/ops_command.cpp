@@ -1,5 +1,6 @@
 // `kiln ops`: the operator coverage table, generated from the registry.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 
@@ -91,13 +92,17 @@ void print_markdown(std::ostream& os) {
 
 void print_table(std::ostream& os) {
   auto ops = OpRegistry::instance().all();
-  os << std::left << std::setw(24) << "op" << std::setw(8) << "backend" << std::setw(6) << "grad" << std::setw(28)
-     << "onnx"
-     << "cpu dtypes\n";
-  for (const OpDef* op : ops) {
-    os << std::setw(24) << op->name << std::setw(8) << backends(*op) << std::setw(6)
-       << (op->differentiable() ? "yes" : "no") << std::setw(28) << onnx_types(*op)
-       << dtype_list(*op, DeviceType::CPU) << "\n";
+  // Columns as wide as their widest cell, so long ONNX forms stay readable.
+  std::vector<std::vector<std::string>> rows = {{"op", "backends", "cpu fallback on", "grad", "onnx", "cpu dtypes"}};
+  for (const OpDef* op : ops)
+    rows.push_back({op->name, backends(*op), falls_back_on(*op), op->differentiable() ? "yes" : "no", onnx_types(*op),
+                    dtype_list(*op, DeviceType::CPU)});
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  for (const auto& r : rows) {
+    for (size_t c = 0; c + 1 < r.size(); ++c) os << std::left << std::setw(static_cast<int>(width[c] + 2)) << r[c];
+    os << r.back() << "\n";
   }
   os << ops.size() << " ops\n";
 }
