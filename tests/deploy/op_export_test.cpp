@@ -88,12 +88,7 @@ bool first_float32_case_of_its_op(int index) {
   return false;
 }
 
-std::string case_name(const ::testing::TestParamInfo<int>& info) {
-  std::string n = golden_cases()[info.param].name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
+std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
 class OpExport : public ::testing::TestWithParam<int> {};
 
@@ -132,7 +127,7 @@ TEST_P(OpExport, RoundTripMatchesPyTorch) {
   if (!first_float32_case_of_its_op(GetParam())) return;
   if (!ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh installs it)";
   std::filesystem::path file = std::filesystem::temp_directory_path() /
-                               ("kiln_op_export_" + std::to_string(::getpid()) + "_" + case_name({GetParam(), 0}) + ".onnx");
+                               ("kiln_op_export_" + std::to_string(::getpid()) + "_" + golden_test_name(GetParam()) + ".onnx");
   std::ofstream(file, std::ios::binary) << bytes;
   OrtResult ort = run_ort(file.string(), {{"input", x}});
   std::filesystem::remove(file);

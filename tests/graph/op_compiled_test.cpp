@@ -23,12 +23,7 @@ std::vector<int> compiled_cases() {
   return idx;
 }
 
-std::string case_name(const ::testing::TestParamInfo<int>& info) {
-  std::string n = golden_cases()[info.param].name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
+std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
 class OpCompiled : public ::testing::TestWithParam<int> {};
 

@@ -1,5 +1,6 @@
 #include "ops/golden_cases.h"
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -72,6 +73,13 @@ std::vector<Tensor> GoldenCase::make_inputs() const {
 const std::vector<GoldenCase>& golden_cases() {
   static const std::vector<GoldenCase> cases = load();
   return cases;
+}
+
+std::string golden_test_name(int index) {
+  std::string n = golden_cases()[static_cast<size_t>(index)].name;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 Tolerance forward_tolerance(DType d) {

@@ -29,6 +29,8 @@ struct GoldenCase {
 };
 
 const std::vector<GoldenCase>& golden_cases();
+// Case `index`'s name as a test name: "relu.0.float32" -> "relu_0_float32".
+std::string golden_test_name(int index);
 
 // Tolerances for comparing a result computed in `dtype` with a float64 reference.
 struct Tolerance {

@@ -63,12 +63,7 @@ std::vector<int> strided_indices() {
   return idx;
 }
 
-std::string case_name(const ::testing::TestParamInfo<int>& info) {
-  std::string n = golden_cases()[info.param].name;
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
+std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
 // Outputs of an op call; for ops with no outputs (assign) the written input.
 std::vector<Tensor> run_case(const GoldenCase& c, const std::vector<Tensor>& inputs) {

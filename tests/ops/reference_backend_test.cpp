@@ -16,12 +16,7 @@ namespace {
 
 const Device kRef{DeviceType::Reference, 0};
 
-std::string case_name(const ::testing::TestParamInfo<int>& info) {
-  std::string n = golden_cases()[info.param].name;
-  for (char& ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
+std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
 std::vector<int> all_cases() {
   std::vector<int> idx;
