@@ -24,6 +24,16 @@ class Backend {
   virtual void synchronize(int index) {}
 };
 
+// A backend whose tensors live in host memory (the CPU's, the reference
+// backend): the host allocator, and copies that are memcpy.
+class HostMemoryBackend : public Backend {
+ public:
+  Allocator& allocator(int) override { return host_allocator(); }
+  bool host_memory() const override { return true; }
+  void copy_to_host(void* dst, const void* src, size_t nbytes, int) override;
+  void copy_from_host(void* dst, const void* src, size_t nbytes, int) override;
+};
+
 // Backends register themselves when their library loads; the CPU is always there.
 void register_backend(DeviceType type, Backend* backend);
 Backend* find_backend(DeviceType type);  // nullptr when this build has none

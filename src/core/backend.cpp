@@ -10,18 +10,10 @@
 namespace kiln {
 namespace {
 
-class CpuBackend final : public Backend {
- public:
-  Allocator& allocator(int) override { return host_allocator(); }
-  bool host_memory() const override { return true; }
-  void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-};
-
 std::atomic<Backend*>* table() {
   static std::atomic<Backend*> backends[kNumDeviceTypes] = {};
   static const bool cpu_registered = [] {
-    static CpuBackend cpu;
+    static HostMemoryBackend cpu;
     backends[static_cast<int>(DeviceType::CPU)].store(&cpu);
     return true;
   }();
@@ -30,6 +22,9 @@ std::atomic<Backend*>* table() {
 }
 
 }  // namespace
+
+void HostMemoryBackend::copy_to_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
+void HostMemoryBackend::copy_from_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
 
 void register_backend(DeviceType type, Backend* b) { table()[static_cast<int>(type)].store(b); }
 

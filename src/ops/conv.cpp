@@ -47,17 +47,15 @@ Metas infer_conv2d(const Metas& in, const Attrs& a) {
 
 // The geometry of a convolution's attributes, for the ops its gradient is
 // made of (which take no activation or output padding), with a shape.
-Attrs with_shape(const Attrs& a, const char* name, const Shape& s) {
-  Attrs r;
-  for (const char* g : {"stride", "padding", "dilation", "groups"})
-    if (const AttrValue* v = a.find(g)) r.set(g, *v);
-  r.set(name, s);
-  return r;
-}
 Attrs geometry(const Attrs& a) {
   Attrs r;
   for (const char* g : {"stride", "padding", "dilation", "groups"})
     if (const AttrValue* v = a.find(g)) r.set(g, *v);
+  return r;
+}
+Attrs with_shape(const Attrs& a, const char* name, const Shape& s) {
+  Attrs r = geometry(a);
+  r.set(name, s);
   return r;
 }
 

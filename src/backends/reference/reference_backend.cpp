@@ -13,16 +13,8 @@
 namespace kiln::reference {
 namespace {
 
-class ReferenceBackend final : public Backend {
- public:
-  Allocator& allocator(int) override { return host_allocator(); }
-  bool host_memory() const override { return true; }
-  void copy_to_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-  void copy_from_host(void* dst, const void* src, size_t n, int) override { std::memcpy(dst, src, n); }
-};
-
 [[maybe_unused]] const bool registered = [] {
-  static ReferenceBackend backend;
+  static HostMemoryBackend backend;
   register_backend(DeviceType::Reference, &backend);
   return true;
 }();
