@@ -4,23 +4,21 @@
 # every wrong-way include. Takes the tree to check as its argument (the
 # checkout by default), so that its own test can run it on a broken copy.
 set -euo pipefail
+table="$(cd "$(dirname "$0")" && pwd)/layers.txt"
 cd "${1:-$(dirname "$0")/..}"
 
-# Layers from the bottom up; a file may include its own layer and those below.
-# Folders under src/ and the public headers (include/kiln/NAME.h or NAME/) map
-# to a layer each.
-declare -A rank=(
-  [core]=0 [profiler]=1 [ops]=2 [autograd]=3 [backends]=4 [graph]=5
-  [nn]=6 [optim]=6 [data]=6 [models]=7 [io]=8 [runtime]=9 [train]=10 [serve]=11
-)
-declare -A header_layer=(
-  [tensor]=core [backend]=core [dtype]=core [shape]=core [device]=core [allocator]=core [storage]=core
-  [parallel]=core [generator]=core [error]=core [attrs]=core [grad_mode]=core
-  [profiler]=profiler [registry]=ops [op_onnx]=ops [functional]=ops [autograd]=autograd [jit]=graph
-  [nn]=nn [optim]=optim [data]=data [models]=models [io]=io [onnx]=io [migrate]=io
-  [runtime]=runtime [train]=train [callbacks]=train [metrics]=train [recipe]=train
-  [training_checkpoint]=train [train_step]=train [serve]=serve [kiln]=top
-)
+# The layers, their ranks, public headers and forbidden headers come from
+# tools/layers.txt, which the build reads too.
+declare -A rank=() header_layer=([kiln]=top) forbidden=()
+while read -r name second rest; do
+  [[ -z $name || $name == \#* ]] && continue
+  if [[ $name == !* ]]; then
+    for inc in $second $rest; do forbidden[${name#!}:$inc]=1; done
+    continue
+  fi
+  rank[$name]=$second
+  for h in $rest; do [[ $h == - ]] || header_layer[$h]=$name; done
+done < "$table"
 
 layer_of_header() {  # kiln/foo.h, kiln/foo/bar.h or src-relative graph/ir.h
   local inc=$1 name
@@ -42,13 +40,13 @@ check_file() {  # file, its layer
     [[ $target == "$own" ]] && continue
     if [[ $target == unknown || $target == top || -z ${rank[$target]+x} ]]; then
       if [[ $inc == */* ]]; then
-        echo "$file: includes \"$inc\", which belongs to no known layer (add it to tools/check_layers.sh)"
+        echo "$file: includes \"$inc\", which belongs to no known layer (add it to tools/layers.txt)"
         bad=1
       fi
       continue
     fi
-    if [[ $own == backends && ( $inc == kiln/functional.h || $inc == kiln/autograd.h || $inc == ops/op_helpers.h ) ]]; then
-      echo "$file: includes \"$inc\": kernels compute, they do not call ops or record gradients again"
+    if [[ -n ${forbidden[$own:$inc]+x} ]]; then
+      echo "$file: includes \"$inc\", which tools/layers.txt forbids to layer $own (kernels compute, they do not call ops or record gradients again)"
       bad=1
       continue
     fi
