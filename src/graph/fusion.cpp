@@ -128,6 +128,8 @@ std::string fuse_linear_residual(Graph& g) {
       k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
       k.outputs = {result};
       k.label = relu ? "linear + residual + relu" : "linear + residual";
+      k.fused_from = linear.op;
+      k.attrs = {{"fused_residual", true}, {"fused_relu", relu != nullptr}};
       k.custom = fused_linear_kernel(gemm, true, relu != nullptr);
       linear = std::move(k);
       g.values[result].producer = at;
@@ -161,6 +163,8 @@ std::string fuse_conv_activation(Graph& g) {
       Node k;
       k.inputs = producer.inputs;
       k.label = "linear + relu";
+      k.fused_from = producer.op;
+      k.attrs = {{"fused_relu", true}};
       k.custom = fused_linear_kernel(gemm, false, true);
       producer = std::move(k);
       ++linears;
@@ -311,14 +315,13 @@ std::string use_packed_linear_weights(Graph& g) {
   size_t packed = 0;
   for (auto& n : g.nodes) {
     if (n.removed || n.inputs.size() < 2) continue;
-    const bool plain = is_op(n, "linear"), fused = !n.op && n.label.rfind("linear + ", 0) == 0;
-    if (!plain && !fused) continue;
+    if (!n.computes("linear")) continue;
+    const bool plain = n.op != nullptr;
     const Value& w = g.values[n.inputs[1]];
     if (w.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 ||
         g.values[n.outputs[0]].meta.dtype != DType::Float32)
       continue;
-    const bool residual = n.label == "linear + residual" || n.label == "linear + residual + relu";
-    const bool relu = n.label == "linear + relu" || n.label == "linear + residual + relu";
+    const bool residual = n.fused("fused_residual"), relu = n.fused("fused_relu");
     const int64_t out_features = w.meta.shape[0], in_features = w.meta.shape[1];
     // Packing once saves most where each call has few rows to amortize a
     // library GEMM's packing over; from about 1000 rows oneDNN is faster.
@@ -335,8 +338,9 @@ std::string use_packed_linear_weights(Graph& g) {
     n.custom = packed_linear_kernel(out_features, in_features, residual, relu);
     if (plain) n.label = "linear";
     n.label += " (packed)";
+    if (plain) n.fused_from = n.op;
     n.op = nullptr;
-    n.attrs = Attrs{};
+    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}};
     ++packed;
   }
   return packed ? "gave " + std::to_string(packed) + " linear layers weights packed into panels" : "";

@@ -41,6 +41,11 @@ struct Node {
   std::vector<int> outputs;   // value ids
   CustomKernel custom;
   std::string label;          // custom kernels: what they compute, for dumps and profiles
+  // A custom kernel that computes a registry op with more work fused into
+  // it names that op here, and what was fused as bool attributes in `attrs`
+  // ("fused_residual", "fused_relu"): later passes recognise it by these,
+  // never by its label.
+  const OpDef* fused_from = nullptr;
   // The input whose buffer the output may reuse when that input dies here (a
   // kernel that accumulates into its output, like a residual add); -1: none.
   int inplace_input = -1;
@@ -48,6 +53,12 @@ struct Node {
 
   std::string name() const { return op ? op->name : label; }
   bool is_view() const { return op && op->has_tag(kTagView); }
+  // The op itself, or a custom kernel standing for it (see fused_from).
+  bool computes(const char* op_name) const {
+    const OpDef* d = op ? op : fused_from;
+    return !removed && d && d->name == op_name;
+  }
+  bool fused(const char* what) const { return fused_from && attrs.get_bool(what, false); }
 };
 
 struct Graph {

@@ -33,14 +33,13 @@ std::string layout_name(int block) { return block ? "nChw" + std::to_string(bloc
 
 bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
-// Elementwise ops that compute the same thing on any memory order of their operands.
-bool layout_free(const Node& n) {
-  if (n.removed || !n.op || n.outputs.size() != 1) return false;
-  static const char* ops[] = {"add", "sub", "mul", "div", "relu", "neg", "maximum", "minimum", "sigmoid", "tanh",
-                              "exp", "abs", "sqrt", "gelu", "silu", "leaky_relu", "clamp"};
-  for (const char* o : ops)
-    if (n.op->name == o) return true;
-  return false;
+// Elementwise ops compute the same thing on any memory order of operands of
+// the output's shape (kTagElementwise says so), so they run on blocked data
+// as is. Only float32 results: blocked values are float32 and a reorder
+// back to plain is too.
+bool layout_free(const Graph& g, const Node& n) {
+  return !n.removed && n.op && n.op->has_tag(kTagElementwise) && n.outputs.size() == 1 &&
+         g.values[n.outputs[0]].meta.dtype == DType::Float32;
 }
 
 // The mean over H and W of an NCHW tensor (GlobalAveragePool, adaptive pooling to 1x1).
@@ -63,7 +62,7 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
   auto uses = g.use_counts();
   size_t rewritten = 0;
   for (Node& n : g.nodes) {
-    const bool linear = is_op(n, "linear") || (!n.removed && !n.op && n.label == "linear + relu");
+    const bool linear = n.computes("linear") && !n.fused("fused_residual");
     if (!linear || n.inputs.size() < 2) continue;
     const int flat = n.inputs[0], w = n.inputs[1];
     const Value& fv = g.values[flat];
@@ -152,7 +151,7 @@ class LayoutPass {
     if (is_op(m, "conv2d") || is_op(m, "max_pool2d") || is_op(m, "conv2d_input_grad")) return k == 0;
     if (is_op(m, "conv2d_weight_grad")) return k <= 1;
     if (is_op(m, "max_pool2d_backward")) return k == 0 || k == 2;
-    return global_average(g_, m) || layout_free(m);
+    return global_average(g_, m) || layout_free(g_, m);
   }
 
   // Whether a value with a choice of layout should be blocked. Inference
@@ -166,7 +165,7 @@ class LayoutPass {
     if (!training_) return true;
     if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
     for (auto [node, k] : readers_[id])
-      if (!reads_blocked_natively(node, k) || layout_free(g_.nodes[node])) return false;
+      if (!reads_blocked_natively(node, k) || layout_free(g_, g_.nodes[node])) return false;
     return true;
   }
 
@@ -185,7 +184,7 @@ class LayoutPass {
       plan_pool_grad(at);
     } else if (global_average(g_, n) && blocked_[n.inputs[0]]) {
       set(at, {Plan::GlobalAverage}, {true});
-    } else if (layout_free(n)) {
+    } else if (layout_free(g_, n)) {
       const Shape& shape = g_.values[n.outputs[0]].meta.shape;
       bool all = true, any = false;
       for (int id : n.inputs) {
