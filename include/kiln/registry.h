@@ -24,6 +24,10 @@ struct TensorMeta {
 };
 
 enum OpTag : uint32_t {
+  // out[i] is a function of element i of each input (after broadcasting)
+  // and the attributes alone, so the op computes the same on any memory order
+  // of operands of the output's shape: graph mode's layout pass runs it on
+  // channel-blocked data as is.
   kTagElementwise = 1u << 0,
   kTagReduction = 1u << 1,
   kTagView = 1u << 2,             // outputs alias the first input's storage
@@ -32,6 +36,9 @@ enum OpTag : uint32_t {
   kTagRandom = 1u << 5,           // draws from the default generator
   kTagBackward = 1u << 6,         // exists to compute another op's gradient
   kTagLoss = 1u << 7,
+  // Outputs live on the device its `infer` names (to_device), not on the
+  // dispatch input's.
+  kTagTransfer = 1u << 8,
 };
 std::string tags_str(uint32_t tags);
 

@@ -86,8 +86,8 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
-  // A copy on `device` (this tensor when it is there already). Not recorded
-  // by autograd: move a model with Cell::to before training, data per batch.
+  // A copy on `device` (this tensor when it is there already), through the
+  // `to_device` op: autograd carries gradients back to the source device.
   Tensor to(Device device) const;
 
   // In-place writes (bump the version counter; refused on tensors autograd needs).

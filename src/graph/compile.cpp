@@ -116,6 +116,11 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   graph::Graph g = graph::detail::trace(fn, inputs, names, eager_outputs);
   e.report.trace_ms = ms_since(t0);
   e.report.traced_nodes = g.live_nodes();
+  // The passes and the executor's arena are the CPU's; other backends run eagerly.
+  for (const auto& v : g.values)
+    KILN_CHECK(v.meta.device.type == DeviceType::CPU, "graph mode runs on the cpu backend only, but ",
+               v.name.empty() ? std::string("a value") : "'" + v.name + "'", " of ", options.name, " is on ",
+               v.meta.device.str(), "; run it eagerly, or move the Cell and its inputs with .to(kiln::cpu_device())");
   int step = 0;
   dump(g, step++, "traced");
   if (options.inference)
@@ -192,6 +197,21 @@ std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inpu
 }
 
 const std::vector<Tensor>& CompiledFunction::run_borrowed(const std::vector<Tensor>& inputs) { return impl_->run(inputs); }
+
+const std::vector<Tensor>& CompiledFunction::input_slots(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
+  KILN_CHECK(shapes.size() == dtypes.size(), "input_slots: ", shapes.size(), " shapes but ", dtypes.size(), " dtypes");
+  std::vector<Tensor> examples;
+  for (size_t i = 0; i < shapes.size(); ++i) examples.push_back(zeros(shapes[i], dtypes[i]));
+  std::vector<Tensor> eager;
+  impl_->last = &impl_->entry_for(examples, &eager);
+  impl_->traced_results.clear();
+  return impl_->last->exec->input_slots();
+}
+
+const std::vector<Tensor>& CompiledFunction::run_slots() {
+  KILN_CHECK(impl_->last, "run_slots(): call input_slots() first");
+  return impl_->last->exec->run_slots();
+}
 
 const CompileReport& CompiledFunction::report() const {
   KILN_CHECK(impl_->last, "report(): nothing compiled yet");

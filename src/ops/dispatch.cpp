@@ -234,7 +234,26 @@ bool strict_device() {
 
 int64_t fallback_count() { return g_fallbacks.load(); }
 
+// A 0-d CPU tensor (the 2 in x * 2, a loss's weight) joins an op whose
+// other inputs are on another device, copied there by to_device (so autograd
+// sees the move), as in PyTorch. Any other mix of devices is an error.
+static bool has_cpu_scalar_to_move(const OpDef& op, const std::vector<Tensor>& inputs) {
+  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return false;
+  const Device d = inputs[op.dispatch_input].device();
+  if (d.type == DeviceType::CPU) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU) return true;
+  return false;
+}
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  if (has_cpu_scalar_to_move(op, inputs)) [[unlikely]] {
+    std::vector<Tensor> moved = inputs;
+    const Device d = inputs[op.dispatch_input].device();
+    for (Tensor& t : moved)
+      if (t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU) t = t.to(d);
+    return call(op, moved, attrs);
+  }
   apply_num_threads_to_this_thread();
   if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
   std::vector<TensorMeta> metas(inputs.size());
@@ -283,8 +302,10 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   std::vector<Tensor> outputs(out_metas.size());
   const bool view = op.has_tag(kTagView);
   if (!view) {
+    const bool transfer = op.has_tag(kTagTransfer);
     for (size_t i = 0; i < out_metas.size(); ++i)
-      outputs[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype, metas[op.dispatch_input].device);
+      outputs[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype,
+                                 transfer ? out_metas[i].device : metas[op.dispatch_input].device);
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {

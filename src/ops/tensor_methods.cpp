@@ -1,7 +1,6 @@
 // The Tensor methods that are ops: views, copies, casts and in-place
 // updates go through registered ops, so that they are differentiable, traced
 // and profiled like any other. Declared in core's tensor.h, defined here.
-#include "kiln/backend.h"
 #include "kiln/functional.h"
 #include "kiln/grad_mode.h"
 #include "kiln/registry.h"
@@ -84,10 +83,8 @@ Tensor Tensor::to(DType d) const { return d == dtype() ? *this : cast(*this, d);
 
 Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
-  Tensor dense = contiguous();
-  Tensor out = Tensor::empty(shape(), dtype(), d);
-  copy_between(d, out.raw_data(), dense.device(), dense.raw_data(), static_cast<size_t>(numel()) * element_size());
-  return out;
+  static const OpDef& to_device = OpRegistry::instance().get("to_device");
+  return call1(to_device, {contiguous()}, {{"device", d.str()}});
 }
 
 namespace {

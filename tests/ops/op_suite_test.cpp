@@ -193,6 +193,7 @@ TEST(OpCoverage, EveryRegisteredOpAndDtypeIsTested) {
   std::vector<std::string> missing;
   for (const OpDef* op : OpRegistry::instance().all()) {
     if (op->has_tag(kTagRandom)) continue;  // property tests in random_ops_test.cpp
+    if (op->has_tag(kTagTransfer)) continue;  // moves between backends: reference_backend_test.cpp
     // Fused optimizer updates: checked against the eager optimizers in tests/optim/fused_update_test.cpp.
     if (op->name.size() > 7 && op->name.compare(op->name.size() - 7, 7, "_update") == 0) continue;
     for (DType d : op->dtypes(DeviceType::CPU)) {
@@ -211,7 +212,8 @@ TEST(OpCoverage, EveryDifferentiableForwardOpHasAGradientCase) {
   for (auto& c : golden_cases())
     if (!c.grads.empty()) with_grads.insert(c.op);
   for (const OpDef* op : OpRegistry::instance().all()) {
-    if (!op->differentiable() || op->has_tag(kTagBackward) || op->has_tag(kTagRandom)) continue;
+    if (!op->differentiable() || op->has_tag(kTagBackward) || op->has_tag(kTagRandom) || op->has_tag(kTagTransfer))
+      continue;
     EXPECT_TRUE(with_grads.count(op->name)) << op->name << " is differentiable but no case checks its gradient";
   }
 }

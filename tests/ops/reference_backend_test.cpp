@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/backend.h"
+#include "kiln/jit.h"
 #include "kiln/nn.h"
 #include "kiln/profiler.h"
 #include "ops/golden_cases.h"
@@ -121,6 +122,40 @@ TEST(ReferenceBackend, TensorsAndCellsMoveBetweenDevices) {
   EXPECT_EQ(compare(on_ref.to(cpu_device()), on_cpu.to(DType::Float64).to_vector<double>(), on_cpu.shape(), {1e-5, 1e-6}), "");
   // Inputs on two devices are refused, naming both.
   std::string msg = message_of([&] { (*net)(x); });
+  EXPECT_NE(msg.find("reference:0"), std::string::npos) << msg;
+}
+
+TEST(ReferenceBackend, GradientsFlowBackAcrossDevices) {
+  // y = sum(to_cpu(to_ref(w) * to_ref(x) * 2)): the gradient reaches the CPU
+  // leaves through both transfers, as if the multiply had run on the CPU. The
+  // 2 is a CPU scalar, which joins the reference tensors.
+  Tensor w = randn({3, 4}), x = randn({3, 4});
+  w.set_requires_grad(true);
+  Tensor y = sum((mul(w.to(kRef), x.to(kRef)) * 2.0).to(cpu_device()));
+  EXPECT_EQ(y.device(), cpu_device());
+  y.backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().device(), cpu_device());
+  EXPECT_EQ(w.grad().to_vector<float>(), (x * 2.0).to_vector<float>());
+  // The transfer is an op the profiler and the tape both see.
+  Tensor r = w.to(kRef);
+  ASSERT_NE(r.grad_fn(), nullptr);
+  // Leaves moved with Cell::to stay leaves on their new device and get their gradients there.
+  auto dense = std::make_shared<nn::Dense>(4, 2);
+  dense->to(kRef);
+  Tensor loss = mean((*dense)(x.to(kRef)));
+  EXPECT_EQ(loss.device(), kRef);
+  loss.backward();
+  for (auto& [name, p] : dense->parameters_and_names()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().device(), kRef) << name;
+  }
+}
+
+TEST(ReferenceBackend, GraphModeRefusesItNamingTheDevice) {
+  jit::Function fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0])}; };
+  std::string msg = message_of([&] { jit::compile(fn, {randn({2, 3}).to(kRef)}); });
+  EXPECT_NE(msg.find("graph mode runs on the cpu backend only"), std::string::npos) << msg;
   EXPECT_NE(msg.find("reference:0"), std::string::npos) << msg;
 }
 
