@@ -79,6 +79,14 @@ class CompiledFunction {
   // The same, but the results live in the graph's arena and stay valid only
   // until the next call: no copy, for callers that consume them at once.
   const std::vector<Tensor>& run_borrowed(const std::vector<Tensor>& inputs);
+  // Running with no copy of the inputs either, for callers that assemble them
+  // (a server's batcher): input_slots() compiles for these shapes and dtypes
+  // when needed (tracing on zeros) and returns the buffers the graph reads its
+  // inputs from; the caller writes them and calls run_slots(), whose results
+  // are borrowed as with run_borrowed. Not for functions whose graph depends
+  // on their inputs' values.
+  const std::vector<Tensor>& input_slots(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes);
+  const std::vector<Tensor>& run_slots();
 
   const CompileReport& report() const;  // of the graph used last
   std::string graph_text() const;       // the optimized graph used last

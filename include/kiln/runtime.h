@@ -11,6 +11,7 @@
 // or NaN run node by node instead, so their answer is the same on every run
 // and at every batch size (the compiled graph's fastest kernels do not all
 // treat inf and NaN alike).
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,15 @@ class InferenceSession {
   // shape and dtype when one does not fit.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs);
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs);
+  // The same without copying the inputs or the outputs: `fill(i, slot)`
+  // writes input i into `slot`, a tensor of shapes[i] (and the model's dtype)
+  // that is the compiled graph's own input buffer, and `read(outputs)` takes
+  // what it needs from the outputs, which are valid only during the call.
+  // Models that read an input's values to decide shapes, inputs holding inf
+  // or NaN, and optimization level 0 run as run() does, on the slots.
+  using FillInput = std::function<void(size_t index, Tensor& slot)>;
+  using ReadOutputs = std::function<void(const std::vector<Tensor>& outputs)>;
+  void run_in_place(const std::vector<Shape>& shapes, const FillInput& fill, const ReadOutputs& read);
 
   const std::vector<TensorInfo>& inputs() const;
   const std::vector<TensorInfo>& outputs() const;

@@ -39,6 +39,10 @@ Executable::Executable(Graph g) : graph_(std::move(g)) {
     if (v.kind == ValueKind::Param || v.kind == ValueKind::Constant) tensors_[id] = v.tensor;
     else if (plan_.offset[id] >= 0) tensors_[id] = slot(arena_, plan_.offset[id], v.meta);
   }
+  for (int id : graph_.inputs) {
+    if (!tensors_[id].defined()) tensors_[id] = Tensor::empty(graph_.values[id].meta.shape, graph_.values[id].meta.dtype);
+    input_slots_.push_back(tensors_[id]);  // an input no node reads still takes what the caller writes
+  }
   for (const Node& n : graph_.nodes) {
     Step s;
     s.node = &n;
@@ -69,6 +73,11 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
     if (src.is_contiguous()) std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
     else dst.copy_(src);
   }
+  return run_slots();
+}
+
+const std::vector<Tensor>& Executable::run_slots() {
+  apply_num_threads_to_this_thread();
   const bool profiling = profiler::detail::active();
   for (Step& s : steps_) {
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;

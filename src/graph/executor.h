@@ -3,7 +3,9 @@
 // buffer's place in one arena, the kernel of every node, the tensors each
 // kernel reads and writes, and the results of view ops (fixed, since the
 // buffers they alias do not move). Running copies the inputs into their slots
-// and calls the kernels in order; it allocates nothing.
+// and calls the kernels in order; it allocates nothing. A caller that builds
+// its inputs itself (a server's batcher) writes them into input_slots() and
+// calls run_slots(), and nothing is copied.
 #include <memory>
 #include <vector>
 
@@ -17,6 +19,9 @@ class Executable {
   explicit Executable(Graph g);
   // The outputs alias the arena: valid until the next run.
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
+  // The buffers the graph reads its inputs from, and a run on what they hold.
+  const std::vector<Tensor>& input_slots() const { return input_slots_; }
+  const std::vector<Tensor>& run_slots();
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
   size_t kernels() const { return steps_.size(); }
@@ -32,6 +37,7 @@ class Executable {
   Storage arena_;
   std::vector<Tensor> tensors_;  // per value
   std::vector<Step> steps_;
+  std::vector<Tensor> input_slots_;
   std::vector<Tensor> outputs_;
 };
 

@@ -1,5 +1,6 @@
 // InferenceSession: an OnnxProgram traced and compiled per input signature,
 // with one compiled function per concurrent caller.
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -143,6 +144,42 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   }
   impl_->give_back(key, std::move(fn));
   return out;
+}
+
+void InferenceSession::run_in_place(const std::vector<Shape>& shapes, const FillInput& fill, const ReadOutputs& read) {
+  NoGradGuard no_grad;
+  const auto& infos = inputs();
+  KILN_CHECK(shapes.size() == infos.size(), "the model takes ", infos.size(), " inputs, got ", shapes.size(), " shapes");
+  std::vector<DType> dtypes;
+  std::vector<Tensor> shaped;  // checked against the model before anything is compiled (no memory behind them)
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    dtypes.push_back(infos[i].dtype);
+    shaped.push_back(Tensor::empty({}, infos[i].dtype).expand(shapes[i]));
+  }
+  impl_->program->check_inputs(shaped);
+  const auto& by_value = impl_->program->bound_by_value();
+  const bool compiled = impl_->options.optimization_level > 0 &&
+                        std::none_of(by_value.begin(), by_value.end(), [](bool b) { return b; });
+  if (!compiled) {
+    std::vector<Tensor> buffers;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      buffers.push_back(Tensor::empty(shapes[i], dtypes[i]));
+      fill(i, buffers[i]);
+    }
+    read(run(buffers));
+    return;
+  }
+  auto fn = impl_->take("", std::vector<Tensor>(shapes.size()));
+  try {
+    std::vector<Tensor> slots = fn->input_slots(shapes, dtypes);
+    for (size_t i = 0; i < slots.size(); ++i) fill(i, slots[i]);
+    if (any_non_finite(slots)) read(impl_->program->run(slots));
+    else read(fn->run_slots());
+  } catch (...) {
+    impl_->give_back("", std::move(fn));
+    throw;
+  }
+  impl_->give_back("", std::move(fn));
 }
 
 std::map<std::string, Tensor> InferenceSession::run(const std::map<std::string, Tensor>& named_inputs) {

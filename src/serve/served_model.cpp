@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kiln/functional.h"
 
@@ -132,18 +133,37 @@ int64_t ServedModel::bucket(int64_t batch) const {
   return std::min(b, config_.max_batch_size);
 }
 
-std::vector<Tensor> ServedModel::run_padded(const std::vector<Tensor>& inputs) {
-  const int64_t batch = inputs[0].shape()[0], padded = bucket(batch);
-  if (padded == batch) return session_.run(inputs);
-  std::vector<Tensor> full;
-  for (const Tensor& t : inputs) {
-    Shape rest = t.shape();
-    rest[0] = padded - batch;
-    full.push_back(concat({t, zeros(rest, t.dtype())}, 0));
+std::vector<std::vector<Tensor>> ServedModel::run_rows(const std::vector<const std::vector<Tensor>*>& requests) {
+  const std::vector<Tensor>& first = *requests[0];
+  int64_t rows = 0;
+  for (const auto* r : requests) rows += (*r)[0].shape()[0];
+  const int64_t padded = bucket(rows);
+  std::vector<Shape> shapes;
+  for (const Tensor& t : first) {
+    shapes.push_back(t.shape());
+    shapes.back()[0] = padded;
   }
-  std::vector<Tensor> out = session_.run(full);
-  for (Tensor& y : out) y = y.slice(0, 0, batch).contiguous();
-  return out;
+  auto fill = [&](size_t i, Tensor& slot) {
+    auto* at = static_cast<char*>(slot.raw_data());
+    for (const auto* r : requests) {
+      const Tensor part = (*r)[i].contiguous();
+      const size_t bytes = static_cast<size_t>(part.numel()) * part.element_size();
+      std::memcpy(at, part.raw_data(), bytes);
+      at += bytes;
+    }
+    std::memset(at, 0, static_cast<char*>(slot.raw_data()) + slot.numel() * slot.element_size() - at);  // the padding
+  };
+  std::vector<std::vector<Tensor>> results(requests.size());
+  auto read = [&](const std::vector<Tensor>& outputs) {
+    int64_t offset = 0;
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const int64_t n = (*requests[k])[0].shape()[0];
+      for (const Tensor& y : outputs) results[k].push_back(y.slice(0, offset, offset + n).clone());
+      offset += n;
+    }
+  };
+  session_.run_in_place(shapes, fill, read);
+  return results;
 }
 
 void ServedModel::warm_up() {
@@ -189,7 +209,7 @@ std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs,
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> out;
   try {
-    out = config_.max_batch_size > 0 ? run_padded(inputs) : session_.run(inputs);
+    out = config_.max_batch_size > 0 ? std::move(run_rows({&inputs})[0]) : session_.run(inputs);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;
@@ -279,27 +299,17 @@ void ServedModel::run_batch(std::vector<std::shared_ptr<Pending>>& batch) {
   auto start = std::chrono::steady_clock::now();
   for (auto& p : batch) metrics_.queue_seconds.observe(std::chrono::duration<double>(start - p->queued).count());
   try {
-    std::vector<Tensor> joined;
-    for (size_t i = 0; i < batch[0]->inputs.size(); ++i) {
-      if (batch.size() == 1) {
-        joined.push_back(batch[0]->inputs[i]);
-        continue;
-      }
-      std::vector<Tensor> parts;
-      for (auto& p : batch) parts.push_back(p->inputs[i]);
-      joined.push_back(concat(parts, 0));
+    std::vector<const std::vector<Tensor>*> requests;
+    int64_t rows = 0;
+    for (auto& p : batch) {
+      requests.push_back(&p->inputs);
+      rows += p->batch;
     }
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<Tensor> out = run_padded(joined);
+    std::vector<std::vector<Tensor>> out = run_rows(requests);
     metrics_.compute_seconds.observe(seconds_since(t0));
-    metrics_.batch_size.observe(static_cast<double>(joined[0].shape()[0]));
-    int64_t offset = 0;
-    for (auto& p : batch) {
-      std::vector<Tensor> mine;
-      for (const Tensor& y : out) mine.push_back(batch.size() == 1 ? y : y.slice(0, offset, offset + p->batch).contiguous());
-      offset += p->batch;
-      p->result.set_value(std::move(mine));
-    }
+    metrics_.batch_size.observe(static_cast<double>(rows));
+    for (size_t k = 0; k < batch.size(); ++k) batch[k]->result.set_value(std::move(out[k]));
   } catch (...) {
     for (auto& p : batch) p->result.set_exception(std::current_exception());
   }

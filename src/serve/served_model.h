@@ -58,8 +58,10 @@ class ServedModel {
   std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
   void refuse_non_finite(const std::string& input, const Tensor& t) const;
   std::vector<Tensor> run_now(const std::vector<Tensor>& inputs, std::chrono::steady_clock::time_point deadline);
-  // Runs a batch padded up to its bucket and returns the outputs for the real rows.
-  std::vector<Tensor> run_padded(const std::vector<Tensor>& inputs);
+  // Runs requests as one batch padded up to its bucket: their rows are
+  // written straight into the graph's input buffers (one copy per request)
+  // and each gets a copy of its own output rows (one more); nothing else is copied.
+  std::vector<std::vector<Tensor>> run_rows(const std::vector<const std::vector<Tensor>*>& requests);
   int64_t bucket(int64_t batch) const;
   std::string timed_out() const;
   void batch_loop();

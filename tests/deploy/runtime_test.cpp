@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <cstring>
+#include <map>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -72,6 +74,57 @@ TEST(InferenceSession, DynamicBatchCompilesPerShape) {
     EXPECT_EQ(y1.shape(), (Shape{1, 10}));
     EXPECT_TRUE(kt::all_close(y1, y5.slice(0, row, row + 1), 1e-5, 1e-5)) << "row " << row;
   }
+}
+
+std::map<std::string, int>* g_ops_seen = nullptr;
+void note_op(const OpDef& op, const std::vector<Tensor>&) {
+  if (g_ops_seen) ++(*g_ops_seen)[op.name];
+}
+
+// run_in_place: the caller writes the rows into the graph's own input buffer
+// and reads the outputs where the graph left them; no op runs outside the
+// graph but the shape check's expand (and the one copy the caller makes of
+// the output), and the buffer is the same on every run.
+TEST(InferenceSession, RunInPlaceWritesIntoTheGraphsOwnBuffers) {
+  InferenceSession session(fixture("cnn.onnx"));
+  const void* first_slot = nullptr;
+  for (int run = 0; run < 3; ++run) {
+    Tensor x = rand({3, 1, 28, 28});
+    Tensor expected = session.run({x})[0];
+    std::map<std::string, int> seen;
+    g_ops_seen = &seen;
+    set_dispatch_observer(note_op);
+    const void* slot_data = nullptr;
+    Tensor got;
+    session.run_in_place(
+        {x.shape()},
+        [&](size_t i, Tensor& slot) {
+          EXPECT_EQ(i, 0u);
+          EXPECT_EQ(slot.shape(), x.shape());
+          std::memcpy(slot.raw_data(), x.raw_data(), x.numel() * sizeof(float));
+          slot_data = slot.raw_data();
+        },
+        [&](const std::vector<Tensor>& outputs) {
+          ASSERT_EQ(outputs.size(), 1u);
+          got = outputs[0].clone();
+        });
+    set_dispatch_observer(nullptr);
+    g_ops_seen = nullptr;
+    EXPECT_TRUE(kt::all_close(got, expected, 1e-5, 1e-5)) << "run " << run;
+    if (run == 0) first_slot = slot_data;
+    EXPECT_EQ(slot_data, first_slot) << "run " << run;
+    // The first run traces the graph; later ones run nothing outside it.
+    if (run > 0) {
+      EXPECT_EQ(seen, (std::map<std::string, int>{{"expand", 1}, {"copy", 1}})) << "run " << run;
+    }
+  }
+  // Shapes are checked before anything is written.
+  bool filled = false;
+  std::string msg = kt::message_of([&] {
+    session.run_in_place({{3, 28, 28}}, [&](size_t, Tensor&) { filled = true; }, [](const std::vector<Tensor>&) {});
+  });
+  EXPECT_NE(msg.find("input 'input' expects float32 [batch, 1, 28, 28], got float32 [3, 28, 28]"), std::string::npos) << msg;
+  EXPECT_FALSE(filled);
 }
 
 TEST(InferenceSession, DynamicBatchMatchesOnnxRuntime) {

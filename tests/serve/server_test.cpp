@@ -1,6 +1,7 @@
 // kiln serve end to end, over loopback: the Open Inference Protocol v2
 // endpoints, JSON and binary tensors, dynamic batching under concurrent
 // clients, every kind of bad request, slow clients, and graceful shutdown.
+#include <atomic>
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -172,7 +173,20 @@ TEST(Serve, ShapesThatOverflowAreRefused) {
   ASSERT_EQ(ok->status, 200) << ok->body;
 }
 
+std::atomic<int> g_concats{0};
+void count_concats(const OpDef& op, const std::vector<Tensor>&) {
+  if (op.name == "concat") g_concats.fetch_add(1);
+}
+
 TEST(Serve, ConcurrentClientsAreBatchedAndAnsweredCorrectly) {
+  // The batcher writes each request's rows straight into the graph's input
+  // buffer: no op joins or pads them (it took a concat per batch, and one
+  // more to pad, and copies on the way out).
+  g_concats = 0;
+  set_dispatch_observer(count_concats);
+  struct Unset {
+    ~Unset() { set_dispatch_observer(nullptr); }
+  } unset;
   ServeOptions o;
   o.model_repository =
       make_repository("max_batch_size: 32\ndynamic_batching: {max_queue_delay_microseconds: 3000}\nwarmup: [1, 32]\n")
@@ -199,6 +213,7 @@ TEST(Serve, ConcurrentClientsAreBatchedAndAnsweredCorrectly) {
   ASSERT_NE(at, std::string::npos);
   int batches = std::stoi(metrics.substr(at + std::strlen("kiln_inference_batch_size_count{model=\"cnn\"} ")));
   EXPECT_LT(batches, clients * each) << metrics;
+  EXPECT_EQ(g_concats.load(), 0);
 }
 
 // A request that waits behind a long one past --request-timeout is answered
