@@ -1,13 +1,17 @@
 #pragma once
-// How an op writes itself as ONNX (default domain, opsets 13 to 17). Each op
-// carries its writer in its own definition; the exporter (io) implements
-// OnnxWriter, so op files never see protobuf, and the op table lists exactly
-// the ONNX op types a writer may emit (the exporter refuses any other).
+// How an op writes itself as ONNX (default domain, opsets 13 to 17) and how
+// it reads ONNX nodes back. Each op carries its writer and its reader in its
+// own definition; the exporter (io) implements OnnxWriter and the runtime
+// OnnxReader, so op files never see protobuf. The op table lists exactly the
+// ONNX op types a writer may emit (the exporter refuses any other) and those
+// a reader takes.
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "kiln/attrs.h"
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -72,5 +76,74 @@ struct OnnxExport {
 OnnxExport onnx_as(const std::string& op_type);
 // The same with attributes computed from the Kiln node.
 OnnxExport onnx_as(const std::string& op_type, std::function<Attrs(const OnnxWriter&)> attrs);
+
+// One ONNX node being read (any opset the runtime loads), with its
+// attributes' defaults given by the caller, as ONNX's operator specs state them.
+class OnnxReader {
+ public:
+  virtual ~OnnxReader() = default;
+  virtual const std::string& op_type() const = 0;
+  virtual int opset() const = 0;  // of the node's domain
+  virtual size_t num_outputs() const = 0;
+  virtual bool output_wanted(size_t i) const = 0;  // named, so a later node or the graph may read it
+  virtual bool has(const std::string& name) const = 0;
+  virtual int64_t i(const std::string& name, int64_t fallback) const = 0;
+  virtual double f(const std::string& name, double fallback) const = 0;
+  virtual std::string s(const std::string& name, const std::string& fallback) const = 0;
+  virtual std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const = 0;
+  virtual std::vector<double> floats(const std::string& name) const = 0;
+  virtual std::string where() const = 0;  // "node 'conv1' (Conv, opset 17)"
+  // Errors that name the node: a malformed model, or a valid one Kiln cannot
+  // run (which the runtime lists with the other unsupported nodes).
+  [[noreturn]] virtual void fail_with(const std::string& message) const = 0;
+  [[noreturn]] virtual void unsupported_with(const std::string& message) const = 0;
+
+  // (They throw; the abort only tells the compiler so through the virtual call.)
+  template <typename... Args>
+  [[noreturn]] void fail(const Args&... args) const {
+    fail_with(detail::concat(args...));
+    std::abort();
+  }
+  template <typename... Args>
+  [[noreturn]] void unsupported(const Args&... args) const {
+    unsupported_with(detail::concat(args...));
+    std::abort();
+  }
+  // Input i, which must be present.
+  const Tensor& input(const std::vector<Tensor>& in, size_t i) const;
+  // `axis` in [-rank, rank) to [0, rank), or an error naming the node.
+  int64_t axis(int64_t axis, int64_t rank) const;
+};
+
+// Computes a node's outputs with Kiln ops (one per node output; trailing ones
+// that are not wanted may be left out). Inputs omitted in the node are
+// undefined tensors. Run under the tracer, this builds the graph.
+using OnnxReadFn = std::function<std::vector<Tensor>(const OnnxReader&, const std::vector<Tensor>&)>;
+
+// The ONNX op types (default domain) an op reads, and how.
+struct OnnxImport {
+  std::vector<std::string> types;
+  OnnxReadFn read;
+  // Inputs the reader needs the values of (shapes, axes), not only to compute
+  // with: a graph input feeding one is bound by value when compiled.
+  std::vector<int> value_inputs;
+  // float16 and bfloat16 inputs are computed in float32 and the results
+  // rounded once, unless the op only moves data (then false).
+  bool widen_half = true;
+  explicit operator bool() const { return static_cast<bool>(read); }
+};
+
+// A reader of these types that needs no input's value and widens half floats.
+inline OnnxImport onnx_reader(std::vector<std::string> types, OnnxReadFn read) {
+  OnnxImport r;
+  r.types = std::move(types);
+  r.read = std::move(read);
+  return r;
+}
+
+// Before opset 7, binary ops broadcast only with broadcast=1, aligning b's
+// axes to a's from `axis` (default: the trailing axes, as numpy does): b
+// reshaped so that it broadcasts the modern way.
+Tensor onnx_legacy_broadcast(const OnnxReader& node, const Tensor& a, const Tensor& b);
 
 }  // namespace kiln

@@ -87,6 +87,7 @@ struct OpDef {
   InferFn infer;
   GradFn grad;                       // empty: not differentiable
   OnnxExport onnx;                   // how it is written as ONNX; empty: export refuses it
+  OnnxImport onnx_import;            // the ONNX op types read as this op; empty: none
   uint32_t tags = 0;
   std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
   ElementwiseMath math;              // elementwise ops: the formula, for kernels and fusion

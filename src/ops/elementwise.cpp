@@ -266,38 +266,40 @@ void write_clamp(OnnxWriter& w) {
 }
 
 // --- unary -----------------------------------------------------------------
-OpDefiner d_neg(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })));
-OpDefiner d_abs(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })));
-OpDefiner d_exp(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })));
-OpDefiner d_log(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })));
+OpDefiner d_neg(detail::read_onnx_as(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })), "Neg"));
+OpDefiner d_abs(detail::read_onnx_as(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })), "Abs"));
+OpDefiner d_exp(detail::read_onnx_as(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })), "Exp"));
+OpDefiner d_log(detail::read_onnx_as(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })), "Log"));
 OpDefiner d_log1p(with_math<Log1p>(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
   return {g[0] / (X(c) + 1.0)};
 })));
-OpDefiner d_sqrt(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })));
+OpDefiner d_sqrt(detail::read_onnx_as(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })), "Sqrt"));
 OpDefiner d_rsqrt(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& y = Y(c);
   return {g[0] * (y * y * y) * -0.5};
 })));
-OpDefiner d_sin(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })));
-OpDefiner d_cos(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })));
-OpDefiner d_tanh(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })));
-OpDefiner d_sigmoid(with_math<Sigmoid>(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sin(detail::read_onnx_as(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })), "Sin"));
+OpDefiner d_cos(detail::read_onnx_as(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })), "Cos"));
+OpDefiner d_tanh(detail::read_onnx_as(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })), "Tanh"));
+OpDefiner d_sigmoid(detail::read_onnx_as(with_math<Sigmoid>(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("sigmoid_backward", g[0], Y(c))};
-})));
-OpDefiner d_relu(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })));
-OpDefiner d_leaky(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
+})), "Sigmoid"));
+OpDefiner d_relu(detail::read_onnx_as(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })), "Relu"));
+OpDefiner d_leaky(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
   return {{"alpha", w.attrs().get_float("negative_slope", 0.01)}};
 }), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("leaky_relu_backward", g[0], X(c), c.attrs)};
-}, {"negative_slope:float=0.01"})));
+}, {"negative_slope:float=0.01"})), onnx_reader({"LeakyRelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {leaky_relu(n.input(in, 0), n.f("alpha", 0.01))};
+})));
 OpDefiner d_gelu(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
 }, {"approximate:string=none|tanh"})));
 OpDefiner d_silu(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })));
-OpDefiner d_erf(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_erf(detail::read_onnx_as(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
-})));
+})), "Erf"));
 OpDefiner d_softplus(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
 }, {"beta:float=1", "threshold:float=20"})));
@@ -309,21 +311,21 @@ OpDefiner d_clamp(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](co
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
 }, {"min:float?", "max:float?"})));
-OpDefiner d_sign(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)));
-OpDefiner d_floor(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)));
-OpDefiner d_ceil(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)));
-OpDefiner d_round(with_math<Round>(unary("round", onnx_as("Round"), nullptr)));
+OpDefiner d_sign(detail::read_onnx_as(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)), "Sign"));
+OpDefiner d_floor(detail::read_onnx_as(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)), "Floor"));
+OpDefiner d_ceil(detail::read_onnx_as(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)), "Ceil"));
+OpDefiner d_round(detail::read_onnx_as(with_math<Round>(unary("round", onnx_as("Round"), nullptr)), "Round"));
 
 OpDefiner d_hardsigmoid(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
   return {{"alpha", 1.0 / 6}, {"beta", 0.5}};
 }), [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardsigmoid_backward", g[0], X(c))}; })));
 // HardSwish is an ONNX op from opset 14 on; before, x * HardSigmoid(x).
-OpDefiner d_hardswish(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
+OpDefiner d_hardswish(detail::read_onnx_as(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
   if (w.opset() >= 14) return w.node("HardSwish", {w.in(0)}, {w.out()});
   std::string hs = w.unique("hard_sigmoid");
   w.node("HardSigmoid", {w.in(0)}, {hs}, {{"alpha", 1.0 / 6}, {"beta", 0.5}});
   w.node("Mul", {w.in(0), hs}, {w.out()});
-}}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardswish_backward", g[0], X(c))}; })));
+}}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardswish_backward", g[0], X(c))}; })), "HardSwish"));
 
 // --- activation backward ops ---------------------------------------------------
 OpDefiner d_hardsigmoid_bw(with_math<HardsigmoidBackward>(activation_backward("hardsigmoid_backward")));
@@ -339,16 +341,16 @@ OpDefiner d_softplus_bw(with_math<SoftplusBackward>(activation_backward("softplu
 // --- binary ----------------------------------------------------------------
 const Shape& shape_of(const GradContext& c, int i) { return c.inputs[i].shape(); }
 
-OpDefiner d_add(with_math<Add>(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_add(detail::read_onnx_as(with_math<Add>(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), sum_to(g[0], shape_of(c, 1))};
-})));
-OpDefiner d_sub(with_math<Sub>(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
+})), "Add"));
+OpDefiner d_sub(detail::read_onnx_as(with_math<Sub>(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), c.needs_grad[1] ? sum_to(neg(g[0]), shape_of(c, 1)) : Tensor()};
-})));
-OpDefiner d_mul(with_math<Mul>(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
+})), "Sub"));
+OpDefiner d_mul(detail::read_onnx_as(with_math<Mul>(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
   return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
-})));
+})), "Mul"));
 OpDefiner d_div(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& b = c.inputs[1];
   return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
@@ -376,12 +378,12 @@ GradFn select_grad(bool take_max) {
 }
 OpDefiner d_maximum(with_math<Maximum>(binary("maximum", onnx_as("Max"), select_grad(true))));
 OpDefiner d_minimum(with_math<Minimum>(binary("minimum", onnx_as("Min"), select_grad(false))));
-OpDefiner d_eq(binary("eq", onnx_as("Equal"), nullptr, true));
+OpDefiner d_eq(detail::read_onnx_as(binary("eq", onnx_as("Equal"), nullptr, true), "Equal"));
 OpDefiner d_ne(binary("ne", {{"Equal", "Not"}, write_ne}, nullptr, true));
-OpDefiner d_lt(binary("lt", onnx_as("Less"), nullptr, true));
-OpDefiner d_le(binary("le", onnx_as("LessOrEqual"), nullptr, true));
-OpDefiner d_gt(binary("gt", onnx_as("Greater"), nullptr, true));
-OpDefiner d_ge(binary("ge", onnx_as("GreaterOrEqual"), nullptr, true));
+OpDefiner d_lt(detail::read_onnx_as(binary("lt", onnx_as("Less"), nullptr, true), "Less"));
+OpDefiner d_le(detail::read_onnx_as(binary("le", onnx_as("LessOrEqual"), nullptr, true), "LessOrEqual"));
+OpDefiner d_gt(detail::read_onnx_as(binary("gt", onnx_as("Greater"), nullptr, true), "Greater"));
+OpDefiner d_ge(detail::read_onnx_as(binary("ge", onnx_as("GreaterOrEqual"), nullptr, true), "GreaterOrEqual"));
 
 OpDefiner d_where([] {
   OpDef d;
@@ -404,6 +406,8 @@ OpDefiner d_where([] {
   d.tags = kEw;
   d.dispatch_input = 1;
   d.differentiable_inputs = {1, 2};
+  d = detail::read_onnx_as(std::move(d), "Where");
+  d.onnx_import.widen_half = false;  // it selects; it computes nothing
   return d;
 }());
 

@@ -18,6 +18,19 @@ OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std
   return d;
 }
 
+OpDef read_onnx_as(OpDef d, const std::string& type) {
+  const std::string op = d.name;
+  const size_t arity = d.inputs.size();
+  d.onnx_import = onnx_reader({type}, [op, arity](const OnnxReader& n, const std::vector<Tensor>& in) {
+    if (in.size() > arity) n.fail("takes ", arity, " input(s), got ", in.size());
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < arity; ++i) args.push_back(n.input(in, i));
+    if (arity == 2) args[1] = onnx_legacy_broadcast(n, args[0], args[1]);
+    return call(OpRegistry::instance().get(op), args);
+  });
+  return d;
+}
+
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   if (axes.empty()) {

@@ -17,6 +17,15 @@ using Metas = std::vector<TensorMeta>;
 OpDef make_op(const char* name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
               GradFn grad, OnnxExport onnx, uint32_t tags = 0, std::vector<std::string> outputs = {"y"});
 
+// Sets d's ONNX reader for `type`: the node's inputs into d as they are, no
+// attributes (binary ops also take opset 6's broadcast=1 with an axis).
+OpDef read_onnx_as(OpDef d, const std::string& type);
+// Sets d's ONNX reader.
+inline OpDef reads_onnx(OpDef d, OnnxImport import) {
+  d.onnx_import = std::move(import);
+  return d;
+}
+
 inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { return {in[0]}; }
 
 inline void check_same_dtype(const Metas& in, size_t a, size_t b) {

@@ -54,4 +54,24 @@ OnnxExport onnx_as(const std::string& op_type, std::function<Attrs(const OnnxWri
           }};
 }
 
+const Tensor& OnnxReader::input(const std::vector<Tensor>& in, size_t i) const {
+  if (i >= in.size() || !in[i].defined()) fail("input ", i, " is required but missing");
+  return in[i];
+}
+
+int64_t OnnxReader::axis(int64_t axis, int64_t rank) const {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) fail("axis ", axis, " is out of range for rank ", rank);
+  return a;
+}
+
+Tensor onnx_legacy_broadcast(const OnnxReader& n, const Tensor& a, const Tensor& b) {
+  if (n.opset() >= 7 || !n.i("broadcast", 0) || !n.has("axis") || b.dim() == 0) return b;
+  const int64_t axis = n.axis(n.i("axis", 0), a.dim());
+  if (axis + b.dim() > a.dim()) n.fail("B ", shape_str(b.shape()), " does not fit A ", shape_str(a.shape()), " at axis ", axis);
+  Shape s = b.shape();
+  s.resize(static_cast<size_t>(a.dim() - axis), 1);
+  return b.reshape(s);
+}
+
 }  // namespace kiln

@@ -147,6 +147,18 @@ OpDef softmax_like(const char* name, const char* onnx_type, GradFn grad) {
   };
   d.grad = std::move(grad);
   d.onnx = onnx_as(onnx_type, [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", -1)}}; });
+  // Before opset 13, Softmax and LogSoftmax flatten the input to 2-d at `axis`.
+  const std::string op = name;
+  d.onnx_import = onnx_reader({onnx_type}, [op](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const OpDef& self = OpRegistry::instance().get(op);
+    const Tensor& x = n.input(in, 0);
+    if (n.opset() >= 13) return call(self, {x}, {{"axis", n.axis(n.i("axis", -1), x.dim())}});
+    const int64_t axis = x.dim() == 0 ? 0 : n.axis(n.i("axis", 1), x.dim());
+    int64_t outer = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
+    Tensor flat = x.reshape({outer, x.numel() / std::max<int64_t>(outer, 1)});
+    return {call1(self, {flat}, {{"axis", int64_t{1}}}).reshape(x.shape())};
+  });
   return d;
 }
 OpDefiner d_softmax(softmax_like("softmax", "Softmax", [](const GradContext& c, const Grads& g) -> Grads {

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "kiln/registry.h"
+
 namespace kiln::runtime {
 
 OnnxNode::OnnxNode(const ::onnx::NodeProto& proto, int opset) : proto_(proto), opset_(opset) {}
@@ -18,6 +20,9 @@ const ::onnx::AttributeProto* OnnxNode::attr(const std::string& name) const {
     if (a.name() == name) return &a;
   return nullptr;
 }
+
+void OnnxNode::fail_with(const std::string& message) const { throw Error(where() + ": " + message); }
+void OnnxNode::unsupported_with(const std::string& message) const { throw Unsupported(where() + ": " + message); }
 
 bool OnnxNode::has(const std::string& name) const { return attr(name) != nullptr; }
 
@@ -76,17 +81,6 @@ double scalar_value(const OnnxNode& n, const Tensor& t, const char* what) {
   return t.to(DType::Float64).contiguous().to_vector<double>()[0];
 }
 
-int64_t normalize_axis(const OnnxNode& n, int64_t axis, int64_t rank) {
-  int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) n.fail("axis ", axis, " is out of range for rank ", rank);
-  return a;
-}
-
-const Tensor& input(const OnnxNode& n, const std::vector<Tensor>& in, size_t i) {
-  if (i >= in.size() || !in[i].defined()) n.fail("input ", i, " is required but missing");
-  return in[i];
-}
-
 void check_created_size(const OnnxNode& n, const Shape& shape) {
   constexpr int64_t kMax = int64_t{1} << 28;  // 1 GiB of float32
   int64_t numel = 1;
@@ -109,6 +103,9 @@ const std::vector<int>& value_inputs(const std::string& op_type) {
     for (const char* r : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
                           "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"})
       t[r] = {1};
+    for (const OpDef* op : OpRegistry::instance().all())
+      for (const std::string& type : op->onnx_import.types)
+        if (!op->onnx_import.value_inputs.empty()) t[type] = op->onnx_import.value_inputs;
     return t;
   }();
   static const std::vector<int> none;
@@ -148,10 +145,18 @@ const ConverterTable& converters() {
     add_shape_converters(t);
     add_reduce_converters(t);
     // Ops that move or reinterpret data keep their dtype.
-    static const std::set<std::string> exact = {
+    std::set<std::string> exact = {
         "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
         "Split", "Slice", "Gather", "GatherElements", "Expand", "Tile", "Shape", "Size", "Constant",
-        "ConstantOfShape", "Range", "Pad", "Trilu", "DepthToSpace", "SpaceToDepth", "Dropout", "Where"};
+        "ConstantOfShape", "Range", "Pad", "Trilu", "DepthToSpace", "SpaceToDepth", "Dropout"};
+    for (const OpDef* op : OpRegistry::instance().all()) {
+      for (const std::string& type : op->onnx_import.types) {
+        KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,
+                   "' and by another converter; one type has one reader");
+        t[type] = [read = op->onnx_import.read](const OnnxNode& n, const std::vector<Tensor>& in) { return read(n, in); };
+        if (!op->onnx_import.widen_half) exact.insert(type);
+      }
+    }
     for (auto& [op, fn] : t)
       if (!exact.count(op)) fn = in_float32(fn);
     return t;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/onnx_tensor.h"
+#include "kiln/op_onnx.h"
 #include "kiln/tensor.h"
 
 namespace kiln::runtime {
@@ -19,34 +20,31 @@ namespace kiln::runtime {
 using onnx_io::Unsupported;
 
 // One node as a converter sees it: attributes with defaults, and the opset
-// of its domain, for ops whose signature changed between versions.
-class OnnxNode {
+// of its domain, for ops whose signature changed between versions. Ops'
+// own readers (OpDef::onnx_import) see it as a kiln::OnnxReader.
+class OnnxNode : public OnnxReader {
  public:
   OnnxNode(const ::onnx::NodeProto& proto, int opset);
   const ::onnx::NodeProto& proto() const { return proto_; }
-  int opset() const { return opset_; }
-  size_t num_outputs() const { return static_cast<size_t>(proto_.output_size()); }
-  bool output_wanted(size_t i) const { return i < num_outputs() && !proto_.output(static_cast<int>(i)).empty(); }
-  std::string where() const;  // "node 'conv1' (Conv)"
+  const std::string& op_type() const override { return proto_.op_type(); }
+  int opset() const override { return opset_; }
+  size_t num_outputs() const override { return static_cast<size_t>(proto_.output_size()); }
+  bool output_wanted(size_t i) const override {
+    return i < num_outputs() && !proto_.output(static_cast<int>(i)).empty();
+  }
+  std::string where() const override;  // "node 'conv1' (Conv, opset 17)"
 
-  bool has(const std::string& name) const;
-  int64_t i(const std::string& name, int64_t fallback) const;
-  double f(const std::string& name, double fallback) const;
-  std::string s(const std::string& name, const std::string& fallback) const;
-  std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const;
-  std::vector<double> floats(const std::string& name) const;
+  bool has(const std::string& name) const override;
+  int64_t i(const std::string& name, int64_t fallback) const override;
+  double f(const std::string& name, double fallback) const override;
+  std::string s(const std::string& name, const std::string& fallback) const override;
+  std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const override;
+  std::vector<double> floats(const std::string& name) const override;
   const ::onnx::TensorProto* tensor(const std::string& name) const;
   int64_t required_i(const std::string& name) const;
 
-  // Errors that name the node: a malformed model, or one Kiln cannot run.
-  template <typename... Args>
-  [[noreturn]] void fail(const Args&... args) const {
-    throw Error(where() + ": " + detail::concat(args...));
-  }
-  template <typename... Args>
-  [[noreturn]] void unsupported(const Args&... args) const {
-    throw Unsupported(where() + ": " + detail::concat(args...));
-  }
+  [[noreturn]] void fail_with(const std::string& message) const override;
+  [[noreturn]] void unsupported_with(const std::string& message) const override;
 
  private:
   const ::onnx::AttributeProto* attr(const std::string& name) const;
@@ -59,7 +57,9 @@ class OnnxNode {
 using Converter = std::function<std::vector<Tensor>(const OnnxNode&, const std::vector<Tensor>&)>;
 using ConverterTable = std::map<std::string, Converter>;
 
-// The converters of the default ONNX domain, by op type.
+// The converters of the default ONNX domain, by op type: the runtime's own
+// (ONNX ops that are compositions of Kiln ops, or that ops read differently
+// by opset) and every op's reader (OpDef::onnx_import).
 const ConverterTable& converters();
 void add_elementwise_converters(ConverterTable& table);
 void add_nn_converters(ConverterTable& table);
@@ -76,8 +76,9 @@ const std::vector<int>& value_inputs(const std::string& op_type);
 std::vector<int64_t> int_values(const OnnxNode& n, const Tensor& t, const char* what);
 double scalar_value(const OnnxNode& n, const Tensor& t, const char* what);
 // `axis` in [-rank, rank) to [0, rank), or a clear error.
-int64_t normalize_axis(const OnnxNode& n, int64_t axis, int64_t rank);
-const Tensor& input(const OnnxNode& n, const std::vector<Tensor>& in, size_t i);  // required input i
+inline int64_t normalize_axis(const OnnxReader& n, int64_t axis, int64_t rank) { return n.axis(axis, rank); }
+// Required input i.
+inline const Tensor& input(const OnnxReader& n, const std::vector<Tensor>& in, size_t i) { return n.input(in, i); }
 // Refuses a tensor of `shape` that a node would create from values in the
 // model (ConstantOfShape, Expand, Tile, Range) when it is absurdly large.
 void check_created_size(const OnnxNode& n, const Shape& shape);

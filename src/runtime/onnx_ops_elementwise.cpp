@@ -14,21 +14,10 @@ using Binary = Tensor (*)(const Tensor&, const Tensor&);
 Converter unary(Unary f) {
   return [f](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> { return {f(input(n, in, 0))}; };
 }
-// Before opset 7, binary ops broadcast only with broadcast=1, aligning B's
-// axes to A's starting at `axis` (default: the trailing axes, as numpy does).
-Tensor legacy_broadcast(const OnnxNode& n, const Tensor& a, const Tensor& b) {
-  if (n.opset() >= 7 || !n.i("broadcast", 0) || !n.has("axis") || b.dim() == 0) return b;
-  int64_t axis = normalize_axis(n, n.i("axis", 0), a.dim());
-  if (axis + b.dim() > a.dim()) n.fail("B ", shape_str(b.shape()), " does not fit A ", shape_str(a.shape()), " at axis ", axis);
-  Shape s = b.shape();
-  s.resize(static_cast<size_t>(a.dim() - axis), 1);
-  return b.reshape(s);
-}
-
 Converter binary(Binary f) {
   return [f](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const Tensor& a = input(n, in, 0);
-    return {f(a, legacy_broadcast(n, a, input(n, in, 1)))};
+    return {f(a, onnx_legacy_broadcast(n, a, input(n, in, 1)))};
   };
 }
 // Max, Min, Sum, Mean: one or more inputs, broadcast together.
@@ -95,10 +84,6 @@ std::vector<Tensor> hard_sigmoid(const OnnxNode& n, const std::vector<Tensor>& i
   return {clamp(x * scalar_like(alpha, x) + scalar_like(beta, x), 0.0, 1.0)};
 }
 
-std::vector<Tensor> leaky(const OnnxNode& n, const std::vector<Tensor>& in) {
-  return {leaky_relu(input(n, in, 0), n.f("alpha", 0.01))};
-}
-
 std::vector<Tensor> prelu(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   Tensor slope = input(n, in, 1);
@@ -163,24 +148,9 @@ std::vector<Tensor> softplus_op(const OnnxNode& n, const std::vector<Tensor>& in
 }  // namespace
 
 void add_elementwise_converters(ConverterTable& t) {
-  t["Abs"] = unary(abs);
-  t["Neg"] = unary(neg);
-  t["Exp"] = unary(exp);
-  t["Log"] = unary(log);
-  t["Sqrt"] = unary(sqrt);
-  t["Sin"] = unary(sin);
-  t["Cos"] = unary(cos);
   t["Tan"] = unary(tan_of);
   t["Sinh"] = unary(sinh_of);
   t["Cosh"] = unary(cosh_of);
-  t["Tanh"] = unary(tanh);
-  t["Sigmoid"] = unary(sigmoid);
-  t["Relu"] = unary(relu);
-  t["Erf"] = unary(erf);
-  t["Ceil"] = unary(ceil);
-  t["Floor"] = unary(floor);
-  t["Round"] = unary(round);
-  t["Sign"] = unary(sign);
   t["Reciprocal"] = unary(reciprocal);
   t["Softsign"] = unary(softsign);
   t["Mish"] = unary(mish);
@@ -192,8 +162,6 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Celu"] = celu;
   t["Selu"] = selu;
   t["HardSigmoid"] = hard_sigmoid;
-  t["HardSwish"] = unary(hardswish);
-  t["LeakyRelu"] = leaky;
   t["PRelu"] = prelu;
   t["ThresholdedRelu"] = thresholded_relu;
   t["Gelu"] = gelu_op;
@@ -201,16 +169,8 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Cast"] = cast_op;
   t["CastLike"] = cast_like;
   t["IsInf"] = is_inf;
-  t["Add"] = binary(add);
-  t["Sub"] = binary(sub);
-  t["Mul"] = binary(mul);
   t["Div"] = binary(divide);
   t["Pow"] = binary(power);
-  t["Equal"] = binary(eq);
-  t["Less"] = binary(lt);
-  t["LessOrEqual"] = binary(le);
-  t["Greater"] = binary(gt);
-  t["GreaterOrEqual"] = binary(ge);
   t["And"] = binary(logical_and);
   t["Or"] = binary(logical_or);
   t["Xor"] = binary(ne);
@@ -218,9 +178,6 @@ void add_elementwise_converters(ConverterTable& t) {
   t["Min"] = variadic(minimum);
   t["Sum"] = variadic(add);
   t["Mean"] = variadic(add, true);
-  t["Where"] = [](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    return {where(input(n, in, 0), input(n, in, 1), input(n, in, 2))};
-  };
 }
 
 }  // namespace kiln::runtime

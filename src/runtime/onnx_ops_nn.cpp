@@ -251,18 +251,6 @@ std::vector<Tensor> dropout_op(const OnnxNode& n, const std::vector<Tensor>& in)
   return out;
 }
 
-// Before opset 13, Softmax and LogSoftmax flatten the input to 2-d at `axis`.
-std::vector<Tensor> softmax_like(const OnnxNode& n, const std::vector<Tensor>& in, bool log) {
-  const Tensor& x = input(n, in, 0);
-  auto f = [log](const Tensor& t, int64_t axis) { return log ? log_softmax(t, axis) : softmax(t, axis); };
-  if (n.opset() >= 13) return {f(x, normalize_axis(n, n.i("axis", -1), x.dim()))};
-  int64_t axis = x.dim() == 0 ? 0 : normalize_axis(n, n.i("axis", 1), x.dim());
-  int64_t outer = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
-  Tensor flat = x.reshape({outer, x.numel() / std::max<int64_t>(outer, 1)});
-  return {f(flat, 1).reshape(x.shape())};
-}
-
 std::vector<Tensor> matmul_op(const OnnxNode& n, const std::vector<Tensor>& in) {
   Tensor a = input(n, in, 0), b = input(n, in, 1);
   if (a.dim() == 0 || b.dim() == 0) n.fail("MatMul inputs must have at least one axis");
@@ -327,8 +315,6 @@ void add_nn_converters(ConverterTable& t) {
   t["Dropout"] = dropout_op;
   t["SoftmaxCrossEntropyLoss"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return class_loss_op(n, in, true); };
   t["NegativeLogLikelihoodLoss"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return class_loss_op(n, in, false); };
-  t["Softmax"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return softmax_like(n, in, false); };
-  t["LogSoftmax"] = [](const OnnxNode& n, const std::vector<Tensor>& in) { return softmax_like(n, in, true); };
   t["MatMul"] = matmul_op;
   t["Gemm"] = gemm;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <fstream>
@@ -258,6 +259,55 @@ TEST(InferenceSession, UnsupportedOpsAreListedAtOnce) {
   EXPECT_NE(msg.find("ai.onnx.ml::Binarizer (opset 3): 1 node(s): bin"), std::string::npos) << msg;
 }
 
+// Ops read their own ONNX nodes (OpDef::onnx_import), old opsets included:
+// Softmax before opset 13 flattens at `axis`, and Add before opset 7
+// broadcasts only with broadcast=1 at `axis`.
+TEST(InferenceSession, OpReadersHandleOldOpsets) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(3);
+  m.add_opset_import()->set_version(6);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"x", "b"}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  }
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("x");
+  add->add_input("b");
+  add->add_output("s");
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"broadcast", 1}, {"axis", 1}}) {
+    auto* a = add->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  auto* normalize = g->add_node();
+  normalize->set_op_type("Softmax");
+  normalize->add_input("s");
+  normalize->add_output("y");
+  auto* axis = normalize->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(::onnx::AttributeProto::INT);
+  axis->set_i(1);
+  auto* out = g->add_output();
+  out->set_name("y");
+  out->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  InferenceSession session = InferenceSession::from_bytes(m.SerializeAsString());
+  Tensor x = randn({2, 3, 4}), b = randn({3});
+  Tensor y = session.run(std::vector<Tensor>{x, b})[0];
+  // b aligns with axis 1; softmax runs over everything after axis 1 at once.
+  Tensor s = x + b.reshape({1, 3, 1});
+  Tensor want = kiln::softmax(s.reshape({2, 12}), 1).reshape({2, 3, 4});
+  EXPECT_TRUE(kt::all_close(y, want, 1e-6, 1e-6));
+  for (const OpDef* op : OpRegistry::instance().all())
+    for (const std::string& type : op->onnx_import.types) {
+      auto loaded = supported_onnx_ops();
+      EXPECT_NE(std::find(loaded.begin(), loaded.end(), type), loaded.end()) << op->name << " reads " << type;
+    }
+}
+
 // Run eagerly, a chain of 16 ops holds at most a few activations at once:
 // each value is dropped after its last reader.
 TEST(InferenceSession, EagerRunsDropEachValueAfterItsLastUse) {
@@ -275,8 +325,9 @@ TEST(InferenceSession, EagerRunsDropEachValueAfterItsLastUse) {
     auto* n = g->add_node();
     n->set_op_type(i % 2 ? "Relu" : "Neg");
     n->add_input(last);
-    last = "v";
-    last.append(std::to_string(i));
+    char name[16];
+    std::snprintf(name, sizeof name, "v%d", i);
+    last = name;
     n->add_output(last);
   }
   auto* out = g->add_output();

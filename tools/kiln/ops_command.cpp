@@ -52,6 +52,15 @@ std::string onnx_types(const OpDef& op) {
   return s;
 }
 
+// The ONNX op types an op's own reader takes; "-" when it has none (the
+// runtime may still load the type as a composition of other ops).
+std::string onnx_import_types(const OpDef& op) {
+  if (!op.onnx_import) return "-";
+  std::string s;
+  for (const auto& t : op.onnx_import.types) s += (s.empty() ? "" : " ") + t;
+  return s;
+}
+
 // The ONNX op types (default domain) InferenceSession converts to Kiln ops.
 void print_onnx_imports(std::ostream& os, bool markdown) {
   auto ops = supported_onnx_ops();
@@ -77,15 +86,16 @@ void print_markdown(std::ostream& os) {
      << ops.size() << " ops. Backends: `cpu`, and `reference` (plain loops for a few ops, which prove the backend "
      << "seam; CUDA kernels are not built yet). An op with no kernel on its tensors' backend runs on the CPU, with a "
      << "warning and a `fallback` mark in profiles (an error under `KILN_STRICT_DEVICE=1`). ONNX: the op types "
-     << "`kiln export` writes for the op (opsets 13 to 17); `-` where export refuses it.\n\n"
-     << "| op | inputs | backends | falls back to cpu on | cpu dtypes | grad | ONNX | tags |\n"
-     << "|---|---|---|---|---|---|---|---|\n";
+     << "`kiln export` writes for the op (opsets 13 to 17); `-` where export refuses it. Reads: the ONNX op types the "
+     << "op's own reader imports (the runtime loads the others listed below as compositions of ops).\n\n"
+     << "| op | inputs | backends | falls back to cpu on | cpu dtypes | grad | ONNX | reads | tags |\n"
+     << "|---|---|---|---|---|---|---|---|---|\n";
   for (const OpDef* op : ops) {
     std::string inputs;
     for (auto& i : op->inputs) inputs += std::string(inputs.empty() ? "" : ", ") + i;
     os << "| `" << op->name << "` | " << inputs << " | " << backends(*op) << " | " << falls_back_on(*op) << " | "
        << dtype_list(*op, DeviceType::CPU) << " | " << (op->differentiable() ? "yes" : "no") << " | "
-       << onnx_types(*op) << " | " << tags_str(op->tags) << " |\n";
+       << onnx_types(*op) << " | " << onnx_import_types(*op) << " | " << tags_str(op->tags) << " |\n";
   }
   print_onnx_imports(os, true);
 }
