@@ -11,6 +11,7 @@
 #include "graph/passes.h"
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
+#include "kiln/backend.h"
 #include "kiln/autograd.h"
 
 namespace kiln {
@@ -71,6 +72,25 @@ std::string signature_of(const std::vector<Tensor>& inputs, const std::string& e
   return s;
 }
 
+// The device a graph runs on: its inputs' (or, without inputs, its
+// parameters'). Its executor's arena is that backend's memory, and the
+// kernels are its kernels, with the CPU's standing in, visibly, where it has
+// none; so the backend must keep its tensors in host memory.
+static Device graph_device(const graph::Graph& g, const std::string& name) {
+  Device device = cpu_device();
+  bool found = false;
+  for (int id : g.inputs)
+    if (!found) device = g.values[id].meta.device, found = true;
+  for (const auto& v : g.values)
+    if (!found && v.kind == graph::ValueKind::Param) device = v.meta.device, found = true;
+  KILN_CHECK(backend(device.type).host_memory(), "graph mode runs on backends in host memory, but ", name,
+             " has its values on ", device.str(), "; run it eagerly");
+  for (int id : g.inputs)
+    KILN_CHECK(g.values[id].meta.device == device, "the inputs of ", name, " are on ", device.str(), " and ",
+               g.values[id].meta.device.str(), "; a compiled graph runs on one device: move them to one first");
+  return device;
+}
+
 void CompiledFunction::Impl::dump(const graph::Graph& g, int step, const std::string& stage) const {
   if (dump_dir.empty()) return;
   std::filesystem::create_directories(dump_dir);
@@ -116,11 +136,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   graph::Graph g = graph::detail::trace(fn, inputs, names, eager_outputs);
   e.report.trace_ms = ms_since(t0);
   e.report.traced_nodes = g.live_nodes();
-  // The passes and the executor's arena are the CPU's; other backends run eagerly.
-  for (const auto& v : g.values)
-    KILN_CHECK(v.meta.device.type == DeviceType::CPU, "graph mode runs on the cpu backend only, but ",
-               v.name.empty() ? std::string("a value") : "'" + v.name + "'", " of ", options.name, " is on ",
-               v.meta.device.str(), "; run it eagerly, or move the Cell and its inputs with .to(kiln::cpu_device())");
+  const Device device = graph_device(g, options.name);
   int step = 0;
   dump(g, step++, "traced");
   if (options.inference)
@@ -128,26 +144,14 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
       if (v.kind == graph::ValueKind::Param) v.kind = graph::ValueKind::Constant;
   auto tp = std::chrono::steady_clock::now();
   if (options.optimize) {
-    using PassFn = std::string (*)(graph::Graph&);
-    std::vector<std::pair<const char*, PassFn>> pipeline = {
-        {"dead code", graph::eliminate_dead_code},
-        {"common subexpressions", graph::eliminate_common_subexpressions},
-        {"constant folding", graph::fold_constants},
-        {"algebraic simplification", graph::simplify_algebra},
+    std::vector<std::pair<const char*, graph::PassFn>> pipeline;
+    auto add = [&](const std::vector<graph::Pass>& passes) {
+      for (const graph::Pass& p : passes)
+        if (p.when == graph::Pass::Always || (p.when == graph::Pass::Inference) == options.inference)
+          pipeline.push_back({p.name, p.run});
     };
-    if (options.inference) {
-      pipeline.push_back({"batch norm folding", graph::fold_batch_norm});
-      pipeline.push_back({"matmul + bias to linear", graph::matmul_bias_to_linear});
-      pipeline.push_back({"parallel linear merge", graph::merge_parallel_linears});
-    }
-    pipeline.push_back({"linear + residual", graph::fuse_linear_residual});
-    pipeline.push_back({"conv + relu", graph::fuse_conv_activation});
-    pipeline.push_back({"conv bias gradient", graph::fuse_conv_bias_grad});
-    pipeline.push_back({"max-pool + relu gradient", graph::fuse_pool_relu_grad});
-    pipeline.push_back({"convolution layouts",
-                        options.inference ? graph::choose_conv_layouts : graph::choose_training_conv_layouts});
-    if (options.inference) pipeline.push_back({"packed linear weights", graph::use_packed_linear_weights});
-    pipeline.push_back({"elementwise fusion", graph::fuse_elementwise});
+    add(graph::generic_passes());
+    add(graph::backend_passes(device.type));
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
     for (auto& [name, pass] : pipeline) {
       auto ts = std::chrono::steady_clock::now();
@@ -159,7 +163,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   }
   e.report.passes_ms = ms_since(tp);
   auto tq = std::chrono::steady_clock::now();
-  e.exec = std::make_unique<graph::Executable>(std::move(g));
+  e.exec = std::make_unique<graph::Executable>(std::move(g), device);
   // The trace's intermediates sit in the allocator's cache now; the graph runs
   // from its arena and will not ask for them, so give the memory back.
   cpu_allocator_release_cache();

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
 #include "ops/dispatch_internal.h"
@@ -19,20 +20,31 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
   return Tensor(impl);
 }
 
-KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in) {
+}  // namespace
+
+KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback) const {
   const Tensor& d = in[n.op->dispatch_input];
-  KernelFn k = n.op->kernels[static_cast<int>(d.device().type)][static_cast<int>(d.dtype())];
-  KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(d.device().type), " kernel for '", n.op->name,
-             "' with dtype ", dtype_name(d.dtype()));
+  const DType dtype = d.dtype();
+  KernelFn k = n.op->kernels[static_cast<int>(device_.type)][static_cast<int>(dtype)];
+  *fallback = false;
+  if (k == nullptr && device_.type != DeviceType::CPU) {
+    k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
+    // The device keeps its tensors in host memory (compile checks), so the
+    // CPU's kernel runs on them where they are; a view needs nothing more.
+    if (k != nullptr && !n.op->has_tag(kTagView)) {
+      allow_fallback(*n.op, device_, dtype);
+      *fallback = true;
+    }
+  }
+  KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(device_.type), " kernel for '", n.op->name,
+             "' with dtype ", dtype_name(dtype));
   return k;
 }
 
-}  // namespace
-
-Executable::Executable(Graph g) : graph_(std::move(g)) {
+Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(device) {
   graph_.splice();
   plan_ = plan_memory(graph_);
-  arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), Device{});
+  arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_);
   tensors_.resize(graph_.values.size());
   for (size_t id = 0; id < graph_.values.size(); ++id) {
     const Value& v = graph_.values[id];
@@ -40,7 +52,8 @@ Executable::Executable(Graph g) : graph_(std::move(g)) {
     else if (plan_.offset[id] >= 0) tensors_[id] = slot(arena_, plan_.offset[id], v.meta);
   }
   for (int id : graph_.inputs) {
-    if (!tensors_[id].defined()) tensors_[id] = Tensor::empty(graph_.values[id].meta.shape, graph_.values[id].meta.dtype);
+    if (!tensors_[id].defined())
+      tensors_[id] = Tensor::empty(graph_.values[id].meta.shape, graph_.values[id].meta.dtype, device_);
     input_slots_.push_back(tensors_[id]);  // an input no node reads still takes what the caller writes
   }
   for (const Node& n : graph_.nodes) {
@@ -50,12 +63,13 @@ Executable::Executable(Graph g) : graph_(std::move(g)) {
     s.out.resize(n.outputs.size());
     if (n.is_view()) {
       // A view's geometry depends only on its input's, which is fixed: compute it once.
-      kernel_of(n, s.in)(s.in, s.out, n.attrs);
+      bool fallback = false;
+      kernel_of(n, s.in, &fallback)(s.in, s.out, n.attrs);
       for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[n.outputs[i]] = s.out[i];
       continue;
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) s.out[i] = tensors_[n.outputs[i]];
-    if (n.op) s.kernel = kernel_of(n, s.in);
+    if (n.op) s.kernel = kernel_of(n, s.in, &s.fallback);
     steps_.push_back(std::move(s));
   }
   for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
@@ -70,8 +84,13 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
     const Tensor& src = inputs[i];
     KILN_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "compiled graph: input ", i, " is ",
                src.meta_str(), " but the graph was built for ", dst.meta_str());
-    if (src.is_contiguous()) std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
-    else dst.copy_(src);
+    if (src.is_contiguous() && src.device() == dst.device())
+      std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
+    else if (src.is_contiguous())
+      copy_between(dst.device(), dst.raw_data(), src.device(), src.raw_data(),
+                   static_cast<size_t>(src.numel()) * src.element_size());
+    else
+      dst.copy_(src.to(dst.device()));
   }
   return run_slots();
 }
@@ -83,6 +102,7 @@ const std::vector<Tensor>& Executable::run_slots() {
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
       if (s.kernel) {
+        if (s.fallback) count_fallback();
         s.kernel(s.in, s.out, s.node->attrs);
         bump_written_versions(*s.node->op, s.in, s.node->attrs);
       }
@@ -90,7 +110,7 @@ const std::vector<Tensor>& Executable::run_slots() {
     } catch (const std::exception& e) {
       KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
     }
-    if (profiling) record_profile(s.node->op, s.node->name(), Device{}, s.in, s.out, start);
+    if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback);
   }
   return outputs_;
 }

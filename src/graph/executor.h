@@ -16,7 +16,10 @@ namespace kiln::graph {
 
 class Executable {
  public:
-  explicit Executable(Graph g);
+  // Runs on `device`: the arena is its backend's memory and the kernels its
+  // kernels; where it has none, the CPU's run on that (host) memory in place,
+  // warned about and counted as fallbacks, or refused under strict_device.
+  Executable(Graph g, Device device);
   // The outputs alias the arena: valid until the next run.
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
   // The buffers the graph reads its inputs from, and a run on what they hold.
@@ -30,9 +33,12 @@ class Executable {
   struct Step {
     const Node* node;
     KernelFn kernel = nullptr;
+    bool fallback = false;  // the CPU's kernel, for want of one on the device
     std::vector<Tensor> in, out;
   };
+  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback) const;
   Graph graph_;
+  Device device_;
   MemoryPlan plan_;
   Storage arena_;
   std::vector<Tensor> tensors_;  // per value

@@ -23,4 +23,21 @@ std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: 
 std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
 std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
 
+// The passes every graph gets, whatever its backend: they rewrite registry
+// ops into registry ops. Then come the passes of the graph's backend (its
+// fusions, layouts and algorithm choices, which make kernels of its own),
+// and last the dead code pass again.
+using PassFn = std::string (*)(Graph&);
+struct Pass {
+  enum When { Always, Inference, Training };
+  const char* name;
+  PassFn run;
+  When when = Always;
+};
+const std::vector<Pass>& generic_passes();
+// A backend's own passes, registered when its part of graph mode loads
+// (the CPU's: cpu_passes.cpp); none for a backend that registers none.
+void register_backend_passes(DeviceType backend, std::vector<Pass> passes);
+const std::vector<Pass>& backend_passes(DeviceType backend);
+
 }  // namespace kiln::graph

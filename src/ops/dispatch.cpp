@@ -165,22 +165,29 @@ KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d) {
                " kernel for the view op; views cannot fall back to the CPU across a copy");
     return cpu;
   }
-  KILN_CHECK(!strict_device(), "no ", device_type_name(d.device.type), " kernel for dtype ", dtype_name(d.dtype),
-             ", and strict_device forbids running it on the CPU instead; unset KILN_STRICT_DEVICE (or call "
-             "set_strict_device(false)) to let it fall back, or move its inputs to the CPU with .to(kiln::cpu_device())");
+  allow_fallback(op, d.device, d.dtype);
   return cpu;
 }
 
-void warn_fallback_once(const OpDef& op, Device device) {
+}  // namespace
+
+void allow_fallback(const OpDef& op, Device device, DType dtype) {
+  KILN_CHECK(!strict_device(), "no ", device_type_name(device.type), " kernel for dtype ", dtype_name(dtype),
+             ", and strict_device forbids running it on the CPU instead; unset KILN_STRICT_DEVICE (or call "
+             "set_strict_device(false)) to let it fall back, or move its inputs to the CPU with .to(kiln::cpu_device())");
   static std::mutex mu;
   static std::set<std::pair<std::string, int>> warned;
   std::lock_guard<std::mutex> lock(mu);
   if (!warned.insert({op.name, static_cast<int>(device.type)}).second) return;
   std::fprintf(stderr,
-               "kiln: warning: op '%s' has no %s kernel; it runs on the CPU (inputs copied there, outputs back). "
+               "kiln: warning: op '%s' has no %s kernel; the CPU's kernel runs it instead. "
                "Profiles mark these calls as fallback; set KILN_STRICT_DEVICE=1 to make this an error.\n",
                op.name.c_str(), device_type_name(device.type));
 }
+
+void count_fallback() { g_fallbacks.fetch_add(1, std::memory_order_relaxed); }
+
+namespace {
 
 // A CPU tensor over a copy of t's whole storage, with t's layout.
 Tensor host_copy(const Tensor& t) {
@@ -200,8 +207,7 @@ Tensor host_copy(const Tensor& t) {
 // `device`, and so are the inputs the op writes in place.
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                 const std::vector<TensorMeta>& out_metas, const Attrs& attrs, Device device) {
-  warn_fallback_once(op, device);
-  g_fallbacks.fetch_add(1, std::memory_order_relaxed);
+  count_fallback();
   std::vector<Tensor> host(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) host[i] = host_copy(inputs[i]);
   std::vector<Tensor> host_out(out_metas.size());

@@ -15,6 +15,12 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback = false);
 
+// An op about to run a CPU kernel for want of one on `device`: refused
+// under strict_device, otherwise warned about once per op and backend.
+// count_fallback() counts each such call (fallback_count()).
+void allow_fallback(const OpDef& op, Device device, DType dtype);
+void count_fallback();
+
 namespace detail {
 // Levenshtein distance, for "did you mean" in errors about names.
 size_t edit_distance(const std::string& a, const std::string& b);

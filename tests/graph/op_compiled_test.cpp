@@ -1,9 +1,11 @@
-// Graph mode on every op: each golden case runs as a compiled one-op function
-// (traced, through every pass, on the executor's arena) with all its inputs
-// as graph inputs, and must give PyTorch's values, as eager does in the op
-// suite. Ops that write their inputs in place (assign, optimizer updates) and
-// random ops have no such case. Ops with an elementwise formula also run
-// fused with the arithmetic after them.
+// Graph mode on every op and backend: each golden case runs as a compiled
+// one-op function (traced, through every pass, on the executor's arena) with
+// all its inputs as graph inputs, and must give PyTorch's values, as eager
+// does in the op suite: on the CPU, and on the reference backend (its arena
+// in its memory, its kernels, the CPU's where it has none). Ops that write
+// their inputs in place (assign, optimizer updates) and random ops have no
+// such case. Ops with an elementwise formula also run fused with the
+// arithmetic after them.
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
@@ -25,11 +27,11 @@ std::vector<int> compiled_cases() {
 
 std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
-class OpCompiled : public ::testing::TestWithParam<int> {};
-
-TEST_P(OpCompiled, MatchesPyTorch) {
-  const GoldenCase& c = golden_cases()[GetParam()];
+// Runs case c compiled with its inputs on `device`.
+void check_compiled(const GoldenCase& c, Device device) {
   std::vector<Tensor> inputs = c.make_inputs();
+  for (Tensor& t : inputs)
+    if (t.defined()) t = t.to(device);
   // Omitted optional inputs stay omitted: the function fills them in.
   std::vector<int> present;
   std::vector<Tensor> given;
@@ -50,9 +52,19 @@ TEST_P(OpCompiled, MatchesPyTorch) {
   std::vector<Tensor> out = fn(given);
   ASSERT_GE(out.size(), c.outputs.size()) << c.op << " returned too few outputs compiled";
   for (size_t i = 0; i < c.outputs.size(); ++i) {
-    std::string diff = compare(out[i], c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
-    EXPECT_TRUE(diff.empty()) << c.name << " output " << i << " in graph mode:\n" << diff << "\n" << fn.graph_text();
+    EXPECT_EQ(out[i].device(), device) << c.name << " output " << i;
+    std::string diff = compare(out[i].to(cpu_device()), c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
+    EXPECT_TRUE(diff.empty()) << c.name << " output " << i << " in graph mode on " << device.str() << ":\n"
+                              << diff << "\n" << fn.graph_text();
   }
+}
+
+class OpCompiled : public ::testing::TestWithParam<int> {};
+TEST_P(OpCompiled, MatchesPyTorch) { check_compiled(golden_cases()[GetParam()], cpu_device()); }
+
+class OpCompiledOnReference : public ::testing::TestWithParam<int> {};
+TEST_P(OpCompiledOnReference, MatchesPyTorch) {
+  check_compiled(golden_cases()[GetParam()], Device{DeviceType::Reference, 0});
 }
 
 // Ops with an elementwise formula, in float32, fused with arithmetic after
@@ -86,6 +98,7 @@ TEST_P(OpFused, MatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, OpCompiled, ::testing::ValuesIn(compiled_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, OpCompiledOnReference, ::testing::ValuesIn(compiled_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Registry, OpFused, ::testing::ValuesIn(fusible_cases()), case_name);
 
 }  // namespace

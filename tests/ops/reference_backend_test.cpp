@@ -152,11 +152,25 @@ TEST(ReferenceBackend, GradientsFlowBackAcrossDevices) {
   }
 }
 
-TEST(ReferenceBackend, GraphModeRefusesItNamingTheDevice) {
-  jit::Function fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(in[0])}; };
-  std::string msg = message_of([&] { jit::compile(fn, {randn({2, 3}).to(kRef)}); });
-  EXPECT_NE(msg.find("graph mode runs on the cpu backend only"), std::string::npos) << msg;
+// A compiled graph on the reference backend: its arena is reference memory,
+// matmul and relu run the reference kernels, softmax (which it lacks) the
+// CPU's in place, counted once per run; the CPU's own passes stay out.
+TEST(ReferenceBackend, GraphModeRunsOnItsKernelsWithVisibleFallback) {
+  jit::Function fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{softmax(relu(matmul(in[0], in[1])), -1)};
+  };
+  Tensor x = randn({4, 3}), w = randn({3, 5});
+  auto compiled = jit::compile(fn, {x.to(kRef), w.to(kRef)});
+  const int64_t before = fallback_count();
+  Tensor y = compiled({x.to(kRef), w.to(kRef)})[0];
+  EXPECT_EQ(fallback_count() - before, 1);
+  EXPECT_EQ(y.device(), kRef);
+  EXPECT_EQ(compare(y.to(cpu_device()), fn({x, w})[0].to(DType::Float64).to_vector<double>(), {4, 5}, {1e-5, 1e-6}), "");
+  EXPECT_EQ(compiled.graph_text().find("fused"), std::string::npos) << compiled.graph_text();
+  // Inputs on two devices are refused, naming both.
+  std::string msg = message_of([&] { jit::compile(fn, {x.to(kRef), w}); });
   EXPECT_NE(msg.find("reference:0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
 }
 
 TEST(ReferenceBackend, DevicesParseFromText) {

@@ -1,0 +1,24 @@
+// The CPU backend's graph passes: fusions into oneDNN post-ops and Kiln's
+// own fused kernels, oneDNN's blocked layouts with the convolution
+// algorithm chosen by timing, weights packed for small GEMMs, and
+// elementwise chains as one loop. They make CPU kernels, so only graphs
+// whose values live on the CPU get them.
+#include "graph/passes.h"
+
+namespace kiln::graph {
+namespace {
+
+[[maybe_unused]] const bool registered = [] {
+  register_backend_passes(DeviceType::CPU, {
+      {"linear + residual", fuse_linear_residual},
+      {"conv + relu", fuse_conv_activation},
+      {"convolution layouts", choose_conv_layouts, Pass::Inference},
+      {"convolution layouts", choose_training_conv_layouts, Pass::Training},
+      {"packed linear weights", use_packed_linear_weights, Pass::Inference},
+      {"elementwise fusion", fuse_elementwise},
+  });
+  return true;
+}();
+
+}  // namespace
+}  // namespace kiln::graph

@@ -1,0 +1,37 @@
+// Which passes a graph gets: the generic ones, then its backend's own.
+#include <array>
+
+#include "graph/passes.h"
+
+namespace kiln::graph {
+
+const std::vector<Pass>& generic_passes() {
+  static const std::vector<Pass> passes = {
+      {"dead code", eliminate_dead_code},
+      {"common subexpressions", eliminate_common_subexpressions},
+      {"constant folding", fold_constants},
+      {"algebraic simplification", simplify_algebra},
+      {"batch norm folding", fold_batch_norm, Pass::Inference},
+      {"matmul + bias to linear", matmul_bias_to_linear, Pass::Inference},
+      {"parallel linear merge", merge_parallel_linears, Pass::Inference},
+      {"conv bias gradient", fuse_conv_bias_grad},
+      {"max-pool + relu gradient", fuse_pool_relu_grad},
+  };
+  return passes;
+}
+
+namespace {
+std::array<std::vector<Pass>, kNumDeviceTypes>& by_backend() {
+  static std::array<std::vector<Pass>, kNumDeviceTypes> table;
+  return table;
+}
+}  // namespace
+
+void register_backend_passes(DeviceType backend, std::vector<Pass> passes) {
+  auto& list = by_backend()[static_cast<int>(backend)];
+  list.insert(list.end(), passes.begin(), passes.end());
+}
+
+const std::vector<Pass>& backend_passes(DeviceType backend) { return by_backend()[static_cast<int>(backend)]; }
+
+}  // namespace kiln::graph
