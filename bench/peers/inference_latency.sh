@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Inference runtime against ONNX Runtime (onnxruntime-node, same thread
 # count), in one run: latency at batch 1 and throughput at batch 64 for W2,
-# ResNet-18 and a Transformer encoder.
+# ResNet-18 and a Transformer encoder, and batch-1 latency of three
+# torchvision CNNs (ShuffleNetV2 x0.5, SqueezeNet 1.1, MobileNetV3-small)
+# when Debian's python3-torchvision is installed.
 # Usage: bench/peers/inference_latency.sh W2.onnx [THREADS]
 #   W2.onnx: exported with kiln export --dynamic-batch. ResNet-18 and the
 #   encoder are exported by make_inference_models.py (needs Debian's python3-torch).
@@ -42,4 +44,7 @@ row ResNet-18 "$work/resnet18.onnx" 1 1,3,224,224 20
 row ResNet-18 "$work/resnet18.onnx" 64 64,3,224,224 3
 row "Transformer encoder" "$work/transformer_encoder.onnx" 1 1,128,256 50
 row "Transformer encoder" "$work/transformer_encoder.onnx" 64 64,128,256 5
+for cnn in shufflenet_v2 squeezenet mobilenet_v3; do  # with python3-torchvision installed
+  if [[ -f "$work/$cnn.onnx" ]]; then row "$cnn" "$work/$cnn.onnx" 1 1,3,224,224 50; fi
+done
 echo "ratio > 1: Kiln is faster (latency: ORT p50 / Kiln p50; throughput: Kiln / ORT)"

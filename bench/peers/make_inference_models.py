@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Exports the inference benchmark models with Debian's PyTorch: ResNet-18
 (full width, 3x224x224) and a Transformer encoder (4 layers, d_model 256, 8
-heads, FFN 1024, sequence 128), both with a dynamic batch axis.
+heads, FFN 1024, sequence 128), both with a dynamic batch axis; with
+Debian's python3-torchvision also ShuffleNetV2 x0.5, SqueezeNet 1.1 and
+MobileNetV3-small (untrained weights: speed does not depend on them).
 Usage: make_inference_models.py OUT_DIR"""
 import os
 import sys
@@ -24,3 +26,12 @@ def export(name, model, x):
 export("resnet18", ResNet18(width=64, classes=1000), torch.randn(1, 3, 224, 224))
 layer = torch.nn.TransformerEncoderLayer(256, 8, 1024, batch_first=True)
 export("transformer_encoder", torch.nn.TransformerEncoder(layer, 4), torch.randn(1, 128, 256))
+try:
+    import torchvision
+except ImportError:
+    torchvision = None
+if torchvision is not None:
+    for name, make in [("shufflenet_v2", torchvision.models.shufflenet_v2_x0_5),
+                       ("squeezenet", torchvision.models.squeezenet1_1),
+                       ("mobilenet_v3", torchvision.models.mobilenet_v3_small)]:
+        export(name, make(weights=None), torch.randn(1, 3, 224, 224))

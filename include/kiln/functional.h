@@ -104,8 +104,9 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         const ConvOptions& o = {});
 
 // Pooling.
+// ceil_mode: a last, partial window at the end of each axis, as in PyTorch.
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
-                  std::vector<int64_t> padding = {0, 0});
+                  std::vector<int64_t> padding = {0, 0}, bool ceil_mode = false);
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);

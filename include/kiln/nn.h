@@ -127,12 +127,14 @@ class ReLU : public Cell {
 
 class MaxPool2d : public Cell {
  public:
-  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0) : k_(kernel_size), s_(stride ? stride : kernel_size) {}
-  Tensor construct(const Tensor& x) override { return max_pool2d(x, {k_, k_}, {s_, s_}); }
+  explicit MaxPool2d(int64_t kernel_size, int64_t stride = 0, int64_t padding = 0, bool ceil_mode = false)
+      : k_(kernel_size), s_(stride ? stride : kernel_size), p_(padding), ceil_(ceil_mode) {}
+  Tensor construct(const Tensor& x) override { return max_pool2d(x, {k_, k_}, {s_, s_}, {p_, p_}, ceil_); }
   std::string type_name() const override { return "MaxPool2d"; }
 
  private:
-  int64_t k_, s_;
+  int64_t k_, s_, p_;
+  bool ceil_;
 };
 
 class AdaptiveAvgPool2d : public Cell {

@@ -15,6 +15,7 @@ namespace {
       {"convolution layouts", choose_conv_layouts, Pass::Inference},
       {"convolution layouts", choose_training_conv_layouts, Pass::Training},
       {"packed linear weights", use_packed_linear_weights, Pass::Inference},
+      {"max pools without indices", pool_values_only},
       {"elementwise fusion", fuse_elementwise},
   });
   return true;

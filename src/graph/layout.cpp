@@ -14,6 +14,7 @@
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/patch_gemm_conv.h"
+#include "backends/cpu/plain_pool.h"
 #include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"
 #include "graph/layout_kernels.h"
@@ -89,7 +90,7 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
 
 // What the pass does with one node.
 struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage } kind;
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
@@ -184,6 +185,9 @@ class LayoutPass {
       plan_pool_grad(at);
     } else if (global_average(g_, n) && blocked_[n.inputs[0]]) {
       set(at, {Plan::GlobalAverage}, {true});
+    } else if (concat_blocked(n)) {
+      set(at, {Plan::Concat}, std::vector<bool>(n.inputs.size(), true));
+      blocked_[n.outputs[0]] = true;
     } else if (layout_free(g_, n)) {
       const Shape& shape = g_.values[n.outputs[0]].meta.shape;
       bool all = true, any = false;
@@ -199,6 +203,18 @@ class LayoutPass {
         reads_[at] = reads;
       }
     }
+  }
+
+  // Inference: channels of blocked values, each a whole number of blocks,
+  // concatenate as blocks (SqueezeNet's and Inception's branches meet so).
+  bool concat_blocked(const Node& n) const {
+    if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return false;
+    const TensorMeta& y = g_.values[n.outputs[0]].meta;
+    const int64_t axis = n.attrs.get_int("axis", 0);
+    if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return false;
+    for (int id : n.inputs)
+      if (id < 0 || !blocked_[id] || g_.values[id].meta.shape[1] % block_ != 0) return false;
+    return true;
   }
 
   // A blocked pool writes no argmax indices: its gradient finds the maxima
@@ -339,7 +355,7 @@ class LayoutPass {
       if (conv == plans_.end() || conv->second.kind != Plan::Conv) continue;
       Plan& c = conv->second;
       if (c.call.src_block != 0 || !c.call.relu || c.call.residual || c.call.dst_block != block_ ||
-          !cpu::conv_relu_pool_applies(c.call.shape, block_, plan.window))
+          g_.nodes[at].attrs.get_bool("ceil_mode", false) || !cpu::conv_relu_pool_applies(c.call.shape, block_, plan.window))
         continue;
       c.pooled = true;
       g_.nodes[x.producer].outputs = g_.nodes[at].outputs;
@@ -493,6 +509,10 @@ class LayoutPass {
           k.label = "global_avg_pool[" + blocked + " -> nchw]";
           k.custom = global_avg_kernel(block_);
           break;
+        case Plan::Concat:
+          k.label = "concat[" + blocked + "]";
+          k.custom = blocked_concat_kernel();
+          break;
       }
       n = std::move(k);
     }
@@ -538,15 +558,17 @@ class LayoutPass {
   }
 
   std::string summary(size_t residuals, size_t read_blocked) const {
-    size_t convs = 0, grads = 0, pools = 0;
+    size_t convs = 0, grads = 0, pools = 0, concats = 0;
     for (const auto& [at, plan] : plans_) {
       convs += plan.kind == Plan::Conv;
       grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
       pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
+      concats += plan.kind == Plan::Concat;
     }
     if (convs == 0) return "";
     std::string s = std::to_string(convs) + " convolutions on nChw" + std::to_string(block_) + "c activations";
     if (pools) s += ", " + std::to_string(pools) + " pools on them";
+    if (concats) s += ", " + std::to_string(concats) + " concatenations of them";
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
@@ -575,6 +597,29 @@ class LayoutPass {
 };
 
 }  // namespace
+
+std::string pool_values_only(Graph& g) {
+  auto uses = g.use_counts();
+  size_t rewritten = 0;
+  for (Node& n : g.nodes) {
+    if (!is_op(n, "max_pool2d") || n.outputs.size() < 2 || uses[n.outputs[1]] != 0) continue;
+    const Value& x = g.values[n.inputs[0]];
+    if (x.meta.dtype != DType::Float32 || x.meta.shape.size() != 4) continue;
+    const cpu::PoolWindow window = pool_window(n.attrs);
+    Node k;
+    k.inputs = {n.inputs[0]};
+    k.outputs = {n.outputs[0]};
+    k.label = "max_pool2d (values)";
+    k.custom = [window](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+      const Shape &xs = in[0].shape(), &ys = out[0].shape();
+      const Tensor src = in[0].contiguous();
+      cpu::max_pool_values(src.data<float>(), out[0].data<float>(), xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], window);
+    };
+    n = std::move(k);
+    ++rewritten;
+  }
+  return rewritten ? std::to_string(rewritten) + " max pools on plain data without indices" : "";
+}
 
 std::string choose_conv_layouts(Graph& g) { return LayoutPass(g, false).run(); }
 std::string choose_training_conv_layouts(Graph& g) { return LayoutPass(g, true).run(); }

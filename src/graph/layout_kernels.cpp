@@ -1,11 +1,13 @@
 #include "graph/layout_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
+#include "kiln/parallel.h"
 
 namespace kiln::graph {
 
@@ -106,6 +108,23 @@ CustomKernel max_pool_kernel(cpu::PoolWindow window, int block) {
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block) {
   return [window, block, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     cpu::max_pool_backward_blocked(pool_grad_of(in, 0, window, block, gy_block), out[0].data<float>());
+  };
+}
+
+CustomKernel blocked_concat_kernel() {
+  return [](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const int64_t images = out[0].shape()[0], per_image = out[0].numel() / std::max<int64_t>(images, 1);
+    float* y = out[0].data<float>();
+    parallel_for(images * static_cast<int64_t>(in.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t job = b; job < e; ++job) {
+        const int64_t image = job / static_cast<int64_t>(in.size());
+        const size_t i = static_cast<size_t>(job % static_cast<int64_t>(in.size()));
+        int64_t at = 0;  // where input i starts within an image
+        for (size_t j = 0; j < i; ++j) at += in[j].numel() / images;
+        const int64_t size = in[i].numel() / images;
+        std::memcpy(y + image * per_image + at, in[i].data<float>() + image * size, size * sizeof(float));
+      }
+    });
   };
 }
 

@@ -30,6 +30,9 @@ CustomKernel max_pool_kernel(cpu::PoolWindow window, int block);
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block);
 // in: x (blocked) -> [N, C] plain.
 CustomKernel global_avg_kernel(int block);
+// Blocked values concatenated along channels, each a whole number of blocks:
+// per image, each input's blocks follow the previous input's.
+CustomKernel blocked_concat_kernel();
 CustomKernel reorder_kernel(int from_block, int to_block);
 
 }  // namespace kiln::graph

@@ -22,6 +22,7 @@ std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style project
 std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
 std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
 std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
+std::string pool_values_only(Graph& g);  // max pools on plain float32 whose indices nobody reads
 
 // The passes every graph gets, whatever its backend: they rewrite registry
 // ops into registry ops. Then come the passes of the graph's backend (its

@@ -23,7 +23,15 @@ Metas infer_pool(const Metas& in, const Attrs& a) {
   for (int i = 0; i < 2; ++i) {
     KILN_CHECK(k[i] > 0 && s[i] > 0 && d[i] > 0, "kernel, stride and dilation must be positive");
     KILN_CHECK(p[i] >= 0 && p[i] * 2 <= k[i], "padding ", p[i], " must be at most half the kernel size ", k[i]);
-    y[2 + i] = (x[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) / s[i] + 1;
+    const int64_t span = x[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1;
+    // ceil_mode (max pooling): a last, partial window where one starts
+    // inside the input or its left padding, as in PyTorch and ONNX.
+    if (a.get_bool("ceil_mode", false) && span >= 0) {
+      y[2 + i] = (span + s[i] - 1) / s[i] + 1;
+      if ((y[2 + i] - 1) * s[i] >= x[2 + i] + p[i]) --y[2 + i];
+    } else {
+      y[2 + i] = span / s[i] + 1;
+    }
     KILN_CHECK(y[2 + i] > 0, "input ", shape_str(x), " is too small for pooling with kernel ", k[i]);
   }
   return {{true, y, in[0].dtype, in[0].device}};
@@ -38,6 +46,7 @@ void write_max_pool(OnnxWriter& w) {
   w.require_unused_from(1, "the argmax indices");
   Attrs a = onnx_pool_attrs(w);
   a.set("dilations", pair_of(w.attrs(), "dilation", {1, 1}));
+  if (w.attrs().get_bool("ceil_mode", false)) a.set("ceil_mode", int64_t{1});
   w.node("MaxPool", {w.in(0)}, {w.out()}, a);
 }
 void write_avg_pool(OnnxWriter& w) {
@@ -87,7 +96,7 @@ OpDef pool_backward(const char* name, std::vector<std::string> attrs = {}) {
 // Max pooling also returns the position of each maximum (flat index within
 // its H*W plane, as PyTorch's return_indices), so the backward is a scatter.
 OpDefiner d_max([] {
-  OpDef d = pool("max_pool2d", {{"MaxPool"}, write_max_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]"},
+  OpDef d = pool("max_pool2d", {{"MaxPool"}, write_max_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "dilation:ints=[1,1]", "ceil_mode:bool=false"},
                  [](const Metas& in, const Attrs& a) -> Metas {
                    Metas out = infer_pool(in, a);
                    out.push_back({true, out[0].shape, DType::Int64, out[0].device});
@@ -128,9 +137,11 @@ OpDefiner d_adaptive_bw(pool_backward("adaptive_avg_pool2d_backward", {"output_s
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                  bool ceil_mode) {
   if (stride.empty()) stride = kernel;
-  return call(KILN_OP("max_pool2d"), {x}, {{"kernel", kernel}, {"stride", stride}, {"padding", padding}})[0];
+  return call(KILN_OP("max_pool2d"), {x},
+              {{"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"ceil_mode", ceil_mode}})[0];
 }
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
                   bool count_include_pad) {

@@ -160,14 +160,22 @@ std::vector<Tensor> max_pool(const OnnxNode& n, const std::vector<Tensor>& in) {
   if (!is_floating(x.dtype())) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
   PoolGeometry g = pool_geometry(n, x);
   std::vector<int64_t> padding = g.pads.begin;
-  if (!pads_fit_kernel(g)) {
+  // ceil_mode with even pads is the op's own ceil_mode; other uneven pads
+  // become an explicit -inf border.
+  PoolGeometry plain = g;
+  plain.pads = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
+  const bool ceil = n.i("ceil_mode", 0) != 0 && pads_fit_kernel(plain);
+  if (ceil) {
+    padding = plain.pads.begin;
+  } else if (!pads_fit_kernel(g)) {
     x = pad_spatial(x, g.pads, -std::numeric_limits<double>::infinity());
     padding.assign(g.kernel.size(), 0);
   }
   Attrs a{{"kernel", g.rank.lift(g.kernel, 1)},
           {"stride", g.rank.lift(g.stride, 1)},
           {"padding", g.rank.lift(padding, 0)},
-          {"dilation", g.rank.lift(g.dilation, 1)}};
+          {"dilation", g.rank.lift(g.dilation, 1)},
+          {"ceil_mode", ceil}};
   return {g.rank.lower(call("max_pool2d", {g.rank.lift(x)}, a)[0])};
 }
 

@@ -27,11 +27,17 @@ FLOATS = {"float32", "float64", "float16", "bfloat16"}
 
 
 def registered():
-    table = {}
+    """op -> (cpu dtypes, differentiable, tags), read from docs/ops.md by column name."""
+    table, columns = {}, None
     for line in open(os.path.join(ROOT, "docs/ops.md")):
-        m = re.match(r"\| `([a-z0-9_]+)` \| [^|]* \| [^|]* \| [^|]* \| ([^|]*) \| (yes|no) \| [^|]* \| ([^|]*) \|", line)
-        if m:
-            table[m.group(1)] = (m.group(2).split(), m.group(3) == "yes", m.group(4).strip())
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if columns is None and cells[:1] == ["op"]:
+            columns = {name: i for i, name in enumerate(cells)}
+            continue
+        m = re.match(r"`([a-z0-9_]+)`$", cells[0]) if columns else None
+        if m and len(cells) == len(columns):
+            table[m.group(1)] = (cells[columns["cpu dtypes"]].split(), cells[columns["grad"]] == "yes",
+                                 cells[columns["tags"]])
     return table
 
 
@@ -176,6 +182,11 @@ case("max_pool2d", [("f", [2, 3, 7, 7])], lambda x: F.max_pool2d(x, 3, 2, 1, ret
      [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
 case("max_pool2d", [("f", [2, 3, 6, 5])], lambda x: F.max_pool2d(x, 2, return_indices=True),
      [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2])], tag="2x2")
+case("max_pool2d", [("f", [2, 3, 8, 9])], lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+     [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]),
+      A("ceil_mode", "bool", True)], tag="ceil")
+case("max_pool2d", [("f", [1, 2, 7, 5])], lambda x: F.max_pool2d(x, 2, ceil_mode=True, return_indices=True),
+     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2]), A("ceil_mode", "bool", True)], tag="ceil_2x2")
 case("avg_pool2d", [("f", [2, 3, 7, 6])], lambda x: F.avg_pool2d(x, (2, 3), 2, 1),
      [A("kernel", "ints", [2, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
 case("avg_pool2d", [("f", [1, 2, 5, 5])], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
@@ -246,7 +257,7 @@ case("binary_cross_entropy_with_logits", [("f", [3, 4]), ("u", [3, 4])], F.binar
 
 # Ops whose values cannot be reproduced outside Kiln (random) are checked by
 # property tests in tests/ops instead.
-NO_GOLDEN = {"dropout"}
+NO_GOLDEN = {"dropout", "to_device"}
 
 
 def flat(t):

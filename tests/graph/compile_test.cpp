@@ -338,6 +338,42 @@ TEST(Compile, PoolsAndTheClassifierReadBlockedActivations) {
   expect_close(got, want, 1e-4, 1e-4);
 }
 
+// SqueezeNet's Fire modules: two branches' blocked outputs concatenated
+// along channels stay blocked (no reorder to plain and back), and the
+// ceil_mode pool after them pools the blocked data, partial windows
+// included. A pool whose indices nobody reads, on plain data that cannot
+// be blocked (5 channels), computes values only.
+TEST(Compile, BlockedBranchesConcatenateAsBlocks) {
+  const int64_t block = cpu::onednn::preferred_block();
+  if (block == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(9);
+  Tensor squeeze = randn({block, 3, 1, 1}), expand1 = randn({2 * block, block, 1, 1}) * 0.3,
+         expand3 = randn({block, block, 3, 3}) * 0.1, head = randn({5, 3 * block, 1, 1}) * 0.1;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor s = relu(conv2d(in[0], squeeze, Tensor()));
+    Tensor y = concat({relu(conv2d(s, expand1, Tensor())), relu(conv2d(s, expand3, Tensor(), pad1))}, 1);
+    y = max_pool2d(y, {3, 3}, {2, 2}, {0, 0}, true);
+    y = conv2d(y, head, Tensor());
+    return std::vector<Tensor>{max_pool2d(y, {3, 3}, {2, 2}, {1, 1}, true)};
+  };
+  Tensor x = randn({2, 3, 16, 16});
+  jit::CompileOptions o;
+  o.inference = true;
+  auto fn = jit::compile(program, {x}, o);
+  Tensor got = fn({x})[0];
+  NoGradGuard no_grad;
+  Tensor want = program({x})[0];
+  EXPECT_EQ(got.shape(), (Shape{2, 5, 5, 5}));  // 16 -> 8 -> 5, each last window partial
+  const std::string graph = fn.graph_text();
+  EXPECT_NE(graph.find("concat[nChw"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("max_pool2d[nChw"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("max_pool2d (values)"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("reorder[nChw" + std::to_string(block) + "c -> nchw]"), graph.rfind("reorder[nChw")) << graph;
+  expect_close(got, want, 1e-4, 1e-4);
+}
+
 }  // namespace
 
 namespace {

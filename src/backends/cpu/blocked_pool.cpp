@@ -157,8 +157,9 @@ void grad_plane_any(const MaxPoolGrad& a, int64_t plane, float* out) {
 void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
                       int block, const PoolWindow& wd) {
   const int64_t rows = n * (c / block) * oh;
+  // (ceil_mode's partial last windows take the general path.)
   const bool two_by_two = wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 &&
-                          wd.dh == 1 && wd.dw == 1;
+                          wd.dh == 1 && wd.dw == 1 && 2 * oh <= h && 2 * ow <= w;
   parallel_for(rows, 4, [&](int64_t b, int64_t e) {
     if (two_by_two && block == 16)
       max_pool_2x2_rows<16>(x, y, h, w, oh, ow, b, e);

@@ -47,7 +47,7 @@ void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
-  const bool fast = two_by_two(wd);
+  const bool fast = two_by_two(wd) && 2 * out[0].shape()[2] <= x.shape()[2] && 2 * out[0].shape()[3] <= x.shape()[3];
   for_planes<T>(x, out[0].shape(), [&](int64_t pl, int64_t h, int64_t w, int64_t oh, int64_t ow) {
     const T* src = px + pl * h * w;
     T* dst = py + pl * oh * ow;

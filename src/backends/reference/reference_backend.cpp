@@ -60,6 +60,8 @@ double load<double>(const Tensor& t, int64_t off) {
 // Elementwise math one element at a time, in the op's float or double form.
 void run_blocks(const ElementwiseMath& math, const std::vector<Tensor>& in, std::vector<Tensor>& out,
                 const Attrs& attrs) {
+  KILN_CHECK(math.arity <= 2, "the reference backend runs formulas of one or two operands; this one has ",
+             math.arity);
   Tensor& y = out.at(0);
   const DType dt = y.dtype();
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) {
