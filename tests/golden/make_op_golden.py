@@ -173,6 +173,16 @@ case("conv2d", [("f", [2, 4, 7, 6]), ("f", [6, 2, 3, 3]), ("f", [6])],
 case("conv2d", [("f", [1, 1, 5, 5]), ("f", [2, 1, 3, 3]), ("N", [])], lambda x, w, b: F.conv2d(x, w), tag="plain")
 case("conv2d", [("f", [2, 4, 6, 6]), ("f", [3, 4, 1, 1]), ("N", [])], lambda x, w, b: F.conv2d(x, w, stride=2),
      [A("stride", "ints", [2, 2])], tag="1x1_stride2")
+case("conv2d", [("f", [2, 5, 9, 8]), ("f", [5, 1, 3, 3]), ("f", [5])], lambda x, w, b: F.conv2d(x, w, b, 2, 1, 1, 5),
+     [A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]), A("groups", "int", 5)], tag="depthwise")
+case("conv2d", [("f", [1, 3, 7, 9]), ("f", [3, 1, 5, 3]), ("N", [])],
+     lambda x, w, b: F.conv2d(x, w, None, 1, (2, 1), (1, 2), 3),
+     [A("padding", "ints", [2, 1]), A("dilation", "ints", [1, 2]), A("groups", "int", 3)], tag="depthwise_dilated")
+case("conv2d", [("f", [2, 6, 5, 7]), ("f", [4, 6, 1, 1]), ("f", [4])], lambda x, w, b: F.conv2d(x, w, b), tag="pointwise")
+case("conv2d", [("f", [1, 4, 6, 6]), ("f", [4, 1, 3, 3]), ("f", [4])], lambda x, w, b: F.relu(F.conv2d(x, w, b, 1, 1, 1, 4)),
+     [A("padding", "ints", [1, 1]), A("groups", "int", 4), A("activation", "string", "relu")], tag="depthwise_relu")
+case("conv2d", [("f", [1, 6, 4, 5]), ("f", [3, 6, 1, 1]), ("f", [3])], lambda x, w, b: F.relu(F.conv2d(x, w, b)),
+     [A("activation", "string", "relu")], tag="pointwise_relu")
 case("conv_transpose2d", [("f", [1, 4, 4, 5]), ("f", [4, 3, 3, 3]), ("f", [3])],
      lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1),
      [A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]), A("output_padding", "ints", [1, 1])])

@@ -7,6 +7,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/onednn_conv.h"
+#include "backends/cpu/plain_conv.h"
 
 namespace kiln::cpu {
 namespace {
@@ -119,6 +120,9 @@ onednn::ConvShape to_onednn(const Geometry& g) {
 template <typename T>
 void conv_forward(const Geometry& g, const T* x, const T* w, const T* bias, T* y, bool relu = false) {
   if constexpr (std::is_same_v<T, float>) {
+    const PlainConv p{g.n, g.c, g.h, g.w, g.o, g.kh, g.kw, g.oh, g.ow, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.groups};
+    if (depthwise_conv_applies(p)) return depthwise_conv(p, x, w, bias, y, relu);
+    if (pointwise_conv_applies(p)) return pointwise_conv(p, x, w, bias, y, relu);
     if (onednn::conv_forward(to_onednn(g), x, w, bias, y, relu)) return;
   }
   std::vector<T> col(static_cast<size_t>(g.k() * g.n * g.p()));
