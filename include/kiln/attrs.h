@@ -30,6 +30,7 @@ class Attrs {
   std::string get_string(const std::string& name, const std::string& fallback) const;
   std::vector<int64_t> get_ints(const std::string& name) const;
   std::vector<int64_t> get_ints(const std::string& name, const std::vector<int64_t>& fallback) const;
+  std::vector<double> get_floats(const std::string& name, const std::vector<double>& fallback) const;
   DType get_dtype(const std::string& name) const;
 
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }

@@ -110,6 +110,13 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+// Resizing H and W of an NCHW tensor, as PyTorch's interpolate: "nearest"
+// or "bilinear" (align_corners maps the corner pixels onto each other).
+// The `interpolate` op itself takes any of ONNX Resize's coordinate mappings.
+Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode = "nearest",
+                   bool align_corners = false);
+Tensor interpolate(const Tensor& x, double scale_factor, const std::string& mode = "nearest",
+                   bool align_corners = false);
 
 // Normalization and regularization.
 // In training mode, running_mean/var (when given) are updated in place.

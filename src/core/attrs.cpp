@@ -69,6 +69,9 @@ std::vector<int64_t> Attrs::get_ints(const std::string& name) const {
 std::vector<int64_t> Attrs::get_ints(const std::string& name, const std::vector<int64_t>& fallback) const {
   return has(name) ? get_ints(name) : fallback;
 }
+std::vector<double> Attrs::get_floats(const std::string& name, const std::vector<double>& fallback) const {
+  return has(name) ? get_as<std::vector<double>>(*this, name, "float list") : fallback;
+}
 DType Attrs::get_dtype(const std::string& name) const { return get_as<DType>(*this, name, "dtype"); }
 
 std::string Attrs::str() const {

@@ -197,6 +197,18 @@ case("max_pool2d", [("f", [2, 3, 8, 9])], lambda x: F.max_pool2d(x, 3, 2, 1, cei
       A("ceil_mode", "bool", True)], tag="ceil")
 case("max_pool2d", [("f", [1, 2, 7, 5])], lambda x: F.max_pool2d(x, 2, ceil_mode=True, return_indices=True),
      [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2]), A("ceil_mode", "bool", True)], tag="ceil_2x2")
+case("interpolate", [("f", [2, 3, 5, 4])], lambda x: F.interpolate(x, size=(7, 9), mode="nearest"),
+     [A("size", "ints", [7, 9]), A("mode", "string", "nearest"), A("coordinates", "string", "asymmetric"),
+      A("nearest_mode", "string", "floor")], tag="nearest")
+case("interpolate", [("f", [1, 2, 6, 5])], lambda x: F.interpolate(x, size=(4, 8), mode="bilinear", align_corners=False),
+     [A("size", "ints", [4, 8]), A("mode", "string", "linear"), A("coordinates", "string", "pytorch_half_pixel")],
+     tag="bilinear")
+case("interpolate", [("f", [1, 3, 4, 3])], lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+     [A("size", "ints", [8, 6]), A("mode", "string", "linear"), A("coordinates", "string", "pytorch_half_pixel"),
+      A("scales", "floats", [2.0, 2.0])], tag="bilinear_scale")
+case("interpolate", [("f", [2, 2, 5, 6])], lambda x: F.interpolate(x, size=(3, 7), mode="bilinear", align_corners=True),
+     [A("size", "ints", [3, 7]), A("mode", "string", "linear"), A("coordinates", "string", "align_corners")],
+     tag="align_corners")
 case("avg_pool2d", [("f", [2, 3, 7, 6])], lambda x: F.avg_pool2d(x, (2, 3), 2, 1),
      [A("kernel", "ints", [2, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
 case("avg_pool2d", [("f", [1, 2, 5, 5])], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),

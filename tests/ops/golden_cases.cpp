@@ -29,6 +29,7 @@ Attrs parse_attrs(const nlohmann::json& j) {
     else if (kind == "bool") a.set(name, v.get<bool>());
     else if (kind == "string") a.set(name, v.get<std::string>());
     else if (kind == "ints") a.set(name, v.get<std::vector<int64_t>>());
+    else if (kind == "floats") a.set(name, v.get<std::vector<double>>());
     else if (kind == "dtype") a.set(name, dtype_from_name(v.get<std::string>()));
     else throw std::runtime_error("unknown attribute kind " + kind);
   }

@@ -132,6 +132,20 @@ class AvgPool2d : public Cell {
   int64_t k_, s_, p_;
 };
 
+// Resizes H and W by a factor, as PyTorch's nn.Upsample ("nearest" or "bilinear").
+class Upsample : public Cell {
+ public:
+  explicit Upsample(double scale_factor, std::string mode = "nearest", bool align_corners = false)
+      : scale_(scale_factor), mode_(std::move(mode)), align_corners_(align_corners) {}
+  Tensor construct(const Tensor& x) override { return interpolate(x, scale_, mode_, align_corners_); }
+  std::string type_name() const override { return "Upsample"; }
+
+ private:
+  double scale_;
+  std::string mode_;
+  bool align_corners_;
+};
+
 class Embedding : public Cell {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);  // weights ~ N(0, 1), as PyTorch
