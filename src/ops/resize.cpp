@@ -85,11 +85,7 @@ std::vector<Tensor> read_resize(const OnnxReader& n, const std::vector<Tensor>& 
   if (n.s("keep_aspect_ratio_policy", "stretch") != "stretch") n.unsupported("keep_aspect_ratio_policy other than stretch");
   std::vector<double> scales;
   std::vector<int64_t> sizes;
-  auto values = [&](const Tensor& t) {
-    std::vector<double> v;
-    for (double d : t.to(DType::Float64).contiguous().to_vector<double>()) v.push_back(d);
-    return v;
-  };
+  auto values = [](const Tensor& t) { return t.to(DType::Float64).contiguous().to_vector<double>(); };
   if (upsample && opset < 9) {
     scales = n.floats("scales");
   } else {
