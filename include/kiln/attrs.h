@@ -11,7 +11,8 @@
 namespace kiln {
 
 using AttrValue =
-    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>, DType>;
+    std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>, DType,
+                 std::vector<std::string>>;
 
 class Attrs {
  public:
@@ -31,6 +32,7 @@ class Attrs {
   std::vector<int64_t> get_ints(const std::string& name) const;
   std::vector<int64_t> get_ints(const std::string& name, const std::vector<int64_t>& fallback) const;
   std::vector<double> get_floats(const std::string& name, const std::vector<double>& fallback) const;
+  std::vector<std::string> get_strings(const std::string& name, const std::vector<std::string>& fallback) const;
   DType get_dtype(const std::string& name) const;
 
   const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }

@@ -128,6 +128,26 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = Tensor
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 Tensor dropout(const Tensor& x, double p, bool training);
 
+// One recurrent layer in one direction over x [T, N, I] (time first), with
+// PyTorch's weights: w_ih [G*H, I], w_hh [G*H, H], biases [G*H], states
+// [N, H], gates in PyTorch's order (LSTM i f g o, G = 4; GRU r z n, G = 3).
+// Optional tensors may be undefined (zeros). reverse runs from T-1 to 0.
+// nn::LSTM, GRU and RNN stack these into layers and directions.
+struct RecurrentOutput {
+  Tensor y;    // [T, N, H], the hidden state at every step
+  Tensor h_n;  // [N, H], the last step's hidden state
+  Tensor c_n;  // [N, H], LSTM's last cell state (undefined for GRU and RNN)
+};
+RecurrentOutput lstm(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = Tensor(),
+                     const Tensor& b_hh = Tensor(), const Tensor& h0 = Tensor(), const Tensor& c0 = Tensor(),
+                     bool reverse = false);
+RecurrentOutput gru(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = Tensor(),
+                    const Tensor& b_hh = Tensor(), const Tensor& h0 = Tensor(), bool reverse = false);
+// nonlinearity: "tanh" or "relu".
+RecurrentOutput rnn(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih = Tensor(),
+                    const Tensor& b_hh = Tensor(), const Tensor& h0 = Tensor(), const std::string& nonlinearity = "tanh",
+                    bool reverse = false);
+
 // Indexing.
 Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);

@@ -24,5 +24,6 @@
 #include "kiln/nn/attention.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
+#include "kiln/nn/recurrent.h"
 #include "kiln/models.h"
 #include "kiln/metrics.h"

@@ -92,6 +92,7 @@ class OnnxReader {
   virtual std::string s(const std::string& name, const std::string& fallback) const = 0;
   virtual std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const = 0;
   virtual std::vector<double> floats(const std::string& name) const = 0;
+  virtual std::vector<std::string> strings(const std::string& name) const = 0;
   virtual std::string where() const = 0;  // "node 'conv1' (Conv, opset 17)"
   // Errors that name the node: a malformed model, or a valid one Kiln cannot
   // run (which the runtime lists with the other unsupported nodes).

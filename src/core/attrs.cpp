@@ -72,6 +72,9 @@ std::vector<int64_t> Attrs::get_ints(const std::string& name, const std::vector<
 std::vector<double> Attrs::get_floats(const std::string& name, const std::vector<double>& fallback) const {
   return has(name) ? get_as<std::vector<double>>(*this, name, "float list") : fallback;
 }
+std::vector<std::string> Attrs::get_strings(const std::string& name, const std::vector<std::string>& fallback) const {
+  return has(name) ? get_as<std::vector<std::string>>(*this, name, "string list") : fallback;
+}
 DType Attrs::get_dtype(const std::string& name) const { return get_as<DType>(*this, name, "dtype"); }
 
 std::string Attrs::str() const {
@@ -83,7 +86,8 @@ std::string Attrs::str() const {
     std::visit(
         [&](auto&& x) {
           using T = std::decay_t<decltype(x)>;
-          if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+          if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>> ||
+                        std::is_same_v<T, std::vector<std::string>>) {
             os << "[";
             for (size_t i = 0; i < x.size(); ++i) os << (i ? ", " : "") << x[i];
             os << "]";

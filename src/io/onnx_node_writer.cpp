@@ -31,6 +31,9 @@ void set_attrs(::onnx::NodeProto& n, const Attrs& attrs) {
           } else if constexpr (std::is_same_v<T, std::vector<double>>) {
             a->set_type(::onnx::AttributeProto::FLOATS);
             for (double x : v) a->add_floats(static_cast<float>(x));
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            a->set_type(::onnx::AttributeProto::STRINGS);
+            for (const std::string& x : v) a->add_strings(x);
           } else {
             static_assert(std::is_same_v<T, DType>);
             a->set_type(::onnx::AttributeProto::INT);

@@ -117,11 +117,12 @@ bool value_fits(const AttrValue& v, const std::string& kind) {
   if (kind == "ints") return std::holds_alternative<std::vector<int64_t>>(v) || std::holds_alternative<int64_t>(v);
   if (kind == "floats") return std::holds_alternative<std::vector<double>>(v);
   if (kind == "string") return std::holds_alternative<std::string>(v);
+  if (kind == "strings") return std::holds_alternative<std::vector<std::string>>(v);
   return std::holds_alternative<DType>(v);  // dtype
 }
 
 const char* kind_of(const AttrValue& v) {
-  static const char* kNames[] = {"int", "float", "bool", "string", "ints", "floats", "dtype"};
+  static const char* kNames[] = {"int", "float", "bool", "string", "ints", "floats", "dtype", "strings"};
   return kNames[v.index()];
 }
 

@@ -62,7 +62,7 @@ OpDef::AttrSpec parse_attr_spec(const std::string& op, const std::string& text) 
     size_t end = text.find_first_of("=? ", colon + 1);
     spec.kind = text.substr(colon + 1, end == std::string::npos ? std::string::npos : end - colon - 1);
   }
-  static const char* kKinds[] = {"", "int", "ints", "float", "floats", "bool", "string", "dtype"};
+  static const char* kKinds[] = {"", "int", "ints", "float", "floats", "bool", "string", "strings", "dtype"};
   KILN_ASSERT(std::find(std::begin(kKinds), std::end(kKinds), spec.kind) != std::end(kKinds), "op '", op,
               "' declares attribute '", text, "' of unknown kind '", spec.kind, "'");
   return spec;

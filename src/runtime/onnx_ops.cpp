@@ -64,6 +64,12 @@ std::vector<double> OnnxNode::floats(const std::string& name) const {
   return {a->floats().begin(), a->floats().end()};
 }
 
+std::vector<std::string> OnnxNode::strings(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a) return {};
+  return {a->strings().begin(), a->strings().end()};
+}
+
 const ::onnx::TensorProto* OnnxNode::tensor(const std::string& name) const {
   const auto* a = attr(name);
   return a && a->has_t() ? &a->t() : nullptr;

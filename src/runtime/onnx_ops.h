@@ -40,6 +40,7 @@ class OnnxNode : public OnnxReader {
   std::string s(const std::string& name, const std::string& fallback) const override;
   std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const override;
   std::vector<double> floats(const std::string& name) const override;
+  std::vector<std::string> strings(const std::string& name) const override;
   const ::onnx::TensorProto* tensor(const std::string& name) const;
   int64_t required_i(const std::string& name) const;
 

@@ -258,6 +258,55 @@ case("scatter_add", [("f", [3, 5]), ("i", [2, 3], 0, 5), ("f", [2, 3])], lambda 
      [A("axis", "int", 1)])
 case("one_hot", [("I", [4], 0, 5)], lambda i: F.one_hot(i.long(), 5), [A("num_classes", "int", 5)], grad=False)
 
+# --- recurrent (one layer, one direction, time first; PyTorch's kernels) ---
+def recurrent(vf, x, params, h0, c0=None, reverse=False, hidden=None):
+    """torch._VF.{lstm,gru,rnn_*} on one layer; reverse runs on the flipped sequence."""
+    n, h = x.shape[1], hidden
+    params = [p for p in params if p is not None]
+    z = torch.zeros(1, n, h, dtype=x.dtype)
+    h0 = z if h0 is None else h0[None]
+    xs = x.flip(0) if reverse else x
+    if c0 is not None or vf is torch._VF.lstm:
+        c0 = z if c0 is None else c0[None]
+        y, hn, cn = vf(xs, (h0, c0), params, len(params) == 4, 1, 0.0, False, False, False)
+        return (y.flip(0) if reverse else y), hn[0], cn[0]
+    y, hn = vf(xs, h0, params, len(params) == 4, 1, 0.0, False, False, False)
+    return (y.flip(0) if reverse else y), hn[0]
+
+
+def gru_reset_after_matmul(x, w_ih, w_hh, b_ih, b_hh, h0):
+    """ONNX GRU with linear_before_reset=0: n = tanh(W_in x + b_in + W_hn (r * h) + b_hn)."""
+    h = h0
+    ys = []
+    for t in range(x.shape[0]):
+        gi = x[t] @ w_ih.T + b_ih
+        r = torch.sigmoid(gi[:, :4] + h @ w_hh[:4].T + b_hh[:4])
+        zg = torch.sigmoid(gi[:, 4:8] + h @ w_hh[4:8].T + b_hh[4:8])
+        n = torch.tanh(gi[:, 8:] + (r * h) @ w_hh[8:].T + b_hh[8:])
+        h = (1 - zg) * n + zg * h
+        ys.append(h)
+    return torch.stack(ys), h
+
+
+X, H4 = [5, 2, 3], 4
+case("lstm", [("f", X), ("f", [16, 3]), ("f", [16, 4]), ("f", [16]), ("f", [16]), ("f", [2, 4]), ("f", [2, 4])],
+     lambda x, wi, wh, bi, bh, h0, c0: recurrent(torch._VF.lstm, x, [wi, wh, bi, bh], h0, c0, hidden=H4))
+case("lstm", [("f", X), ("f", [16, 3]), ("f", [16, 4]), ("N", []), ("N", []), ("N", []), ("N", [])],
+     lambda x, wi, wh, bi, bh, h0, c0: recurrent(torch._VF.lstm, x, [wi, wh], None, None, True, hidden=H4),
+     [A("reverse", "bool", True)], tag="reverse_no_bias")
+case("gru", [("f", X), ("f", [12, 3]), ("f", [12, 4]), ("f", [12]), ("f", [12]), ("f", [2, 4])],
+     lambda x, wi, wh, bi, bh, h0: recurrent(torch._VF.gru, x, [wi, wh, bi, bh], h0, hidden=H4))
+case("gru", [("f", X), ("f", [12, 3]), ("f", [12, 4]), ("N", []), ("N", []), ("N", [])],
+     lambda x, wi, wh, bi, bh, h0: recurrent(torch._VF.gru, x, [wi, wh], None, reverse=True, hidden=H4),
+     [A("reverse", "bool", True)], tag="reverse_no_bias")
+case("gru", [("f", X), ("f", [12, 3]), ("f", [12, 4]), ("f", [12]), ("f", [12]), ("f", [2, 4])],
+     gru_reset_after_matmul, [A("linear_before_reset", "bool", False)], tag="reset_after_matmul")
+case("rnn", [("f", X), ("f", [4, 3]), ("f", [4, 4]), ("f", [4]), ("f", [4]), ("f", [2, 4])],
+     lambda x, wi, wh, bi, bh, h0: recurrent(torch._VF.rnn_tanh, x, [wi, wh, bi, bh], h0, hidden=H4))
+case("rnn", [("f", X), ("f", [4, 3]), ("f", [4, 4]), ("f", [4]), ("f", [4]), ("N", [])],
+     lambda x, wi, wh, bi, bh, h0: recurrent(torch._VF.rnn_relu, x, [wi, wh, bi, bh], None, reverse=True, hidden=H4),
+     [A("reverse", "bool", True), A("nonlinearity", "string", "relu")], tag="relu_reverse")
+
 # --- losses ---
 case("cross_entropy", [("f", [5, 4]), ("i", [5], 0, 4), ("N", [])], lambda x, t, w: F.cross_entropy(x, t))
 case("cross_entropy", [("f", [6, 4]), ("i", [6], 0, 4), ("c", [4])],

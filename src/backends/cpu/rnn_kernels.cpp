@@ -1,0 +1,283 @@
+// CPU kernels of lstm, gru and rnn and their backward ops. Forward: the
+// input projections of all steps in one GEMM, then per step one GEMM with
+// the hidden state and the gate math; what backward needs (activated gates,
+// cell states) goes into the reserve output. Backward walks the steps in
+// reverse collecting the pre-activation gradients of every step, then takes
+// the input and weight gradients in three GEMMs over all steps at once.
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernel_helpers.h"
+#include "kiln/parallel.h"
+
+namespace kiln::cpu {
+namespace {
+
+enum class Kind { Lstm, Gru, Rnn };
+
+constexpr int64_t gates_of(Kind k) { return k == Kind::Lstm ? 4 : k == Kind::Gru ? 3 : 1; }
+constexpr int64_t reserve_of(Kind k) { return k == Kind::Lstm ? 5 : k == Kind::Gru ? 4 : 0; }
+
+template <typename T>
+T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+// A state input [N, H] as a buffer (zeros when omitted).
+template <typename T>
+std::vector<T> state_of(const Tensor& t, int64_t size) {
+  std::vector<T> v(size, T(0));
+  if (t.defined()) {
+    const Tensor c = contiguous(t);
+    std::memcpy(v.data(), c.data<T>(), size * sizeof(T));
+  }
+  return v;
+}
+
+// Rows of the batch in parallel when a step has enough work.
+void for_rows(int64_t rows, int64_t per_row, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_row, 1)), fn);
+}
+
+template <typename T>
+void add_rows(T* m, int64_t rows, int64_t cols, const T* bias, int64_t from, int64_t count) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = from; j < from + count; ++j) m[r * cols + j] += bias[j];
+}
+
+template <typename T>
+void column_sums(const T* m, int64_t rows, int64_t cols, T* out) {
+  std::fill(out, out + cols, T(0));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) out[j] += m[r * cols + j];
+}
+
+template <typename T, Kind K>
+void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = contiguous(in[0]), w_ih = contiguous(in[1]), w_hh = contiguous(in[2]);
+  const int64_t steps = x.shape()[0], n = x.shape()[1], input = x.shape()[2], h = w_hh.shape()[1];
+  const int64_t gh = gates_of(K) * h, kr = reserve_of(K) * h;
+  const bool reverse = a.get_bool("reverse", false);
+  const bool before_reset = a.get_bool("linear_before_reset", true);
+  const bool relu = a.get_string("nonlinearity", "tanh") == "relu";
+  const Tensor b_ih = in[3].defined() ? contiguous(in[3]) : Tensor();
+  const Tensor b_hh = in[4].defined() ? contiguous(in[4]) : Tensor();
+
+  // x W_ih^T + b_ih for every step, and b_hh where it adds straight in: all
+  // of it but GRU's n gate with linear_before_reset (it is scaled by r).
+  std::vector<T> xw(steps * n * gh);
+  if (steps > 0) gemm<T>(false, true, steps * n, gh, input, T(1), x.data<T>(), input, w_ih.data<T>(), input, T(0), xw.data(), gh);
+  if (b_ih.defined()) add_rows(xw.data(), steps * n, gh, b_ih.data<T>(), 0, gh);
+  const int64_t hh_straight = K == Kind::Gru && before_reset ? 2 * h : gh;
+  if (b_hh.defined()) add_rows(xw.data(), steps * n, gh, b_hh.data<T>(), 0, hh_straight);
+  const T* b_hn = K == Kind::Gru && before_reset && b_hh.defined() ? b_hh.data<T>() + 2 * h : nullptr;
+
+  std::vector<T> hs = state_of<T>(in[5], n * h);
+  std::vector<T> cs = K == Kind::Lstm ? state_of<T>(in[6], n * h) : std::vector<T>();
+  std::vector<T> hg(n * gh);
+  T* y = out[0].data<T>();
+  T* reserve = kr ? out.back().data<T>() : nullptr;
+  const T* whh = w_hh.data<T>();
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t t = reverse ? steps - 1 - s : s;
+    const T* xt = xw.data() + t * n * gh;
+    T* yt = y + t * n * h;
+    T* rt = reserve ? reserve + t * n * kr : nullptr;
+    if (K == Kind::Gru && !before_reset) {
+      // r and z from h; then n from (r * h), kept in the reserve for backward.
+      gemm<T>(false, true, n, 2 * h, h, T(1), hs.data(), h, whh, h, T(0), hg.data(), gh);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < h; ++j) {
+          const T rv = sigmoid(xt[r * gh + j] + hg[r * gh + j]);
+          const T zv = sigmoid(xt[r * gh + h + j] + hg[r * gh + h + j]);
+          rt[r * kr + j] = rv;
+          rt[r * kr + h + j] = zv;
+          rt[r * kr + 3 * h + j] = rv * hs[r * h + j];
+        }
+      gemm<T>(false, true, n, h, h, T(1), rt + 3 * h, kr, whh + 2 * h * h, h, T(0), hg.data() + 2 * h, gh);
+    } else {
+      gemm<T>(false, true, n, gh, h, T(1), hs.data(), h, whh, h, T(0), hg.data(), gh);
+    }
+    for_rows(n, gh, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = xt + r * gh;
+        const T* hr = hg.data() + r * gh;
+        T* res = rt ? rt + r * kr : nullptr;
+        for (int64_t j = 0; j < h; ++j) {
+          T hv;
+          if constexpr (K == Kind::Lstm) {
+            const T iv = sigmoid(xr[j] + hr[j]), fv = sigmoid(xr[h + j] + hr[h + j]);
+            const T gv = std::tanh(xr[2 * h + j] + hr[2 * h + j]), ov = sigmoid(xr[3 * h + j] + hr[3 * h + j]);
+            const T cv = fv * cs[r * h + j] + iv * gv;
+            hv = ov * std::tanh(cv);
+            cs[r * h + j] = cv;
+            res[j] = iv, res[h + j] = fv, res[2 * h + j] = gv, res[3 * h + j] = ov, res[4 * h + j] = cv;
+          } else if constexpr (K == Kind::Gru) {
+            T rv, zv, nv;
+            if (before_reset) {
+              rv = sigmoid(xr[j] + hr[j]);
+              zv = sigmoid(xr[h + j] + hr[h + j]);
+              const T hn = hr[2 * h + j] + (b_hn ? b_hn[j] : T(0));
+              nv = std::tanh(xr[2 * h + j] + rv * hn);
+              res[j] = rv, res[h + j] = zv, res[3 * h + j] = hn;
+            } else {
+              rv = res[j], zv = res[h + j];
+              nv = std::tanh(xr[2 * h + j] + hr[2 * h + j]);
+            }
+            res[2 * h + j] = nv;
+            hv = (T(1) - zv) * nv + zv * hs[r * h + j];
+          } else {
+            const T av = xr[j] + hr[j];
+            hv = relu ? std::max(av, T(0)) : std::tanh(av);
+          }
+          yt[r * h + j] = hv;
+        }
+      }
+    });
+    std::memcpy(hs.data(), yt, n * h * sizeof(T));
+  }
+  std::memcpy(out[1].data<T>(), hs.data(), n * h * sizeof(T));
+  if constexpr (K == Kind::Lstm) std::memcpy(out[2].data<T>(), cs.data(), n * h * sizeof(T));
+}
+
+template <typename T, Kind K>
+void recurrent_backward(const Ins& in, Outs& out, const Attrs& a) {
+  constexpr bool kLstm = K == Kind::Lstm;
+  const size_t base = kLstm ? 3 : 2;
+  const Tensor gy = contiguous(in[0]);
+  const Tensor x = contiguous(in[base]), w_ih = contiguous(in[base + 1]), w_hh = contiguous(in[base + 2]);
+  const size_t y_at = base + (kLstm ? 5 : 4);
+  const Tensor y = contiguous(in[y_at]);
+  const Tensor reserve_t = reserve_of(K) ? contiguous(in[y_at + 1]) : Tensor();
+  const int64_t steps = x.shape()[0], n = x.shape()[1], input = x.shape()[2], h = w_hh.shape()[1];
+  const int64_t gh = gates_of(K) * h, kr = reserve_of(K) * h;
+  const bool reverse = a.get_bool("reverse", false);
+  const bool before_reset = a.get_bool("linear_before_reset", true);
+  const bool relu = a.get_string("nonlinearity", "tanh") == "relu";
+
+  std::vector<T> dh = state_of<T>(in[1], n * h), dh_next(n * h);
+  std::vector<T> dc = kLstm ? state_of<T>(in[2], n * h) : std::vector<T>();
+  const std::vector<T> h0 = state_of<T>(in[base + 3], n * h);
+  const std::vector<T> c0 = kLstm ? state_of<T>(in[base + 4], n * h) : std::vector<T>();
+  // Pre-activation gradients of every step: the input side's and the hidden
+  // side's (they differ only for GRU), and the hidden state each step read.
+  std::vector<T> dax(steps * n * gh), dah_own(K == Kind::Gru ? steps * n * gh : 0), hprev(steps * n * h), d_rh;
+  T* dah = K == Kind::Gru ? dah_own.data() : dax.data();
+  if (K == Kind::Gru && !before_reset) d_rh.resize(n * h);
+  const T* ys = y.data<T>();
+  const T* g = gy.data<T>();
+  const T* res_all = kr ? reserve_t.data<T>() : nullptr;
+  const T* whh = w_hh.data<T>();
+  for (int64_t s = steps - 1; s >= 0; --s) {
+    const int64_t t = reverse ? steps - 1 - s : s, tp = reverse ? t + 1 : t - 1;
+    const T* hp = s == 0 ? h0.data() : ys + tp * n * h;
+    std::memcpy(hprev.data() + t * n * h, hp, n * h * sizeof(T));
+    const T* gt = g + t * n * h;
+    const T* rt = res_all ? res_all + t * n * kr : nullptr;
+    T* ax = dax.data() + t * n * gh;
+    T* ah = dah + t * n * gh;
+    const T* cp = nullptr;  // the previous cell state, rows cp_stride apart
+    int64_t cp_stride = h;
+    if constexpr (kLstm) {
+      if (s > 0) cp = res_all + tp * n * kr + 4 * h, cp_stride = kr;
+      else cp = c0.data();
+    }
+    for_rows(n, gh, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* res = rt ? rt + r * kr : nullptr;
+        for (int64_t j = 0; j < h; ++j) {
+          const int64_t e = r * h + j, ge = r * gh + j;
+          const T dhv = dh[e] + gt[e];
+          if constexpr (kLstm) {
+            const T iv = res[j], fv = res[h + j], gv = res[2 * h + j], ov = res[3 * h + j], tc = std::tanh(res[4 * h + j]);
+            const T dcv = dc[e] + dhv * ov * (T(1) - tc * tc);
+            ax[ge] = dcv * gv * iv * (T(1) - iv);
+            ax[ge + h] = dcv * cp[r * cp_stride + j] * fv * (T(1) - fv);
+            ax[ge + 2 * h] = dcv * iv * (T(1) - gv * gv);
+            ax[ge + 3 * h] = dhv * tc * ov * (T(1) - ov);
+            dc[e] = dcv * fv;
+            dh_next[e] = T(0);
+          } else if constexpr (K == Kind::Gru) {
+            const T rv = res[j], zv = res[h + j], nv = res[2 * h + j];
+            const T dz = dhv * (hp[e] - nv), dn = dhv * (T(1) - zv) * (T(1) - nv * nv);
+            ax[ge + h] = ah[ge + h] = dz * zv * (T(1) - zv);
+            ax[ge + 2 * h] = dn;
+            dh_next[e] = dhv * zv;
+            if (before_reset) {
+              ax[ge] = ah[ge] = dn * res[3 * h + j] * rv * (T(1) - rv);
+              ah[ge + 2 * h] = dn * rv;
+            } else {
+              ah[ge + 2 * h] = dn;  // r is set below, once d(r * h) is known
+            }
+          } else {
+            const T yv = ys[t * n * h + e];
+            ax[ge] = dhv * (relu ? T(yv > T(0)) : T(1) - yv * yv);
+            dh_next[e] = T(0);
+          }
+        }
+      }
+    });
+    if (K == Kind::Gru && !before_reset) {
+      // n = tanh(x_n + (r * h) W_hn^T + b_hn): d(r * h) = dn W_hn.
+      gemm<T>(false, false, n, h, h, T(1), ah + 2 * h, gh, whh + 2 * h * h, h, T(0), d_rh.data(), h);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < h; ++j) {
+          const int64_t e = r * h + j, ge = r * gh + j;
+          const T rv = rt[r * kr + j];
+          ax[ge] = ah[ge] = d_rh[e] * hp[e] * rv * (T(1) - rv);
+          dh_next[e] += d_rh[e] * rv;
+        }
+      gemm<T>(false, false, n, h, 2 * h, T(1), ah, gh, whh, h, T(1), dh_next.data(), h);
+    } else {
+      gemm<T>(false, false, n, h, gh, T(1), ah, gh, whh, h, T(1), dh_next.data(), h);
+    }
+    std::swap(dh, dh_next);
+  }
+
+  const int64_t rows = steps * n;
+  T* gx = out[0].data<T>();
+  T* gw_ih = out[1].data<T>();
+  T* gw_hh = out[2].data<T>();
+  if (rows == 0) {
+    std::fill(gw_ih, gw_ih + gh * input, T(0));
+    std::fill(gw_hh, gw_hh + gh * h, T(0));
+  } else {
+    gemm<T>(false, false, rows, input, gh, T(1), dax.data(), gh, w_ih.data<T>(), input, T(0), gx, input);
+    gemm<T>(true, false, gh, input, rows, T(1), dax.data(), gh, x.data<T>(), input, T(0), gw_ih, input);
+    if (K == Kind::Gru && !before_reset) {
+      gemm<T>(true, false, 2 * h, h, rows, T(1), dah, gh, hprev.data(), h, T(0), gw_hh, h);
+      gemm<T>(true, false, h, h, rows, T(1), dah + 2 * h, gh, res_all + 3 * h, kr, T(0), gw_hh + 2 * h * h, h);
+    } else {
+      gemm<T>(true, false, gh, h, rows, T(1), dah, gh, hprev.data(), h, T(0), gw_hh, h);
+    }
+  }
+  column_sums(dax.data(), rows, gh, out[3].data<T>());
+  column_sums(dah, rows, gh, out[4].data<T>());
+  std::memcpy(out[5].data<T>(), dh.data(), n * h * sizeof(T));
+  if constexpr (kLstm) std::memcpy(out[6].data<T>(), dc.data(), n * h * sizeof(T));
+}
+
+template <typename T>
+void lstm_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_forward<T, Kind::Lstm>(in, out, a); }
+template <typename T>
+void gru_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_forward<T, Kind::Gru>(in, out, a); }
+template <typename T>
+void rnn_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_forward<T, Kind::Rnn>(in, out, a); }
+template <typename T>
+void lstm_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_backward<T, Kind::Lstm>(in, out, a); }
+template <typename T>
+void gru_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_backward<T, Kind::Gru>(in, out, a); }
+template <typename T>
+void rnn_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_backward<T, Kind::Rnn>(in, out, a); }
+
+}  // namespace
+
+KILN_CPU_F32_F64("lstm", lstm_kernel);
+KILN_CPU_F32_F64("gru", gru_kernel);
+KILN_CPU_F32_F64("rnn", rnn_kernel);
+KILN_CPU_F32_F64("lstm_backward", lstm_backward_kernel);
+KILN_CPU_F32_F64("gru_backward", gru_backward_kernel);
+KILN_CPU_F32_F64("rnn_backward", rnn_backward_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,141 @@
+// nn::LSTM, GRU and RNN against PyTorch's with the same state dict
+// (tests/golden/make_recurrent_golden.py, float64 there, float32 here): outputs, final states and the
+// gradients of every weight, the input and the initial states, through
+// several layers, both directions and batch-first input.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+Tensor tensor_of(const nlohmann::json& j) {
+  return from_vector<double>(j.at("data").get<std::vector<double>>(), j.at("shape").get<Shape>()).to(DType::Float32);
+}
+
+const nlohmann::json& cases() {
+  static nlohmann::json doc = [] {
+    std::ifstream f(std::string(KILN_GOLDEN_DIR) + "/recurrent_golden.json");
+    return nlohmann::json::parse(f);
+  }();
+  return doc.at("cases");
+}
+
+void expect_close(const Tensor& got, const nlohmann::json& expected, const std::string& what) {
+  ASSERT_TRUE(got.defined()) << what << " is missing";
+  Tensor e = tensor_of(expected);
+  ASSERT_EQ(got.shape(), e.shape()) << what;
+  auto g = got.to(DType::Float64).to_vector<double>(), w = e.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 2e-5 + 1e-4 * std::abs(w[i])) << what << " element " << i;
+}
+
+std::shared_ptr<nn::RecurrentLayer> build(const nlohmann::json& c) {
+  nn::RecurrentOptions o;
+  o.num_layers = c.at("num_layers");
+  o.batch_first = c.at("batch_first");
+  o.bidirectional = c.at("bidirectional");
+  o.bias = c.at("bias");
+  if (c.contains("nonlinearity")) o.nonlinearity = c.at("nonlinearity");
+  const std::string kind = c.at("kind");
+  const int64_t in = c.at("input"), hidden = c.at("hidden");
+  if (kind == "LSTM") return std::make_shared<nn::LSTM>(in, hidden, o);
+  if (kind == "GRU") return std::make_shared<nn::GRU>(in, hidden, o);
+  return std::make_shared<nn::RNN>(in, hidden, o);
+}
+
+TEST(Recurrent, LayersMatchPyTorchForwardAndBackward) {
+  for (const auto& c : cases()) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    auto layer = build(c.at("config"));
+    // Every PyTorch weight loads into the parameter of the same name and shape.
+    const auto& weights = c.at("weights");
+    auto params = layer->parameters_and_names();
+    ASSERT_EQ(params.size(), weights.size());
+    {
+      NoGradGuard guard;
+      for (auto& [name, p] : params) {
+        ASSERT_TRUE(weights.contains(name)) << "PyTorch has no weight " << name;
+        Tensor dst = p;
+        dst.copy_(tensor_of(weights.at(name)));
+      }
+    }
+    Tensor x = tensor_of(c.at("input"));
+    x.set_requires_grad(true);
+    std::vector<Tensor> states;
+    for (const auto& s : c.at("states")) {
+      states.push_back(tensor_of(s));
+      states.back().set_requires_grad(true);
+    }
+    nn::RecurrentResult r = layer->forward(x, states.empty() ? Tensor() : states[0],
+                                           states.size() > 1 ? states[1] : Tensor());
+    std::vector<Tensor> outs;
+    for (const Tensor* t : {&r.output, &r.h_n, &r.c_n})
+      if (t->defined()) outs.push_back(*t);
+    ASSERT_EQ(outs.size(), c.at("outputs").size());
+    Tensor loss = zeros({});
+    for (size_t i = 0; i < outs.size(); ++i) {
+      expect_close(outs[i], c.at("outputs")[i], "output " + std::to_string(i));
+      loss = loss + sum(outs[i] * tensor_of(c.at("upstream")[i]));
+    }
+    loss.backward();
+    expect_close(x.grad(), c.at("grad_input"), "input gradient");
+    for (size_t i = 0; i < states.size(); ++i) expect_close(states[i].grad(), c.at("grad_states")[i], "state gradient");
+    for (auto& [name, p] : layer->parameters_and_names()) expect_close(p.grad(), c.at("grad_weights").at(name), name);
+  }
+}
+
+TEST(Recurrent, UnbatchedInputAndClearErrors) {
+  manual_seed(1);
+  nn::LSTM lstm(3, 4);
+  Tensor x = randn({5, 3});
+  nn::RecurrentResult unbatched = lstm.forward(x);
+  nn::RecurrentResult batched = lstm.forward(x.unsqueeze(1));
+  EXPECT_EQ(unbatched.output.shape(), Shape({5, 4}));
+  EXPECT_EQ(unbatched.h_n.shape(), Shape({1, 4}));
+  EXPECT_EQ(unbatched.output.to_vector<float>(), batched.output.squeeze(1).to_vector<float>());
+
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { lstm.forward(randn({5, 2, 7})); }).find("built for 3 input features"), std::string::npos);
+  EXPECT_NE(message([&] { lstm.forward(randn({5, 2, 3}), randn({2, 2, 4})); }).find("h0 must be"), std::string::npos);
+  nn::GRU gru(3, 4);
+  EXPECT_NE(message([&] { gru.forward(randn({5, 2, 3}), Tensor(), randn({1, 2, 4})); }).find("no cell state"),
+            std::string::npos);
+  EXPECT_NE(message([&] { nn::RNN(3, 4, {.nonlinearity = "gelu"}); }).find("not one of tanh, relu"), std::string::npos);
+}
+
+// A small LSTM classifier learns a task only memory solves: the label is
+// the sign of the first element of the sequence, seen nine steps earlier.
+TEST(Recurrent, LstmLearnsToRememberTheFirstStep) {
+  manual_seed(4);
+  nn::LSTM lstm(1, 8, {.batch_first = true});
+  nn::Dense head(8, 2);
+  std::vector<Tensor> params = lstm.trainable_params();
+  for (auto& p : head.trainable_params()) params.push_back(p);
+  optim::Adam opt(params, optim::AdamOptions{.lr = 0.02});
+  Tensor x = randn({64, 10, 1});
+  Tensor first = x.select(1, 0).squeeze(1);
+  Tensor labels = gt(first, zeros_like(first)).to(DType::Int64);
+  double loss_value = 0;
+  for (int step = 0; step < 150; ++step) {
+    opt.zero_grad();
+    Tensor logits = head.construct(lstm.forward(x).h_n.select(0, 0));
+    Tensor loss = cross_entropy(logits, labels);
+    loss.backward();
+    opt.step();
+    loss_value = loss.item<double>();
+  }
+  EXPECT_LT(loss_value, 0.2) << "an LSTM should remember the first step";
+}
+
+}  // namespace
