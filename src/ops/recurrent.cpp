@@ -17,14 +17,14 @@ struct Kind {
   int64_t gates;
   bool cell_state;   // LSTM's c
   int64_t reserve;   // values per hidden unit kept for backward (0: none)
-  // ONNX's gate order as indices into PyTorch's (LSTM i o f c, GRU z r h);
-  // both reorderings are their own inverse in use: onnx_order[k] is the
-  // PyTorch gate at ONNX position k.
-  std::vector<int64_t> onnx_order;
+  // ONNX's gate order (LSTM i o f c, GRU z r h): onnx_order[k] is the
+  // PyTorch gate at ONNX position k, torch_order[k] the ONNX gate at PyTorch
+  // position k.
+  std::vector<int64_t> onnx_order, torch_order;
 };
-const Kind kLstm{"lstm", "LSTM", 4, true, 5, {0, 3, 1, 2}};
-const Kind kGru{"gru", "GRU", 3, false, 4, {1, 0, 2}};
-const Kind kRnn{"rnn", "RNN", 1, false, 0, {0}};
+const Kind kLstm{"lstm", "LSTM", 4, true, 5, {0, 3, 1, 2}, {0, 2, 3, 1}};
+const Kind kGru{"gru", "GRU", 3, false, 4, {1, 0, 2}, {1, 0, 2}};
+const Kind kRnn{"rnn", "RNN", 1, false, 0, {0}, {0}};
 
 // Inputs: x, w_ih, w_hh, b_ih?, b_hh?, h0? (, c0?).
 Metas infer_recurrent(const Kind& k, const Metas& in, const Attrs& a) {
@@ -59,13 +59,14 @@ Metas infer_recurrent(const Kind& k, const Metas& in, const Attrs& a) {
 
 // --- ONNX -------------------------------------------------------------------
 
-// PyTorch-ordered gate rows of `w` ([gates * H, ...] or [gates * H]) in
-// ONNX's order, as Kiln ops (the reader) or as row indices (the writer).
-Tensor reorder_gates(const Kind& k, const Tensor& w) {
+// ONNX-ordered gate rows of `w` ([gates * H, ...] or [gates * H]) in
+// PyTorch's order (the reader), and the rows of PyTorch-ordered weights in
+// ONNX's order as indices (the writer).
+Tensor torch_gates(const Kind& k, const Tensor& w) {
   if (k.gates == 1) return w;
   const int64_t h = w.shape()[0] / k.gates;
   std::vector<Tensor> parts;
-  for (int64_t g : k.onnx_order) parts.push_back(w.slice(0, g * h, (g + 1) * h));
+  for (int64_t g : k.torch_order) parts.push_back(w.slice(0, g * h, (g + 1) * h));
   return concat(parts, 0);
 }
 std::vector<int64_t> gate_rows(const Kind& k, int64_t h) {
@@ -178,10 +179,10 @@ std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std
     Tensor b_ih, b_hh;
     if (in.size() > 3 && in[3].defined()) {
       Tensor b = in[3].select(0, d);
-      b_ih = reorder_gates(k, b.slice(0, 0, gh));
-      b_hh = reorder_gates(k, b.slice(0, gh, 2 * gh));
+      b_ih = torch_gates(k, b.slice(0, 0, gh));
+      b_hh = torch_gates(k, b.slice(0, gh, 2 * gh));
     }
-    std::vector<Tensor> args = {x, reorder_gates(k, w.select(0, d)), reorder_gates(k, r.select(0, d)), b_ih, b_hh,
+    std::vector<Tensor> args = {x, torch_gates(k, w.select(0, d)), torch_gates(k, r.select(0, d)), b_ih, b_hh,
                                 state(5, d)};
     if (k.cell_state) args.push_back(state(6, d));
     Attrs a{{"reverse", direction == "reverse" || d == 1}};

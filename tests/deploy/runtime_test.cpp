@@ -57,7 +57,8 @@ TEST_P(PyTorchExport, MatchesPyTorchAndOnnxRuntime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchExport,
-                         ::testing::Values("mlp", "cnn", "resnet18", "mobilenet_v2", "transformer_encoder", "gpt_block", "unet"),
+                         ::testing::Values("mlp", "cnn", "resnet18", "mobilenet_v2", "transformer_encoder", "gpt_block", "unet",
+                                           "text_lstm", "text_gru"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(InferenceSession, DynamicBatchCompilesPerShape) {
