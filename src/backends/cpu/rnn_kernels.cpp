@@ -6,6 +6,7 @@
 // the input and weight gradients in three GEMMs over all steps at once.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
@@ -24,6 +25,18 @@ T sigmoid(T v) {
   return T(1) / (T(1) + std::exp(-v));
 }
 
+// float tanh through one exp: libm's tanhf goes through expm1f, which is
+// several times slower; the absolute error stays within a few float ulps of 1.
+template <typename T>
+T fast_tanh(T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float e = std::exp(-2.0f * std::abs(v));
+    return std::copysign((1.0f - e) / (1.0f + e), v);
+  } else {
+    return std::tanh(v);
+  }
+}
+
 // A state input [N, H] as a buffer (zeros when omitted).
 template <typename T>
 std::vector<T> state_of(const Tensor& t, int64_t size) {
@@ -38,6 +51,27 @@ std::vector<T> state_of(const Tensor& t, int64_t size) {
 // Rows of the batch in parallel when a step has enough work.
 void for_rows(int64_t rows, int64_t per_row, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_row, 1)), fn);
+}
+
+// The per-step products are small (a few rows by a few hundred): below
+// kSmall multiply-adds a plain loop beats a library call's fixed cost.
+constexpr int64_t kSmall = 1 << 16;
+
+// C = A B + beta C, A [m, k], B [k, n].
+template <typename T>
+void step_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,
+                  int64_t ldc) {
+  if (m * n * k > kSmall) return gemm<T>(false, false, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
+  for (int64_t i = 0; i < m; ++i) {
+    T* cr = c + i * ldc;
+    if (beta == T(0)) std::fill(cr, cr + n, T(0));
+    for (int64_t q = 0; q < k; ++q) {
+      const T av = a[i * lda + q];
+      const T* br = b + q * ldb;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
+    }
+  }
 }
 
 template <typename T>
@@ -78,7 +112,11 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
   std::vector<T> hg(n * gh);
   T* y = out[0].data<T>();
   T* reserve = kr ? out.back().data<T>() : nullptr;
+  // W_hh^T [H, G*H], so that each step's product runs along the gates.
+  std::vector<T> whh_t(h * gh);
   const T* whh = w_hh.data<T>();
+  for (int64_t g = 0; g < gh; ++g)
+    for (int64_t j = 0; j < h; ++j) whh_t[j * gh + g] = whh[g * h + j];
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t t = reverse ? steps - 1 - s : s;
     const T* xt = xw.data() + t * n * gh;
@@ -86,7 +124,7 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
     T* rt = reserve ? reserve + t * n * kr : nullptr;
     if (K == Kind::Gru && !before_reset) {
       // r and z from h; then n from (r * h), kept in the reserve for backward.
-      gemm<T>(false, true, n, 2 * h, h, T(1), hs.data(), h, whh, h, T(0), hg.data(), gh);
+      step_gemm_nn<T>(n, 2 * h, h, hs.data(), h, whh_t.data(), gh, T(0), hg.data(), gh);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < h; ++j) {
           const T rv = sigmoid(xt[r * gh + j] + hg[r * gh + j]);
@@ -95,9 +133,9 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
           rt[r * kr + h + j] = zv;
           rt[r * kr + 3 * h + j] = rv * hs[r * h + j];
         }
-      gemm<T>(false, true, n, h, h, T(1), rt + 3 * h, kr, whh + 2 * h * h, h, T(0), hg.data() + 2 * h, gh);
+      step_gemm_nn<T>(n, h, h, rt + 3 * h, kr, whh_t.data() + 2 * h, gh, T(0), hg.data() + 2 * h, gh);
     } else {
-      gemm<T>(false, true, n, gh, h, T(1), hs.data(), h, whh, h, T(0), hg.data(), gh);
+      step_gemm_nn<T>(n, gh, h, hs.data(), h, whh_t.data(), gh, T(0), hg.data(), gh);
     }
     for_rows(n, gh, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
@@ -108,9 +146,9 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
           T hv;
           if constexpr (K == Kind::Lstm) {
             const T iv = sigmoid(xr[j] + hr[j]), fv = sigmoid(xr[h + j] + hr[h + j]);
-            const T gv = std::tanh(xr[2 * h + j] + hr[2 * h + j]), ov = sigmoid(xr[3 * h + j] + hr[3 * h + j]);
+            const T gv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]), ov = sigmoid(xr[3 * h + j] + hr[3 * h + j]);
             const T cv = fv * cs[r * h + j] + iv * gv;
-            hv = ov * std::tanh(cv);
+            hv = ov * fast_tanh(cv);
             cs[r * h + j] = cv;
             res[j] = iv, res[h + j] = fv, res[2 * h + j] = gv, res[3 * h + j] = ov, res[4 * h + j] = cv;
           } else if constexpr (K == Kind::Gru) {
@@ -119,17 +157,17 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
               rv = sigmoid(xr[j] + hr[j]);
               zv = sigmoid(xr[h + j] + hr[h + j]);
               const T hn = hr[2 * h + j] + (b_hn ? b_hn[j] : T(0));
-              nv = std::tanh(xr[2 * h + j] + rv * hn);
+              nv = fast_tanh(xr[2 * h + j] + rv * hn);
               res[j] = rv, res[h + j] = zv, res[3 * h + j] = hn;
             } else {
               rv = res[j], zv = res[h + j];
-              nv = std::tanh(xr[2 * h + j] + hr[2 * h + j]);
+              nv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]);
             }
             res[2 * h + j] = nv;
             hv = (T(1) - zv) * nv + zv * hs[r * h + j];
           } else {
             const T av = xr[j] + hr[j];
-            hv = relu ? std::max(av, T(0)) : std::tanh(av);
+            hv = relu ? std::max(av, T(0)) : fast_tanh(av);
           }
           yt[r * h + j] = hv;
         }
@@ -220,7 +258,7 @@ void recurrent_backward(const Ins& in, Outs& out, const Attrs& a) {
     });
     if (K == Kind::Gru && !before_reset) {
       // n = tanh(x_n + (r * h) W_hn^T + b_hn): d(r * h) = dn W_hn.
-      gemm<T>(false, false, n, h, h, T(1), ah + 2 * h, gh, whh + 2 * h * h, h, T(0), d_rh.data(), h);
+      step_gemm_nn<T>(n, h, h, ah + 2 * h, gh, whh + 2 * h * h, h, T(0), d_rh.data(), h);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < h; ++j) {
           const int64_t e = r * h + j, ge = r * gh + j;
@@ -228,9 +266,9 @@ void recurrent_backward(const Ins& in, Outs& out, const Attrs& a) {
           ax[ge] = ah[ge] = d_rh[e] * hp[e] * rv * (T(1) - rv);
           dh_next[e] += d_rh[e] * rv;
         }
-      gemm<T>(false, false, n, h, 2 * h, T(1), ah, gh, whh, h, T(1), dh_next.data(), h);
+      step_gemm_nn<T>(n, h, 2 * h, ah, gh, whh, h, T(1), dh_next.data(), h);
     } else {
-      gemm<T>(false, false, n, h, gh, T(1), ah, gh, whh, h, T(1), dh_next.data(), h);
+      step_gemm_nn<T>(n, h, gh, ah, gh, whh, h, T(1), dh_next.data(), h);
     }
     std::swap(dh, dh_next);
   }
