@@ -2,6 +2,7 @@
 // The op API: one function per registered op (plus a few compositions).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -154,6 +155,9 @@ Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 Tensor one_hot(const Tensor& indices, int64_t num_classes);
+// The k largest (largest=false: smallest) values along `axis`, sorted, and
+// their int64 indices, as torch.topk (ties: the lower index first).
+std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);
 
 // Joining, splitting, padding, masking.
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);

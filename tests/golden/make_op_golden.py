@@ -256,6 +256,17 @@ case("gather", [("f", [3, 4]), ("i", [3, 2], 0, 4)], lambda x, i: torch.gather(x
 case("index_select", [("f", [4, 3]), ("i", [5], 0, 4)], lambda x, i: torch.index_select(x, 0, i), [A("axis", "int", 0)])
 case("scatter_add", [("f", [3, 5]), ("i", [2, 3], 0, 5), ("f", [2, 3])], lambda x, i, s: torch.scatter_add(x, 1, i, s),
      [A("axis", "int", 1)])
+def topk(x, k, dim, largest=True):
+    """torch.topk with ONNX's tie rule (the lower index first), so integer and half cases have one answer."""
+    pos = torch.arange(x.shape[dim], dtype=torch.float64).reshape([-1] + [1] * (x.dim() - 1 - dim)) * 1e-3
+    key = x.detach().to(torch.float64) + (-pos if largest else pos)
+    idx = torch.topk(key, k, dim, largest=largest)[1]
+    return torch.gather(x, dim, idx), idx
+
+
+case("topk", [("f", [3, 6])], lambda x: topk(x, 3, 1), [A("k", "int", 3), A("axis", "int", 1)])
+case("topk", [("f", [4, 2, 3])], lambda x: topk(x, 2, 0, largest=False),
+     [A("k", "int", 2), A("axis", "int", 0), A("largest", "bool", False)], tag="smallest")
 case("one_hot", [("I", [4], 0, 5)], lambda i: F.one_hot(i.long(), 5), [A("num_classes", "int", 5)], grad=False)
 
 # --- recurrent (one layer, one direction, time first; PyTorch's kernels) ---
