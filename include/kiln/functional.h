@@ -44,6 +44,10 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, double exponent);
 Tensor maximum(const Tensor& a, const Tensor& b);
+// a - b * floor(a / b): the sign of b, as Python's % and torch.remainder (op `mod`).
+Tensor remainder(const Tensor& a, const Tensor& b);
+// a - b * trunc(a / b): the sign of a, as C's fmod and torch.fmod (`mod` with fmod).
+Tensor fmod(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);

@@ -378,6 +378,50 @@ GradFn select_grad(bool take_max) {
 }
 OpDefiner d_maximum(with_math<Maximum>(binary("maximum", onnx_as("Max"), select_grad(true))));
 OpDefiner d_minimum(with_math<Minimum>(binary("minimum", onnx_as("Min"), select_grad(false))));
+// The remainder of a / b: with the divisor's sign (Python's %, torch.remainder,
+// ONNX Mod) or, with fmod, the dividend's (C's fmod, torch.fmod, ONNX Mod
+// fmod=1). d/da = 1, d/db = -q with q the quotient rounded the same way.
+OpDef mod_op() {
+  OpDef d = binary("mod", {{"Mod", "Less", "Xor", "Equal", "Not", "And", "Add", "Where"}, [](OnnxWriter& w) {
+    const bool fmod = w.attrs().get_bool("fmod", false);
+    if (fmod || !is_floating(w.dtype())) {
+      w.node("Mod", {w.in(0), w.in(1)}, {w.out()}, {{"fmod", int64_t{fmod}}});
+      return;
+    }
+    // ONNX's Mod on floats is fmod only: its result, moved by b where the
+    // signs of the result and b differ.
+    auto v = [&](const char* hint) { return w.unique(hint); };
+    std::string r = v("fmod"), zero = w.scalar(0, w.dtype(), "zero"), r_neg = v("r_neg"), b_neg = v("b_neg"),
+                differ = v("signs_differ"), is_zero = v("r_zero"), nonzero = v("r_nonzero"), fix = v("fix"),
+                moved = v("moved");
+    w.node("Mod", {w.in(0), w.in(1)}, {r}, {{"fmod", int64_t{1}}});
+    w.node("Less", {r, zero}, {r_neg});
+    w.node("Less", {w.in(1), zero}, {b_neg});
+    w.node("Xor", {r_neg, b_neg}, {differ});
+    w.node("Equal", {r, zero}, {is_zero});
+    w.node("Not", {is_zero}, {nonzero});
+    w.node("And", {differ, nonzero}, {fix});
+    w.node("Add", {r, w.in(1)}, {moved});
+    w.node("Where", {fix, moved, r}, {w.out()});
+  }}, [](const GradContext& c, const Grads& g) -> Grads {
+    const Tensor &a = c.inputs[0], &b = c.inputs[1];
+    Grads out(2);
+    if (c.needs_grad[0]) out[0] = sum_to(g[0], a.shape());
+    if (c.needs_grad[1]) {
+      Tensor q = div(a - Y(c), b);  // exact: a = q * b + y
+      out[1] = sum_to(neg(g[0] * round(q)), b.shape());
+    }
+    return out;
+  });
+  d.attrs = {"fmod:bool=false"};
+  d.onnx_import = onnx_reader({"Mod"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const bool fmod = n.i("fmod", 0) != 0;
+    if (!fmod && is_floating(n.input(in, 0).dtype())) n.fail("Mod on floating inputs requires fmod=1");
+    return call(KILN_OP("mod"), {n.input(in, 0), n.input(in, 1)}, {{"fmod", fmod}});
+  });
+  return d;
+}
+OpDefiner d_mod(mod_op());
 OpDefiner d_eq(detail::read_onnx_as(binary("eq", onnx_as("Equal"), nullptr, true), "Equal"));
 OpDefiner d_ne(binary("ne", {{"Equal", "Not"}, write_ne}, nullptr, true));
 OpDefiner d_lt(detail::read_onnx_as(binary("lt", onnx_as("Less"), nullptr, true), "Less"));

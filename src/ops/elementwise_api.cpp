@@ -48,12 +48,12 @@ Tensor square(const Tensor& x) { return mul(x, x); }
 
 namespace {
 // Promotes both operands to a common dtype (float beats int, wider beats narrower).
-Tensor binary_call(const OpDef& op, const Tensor& a, const Tensor& b) {
+Tensor binary_call(const OpDef& op, const Tensor& a, const Tensor& b, const Attrs& attrs = {}) {
   if (a.defined() && b.defined() && a.dtype() != b.dtype()) {
     DType t = promote_types(a.dtype(), b.dtype());
-    return call1(op, {a.to(t), b.to(t)});
+    return call1(op, {a.to(t), b.to(t)}, attrs);
   }
-  return call1(op, {a, b});
+  return call1(op, {a, b}, attrs);
 }
 }  // namespace
 
@@ -73,6 +73,8 @@ KILN_BINARY_API(le)
 KILN_BINARY_API(gt)
 KILN_BINARY_API(ge)
 #undef KILN_BINARY_API
+Tensor remainder(const Tensor& a, const Tensor& b) { return binary_call(KILN_OP("mod"), a, b); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return binary_call(KILN_OP("mod"), a, b, {{"fmod", true}}); }
 
 Tensor pow(const Tensor& a, double exponent) { return pow(a, scalar_tensor(exponent, a.dtype())); }
 

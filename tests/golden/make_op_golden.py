@@ -256,6 +256,10 @@ case("gather", [("f", [3, 4]), ("i", [3, 2], 0, 4)], lambda x, i: torch.gather(x
 case("index_select", [("f", [4, 3]), ("i", [5], 0, 4)], lambda x, i: torch.index_select(x, 0, i), [A("axis", "int", 0)])
 case("scatter_add", [("f", [3, 5]), ("i", [2, 3], 0, 5), ("f", [2, 3])], lambda x, i, s: torch.scatter_add(x, 1, i, s),
      [A("axis", "int", 1)])
+case("mod", [("w", [3, 4]), ("n", [3, 4])], torch.remainder)
+case("mod", [("w", [3, 4]), ("n", [4])], torch.fmod, [A("fmod", "bool", True)], tag="fmod")
+
+
 def topk(x, k, dim, largest=True):
     """torch.topk with ONNX's tie rule (the lower index first), so integer and half cases have one answer."""
     pos = torch.arange(x.shape[dim], dtype=torch.float64).reshape([-1] + [1] * (x.dim() - 1 - dim)) * 1e-3

@@ -122,3 +122,18 @@ TEST(Composite, BatchedMatmulPathsMatchOneProductAtATime) {
       }
   }
 }
+
+TEST(Mod, SignsFollowTheDivisorOrTheDividendAndZeroDivisorsAreErrors) {
+  Tensor a = from_vector<int64_t>({-7, 7, -7, 7, 6}, {5});
+  Tensor b = from_vector<int64_t>({3, -3, -3, 3, 3}, {5});
+  EXPECT_EQ(remainder(a, b).to_vector<int64_t>(), (std::vector<int64_t>{2, -2, -1, 1, 0}));  // Python's %
+  EXPECT_EQ(fmod(a, b).to_vector<int64_t>(), (std::vector<int64_t>{-1, 1, -1, 1, 0}));       // C's fmod
+  Tensor fa = a.to(DType::Float32) + 0.5, fb = b.to(DType::Float32);
+  EXPECT_EQ(remainder(fa, fb).to_vector<float>(), (std::vector<float>{2.5f, -1.5f, -0.5f, 1.5f, 0.5f}));
+  try {
+    remainder(a, from_vector<int64_t>({1, 0, 1, 1, 1}, {5}));
+    FAIL() << "an integer zero divisor must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("division by zero"), std::string::npos) << e.what();
+  }
+}

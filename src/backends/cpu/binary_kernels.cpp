@@ -44,6 +44,29 @@ void int_div_kernel(const Ins& in, Outs& out, const Attrs&) {
   KILN_CHECK(!zero, "integer division by zero; cast to a floating type for IEEE semantics (inf/nan)");
 }
 
+// Remainders; an integer zero divisor is an error, not a crash.
+template <typename T>
+void mod_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  using C = compute_t<T>;
+  const bool fmod = a.get_bool("fmod", false);
+  std::atomic<bool> zero{false};
+  binary_map<T, T>(in[0], in[1], out[0], [&zero, fmod](C x, C y) -> C {
+    C r;
+    if constexpr (std::is_floating_point_v<C>) {
+      r = std::fmod(x, y);
+    } else {
+      if (y == 0) {
+        zero.store(true, std::memory_order_relaxed);
+        return 0;
+      }
+      r = x % y;
+    }
+    if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+    return r;
+  });
+  KILN_CHECK(!zero, "mod: integer division by zero; cast to a floating type for IEEE semantics (nan)");
+}
+
 template <typename T>
 void where_kernel(const Ins& in, Outs& out, const Attrs&) {
   Tensor& o = out[0];
@@ -154,6 +177,7 @@ KILN_CPU_FLOAT("div", div_kernel);
 KILN_CPU_INT("div", int_div_kernel);
 KILN_CPU_FLOAT("pow", pow_kernel);
 KILN_CPU_NUMERIC("maximum", maximum_kernel);
+KILN_CPU_NUMERIC("mod", mod_kernel);
 KILN_CPU_NUMERIC("minimum", minimum_kernel);
 KILN_CPU_ALL("eq", eq_kernel);
 KILN_CPU_ALL("ne", ne_kernel);
