@@ -2,6 +2,8 @@
 // ops of their own: conv1d, stack, chunk, square, 1-D matmul.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "kiln/kiln.h"
 
 using namespace kiln;
@@ -136,4 +138,12 @@ TEST(Mod, SignsFollowTheDivisorOrTheDividendAndZeroDivisorsAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("division by zero"), std::string::npos) << e.what();
   }
+}
+
+// A fully masked attention row: its maximum is -inf, which masks test for.
+TEST(Reductions, MaxOfMinusInfinitiesIsMinusInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = from_vector<float>({-inf, -inf, -inf, 1.0f, inf, inf}, {2, 3});
+  EXPECT_EQ(amax(x, {1}).to_vector<float>(), (std::vector<float>{-inf, inf}));
+  EXPECT_EQ(amin(x, {1}).to_vector<float>(), (std::vector<float>{-inf, 1.0f}));
 }

@@ -197,7 +197,12 @@ void extreme_kernel(const Ins& in, Outs& out, const Attrs& a) {
   using C = compute_t<T>;
   fold_reduce<T>(
       l, out[0].data<T>(),
-      [] { return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max(); },
+      // Floats start from -inf / +inf, so a row of -inf (a fully masked row) has max -inf, not lowest().
+      [] {
+        if constexpr (std::numeric_limits<C>::has_infinity)
+          return kMax ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+        return kMax ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+      },
       [](C acc, C v) {
         if (v != v) return v;  // NaN propagates
         if (acc != acc) return acc;
