@@ -18,13 +18,14 @@ struct Kind {
   bool cell_state;   // LSTM's c
   int64_t reserve;   // values per hidden unit kept for backward (0: none)
   // ONNX's gate order (LSTM i o f c, GRU z r h): onnx_order[k] is the
-  // PyTorch gate at ONNX position k, torch_order[k] the ONNX gate at PyTorch
-  // position k.
-  std::vector<int64_t> onnx_order, torch_order;
+  // PyTorch gate at ONNX position k.
+  std::vector<int64_t> onnx_order;
+  // ONNX's default activations for one direction (what PyTorch exports).
+  std::vector<std::string> activations;
 };
-const Kind kLstm{"lstm", "LSTM", 4, true, 5, {0, 3, 1, 2}, {0, 2, 3, 1}};
-const Kind kGru{"gru", "GRU", 3, false, 4, {1, 0, 2}, {1, 0, 2}};
-const Kind kRnn{"rnn", "RNN", 1, false, 0, {0}, {0}};
+const Kind kLstm{"lstm", "LSTM", 4, true, 5, {0, 3, 1, 2}, {"Sigmoid", "Tanh", "Tanh"}};
+const Kind kGru{"gru", "GRU", 3, false, 4, {1, 0, 2}, {"Sigmoid", "Tanh"}};
+const Kind kRnn{"rnn", "RNN", 1, false, 0, {0}, {"Tanh"}};
 
 // Inputs: x, w_ih, w_hh, b_ih?, b_hh?, h0? (, c0?).
 Metas infer_recurrent(const Kind& k, const Metas& in, const Attrs& a) {
@@ -65,8 +66,8 @@ Metas infer_recurrent(const Kind& k, const Metas& in, const Attrs& a) {
 Tensor torch_gates(const Kind& k, const Tensor& w) {
   if (k.gates == 1) return w;
   const int64_t h = w.shape()[0] / k.gates;
-  std::vector<Tensor> parts;
-  for (int64_t g : k.torch_order) parts.push_back(w.slice(0, g * h, (g + 1) * h));
+  std::vector<Tensor> parts(k.gates);
+  for (int64_t at = 0; at < k.gates; ++at) parts[k.onnx_order[at]] = w.slice(0, at * h, (at + 1) * h);
   return concat(parts, 0);
 }
 std::vector<int64_t> gate_rows(const Kind& k, int64_t h) {
@@ -142,9 +143,7 @@ std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std
   std::string nonlinearity = "tanh";
   if (n.has("activations")) {
     // Only the defaults (and Relu for RNN) are supported: PyTorch exports nothing else.
-    std::vector<std::string> defaults = k.gates == 4 ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"}
-                                        : k.gates == 3 ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                       : std::vector<std::string>{"Tanh"};
+    const std::vector<std::string>& defaults = k.activations;
     const std::vector<std::string> acts = n.strings("activations");
     for (size_t i = 0; i < acts.size(); ++i) {
       const std::string& want = defaults[i % defaults.size()];
