@@ -110,10 +110,27 @@ class OnnxReader {
     unsupported_with(detail::concat(args...));
     std::abort();
   }
+  // A dtype attribute given as an ONNX element type (Cast's `to`); required.
+  virtual DType dtype(const std::string& name) const = 0;
+
   // Input i, which must be present.
   const Tensor& input(const std::vector<Tensor>& in, size_t i) const;
+  // Input i, or an undefined tensor where the node omits it.
+  static Tensor optional(const std::vector<Tensor>& in, size_t i) { return i < in.size() ? in[i] : Tensor(); }
   // `axis` in [-rank, rank) to [0, rank), or an error naming the node.
   int64_t axis(int64_t axis, int64_t rank) const;
+  int64_t required_i(const std::string& name) const;
+  // The `axes` of a node that takes them as input `index` from opset `since`
+  // on and as an attribute before (Reduce*, Squeeze, Unsqueeze); as given,
+  // possibly negative; empty where there are none.
+  std::vector<int64_t> axes_input(const std::vector<Tensor>& in, size_t index, int since) const;
+  // The values of an integer input (a shape, axes, pads, ...), which must be
+  // present, and of a one-element input.
+  std::vector<int64_t> int_values(const Tensor& t, const char* what) const;
+  double scalar_value(const Tensor& t, const char* what) const;
+  // Refuses a tensor of `shape` that the node would create from values in
+  // the model (ConstantOfShape, Expand, Tile, Range) when it is absurdly large.
+  void check_created_size(const Shape& shape) const;
 };
 
 // Computes a node's outputs with Kiln ops (one per node output; trailing ones

@@ -1,5 +1,6 @@
 // Convolutions: conv1d, conv2d, conv_transpose2d and the two ops their
 // gradients are made of (input grad, weight grad).
+#include "ops/onnx_spatial.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -76,6 +77,49 @@ void write_conv(OnnxWriter& w, bool transposed) {
   if (relu) w.node("Relu", {y}, {w.out()});
 }
 
+// ONNX Conv and ConvTranspose, 1-d or 2-d. Uneven padding of Conv becomes
+// an explicit zero border.
+std::vector<Tensor> read_conv(const OnnxReader& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
+  Tensor x = n.input(in, 0), w = n.input(in, 1);
+  const SpatialRank r = spatial_rank(n, x);
+  const size_t dims = static_cast<size_t>(x.dim() - 2);
+  if (w.dim() != x.dim()) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
+  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
+  Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
+  if (!p.symmetric()) {
+    x = pad_spatial(x, p, 0.0);
+    p = Pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+  }
+  ConvOptions o;
+  o.stride = r.lift(stride, 1);
+  o.dilation = r.lift(dilation, 1);
+  o.padding = r.lift(p.begin, 0);
+  o.groups = n.i("group", 1);
+  return {r.lower(conv2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+}
+
+std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
+  const Tensor &x = n.input(in, 0), &w = n.input(in, 1);
+  const SpatialRank r = spatial_rank(n, x);
+  const size_t dims = static_cast<size_t>(x.dim() - 2);
+  if (n.has("output_shape")) n.unsupported("output_shape is not supported; give pads and output_padding");
+  if (n.s("auto_pad", "NOTSET") != "NOTSET") n.unsupported("auto_pad is not supported for ConvTranspose");
+  auto pads = n.ints("pads", std::vector<int64_t>(2 * dims, 0));
+  if (pads.size() != 2 * dims) n.fail("pads has ", pads.size(), " values; ", 2 * dims, " expected");
+  for (size_t i = 0; i < dims; ++i)
+    if (pads[i] != pads[dims + i]) n.unsupported("asymmetric pads are not supported for ConvTranspose");
+  ConvOptions o;
+  o.stride = r.lift(spatial_attr(n, "strides", dims, 1), 1);
+  o.dilation = r.lift(spatial_attr(n, "dilations", dims, 1), 1);
+  o.padding = r.lift(std::vector<int64_t>(pads.begin(), pads.begin() + static_cast<long>(dims)), 0);
+  o.output_padding = r.lift(spatial_attr(n, "output_padding", dims, 0), 0);
+  o.groups = n.i("group", 1);
+  return {r.lower(conv_transpose2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+}
+
 OpDefiner d_conv2d([] {
   OpDef d;
   d.name = "conv2d";
@@ -101,6 +145,7 @@ OpDefiner d_conv2d([] {
     return r;
   };
   d.onnx = {{"Conv", "Relu"}, [](OnnxWriter& w) { write_conv(w, false); }};
+  d.onnx_import = onnx_reader({"Conv"}, read_conv);
   d.category = "convolution";
   return d;
 }());
@@ -185,6 +230,7 @@ OpDefiner d_conv_transpose2d([] {
     return r;
   };
   d.onnx = {{"ConvTranspose"}, [](OnnxWriter& w) { write_conv(w, true); }};
+  d.onnx_import = onnx_reader({"ConvTranspose"}, read_conv_transpose);
   d.category = "convolution";
   return d;
 }());

@@ -2,6 +2,8 @@
 // broadcasting, comparisons, where, cast, and the activation backward ops.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "ops/elementwise_math.h"
 #include "ops/op_helpers.h"
@@ -292,33 +294,66 @@ OpDefiner d_leaky(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", on
 }, {"negative_slope:float=0.01"})), onnx_reader({"LeakyRelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {leaky_relu(n.input(in, 0), n.f("alpha", 0.01))};
 })));
-OpDefiner d_gelu(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_gelu(detail::reads_onnx(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
-}, {"approximate:string=none|tanh"})));
+}, {"approximate:string=none|tanh"})), onnx_reader({"Gelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  const std::string approx = n.s("approximate", "none");
+  if (approx != "none" && approx != "tanh") n.fail("approximate must be 'none' or 'tanh', got '", approx, "'");
+  return {gelu(n.input(in, 0), approx == "tanh")};
+})));
 OpDefiner d_silu(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })));
 OpDefiner d_erf(detail::read_onnx_as(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
 })), "Erf"));
-OpDefiner d_softplus(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
+// ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
+OpDefiner d_softplus(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
-}, {"beta:float=1", "threshold:float=20"})));
-OpDefiner d_clamp(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
+}, {"beta:float=1", "threshold:float=20"})), onnx_reader({"Softplus"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {softplus(n.input(in, 0), 1.0, 20.0)};
+})));
+// ONNX Clip: bounds as attributes before opset 11, optional inputs after.
+OnnxImport clip_reader() {
+  OnnxImport r = onnx_reader({"Clip"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& x = n.input(in, 0);
+    std::optional<double> lo, hi;
+    if (n.opset() < 11) {
+      lo = n.f("min", -std::numeric_limits<double>::infinity());
+      hi = n.f("max", std::numeric_limits<double>::infinity());
+    } else {
+      if (in.size() > 1 && in[1].defined()) lo = n.scalar_value(in[1], "min");
+      if (in.size() > 2 && in[2].defined()) hi = n.scalar_value(in[2], "max");
+    }
+    if (!lo && !hi) return {x + 0.0};
+    return {clamp(x, lo, hi)};
+  });
+  r.value_inputs = {1, 2};
+  return r;
+}
+OpDefiner d_clamp(detail::reads_onnx(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
   // Gradient passes where the input was inside [min, max].
   const Tensor& x = X(c);
   Tensor mask = ones_like(x);
   if (c.attrs.has("min")) mask = mask * cast(ge(x, scalar_tensor(c.attrs.get_float("min"), x.dtype())), x.dtype());
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
-}, {"min:float?", "max:float?"})));
+}, {"min:float?", "max:float?"})), clip_reader()));
 OpDefiner d_sign(detail::read_onnx_as(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)), "Sign"));
 OpDefiner d_floor(detail::read_onnx_as(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)), "Floor"));
 OpDefiner d_ceil(detail::read_onnx_as(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)), "Ceil"));
 OpDefiner d_round(detail::read_onnx_as(with_math<Round>(unary("round", onnx_as("Round"), nullptr)), "Round"));
 
-OpDefiner d_hardsigmoid(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
+// ONNX HardSigmoid with PyTorch's slope (alpha 1/6, beta 0.5) is this op;
+// other slopes are the formula.
+OpDefiner d_hardsigmoid(detail::reads_onnx(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
   return {{"alpha", 1.0 / 6}, {"beta", 0.5}};
-}), [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardsigmoid_backward", g[0], X(c))}; })));
+}), [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardsigmoid_backward", g[0], X(c))}; })),
+onnx_reader({"HardSigmoid"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  const Tensor& x = n.input(in, 0);
+  const double alpha = n.f("alpha", 0.2), beta = n.f("beta", 0.5);
+  if (std::abs(alpha - 1.0 / 6) < 1e-7 && beta == 0.5) return {hardsigmoid(x)};
+  return {clamp(x * alpha + beta, 0.0, 1.0)};
+})));
 // HardSwish is an ONNX op from opset 14 on; before, x * HardSigmoid(x).
 OpDefiner d_hardswish(detail::read_onnx_as(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
   if (w.opset() >= 14) return w.node("HardSwish", {w.in(0)}, {w.out()});
@@ -351,12 +386,32 @@ OpDefiner d_mul(detail::read_onnx_as(with_math<Mul>(binary("mul", onnx_as("Mul")
   return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
 })), "Mul"));
-OpDefiner d_div(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
+// ONNX Div on integers truncates toward zero, as Kiln's does; the narrow
+// integer types divide as int64.
+OnnxImport div_reader() {
+  return onnx_reader({"Div"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& a = n.input(in, 0);
+    const Tensor b = onnx_legacy_broadcast(n, a, n.input(in, 1));
+    if (is_floating(a.dtype()) || a.dtype() == DType::Int32 || a.dtype() == DType::Int64) return {div(a, b)};
+    return {cast(div(cast(a, DType::Int64), cast(b, DType::Int64)), a.dtype())};
+  });
+}
+OpDefiner d_div(detail::reads_onnx(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& b = c.inputs[1];
   return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(neg(g[0] * Y(c) / b), shape_of(c, 1)) : Tensor()};
-})));
-OpDefiner d_pow(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
+})), div_reader()));
+// ONNX Pow takes an exponent of another dtype; integer powers are computed
+// in float64, exact for the results an int64 holds up to 2^53.
+OnnxImport pow_reader() {
+  return onnx_reader({"Pow"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& a = n.input(in, 0);
+    const Tensor b = onnx_legacy_broadcast(n, a, n.input(in, 1));
+    if (!is_floating(a.dtype())) return {cast(round(pow(cast(a, DType::Float64), cast(b, DType::Float64))), a.dtype())};
+    return {pow(a, b.dtype() == a.dtype() ? b : cast(b, a.dtype()))};
+  });
+}
+OpDefiner d_pow(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   Grads out(2);
   if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
@@ -366,7 +421,7 @@ OpDefiner d_pow(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContex
     out[1] = sum_to(g[0] * Y(c) * safe_log, b.shape());
   }
   return out;
-})));
+})), pow_reader()));
 GradFn select_grad(bool take_max) {
   return [take_max](const GradContext& c, const Grads& g) -> Grads {
     const Tensor &a = c.inputs[0], &b = c.inputs[1];
@@ -469,6 +524,11 @@ OpDefiner d_cast([] {
     return {cast(g[0], c.inputs[0].dtype())};
   };
   d.onnx = onnx_as("Cast", [](const OnnxWriter& w) -> Attrs { return {{"to", w.attrs().get_dtype("dtype")}}; });
+  d.onnx_import = onnx_reader({"Cast", "CastLike"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const DType to = n.op_type() == "CastLike" ? n.input(in, 1).dtype() : n.dtype("to");
+    return {cast(n.input(in, 0), to)};
+  });
+  d.onnx_import.widen_half = false;
   d.tags = kEw;
   return d;
 }());

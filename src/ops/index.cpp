@@ -45,6 +45,82 @@ void write_one_hot(OnnxWriter& w) {
   w.node("OneHot", {w.in(0), depth, w.initializer(values, "one_hot_values")}, {w.out()}, {{"axis", int64_t{-1}}});
 }
 
+// --- ONNX readers -----------------------------------------------------------------
+// Negative indices count from the end of `dim`.
+Tensor wrap_indices(const Tensor& idx, int64_t dim) {
+  const Tensor i = idx.dtype() == DType::Int64 ? idx : cast(idx, DType::Int64);
+  return where(lt(i, zeros({}, DType::Int64)), i + scalar_tensor(static_cast<double>(dim), DType::Int64), i);
+}
+
+// Gather: x's axis replaced by the indices' shape; rows of a float matrix
+// are an embedding lookup.
+std::vector<Tensor> read_gather(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor &x = n.input(in, 0), &idx = n.input(in, 1);
+  const int64_t axis = n.axis(n.i("axis", 0), x.dim());
+  Shape out(x.shape().begin(), x.shape().begin() + axis);
+  out.insert(out.end(), idx.shape().begin(), idx.shape().end());
+  out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
+  const Tensor flat = wrap_indices(idx, x.shape()[axis]).reshape({idx.numel()});
+  if (axis == 0 && x.dim() == 2 && is_floating(x.dtype())) return {embedding(x, flat).reshape(out)};
+  return {index_select(x, axis, flat).reshape(out)};
+}
+
+std::vector<Tensor> read_gather_elements(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(n.i("axis", 0), x.dim());
+  return {gather(x, axis, wrap_indices(n.input(in, 1), x.shape()[axis]))};
+}
+
+// ScatterElements with reduction none (the updates replace) or add. With
+// repeated indices ONNX leaves "none" undefined; here they add up.
+std::vector<Tensor> read_scatter_elements(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor &x = n.input(in, 0), &updates = n.input(in, 2);
+  const int64_t axis = n.axis(n.i("axis", 0), x.dim());
+  const Tensor idx = wrap_indices(n.input(in, 1), x.shape()[axis]);
+  if (idx.shape() != updates.shape())
+    n.fail("indices ", shape_str(idx.shape()), " and updates ", shape_str(updates.shape()), " must have the same shape");
+  const std::string reduction = n.s("reduction", "none");
+  if (reduction == "add") return {scatter_add(x, axis, idx, updates)};
+  if (reduction != "none") n.unsupported("reduction '", reduction, "' is not supported; Kiln runs 'none' and 'add'");
+  const Tensor hits = scatter_add(zeros(x.shape(), DType::Int64), axis, idx, ones(idx.shape(), DType::Int64));
+  const Tensor written = scatter_add(zeros(x.shape(), x.dtype()), axis, idx, updates);
+  return {where(gt(hits, zeros({}, DType::Int64)), written, x)};
+}
+
+// OneHot(indices, depth, values = [off, on]) along `axis` (default -1, a new
+// last axis). Negative indices count from depth; indices out of range give a
+// row of off values. The output takes the values' dtype.
+std::vector<Tensor> read_one_hot(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& raw = n.input(in, 0);
+  const int64_t depth = static_cast<int64_t>(n.scalar_value(n.input(in, 1), "depth"));
+  if (depth <= 0) n.fail("depth must be positive, got ", depth);
+  const Tensor& values = n.input(in, 2);
+  if (values.numel() != 2) n.fail("values must hold [off_value, on_value], got shape ", shape_str(values.shape()));
+  const Tensor i = wrap_indices(is_floating(raw.dtype()) ? cast(raw, DType::Int64) : raw, depth);
+  const Tensor zero = zeros({}, DType::Int64);
+  const Tensor valid = where(ge(i, zero), lt(i, scalar_tensor(static_cast<double>(depth), DType::Int64)), zeros({}, DType::Bool));
+  const Tensor hot = one_hot(where(valid, i, zero), depth);
+  Shape with_class = i.shape();
+  with_class.push_back(1);
+  const Tensor on = gt(hot * cast(valid, DType::Int64).reshape(with_class), zero);
+  const Tensor flat = values.reshape({2});
+  const Tensor y = where(on, flat.slice(0, 1, 2).reshape({}), flat.slice(0, 0, 1).reshape({}));
+  const int64_t rank = y.dim(), axis = n.axis(n.i("axis", -1), rank);
+  if (axis == rank - 1) return {y};
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < rank - 1; ++d) {
+    if (d == axis) order.push_back(rank - 1);
+    order.push_back(d);
+  }
+  return {y.permute(order).contiguous()};
+}
+
+OnnxImport exact_reader(std::vector<std::string> types, OnnxReadFn read) {
+  OnnxImport r = onnx_reader(std::move(types), std::move(read));
+  r.widen_half = false;  // they select; they compute nothing
+  return r;
+}
+
 OpDefiner d_embedding(make(
     "embedding", {"weight", "indices"}, {},
     [](const Metas& in, const Attrs&) -> Metas {
@@ -82,15 +158,16 @@ Metas infer_gather(const Metas& in, const Attrs& a) {
   return {{true, in[1].shape, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_gather(make(
+OpDefiner d_gather(detail::reads_onnx(make(
     "gather", {"x", "index"}, {"axis:int"}, infer_gather,
     [](const GradContext& c, const Grads& g) -> Grads {
       int64_t ax = c.attrs.get_int("axis");
       return {scatter_add(zeros_like(c.inputs[0]), ax, c.inputs[1], g[0]), Tensor()};
     },
-    onnx_as("GatherElements", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}));
+    onnx_as("GatherElements", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
+    exact_reader({"GatherElements"}, read_gather_elements)));
 
-OpDefiner d_index_select(make(
+OpDefiner d_index_select(detail::reads_onnx(make(
     "index_select", {"x", "index"}, {"axis:int"},
     [](const Metas& in, const Attrs& a) -> Metas {
       check_index(in[1], "index");
@@ -108,9 +185,10 @@ OpDefiner d_index_select(make(
       Tensor idx = c.inputs[1].reshape(is).expand(g[0].shape()).contiguous();
       return {scatter_add(zeros_like(x), ax, idx, g[0]), Tensor()};
     },
-    onnx_as("Gather", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}));
+    onnx_as("Gather", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
+    exact_reader({"Gather"}, read_gather)));
 
-OpDefiner d_scatter_add(make(
+OpDefiner d_scatter_add(detail::reads_onnx(make(
     "scatter_add", {"x", "index", "src"}, {"axis:int"},
     [](const Metas& in, const Attrs& a) -> Metas {
       check_index(in[1], "index");
@@ -145,9 +223,10 @@ OpDefiner d_scatter_add(make(
       }
       return r;
     },
-    {{"Slice", "ScatterElements"}, write_scatter_add}, {0, 2}));
+    {{"Slice", "ScatterElements"}, write_scatter_add}, {0, 2}),
+    onnx_reader({"ScatterElements"}, read_scatter_elements)));
 
-OpDefiner d_one_hot(make(
+OpDefiner d_one_hot(detail::reads_onnx(make(
     "one_hot", {"indices"}, {"num_classes:int"},
     [](const Metas& in, const Attrs& a) -> Metas {
       check_index(in[0], "indices");
@@ -157,7 +236,12 @@ OpDefiner d_one_hot(make(
       s.push_back(n);
       return {{true, s, DType::Int64, in[0].device}};
     },
-    nullptr, {{"OneHot"}, write_one_hot}, {}));
+    nullptr, {{"OneHot"}, write_one_hot}, {}),
+    [] {
+      OnnxImport r = onnx_reader({"OneHot"}, read_one_hot);
+      r.value_inputs = {1};
+      return r;
+    }()));
 
 }  // namespace
 

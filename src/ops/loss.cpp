@@ -1,5 +1,7 @@
 // Fused losses: cross_entropy (label smoothing, ignore_index, class weights),
 // nll, mse, l1, smooth_l1, binary_cross_entropy_with_logits.
+#include <limits>
+
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -60,6 +62,27 @@ OpDef loss_op(const char* name, std::vector<std::string> inputs, std::vector<std
                          {"loss"});
 }
 
+// ONNX SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss: scores
+// [N, C, ...] with class indices [N, ...] and optional class weights; without
+// ignore_index no target is ignored. The first also returns log_prob.
+std::vector<Tensor> read_class_loss(const OnnxReader& n, const std::vector<Tensor>& in, bool softmax) {
+  const Tensor& x = n.input(in, 0);
+  Tensor target = n.input(in, 1);
+  if (is_floating(target.dtype())) n.fail("labels must be integer class indices, got ", dtype_name(target.dtype()));
+  if (target.dtype() != DType::Int64) target = cast(target, DType::Int64);
+  CrossEntropyOptions o;
+  o.reduction = n.s("reduction", "mean");
+  if (o.reduction != "mean" && o.reduction != "sum" && o.reduction != "none")
+    n.fail("reduction must be mean, sum or none, got '", o.reduction, "'");
+  o.ignore_index = n.has("ignore_index") ? n.i("ignore_index", 0) : std::numeric_limits<int64_t>::min();
+  o.weight = OnnxReader::optional(in, 2);
+  if (!softmax) return {nll_loss(x, target, o)};
+  const Tensor log_prob = log_softmax(x, 1);
+  std::vector<Tensor> out = {nll_loss(log_prob, target, o)};
+  if (n.output_wanted(1)) out.push_back(log_prob);
+  return out;
+}
+
 OpDefiner d_ce([] {
   OpDef d = loss_op(
       "cross_entropy", {"input", "target", "weight?"},
@@ -71,6 +94,9 @@ OpDefiner d_ce([] {
       },
       onnx_class_loss("SoftmaxCrossEntropyLoss"));
   d.differentiable_inputs = {0};
+  d.onnx_import = onnx_reader({"SoftmaxCrossEntropyLoss"}, [](const OnnxReader& n, const std::vector<Tensor>& in) {
+    return read_class_loss(n, in, true);
+  });
   return d;
 }());
 
@@ -103,6 +129,9 @@ OpDefiner d_nll([] {
       },
       onnx_class_loss("NegativeLogLikelihoodLoss"));
   d.differentiable_inputs = {0};
+  d.onnx_import = onnx_reader({"NegativeLogLikelihoodLoss"}, [](const OnnxReader& n, const std::vector<Tensor>& in) {
+    return read_class_loss(n, in, false);
+  });
   return d;
 }());
 

@@ -33,6 +33,38 @@ void write_linear(OnnxWriter& w) {
   if (bias) w.node("Add", {y, w.in(2)}, {w.out()});
 }
 
+// ONNX MatMul: numpy's matmul, where a 1-d operand is a row or a column
+// vector whose axis the result drops.
+std::vector<Tensor> read_matmul(const OnnxReader& n, const std::vector<Tensor>& in) {
+  Tensor a = n.input(in, 0), b = n.input(in, 1);
+  if (a.dim() == 0 || b.dim() == 0) n.fail("MatMul inputs must have at least one axis");
+  const bool vec_a = a.dim() == 1, vec_b = b.dim() == 1;
+  if (vec_a) a = a.unsqueeze(0);
+  if (vec_b) b = b.unsqueeze(1);
+  Tensor y = matmul(a, b);
+  if (vec_b) y = y.squeeze(y.dim() - 1);
+  if (vec_a) y = y.squeeze(y.dim() - (vec_b ? 1 : 2));
+  return {y};
+}
+
+// ONNX Gemm: alpha * A' B' + beta * C, with B' taken as linear's [out, in]
+// weight and a row C as its bias.
+std::vector<Tensor> read_gemm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  Tensor a = n.input(in, 0);
+  const Tensor& b = n.input(in, 1);
+  const Tensor c = OnnxReader::optional(in, 2);
+  if (a.dim() != 2 || b.dim() != 2) n.fail("Gemm takes 2-d A and B, got ", shape_str(a.shape()), " and ", shape_str(b.shape()));
+  if (n.i("transA", 0)) a = a.t();
+  const double alpha = n.f("alpha", 1.0), beta = n.f("beta", 1.0);
+  const Tensor w = n.i("transB", 0) ? b : b.t();
+  const int64_t out = w.shape()[0];
+  const bool bias_is_row = c.defined() && beta == 1.0 && (c.shape() == Shape{out} || c.shape() == Shape{1, out});
+  Tensor y = linear(a, w, bias_is_row ? c.reshape({out}) : Tensor());
+  if (alpha != 1.0) y = y * alpha;
+  if (c.defined() && !bias_is_row) y = y + (beta == 1.0 ? c : c * beta);
+  return {y};
+}
+
 OpDefiner d_matmul([] {
   OpDef d;
   d.name = "matmul";
@@ -45,6 +77,7 @@ OpDefiner d_matmul([] {
             c.needs_grad[1] ? sum_to(matmul(a.transpose(-1, -2), g[0]), b.shape()) : Tensor()};
   };
   d.onnx = onnx_as("MatMul");
+  d.onnx_import = onnx_reader({"MatMul"}, read_matmul);
   d.category = "matmul";
   return d;
 }());
@@ -80,6 +113,7 @@ OpDefiner d_linear([] {
     return r;
   };
   d.onnx = {{"Gemm", "Transpose", "MatMul", "Add"}, write_linear};
+  d.onnx_import = onnx_reader({"Gemm"}, read_gemm);
   d.category = "matmul";
   return d;
 }());

@@ -78,6 +78,54 @@ void write_dropout(OnnxWriter& w) {
   w.node("Identity", {w.in(0)}, {w.out()});
 }
 
+// ONNX BatchNormalization in inference form.
+std::vector<Tensor> read_batch_norm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  if (n.i("training_mode", 0)) n.unsupported("training_mode=1 is not supported; export the model in inference mode");
+  for (size_t i = 1; i < n.num_outputs(); ++i)
+    if (n.output_wanted(i)) n.unsupported("the running statistics outputs (training mode) are not supported");
+  return {batch_norm(n.input(in, 0), n.input(in, 1), n.input(in, 2), n.input(in, 3), n.input(in, 4), false, 0.1,
+                     n.f("epsilon", 1e-5))};
+}
+
+// ONNX LayerNormalization: scale and bias broadcast to the normalized shape;
+// the mean and inverse deviation outputs, where read, shaped like x with the
+// normalized axes kept as 1.
+std::vector<Tensor> read_layer_norm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(n.i("axis", -1), x.dim());
+  const double eps = n.f("epsilon", 1e-5);
+  const Shape normalized(x.shape().begin() + axis, x.shape().end());
+  Tensor scale = n.input(in, 1), bias = OnnxReader::optional(in, 2);
+  if (scale.shape() != normalized) scale = scale.expand(normalized).contiguous();
+  if (bias.defined() && bias.shape() != normalized) bias = bias.expand(normalized).contiguous();
+  std::vector<Tensor> out = {layer_norm(x, normalized, scale, bias, eps)};
+  if (n.output_wanted(1) || n.output_wanted(2)) {
+    std::vector<int64_t> axes;
+    for (int64_t a = axis; a < x.dim(); ++a) axes.push_back(a);
+    const Tensor m = mean(x, axes, true), d = x - m;
+    out.push_back(m);
+    out.push_back(rsqrt(mean(d * d, axes, true) + eps));
+  }
+  return out;
+}
+
+// ONNX InstanceNormalization: a group norm with one channel per group.
+std::vector<Tensor> read_instance_norm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  if (x.dim() < 3) n.fail("input must be [N, C, D1, ...], got ", shape_str(x.shape()));
+  return {group_norm(x, x.shape()[1], n.input(in, 1), n.input(in, 2), n.f("epsilon", 1e-5))};
+}
+
+// ONNX Dropout runs as the identity (a copy) in inference.
+std::vector<Tensor> read_dropout(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  if (in.size() > 2 && in[2].defined() && n.scalar_value(in[2], "training_mode") != 0)
+    n.unsupported("training_mode=true is not supported; inference runs dropout as the identity");
+  std::vector<Tensor> out = {x + 0.0};
+  if (n.output_wanted(1)) out.push_back(ones(x.shape(), DType::Bool));
+  return out;
+}
+
 OpDefiner d_batch_norm([] {
   OpDef d;
   d.name = "batch_norm";
@@ -113,6 +161,7 @@ OpDefiner d_batch_norm([] {
   d.writes = {3, 4};  // the running statistics, in training mode
   d.writes_if = "training";
   d.onnx = {{"BatchNormalization"}, write_batch_norm};
+  d.onnx_import = onnx_reader({"BatchNormalization"}, read_batch_norm);
   d.category = "normalization";
   return d;
 }());
@@ -168,6 +217,7 @@ OpDefiner d_layer_norm([] {
     return r;
   };
   d.onnx = {{"LayerNormalization"}, write_layer_norm};
+  d.onnx_import = onnx_reader({"LayerNormalization"}, read_layer_norm);
   d.category = "normalization";
   return d;
 }());
@@ -207,6 +257,7 @@ OpDefiner d_group_norm([] {
     return r;
   };
   d.onnx = {{"Reshape", "InstanceNormalization", "Mul", "Add"}, write_group_norm};
+  d.onnx_import = onnx_reader({"InstanceNormalization"}, read_instance_norm);
   d.category = "normalization";
   return d;
 }());
@@ -226,6 +277,9 @@ OpDefiner d_dropout([] {
   // mask holds 0 or 1/(1-p), so the gradient is one multiply.
   d.grad = [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * c.outputs[1]}; };
   d.onnx = {{"Identity"}, write_dropout};
+  d.onnx_import = onnx_reader({"Dropout"}, read_dropout);
+  d.onnx_import.value_inputs = {1, 2};
+  d.onnx_import.widen_half = false;
   d.tags = kTagRandom;
   return d;
 }());

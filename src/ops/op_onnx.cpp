@@ -65,6 +65,39 @@ int64_t OnnxReader::axis(int64_t axis, int64_t rank) const {
   return a;
 }
 
+int64_t OnnxReader::required_i(const std::string& name) const {
+  if (!has(name)) fail("the required attribute '", name, "' is missing");
+  return i(name, 0);
+}
+
+std::vector<int64_t> OnnxReader::axes_input(const std::vector<Tensor>& in, size_t index, int since) const {
+  if (opset() < since) return ints("axes");
+  if (index < in.size() && in[index].defined()) return int_values(in[index], "axes");
+  return {};
+}
+
+std::vector<int64_t> OnnxReader::int_values(const Tensor& t, const char* what) const {
+  if (!t.defined()) fail("the ", what, " input is missing");
+  if (is_floating(t.dtype())) fail("the ", what, " input should hold integers, not ", dtype_name(t.dtype()));
+  return t.to(DType::Int64).contiguous().to_vector<int64_t>();
+}
+
+double OnnxReader::scalar_value(const Tensor& t, const char* what) const {
+  if (!t.defined()) fail("the ", what, " input is missing");
+  if (t.numel() != 1) fail("the ", what, " input should hold one value, it has shape ", shape_str(t.shape()));
+  return t.to(DType::Float64).contiguous().to_vector<double>()[0];
+}
+
+void OnnxReader::check_created_size(const Shape& shape) const {
+  constexpr int64_t kMax = int64_t{1} << 28;  // 1 GiB of float32
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0) fail("shape ", shape_str(shape), " has a negative size");
+    if (d > 0 && numel > kMax / d) fail("the result ", shape_str(shape), " would hold more than 2^28 elements");
+    numel *= d;
+  }
+}
+
 Tensor onnx_legacy_broadcast(const OnnxReader& n, const Tensor& a, const Tensor& b) {
   if (n.opset() >= 7 || !n.i("broadcast", 0) || !n.has("axis") || b.dim() == 0) return b;
   const int64_t axis = n.axis(n.i("axis", 0), a.dim());

@@ -1,4 +1,7 @@
 // 2-D pooling: max, average, adaptive average, and their backward ops.
+#include <limits>
+
+#include "ops/onnx_spatial.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -93,6 +96,78 @@ OpDef pool_backward(const char* name, std::vector<std::string> attrs = {}) {
   return d;
 }
 
+// ONNX MaxPool, 1-d or 2-d. ceil_mode with even pads is the op's own
+// ceil_mode; other uneven pads become an explicit -inf border. Indices are
+// flat over the whole input, row-major (storage_order 0) or with H and W
+// swapped (1); Kiln's count within one plane.
+std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
+  Tensor x = n.input(in, 0);
+  if (!is_floating(x.dtype())) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
+  const PoolGeometry g = pool_geometry(n, x);
+  const Pads plain = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
+  std::vector<int64_t> padding = g.pads.begin;
+  const bool ceil = n.i("ceil_mode", 0) != 0 && pads_fit_kernel(g.kernel, plain);
+  const bool indices = n.output_wanted(1);
+  if (ceil) {
+    padding = plain.begin;
+  } else if (!pads_fit_kernel(g.kernel, g.pads)) {
+    if (indices) n.unsupported("the Indices output with pads larger than half the kernel is not supported");
+    x = pad_spatial(x, g.pads, -std::numeric_limits<double>::infinity());
+    padding.assign(g.kernel.size(), 0);
+  }
+  const Attrs a{{"kernel", g.rank.lift(g.kernel, 1)},
+                {"stride", g.rank.lift(g.stride, 1)},
+                {"padding", g.rank.lift(padding, 0)},
+                {"dilation", g.rank.lift(g.dilation, 1)},
+                {"ceil_mode", ceil}};
+  const Tensor lifted = g.rank.lift(x);
+  std::vector<Tensor> y = call(KILN_OP("max_pool2d"), {lifted}, a);
+  std::vector<Tensor> out = {g.rank.lower(y[0])};
+  if (!indices) return out;
+  const int64_t height = lifted.shape()[2], width = lifted.shape()[3], plane = height * width;
+  Tensor idx = y[1];
+  if (n.i("storage_order", 0)) {
+    const Tensor w = scalar_tensor(static_cast<double>(width), DType::Int64);
+    idx = remainder(idx, w) * scalar_tensor(static_cast<double>(height), DType::Int64) + div(idx, w);
+  }
+  const Shape& ys = y[1].shape();
+  const Tensor base = arange(ys[0] * ys[1], DType::Int64).reshape({ys[0], ys[1], 1, 1}) *
+                      scalar_tensor(static_cast<double>(plane), DType::Int64);
+  out.push_back(g.rank.lower(idx + base));
+  return out;
+}
+
+// ONNX AveragePool, 1-d or 2-d. Uneven padding: window sums over the padded
+// input, divided by how many elements each window counts (the explicit pads,
+// when count_include_pad, never the ceil_mode overhang).
+std::vector<Tensor> read_avg_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
+  const Tensor& x = n.input(in, 0);
+  const PoolGeometry g = pool_geometry(n, x);
+  for (int64_t d : g.dilation)
+    if (d != 1) n.unsupported("dilations other than 1 are not supported for AveragePool");
+  const bool include_pad = n.i("count_include_pad", 0) != 0;
+  const auto kernel = g.rank.lift(g.kernel, 1), stride = g.rank.lift(g.stride, 1);
+  if (pads_fit_kernel(g.kernel, g.pads) && !n.i("ceil_mode", 0))
+    return {g.rank.lower(avg_pool2d(g.rank.lift(x), kernel, stride, g.rank.lift(g.pads.begin, 0), include_pad))};
+  const Pads explicit_pads = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
+  Shape mask_shape = x.shape();
+  mask_shape[0] = mask_shape[1] = 1;
+  Tensor mask = ones(mask_shape, x.dtype());
+  Pads rest = g.pads;
+  if (include_pad) {
+    mask = pad_spatial(mask, explicit_pads, 1.0);
+    for (size_t i = 0; i < rest.begin.size(); ++i) {
+      rest.begin[i] -= explicit_pads.begin[i];
+      rest.end[i] -= explicit_pads.end[i];
+    }
+  }
+  const Tensor sums = avg_pool2d(g.rank.lift(pad_spatial(x, g.pads, 0.0)), kernel, stride, {0, 0}, true);
+  const Tensor counts = avg_pool2d(g.rank.lift(pad_spatial(mask, rest, 0.0)), kernel, stride, {0, 0}, true);
+  return {g.rank.lower(sums / counts)};
+}
+
 // Max pooling also returns the position of each maximum (flat index within
 // its H*W plane, as PyTorch's return_indices), so the backward is a scatter.
 OpDefiner d_max([] {
@@ -107,10 +182,12 @@ OpDefiner d_max([] {
   d.grad = [](const GradContext& c, const Grads& g) -> Grads {
     return {call("max_pool2d_backward", {g[0], c.outputs[1]}, {{"input_shape", c.inputs[0].shape()}})[0]};
   };
+  d.onnx_import = onnx_reader({"MaxPool"}, read_max_pool);
   return d;
 }());
-OpDefiner d_avg(pool("avg_pool2d", {{"AveragePool"}, write_avg_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
-                     infer_pool, "avg_pool2d_backward"));
+OpDefiner d_avg(detail::reads_onnx(pool("avg_pool2d", {{"AveragePool"}, write_avg_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
+                                        infer_pool, "avg_pool2d_backward"),
+                                   onnx_reader({"AveragePool"}, read_avg_pool)));
 OpDefiner d_adaptive(pool(
     "adaptive_avg_pool2d", {{"GlobalAveragePool", "AveragePool"}, write_adaptive_avg_pool}, {"output_size:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {

@@ -2,6 +2,7 @@
 // log_softmax and sum_to (the reduction that gradients of broadcasts use).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ops/op_helpers.h"
 
@@ -62,6 +63,46 @@ void write_moment(OnnxWriter& w, bool take_sqrt) {
   if (take_sqrt) w.node("Sqrt", {var}, {w.out()});
 }
 
+Attrs reduce_attrs(const std::vector<int64_t>& axes, bool keepdim) { return {{"axes", axes}, {"keepdim", keepdim}}; }
+
+// ONNX Reduce* (`type`): axes an attribute, or input 1 from opset `since` on;
+// none means all of them unless noop_with_empty_axes. Global*Pool (`global`)
+// reduces the spatial axes, keeping them. The maximum of nothing is the
+// lowest value (ONNX 18), the minimum the highest.
+OnnxImport reduce_reader(const std::string& op, const char* type, int since, const char* global = nullptr) {
+  std::vector<std::string> types = {type};
+  if (global) types.push_back(global);
+  const std::string reduce_type = type;
+  OnnxImport r = onnx_reader(types, [op, reduce_type, since](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const OpDef& self = OpRegistry::instance().get(op);
+    const Tensor& x = n.input(in, 0);
+    std::vector<int64_t> axes;
+    bool keep = true;
+    if (n.op_type() == reduce_type) {
+      axes = n.axes_input(in, 1, since);
+      if (axes.empty() && n.i("noop_with_empty_axes", 0)) return {x + 0.0};
+      for (int64_t& a : axes) a = n.axis(a, x.dim());
+      if (axes.empty())
+        for (int64_t i = 0; i < x.dim(); ++i) axes.push_back(i);
+      keep = n.i("keepdims", 1) != 0;
+    } else {
+      if (x.dim() < 3) n.fail("input must be [N, C, D1, ...], got ", shape_str(x.shape()));
+      for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+    }
+    const bool extreme = op == "amax" || op == "amin";
+    if (extreme && x.numel() == 0) {
+      const double inf = std::numeric_limits<double>::infinity();
+      return {full(detail::reduced_shape(x.shape(), detail::normalize_axes(axes, x.dim()), keep), op == "amax" ? -inf : inf,
+                   x.dtype())};
+    }
+    if (extreme && x.dtype() == DType::Bool)
+      return {cast(call1(self, {cast(x, DType::UInt8)}, reduce_attrs(axes, keep)), DType::Bool)};
+    return {call1(self, {x}, reduce_attrs(axes, keep))};
+  });
+  r.value_inputs = {1};
+  return r;
+}
+
 OpDef reduction(const char* name, OnnxExport onnx, GradFn grad) {
   OpDef d;
   d.name = name;
@@ -83,19 +124,25 @@ Tensor extreme_grad(const GradContext& c, const Tensor& g) {
   return back(c, g) * mask / count;
 }
 
-OpDefiner d_sum(reduction("sum", onnx_reduce("ReduceSum", true), [](const GradContext& c, const Grads& g) -> Grads { return {back(c, g[0]).contiguous()}; }));
-OpDefiner d_mean(reduction("mean", onnx_reduce("ReduceMean", false), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sum(detail::reads_onnx(reduction("sum", onnx_reduce("ReduceSum", true), [](const GradContext& c, const Grads& g) -> Grads {
+  return {back(c, g[0]).contiguous()};
+}), reduce_reader("sum", "ReduceSum", 13)));
+OpDefiner d_mean(detail::reads_onnx(reduction("mean", onnx_reduce("ReduceMean", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0] / static_cast<double>(reduced_count(c)))};
-}));
-OpDefiner d_amax(reduction("amax", onnx_reduce("ReduceMax", false), [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
-OpDefiner d_amin(reduction("amin", onnx_reduce("ReduceMin", false), [](const GradContext& c, const Grads& g) -> Grads { return {extreme_grad(c, g[0])}; }));
-OpDefiner d_prod(reduction("prod", onnx_reduce("ReduceProd", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("mean", "ReduceMean", 18, "GlobalAveragePool")));
+OpDefiner d_amax(detail::reads_onnx(reduction("amax", onnx_reduce("ReduceMax", false), [](const GradContext& c, const Grads& g) -> Grads {
+  return {extreme_grad(c, g[0])};
+}), reduce_reader("amax", "ReduceMax", 18, "GlobalMaxPool")));
+OpDefiner d_amin(detail::reads_onnx(reduction("amin", onnx_reduce("ReduceMin", false), [](const GradContext& c, const Grads& g) -> Grads {
+  return {extreme_grad(c, g[0])};
+}), reduce_reader("amin", "ReduceMin", 18)));
+OpDefiner d_prod(detail::reads_onnx(reduction("prod", onnx_reduce("ReduceProd", false), [](const GradContext& c, const Grads& g) -> Grads {
   // y / x, valid where x != 0 (PyTorch takes the same shortcut off the zero path).
   return {back(c, g[0]) * back(c, c.outputs[0]) / c.inputs[0]};
-}));
-OpDefiner d_logsumexp(reduction("logsumexp", onnx_reduce("ReduceLogSumExp", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("prod", "ReduceProd", 18)));
+OpDefiner d_logsumexp(detail::reads_onnx(reduction("logsumexp", onnx_reduce("ReduceLogSumExp", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0]) * exp(c.inputs[0] - back(c, c.outputs[0]))};
-}));
+}), reduce_reader("logsumexp", "ReduceLogSumExp", 18)));
 
 OpDef moment(const char* name, bool is_std) {
   OnnxExport onnx{{"ReduceMean", "Sub", "Mul", "ReduceSum", "Div", "Sqrt"},
@@ -127,6 +174,20 @@ OpDef arg_reduction(const char* name, const char* onnx_type) {
   };
   d.onnx = onnx_as(onnx_type, [](const OnnxWriter& w) -> Attrs {
     return {{"axis", w.attrs().get_int("axis")}, {"keepdims", w.attrs().get_bool("keepdim", false)}};
+  });
+  // select_last_index: search the reversed axis and map the index back.
+  const std::string op = name;
+  d.onnx_import = onnx_reader({onnx_type}, [op](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const OpDef& self = OpRegistry::instance().get(op);
+    const Tensor& x = n.input(in, 0);
+    const int64_t axis = n.axis(n.i("axis", 0), x.dim());
+    const Attrs a{{"axis", axis}, {"keepdim", n.i("keepdims", 1) != 0}};
+    if (!n.i("select_last_index", 0)) return call(self, {x}, a);
+    const int64_t dim = x.shape()[axis];
+    std::vector<int64_t> reversed;
+    for (int64_t i = dim - 1; i >= 0; --i) reversed.push_back(i);
+    const Tensor flipped = index_select(x, axis, from_vector(reversed, Shape{dim}));
+    return {scalar_tensor(static_cast<double>(dim - 1), DType::Int64) - call1(self, {flipped}, a)};
   });
   d.tags = kTagReduction | kTagNondifferentiable;
   return d;
@@ -171,8 +232,6 @@ OpDefiner d_log_softmax(softmax_like("log_softmax", "LogSoftmax", [](const GradC
   int64_t ax = c.attrs.get_int("axis", -1);
   return {g[0] - exp(y) * sum(g[0], {ax}, true)};
 }));
-
-Attrs reduce_attrs(const std::vector<int64_t>& axes, bool keepdim) { return {{"axes", axes}, {"keepdim", keepdim}}; }
 
 }  // namespace
 

@@ -34,11 +34,6 @@ int64_t OnnxNode::i(const std::string& name, int64_t fallback) const {
   return a->i();
 }
 
-int64_t OnnxNode::required_i(const std::string& name) const {
-  if (!has(name)) fail("the required attribute '", name, "' is missing");
-  return i(name, 0);
-}
-
 double OnnxNode::f(const std::string& name, double fallback) const {
   const auto* a = attr(name);
   if (!a) return fallback;
@@ -70,45 +65,21 @@ std::vector<std::string> OnnxNode::strings(const std::string& name) const {
   return {a->strings().begin(), a->strings().end()};
 }
 
+DType OnnxNode::dtype(const std::string& name) const {
+  return onnx_io::kiln_dtype(static_cast<int>(required_i(name)), where() + " attribute '" + name + "'");
+}
+
 const ::onnx::TensorProto* OnnxNode::tensor(const std::string& name) const {
   const auto* a = attr(name);
   return a && a->has_t() ? &a->t() : nullptr;
-}
-
-std::vector<int64_t> int_values(const OnnxNode& n, const Tensor& t, const char* what) {
-  if (!t.defined()) n.fail("the ", what, " input is missing");
-  if (is_floating(t.dtype())) n.fail("the ", what, " input should hold integers, not ", dtype_name(t.dtype()));
-  return t.to(DType::Int64).contiguous().to_vector<int64_t>();
-}
-
-double scalar_value(const OnnxNode& n, const Tensor& t, const char* what) {
-  if (!t.defined()) n.fail("the ", what, " input is missing");
-  if (t.numel() != 1) n.fail("the ", what, " input should hold one value, it has shape ", shape_str(t.shape()));
-  return t.to(DType::Float64).contiguous().to_vector<double>()[0];
-}
-
-void check_created_size(const OnnxNode& n, const Shape& shape) {
-  constexpr int64_t kMax = int64_t{1} << 28;  // 1 GiB of float32
-  int64_t numel = 1;
-  for (int64_t d : shape) {
-    if (d < 0) n.fail("shape ", shape_str(shape), " has a negative size");
-    if (d > 0 && numel > kMax / d) n.fail("the result ", shape_str(shape), " would hold more than 2^28 elements");
-    numel *= d;
-  }
 }
 
 Tensor scalar_like(double value, const Tensor& x) { return scalar_tensor(value, x.dtype()); }
 
 const std::vector<int>& value_inputs(const std::string& op_type) {
   static const std::map<std::string, std::vector<int>> table = [] {
-    std::map<std::string, std::vector<int>> t = {
-        {"Reshape", {1}}, {"Expand", {1}},    {"Tile", {1}},          {"Clip", {1, 2}},       {"CumSum", {1}},
-        {"Slice", {1, 2, 3, 4}}, {"Split", {1}}, {"Squeeze", {1}},   {"Unsqueeze", {1}},     {"Pad", {1, 2, 3}},
-        {"Trilu", {1}},   {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}, {"Dropout", {1, 2}}, {"OneHot", {1}},
-    };
-    for (const char* r : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceLogSumExp",
-                          "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"})
-      t[r] = {1};
+    std::map<std::string, std::vector<int>> t = {{"Tile", {1}}, {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}}};
+    for (const char* r : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"}) t[r] = {1};
     for (const OpDef* op : OpRegistry::instance().all())
       for (const std::string& type : op->onnx_import.types)
         if (!op->onnx_import.value_inputs.empty()) t[type] = op->onnx_import.value_inputs;
@@ -147,14 +118,11 @@ const ConverterTable& converters() {
   static const ConverterTable table = [] {
     ConverterTable t;
     add_elementwise_converters(t);
-    add_nn_converters(t);
     add_shape_converters(t);
     add_reduce_converters(t);
     // Ops that move or reinterpret data keep their dtype.
-    std::set<std::string> exact = {
-        "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat",
-        "Split", "Slice", "Gather", "GatherElements", "Expand", "Tile", "Shape", "Size", "Constant",
-        "ConstantOfShape", "Range", "Pad", "Trilu", "DepthToSpace", "SpaceToDepth", "Dropout"};
+    std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
+                                   "Range",    "DepthToSpace", "SpaceToDepth"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,

@@ -41,8 +41,8 @@ class OnnxNode : public OnnxReader {
   std::vector<int64_t> ints(const std::string& name, const std::vector<int64_t>& fallback = {}) const override;
   std::vector<double> floats(const std::string& name) const override;
   std::vector<std::string> strings(const std::string& name) const override;
+  DType dtype(const std::string& name) const override;
   const ::onnx::TensorProto* tensor(const std::string& name) const;
-  int64_t required_i(const std::string& name) const;
 
   [[noreturn]] void fail_with(const std::string& message) const override;
   [[noreturn]] void unsupported_with(const std::string& message) const override;
@@ -63,7 +63,6 @@ using ConverterTable = std::map<std::string, Converter>;
 // by opset) and every op's reader (OpDef::onnx_import).
 const ConverterTable& converters();
 void add_elementwise_converters(ConverterTable& table);
-void add_nn_converters(ConverterTable& table);
 void add_shape_converters(ConverterTable& table);
 void add_reduce_converters(ConverterTable& table);
 
@@ -72,17 +71,15 @@ void add_reduce_converters(ConverterTable& table);
 // bound by value when the graph is compiled.
 const std::vector<int>& value_inputs(const std::string& op_type);
 
-// Helpers shared by the converter files.
-// The values of a constant integer tensor (a shape, axes, pads, ...).
-std::vector<int64_t> int_values(const OnnxNode& n, const Tensor& t, const char* what);
-double scalar_value(const OnnxNode& n, const Tensor& t, const char* what);
+// Helpers shared by the converter files (the rest are OnnxReader's).
+inline std::vector<int64_t> int_values(const OnnxReader& n, const Tensor& t, const char* what) {
+  return n.int_values(t, what);
+}
+inline double scalar_value(const OnnxReader& n, const Tensor& t, const char* what) { return n.scalar_value(t, what); }
 // `axis` in [-rank, rank) to [0, rank), or a clear error.
 inline int64_t normalize_axis(const OnnxReader& n, int64_t axis, int64_t rank) { return n.axis(axis, rank); }
 // Required input i.
 inline const Tensor& input(const OnnxReader& n, const std::vector<Tensor>& in, size_t i) { return n.input(in, i); }
-// Refuses a tensor of `shape` that a node would create from values in the
-// model (ConstantOfShape, Expand, Tile, Range) when it is absurdly large.
-void check_created_size(const OnnxNode& n, const Shape& shape);
 // A tensor holding `value` with x's dtype, shaped to broadcast.
 Tensor scalar_like(double value, const Tensor& x);
 

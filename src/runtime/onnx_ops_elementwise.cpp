@@ -1,4 +1,6 @@
-// ONNX elementwise ops: unary math, activations, arithmetic, comparisons, logic.
+// ONNX elementwise ops that are compositions of Kiln ops: unary math and
+// activations Kiln has no op for, logic, variadic Max/Min/Sum/Mean (the
+// others are read by their ops: Gelu by gelu, Clip by clamp, ...).
 #include <cmath>
 #include <limits>
 
@@ -42,18 +44,6 @@ Tensor is_nan(const Tensor& x) { return ne(x, x); }
 Tensor tan_of(const Tensor& x) { return sin(x) / cos(x); }
 Tensor sinh_of(const Tensor& x) { return (exp(x) - exp(neg(x))) * scalar_like(0.5, x); }
 Tensor cosh_of(const Tensor& x) { return (exp(x) + exp(neg(x))) * scalar_like(0.5, x); }
-// ONNX Div on integers truncates toward zero.
-Tensor divide(const Tensor& a, const Tensor& b) {
-  if (is_floating(a.dtype())) return div(a, b);
-  Tensor q = div(a.to(DType::Float64), b.to(DType::Float64));
-  return cast(where(lt(q, zeros({}, DType::Float64)), ceil(q), floor(q)), a.dtype());
-}
-// Integer powers are computed in float64, which is exact for the results an int64 holds up to 2^53.
-Tensor power(const Tensor& a, const Tensor& b) {
-  if (!is_floating(a.dtype())) return cast(round(pow(a.to(DType::Float64), b.to(DType::Float64))), a.dtype());
-  return pow(a, b.dtype() == a.dtype() ? b : cast(b, a.dtype()));
-}
-
 std::vector<Tensor> elu(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   double alpha = n.f("alpha", 1.0);
@@ -75,15 +65,6 @@ std::vector<Tensor> selu(const OnnxNode& n, const std::vector<Tensor>& in) {
   return {where(gt(x, scalar_like(0, x)), x, neg_part) * scalar_like(gamma, x)};
 }
 
-// PyTorch's hardsigmoid (alpha 1/6, beta 0.5) is one Kiln op; other slopes
-// are the formula.
-std::vector<Tensor> hard_sigmoid(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor& x = input(n, in, 0);
-  double alpha = n.f("alpha", 0.2), beta = n.f("beta", 0.5);
-  if (std::abs(alpha - 1.0 / 6) < 1e-7 && beta == 0.5) return {hardsigmoid(x)};
-  return {clamp(x * scalar_like(alpha, x) + scalar_like(beta, x), 0.0, 1.0)};
-}
-
 std::vector<Tensor> prelu(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   Tensor slope = input(n, in, 1);
@@ -101,35 +82,6 @@ std::vector<Tensor> thresholded_relu(const OnnxNode& n, const std::vector<Tensor
   return {where(gt(x, scalar_like(n.f("alpha", 1.0), x)), x, scalar_like(0, x))};
 }
 
-std::vector<Tensor> gelu_op(const OnnxNode& n, const std::vector<Tensor>& in) {
-  std::string approx = n.s("approximate", "none");
-  if (approx != "none" && approx != "tanh") n.fail("approximate must be 'none' or 'tanh', got '", approx, "'");
-  return {gelu(input(n, in, 0), approx == "tanh")};
-}
-
-std::vector<Tensor> clip(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor& x = input(n, in, 0);
-  std::optional<double> lo, hi;
-  if (n.opset() < 11) {
-    lo = n.f("min", -std::numeric_limits<double>::infinity());
-    hi = n.f("max", std::numeric_limits<double>::infinity());
-  } else {
-    if (in.size() > 1 && in[1].defined()) lo = scalar_value(n, in[1], "min");
-    if (in.size() > 2 && in[2].defined()) hi = scalar_value(n, in[2], "max");
-  }
-  if (!lo && !hi) return {x + scalar_like(0, x)};
-  return {clamp(x, lo, hi)};
-}
-
-std::vector<Tensor> cast_op(const OnnxNode& n, const std::vector<Tensor>& in) {
-  DType to = onnx_io::kiln_dtype(static_cast<int>(n.required_i("to")), n.where() + " attribute 'to'");
-  return {cast(input(n, in, 0), to)};
-}
-
-std::vector<Tensor> cast_like(const OnnxNode& n, const std::vector<Tensor>& in) {
-  return {cast(input(n, in, 0), input(n, in, 1).dtype())};
-}
-
 std::vector<Tensor> is_inf(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   double inf = std::numeric_limits<double>::infinity();
@@ -138,11 +90,6 @@ std::vector<Tensor> is_inf(const OnnxNode& n, const std::vector<Tensor>& in) {
   if (pos) r = logical_or(r, eq(x, scalar_like(inf, x)));
   if (neg) r = logical_or(r, eq(x, scalar_like(-inf, x)));
   return {r};
-}
-
-std::vector<Tensor> softplus_op(const OnnxNode& n, const std::vector<Tensor>& in) {
-  // ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
-  return {softplus(input(n, in, 0), 1.0, 20.0)};
 }
 
 }  // namespace
@@ -157,20 +104,12 @@ void add_elementwise_converters(ConverterTable& t) {
   t["IsNaN"] = unary(is_nan);
   t["Not"] = unary(logical_not);
   t["Identity"] = unary(identity);
-  t["Softplus"] = softplus_op;
   t["Elu"] = elu;
   t["Celu"] = celu;
   t["Selu"] = selu;
-  t["HardSigmoid"] = hard_sigmoid;
   t["PRelu"] = prelu;
   t["ThresholdedRelu"] = thresholded_relu;
-  t["Gelu"] = gelu_op;
-  t["Clip"] = clip;
-  t["Cast"] = cast_op;
-  t["CastLike"] = cast_like;
   t["IsInf"] = is_inf;
-  t["Div"] = binary(divide);
-  t["Pow"] = binary(power);
   t["And"] = binary(logical_and);
   t["Or"] = binary(logical_or);
   t["Xor"] = binary(ne);

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -258,6 +260,31 @@ TEST(InferenceSession, UnsupportedOpsAreListedAtOnce) {
   EXPECT_NE(msg.find("2 op type(s)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("Hardmax (opset 17): 2 node(s): hm1, hm2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("ai.onnx.ml::Binarizer (opset 3): 1 node(s): bin"), std::string::npos) << msg;
+}
+
+// One op, one definition: an ONNX type that an op writes as its whole form
+// is read back by an op, not by the runtime's table of compositions; only
+// Identity (a name for its input) and the variadic Max and Min are the
+// runtime's own.
+TEST(InferenceSession, OpsReadTheOnnxTypesTheyWrite) {
+  std::set<std::string> read_by_ops;
+  for (const OpDef* op : OpRegistry::instance().all())
+    for (const std::string& type : op->onnx_import.types) read_by_ops.insert(type);
+  const std::set<std::string> runtime_own = {"Identity", "Max", "Min"};
+  const std::vector<std::string> supported = supported_onnx_ops();
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    if (op->onnx.types.size() != 1) continue;
+    const std::string& type = op->onnx.types[0];
+    if (runtime_own.count(type)) continue;
+    EXPECT_TRUE(read_by_ops.count(type)) << "op '" << op->name << "' writes ONNX " << type
+                                        << " but no op reads it (the runtime's table does, or nothing)";
+  }
+  for (const std::string& type : runtime_own)
+    EXPECT_NE(std::find(supported.begin(), supported.end(), type), supported.end()) << type;
+  // Conv, pools, normalizations and the shape ops are read by their ops.
+  for (const char* type : {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "BatchNormalization", "LayerNormalization",
+                           "Reshape", "Transpose", "Concat", "Slice", "Gather", "Pad", "Gemm", "MatMul"})
+    EXPECT_TRUE(read_by_ops.count(type)) << type;
 }
 
 // Ops read their own ONNX nodes (OpDef::onnx_import), old opsets included:

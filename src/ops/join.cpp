@@ -1,5 +1,6 @@
-// Shape ops: views (view, permute, slice, expand, split), joins, padding,
-// triangular masks and cumulative sums.
+// Joining and filling ops: concat, split, pad, triangular masks and
+// cumulative sums, with the ONNX types they read (Concat, Split, Pad, Trilu,
+// CumSum).
 #include <algorithm>
 
 #include "ops/op_helpers.h"
@@ -8,59 +9,9 @@ namespace kiln {
 namespace {
 using detail::Grads;
 using detail::Metas;
-
-Shape resolve_view_shape(const Shape& in, Shape s) {
-  int64_t known = 1, infer_at = -1;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == -1) {
-      KILN_CHECK(infer_at < 0, "only one dimension of the new shape ", shape_str(s), " may be -1");
-      infer_at = static_cast<int64_t>(i);
-    } else {
-      KILN_CHECK(s[i] >= 0, "invalid size ", s[i], " in shape ", shape_str(s));
-      known *= s[i];
-    }
-  }
-  int64_t n = numel_of(in);
-  if (infer_at >= 0) {
-    KILN_CHECK(known != 0 && n % known == 0, "cannot reshape ", shape_str(in), " (", n, " elements) into ",
-               shape_str(s));
-    s[infer_at] = n / known;
-  }
-  KILN_CHECK(numel_of(s) == n, "cannot reshape ", shape_str(in), " (", n, " elements) into ", shape_str(s), " (",
-             numel_of(s), " elements); the element counts must match");
-  return s;
-}
-
 using detail::make_op;
 
 // --- ONNX forms -------------------------------------------------------------------
-// With a dynamic batch, a shape that keeps axis 0 writes 0 there: ONNX
-// Reshape copies that size from the input.
-void write_view(OnnxWriter& w) {
-  std::vector<int64_t> shape(w.out_shape().begin(), w.out_shape().end());
-  if (w.dynamic_batch() && !shape.empty()) {
-    KILN_CHECK(!w.in_shape().empty() && w.in_shape()[0] == shape[0], "export with a dynamic batch: a reshape from ",
-               shape_str(w.in_shape()), " to ", shape_str(w.out_shape()),
-               " changes axis 0, so it cannot follow the batch size; export with fixed shapes "
-               "(dynamic_batch off) or keep the batch axis first and whole");
-    shape[0] = 0;
-  }
-  w.node("Reshape", {w.in(0), w.ints(shape, "shape")}, {w.out()});
-}
-void write_slice(OnnxWriter& w) {
-  const Attrs& a = w.attrs();
-  w.node("Slice",
-         {w.in(0), w.ints({a.get_int("start")}, "starts"), w.ints({a.get_int("end")}, "ends"),
-          w.ints({a.get_int("axis")}, "axes"), w.ints({a.get_int("step", 1)}, "steps")},
-         {w.out()});
-}
-// ONNX Expand broadcasts both ways, so a batch axis kept whole may say 1.
-void write_expand(OnnxWriter& w) {
-  std::vector<int64_t> shape(w.out_shape().begin(), w.out_shape().end());
-  const Shape& x = w.in_shape();
-  if (w.dynamic_batch() && x.size() == shape.size() && !x.empty() && x[0] == shape[0]) shape[0] = 1;
-  w.node("Expand", {w.in(0), w.ints(shape, "shape")}, {w.out()});
-}
 void write_split(OnnxWriter& w) {
   w.node("Split", {w.in(0), w.ints(w.attrs().get_ints("sizes"), "split")}, w.outputs(),
          {{"axis", w.attrs().get_int("axis", 0)}});
@@ -95,96 +46,78 @@ void write_cumsum(OnnxWriter& w) {
 }
 
 
-OpDefiner d_view(make_op(
-    "view", {"x"}, {"shape:ints"},
-    [](const Metas& in, const Attrs& a) -> Metas {
-      return {{true, resolve_view_shape(in[0].shape, a.get_ints("shape")), in[0].dtype, in[0].device}};
-    },
-    [](const GradContext& c, const Grads& g) -> Grads { return {g[0].reshape(c.inputs[0].shape())}; }, {{"Reshape"}, write_view},
-    kTagView));
-
-OpDefiner d_permute(make_op(
-    "permute", {"x"}, {"order:ints"},
-    [](const Metas& in, const Attrs& a) -> Metas {
-      auto order = a.get_ints("order");
-      int64_t r = static_cast<int64_t>(in[0].shape.size());
-      KILN_CHECK(static_cast<int64_t>(order.size()) == r, "order has ", order.size(), " axes but the tensor has rank ", r);
-      Shape s(r);
-      std::vector<bool> seen(r, false);
-      for (int64_t i = 0; i < r; ++i) {
-        int64_t ax = normalize_axis(order[i], r);
-        KILN_CHECK(!seen[ax], "axis ", order[i], " appears twice in order");
-        seen[ax] = true;
-        s[i] = in[0].shape[ax];
-      }
-      return {{true, s, in[0].dtype, in[0].device}};
-    },
-    [](const GradContext& c, const Grads& g) -> Grads {
-      auto order = c.attrs.get_ints("order");
-      std::vector<int64_t> inverse(order.size());
-      for (size_t i = 0; i < order.size(); ++i)
-        inverse[normalize_axis(order[i], static_cast<int64_t>(order.size()))] = static_cast<int64_t>(i);
-      return {g[0].permute(inverse)};
-    },
-    onnx_as("Transpose", [](const OnnxWriter& w) -> Attrs { return {{"perm", w.attrs().get_ints("order")}}; }), kTagView));
-
-}  // namespace
-
-namespace detail {
-void slice_bounds(int64_t size, int64_t& start, int64_t& end, int64_t step, int64_t& count) {
-  KILN_CHECK(step > 0, "slice step must be positive, got ", step);
-  if (start < 0) start += size;
-  if (end < 0) end += size;
-  start = std::clamp<int64_t>(start, 0, size);
-  end = std::clamp<int64_t>(end, 0, size);
-  count = end > start ? (end - start + step - 1) / step : 0;
-}
-}  // namespace detail
-
-namespace {
-
-Metas infer_slice(const Metas& in, const Attrs& a) {
-  int64_t r = static_cast<int64_t>(in[0].shape.size());
-  int64_t ax = normalize_axis(a.get_int("axis"), r);
-  int64_t start = a.get_int("start"), end = a.get_int("end"), count = 0;
-  detail::slice_bounds(in[0].shape[ax], start, end, a.get_int("step", 1), count);
-  Shape s = in[0].shape;
-  s[ax] = count;
-  return {{true, s, in[0].dtype, in[0].device}};
+// --- ONNX readers -----------------------------------------------------------------
+std::vector<Tensor> read_concat(const OnnxReader& n, const std::vector<Tensor>& in) {
+  if (in.empty()) n.fail("Concat needs at least one input");
+  std::vector<Tensor> parts;
+  for (size_t i = 0; i < in.size(); ++i) parts.push_back(n.input(in, i));
+  return {concat(parts, n.axis(n.required_i("axis"), parts[0].dim()))};
 }
 
-OpDefiner d_slice(make_op(
-    "slice", {"x"}, {"axis:int", "start:int", "end:int", "step:int=1"}, infer_slice,
-    [](const GradContext& c, const Grads& g) -> Grads {
-      Attrs a = c.attrs;
-      a.set("input_shape", c.inputs[0].shape());
-      return {call("slice_backward", {g[0]}, a)[0]};
-    },
-    {{"Slice"}, write_slice}, kTagView));
+// Split sizes from the input (opset 13 on) or the attribute; without them,
+// as many near-equal parts as the node has outputs.
+std::vector<Tensor> read_split(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(n.i("axis", 0), x.dim());
+  std::vector<int64_t> sizes;
+  if (n.opset() < 13) sizes = n.ints("split");
+  else if (in.size() > 1 && in[1].defined()) sizes = n.int_values(in[1], "split");
+  if (sizes.empty()) {
+    const int64_t parts = static_cast<int64_t>(n.num_outputs()), dim = x.shape()[axis];
+    const int64_t each = (dim + parts - 1) / parts;
+    for (int64_t i = 0; i < parts; ++i) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - i * each)));
+  }
+  return split(x, sizes, axis);
+}
 
-OpDefiner d_slice_bw(make_op(
-    "slice_backward", {"grad"}, {"input_shape:ints", "axis:int", "start:int", "end:int", "step:int=1"},
-    [](const Metas& in, const Attrs& a) -> Metas {
-      return {{true, a.get_ints("input_shape"), in[0].dtype, in[0].device}};
-    },
-    nullptr, {}, kTagBackward));
+// Pad: ONNX's pads are every axis's begin, then every axis's end (an
+// attribute before opset 11).
+std::vector<Tensor> read_pad(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const std::string mode = n.s("mode", "constant");
+  if (mode != "constant" && mode != "reflect") n.unsupported("pad mode '", mode, "' is not supported (constant and reflect are)");
+  std::vector<int64_t> pads;
+  double value = 0;
+  if (n.opset() < 11) {
+    pads = n.ints("pads");
+    value = n.f("value", 0);
+  } else {
+    pads = n.int_values(n.input(in, 1), "pads");
+    if (in.size() > 2 && in[2].defined()) value = n.scalar_value(in[2], "constant_value");
+    if (in.size() > 3 && in[3].defined()) n.unsupported("the axes input is not supported");
+  }
+  const int64_t r = x.dim();
+  if (static_cast<int64_t>(pads.size()) != 2 * r) n.fail("pads has ", pads.size(), " values for rank ", r);
+  std::vector<int64_t> pairs;
+  for (int64_t ax = r - 1; ax >= 0; --ax) {
+    if (pads[ax] < 0 || pads[r + ax] < 0) n.unsupported("negative pads are not supported");
+    pairs.push_back(pads[ax]);
+    pairs.push_back(pads[r + ax]);
+  }
+  return {pad(x, pairs, mode, value)};
+}
 
-OpDefiner d_expand(make_op(
-    "expand", {"x"}, {"shape:ints"},
-    [](const Metas& in, const Attrs& a) -> Metas {
-      Shape target = a.get_ints("shape");
-      const Shape& s = in[0].shape;
-      KILN_CHECK(target.size() >= s.size(), "cannot expand ", shape_str(s), " to fewer dimensions ", shape_str(target));
-      for (size_t i = 0; i < s.size(); ++i) {
-        int64_t& t = target[target.size() - s.size() + i];
-        if (t == -1) t = s[i];
-        KILN_CHECK(s[i] == t || s[i] == 1, "cannot expand ", shape_str(s), " to ", shape_str(a.get_ints("shape")),
-                   ": axis of size ", s[i], " must be 1 or equal the target size");
-      }
-      return {{true, target, in[0].dtype, in[0].device}};
-    },
-    [](const GradContext& c, const Grads& g) -> Grads { return {sum_to(g[0], c.inputs[0].shape())}; }, {{"Expand"}, write_expand},
-    kTagView));
+std::vector<Tensor> read_trilu(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t k = in.size() > 1 && in[1].defined() ? static_cast<int64_t>(n.scalar_value(in[1], "k")) : 0;
+  return {n.i("upper", 1) ? triu(x, k) : tril(x, k)};
+}
+
+// CumSum: the axis is an input; exclusive sums leave out the element itself.
+std::vector<Tensor> read_cumsum(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(static_cast<int64_t>(n.scalar_value(n.input(in, 1), "axis")), x.dim());
+  Tensor y = call1(KILN_OP("cumsum"), {x}, Attrs{{"axis", axis}, {"reverse", n.i("reverse", 0) != 0}});
+  if (n.i("exclusive", 0)) y = y - x;
+  return {y};
+}
+
+OnnxImport reader_of(std::vector<std::string> types, OnnxReadFn read, std::vector<int> value_inputs, bool widen) {
+  OnnxImport r = onnx_reader(std::move(types), std::move(read));
+  r.value_inputs = std::move(value_inputs);
+  r.widen_half = widen;
+  return r;
+}
 
 Metas infer_concat(const Metas& in, const Attrs& a) {
   KILN_CHECK(!in.empty(), "needs at least one tensor");
@@ -207,7 +140,7 @@ Metas infer_concat(const Metas& in, const Attrs& a) {
   return {{true, s, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_concat(make_op(
+OpDefiner d_concat(detail::reads_onnx(make_op(
     "concat", {"tensors*"}, {"axis:int=0"}, infer_concat,
     [](const GradContext& c, const Grads& g) -> Grads {
       int64_t ax = normalize_axis(c.attrs.get_int("axis", 0), c.inputs[0].dim());
@@ -220,7 +153,8 @@ OpDefiner d_concat(make_op(
       }
       return out;
     },
-    onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0));
+    onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0),
+    reader_of({"Concat"}, read_concat, {}, false)));
 
 OpDefiner d_split([] {
   OpDef d = make_op(
@@ -249,10 +183,11 @@ OpDefiner d_split([] {
       },
       OnnxExport{{"Split"}, write_split}, kTagView);
   d.outputs = {"parts*"};
+  d.onnx_import = reader_of({"Split"}, read_split, {1}, false);
   return d;
 }());
 
-OpDefiner d_pad(make_op(
+OpDefiner d_pad(detail::reads_onnx(make_op(
     "pad", {"x"}, {"pads:ints", "mode:string=constant|reflect", "value:float=0"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto pads = a.get_ints("pads");
@@ -278,7 +213,8 @@ OpDefiner d_pad(make_op(
               {"input_shape", c.inputs[0].shape()}};
       return {call("pad_backward", {g[0]}, a)[0]};
     },
-    {{"Pad"}, write_pad}, 0));
+    {{"Pad"}, write_pad}, 0),
+    reader_of({"Pad"}, read_pad, {1, 2, 3}, false)));
 
 OpDefiner d_pad_bw(make_op(
     "pad_backward", {"grad"}, {"input_shape:ints", "pads:ints", "mode:string"},
@@ -295,12 +231,13 @@ OpDefiner d_tril(make_op(
     "tril", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {tril(g[0], c.attrs.get_int("diagonal", 0))}; },
     onnx_trilu(false), 0));
-OpDefiner d_triu(make_op(
+OpDefiner d_triu(detail::reads_onnx(make_op(
     "triu", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {triu(g[0], c.attrs.get_int("diagonal", 0))}; },
-    onnx_trilu(true), 0));
+    onnx_trilu(true), 0),
+    reader_of({"Trilu"}, read_trilu, {1}, false)));
 
-OpDefiner d_cumsum(make_op(
+OpDefiner d_cumsum(detail::reads_onnx(make_op(
     "cumsum", {"x"}, {"axis:int", "reverse:bool=false"},
     [](const Metas& in, const Attrs& a) -> Metas {
       normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
@@ -309,7 +246,8 @@ OpDefiner d_cumsum(make_op(
     [](const GradContext& c, const Grads& g) -> Grads {
       return {call("cumsum", {g[0]}, {{"axis", c.attrs.get_int("axis")}, {"reverse", !c.attrs.get_bool("reverse", false)}})[0]};
     },
-    {{"CumSum"}, write_cumsum}, 0));
+    {{"CumSum"}, write_cumsum}, 0),
+    reader_of({"CumSum"}, read_cumsum, {1}, true)));
 
 }  // namespace
 
