@@ -25,14 +25,18 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
 KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback) const {
   const Tensor& d = in[n.op->dispatch_input];
   const DType dtype = d.dtype();
-  KernelFn k = n.op->kernels[static_cast<int>(device_.type)][static_cast<int>(dtype)];
+  std::vector<DType> dtypes;
+  for (const Tensor& t : in)
+    if (t.defined()) dtypes.push_back(t.dtype());
+  std::string why;
+  KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
   *fallback = false;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // The device keeps its tensors in host memory (compile checks), so the
     // CPU's kernel runs on them where they are; a view needs nothing more.
     if (k != nullptr && !n.op->has_tag(kTagView)) {
-      allow_fallback(*n.op, device_, dtype);
+      allow_fallback(*n.op, device_, dtype, why);
       *fallback = true;
     }
   }
@@ -98,7 +102,9 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
 const std::vector<Tensor>& Executable::run_slots() {
   apply_num_threads_to_this_thread();
   const bool profiling = profiler::detail::active();
-  for (Step& s : steps_) {
+  Backend& b = backend(device_.type);
+  b.run_steps(device_.index, steps_.size(), [this, profiling](size_t i) {
+    Step& s = steps_[i];
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
       if (s.kernel) {
@@ -111,7 +117,8 @@ const std::vector<Tensor>& Executable::run_slots() {
       KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
     }
     if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback);
-  }
+  });
+  b.synchronize(device_.index);
   return outputs_;
 }
 

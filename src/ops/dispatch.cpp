@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "core/read_observer.h"
 #include "kiln/backend.h"
@@ -155,7 +156,7 @@ std::atomic<int64_t> g_fallbacks{0};
 
 // The CPU kernel standing in for a missing one, or null when there is none
 // (or strict_device forbids it, which throws).
-KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d) {
+KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d, const std::string& why) {
   if (d.device.type == DeviceType::CPU) return nullptr;
   KernelFn cpu = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
   if (!cpu) return nullptr;
@@ -166,24 +167,34 @@ KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d) {
                " kernel for the view op; views cannot fall back to the CPU across a copy");
     return cpu;
   }
-  allow_fallback(op, d.device, d.dtype);
+  allow_fallback(op, d.device, d.dtype, why);
   return cpu;
 }
 
 }  // namespace
 
-void allow_fallback(const OpDef& op, Device device, DType dtype) {
-  KILN_CHECK(!strict_device(), "no ", device_type_name(device.type), " kernel for dtype ", dtype_name(dtype),
+void allow_fallback(const OpDef& op, Device device, DType dtype, const std::string& why) {
+  const std::string missing = why.empty() ? std::string("no ") + device_type_name(device.type) + " kernel for dtype " + dtype_name(dtype)
+                                          : std::string("the ") + device_type_name(device.type) + " kernel does not take this call (" + why + ")";
+  KILN_CHECK(!strict_device(), missing,
              ", and strict_device forbids running it on the CPU instead; unset KILN_STRICT_DEVICE (or call "
              "set_strict_device(false)) to let it fall back, or move its inputs to the CPU with .to(kiln::cpu_device())");
   static std::mutex mu;
-  static std::set<std::pair<std::string, int>> warned;
+  static std::set<std::tuple<std::string, int, std::string>> warned;
   std::lock_guard<std::mutex> lock(mu);
-  if (!warned.insert({op.name, static_cast<int>(device.type)}).second) return;
+  if (!warned.insert({op.name, static_cast<int>(device.type), why}).second) return;
   std::fprintf(stderr,
-               "kiln: warning: op '%s' has no %s kernel; the CPU's kernel runs it instead. "
+               "kiln: warning: op '%s': %s; the CPU's kernel runs it instead. "
                "Profiles mark these calls as fallback; set KILN_STRICT_DEVICE=1 to make this an error.\n",
-               op.name.c_str(), device_type_name(device.type));
+               op.name.c_str(), missing.c_str());
+}
+
+KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
+                       const Attrs& attrs, std::string* why) {
+  KernelFn k = op.kernels[static_cast<int>(device.type)][static_cast<int>(dtype)];
+  if (k == nullptr || device.type == DeviceType::CPU) return k;
+  const Backend* b = find_backend(device.type);
+  return b == nullptr || b->supports(op.name, dtypes, attrs, why) ? k : nullptr;
 }
 
 void count_fallback() { g_fallbacks.fetch_add(1, std::memory_order_relaxed); }
@@ -291,8 +302,16 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
       if (metas[i].defined && !(metas[i].device == d.device)) fail_on_devices(op, metas, i);
     check_attrs(op, attrs);
     out_metas = op.infer(metas, attrs);
-    kernel = op.kernels[static_cast<int>(d.device.type)][static_cast<int>(d.dtype)];
-    if (kernel == nullptr && (kernel = cpu_fallback(op, d)) != nullptr)
+    std::string why;
+    if (d.device.type == DeviceType::CPU) {
+      kernel = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
+    } else {
+      std::vector<DType> dtypes;
+      for (const TensorMeta& m : metas)
+        if (m.defined) dtypes.push_back(m.dtype);
+      kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
+    }
+    if (kernel == nullptr && (kernel = cpu_fallback(op, d, why)) != nullptr)
       fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
       std::string supported;

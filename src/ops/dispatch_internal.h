@@ -15,10 +15,15 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback = false);
 
-// An op about to run a CPU kernel for want of one on `device`: refused
-// under strict_device, otherwise warned about once per op and backend.
-// count_fallback() counts each such call (fallback_count()).
-void allow_fallback(const OpDef& op, Device device, DType dtype);
+// An op about to run a CPU kernel for want of one on `device` (`why`: the
+// backend's reason when it has a kernel that does not take this call):
+// refused under strict_device, otherwise warned about once per op, backend
+// and reason. count_fallback() counts each such call (fallback_count()).
+void allow_fallback(const OpDef& op, Device device, DType dtype, const std::string& why = {});
+// The device backend's kernel for this call, or null where it has none or
+// its backend does not take the call (the reason in *why).
+KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
+                       const Attrs& attrs, std::string* why);
 void count_fallback();
 
 namespace detail {

@@ -1,9 +1,15 @@
 // The backend seam, proved on the reference backend: every golden case runs
 // with its inputs on the reference device and must give PyTorch's values on
-// that device, whether the op has a reference kernel (copy, matmul, sum, the
-// elementwise formulas) or runs on the CPU instead; that fallback is counted,
-// warned about once, marked in profiles, and an error under strict_device.
+// that device, whether the op has a reference kernel (copy, matmul, sum,
+// conv2d, the elementwise formulas) or runs on the CPU instead, for want of a
+// kernel or because the kernel does not take the call (a grouped
+// convolution); that fallback is counted, warned about once, marked in
+// profiles, and an error under strict_device. Compiled graphs take their run
+// loop from the backend.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 
 #include "kiln/backend.h"
 #include "kiln/jit.h"
@@ -54,16 +60,17 @@ TEST(ReferenceBackend, KernelsComeFromItsLoopsAndTheFormulas) {
   EXPECT_FALSE(has(add, DType::Int64));                               // formulas are floating
   EXPECT_TRUE(has(hardswish, DType::Float64));
   EXPECT_TRUE(has(OpRegistry::instance().get("matmul"), DType::Float32));
-  EXPECT_FALSE(has(conv, DType::Float32));
+  EXPECT_TRUE(has(conv, DType::Float32));
+  EXPECT_FALSE(has(OpRegistry::instance().get("softmax"), DType::Float32));
 }
 
 TEST(ReferenceBackend, FallbackIsCountedWarnedOnceAndProfiled) {
-  Tensor x = randn({1, 2, 5, 5}).to(kRef), w = randn({3, 2, 3, 3}).to(kRef);
+  Tensor x = randn({1, 2, 5, 5}).to(kRef);
   const int64_t before = fallback_count();
   ::testing::internal::CaptureStderr();
   profiler::start();
-  Tensor y = conv2d(x, w);
-  Tensor z = conv2d(x, w);
+  Tensor y = softmax(x, 1);
+  Tensor z = softmax(x, 1);
   Tensor s = add(y, z);
   profiler::stop();
   std::string err = ::testing::internal::GetCapturedStderr();
@@ -71,33 +78,134 @@ TEST(ReferenceBackend, FallbackIsCountedWarnedOnceAndProfiled) {
   EXPECT_EQ(y.device(), kRef);
   EXPECT_EQ(s.device(), kRef);
   // The same values as on the CPU.
-  Tensor want = conv2d(x.to(cpu_device()), w.to(cpu_device()));
+  Tensor want = softmax(x.to(cpu_device()), 1);
   EXPECT_EQ(compare(y.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {1e-6, 1e-6}), "");
+  const std::string warning = "op 'softmax': no reference kernel for dtype float32";
   size_t warned = 0;
-  for (size_t at = err.find("op 'conv2d' has no reference kernel"); at != std::string::npos;
-       at = err.find("op 'conv2d' has no reference kernel", at + 1))
-    ++warned;
+  for (size_t at = err.find(warning); at != std::string::npos; at = err.find(warning, at + 1)) ++warned;
   EXPECT_LE(warned, 1u) << err;  // once per process, and another test may have warned first
-  int conv_fallbacks = 0, add_fallbacks = 0;
+  int softmax_fallbacks = 0, add_fallbacks = 0;
   for (const auto& r : profiler::records()) {
-    if (r.name == "conv2d") conv_fallbacks += r.fallback;
+    if (r.name == "softmax") softmax_fallbacks += r.fallback;
     if (r.name == "add") add_fallbacks += r.fallback;
   }
-  EXPECT_EQ(conv_fallbacks, 2);
+  EXPECT_EQ(softmax_fallbacks, 2);
   EXPECT_EQ(add_fallbacks, 0);
   EXPECT_NE(profiler::summary().find("fallback"), std::string::npos);
 }
 
 TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
-  Tensor x = randn({1, 2, 5, 5}).to(kRef), w = randn({3, 2, 3, 3}).to(kRef);
+  Tensor x = randn({1, 2, 5, 5}).to(kRef);
   set_strict_device(true);
-  std::string msg = message_of([&] { conv2d(x, w); });
+  std::string msg = message_of([&] { softmax(x, 1); });
   Tensor fine = relu(x);  // has a reference kernel
   set_strict_device(false);
-  EXPECT_NE(msg.find("conv2d"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("softmax"), std::string::npos) << msg;
   EXPECT_NE(msg.find("no reference kernel for dtype float32"), std::string::npos) << msg;
   EXPECT_NE(msg.find("KILN_STRICT_DEVICE"), std::string::npos) << msg;
   EXPECT_EQ(fine.device(), kRef);
+}
+
+// The reference conv2d loop takes groups=1 only: the backend says so through
+// supports(), so a grouped convolution runs on the CPU, visibly, in eager
+// and compiled runs, and strict_device names the reason.
+TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
+  Tensor x = randn({2, 4, 6, 6}), w = randn({6, 4, 3, 3}), wg = randn({6, 2, 3, 3}), b = randn({6});
+  ConvOptions plain, grouped;
+  plain.padding = {1, 1};
+  grouped.groups = 2;
+  grouped.stride = {2, 2};
+  int64_t before = fallback_count();
+  Tensor y = conv2d(x.to(kRef), w.to(kRef), b.to(kRef), plain);
+  EXPECT_EQ(fallback_count() - before, 0) << "groups=1 runs the reference loop";
+  Tensor want = conv2d(x, w, b, plain);
+  EXPECT_EQ(compare(y.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {1e-5, 1e-5}), "");
+
+  ::testing::internal::CaptureStderr();
+  before = fallback_count();
+  Tensor yg = conv2d(x.to(kRef), wg.to(kRef), b.to(kRef), grouped);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(fallback_count() - before, 1);
+  EXPECT_EQ(yg.device(), kRef);
+  Tensor want_g = conv2d(x, wg, b, grouped);
+  EXPECT_EQ(compare(yg.to(cpu_device()), want_g.to(DType::Float64).to_vector<double>(), want_g.shape(), {1e-5, 1e-5}), "");
+  if (!err.empty()) {  // another test may have warned first
+    EXPECT_NE(err.find("groups=2"), std::string::npos) << err;
+  }
+
+  jit::Function fn = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{conv2d(in[0], in[1], Tensor(), grouped)}; };
+  auto compiled = jit::compile(fn, {x.to(kRef), wg.to(kRef)});
+  before = fallback_count();
+  Tensor yc = compiled({x.to(kRef), wg.to(kRef)})[0];
+  EXPECT_EQ(fallback_count() - before, 1);
+  EXPECT_EQ(compare(yc.to(cpu_device()), conv2d(x, wg, Tensor(), grouped).to(DType::Float64).to_vector<double>(),
+                    want_g.shape(), {1e-5, 1e-5}), "");
+
+  set_strict_device(true);
+  const std::string msg = message_of([&] { conv2d(x.to(kRef), wg.to(kRef), Tensor(), grouped); });
+  Tensor fine = conv2d(x.to(kRef), w.to(kRef), Tensor(), plain);
+  set_strict_device(false);
+  EXPECT_NE(msg.find("the reference kernel does not take this call (groups=2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("KILN_STRICT_DEVICE"), std::string::npos) << msg;
+  EXPECT_EQ(fine.device(), kRef);
+  EXPECT_EQ(backend(DeviceType::Reference).unsupported_calls("conv2d"), "groups other than 1");
+  EXPECT_EQ(backend(DeviceType::Reference).unsupported_calls("matmul"), "");
+}
+
+// A backend that queues a compiled graph's steps on a stream of its own (a
+// worker thread here) and waits for them in synchronize(), as a device
+// backend does: the executor takes its run loop from the backend and waits
+// before it hands the outputs back.
+class StreamBackend : public HostMemoryBackend {
+ public:
+  explicit StreamBackend(Backend& inner) : inner_(inner) {}
+  bool supports(const std::string& op, const std::vector<DType>& d, const Attrs& a, std::string* why) const override {
+    return inner_.supports(op, d, a, why);
+  }
+  void run_steps(int, size_t count, const std::function<void(size_t)>& step) override {
+    ++runs;
+    worker_ = std::thread([count, step, this] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the caller must wait, not race
+      for (size_t i = 0; i < count; ++i) step(i);
+      steps += count;
+      on_worker = true;
+    });
+  }
+  void synchronize(int) override {
+    if (worker_.joinable()) worker_.join();
+    ++syncs;
+  }
+  int runs = 0, syncs = 0;
+  size_t steps = 0;
+  bool on_worker = false;
+
+ private:
+  Backend& inner_;
+  std::thread worker_;
+};
+
+TEST(ReferenceBackend, CompiledGraphsRunOnTheBackendsRunLoop) {
+  Backend& reference = backend(DeviceType::Reference);
+  StreamBackend stream(reference);
+  jit::Function fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{add(relu(matmul(in[0], in[1])), sum(in[0]))};
+  };
+  Tensor x = randn({4, 3}), w = randn({3, 5});
+  register_backend(DeviceType::Reference, &stream);
+  Tensor y;
+  try {
+    auto compiled = jit::compile(fn, {x.to(kRef), w.to(kRef)});
+    y = compiled({x.to(kRef), w.to(kRef)})[0].to(cpu_device());
+  } catch (...) {
+    register_backend(DeviceType::Reference, &reference);
+    throw;
+  }
+  register_backend(DeviceType::Reference, &reference);
+  EXPECT_EQ(stream.runs, 1);
+  EXPECT_GE(stream.syncs, 1);
+  EXPECT_TRUE(stream.on_worker);
+  EXPECT_GE(stream.steps, 4u);  // matmul, relu, sum, add
+  EXPECT_EQ(compare(y, fn({x, w})[0].to(DType::Float64).to_vector<double>(), {4, 5}, {1e-5, 1e-6}), "");
 }
 
 TEST(ReferenceBackend, TensorsAndCellsMoveBetweenDevices) {

@@ -1,10 +1,12 @@
 // The reference backend: tensors in host memory and plain, obviously correct
 // loops (one element at a time, index arithmetic, double accumulators) for a
-// few ops: copy, matmul, sum, and every op with an elementwise formula
-// through its block runner. It exists to prove the backend seam without
-// hardware: the test suite checks it against the CPU, and every other op
-// falls back to the CPU visibly.
+// few ops: copy, matmul, sum, conv2d without groups, and every op with an
+// elementwise formula through its block runner. It exists to prove the
+// backend seam without hardware: the test suite checks it against the CPU,
+// and every other op, or call its kernel does not take (a grouped
+// convolution), falls back to the CPU visibly.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kiln/backend.h"
@@ -13,8 +15,20 @@
 namespace kiln::reference {
 namespace {
 
+class ReferenceBackend : public HostMemoryBackend {
+ public:
+  bool supports(const std::string& op, const std::vector<DType>&, const Attrs& attrs, std::string* why) const override {
+    if (op != "conv2d" || attrs.get_int("groups", 1) == 1) return true;
+    if (why) *why = "groups=" + std::to_string(attrs.get_int("groups", 1)) + ": its loop takes groups=1 only";
+    return false;
+  }
+  std::string unsupported_calls(const std::string& op) const override {
+    return op == "conv2d" ? "groups other than 1" : "";
+  }
+};
+
 [[maybe_unused]] const bool registered = [] {
-  static HostMemoryBackend backend;
+  static ReferenceBackend backend;
   register_backend(DeviceType::Reference, &backend);
   return true;
 }();
@@ -144,8 +158,39 @@ void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) { base<T>(y)[offset_at(y, at)] = static_cast<T>(acc[i++]); });
 }
 
+std::vector<int64_t> pair_of(const Attrs& a, const char* name, int64_t fallback) {
+  auto v = a.get_ints(name, {fallback, fallback});
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+// y[n, o, i, j] = b[o] + sum over c, p, q of x[n, c, i*s - pad + p*d, j*s - pad + q*d] w[o, c, p, q],
+// taps outside the input counting as zero; then relu where fused.
+template <typename T>
+void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &w = in[1];
+  const bool has_bias = in.size() > 2 && in[2].defined();
+  const bool relu = attrs.get_string("activation", "none") == "relu";
+  const auto stride = pair_of(attrs, "stride", 1), pad = pair_of(attrs, "padding", 0), dil = pair_of(attrs, "dilation", 1);
+  const int64_t channels = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3], h = x.shape()[2], wd = x.shape()[3];
+  Tensor& y = out[0];
+  for_each_index(y.shape(), [&](const std::vector<int64_t>& at) {
+    double acc = has_bias ? load<T>(in[2], offset_at(in[2], {at[1]})) : 0.0;
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t p = 0; p < kh; ++p)
+        for (int64_t q = 0; q < kw; ++q) {
+          const int64_t i = at[2] * stride[0] - pad[0] + p * dil[0], j = at[3] * stride[1] - pad[1] + q * dil[1];
+          if (i < 0 || i >= h || j < 0 || j >= wd) continue;
+          acc += load<T>(x, offset_at(x, {at[0], c, i, j})) * load<T>(w, offset_at(w, {at[1], c, p, q}));
+        }
+    base<T>(y)[offset_at(y, at)] = static_cast<T>(relu && acc < 0 ? 0.0 : acc);
+  });
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<float>, DType::Float32);
+KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<double>, DType::Float64);
 KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                      DType::Int32, DType::Int64, DType::UInt8, DType::Bool);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);
