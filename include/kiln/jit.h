@@ -11,6 +11,7 @@
 // and after every pass, as text and Graphviz.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,11 @@ struct CompileOptions {
   // Inference only: fold batch norm into convolutions and fold parameters as
   // constants. The graph is rebuilt when a parameter is later changed in place.
   bool inference = false;
+  // Run on this device (a backend in host memory): the function is traced on
+  // the inputs as given, then the graph's values, parameters and constants
+  // move there; calls may pass inputs on either device, and the outputs are
+  // on this one. Unset: the inputs' device.
+  std::optional<Device> device;
   std::string name = "function";  // in logs, errors and dump file names
   std::string dump_dir;           // KILN_DUMP_GRAPH overrides when set
 };

@@ -32,6 +32,8 @@ struct TensorInfo {
 };
 
 struct SessionOptions {
+  // "cpu", or another backend in host memory ("reference"): the compiled
+  // graph and the model's weights live there, and so do the outputs.
   std::string device = "cpu";
   int threads = 0;             // intra-op threads for the process; 0 leaves the current setting
   // 0: run node by node (eager); 1: compiled graph, no optimizing passes;

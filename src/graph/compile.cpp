@@ -1,5 +1,6 @@
 // jit::compile: the cache of graphs per input signature, tracing, the pass
 // pipeline, dumps and the compile report.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -91,6 +92,14 @@ static Device graph_device(const graph::Graph& g, const std::string& name) {
   return device;
 }
 
+// Every value of g on `device`: parameters and constants copied there.
+static void place_on(graph::Graph& g, Device device) {
+  for (graph::Value& v : g.values) {
+    v.meta.device = device;
+    if (v.tensor.defined() && !(v.tensor.device() == device)) v.tensor = v.tensor.detach().to(device);
+  }
+}
+
 void CompiledFunction::Impl::dump(const graph::Graph& g, int step, const std::string& stage) const {
   if (dump_dir.empty()) return;
   std::filesystem::create_directories(dump_dir);
@@ -133,7 +142,15 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   Entry e;
   e.signature = sig;
   e.report.signature = sig;
-  graph::Graph g = graph::detail::trace(fn, inputs, names, eager_outputs);
+  graph::Graph g = graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);
+  if (options.device) {
+    KILN_CHECK(options.inference || std::none_of(g.values.begin(), g.values.end(), [](const graph::Value& v) {
+                 return v.kind == graph::ValueKind::Param;
+               }),
+               "CompileOptions::device places inference graphs (whose parameters are folded as constants); to train ",
+               options.name, " on ", options.device->str(), ", move its Cell there with Cell::to and its inputs with Tensor::to");
+    place_on(g, *options.device);
+  }
   e.report.trace_ms = ms_since(t0);
   e.report.traced_nodes = g.live_nodes();
   const Device device = graph_device(g, options.name);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/autograd.h"
+#include "kiln/backend.h"
 #include "kiln/functional.h"
 #include "kiln/jit.h"
 #include "kiln/parallel.h"
@@ -28,6 +29,7 @@ std::string TensorInfo::str() const {
 struct InferenceSession::Impl {
   std::shared_ptr<const runtime::OnnxProgram> program;
   SessionOptions options;
+  Device device = cpu_device();
   // Compiled functions not in use, per the values of the inputs bound by
   // value (none for most models: then one key, "").
   std::mutex mutex;
@@ -62,6 +64,7 @@ struct InferenceSession::Impl {
     o.optimize = options.optimization_level >= 2;
     o.name = "onnx";
     o.max_cached_graphs = 16;  // one per batch size in use
+    if (!(device == cpu_device())) o.device = device;
     // Inputs bound by value are constants of this graph; the others are its inputs.
     std::vector<Tensor> bound;
     const auto& by_value = program->bound_by_value();
@@ -109,15 +112,19 @@ InferenceSession::InferenceSession(InferenceSession&&) noexcept = default;
 InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = default;
 
 InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionOptions options, const std::string& name) {
-  KILN_CHECK(options.device == "cpu", "InferenceSession: device '", options.device,
-             "' is not available; this build runs on the CPU (device \"cpu\")");
+  const Device device = parse_device(options.device);
+  KILN_CHECK(find_backend(device.type) != nullptr && backend(device.type).host_memory(), "InferenceSession: device '",
+             options.device, "' is not available in this build; it runs on the CPU (\"cpu\") and the reference backend (\"reference\")");
   KILN_CHECK(options.optimization_level >= 0 && options.optimization_level <= 2,
              "InferenceSession: optimization_level must be 0, 1 or 2, got ", options.optimization_level);
+  KILN_CHECK(device == cpu_device() || options.optimization_level > 0, "InferenceSession: optimization_level 0 runs the "
+             "model node by node on the CPU; give 1 or 2 to run it compiled on ", device.str());
   KILN_CHECK(options.threads >= 0, "InferenceSession: threads must be >= 0, got ", options.threads);
   if (options.threads > 0) set_num_threads(options.threads);
   auto impl = std::make_shared<Impl>();
   impl->program = std::make_shared<runtime::OnnxProgram>(bytes, name);
   impl->options = options;
+  impl->device = device;
   return InferenceSession(impl);
 }
 
@@ -132,7 +139,8 @@ InferenceSession::InferenceSession(const std::string& path, SessionOptions optio
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   NoGradGuard no_grad;
   impl_->program->check_inputs(inputs);  // before tracing, so the message is about the caller's tensors
-  if (impl_->options.optimization_level == 0 || any_non_finite(inputs)) return impl_->program->run(inputs);
+  const bool on_cpu = impl_->device == cpu_device();
+  if (impl_->options.optimization_level == 0 || (on_cpu && any_non_finite(inputs))) return impl_->program->run(inputs);
   std::string key = impl_->key_of(inputs);
   auto fn = impl_->take(key, inputs);
   std::vector<Tensor> out;
@@ -173,7 +181,7 @@ void InferenceSession::run_in_place(const std::vector<Shape>& shapes, const Fill
   try {
     std::vector<Tensor> slots = fn->input_slots(shapes, dtypes);
     for (size_t i = 0; i < slots.size(); ++i) fill(i, slots[i]);
-    if (any_non_finite(slots)) read(impl_->program->run(slots));
+    if (impl_->device == cpu_device() && any_non_finite(slots)) read(impl_->program->run(slots));
     else read(fn->run_slots());
   } catch (...) {
     impl_->give_back("", std::move(fn));

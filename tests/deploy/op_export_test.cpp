@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 
+#include "kiln/backend.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
 #include "kiln/runtime.h"
@@ -123,6 +124,18 @@ TEST_P(OpExport, RoundTripMatchesPyTorch) {
   ASSERT_EQ(out.size(), 1u);
   std::string diff = compare(out[0], values, shape, forward_tolerance(c.dtype));
   EXPECT_TRUE(diff.empty()) << c.name << " through ONNX and Kiln's runtime (" << report.str() << "):\n" << diff;
+  // The same file on every other backend of this build, its kernels or the CPU's where it has none.
+  for (int b = 1; b < kNumDeviceTypes; ++b) {
+    const auto type = static_cast<DeviceType>(b);
+    if (find_backend(type) == nullptr || !find_backend(type)->host_memory()) continue;
+    SessionOptions options;
+    options.device = device_type_name(type);
+    std::vector<Tensor> on_device = InferenceSession::from_bytes(bytes, options, c.name).run(std::vector<Tensor>{x});
+    ASSERT_EQ(on_device.size(), 1u);
+    EXPECT_EQ(on_device[0].device().type, type) << c.name;
+    diff = compare(on_device[0].to(cpu_device()), values, shape, forward_tolerance(c.dtype));
+    EXPECT_TRUE(diff.empty()) << c.name << " through ONNX and Kiln's runtime on " << options.device << ":\n" << diff;
+  }
 
   if (!first_float32_case_of_its_op(GetParam())) return;
   if (!ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh installs it)";

@@ -52,6 +52,17 @@ TEST_P(PyTorchExport, MatchesPyTorchAndOnnxRuntime) {
       EXPECT_TRUE(kt::all_close(out[0], expected, 1e-4, 1e-4)) << name << " at level " << level << ", run " << repeat;
     }
   }
+  {  // On the reference backend: its loops where it has them, the CPU's kernels elsewhere.
+    SessionOptions o;
+    o.device = "reference";
+    InferenceSession session(fixture(name + ".onnx"), o);
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      auto out = session.run({x});
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(out[0].device().type, DeviceType::Reference);
+      EXPECT_TRUE(kt::all_close(out[0].to(cpu_device()), expected, 1e-4, 1e-4)) << name << " on the reference backend";
+    }
+  }
   if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed";
   auto ort = kt::run_ort(fixture(name + ".onnx"), {{"input", x}});
   InferenceSession session(fixture(name + ".onnx"));
@@ -380,6 +391,11 @@ TEST(InferenceSession, OptionsAreChecked) {
   SessionOptions gpu;
   gpu.device = "cuda";
   EXPECT_NE(kt::message_of([&] { InferenceSession(fixture("mlp.onnx"), gpu); }).find("device 'cuda'"), std::string::npos);
+  SessionOptions eager_on_reference;
+  eager_on_reference.device = "reference";
+  eager_on_reference.optimization_level = 0;
+  EXPECT_NE(kt::message_of([&] { InferenceSession(fixture("mlp.onnx"), eager_on_reference); }).find("give 1 or 2"),
+            std::string::npos);
   SessionOptions level;
   level.optimization_level = 3;
   EXPECT_NE(kt::message_of([&] { InferenceSession(fixture("mlp.onnx"), level); }).find("optimization_level"),
