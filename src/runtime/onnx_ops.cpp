@@ -120,6 +120,7 @@ const ConverterTable& converters() {
     add_elementwise_converters(t);
     add_shape_converters(t);
     add_reduce_converters(t);
+    add_norm_converters(t);
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
                                    "Range",    "DepthToSpace", "SpaceToDepth"};

@@ -82,6 +82,23 @@ std::vector<Tensor> thresholded_relu(const OnnxNode& n, const std::vector<Tensor
   return {where(gt(x, scalar_like(n.f("alpha", 1.0), x)), x, scalar_like(0, x))};
 }
 
+// Swish: x * sigmoid(alpha * x).
+std::vector<Tensor> swish(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  const double alpha = n.f("alpha", 1.0);
+  if (alpha == 1.0) return {silu(x)};
+  return {x * sigmoid(x * scalar_like(alpha, x))};
+}
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between.
+std::vector<Tensor> shrink(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  const double lambd = n.f("lambd", 0.5), bias = n.f("bias", 0.0);
+  const Tensor zero = scalar_like(0, x);
+  return {where(lt(x, scalar_like(-lambd, x)), x + scalar_like(bias, x),
+                where(gt(x, scalar_like(lambd, x)), x - scalar_like(bias, x), zero))};
+}
+
 std::vector<Tensor> is_inf(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   double inf = std::numeric_limits<double>::infinity();
@@ -110,6 +127,8 @@ void add_elementwise_converters(ConverterTable& t) {
   t["PRelu"] = prelu;
   t["ThresholdedRelu"] = thresholded_relu;
   t["IsInf"] = is_inf;
+  t["Swish"] = swish;
+  t["Shrink"] = shrink;
   t["And"] = binary(logical_and);
   t["Or"] = binary(logical_or);
   t["Xor"] = binary(ne);
