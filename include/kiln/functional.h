@@ -168,7 +168,8 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t axis = 0);
-// pads: (before, after) per axis starting from the last one, like torch.nn.functional.pad.
+// pads: (before, after) per axis starting from the last one, like torch.nn.functional.pad;
+// mode: constant (value), reflect, replicate (the edge) or circular (wrap around).
 Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string& mode = "constant",
            double value = 0.0);
 Tensor tril(const Tensor& x, int64_t diagonal = 0);

@@ -18,6 +18,36 @@ void write_split(OnnxWriter& w) {
 }
 // Kiln's pads are (before, after) pairs from the last axis backwards; ONNX's
 // are every axis's begin, then every axis's end.
+// ONNX Pad's wrap mode needs opset 19: each padded axis is the tail of the
+// axis, the axis, and its head, joined (pads at most the axis's size).
+void write_circular_pad(OnnxWriter& w, const std::vector<int64_t>& pads) {
+  const Shape& x = w.in_shape();
+  const int64_t rank = static_cast<int64_t>(x.size());
+  std::string current = w.in(0);
+  std::vector<int64_t> padded = x;
+  for (int64_t ax = 0; ax < rank; ++ax) {
+    const int64_t before = pads[ax], after = pads[rank + ax], size = x[ax];
+    if (before == 0 && after == 0) continue;
+    KILN_CHECK(before <= size && after <= size, "export: circular padding (", before, ", ", after, ") of axis ", ax,
+               " wider than its size ", size, " has no ONNX form before opset 19's Pad mode 'wrap'");
+    auto slice = [&](int64_t start, int64_t end) {
+      std::string part = w.unique("wrap");
+      w.node("Slice", {current, w.ints({start}, "starts"), w.ints({end}, "ends"), w.ints({ax}, "axes")}, {part});
+      return part;
+    };
+    std::vector<std::string> parts;
+    if (before) parts.push_back(slice(size - before, size));
+    parts.push_back(current);
+    if (after) parts.push_back(slice(0, after));
+    padded[ax] += before + after;
+    const bool last = std::none_of(pads.begin() + ax + 1, pads.begin() + rank, [](int64_t p) { return p != 0; }) &&
+                      std::none_of(pads.begin() + rank + ax + 1, pads.end(), [](int64_t p) { return p != 0; });
+    std::string joined = last ? w.out() : w.unique("wrapped");
+    w.node("Concat", parts, {joined}, {{"axis", ax}});
+    current = joined;
+  }
+  if (current == w.in(0)) w.node("Identity", {current}, {w.out()});
+}
 void write_pad(OnnxWriter& w) {
   auto pairs = w.attrs().get_ints("pads");
   const size_t rank = w.in_shape().size();
@@ -27,10 +57,11 @@ void write_pad(OnnxWriter& w) {
     pads[ax] = pairs[2 * i];
     pads[rank + ax] = pairs[2 * i + 1];
   }
-  std::string mode = w.attrs().get_string("mode", "constant");
+  const std::string mode = w.attrs().get_string("mode", "constant");
+  if (mode == "circular") return write_circular_pad(w, pads);
   std::vector<std::string> ins = {w.in(0), w.ints(pads, "pads")};
   if (mode == "constant") ins.push_back(w.scalar(w.attrs().get_float("value", 0), w.dtype(), "pad_value"));
-  w.node("Pad", ins, {w.out()}, {{"mode", mode}});
+  w.node("Pad", ins, {w.out()}, {{"mode", mode == "replicate" ? std::string("edge") : mode}});
 }
 OnnxExport onnx_trilu(bool upper) {
   return {{"Trilu"}, [upper](OnnxWriter& w) {
@@ -74,25 +105,37 @@ std::vector<Tensor> read_split(const OnnxReader& n, const std::vector<Tensor>& i
 // attribute before opset 11).
 std::vector<Tensor> read_pad(const OnnxReader& n, const std::vector<Tensor>& in) {
   const Tensor& x = n.input(in, 0);
-  const std::string mode = n.s("mode", "constant");
-  if (mode != "constant" && mode != "reflect") n.unsupported("pad mode '", mode, "' is not supported (constant and reflect are)");
-  std::vector<int64_t> pads;
+  const std::string onnx_mode = n.s("mode", "constant");
+  const std::string mode = onnx_mode == "edge" ? "replicate" : onnx_mode == "wrap" ? "circular" : onnx_mode;
+  if (mode != "constant" && mode != "reflect" && mode != "replicate" && mode != "circular")
+    n.fail("pad mode '", onnx_mode, "' is not one of constant, reflect, edge, wrap");
+  std::vector<int64_t> given;
   double value = 0;
+  const int64_t r = x.dim();
+  std::vector<int64_t> axes;
   if (n.opset() < 11) {
-    pads = n.ints("pads");
+    given = n.ints("pads");
     value = n.f("value", 0);
   } else {
-    pads = n.int_values(n.input(in, 1), "pads");
+    given = n.int_values(n.input(in, 1), "pads");
     if (in.size() > 2 && in[2].defined()) value = n.scalar_value(in[2], "constant_value");
-    if (in.size() > 3 && in[3].defined()) n.unsupported("the axes input is not supported");
+    if (in.size() > 3 && in[3].defined()) axes = n.int_values(in[3], "axes");
   }
-  const int64_t r = x.dim();
-  if (static_cast<int64_t>(pads.size()) != 2 * r) n.fail("pads has ", pads.size(), " values for rank ", r);
+  if (axes.empty())
+    for (int64_t ax = 0; ax < r; ++ax) axes.push_back(ax);
+  const int64_t k = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(given.size()) != 2 * k) n.fail("pads has ", given.size(), " values for ", k, " axes");
+  std::vector<int64_t> begin(r, 0), end(r, 0);  // per axis of x
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t ax = n.axis(axes[i], r);
+    begin[ax] = given[i];
+    end[ax] = given[k + i];
+  }
   std::vector<int64_t> pairs;
   for (int64_t ax = r - 1; ax >= 0; --ax) {
-    if (pads[ax] < 0 || pads[r + ax] < 0) n.unsupported("negative pads are not supported");
-    pairs.push_back(pads[ax]);
-    pairs.push_back(pads[r + ax]);
+    if (begin[ax] < 0 || end[ax] < 0) n.unsupported("negative pads are not supported");
+    pairs.push_back(begin[ax]);
+    pairs.push_back(end[ax]);
   }
   return {pad(x, pairs, mode, value)};
 }
@@ -188,11 +231,12 @@ OpDefiner d_split([] {
 }());
 
 OpDefiner d_pad(detail::reads_onnx(make_op(
-    "pad", {"x"}, {"pads:ints", "mode:string=constant|reflect", "value:float=0"},
+    "pad", {"x"}, {"pads:ints", "mode:string=constant|reflect|replicate|circular", "value:float=0"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto pads = a.get_ints("pads");
       std::string mode = a.get_string("mode", "constant");
-      KILN_CHECK(mode == "constant" || mode == "reflect", "mode '", mode, "' is not one of 'constant', 'reflect'");
+      KILN_CHECK(mode == "constant" || mode == "reflect" || mode == "replicate" || mode == "circular", "mode '", mode,
+                 "' is not one of 'constant', 'reflect', 'replicate', 'circular'");
       int64_t r = static_cast<int64_t>(in[0].shape.size());
       KILN_CHECK(pads.size() % 2 == 0 && static_cast<int64_t>(pads.size()) / 2 <= r, "pads must hold (before, after) ",
                  "pairs for at most ", r, " axes, got ", pads.size(), " values");
@@ -203,6 +247,9 @@ OpDefiner d_pad(detail::reads_onnx(make_op(
         if (mode == "reflect")
           KILN_CHECK(before >= 0 && after >= 0 && before < s[ax] && after < s[ax], "reflect padding (", before, ", ",
                      after, ") must be smaller than the size ", s[ax], " of axis ", ax);
+        if (mode == "replicate" || mode == "circular")
+          KILN_CHECK(before >= 0 && after >= 0 && (s[ax] > 0 || before + after == 0), mode, " padding (", before, ", ",
+                     after, ") needs a non-empty axis ", ax, " and no negative pads");
         s[ax] += before + after;
         KILN_CHECK(s[ax] >= 0, "padding makes axis ", ax, " negative");
       }
@@ -213,7 +260,7 @@ OpDefiner d_pad(detail::reads_onnx(make_op(
               {"input_shape", c.inputs[0].shape()}};
       return {call("pad_backward", {g[0]}, a)[0]};
     },
-    {{"Pad"}, write_pad}, 0),
+    {{"Pad", "Slice", "Concat", "Identity"}, write_pad}, 0),
     reader_of({"Pad"}, read_pad, {1, 2, 3}, false)));
 
 OpDefiner d_pad_bw(make_op(

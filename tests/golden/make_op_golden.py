@@ -139,6 +139,10 @@ case("pad", [("f", [2, 3])], lambda x: F.pad(x, [1, 2], value=0.5),
      [A("pads", "ints", [1, 2]), A("mode", "string", "constant"), A("value", "float", 0.5)])
 case("pad", [("f", [1, 3, 4])], lambda x: F.pad(x, [1, 2, 2, 0], mode="reflect"),
      [A("pads", "ints", [1, 2, 2, 0]), A("mode", "string", "reflect")], tag="reflect", only=FLOATS)
+case("pad", [("f", [1, 2, 3, 4])], lambda x: F.pad(x, [2, 1, 1, 3], mode="replicate"),
+     [A("pads", "ints", [2, 1, 1, 3]), A("mode", "string", "replicate")], tag="replicate", only=FLOATS)
+case("pad", [("f", [1, 2, 3, 4])], lambda x: F.pad(x, [3, 1, 2, 1], mode="circular"),
+     [A("pads", "ints", [3, 1, 2, 1]), A("mode", "string", "circular")], tag="circular", only=FLOATS)
 case("tril", [("f", [3, 4])], torch.tril)
 case("triu", [("f", [2, 3, 4])], lambda x: torch.triu(x, 1), [A("diagonal", "int", 1)])
 case("cumsum", [("f", [3, 4])], lambda x: torch.cumsum(x, 1), [A("axis", "int", 1)])

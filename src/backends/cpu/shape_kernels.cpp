@@ -133,13 +133,27 @@ void concat_kernel(const Ins& in, Outs& out, const Attrs& a) {
   }
 }
 
-// Maps an index of the padded axis to the source index (reflect mode), or -1.
-int64_t pad_source(int64_t i, int64_t before, int64_t size, bool reflect) {
+enum class PadMode { Constant, Reflect, Replicate, Circular };
+
+PadMode pad_mode(const Attrs& a) {
+  const std::string m = a.get_string("mode", "constant");
+  return m == "reflect" ? PadMode::Reflect : m == "replicate" ? PadMode::Replicate
+                                          : m == "circular" ? PadMode::Circular : PadMode::Constant;
+}
+
+// Maps an index of the padded axis to the source index, or -1 (constant
+// mode's fill): reflect mirrors about the edge, replicate repeats the edge,
+// circular wraps around.
+int64_t pad_source(int64_t i, int64_t before, int64_t size, PadMode mode) {
   int64_t j = i - before;
-  if (!reflect) return (j >= 0 && j < size) ? j : -1;
-  if (j < 0) j = -j;
-  if (j >= size) j = 2 * (size - 1) - j;
-  return j;
+  if (j >= 0 && j < size) return j;
+  switch (mode) {
+    case PadMode::Constant: return -1;
+    case PadMode::Reflect: return j < 0 ? -j : 2 * (size - 1) - j;
+    case PadMode::Replicate: return j < 0 ? 0 : size - 1;
+    case PadMode::Circular: return ((j % size) + size) % size;
+  }
+  return -1;
 }
 
 template <typename T>
@@ -147,7 +161,7 @@ void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor x = contiguous(in[0]);
   Tensor& o = out[0];
   auto pads = a.get_ints("pads");
-  bool reflect = a.get_string("mode", "constant") == "reflect";
+  const PadMode mode = pad_mode(a);
   T fill = static_cast<T>(a.get_float("value", 0.0));
   int64_t r = x.dim();
   std::vector<int64_t> before(r, 0);
@@ -164,7 +178,7 @@ void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
       for (int64_t d = r - 1; d >= 0; --d) {
         int64_t i = rem % o.shape()[d];
         rem /= o.shape()[d];
-        int64_t s = pad_source(i, before[d], x.shape()[d], reflect);
+        int64_t s = pad_source(i, before[d], x.shape()[d], mode);
         if (s < 0) inside = false;
         else off += s * xs[d];
       }
@@ -179,21 +193,21 @@ void pad_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor& o = out[0];
   zero_fill(o);
   auto pads = a.get_ints("pads");
-  bool reflect = a.get_string("mode", "constant") == "reflect";
+  const PadMode mode = pad_mode(a);
   int64_t r = o.dim();
   std::vector<int64_t> before(r, 0);
   for (size_t i = 0; i < pads.size() / 2; ++i) before[r - 1 - i] = pads[2 * i];
   const T* src = g.data<T>();
   T* dst = o.data<T>();
   Strides os = contiguous_strides(o.shape());
-  // Serial: reflected positions accumulate into the same input element.
+  // Serial: reflected, replicated and wrapped positions accumulate into the same input element.
   for (int64_t lin = 0; lin < g.numel(); ++lin) {
     int64_t rem = lin, off = 0;
     bool inside = true;
     for (int64_t d = r - 1; d >= 0; --d) {
       int64_t i = rem % g.shape()[d];
       rem /= g.shape()[d];
-      int64_t s = pad_source(i, before[d], o.shape()[d], reflect);
+      int64_t s = pad_source(i, before[d], o.shape()[d], mode);
       if (s < 0) inside = false;
       else off += s * os[d];
     }
