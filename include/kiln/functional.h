@@ -89,6 +89,7 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 Tensor cumsum(const Tensor& x, int64_t axis);
+Tensor cumprod(const Tensor& x, int64_t axis);
 // Sums broadcast axes away so that the result has `shape` (used by gradients).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 

@@ -155,6 +155,22 @@ std::vector<Tensor> read_cumsum(const OnnxReader& n, const std::vector<Tensor>& 
   return {y};
 }
 
+// CumProd: as CumSum; exclusive products are the inclusive ones shifted by
+// one place along the scan, with 1 first (no division, so zeros are fine).
+std::vector<Tensor> read_cumprod(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(static_cast<int64_t>(n.scalar_value(n.input(in, 1), "axis")), x.dim());
+  const bool reverse = n.i("reverse", 0) != 0;
+  Tensor y = call1(KILN_OP("cumprod"), {x}, Attrs{{"axis", axis}, {"reverse", reverse}});
+  const int64_t size = x.shape()[axis];
+  if (!n.i("exclusive", 0) || size == 0) return {y};
+  Shape one = x.shape();
+  one[axis] = 1;
+  const Tensor first = ones(one, x.dtype());
+  if (reverse) return {concat({y.slice(axis, 1, size), first}, axis)};
+  return {concat({first, y.slice(axis, 0, size - 1)}, axis)};
+}
+
 OnnxImport reader_of(std::vector<std::string> types, OnnxReadFn read, std::vector<int> value_inputs, bool widen) {
   OnnxImport r = onnx_reader(std::move(types), std::move(read));
   r.value_inputs = std::move(value_inputs);
@@ -296,6 +312,21 @@ OpDefiner d_cumsum(detail::reads_onnx(make_op(
     {{"CumSum"}, write_cumsum}, 0),
     reader_of({"CumSum"}, read_cumsum, {1}, true)));
 
+// ONNX has CumProd from opset 26 only: export refuses it by name.
+OpDefiner d_cumprod(detail::reads_onnx(make_op(
+    "cumprod", {"x"}, {"axis:int", "reverse:bool=false"},
+    [](const Metas& in, const Attrs& a) -> Metas {
+      normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
+      return {in[0]};
+    },
+    [](const GradContext& c, const Grads& g) -> Grads { return {call("cumprod_backward", {g[0], c.inputs[0]}, c.attrs)[0]}; },
+    {}, 0),
+    reader_of({"CumProd"}, read_cumprod, {1}, true)));
+
+OpDefiner d_cumprod_bw(make_op(
+    "cumprod_backward", {"grad", "x"}, {"axis:int", "reverse:bool=false"},
+    [](const Metas& in, const Attrs&) -> Metas { return {in[1]}; }, nullptr, {}, kTagBackward));
+
 }  // namespace
 
 // Functional API.
@@ -328,5 +359,6 @@ Tensor pad(const Tensor& x, const std::vector<int64_t>& pads, const std::string&
 Tensor tril(const Tensor& x, int64_t diagonal) { return call1(KILN_OP("tril"), {x}, {{"diagonal", diagonal}}); }
 Tensor triu(const Tensor& x, int64_t diagonal) { return call1(KILN_OP("triu"), {x}, {{"diagonal", diagonal}}); }
 Tensor cumsum(const Tensor& x, int64_t axis) { return call1(KILN_OP("cumsum"), {x}, {{"axis", axis}}); }
+Tensor cumprod(const Tensor& x, int64_t axis) { return call1(KILN_OP("cumprod"), {x}, {{"axis", axis}}); }
 
 }  // namespace kiln

@@ -146,6 +146,9 @@ case("pad", [("f", [1, 2, 3, 4])], lambda x: F.pad(x, [3, 1, 2, 1], mode="circul
 case("tril", [("f", [3, 4])], torch.tril)
 case("triu", [("f", [2, 3, 4])], lambda x: torch.triu(x, 1), [A("diagonal", "int", 1)])
 case("cumsum", [("f", [3, 4])], lambda x: torch.cumsum(x, 1), [A("axis", "int", 1)])
+case("cumprod", [("f", [3, 4])], lambda x: torch.cumprod(x, 1), [A("axis", "int", 1)])
+case("cumprod", [("f", [2, 5])], lambda x: torch.flip(torch.cumprod(torch.flip(x, [1]), 1), [1]),
+     [A("axis", "int", 1), A("reverse", "bool", True)], tag="reverse")
 
 # --- reductions ---
 R = [3, 4, 2]

@@ -147,3 +147,29 @@ TEST(Reductions, MaxOfMinusInfinitiesIsMinusInfinity) {
   EXPECT_EQ(amax(x, {1}).to_vector<float>(), (std::vector<float>{-inf, inf}));
   EXPECT_EQ(amin(x, {1}).to_vector<float>(), (std::vector<float>{-inf, 1.0f}));
 }
+
+
+// cumprod's gradient is exact where the input holds zeros (dividing the
+// products by the input would give NaN there): against central differences.
+TEST(Cumprod, GradientIsExactAcrossZeros) {
+  const std::vector<double> values = {2, 0, 3, 0.5, 0, 0, 1, -2, 1.5, -1, 0, 4};
+  for (bool reverse : {false, true}) {
+    Tensor x = from_vector(values, Shape{3, 4});
+    Tensor w = randn({3, 4}, DType::Float64);
+    x.set_requires_grad(true);
+    auto loss = [&](const Tensor& t) {
+      return sum(call1(OpRegistry::instance().get("cumprod"), {t}, {{"axis", int64_t{1}}, {"reverse", reverse}}) * w);
+    };
+    loss(x).backward();
+    const std::vector<double> grad = x.grad().to_vector<double>();
+    for (size_t i = 0; i < values.size(); ++i) {
+      std::vector<double> up = values, down = values;
+      up[i] += 1e-6;
+      down[i] -= 1e-6;
+      NoGradGuard no_grad;
+      const double numeric = (loss(from_vector(up, Shape{3, 4})).item<double>() - loss(from_vector(down, Shape{3, 4})).item<double>()) / 2e-6;
+      EXPECT_NEAR(grad[i], numeric, 1e-6) << "element " << i << (reverse ? " (reverse)" : "");
+    }
+  }
+}
+

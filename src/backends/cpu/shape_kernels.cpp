@@ -233,27 +233,65 @@ void tri_kernel(const Ins& in, Outs& out, const Attrs& a) {
       }
 }
 
-template <typename T>
-void cumsum_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor x = contiguous(in[0]);
-  Tensor& o = out[0];
-  int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
-  bool reverse = a.get_bool("reverse", false);
-  int64_t n = x.dim() == 0 ? 1 : x.shape()[ax];
+// The lines of a cumulative op along `axis`: f(line(p)) for every line,
+// where line(p) is the element offset of the p-th element in scan order
+// (from the end when reversed).
+template <typename F>
+void for_each_scan_line(const Shape& shape, const Attrs& a, F&& f) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const int64_t ax = normalize_axis(a.get_int("axis"), rank);
+  const bool reverse = a.get_bool("reverse", false);
+  const int64_t n = rank == 0 ? 1 : shape[ax];
   int64_t inner = 1;
-  for (int64_t d = ax + 1; d < x.dim(); ++d) inner *= x.shape()[d];
-  int64_t outer = n * inner == 0 ? 0 : x.numel() / (n * inner);
-  const T* src = x.data<T>();
-  T* dst = o.data<T>();
+  for (int64_t d = ax + 1; d < rank; ++d) inner *= shape[d];
+  const int64_t outer = n * inner == 0 ? 0 : numel_of(shape) / (n * inner);
   parallel_for(outer * inner, 1024, [&](int64_t b, int64_t e) {
     for (int64_t oi = b; oi < e; ++oi) {
-      int64_t base = (oi / inner) * n * inner + oi % inner;
-      compute_t<T> acc = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t at = base + (reverse ? n - 1 - i : i) * inner;
-        acc += static_cast<compute_t<T>>(src[at]);
-        dst[at] = static_cast<T>(acc);
-      }
+      const int64_t base = (oi / inner) * n * inner + oi % inner;
+      f(n, [=](int64_t p) { return base + (reverse ? n - 1 - p : p) * inner; });
+    }
+  });
+}
+
+template <typename T, bool kProduct>
+void scan_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = contiguous(in[0]);
+  const T* src = x.data<T>();
+  T* dst = out[0].data<T>();
+  for_each_scan_line(x.shape(), a, [&](int64_t n, auto at) {
+    compute_t<T> acc = kProduct ? 1 : 0;
+    for (int64_t p = 0; p < n; ++p) {
+      const compute_t<T> v = static_cast<compute_t<T>>(src[at(p)]);
+      acc = kProduct ? acc * v : acc + v;
+      dst[at(p)] = static_cast<T>(acc);
+    }
+  });
+}
+template <typename T>
+void cumsum_kernel(const Ins& in, Outs& out, const Attrs& a) { scan_kernel<T, false>(in, out, a); }
+template <typename T>
+void cumprod_kernel(const Ins& in, Outs& out, const Attrs& a) { scan_kernel<T, true>(in, out, a); }
+
+// d/dx_k of sum_j g_j y_j with y_j = x_0 ... x_j (in scan order) is
+// (x_0 ... x_{k-1}) S_k, where S_k = g_k + x_{k+1} S_{k+1}: exact with zeros
+// in x, unlike dividing y by x.
+template <typename T>
+void cumprod_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor g = contiguous(in[0]), x = contiguous(in[1]);
+  const T* gs = g.data<T>();
+  const T* xs = x.data<T>();
+  T* dst = out[0].data<T>();
+  for_each_scan_line(x.shape(), a, [&](int64_t n, auto at) {
+    compute_t<T> s = 0;
+    for (int64_t p = n - 1; p >= 0; --p) {  // dst holds S_k for now
+      s = static_cast<compute_t<T>>(gs[at(p)]) + (p + 1 < n ? static_cast<compute_t<T>>(xs[at(p + 1)]) * s : 0);
+      dst[at(p)] = static_cast<T>(s);
+    }
+    compute_t<T> prefix = 1;
+    for (int64_t p = 0; p < n; ++p) {
+      const compute_t<T> sk = static_cast<compute_t<T>>(dst[at(p)]);
+      dst[at(p)] = static_cast<T>(prefix * sk);
+      prefix *= static_cast<compute_t<T>>(xs[at(p)]);
     }
   });
 }
@@ -291,6 +329,8 @@ KILN_CPU_FLOAT("pad_backward", pad_backward_kernel);
 KILN_CPU_ALL("tril", tril_kernel);
 KILN_CPU_ALL("triu", triu_kernel);
 KILN_CPU_NUMERIC("cumsum", cumsum_kernel);
+KILN_CPU_NUMERIC("cumprod", cumprod_kernel);
+KILN_CPU_FLOAT("cumprod_backward", cumprod_backward_kernel);
 
 }  // namespace cpu
 }  // namespace kiln
