@@ -259,4 +259,71 @@ Tensor one_hot(const Tensor& indices, int64_t num_classes) {
   return call1(KILN_OP("one_hot"), {indices}, {{"num_classes", num_classes}});
 }
 
+namespace {
+
+// The flat position in x.shape[from:from + k] of each index tuple of
+// `indices` [..., k] (negative indices wrapped), checked against the sizes.
+Tensor flat_positions(const Tensor& indices, const Shape& x, int64_t from, const char* what) {
+  KILN_CHECK(indices.dim() >= 1 && (indices.dtype() == DType::Int64 || indices.dtype() == DType::Int32), what,
+             ": indices must be an int64 or int32 tensor of index tuples [..., k], got ", indices.meta_str());
+  const int64_t k = indices.shape().back();
+  KILN_CHECK(k >= 1 && from + k <= static_cast<int64_t>(x.size()), what, ": index tuples of ", k,
+             " values do not fit the ", x.size() - from, " indexable axes of ", shape_str(x));
+  const Tensor idx = cast(indices, DType::Int64);
+  Tensor flat;
+  for (int64_t j = 0; j < k; ++j) {
+    const Tensor size = scalar_tensor(static_cast<double>(x[from + j]), DType::Int64);
+    Tensor i = idx.slice(-1, j, j + 1).squeeze(-1);
+    i = where(lt(i, zeros({}, DType::Int64)), i + size, i);
+    flat = j == 0 ? i : flat * size + i;
+  }
+  return flat;
+}
+
+}  // namespace
+
+Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
+  const Shape& xs = x.shape();
+  KILN_CHECK(batch_dims >= 0 && batch_dims < x.dim() && batch_dims < indices.dim(), "gather_nd: batch_dims ", batch_dims,
+             " must be below the ranks of x ", shape_str(xs), " and indices ", shape_str(indices.shape()));
+  for (int64_t d = 0; d < batch_dims; ++d)
+    KILN_CHECK(xs[d] == indices.shape()[d], "gather_nd: batch axis ", d, " is ", xs[d], " in x but ",
+               indices.shape()[d], " in indices");
+  const int64_t k = indices.dim() >= 1 ? indices.shape().back() : 0;
+  Tensor flat = flat_positions(indices, xs, batch_dims, "gather_nd");  // [B..., M...]
+  int64_t batch = 1, picked = 1;
+  for (int64_t d = 0; d < batch_dims; ++d) batch *= xs[d];
+  for (int64_t d = batch_dims; d < batch_dims + k; ++d) picked *= xs[d];
+  Shape rest(xs.begin() + batch_dims + k, xs.end()), rows = {batch * picked};
+  rows.insert(rows.end(), rest.begin(), rest.end());
+  if (batch_dims > 0) {
+    const Tensor per_batch = flat.reshape({batch, -1});
+    flat = per_batch + arange(batch, DType::Int64).reshape({batch, 1}) * scalar_tensor(static_cast<double>(picked), DType::Int64);
+  }
+  Shape out(indices.shape().begin(), indices.shape().end() - 1);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return index_select(x.reshape(rows), 0, flat.reshape({-1})).reshape(out);
+}
+
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, bool add) {
+  const Shape& xs = x.shape();
+  Tensor flat = flat_positions(indices, xs, 0, "scatter_nd").reshape({-1});
+  const int64_t k = indices.shape().back(), n = flat.numel();
+  int64_t picked = 1;
+  for (int64_t d = 0; d < k; ++d) picked *= xs[d];
+  Shape rest(xs.begin() + k, xs.end()), expected(indices.shape().begin(), indices.shape().end() - 1);
+  expected.insert(expected.end(), rest.begin(), rest.end());
+  KILN_CHECK(updates.shape() == expected, "scatter_nd: updates must have shape ", shape_str(expected),
+             " (indices.shape[:-1] + x.shape[k:]), got ", shape_str(updates.shape()));
+  int64_t width = 1;
+  for (int64_t d : rest) width *= d;
+  const Tensor rows = x.reshape({picked, width}), src = updates.reshape({n, width});
+  const Tensor index = flat.reshape({n, 1}).expand({n, width}).contiguous();
+  if (add) return scatter_add(rows, 0, index, src).reshape(xs);
+  // Replacing: the rows some tuple names take the updates (repeated tuples add up), the others keep x.
+  const Tensor hits = scatter_add(zeros({picked, width}, DType::Int64), 0, index, ones({n, width}, DType::Int64));
+  const Tensor written = scatter_add(zeros({picked, width}, x.dtype()), 0, index, src);
+  return where(gt(hits, zeros({}, DType::Int64)), written, rows).reshape(xs);
+}
+
 }  // namespace kiln

@@ -123,7 +123,7 @@ const ConverterTable& converters() {
     add_norm_converters(t);
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
-                                   "Range",    "DepthToSpace", "SpaceToDepth"};
+                                   "Range",    "DepthToSpace", "SpaceToDepth", "GatherND"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,

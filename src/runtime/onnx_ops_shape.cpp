@@ -98,6 +98,18 @@ std::vector<Tensor> space_to_depth(const OnnxNode& n, const std::vector<Tensor>&
   return {t.reshape({N, C * b * b, H / b, W / b})};
 }
 
+// GatherND and ScatterND: index tuples into the leading axes (kiln::gather_nd, scatter_nd).
+std::vector<Tensor> gather_nd_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {gather_nd(input(n, in, 0), input(n, in, 1), n.i("batch_dims", 0))};
+}
+
+std::vector<Tensor> scatter_nd_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const std::string reduction = n.s("reduction", "none");
+  if (reduction != "none" && reduction != "add")
+    n.unsupported("reduction '", reduction, "' is not supported; Kiln runs 'none' and 'add'");
+  return {scatter_nd(input(n, in, 0), input(n, in, 1), input(n, in, 2), reduction == "add")};
+}
+
 }  // namespace
 
 void add_shape_converters(ConverterTable& t) {
@@ -111,6 +123,8 @@ void add_shape_converters(ConverterTable& t) {
   t["Range"] = range_op;
   t["DepthToSpace"] = depth_to_space;
   t["SpaceToDepth"] = space_to_depth;
+  t["GatherND"] = gather_nd_op;
+  t["ScatterND"] = scatter_nd_op;
 }
 
 }  // namespace kiln::runtime

@@ -173,3 +173,44 @@ TEST(Cumprod, GradientIsExactAcrossZeros) {
   }
 }
 
+
+// gather_nd and scatter_nd (ONNX GatherND and ScatterND) pick and write whole
+// rows by index tuples, with gradients through the ops they are made of.
+TEST(IndexTuples, GatherAndScatterRowsWithGradients) {
+  Tensor x = arange(0, 24, 1, DType::Float64).reshape({2, 3, 4});
+  x.set_requires_grad(true);
+  Tensor idx = from_vector(std::vector<int64_t>{1, 2, 0, -1}, Shape{2, 2});
+  Tensor rows = gather_nd(x, idx);
+  ASSERT_EQ(rows.shape(), (Shape{2, 4}));
+  EXPECT_EQ(rows.to_vector<double>(), (std::vector<double>{20, 21, 22, 23, 8, 9, 10, 11}));  // x[1, 2], x[0, -1]
+  sum(rows * 2.0).backward();
+  std::vector<double> g = x.grad().to_vector<double>();
+  EXPECT_EQ(g[20], 2);
+  EXPECT_EQ(g[8], 2);
+  EXPECT_EQ(g[0], 0);
+
+  // One index per batch entry: x[0, 1] and x[1, 2].
+  Tensor per_batch = gather_nd(x.detach(), from_vector(std::vector<int64_t>{1, 2}, Shape{2, 1, 1}), 1);
+  ASSERT_EQ(per_batch.shape(), (Shape{2, 1, 4}));
+  EXPECT_EQ(per_batch.to_vector<double>(), (std::vector<double>{4, 5, 6, 7, 20, 21, 22, 23}));
+
+  Tensor base = ones({4, 3}, DType::Float64), updates = from_vector(std::vector<double>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  base.set_requires_grad(true);
+  updates.set_requires_grad(true);
+  Tensor at = from_vector(std::vector<int64_t>{1, 3}, Shape{2, 1});
+  Tensor written = scatter_nd(base, at, updates);
+  EXPECT_EQ(written.to_vector<double>(), (std::vector<double>{1, 1, 1, 1, 2, 3, 1, 1, 1, 4, 5, 6}));
+  sum(written).backward();
+  EXPECT_EQ(base.grad().to_vector<double>(), (std::vector<double>{1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0}));
+  EXPECT_EQ(updates.grad().to_vector<double>(), std::vector<double>(6, 1.0));
+  Tensor twice = from_vector(std::vector<int64_t>{2, 2}, Shape{2, 1});
+  EXPECT_EQ(scatter_nd(base.detach(), twice, updates.detach(), true).to_vector<double>(),
+            (std::vector<double>{1, 1, 1, 1, 1, 1, 6, 8, 10, 1, 1, 1}));
+  std::string msg;
+  try {
+    scatter_nd(base.detach(), at, ones({3, 3}, DType::Float64));
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("updates must have shape [2, 3]"), std::string::npos) << msg;
+}
