@@ -19,6 +19,12 @@ Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+Tensor asin(const Tensor& x);  // and the other inverse trigonometric and hyperbolic functions
+Tensor acos(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
@@ -95,6 +101,10 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 
 // Linear algebra and convolution.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// Einstein summation, as numpy.einsum and ONNX Einsum: "bij,bjk->bik",
+// "ii->i", "...ij->...ji", implicit outputs ("ij,jk"); operands broadcast
+// where an index has size 1.
+Tensor einsum(const std::string& equation, const std::vector<Tensor>& operands);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 struct ConvOptions {
   std::vector<int64_t> stride{1, 1};

@@ -110,6 +110,12 @@ std::vector<Tensor> scatter_nd_op(const OnnxNode& n, const std::vector<Tensor>& 
   return {scatter_nd(input(n, in, 0), input(n, in, 1), input(n, in, 2), reduction == "add")};
 }
 
+std::vector<Tensor> einsum_op(const OnnxNode& n, const std::vector<Tensor>& in) {
+  std::vector<Tensor> operands;
+  for (size_t i = 0; i < in.size(); ++i) operands.push_back(input(n, in, i));
+  return {einsum(n.s("equation", ""), operands)};
+}
+
 }  // namespace
 
 void add_shape_converters(ConverterTable& t) {
@@ -125,6 +131,7 @@ void add_shape_converters(ConverterTable& t) {
   t["SpaceToDepth"] = space_to_depth;
   t["GatherND"] = gather_nd_op;
   t["ScatterND"] = scatter_nd_op;
+  t["Einsum"] = einsum_op;
 }
 
 }  // namespace kiln::runtime

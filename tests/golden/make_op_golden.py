@@ -44,7 +44,8 @@ def registered():
 # Input kinds: f = normal floats (differentiable), p = positive floats (diff),
 # c = floats not differentiated (running stats, class weights), u = uniform
 # [0,1] (diff), w = normal floats times 4 (diff: both sides of a kink at +-3), I = integers in [lo, hi) in the case dtype, i = int64 indices
-# in [lo, hi), b = bool, n = nonzero values, N = omitted optional input.
+# in [lo, hi), b = bool, n = nonzero values, s = uniform (-0.9, 0.9) (diff), g = floats
+# above 1.2 (diff), N = omitted optional input.
 def make_input(rng, spec, dtype):
     kind, shape = spec[0], spec[1]
     if kind == "N":
@@ -65,6 +66,10 @@ def make_input(rng, spec, dtype):
         v = np.abs(rng.standard_normal(shape)) + 0.5
     elif kind == "u":
         v = rng.uniform(0, 1, size=shape)
+    elif kind == "s":
+        v = rng.uniform(-0.9, 0.9, size=shape)
+    elif kind == "g":
+        v = np.abs(rng.standard_normal(shape)) + 1.2
     elif kind == "w":
         v = 4 * rng.standard_normal(shape)
     elif kind == "n":
@@ -145,6 +150,9 @@ case("pad", [("f", [1, 2, 3, 4])], lambda x: F.pad(x, [3, 1, 2, 1], mode="circul
      [A("pads", "ints", [3, 1, 2, 1]), A("mode", "string", "circular")], tag="circular", only=FLOATS)
 case("tril", [("f", [3, 4])], torch.tril)
 case("triu", [("f", [2, 3, 4])], lambda x: torch.triu(x, 1), [A("diagonal", "int", 1)])
+for op, fn, kind in [("asin", torch.asin, "s"), ("acos", torch.acos, "s"), ("atan", torch.atan, "f"),
+                     ("asinh", torch.asinh, "f"), ("acosh", torch.acosh, "g"), ("atanh", torch.atanh, "s")]:
+    case(op, [(kind, [3, 4])], fn)
 case("cumsum", [("f", [3, 4])], lambda x: torch.cumsum(x, 1), [A("axis", "int", 1)])
 case("cumprod", [("f", [3, 4])], lambda x: torch.cumprod(x, 1), [A("axis", "int", 1)])
 case("cumprod", [("f", [2, 5])], lambda x: torch.flip(torch.cumprod(torch.flip(x, [1]), 1), [1]),
@@ -391,7 +399,7 @@ def main():
                 diff = []
                 if is_float and c["grad"] and differentiable:
                     for k, (s, t) in enumerate(zip(c["inputs"], run_ins)):
-                        if s[0] in ("f", "p", "u", "n", "w"):
+                        if s[0] in ("f", "p", "u", "n", "w", "s", "g"):
                             t.requires_grad_(True)
                             diff.append(k)
                 fn = c["fn"] if (is_float or c["int_fn"] is None) else c["int_fn"]

@@ -214,3 +214,45 @@ TEST(IndexTuples, GatherAndScatterRowsWithGradients) {
   }
   EXPECT_NE(msg.find("updates must have shape [2, 3]"), std::string::npos) << msg;
 }
+
+// einsum against the products it names, written out.
+TEST(Einsum, MatchesTheProductsItNames) {
+  manual_seed(5);
+  Tensor a = randn({2, 3, 4}, DType::Float64), b = randn({2, 4, 5}, DType::Float64), m = randn({3, 3}, DType::Float64);
+  auto close = [](const Tensor& x, const Tensor& y) {
+    ASSERT_EQ(x.shape(), y.shape());
+    const auto u = x.contiguous().to_vector<double>(), v = y.contiguous().to_vector<double>();
+    for (size_t i = 0; i < u.size(); ++i) EXPECT_NEAR(u[i], v[i], 1e-12) << i;
+  };
+  close(einsum("bij,bjk->bik", {a, b}), matmul(a, b));
+  close(einsum("bij,bjk", {a, b}), sum(matmul(a, b), {0}, false));  // implicit output: i, k (b repeats)
+  close(einsum("ij->ji", {m}), m.transpose(0, 1));
+  close(einsum("ii->i", {m}), from_vector(std::vector<double>{m.to_vector<double>()[0], m.to_vector<double>()[4],
+                                                               m.to_vector<double>()[8]}, Shape{3}));
+  close(einsum("ii", {m}), sum(einsum("ii->i", {m})));  // the trace
+  close(einsum("bij->", {a}), sum(a));
+  close(einsum("...ij,...jk->...ik", {a, b}), matmul(a, b));
+  close(einsum("ij,kj->ik", {a.select(0, 0), a.select(0, 1)}), matmul(a.select(0, 0), a.select(0, 1).transpose(0, 1)));
+  Tensor u = randn({3}, DType::Float64), v = randn({4}, DType::Float64);
+  close(einsum("i,j->ij", {u, v}), mul(u.reshape({3, 1}), v.reshape({1, 4})));
+  // Size-1 batch axes broadcast.
+  close(einsum("bij,bjk->bik", {a.slice(0, 0, 1), b}), matmul(a.slice(0, 0, 1).expand({2, 3, 4}).contiguous(), b));
+
+  // Gradients through the composition: d/dA sum(einsum("bij,bjk->bik")) = sum_k B.
+  Tensor x = a.detach(), y = b.detach();
+  x.set_requires_grad(true);
+  sum(einsum("bij,bjk->bik", {x, y})).backward();
+  close(x.grad(), sum(y, {2}, false).reshape({2, 1, 4}).expand({2, 3, 4}));
+
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([&] { einsum("ij,jk->ik", {m}); }).find("2 input terms but 1 operands"), std::string::npos);
+  EXPECT_NE(message([&] { einsum("ijk->i", {m}); }).find("names 3 axes but its operand has 2"), std::string::npos);
+  EXPECT_NE(message([&] { einsum("ij,jk->ik", {a.select(0, 0), m}); }).find("sizes 4 and 3"), std::string::npos);
+}
