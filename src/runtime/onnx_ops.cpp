@@ -121,9 +121,11 @@ const ConverterTable& converters() {
     add_shape_converters(t);
     add_reduce_converters(t);
     add_norm_converters(t);
+    add_quant_converters(t);
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
-                                   "Range",    "DepthToSpace", "SpaceToDepth", "GatherND"};
+                                   "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",
+                                   "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,
