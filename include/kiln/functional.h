@@ -118,6 +118,16 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                         const ConvOptions& o = {});
+// Volumes [N, C, D, H, W] and weights [out, in/groups, kD, kH, kW], with
+// stride, padding and dilation per axis (D, H, W): one 2-D convolution of
+// the depth slices per kernel depth, summed, so it has gradients throughout.
+struct Conv3dOptions {
+  std::vector<int64_t> stride{1, 1, 1};
+  std::vector<int64_t> padding{0, 0, 0};
+  std::vector<int64_t> dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv3dOptions& o = {});
 
 // Pooling.
 // ceil_mode: a last, partial window at the end of each axis, as in PyTorch.
@@ -126,6 +136,10 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true);
 Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
+// Max over [kD, kH, kW] windows of a volume [N, C, D, H, W]; padding counts
+// as -inf; pooled per depth slice, then across the depth window.
+Tensor max_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                  std::vector<int64_t> padding = {0, 0, 0}, std::vector<int64_t> dilation = {1, 1, 1});
 // Resizing H and W of an NCHW tensor, as PyTorch's interpolate: "nearest"
 // or "bilinear" (align_corners maps the corner pixels onto each other).
 // The `interpolate` op itself takes any of ONNX Resize's coordinate mappings.

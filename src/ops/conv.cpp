@@ -79,9 +79,12 @@ void write_conv(OnnxWriter& w, bool transposed) {
 
 // ONNX Conv and ConvTranspose, 1-d or 2-d. Uneven padding of Conv becomes
 // an explicit zero border.
+std::vector<Tensor> read_conv3d(const OnnxReader& n, const std::vector<Tensor>& in);
+
 std::vector<Tensor> read_conv(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   Tensor x = n.input(in, 0), w = n.input(in, 1);
+  if (x.dim() == 5) return read_conv3d(n, in);
   const SpatialRank r = spatial_rank(n, x);
   const size_t dims = static_cast<size_t>(x.dim() - 2);
   if (w.dim() != x.dim()) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
@@ -98,6 +101,26 @@ std::vector<Tensor> read_conv(const OnnxReader& n, const std::vector<Tensor>& in
   o.padding = r.lift(p.begin, 0);
   o.groups = n.i("group", 1);
   return {r.lower(conv2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+}
+
+// A 5-d Conv: conv3d, with uneven pads as an explicit zero border.
+std::vector<Tensor> read_conv3d(const OnnxReader& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
+  Tensor x = n.input(in, 0);
+  const Tensor& w = n.input(in, 1);
+  if (w.dim() != 5) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
+  const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  Conv3dOptions o;
+  o.stride = spatial_attr(n, "strides", 3, 1);
+  o.dilation = spatial_attr(n, "dilations", 3, 1);
+  o.groups = n.i("group", 1);
+  Pads p = resolve_pads(n, x.shape(), kernel, o.stride, o.dilation);
+  if (!p.symmetric()) {
+    x = pad_spatial(x, p, 0.0);
+    p = Pads{{0, 0, 0}, {0, 0, 0}};
+  }
+  o.padding = p.begin;
+  return {conv3d(x, w, OnnxReader::optional(in, 2), o)};
 }
 
 std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<Tensor>& in) {
@@ -251,6 +274,31 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t
              x.meta_str(), " and ", weight.meta_str());
   ConvOptions o{{1, stride}, {0, padding}, {1, dilation}, groups, {0, 0}};
   return conv2d(x.unsqueeze(2), weight.unsqueeze(2), bias, o).squeeze(2);
+}
+
+Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv3dOptions& o) {
+  KILN_CHECK(x.dim() == 5 && weight.dim() == 5, "conv3d: input must be [N, C, D, H, W] and weight [out, in/groups, kD, kH, kW], got ",
+             x.meta_str(), " and ", weight.meta_str());
+  KILN_CHECK(o.stride.size() == 3 && o.padding.size() == 3 && o.dilation.size() == 3,
+             "conv3d: stride, padding and dilation take 3 values (D, H, W)");
+  const Tensor padded = o.padding[0] ? pad(x, {0, 0, 0, 0, o.padding[0], o.padding[0]}) : x;
+  const int64_t n = x.shape()[0], depth = padded.shape()[2], kd = weight.shape()[2];
+  const int64_t out_depth = (depth - o.dilation[0] * (kd - 1) - 1) / o.stride[0] + 1;
+  KILN_CHECK(out_depth > 0, "conv3d: input ", shape_str(x.shape()), " is too shallow for a kernel of depth ", kd);
+  ConvOptions plane{{o.stride[1], o.stride[2]}, {o.padding[1], o.padding[2]}, {o.dilation[1], o.dilation[2]}, o.groups, {0, 0}};
+  Tensor y;
+  for (int64_t k = 0; k < kd; ++k) {
+    // The depth slices tap k reads, as a batch of planes [N * out_depth, C, H, W].
+    const int64_t first = k * o.dilation[0];
+    const Tensor slices = padded.slice(2, first, first + (out_depth - 1) * o.stride[0] + 1, o.stride[0]).permute({0, 2, 1, 3, 4});
+    const Shape& s = slices.shape();
+    const Tensor part = conv2d(slices.reshape({n * out_depth, s[2], s[3], s[4]}), weight.select(2, k).contiguous(), Tensor(), plane);
+    y = k == 0 ? part : y + part;
+  }
+  const Shape& ys = y.shape();
+  Tensor out = y.reshape({n, out_depth, ys[1], ys[2], ys[3]}).permute({0, 2, 1, 3, 4});
+  if (bias.defined()) out = out + bias.reshape({ys[1], 1, 1, 1});
+  return out.contiguous();
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {

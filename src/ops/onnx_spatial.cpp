@@ -54,9 +54,6 @@ SpatialRank spatial_rank(const OnnxReader& n, const Tensor& x) {
   return {x.dim() == 3};
 }
 
-namespace {
-
-// Extra end padding so that ceil_mode's last, partial window exists.
 void add_ceil_padding(const OnnxReader& n, const Shape& x, const std::vector<int64_t>& kernel,
                       const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation, Pads& p) {
   if (!n.i("ceil_mode", 0)) return;
@@ -67,8 +64,6 @@ void add_ceil_padding(const OnnxReader& n, const Shape& x, const std::vector<int
     p.end[i] += std::max<int64_t>(0, (out - 1) * stride[i] + window - span);
   }
 }
-
-}  // namespace
 
 PoolGeometry pool_geometry(const OnnxReader& n, const Tensor& x) {
   const SpatialRank r = spatial_rank(n, x);

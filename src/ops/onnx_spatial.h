@@ -34,6 +34,11 @@ struct SpatialRank {
 };
 SpatialRank spatial_rank(const OnnxReader& n, const Tensor& x);
 
+// Extra end padding so that ceil_mode's last, partial window exists (when
+// the node sets ceil_mode).
+void add_ceil_padding(const OnnxReader& n, const Shape& x, const std::vector<int64_t>& kernel,
+                      const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation, Pads& p);
+
 struct PoolGeometry {
   SpatialRank rank;
   std::vector<int64_t> kernel, stride, dilation;

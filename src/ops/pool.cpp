@@ -103,6 +103,15 @@ OpDef pool_backward(const char* name, std::vector<std::string> attrs = {}) {
 std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   Tensor x = n.input(in, 0);
+  if (x.dim() == 5) {  // max_pool3d, with ceil_mode's and uneven pads as an explicit -inf border
+    if (n.output_wanted(1)) n.unsupported("the Indices output of a 3-d MaxPool is not supported");
+    const auto kernel = n.ints("kernel_shape");
+    if (kernel.size() != 3) n.fail("kernel_shape has ", kernel.size(), " values; 3 expected");
+    const auto stride = spatial_attr(n, "strides", 3, 1), dilation = spatial_attr(n, "dilations", 3, 1);
+    Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
+    add_ceil_padding(n, x.shape(), kernel, stride, dilation, p);
+    return {max_pool3d(pad_spatial(x, p, -std::numeric_limits<double>::infinity()), kernel, stride, {0, 0, 0}, dilation)};
+  }
   if (!is_floating(x.dtype())) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
   const PoolGeometry g = pool_geometry(n, x);
   const Pads plain = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
@@ -219,6 +228,35 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   if (stride.empty()) stride = kernel;
   return call(KILN_OP("max_pool2d"), {x},
               {{"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"ceil_mode", ceil_mode}})[0];
+}
+Tensor max_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
+                  std::vector<int64_t> dilation) {
+  if (stride.empty()) stride = kernel;
+  KILN_CHECK(x.dim() == 5, "max_pool3d: input must be [N, C, D, H, W], got ", x.meta_str());
+  KILN_CHECK(kernel.size() == 3 && stride.size() == 3 && padding.size() == 3 && dilation.size() == 3,
+             "max_pool3d: kernel, stride, padding and dilation take 3 values (D, H, W)");
+  const double lowest = -std::numeric_limits<double>::infinity();
+  const Tensor padded = pad(x, {padding[2], padding[2], padding[1], padding[1], padding[0], padding[0]}, "constant", lowest);
+  const Shape& s = padded.shape();
+  const int64_t n = s[0], c = s[1], depth = s[2];
+  const int64_t out_depth = (depth - dilation[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
+  KILN_CHECK(out_depth > 0, "max_pool3d: input ", shape_str(x.shape()), " is too shallow for a window of depth ", kernel[0]);
+  // Each depth slice pooled over H and W, then the maximum across each depth window.
+  const Tensor planes = padded.permute({0, 2, 1, 3, 4}).reshape({n * depth, c, s[3], s[4]});
+  const Tensor pooled = call(KILN_OP("max_pool2d"), {planes},
+                             {{"kernel", std::vector<int64_t>{kernel[1], kernel[2]}},
+                              {"stride", std::vector<int64_t>{stride[1], stride[2]}},
+                              {"padding", std::vector<int64_t>{0, 0}},
+                              {"dilation", std::vector<int64_t>{dilation[1], dilation[2]}}})[0];
+  const Shape& ps = pooled.shape();
+  const Tensor by_depth = pooled.reshape({n, depth, c, ps[2], ps[3]});
+  Tensor y;
+  for (int64_t k = 0; k < kernel[0]; ++k) {
+    const int64_t first = k * dilation[0];
+    const Tensor tap = by_depth.slice(1, first, first + (out_depth - 1) * stride[0] + 1, stride[0]);
+    y = k == 0 ? tap : maximum(y, tap);
+  }
+  return y.permute({0, 2, 1, 3, 4}).contiguous();
 }
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding,
                   bool count_include_pad) {

@@ -256,3 +256,64 @@ TEST(Einsum, MatchesTheProductsItNames) {
   EXPECT_NE(message([&] { einsum("ijk->i", {m}); }).find("names 3 axes but its operand has 2"), std::string::npos);
   EXPECT_NE(message([&] { einsum("ij,jk->ik", {a.select(0, 0), m}); }).find("sizes 4 and 3"), std::string::npos);
 }
+
+// conv3d and max_pool3d against their definitions written as loops, and
+// conv3d's gradient against central differences.
+TEST(Volumes, Conv3dAndMaxPool3dFollowTheirDefinitions) {
+  manual_seed(9);
+  Tensor x = randn({1, 2, 4, 4, 3}, DType::Float64), w = randn({2, 2, 2, 3, 2}, DType::Float64), b = randn({2}, DType::Float64);
+  Conv3dOptions o;
+  o.stride = {2, 1, 1};
+  o.padding = {1, 1, 0};
+  Tensor y = conv3d(x, w, b, o);
+  ASSERT_EQ(y.shape(), (Shape{1, 2, 3, 4, 2}));
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>(), yv = y.to_vector<double>();
+  auto xi = [&](int64_t c, int64_t d, int64_t h, int64_t v) { return ((c * 4 + d) * 4 + h) * 3 + v; };
+  for (int64_t oc = 0; oc < 2; ++oc)
+    for (int64_t od = 0; od < 3; ++od)
+      for (int64_t oh = 0; oh < 4; ++oh)
+        for (int64_t ow = 0; ow < 2; ++ow) {
+          double want = bv[oc];
+          for (int64_t c = 0; c < 2; ++c)
+            for (int64_t kd = 0; kd < 2; ++kd)
+              for (int64_t kh = 0; kh < 3; ++kh)
+                for (int64_t kw = 0; kw < 2; ++kw) {
+                  const int64_t d = od * 2 - 1 + kd, h = oh - 1 + kh, v = ow + kw;
+                  if (d < 0 || d >= 4 || h < 0 || h >= 4) continue;
+                  want += xv[xi(c, d, h, v)] * wv[(((oc * 2 + c) * 2 + kd) * 3 + kh) * 2 + kw];
+                }
+          EXPECT_NEAR(yv[((oc * 3 + od) * 4 + oh) * 2 + ow], want, 1e-12);
+        }
+
+  Tensor leaf = x.detach();
+  leaf.set_requires_grad(true);
+  Tensor weights = randn({1, 2, 3, 4, 2}, DType::Float64);
+  auto loss = [&](const Tensor& t) { return sum(conv3d(t, w, b, o) * weights); };
+  loss(leaf).backward();
+  const auto grad = leaf.grad().to_vector<double>();
+  for (size_t i = 0; i < xv.size(); i += 7) {
+    std::vector<double> up = xv, down = xv;
+    up[i] += 1e-6;
+    down[i] -= 1e-6;
+    NoGradGuard no_grad;
+    const double numeric = (loss(from_vector(up, x.shape())).item<double>() - loss(from_vector(down, x.shape())).item<double>()) / 2e-6;
+    EXPECT_NEAR(grad[i], numeric, 1e-6) << i;
+  }
+
+  Tensor p = max_pool3d(x, {2, 2, 2}, {2, 2, 1}, {0, 1, 0});
+  ASSERT_EQ(p.shape(), (Shape{1, 2, 2, 3, 2}));
+  const auto pv = p.to_vector<double>();
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t od = 0; od < 2; ++od)
+      for (int64_t oh = 0; oh < 3; ++oh)
+        for (int64_t ow = 0; ow < 2; ++ow) {
+          double want = -1e300;
+          for (int64_t kd = 0; kd < 2; ++kd)
+            for (int64_t kh = 0; kh < 2; ++kh)
+              for (int64_t kw = 0; kw < 2; ++kw) {
+                const int64_t d = od * 2 + kd, h = oh * 2 - 1 + kh, v = ow + kw;
+                if (h >= 0 && h < 4) want = std::max(want, xv[xi(c, d, h, v)]);
+              }
+          EXPECT_EQ(pv[((c * 2 + od) * 3 + oh) * 2 + ow], want);
+        }
+}
