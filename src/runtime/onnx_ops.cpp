@@ -122,6 +122,7 @@ const ConverterTable& converters() {
     add_reduce_converters(t);
     add_norm_converters(t);
     add_quant_converters(t);
+    add_attention_converters(t);
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
                                    "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",

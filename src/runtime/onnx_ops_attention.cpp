@@ -1,0 +1,108 @@
+// ONNX Attention (opset 23 on) as a composition of Kiln ops: 3-d or 4-d
+// inputs, grouped key/value heads, a key/value cache (past and present),
+// boolean or additive masks shorter than the keys, causal masking aligned
+// to the end of the cache, padded key lengths, softcap and the optional
+// QK output.
+#include <cmath>
+#include <limits>
+
+#include "kiln/functional.h"
+#include "runtime/onnx_ops.h"
+
+namespace kiln::runtime {
+namespace {
+
+constexpr double kMasked = -std::numeric_limits<double>::infinity();
+
+// [B, S, H * D] to [B, H, S, D].
+Tensor split_heads(const OnnxNode& n, const Tensor& t, int64_t heads, const char* what) {
+  if (heads <= 0 || t.shape()[2] % heads) n.fail(what, " ", shape_str(t.shape()), " does not split into ", heads, " heads");
+  return t.reshape({t.shape()[0], t.shape()[1], heads, t.shape()[2] / heads}).permute({0, 2, 1, 3});
+}
+
+// Each key/value head repeated for the query heads that share it: [h0, h0, h1, h1, ...].
+Tensor repeat_heads(const Tensor& t, int64_t times) {
+  if (times == 1) return t;
+  const Shape& s = t.shape();
+  return t.unsqueeze(2).expand({s[0], s[1], times, s[2], s[3]}).reshape({s[0], s[1] * times, s[2], s[3]});
+}
+
+// An additive bias [.., Sq, Skv] from a mask: true (or 0) attends; a mask
+// shorter than the keys leaves the rest out.
+Tensor mask_bias(const Tensor& mask, int64_t keys, DType dtype) {
+  Tensor m = mask;
+  const int64_t missing = keys - m.shape().back();
+  if (m.dtype() == DType::Bool) {
+    m = where(m, zeros({}, dtype), full({}, kMasked, dtype));
+  } else {
+    m = cast(m, dtype);
+  }
+  if (missing > 0) m = pad(m, {0, missing}, "constant", kMasked);
+  return m;
+}
+
+std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) {
+  Tensor q = input(n, in, 0), k = input(n, in, 1), v = input(n, in, 2);
+  if (q.dim() != k.dim() || q.dim() != v.dim() || (q.dim() != 3 && q.dim() != 4))
+    n.fail("Q, K and V must all be 3-d or all 4-d, got ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
+           shape_str(v.shape()));
+  const bool packed = q.dim() == 3;
+  if (packed) {
+    q = split_heads(n, q, n.required_i("q_num_heads"), "Q");
+    k = split_heads(n, k, n.required_i("kv_num_heads"), "K");
+    v = split_heads(n, v, n.required_i("kv_num_heads"), "V");
+  }
+  const DType dt = q.dtype();
+  const Tensor past_key = OnnxReader::optional(in, 4), past_value = OnnxReader::optional(in, 5);
+  const Tensor nonpad = OnnxReader::optional(in, 6);
+  if (past_key.defined()) k = concat({past_key, k}, 2);
+  if (past_value.defined()) v = concat({past_value, v}, 2);
+  const int64_t batch = q.shape()[0], heads = q.shape()[1], queries = q.shape()[2], keys = k.shape()[2];
+  if (heads % k.shape()[1] || k.shape()[1] != v.shape()[1])
+    n.fail(heads, " query heads cannot share ", k.shape()[1], " key and ", v.shape()[1], " value heads");
+
+  // The bias added to the scores: the mask, causal masking, padded keys.
+  Tensor bias;
+  if (const Tensor mask = OnnxReader::optional(in, 3); mask.defined()) bias = mask_bias(mask, keys, dt);
+  if (n.i("is_causal", 0)) {
+    // Query i sees key j when j <= i + offset: the keys before this block of queries.
+    Tensor offset = scalar_tensor(past_key.defined() ? static_cast<double>(past_key.shape()[2]) : 0.0, DType::Int64);
+    if (!past_key.defined() && nonpad.defined())
+      offset = cast(nonpad, DType::Int64).reshape({batch, 1, 1, 1}) - scalar_tensor(static_cast<double>(queries), DType::Int64);
+    const Tensor i = arange(queries, DType::Int64).reshape({queries, 1}), j = arange(keys, DType::Int64).reshape({1, keys});
+    const Tensor causal = where(le(j, i + offset), zeros({}, dt), full({}, kMasked, dt));
+    bias = bias.defined() ? bias + causal : causal;
+  }
+  if (nonpad.defined()) {
+    const Tensor j = arange(keys, DType::Int64).reshape({1, 1, 1, keys});
+    const Tensor padded = where(lt(j, cast(nonpad, DType::Int64).reshape({batch, 1, 1, 1})), zeros({}, dt), full({}, kMasked, dt));
+    bias = bias.defined() ? bias + padded : padded;
+  }
+
+  // The scale split between Q and K, as ONNX's reference does.
+  const double scale = n.has("scale") ? n.f("scale", 1.0) : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
+  const Tensor root = scalar_tensor(std::sqrt(scale), dt);
+  const int64_t share = heads / k.shape()[1];
+  Tensor scores = matmul(q * root, repeat_heads(k, share).transpose(2, 3) * root);
+  const double softcap = n.f("softcap", 0.0);
+  if (softcap > 0) scores = tanh(scores / scalar_tensor(softcap, dt)) * scalar_tensor(softcap, dt);
+  const Tensor biased = bias.defined() ? scores + bias : scores;
+  // A query that may see no key at all attends to nothing (zeros, not NaN).
+  const Tensor blind = eq(amax(biased, {-1}, true), full({}, kMasked, dt));
+  const Tensor weights = where(blind, zeros({}, dt), softmax(biased, -1));
+  Tensor y = matmul(weights, repeat_heads(v, share));
+  if (packed) y = y.permute({0, 2, 1, 3}).reshape({batch, queries, -1});
+  std::vector<Tensor> out = {y.contiguous(), k, v};
+  if (n.output_wanted(3)) {
+    const int64_t mode = n.i("qk_matmul_output_mode", 0);
+    if (mode < 0 || mode > 3) n.fail("qk_matmul_output_mode must be 0 to 3, got ", mode);
+    out.push_back(mode == 2 ? biased : mode == 3 ? weights : scores);
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_attention_converters(ConverterTable& t) { t["Attention"] = attention; }
+
+}  // namespace kiln::runtime
