@@ -1,8 +1,8 @@
-// ONNX Attention (opset 23 on) as a composition of Kiln ops: 3-d or 4-d
-// inputs, grouped key/value heads, a key/value cache (past and present),
-// boolean or additive masks shorter than the keys, causal masking aligned
-// to the end of the cache, padded key lengths, softcap and the optional
-// QK output.
+// ONNX Attention and RotaryEmbedding (opset 23 on) as compositions of Kiln
+// ops. Attention: 3-d or 4-d inputs, grouped key/value heads, a key/value
+// cache (past and present), boolean or additive masks shorter than the keys,
+// causal masking aligned to the end of the cache, padded key lengths,
+// softcap and the optional QK output.
 #include <cmath>
 #include <limits>
 
@@ -101,8 +101,48 @@ std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) 
   return out;
 }
 
+// Rotates pairs of each head's first rotary_embedding_dim values (halves, or
+// neighbours when interleaved) by the angles of the caches, looked up by
+// position_ids or given per batch and position.
+std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  Tensor cos_cache = input(n, in, 1), sin_cache = input(n, in, 2);
+  Tensor t;  // [B, S, H, D]
+  if (x.dim() == 4) {
+    t = x.permute({0, 2, 1, 3});
+  } else if (x.dim() == 3) {
+    const int64_t heads = n.required_i("num_heads");
+    if (heads <= 0 || x.shape()[2] % heads) n.fail("hidden size ", x.shape()[2], " does not split into ", heads, " heads");
+    t = x.reshape({x.shape()[0], x.shape()[1], heads, x.shape()[2] / heads});
+  } else {
+    n.fail("input must be [B, H, S, D] or [B, S, hidden], got ", shape_str(x.shape()));
+  }
+  const int64_t head = t.shape()[3], dim = n.i("rotary_embedding_dim", 0) > 0 ? n.i("rotary_embedding_dim", 0) : head;
+  if (dim > head || dim % 2) n.fail("rotary_embedding_dim ", dim, " must be even and at most the head size ", head);
+  if (const Tensor positions = OnnxReader::optional(in, 3); positions.defined()) {
+    const Tensor flat = cast(positions, DType::Int64).reshape({-1});
+    Shape looked_up = positions.shape();
+    looked_up.push_back(dim / 2);
+    cos_cache = index_select(cos_cache, 0, flat).reshape(looked_up);
+    sin_cache = index_select(sin_cache, 0, flat).reshape(looked_up);
+  }
+  if (cos_cache.shape().back() != dim / 2) n.fail("the caches hold ", cos_cache.shape().back(), " angles per position; ", dim / 2, " expected");
+  const Tensor cosine = cos_cache.unsqueeze(2), sine = sin_cache.unsqueeze(2);  // [B, S, 1, dim / 2]
+  const Tensor rotated = t.slice(3, 0, dim);
+  const bool interleaved = n.i("interleaved", 0) != 0;
+  const Tensor x1 = interleaved ? rotated.slice(3, 0, dim, 2) : rotated.slice(3, 0, dim / 2);
+  const Tensor x2 = interleaved ? rotated.slice(3, 1, dim, 2) : rotated.slice(3, dim / 2, dim);
+  const Tensor real = cosine * x1 - sine * x2, imag = sine * x1 + cosine * x2;
+  Tensor y = interleaved ? stack({real, imag}, 4).reshape(rotated.shape()) : concat({real, imag}, 3);
+  if (dim < head) y = concat({y, t.slice(3, dim, head)}, 3);
+  return {x.dim() == 4 ? y.permute({0, 2, 1, 3}).contiguous() : y.reshape(x.shape())};
+}
+
 }  // namespace
 
-void add_attention_converters(ConverterTable& t) { t["Attention"] = attention; }
+void add_attention_converters(ConverterTable& t) {
+  t["Attention"] = attention;
+  t["RotaryEmbedding"] = rotary_embedding;
+}
 
 }  // namespace kiln::runtime
