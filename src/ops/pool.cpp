@@ -150,9 +150,58 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
 // ONNX AveragePool, 1-d or 2-d. Uneven padding: window sums over the padded
 // input, divided by how many elements each window counts (the explicit pads,
 // when count_include_pad, never the ceil_mode overhang).
+// The sum of each window of the (already padded) volume: one strided slice
+// per tap of the window, added up.
+Tensor window_sums(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& dilation) {
+  std::vector<int64_t> out(3);
+  for (size_t i = 0; i < 3; ++i) out[i] = (x.shape()[2 + i] - dilation[i] * (kernel[i] - 1) - 1) / stride[i] + 1;
+  Tensor total;
+  for (int64_t a = 0; a < kernel[0]; ++a)
+    for (int64_t b = 0; b < kernel[1]; ++b)
+      for (int64_t c = 0; c < kernel[2]; ++c) {
+        const int64_t tap[3] = {a, b, c};
+        Tensor t = x;
+        for (int64_t i = 0; i < 3; ++i) {
+          const int64_t first = tap[i] * dilation[i];
+          t = t.slice(2 + i, first, first + (out[i] - 1) * stride[i] + 1, stride[i]);
+        }
+        total = total.defined() ? total + t : t;
+      }
+  return total;
+}
+
+// A 5-d AveragePool: window sums over the zero-padded volume divided by how
+// many elements each window counts (the explicit pads when
+// count_include_pad, never ceil_mode's overhang).
+std::vector<Tensor> read_avg_pool3d(const OnnxReader& n, const Tensor& x) {
+  using namespace onnx_spatial;
+  const auto kernel = n.ints("kernel_shape");
+  if (kernel.size() != 3) n.fail("kernel_shape has ", kernel.size(), " values; 3 expected");
+  const auto stride = spatial_attr(n, "strides", 3, 1), dilation = spatial_attr(n, "dilations", 3, 1);
+  const Pads explicit_pads = resolve_pads(n, x.shape(), kernel, stride, dilation);
+  Pads all = explicit_pads;
+  add_ceil_padding(n, x.shape(), kernel, stride, dilation, all);
+  Shape mask_shape = x.shape();
+  mask_shape[0] = mask_shape[1] = 1;
+  Tensor mask = ones(mask_shape, x.dtype());
+  Pads rest = all;
+  if (n.i("count_include_pad", 0)) {
+    mask = pad_spatial(mask, explicit_pads, 1.0);
+    for (size_t i = 0; i < 3; ++i) {
+      rest.begin[i] -= explicit_pads.begin[i];
+      rest.end[i] -= explicit_pads.end[i];
+    }
+  }
+  const Tensor sums = window_sums(pad_spatial(x, all, 0.0), kernel, stride, dilation);
+  const Tensor counts = window_sums(pad_spatial(mask, rest, 0.0), kernel, stride, dilation);
+  return {sums / counts};
+}
+
 std::vector<Tensor> read_avg_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   const Tensor& x = n.input(in, 0);
+  if (x.dim() == 5) return read_avg_pool3d(n, x);
   const PoolGeometry g = pool_geometry(n, x);
   for (int64_t d : g.dilation)
     if (d != 1) n.unsupported("dilations other than 1 are not supported for AveragePool");
