@@ -16,15 +16,12 @@ void write_split(OnnxWriter& w) {
   w.node("Split", {w.in(0), w.ints(w.attrs().get_ints("sizes"), "split")}, w.outputs(),
          {{"axis", w.attrs().get_int("axis", 0)}});
 }
-// Kiln's pads are (before, after) pairs from the last axis backwards; ONNX's
-// are every axis's begin, then every axis's end.
 // ONNX Pad's wrap mode needs opset 19: each padded axis is the tail of the
 // axis, the axis, and its head, joined (pads at most the axis's size).
 void write_circular_pad(OnnxWriter& w, const std::vector<int64_t>& pads) {
   const Shape& x = w.in_shape();
   const int64_t rank = static_cast<int64_t>(x.size());
   std::string current = w.in(0);
-  std::vector<int64_t> padded = x;
   for (int64_t ax = 0; ax < rank; ++ax) {
     const int64_t before = pads[ax], after = pads[rank + ax], size = x[ax];
     if (before == 0 && after == 0) continue;
@@ -39,7 +36,6 @@ void write_circular_pad(OnnxWriter& w, const std::vector<int64_t>& pads) {
     if (before) parts.push_back(slice(size - before, size));
     parts.push_back(current);
     if (after) parts.push_back(slice(0, after));
-    padded[ax] += before + after;
     const bool last = std::none_of(pads.begin() + ax + 1, pads.begin() + rank, [](int64_t p) { return p != 0; }) &&
                       std::none_of(pads.begin() + rank + ax + 1, pads.end(), [](int64_t p) { return p != 0; });
     std::string joined = last ? w.out() : w.unique("wrapped");
@@ -48,6 +44,8 @@ void write_circular_pad(OnnxWriter& w, const std::vector<int64_t>& pads) {
   }
   if (current == w.in(0)) w.node("Identity", {current}, {w.out()});
 }
+// Kiln's pads are (before, after) pairs from the last axis backwards; ONNX's
+// are every axis's begin, then every axis's end.
 void write_pad(OnnxWriter& w) {
   auto pairs = w.attrs().get_ints("pads");
   const size_t rank = w.in_shape().size();
