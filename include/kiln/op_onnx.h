@@ -151,11 +151,15 @@ struct OnnxImport {
   explicit operator bool() const { return static_cast<bool>(read); }
 };
 
-// A reader of these types that needs no input's value and widens half floats.
-inline OnnxImport onnx_reader(std::vector<std::string> types, OnnxReadFn read) {
+// A reader of these types; by default it needs no input's value and widens
+// half floats (see OnnxImport).
+inline OnnxImport onnx_reader(std::vector<std::string> types, OnnxReadFn read, std::vector<int> value_inputs = {},
+                              bool widen_half = true) {
   OnnxImport r;
   r.types = std::move(types);
   r.read = std::move(read);
+  r.value_inputs = std::move(value_inputs);
+  r.widen_half = widen_half;
   return r;
 }
 

@@ -314,7 +314,7 @@ OpDefiner d_softplus(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{
 })));
 // ONNX Clip: bounds as attributes before opset 11, optional inputs after.
 OnnxImport clip_reader() {
-  OnnxImport r = onnx_reader({"Clip"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return onnx_reader({"Clip"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const Tensor& x = n.input(in, 0);
     std::optional<double> lo, hi;
     if (n.opset() < 11) {
@@ -326,9 +326,7 @@ OnnxImport clip_reader() {
     }
     if (!lo && !hi) return {x + 0.0};
     return {clamp(x, lo, hi)};
-  });
-  r.value_inputs = {1, 2};
-  return r;
+  }, {1, 2});
 }
 OpDefiner d_clamp(detail::reads_onnx(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
   // Gradient passes where the input was inside [min, max].
@@ -527,8 +525,7 @@ OpDefiner d_cast([] {
   d.onnx_import = onnx_reader({"Cast", "CastLike"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const DType to = n.op_type() == "CastLike" ? n.input(in, 1).dtype() : n.dtype("to");
     return {cast(n.input(in, 0), to)};
-  });
-  d.onnx_import.widen_half = false;
+  }, {}, false);
   d.tags = kEw;
   return d;
 }());

@@ -115,12 +115,6 @@ std::vector<Tensor> read_one_hot(const OnnxReader& n, const std::vector<Tensor>&
   return {y.permute(order).contiguous()};
 }
 
-OnnxImport exact_reader(std::vector<std::string> types, OnnxReadFn read) {
-  OnnxImport r = onnx_reader(std::move(types), std::move(read));
-  r.widen_half = false;  // they select; they compute nothing
-  return r;
-}
-
 OpDefiner d_embedding(make(
     "embedding", {"weight", "indices"}, {},
     [](const Metas& in, const Attrs&) -> Metas {
@@ -165,7 +159,7 @@ OpDefiner d_gather(detail::reads_onnx(make(
       return {scatter_add(zeros_like(c.inputs[0]), ax, c.inputs[1], g[0]), Tensor()};
     },
     onnx_as("GatherElements", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
-    exact_reader({"GatherElements"}, read_gather_elements)));
+    onnx_reader({"GatherElements"}, read_gather_elements, {}, false)));
 
 OpDefiner d_index_select(detail::reads_onnx(make(
     "index_select", {"x", "index"}, {"axis:int"},
@@ -186,7 +180,7 @@ OpDefiner d_index_select(detail::reads_onnx(make(
       return {scatter_add(zeros_like(x), ax, idx, g[0]), Tensor()};
     },
     onnx_as("Gather", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
-    exact_reader({"Gather"}, read_gather)));
+    onnx_reader({"Gather"}, read_gather, {}, false)));
 
 OpDefiner d_scatter_add(detail::reads_onnx(make(
     "scatter_add", {"x", "index", "src"}, {"axis:int"},
@@ -237,11 +231,7 @@ OpDefiner d_one_hot(detail::reads_onnx(make(
       return {{true, s, DType::Int64, in[0].device}};
     },
     nullptr, {{"OneHot"}, write_one_hot}, {}),
-    [] {
-      OnnxImport r = onnx_reader({"OneHot"}, read_one_hot);
-      r.value_inputs = {1};
-      return r;
-    }()));
+    onnx_reader({"OneHot"}, read_one_hot, {1})));
 
 }  // namespace
 

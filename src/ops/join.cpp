@@ -169,13 +169,6 @@ std::vector<Tensor> read_cumprod(const OnnxReader& n, const std::vector<Tensor>&
   return {concat({first, y.slice(axis, 0, size - 1)}, axis)};
 }
 
-OnnxImport reader_of(std::vector<std::string> types, OnnxReadFn read, std::vector<int> value_inputs, bool widen) {
-  OnnxImport r = onnx_reader(std::move(types), std::move(read));
-  r.value_inputs = std::move(value_inputs);
-  r.widen_half = widen;
-  return r;
-}
-
 Metas infer_concat(const Metas& in, const Attrs& a) {
   KILN_CHECK(!in.empty(), "needs at least one tensor");
   const Shape& first = in[0].shape;
@@ -211,7 +204,7 @@ OpDefiner d_concat(detail::reads_onnx(make_op(
       return out;
     },
     onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0),
-    reader_of({"Concat"}, read_concat, {}, false)));
+    onnx_reader({"Concat"}, read_concat, {}, false)));
 
 OpDefiner d_split([] {
   OpDef d = make_op(
@@ -240,7 +233,7 @@ OpDefiner d_split([] {
       },
       OnnxExport{{"Split"}, write_split}, kTagView);
   d.outputs = {"parts*"};
-  d.onnx_import = reader_of({"Split"}, read_split, {1}, false);
+  d.onnx_import = onnx_reader({"Split"}, read_split, {1}, false);
   return d;
 }());
 
@@ -275,7 +268,7 @@ OpDefiner d_pad(detail::reads_onnx(make_op(
       return {call("pad_backward", {g[0]}, a)[0]};
     },
     {{"Pad", "Slice", "Concat", "Identity"}, write_pad}, 0),
-    reader_of({"Pad"}, read_pad, {1, 2, 3}, false)));
+    onnx_reader({"Pad"}, read_pad, {1, 2, 3}, false)));
 
 OpDefiner d_pad_bw(make_op(
     "pad_backward", {"grad"}, {"input_shape:ints", "pads:ints", "mode:string"},
@@ -296,7 +289,7 @@ OpDefiner d_triu(detail::reads_onnx(make_op(
     "triu", {"x"}, {"diagonal:int=0"}, infer_tri,
     [](const GradContext& c, const Grads& g) -> Grads { return {triu(g[0], c.attrs.get_int("diagonal", 0))}; },
     onnx_trilu(true), 0),
-    reader_of({"Trilu"}, read_trilu, {1}, false)));
+    onnx_reader({"Trilu"}, read_trilu, {1}, false)));
 
 OpDefiner d_cumsum(detail::reads_onnx(make_op(
     "cumsum", {"x"}, {"axis:int", "reverse:bool=false"},
@@ -308,7 +301,7 @@ OpDefiner d_cumsum(detail::reads_onnx(make_op(
       return {call("cumsum", {g[0]}, {{"axis", c.attrs.get_int("axis")}, {"reverse", !c.attrs.get_bool("reverse", false)}})[0]};
     },
     {{"CumSum"}, write_cumsum}, 0),
-    reader_of({"CumSum"}, read_cumsum, {1}, true)));
+    onnx_reader({"CumSum"}, read_cumsum, {1}, true)));
 
 // ONNX has CumProd from opset 26 only: export refuses it by name.
 OpDefiner d_cumprod(detail::reads_onnx(make_op(
@@ -319,7 +312,7 @@ OpDefiner d_cumprod(detail::reads_onnx(make_op(
     },
     [](const GradContext& c, const Grads& g) -> Grads { return {call("cumprod_backward", {g[0], c.inputs[0]}, c.attrs)[0]}; },
     {}, 0),
-    reader_of({"CumProd"}, read_cumprod, {1}, true)));
+    onnx_reader({"CumProd"}, read_cumprod, {1}, true)));
 
 OpDefiner d_cumprod_bw(make_op(
     "cumprod_backward", {"grad", "x"}, {"axis:int", "reverse:bool=false"},

@@ -277,9 +277,7 @@ OpDefiner d_dropout([] {
   // mask holds 0 or 1/(1-p), so the gradient is one multiply.
   d.grad = [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * c.outputs[1]}; };
   d.onnx = {{"Identity"}, write_dropout};
-  d.onnx_import = onnx_reader({"Dropout"}, read_dropout);
-  d.onnx_import.value_inputs = {1, 2};
-  d.onnx_import.widen_half = false;
+  d.onnx_import = onnx_reader({"Dropout"}, read_dropout, {1, 2}, false);
   d.tags = kTagRandom;
   return d;
 }());

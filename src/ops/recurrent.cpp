@@ -201,12 +201,10 @@ std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std
   return result;
 }
 
+// sequence_lens (4) and P (7) are checked by value.
 OnnxImport recurrent_reader(const Kind& k) {
-  OnnxImport r = onnx_reader({k.onnx}, [&k](const OnnxReader& n, const std::vector<Tensor>& in) {
-    return read_recurrent(k, n, in);
-  });
-  r.value_inputs = {4, 7};  // sequence_lens and P are checked by value
-  return r;
+  return onnx_reader({k.onnx}, [&k](const OnnxReader& n, const std::vector<Tensor>& in) { return read_recurrent(k, n, in); },
+                     {4, 7});
 }
 
 // --- definitions -----------------------------------------------------------

@@ -73,7 +73,7 @@ OnnxImport reduce_reader(const std::string& op, const char* type, int since, con
   std::vector<std::string> types = {type};
   if (global) types.push_back(global);
   const std::string reduce_type = type;
-  OnnxImport r = onnx_reader(types, [op, reduce_type, since](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return onnx_reader(types, [op, reduce_type, since](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const OpDef& self = OpRegistry::instance().get(op);
     const Tensor& x = n.input(in, 0);
     std::vector<int64_t> axes;
@@ -98,9 +98,7 @@ OnnxImport reduce_reader(const std::string& op, const char* type, int since, con
     if (extreme && x.dtype() == DType::Bool)
       return {cast(call1(self, {cast(x, DType::UInt8)}, reduce_attrs(axes, keep)), DType::Bool)};
     return {call1(self, {x}, reduce_attrs(axes, keep))};
-  });
-  r.value_inputs = {1};
-  return r;
+  }, {1});
 }
 
 OpDef reduction(const char* name, OnnxExport onnx, GradFn grad) {

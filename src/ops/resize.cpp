@@ -122,8 +122,7 @@ OpDefiner d_interpolate([] {
     return {call("interpolate_backward", {g[0], c.inputs[0]}, c.attrs)[0]};
   };
   d.onnx = {{"Resize"}, write_resize};
-  d.onnx_import = onnx_reader({"Resize", "Upsample"}, read_resize);
-  d.onnx_import.value_inputs = {1, 2, 3};
+  d.onnx_import = onnx_reader({"Resize", "Upsample"}, read_resize, {1, 2, 3});
   d.category = "resize";
   return d;
 }());

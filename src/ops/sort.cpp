@@ -56,9 +56,7 @@ OpDefiner d_topk([] {
     return {scatter_add(zeros_like(c.inputs[0]), axis, c.outputs[1], g[0])};
   };
   d.onnx = {{"TopK"}, write_topk};
-  d.onnx_import = onnx_reader({"TopK"}, read_topk);
-  d.onnx_import.value_inputs = {1};
-  d.onnx_import.widen_half = false;
+  d.onnx_import = onnx_reader({"TopK"}, read_topk, {1}, false);
   d.category = "sort";
   return d;
 }());

@@ -128,30 +128,26 @@ Shape onnx_unsqueeze_shape(const OnnxReader& n, const Tensor& x, const std::vect
   return s;
 }
 
+// They move data and compute nothing: half floats stay as they are.
 OnnxImport view_reader() {
-  OnnxImport r = onnx_reader({"Reshape", "Flatten", "Squeeze", "Unsqueeze"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return onnx_reader({"Reshape", "Flatten", "Squeeze", "Unsqueeze"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const Tensor& x = n.input(in, 0);
     const std::string& type = n.op_type();
     if (type == "Flatten") return {x.reshape(onnx_flatten_shape(n, x))};
     if (type == "Squeeze") return {x.reshape(onnx_squeeze_shape(n, x, in))};
     if (type == "Unsqueeze") return {x.reshape(onnx_unsqueeze_shape(n, x, in))};
     return {x.reshape(onnx_reshape_shape(n, x, in))};
-  });
-  r.value_inputs = {1};
-  r.widen_half = false;
-  return r;
+  }, {1}, false);
 }
 
 OnnxImport transpose_reader() {
-  OnnxImport r = onnx_reader({"Transpose"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return onnx_reader({"Transpose"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const Tensor& x = n.input(in, 0);
     std::vector<int64_t> perm = n.ints("perm");
     if (perm.empty())
       for (int64_t i = x.dim() - 1; i >= 0; --i) perm.push_back(i);
     return {x.permute(perm)};
-  });
-  r.widen_half = false;
-  return r;
+  }, {}, false);
 }
 
 // Slice: starts, ends, axes and steps (attributes before opset 10). Bounds
@@ -207,13 +203,6 @@ std::vector<Tensor> read_expand(const OnnxReader& n, const std::vector<Tensor>& 
   n.check_created_size(target);
   lifted.insert(lifted.end(), a.begin(), a.end());
   return {x.reshape(lifted).expand(target).contiguous()};
-}
-
-OnnxImport reader_of(std::vector<std::string> types, OnnxReadFn read, std::vector<int> value_inputs) {
-  OnnxImport r = onnx_reader(std::move(types), std::move(read));
-  r.value_inputs = std::move(value_inputs);
-  r.widen_half = false;  // they move data and compute nothing
-  return r;
 }
 
 OpDefiner d_view(detail::reads_onnx(make_op(
@@ -283,7 +272,7 @@ OpDefiner d_slice(detail::reads_onnx(make_op(
       return {call("slice_backward", {g[0]}, a)[0]};
     },
     {{"Slice"}, write_slice}, kTagView),
-    reader_of({"Slice"}, read_slice, {1, 2, 3, 4})));
+    onnx_reader({"Slice"}, read_slice, {1, 2, 3, 4}, false)));
 
 OpDefiner d_slice_bw(make_op(
     "slice_backward", {"grad"}, {"input_shape:ints", "axis:int", "start:int", "end:int", "step:int=1"},
@@ -307,7 +296,7 @@ OpDefiner d_expand(detail::reads_onnx(make_op(
       return {{true, target, in[0].dtype, in[0].device}};
     },
     [](const GradContext& c, const Grads& g) -> Grads { return {sum_to(g[0], c.inputs[0].shape())}; }, {{"Expand"}, write_expand},
-    kTagView), reader_of({"Expand"}, read_expand, {1})));
+    kTagView), onnx_reader({"Expand"}, read_expand, {1}, false)));
 
 }  // namespace
 }  // namespace kiln

@@ -4,26 +4,15 @@
 // several layers, both directions and batch-first input.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "kiln/kiln.h"
+#include "support/golden_json.h"
 
 using namespace kiln;
 
 namespace {
 
-Tensor tensor_of(const nlohmann::json& j) {
-  return from_vector<double>(j.at("data").get<std::vector<double>>(), j.at("shape").get<Shape>()).to(DType::Float32);
-}
-
-const nlohmann::json& cases() {
-  static nlohmann::json doc = [] {
-    std::ifstream f(std::string(KILN_GOLDEN_DIR) + "/recurrent_golden.json");
-    return nlohmann::json::parse(f);
-  }();
-  return doc.at("cases");
-}
+Tensor tensor_of(const nlohmann::json& j) { return kiln::testing::golden_tensor(j); }
+const nlohmann::json& cases() { return kiln::testing::golden_json_cases("recurrent_golden.json"); }
 
 void expect_close(const Tensor& got, const nlohmann::json& expected, const std::string& what) {
   ASSERT_TRUE(got.defined()) << what << " is missing";
