@@ -36,6 +36,11 @@ struct SessionOptions {
   // graph and the model's weights live there, and so do the outputs.
   std::string device = "cpu";
   int threads = 0;             // intra-op threads for the process; 0 leaves the current setting
+  // Runs of each input signature measure how many of those threads pay off
+  // (all of them on a quiet machine, fewer when other processes hold cores:
+  // see kiln/thread_governor.h). false keeps every run on all of them, which
+  // also keeps results bit-identical from run to run.
+  bool adapt_threads = true;
   // 0: run node by node (eager); 1: compiled graph, no optimizing passes;
   // 2: compiled and optimized (constant folding, batch-norm folding, fusion, layouts).
   int optimization_level = 2;

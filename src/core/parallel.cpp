@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "kiln/thread_governor.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -38,9 +39,25 @@ std::atomic<int>& thread_count() {
   return n;
 }
 
+thread_local int t_thread_limit = 0;  // 0: no ThreadLimit on this thread
+
 }  // namespace
 
-int get_num_threads() { return thread_count().load(std::memory_order_relaxed); }
+int get_num_threads() {
+  const int n = thread_count().load(std::memory_order_relaxed);
+  return t_thread_limit > 0 ? std::min(n, t_thread_limit) : n;
+}
+
+ThreadLimit::ThreadLimit(int threads) : previous_(t_thread_limit) {
+  KILN_CHECK(threads >= 1, "ThreadLimit(", threads, "): the thread count must be at least 1");
+  t_thread_limit = previous_ > 0 ? std::min(previous_, threads) : threads;
+  apply_num_threads_to_this_thread();
+}
+
+ThreadLimit::~ThreadLimit() {
+  t_thread_limit = previous_;
+  apply_num_threads_to_this_thread();
+}
 
 void set_num_threads(int n) {
   KILN_CHECK(n >= 1, "set_num_threads(", n, "): the thread count must be at least 1");

@@ -1,6 +1,7 @@
 // InferenceSession: an OnnxProgram traced and compiled per input signature,
 // with one compiled function per concurrent caller.
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "kiln/jit.h"
 #include "kiln/parallel.h"
 #include "kiln/runtime.h"
+#include "kiln/thread_governor.h"
 #include "runtime/onnx_program.h"
 
 namespace kiln {
@@ -86,6 +88,20 @@ struct InferenceSession::Impl {
     idle[key].push_back(std::move(f));
   }
 
+  // One governor per input signature (batch sizes differ in what threads buy);
+  // shared, since a run holds its own while another caller may start over.
+  std::map<std::string, std::shared_ptr<ThreadGovernor>> governors;
+  static constexpr size_t kMaxGovernors = 64;
+
+  std::shared_ptr<ThreadGovernor> governor(const std::string& signature) {
+    if (!options.adapt_threads || !(device == cpu_device()) || get_num_threads() == 1) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = governors.find(signature);
+    if (it != governors.end()) return it->second;
+    if (governors.size() >= kMaxGovernors) governors.clear();  // many signatures: start over
+    return governors.emplace(signature, std::make_shared<ThreadGovernor>()).first->second;
+  }
+
   std::vector<Tensor> free_inputs(const std::vector<Tensor>& inputs) const {
     std::vector<Tensor> free;
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -95,6 +111,33 @@ struct InferenceSession::Impl {
 };
 
 namespace {
+// A run under the thread count its governor chooses, timed for it.
+class GovernedRun {
+ public:
+  explicit GovernedRun(std::shared_ptr<ThreadGovernor> g)
+      : governor_(std::move(g)), threads_(governor_ ? governor_->choose() : get_num_threads()), limit_(threads_),
+        start_(std::chrono::steady_clock::now()) {}
+  void finished() {
+    if (governor_)
+      governor_->record(threads_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  std::shared_ptr<ThreadGovernor> governor_;
+  int threads_;
+  ThreadLimit limit_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+std::string signature_of(const std::vector<Shape>& shapes) {
+  std::string s;
+  for (const auto& shape : shapes) {
+    for (int64_t d : shape) s += std::to_string(d) + ",";
+    s += ";";
+  }
+  return s;
+}
+
 // inf and NaN run node by node: the compiled graph's kernels are chosen for
 // speed per batch size, and some (Winograd convolution, which spreads one inf
 // over its whole tile as NaN) give other non-finite answers than the plain
@@ -142,6 +185,9 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   const bool on_cpu = impl_->device == cpu_device();
   if (impl_->options.optimization_level == 0 || (on_cpu && any_non_finite(inputs))) return impl_->program->run(inputs);
   std::string key = impl_->key_of(inputs);
+  std::vector<Shape> shapes;
+  for (const auto& t : inputs) shapes.push_back(t.shape());
+  GovernedRun governed(impl_->governor(key + signature_of(shapes)));
   auto fn = impl_->take(key, inputs);
   std::vector<Tensor> out;
   try {
@@ -151,6 +197,7 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
     throw;
   }
   impl_->give_back(key, std::move(fn));
+  governed.finished();
   return out;
 }
 
@@ -177,6 +224,7 @@ void InferenceSession::run_in_place(const std::vector<Shape>& shapes, const Fill
     read(run(buffers));
     return;
   }
+  GovernedRun governed(impl_->governor(signature_of(shapes)));
   auto fn = impl_->take("", std::vector<Tensor>(shapes.size()));
   try {
     std::vector<Tensor> slots = fn->input_slots(shapes, dtypes);
@@ -188,6 +236,7 @@ void InferenceSession::run_in_place(const std::vector<Shape>& shapes, const Fill
     throw;
   }
   impl_->give_back("", std::move(fn));
+  governed.finished();
 }
 
 std::map<std::string, Tensor> InferenceSession::run(const std::map<std::string, Tensor>& named_inputs) {

@@ -204,6 +204,25 @@ TEST(InferenceSession, RunsFromManyThreadsAtOnce) {
   for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
+// Each signature's runs move between thread counts while the governor
+// measures them (oneDNN primitives are built per count): the answers agree
+// with runs that keep every thread, up to the order of summation.
+TEST(InferenceSession, AdaptingTheThreadCountKeepsTheAnswers) {
+  const int before = get_num_threads();
+  SessionOptions fixed;
+  fixed.threads = 2;
+  fixed.adapt_threads = false;
+  InferenceSession reference(fixture("resnet18.onnx"), fixed);
+  SessionOptions adapting;
+  adapting.threads = 2;
+  InferenceSession session(fixture("resnet18.onnx"), adapting);
+  Tensor x = randn({2, 3, 64, 64});
+  Tensor expected = reference.run({x})[0];
+  for (int r = 0; r < 14; ++r)  // through the governor's first measurements of both counts
+    EXPECT_TRUE(kt::all_close(session.run({x})[0], expected, 1e-5, 1e-5)) << "run " << r;
+  set_num_threads(before);
+}
+
 TEST(InferenceSession, NamedInputsAndOutputs) {
   InferenceSession session(fixture("mlp.onnx"));
   Tensor x = io::load_npy(fixture("mlp.input.npy"));

@@ -154,18 +154,22 @@ void add_bench(CLI::App& app) {
   struct Args {
     std::string model, batches = "1,64", profile;
     int runs = 50, threads = 0, level = 2;
+    bool fixed_threads = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX model");
   cmd->add_option("model", a->model, "The ONNX file")->required();
   cmd->add_option("--batch", a->batches, "Batch sizes, e.g. 1,64 (axis 0 of every input)");
-  cmd->add_option("--runs", a->runs, "Timed runs per batch size (after 5 warm-up runs)")->check(CLI::PositiveNumber);
+  cmd->add_option("--runs", a->runs, "Timed runs per batch size (after 10 warm-up runs)")->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
+  cmd->add_flag("--fixed-threads", a->fixed_threads,
+               "Run every time on all the threads (by default each batch size measures how many pay off)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here");
   cmd->callback([a] {
     SessionOptions so;
     so.threads = a->threads;
+    so.adapt_threads = !a->fixed_threads;
     so.optimization_level = a->level;
     InferenceSession session(a->model, so);
     std::printf("%s: opset %d, %s\n", a->model.c_str(), session.opset(), session.producer().c_str());
@@ -182,7 +186,8 @@ void add_bench(CLI::App& app) {
           KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size");
         inputs.push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
       }
-      for (int i = 0; i < 5; ++i) session.run(inputs);
+      // Warm-up: compiling, first touches, and the thread governor's first measurements.
+      for (int i = 0; i < 10; ++i) session.run(inputs);
       cpu_allocator_reset_peak();
       if (!a->profile.empty()) profiler::start();
       std::vector<double> ms;

@@ -50,10 +50,13 @@ bool geometry(const ConvShape& s, bool with_bias, Geometry& g) {
   return true;
 }
 
+// A primitive splits its work for the thread count it was built under (and
+// runs on that many), so the count is part of the key.
 using Key = std::tuple<int, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
 Key key_of(int kind, bool bias, const ConvShape& s) {
-  return {kind, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups};
+  return {kind, bias, s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.oh, s.ow, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups,
+          get_num_threads()};
 }
 
 // Layout choice for the primitive's tensors: Kiln's plain layouts, or the

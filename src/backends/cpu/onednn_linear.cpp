@@ -32,14 +32,15 @@ struct Prepared {
   memory::desc scratchpad;
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // ReLU is a pass after the primitive
+// ReLU is a pass after the primitive; the thread count is the primitive's own.
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, int>;
 
 // Null when oneDNN refuses the shape.
 const Prepared* prepared(const LinearCall& c) {
   static std::mutex mu;
   static std::map<Key, Prepared> cache;
   std::lock_guard<std::mutex> lock(mu);
-  Key key{c.rows, c.in, c.out, c.bias, c.residual};
+  Key key{c.rows, c.in, c.out, c.bias, c.residual, get_num_threads()};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
   Prepared p;
