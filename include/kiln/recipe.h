@@ -86,6 +86,7 @@ struct Recipe {
   bool drop_remainder = false;  // training: leave out a smaller last batch (one graph shape in graph mode)
   uint64_t seed = 0;
   int threads = 0;            // 0: KILN_NUM_THREADS or all cores
+  bool adapt_threads = true;  // steps measure how many threads pay off (Model::set_adapt_threads)
   std::string output = "runs/default";
   std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
 };
@@ -102,6 +103,7 @@ struct Overrides {
   std::optional<std::string> output;
   std::optional<uint64_t> seed;
   std::optional<int> threads;
+  std::optional<bool> adapt_threads;
   std::optional<int64_t> max_steps;
   std::optional<std::string> mode;
 };

@@ -4,7 +4,12 @@
 // quiet machine every thread helps; when another process takes a core, a
 // thread that loses it holds up every other at the end of each parallel
 // region (oneDNN splits work statically), and fewer threads finish sooner.
+// Once on fewer threads, the governor watches the machine's load and
+// measures the higher counts again when cores come free.
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -25,21 +30,28 @@ class ThreadLimit {
 
 class ThreadGovernor {
  public:
+  // How many cores no other process is running on now; the default reads
+  // the count of runnable tasks in /proc/loadavg.
+  using IdleCores = std::function<int()>;
+
+  static int idle_cores_now();  // the default IdleCores
+
   // Tries max_threads, its halvings and 1; max_threads 0 takes get_num_threads().
-  explicit ThreadGovernor(int max_threads = 0);
+  explicit ThreadGovernor(int max_threads = 0, IdleCores idle_cores = {});
 
   int choose();                               // the thread count for the next run
   void record(int threads, double seconds);   // how long a run with that count took
   int best() const;                           // the count it would choose outside exploring
   std::vector<int> candidates() const;
 
-  // The estimate behind the choice: mean of the recent runs with one count,
-  // without their slowest (so one stray pause does not decide), or a
-  // negative value while too few runs are known.
+  // The estimate behind the choice: mean of the recent runs with one count
+  // (without the slowest once there are eight or more, so that one stray
+  // pause does not decide; rare long stalls still count), or a negative
+  // value while too few runs are known.
   double estimate(int threads) const;
 
  private:
-  static constexpr int kWindow = 8;
+  static constexpr int kWindow = 16;
   static constexpr int kMinRuns = 3;
   // The first runs of a count build its primitives and touch its memory.
   static constexpr int kWarmRuns = 2;
@@ -54,10 +66,41 @@ class ThreadGovernor {
   };
   int best_locked() const;
   double estimate_locked(const Candidate& c) const;
+  Candidate* watch_the_load(int best);
   mutable std::mutex mu_;
   std::vector<Candidate> candidates_;
   int64_t runs_ = 0;
   bool explore_next_ = false;
+  // While a lower count than the highest is best: idle cores read every few
+  // runs (well after the last run on more threads, whose workers may still
+  // be spinning), the fewest of the last readings (a task that runs for a
+  // moment is not a load), and the level they settled at for this best.
+  static constexpr int64_t kReadEvery = 8;
+  static constexpr int64_t kQuietRunsBeforeReading = 16;
+  IdleCores idle_cores_;
+  int readings_[4] = {};
+  int reading_count_ = 0;
+  int baseline_idle_ = -1;
+  int baseline_best_ = -1;
+  int64_t last_wide_run_ = 0;  // the last run on more threads than the best
+};
+
+// One run under the count its governor chooses (every thread when there is
+// none), timed for it by finished(); a run that throws is not counted. With
+// `measure` false it takes the governor's best count and records nothing
+// (a run of another size, such as an epoch's smaller last batch).
+class GovernedRun {
+ public:
+  explicit GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure = true);
+  void finished();
+  int threads() const { return threads_; }
+
+ private:
+  std::shared_ptr<ThreadGovernor> governor_;
+  bool measure_;
+  int threads_;
+  ThreadLimit limit_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace kiln

@@ -111,6 +111,11 @@ class Model {
   // the process-wide kiln::context().mode when each call starts.
   void set_mode(Mode mode) { mode_ = mode; }
   Mode mode() const { return mode_ ? *mode_ : context().mode; }
+  // On (the default), training steps measure how many intra-op threads pay
+  // off (kiln/thread_governor.h), so a step keeps its pace when another
+  // process takes a core. Off, every step runs on all of them; a run and its
+  // resumption in one process then give the same bits.
+  void set_adapt_threads(bool on) { adapt_threads_ = on; }
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
   // not finite is handled as the NonFinitePolicy says.
   // With a validation set, each epoch ends with an evaluation on it
@@ -151,6 +156,7 @@ class Model {
   int resume_epoch_ = 0;  // 0: not resuming
   int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
+  bool adapt_threads_ = true;
   jit::CompiledFunction* inference();
   // Graph mode: the compiled training step and inference.
   std::unique_ptr<jit::TrainStep> train_step_;

@@ -1,13 +1,36 @@
 #include "kiln/thread_governor.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <thread>
 
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 
 namespace kiln {
 
-ThreadGovernor::ThreadGovernor(int max_threads) {
+// Cores that runnable tasks other than the caller leave free: the fourth
+// field of /proc/loadavg counts runnable tasks, the reader among them.
+int ThreadGovernor::idle_cores_now() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;  // unknown: never a reason to try more threads
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  double l1, l5, l15;
+  int running = 0, total = 0;
+  if (std::sscanf(buf, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) != 5) return 0;
+  return std::max(0, cores - std::max(0, running - 1));
+}
+
+ThreadGovernor::ThreadGovernor(int max_threads, IdleCores idle_cores)
+    : idle_cores_(idle_cores ? std::move(idle_cores) : IdleCores(idle_cores_now)) {
   KILN_CHECK(max_threads >= 0, "ThreadGovernor: max_threads must be >= 0, got ", max_threads);
   int n = max_threads > 0 ? max_threads : get_num_threads();
   for (;; n /= 2) {
@@ -33,7 +56,7 @@ double ThreadGovernor::estimate_locked(const Candidate& c) const {
     sum += c.window[i];
     slowest = std::max(slowest, c.window[i]);
   }
-  return n >= 4 ? (sum - slowest) / (n - 1) : sum / n;
+  return n >= kWindow / 2 ? (sum - slowest) / (n - 1) : sum / n;
 }
 
 double ThreadGovernor::estimate(int threads) const {
@@ -61,6 +84,38 @@ int ThreadGovernor::best() const {
   return candidates_[best_locked()].threads;
 }
 
+// Called while a count below the highest is best. When more cores are idle
+// than there were once this count became best, the load that made the
+// higher counts slower has gone (in part): the highest that fits is
+// measured again from scratch, and returned to run now.
+ThreadGovernor::Candidate* ThreadGovernor::watch_the_load(int best) {
+  if (best != baseline_best_) {  // a new best: its load level is learnt anew
+    baseline_best_ = best;
+    baseline_idle_ = -1;
+    reading_count_ = 0;
+  }
+  if (runs_ - last_wide_run_ < kQuietRunsBeforeReading || runs_ % kReadEvery != 0) return nullptr;
+  readings_[reading_count_ % 4] = idle_cores_();
+  ++reading_count_;
+  if (reading_count_ < 4) return nullptr;
+  const int idle = *std::min_element(readings_, readings_ + 4);
+  if (baseline_idle_ < 0 || idle < baseline_idle_) {
+    baseline_idle_ = idle;
+    return nullptr;
+  }
+  if (idle == baseline_idle_) return nullptr;
+  for (int i = 0; i < best; ++i) {  // from the highest count down
+    Candidate& c = candidates_[i];
+    if (c.threads > idle) continue;
+    for (int j = i; j < best; ++j) candidates_[j].runs = 0;
+    baseline_best_ = -1;
+    last_wide_run_ = runs_;
+    return &c;
+  }
+  baseline_idle_ = idle;
+  return nullptr;
+}
+
 int ThreadGovernor::choose() {
   std::lock_guard<std::mutex> lock(mu_);
   ++runs_;
@@ -73,19 +128,23 @@ int ThreadGovernor::choose() {
       unmeasured = &c;
   if (unmeasured) {
     unmeasured->last_chosen = runs_;
+    if (unmeasured->threads > 1) last_wide_run_ = runs_;
     return unmeasured->threads;
   }
   const int best = best_locked();
   Candidate* pick = &candidates_[best];
   if (candidates_.size() > 1 && (explore_next_ || runs_ % kExploreEvery == 0)) {
     // After a run much slower than usual (a core was taken, maybe), and now
-    // and then in any case (a core given back), the count least recently run.
+    // and then in any case, the count least recently run.
     explore_next_ = false;
     pick = nullptr;
     for (size_t i = 0; i < candidates_.size(); ++i)
       if (static_cast<int>(i) != best && (!pick || candidates_[i].last_chosen < pick->last_chosen)) pick = &candidates_[i];
+  } else if (best > 0) {
+    if (Candidate* freed = watch_the_load(best)) pick = freed;
   }
   pick->last_chosen = runs_;
+  if (pick->threads > candidates_[best].threads) last_wide_run_ = runs_;
   return pick->threads;
 }
 
@@ -100,16 +159,24 @@ void ThreadGovernor::record(int threads, double seconds) {
   const Candidate& best = candidates_[best_locked()];
   const double best_time = estimate_locked(best);
   if (&*it == &best && best_time >= 0.0 && seconds > kSlowRun * best_time) explore_next_ = true;
-  if (&*it != &best && it->runs >= kMinRuns && best_time >= 0.0 && seconds < best_time) {
-    // An explored count beat the current choice: its older runs date from
-    // another load, so it starts over from this one (and is measured again
-    // at once, since it now has too few runs); the load changed, so the
-    // remaining counts are looked at next.
-    it->runs = 0;
-    explore_next_ = true;
-  }
   it->window[it->runs % kWindow] = seconds;
   ++it->runs;
+}
+
+namespace {
+int threads_for(ThreadGovernor* g, bool measure) {
+  if (!g) return get_num_threads();
+  return measure ? g->choose() : g->best();
+}
+}  // namespace
+
+GovernedRun::GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure)
+    : governor_(std::move(governor)), measure_(measure), threads_(threads_for(governor_.get(), measure)),
+      limit_(threads_), start_(std::chrono::steady_clock::now()) {}
+
+void GovernedRun::finished() {
+  if (governor_ && measure_)
+    governor_->record(threads_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
 }
 
 }  // namespace kiln

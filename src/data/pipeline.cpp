@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kiln/autograd.h"
+#include "kiln/thread_governor.h"
 
 namespace kiln::data {
 
@@ -208,6 +209,10 @@ void Pipeline::start_epoch() {
   int64_t ahead = std::max(prefetch_, workers_);
   for (int i = 0; i < workers_; ++i) {
     w->threads.emplace_back([this, w, plan, total, ahead] {
+      // The workers are the pipeline's parallelism: an op a transform runs
+      // stays on its worker, so they do not add OpenMP teams of their own
+      // to the threads the training step uses.
+      ThreadLimit one_thread(1);
       for (;;) {
         int64_t b;
         {

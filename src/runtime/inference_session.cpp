@@ -1,7 +1,6 @@
 // InferenceSession: an OnnxProgram traced and compiled per input signature,
 // with one compiled function per concurrent caller.
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -111,24 +110,6 @@ struct InferenceSession::Impl {
 };
 
 namespace {
-// A run under the thread count its governor chooses, timed for it.
-class GovernedRun {
- public:
-  explicit GovernedRun(std::shared_ptr<ThreadGovernor> g)
-      : governor_(std::move(g)), threads_(governor_ ? governor_->choose() : get_num_threads()), limit_(threads_),
-        start_(std::chrono::steady_clock::now()) {}
-  void finished() {
-    if (governor_)
-      governor_->record(threads_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
-  }
-
- private:
-  std::shared_ptr<ThreadGovernor> governor_;
-  int threads_;
-  ThreadLimit limit_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 std::string signature_of(const std::vector<Shape>& shapes) {
   std::string s;
   for (const auto& shape : shapes) {

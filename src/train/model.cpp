@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include "kiln/autograd.h"
+#include "kiln/parallel.h"
 #include "kiln/profiler.h"
+#include "kiln/thread_governor.h"
 #include "kiln/train.h"
 
 namespace kiln::train {
@@ -62,6 +64,9 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   double last_finite = std::nan("");
   int skipped_in_a_row = 0;
   stop_requested_ = false;
+  // Steps of the full batch size are measured; a smaller last batch runs on
+  // the count they found best.
+  auto governor = adapt_threads_ && get_num_threads() > 1 ? std::make_shared<ThreadGovernor>() : nullptr;
   for (int epoch = first_epoch; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
@@ -83,6 +88,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!batches.next(batch)) break;
       }
       profiler::Range step("step");
+      GovernedRun governed(governor, batch.inputs.shape()[0] == batches.batch_size());
       const bool graph = mode() == Mode::Graph;
       Tensor loss;
       if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
@@ -118,6 +124,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         loss.backward();
         optimizer_->step();
       }
+      governed.finished();
       int64_t n = batch.inputs.shape()[0];
       samples += n;
       loss_sum += value * static_cast<double>(n);

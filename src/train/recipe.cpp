@@ -94,7 +94,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
-               "batch_size", "drop_remainder", "seed", "threads", "output", "mode"},
+               "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -170,6 +170,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("drop_remainder", r.drop_remainder);
   top.read("seed", r.seed);
   top.read("threads", r.threads);
+  top.read("adapt_threads", r.adapt_threads);
   top.read("output", r.output);
   top.read_choice("mode", r.mode, {"eager", "graph"});
   bool is_text = r.dataset == "text" || r.dataset == "kjv";
@@ -223,6 +224,7 @@ void apply(Recipe& r, const Overrides& o) {
   if (o.output) r.output = *o.output;
   if (o.seed) r.seed = *o.seed;
   if (o.threads) r.threads = *o.threads;
+  if (o.adapt_threads) r.adapt_threads = *o.adapt_threads;
   if (o.max_steps) r.max_steps = *o.max_steps;
   if (o.mode) {
     KILN_CHECK(*o.mode == "eager" || *o.mode == "graph", "--mode must be eager or graph, got '", *o.mode, "'");

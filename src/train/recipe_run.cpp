@@ -150,6 +150,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 
   train::Model model(net, loss_of(r), opt);
   model.set_mode(mode_of(r));
+  model.set_adapt_threads(r.adapt_threads);
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   train::EvalResult ev = model.eval(*d.test);

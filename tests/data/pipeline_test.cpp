@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -124,6 +126,23 @@ TEST(Pipeline, WorkersKeepOrderWhenSamplesFinishOutOfOrder) {
   auto e = epoch_labels(p);
   ASSERT_EQ(e.size(), 24u);
   for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(e[static_cast<size_t>(i)][0], i);
+}
+
+// Workers are the pipeline's parallelism: the ops of a transform stay on
+// the worker instead of starting OpenMP teams beside the training step's.
+TEST(Pipeline, TransformsRunOnOneThreadEach) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  std::atomic<int> widest{0};
+  data::Transform note{"note_threads", [&](const Tensor& x, Generator&) {
+                         widest = std::max(widest.load(), get_num_threads());
+                         return x;
+                       }};
+  data::Pipeline p(counting(8));
+  p.map({note}).batch(2).num_parallel_workers(2);
+  EXPECT_EQ(epoch_labels(p).size(), 4u);
+  EXPECT_EQ(widest.load(), 1);
+  set_num_threads(before);
 }
 
 TEST(Pipeline, LabelTransformsAndSingleSamples) {

@@ -123,3 +123,31 @@ TEST(Metrics, AccuracyCountsTokensOfSequenceOutputs) {
   acc.update(logits, labels);
   EXPECT_NEAR(acc.results()[0].second, 2.0 / 3.0, 1e-12);
 }
+
+// Steps move between thread counts while the governor measures them, in
+// eager and in graph mode; the run learns the same as one on fixed threads,
+// up to the order of summation.
+TEST(Model, AdaptingTheThreadCountTrainsTheSame) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  for (Mode mode : {Mode::Eager, Mode::Graph}) {
+    std::vector<double> losses[2];
+    for (int adapt = 0; adapt < 2; ++adapt) {
+      manual_seed(4);
+      auto net = mlp();
+      auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      train::Model model(net, ce(), sgd);
+      model.set_mode(mode);
+      model.set_adapt_threads(adapt == 1);
+      auto record = std::make_shared<train::LambdaCallback>();
+      record->step_end = [&, adapt](train::Model&, const train::StepInfo& s) { losses[adapt].push_back(s.loss); };
+      data::BatchIterator train_set(blobs(512, 1), 32, true, false, 7);
+      model.train(2, train_set, {record});
+    }
+    ASSERT_EQ(losses[0].size(), 32u);
+    ASSERT_EQ(losses[1].size(), losses[0].size());
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * (1 + std::abs(losses[0][i]))) << "step " << i;
+  }
+  set_num_threads(before);
+}

@@ -34,12 +34,16 @@ output: runs/x
   EXPECT_EQ(r.epochs, 3);
   EXPECT_EQ(r.batch_size, 128);
   EXPECT_EQ(r.seed, 7u);
+  EXPECT_TRUE(r.adapt_threads);
+  EXPECT_FALSE(recipe::parse_recipe_text("adapt_threads: false\n").adapt_threads);
   recipe::Overrides o;
   o.epochs = 1;
   o.lr = 0.5;
+  o.adapt_threads = false;  // kiln train --fixed-threads
   recipe::apply(r, o);
   EXPECT_EQ(r.epochs, 1);
   EXPECT_DOUBLE_EQ(r.optimizer.lr, 0.5);
+  EXPECT_FALSE(r.adapt_threads);
 }
 
 TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
@@ -269,7 +273,8 @@ TEST(Recipe, ResumeContinuesTheRunAsIfItHadNotStopped) {
     return "model: cnn\nmodel_config: {hidden: [16]}\ndataset:\n  name: mnist\n  path: " + dir.string() +
            "\n  transforms: [{name: random_crop, size: 28, padding: 2}]\n"
            "schedule: {name: cosine, warmup_epochs: 0.5}\nepochs: 3\nbatch_size: 16\nmax_steps: " +
-           std::to_string(max_steps) + "\noutput: " + out + "\n";
+           std::to_string(max_steps) + "\noutput: " + out +
+           "\nadapt_threads: false\n";  // bit for bit: the same thread count every step
   };
   auto losses_of = [](std::vector<double>& into) {
     auto cb = std::make_shared<train::LambdaCallback>();

@@ -28,6 +28,7 @@ struct TrainingRun {
   std::vector<double> losses;
   std::shared_ptr<train::LambdaCallback> recorder = std::make_shared<train::LambdaCallback>();
   TrainingRun() {
+    model.set_adapt_threads(false);  // bit for bit: the same thread count every step
     recorder->step_end = [this](train::Model&, const train::StepInfo& s) { losses.push_back(s.loss); };
   }
 };

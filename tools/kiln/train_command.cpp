@@ -17,6 +17,7 @@ void add_train_commands(CLI::App& app) {
   static std::string output, resume, profile;
   static int64_t profile_steps = 20;
   static std::string mode;  // empty: the recipe's
+  static bool fixed_threads = false;
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
   train->add_option("recipe", recipe_path, "Recipe YAML file (with --resume: default, the checkpoint's own)");
@@ -28,6 +29,8 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--output", output, "Override the output directory");
   train->add_option("--seed", seed, "Override the seed");
   train->add_option("--threads", threads, "Override the thread count");
+  train->add_flag("--fixed-threads", fixed_threads,
+                  "Run every step on all the threads (by default steps measure how many pay off)");
   train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
   train->add_option("--profile", profile, "Profile some steps; write profile.txt, trace.json and report.html here");
   train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
@@ -47,6 +50,7 @@ void add_train_commands(CLI::App& app) {
     if (!output.empty()) o.output = output;
     if (seed >= 0) o.seed = static_cast<uint64_t>(seed);
     if (threads >= 0) o.threads = threads;
+    if (fixed_threads) o.adapt_threads = false;
     if (max_steps >= 0) o.max_steps = max_steps;
     if (!mode.empty()) o.mode = mode;
     recipe::apply(r, o);
