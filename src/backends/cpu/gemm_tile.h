@@ -1,17 +1,28 @@
 #pragma once
 // The register tile of Kiln's own float32 GEMMs (the patch-GEMM convolution,
-// linear layers on packed weights): up to 6 rows of A times one 16-column
-// panel of packed B, 12 vector accumulators, with the epilogue (accumulate,
-// bias, ReLU) applied as the tile is stored. B panels hold, for each k, the
+// linear layers on packed weights): up to kRows rows of A times one
+// 16-column panel of packed B, with the epilogue (accumulate, bias, ReLU)
+// applied as the tile is stored. B panels hold, for each k, the
 // 16 values of that row of B side by side.
 #include <cstdint>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "backends/cpu/vec8.h"
 
 namespace kiln::cpu::gemm {
 
-constexpr int64_t kCols = 16;  // columns per panel: two vectors of 8
-constexpr int64_t kRows = 6;   // rows per register tile
+constexpr int64_t kCols = 16;  // columns per panel
+#if defined(__AVX512F__)
+// One 16-float register per row: 12 accumulators of 32 registers, enough
+// independent sums to keep both FMA ports busy.
+constexpr int64_t kRows = 12;
+#else
+// Two 8-float registers per row: 12 accumulators of 16 registers.
+constexpr int64_t kRows = 6;
+#endif
 
 struct Epilogue {
   const float* bias;  // the panel's 16, or null
@@ -28,6 +39,45 @@ struct Output {
   int64_t row_stride, half_offset;
 };
 
+#if defined(__AVX512F__)
+// 16 floats whose second 8 sit half_offset after the first (8: contiguous),
+// as two masked halves (lanes masked out are not touched in memory).
+inline __m512 load16(const float* p, int64_t half_offset) {
+  if (half_offset == 8) return _mm512_loadu_ps(p);
+  return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(0x00ff, p), 0xff00, p + half_offset - 8);
+}
+inline void store16(float* p, int64_t half_offset, __m512 v) {
+  if (half_offset == 8) return _mm512_storeu_ps(p, v);
+  _mm512_mask_storeu_ps(p, 0x00ff, v);
+  _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
+}
+
+template <int R>
+void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+  // Every loop over rows unrolled, so the accumulators stay in registers
+  // (GCC otherwise keeps the array in memory and stores it every k).
+  __m512 acc[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < depth; ++k) {
+    const __m512 bk = _mm512_loadu_ps(b + k * kCols);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), bk, acc[r]);
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    float* p = o.c + r * o.row_stride;
+    __m512 v = acc[r];
+    if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
+    if (e.last) {
+      if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
+      // max(v, 0) with NaN passed through, as the eager relu does.
+      if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
+    }
+    store16(p, o.half_offset, v);
+  }
+}
+#else
 template <int R>
 void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
   using vec8::vf;
@@ -53,11 +103,20 @@ void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Outp
     vec8::store(p1, v1);
   }
 }
+#endif
 
-// The same for 1 to 6 rows.
+// The same for 1 to kRows rows.
 inline void tile_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t depth, const Output& o,
                       const Epilogue& e) {
   switch (rows) {
+#if defined(__AVX512F__)
+    case 12: return tile<12>(a, lda, b, depth, o, e);
+    case 11: return tile<11>(a, lda, b, depth, o, e);
+    case 10: return tile<10>(a, lda, b, depth, o, e);
+    case 9: return tile<9>(a, lda, b, depth, o, e);
+    case 8: return tile<8>(a, lda, b, depth, o, e);
+    case 7: return tile<7>(a, lda, b, depth, o, e);
+#endif
     case 6: return tile<6>(a, lda, b, depth, o, e);
     case 5: return tile<5>(a, lda, b, depth, o, e);
     case 4: return tile<4>(a, lda, b, depth, o, e);
