@@ -57,7 +57,7 @@ bool global_average(const Graph& g, const Node& n) {
 // A linear layer after flatten(reorder to NCHW(x)) reads the blocked x
 // directly, flattened in its own order, with the weight's columns permuted
 // to match: the reorder disappears (the final dead-code pass drops it).
-size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int block) {
+size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, const std::vector<int>& block_of) {
   std::map<int, int> source_of;  // plain copy -> blocked value
   for (const auto& [blocked_id, copy] : plain_of) source_of[copy] = blocked_id;
   auto uses = g.use_counts();
@@ -73,12 +73,13 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
     auto it = source_of.find(view.inputs[0]);
     if (it == source_of.end() || uses[view.inputs[0]] != 1) continue;
     const Shape& x = g.values[it->second].meta.shape;  // [N, C, H, W]
+    const int64_t block = block_of[it->second];
     const Tensor& weight = g.values[w].tensor;
     if (fv.meta.shape[0] != x[0] || weight.dim() != 2 || weight.shape()[1] != x[1] * x[2] * x[3]) continue;
     NoGradGuard no_grad;
     const int64_t o = weight.shape()[0];
     std::string kind = "columns of blocked [";
-    for (int64_t d : {x[1], x[2], x[3], int64_t{block}}) kind.append(std::to_string(d)).append(" ");
+    for (int64_t d : {x[1], x[2], x[3], block}) kind.append(std::to_string(d)).append(" ");
     n.inputs[1] = add_derived_constant(g, w, kind, ".blocked", [&] {
       return weight.reshape({o, x[1] / block, block, x[2], x[3]}).permute({0, 1, 3, 4, 2}).contiguous().reshape(weight.shape());
     });
@@ -90,12 +91,14 @@ size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, int 
 
 // What the pass does with one node.
 struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat } kind;
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
   bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
   cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
+  int block = 0;                // MaxPool, MaxPoolGrad, GlobalAverage, Concat, WeightGrad from_pool: the channel block of x
+  std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
 };
@@ -129,22 +132,29 @@ class LayoutPass {
       if (!g_.nodes[i].removed)
         for (size_t k = 0; k < g_.nodes[i].inputs.size(); ++k)
           if (g_.nodes[i].inputs[k] >= 0) readers_[g_.nodes[i].inputs[k]].push_back({static_cast<int>(i), static_cast<int>(k)});
-    blocked_.assign(g_.values.size(), false);
+    block_of_.assign(g_.values.size(), 0);
     for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
     const size_t residuals = training_ ? 0 : fold_residuals();
     if (!training_) fuse_first_layer_pools();
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
-    const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_);
+    const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_of_);
     return summary(residuals, read_blocked);
   }
 
  private:
-  bool blockable(int id) const {
+  // The channel block a value would be held in: the machine's (16 with
+  // AVX-512), or 8 where the channels are a multiple of 8 only (MobileNet's
+  // 72, 88 and 120, ShuffleNet's 24), so those layers stay blocked too; 0
+  // when neither divides them.
+  int block_for(int id) const {
     const TensorMeta& m = g_.values[id].meta;
-    return m.dtype == DType::Float32 && m.shape.size() == 4 && m.shape[1] % block_ == 0;
+    if (m.dtype != DType::Float32 || m.shape.size() != 4) return 0;
+    if (m.shape[1] % block_ == 0) return block_;
+    return block_ == 16 && m.shape[1] % 8 == 0 ? 8 : 0;
   }
+  bool blockable(int id) const { return block_for(id) != 0; }
 
   // Whether reader (node, input) can take the value blocked as it stands.
   bool reads_blocked_natively(int node, int k) const {
@@ -176,45 +186,81 @@ class LayoutPass {
     if (is_op(n, "conv2d")) return plan_conv(at);
     if (is_op(n, "conv2d_input_grad")) return plan_input_grad(at);
     if (is_op(n, "conv2d_weight_grad")) return plan_weight_grad(at);
-    if (is_op(n, "max_pool2d") && blocked_[n.inputs[0]] && indices_recomputable(n)) {
+    const int b0 = n.inputs.empty() || n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
+    if (is_op(n, "max_pool2d") && b0 && indices_recomputable(n)) {
       Plan p{Plan::MaxPool};
       p.window = pool_window(n.attrs);
-      set(at, p, {true});
-      blocked_[n.outputs[0]] = true;
+      p.block = b0;
+      set(at, p, {b0});
+      block_of_[n.outputs[0]] = b0;
     } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
       plan_pool_grad(at);
-    } else if (global_average(g_, n) && blocked_[n.inputs[0]]) {
-      set(at, {Plan::GlobalAverage}, {true});
-    } else if (concat_blocked(n)) {
-      set(at, {Plan::Concat}, std::vector<bool>(n.inputs.size(), true));
-      blocked_[n.outputs[0]] = true;
+    } else if (global_average(g_, n) && b0) {
+      Plan p{Plan::GlobalAverage};
+      p.block = b0;
+      set(at, p, {b0});
+    } else if (const int b = concat_block(n)) {
+      Plan p{Plan::Concat};
+      p.block = b;
+      set(at, p, std::vector<int>(n.inputs.size(), b));
+      block_of_[n.outputs[0]] = b;
     } else if (layout_free(g_, n)) {
-      const Shape& shape = g_.values[n.outputs[0]].meta.shape;
-      bool all = true, any = false;
-      for (int id : n.inputs) {
-        if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
-        all = all && blocked_[id] && g_.values[id].meta.shape == shape;
-        any = true;
-      }
-      blocked_[n.outputs[0]] = all && any;
-      if (all && any) {
-        std::vector<bool> reads;
-        for (int id : n.inputs) reads.push_back(id >= 0 && numel_of(g_.values[id].meta.shape) != 1);
-        reads_[at] = reads;
-      }
+      plan_elementwise(at);
     }
   }
 
-  // Inference: channels of blocked values, each a whole number of blocks,
-  // concatenate as blocks (SqueezeNet's and Inception's branches meet so).
-  bool concat_blocked(const Node& n) const {
-    if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return false;
+  // An elementwise op whose inputs of the output's shape are all in one
+  // block runs on them as they are. Inputs that are one value per channel
+  // ([N, C, 1, 1]: a squeeze-and-excitation scale) are read as they stand
+  // (at 1x1 both layouts are the same memory) by a kernel that views all
+  // of them blocked (per_channel_elementwise_kernel).
+  void plan_elementwise(int at) {
+    const Node& n = g_.nodes[at];
+    const Shape& shape = g_.values[n.outputs[0]].meta.shape;
+    int block = -1;  // the one block every full-shaped input is in; 0 when they differ or one is plain
+    std::vector<bool> per_channel(n.inputs.size(), false);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int id = n.inputs[k];
+      if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
+      const Shape& s = g_.values[id].meta.shape;
+      if (s != shape && shape.size() == 4 && s.size() == 4 && (s[0] == shape[0] || s[0] == 1) && s[1] == shape[1] &&
+          s[2] == 1 && s[3] == 1 && (shape[2] != 1 || shape[3] != 1)) {
+        per_channel[k] = true;
+        continue;
+      }
+      const int b = s == shape ? block_of_[id] : 0;
+      block = block < 0 || block == b ? b : 0;
+    }
+    if (block <= 0) return;
+    block_of_[n.outputs[0]] = block;
+    std::vector<int> reads;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int id = n.inputs[k];
+      if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) reads.push_back(0);
+      else reads.push_back(per_channel[k] ? block_of_[id] : block);
+    }
+    if (std::find(per_channel.begin(), per_channel.end(), true) == per_channel.end()) {
+      reads_[at] = reads;
+      return;
+    }
+    Plan p{Plan::PerChannel};
+    p.block = block;
+    p.per_channel = per_channel;
+    set(at, p, reads);
+  }
+
+  // Inference: channels of blocked values, each a whole number of blocks of
+  // one size, concatenate as blocks (SqueezeNet's and Inception's branches
+  // meet so). The block, or 0.
+  int concat_block(const Node& n) const {
+    if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
     const TensorMeta& y = g_.values[n.outputs[0]].meta;
     const int64_t axis = n.attrs.get_int("axis", 0);
-    if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return false;
+    if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return 0;
+    const int b = n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
     for (int id : n.inputs)
-      if (id < 0 || !blocked_[id] || g_.values[id].meta.shape[1] % block_ != 0) return false;
-    return true;
+      if (id < 0 || b == 0 || block_of_[id] != b || g_.values[id].meta.shape[1] % b != 0) return 0;
+    return b;
   }
 
   // A blocked pool writes no argmax indices: its gradient finds the maxima
@@ -232,55 +278,82 @@ class LayoutPass {
     if (g_.values[x].meta.dtype != DType::Float32) return;
     Plan p{Plan::Conv};
     p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, g_.values[n.inputs[1]].meta.shape, g_.values[y].meta.shape);
-    p.call.src_block = blocked_[x] ? block_ : 0;
-    p.call.dst_block = wants_blocked(y) ? block_ : 0;
+    p.call.src_block = block_of_[x];
+    p.call.dst_block = wants_blocked(y) ? block_for(y) : 0;
     p.call.relu = n.attrs.get_string("activation", "none") == "relu";
     p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
     if (p.call.src_block == 0 && p.call.dst_block == 0) return;
-    if (!fast(p.call)) {
-      // oneDNN has fast kernels for plain sources only with few channels (a
-      // first layer); otherwise reorder the source to blocked first.
-      Plan reordered = p;
-      reordered.call.src_block = block_;
-      if (p.call.src_block != 0 || !blockable(x) || !fast(reordered.call)) return;  // stays a plain convolution
-      p = reordered;
-    }
-    std::vector<bool> reads{p.call.src_block != 0, false};
-    if (p.call.bias) reads.push_back(false);
+    if (!fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
+    // Blocks smaller than the machine's pay off for some layers only.
+    const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
+                             (p.call.dst_block != 0 && p.call.dst_block < block_);
+    if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && !cpu::blocked_beats_plain(p.call))
+      return;
+    std::vector<int> reads{p.call.src_block, 0};
+    if (p.call.bias) reads.push_back(0);
     set(at, p, reads);
-    blocked_[y] = p.call.dst_block != 0;
+    block_of_[y] = p.call.dst_block;
+  }
+
+  // A layout oneDNN runs fast, when the planned one is not: oneDNN has fast
+  // kernels for plain sources only with few channels (a first layer), and
+  // none from one block size to another, so the source is reordered to a
+  // block, or else the output takes the source's block, where the channels
+  // allow.
+  bool fast_variant(cpu::onednn::LayoutCall& call, int x, int y) const {
+    const int64_t xc = g_.values[x].meta.shape[1], yc = g_.values[y].meta.shape[1];
+    std::vector<std::pair<int, int>> tries;  // (src block, dst block)
+    if (call.src_block == 0 && blockable(x)) tries.push_back({block_for(x), call.dst_block});
+    if (call.src_block != 0 && call.dst_block != 0 && call.src_block != call.dst_block) {
+      // Reordering the source first: the output's block is the one its
+      // channels allow, so a smaller one does not spread to the layers after.
+      if (xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
+      if (yc % call.src_block == 0) tries.push_back({call.src_block, call.src_block});
+    }
+    if (call.src_block == 0 && call.dst_block != 0 && xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
+    for (auto [src, dst] : tries) {
+      cpu::onednn::LayoutCall c = call;
+      c.src_block = src;
+      c.dst_block = dst;
+      if (fast(c)) {
+        call = c;
+        return true;
+      }
+    }
+    return false;
   }
 
   void plan_input_grad(int at) {
     Node& n = g_.nodes[at];
     const int gy = n.inputs[0], gx = n.outputs[0];
-    if (!blocked_[gy] || !wants_blocked(gx)) return;
+    if (!block_of_[gy] || !wants_blocked(gx)) return;
     Plan p{Plan::InputGrad};
     p.call.kind = cpu::onednn::ConvPass::BackwardData;
     p.call.shape = conv_shape(n.attrs, n.attrs.get_ints("input_shape", {}), g_.values[n.inputs[1]].meta.shape,
                               g_.values[gy].meta.shape);
-    p.call.src_block = p.call.dst_block = block_;
+    p.call.src_block = block_for(gx);
+    p.call.dst_block = block_of_[gy];
     if (!fast(p.call)) return;
-    set(at, p, {true, false});
-    blocked_[gx] = true;
+    set(at, p, {p.call.dst_block, 0});
+    block_of_[gx] = p.call.src_block;
   }
 
   void plan_weight_grad(int at) {
     Node& n = g_.nodes[at];
     const int x = n.inputs[0], gy = n.inputs[1];
-    if (!blocked_[gy]) return;
+    if (!block_of_[gy]) return;
     Plan p{Plan::WeightGrad};
     p.call.kind = cpu::onednn::ConvPass::BackwardWeights;
     p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, n.attrs.get_ints("weight_shape", {}), g_.values[gy].meta.shape);
     p.call.bias = n.attrs.get_bool("with_bias", false);
-    p.call.dst_block = block_;
-    p.call.src_block = blocked_[x] ? block_ : 0;
-    if (p.call.src_block == 0 && cpu::few_channel_weight_grad_applies(p.call.shape, block_)) {
+    p.call.dst_block = block_of_[gy];
+    p.call.src_block = block_of_[x];
+    if (p.call.src_block == 0 && cpu::few_channel_weight_grad_applies(p.call.shape, p.call.dst_block)) {
       p.few_channels = true;
     } else if (!fast(p.call)) {
       return;
     }
-    set(at, p, {p.call.src_block != 0, true});
+    set(at, p, {p.call.src_block, p.call.dst_block});
   }
 
   void plan_pool_grad(int at) {
@@ -288,16 +361,17 @@ class LayoutPass {
     const int pool = g_.values[n.inputs[1]].producer;
     Plan p{Plan::MaxPoolGrad};
     p.window = plans_.at(pool).window;
-    p.gy_block = blocked_[n.inputs[0]] ? block_ : 0;
+    p.block = plans_.at(pool).block;
+    p.gy_block = block_of_[n.inputs[0]];
     // The node now reads (gy, the pool's input, [mask]) instead of (gy, indices, [mask]).
     n.inputs[1] = g_.nodes[pool].inputs[0];
-    std::vector<bool> reads{p.gy_block != 0, true};
-    if (n.inputs.size() > 2) reads.push_back(true);
+    std::vector<int> reads{p.gy_block, p.block};
+    if (n.inputs.size() > 2) reads.push_back(p.block);
     set(at, p, reads);
-    blocked_[n.outputs[0]] = true;
+    block_of_[n.outputs[0]] = p.block;
   }
 
-  void set(int at, const Plan& p, std::vector<bool> reads) {
+  void set(int at, const Plan& p, std::vector<int> reads) {
     plans_.emplace(at, p);
     reads_[at] = std::move(reads);
     if (p.kind == Plan::MaxPool) pools_.insert(at);
@@ -316,7 +390,8 @@ class LayoutPass {
         if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
       if (!add) continue;
       const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-      if (other == y || !blocked_[other] || g_.values[other].meta.shape != g_.values[y].meta.shape) continue;
+      if (other == y || block_of_[other] != plan.call.dst_block || g_.values[other].meta.shape != g_.values[y].meta.shape)
+        continue;
       if (g_.values[other].kind == ValueKind::Result && g_.values[other].producer > at) continue;  // not computed yet
       cpu::onednn::LayoutCall with = plan.call;
       with.residual = true;
@@ -338,7 +413,7 @@ class LayoutPass {
       plan.call.residual = true;
       plan.residual = other;
       conv.outputs[0] = result;
-      blocked_[result] = true;
+      block_of_[result] = plan.call.dst_block;
       ++folded;
     }
     return folded;
@@ -381,9 +456,10 @@ class LayoutPass {
       plan.from_pool = true;
       plan.window = pool->second.window;
       plan.gy_block = pool->second.gy_block;
+      plan.block = pool->second.block;
       n.inputs.resize(1);
       n.inputs.insert(n.inputs.end(), p.inputs.begin(), p.inputs.end());
-      std::vector<bool> reads{false};
+      std::vector<int> reads{0};
       const auto& pool_reads = reads_.at(gy.producer);
       reads.insert(reads.end(), pool_reads.begin(), pool_reads.end());
       reads_[at] = reads;
@@ -417,7 +493,7 @@ class LayoutPass {
       return t;
     });
     ++(patch ? patch_gemm_ : tile == 2 ? winograd2_ : winograd4_);
-    blocked_.push_back(false);
+    block_of_.push_back(0);
     return algorithm;
   }
 
@@ -436,7 +512,7 @@ class LayoutPass {
       cpu::onednn::prepare_weights(plan.call, source.contiguous().data<float>(), t.raw_data());
       return t;
     });
-    blocked_.push_back(false);
+    block_of_.push_back(0);
     plan.call.prepared_weights = true;
   }
 
@@ -447,13 +523,13 @@ class LayoutPass {
       k.inputs = n.inputs;
       k.outputs = n.outputs;
       const std::string from = layout_name(plan.call.src_block), to = layout_name(plan.call.dst_block),
-                        blocked = layout_name(block_);
+                        blocked = layout_name(plan.kind == Plan::Conv ? plan.call.dst_block : plan.block);
       switch (plan.kind) {
         case Plan::Conv:
           if (plan.residual >= 0) {
             k.inputs.push_back(plan.residual);
             k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
-            reads_[at].push_back(true);
+            reads_[at].push_back(plan.call.dst_block);
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                     (plan.call.relu ? " + relu" : "");
@@ -498,34 +574,39 @@ class LayoutPass {
         case Plan::MaxPool:
           k.outputs = {n.outputs[0]};  // no argmax indices
           k.label = "max_pool2d[" + blocked + "]";
-          k.custom = max_pool_kernel(plan.window, block_);
+          k.custom = max_pool_kernel(plan.window, plan.block);
           break;
         case Plan::MaxPoolGrad:
           k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
                     (n.inputs.size() > 2 ? " + relu" : "");
-          k.custom = max_pool_backward_kernel(plan.window, block_, plan.gy_block);
+          k.custom = max_pool_backward_kernel(plan.window, plan.block, plan.gy_block);
           break;
         case Plan::GlobalAverage:
           k.label = "global_avg_pool[" + blocked + " -> nchw]";
-          k.custom = global_avg_kernel(block_);
+          k.custom = global_avg_kernel(plan.block);
           break;
         case Plan::Concat:
           k.label = "concat[" + blocked + "]";
           k.custom = blocked_concat_kernel();
+          break;
+        case Plan::PerChannel:
+          k.label = n.op->name + "[" + blocked + ", per channel]";
+          k.custom = per_channel_elementwise_kernel(*n.op, n.attrs, plan.block, plan.per_channel);
           break;
       }
       n = std::move(k);
     }
   }
 
-  // The copy of value `id` in the other layout, made once, right after its producer.
-  int reorder_copy(int id, int from, int to, std::map<int, int>& copies) {
-    auto it = copies.find(id);
-    if (it != copies.end()) return it->second;
+  // The copy of value `id` in another layout, made once, right after its producer.
+  int reorder_copy(int id, int to) {
+    const int from = block_of_[id];
+    auto it = copies_.find({id, to});
+    if (it != copies_.end()) return it->second;
     Value v;
     v.meta = g_.values[id].meta;
     int copy = g_.add_value(std::move(v));
-    blocked_.push_back(to != 0);
+    block_of_.push_back(to);
     Node r;
     r.inputs = {id};
     r.outputs = {copy};
@@ -533,7 +614,8 @@ class LayoutPass {
     r.custom = reorder_kernel(from, to);
     const Value& src = g_.values[id];
     (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
-    copies[id] = copy;
+    copies_[{id, to}] = copy;
+    if (to == 0) plain_of_[id] = copy;
     return copy;
   }
 
@@ -547,13 +629,12 @@ class LayoutPass {
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const int id = n.inputs[k];
         if (id < 0) continue;
-        const bool want = r != reads_.end() && k < r->second.size() && r->second[k];
-        if (want && !blocked_[id]) n.inputs[k] = reorder_copy(id, 0, block_, blocked_of_);
-        else if (!want && blocked_[id]) n.inputs[k] = reorder_copy(id, block_, 0, plain_of_);
+        const int want = r != reads_.end() && k < r->second.size() ? r->second[k] : 0;
+        if (want != block_of_[id]) n.inputs[k] = reorder_copy(id, want);
       }
     }
     for (int& id : g_.outputs)
-      if (blocked_[id]) id = reorder_copy(id, block_, 0, plain_of_);
+      if (block_of_[id]) id = reorder_copy(id, 0);
     g_.splice(std::move(prologue_), std::move(insert_after_));
   }
 
@@ -566,7 +647,12 @@ class LayoutPass {
       concats += plan.kind == Plan::Concat;
     }
     if (convs == 0) return "";
-    std::string s = std::to_string(convs) + " convolutions on nChw" + std::to_string(block_) + "c activations";
+    std::set<int> blocks;
+    for (int b : block_of_)
+      if (b) blocks.insert(b);
+    std::string s = std::to_string(convs) + " convolutions on ";
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) s += (it == blocks.rbegin() ? "" : " and ") + layout_name(*it);
+    s += " activations";
     if (pools) s += ", " + std::to_string(pools) + " pools on them";
     if (concats) s += ", " + std::to_string(concats) + " concatenations of them";
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
@@ -575,7 +661,7 @@ class LayoutPass {
     if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
     if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
     if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
-    s += ", " + std::to_string(plain_of_.size() + blocked_of_.size()) + " reorders";
+    s += ", " + std::to_string(copies_.size()) + " reorders";
     return s;
   }
 
@@ -584,11 +670,12 @@ class LayoutPass {
   const int block_;
   std::vector<int> uses_;
   std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
-  std::vector<bool> blocked_;                             // value -> held in the blocked layout
+  std::vector<int> block_of_;                             // value -> its channel block (0: plain NCHW)
   std::map<int, Plan> plans_;                             // node -> its rewrite
-  std::map<int, std::vector<bool>> reads_;                // node -> which inputs it reads blocked
+  std::map<int, std::vector<int>> reads_;                 // node -> the block each input is read in (0: plain)
   std::set<int> pools_;                                   // blocked max pools (no indices)
-  std::map<int, int> plain_of_, blocked_of_;              // a value's NCHW / blocked copy
+  std::map<std::pair<int, int>, int> copies_;             // (value, block) -> its copy in that layout
+  std::map<int, int> plain_of_;                           // a value's NCHW copy
   std::vector<std::vector<Node>> insert_after_;
   std::vector<Node> prologue_;  // reorders of graph inputs and constants
   size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)

@@ -34,5 +34,12 @@ CustomKernel global_avg_kernel(int block);
 // per image, each input's blocks follow the previous input's.
 CustomKernel blocked_concat_kernel();
 CustomKernel reorder_kernel(int from_block, int to_block);
+// An elementwise op (its CPU kernel) on a blocked [N, C, H, W] output whose
+// inputs are blocked like it, scalars, or [N, C, 1, 1] vectors
+// (`per_channel`): every tensor is viewed as [N, C / block, H, W, block] (a
+// vector as [N, C / block, 1, 1, block], the same memory in either layout),
+// where the op's own broadcasting does the rest. A squeeze-and-excitation
+// scale so stays on the blocked activations.
+CustomKernel per_channel_elementwise_kernel(const OpDef& op, const Attrs& attrs, int block, std::vector<bool> per_channel);
 
 }  // namespace kiln::graph

@@ -379,6 +379,49 @@ TEST(Compile, BlockedBranchesConcatenateAsBlocks) {
 namespace {
 using namespace kiln;
 
+// MobileNetV3's shapes: channels that are multiples of 8 but not of 16
+// (72, 24, 40) stay blocked in 8s beside 16-blocked layers, and the
+// squeeze-and-excitation scale multiplies the blocked activations in place.
+TEST(Compile, EightChannelBlocksAndChannelScalesStayBlocked) {
+  if (cpu::onednn::preferred_block() != 16) GTEST_SKIP() << "needs oneDNN's 16-channel blocks (AVX-512)";
+  manual_seed(12);
+  Tensor expand = randn({72, 16, 1, 1}) * 0.3, depthwise = randn({72, 1, 3, 3}) * 0.3, squeeze = randn({24, 72, 1, 1}) * 0.2,
+         excite = randn({72, 24, 1, 1}) * 0.2, project = randn({40, 72, 1, 1}) * 0.2, widen = randn({96, 40, 1, 1}) * 0.2,
+         bias = randn({96}) * 0.1, depthwise96 = randn({96, 1, 3, 3}) * 0.3, shift = randn({1, 96, 1, 1});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions dw;
+    dw.padding = {1, 1};
+    dw.groups = 72;
+    Tensor y = relu(conv2d(in[0], expand, Tensor()));
+    y = hardswish(conv2d(y, depthwise, Tensor(), dw));
+    Tensor s = relu(conv2d(adaptive_avg_pool2d(y, {1, 1}), squeeze, Tensor()));
+    y = y * hardsigmoid(conv2d(s, excite, Tensor()));
+    y = conv2d(y, project, Tensor());
+    y = hardswish(conv2d(y, widen, bias));
+    ConvOptions dw96 = dw;
+    dw96.groups = 96;
+    return std::vector<Tensor>{conv2d(y, depthwise96, Tensor(), dw96) - shift};
+  };
+  Tensor x = randn({2, 16, 14, 14});
+  jit::CompileOptions o;
+  o.inference = true;
+  auto fn = jit::compile(program, {x}, o);
+  Tensor got = fn({x})[0];
+  NoGradGuard no_grad;
+  Tensor want = program({x})[0];
+  const std::string graph = fn.graph_text();
+  EXPECT_NE(graph.find("-> nChw8c]"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("mul[nChw8c, per channel]"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("sub[nChw16c, per channel]"), std::string::npos) << graph;  // through the op's own kernel
+  // The depthwise layers run blocked (plain, they took ten times as long);
+  // whether a 1x1 layer does is timed (blocked_beats_plain).
+  EXPECT_EQ(graph.find("groups=72"), std::string::npos) << graph;
+  EXPECT_EQ(graph.find("groups=96"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("conv2d[nChw8c -> nChw8c]"), std::string::npos) << graph;
+  EXPECT_NE(graph.find("conv2d[nChw16c -> nChw16c]"), std::string::npos) << graph;
+  expect_close(got, want, 1e-4, 1e-4);
+}
+
 TEST(Compile, ElementwiseFusionBroadcastsRowsAndColumns) {
   Tensor w = randn({16}), b = randn({16});
   auto norm_like = [&](const std::vector<Tensor>& in) {

@@ -98,4 +98,37 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   return decided[key] = choice;
 }
 
+bool blocked_beats_plain(const onednn::LayoutCall& call) {
+  onednn::LayoutCall plain = call;
+  plain.src_block = plain.dst_block = 0;
+  plain.prepared_weights = false;
+  if (!onednn::conv_layout_is_fast(plain)) return true;
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, bool> decided;
+  const onednn::ConvShape& s = call.shape;
+  const std::vector<int64_t> key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups,
+                                 call.src_block, call.dst_block, call.bias, call.relu, call.residual};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = decided.find(key);
+  if (it != decided.end()) return it->second;
+  onednn::LayoutCall blocked = call;
+  blocked.prepared_weights = false;
+  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * (s.c / s.groups) * s.kh * s.kw}), b = zeros({s.o});
+  Tensor y = zeros({s.n * s.o * s.oh * s.ow});
+  const float* bias = call.bias ? b.data<float>() : nullptr;
+  auto seconds = [&](const onednn::LayoutCall& c) {
+    auto t0 = std::chrono::steady_clock::now();
+    onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  seconds(blocked);  // warm-up runs, then in turns, best of three
+  seconds(plain);
+  double t_blocked = 1e30, t_plain = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    t_blocked = std::min(t_blocked, seconds(blocked));
+    t_plain = std::min(t_plain, seconds(plain));
+  }
+  return decided[key] = t_blocked <= t_plain;
+}
+
 }  // namespace kiln::cpu

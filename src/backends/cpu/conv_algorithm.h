@@ -15,4 +15,10 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 // read them from memory (16/9 the size for F(2x2), 4x for F(4x4)).
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call);
 
+// Whether oneDNN's kernel for this blocked forward call runs faster than on
+// plain layouts, timed once per geometry: on a machine whose block is 16,
+// 8-channel blocks make depthwise layers many times faster but some wide 1x1
+// layers slower (SqueezeNet's 1000-class head: 1.2 ms against 0.8).
+bool blocked_beats_plain(const onednn::LayoutCall& call);
+
 }  // namespace kiln::cpu
