@@ -57,6 +57,7 @@ class ThreadGovernor {
   static constexpr int kWarmRuns = 2;
   static constexpr int64_t kExploreEvery = 100;
   static constexpr double kSlowRun = 1.5;  // times the estimate: a reason to look again
+  static constexpr int64_t kSlowRunLooksEvery = 10;
   struct Candidate {
     int threads = 1;
     double window[kWindow] = {};
@@ -71,6 +72,7 @@ class ThreadGovernor {
   std::vector<Candidate> candidates_;
   int64_t runs_ = 0;
   bool explore_next_ = false;
+  int64_t last_look_ = -1000;  // the last run that tried another count
   // While a lower count than the highest is best: idle cores read every few
   // runs (well after the last run on more threads, whose workers may still
   // be spinning), the fewest of the last readings (a task that runs for a

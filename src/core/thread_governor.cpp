@@ -137,6 +137,7 @@ int ThreadGovernor::choose() {
     // After a run much slower than usual (a core was taken, maybe), and now
     // and then in any case, the count least recently run.
     explore_next_ = false;
+    last_look_ = runs_;
     pick = nullptr;
     for (size_t i = 0; i < candidates_.size(); ++i)
       if (static_cast<int>(i) != best && (!pick || candidates_[i].last_chosen < pick->last_chosen)) pick = &candidates_[i];
@@ -158,7 +159,10 @@ void ThreadGovernor::record(int threads, double seconds) {
   }
   const Candidate& best = candidates_[best_locked()];
   const double best_time = estimate_locked(best);
-  if (&*it == &best && best_time >= 0.0 && seconds > kSlowRun * best_time) explore_next_ = true;
+  // At most one such look per kSlowRunLooksEvery runs: on a noisy machine
+  // slow runs are common, and each look is a run on a worse count.
+  if (&*it == &best && best_time >= 0.0 && seconds > kSlowRun * best_time && runs_ - last_look_ >= kSlowRunLooksEvery)
+    explore_next_ = true;
   it->window[it->runs % kWindow] = seconds;
   ++it->runs;
 }
