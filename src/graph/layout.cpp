@@ -135,12 +135,13 @@ class LayoutPass {
     block_of_.assign(g_.values.size(), 0);
     for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
     const size_t residuals = training_ ? 0 : fold_residuals();
+    const size_t hardswishes = training_ ? 0 : fold_hardswish();
     if (!training_) fuse_first_layer_pools();
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
     const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_of_);
-    return summary(residuals, read_blocked);
+    return summary(residuals, hardswishes, read_blocked);
   }
 
  private:
@@ -419,6 +420,33 @@ class LayoutPass {
     return folded;
   }
 
+  // Inference: a hard-swish read only from a blocked convolution's output
+  // becomes that primitive's post-op (MobileNetV3 has one after most of its
+  // convolutions), so the activations are written once.
+  size_t fold_hardswish() {
+    size_t folded = 0;
+    for (auto& [at, plan] : plans_) {
+      if (plan.kind != Plan::Conv || plan.call.relu || plan.call.residual || plan.call.dst_block == 0) continue;
+      Node& conv = g_.nodes[at];
+      const int y = conv.outputs[0];
+      if (uses_[y] != 1 || readers_[y].size() != 1) continue;
+      Node& hs = g_.nodes[readers_[y][0].first];
+      if (hs.removed || !is_op(hs, "hardswish")) continue;
+      cpu::onednn::LayoutCall with = plan.call;
+      with.hardswish = true;
+      if (!fast(with)) continue;
+      plan.call = with;
+      const int result = hs.outputs[0];
+      hs.removed = true;
+      reads_.erase(readers_[y][0].first);
+      conv.outputs[0] = result;
+      g_.values[result].producer = at;
+      block_of_[result] = plan.call.dst_block;
+      ++folded;
+    }
+    return folded;
+  }
+
   // Inference: a first layer with few input channels, a ReLU and a 2x2 max
   // pool after it run as one kernel that writes only the pooled output.
   void fuse_first_layer_pools() {
@@ -532,7 +560,7 @@ class LayoutPass {
             reads_[at].push_back(plan.call.dst_block);
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
-                    (plan.call.relu ? " + relu" : "");
+                    (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "");
           if (plan.pooled) {
             k.outputs = {n.outputs[0]};  // the pool's output
             k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
@@ -638,7 +666,7 @@ class LayoutPass {
     g_.splice(std::move(prologue_), std::move(insert_after_));
   }
 
-  std::string summary(size_t residuals, size_t read_blocked) const {
+  std::string summary(size_t residuals, size_t hardswishes, size_t read_blocked) const {
     size_t convs = 0, grads = 0, pools = 0, concats = 0;
     for (const auto& [at, plan] : plans_) {
       convs += plan.kind == Plan::Conv;
@@ -658,6 +686,7 @@ class LayoutPass {
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
+    if (hardswishes) s += ", " + std::to_string(hardswishes) + " hard-swishes folded into them";
     if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
     if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
     if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";

@@ -380,8 +380,9 @@ namespace {
 using namespace kiln;
 
 // MobileNetV3's shapes: channels that are multiples of 8 but not of 16
-// (72, 24, 40) stay blocked in 8s beside 16-blocked layers, and the
-// squeeze-and-excitation scale multiplies the blocked activations in place.
+// (72, 24, 40) stay blocked in 8s beside 16-blocked layers, the
+// squeeze-and-excitation scale multiplies the blocked activations in place,
+// and hard-swish runs inside the convolution before it.
 TEST(Compile, EightChannelBlocksAndChannelScalesStayBlocked) {
   if (cpu::onednn::preferred_block() != 16) GTEST_SKIP() << "needs oneDNN's 16-channel blocks (AVX-512)";
   manual_seed(12);
@@ -415,6 +416,7 @@ TEST(Compile, EightChannelBlocksAndChannelScalesStayBlocked) {
   EXPECT_NE(graph.find("sub[nChw16c, per channel]"), std::string::npos) << graph;  // through the op's own kernel
   // The depthwise layers run blocked (plain, they took ten times as long);
   // whether a 1x1 layer does is timed (blocked_beats_plain).
+  EXPECT_NE(graph.find("+ hardswish"), std::string::npos) << "a post-op of the depthwise layer:\n" << graph;
   EXPECT_EQ(graph.find("groups=72"), std::string::npos) << graph;
   EXPECT_EQ(graph.find("groups=96"), std::string::npos) << graph;
   EXPECT_NE(graph.find("conv2d[nChw8c -> nChw8c]"), std::string::npos) << graph;

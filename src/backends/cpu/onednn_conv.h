@@ -36,6 +36,7 @@ struct LayoutCall {
   int src_block = 0, dst_block = 0;
   bool bias = false;
   bool relu = false;      // forward only: ReLU on the output
+  bool hardswish = false; // forward only: hard-swish on the output (oneDNN's post-op), without a residual
   bool residual = false;  // forward only: y holds a tensor to add (a shortcut) and receives conv + y, before the ReLU
   // forward only: the weights passed are already in the primitive's layout
   // (prepare_weights), as constant weights are once, rather than plain.
