@@ -123,24 +123,84 @@ std::vector<Tensor> read_conv3d(const OnnxReader& n, const std::vector<Tensor>& 
   return {conv3d(x, w, OnnxReader::optional(in, 2), o)};
 }
 
+// ConvTranspose's pads per spatial axis: given, or from output_shape or
+// auto_pad SAME_* (the total split as the ONNX spec says, with floor
+// division, so a negative total adds rows at the end as output_padding does).
+onnx_spatial::Pads conv_transpose_pads(const OnnxReader& n, const Shape& x, const std::vector<int64_t>& kernel,
+                                       const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation,
+                                       const std::vector<int64_t>& output_padding) {
+  const size_t dims = kernel.size();
+  const std::string auto_pad = n.s("auto_pad", "NOTSET");
+  onnx_spatial::Pads p{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+  if (auto_pad == "VALID") return p;
+  std::vector<int64_t> out;
+  if (n.has("output_shape")) {
+    out = n.ints("output_shape");
+    if (out.size() == dims + 2) out.erase(out.begin(), out.begin() + 2);  // some writers give N and C too
+    if (out.size() != dims) n.fail("output_shape has ", out.size(), " values; ", dims, " expected");
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (size_t i = 0; i < dims; ++i) out.push_back(x[2 + i] * stride[i]);
+  } else if (auto_pad != "NOTSET") {
+    n.fail("auto_pad is '", auto_pad, "'; NOTSET, SAME_UPPER, SAME_LOWER or VALID expected");
+  } else {
+    auto pads = n.ints("pads", std::vector<int64_t>(2 * dims, 0));
+    if (pads.size() != 2 * dims) n.fail("pads has ", pads.size(), " values; ", 2 * dims, " expected");
+    return {{pads.begin(), pads.begin() + static_cast<long>(dims)}, {pads.begin() + static_cast<long>(dims), pads.end()}};
+  }
+  auto floor_half = [](int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); };
+  for (size_t i = 0; i < dims; ++i) {
+    const int64_t total = stride[i] * (x[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilation[i] + 1 - out[i];
+    const bool upper = auto_pad == "SAME_UPPER";
+    p.begin[i] = upper ? floor_half(total) : total - floor_half(total);
+    p.end[i] = total - p.begin[i];
+  }
+  return p;
+}
+
 std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   const Tensor &x = n.input(in, 0), &w = n.input(in, 1);
   const SpatialRank r = spatial_rank(n, x);
   const size_t dims = static_cast<size_t>(x.dim() - 2);
-  if (n.has("output_shape")) n.unsupported("output_shape is not supported; give pads and output_padding");
-  if (n.s("auto_pad", "NOTSET") != "NOTSET") n.unsupported("auto_pad is not supported for ConvTranspose");
-  auto pads = n.ints("pads", std::vector<int64_t>(2 * dims, 0));
-  if (pads.size() != 2 * dims) n.fail("pads has ", pads.size(), " values; ", 2 * dims, " expected");
-  for (size_t i = 0; i < dims; ++i)
-    if (pads[i] != pads[dims + i]) n.unsupported("asymmetric pads are not supported for ConvTranspose");
+  const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  if (kernel.size() != dims) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
+  const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1),
+             output_padding = spatial_attr(n, "output_padding", dims, 0);
+  const Pads p = conv_transpose_pads(n, x.shape(), kernel, stride, dilation, output_padding);
   ConvOptions o;
-  o.stride = r.lift(spatial_attr(n, "strides", dims, 1), 1);
-  o.dilation = r.lift(spatial_attr(n, "dilations", dims, 1), 1);
-  o.padding = r.lift(std::vector<int64_t>(pads.begin(), pads.begin() + static_cast<long>(dims)), 0);
-  o.output_padding = r.lift(spatial_attr(n, "output_padding", dims, 0), 0);
+  o.stride = r.lift(stride, 1);
+  o.dilation = r.lift(dilation, 1);
   o.groups = n.i("group", 1);
-  return {r.lower(conv_transpose2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+  bool plain = p.symmetric();
+  for (size_t i = 0; i < dims; ++i) plain = plain && p.begin[i] >= 0 && output_padding[i] < std::max(stride[i], dilation[i]);
+  if (plain) {
+    o.padding = r.lift(p.begin, 0);
+    o.output_padding = r.lift(output_padding, 0);
+    return {r.lower(conv_transpose2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+  }
+  // Uneven (or negative) pads: the whole transposed convolution, then the
+  // window [begin, begin + out) of each axis, zeros where it reaches past.
+  Tensor y = r.lower(conv_transpose2d(r.lift(x), r.lift(w), Tensor(), o));
+  Pads border{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+  std::vector<int64_t> out(dims);
+  for (size_t i = 0; i < dims; ++i) {
+    const int64_t full = y.shape()[2 + i];
+    out[i] = full + output_padding[i] - p.begin[i] - p.end[i];
+    if (out[i] <= 0) n.fail("pads ", p.begin[i], " and ", p.end[i], " leave no output on spatial axis ", i);
+    border.begin[i] = std::max<int64_t>(0, -p.begin[i]);
+    border.end[i] = std::max<int64_t>(0, p.begin[i] + out[i] - full);
+  }
+  y = pad_spatial(y, border, 0.0);
+  for (size_t i = 0; i < dims; ++i) {
+    const int64_t start = p.begin[i] + border.begin[i];
+    y = y.slice(static_cast<int64_t>(2 + i), start, start + out[i]);
+  }
+  if (const Tensor& b = OnnxReader::optional(in, 2); b.defined()) {
+    Shape bs(y.dim(), 1);
+    bs[1] = b.numel();
+    y = y + b.reshape(bs);
+  }
+  return {y.contiguous()};
 }
 
 OpDefiner d_conv2d([] {
