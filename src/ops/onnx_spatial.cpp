@@ -82,4 +82,28 @@ bool pads_fit_kernel(const std::vector<int64_t>& kernel, const Pads& p) {
   return p.symmetric();
 }
 
+Tensor window_sums(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& dilation) {
+  const size_t dims = kernel.size();
+  std::vector<int64_t> out(dims), tap(dims, 0);
+  for (size_t i = 0; i < dims; ++i)
+    out[i] = (x.shape()[2 + i] - dilation[i] * (kernel[i] - 1) - 1) / stride[i] + 1;
+  Tensor total;
+  for (;;) {
+    Tensor t = x;
+    for (size_t i = 0; i < dims; ++i) {
+      const int64_t first = tap[i] * dilation[i];
+      t = t.slice(static_cast<int64_t>(2 + i), first, first + (out[i] - 1) * stride[i] + 1, stride[i]);
+    }
+    total = total.defined() ? total + t : t;
+    size_t i = 0;  // the next tap, the last axis fastest
+    for (; i < dims; ++i) {
+      const size_t axis = dims - 1 - i;
+      if (++tap[axis] < kernel[axis]) break;
+      tap[axis] = 0;
+    }
+    if (i == dims) return total;
+  }
+}
+
 }  // namespace kiln::onnx_spatial

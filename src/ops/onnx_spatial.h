@@ -47,5 +47,9 @@ struct PoolGeometry {
 PoolGeometry pool_geometry(const OnnxReader& n, const Tensor& x);
 // Pads that a pooling op takes as its own: symmetric, at most half the window.
 bool pads_fit_kernel(const std::vector<int64_t>& kernel, const Pads& p);
+// The sum of each window of an (already padded) [N, C, spatial...] input,
+// any number of spatial axes: one strided slice per tap, added up.
+Tensor window_sums(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                   const std::vector<int64_t>& dilation);
 
 }  // namespace kiln::onnx_spatial

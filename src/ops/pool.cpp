@@ -147,38 +147,18 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
   return out;
 }
 
-// ONNX AveragePool, 1-d or 2-d. Uneven padding: window sums over the padded
-// input, divided by how many elements each window counts (the explicit pads,
-// when count_include_pad, never the ceil_mode overhang).
-// The sum of each window of the (already padded) volume: one strided slice
-// per tap of the window, added up.
-Tensor window_sums(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
-                   const std::vector<int64_t>& dilation) {
-  std::vector<int64_t> out(3);
-  for (size_t i = 0; i < 3; ++i) out[i] = (x.shape()[2 + i] - dilation[i] * (kernel[i] - 1) - 1) / stride[i] + 1;
-  Tensor total;
-  for (int64_t a = 0; a < kernel[0]; ++a)
-    for (int64_t b = 0; b < kernel[1]; ++b)
-      for (int64_t c = 0; c < kernel[2]; ++c) {
-        const int64_t tap[3] = {a, b, c};
-        Tensor t = x;
-        for (int64_t i = 0; i < 3; ++i) {
-          const int64_t first = tap[i] * dilation[i];
-          t = t.slice(2 + i, first, first + (out[i] - 1) * stride[i] + 1, stride[i]);
-        }
-        total = total.defined() ? total + t : t;
-      }
-  return total;
-}
-
 // A 5-d AveragePool: window sums over the zero-padded volume divided by how
 // many elements each window counts (the explicit pads when
 // count_include_pad, never ceil_mode's overhang).
-std::vector<Tensor> read_avg_pool3d(const OnnxReader& n, const Tensor& x) {
+// A 5-d AveragePool, or one with dilations: window sums over the
+// zero-padded input divided by how many elements each window counts (the
+// explicit pads when count_include_pad, never ceil_mode's overhang).
+std::vector<Tensor> read_avg_pool_by_sums(const OnnxReader& n, const Tensor& x) {
   using namespace onnx_spatial;
+  const size_t dims = static_cast<size_t>(x.dim() - 2);
   const auto kernel = n.ints("kernel_shape");
-  if (kernel.size() != 3) n.fail("kernel_shape has ", kernel.size(), " values; 3 expected");
-  const auto stride = spatial_attr(n, "strides", 3, 1), dilation = spatial_attr(n, "dilations", 3, 1);
+  if (kernel.size() != dims) n.fail("kernel_shape has ", kernel.size(), " values; ", dims, " expected");
+  const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
   const Pads explicit_pads = resolve_pads(n, x.shape(), kernel, stride, dilation);
   Pads all = explicit_pads;
   add_ceil_padding(n, x.shape(), kernel, stride, dilation, all);
@@ -188,7 +168,7 @@ std::vector<Tensor> read_avg_pool3d(const OnnxReader& n, const Tensor& x) {
   Pads rest = all;
   if (n.i("count_include_pad", 0)) {
     mask = pad_spatial(mask, explicit_pads, 1.0);
-    for (size_t i = 0; i < 3; ++i) {
+    for (size_t i = 0; i < dims; ++i) {
       rest.begin[i] -= explicit_pads.begin[i];
       rest.end[i] -= explicit_pads.end[i];
     }
@@ -198,13 +178,16 @@ std::vector<Tensor> read_avg_pool3d(const OnnxReader& n, const Tensor& x) {
   return {sums / counts};
 }
 
+// ONNX AveragePool, 1-d or 2-d. Uneven padding: window sums over the padded
+// input, divided by how many elements each window counts (the explicit pads,
+// when count_include_pad, never the ceil_mode overhang).
 std::vector<Tensor> read_avg_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   const Tensor& x = n.input(in, 0);
-  if (x.dim() == 5) return read_avg_pool3d(n, x);
+  if (x.dim() == 5) return read_avg_pool_by_sums(n, x);
   const PoolGeometry g = pool_geometry(n, x);
   for (int64_t d : g.dilation)
-    if (d != 1) n.unsupported("dilations other than 1 are not supported for AveragePool");
+    if (d != 1) return read_avg_pool_by_sums(n, x);
   const bool include_pad = n.i("count_include_pad", 0) != 0;
   const auto kernel = g.rank.lift(g.kernel, 1), stride = g.rank.lift(g.stride, 1);
   if (pads_fit_kernel(g.kernel, g.pads) && !n.i("ceil_mode", 0))

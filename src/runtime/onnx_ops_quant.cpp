@@ -76,17 +76,25 @@ std::vector<Tensor> eye_like(const OnnxNode& n, const std::vector<Tensor>& in) {
 }
 
 // (sum over the window of |x|^p)^(1/p): a window average over the zero-padded
-// input, times the window size.
+// input, times the window size; with dilations or three spatial axes, the
+// window sums themselves.
 std::vector<Tensor> lp_pool(const OnnxNode& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   const Tensor& x = input(n, in, 0);
-  const PoolGeometry g = pool_geometry(n, x);
-  for (int64_t d : g.dilation)
-    if (d != 1) n.unsupported("dilations other than 1 are not supported for LpPool");
   const double p = static_cast<double>(n.i("p", 2));
+  const Tensor powered = pow(abs(x), scalar_like(p, x));
+  if (x.dim() == 5 || n.has("dilations")) {
+    const size_t dims = static_cast<size_t>(x.dim() - 2);
+    const auto kernel = n.ints("kernel_shape");
+    if (kernel.size() != dims) n.fail("kernel_shape has ", kernel.size(), " values; ", dims, " expected");
+    const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
+    Pads pads = resolve_pads(n, x.shape(), kernel, stride, dilation);
+    add_ceil_padding(n, x.shape(), kernel, stride, dilation, pads);
+    return {pow(window_sums(pad_spatial(powered, pads, 0.0), kernel, stride, dilation), scalar_like(1.0 / p, x))};
+  }
+  const PoolGeometry g = pool_geometry(n, x);
   int64_t window = 1;
   for (int64_t k : g.kernel) window *= k;
-  const Tensor powered = pow(abs(x), scalar_like(p, x));
   const Tensor sums = avg_pool2d(g.rank.lift(pad_spatial(powered, g.pads, 0.0)), g.rank.lift(g.kernel, 1),
                                  g.rank.lift(g.stride, 1), {0, 0}, true) *
                       scalar_like(static_cast<double>(window), x);
