@@ -16,6 +16,7 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/parallel.h"
+#include "kiln/thread_governor.h"
 #include "kiln/registry.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
