@@ -57,13 +57,19 @@ class ThreadGovernor {
   static constexpr int kWarmRuns = 2;
   static constexpr int64_t kExploreEvery = 100;
   static constexpr double kSlowRun = 1.5;  // times the estimate: a reason to look again
-  static constexpr int64_t kSlowRunLooksEvery = 10;
+  static constexpr int64_t kSlowRunLooksEvery = 50;
+  // An explored count whose run beat the best is run this many times more;
+  // when those runs beat it too, its older samples (another load's, or a
+  // noisy start's) are dropped.
+  static constexpr int kConfirmRuns = 4;
   struct Candidate {
     int threads = 1;
     double window[kWindow] = {};
     int runs = 0;       // samples seen (the window holds the last kWindow)
     int warm_runs = 0;  // runs not taken as samples
     int64_t last_chosen = 0;
+    int confirm_left = 0;  // runs still to take after an explored run beat the best
+    int burst = 0;         // samples taken since that run, it included
   };
   int best_locked() const;
   double estimate_locked(const Candidate& c) const;

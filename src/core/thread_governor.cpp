@@ -133,6 +133,13 @@ int ThreadGovernor::choose() {
   }
   const int best = best_locked();
   Candidate* pick = &candidates_[best];
+  for (auto& c : candidates_)
+    if (c.confirm_left > 0) {
+      --c.confirm_left;
+      c.last_chosen = runs_;
+      if (c.threads > candidates_[best].threads) last_wide_run_ = runs_;
+      return c.threads;
+    }
   if (candidates_.size() > 1 && (explore_next_ || runs_ % kExploreEvery == 0)) {
     // After a run much slower than usual (a core was taken, maybe), and now
     // and then in any case, the count least recently run.
@@ -165,6 +172,26 @@ void ThreadGovernor::record(int threads, double seconds) {
     explore_next_ = true;
   it->window[it->runs % kWindow] = seconds;
   ++it->runs;
+  if (&*it == &best || best_time < 0.0) return;
+  if (it->burst == 0) {
+    if (seconds < best_time && it->runs > kMinRuns) {  // an explored run that won: confirm it
+      it->confirm_left = kConfirmRuns;
+      it->burst = 1;
+    }
+    return;
+  }
+  if (++it->burst <= kConfirmRuns) return;
+  // The burst is complete: when its mean beats the best, it stands for this
+  // count from now on.
+  double sum = 0.0;
+  for (int i = 0; i < it->burst; ++i) sum += it->window[(it->runs - 1 - i) % kWindow];
+  if (sum / it->burst < best_time) {
+    double recent[kWindow];
+    for (int i = 0; i < it->burst; ++i) recent[i] = it->window[(it->runs - it->burst + i) % kWindow];
+    for (int i = 0; i < it->burst; ++i) it->window[i] = recent[i];
+    it->runs = it->burst;
+  }
+  it->burst = 0;
 }
 
 namespace {
