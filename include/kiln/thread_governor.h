@@ -101,7 +101,6 @@ class GovernedRun {
  public:
   explicit GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure = true);
   void finished();
-  int threads() const { return threads_; }
 
  private:
   std::shared_ptr<ThreadGovernor> governor_;

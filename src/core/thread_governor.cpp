@@ -23,9 +23,8 @@ int ThreadGovernor::idle_cores_now() {
   ::close(fd);
   if (n <= 0) return 0;
   buf[n] = '\0';
-  double l1, l5, l15;
-  int running = 0, total = 0;
-  if (std::sscanf(buf, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) != 5) return 0;
+  int running = 0;  // "load1 load5 load15 runnable/total last-pid"
+  if (std::sscanf(buf, "%*f %*f %*f %d/", &running) != 1) return 0;
   return std::max(0, cores - std::max(0, running - 1));
 }
 

@@ -57,9 +57,10 @@ bool global_average(const Graph& g, const Node& n) {
 // A linear layer after flatten(reorder to NCHW(x)) reads the blocked x
 // directly, flattened in its own order, with the weight's columns permuted
 // to match: the reorder disappears (the final dead-code pass drops it).
-size_t read_flattened_blocked(Graph& g, const std::map<int, int>& plain_of, const std::vector<int>& block_of) {
+size_t read_flattened_blocked(Graph& g, const std::map<std::pair<int, int>, int>& copies, const std::vector<int>& block_of) {
   std::map<int, int> source_of;  // plain copy -> blocked value
-  for (const auto& [blocked_id, copy] : plain_of) source_of[copy] = blocked_id;
+  for (const auto& [from, copy] : copies)
+    if (from.second == 0) source_of[copy] = from.first;
   auto uses = g.use_counts();
   size_t rewritten = 0;
   for (Node& n : g.nodes) {
@@ -140,7 +141,7 @@ class LayoutPass {
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
-    const size_t read_blocked = read_flattened_blocked(g_, plain_of_, block_of_);
+    const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
     return summary(residuals, hardswishes, read_blocked);
   }
 
@@ -643,7 +644,6 @@ class LayoutPass {
     const Value& src = g_.values[id];
     (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
     copies_[{id, to}] = copy;
-    if (to == 0) plain_of_[id] = copy;
     return copy;
   }
 
@@ -703,8 +703,7 @@ class LayoutPass {
   std::map<int, Plan> plans_;                             // node -> its rewrite
   std::map<int, std::vector<int>> reads_;                 // node -> the block each input is read in (0: plain)
   std::set<int> pools_;                                   // blocked max pools (no indices)
-  std::map<std::pair<int, int>, int> copies_;             // (value, block) -> its copy in that layout
-  std::map<int, int> plain_of_;                           // a value's NCHW copy
+  std::map<std::pair<int, int>, int> copies_;             // (value, block) -> its copy in that layout (0: NCHW)
   std::vector<std::vector<Node>> insert_after_;
   std::vector<Node> prologue_;  // reorders of graph inputs and constants
   size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)

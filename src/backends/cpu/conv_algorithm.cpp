@@ -13,6 +13,29 @@
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
+namespace {
+
+// The best time of each run: a warm-up run each, then rounds that time every
+// run in turn, so that a busy moment on the machine slows them alike; best of
+// three rounds, or of one where a run takes over 20 ms (compiling a batch-64
+// ResNet took 20 s of timing before). `before_each` runs untimed before each.
+std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs,
+                                  const std::function<void()>& before_each = {}) {
+  auto seconds = [&](const std::function<void()>& run) {
+    if (before_each) before_each();
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double slowest = 0;
+  for (const auto& run : runs) slowest = std::max(slowest, seconds(run));
+  std::vector<double> best(runs.size(), 1e30);
+  for (int round = 0; round < (slowest > 0.02 ? 1 : 3); ++round)
+    for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds(runs[i]));
+  return best;
+}
+
+}  // namespace
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
@@ -67,20 +90,12 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
                               winograd_conv(s, tile, call.src_block, x.data<float>(), (tile == 2 ? u2 : u4).data<float>(),
                                             bias, y.data<float>(), call.relu, call.residual);
                             }});
-  auto seconds = [&](Candidate& c) {
+  std::vector<std::function<void()>> runs;
+  for (const Candidate& c : candidates) runs.push_back(c.run);
+  const std::vector<double> best_times = best_in_turns(runs, [&] {
     if (cold) std::memset(flush.raw_data(), 0, static_cast<size_t>(flush.numel()) * 4);
-    auto t0 = std::chrono::steady_clock::now();
-    c.run();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  // A warm-up run each, then rounds that time every candidate in turn, so
-  // that a busy moment on the machine slows them alike; best of three rounds,
-  // or of one where a run takes over 20 ms (compiling a batch-64 ResNet took
-  // 20 s of timing before).
-  double slowest = 0;
-  for (Candidate& c : candidates) slowest = std::max(slowest, seconds(c));
-  for (int round = 0; round < (slowest > 0.02 ? 1 : 3); ++round)
-    for (Candidate& c : candidates) c.best = std::min(c.best, seconds(c));
+  });
+  for (size_t i = 0; i < candidates.size(); ++i) candidates[i].best = best_times[i];
   // The others must beat oneDNN's kernel by 3% (they need scratch, and
   // Winograd rounds differently). Weights larger than the direct kernel's
   // are charged the time to read the extra bytes from memory (at 10 GB/s):
@@ -117,19 +132,11 @@ bool blocked_beats_plain(const onednn::LayoutCall& call) {
   Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * (s.c / s.groups) * s.kh * s.kw}), b = zeros({s.o});
   Tensor y = zeros({s.n * s.o * s.oh * s.ow});
   const float* bias = call.bias ? b.data<float>() : nullptr;
-  auto seconds = [&](const onednn::LayoutCall& c) {
-    auto t0 = std::chrono::steady_clock::now();
-    onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>());
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto run = [&](const onednn::LayoutCall& c) {
+    return [&, c] { onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
   };
-  seconds(blocked);  // warm-up runs, then in turns, best of three
-  seconds(plain);
-  double t_blocked = 1e30, t_plain = 1e30;
-  for (int round = 0; round < 3; ++round) {
-    t_blocked = std::min(t_blocked, seconds(blocked));
-    t_plain = std::min(t_plain, seconds(plain));
-  }
-  return decided[key] = t_blocked <= t_plain;
+  const std::vector<double> t = best_in_turns({run(blocked), run(plain)});
+  return decided[key] = t[0] <= t[1];
 }
 
 }  // namespace kiln::cpu
