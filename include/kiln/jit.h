@@ -45,6 +45,10 @@ struct CompileOptions {
   // Inference only: fold batch norm into convolutions and fold parameters as
   // constants. The graph is rebuilt when a parameter is later changed in place.
   bool inference = false;
+  // Inference: choose convolution layouts and algorithms by timing them on
+  // this machine. Off: fixed rules (blocked layouts, oneDNN's kernels), so
+  // every compile gives the same graph, whatever the machine's load.
+  bool timed_choices = true;
   // Run on this device (a backend in host memory): the function is traced on
   // the inputs as given, then the graph's values, parameters and constants
   // move there; calls may pass inputs on either device, and the outputs are

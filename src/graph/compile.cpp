@@ -156,6 +156,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   const Device device = graph_device(g, options.name);
   int step = 0;
   dump(g, step++, "traced");
+  g.timed_choices = options.timed_choices;
   if (options.inference)
     for (auto& v : g.values)
       if (v.kind == graph::ValueKind::Param) v.kind = graph::ValueKind::Constant;

@@ -289,7 +289,8 @@ class LayoutPass {
     // Blocks smaller than the machine's pay off for some layers only.
     const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
                              (p.call.dst_block != 0 && p.call.dst_block < block_);
-    if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && !cpu::blocked_beats_plain(p.call))
+    if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
+        !cpu::blocked_beats_plain(p.call))
       return;
     std::vector<int> reads{p.call.src_block, 0};
     if (p.call.bias) reads.push_back(0);
@@ -503,7 +504,7 @@ class LayoutPass {
   // input becomes the transformed or packed weights, made here once.
   cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
     const int w = k.inputs[1];
-    if (training_ || g_.values[w].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
+    if (training_ || !g_.timed_choices || g_.values[w].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
     const cpu::ConvAlgorithm algorithm = cpu::fastest_conv_algorithm(plan.call);
     if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
     NoGradGuard no_grad;
