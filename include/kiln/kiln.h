@@ -6,6 +6,7 @@
 #include "kiln/autograd.h"
 #include "kiln/callbacks.h"
 #include "kiln/device.h"
+#include "kiln/dist.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
