@@ -182,7 +182,7 @@ Place place_from(const Env& env, const PlaceOverrides& overrides) {
   if (overrides.master_port) p.master_port = *overrides.master_port;
   if (p.master_addr.empty()) p.master_addr = "127.0.0.1";
   if (p.master_port == 0) p.master_port = kDefaultPort;
-  const std::string from = " (read from " + p.source + "'s variables or given)";
+  const std::string from = p.source == "none" ? " (as given)" : " (read from " + p.source + "'s variables or given)";
   KILN_CHECK(p.world_size >= 1, "the world size is ", p.world_size, from, "; it must be at least 1");
   KILN_CHECK(p.rank >= 0 && p.rank < p.world_size, "rank ", p.rank, " is outside a world of ", p.world_size, " ranks", from,
              "; ranks run from 0 to the world size minus one");
