@@ -111,5 +111,10 @@ class CompiledFunction {
 // Parameters and buffers reached by `fn` are read live on every run; other
 // tensors it captures are constants.
 CompiledFunction compile(Function fn, const std::vector<Tensor>& example_inputs, CompileOptions options = {});
+
+// True while this thread traces a function and `t` holds a value that changes
+// from run to run (computed from an input, a parameter or a random op):
+// reading it would throw. Code that can run either way asks first.
+bool varies_between_runs(const Tensor& t);
 }  // namespace jit
 }  // namespace kiln

@@ -10,7 +10,8 @@
 // and kept; run() may be called from many threads at once. Inputs holding inf
 // or NaN run node by node instead, so their answer is the same on every run
 // and at every batch size (the compiled graph's fastest kernels do not all
-// treat inf and NaN alike).
+// treat inf and NaN alike). A model whose If or Loop decides on a value
+// computed from the inputs' data runs node by node, once that is seen.
 #include <functional>
 #include <map>
 #include <memory>

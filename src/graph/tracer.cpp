@@ -149,6 +149,16 @@ bool Tracer::is_varying(const Tensor& t) const {
   return e && varying_[e->id];
 }
 
+}  // namespace kiln::graph::detail
+
+namespace kiln::jit {
+bool varies_between_runs(const Tensor& t) {
+  return graph::detail::t_tracer != nullptr && t.defined() && graph::detail::t_tracer->is_varying(t);
+}
+}  // namespace kiln::jit
+
+namespace kiln::graph::detail {
+
 std::string Tracer::producer_of(const Tensor& t) const {
   const Entry* e = find(t);
   if (!e) return "";

@@ -1,6 +1,8 @@
 // InferenceSession: an OnnxProgram traced and compiled per input signature,
 // with one compiled function per concurrent caller.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -35,6 +37,13 @@ struct InferenceSession::Impl {
   // value (none for most models: then one key, "").
   std::mutex mutex;
   std::map<std::string, std::vector<std::unique_ptr<jit::CompiledFunction>>> idle;
+  // Set when the model's control flow turned out to depend on its inputs'
+  // values (an If on a computed condition): no graph is compiled any more.
+  std::atomic<bool> node_by_node{false};
+
+  void run_node_by_node_from_now(const runtime::DataDependentControlFlow& why) {
+    if (!node_by_node.exchange(true)) std::fprintf(stderr, "kiln: %s\n", why.what());
+  }
   static constexpr size_t kMaxBoundKeys = 16;
 
   std::string key_of(const std::vector<Tensor>& inputs) const {
@@ -164,7 +173,8 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   NoGradGuard no_grad;
   impl_->program->check_inputs(inputs);  // before tracing, so the message is about the caller's tensors
   const bool on_cpu = impl_->device == cpu_device();
-  if (impl_->options.optimization_level == 0 || (on_cpu && any_non_finite(inputs))) return impl_->program->run(inputs);
+  if (impl_->options.optimization_level == 0 || impl_->node_by_node || (on_cpu && any_non_finite(inputs)))
+    return impl_->program->run(inputs);
   std::string key = impl_->key_of(inputs);
   std::vector<Shape> shapes;
   for (const auto& t : inputs) shapes.push_back(t.shape());
@@ -173,6 +183,9 @@ std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {
   std::vector<Tensor> out;
   try {
     out = (*fn)(impl_->free_inputs(inputs));
+  } catch (const runtime::DataDependentControlFlow& e) {
+    impl_->run_node_by_node_from_now(e);
+    return impl_->program->run(inputs);
   } catch (...) {
     impl_->give_back(key, std::move(fn));
     throw;
@@ -194,21 +207,34 @@ void InferenceSession::run_in_place(const std::vector<Shape>& shapes, const Fill
   }
   impl_->program->check_inputs(shaped);
   const auto& by_value = impl_->program->bound_by_value();
-  const bool compiled = impl_->options.optimization_level > 0 &&
+  const bool compiled = impl_->options.optimization_level > 0 && !impl_->node_by_node &&
                         std::none_of(by_value.begin(), by_value.end(), [](bool b) { return b; });
-  if (!compiled) {
+  auto node_by_node = [&] {
     std::vector<Tensor> buffers;
     for (size_t i = 0; i < shapes.size(); ++i) {
       buffers.push_back(Tensor::empty(shapes[i], dtypes[i]));
       fill(i, buffers[i]);
     }
     read(run(buffers));
+  };
+  if (!compiled) {
+    node_by_node();
     return;
   }
   GovernedRun governed(impl_->governor(signature_of(shapes)));
   auto fn = impl_->take("", std::vector<Tensor>(shapes.size()));
+  std::vector<Tensor> slots;
   try {
-    std::vector<Tensor> slots = fn->input_slots(shapes, dtypes);
+    slots = fn->input_slots(shapes, dtypes);
+  } catch (const runtime::DataDependentControlFlow& e) {
+    impl_->run_node_by_node_from_now(e);
+    node_by_node();
+    return;
+  } catch (...) {
+    impl_->give_back("", std::move(fn));
+    throw;
+  }
+  try {
     for (size_t i = 0; i < slots.size(); ++i) fill(i, slots[i]);
     if (impl_->device == cpu_device() && any_non_finite(slots)) read(impl_->program->run(slots));
     else read(fn->run_slots());
@@ -247,6 +273,8 @@ const std::string& InferenceSession::producer() const { return impl_->program->p
 std::vector<std::string> supported_onnx_ops() {
   std::vector<std::string> ops;
   for (const auto& [name, fn] : runtime::converters()) ops.push_back(name);
+  for (const auto& [name, fn] : runtime::control_flow_ops()) ops.push_back(name);
+  std::sort(ops.begin(), ops.end());
   return ops;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// An ONNX model checked and prepared for running: every node resolved to its
-// converter, values numbered, initializers read. run() executes the nodes in
-// order with Kiln ops; under the tracer that becomes a Kiln graph.
+// An ONNX model checked and prepared for running: its graph (and the
+// subgraphs of If, Loop and Scan) resolved, its inputs and outputs described.
+// run() executes the nodes in order with Kiln ops; under the tracer that
+// becomes a Kiln graph.
 #include <onnx/onnx_pb.h>
 
 #include <map>
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "kiln/runtime.h"
-#include "runtime/onnx_ops.h"
+#include "runtime/onnx_graph.h"
 
 namespace kiln::runtime {
 
@@ -34,23 +35,14 @@ class OnnxProgram {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
  private:
-  struct Step {
-    const ::onnx::NodeProto* proto;
-    const Converter* convert;
-    std::vector<int> inputs;  // value slots; -1 for an omitted optional input
-    std::vector<int> outputs;
-    std::vector<int> release;  // value slots read for the last time here
-  };
   ::onnx::ModelProto model_;
   std::string what_;
   int opset_ = 0;
   std::string producer_;
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> inputs_, outputs_;
-  std::vector<int> input_slots_, output_slots_;
   std::vector<bool> bound_by_value_;
-  std::vector<Tensor> constants_;  // per slot: initializers, undefined elsewhere
-  std::vector<Step> steps_;
+  std::unique_ptr<OnnxGraph> graph_;
 };
 
 }  // namespace kiln::runtime
