@@ -8,8 +8,9 @@
 
 namespace kiln {
 
-enum class DType : uint8_t { Float32, Float64, Float16, BFloat16, Int32, Int64, UInt8, Bool };
-constexpr int kNumDTypes = 8;
+// Int8 comes last so that the values of the others (in files and tables) stay.
+enum class DType : uint8_t { Float32, Float64, Float16, BFloat16, Int32, Int64, UInt8, Bool, Int8 };
+constexpr int kNumDTypes = 9;
 
 struct Half {
   uint16_t bits = 0;
@@ -42,7 +43,7 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 DType dtype_from_name(const std::string& name);  // "float32", "f32", "int64", ...
 bool is_floating(DType t);
-bool is_integral(DType t);  // int32, int64, uint8 (not bool)
+bool is_integral(DType t);  // int32, int64, uint8, int8 (not bool)
 // The type two inputs are computed in: float beats int, wider beats narrower.
 DType promote_types(DType a, DType b);
 
@@ -55,6 +56,7 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int3
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::UInt8; };
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
+template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::Int8; };
 
 }  // namespace kiln
 
@@ -75,4 +77,5 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; }
     KILN_DISPATCH_CASE(::kiln::DType::Int64, int64_t, __VA_ARGS__)             \
     KILN_DISPATCH_CASE(::kiln::DType::UInt8, uint8_t, __VA_ARGS__)             \
     KILN_DISPATCH_CASE(::kiln::DType::Bool, bool, __VA_ARGS__)                 \
+    KILN_DISPATCH_CASE(::kiln::DType::Int8, int8_t, __VA_ARGS__)               \
   }

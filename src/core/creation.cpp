@@ -112,6 +112,7 @@ template Tensor from_vector(const std::vector<double>&, const Shape&);
 template Tensor from_vector(const std::vector<int32_t>&, const Shape&);
 template Tensor from_vector(const std::vector<int64_t>&, const Shape&);
 template Tensor from_vector(const std::vector<uint8_t>&, const Shape&);
+template Tensor from_vector(const std::vector<int8_t>&, const Shape&);
 template Tensor from_vector(const std::vector<bool>&, const Shape&);
 template Tensor from_vector(const std::vector<Half>&, const Shape&);
 template Tensor from_vector(const std::vector<BFloat16>&, const Shape&);

@@ -63,6 +63,7 @@ size_t dtype_size(DType t) {
     case DType::Int64: return 8;
     case DType::UInt8: return 1;
     case DType::Bool: return 1;
+    case DType::Int8: return 1;
   }
   return 0;
 }
@@ -77,6 +78,7 @@ const char* dtype_name(DType t) {
     case DType::Int64: return "int64";
     case DType::UInt8: return "uint8";
     case DType::Bool: return "bool";
+    case DType::Int8: return "int8";
   }
   return "?";
 }
@@ -87,17 +89,20 @@ DType dtype_from_name(const std::string& name) {
       {"float64", DType::Float64}, {"f64", DType::Float64},  {"double", DType::Float64},
       {"float16", DType::Float16}, {"f16", DType::Float16},  {"half", DType::Float16},
       {"bfloat16", DType::BFloat16}, {"bf16", DType::BFloat16}, {"int32", DType::Int32},
-      {"int64", DType::Int64},     {"uint8", DType::UInt8},  {"bool", DType::Bool}};
+      {"int64", DType::Int64},     {"uint8", DType::UInt8},  {"bool", DType::Bool},
+      {"int8", DType::Int8}};
   for (auto& [n, t] : kNames)
     if (name == n) return t;
   KILN_FAIL("unknown dtype '", name,
-            "'; use one of float32, float64, float16, bfloat16, int32, int64, uint8, bool");
+            "'; use one of float32, float64, float16, bfloat16, int32, int64, uint8, int8, bool");
 }
 
 bool is_floating(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
-bool is_integral(DType t) { return t == DType::Int32 || t == DType::Int64 || t == DType::UInt8; }
+bool is_integral(DType t) {
+  return t == DType::Int32 || t == DType::Int64 || t == DType::UInt8 || t == DType::Int8;
+}
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
@@ -105,6 +110,7 @@ DType promote_types(DType a, DType b) {
     switch (t) {
       case DType::Bool: return 0;
       case DType::UInt8: return 1;
+      case DType::Int8: return 1;
       case DType::Int32: return 2;
       case DType::Int64: return 3;
       case DType::Float16: return 4;
@@ -114,6 +120,8 @@ DType promote_types(DType a, DType b) {
     }
     return 0;
   };
+  // int8 with uint8 has no common 8-bit type (Kiln has no int16): use int32.
+  if ((a == DType::Int8 && b == DType::UInt8) || (a == DType::UInt8 && b == DType::Int8)) return DType::Int32;
   // float16 with bfloat16 has no exact common 16-bit type: use float32.
   if ((a == DType::Float16 && b == DType::BFloat16) || (a == DType::BFloat16 && b == DType::Float16))
     return DType::Float32;

@@ -129,6 +129,7 @@ KILN_INSTANTIATE_ACCESS(double)
 KILN_INSTANTIATE_ACCESS(int32_t)
 KILN_INSTANTIATE_ACCESS(int64_t)
 KILN_INSTANTIATE_ACCESS(uint8_t)
+KILN_INSTANTIATE_ACCESS(int8_t)
 KILN_INSTANTIATE_ACCESS(bool)
 template std::vector<Half> Tensor::to_vector<Half>() const;
 template std::vector<BFloat16> Tensor::to_vector<BFloat16>() const;

@@ -20,6 +20,7 @@ const char* npy_descr(DType d) {
     case DType::Int64: return "<i8";
     case DType::UInt8: return "|u1";
     case DType::Bool: return "|b1";
+    case DType::Int8: return "|i1";
     case DType::BFloat16: break;
   }
   KILN_FAIL("save_npy: NumPy has no bfloat16; cast the tensor to float32 first");
@@ -55,7 +56,8 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   descr = descr.substr(1, 3);
   DType dtype = DType::Float32;
   bool found = false;
-  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::Int32, DType::Int64, DType::UInt8, DType::Bool})
+  for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::Int32, DType::Int64, DType::UInt8, DType::Bool,
+                  DType::Int8})
     if (descr == npy_descr(d) || (descr[0] == '=' && descr.substr(1) == std::string(npy_descr(d)).substr(1))) {
       dtype = d;
       found = true;

@@ -16,6 +16,7 @@ int onnx_dtype(DType dtype) {
     case DType::Int64: return TensorProto::INT64;
     case DType::UInt8: return TensorProto::UINT8;
     case DType::Bool: return TensorProto::BOOL;
+    case DType::Int8: return TensorProto::INT8;
   }
   KILN_FAIL("onnx: no ONNX type for dtype ", dtype_name(dtype));
 }
@@ -39,6 +40,7 @@ DType kiln_dtype(int t, const std::string& where) {
     case TensorProto::INT64: return DType::Int64;
     case TensorProto::UINT8: return DType::UInt8;
     case TensorProto::BOOL: return DType::Bool;
+    case TensorProto::INT8: return DType::Int8;
     default: break;
   }
   if (t <= TensorProto::UNDEFINED || t > 64)
@@ -48,7 +50,7 @@ DType kiln_dtype(int t, const std::string& where) {
                                      " (a low-precision type of a newer ONNX version) is not supported by Kiln"));
   throw Unsupported(detail::concat(where, ": element type ", onnx_dtype_name(t),
                                    " is not supported by Kiln (float32, float64, float16, bfloat16, int32, int64, "
-                                   "uint8 and bool are); cast it in the exporting framework"));
+                                   "uint8, int8 and bool are); cast it in the exporting framework"));
 }
 
 namespace {
@@ -98,6 +100,7 @@ Tensor from_proto(const TensorProto& p, const std::string& where) {
     case DType::Int32: copy_field<int32_t, int32_t>(p.int32_data(), t); break;
     case DType::UInt8: copy_field<int32_t, uint8_t>(p.int32_data(), t); break;
     case DType::Bool: copy_field<int32_t, bool>(p.int32_data(), t); break;
+    case DType::Int8: copy_field<int32_t, int8_t>(p.int32_data(), t); break;
     case DType::Float16:
     case DType::BFloat16: copy_field<int32_t, uint16_t>(p.int32_data(), t); break;
   }

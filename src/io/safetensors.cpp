@@ -34,13 +34,14 @@ const char* st_dtype(DType d) {
     case DType::Int64: return "I64";
     case DType::UInt8: return "U8";
     case DType::Bool: return "BOOL";
+    case DType::Int8: return "I8";
   }
   return "?";
 }
 
 DType from_st_dtype(const std::string& s, const std::string& path) {
   for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
-                  DType::UInt8, DType::Bool})
+                  DType::UInt8, DType::Bool, DType::Int8})
     if (s == st_dtype(d)) return d;
   KILN_FAIL("'", path, "' holds a tensor of dtype ", s, ", which Kiln does not support");
 }

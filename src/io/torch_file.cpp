@@ -47,7 +47,8 @@ const std::map<std::string, DType>& storage_types() {
       {"torch FloatStorage", DType::Float32}, {"torch DoubleStorage", DType::Float64},
       {"torch HalfStorage", DType::Float16},  {"torch BFloat16Storage", DType::BFloat16},
       {"torch LongStorage", DType::Int64},    {"torch IntStorage", DType::Int32},
-      {"torch ByteStorage", DType::UInt8},    {"torch BoolStorage", DType::Bool}};
+      {"torch ByteStorage", DType::UInt8},    {"torch BoolStorage", DType::Bool},
+      {"torch CharStorage", DType::Int8}};
   return types;
 }
 

@@ -27,7 +27,7 @@ OpDefiner d_to_device(make_op(
 
 #define KILN_ALL_DTYPES                                                                                    \
   DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8, \
-      DType::Bool
+      DType::Bool, DType::Int8
 KILN_REGISTER_KERNEL("to_device", CPU, to_device_kernel, KILN_ALL_DTYPES);
 KILN_REGISTER_KERNEL("to_device", Reference, to_device_kernel, KILN_ALL_DTYPES);
 #undef KILN_ALL_DTYPES

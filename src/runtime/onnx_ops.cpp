@@ -127,7 +127,8 @@ const ConverterTable& converters() {
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
                                    "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",
-                                   "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike"};
+                                   "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike",
+                                   "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,

@@ -1,7 +1,7 @@
 // ONNX quantization and a few creation and pooling ops, as compositions of
-// Kiln ops: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear on
-// uint8 (and int32 for dequantizing), per tensor or per axis; EyeLike;
-// LpPool.
+// Kiln ops: QuantizeLinear and DequantizeLinear on uint8 and int8 (and int32
+// for dequantizing), per tensor or per axis; DynamicQuantizeLinear;
+// MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv; EyeLike; LpPool.
 #include <cmath>
 
 #include "kiln/functional.h"
@@ -24,9 +24,14 @@ Tensor along_axis(const OnnxNode& n, const Tensor& t, const Tensor& x) {
   return t.reshape(s);
 }
 
+// The values a quantized type holds.
+std::pair<double, double> quantized_range(DType t) {
+  return t == DType::Int8 ? std::pair{-128.0, 127.0} : std::pair{0.0, 255.0};
+}
+
 void check_quantized(const OnnxNode& n, DType t, bool int32_too) {
-  if (t != DType::UInt8 && !(int32_too && t == DType::Int32))
-    n.unsupported("quantized type ", dtype_name(t), " is not supported (uint8", int32_too ? " and int32 are)" : " is)");
+  if (t != DType::UInt8 && t != DType::Int8 && !(int32_too && t == DType::Int32))
+    n.unsupported("quantized type ", dtype_name(t), " is not supported (uint8, int8", int32_too ? " and int32 are)" : " are)");
 }
 
 // y = (x - zero_point) * scale, in the scale's dtype.
@@ -38,19 +43,113 @@ std::vector<Tensor> dequantize_linear(const OnnxNode& n, const std::vector<Tenso
   return {centered * along_axis(n, scale, x)};
 }
 
-// Rounded half to even, shifted by the zero point and saturated to uint8.
+// Rounded half to even, shifted by the zero point and saturated to the
+// zero point's type.
 Tensor quantize(const Tensor& x, const Tensor& scale, const Tensor& zero_point) {
   const Tensor q = round(x / scale) + cast(zero_point, x.dtype());
-  return cast(clamp(q, 0.0, 255.0), DType::UInt8);
+  const auto [lo, hi] = quantized_range(zero_point.dtype());
+  return cast(clamp(q, lo, hi), zero_point.dtype());
 }
 
 std::vector<Tensor> quantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor &x = input(n, in, 0), &scale = input(n, in, 1);
-  const Tensor zero = in.size() > 2 && in[2].defined() ? in[2] : zeros({}, DType::UInt8);
-  check_quantized(n, zero.dtype(), false);
-  if (n.has("output_dtype") && n.i("output_dtype", 2) != 2) n.unsupported("only uint8 outputs are supported");
+  const bool has_zero = in.size() > 2 && in[2].defined();
+  DType out = has_zero ? in[2].dtype() : DType::UInt8;
+  if (n.has("output_dtype") && n.i("output_dtype", 0) != 0) {
+    const DType asked = n.dtype("output_dtype");
+    if (has_zero && asked != out)
+      n.fail("output_dtype ", dtype_name(asked), " differs from the zero point's type ", dtype_name(out));
+    out = asked;
+  }
+  check_quantized(n, out, false);
+  const Tensor zero = has_zero ? in[2] : zeros({}, out);
   const Tensor wide = cast(x, DType::Float32);
   return {quantize(wide, cast(along_axis(n, scale, x), DType::Float32), along_axis(n, zero, x))};
+}
+
+// Integer ops compute in float64, where products and sums of 8-bit values
+// stay exact integers, as in the int32 accumulators of the ONNX definitions.
+// A per-row (a) or per-output-channel (a weight) zero point or scale is
+// shaped to broadcast along axis `axis` of a tensor of rank `rank`.
+Tensor per_axis(const Tensor& t, int64_t axis, int64_t rank) {
+  if (t.dim() != 1 || t.numel() == 1) return t.numel() == 1 ? t.reshape({}) : t;
+  Shape s(static_cast<size_t>(rank), 1);
+  s[axis] = t.numel();
+  return t.reshape(s);
+}
+
+Tensor centered(const OnnxNode& n, const Tensor& x, const Tensor& zero_point) {
+  check_quantized(n, x.dtype(), false);
+  Tensor wide = cast(x, DType::Float64);
+  if (!zero_point.defined()) return wide;
+  if (zero_point.dtype() != x.dtype())
+    n.fail("the zero point is ", dtype_name(zero_point.dtype()), " but its tensor is ", dtype_name(x.dtype()));
+  return wide - cast(zero_point, DType::Float64);
+}
+
+const Tensor& optional_input(const std::vector<Tensor>& in, size_t i) {
+  static const Tensor none;
+  return i < in.size() ? in[i] : none;
+}
+
+// A zero point or scale of a matrix product's left operand, per row when it
+// has one value per row.
+Tensor per_row(const Tensor& t, const Tensor& a) {
+  return t.defined() && a.dim() >= 2 ? per_axis(t, a.dim() - 2, a.dim()) : t;
+}
+
+// The convolution of the centered operands (with an int32 bias, in the
+// accumulator's scale), read through Conv's own reader with this node's
+// geometry attributes.
+Tensor conv_of_centered(const OnnxNode& n, const Tensor& x, const Tensor& x_zero, const Tensor& w, const Tensor& w_zero,
+                        const Tensor& bias) {
+  if (x_zero.defined() && x_zero.numel() != 1) n.fail("the input's zero point must be one value");
+  const Tensor wc = centered(n, w, w_zero.defined() ? per_axis(w_zero, 0, w.dim()) : w_zero);
+  std::vector<Tensor> args{centered(n, x, x_zero.defined() ? x_zero.reshape({}) : x_zero), wc};
+  if (bias.defined()) args.push_back(cast(bias, DType::Float64));
+  return converters().at("Conv")(n, args).at(0);
+}
+
+// acc * multiplier, rounded half to even, shifted and saturated to the
+// output zero point's type; the multiplier is taken in the scales' dtype, as
+// the ONNX reference computes it.
+Tensor requantize(const OnnxNode& n, const Tensor& acc, const Tensor& multiplier, const Tensor& y_zero) {
+  check_quantized(n, y_zero.dtype(), false);
+  if (y_zero.numel() != 1) n.fail("the output zero point must be one value");
+  const Tensor q = round(acc * cast(multiplier, DType::Float64)) + cast(y_zero.reshape({}), DType::Float64);
+  const auto [lo, hi] = quantized_range(y_zero.dtype());
+  return cast(clamp(q, lo, hi), y_zero.dtype());
+}
+
+// MatMulInteger: (a - a_zero_point) @ (b - b_zero_point) in int32.
+std::vector<Tensor> matmul_integer(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &a = input(n, in, 0), &b = input(n, in, 1);
+  const Tensor product = matmul(centered(n, a, per_row(optional_input(in, 2), a)), centered(n, b, optional_input(in, 3)));
+  return {cast(product, DType::Int32)};
+}
+
+// ConvInteger: the convolution of (x - x_zero_point) and (w - w_zero_point) in int32.
+std::vector<Tensor> conv_integer(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor acc = conv_of_centered(n, input(n, in, 0), optional_input(in, 2), input(n, in, 1), optional_input(in, 3), {});
+  return {cast(acc, DType::Int32)};
+}
+
+// QLinearMatMul: the int32 product of the centered operands, requantized with
+// a_scale * b_scale / y_scale.
+std::vector<Tensor> qlinear_matmul(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &a = input(n, in, 0), &b = input(n, in, 3);
+  const Tensor acc = matmul(centered(n, a, per_row(input(n, in, 2), a)), centered(n, b, input(n, in, 5)));
+  const Tensor multiplier = per_row(input(n, in, 1), a) * input(n, in, 4) / input(n, in, 6);
+  return {requantize(n, acc, multiplier, input(n, in, 7))};
+}
+
+// QLinearConv: the int32 convolution (plus the int32 bias) requantized with
+// x_scale * w_scale / y_scale, w_scale per output channel or one value.
+std::vector<Tensor> qlinear_conv(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &x = input(n, in, 0), &w = input(n, in, 3);
+  const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), optional_input(in, 8));
+  const Tensor multiplier = input(n, in, 1).reshape({}) * per_axis(input(n, in, 4), 1, acc.dim()) / input(n, in, 6).reshape({});
+  return {requantize(n, acc, multiplier, input(n, in, 7))};
 }
 
 // The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
@@ -107,6 +206,10 @@ void add_quant_converters(ConverterTable& t) {
   t["DequantizeLinear"] = dequantize_linear;
   t["QuantizeLinear"] = quantize_linear;
   t["DynamicQuantizeLinear"] = dynamic_quantize_linear;
+  t["MatMulInteger"] = matmul_integer;
+  t["ConvInteger"] = conv_integer;
+  t["QLinearMatMul"] = qlinear_matmul;
+  t["QLinearConv"] = qlinear_conv;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }

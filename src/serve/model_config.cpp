@@ -39,15 +39,16 @@ const char* oip_datatype(DType d) {
     case DType::Int64: return "INT64";
     case DType::UInt8: return "UINT8";
     case DType::Bool: return "BOOL";
+    case DType::Int8: return "INT8";
   }
   return "?";
 }
 
 DType dtype_of_oip(const std::string& datatype) {
   for (DType d : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64,
-                  DType::UInt8, DType::Bool})
+                  DType::UInt8, DType::Bool, DType::Int8})
     if (datatype == oip_datatype(d)) return d;
-  KILN_FAIL("datatype '", datatype, "' is not supported; use one of FP32, FP64, FP16, BF16, INT32, INT64, UINT8, BOOL");
+  KILN_FAIL("datatype '", datatype, "' is not supported; use one of FP32, FP64, FP16, BF16, INT32, INT64, UINT8, INT8, BOOL");
 }
 
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {

@@ -108,6 +108,7 @@ Tensor json_tensor(element data, const Shape& shape, DType dtype, const std::str
     case DType::Int64: return from_json<int64_t>(data, shape, dtype, name);
     case DType::UInt8: return from_json<uint8_t>(data, shape, dtype, name);
     case DType::Bool: return from_json<bool>(data, shape, dtype, name);
+    case DType::Int8: return from_json<int8_t>(data, shape, dtype, name);
   }
   bad("input '", name, "': unsupported datatype");
 }
@@ -120,6 +121,7 @@ json tensor_json(const Tensor& t) {
     case DType::Int64: return c.to_vector<int64_t>();
     case DType::UInt8: return c.to_vector<uint8_t>();
     case DType::Bool: return c.to_vector<bool>();
+    case DType::Int8: return c.to_vector<int8_t>();
     default: return c.to(DType::Float64).to_vector<double>();
   }
 }

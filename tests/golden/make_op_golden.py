@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TORCH_DTYPES = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "int32": torch.int32, "int64": torch.int64,
-    "uint8": torch.uint8, "bool": torch.bool,
+    "uint8": torch.uint8, "int8": torch.int8, "bool": torch.bool,
 }
 FLOATS = {"float32", "float64", "float16", "bfloat16"}
 
@@ -154,7 +154,10 @@ for op, fn, kind in [("asin", torch.asin, "s"), ("acos", torch.acos, "s"), ("ata
                      ("asinh", torch.asinh, "f"), ("acosh", torch.acosh, "g"), ("atanh", torch.atanh, "s")]:
     case(op, [(kind, [3, 4])], fn)
 case("cumsum", [("f", [3, 4])], lambda x: torch.cumsum(x, 1), [A("axis", "int", 1)])
-case("cumprod", [("f", [3, 4])], lambda x: torch.cumprod(x, 1), [A("axis", "int", 1)])
+# Integer products keep the input's type and wrap around, as ONNX's CumProd
+# does (PyTorch widens them to int64).
+case("cumprod", [("f", [3, 4])], lambda x: torch.cumprod(x, 1), [A("axis", "int", 1)],
+     int_fn=lambda x: torch.cumprod(x, 1).to(x.dtype))
 case("cumprod", [("f", [2, 5])], lambda x: torch.flip(torch.cumprod(torch.flip(x, [1]), 1), [1]),
      [A("axis", "int", 1), A("reverse", "bool", True)], tag="reverse")
 

@@ -28,12 +28,13 @@ inline const char* ort_type(DType d) {
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
     case DType::UInt8: return "uint8";
+    case DType::Int8: return "int8";
     case DType::Bool: return "bool";
     default: return "unsupported";
   }
 }
 inline DType kiln_type(const std::string& t) {
-  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8, DType::Bool})
+  for (DType d : {DType::Float32, DType::Float64, DType::Int32, DType::Int64, DType::UInt8, DType::Int8, DType::Bool})
     if (t == ort_type(d)) return d;
   throw std::runtime_error("ONNX Runtime returned an output of type " + t);
 }

@@ -10,7 +10,7 @@ const ort = require('onnxruntime-node');
 
 const arrays = {
   float32: Float32Array, float64: Float64Array, int32: Int32Array, int64: BigInt64Array,
-  uint8: Uint8Array, bool: Uint8Array,
+  uint8: Uint8Array, int8: Int8Array, bool: Uint8Array,
 };
 
 async function main() {

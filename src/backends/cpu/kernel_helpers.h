@@ -20,10 +20,15 @@ using Outs = std::vector<Tensor>;
 #define KILN_CPU_INT(OP, FN)                                          \
   KILN_REGISTER_KERNEL(OP, CPU, FN<int32_t>, ::kiln::DType::Int32);   \
   KILN_REGISTER_KERNEL(OP, CPU, FN<int64_t>, ::kiln::DType::Int64)
+// The signed integers: int32, int64 and int8.
+#define KILN_CPU_SIGNED(OP, FN) \
+  KILN_CPU_INT(OP, FN);         \
+  KILN_REGISTER_KERNEL(OP, CPU, FN<int8_t>, ::kiln::DType::Int8)
 #define KILN_CPU_NUMERIC(OP, FN) \
   KILN_CPU_FLOAT(OP, FN);        \
   KILN_CPU_INT(OP, FN);          \
-  KILN_REGISTER_KERNEL(OP, CPU, FN<uint8_t>, ::kiln::DType::UInt8)
+  KILN_REGISTER_KERNEL(OP, CPU, FN<uint8_t>, ::kiln::DType::UInt8); \
+  KILN_REGISTER_KERNEL(OP, CPU, FN<int8_t>, ::kiln::DType::Int8)
 #define KILN_CPU_ALL(OP, FN)  \
   KILN_CPU_NUMERIC(OP, FN);   \
   KILN_REGISTER_KERNEL(OP, CPU, FN<bool>, ::kiln::DType::Bool)

@@ -37,11 +37,11 @@ void copy_kernel(const Ins& in, Outs& out, const Attrs&) {
 
 }  // namespace
 
-KILN_CPU_INT("neg", neg_kernel);
-KILN_CPU_INT("abs", abs_kernel);
-KILN_CPU_INT("relu", relu_kernel);
-KILN_CPU_INT("sign", sign_kernel);
-KILN_CPU_INT("clamp", clamp_kernel);
+KILN_CPU_SIGNED("neg", neg_kernel);
+KILN_CPU_SIGNED("abs", abs_kernel);
+KILN_CPU_SIGNED("relu", relu_kernel);
+KILN_CPU_SIGNED("sign", sign_kernel);
+KILN_CPU_SIGNED("clamp", clamp_kernel);
 KILN_CPU_ALL("copy", copy_kernel);
 
 }  // namespace kiln::cpu

@@ -192,7 +192,7 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
 KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<float>, DType::Float32);
 KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<double>, DType::Float64);
 KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
-                     DType::Int32, DType::Int64, DType::UInt8, DType::Bool);
+                     DType::Int32, DType::Int64, DType::UInt8, DType::Bool, DType::Int8);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<double>, DType::Float64);
 KILN_REGISTER_KERNEL("sum", Reference, sum_kernel<float>, DType::Float32);

@@ -1,0 +1,249 @@
+// int8 tensors and quantized ONNX models: the QOperator form (QLinearConv,
+// QLinearMatMul, as PyTorch and ONNX Runtime's quantizer write them) and the
+// QDQ form (QuantizeLinear/DequantizeLinear around float ops, int8 weights
+// per channel), checked against ONNX Runtime on the same files.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "io/onnx_tensor.h"
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime.h"
+#include "support/close.h"
+#include "support/error_message.h"
+#include "support/ort_reference.h"
+
+namespace kt = kiln::testing;
+using namespace kiln;
+
+namespace {
+
+using ::onnx::TensorProto;
+
+TEST(Int8, IsADtypeEverywhereTensorsGo) {
+  EXPECT_EQ(dtype_from_name("int8"), DType::Int8);
+  EXPECT_EQ(dtype_size(DType::Int8), 1u);
+  EXPECT_TRUE(is_integral(DType::Int8));
+  // No 16-bit integer type: int8 with uint8 computes in int32, like PyTorch's int16 but wider.
+  EXPECT_EQ(promote_types(DType::Int8, DType::UInt8), DType::Int32);
+  EXPECT_EQ(promote_types(DType::Int8, DType::Int32), DType::Int32);
+  EXPECT_EQ(promote_types(DType::Int8, DType::Float32), DType::Float32);
+  Tensor x = from_vector<int8_t>({-128, -3, 0, 5, 127}, {5});
+  EXPECT_EQ(cast(x, DType::Float32).to_vector<float>(), (std::vector<float>{-128, -3, 0, 5, 127}));
+  EXPECT_EQ(abs(x + from_vector<int8_t>({1, 1, 1, 1, -1}, {5})).to_vector<int8_t>(),
+            (std::vector<int8_t>{127, 2, 1, 6, 126}));
+  EXPECT_EQ(clamp(x, -4.0, 4.0).to_vector<int8_t>(), (std::vector<int8_t>{-4, -3, 0, 4, 4}));
+  EXPECT_EQ(cast(from_vector<float>({-200, -1.7f, 300}, {3}), DType::Int32).dtype(), DType::Int32);
+  // Files: safetensors (I8), .npy (|i1) and ONNX tensors keep the type and the values.
+  const std::string dir = ::testing::TempDir();
+  io::save_safetensors(dir + "/int8.safetensors", {{"w", x}});
+  Tensor back = io::load_safetensors(dir + "/int8.safetensors").tensors.at(0).second;
+  EXPECT_EQ(back.dtype(), DType::Int8);
+  EXPECT_EQ(back.to_vector<int8_t>(), x.to_vector<int8_t>());
+  io::save_npy(dir + "/int8.npy", x);
+  EXPECT_EQ(io::load_npy(dir + "/int8.npy").to_vector<int8_t>(), x.to_vector<int8_t>());
+  TensorProto proto;
+  onnx_io::to_proto(x, proto);
+  EXPECT_EQ(proto.data_type(), TensorProto::INT8);
+  EXPECT_EQ(onnx_io::from_proto(proto, "t").to_vector<int8_t>(), x.to_vector<int8_t>());
+  TensorProto listed;  // int32_data, as some writers store 8-bit values
+  listed.set_data_type(TensorProto::INT8);
+  listed.add_dims(2);
+  listed.add_int32_data(-7);
+  listed.add_int32_data(9);
+  EXPECT_EQ(onnx_io::from_proto(listed, "t").to_vector<int8_t>(), (std::vector<int8_t>{-7, 9}));
+}
+
+// A small model builder for the graphs below.
+struct Builder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+  Builder() {
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    g = m.mutable_graph();
+  }
+  void io(bool input, const std::string& name, int elem, const Shape& shape) {
+    auto* v = input ? g->add_input() : g->add_output();
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(elem);
+    for (int64_t d : shape) t->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void init(const std::string& name, const Tensor& t) {
+    auto* p = g->add_initializer();
+    onnx_io::to_proto(t, *p);
+    p->set_name(name);
+  }
+  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(out[0] + "_node");
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return n;
+  }
+  static void ints(::onnx::NodeProto* n, const std::string& name, std::vector<int64_t> values) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t v : values) a->add_ints(v);
+  }
+  static void integer(::onnx::NodeProto* n, const std::string& name, int64_t value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(value);
+  }
+  std::string save(const std::string& file) {
+    std::string path = ::testing::TempDir() + "/" + file;
+    std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+    return path;
+  }
+};
+
+Tensor scalar(float v) { return from_vector<float>({v}, {}); }
+// Weights in 7 bits, as ONNX Runtime's quantizer makes them for x86 (its
+// reduce_range): its uint8 x int8 kernels add pairs of products in 16 bits,
+// which full-range weights against large activations overflow.
+Tensor int8_weights(const Shape& shape, uint64_t seed) {
+  manual_seed(seed);
+  return cast(round(clamp(randn(shape) * 25.0, -63.0, 63.0)), DType::Int8);
+}
+
+// Kiln and ONNX Runtime agree on a quantized output: requantizing rounds half
+// to even on both sides, but their accumulators differ in the last bit now
+// and then, so an element may land one step away.
+void expect_same_quantized(const Tensor& kiln_out, const Tensor& ort_out, double step) {
+  ASSERT_EQ(kiln_out.shape(), ort_out.shape());
+  auto a = cast(kiln_out, DType::Float64).contiguous().to_vector<double>();
+  auto b = cast(ort_out, DType::Float64).contiguous().to_vector<double>();
+  size_t equal = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_LE(std::fabs(a[i] - b[i]), step * 1.0001) << "element " << i;
+    equal += a[i] == b[i];
+  }
+  EXPECT_GE(equal, a.size() * 98 / 100) << equal << " of " << a.size() << " equal";
+}
+
+// The QOperator form: uint8 activations, int8 weights with one scale per
+// output channel, int32 biases, a 3x3 convolution with padding and stride 2,
+// ReLU in the quantized domain (a clipped zero point), global pooling through
+// DequantizeLinear, and a QLinearMatMul classifier.
+TEST(QuantizedModels, QOperatorCnnMatchesOnnxRuntime) {
+  Builder b;
+  b.io(true, "image", TensorProto::FLOAT, {2, 3, 16, 16});
+  b.init("in_scale", scalar(0.02f));
+  b.init("in_zero", from_vector<uint8_t>({128}, {}));
+  b.init("w", int8_weights({8, 3, 3, 3}, 1));
+  const Tensor w_scale = from_vector<float>({0.010f, 0.012f, 0.008f, 0.011f, 0.009f, 0.013f, 0.010f, 0.007f}, {8});
+  b.init("w_scale", w_scale);
+  b.init("w_zero", zeros({8}, DType::Int8));
+  manual_seed(9);
+  const Tensor bias = cast(round(randn({8}) * 200.0), DType::Int32);
+  b.init("bias", bias);
+  b.init("act_scale", scalar(0.05f));
+  b.init("act_zero", from_vector<uint8_t>({0}, {}));  // ReLU: nothing below zero survives
+  b.init("fc", int8_weights({8, 5}, 2));
+  b.init("fc_scale", scalar(0.02f));
+  b.init("fc_zero", from_vector<int8_t>({3}, {}));
+  b.init("logit_scale", scalar(0.1f));
+  b.init("logit_zero", from_vector<uint8_t>({100}, {}));
+  b.node("QuantizeLinear", {"image", "in_scale", "in_zero"}, {"q"});
+  auto* conv = b.node("QLinearConv", {"q", "in_scale", "in_zero", "w", "w_scale", "w_zero", "act_scale", "act_zero", "bias"},
+                      {"qc"});
+  Builder::ints(conv, "pads", {1, 1, 1, 1});
+  Builder::ints(conv, "strides", {2, 2});
+  Builder::ints(conv, "kernel_shape", {3, 3});
+  b.node("DequantizeLinear", {"qc", "act_scale", "act_zero"}, {"c"});
+  b.node("GlobalAveragePool", {"c"}, {"pooled"});
+  b.node("Flatten", {"pooled"}, {"flat"});
+  b.node("QuantizeLinear", {"flat", "act_scale", "act_zero"}, {"qf"});
+  b.node("QLinearMatMul", {"qf", "act_scale", "act_zero", "fc", "fc_scale", "fc_zero", "logit_scale", "logit_zero"},
+         {"qlogits"});
+  b.node("DequantizeLinear", {"qlogits", "logit_scale", "logit_zero"}, {"logits"});
+  b.io(false, "qc", TensorProto::UINT8, {2, 8, 8, 8});
+  b.io(false, "logits", TensorProto::FLOAT, {2, 5});
+  const std::string path = b.save("qoperator_cnn.onnx");
+  manual_seed(3);
+  Tensor image = rand({2, 3, 16, 16}) * 4.0 - 2.0;
+  InferenceSession session(path);
+  auto out = session.run({image});
+  EXPECT_EQ(out[0].dtype(), DType::UInt8);
+  // Against the float computation on the same quantized values: within the
+  // rounding of the input and of one output step.
+  Tensor q = clamp(round(image / 0.02) + 128.0, 0.0, 255.0) - 128.0;
+  Tensor w = cast(int8_weights({8, 3, 3, 3}, 1), DType::Float32) * w_scale.reshape({8, 1, 1, 1});
+  ConvOptions o;
+  o.stride = {2, 2};
+  o.padding = {1, 1};
+  Tensor real = conv2d(q * 0.02, w, cast(bias, DType::Float32) * w_scale * 0.02, o);
+  auto want = clamp(relu(real), 0.0, 255 * 0.05).contiguous().to_vector<float>();
+  auto got = (cast(out[0], DType::Float32) * 0.05).contiguous().to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 0.5 * 0.05 + 1e-5) << "element " << i;
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  auto ort = kt::run_ort(path, {{"image", image}});
+  expect_same_quantized(out[0], ort.outputs[0].second, 1);
+  expect_same_quantized(out[1], ort.outputs[1].second, 0.1);
+}
+
+// The QDQ form: the float graph with QuantizeLinear/DequantizeLinear pairs
+// on the activations and int8 weights dequantized per output channel (axis 0),
+// as ONNX Runtime's quantize_static writes it; then MatMulInteger and
+// ConvInteger, whose int32 results must be exact.
+TEST(QuantizedModels, QdqAndIntegerOpsMatchOnnxRuntime) {
+  Builder b;
+  b.io(true, "x", TensorProto::FLOAT, {1, 4, 10, 10});
+  b.init("s", scalar(0.03f));
+  b.init("z", from_vector<int8_t>({-5}, {}));
+  b.init("w", int8_weights({6, 4, 3, 3}, 4));
+  b.init("w_scale", from_vector<float>({0.01f, 0.02f, 0.015f, 0.01f, 0.005f, 0.02f}, {6}));
+  b.init("w_zero", zeros({6}, DType::Int8));
+  b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+  b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+  auto* dq = b.node("DequantizeLinear", {"w", "w_scale", "w_zero"}, {"wd"});
+  Builder::integer(dq, "axis", 0);
+  b.node("Conv", {"xd", "wd"}, {"y"});
+  b.node("QuantizeLinear", {"y", "s", "z"}, {"yq"});
+  b.node("DequantizeLinear", {"yq", "s", "z"}, {"out"});
+  // The integer ops on the quantized input.
+  b.init("wi", int8_weights({3, 4, 2, 2}, 5));
+  b.init("wi_zero", from_vector<int8_t>({2}, {}));
+  b.node("ConvInteger", {"xq", "wi", "z", "wi_zero"}, {"conv_int"});
+  b.init("m", int8_weights({10, 7}, 6));
+  b.node("Reshape", {"xq", "shape"}, {"rows"});
+  b.init("shape", from_vector<int64_t>({40, 10}, {2}));
+  b.node("MatMulInteger", {"rows", "m", "z"}, {"mm_int"});
+  b.io(false, "out", TensorProto::FLOAT, {1, 6, 8, 8});
+  b.io(false, "conv_int", TensorProto::INT32, {1, 3, 9, 9});
+  b.io(false, "mm_int", TensorProto::INT32, {40, 7});
+  const std::string path = b.save("qdq.onnx");
+  manual_seed(7);
+  Tensor x = randn({1, 4, 10, 10});
+  auto out = InferenceSession(path).run({x});
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  auto ort = kt::run_ort(path, {{"x", x}});
+  expect_same_quantized(out[0], ort.outputs[0].second, 0.03);
+  EXPECT_TRUE(kt::all_close(out[1], ort.outputs[1].second, 0, 0));
+  EXPECT_TRUE(kt::all_close(out[2], ort.outputs[2].second, 0, 0));
+}
+
+TEST(QuantizedModels, BadQuantizedInputsSayWhatIsWrong) {
+  Builder b;
+  b.io(true, "a", TensorProto::UINT8, {2, 3});
+  b.io(true, "b", TensorProto::INT8, {3, 2});
+  b.init("zero", from_vector<int8_t>({0}, {}));  // int8, but a is uint8
+  b.node("MatMulInteger", {"a", "b", "zero"}, {"y"});
+  b.io(false, "y", TensorProto::INT32, {2, 2});
+  InferenceSession session = InferenceSession::from_bytes(b.m.SerializeAsString(), {}, "bad.onnx");
+  std::string msg = kt::message_of(
+      [&] { session.run(std::vector<Tensor>{zeros({2, 3}, DType::UInt8), zeros({3, 2}, DType::Int8)}); });
+  EXPECT_NE(msg.find("MatMulInteger"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("zero point is int8 but its tensor is uint8"), std::string::npos) << msg;
+}
+
+}  // namespace
