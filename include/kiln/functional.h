@@ -141,7 +141,7 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::vector<int64_t> output_size);
 Tensor max_pool3d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
                   std::vector<int64_t> padding = {0, 0, 0}, std::vector<int64_t> dilation = {1, 1, 1});
 // Resizing H and W of an NCHW tensor, as PyTorch's interpolate: "nearest"
-// or "bilinear" (align_corners maps the corner pixels onto each other).
+// "bilinear" or "bicubic" (align_corners maps the corner pixels onto each other).
 // The `interpolate` op itself takes any of ONNX Resize's coordinate mappings.
 Tensor interpolate(const Tensor& x, std::vector<int64_t> size, const std::string& mode = "nearest",
                    bool align_corners = false);

@@ -227,6 +227,14 @@ case("interpolate", [("f", [1, 3, 4, 3])], lambda x: F.interpolate(x, scale_fact
 case("interpolate", [("f", [2, 2, 5, 6])], lambda x: F.interpolate(x, size=(3, 7), mode="bilinear", align_corners=True),
      [A("size", "ints", [3, 7]), A("mode", "string", "linear"), A("coordinates", "string", "align_corners")],
      tag="align_corners")
+case("interpolate", [("f", [1, 2, 5, 6])], lambda x: F.interpolate(x, size=(8, 4), mode="bicubic", align_corners=False),
+     [A("size", "ints", [8, 4]), A("mode", "string", "cubic"), A("coordinates", "string", "pytorch_half_pixel")],
+     tag="bicubic")
+case("interpolate", [("f", [1, 2, 4, 5])], lambda x: F.interpolate(x, size=(7, 3), mode="bicubic", align_corners=True),
+     [A("size", "ints", [7, 3]), A("mode", "string", "cubic"), A("coordinates", "string", "align_corners")],
+     tag="bicubic_corners")
+# Antialiased resizing follows ONNX's definition (edge pixels repeated), which
+# PyTorch's differs from at the borders: the ONNX conformance tests check it.
 case("avg_pool2d", [("f", [2, 3, 7, 6])], lambda x: F.avg_pool2d(x, (2, 3), 2, 1),
      [A("kernel", "ints", [2, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
 case("avg_pool2d", [("f", [1, 2, 5, 5])], lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),

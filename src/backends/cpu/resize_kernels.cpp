@@ -1,6 +1,8 @@
 // CPU interpolate and its backward: per output row and column, the source
-// index (nearest) or the two neighbours and their weights (linear), from
-// the coordinate mapping; then a gather (or, backward, a scatter) per plane.
+// indices and weights of the mode's kernel (nearest, linear, cubic, each
+// stretched when antialiased downsampling asks), from the coordinate mapping;
+// then a weighted gather (or, backward, a scatter) per plane.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -9,21 +11,51 @@
 namespace kiln::cpu {
 namespace {
 
+// Per output position of one axis, `taps` source indices and their weights
+// (nearest: one; linear: two; cubic: four; antialiased downsampling: as many
+// as the stretched kernel covers), or none where tf_crop_and_resize maps the
+// position outside the input (it takes the extrapolation value).
 struct AxisMap {
-  std::vector<int64_t> lo, hi;  // nearest: lo only
-  std::vector<double> w_hi;     // linear: the weight of hi (lo gets 1 - it)
+  int64_t taps = 1;
+  std::vector<int64_t> index;  // [out][taps]
+  std::vector<double> weight;  // [out][taps]
+  std::vector<bool> outside;   // [out]
 };
+
+// Cubic convolution with coefficient A (Keys), at distance |x| from the tap.
+double cubic(double x, double a) {
+  x = std::fabs(x);
+  if (x <= 1) return ((a + 2) * x - (a + 3)) * x * x + 1;
+  if (x < 2) return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+  return 0;
+}
 
 AxisMap axis_map(const Attrs& a, int axis, int64_t in, int64_t out) {
   const std::string mode = a.get_string("mode", "nearest"), coords = a.get_string("coordinates", "half_pixel"),
                     nearest = a.get_string("nearest_mode", "round_prefer_floor");
   const auto scales = a.get_floats("scales", {});
+  const auto roi = a.get_floats("roi", {});
+  const double cubic_a = a.get_float("cubic_coeff_a", -0.75);
+  const bool exclude_outside = a.get_bool("exclude_outside", false);
   // Source pixels per output pixel: 1 / scale when given, else in / out.
   const double inv = scales.empty() ? static_cast<double>(in) / static_cast<double>(out) : 1.0 / scales[axis];
   // The resized length before rounding down: ONNX's align_corners and
   // half_pixel_symmetric use it when the scale is given.
   const double scaled = scales.empty() ? static_cast<double>(out) : in * scales[axis];
+  // Downsampling with antialias stretches the kernel by 1 / scale.
+  const double stretch = a.get_bool("antialias", false) && mode != "nearest" ? std::min(1.0, 1.0 / inv) : 1.0;
+  // The kernel's taps, as offsets [first, first + taps) from the pixel at or left of the coordinate.
+  int64_t first = 0;
   AxisMap m;
+  if (mode == "linear") {
+    first = static_cast<int64_t>(std::floor(-1 / stretch) + 1);
+    m.taps = 2 - 2 * first;
+  } else if (mode == "cubic") {
+    first = static_cast<int64_t>(std::floor(-2 / stretch) + 1);
+    m.taps = 2 - 2 * first;
+  }
+  m.index.reserve(static_cast<size_t>(out * m.taps));
+  m.weight.reserve(static_cast<size_t>(out * m.taps));
   for (int64_t x = 0; x < out; ++x) {
     double c;
     if (coords == "half_pixel") c = (x + 0.5) * inv - 0.5;
@@ -32,21 +64,39 @@ AxisMap axis_map(const Attrs& a, int axis, int64_t in, int64_t out) {
     else if (coords == "half_pixel_symmetric")
       c = in / 2.0 * (1 - static_cast<double>(out) / scaled) + (x + 0.5) * inv - 0.5;
     else if (coords == "tf_half_pixel_for_nn") c = (x + 0.5) * inv;
-    else c = x * inv;  // asymmetric
+    else if (coords == "tf_crop_and_resize") {
+      const double start = roi[axis], end = roi[2 + axis];
+      c = out > 1 ? start * (in - 1) + x * (end - start) * (in - 1) / static_cast<double>(out - 1)
+                  : 0.5 * (start + end) * (in - 1);
+    } else c = x * inv;  // asymmetric
+    m.outside.push_back(coords == "tf_crop_and_resize" && (c < 0 || c > in - 1));
     if (mode == "nearest") {
       double r;
       if (nearest == "floor") r = std::floor(c);
       else if (nearest == "ceil") r = std::ceil(c);
       else if (nearest == "round_prefer_ceil") r = std::floor(c + 0.5);
       else r = std::ceil(c - 0.5);  // round_prefer_floor
-      m.lo.push_back(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1));
+      m.index.push_back(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1));
+      m.weight.push_back(1.0);
       continue;
     }
-    c = std::max(c, 0.0);  // before the first pixel: the first pixel
-    const int64_t lo = std::min<int64_t>(static_cast<int64_t>(c), in - 1);
-    m.lo.push_back(lo);
-    m.hi.push_back(std::min<int64_t>(lo + 1, in - 1));
-    m.w_hi.push_back(std::min(c - static_cast<double>(lo), 1.0));
+    // The pixel left of the coordinate and the distance past it, in (0, 1]
+    // as ONNX's reference takes it (a coordinate on a pixel is 1 past the one before).
+    double base = std::floor(c), ratio = c - base;
+    if (ratio == 0) base -= 1, ratio = 1;
+    double total = 0;
+    const size_t begin = m.weight.size();
+    for (int64_t t = 0; t < m.taps; ++t) {
+      const int64_t i = static_cast<int64_t>(base) + first + t;
+      const double d = (first + t - ratio) * stretch;
+      double w = mode == "linear" ? std::clamp(1 - std::fabs(d), 0.0, 1.0) : cubic(d, cubic_a);
+      if (exclude_outside && (i < 0 || i >= in)) w = 0;
+      m.index.push_back(std::clamp<int64_t>(i, 0, in - 1));  // beyond the edges: the edge pixel
+      m.weight.push_back(w);
+      total += w;
+    }
+    if (stretch < 1 || exclude_outside)  // the stretched or cut kernel sums to one again
+      for (size_t k = begin; k < m.weight.size(); ++k) m.weight[k] /= total;
   }
   return m;
 }
@@ -59,7 +109,7 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
   const auto size = a.get_ints("size");
   const int64_t h = xs[2], w = xs[3], oh = size[0], ow = size[1], planes = xs[0] * xs[1];
   const AxisMap rows = axis_map(a, 0, h, oh), cols = axis_map(a, 1, w, ow);
-  const bool linear = a.get_string("mode", "nearest") == "linear";
+  const T fill = static_cast<T>(a.get_float("extrapolation_value", 0.0));
   const T* src = Backward ? g.data<T>() : x.data<T>();
   T* dst = out[0].data<T>();
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
@@ -67,27 +117,33 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
       const T* sp = src + p * (Backward ? oh * ow : h * w);
       T* dp = dst + p * (Backward ? h * w : oh * ow);
       if (Backward) std::fill(dp, dp + h * w, T(0));
-      for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const int64_t* ry = &rows.index[oy * rows.taps];
+        const double* wy = &rows.weight[oy * rows.taps];
         for (int64_t ox = 0; ox < ow; ++ox) {
-          if (!linear) {
-            const int64_t at = rows.lo[oy] * w + cols.lo[ox];
-            if (Backward) dp[at] += sp[oy * ow + ox];
-            else dp[oy * ow + ox] = sp[at];
+          const int64_t* cx = &cols.index[ox * cols.taps];
+          const double* wx = &cols.weight[ox * cols.taps];
+          const bool outside = rows.outside[oy] || cols.outside[ox];
+          if (Backward) {
+            if (outside) continue;
+            const T gv = sp[oy * ow + ox];
+            for (int64_t i = 0; i < rows.taps; ++i)
+              for (int64_t j = 0; j < cols.taps; ++j) dp[ry[i] * w + cx[j]] += static_cast<T>(wy[i] * wx[j]) * gv;
             continue;
           }
-          const T ly = static_cast<T>(rows.w_hi[oy]), lx = static_cast<T>(cols.w_hi[ox]);
-          const T ky = T(1) - ly, kx = T(1) - lx;
-          const int64_t r0 = rows.lo[oy] * w, r1 = rows.hi[oy] * w, c0 = cols.lo[ox], c1 = cols.hi[ox];
-          if (Backward) {
-            const T gv = sp[oy * ow + ox];
-            dp[r0 + c0] += ky * kx * gv;
-            dp[r0 + c1] += ky * lx * gv;
-            dp[r1 + c0] += ly * kx * gv;
-            dp[r1 + c1] += ly * lx * gv;
-          } else {
-            dp[oy * ow + ox] = ky * (kx * sp[r0 + c0] + lx * sp[r0 + c1]) + ly * (kx * sp[r1 + c0] + lx * sp[r1 + c1]);
+          if (outside) {
+            dp[oy * ow + ox] = fill;
+            continue;
           }
+          T sum = 0;
+          for (int64_t i = 0; i < rows.taps; ++i) {
+            T across = 0;
+            for (int64_t j = 0; j < cols.taps; ++j) across += static_cast<T>(wx[j]) * sp[ry[i] * w + cx[j]];
+            sum += static_cast<T>(wy[i]) * across;
+          }
+          dp[oy * ow + ox] = sum;
         }
+      }
     }
   });
 }
