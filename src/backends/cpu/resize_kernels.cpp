@@ -101,6 +101,45 @@ AxisMap axis_map(const Attrs& a, int axis, int64_t in, int64_t out) {
   return m;
 }
 
+// One plane, forward (a weighted gather) or backward (a scatter). TAPS > 0
+// fixes both axes' tap counts at compile time (nearest, linear and cubic
+// without antialias), so the inner loops unroll; 0 reads them at run time.
+template <int TAPS, typename T, bool Backward>
+void interpolate_plane(const AxisMap& rows, const AxisMap& cols, const std::vector<T>& wy_all,
+                       const std::vector<T>& wx_all, const T* sp, T* dp, int64_t w, int64_t oh, int64_t ow, T fill) {
+  const int64_t rt = TAPS > 0 ? TAPS : rows.taps, ct = TAPS > 0 ? TAPS : cols.taps;
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const int64_t* ry = &rows.index[oy * rt];
+    const T* wy = &wy_all[oy * rt];
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int64_t* cx = &cols.index[ox * ct];
+      const T* wx = &wx_all[ox * ct];
+      const bool outside = rows.outside[oy] || cols.outside[ox];
+      if (Backward) {
+        if (outside) continue;
+        const T gv = sp[oy * ow + ox];
+        for (int64_t i = 0; i < rt; ++i) {
+          const T gi = wy[i] * gv;
+          for (int64_t j = 0; j < ct; ++j) dp[ry[i] * w + cx[j]] += wx[j] * gi;
+        }
+        continue;
+      }
+      if (outside) {
+        dp[oy * ow + ox] = fill;
+        continue;
+      }
+      T sum = 0;
+      for (int64_t i = 0; i < rt; ++i) {
+        const T* row = sp + ry[i] * w;
+        T across = 0;
+        for (int64_t j = 0; j < ct; ++j) across += wx[j] * row[cx[j]];
+        sum += wy[i] * across;
+      }
+      dp[oy * ow + ox] = sum;
+    }
+  }
+}
+
 template <typename T, bool Backward>
 void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor x = contiguous(in[Backward ? 1 : 0]);
@@ -109,41 +148,21 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
   const auto size = a.get_ints("size");
   const int64_t h = xs[2], w = xs[3], oh = size[0], ow = size[1], planes = xs[0] * xs[1];
   const AxisMap rows = axis_map(a, 0, h, oh), cols = axis_map(a, 1, w, ow);
+  const std::vector<T> wy(rows.weight.begin(), rows.weight.end()), wx(cols.weight.begin(), cols.weight.end());
   const T fill = static_cast<T>(a.get_float("extrapolation_value", 0.0));
   const T* src = Backward ? g.data<T>() : x.data<T>();
   T* dst = out[0].data<T>();
+  const int64_t taps = rows.taps == cols.taps ? rows.taps : 0;
+  auto plane = taps == 1   ? interpolate_plane<1, T, Backward>
+               : taps == 2 ? interpolate_plane<2, T, Backward>
+               : taps == 4 ? interpolate_plane<4, T, Backward>
+                           : interpolate_plane<0, T, Backward>;
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* sp = src + p * (Backward ? oh * ow : h * w);
       T* dp = dst + p * (Backward ? h * w : oh * ow);
       if (Backward) std::fill(dp, dp + h * w, T(0));
-      for (int64_t oy = 0; oy < oh; ++oy) {
-        const int64_t* ry = &rows.index[oy * rows.taps];
-        const double* wy = &rows.weight[oy * rows.taps];
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const int64_t* cx = &cols.index[ox * cols.taps];
-          const double* wx = &cols.weight[ox * cols.taps];
-          const bool outside = rows.outside[oy] || cols.outside[ox];
-          if (Backward) {
-            if (outside) continue;
-            const T gv = sp[oy * ow + ox];
-            for (int64_t i = 0; i < rows.taps; ++i)
-              for (int64_t j = 0; j < cols.taps; ++j) dp[ry[i] * w + cx[j]] += static_cast<T>(wy[i] * wx[j]) * gv;
-            continue;
-          }
-          if (outside) {
-            dp[oy * ow + ox] = fill;
-            continue;
-          }
-          T sum = 0;
-          for (int64_t i = 0; i < rows.taps; ++i) {
-            T across = 0;
-            for (int64_t j = 0; j < cols.taps; ++j) across += static_cast<T>(wx[j]) * sp[ry[i] * w + cx[j]];
-            sum += static_cast<T>(wy[i]) * across;
-          }
-          dp[oy * ow + ox] = sum;
-        }
-      }
+      plane(rows, cols, wy, wx, sp, dp, w, oh, ow, fill);
     }
   });
 }
