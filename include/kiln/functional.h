@@ -183,14 +183,19 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
+// src combined into a copy of x at index along axis, x's values included:
+// reduce "prod", "amax", "amin" (or "sum", scatter_add), as
+// torch.scatter_reduce(..., include_self=True) and ONNX ScatterElements.
+Tensor scatter_reduce(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src, const std::string& reduce);
 Tensor one_hot(const Tensor& indices, int64_t num_classes);
 // Index tuples into the leading axes (after `batch_dims` shared batch axes),
 // as ONNX GatherND and ScatterND: indices [..., k] pick x[i_1, ..., i_k, ...]
 // (negative indices count from the end). gather_nd gives indices.shape[:-1] +
-// x.shape[batch_dims + k:]; scatter_nd writes (or, with add, adds) updates of
-// that shape into a copy of x. Both have gradients through the ops they use.
+// x.shape[batch_dims + k:]; scatter_nd writes updates of that shape into a
+// copy of x (reduction "none"), or combines them with it ("add", "mul",
+// "max", "min"). Both have gradients through the ops they use.
 Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims = 0);
-Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, bool add = false);
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, const std::string& reduction = "none");
 // The k largest (largest=false: smallest) values along `axis`, sorted, and
 // their int64 indices, as torch.topk (ties: the lower index first).
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);

@@ -1,4 +1,6 @@
 // Indexing: embedding, gather, index_select, scatter_add, one_hot.
+#include <map>
+
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -23,17 +25,7 @@ OpDef make(const char* name, std::vector<std::string> inputs, std::vector<std::s
 void write_scatter_add(OnnxWriter& w) {
   KILN_CHECK(w.opset() >= 16, "export: scatter_add is ONNX ScatterElements with reduction 'add', which needs opset 16 "
              "or later; export with opset 16 or 17 (the default)");
-  const Shape &index = w.in_shape(1), &src = w.in_shape(2);
-  std::string updates = w.in(2);
-  if (index != src) {
-    std::vector<int64_t> axes(index.size());
-    for (size_t d = 0; d < index.size(); ++d) axes[d] = static_cast<int64_t>(d);
-    updates = w.unique("scatter_src");
-    w.node("Slice", {w.in(2), w.ints(std::vector<int64_t>(index.size(), 0), "starts"),
-                     w.ints(std::vector<int64_t>(index.begin(), index.end()), "ends"), w.ints(axes, "axes")},
-           {updates});
-  }
-  w.node("ScatterElements", {w.in(0), w.in(1), updates}, {w.out()},
+  w.node("ScatterElements", {w.in(0), w.in(1), detail::updates_like_index(w)}, {w.out()},
          {{"axis", w.attrs().get_int("axis")}, {"reduction", std::string("add")}});
 }
 // ONNX OneHot's output takes the dtype of its (off, on) values: int64 here.
@@ -71,8 +63,8 @@ std::vector<Tensor> read_gather_elements(const OnnxReader& n, const std::vector<
   return {gather(x, axis, wrap_indices(n.input(in, 1), x.shape()[axis]))};
 }
 
-// ScatterElements with reduction none (the updates replace) or add. With
-// repeated indices ONNX leaves "none" undefined; here they add up.
+// ScatterElements (and Scatter, its name before opset 11) with reduction
+// none (the updates replace), add, mul, max or min. With repeated indices ONNX leaves "none" undefined; here they add up.
 std::vector<Tensor> read_scatter_elements(const OnnxReader& n, const std::vector<Tensor>& in) {
   const Tensor &x = n.input(in, 0), &updates = n.input(in, 2);
   const int64_t axis = n.axis(n.i("axis", 0), x.dim());
@@ -81,7 +73,9 @@ std::vector<Tensor> read_scatter_elements(const OnnxReader& n, const std::vector
     n.fail("indices ", shape_str(idx.shape()), " and updates ", shape_str(updates.shape()), " must have the same shape");
   const std::string reduction = n.s("reduction", "none");
   if (reduction == "add") return {scatter_add(x, axis, idx, updates)};
-  if (reduction != "none") n.unsupported("reduction '", reduction, "' is not supported; Kiln runs 'none' and 'add'");
+  if (reduction == "mul" || reduction == "max" || reduction == "min")
+    return {scatter_reduce(x, axis, idx, updates, reduction == "mul" ? "prod" : reduction == "max" ? "amax" : "amin")};
+  if (reduction != "none") n.fail("reduction '", reduction, "' is not one of none, add, mul, max, min");
   const Tensor hits = scatter_add(zeros(x.shape(), DType::Int64), axis, idx, ones(idx.shape(), DType::Int64));
   const Tensor written = scatter_add(zeros(x.shape(), x.dtype()), axis, idx, updates);
   return {where(gt(hits, zeros({}, DType::Int64)), written, x)};
@@ -218,7 +212,7 @@ OpDefiner d_scatter_add(detail::reads_onnx(make(
       return r;
     },
     {{"Slice", "ScatterElements"}, write_scatter_add}, {0, 2}),
-    onnx_reader({"ScatterElements"}, read_scatter_elements)));
+    onnx_reader({"ScatterElements", "Scatter"}, read_scatter_elements)));
 
 OpDefiner d_one_hot(detail::reads_onnx(make(
     "one_hot", {"indices"}, {"num_classes:int"},
@@ -295,7 +289,10 @@ Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
   return index_select(x.reshape(rows), 0, flat.reshape({-1})).reshape(out);
 }
 
-Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, bool add) {
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates, const std::string& reduction) {
+  const std::map<std::string, std::string> reduce = {{"add", "sum"}, {"mul", "prod"}, {"max", "amax"}, {"min", "amin"}};
+  KILN_CHECK(reduction == "none" || reduce.count(reduction), "scatter_nd: reduction '", reduction,
+             "' is not one of none, add, mul, max, min");
   const Shape& xs = x.shape();
   Tensor flat = flat_positions(indices, xs, 0, "scatter_nd").reshape({-1});
   const int64_t k = indices.shape().back(), n = flat.numel();
@@ -309,7 +306,7 @@ Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
   for (int64_t d : rest) width *= d;
   const Tensor rows = x.reshape({picked, width}), src = updates.reshape({n, width});
   const Tensor index = flat.reshape({n, 1}).expand({n, width}).contiguous();
-  if (add) return scatter_add(rows, 0, index, src).reshape(xs);
+  if (reduction != "none") return scatter_reduce(rows, 0, index, src, reduce.at(reduction)).reshape(xs);
   // Replacing: the rows some tuple names take the updates (repeated tuples add up), the others keep x.
   const Tensor hits = scatter_add(zeros({picked, width}, DType::Int64), 0, index, ones({n, width}, DType::Int64));
   const Tensor written = scatter_add(zeros({picked, width}, x.dtype()), 0, index, src);

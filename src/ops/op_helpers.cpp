@@ -58,4 +58,16 @@ Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_
   return g.reshape(reduced_shape(in_shape, axes, true));
 }
 
+std::string updates_like_index(OnnxWriter& w) {
+  const Shape &index = w.in_shape(1), &src = w.in_shape(2);
+  if (index == src) return w.in(2);
+  std::vector<int64_t> axes(index.size());
+  for (size_t d = 0; d < index.size(); ++d) axes[d] = static_cast<int64_t>(d);
+  const std::string updates = w.unique("scatter_src");
+  w.node("Slice", {w.in(2), w.ints(std::vector<int64_t>(index.size(), 0), "starts"),
+                   w.ints(std::vector<int64_t>(index.begin(), index.end()), "ends"), w.ints(axes, "axes")},
+         {updates});
+  return updates;
+}
+
 }  // namespace kiln::detail

@@ -105,9 +105,9 @@ std::vector<Tensor> gather_nd_op(const OnnxNode& n, const std::vector<Tensor>& i
 
 std::vector<Tensor> scatter_nd_op(const OnnxNode& n, const std::vector<Tensor>& in) {
   const std::string reduction = n.s("reduction", "none");
-  if (reduction != "none" && reduction != "add")
-    n.unsupported("reduction '", reduction, "' is not supported; Kiln runs 'none' and 'add'");
-  return {scatter_nd(input(n, in, 0), input(n, in, 1), input(n, in, 2), reduction == "add")};
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+    n.fail("reduction '", reduction, "' is not one of none, add, mul, max, min");
+  return {scatter_nd(input(n, in, 0), input(n, in, 1), input(n, in, 2), reduction)};
 }
 
 std::vector<Tensor> einsum_op(const OnnxNode& n, const std::vector<Tensor>& in) {

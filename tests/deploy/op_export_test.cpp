@@ -71,6 +71,7 @@ std::vector<int> exportable_cases() {
 // Cases ONNX cannot express: export must refuse them, saying why.
 std::string expected_refusal(const GoldenCase& c) {
   if (c.op == "cross_entropy" && c.attrs.get_float("label_smoothing", 0.0) != 0.0) return "label smoothing";
+  if (c.op == "scatter_reduce" && c.attrs.get_string("reduce", "prod") != "prod") return "needs opset 18";
   if (c.op == "adaptive_avg_pool2d") {
     const Shape& x = c.inputs[0].shape;
     auto o = c.attrs.get_ints("output_size");

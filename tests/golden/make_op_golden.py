@@ -282,6 +282,11 @@ case("gather", [("f", [3, 4]), ("i", [3, 2], 0, 4)], lambda x, i: torch.gather(x
 case("index_select", [("f", [4, 3]), ("i", [5], 0, 4)], lambda x, i: torch.index_select(x, 0, i), [A("axis", "int", 0)])
 case("scatter_add", [("f", [3, 5]), ("i", [2, 3], 0, 5), ("f", [2, 3])], lambda x, i, s: torch.scatter_add(x, 1, i, s),
      [A("axis", "int", 1)])
+# Indices repeat along the axis, so several src values meet at one position.
+for reduce in ("prod", "amax", "amin"):
+    case("scatter_reduce", [("f", [3, 4]), ("i", [4, 4], 0, 3), ("f", [4, 5])],
+         lambda x, i, s, r=reduce: torch.scatter_reduce(x, 0, i, s[:, :4], r, include_self=True),
+         [A("axis", "int", 0), A("reduce", "string", reduce)], tag=reduce)
 case("mod", [("w", [3, 4]), ("n", [3, 4])], torch.remainder)
 case("mod", [("w", [3, 4]), ("n", [4])], torch.fmod, [A("fmod", "bool", True)], tag="fmod")
 

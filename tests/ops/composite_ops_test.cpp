@@ -204,7 +204,7 @@ TEST(IndexTuples, GatherAndScatterRowsWithGradients) {
   EXPECT_EQ(base.grad().to_vector<double>(), (std::vector<double>{1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0}));
   EXPECT_EQ(updates.grad().to_vector<double>(), std::vector<double>(6, 1.0));
   Tensor twice = from_vector(std::vector<int64_t>{2, 2}, Shape{2, 1});
-  EXPECT_EQ(scatter_nd(base.detach(), twice, updates.detach(), true).to_vector<double>(),
+  EXPECT_EQ(scatter_nd(base.detach(), twice, updates.detach(), "add").to_vector<double>(),
             (std::vector<double>{1, 1, 1, 1, 1, 1, 6, 8, 10, 1, 1, 1}));
   std::string msg;
   try {
@@ -213,6 +213,18 @@ TEST(IndexTuples, GatherAndScatterRowsWithGradients) {
     msg = e.what();
   }
   EXPECT_NE(msg.find("updates must have shape [2, 3]"), std::string::npos) << msg;
+  // Combining: the maximum of the row and every update naming it.
+  EXPECT_EQ(scatter_nd(base.detach(), twice, updates.detach(), "max").to_vector<double>(),
+            (std::vector<double>{1, 1, 1, 1, 1, 1, 4, 5, 6, 1, 1, 1}));
+  EXPECT_NE(std::string([&] {
+              try {
+                scatter_nd(base.detach(), at, updates.detach(), "median");
+              } catch (const std::exception& e) {
+                return std::string(e.what());
+              }
+              return std::string();
+            }()).find("not one of none, add, mul, max, min"),
+            std::string::npos);
 }
 
 // einsum against the products it names, written out.
@@ -316,4 +328,26 @@ TEST(Volumes, Conv3dAndMaxPool3dFollowTheirDefinitions) {
               }
           EXPECT_EQ(pv[((c * 2 + od) * 3 + oh) * 2 + ow], want);
         }
+}
+
+// A product's gradient is the product of the other factors, also where some
+// are zero (one zero: only it has a gradient; two: nothing has); a maximum's
+// is shared among the values that reach it.
+TEST(ScatterReduce, GradientsCountZerosAndTies) {
+  Tensor x = from_vector(std::vector<double>{2, 0, 3, 0}, Shape{4}).set_requires_grad();
+  Tensor src = from_vector(std::vector<double>{5, 0, 4, 7, 1, 0}, Shape{6}).set_requires_grad();
+  Tensor index = from_vector(std::vector<int64_t>{0, 0, 1, 2, 2, 3}, Shape{6});
+  Tensor y = scatter_reduce(x, 0, index, src, "prod");
+  EXPECT_EQ(y.to_vector<double>(), (std::vector<double>{0, 0, 21, 0}));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{0, 4, 7, 0}));
+  EXPECT_EQ(src.grad().to_vector<double>(), (std::vector<double>{0, 10, 0, 3, 21, 0}));
+
+  Tensor a = from_vector(std::vector<double>{1, 5}, Shape{2}).set_requires_grad();
+  Tensor b = from_vector(std::vector<double>{3, 3, 2}, Shape{3}).set_requires_grad();
+  Tensor top = scatter_reduce(a, 0, from_vector(std::vector<int64_t>{0, 0, 1}, Shape{3}), b, "amax");
+  EXPECT_EQ(top.to_vector<double>(), (std::vector<double>{3, 5}));
+  sum(top).backward();
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0, 1}));
+  EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.5, 0.5, 0}));
 }

@@ -110,6 +110,36 @@ void scatter_add_kernel(const Ins& in, Outs& out, const Attrs& a) {
   });
 }
 
+// ONNX ScatterElements' mul, max and min: x's values take part.
+template <typename T>
+void scatter_reduce_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  using C = compute_t<T>;
+  Tensor& y = out[0];
+  strided_copy(in[0], y);
+  Tensor src = contiguous(in[2]);
+  const int64_t ax = normalize_axis(a.get_int("axis"), y.dim());
+  const std::string reduce = a.get_string("reduce", "prod");
+  const int mode = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
+  auto idx = indices_of(in[1]);
+  const T* ps = src.data<T>();
+  T* py = y.data<T>();
+  const Strides ss = src.strides();
+  const Shape& is = in[1].shape();
+  for_index(is, y.strides(), ax, idx, y.shape()[ax], [&](int64_t i, int64_t off) {
+    int64_t rem = i, soff = 0;
+    for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d) {
+      soff += (rem % is[d]) * ss[d];
+      rem /= is[d];
+    }
+    const C v = static_cast<C>(ps[soff]), cur = static_cast<C>(py[off]);
+    C r;
+    if (mode == 0) r = cur * v;
+    else if (mode == 1) r = (v > cur || v != v) ? v : cur;  // NaN wins, as in maximum
+    else r = (v < cur || v != v) ? v : cur;
+    py[off] = static_cast<T>(r);
+  });
+}
+
 template <typename T>
 void one_hot_kernel(const Ins& in, Outs& out, const Attrs& a) {
   auto idx = indices_of(in[0]);
@@ -129,6 +159,7 @@ KILN_CPU_FLOAT("embedding_backward", embedding_backward_kernel);
 KILN_CPU_ALL("gather", gather_kernel);
 KILN_CPU_ALL("index_select", index_select_kernel);
 KILN_CPU_NUMERIC("scatter_add", scatter_add_kernel);
+KILN_CPU_NUMERIC("scatter_reduce", scatter_reduce_kernel);
 KILN_REGISTER_KERNEL("one_hot", CPU, one_hot_kernel<int64_t>, DType::Int64);
 KILN_REGISTER_KERNEL("one_hot", CPU, one_hot_kernel<int32_t>, DType::Int32);
 
