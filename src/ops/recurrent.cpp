@@ -122,6 +122,66 @@ void write_recurrent(const Kind& k, OnnxWriter& w) {
   for (size_t i = 1; i < outs.size(); ++i) w.node("Squeeze", {outs[i], zero}, {w.out(i)});
 }
 
+// One direction of an ONNX LSTM, GRU or RNN as a loop of Kiln ops over the
+// time steps, in ONNX's gate order: for what the fused ops do not take, LSTM
+// peepholes (P) and sequence_lens shorter than the sequence. A sequence's
+// steps past its length keep the state and give zero outputs; run in reverse,
+// its first steps are the last ones within its length, as ONNX defines.
+// x [T, N, I], w [G*H, I], r [G*H, H], b [2*G*H] or undefined, p [3*H] or
+// undefined, lengths [N, 1] int64 or undefined. Returns y [T, N, H], h (, c).
+std::vector<Tensor> recurrent_steps(const Kind& k, const Tensor& x, const Tensor& w, const Tensor& r, const Tensor& b,
+                                    const Tensor& p, const Tensor& lengths, Tensor h, Tensor c, bool reverse,
+                                    bool linear_before_reset, const std::string& nonlinearity) {
+  const int64_t steps = x.shape()[0], batch = x.shape()[1], hidden = r.shape()[1], gh = k.gates * hidden;
+  const DType dt = x.dtype();
+  if (!h.defined()) h = zeros({batch, hidden}, dt);
+  if (k.cell_state && !c.defined()) c = zeros({batch, hidden}, dt);
+  const Tensor wb = b.defined() ? b.slice(0, 0, gh) : zeros({gh}, dt);
+  const Tensor rb = b.defined() ? b.slice(0, gh, 2 * gh) : zeros({gh}, dt);
+  const Tensor projected = matmul(x, w.transpose(0, 1)) + wb;  // every step's input part at once
+  const Tensor rt = r.transpose(0, 1);
+  auto gate = [&](const Tensor& t, int64_t g) { return t.slice(1, g * hidden, (g + 1) * hidden); };
+  std::vector<Tensor> ys(static_cast<size_t>(steps));
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t t = reverse ? steps - 1 - s : s;
+    const Tensor xt = projected.select(0, t);
+    Tensor h_new, c_new;
+    if (k.cell_state) {  // i o f c
+      const Tensor z = xt + matmul(h, rt) + rb;
+      const Tensor pi = p.defined() ? p.slice(0, 0, hidden) * c : Tensor(), pf = p.defined() ? p.slice(0, 2 * hidden, 3 * hidden) * c : Tensor();
+      const Tensor i = sigmoid(p.defined() ? gate(z, 0) + pi : gate(z, 0));
+      const Tensor f = sigmoid(p.defined() ? gate(z, 2) + pf : gate(z, 2));
+      c_new = f * c + i * tanh(gate(z, 3));
+      const Tensor o = sigmoid(p.defined() ? gate(z, 1) + p.slice(0, hidden, 2 * hidden) * c_new : gate(z, 1));
+      h_new = o * tanh(c_new);
+    } else if (k.gates == 3) {  // z r h
+      const Tensor hr = matmul(h, rt);
+      const Tensor zg = sigmoid(gate(xt, 0) + gate(hr, 0) + rb.slice(0, 0, hidden));
+      const Tensor rg = sigmoid(gate(xt, 1) + gate(hr, 1) + rb.slice(0, hidden, 2 * hidden));
+      const Tensor rh = rt.slice(1, 2 * hidden, 3 * hidden), rbh = rb.slice(0, 2 * hidden, 3 * hidden);
+      const Tensor candidate = linear_before_reset ? tanh(gate(xt, 2) + rg * (matmul(h, rh) + rbh))
+                                                   : tanh(gate(xt, 2) + matmul(rg * h, rh) + rbh);
+      h_new = (ones({}, dt) - zg) * candidate + zg * h;
+    } else {
+      const Tensor z = xt + matmul(h, rt) + rb;
+      h_new = nonlinearity == "relu" ? relu(z) : tanh(z);
+    }
+    if (lengths.defined()) {
+      const Tensor live = lt(scalar_tensor(static_cast<double>(t), DType::Int64), lengths);  // [N, 1]
+      h = where(live, h_new, h);
+      if (k.cell_state) c = where(live, c_new, c);
+      ys[static_cast<size_t>(t)] = where(live, h_new, zeros({}, dt));
+    } else {
+      h = h_new;
+      c = c_new;
+      ys[static_cast<size_t>(t)] = h_new;
+    }
+  }
+  std::vector<Tensor> out = {stack(ys, 0), h};
+  if (k.cell_state) out.push_back(c);
+  return out;
+}
+
 // ONNX LSTM/GRU/RNN: X, W, R, B, sequence_lens, initial_h (, initial_c, P).
 std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std::vector<Tensor>& in) {
   const Tensor& x_in = n.input(in, 0);
@@ -159,19 +219,28 @@ std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std
   const bool batch_first = n.i("layout", 0) == 1;
   Tensor x = batch_first ? x_in.transpose(0, 1) : x_in;
   const int64_t t = x.shape()[0];
+  // Lengths shorter than the sequence and peepholes take the loop of ops.
+  bool stepwise = false;
+  Tensor lengths;
   if (in.size() > 4 && in[4].defined()) {
-    for (int64_t len : in[4].to(DType::Int64).contiguous().to_vector<int64_t>())
-      if (len != t) n.unsupported("sequence_lens shorter than the sequence (", len, " of ", t, ") are not supported");
+    lengths = cast(in[4], DType::Int64).reshape({x.shape()[1], 1});
+    for (int64_t len : lengths.contiguous().to_vector<int64_t>()) {
+      if (len < 0 || len > t) n.fail("sequence_lens holds ", len, "; lengths run from 0 to the sequence's ", t);
+      stepwise = stepwise || len != t;
+    }
+  }
+  Tensor peepholes;
+  if (k.cell_state && in.size() > 7 && in[7].defined()) {
+    if (in[7].shape() != Shape({dirs, 3 * h})) n.fail("P must be [", dirs, ", ", 3 * h, "], got ", shape_str(in[7].shape()));
+    for (double v : in[7].to(DType::Float64).contiguous().to_vector<double>())
+      if (v != 0) peepholes = in[7];
+    stepwise = stepwise || peepholes.defined();
   }
   auto state = [&](size_t i, int64_t d) {
     if (in.size() <= i || !in[i].defined()) return Tensor();
     Tensor s = in[i];
     return batch_first ? s.select(1, d) : s.select(0, d);
   };
-  if (k.cell_state && in.size() > 7 && in[7].defined()) {
-    for (double v : in[7].to(DType::Float64).contiguous().to_vector<double>())
-      if (v != 0) n.unsupported("peephole weights (P) are not supported");
-  }
   std::vector<Tensor> ys, hs, cs;
   const int64_t gh = k.gates * h;
   for (int64_t d = 0; d < dirs; ++d) {
@@ -181,13 +250,22 @@ std::vector<Tensor> read_recurrent(const Kind& k, const OnnxReader& n, const std
       b_ih = torch_gates(k, b.slice(0, 0, gh));
       b_hh = torch_gates(k, b.slice(0, gh, 2 * gh));
     }
-    std::vector<Tensor> args = {x, torch_gates(k, w.select(0, d)), torch_gates(k, r.select(0, d)), b_ih, b_hh,
-                                state(5, d)};
-    if (k.cell_state) args.push_back(state(6, d));
-    Attrs a{{"reverse", direction == "reverse" || d == 1}};
-    if (k.gates == 3) a.set("linear_before_reset", n.i("linear_before_reset", 0) != 0);
-    if (k.gates == 1) a.set("nonlinearity", nonlinearity);
-    std::vector<Tensor> out = call(k.op, args, a);
+    const bool reverse = direction == "reverse" || d == 1;
+    std::vector<Tensor> out;
+    if (stepwise) {
+      out = recurrent_steps(k, x, w.select(0, d), r.select(0, d), in.size() > 3 && in[3].defined() ? in[3].select(0, d) : Tensor(),
+                            peepholes.defined() ? peepholes.select(0, d) : Tensor(), lengths, state(5, d),
+                            k.cell_state ? state(6, d) : Tensor(), reverse, n.i("linear_before_reset", 0) != 0,
+                            nonlinearity);
+    } else {
+      std::vector<Tensor> args = {x, torch_gates(k, w.select(0, d)), torch_gates(k, r.select(0, d)), b_ih, b_hh,
+                                  state(5, d)};
+      if (k.cell_state) args.push_back(state(6, d));
+      Attrs a{{"reverse", reverse}};
+      if (k.gates == 3) a.set("linear_before_reset", n.i("linear_before_reset", 0) != 0);
+      if (k.gates == 1) a.set("nonlinearity", nonlinearity);
+      out = call(k.op, args, a);
+    }
     ys.push_back(out[0]);
     hs.push_back(out[1]);
     if (k.cell_state) cs.push_back(out[2]);
