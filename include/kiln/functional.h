@@ -93,6 +93,14 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
+// softmax(q k^T * scale + mask) v over the last two axes, the leading ones
+// (batch, heads) shared: q [..., L, D], k [..., S, D], v [..., S, Dv] ->
+// [..., L, Dv], as torch's scaled_dot_product_attention. mask: additive, of
+// q's dtype, broadcasting to [..., L, S]; causal: query i sees keys j <= i;
+// scale 0: 1 / sqrt(D). A query that sees no key gets zeros. One op with a
+// fused kernel; its gradient reuses the weights when one is taken.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask = Tensor(),
+                                    bool causal = false, double scale = 0);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 Tensor cumsum(const Tensor& x, int64_t axis);
 Tensor cumprod(const Tensor& x, int64_t axis);

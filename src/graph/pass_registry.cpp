@@ -14,6 +14,7 @@ const std::vector<Pass>& generic_passes() {
       {"batch norm folding", fold_batch_norm, Pass::Inference},
       {"matmul + bias to linear", matmul_bias_to_linear, Pass::Inference},
       {"parallel linear merge", merge_parallel_linears, Pass::Inference},
+      {"attention fusion", fuse_attention, Pass::Inference},
       {"conv bias gradient", fuse_conv_bias_grad},
       {"max-pool + relu gradient", fuse_pool_relu_grad},
   };

@@ -19,6 +19,7 @@ std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_wei
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass
 std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
 std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
+std::string fuse_attention(Graph& g);  // inference: matmul, scale, mask, softmax, matmul -> one attention op
 std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
 std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
 std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included

@@ -37,21 +37,22 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
     q = part(query, 0), k = part(key, 1), v = part(value, 2);
   }
   auto heads = [&](const Tensor& x, int64_t len) { return x.reshape({n, len, heads_, d}).permute({0, 2, 1, 3}); };
-  Tensor scores = matmul(heads(q, l) * (1.0 / std::sqrt(static_cast<double>(d))), heads(k, s).transpose(-1, -2));
-  const Tensor minus_inf = scalar_tensor(-std::numeric_limits<double>::infinity(), scores.dtype());
-  if (masks.causal) scores = where(triu(ones({l, s}, DType::Bool), 1), minus_inf, scores);
+  // The masks as one additive mask over [N, 1, L, S] (or [L, S]); causal is the op's own.
+  const DType dt = query.dtype();
+  const Tensor minus_inf = scalar_tensor(-std::numeric_limits<double>::infinity(), dt), zero = zeros({}, dt);
+  Tensor mask;
   if (masks.attn_mask.defined()) {
     KILN_CHECK(masks.attn_mask.shape() == Shape({l, s}), "attn_mask must be [", l, ", ", s, "], got ",
                masks.attn_mask.meta_str());
-    scores = masks.attn_mask.dtype() == DType::Bool ? where(masks.attn_mask, minus_inf, scores)
-                                                     : scores + masks.attn_mask;
+    mask = masks.attn_mask.dtype() == DType::Bool ? where(masks.attn_mask, minus_inf, zero) : masks.attn_mask;
   }
   if (masks.key_padding_mask.defined()) {
     KILN_CHECK(masks.key_padding_mask.shape() == Shape({n, s}) && masks.key_padding_mask.dtype() == DType::Bool,
                "key_padding_mask must be bool [", n, ", ", s, "], got ", masks.key_padding_mask.meta_str());
-    scores = where(masks.key_padding_mask.reshape({n, 1, 1, s}), minus_inf, scores);
+    const Tensor padding = where(masks.key_padding_mask.reshape({n, 1, 1, s}), minus_inf, zero);
+    mask = mask.defined() ? mask + padding : padding;
   }
-  Tensor out = matmul(softmax(scores, -1), heads(v, s));  // [N, H, L, D]
+  Tensor out = scaled_dot_product_attention(heads(q, l), heads(k, s), heads(v, s), mask, masks.causal);  // [N, H, L, D]
   return out_proj->construct(out.permute({0, 2, 1, 3}).reshape({n, l, e}));
 }
 

@@ -1,5 +1,6 @@
 // ONNX Attention and RotaryEmbedding (opset 23 on) as compositions of Kiln
-// ops. Attention: 3-d or 4-d inputs, grouped key/value heads, a key/value
+// ops, Attention on the fused attention op unless a softcap or the QK output
+// asks for the scores themselves. Attention: 3-d or 4-d inputs, grouped key/value heads, a key/value
 // cache (past and present), boolean or additive masks shorter than the keys,
 // causal masking aligned to the end of the cache, padded key lengths,
 // softcap and the optional QK output.
@@ -79,25 +80,30 @@ std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) 
     bias = bias.defined() ? bias + padded : padded;
   }
 
-  // The scale split between Q and K, as ONNX's reference does.
   const double scale = n.has("scale") ? n.f("scale", 1.0) : 1.0 / std::sqrt(static_cast<double>(q.shape()[3]));
-  const Tensor root = scalar_tensor(std::sqrt(scale), dt);
   const int64_t share = heads / k.shape()[1];
-  Tensor scores = matmul(q * root, repeat_heads(k, share).transpose(2, 3) * root);
   const double softcap = n.f("softcap", 0.0);
-  if (softcap > 0) scores = tanh(scores / scalar_tensor(softcap, dt)) * scalar_tensor(softcap, dt);
-  const Tensor biased = bias.defined() ? scores + bias : scores;
-  // A query that may see no key at all attends to nothing (zeros, not NaN).
-  const Tensor blind = eq(amax(biased, {-1}, true), full({}, kMasked, dt));
-  const Tensor weights = where(blind, zeros({}, dt), softmax(biased, -1));
-  Tensor y = matmul(weights, repeat_heads(v, share));
+  const int64_t qk_mode = n.i("qk_matmul_output_mode", 0);
+  if (qk_mode < 0 || qk_mode > 3) n.fail("qk_matmul_output_mode must be 0 to 3, got ", qk_mode);
+  Tensor y, scores, biased, weights;
+  if (softcap <= 0 && !n.output_wanted(3)) {
+    // The fused kernel: the scores never exist whole. A query that sees no key gets zeros.
+    y = scaled_dot_product_attention(q, repeat_heads(k, share), repeat_heads(v, share),
+                                     bias.defined() ? bias.expand(Shape{batch, heads, queries, keys}) : bias, false, scale);
+  } else {
+    // The scale split between Q and K, as ONNX's reference does.
+    const Tensor root = scalar_tensor(std::sqrt(scale), dt);
+    scores = matmul(q * root, repeat_heads(k, share).transpose(2, 3) * root);
+    if (softcap > 0) scores = tanh(scores / scalar_tensor(softcap, dt)) * scalar_tensor(softcap, dt);
+    biased = bias.defined() ? scores + bias : scores;
+    // A query that may see no key at all attends to nothing (zeros, not NaN).
+    const Tensor blind = eq(amax(biased, {-1}, true), full({}, kMasked, dt));
+    weights = where(blind, zeros({}, dt), softmax(biased, -1));
+    y = matmul(weights, repeat_heads(v, share));
+  }
   if (packed) y = y.permute({0, 2, 1, 3}).reshape({batch, queries, -1});
   std::vector<Tensor> out = {y.contiguous(), k, v};
-  if (n.output_wanted(3)) {
-    const int64_t mode = n.i("qk_matmul_output_mode", 0);
-    if (mode < 0 || mode > 3) n.fail("qk_matmul_output_mode must be 0 to 3, got ", mode);
-    out.push_back(mode == 2 ? biased : mode == 3 ? weights : scores);
-  }
+  if (n.output_wanted(3)) out.push_back(qk_mode == 2 ? biased : qk_mode == 3 ? weights : scores);
   return out;
 }
 

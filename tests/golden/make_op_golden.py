@@ -177,6 +177,25 @@ case("argmax", [("f", R)], lambda x: torch.argmax(x, 1), [A("axis", "int", 1)], 
 case("argmin", [("f", R)], lambda x: torch.argmin(x, 0, keepdim=True), [A("axis", "int", 0), A("keepdim", "bool", True)],
      grad=False)
 case("softmax", [("f", R)], lambda x: torch.softmax(x, 1), [A("axis", "int", 1)])
+
+
+def attention(q, k, v, mask=None, causal=False, scale=0.0, weights=False):
+    """torch 1.13 has no scaled_dot_product_attention: its definition."""
+    scores = (q * (scale or q.shape[-1] ** -0.5)) @ k.transpose(-1, -2)
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    if mask is not None:
+        scores = scores + mask
+    p = torch.softmax(scores, -1)
+    return (p @ v, p) if weights else p @ v
+
+
+case("attention", [("f", [2, 3, 4, 5]), ("f", [2, 3, 6, 5]), ("f", [2, 3, 6, 4])], attention)
+case("attention", [("f", [1, 2, 5, 4]), ("f", [1, 2, 5, 4]), ("f", [1, 2, 5, 3]), ("c", [5, 5])],
+     lambda q, k, v, m: attention(q, k, v, m, causal=True, scale=0.3),
+     [A("causal", "bool", True), A("scale", "float", 0.3)], tag="causal_mask")
+case("attention", [("f", [3, 4, 2]), ("f", [3, 3, 2]), ("f", [3, 3, 2])],
+     lambda q, k, v: attention(q, k, v, weights=True), [A("save_weights", "bool", True)], tag="weights")
 case("log_softmax", [("f", [3, 5])], lambda x: torch.log_softmax(x, -1), [A("axis", "int", -1)])
 
 # --- linear algebra, convolution, pooling ---

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/softmax_row.h"
 #include "backends/cpu/vec8.h"
 #include "ops/shape_rules.h"
 
@@ -299,60 +300,6 @@ template <typename T>
 void argmax_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, true>(in, out, a); }
 template <typename T>
 void argmin_kernel(const Ins& in, Outs& out, const Attrs& a) { arg_kernel<T, false>(in, out, a); }
-
-// One softmax over n contiguous values: three passes the compiler vectorizes.
-template <typename T, bool kLog>
-void softmax_row(const T* px, T* py, int64_t n) {
-  using C = compute_t<T>;
-  C m = -std::numeric_limits<C>::infinity();
-  int64_t first = 0;
-  if constexpr (std::is_same_v<T, float>) {
-    // The maximum in 8 lanes: std::max in a loop is a serial chain (it does
-    // not vectorize without -ffast-math) and took half of softmax's time.
-    // Same rule per lane: a NaN never replaces the maximum.
-    vec8::vf lanes = vec8::splat(m);
-    for (; first + 8 <= n; first += 8) {
-      const vec8::vf v = vec8::load(px + first);
-      lanes = vec8::select(v > lanes, v, lanes);
-    }
-    float lane[8];
-    vec8::store(lane, lanes);
-    for (float v : lane) m = std::max(m, v);
-  }
-  for (int64_t r = first; r < n; ++r) m = std::max(m, static_cast<C>(px[r]));
-  C s = 0;
-  if constexpr (std::is_same_v<T, C>) {
-    // exp in a loop of its own so it vectorizes (libmvec); a running sum in the
-    // same loop would keep it scalar. Then the sum in 8 lanes. Arguments below
-    // `low` (masked -inf scores) give 0 directly: libmvec takes a slow path for
-    // -inf and for subnormal results (a causal mask made softmax 3.4x slower).
-    const C low = std::is_same_v<C, float> ? C(-87) : C(-708);
-    for (int64_t r = 0; r < n; ++r) {
-      C d = px[r] - m;
-      C e = std::exp(d < low ? low : d);
-      py[r] = d < low ? C(0) : e;
-    }
-    C lanes[8] = {};
-    int64_t r = 0;
-    for (; r + 8 <= n; r += 8)
-      for (int k = 0; k < 8; ++k) lanes[k] += py[r + k];
-    for (; r < n; ++r) s += py[r];
-    for (int k = 0; k < 8; ++k) s += lanes[k];
-  } else {
-    for (int64_t r = 0; r < n; ++r) {
-      C ev = std::exp(static_cast<C>(px[r]) - m);
-      s += ev;
-      if (!kLog) py[r] = static_cast<T>(ev);
-    }
-  }
-  if (kLog) {
-    C lse = m + std::log(s);
-    for (int64_t r = 0; r < n; ++r) py[r] = static_cast<T>(static_cast<C>(px[r]) - lse);
-  } else {
-    C inv = C(1) / s;
-    for (int64_t r = 0; r < n; ++r) py[r] = static_cast<T>(static_cast<C>(py[r]) * inv);
-  }
-}
 
 template <typename T, bool kLog>
 void softmax_strided(const T* px, T* py, int64_t n, int64_t stride) {

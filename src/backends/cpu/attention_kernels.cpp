@@ -1,0 +1,88 @@
+// CPU kernel of attention: per (batch, head) and block of query rows, the
+// scores of the block (one GEMM), the mask and causal cut, a softmax per row
+// and the weighted values (a second GEMM). The scores live in a per-thread
+// buffer of kRows x S, so the [L, S] matrix is never written unless the
+// weights are asked for (save_weights), and then it is written once.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/softmax_row.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Query rows per work item: all of a head's when there are heads enough for
+// every thread, else as few as keep the threads busy (their scores stay in
+// L2 either way at these sizes), at least 16.
+int64_t rows_per_item(int64_t batch, int64_t rows) {
+  const int64_t wanted = 4 * static_cast<int64_t>(get_num_threads());
+  if (batch >= wanted) return rows;
+  const int64_t blocks = (wanted + batch - 1) / batch;
+  return std::max<int64_t>(16, (rows + blocks - 1) / blocks);
+}
+
+template <typename T>
+void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor q = contiguous(in[0]), k = contiguous(in[1]), v = contiguous(in[2]);
+  const int64_t r = q.dim(), l = q.size(-2), d = q.size(-1), s = k.size(-2), dv = v.size(-1);
+  const int64_t batch = l > 0 ? q.numel() / (l * d) : 0;
+  const double given = a.get_float("scale", 0.0);
+  const T scale = static_cast<T>(given > 0 ? given : 1.0 / std::sqrt(static_cast<double>(d)));
+  const bool causal = a.get_bool("causal", false);
+  Tensor& y = out[0];
+  T* weights = out[1].numel() > 0 ? out[1].data<T>() : nullptr;
+  // The mask as a view of the scores' shape (broadcast axes with stride 0).
+  Tensor mask;
+  if (in.size() > 3 && in[3].defined()) {
+    Shape scores = q.shape();
+    scores.back() = s;
+    mask = expanded(in[3], scores);
+  }
+  const T* pm = mask.defined() ? mask.data<T>() : nullptr;
+  const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
+  T* py = y.data<T>();
+  const int64_t block = rows_per_item(batch, l), blocks = (l + block - 1) / block;
+  parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> scratch(static_cast<size_t>(weights ? 0 : block * s));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / blocks, r0 = item % blocks * block, rows = std::min(block, l - r0);
+      T* p = weights ? weights + (b * l + r0) * s : scratch.data();
+      gemm<T>(false, true, rows, s, d, scale, pq + (b * l + r0) * d, d, pk + b * s * d, d, T(0), p, s);
+      for (int64_t i = 0; i < rows; ++i) {
+        T* row = p + i * s;
+        if (pm) {
+          // Position (b, r0 + i, j) of the mask view: unravel b over the leading axes.
+          int64_t off = (r0 + i) * mask.strides()[r - 2], rest = b;
+          for (int64_t ax = r - 3; ax >= 0; --ax) {
+            off += rest % mask.shape()[ax] * mask.strides()[ax];
+            rest /= mask.shape()[ax];
+          }
+          const int64_t js = mask.strides()[r - 1];
+          for (int64_t j = 0; j < s; ++j) row[j] += pm[off + j * js];
+        }
+        // Key j sees query i when j <= i. The softmax runs to a multiple of 8
+        // past that, the keys between masked: its sums then take the same
+        // lanes as over the whole row, so a causal mask given as a mask gives
+        // the same bits as the causal flag.
+        const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
+        const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
+        std::fill(row + seen, row + visible, -std::numeric_limits<T>::infinity());
+        if (softmax_row<T, false>(row, row, visible) == -std::numeric_limits<T>::infinity()) {
+          std::fill(row, row + s, T(0));  // nothing to attend to: zeros, not NaN
+          continue;
+        }
+        std::fill(row + visible, row + s, T(0));
+      }
+      gemm<T>(false, false, rows, dv, s, T(1), p, s, pv + b * s * dv, dv, T(0), py + (b * l + r0) * dv, dv);
+    }
+  });
+}
+
+}  // namespace
+
+KILN_CPU_F32_F64("attention", attention_kernel);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,136 @@
+// Inference: attention written as separate ops (what torch.onnx.export and
+// other exporters write: MatMul(Q, K^T), a scale, an additive mask, Softmax,
+// MatMul with V) becomes one attention op, whose kernel never writes the
+// [L, S] scores.
+#include <cmath>
+
+#include "graph/passes.h"
+#include "kiln/grad_mode.h"
+
+namespace kiln::graph {
+namespace {
+
+bool is(const Node& n, const char* name) { return n.op && n.computes(name); }
+
+// The value's producer when it is a node result read by nothing else; null otherwise.
+Node* sole_producer(Graph& g, const std::vector<int>& uses, const std::vector<bool>& mutated, int value) {
+  if (value < 0 || g.values[value].kind != ValueKind::Result || uses[value] != 1 || mutated[value]) return nullptr;
+  return &g.nodes[g.values[value].producer];
+}
+
+// A scalar constant's value, or NaN.
+double constant_scalar(const Graph& g, int value) {
+  const Value& v = g.values[value];
+  if (v.kind != ValueKind::Constant || v.tensor.numel() != 1) return std::nan("");
+  NoGradGuard no_grad;
+  return v.tensor.to(DType::Float64).reshape({}).item<double>();
+}
+
+// n scales x by a constant scalar (x * c, c * x or x / c): x's id and the factor.
+bool scales(const Graph& g, const Node& n, int& x, double& factor) {
+  if (n.inputs.size() != 2 || !(is(n, "mul") || is(n, "div"))) return false;
+  for (int side = 0; side < 2; ++side) {
+    const double c = constant_scalar(g, n.inputs[1 - side]);
+    if (std::isnan(c) || (is(n, "div") && side == 1)) continue;
+    x = n.inputs[side];
+    factor = is(n, "div") ? 1.0 / c : c;
+    return true;
+  }
+  return false;
+}
+
+// K for scores computed as matmul(Q, Kt), Kt a permute read only by that
+// matmul: the permute itself, changed to leave the last two axes in K's
+// order (a plain transpose then gives K's value as it came). -1 when Kt is
+// no such permute.
+int keys_of(Graph& g, const std::vector<int>& uses, const std::vector<bool>& mutated, int kt) {
+  Node* p = sole_producer(g, uses, mutated, kt);
+  if (!p || !is(*p, "permute")) return -1;
+  auto order = p->attrs.get_ints("order", {});
+  const size_t r = order.size();
+  if (r < 2) return -1;
+  std::swap(order[r - 1], order[r - 2]);
+  p->attrs.set("order", order);
+  Shape& shape = g.values[kt].meta.shape;
+  std::swap(shape[r - 1], shape[r - 2]);
+  return kt;
+}
+
+}  // namespace
+
+std::string fuse_attention(Graph& g) {
+  const auto uses = g.use_counts();
+  const auto mutated = g.mutated_values();
+  const OpDef& attention = OpRegistry::instance().get("attention");
+  size_t fused = 0;
+  for (Node& out : g.nodes) {
+    if (!is(out, "matmul")) continue;
+    Node* softmax = sole_producer(g, uses, mutated, out.inputs[0]);
+    if (!softmax || !is(*softmax, "softmax")) continue;
+    const int64_t rank = static_cast<int64_t>(g.values[softmax->outputs[0]].meta.shape.size());
+    const int64_t axis = softmax->attrs.get_int("axis", -1);
+    if (rank < 3 || (axis != -1 && axis != rank - 1)) continue;
+    // Back from the softmax: an additive mask, a scale, the scores' matmul.
+    std::vector<Node*> chain = {softmax};
+    int scores = softmax->inputs[0], mask = -1;
+    double scale = 1;
+    Node* n = sole_producer(g, uses, mutated, scores);
+    if (n && is(*n, "add") && n->inputs.size() == 2) {
+      for (int side = 0; side < 2 && mask < 0; ++side) {
+        Node* below = sole_producer(g, uses, mutated, n->inputs[side]);
+        if (below && (is(*below, "matmul") || is(*below, "mul") || is(*below, "div"))) {
+          mask = n->inputs[1 - side];
+          scores = n->inputs[side];
+        }
+      }
+      if (mask < 0) continue;
+      chain.push_back(n);
+      n = sole_producer(g, uses, mutated, scores);
+    }
+    int unscaled;
+    double factor;
+    if (n && scales(g, *n, unscaled, factor)) {
+      chain.push_back(n);
+      scale *= factor;
+      n = sole_producer(g, uses, mutated, unscaled);
+    }
+    if (!n || !is(*n, "matmul")) continue;
+    Node* product = n;
+    chain.push_back(product);
+    int q = product->inputs[0];
+    if (Node* pre = sole_producer(g, uses, mutated, q); pre && scales(g, *pre, unscaled, factor)) {
+      chain.push_back(pre);
+      scale *= factor;
+      q = unscaled;
+    }
+    // A mask that broadcasts the scores to a larger shape stays a separate add.
+    if (g.values[softmax->inputs[0]].meta.shape != g.values[product->outputs[0]].meta.shape) continue;
+    const int kt = product->inputs[1], v = out.inputs[1];
+    const TensorMeta &qm = g.values[q].meta, &ktm = g.values[kt].meta, &vm = g.values[v].meta;
+    if (qm.dtype != DType::Float32 || ktm.dtype != qm.dtype || vm.dtype != qm.dtype || scale <= 0) continue;
+    if (qm.shape.size() != static_cast<size_t>(rank) || ktm.shape.size() != qm.shape.size() ||
+        vm.shape.size() != qm.shape.size() || !std::equal(qm.shape.begin(), qm.shape.end() - 2, ktm.shape.begin()) ||
+        !std::equal(qm.shape.begin(), qm.shape.end() - 2, vm.shape.begin()))
+      continue;  // broadcast batch axes: left to the separate ops
+    if (mask >= 0 && g.values[mask].meta.dtype != qm.dtype) continue;
+    const int k = keys_of(g, uses, mutated, kt);
+    if (k < 0) continue;
+    Node fused_node;
+    fused_node.op = &attention;
+    fused_node.inputs = {q, k, v};
+    if (mask >= 0) fused_node.inputs.push_back(mask);
+    fused_node.attrs = Attrs{{"scale", scale}, {"causal", false}, {"save_weights", false}};
+    Value weights;
+    weights.meta = {true, {0}, qm.dtype, qm.device};
+    fused_node.outputs = {out.outputs[0], g.add_value(std::move(weights))};
+    const int at = static_cast<int>(&out - g.nodes.data());
+    g.values[fused_node.outputs[1]].producer = at;
+    g.values[fused_node.outputs[1]].output_index = 1;
+    for (Node* gone : chain) gone->removed = true;
+    out = std::move(fused_node);
+    ++fused;
+  }
+  return fused ? "fused " + std::to_string(fused) + " attention patterns (matmul, scale, mask, softmax, matmul) into attention ops" : "";
+}
+
+}  // namespace kiln::graph
