@@ -177,22 +177,7 @@ OpDefiner d_index_select(detail::reads_onnx(make(
     onnx_reader({"Gather"}, read_gather, {}, false)));
 
 OpDefiner d_scatter_add(detail::reads_onnx(make(
-    "scatter_add", {"x", "index", "src"}, {"axis:int"},
-    [](const Metas& in, const Attrs& a) -> Metas {
-      check_index(in[1], "index");
-      detail::check_same_dtype(in, 0, 2);
-      int64_t r = static_cast<int64_t>(in[0].shape.size());
-      int64_t ax = normalize_axis(a.get_int("axis"), r);
-      KILN_CHECK(in[1].shape.size() == in[0].shape.size() && in[2].shape.size() == in[0].shape.size(),
-                 "x, index and src must have the same rank");
-      for (int64_t d = 0; d < r; ++d) {
-        KILN_CHECK(in[1].shape[d] <= in[2].shape[d], "index ", shape_str(in[1].shape), " is larger than src ",
-                   shape_str(in[2].shape), " on axis ", d);
-        KILN_CHECK(d == ax || in[1].shape[d] <= in[0].shape[d], "index ", shape_str(in[1].shape),
-                   " is larger than x ", shape_str(in[0].shape), " on axis ", d);
-      }
-      return {in[0]};
-    },
+    "scatter_add", {"x", "index", "src"}, {"axis:int"}, detail::infer_scatter,
     [](const GradContext& c, const Grads& g) -> Grads {
       int64_t ax = c.attrs.get_int("axis");
       const Tensor& idx = c.inputs[1];

@@ -48,6 +48,10 @@ inline void check_rank(const TensorMeta& m, int64_t rank, const char* what, cons
 // Grad helper: reshapes a reduced gradient so it broadcasts against the input.
 Tensor unreduce(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& axes, bool keepdim);
 
+// The output of the scatter ops (x, index, src; axis): x's, after checking
+// that index fits src and x off the axis.
+std::vector<TensorMeta> infer_scatter(const Metas& in, const Attrs& a);
+
 // The scatter ops' src as ONNX ScatterElements' updates, which have the
 // index's shape: cut to it with a Slice where src is larger.
 std::string updates_like_index(OnnxWriter& w);

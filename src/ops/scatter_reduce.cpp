@@ -82,22 +82,7 @@ void write_scatter_reduce(OnnxWriter& w) {
 OpDefiner d_scatter_reduce([] {
   OpDef d = detail::make_op(
       "scatter_reduce", {"x", "index", "src"}, {"axis:int", "reduce:string=prod|amax|amin"},
-      [](const Metas& in, const Attrs& a) -> Metas {
-        KILN_CHECK(in[1].dtype == DType::Int64 || in[1].dtype == DType::Int32, "index must be int64 or int32, got ",
-                   dtype_name(in[1].dtype));
-        detail::check_same_dtype(in, 0, 2);
-        const int64_t r = static_cast<int64_t>(in[0].shape.size());
-        const int64_t ax = normalize_axis(a.get_int("axis"), r);
-        KILN_CHECK(in[1].shape.size() == in[0].shape.size() && in[2].shape.size() == in[0].shape.size(),
-                   "x, index and src must have the same rank");
-        for (int64_t d = 0; d < r; ++d) {
-          KILN_CHECK(in[1].shape[d] <= in[2].shape[d], "index ", shape_str(in[1].shape), " is larger than src ",
-                     shape_str(in[2].shape), " on axis ", d);
-          KILN_CHECK(d == ax || in[1].shape[d] <= in[0].shape[d], "index ", shape_str(in[1].shape),
-                     " is larger than x ", shape_str(in[0].shape), " on axis ", d);
-        }
-        return {in[0]};
-      },
+      detail::infer_scatter,
       [](const GradContext& c, const Grads& g) -> Grads {
         return c.attrs.get_string("reduce", "prod") == "prod" ? product_grads(c, g[0]) : extreme_grads(c, g[0]);
       },

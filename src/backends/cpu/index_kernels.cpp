@@ -88,39 +88,17 @@ void index_select_kernel(const Ins& in, Outs& out, const Attrs& a) {
     }
 }
 
-template <typename T>
-void scatter_add_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor& y = out[0];
-  strided_copy(in[0], y);
-  Tensor src = contiguous(in[2]);
-  int64_t ax = normalize_axis(a.get_int("axis"), y.dim());
-  auto idx = indices_of(in[1]);
-  const T* ps = src.data<T>();
-  T* py = y.data<T>();
-  Strides ss = src.strides();
-  const Shape& is = in[1].shape();
-  for_index(is, y.strides(), ax, idx, y.shape()[ax], [&](int64_t i, int64_t off) {
-    // src is read at the index element's own position.
-    int64_t rem = i, soff = 0;
-    for (int64_t d = static_cast<int64_t>(is.size()) - 1; d >= 0; --d) {
-      soff += (rem % is[d]) * ss[d];
-      rem /= is[d];
-    }
-    py[off] = static_cast<T>(static_cast<compute_t<T>>(py[off]) + static_cast<compute_t<T>>(ps[soff]));
-  });
-}
-
-// ONNX ScatterElements' mul, max and min: x's values take part.
-template <typename T>
-void scatter_reduce_kernel(const Ins& in, Outs& out, const Attrs& a) {
+// y = x with src combined in at index along the axis: y[.., index[i], ..] =
+// combine(y[.., index[i], ..], src[i]) for every element i of index (src is
+// read at the index element's own position).
+template <typename T, typename Combine>
+void scatter_into(const Ins& in, Outs& out, const Attrs& a, Combine combine) {
   using C = compute_t<T>;
   Tensor& y = out[0];
   strided_copy(in[0], y);
-  Tensor src = contiguous(in[2]);
+  const Tensor src = contiguous(in[2]);
   const int64_t ax = normalize_axis(a.get_int("axis"), y.dim());
-  const std::string reduce = a.get_string("reduce", "prod");
-  const int mode = reduce == "prod" ? 0 : reduce == "amax" ? 1 : 2;
-  auto idx = indices_of(in[1]);
+  const auto idx = indices_of(in[1]);
   const T* ps = src.data<T>();
   T* py = y.data<T>();
   const Strides ss = src.strides();
@@ -131,13 +109,26 @@ void scatter_reduce_kernel(const Ins& in, Outs& out, const Attrs& a) {
       soff += (rem % is[d]) * ss[d];
       rem /= is[d];
     }
-    const C v = static_cast<C>(ps[soff]), cur = static_cast<C>(py[off]);
-    C r;
-    if (mode == 0) r = cur * v;
-    else if (mode == 1) r = (v > cur || v != v) ? v : cur;  // NaN wins, as in maximum
-    else r = (v < cur || v != v) ? v : cur;
-    py[off] = static_cast<T>(r);
+    py[off] = static_cast<T>(combine(static_cast<C>(py[off]), static_cast<C>(ps[soff])));
   });
+}
+
+template <typename T>
+void scatter_add_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  scatter_into<T>(in, out, a, [](auto cur, auto v) { return cur + v; });
+}
+
+// ONNX ScatterElements' mul, max and min: x's values take part; a NaN wins,
+// as in maximum and minimum.
+template <typename T>
+void scatter_reduce_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const std::string reduce = a.get_string("reduce", "prod");
+  if (reduce == "prod")
+    scatter_into<T>(in, out, a, [](auto cur, auto v) { return cur * v; });
+  else if (reduce == "amax")
+    scatter_into<T>(in, out, a, [](auto cur, auto v) { return (v > cur || v != v) ? v : cur; });
+  else
+    scatter_into<T>(in, out, a, [](auto cur, auto v) { return (v < cur || v != v) ? v : cur; });
 }
 
 template <typename T>
