@@ -112,6 +112,14 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
     add_ceil_padding(n, x.shape(), kernel, stride, dilation, p);
     return {max_pool3d(pad_spatial(x, p, -std::numeric_limits<double>::infinity()), kernel, stride, {0, 0, 0}, dilation)};
   }
+  if (x.dtype() == DType::UInt8 || x.dtype() == DType::Int8) {
+    // 8-bit values are exact in float32: pooled there, cast back (indices as they come).
+    std::vector<Tensor> wide = in;
+    wide[0] = cast(x, DType::Float32);
+    std::vector<Tensor> out = read_max_pool(n, wide);
+    out[0] = cast(out[0], x.dtype());
+    return out;
+  }
   if (!is_floating(x.dtype())) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
   const PoolGeometry g = pool_geometry(n, x);
   const Pads plain = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
@@ -147,9 +155,6 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
   return out;
 }
 
-// A 5-d AveragePool: window sums over the zero-padded volume divided by how
-// many elements each window counts (the explicit pads when
-// count_include_pad, never ceil_mode's overhang).
 // A 5-d AveragePool, or one with dilations: window sums over the
 // zero-padded input divided by how many elements each window counts (the
 // explicit pads when count_include_pad, never ceil_mode's overhang).
