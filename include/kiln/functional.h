@@ -134,8 +134,11 @@ struct Conv3dOptions {
   std::vector<int64_t> padding{0, 0, 0};
   std::vector<int64_t> dilation{1, 1, 1};
   int64_t groups = 1;
+  std::vector<int64_t> output_padding{0, 0, 0};  // conv_transpose3d only
 };
 Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv3dOptions& o = {});
+// weight [in, out/groups, kD, kH, kW]; as conv_transpose2d, a 2-D op per depth tap.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv3dOptions& o = {});
 
 // Pooling.
 // ceil_mode: a last, partial window at the end of each axis, as in PyTorch.

@@ -157,11 +157,51 @@ onnx_spatial::Pads conv_transpose_pads(const OnnxReader& n, const Shape& x, cons
   return p;
 }
 
+// The window [begin, begin + out) of each spatial axis of a whole transposed
+// convolution y, zeros where it reaches past (uneven or negative pads,
+// output_padding), plus the bias.
+Tensor cut_transposed(const OnnxReader& n, Tensor y, const onnx_spatial::Pads& p,
+                      const std::vector<int64_t>& output_padding, const Tensor& b) {
+  using namespace onnx_spatial;
+  const size_t dims = static_cast<size_t>(y.dim() - 2);
+  Pads border{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+  std::vector<int64_t> out(dims);
+  for (size_t i = 0; i < dims; ++i) {
+    const int64_t full = y.shape()[2 + i];
+    out[i] = full + output_padding[i] - p.begin[i] - p.end[i];
+    if (out[i] <= 0) n.fail("pads ", p.begin[i], " and ", p.end[i], " leave no output on spatial axis ", i);
+    border.begin[i] = std::max<int64_t>(0, -p.begin[i]);
+    border.end[i] = std::max<int64_t>(0, p.begin[i] + out[i] - full);
+  }
+  y = pad_spatial(y, border, 0.0);
+  for (size_t i = 0; i < dims; ++i) {
+    const int64_t start = p.begin[i] + border.begin[i];
+    y = y.slice(static_cast<int64_t>(2 + i), start, start + out[i]);
+  }
+  if (b.defined()) {
+    Shape bs(y.dim(), 1);
+    bs[1] = b.numel();
+    y = y + b.reshape(bs);
+  }
+  return y.contiguous();
+}
+
 std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
   const Tensor &x = n.input(in, 0), &w = n.input(in, 1);
-  const SpatialRank r = spatial_rank(n, x);
   const size_t dims = static_cast<size_t>(x.dim() - 2);
+  if (x.dim() == 5) {  // the full transposed convolution, then the crop below
+    const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+    if (kernel.size() != 3) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
+    Conv3dOptions full;
+    full.stride = spatial_attr(n, "strides", 3, 1);
+    full.dilation = spatial_attr(n, "dilations", 3, 1);
+    full.groups = n.i("group", 1);
+    const auto output_padding = spatial_attr(n, "output_padding", 3, 0);
+    const Pads p = conv_transpose_pads(n, x.shape(), kernel, full.stride, full.dilation, output_padding);
+    return {cut_transposed(n, conv_transpose3d(x, w, Tensor(), full), p, output_padding, OnnxReader::optional(in, 2))};
+  }
+  const SpatialRank r = spatial_rank(n, x);
   const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
   if (kernel.size() != dims) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
   const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1),
@@ -178,29 +218,9 @@ std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<T
     o.output_padding = r.lift(output_padding, 0);
     return {r.lower(conv_transpose2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
   }
-  // Uneven (or negative) pads: the whole transposed convolution, then the
-  // window [begin, begin + out) of each axis, zeros where it reaches past.
-  Tensor y = r.lower(conv_transpose2d(r.lift(x), r.lift(w), Tensor(), o));
-  Pads border{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
-  std::vector<int64_t> out(dims);
-  for (size_t i = 0; i < dims; ++i) {
-    const int64_t full = y.shape()[2 + i];
-    out[i] = full + output_padding[i] - p.begin[i] - p.end[i];
-    if (out[i] <= 0) n.fail("pads ", p.begin[i], " and ", p.end[i], " leave no output on spatial axis ", i);
-    border.begin[i] = std::max<int64_t>(0, -p.begin[i]);
-    border.end[i] = std::max<int64_t>(0, p.begin[i] + out[i] - full);
-  }
-  y = pad_spatial(y, border, 0.0);
-  for (size_t i = 0; i < dims; ++i) {
-    const int64_t start = p.begin[i] + border.begin[i];
-    y = y.slice(static_cast<int64_t>(2 + i), start, start + out[i]);
-  }
-  if (const Tensor& b = OnnxReader::optional(in, 2); b.defined()) {
-    Shape bs(y.dim(), 1);
-    bs[1] = b.numel();
-    y = y + b.reshape(bs);
-  }
-  return {y.contiguous()};
+  // Uneven (or negative) pads: the whole transposed convolution, then the cut.
+  return {cut_transposed(n, r.lower(conv_transpose2d(r.lift(x), r.lift(w), Tensor(), o)), p, output_padding,
+                         OnnxReader::optional(in, 2))};
 }
 
 OpDefiner d_conv2d([] {
@@ -359,6 +379,42 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor out = y.reshape({n, out_depth, ys[1], ys[2], ys[3]}).permute({0, 2, 1, 3, 4});
   if (bias.defined()) out = out + bias.reshape({ys[1], 1, 1, 1});
   return out.contiguous();
+}
+
+// Each depth tap k: a 2-D transposed convolution of every input depth slice,
+// whose results land at depths k * dilation + i * stride of the full output
+// (zeros interleaved for the stride, then shifted into place). Then the
+// padding is cut from both ends and output_padding added at the far one.
+Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv3dOptions& o) {
+  KILN_CHECK(x.dim() == 5 && weight.dim() == 5, "conv_transpose3d: input must be [N, C, D, H, W] and weight [in, "
+             "out/groups, kD, kH, kW], got ", x.meta_str(), " and ", weight.meta_str());
+  KILN_CHECK(o.stride.size() == 3 && o.padding.size() == 3 && o.dilation.size() == 3 && o.output_padding.size() == 3,
+             "conv_transpose3d: stride, padding, dilation and output_padding take 3 values (D, H, W)");
+  const int64_t n = x.shape()[0], depth = x.shape()[2], kd = weight.shape()[2], s = o.stride[0];
+  const int64_t full = (depth - 1) * s + (kd - 1) * o.dilation[0] + 1;
+  const Tensor planes = x.permute({0, 2, 1, 3, 4}).reshape({n * depth, x.shape()[1], x.shape()[3], x.shape()[4]});
+  const ConvOptions plane{{o.stride[1], o.stride[2]}, {o.padding[1], o.padding[2]}, {o.dilation[1], o.dilation[2]},
+                          o.groups, {o.output_padding[1], o.output_padding[2]}};
+  Tensor y;
+  for (int64_t k = 0; k < kd; ++k) {
+    Tensor part = conv_transpose2d(planes, weight.select(2, k).contiguous(), Tensor(), plane);
+    const Shape ps = part.shape();
+    part = part.reshape({n, depth, ps[1], ps[2], ps[3]});
+    if (s > 1) {
+      std::vector<Tensor> spaced(static_cast<size_t>(s), zeros_like(part));
+      spaced[0] = part;
+      part = stack(spaced, 2).reshape({n, depth * s, ps[1], ps[2], ps[3]}).slice(1, 0, (depth - 1) * s + 1);
+    }
+    const int64_t front = k * o.dilation[0], back = full - front - part.shape()[1];
+    part = pad(part, {0, 0, 0, 0, 0, 0, front, back});
+    y = k == 0 ? part : y + part;
+  }
+  const int64_t out = full - 2 * o.padding[0] + o.output_padding[0];
+  KILN_CHECK(out > 0, "conv_transpose3d: padding ", o.padding[0], " leaves no output depth");
+  if (o.output_padding[0] > 0) y = pad(y, {0, 0, 0, 0, 0, 0, 0, o.output_padding[0]});
+  y = y.slice(1, o.padding[0], o.padding[0] + out).permute({0, 2, 1, 3, 4});
+  if (bias.defined()) y = y + bias.reshape({bias.numel(), 1, 1, 1});
+  return y.contiguous();
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {

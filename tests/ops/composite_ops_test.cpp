@@ -351,3 +351,44 @@ TEST(ScatterReduce, GradientsCountZerosAndTies) {
   EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{0, 1}));
   EXPECT_EQ(b.grad().to_vector<double>(), (std::vector<double>{0.5, 0.5, 0}));
 }
+
+// conv_transpose3d against its definition: every input element spreads its
+// weights onto the output from position i * stride (per axis, taps dilation
+// apart), then padding is cut from both ends and output_padding added.
+TEST(Volumes, ConvTranspose3dFollowsItsDefinition) {
+  manual_seed(31);
+  const Tensor x = randn({1, 2, 3, 3, 2}, DType::Float64), w = randn({2, 3, 2, 2, 2}, DType::Float64);
+  const Tensor b = randn({3}, DType::Float64);
+  Conv3dOptions o;
+  o.stride = {2, 1, 2};
+  o.padding = {1, 0, 1};
+  o.dilation = {1, 2, 1};
+  o.output_padding = {1, 0, 1};
+  const Tensor y = conv_transpose3d(x, w, b, o);
+  // Full sizes (i - 1) * s + (k - 1) * d + 1, minus 2 * padding, plus output_padding.
+  const int64_t fd = 2 * 2 + 1 + 1, fh = 2 * 1 + 2 + 1, fw = 1 * 2 + 1 + 1;
+  ASSERT_EQ(y.shape(), (Shape{1, 3, fd - 2 + 1, fh, fw - 2 + 1}));
+  std::vector<double> full(static_cast<size_t>(3 * (fd + 1) * fh * (fw + 1)), 0.0);
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>(), bv = b.to_vector<double>();
+  for (int64_t c = 0; c < 2; ++c)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t l = 0; l < 2; ++l)
+          for (int64_t oc = 0; oc < 3; ++oc)
+            for (int64_t a = 0; a < 2; ++a)
+              for (int64_t bb = 0; bb < 2; ++bb)
+                for (int64_t d = 0; d < 2; ++d) {
+                  const int64_t z = i * 2 + a, h = j + bb * 2, v = l * 2 + d;
+                  full[((oc * (fd + 1) + z) * fh + h) * (fw + 1) + v] +=
+                      xv[((c * 3 + i) * 3 + j) * 2 + l] * wv[((c * 3 + oc) * 2 + a) * 4 + bb * 2 + d];
+                }
+  const auto yv = y.to_vector<double>();
+  const Shape& ys = y.shape();
+  for (int64_t oc = 0; oc < 3; ++oc)
+    for (int64_t z = 0; z < ys[2]; ++z)
+      for (int64_t h = 0; h < ys[3]; ++h)
+        for (int64_t v = 0; v < ys[4]; ++v) {
+          const double want = full[((oc * (fd + 1) + z + 1) * fh + h) * (fw + 1) + v + 1] + bv[oc];
+          EXPECT_NEAR(yv[((oc * ys[2] + z) * ys[3] + h) * ys[4] + v], want, 1e-9) << oc << " " << z << " " << h << " " << v;
+        }
+}
