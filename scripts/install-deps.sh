@@ -12,6 +12,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libzip-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
+  libgloo-dev
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 

@@ -1,11 +1,19 @@
 #pragma once
 // Distributed training: where this process sits among the ranks of a job,
 // read from whichever launcher started it (kiln launch and torchrun, Slurm,
-// ModelArts), with explicit values winning over the environment.
+// ModelArts), with explicit values winning over the environment; and the
+// process group its ranks form over Gloo (TCP), with collectives on tensors.
+//
+//   auto group = kiln::dist::init();         // reads RANK, WORLD_SIZE, MASTER_ADDR, ...
+//   group->all_reduce(grad, kiln::dist::ReduceOp::Mean);
+#include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "kiln/tensor.h"
 
 namespace kiln::dist {
 
@@ -46,5 +54,43 @@ Place place_from_environment(const PlaceOverrides& overrides = {});
 // Expands a Slurm host list: "node[1-3,7],gpu[08-09]" gives node1, node2,
 // node3, node7, gpu08, gpu09 (leading zeros kept). Throws on a malformed list.
 std::vector<std::string> expand_host_list(const std::string& list);
+
+enum class ReduceOp { Sum, Mean, Max };
+
+struct InitOptions {
+  PlaceOverrides place;
+  // For joining (every rank must arrive within it) and for every collective
+  // (a rank that does not take part within it fails the others).
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// The ranks of a job joined over Gloo's TCP transport. Collectives work in
+// place on contiguous CPU tensors of float32, float64, int32 or int64, and
+// must be called by every rank in the same order. A rank that never joins,
+// dies or stops answering makes the others fail within the timeout with an
+// error naming what it could (the missing ranks at init), never hang.
+class ProcessGroup {
+ public:
+  ~ProcessGroup();
+  int rank() const;
+  int size() const;
+  const Place& place() const;
+
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);  // Mean: floating tensors only
+  void broadcast(Tensor& t, int root = 0);
+  void barrier();
+
+  struct Impl;
+
+ private:
+  friend std::shared_ptr<ProcessGroup> init(const InitOptions& options);
+  explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Joins the job: rank 0 hosts the rendezvous store at MASTER_ADDR:MASTER_PORT,
+// every rank registers there and the ranks connect to each other. Throws
+// kiln::Error naming the ranks that did not arrive within the timeout.
+std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 
 }  // namespace kiln::dist
