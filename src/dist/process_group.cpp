@@ -8,6 +8,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include "dist/tcp_store.h"
 #include "kiln/dist.h"
 
@@ -109,6 +111,10 @@ void ProcessGroup::barrier() {
 }
 
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a rank that dies
+  // would kill this one with SIGPIPE instead of failing its collective with
+  // a message. Writes to a closed socket report EPIPE instead.
+  std::signal(SIGPIPE, SIG_IGN);
   auto g = std::make_unique<ProcessGroup::Impl>();
   g->place = place_from_environment(options.place);
   g->timeout = options.timeout;
