@@ -110,6 +110,53 @@ void ProcessGroup::barrier() {
   impl_->collective("barrier", [&] { gloo::barrier(o); });
 }
 
+namespace {
+
+// Rank 0: waits for every rank to register, then sets the verdict the
+// others wait for. On a timeout the verdict names the missing ranks; the
+// store stays up until the ranks that came have read it (a few seconds at
+// most), then this rank throws the same message.
+void join_or_name_the_missing(ProcessGroup::Impl& g, const std::string& host, int port) {
+  const Place& p = g.place;
+  std::vector<std::string> everyone;
+  for (int r = 0; r < p.world_size; ++r) everyone.push_back("kiln/joined/" + std::to_string(r));
+  try {
+    g.store->wait(everyone, g.timeout);
+    g.store->set("kiln/verdict", {'o', 'k'});
+    return;
+  } catch (const Error&) {
+  }
+  detail::StoreClient ask(host, port, std::chrono::milliseconds(5000));  // the first client is out of step now
+  std::string missing;
+  std::vector<int> came;
+  for (int r = 0; r < p.world_size; ++r) {
+    if (ask.has(everyone[static_cast<size_t>(r)])) {
+      if (r != 0) came.push_back(r);
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  std::string hosts;
+  for (const auto& name : p.hosts) hosts += (hosts.empty() ? " (the job's hosts: " : ", ") + name;
+  if (!hosts.empty()) hosts += ")";
+  const std::string message =
+      ::kiln::detail::concat("dist: rank(s) ", missing, " of ", p.world_size, " did not join within ", g.timeout.count(), " ms",
+                    hosts, ". Check that they were started, with WORLD_SIZE=", p.world_size,
+                    " and MASTER_ADDR:MASTER_PORT=", host, ":", port, " like the others, and that their logs show no "
+                    "earlier error");
+  ask.set("kiln/verdict", {message.begin(), message.end()});
+  for (int r : came) {
+    try {
+      ask.get("kiln/read/" + std::to_string(r), std::chrono::milliseconds(2000));
+    } catch (const Error&) {
+      break;  // that rank went away: nobody else is waiting long for the store
+    }
+  }
+  throw Error(message);
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a rank that dies
   // would kill this one with SIGPIPE instead of failing its collective with
@@ -125,28 +172,26 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   if (p.rank == 0) g->server = std::make_unique<detail::StoreServer>(p.master_port);
   const int port = g->server ? g->server->port() : p.master_port;
   g->store = std::make_unique<detail::StoreClient>(host, port, g->timeout);
-  // Every rank says it arrived (and from where), then waits for the others:
-  // a rank that never comes is named here, not lost in Gloo's connection setup.
+  // Every rank says it arrived (and from where). Rank 0 waits for them all
+  // and gives its verdict: "ok", or which ranks did not come; the others
+  // wait for the verdict, so every rank names the missing ones, not only
+  // rank 0 (whose store the others would find closed).
   const std::string me = host_name() + " (" + g->store->local_address() + ")";
   g->store->set("kiln/joined/" + std::to_string(p.rank), {me.begin(), me.end()});
-  std::vector<std::string> everyone;
-  for (int r = 0; r < p.world_size; ++r) everyone.push_back("kiln/joined/" + std::to_string(r));
-  try {
-    g->store->wait(everyone, g->timeout);
-  } catch (const Error&) {
-    detail::StoreClient ask(host, port, std::chrono::milliseconds(5000));
-    std::string missing;
-    for (int r = 0; r < p.world_size; ++r)
-      if (!ask.has(everyone[static_cast<size_t>(r)])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    std::string hosts;
-    if (!p.hosts.empty()) hosts = " (the job's hosts: " + [&] {
-      std::string h;
-      for (const auto& name : p.hosts) h += (h.empty() ? "" : ", ") + name;
-      return h;
-    }() + ")";
-    KILN_FAIL("dist: rank(s) ", missing, " of ", p.world_size, " did not join within ", g->timeout.count(),
-              " ms", hosts, ". Check that they were started, with WORLD_SIZE=", p.world_size, " and MASTER_ADDR:MASTER_PORT=",
-              host, ":", port, " like this rank, and that their logs show no earlier error");
+  if (p.rank == 0) {
+    join_or_name_the_missing(*g, host, port);
+  } else {
+    constexpr std::chrono::milliseconds kVerdictGrace(5000);  // rank 0 started first: its timeout ends earlier
+    std::vector<char> verdict;
+    try {
+      verdict = g->store->get("kiln/verdict", g->timeout + kVerdictGrace);
+    } catch (const Error& e) {
+      KILN_FAIL("dist: rank 0 did not say within ", (g->timeout + kVerdictGrace).count(), " ms whether all ", p.world_size,
+                " ranks joined (", e.what(), "); check rank 0's log");
+    }
+    g->store->set("kiln/read/" + std::to_string(p.rank), {'1'});
+    const std::string said(verdict.begin(), verdict.end());
+    KILN_CHECK(said == "ok", said);
   }
   gloo::transport::tcp::attr attr;
   attr.hostname = g->store->local_address();  // the interface that reaches rank 0 reaches the others too

@@ -206,7 +206,9 @@ std::string StoreClient::timeout_message(const std::string& key, std::chrono::mi
 
 void StoreClient::set(const std::string& key, const std::vector<char>& value) { call('S', key, value, false, timeout_); }
 
-std::vector<char> StoreClient::get(const std::string& key) { return call('G', key, {}, true, timeout_); }
+std::vector<char> StoreClient::get(const std::string& key, std::chrono::milliseconds timeout) {
+  return call('G', key, {}, true, timeout);
+}
 
 bool StoreClient::has(const std::string& key) { return call('H', key, {}, false, timeout_).at(0) != 0; }
 

@@ -49,7 +49,8 @@ class StoreClient : public gloo::rendezvous::Store {
   ~StoreClient() override;
 
   void set(const std::string& key, const std::vector<char>& value) override;
-  std::vector<char> get(const std::string& key) override;
+  std::vector<char> get(const std::string& key) override { return get(key, timeout_); }
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout);
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   // Whether the key is set now (no waiting).

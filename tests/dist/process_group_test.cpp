@@ -164,7 +164,8 @@ TEST(ProcessGroup, ARankThatDiesFailsTheOthersCollective) {
   const auto start = std::chrono::steady_clock::now();
   auto outcome = run_ranks({0, 1}, [&](int rank) {
     auto group = dist::init(as_rank(rank, 2, port, 3000ms));
-    if (rank == 1) _exit(7);  // dies without a word
+    group->barrier();         // both connected
+    if (rank == 1) _exit(7);  // then it dies without a word
     Tensor t = ones({1024});
     group->all_reduce(t);
   });
