@@ -166,9 +166,7 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   g->place = place_from_environment(options.place);
   g->timeout = options.timeout;
   const Place& p = g->place;
-  KILN_CHECK(p.world_size == 1 || (!p.master_addr.empty() && p.master_port > 0), "dist: rank ", p.rank, " of ",
-             p.world_size, " needs MASTER_ADDR and MASTER_PORT (the host and port of rank 0's rendezvous store)");
-  const std::string host = p.master_addr.empty() ? "127.0.0.1" : p.master_addr;
+  const std::string& host = p.master_addr;  // the place always has one (127.0.0.1 and a default port unless set)
   if (p.rank == 0) g->server = std::make_unique<detail::StoreServer>(p.master_port);
   const int port = g->server ? g->server->port() : p.master_port;
   g->store = std::make_unique<detail::StoreClient>(host, port, g->timeout);

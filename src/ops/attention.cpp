@@ -60,7 +60,7 @@ Metas infer_attention(const Metas& in, const Attrs& a) {
 
 // The weights again, with the ops, where the forward did not keep them.
 Tensor weights_of(const GradContext& c) {
-  if (c.outputs[1].numel() > 0 || c.outputs[0].numel() == 0) return c.outputs[1];
+  if (c.outputs[1].numel() > 0) return c.outputs[1];
   const Tensor &q = c.inputs[0], &k = c.inputs[1];
   const double scale = scale_of(c.attrs, q.size(-1));
   Tensor scores = matmul(q * scale, k.transpose(-1, -2));

@@ -155,12 +155,14 @@ std::vector<Tensor> recurrent_steps(const Kind& k, const Tensor& x, const Tensor
       const Tensor o = sigmoid(p.defined() ? gate(z, 1) + p.slice(0, hidden, 2 * hidden) * c_new : gate(z, 1));
       h_new = o * tanh(c_new);
     } else if (k.gates == 3) {  // z r h
-      const Tensor hr = matmul(h, rt);
+      // The hidden state's product for the h gate only where it comes before the reset.
+      const Tensor hr = matmul(h, linear_before_reset ? rt : rt.slice(1, 0, 2 * hidden));
       const Tensor zg = sigmoid(gate(xt, 0) + gate(hr, 0) + rb.slice(0, 0, hidden));
       const Tensor rg = sigmoid(gate(xt, 1) + gate(hr, 1) + rb.slice(0, hidden, 2 * hidden));
-      const Tensor rh = rt.slice(1, 2 * hidden, 3 * hidden), rbh = rb.slice(0, 2 * hidden, 3 * hidden);
-      const Tensor candidate = linear_before_reset ? tanh(gate(xt, 2) + rg * (matmul(h, rh) + rbh))
-                                                   : tanh(gate(xt, 2) + matmul(rg * h, rh) + rbh);
+      const Tensor rbh = rb.slice(0, 2 * hidden, 3 * hidden);
+      const Tensor candidate = linear_before_reset
+                                   ? tanh(gate(xt, 2) + rg * (gate(hr, 2) + rbh))
+                                   : tanh(gate(xt, 2) + matmul(rg * h, rt.slice(1, 2 * hidden, 3 * hidden)) + rbh);
       h_new = (ones({}, dt) - zg) * candidate + zg * h;
     } else {
       const Tensor z = xt + matmul(h, rt) + rb;

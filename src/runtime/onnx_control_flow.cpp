@@ -24,18 +24,20 @@ double decide(const OnnxNode& n, const Tensor& t, const char* what) {
 }
 
 std::vector<Tensor> run_if(const OnnxNode& n, const std::vector<Tensor>& in,
-                           const std::vector<std::unique_ptr<OnnxGraph>>& subgraphs, const std::vector<Tensor>& outer) {
+                           const Subgraphs& subgraphs, const std::vector<Tensor>& outer) {
   const bool cond = decide(n, input(n, in, 0), "the condition") != 0;
   const std::string want = cond ? "then_branch" : "else_branch";
-  for (const auto& g : subgraphs) {
-    bool then = false;
-    for (const auto& a : n.proto().attribute())
-      if (a.has_g() && &a.g() == &g->proto()) then = a.name() == "then_branch";
-    if (then != cond) continue;
-    if (g->num_inputs() != 0) n.fail("its ", want, " takes ", g->num_inputs(), " inputs; If's branches take none");
-    return g->run({}, outer);
-  }
-  n.fail("it has no ", want);
+  auto it = subgraphs.find(want);
+  if (it == subgraphs.end()) n.fail("it has no ", want);
+  const OnnxGraph& branch = *it->second;
+  if (branch.num_inputs() != 0) n.fail("its ", want, " takes ", branch.num_inputs(), " inputs; If's branches take none");
+  return branch.run({}, outer);
+}
+
+const OnnxGraph& body_of(const OnnxNode& n, const Subgraphs& subgraphs) {
+  auto it = subgraphs.find("body");
+  if (it == subgraphs.end()) n.fail("it has no body graph");
+  return *it->second;
 }
 
 // An empty scan output for a loop that ran no iteration, shaped as far as
@@ -51,8 +53,8 @@ Tensor empty_scan_output(const OnnxNode& n, const ::onnx::ValueInfoProto& info) 
 // Loop (opset 1 on): `for (i = 0; i < M && cond; ++i)`, with M or cond
 // optional; the body maps (i, cond, carried...) to (cond, carried..., scan...).
 std::vector<Tensor> run_loop(const OnnxNode& n, const std::vector<Tensor>& in,
-                             const std::vector<std::unique_ptr<OnnxGraph>>& subgraphs, const std::vector<Tensor>& outer) {
-  const OnnxGraph& body = *subgraphs.at(0);
+                             const Subgraphs& subgraphs, const std::vector<Tensor>& outer) {
+  const OnnxGraph& body = body_of(n, subgraphs);
   const bool has_max = !in.empty() && in[0].defined(), has_cond = in.size() > 1 && in[1].defined();
   if (!has_max && !has_cond)
     n.fail("it has neither a trip count nor a condition, so it would never stop; give one of them");
@@ -85,9 +87,9 @@ std::vector<Tensor> run_loop(const OnnxNode& n, const std::vector<Tensor>& in,
 // Scan (opset 9 on): the body runs once per position along each scan input's
 // axis, with the state carried from one run to the next.
 std::vector<Tensor> run_scan(const OnnxNode& n, const std::vector<Tensor>& in,
-                             const std::vector<std::unique_ptr<OnnxGraph>>& subgraphs, const std::vector<Tensor>& outer) {
+                             const Subgraphs& subgraphs, const std::vector<Tensor>& outer) {
   if (n.opset() < 9) n.unsupported("Scan before opset 9 (with a batch axis and sequence_lens) is not supported");
-  const OnnxGraph& body = *subgraphs.at(0);
+  const OnnxGraph& body = body_of(n, subgraphs);
   const int64_t num_scan = n.required_i("num_scan_inputs");
   if (num_scan < 1 || num_scan > static_cast<int64_t>(in.size()))
     n.fail("num_scan_inputs is ", num_scan, " but the node has ", in.size(), " inputs");

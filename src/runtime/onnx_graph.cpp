@@ -78,7 +78,7 @@ OnnxGraph::OnnxGraph(const ::onnx::GraphProto& g, int opset, const std::string& 
       for (const auto& a : n.attribute()) {
         KILN_CHECK(!(a.graphs_size() > 0), what, ": node '", n.name(), "' (", n.op_type(), ") has a list of graphs in '",
                    a.name(), "'; If, Loop and Scan take one graph per attribute");
-        if (holds_graphs(a)) step.subgraphs.push_back(std::make_unique<OnnxGraph>(a.g(), opset, what, this));
+        if (holds_graphs(a)) step.subgraphs[a.name()] = std::make_unique<OnnxGraph>(a.g(), opset, what, this);
       }
     } else {
       step.convert = &converters().at(n.op_type());
@@ -116,7 +116,7 @@ void OnnxGraph::plan_releases() {
   for (size_t i = 0; i < steps_.size(); ++i) {
     for (int v : steps_[i].inputs)
       if (v >= 0) last_use[v] = static_cast<int>(i);
-    for (const auto& sub : steps_[i].subgraphs)
+    for (const auto& [name, sub] : steps_[i].subgraphs)
       for (const auto& [outer_slot, own] : sub->captures_) last_use[outer_slot] = static_cast<int>(i);
   }
   for (int v : output_slots_) last_use[v] = static_cast<int>(steps_.size());
@@ -138,7 +138,7 @@ std::vector<bool> OnnxGraph::reaches_value_inputs(const std::vector<int>& seeds,
     const std::string& op = step.proto->op_type();
     std::set<int> merged;
     std::vector<int> reads = step.inputs;
-    for (const auto& sub : step.subgraphs) {
+    for (const auto& [name, sub] : step.subgraphs) {
       std::vector<int> outer_slots, own_slots;
       for (const auto& [outer_slot, own] : sub->captures_) {
         outer_slots.push_back(outer_slot);

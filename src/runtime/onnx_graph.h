@@ -18,11 +18,12 @@ namespace kiln::runtime {
 
 class OnnxGraph;
 
-// An ONNX op whose attributes hold graphs (If, Loop, Scan). `outer` holds the
-// values of the enclosing graph's run, which the subgraphs capture from.
+// An ONNX op whose attributes hold graphs (If, Loop, Scan): `subgraphs` by
+// attribute name ("then_branch", "body"). `outer` holds the values of the
+// enclosing graph's run, which the subgraphs capture from.
+using Subgraphs = std::map<std::string, std::unique_ptr<OnnxGraph>>;
 using ControlFlow = std::vector<Tensor> (*)(const OnnxNode& node, const std::vector<Tensor>& inputs,
-                                            const std::vector<std::unique_ptr<OnnxGraph>>& subgraphs,
-                                            const std::vector<Tensor>& outer);
+                                            const Subgraphs& subgraphs, const std::vector<Tensor>& outer);
 // The control-flow op types and their runners (onnx_control_flow.cpp).
 const std::map<std::string, ControlFlow>& control_flow_ops();
 
@@ -59,7 +60,7 @@ class OnnxGraph {
     const ::onnx::NodeProto* proto;
     const Converter* convert;  // null for control flow
     ControlFlow control = nullptr;
-    std::vector<std::unique_ptr<OnnxGraph>> subgraphs;
+    Subgraphs subgraphs;
     std::vector<int> inputs;   // value slots; -1 for an omitted optional input
     std::vector<int> outputs;
     std::vector<int> release;  // value slots read for the last time here

@@ -88,8 +88,7 @@ std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) 
   Tensor y, scores, biased, weights;
   if (softcap <= 0 && !n.output_wanted(3)) {
     // The fused kernel: the scores never exist whole. A query that sees no key gets zeros.
-    y = scaled_dot_product_attention(q, repeat_heads(k, share), repeat_heads(v, share),
-                                     bias.defined() ? bias.expand(Shape{batch, heads, queries, keys}) : bias, false, scale);
+    y = scaled_dot_product_attention(q, repeat_heads(k, share), repeat_heads(v, share), bias, false, scale);
   } else {
     // The scale split between Q and K, as ONNX's reference does.
     const Tensor root = scalar_tensor(std::sqrt(scale), dt);

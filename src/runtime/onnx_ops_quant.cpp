@@ -87,11 +87,6 @@ Tensor centered(const OnnxNode& n, const Tensor& x, const Tensor& zero_point) {
   return wide - cast(zero_point, DType::Float64);
 }
 
-const Tensor& optional_input(const std::vector<Tensor>& in, size_t i) {
-  static const Tensor none;
-  return i < in.size() ? in[i] : none;
-}
-
 // A zero point or scale of a matrix product's left operand, per row when it
 // has one value per row.
 Tensor per_row(const Tensor& t, const Tensor& a) {
@@ -124,13 +119,13 @@ Tensor requantize(const OnnxNode& n, const Tensor& acc, const Tensor& multiplier
 // MatMulInteger: (a - a_zero_point) @ (b - b_zero_point) in int32.
 std::vector<Tensor> matmul_integer(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor &a = input(n, in, 0), &b = input(n, in, 1);
-  const Tensor product = matmul(centered(n, a, per_row(optional_input(in, 2), a)), centered(n, b, optional_input(in, 3)));
+  const Tensor product = matmul(centered(n, a, per_row(OnnxReader::optional(in, 2), a)), centered(n, b, OnnxReader::optional(in, 3)));
   return {cast(product, DType::Int32)};
 }
 
 // ConvInteger: the convolution of (x - x_zero_point) and (w - w_zero_point) in int32.
 std::vector<Tensor> conv_integer(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor acc = conv_of_centered(n, input(n, in, 0), optional_input(in, 2), input(n, in, 1), optional_input(in, 3), {});
+  const Tensor acc = conv_of_centered(n, input(n, in, 0), OnnxReader::optional(in, 2), input(n, in, 1), OnnxReader::optional(in, 3), {});
   return {cast(acc, DType::Int32)};
 }
 
@@ -147,7 +142,7 @@ std::vector<Tensor> qlinear_matmul(const OnnxNode& n, const std::vector<Tensor>&
 // x_scale * w_scale / y_scale, w_scale per output channel or one value.
 std::vector<Tensor> qlinear_conv(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor &x = input(n, in, 0), &w = input(n, in, 3);
-  const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), optional_input(in, 8));
+  const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), OnnxReader::optional(in, 8));
   const Tensor multiplier = input(n, in, 1).reshape({}) * per_axis(input(n, in, 4), 1, acc.dim()) / input(n, in, 6).reshape({});
   return {requantize(n, acc, multiplier, input(n, in, 7))};
 }

@@ -49,14 +49,17 @@ void int_attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
   return a->mutable_g();
 }
 
-// A scalar constant node in `g`.
-void constant(::onnx::GraphProto* g, const std::string& name, float value) {
+// A scalar constant node in `g`, float32 unless `elem` says int64 or bool.
+void constant(::onnx::GraphProto* g, const std::string& name, float value, int elem = TensorProto::FLOAT) {
   auto* n = node(g, "Constant", {}, {name});
   auto* a = n->add_attribute();
   a->set_name("value");
   a->set_type(::onnx::AttributeProto::TENSOR);
-  a->mutable_t()->set_data_type(TensorProto::FLOAT);
-  a->mutable_t()->add_float_data(value);
+  auto* t = a->mutable_t();
+  t->set_data_type(elem);
+  if (elem == TensorProto::INT64) t->add_int64_data(static_cast<int64_t>(value));
+  else if (elem == TensorProto::BOOL) t->add_int32_data(value != 0);
+  else t->add_float_data(value);
 }
 
 ::onnx::ModelProto model() {
@@ -168,12 +171,7 @@ TEST(OnnxControlFlow, CountedLoopWithConstantBranchCompilesAndMatchesEager) {
   auto m = model();
   auto* g = m.mutable_graph();
   typed(g->add_input(), "x", TensorProto::FLOAT, {2, 2});
-  auto* trips = node(g, "Constant", {}, {"trips"});
-  auto* a = trips->add_attribute();
-  a->set_name("value");
-  a->set_type(::onnx::AttributeProto::TENSOR);
-  a->mutable_t()->set_data_type(TensorProto::INT64);
-  a->mutable_t()->add_int64_data(4);
+  constant(g, "trips", 4, TensorProto::INT64);
   auto* loop = node(g, "Loop", {"trips", "", "x"}, {"y"}, "accumulate");
   auto* body = graph_attr(loop, "body");
   typed(body->add_input(), "i", TensorProto::INT64, {});
@@ -186,12 +184,7 @@ TEST(OnnxControlFlow, CountedLoopWithConstantBranchCompilesAndMatchesEager) {
     to.set_i(TensorProto::FLOAT);
     return to;
   }());
-  auto* cond = node(body, "Constant", {}, {"always"});
-  auto* ca = cond->add_attribute();
-  ca->set_name("value");
-  ca->set_type(::onnx::AttributeProto::TENSOR);
-  ca->mutable_t()->set_data_type(TensorProto::BOOL);
-  ca->mutable_t()->add_int32_data(1);
+  constant(body, "always", 1, TensorProto::BOOL);
   auto* inner = node(body, "If", {"always"}, {"step"});
   auto* then = graph_attr(inner, "then_branch");
   node(then, "Mul", {"x", "fi"}, {"scaled"});  // x from two graphs out, fi from the body
