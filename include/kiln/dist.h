@@ -7,6 +7,7 @@
 //   auto group = kiln::dist::init();         // reads RANK, WORLD_SIZE, MASTER_ADDR, ...
 //   group->all_reduce(grad, kiln::dist::ReduceOp::Mean);
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -55,7 +56,7 @@ Place place_from_environment(const PlaceOverrides& overrides = {});
 // node3, node7, gpu08, gpu09 (leading zeros kept). Throws on a malformed list.
 std::vector<std::string> expand_host_list(const std::string& list);
 
-enum class ReduceOp { Sum, Mean, Max };
+enum class ReduceOp { Sum, Mean, Max, Min };
 
 struct InitOptions {
   PlaceOverrides place;
@@ -64,26 +65,69 @@ struct InitOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
-// The ranks of a job joined over Gloo's TCP transport. Collectives work in
-// place on contiguous CPU tensors of float32, float64, int32 or int64, and
-// must be called by every rank in the same order. A rank that never joins,
-// dies or stops answering makes the others fail within the timeout with an
-// error naming what it could (the missing ranks at init), never hang.
+// A collective started asynchronously. wait() blocks until it finished and
+// rethrows its error; the tensors it was given must not be read or written
+// before. A default-constructed Work is already complete.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() const;
+  bool completed() const;
+
+ private:
+  std::shared_future<void> done_;
+};
+
+namespace detail {
+struct GroupAccess;
+}
+
+// Ranks joined over Gloo's TCP transport: the world, or a sub-group of it.
+// Collectives work on contiguous CPU tensors and must be called by every
+// rank of the group in the same order. They run in that order on the
+// group's own communication thread, so the asynchronous forms overlap with
+// whatever the caller computes meanwhile. A rank that never joins, dies or
+// stops answering makes the others fail within the timeout with an error
+// naming it and its host, never hang.
 class ProcessGroup {
  public:
   ~ProcessGroup();
-  int rank() const;
+  int rank() const;  // within this group
   int size() const;
+  // The job's place of this process (its rank in the world).
   const Place& place() const;
+  // The world ranks of this group's members, by group rank.
+  const std::vector<int>& ranks() const;
+  std::chrono::milliseconds timeout() const;
 
-  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);  // Mean: floating tensors only
+  // Reduces in place. Every dtype but bool; Mean: floating dtypes only.
+  // float16 and bfloat16 add in float32 per step.
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum);
+  // Copies root's tensor (any dtype) into every rank's.
   void broadcast(Tensor& t, int root = 0);
+  // Every rank's tensor (same shape and dtype on each), stacked: [size, ...t.shape].
+  Tensor all_gather(const Tensor& t);
+  // t's first axis split in size() equal parts; rank r gets part r reduced
+  // over the ranks. Moves as much data as an all-reduce's first half.
+  Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   void barrier();
+
+  Work all_reduce_async(Tensor t, ReduceOp op = ReduceOp::Sum);
+  Work broadcast_async(Tensor t, int root = 0);
+  Work all_gather_async(Tensor out, Tensor in);                                     // out: [size, ...in.shape]
+  Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op = ReduceOp::Sum);  // out: in.shape[0] / size rows
+  Work barrier_async();
+
+  // A sub-group of these ranks (group ranks, each once, in the order they
+  // get their new ranks). Every rank of this group must call it, in the same
+  // order as its other collectives; ranks not listed get nullptr.
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
 
   struct Impl;
 
  private:
-  friend std::shared_ptr<ProcessGroup> init(const InitOptions& options);
+  friend struct detail::GroupAccess;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -1,204 +1,311 @@
-// The process group over Gloo: rendezvous through the TCP store, a full
-// mesh of Gloo TCP pairs, and collectives on tensors with the group's timeout.
+// Process groups over Gloo: collectives on tensors, run in call order on the
+// group's communication thread, with the group's timeout; a failure becomes
+// an error naming the collective, this rank, and (from the liveness beats)
+// the rank that stopped answering.
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
-#include <unistd.h>
 
-#include <csignal>
+#include <algorithm>
+#include <cstring>
+#include <set>
 
-#include "dist/tcp_store.h"
-#include "kiln/dist.h"
+#include "dist/job.h"
 
 namespace kiln::dist {
 
 struct ProcessGroup::Impl {
-  Place place;
-  std::chrono::milliseconds timeout;
-  std::unique_ptr<detail::StoreServer> server;  // rank 0 only
-  std::unique_ptr<detail::StoreClient> store;
+  std::shared_ptr<detail::Job> job;
+  std::vector<int> ranks;  // world ranks, by group rank
+  int rank = 0;            // in the group
+  std::string name;        // "the world", "group 1.2"
   std::shared_ptr<gloo::rendezvous::Context> context;
-  uint32_t next_tag = 0;
+  uint32_t next_tag = 0;   // the communication thread's
+  uint64_t issued = 0;     // the caller's
+  int children = 0;        // sub-groups made from this one
+  detail::CommThread comm;  // last: its thread stops before the rest goes
 
-  // Runs a collective; Gloo's errors (a peer gone, a timeout) become one
-  // that says which collective, on which rank, and what to check.
-  template <typename F>
-  void collective(const char* what, F run) {
-    try {
-      run();
-    } catch (const std::exception& e) {
-      KILN_FAIL("dist: ", what, " failed on rank ", place.rank, " of ", place.world_size, " after at most ",
-                timeout.count(), " ms: ", e.what(), ". Another rank has died, stopped answering or called a "
-                "different collective; its log (logs/rank-K.log under kiln launch) says which");
-    }
+  // Queues a collective; its error names it, this rank, and why.
+  Work submit(const char* what, std::function<void()> run) {
+    const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;
+    return Work(comm.post([this, label, run = std::move(run)] {
+      detail::Liveness& live = *job->liveness;
+      live.doing(label);
+      try {
+        run();
+      } catch (const std::exception& e) {
+        const auto settle = std::min(job->timeout, std::chrono::milliseconds(1500));
+        const std::string why = live.diagnose(ranks, settle);
+        live.doing(label + " (failed)");
+        KILN_FAIL("dist: ", label, " failed on rank ", job->place.rank, " (", live.where(job->place.rank), ") after at most ",
+                  job->timeout.count(), " ms: ", e.what(), ". ", why);
+      }
+      live.doing(label + " (done)");
+    }));
+  }
+  uint32_t tag() { return next_tag++; }
+};
+
+namespace detail {
+struct GroupAccess {
+  static std::shared_ptr<ProcessGroup> make(std::unique_ptr<ProcessGroup::Impl> impl) {
+    return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
   }
 };
+}  // namespace detail
+
+void Work::wait() const {
+  if (done_.valid()) done_.get();
+}
+
+bool Work::completed() const {
+  return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
 
 namespace {
 
-std::string host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-// Gloo's reduction for the tensor's dtype.
+// float16 and bfloat16 add in float; the rest in their own type.
 template <typename T>
-void all_reduce_as(ProcessGroup::Impl& g, Tensor& t, ReduceOp op) {
-  gloo::AllreduceOptions o(g.context);
-  T* data = t.data<T>();
-  o.setOutput(data, static_cast<size_t>(t.numel()));
-  o.setTag(g.next_tag++);
-  o.setTimeout(g.timeout);
-  using Reduce = void (*)(void*, const void*, const void*, size_t);
-  const Reduce max = &gloo::max<T>, sum = &gloo::sum<T>;
-  o.setReduceFunction(op == ReduceOp::Max ? max : sum);
-  g.collective("all_reduce", [&] { gloo::allreduce(o); });
-  if (op == ReduceOp::Mean)
-    for (int64_t i = 0; i < t.numel(); ++i) data[i] = static_cast<T>(data[i] / static_cast<T>(g.place.world_size));
+using Acc = std::conditional_t<std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float, T>;
+
+template <typename T, typename F>
+void combine(void* c, const void* a, const void* b, size_t n, F f) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(f(static_cast<Acc<T>>(x[i]), static_cast<Acc<T>>(y[i])));
 }
 
-void check_tensor(const Tensor& t, const char* what) {
-  KILN_CHECK(t.defined() && t.is_contiguous() && t.device().type == DeviceType::CPU, "dist: ", what,
-             " takes a contiguous CPU tensor, got ", t.defined() ? t.meta_str() : "an undefined one",
+template <typename T>
+ReduceFn reducer_as(ReduceOp op) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {  // Gloo's own, vectorized
+    if (op == ReduceOp::Max) return &gloo::max<T>;
+    if (op == ReduceOp::Min) return &gloo::min<T>;
+    return &gloo::sum<T>;
+  } else {
+    if (op == ReduceOp::Max)
+      return [](void* c, const void* a, const void* b, size_t n) { combine<T>(c, a, b, n, [](auto x, auto y) { return std::max(x, y); }); };
+    if (op == ReduceOp::Min)
+      return [](void* c, const void* a, const void* b, size_t n) { combine<T>(c, a, b, n, [](auto x, auto y) { return std::min(x, y); }); };
+    return [](void* c, const void* a, const void* b, size_t n) { combine<T>(c, a, b, n, [](auto x, auto y) { return x + y; }); };
+  }
+}
+
+template <typename T>
+void divide_as(void* data, size_t n, int by) {
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<Acc<T>>(p[i]) / static_cast<Acc<T>>(by));
+}
+
+struct Reduction {
+  ReduceFn fn = nullptr;
+  void (*divide)(void*, size_t, int) = nullptr;  // Mean: floating dtypes only
+};
+
+Reduction reduction_for(DType dtype, ReduceOp op, const char* what) {
+  switch (dtype) {
+    case DType::Float32: return {reducer_as<float>(op), &divide_as<float>};
+    case DType::Float64: return {reducer_as<double>(op), &divide_as<double>};
+    case DType::Float16: return {reducer_as<Half>(op), &divide_as<Half>};
+    case DType::BFloat16: return {reducer_as<BFloat16>(op), &divide_as<BFloat16>};
+    case DType::Int32: return {reducer_as<int32_t>(op), nullptr};
+    case DType::Int64: return {reducer_as<int64_t>(op), nullptr};
+    case DType::UInt8: return {reducer_as<uint8_t>(op), nullptr};
+    case DType::Int8: return {reducer_as<int8_t>(op), nullptr};
+    case DType::Bool: break;
+  }
+  KILN_FAIL("dist: ", what, " cannot reduce bool tensors; cast to uint8 (Max is 'any', Min is 'all') first");
+}
+
+Reduction checked_reduction(DType dtype, ReduceOp op, const char* what) {
+  Reduction r = reduction_for(dtype, op, what);
+  KILN_CHECK(op != ReduceOp::Mean || r.divide, "dist: ", what, " with Mean takes a floating tensor, got ", dtype_name(dtype),
+             "; reduce with Sum and divide, or cast first");
+  return r;
+}
+
+void check_tensor(const Tensor& t, const char* what, const char* role = "a") {
+  KILN_CHECK(t.defined() && t.is_contiguous() && t.device().type == DeviceType::CPU, "dist: ", what, " takes ", role,
+             " contiguous CPU tensor, got ", t.defined() ? t.meta_str() : "an undefined one",
              "; call .contiguous() (and .to(cpu_device())) first");
+}
+
+// Gloo sizes buffers by sizeof(T) alone; the reduction knows the real type.
+template <typename Options>
+void set_buffer(Options& o, bool output, void* data, size_t n, size_t element_size) {
+  auto set = [&](auto* typed) {
+    if (output) o.setOutput(typed, n);
+    else o.setInput(typed, n);
+  };
+  switch (element_size) {
+    case 1: set(static_cast<uint8_t*>(data)); break;
+    case 2: set(static_cast<uint16_t*>(data)); break;
+    case 4: set(static_cast<uint32_t*>(data)); break;
+    default: set(static_cast<uint64_t*>(data)); break;
+  }
 }
 
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() = default;
-int ProcessGroup::rank() const { return impl_->place.rank; }
-int ProcessGroup::size() const { return impl_->place.world_size; }
-const Place& ProcessGroup::place() const { return impl_->place; }
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::size() const { return static_cast<int>(impl_->ranks.size()); }
+const Place& ProcessGroup::place() const { return impl_->job->place; }
+const std::vector<int>& ProcessGroup::ranks() const { return impl_->ranks; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->job->timeout; }
 
-void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+Work ProcessGroup::all_reduce_async(Tensor t, ReduceOp op) {
   check_tensor(t, "all_reduce");
-  switch (t.dtype()) {
-    case DType::Float32: all_reduce_as<float>(*impl_, t, op); break;
-    case DType::Float64: all_reduce_as<double>(*impl_, t, op); break;
-    case DType::Int32:
-    case DType::Int64:
-      KILN_CHECK(op != ReduceOp::Mean, "dist: all_reduce with Mean takes a floating tensor, got ", t.meta_str(),
-                 "; reduce with Sum and divide, or cast first");
-      if (t.dtype() == DType::Int32) all_reduce_as<int32_t>(*impl_, t, op);
-      else all_reduce_as<int64_t>(*impl_, t, op);
-      break;
-    default:
-      KILN_FAIL("dist: all_reduce takes float32, float64, int32 or int64 tensors, got ", t.meta_str());
-  }
+  const Reduction r = checked_reduction(t.dtype(), op, "all_reduce");
+  Impl& g = *impl_;
+  return g.submit("all_reduce", [&g, t, op, r] {
+    gloo::AllreduceOptions o(g.context);
+    const size_t n = static_cast<size_t>(t.numel());
+    set_buffer(o, true, t.raw_data(), n, t.element_size());
+    o.setReduceFunction(r.fn);
+    o.setTag(g.tag());
+    o.setTimeout(g.job->timeout);
+    gloo::allreduce(o);
+    if (op == ReduceOp::Mean) r.divide(t.raw_data(), n, static_cast<int>(g.ranks.size()));
+  });
 }
 
-void ProcessGroup::broadcast(Tensor& t, int root) {
+Work ProcessGroup::broadcast_async(Tensor t, int root) {
   check_tensor(t, "broadcast");
   KILN_CHECK(root >= 0 && root < size(), "dist: broadcast from rank ", root, " in a group of ", size());
-  gloo::BroadcastOptions o(impl_->context);
-  o.setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(t.numel()) * t.element_size());
-  o.setRoot(root);
-  o.setTag(impl_->next_tag++);
-  o.setTimeout(impl_->timeout);
-  impl_->collective("broadcast", [&] { gloo::broadcast(o); });
+  Impl& g = *impl_;
+  return g.submit("broadcast", [&g, t, root] {
+    gloo::BroadcastOptions o(g.context);
+    o.setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(t.numel()) * t.element_size());
+    o.setRoot(root);
+    o.setTag(g.tag());
+    o.setTimeout(g.job->timeout);
+    gloo::broadcast(o);
+  });
 }
 
-void ProcessGroup::barrier() {
-  gloo::BarrierOptions o(impl_->context);
-  o.setTag(impl_->next_tag++);
-  o.setTimeout(impl_->timeout);
-  impl_->collective("barrier", [&] { gloo::barrier(o); });
+Work ProcessGroup::all_gather_async(Tensor out, Tensor in) {
+  check_tensor(in, "all_gather", "an input");
+  check_tensor(out, "all_gather", "an output");
+  Shape want = in.shape();
+  want.insert(want.begin(), size());
+  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: all_gather into ", out.meta_str(), " from ",
+             in.meta_str(), "; the output must be ", dtype_name(in.dtype()), shape_str(want), " (the group's size first)");
+  Impl& g = *impl_;
+  return g.submit("all_gather", [&g, out, in] {
+    gloo::AllgatherOptions o(g.context);
+    const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
+    o.setInput(static_cast<uint8_t*>(in.raw_data()), bytes);
+    o.setOutput(static_cast<uint8_t*>(out.raw_data()), bytes * g.ranks.size());
+    o.setTag(g.tag());
+    o.setTimeout(g.job->timeout);
+    gloo::allgather(o);
+  });
 }
 
-namespace {
+Work ProcessGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
+  check_tensor(in, "reduce_scatter", "an input");
+  check_tensor(out, "reduce_scatter", "an output");
+  const Reduction r = checked_reduction(in.dtype(), op, "reduce_scatter");
+  const int64_t n = size();
+  KILN_CHECK(in.dim() >= 1 && in.size(0) % n == 0, "dist: reduce_scatter splits the first axis in ", n,
+             " equal parts, but the input is ", in.meta_str(), "; pad it to a multiple of ", n);
+  Shape want = in.shape();
+  want[0] /= n;
+  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: reduce_scatter into ", out.meta_str(),
+             "; the output must be ", dtype_name(in.dtype()), shape_str(want));
+  Impl& g = *impl_;
+  return g.submit("reduce_scatter", [&g, out, in, op, r, n] {
+    // Every rank sends part k to rank k (an all-to-all), then adds up what it got.
+    const size_t part = static_cast<size_t>(out.numel()), bytes = part * out.element_size();
+    std::vector<uint8_t> received(bytes * static_cast<size_t>(n));
+    gloo::AlltoallOptions o(g.context);
+    o.setInput(static_cast<uint8_t*>(in.raw_data()), bytes * static_cast<size_t>(n));
+    o.setOutput(received.data(), received.size());
+    o.setTag(g.tag());
+    o.setTimeout(g.job->timeout);
+    gloo::alltoall(o);
+    std::memcpy(out.raw_data(), received.data(), bytes);
+    for (int64_t k = 1; k < n; ++k) r.fn(out.raw_data(), out.raw_data(), received.data() + bytes * static_cast<size_t>(k), part);
+    if (op == ReduceOp::Mean) r.divide(out.raw_data(), part, static_cast<int>(n));
+  });
+}
 
-// Rank 0: waits for every rank to register, then sets the verdict the
-// others wait for. On a timeout the verdict names the missing ranks; the
-// store stays up until the ranks that came have read it (a few seconds at
-// most), then this rank throws the same message.
-void join_or_name_the_missing(ProcessGroup::Impl& g, const std::string& host, int port) {
-  const Place& p = g.place;
-  std::vector<std::string> everyone;
-  for (int r = 0; r < p.world_size; ++r) everyone.push_back("kiln/joined/" + std::to_string(r));
+Work ProcessGroup::barrier_async() {
+  Impl& g = *impl_;
+  return g.submit("barrier", [&g] {
+    gloo::BarrierOptions o(g.context);
+    o.setTag(g.tag());
+    o.setTimeout(g.job->timeout);
+    gloo::barrier(o);
+  });
+}
+
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+void ProcessGroup::broadcast(Tensor& t, int root) { broadcast_async(t, root).wait(); }
+void ProcessGroup::barrier() { barrier_async().wait(); }
+
+Tensor ProcessGroup::all_gather(const Tensor& t) {
+  Shape shape = t.shape();
+  shape.insert(shape.begin(), size());
+  Tensor out = Tensor::empty(shape, t.dtype());
+  all_gather_async(out, t).wait();
+  return out;
+}
+
+Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op) {
+  KILN_CHECK(t.dim() >= 1, "dist: reduce_scatter takes a tensor with at least one axis, got ", t.meta_str());
+  Shape shape = t.shape();
+  shape[0] /= size();
+  Tensor out = Tensor::empty(shape, t.dtype());
+  reduce_scatter_async(out, t, op).wait();
+  return out;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& members) {
+  Impl& parent = *impl_;
+  std::set<int> seen;
+  for (int r : members)
+    KILN_CHECK(r >= 0 && r < size() && seen.insert(r).second, "dist: new_group takes distinct ranks of a group of ",
+               size(), " (0..", size() - 1, "), got ", r, seen.count(r) ? " twice" : "");
+  KILN_CHECK(!members.empty(), "dist: new_group needs at least one rank");
+  // Every member names it the same way: its parent's name and how many the parent made.
+  const std::string name = (parent.name == "the world" ? "group " : parent.name + ".") + std::to_string(++parent.children);
+  auto it = std::find(members.begin(), members.end(), parent.rank);
+  if (it == members.end()) return nullptr;
+  auto g = std::make_unique<Impl>();
+  g->job = parent.job;
+  for (int r : members) g->ranks.push_back(parent.ranks[static_cast<size_t>(r)]);
+  g->rank = static_cast<int>(it - members.begin());
+  g->name = name;
+  g->context = std::make_shared<gloo::rendezvous::Context>(g->rank, static_cast<int>(members.size()));
+  g->context->setTimeout(g->job->timeout);
+  gloo::rendezvous::PrefixStore prefixed("kiln/" + name, *g->job->store);
   try {
-    g.store->wait(everyone, g.timeout);
-    g.store->set("kiln/verdict", {'o', 'k'});
-    return;
-  } catch (const Error&) {
+    g->context->connectFullMesh(prefixed, g->job->device);
+  } catch (const std::exception& e) {
+    KILN_FAIL("dist: making ", name, " failed on rank ", g->job->place.rank, ": ", e.what(),
+              ". Every rank of the group it was made from must call new_group with the same ranks, in the same order");
   }
-  detail::StoreClient ask(host, port, std::chrono::milliseconds(5000));  // the first client is out of step now
-  std::string missing;
-  std::vector<int> came;
-  for (int r = 0; r < p.world_size; ++r) {
-    if (ask.has(everyone[static_cast<size_t>(r)])) {
-      if (r != 0) came.push_back(r);
-    } else {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    }
-  }
-  std::string hosts;
-  for (const auto& name : p.hosts) hosts += (hosts.empty() ? " (the job's hosts: " : ", ") + name;
-  if (!hosts.empty()) hosts += ")";
-  const std::string message =
-      ::kiln::detail::concat("dist: rank(s) ", missing, " of ", p.world_size, " did not join within ", g.timeout.count(), " ms",
-                    hosts, ". Check that they were started, with WORLD_SIZE=", p.world_size,
-                    " and MASTER_ADDR:MASTER_PORT=", host, ":", port, " like the others, and that their logs show no "
-                    "earlier error");
-  ask.set("kiln/verdict", {message.begin(), message.end()});
-  for (int r : came) {
-    try {
-      ask.get("kiln/read/" + std::to_string(r), std::chrono::milliseconds(2000));
-    } catch (const Error&) {
-      break;  // that rank went away: nobody else is waiting long for the store
-    }
-  }
-  throw Error(message);
+  return detail::GroupAccess::make(std::move(g));
 }
 
-}  // namespace
-
-std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a rank that dies
-  // would kill this one with SIGPIPE instead of failing its collective with
-  // a message. Writes to a closed socket report EPIPE instead.
-  std::signal(SIGPIPE, SIG_IGN);
+std::shared_ptr<ProcessGroup> make_world(std::shared_ptr<detail::Job> job, std::shared_ptr<gloo::rendezvous::Context> context) {
   auto g = std::make_unique<ProcessGroup::Impl>();
-  g->place = place_from_environment(options.place);
-  g->timeout = options.timeout;
-  const Place& p = g->place;
-  const std::string& host = p.master_addr;  // the place always has one (127.0.0.1 and a default port unless set)
-  if (p.rank == 0) g->server = std::make_unique<detail::StoreServer>(p.master_port);
-  const int port = g->server ? g->server->port() : p.master_port;
-  g->store = std::make_unique<detail::StoreClient>(host, port, g->timeout);
-  // Every rank says it arrived (and from where). Rank 0 waits for them all
-  // and gives its verdict: "ok", or which ranks did not come; the others
-  // wait for the verdict, so every rank names the missing ones, not only
-  // rank 0 (whose store the others would find closed).
-  const std::string me = host_name() + " (" + g->store->local_address() + ")";
-  g->store->set("kiln/joined/" + std::to_string(p.rank), {me.begin(), me.end()});
-  if (p.rank == 0) {
-    join_or_name_the_missing(*g, host, port);
-  } else {
-    constexpr std::chrono::milliseconds kVerdictGrace(5000);  // rank 0 started first: its timeout ends earlier
-    std::vector<char> verdict;
-    try {
-      verdict = g->store->get("kiln/verdict", g->timeout + kVerdictGrace);
-    } catch (const Error& e) {
-      KILN_FAIL("dist: rank 0 did not say within ", (g->timeout + kVerdictGrace).count(), " ms whether all ", p.world_size,
-                " ranks joined (", e.what(), "); check rank 0's log");
-    }
-    g->store->set("kiln/read/" + std::to_string(p.rank), {'1'});
-    const std::string said(verdict.begin(), verdict.end());
-    KILN_CHECK(said == "ok", said);
-  }
-  gloo::transport::tcp::attr attr;
-  attr.hostname = g->store->local_address();  // the interface that reaches rank 0 reaches the others too
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  g->context = std::make_shared<gloo::rendezvous::Context>(p.rank, p.world_size);
-  g->context->setTimeout(g->timeout);
-  gloo::rendezvous::PrefixStore prefixed("kiln/gloo", *g->store);
-  g->collective("connecting to the other ranks", [&] { g->context->connectFullMesh(prefixed, device); });
-  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(g)));
+  g->job = std::move(job);
+  for (int r = 0; r < g->job->place.world_size; ++r) g->ranks.push_back(r);
+  g->rank = g->job->place.rank;
+  g->name = "the world";
+  g->context = std::move(context);
+  return detail::GroupAccess::make(std::move(g));
 }
 
 }  // namespace kiln::dist

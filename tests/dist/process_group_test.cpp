@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -172,7 +174,121 @@ TEST(ProcessGroup, ARankThatDiesFailsTheOthersCollective) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   EXPECT_EQ(outcome.status[1], 7);
   EXPECT_EQ(outcome.status[0], 1);
-  EXPECT_NE(outcome.messages[0].find("all_reduce failed on rank 0 of 2"), std::string::npos) << outcome.messages[0];
+  const std::string& said = outcome.messages[0];
+  EXPECT_NE(said.find("all_reduce #2 of the world failed on rank 0"), std::string::npos) << said;
+  EXPECT_NE(said.find("stopped answering"), std::string::npos) << said;
+  EXPECT_NE(said.find("Rank 1 on "), std::string::npos) << said;
+}
+
+TEST(ProcessGroup, ARankThatHangsIsNamedWhenTheCollectiveTimesOut) {
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  auto outcome = run_ranks(
+      {0, 1},
+      [&](int rank) {
+        auto group = dist::init(as_rank(rank, 2, port, 2000ms));
+        group->barrier();
+        if (rank == 1) raise(SIGSTOP);  // alive, holding its sockets open, answering nothing
+        Tensor t = ones({16});
+        group->all_reduce(t);
+      },
+      12s);  // then the stopped rank is killed
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+  EXPECT_EQ(outcome.status[0], 1);
+  const std::string& said = outcome.messages[0];
+  EXPECT_NE(said.find("all_reduce #2 of the world failed on rank 0"), std::string::npos) << said;
+  EXPECT_NE(said.find("stopped answering (no sign of life"), std::string::npos) << said;
+  EXPECT_NE(said.find("Rank 1 on "), std::string::npos) << said;
+}
+
+TEST(ProcessGroup, GatherScatterAndAsyncWorkAcrossThreeRanks) {
+  const int port = free_port();
+  auto outcome = run_ranks({0, 1, 2}, [&](int rank) {
+    auto group = dist::init(as_rank(rank, 3, port));
+    const float r = static_cast<float>(rank);
+    Tensor gathered = group->all_gather(from_vector<float>({r, 10 + r}, {1, 2}));
+    if (gathered.shape() != Shape{3, 1, 2}) throw std::runtime_error("all_gather shape " + gathered.meta_str());
+    expect_equal(gathered.to_vector<float>(), {0, 10, 1, 11, 2, 12}, "all_gather");
+    // Rows 2k and 2k+1 go to rank k, summed over the ranks.
+    std::vector<float> rows;
+    for (int i = 0; i < 6; ++i) rows.push_back(static_cast<float>(i) + 100 * r);
+    Tensor part = group->reduce_scatter(from_vector<float>(rows, {6}));
+    expect_equal(part.to_vector<float>(), {6.f * rank + 300, 6.f * rank + 303}, "reduce_scatter");
+    Tensor mean = group->reduce_scatter(from_vector<float>(rows, {6}), dist::ReduceOp::Mean);
+    expect_equal(mean.to_vector<float>(), {2.f * rank + 100, 2.f * rank + 101}, "reduce_scatter mean");
+    // Several in flight at once finish in order, each with its own result.
+    std::vector<Tensor> ts;
+    std::vector<dist::Work> works;
+    for (int k = 0; k < 8; ++k) {
+      ts.push_back(full({1000}, static_cast<double>(k + rank)));
+      works.push_back(group->all_reduce_async(ts.back()));
+    }
+    works.push_back(group->barrier_async());
+    for (auto& w : works) w.wait();
+    for (int k = 0; k < 8; ++k)
+      if (ts[k].to_vector<float>()[999] != static_cast<float>(3 * k + 3)) throw std::runtime_error("async all_reduce");
+    // Every dtype Gloo can move, reduced in its own arithmetic.
+    Tensor h = from_vector<float>({1.5f + r}, {1}).to(DType::Float16);
+    group->all_reduce(h, dist::ReduceOp::Mean);
+    if (h.to(DType::Float32).to_vector<float>()[0] != 2.5f) throw std::runtime_error("float16 mean");
+    Tensor b = from_vector<float>({r}, {1}).to(DType::BFloat16);
+    group->all_reduce(b, dist::ReduceOp::Max);
+    if (b.to(DType::Float32).to_vector<float>()[0] != 2.f) throw std::runtime_error("bfloat16 max");
+    Tensor u = from_vector<int64_t>({rank + 1, 7 - rank}, {2}).to(DType::UInt8);
+    group->all_reduce(u, dist::ReduceOp::Min);
+    if (u.to(DType::Int64).to_vector<int64_t>() != std::vector<int64_t>{1, 5}) throw std::runtime_error("uint8 min");
+    Tensor flags = from_vector<int64_t>({rank == 2}, {1}).to(DType::Bool);
+    Tensor bytes = flags.to(DType::UInt8);
+    group->all_reduce(bytes, dist::ReduceOp::Max);
+    try {
+      group->all_reduce(flags);
+      throw std::runtime_error("bool was reduced");
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("cast to uint8") == std::string::npos) throw;
+    }
+    try {
+      Tensor ints = from_vector<int64_t>({1}, {1});
+      group->all_reduce(ints, dist::ReduceOp::Mean);
+      throw std::runtime_error("an integer mean was taken");
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("floating") == std::string::npos) throw;
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(outcome.status[r], 0) << "rank " << r << ": " << outcome.messages[r];
+}
+
+TEST(ProcessGroup, SubGroupsReduceAmongTheirOwnRanks) {
+  const int port = free_port();
+  auto outcome = run_ranks({0, 1, 2}, [&](int rank) {
+    auto world = dist::init(as_rank(rank, 3, port));
+    auto pair = world->new_group({2, 0});  // rank 2 becomes the group's rank 0
+    auto solo = world->new_group({1});
+    if ((rank == 1) != (pair == nullptr) || (rank == 1) != (solo != nullptr)) throw std::runtime_error("membership");
+    if (pair) {
+      if (pair->size() != 2 || pair->rank() != (rank == 2 ? 0 : 1)) throw std::runtime_error("group rank");
+      if (pair->ranks() != std::vector<int>{2, 0}) throw std::runtime_error("group ranks");
+      Tensor t = from_vector<float>({static_cast<float>(rank)}, {1});
+      pair->all_reduce(t);
+      expect_equal(t.to_vector<float>(), {2}, "group sum");
+      Tensor w = full({2}, static_cast<double>(rank));
+      pair->broadcast(w, 0);  // from world rank 2
+      expect_equal(w.to_vector<float>(), {2, 2}, "group broadcast");
+    } else {
+      Tensor t = ones({1});
+      solo->all_reduce(t);
+      expect_equal(t.to_vector<float>(), {1}, "a group of one");
+    }
+    Tensor all = ones({1});
+    world->all_reduce(all);  // the world still works beside its groups
+    expect_equal(all.to_vector<float>(), {3}, "world after groups");
+    try {
+      world->new_group({0, 0});
+      throw std::runtime_error("a rank was taken twice");
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("twice") == std::string::npos) throw;
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(outcome.status[r], 0) << "rank " << r << ": " << outcome.messages[r];
 }
 
 }  // namespace
