@@ -1,5 +1,6 @@
 #pragma once
 // Eager autograd: a tape of Nodes built as ops run, walked by backward().
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,26 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
 
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph);
+
+// Hears, during the backward passes this thread runs while it is installed,
+// of each leaf whose gradient is complete: backward() passes the leaf's
+// .grad, grad() the result it will return. Data parallelism starts the
+// all-reduce of a bucket as soon as its gradients are ready, while the
+// rest of backward still runs. Installed for its own lifetime.
+class LeafGradientListener {
+ public:
+  using Fn = std::function<void(TensorImpl* leaf, const Tensor& gradient)>;
+  explicit LeafGradientListener(Fn fn);
+  ~LeafGradientListener();
+  LeafGradientListener(const LeafGradientListener&) = delete;
+  LeafGradientListener& operator=(const LeafGradientListener&) = delete;
+  static LeafGradientListener* current();
+  void operator()(TensorImpl* leaf, const Tensor& gradient) const { fn_(leaf, gradient); }
+
+ private:
+  Fn fn_;
+  LeafGradientListener* outer_;
+};
 
 }  // namespace autograd
 

@@ -77,13 +77,18 @@ class ReduceLROnPlateau : public Callback {
 };
 
 // One line per epoch: JSON objects (path ending in .jsonl) or CSV with a header.
+// Opened when training begins, by the process that writes files (rank 0
+// of a data-parallel job); the other ranks write nothing.
 class MetricsLogger : public Callback {
  public:
   // append: continue an existing log (a resumed run) instead of starting a new one.
   explicit MetricsLogger(const std::string& path, bool append = false);
+  void on_train_begin(Model& m) override;
   void on_epoch_end(Model& m, const EpochInfo& e) override;
 
  private:
+  std::string path_;
+  bool append_;
   std::ofstream out_;
   bool json_;
 };

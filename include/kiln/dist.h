@@ -132,6 +132,11 @@ class ProcessGroup {
   std::unique_ptr<Impl> impl_;
 };
 
+// A number that stands for the group in an op's attributes (graph mode's
+// collective ops), and the group again from it; throws once it is gone.
+int64_t handle_of(const std::shared_ptr<ProcessGroup>& group);
+std::shared_ptr<ProcessGroup> group_of_handle(int64_t handle);
+
 // Joins the job: rank 0 hosts the rendezvous store at MASTER_ADDR:MASTER_PORT,
 // every rank registers there and the ranks connect to each other. Throws
 // kiln::Error naming the ranks that did not arrive within the timeout.

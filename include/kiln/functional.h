@@ -211,6 +211,13 @@ Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
 // their int64 indices, as torch.topk (ties: the lower index first).
 std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bool largest = true);
 
+// Collectives, as ops so that a compiled training step issues them where
+// its gradients become ready: start reducing `buffer` in place across the
+// ranks of a process group (its dist::handle_of) with op sum, mean, max or
+// min; wait for it before reading or writing the buffer again.
+void all_reduce_start(const Tensor& buffer, int64_t group, const std::string& op = "sum");
+void all_reduce_wait(const Tensor& buffer);
+
 // Joining, splitting, padding, masking.
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t axis = 0);

@@ -24,6 +24,9 @@ class ConfusionMatrix {
   double f1(int64_t c) const;
   double macro_f1() const;
   std::string str() const;  // the matrix, rows = labels, columns = predictions
+  // Row-major counts, as numbers that add up across ranks, and back.
+  std::vector<double> counts() const { return {counts_.begin(), counts_.end()}; }
+  void set_counts(const std::vector<double>& counts);
 
  private:
   int64_t n_;
@@ -40,6 +43,11 @@ class Metric {
   virtual void update(const Tensor& outputs, const Tensor& labels) = 0;
   // Named results, e.g. {"precision", 0.9}; a metric may report several.
   virtual std::vector<std::pair<std::string, double>> results() const = 0;
+  // The counts its results come from, which add up across the ranks of a
+  // data-parallel evaluation (empty: the metric cannot be combined, and
+  // each rank reports its own); set_counts puts the sums back.
+  virtual std::vector<double> counts() const { return {}; }
+  virtual void set_counts(const std::vector<double>&) {}
 };
 
 // Top-1 ("accuracy") or top-k ("top<k>_accuracy") accuracy.
@@ -49,6 +57,8 @@ class Accuracy : public Metric {
   void reset() override { hits_ = total_ = 0; }
   void update(const Tensor& outputs, const Tensor& labels) override;
   std::vector<std::pair<std::string, double>> results() const override;
+  std::vector<double> counts() const override { return {hits_, static_cast<double>(total_)}; }
+  void set_counts(const std::vector<double>& c) override;
 
  private:
   int64_t k_;
@@ -65,6 +75,8 @@ class ClassificationReport : public Metric {
   void update(const Tensor& outputs, const Tensor& labels) override { matrix_.update(outputs, labels); }
   std::vector<std::pair<std::string, double>> results() const override;
   const ConfusionMatrix& matrix() const { return matrix_; }
+  std::vector<double> counts() const override { return matrix_.counts(); }
+  void set_counts(const std::vector<double>& c) override { matrix_.set_counts(c); }
 
  private:
   int64_t num_classes_;

@@ -39,6 +39,9 @@ enum OpTag : uint32_t {
   // Outputs live on the device its `infer` names (to_device), not on the
   // dispatch input's.
   kTagTransfer = 1u << 8,
+  // Talks to the other ranks of a process group: never folded, merged or
+  // moved past another collective (tests/dist covers them).
+  kTagCollective = 1u << 9,
 };
 std::string tags_str(uint32_t tags);
 

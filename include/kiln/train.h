@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/data.h"
+#include "kiln/data_parallel.h"
 #include "kiln/jit.h"
 #include "kiln/metrics.h"
 #include "kiln/nn.h"
@@ -116,6 +117,17 @@ class Model {
   // process takes a core. Off, every step runs on all of them; a run and its
   // resumption in one process then give the same bits.
   void set_adapt_threads(bool on) { adapt_threads_ = on; }
+  // Trains as one rank of a data-parallel job (kiln/data_parallel.h):
+  // gradients averaged over the ranks in eager and graph mode, the step's
+  // loss, the epoch's mean loss and eval()'s loss and metrics reduced over
+  // the ranks, so that every rank reports and decides (early stopping,
+  // plateaus) alike. Give each rank its share of the data
+  // (data::DistributedSampler).
+  void set_data_parallel(std::shared_ptr<DataParallel> dp);
+  const std::shared_ptr<DataParallel>& data_parallel() const { return dp_; }
+  // Whether this process writes checkpoints and metrics files: rank 0 of a
+  // data-parallel job, or a process training alone.
+  bool writes_files() const;
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
   // not finite is handled as the NonFinitePolicy says.
   // With a validation set, each epoch ends with an evaluation on it
@@ -157,6 +169,7 @@ class Model {
   int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
   bool adapt_threads_ = true;
+  std::shared_ptr<DataParallel> dp_;
   jit::CompiledFunction* inference();
   // Graph mode: the compiled training step and inference.
   std::unique_ptr<jit::TrainStep> train_step_;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/data_parallel.h"
 #include "kiln/jit.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -20,8 +21,11 @@ namespace kiln::jit {
 class TrainStep {
  public:
   using LossFn = std::function<Tensor(const Tensor& outputs, const Tensor& labels)>;
+  // With `data_parallel`, the graph averages the gradients over the ranks:
+  // it starts each bucket's all-reduce where backward has produced it and
+  // waits for them all before the update.
   TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
-            CompileOptions options = {});
+            CompileOptions options = {}, std::shared_ptr<train::DataParallel> data_parallel = nullptr);
   struct Result {
     Tensor loss;     // 0-d
     Tensor outputs;  // the network's outputs
@@ -39,6 +43,7 @@ class TrainStep {
   LossFn loss_;
   std::shared_ptr<optim::Optimizer> opt_;
   CompileOptions options_;
+  std::shared_ptr<train::DataParallel> dp_;
   CompiledFunction fn_;
   std::vector<Tensor> lr_, state_;
   Tensor step_;

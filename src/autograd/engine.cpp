@@ -42,13 +42,19 @@ struct Capture {
   std::vector<Tensor> results;
 };
 
+thread_local LeafGradientListener* listener = nullptr;
+
 void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, Capture* capture) {
   NoGradGuard no_grad;
-  // Count the edges into each node reachable from the roots.
+  // Count the edges into each node reachable from the roots, and into each
+  // leaf, whose gradient is complete when the last one has delivered.
   std::unordered_map<Node*, int> deps;
+  std::unordered_map<TensorImpl*, int> leaf_deps;
   std::unordered_map<Node*, std::shared_ptr<Node>> keep;
   std::vector<Node*> stack;
+  LeafGradientListener* const listen = listener;
   for (auto& [e, g] : roots) {
+    if (e.leaf) ++leaf_deps[e.leaf.get()];
     if (e.node && !keep.count(e.node.get())) {
       keep[e.node.get()] = e.node;
       stack.push_back(e.node.get());
@@ -58,6 +64,7 @@ void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, C
     Node* n = stack.back();
     stack.pop_back();
     for (auto& e : n->next) {
+      if (e.leaf) ++leaf_deps[e.leaf.get()];
       if (!e.node) continue;
       deps[e.node.get()]++;
       if (!keep.count(e.node.get())) {
@@ -68,7 +75,7 @@ void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, C
   }
 
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
-  auto deliver_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
+  auto add_to_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, Tensor g) {
     if (capture) {
       auto it = capture->leaf.find(leaf.get());
       if (it != capture->leaf.end()) capture->results[it->second] = accumulate(capture->results[it->second], g);
@@ -81,6 +88,16 @@ void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, C
       leaf->grad = g.impl_ptr();
     } else {
       leaf->grad = add(Tensor(leaf->grad), g).impl_ptr();
+    }
+  };
+  // Every edge into a leaf arrives here, with a gradient or without.
+  auto deliver_leaf = [&](const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+    if (g.defined()) add_to_leaf(leaf, g);
+    if (!listen || --leaf_deps[leaf.get()] > 0) return;
+    if (!capture) {
+      (*listen)(leaf.get(), leaf->grad ? Tensor(leaf->grad) : Tensor());
+    } else if (auto it = capture->leaf.find(leaf.get()); it != capture->leaf.end()) {
+      (*listen)(leaf.get(), capture->results[it->second]);
     }
   };
 
@@ -148,7 +165,7 @@ void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, C
           buf[e.output_nr] = accumulate(buf[e.output_nr], g);
         }
         if (--deps[e.node.get()] == 0) ready.push_back(e.node.get());
-      } else if (e.leaf && g.defined()) {
+      } else if (e.leaf) {
         deliver_leaf(e.leaf, g);
       }
     }
@@ -185,6 +202,10 @@ Tensor root_gradient(const Tensor& root, const Tensor& gradient) {
 }
 
 }  // namespace
+
+LeafGradientListener::LeafGradientListener(Fn fn) : fn_(std::move(fn)), outer_(listener) { listener = this; }
+LeafGradientListener::~LeafGradientListener() { listener = outer_; }
+LeafGradientListener* LeafGradientListener::current() { return listener; }
 
 void backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {
   Tensor g = root_gradient(root, gradient);

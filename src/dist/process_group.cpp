@@ -309,3 +309,29 @@ std::shared_ptr<ProcessGroup> make_world(std::shared_ptr<detail::Job> job, std::
 }
 
 }  // namespace kiln::dist
+
+namespace kiln::dist {
+namespace {
+std::mutex handles_mutex;
+std::vector<std::weak_ptr<ProcessGroup>> handles;
+}  // namespace
+
+int64_t handle_of(const std::shared_ptr<ProcessGroup>& group) {
+  KILN_CHECK(group != nullptr, "dist: no process group (this rank is not a member of it)");
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  for (size_t i = 0; i < handles.size(); ++i)
+    if (handles[i].lock() == group) return static_cast<int64_t>(i);
+  handles.push_back(group);
+  return static_cast<int64_t>(handles.size()) - 1;
+}
+
+std::shared_ptr<ProcessGroup> group_of_handle(int64_t handle) {
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  std::shared_ptr<ProcessGroup> group;
+  if (handle >= 0 && static_cast<size_t>(handle) < handles.size()) group = handles[static_cast<size_t>(handle)].lock();
+  KILN_CHECK(group != nullptr, "dist: process group ", handle, " no longer exists; keep the group alive as long as "
+             "what uses it (a DataParallel, a compiled training step)");
+  return group;
+}
+
+}  // namespace kiln::dist

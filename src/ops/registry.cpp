@@ -29,7 +29,8 @@ std::string tags_str(uint32_t tags) {
   static const std::pair<OpTag, const char*> kNames[] = {
       {kTagElementwise, "elementwise"}, {kTagReduction, "reduction"}, {kTagView, "view"},
       {kTagNondifferentiable, "nondifferentiable"}, {kTagFusible, "fusible"}, {kTagRandom, "random"},
-      {kTagBackward, "backward"}, {kTagLoss, "loss"}, {kTagTransfer, "transfer"}};
+      {kTagBackward, "backward"}, {kTagLoss, "loss"}, {kTagTransfer, "transfer"},
+      {kTagCollective, "collective"}};
   std::string s;
   for (auto& [t, n] : kNames) {
     if (tags & t) {

@@ -57,6 +57,7 @@ void ModelCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
 }
 
 void ModelCheckpoint::save(Model& m, const std::string& tag, std::vector<std::pair<std::string, std::string>> metadata) {
+  if (!m.writes_files()) return;  // rank 0 of a data-parallel job writes for all
   std::string path = dir_;
   path += "/";
   path += prefix_;
@@ -160,14 +161,18 @@ void ProfilerCallback::finish() {
 }
 
 MetricsLogger::MetricsLogger(const std::string& path, bool append)
-    : json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {
-  bool had_lines = append && std::filesystem::exists(path) && std::filesystem::file_size(path) > 0;
-  out_.open(path, append ? std::ios::app : std::ios::trunc);
-  KILN_CHECK(out_.good(), "cannot write '", path, "'");
+    : path_(path), append_(append), json_(path.size() > 6 && path.substr(path.size() - 6) == ".jsonl") {}
+
+void MetricsLogger::on_train_begin(Model& m) {
+  if (!m.writes_files() || out_.is_open()) return;
+  bool had_lines = append_ && std::filesystem::exists(path_) && std::filesystem::file_size(path_) > 0;
+  out_.open(path_, append_ ? std::ios::app : std::ios::trunc);
+  KILN_CHECK(out_.good(), "cannot write '", path_, "'");
   if (!json_ && !had_lines) out_ << "epoch,train_loss,val_loss,val_accuracy,seconds,samples_per_s,lr\n";
 }
 
 void MetricsLogger::on_epoch_end(Model& m, const EpochInfo& e) {
+  if (!out_.is_open()) return;  // not the writing rank
   if (json_) {
     nlohmann::json line{{"epoch", e.epoch}, {"train_loss", e.mean_loss}, {"seconds", e.seconds},
                         {"samples_per_s", e.samples_per_s}, {"lr", m.optimizer().lr()}};

@@ -108,6 +108,18 @@ void Accuracy::update(const Tensor& outputs, const Tensor& labels) {
   total_ += n;
 }
 
+void Accuracy::set_counts(const std::vector<double>& c) {
+  KILN_CHECK(c.size() == 2, "Accuracy takes 2 counts (hits, total), got ", c.size());
+  hits_ = c[0];
+  total_ = static_cast<int64_t>(c[1]);
+}
+
+void ConfusionMatrix::set_counts(const std::vector<double>& c) {
+  KILN_CHECK(c.size() == counts_.size(), "a confusion matrix of ", n_, " classes takes ", counts_.size(), " counts, got ",
+             c.size());
+  for (size_t i = 0; i < c.size(); ++i) counts_[i] = static_cast<int64_t>(c[i]);
+}
+
 std::vector<std::pair<std::string, double>> Accuracy::results() const {
   double value = total_ ? hits_ / static_cast<double>(total_) : 0.0;
   return {{k_ == 1 ? std::string("accuracy") : "top" + std::to_string(k_) + "_accuracy", value}};

@@ -95,13 +95,15 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!train_step_) {
           jit::CompileOptions o;
           o.name = "train_step";
-          train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o);
+          train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o, dp_);
         }
         loss = (*train_step_)(batch.inputs, batch.labels).loss;
       } else {
         loss = loss_((*net_)(batch.inputs), batch.labels);
       }
-      double value = loss.item<double>();
+      // Data-parallel: the ranks' mean, so that every rank reports it and
+      // skips or stops on a non-finite one alike (eager: before backward).
+      double value = dp_ ? dp_->sum({loss.item<double>()})[0] / dp_->group()->size() : loss.item<double>();
       ++global_step_;
       ++batch_index;
       if (!std::isfinite(value)) {
@@ -121,7 +123,8 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       last_finite = value;
       if (!graph) {
         optimizer_->zero_grad();
-        loss.backward();
+        if (dp_) dp_->backward(loss);
+        else loss.backward();
         optimizer_->step();
       }
       governed.finished();
@@ -134,6 +137,11 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       for (auto& c : callbacks) c->on_step_end(*this, info);
     }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (dp_) {  // the epoch over every rank's samples
+      auto totals = dp_->sum({loss_sum, static_cast<double>(samples)});
+      loss_sum = totals[0];
+      samples = static_cast<int64_t>(totals[1]);
+    }
     EpochInfo e;
     e.epoch = epoch;
     e.epochs = epochs;
@@ -152,6 +160,13 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   for (auto& c : callbacks) c->on_train_end(*this);
   return history;
 }
+
+void Model::set_data_parallel(std::shared_ptr<DataParallel> dp) {
+  dp_ = std::move(dp);
+  train_step_.reset();  // the compiled step averages gradients, or not
+}
+
+bool Model::writes_files() const { return !dp_ || dp_->writes(); }
 
 void Model::resume_at(int64_t step, int epoch, int64_t batches_done) {
   KILN_CHECK(step >= 0 && epoch >= 1 && batches_done >= 0, "Model::resume_at: invalid position (step ", step,
@@ -190,6 +205,21 @@ EvalResult Model::eval(data::BatchSource& batches) {
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
     for (auto& m : metrics_) m->update(out, batch.labels);
     r.samples += n;
+  }
+  if (dp_) {  // every rank's share of the data counts
+    std::vector<double> counts{loss_sum, static_cast<double>(r.samples)};
+    for (auto& m : metrics_)
+      for (double c : m->counts()) counts.push_back(c);
+    counts = dp_->sum(counts);
+    loss_sum = counts[0];
+    r.samples = static_cast<int64_t>(counts[1]);
+    size_t k = 2;
+    for (auto& m : metrics_) {
+      const size_t n = m->counts().size();
+      if (n == 0) continue;
+      m->set_counts(std::vector<double>(counts.begin() + static_cast<int64_t>(k), counts.begin() + static_cast<int64_t>(k + n)));
+      k += n;
+    }
   }
   r.loss = r.samples ? loss_sum / static_cast<double>(r.samples) : std::nan("");
   r.metrics["loss"] = r.loss;

@@ -10,8 +10,12 @@
 namespace kiln::jit {
 
 TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
-                     CompileOptions options)
-    : net_(std::move(net)), loss_(std::move(loss)), opt_(std::move(optimizer)), options_(std::move(options)) {
+                     CompileOptions options, std::shared_ptr<train::DataParallel> data_parallel)
+    : net_(std::move(net)),
+      loss_(std::move(loss)),
+      opt_(std::move(optimizer)),
+      options_(std::move(options)),
+      dp_(std::move(data_parallel)) {
   KILN_CHECK(net_ && loss_ && opt_, "TrainStep needs a network, a loss and an optimizer");
   if (options_.name == "function") options_.name = net_->type_name() + "_train_step";
   step_ = scalar_tensor(0, DType::Float64);
@@ -28,7 +32,8 @@ void TrainStep::build() {
   Tensor step = step_;
   auto fused = std::make_shared<bool>(true);
   auto returned = std::make_shared<std::vector<std::pair<size_t, size_t>>>();  // (group, param) of returned grads
-  Function program = [net, opt, loss_fn, lr, step, fused, returned](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  train::DataParallel* dp = dp_.get();
+  Function program = [net, opt, loss_fn, lr, step, fused, returned, dp](const std::vector<Tensor>& in) -> std::vector<Tensor> {
     KILN_CHECK(in.size() == 2, "a training step takes inputs and labels");
     Tensor out = (*net)(in[0]);
     Tensor loss = loss_fn(out, in[1]);
@@ -36,7 +41,8 @@ void TrainStep::build() {
     for (auto& g : opt->groups())
       for (auto& p : g.params)
         if (p.requires_grad()) wrt.push_back(p);
-    std::vector<Tensor> flat = wrt.empty() ? std::vector<Tensor>{} : autograd::grad({loss}, wrt);
+    std::vector<Tensor> flat;
+    if (!wrt.empty()) flat = dp ? dp->grad(loss, wrt) : autograd::grad({loss}, wrt);
     std::vector<std::vector<Tensor>> grads;
     size_t k = 0;
     for (auto& g : opt->groups()) {

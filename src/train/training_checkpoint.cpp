@@ -94,11 +94,13 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
 
 void TrainingCheckpoint::on_step_end(Model& m, const StepInfo& s) {
   last_batch_ = s.batch;
+  if (!m.writes_files()) return;  // rank 0 of a data-parallel job writes for all
   if (every_steps_ > 0 && s.step % every_steps_ == 0)
     save_training_checkpoint(path_, m, {s.step, s.epoch, s.batch}, metadata_, stateful_);
 }
 
 void TrainingCheckpoint::on_epoch_end(Model& m, const EpochInfo& e) {
+  if (!m.writes_files()) return;
   save_training_checkpoint(path_, m, {m.global_step(), e.epoch, last_batch_}, metadata_, stateful_);
 }
 

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "kiln/autograd.h"
 #include "kiln/kiln.h"
 #include "support/error_message.h"
 
@@ -153,4 +156,35 @@ TEST(Autograd, TrainsAFunctionByGradientDescent) {
   EXPECT_NEAR(wv[0], 1.5f, 1e-2);
   EXPECT_NEAR(wv[1], -2.0f, 1e-2);
   EXPECT_NEAR(b.item<float>(), 0.3f, 1e-2);
+}
+
+TEST(Autograd, TheLeafListenerHearsEachLeafOnceWithItsWholeGradient) {
+  auto w = from_vector<double>({1.0, 2.0}).set_requires_grad();
+  auto b = from_vector<double>({0.5, 0.5}).set_requires_grad();
+  auto unused = ones({2}, DType::Float64).set_requires_grad();
+  // w is used three times: its gradient is complete only after the last use.
+  auto loss_of = [&] { return sum(w * w + b) + sum(w * 3.0); };
+  std::vector<std::pair<TensorImpl*, std::vector<double>>> heard;
+  {
+    autograd::LeafGradientListener listen(
+        [&](TensorImpl* leaf, const Tensor& g) { heard.push_back({leaf, g.to_vector<double>()}); });
+    loss_of().backward();
+  }
+  ASSERT_EQ(heard.size(), 2u);
+  std::map<TensorImpl*, std::vector<double>> by_leaf(heard.begin(), heard.end());
+  EXPECT_EQ(by_leaf.at(&w.impl()), (std::vector<double>{5.0, 7.0}));  // 2w + 3
+  EXPECT_EQ(by_leaf.at(&b.impl()), (std::vector<double>{1.0, 1.0}));
+  EXPECT_FALSE(by_leaf.count(&unused.impl()));
+  // grad() hears of the results it returns, and nothing once the listener is gone.
+  heard.clear();
+  {
+    autograd::LeafGradientListener listen(
+        [&](TensorImpl* leaf, const Tensor& g) { heard.push_back({leaf, g.to_vector<double>()}); });
+    autograd::grad({loss_of()}, {w});
+  }
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].second, (std::vector<double>{5.0, 7.0}));
+  heard.clear();
+  loss_of().backward();
+  EXPECT_TRUE(heard.empty());
 }

@@ -194,6 +194,7 @@ TEST(OpCoverage, EveryRegisteredOpAndDtypeIsTested) {
   for (const OpDef* op : OpRegistry::instance().all()) {
     if (op->has_tag(kTagRandom)) continue;  // property tests in random_ops_test.cpp
     if (op->has_tag(kTagTransfer)) continue;  // moves between backends: reference_backend_test.cpp
+    if (op->has_tag(kTagCollective)) continue;  // needs other ranks: tests/train/data_parallel_test.cpp
     // Fused optimizer updates: checked against the eager optimizers in tests/optim/fused_update_test.cpp.
     if (op->name.size() > 7 && op->name.compare(op->name.size() - 7, 7, "_update") == 0) continue;
     for (DType d : op->dtypes(DeviceType::CPU)) {

@@ -1,0 +1,80 @@
+// Collective ops: the all-reduce of a buffer, started and waited for as two
+// ops, so that a compiled training step issues its gradient all-reduces
+// where the gradients become ready and waits for them only before the
+// update. The start queues the reduction on the group's communication
+// thread and returns; the wait blocks until it is done. Both write their
+// input, which keeps them in the graph, in order, with the buffer alive
+// from one to the other.
+#include <map>
+#include <mutex>
+
+#include "kiln/dist.h"
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+
+std::mutex pending_mutex;
+std::map<const void*, dist::Work> pending;  // by buffer
+
+dist::ReduceOp reduce_op_of(const std::string& name) {
+  if (name == "sum") return dist::ReduceOp::Sum;
+  if (name == "mean") return dist::ReduceOp::Mean;
+  if (name == "max") return dist::ReduceOp::Max;
+  if (name == "min") return dist::ReduceOp::Min;
+  KILN_FAIL("all_reduce_start: op must be sum, mean, max or min, got '", name, "'");
+}
+
+void start_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
+  auto group = dist::group_of_handle(a.get_int("group", -1));
+  dist::Work work = group->all_reduce_async(in[0], reduce_op_of(a.get_string("op", "sum")));
+  std::lock_guard<std::mutex> lock(pending_mutex);
+  KILN_CHECK(pending.emplace(in[0].raw_data(), work).second,
+             "all_reduce_start: this buffer's previous all-reduce was not waited for; call all_reduce_wait first");
+}
+
+void wait_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs&) {
+  dist::Work work;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex);
+    auto it = pending.find(in[0].raw_data());
+    KILN_CHECK(it != pending.end(), "all_reduce_wait: no all-reduce of this buffer was started");
+    work = it->second;
+    pending.erase(it);
+  }
+  work.wait();
+}
+
+OpDef collective(const char* name, std::vector<std::string> attrs) {
+  OpDef d;
+  d.name = name;
+  d.inputs = {"x"};
+  d.outputs = {};
+  d.attrs = std::move(attrs);
+  d.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) -> std::vector<TensorMeta> {
+    KILN_CHECK(in[0].device.type == DeviceType::CPU, name, " takes a CPU buffer");
+    return {};
+  };
+  d.writes = {0};
+  d.tags = kTagNondifferentiable | kTagCollective;
+  d.category = "communication";
+  return d;
+}
+
+OpDefiner d_start(collective("all_reduce_start", {"group:int", "op:string=sum"}));
+OpDefiner d_wait(collective("all_reduce_wait", {}));
+
+#define KILN_COLLECTIVE_DTYPES \
+  DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8, DType::Int8
+KILN_REGISTER_KERNEL("all_reduce_start", CPU, start_kernel, KILN_COLLECTIVE_DTYPES);
+KILN_REGISTER_KERNEL("all_reduce_wait", CPU, wait_kernel, KILN_COLLECTIVE_DTYPES);
+
+}  // namespace
+
+void all_reduce_start(const Tensor& buffer, int64_t group, const std::string& op) {
+  call("all_reduce_start", {buffer}, Attrs().set("group", group).set("op", op));
+}
+
+void all_reduce_wait(const Tensor& buffer) { call("all_reduce_wait", {buffer}); }
+
+}  // namespace kiln
