@@ -58,6 +58,14 @@ struct CallbackSpec {
   int keep = 3;
 };
 
+// Data-parallel training, used when the launcher started more than one rank
+// (kiln launch, torchrun, srun): the ranks join, batch_size stays the global
+// batch, and rank 0 writes the output.
+struct DistributedSpec {
+  double timeout_s = 300;  // joining and each collective
+  double bucket_mb = 25;   // gradients all-reduced together
+};
+
 struct Recipe {
   std::string source;         // the path it was read from
   std::string text;           // the file as written, stored in checkpoints
@@ -89,6 +97,7 @@ struct Recipe {
   bool adapt_threads = true;  // steps measure how many threads pay off (Model::set_adapt_threads)
   std::string output = "runs/default";
   std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
+  DistributedSpec distributed;
 };
 
 // Throws kiln::Error naming the key, the allowed keys or values, and the file.

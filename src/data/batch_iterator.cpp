@@ -22,17 +22,23 @@ BatchIterator::BatchIterator(TensorDataset dataset, int64_t batch_size, bool shu
 void BatchIterator::start_epoch() {
   ++epoch_;
   pos_ = 0;
-  order_ = shuffle_ ? RandomSampler(seed_).indices(dataset_.size(), epoch_)
+  order_ = sampler_ ? sampler_->indices(dataset_.size(), epoch_)
+         : shuffle_ ? RandomSampler(seed_).indices(dataset_.size(), epoch_)
                     : SequentialSampler().indices(dataset_.size(), epoch_);
+}
+
+void BatchIterator::shard(int64_t num_shards, int64_t shard_id, bool pad) {
+  sampler_ = std::make_shared<DistributedSampler>(num_shards, shard_id, shuffle_, seed_, pad);
+  epoch_ = -1;
 }
 
 void BatchIterator::skip_batches(int64_t count) {
   if (epoch_ < 0) start_epoch();
-  pos_ = std::min(dataset_.size(), pos_ + count * batch_size_);
+  pos_ = std::min(static_cast<int64_t>(order_.size()), pos_ + count * batch_size_);
 }
 
 int64_t BatchIterator::batches_per_epoch() const {
-  int64_t n = dataset_.size();
+  int64_t n = sampler_ ? sampler_->count(dataset_.size()) : dataset_.size();
   return drop_remainder_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
@@ -52,7 +58,7 @@ Tensor gather_rows(const Tensor& t, const int64_t* idx, int64_t count) {
 
 bool BatchIterator::next(Batch& batch) {
   if (epoch_ < 0) start_epoch();
-  int64_t n = dataset_.size();
+  int64_t n = static_cast<int64_t>(order_.size());
   int64_t remaining = n - pos_;
   if (remaining <= 0 || (drop_remainder_ && remaining < batch_size_)) return false;
   int64_t count = std::min(batch_size_, remaining);

@@ -34,8 +34,8 @@ std::vector<int64_t> SequentialSampler::indices(int64_t n, int64_t) const { retu
 
 std::vector<int64_t> RandomSampler::indices(int64_t n, int64_t epoch) const { return permutation(n, seed_, epoch); }
 
-DistributedSampler::DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle, uint64_t seed)
-    : num_shards_(num_shards), shard_id_(shard_id), shuffle_(shuffle), seed_(seed) {
+DistributedSampler::DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle, uint64_t seed, bool pad)
+    : num_shards_(num_shards), shard_id_(shard_id), shuffle_(shuffle), seed_(seed), pad_(pad) {
   KILN_CHECK(num_shards >= 1 && shard_id >= 0 && shard_id < num_shards, "DistributedSampler: shard_id ", shard_id,
              " is not in [0, num_shards = ", num_shards, ")");
 }

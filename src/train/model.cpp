@@ -101,9 +101,20 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       } else {
         loss = loss_((*net_)(batch.inputs), batch.labels);
       }
-      // Data-parallel: the ranks' mean, so that every rank reports it and
-      // skips or stops on a non-finite one alike (eager: before backward).
-      double value = dp_ ? dp_->sum({loss.item<double>()})[0] / dp_->group()->size() : loss.item<double>();
+      double value = loss.item<double>();
+      if (dp_) {
+        // The ranks' mean, so that every rank reports it and skips or stops
+        // on a non-finite one alike. Eager: its all-reduce runs under
+        // backward, whose gradients are then dropped if it is not finite.
+        Tensor mean = scalar_tensor(value, DType::Float64).reshape({1});
+        dist::Work reduced = dp_->group()->all_reduce_async(mean, dist::ReduceOp::Mean);
+        if (!graph) {
+          optimizer_->zero_grad();
+          dp_->backward(loss);
+        }
+        reduced.wait();
+        value = mean.item<double>();
+      }
       ++global_step_;
       ++batch_index;
       if (!std::isfinite(value)) {
@@ -117,14 +128,16 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         std::fprintf(stderr, "kiln: warning: %s; %s\n", what.c_str(),
                      nonfinite_ == NonFinitePolicy::Stop ? "training stops here" : "skipping this step");
         if (nonfinite_ == NonFinitePolicy::Stop) stop_requested_ = true;
+        optimizer_->zero_grad();
         continue;
       }
       skipped_in_a_row = 0;
       last_finite = value;
       if (!graph) {
-        optimizer_->zero_grad();
-        if (dp_) dp_->backward(loss);
-        else loss.backward();
+        if (!dp_) {
+          optimizer_->zero_grad();
+          loss.backward();
+        }
         optimizer_->step();
       }
       governed.finished();

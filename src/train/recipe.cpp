@@ -94,7 +94,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
-               "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode"},
+               "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode", "distributed"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -164,6 +164,11 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
     s.read("gamma", r.schedule.gamma);
   }
   if (top["callbacks"]) r.callbacks = parse_callbacks(top["callbacks"], source);
+  if (top["distributed"]) {
+    Section d(top["distributed"], "distributed", {"timeout_s", "bucket_mb"}, source);
+    d.read("timeout_s", r.distributed.timeout_s);
+    d.read("bucket_mb", r.distributed.bucket_mb);
+  }
   top.read("max_steps", r.max_steps);
   top.read("epochs", r.epochs);
   top.read("batch_size", r.batch_size);
@@ -187,6 +192,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   check(r.normalize_mean.size() == r.normalize_std.size(), r,
         "dataset.normalize needs as many std values as mean values");
   check(r.max_steps >= 0, r, "max_steps must be >= 0 (0: no limit)");
+  check(r.distributed.timeout_s > 0 && r.distributed.bucket_mb > 0, r,
+        "distributed.timeout_s and distributed.bucket_mb must be positive");
   for (const auto& c : r.callbacks)
     check(c.monitor.rfind("val_", 0) != 0 || is_text || r.validation_fraction > 0, r,
           "callback " + c.name + " monitors " + c.monitor +

@@ -41,14 +41,17 @@ std::vector<data::Transform> transforms_for(const Recipe& r, Layout layout, bool
 
 // Training pipelines shuffle and honour drop_remainder; evaluation sees every sample.
 std::unique_ptr<data::Pipeline> pipeline(std::shared_ptr<const data::Dataset> ds, std::vector<data::Transform> t,
-                                         const Recipe& r, int64_t batch, bool shuffle) {
+                                         const Recipe& r, int64_t batch, bool shuffle, const Shard& shard) {
   auto p = std::make_unique<data::Pipeline>(std::move(ds));
+  if (shuffle) batch /= shard.ranks;  // the recipe's batch is the global one
   p->map(std::move(t)).batch(batch, shuffle && r.drop_remainder).num_parallel_workers(r.workers).prefetch(std::max(2, 2 * r.workers));
   if (shuffle) p->shuffle(r.seed + 1);
+  if (shard.ranks > 1)
+    p->sampler(std::make_shared<data::DistributedSampler>(shard.ranks, shard.rank, shuffle, r.seed + 1, /*pad=*/shuffle));
   return p;
 }
 
-RecipeData image_data(const Recipe& r) {
+RecipeData image_data(const Recipe& r, const Shard& shard) {
   std::shared_ptr<const data::Dataset> train, test;
   Layout layout = Layout::HWC;
   bool bytes = true;
@@ -59,8 +62,15 @@ RecipeData image_data(const Recipe& r) {
     auto te = std::make_shared<data::TensorDataset>(data::load_mnist(dir, "test"));
     if (r.transforms.empty() && r.normalize_mean.empty() && r.validation_fraction == 0) {
       // In memory and untransformed: gather rows, no per-sample work.
-      d.train = std::make_unique<data::BatchIterator>(*tr, r.batch_size, true, r.drop_remainder, r.seed + 1);
-      d.test = std::make_unique<data::BatchIterator>(*te, kEvalBatch, false);
+      auto train_batches =
+          std::make_unique<data::BatchIterator>(*tr, r.batch_size / shard.ranks, true, r.drop_remainder, r.seed + 1);
+      auto test_batches = std::make_unique<data::BatchIterator>(*te, kEvalBatch, false);
+      if (shard.ranks > 1) {
+        train_batches->shard(shard.ranks, shard.rank);
+        test_batches->shard(shard.ranks, shard.rank, /*pad=*/false);
+      }
+      d.train = std::move(train_batches);
+      d.test = std::move(test_batches);
       d.config.in_channels = 1;
       d.config.image_size = tr->inputs.shape()[2];
       return d;
@@ -88,8 +98,8 @@ RecipeData image_data(const Recipe& r) {
   std::shared_ptr<const data::Dataset> validation;
   if (r.validation_fraction > 0) std::tie(train, validation) = data::random_split(train, r.validation_fraction, r.seed);
   auto eval_transforms = transforms_for(r, layout, bytes, false);
-  d.train = pipeline(train, transforms_for(r, layout, bytes, true), r, r.batch_size, true);
-  auto test_pipeline = pipeline(test, eval_transforms, r, kEvalBatch, false);
+  d.train = pipeline(train, transforms_for(r, layout, bytes, true), r, r.batch_size, true, shard);
+  auto test_pipeline = pipeline(test, eval_transforms, r, kEvalBatch, false, shard);
   Shape input;
   try {
     input = test_pipeline->sample(0).input.shape();
@@ -101,11 +111,11 @@ RecipeData image_data(const Recipe& r) {
   d.config.in_channels = input[0];
   d.config.image_size = input[1];
   d.test = std::move(test_pipeline);
-  if (validation) d.validation = pipeline(validation, eval_transforms, r, kEvalBatch, false);
+  if (validation) d.validation = pipeline(validation, eval_transforms, r, kEvalBatch, false, shard);
   return d;
 }
 
-RecipeData text_data(const Recipe& r) {
+RecipeData text_data(const Recipe& r, const Shard& shard) {
   std::string text = r.dataset == "kjv" ? data::read_kjv_bible() : data::read_text_file(r.dataset_path);
   int64_t seq_len = r.model_config.seq_len;
   auto splits = data::make_text_splits(text, seq_len, r.validation_fraction > 0 ? r.validation_fraction : 0.1);
@@ -113,18 +123,20 @@ RecipeData text_data(const Recipe& r) {
   d.config = r.model_config;
   d.config.vocab_size = splits.vocab.size();
   d.seq_len = seq_len;
-  d.train = pipeline(splits.train, {}, r, r.batch_size, true);
-  d.test = pipeline(splits.validation, {}, r, r.batch_size, false);
+  d.train = pipeline(splits.train, {}, r, r.batch_size, true, shard);
+  d.test = pipeline(splits.validation, {}, r, r.batch_size, false, shard);
   bool watches_validation = false;
   for (const auto& c : r.callbacks) watches_validation = watches_validation || c.monitor.rfind("val_", 0) == 0;
-  if (watches_validation) d.validation = pipeline(splits.validation, {}, r, r.batch_size, false);
+  if (watches_validation) d.validation = pipeline(splits.validation, {}, r, r.batch_size, false, shard);
   return d;
 }
 
 }  // namespace
 
-RecipeData load_data(const Recipe& r) {
-  RecipeData d = r.dataset == "text" || r.dataset == "kjv" ? text_data(r) : image_data(r);
+RecipeData load_data(const Recipe& r, const Shard& shard) {
+  KILN_CHECK(r.batch_size % shard.ranks == 0, r.source, ": batch_size ", r.batch_size, " is the global batch, split over ",
+             shard.ranks, " ranks; make it a multiple of ", shard.ranks);
+  RecipeData d = r.dataset == "text" || r.dataset == "kjv" ? text_data(r, shard) : image_data(r, shard);
   if (r.dataset != "text" && r.dataset != "kjv") {
     models::ModelConfig c = r.model_config;
     c.in_channels = d.config.in_channels;

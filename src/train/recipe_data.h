@@ -9,6 +9,13 @@
 
 namespace kiln::recipe::detail {
 
+// This process's share of the data in a data-parallel job: the training
+// set's global batches split over the ranks (batch_size / ranks each), the
+// evaluation sets split so that every sample is seen once.
+struct Shard {
+  int64_t rank = 0, ranks = 1;
+};
+
 struct RecipeData {
   std::unique_ptr<data::BatchSource> train, validation, test;  // validation may be null
   models::ModelConfig config;
@@ -17,6 +24,6 @@ struct RecipeData {
 
 // Loads (or opens) the datasets; throws before anything is trained when the
 // data is missing, naming the package or the key to set.
-RecipeData load_data(const Recipe& r);
+RecipeData load_data(const Recipe& r, const Shard& shard = {});
 
 }  // namespace kiln::recipe::detail

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/callbacks.h"
+#include "kiln/dist.h"
 #include "kiln/io.h"
 #include "kiln/parallel.h"
 #include "kiln/recipe.h"
@@ -119,8 +120,18 @@ Mode mode_of(const Recipe& r) { return r.mode == "graph" ? Mode::Graph : Mode::E
 RunResult train(const Recipe& r, const RunOptions& options) {
   bool progress = options.progress;
   if (r.threads > 0) set_num_threads(r.threads);
-  detail::RecipeData d = detail::load_data(r);  // first: missing data fails before anything is written
-  std::filesystem::create_directories(r.output);
+  // More than one rank (kiln launch, torchrun, srun): join them first, so
+  // that a rank that fails below is named by the others.
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (dist::place_from_environment().world_size > 1) {
+    dist::InitOptions init;
+    init.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.distributed.timeout_s * 1000));
+    group = dist::init(init);
+  }
+  const detail::Shard shard{group ? group->rank() : 0, group ? group->size() : 1};
+  const bool writes = shard.rank == 0;
+  detail::RecipeData d = detail::load_data(r, shard);  // first: missing data fails before anything is written
+  if (writes) std::filesystem::create_directories(r.output);
 
   manual_seed(r.seed);
   auto net = models::make_model(r.model, d.config);
@@ -152,10 +163,16 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   model.set_mode(mode_of(r));
   model.set_adapt_threads(r.adapt_threads);
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
+  if (group) {
+    train::DataParallelOptions dp;
+    dp.bucket_bytes = static_cast<int64_t>(r.distributed.bucket_mb * (1 << 20));
+    model.set_data_parallel(std::make_shared<train::DataParallel>(net, group, dp));
+  }
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   train::EvalResult ev = model.eval(*d.test);
-  io::save_cell(*net, r.output + "/checkpoint.safetensors",
-                {{"recipe", r.text}, {"model", r.model}, {"epochs", std::to_string(history.size())}});
+  if (writes)
+    io::save_cell(*net, r.output + "/checkpoint.safetensors",
+                  {{"recipe", r.text}, {"model", r.model}, {"epochs", std::to_string(history.size())}});
 
   RunResult res = result_of(ev);
   std::vector<double> rates, seconds;
@@ -182,7 +199,8 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     metrics["val_loss"] = res.loss;
     metrics["train_tokens_per_s"] = res.train_samples_per_s * static_cast<double>(d.seq_len);
   }
-  std::ofstream(r.output + "/metrics.json") << metrics.dump(2) << "\n";
+  metrics["ranks"] = shard.ranks;  // throughput and metrics count every rank's samples
+  if (writes) std::ofstream(r.output + "/metrics.json") << metrics.dump(2) << "\n";
   return res;
 }
 

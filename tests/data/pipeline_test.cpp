@@ -213,6 +213,36 @@ TEST(DistributedSampler, ShardsAreDisjointEqualAndCoverTheData) {
   EXPECT_EQ(a.indices(5, 0), (std::vector<int64_t>{0, 2, 4}));
   EXPECT_EQ(b.indices(5, 0), (std::vector<int64_t>{1, 3, 0}));
   EXPECT_THROW(data::DistributedSampler(2, 2), Error);
+  // Unpadded (evaluation): every sample exactly once, the last shards shorter.
+  data::DistributedSampler c(3, 0, false, 0, /*pad=*/false), d(3, 2, false, 0, /*pad=*/false);
+  EXPECT_EQ(c.indices(5, 0), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(d.indices(5, 0), (std::vector<int64_t>{2}));
+  EXPECT_EQ(d.count(5), 1);
+}
+
+TEST(DistributedSampler, ShardedBatchesTogetherAreTheGlobalBatchWhateverTheRankCount) {
+  // What data-parallel training and resuming with another rank count rely on:
+  // batch k of every shard of batch B/N, together, is batch k of one process.
+  Tensor x = arange(0, 48, 1, DType::Int64).reshape({48, 1});
+  data::TensorDataset ds(x, x.reshape({48}));
+  data::BatchIterator whole(ds, 12, /*shuffle=*/true, false, /*seed=*/5);
+  std::vector<std::set<int64_t>> global;
+  data::Batch b;
+  while (whole.next(b)) {
+    auto v = b.labels.to_vector<int64_t>();
+    global.emplace_back(v.begin(), v.end());
+  }
+  for (int64_t ranks : {2, 3, 4}) {
+    std::vector<std::set<int64_t>> together(global.size());
+    for (int64_t r = 0; r < ranks; ++r) {
+      data::BatchIterator mine(ds, 12 / ranks, true, false, 5);
+      mine.shard(ranks, r);
+      EXPECT_EQ(mine.batches_per_epoch(), 4);
+      for (size_t k = 0; mine.next(b); ++k)
+        for (int64_t v : b.labels.to_vector<int64_t>()) together[k].insert(v);
+    }
+    EXPECT_EQ(together, global) << ranks << " ranks";
+  }
 }
 
 TEST(Subset, RandomSplitIsDisjointSeededAndComplete) {

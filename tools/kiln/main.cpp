@@ -13,6 +13,7 @@ void add_ckpt_command(CLI::App& app);
 void add_onnx_test_command(CLI::App& app);
 void add_deploy_commands(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_launch_commands(CLI::App& app);
 }
 
 int main(int argc, char** argv) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_onnx_test_command(app);
   kiln::cli::add_deploy_commands(app);
   kiln::cli::add_serve_command(app);
+  kiln::cli::add_launch_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "kiln/dist.h"
 #include "kiln/recipe.h"
 
 namespace kiln::cli {
@@ -66,7 +67,8 @@ void add_train_commands(CLI::App& app) {
     else
       std::printf("test accuracy %.2f%%, test loss %.4f, %.0f samples/s, %.1f s/epoch, peak RSS %.0f MB\n",
                   100 * res.accuracy, res.loss, res.train_samples_per_s, res.sec_per_epoch, res.peak_rss_mb);
-    std::printf("wrote %s/checkpoint.safetensors, resume.safetensors, metrics.json, metrics.jsonl\n", r.output.c_str());
+    if (dist::place_from_environment().rank == 0)  // rank 0 writes for a data-parallel job
+      std::printf("wrote %s/checkpoint.safetensors, resume.safetensors, metrics.json, metrics.jsonl\n", r.output.c_str());
   });
 
   auto* eval = app.add_subcommand("eval", "Evaluate a checkpoint on the recipe's test set");

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/data/sampler.h"
+
 #include "kiln/generator.h"
 #include "kiln/tensor.h"
 
@@ -93,6 +95,10 @@ class BatchIterator : public BatchSource {
   void set_epoch(int64_t epoch) override { epoch_ = epoch - 1; }
   void skip_batches(int64_t count) override;
   const TensorDataset& dataset() const { return dataset_; }
+  // Takes one shard of every epoch's order (DistributedSampler: the same
+  // shuffle on every rank, rows rank, rank + shards, ...), for
+  // data-parallel training; `pad` repeats rows so every shard has as many.
+  void shard(int64_t num_shards, int64_t shard_id, bool pad = true);
 
  private:
   TensorDataset dataset_;
@@ -100,6 +106,7 @@ class BatchIterator : public BatchSource {
   bool shuffle_, drop_remainder_;
   uint64_t seed_;
   int64_t epoch_ = -1;
+  std::shared_ptr<const Sampler> sampler_;  // null: sequential or shuffled by seed
   std::vector<int64_t> order_;
   int64_t pos_ = 0;
 };

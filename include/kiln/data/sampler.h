@@ -34,20 +34,28 @@ class RandomSampler : public Sampler {
   uint64_t seed_;
 };
 
-// One shard of `num_shards` for data-parallel training: every shard sees the
-// same number of samples (the order is padded by wrapping around, as
-// PyTorch's DistributedSampler does), shards do not overlap otherwise, and
-// all shards agree on the shuffled order because they share the seed.
+// One shard of `num_shards` for data-parallel training: shard k takes
+// positions k, k + num_shards, ... of the epoch's order, which all shards
+// agree on because they share the seed (so batch i of every shard together
+// is batch i of one process with num_shards times the batch, whatever the
+// number of shards). With `pad`, every shard sees the same number of
+// samples (the order is padded by wrapping around, as PyTorch's
+// DistributedSampler does); without, each sample is seen exactly once
+// (evaluation), and the last shards may have one fewer.
 class DistributedSampler : public Sampler {
  public:
-  DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle = true, uint64_t seed = 0);
+  DistributedSampler(int64_t num_shards, int64_t shard_id, bool shuffle = true, uint64_t seed = 0, bool pad = true);
   std::vector<int64_t> indices(int64_t n, int64_t epoch) const override;
-  int64_t count(int64_t n) const override { return n <= 0 ? 0 : (n + num_shards_ - 1) / num_shards_; }
+  int64_t count(int64_t n) const override {
+    if (n <= 0) return 0;
+    return pad_ ? (n + num_shards_ - 1) / num_shards_ : (n - shard_id_ + num_shards_ - 1) / num_shards_;
+  }
 
  private:
   int64_t num_shards_, shard_id_;
   bool shuffle_;
   uint64_t seed_;
+  bool pad_;
 };
 
 // Mixes seeds into one (splitmix64), for per-epoch and per-sample streams.
