@@ -6,6 +6,7 @@
 //
 //   auto group = kiln::dist::init();         // reads RANK, WORLD_SIZE, MASTER_ADDR, ...
 //   group->all_reduce(grad, kiln::dist::ReduceOp::Mean);
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -71,12 +72,15 @@ struct InitOptions {
 class Work {
  public:
   Work() = default;
-  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  // `waited_ns`: where wait() adds the time it blocked (the group's count).
+  Work(std::shared_future<void> done, std::shared_ptr<std::atomic<int64_t>> waited_ns)
+      : done_(std::move(done)), waited_ns_(std::move(waited_ns)) {}
   void wait() const;
   bool completed() const;
 
  private:
   std::shared_future<void> done_;
+  std::shared_ptr<std::atomic<int64_t>> waited_ns_;
 };
 
 namespace detail {
@@ -100,6 +104,16 @@ class ProcessGroup {
   // The world ranks of this group's members, by group rank.
   const std::vector<int>& ranks() const;
   std::chrono::milliseconds timeout() const;
+
+  // Where the group's time went since it was made: collectives run, seconds
+  // the communication thread spent in them, and seconds callers spent
+  // blocked waiting for them. busy - waited is communication that overlapped
+  // the caller's work (backward, under data parallelism).
+  struct Stats {
+    int64_t collectives = 0;
+    double busy_seconds = 0, waited_seconds = 0;
+  };
+  Stats stats() const;
 
   // Reduces in place. Every dtype but bool; Mean: floating dtypes only.
   // float16 and bfloat16 add in float32 per step.

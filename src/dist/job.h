@@ -28,18 +28,22 @@ struct Job {
 };
 
 // Runs posted tasks one after another on its own thread; the destructor
-// runs what is still queued, then joins.
+// runs what is still queued, then joins. A task whose caller will wait for
+// it anyway runs on the caller's thread when nothing is queued before it:
+// handing it over would only add two thread wake-ups.
 class CommThread {
  public:
   CommThread();
   ~CommThread();
   std::shared_future<void> post(std::function<void()> task);
+  std::shared_future<void> run_or_post(std::function<void()> task);
 
  private:
   void loop();
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::function<void()>> queue_;
+  bool busy_ = false;  // a task is running (here or on a caller's thread)
   bool stopping_ = false;
   std::thread thread_;  // last: starts once the rest exists
 };

@@ -28,16 +28,25 @@ struct ProcessGroup::Impl {
   uint32_t next_tag = 0;   // the communication thread's
   uint64_t issued = 0;     // the caller's
   int children = 0;        // sub-groups made from this one
+  std::atomic<int64_t> collectives{0}, busy_ns{0};
+  std::shared_ptr<std::atomic<int64_t>> waited_ns = std::make_shared<std::atomic<int64_t>>(0);
   detail::CommThread comm;  // last: its thread stops before the rest goes
 
-  // Queues a collective; its error names it, this rank, and why.
+  // Queues a collective (or, for a caller that waits for it at once, runs
+  // it here when nothing is queued); its error names it, this rank, and why.
+  bool waited_at_once = false;  // set by the synchronous forms for the submit they make
+
   Work submit(const char* what, std::function<void()> run) {
+    const bool here = std::exchange(waited_at_once, false);
     const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;
-    return Work(comm.post([this, label, run = std::move(run)] {
+    auto task = [this, label, run = std::move(run)] {
       detail::Liveness& live = *job->liveness;
       live.doing(label);
+      const auto start = std::chrono::steady_clock::now();
       try {
         run();
+        busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        ++collectives;
       } catch (const std::exception& e) {
         const auto settle = std::min(job->timeout, std::chrono::milliseconds(1500));
         const std::string why = live.diagnose(ranks, settle);
@@ -46,7 +55,8 @@ struct ProcessGroup::Impl {
                   job->timeout.count(), " ms: ", e.what(), ". ", why);
       }
       live.doing(label + " (done)");
-    }));
+    };
+    return Work(here ? comm.run_or_post(std::move(task)) : comm.post(std::move(task)), waited_ns);
   }
   uint32_t tag() { return next_tag++; }
 };
@@ -59,8 +69,21 @@ struct GroupAccess {
 };
 }  // namespace detail
 
+// The synchronous forms: the collective they submit may run on the caller's thread.
+struct AtOnce {
+  explicit AtOnce(ProcessGroup::Impl& g) : g(g) { g.waited_at_once = true; }
+  ~AtOnce() { g.waited_at_once = false; }
+  ProcessGroup::Impl& g;
+};
+
 void Work::wait() const {
-  if (done_.valid()) done_.get();
+  if (!done_.valid()) return;
+  if (waited_ns_ && !completed()) {
+    const auto start = std::chrono::steady_clock::now();
+    done_.wait();
+    *waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  }
+  done_.get();
 }
 
 bool Work::completed() const {
@@ -162,6 +185,11 @@ const Place& ProcessGroup::place() const { return impl_->job->place; }
 const std::vector<int>& ProcessGroup::ranks() const { return impl_->ranks; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->job->timeout; }
 
+ProcessGroup::Stats ProcessGroup::stats() const {
+  return {impl_->collectives.load(), static_cast<double>(impl_->busy_ns.load()) * 1e-9,
+          static_cast<double>(impl_->waited_ns->load()) * 1e-9};
+}
+
 Work ProcessGroup::all_reduce_async(Tensor t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   const Reduction r = checked_reduction(t.dtype(), op, "all_reduce");
@@ -249,14 +277,26 @@ Work ProcessGroup::barrier_async() {
   });
 }
 
-void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
-void ProcessGroup::broadcast(Tensor& t, int root) { broadcast_async(t, root).wait(); }
-void ProcessGroup::barrier() { barrier_async().wait(); }
+void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+  const AtOnce here(*impl_);
+  all_reduce_async(t, op).wait();
+}
+
+void ProcessGroup::broadcast(Tensor& t, int root) {
+  const AtOnce here(*impl_);
+  broadcast_async(t, root).wait();
+}
+
+void ProcessGroup::barrier() {
+  const AtOnce here(*impl_);
+  barrier_async().wait();
+}
 
 Tensor ProcessGroup::all_gather(const Tensor& t) {
   Shape shape = t.shape();
   shape.insert(shape.begin(), size());
   Tensor out = Tensor::empty(shape, t.dtype());
+  const AtOnce here(*impl_);
   all_gather_async(out, t).wait();
   return out;
 }
@@ -266,6 +306,7 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op) {
   Shape shape = t.shape();
   shape[0] /= size();
   Tensor out = Tensor::empty(shape, t.dtype());
+  const AtOnce here(*impl_);
   reduce_scatter_async(out, t, op).wait();
   return out;
 }

@@ -168,7 +168,9 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     dp.bucket_bytes = static_cast<int64_t>(r.distributed.bucket_mb * (1 << 20));
     model.set_data_parallel(std::make_shared<train::DataParallel>(net, group, dp));
   }
+  const auto comm_before = group ? group->stats() : dist::ProcessGroup::Stats{};
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
+  const auto comm_after = group ? group->stats() : dist::ProcessGroup::Stats{};
   train::EvalResult ev = model.eval(*d.test);
   if (writes)
     io::save_cell(*net, r.output + "/checkpoint.safetensors",
@@ -200,6 +202,15 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     metrics["train_tokens_per_s"] = res.train_samples_per_s * static_cast<double>(d.seq_len);
   }
   metrics["ranks"] = shard.ranks;  // throughput and metrics count every rank's samples
+  if (group && res.steps > 0) {  // rank 0's view of the gradient (and loss) all-reduces
+    const double busy = comm_after.busy_seconds - comm_before.busy_seconds;
+    const double waited = comm_after.waited_seconds - comm_before.waited_seconds;
+    metrics["comm_ms_per_step"] = 1000 * busy / static_cast<double>(res.steps);
+    metrics["comm_hidden"] = busy > 0 ? std::max(0.0, 1 - waited / busy) : 1.0;
+    if (progress)
+      std::printf("communication: %.2f ms per step, %.0f%% of it under backward\n", metrics["comm_ms_per_step"].get<double>(),
+                  100 * metrics["comm_hidden"].get<double>());
+  }
   if (writes) std::ofstream(r.output + "/metrics.json") << metrics.dump(2) << "\n";
   return res;
 }
