@@ -35,12 +35,14 @@ class DataParallel {
   DataParallel(std::shared_ptr<nn::Cell> net, std::shared_ptr<dist::ProcessGroup> group, DataParallelOptions options = {});
 
   // loss.backward(), with every trainable parameter's .grad then the mean of
-  // the ranks' gradients. Call it once per optimizer step on every rank.
-  void backward(const Tensor& loss);
+  // the ranks' gradients. Returns the mean of the ranks' losses, which rides
+  // in the last bucket. Call it once per optimizer step on every rank.
+  double backward(const Tensor& loss);
   // autograd::grad(loss, params), the network's parameters among them
-  // averaged over the ranks: the compiled training step's form (its ops are
-  // traced), which runs eagerly too.
-  std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& params);
+  // averaged over the ranks, and the ranks' mean loss (0-d) in *mean_loss:
+  // the compiled training step's form (its ops are traced), which runs
+  // eagerly too.
+  std::vector<Tensor> grad(const Tensor& loss, const std::vector<Tensor>& params, Tensor* mean_loss = nullptr);
   // Copies rank 0's parameters and buffers to every rank.
   void broadcast_parameters();
   // Per-rank numbers summed over the ranks (metric counts, loss sums).

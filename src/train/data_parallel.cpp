@@ -53,9 +53,12 @@ std::vector<double> DataParallel::sum(const std::vector<double>& values) {
 // One backward pass: gradients noted as they become ready, each bucket's
 // all-reduce started once it is full and every bucket before it started
 // (so every rank starts them in the same order), all waited for at the end.
+// The loss rides at the end of the last bucket, so the ranks' mean loss
+// costs no collective of its own.
 class DataParallel::Pass {
  public:
-  explicit Pass(DataParallel& dp) : dp_(dp), grads_(dp.params_.size()), buffers_(dp.buckets_.size()) {
+  Pass(DataParallel& dp, const Tensor& loss)
+      : dp_(dp), loss_(loss.detach()), grads_(dp.params_.size()), buffers_(dp.buckets_.size()) {
     for (auto& b : dp.buckets_) waiting_.push_back(static_cast<int64_t>(b.params.size()));
   }
 
@@ -69,9 +72,15 @@ class DataParallel::Pass {
 
   // The averaged gradients, by position; buckets with gradients still
   // missing (parameters this rank did not use) start now, with zeros.
-  std::vector<Tensor> finish() {
+  std::vector<Tensor> finish(Tensor& mean_loss) {
     for (auto& w : waiting_) w = 0;
     start_ready();
+    if (buffers_.empty()) {  // nothing to train: the loss alone
+      mean_loss = loss_.to(DType::Float64).reshape({1}).clone();
+      all_reduce_start(mean_loss, dp_.handle_, "mean");
+      all_reduce_wait(mean_loss);
+      mean_loss = mean_loss.reshape({}).to(loss_.dtype());
+    }
     std::vector<Tensor> averaged(dp_.params_.size());
     for (size_t b = 0; b < buffers_.size(); ++b) {
       all_reduce_wait(buffers_[b]);
@@ -81,6 +90,7 @@ class DataParallel::Pass {
         averaged[i] = buffers_[b].slice(0, offset, offset + p.numel()).reshape(p.shape());
         offset += p.numel();
       }
+      if (b + 1 == buffers_.size()) mean_loss = buffers_[b].slice(0, offset, offset + 1).reshape({}).to(loss_.dtype());
     }
     return averaged;
   }
@@ -96,38 +106,44 @@ class DataParallel::Pass {
       const Tensor& p = dp_.params_[i];
       parts.push_back(grads_[i].defined() ? grads_[i].reshape({p.numel()}) : zeros({p.numel()}, p.dtype()));
     }
+    if (b + 1 == buffers_.size()) parts.push_back(loss_.to(parts[0].dtype()).reshape({1}));
     // A copy: the reduction writes its buffer, and a gradient may be shared.
     buffers_[b] = parts.size() == 1 ? parts[0].clone() : concat(parts);
     all_reduce_start(buffers_[b], dp_.handle_, "mean");
   }
 
   DataParallel& dp_;
+  Tensor loss_;
   std::vector<Tensor> grads_;
   std::vector<int64_t> waiting_;
   std::vector<Tensor> buffers_;
   size_t started_ = 0;
 };
 
-void DataParallel::backward(const Tensor& loss) {
-  Pass pass(*this);
+double DataParallel::backward(const Tensor& loss) {
+  Pass pass(*this, loss);
   {
     autograd::LeafGradientListener listen([&](TensorImpl* leaf, const Tensor& g) { pass.ready(leaf, g); });
     loss.backward();
   }
   NoGradGuard no_grad;
-  std::vector<Tensor> averaged = pass.finish();
+  Tensor mean_loss;
+  std::vector<Tensor> averaged = pass.finish(mean_loss);
   for (size_t i = 0; i < params_.size(); ++i) params_[i].impl().grad = averaged[i].impl_ptr();
+  return mean_loss.item<double>();
 }
 
-std::vector<Tensor> DataParallel::grad(const Tensor& loss, const std::vector<Tensor>& params) {
-  Pass pass(*this);
+std::vector<Tensor> DataParallel::grad(const Tensor& loss, const std::vector<Tensor>& params, Tensor* mean_loss) {
+  Pass pass(*this, loss);
   std::vector<Tensor> grads;
   {
     autograd::LeafGradientListener listen([&](TensorImpl* leaf, const Tensor& g) { pass.ready(leaf, g); });
     grads = autograd::grad({loss}, params);
   }
   NoGradGuard no_grad;
-  std::vector<Tensor> averaged = pass.finish();
+  Tensor averaged_loss;
+  std::vector<Tensor> averaged = pass.finish(averaged_loss);
+  if (mean_loss) *mean_loss = averaged_loss;
   for (size_t k = 0; k < params.size(); ++k) {
     auto it = position_.find(&params[k].impl());
     if (it != position_.end()) grads[k] = averaged[it->second];

@@ -101,19 +101,15 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       } else {
         loss = loss_((*net_)(batch.inputs), batch.labels);
       }
-      double value = loss.item<double>();
-      if (dp_) {
-        // The ranks' mean, so that every rank reports it and skips or stops
-        // on a non-finite one alike. Eager: its all-reduce runs under
-        // backward, whose gradients are then dropped if it is not finite.
-        Tensor mean = scalar_tensor(value, DType::Float64).reshape({1});
-        dist::Work reduced = dp_->group()->all_reduce_async(mean, dist::ReduceOp::Mean);
-        if (!graph) {
-          optimizer_->zero_grad();
-          dp_->backward(loss);
-        }
-        reduced.wait();
-        value = mean.item<double>();
+      // Data-parallel: the ranks' mean loss (the graph's step returns it),
+      // so that every rank reports it and skips or stops on a non-finite one
+      // alike; eagerly it comes with the gradients, which are dropped then.
+      double value;
+      if (dp_ && !graph) {
+        optimizer_->zero_grad();
+        value = dp_->backward(loss);
+      } else {
+        value = loss.item<double>();
       }
       ++global_step_;
       ++batch_index;

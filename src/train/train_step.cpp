@@ -42,15 +42,16 @@ void TrainStep::build() {
       for (auto& p : g.params)
         if (p.requires_grad()) wrt.push_back(p);
     std::vector<Tensor> flat;
-    if (!wrt.empty()) flat = dp ? dp->grad(loss, wrt) : autograd::grad({loss}, wrt);
+    Tensor reported = loss;  // data-parallel: the ranks' mean, which every rank then acts on alike
+    if (!wrt.empty()) flat = dp ? dp->grad(loss, wrt, &reported) : autograd::grad({loss}, wrt);
     std::vector<std::vector<Tensor>> grads;
     size_t k = 0;
     for (auto& g : opt->groups()) {
       grads.emplace_back();
       for (auto& p : g.params) grads.back().push_back(p.requires_grad() ? flat[k++] : Tensor());
     }
-    std::vector<Tensor> results{loss.detach(), out.detach()};
-    *fused = opt->update_fused(grads, lr, step, loss);
+    std::vector<Tensor> results{reported.detach(), out.detach()};
+    *fused = opt->update_fused(grads, lr, step, reported);
     returned->clear();
     if (!*fused)  // the graph hands the gradients out; the optimizer steps eagerly
       for (size_t gi = 0; gi < grads.size(); ++gi)
