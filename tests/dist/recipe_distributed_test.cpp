@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/data.h"
+#include "kiln/io.h"
 #include "kiln/launch.h"
 #include "support/ranks.h"
 
@@ -23,12 +24,20 @@ std::string fresh_dir(const std::string& name) {
 }
 
 // W2 for a few steps on Fashion-MNIST, one thread per rank.
-std::string write_recipe(const std::string& dir, const std::string& mode = "eager") {
+std::string write_recipe(const std::string& dir, const std::string& mode = "eager", double lr = 0.05) {
   const std::string path = dir + "/w2.yaml";
-  std::ofstream(path) << "model: cnn\ndataset: fashion_mnist\noptimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
-                         "epochs: 1\nmax_steps: 30\nbatch_size: 64\nthreads: 1\nmode: "
-                      << mode << "\ndistributed: {timeout_s: 60}\noutput: " << dir << "/out\n";
+  std::ofstream(path) << "model: cnn\ndataset: fashion_mnist\noptimizer: {name: sgd, lr: " << lr
+                      << ", momentum: 0.9}\nepochs: 1\nmax_steps: 30\nbatch_size: 64\nthreads: 1\nmode: " << mode
+                      << "\ndistributed: {timeout_s: 60}\noutput: " << dir << "/out\n";
   return path;
+}
+
+// Runs a shell command; its output goes to `log`, shown when it fails.
+void run(const std::string& command, const std::string& log) {
+  const int status = std::system((command + " > " + log + " 2>&1").c_str());
+  std::stringstream out;
+  out << std::ifstream(log).rdbuf();
+  ASSERT_EQ(status, 0) << command << "\n" << out.str();
 }
 
 nlohmann::json metrics_of(const std::string& dir) {
@@ -100,6 +109,34 @@ TEST_F(RecipeDistributed, SrunStartsTheRanksWithNoLauncher) {
   auto m = metrics_of(dir);
   EXPECT_EQ(m["ranks"], 2);
   EXPECT_EQ(m["steps"], 30);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(RecipeDistributed, ACheckpointOfTwoRanksResumesOnOne) {
+  // 2 ranks to step 15, then 1 rank on to step 30, against 1 rank all the
+  // way: the same global batches in the same order, the same parameters.
+  const std::string dir = fresh_dir("resume");
+  const std::string recipe = write_recipe(dir, "eager", 0.01);
+  const std::string kiln = KILN_CLI;
+  run(kiln + " launch -n 2 --log-dir " + dir + "/logs -- " + kiln + " train " + recipe + " --max-steps 15 --output " +
+          dir + "/split",
+      dir + "/first.txt");
+  run(kiln + " train --resume " + dir + "/split --max-steps 30", dir + "/second.txt");
+  run(kiln + " train " + recipe + " --output " + dir + "/whole", dir + "/whole.txt");
+  io::MappedSafetensors split(dir + "/split/checkpoint.safetensors"), whole(dir + "/whole/checkpoint.safetensors");
+  ASSERT_EQ(split.entries().size(), whole.entries().size());
+  double worst = 0;
+  for (const auto& e : whole.entries()) {
+    const auto* other = split.find(e.name);
+    ASSERT_NE(other, nullptr) << e.name;
+    auto a = whole.tensor(e).to_vector<float>(), b = split.tensor(*other).to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
+  }
+  // The run must have learned something for the comparison to mean anything.
+  std::stringstream whole_log;
+  whole_log << std::ifstream(dir + "/whole/metrics.json").rdbuf();
+  EXPECT_GT(nlohmann::json::parse(whole_log.str())["accuracy"].get<double>(), 0.3);  // chance: 0.1
+  EXPECT_LT(worst, 1e-4) << "resumed on another rank count, the parameters went elsewhere";
   std::filesystem::remove_all(dir);
 }
 
