@@ -96,7 +96,7 @@ std::string Liveness::diagnose(const std::vector<int>& ranks, std::chrono::milli
     return "Every other rank is alive (" + busy + "): they called other collectives than this rank, or the "
            "network between the ranks failed while the rendezvous store stayed reachable";
   } catch (const std::exception&) {
-    return "rank 0 on " + where(0) + " stopped answering: the rendezvous store it hosts is unreachable. It died, "
+    return "Rank 0 on " + where(0) + " stopped answering: the rendezvous store it hosts is unreachable. It died, "
            "was killed, or the link to it is down; its log says which";
   }
 }

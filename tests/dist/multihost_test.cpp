@@ -1,0 +1,135 @@
+// Several hosts, made on this machine as network namespaces joined by a veth
+// link: ranks on two "hosts" train one recipe together, each host under its
+// own kiln launch; and a link taken down mid-training is reported by both
+// sides, naming the rank they lost, instead of hanging. Needs root (CI runs
+// as root) and iproute2; skipped otherwise.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "kiln/data.h"
+#include "kiln/launch.h"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+
+namespace {
+
+int sh(const std::string& command) { return std::system(("bash -c '" + command + "' > /dev/null 2>&1").c_str()); }
+
+std::string text_of(const std::string& path) {
+  std::stringstream s;
+  s << std::ifstream(path).rdbuf();
+  return s.str();
+}
+
+// Two namespaces with a veth pair between them, removed with the object.
+class TwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    if (!std::filesystem::exists(data::kFashionMnistDir)) GTEST_SKIP() << "Fashion-MNIST is missing";
+    const std::string id = std::to_string(getpid() % 100000);
+    a_ = "kiln_a" + id;
+    b_ = "kiln_b" + id;
+    link_a_ = "kva" + id;
+    net_ = "10.211." + std::to_string(getpid() % 250) + ".";
+    if (sh("ip netns add " + a_) != 0) GTEST_SKIP() << "ip netns is not available here";
+    made_ = true;
+    const std::string setup = "set -e; ip netns add " + b_ + "; ip link add " + link_a_ + " type veth peer name kvb" + id +
+                              "; ip link set " + link_a_ + " netns " + a_ + "; ip link set kvb" + id + " netns " + b_ +
+                              "; ip -n " + a_ + " addr add " + net_ + "1/24 dev " + link_a_ + "; ip -n " + b_ +
+                              " addr add " + net_ + "2/24 dev kvb" + id + "; for n in " + a_ + " " + b_ +
+                              "; do ip -n $n link set lo up; done; ip -n " + a_ + " link set " + link_a_ + " up; ip -n " +
+                              b_ + " link set kvb" + id + " up";
+    ASSERT_EQ(sh(setup), 0) << "could not build the two hosts";
+    dir_ = ::testing::TempDir() + "/kiln_multihost_" + id;
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!made_) return;
+    sh("ip netns pids " + a_ + " | xargs -r kill -9; ip netns pids " + b_ + " | xargs -r kill -9");
+    sh("ip netns del " + a_ + "; ip netns del " + b_);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string recipe(int64_t max_steps, double timeout_s) const {
+    const std::string path = dir_ + "/w2.yaml";
+    std::ofstream(path) << "model: cnn\ndataset: fashion_mnist\noptimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                           "epochs: 1\nmax_steps: " << max_steps << "\nbatch_size: 64\nthreads: 1\n"
+                           "distributed: {timeout_s: " << timeout_s << "}\noutput: " << dir_ << "/out\n";
+    return path;
+  }
+  // kiln launch on one host, in the background; its exit status goes to DIR/HOST.status.
+  void launch_on(const std::string& host, int node_rank, int nproc, const std::string& recipe_path) const {
+    const std::string kiln = KILN_CLI;
+    const std::string command = "ip netns exec " + host + " " + kiln + " launch -n " + std::to_string(nproc) +
+                                " --nnodes 2 --node-rank " + std::to_string(node_rank) + " --master " + net_ +
+                                "1:29500 --log-dir " + dir_ + "/logs-" + host + " -- " + kiln + " train " +
+                                recipe_path + " > " + dir_ + "/" + host + ".out 2>&1; echo $? > " + dir_ + "/" + host +
+                                ".status";
+    ASSERT_EQ(std::system(("(" + command + ") &").c_str()), 0);
+  }
+  // Waits for both launchers; false if one is still running at the deadline.
+  bool both_done(std::chrono::seconds limit) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (std::filesystem::exists(dir_ + "/" + a_ + ".status") && std::filesystem::exists(dir_ + "/" + b_ + ".status"))
+        return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  int status_of(const std::string& host) const { return std::stoi(text_of(dir_ + "/" + host + ".status")); }
+  std::string a_, b_, link_a_, net_, dir_;
+  bool made_ = false;
+};
+
+TEST_F(TwoHosts, TwoRanksOnEachHostTrainTogether) {
+  const std::string r = recipe(30, 60);
+  launch_on(a_, 0, 2, r);
+  launch_on(b_, 1, 2, r);
+  ASSERT_TRUE(both_done(180s)) << "the job did not finish";
+  EXPECT_EQ(status_of(a_), 0) << text_of(dir_ + "/" + a_ + ".out");
+  EXPECT_EQ(status_of(b_), 0) << text_of(dir_ + "/" + b_ + ".out");
+  auto m = nlohmann::json::parse(text_of(dir_ + "/out/metrics.json"));
+  EXPECT_EQ(m["ranks"], 4);
+  EXPECT_EQ(m["steps"], 30);
+  // Host b's ranks are 2 and 3, logged there with their rank.
+  auto b_lines = dist::read_logs(dir_ + "/logs-" + b_, {3, "test accuracy"});
+  EXPECT_EQ(b_lines.size(), 1u);
+}
+
+TEST_F(TwoHosts, ALinkTakenDownIsReportedByBothSidesNotHung) {
+  const std::string r = recipe(100000, 4);
+  launch_on(a_, 0, 1, r);
+  launch_on(b_, 1, 1, r);
+  // Wait until they train, then cut the link.
+  const auto deadline = std::chrono::steady_clock::now() + 90s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         text_of(dir_ + "/logs-" + a_ + "/rank-0.log").find("step 100/") == std::string::npos)
+    std::this_thread::sleep_for(200ms);
+  ASSERT_NE(text_of(dir_ + "/logs-" + a_ + "/rank-0.log").find("step 100/"), std::string::npos)
+      << text_of(dir_ + "/" + a_ + ".out");
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_EQ(sh("ip -n " + a_ + " link set " + link_a_ + " down"), 0);
+  ASSERT_TRUE(both_done(60s)) << "a rank hung after its link went down";
+  EXPECT_LT(std::chrono::steady_clock::now() - cut, 45s);
+  EXPECT_NE(status_of(a_), 0);
+  EXPECT_NE(status_of(b_), 0);
+  const std::string a_log = text_of(dir_ + "/logs-" + a_ + "/rank-0.log");
+  const std::string b_log = text_of(dir_ + "/logs-" + b_ + "/rank-1.log");
+  EXPECT_NE(a_log.find("Rank 1 on "), std::string::npos) << a_log.substr(a_log.size() > 3000 ? a_log.size() - 3000 : 0);
+  EXPECT_NE(a_log.find("(" + net_ + "2) stopped answering"), std::string::npos) << a_log.substr(a_log.size() > 3000 ? a_log.size() - 3000 : 0);
+  EXPECT_NE(b_log.find("Rank 0 on "), std::string::npos) << b_log.substr(b_log.size() > 3000 ? b_log.size() - 3000 : 0);
+  EXPECT_NE(b_log.find("rendezvous store it hosts is unreachable"), std::string::npos)
+      << b_log.substr(b_log.size() > 3000 ? b_log.size() - 3000 : 0);
+}
+
+}  // namespace
