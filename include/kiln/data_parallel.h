@@ -49,6 +49,8 @@ class DataParallel {
   std::vector<double> sum(const std::vector<double>& values);
 
   const std::shared_ptr<dist::ProcessGroup>& group() const { return group_; }
+  // The group the gradient buckets are all-reduced in (the same ranks).
+  const std::shared_ptr<dist::ProcessGroup>& buckets_group() const { return buckets_group_; }
   // Rank 0 writes checkpoints and metrics files; the others do not.
   bool writes() const { return group_->rank() == 0; }
   int bucket_count() const { return static_cast<int>(buckets_.size()); }
@@ -60,7 +62,7 @@ class DataParallel {
   };
   class Pass;
   std::shared_ptr<nn::Cell> net_;
-  std::shared_ptr<dist::ProcessGroup> group_;
+  std::shared_ptr<dist::ProcessGroup> group_, buckets_group_;
   int64_t handle_;
   std::vector<Tensor> params_;  // trainable, from the output end
   std::unordered_map<const TensorImpl*, size_t> position_;

@@ -217,6 +217,9 @@ std::pair<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t axis = -1, bo
 // min; wait for it before reading or writing the buffer again.
 void all_reduce_start(const Tensor& buffer, int64_t group, const std::string& op = "sum");
 void all_reduce_wait(const Tensor& buffer);
+// The all-reduce as a value: every rank gets the reduction of the ranks' x,
+// at once. For sums it has a gradient (the sum of the ranks' gradients).
+Tensor all_reduce(const Tensor& x, int64_t group, const std::string& op = "sum");
 
 // Joining, splitting, padding, masking.
 Tensor concat(const std::vector<Tensor>& tensors, int64_t axis = 0);

@@ -113,11 +113,32 @@ class BatchNorm2d : public Cell {
   explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
   Tensor construct(const Tensor& x) override;
   std::string type_name() const override { return "BatchNorm2d"; }
+  // Training statistics over the whole batch of every rank of `group` (a
+  // dist::handle_of), not this rank's share alone: synchronized batch
+  // norm, for data-parallel training with small per-rank batches. -1: off.
+  void synchronize_over(int64_t group) { sync_group_ = group; }
+  int64_t synchronized_over() const { return sync_group_; }
   Tensor weight, bias, running_mean, running_var;
 
  private:
+  Tensor synchronized(const Tensor& x);
   double momentum_, eps_;
+  int64_t sync_group_ = -1;
 };
+
+// BatchNorm2d synchronized over the ranks of a group from the start.
+class SyncBatchNorm : public BatchNorm2d {
+ public:
+  SyncBatchNorm(int64_t channels, int64_t group, double momentum = 0.1, double eps = 1e-5)
+      : BatchNorm2d(channels, momentum, eps) {
+    synchronize_over(group);
+  }
+  std::string type_name() const override { return "SyncBatchNorm"; }
+};
+
+// Synchronizes every BatchNorm2d in `cell` over `group` (a dist::handle_of);
+// returns how many there were.
+int convert_sync_batchnorm(Cell& cell, int64_t group);
 
 class ReLU : public Cell {
  public:

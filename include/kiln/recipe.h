@@ -64,6 +64,7 @@ struct CallbackSpec {
 struct DistributedSpec {
   double timeout_s = 300;  // joining and each collective
   double bucket_mb = 25;   // gradients all-reduced together
+  bool sync_batchnorm = false;  // batch statistics over every rank's share of the batch
 };
 
 struct Recipe {

@@ -39,13 +39,16 @@ struct ProcessGroup::Impl {
   Work submit(const char* what, std::function<void()> run) {
     const bool here = std::exchange(waited_at_once, false);
     const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;
-    auto task = [this, label, run = std::move(run)] {
+    auto task = [this, label, run = std::move(run), caller = std::this_thread::get_id()] {
       detail::Liveness& live = *job->liveness;
       live.doing(label);
       const auto start = std::chrono::steady_clock::now();
       try {
         run();
-        busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        const int64_t took =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        busy_ns += took;
+        if (std::this_thread::get_id() == caller) *waited_ns += took;  // ran in place: the caller waited it out
         ++collectives;
       } catch (const std::exception& e) {
         const auto settle = std::min(job->timeout, std::chrono::milliseconds(1500));

@@ -74,7 +74,39 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double momentum, double eps) : moment
 
 Tensor BatchNorm2d::construct(const Tensor& x) {
   KILN_CHECK(x.dim() == 4, "BatchNorm2d expects [N, C, H, W], got ", x.meta_str());
+  if (sync_group_ >= 0 && training()) return synchronized(x);
   return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum_, eps_);
+}
+
+// Per channel, the ranks' sums, sums of squares and counts added up in one
+// all-reduce; the gradient flows back through it to every rank's inputs.
+Tensor BatchNorm2d::synchronized(const Tensor& x) {
+  const int64_t c = x.size(1);
+  const Tensor count = full({1}, static_cast<double>(x.numel() / c), x.dtype());
+  const Tensor totals = all_reduce(concat({sum(x, {0, 2, 3}), sum(x * x, {0, 2, 3}), count}), sync_group_, "sum");
+  const std::vector<Tensor> parts = split(totals, {c, c, 1});
+  const Tensor n = parts[2];
+  const Tensor mean = parts[0] / n;
+  const Tensor var = parts[1] / n - mean * mean;  // biased, for normalizing
+  {
+    NoGradGuard no_grad;
+    running_mean.copy_(running_mean * (1 - momentum_) + mean.detach() * momentum_);
+    running_var.copy_(running_var * (1 - momentum_) + var.detach() * (n / (n - 1.0)) * momentum_);
+  }
+  const Shape per_channel{1, c, 1, 1};
+  return (x - mean.reshape(per_channel)) * rsqrt(var + eps_).reshape(per_channel) * weight.reshape(per_channel) +
+         bias.reshape(per_channel);
+}
+
+int convert_sync_batchnorm(Cell& cell, int64_t group) {
+  int converted = 0;
+  cell.apply([&](Cell& c) {
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(&c)) {
+      bn->synchronize_over(group);
+      ++converted;
+    }
+  });
+  return converted;
 }
 
 SequentialCell::SequentialCell(std::vector<CellPtr> cells) {

@@ -1,10 +1,11 @@
-// Collective ops: the all-reduce of a buffer, started and waited for as two
-// ops, so that a compiled training step issues its gradient all-reduces
+// Collective ops: an all-reduce as a value (differentiable), and the
+// all-reduce of a buffer in place, started and waited for as two ops, so that a compiled training step issues its gradient all-reduces
 // where the gradients become ready and waits for them only before the
 // update. The start queues the reduction on the group's communication
 // thread and returns; the wait blocks until it is done. Both write their
 // input, which keeps them in the graph, in order, with the buffer alive
 // from one to the other.
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -61,6 +62,34 @@ OpDef collective(const char* name, std::vector<std::string> attrs) {
   return d;
 }
 
+// The out-of-place, synchronous all-reduce, differentiable for sums: the
+// gradient of every rank's input is the sum of the ranks' output gradients
+// (synchronized batch norm's statistics go through it).
+void all_reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  std::memcpy(out[0].raw_data(), in[0].raw_data(), static_cast<size_t>(in[0].numel()) * in[0].element_size());
+  dist::group_of_handle(a.get_int("group", -1))->all_reduce(out[0], reduce_op_of(a.get_string("op", "sum")));
+}
+
+OpDefiner d_all_reduce([] {
+  OpDef d;
+  d.name = "all_reduce";
+  d.inputs = {"x"};
+  d.outputs = {"y"};
+  d.attrs = {"group:int", "op:string=sum"};
+  d.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> std::vector<TensorMeta> {
+    KILN_CHECK(in[0].device.type == DeviceType::CPU, "all_reduce takes a CPU tensor");
+    return {in[0]};
+  };
+  d.grad = [](const GradContext& c, const std::vector<Tensor>& g) -> std::vector<Tensor> {
+    KILN_CHECK(c.attrs.get_string("op", "sum") == "sum", "all_reduce has a gradient for op sum only, not '",
+               c.attrs.get_string("op", "sum"), "'");
+    return {all_reduce(g[0].contiguous(), c.attrs.get_int("group", -1), "sum")};
+  };
+  d.tags = kTagCollective;
+  d.category = "communication";
+  return d;
+}());
+
 OpDefiner d_start(collective("all_reduce_start", {"group:int", "op:string=sum"}));
 OpDefiner d_wait(collective("all_reduce_wait", {}));
 
@@ -68,6 +97,7 @@ OpDefiner d_wait(collective("all_reduce_wait", {}));
   DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8, DType::Int8
 KILN_REGISTER_KERNEL("all_reduce_start", CPU, start_kernel, KILN_COLLECTIVE_DTYPES);
 KILN_REGISTER_KERNEL("all_reduce_wait", CPU, wait_kernel, KILN_COLLECTIVE_DTYPES);
+KILN_REGISTER_KERNEL("all_reduce", CPU, all_reduce_kernel, KILN_COLLECTIVE_DTYPES);
 
 }  // namespace
 
@@ -76,5 +106,9 @@ void all_reduce_start(const Tensor& buffer, int64_t group, const std::string& op
 }
 
 void all_reduce_wait(const Tensor& buffer) { call("all_reduce_wait", {buffer}); }
+
+Tensor all_reduce(const Tensor& x, int64_t group, const std::string& op) {
+  return call1(OpRegistry::instance().get("all_reduce"), {x.contiguous()}, Attrs().set("group", group).set("op", op));
+}
 
 }  // namespace kiln

@@ -10,11 +10,22 @@ DataParallel::DataParallel(std::shared_ptr<nn::Cell> net, std::shared_ptr<dist::
                            DataParallelOptions options)
     : net_(std::move(net)), group_(std::move(group)) {
   KILN_CHECK(net_ && group_, "DataParallel needs a network and a process group (from kiln::dist::init)");
-  handle_ = dist::handle_of(group_);
+  // The buckets get a group (a Gloo context and a thread) of their own, so
+  // that collectives on the caller's group in the middle of backward
+  // (synchronized batch norm's) do not queue behind a bucket's all-reduce.
+  std::vector<int> everyone(static_cast<size_t>(group_->size()));
+  for (int r = 0; r < group_->size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  buckets_group_ = group_->new_group(everyone);
+  handle_ = dist::handle_of(buckets_group_);
   std::vector<Tensor> trainable = net_->trainable_params();
   params_.assign(trainable.rbegin(), trainable.rend());  // backward meets the last layers first
-  // Buckets of one dtype each, filled in that order.
-  int64_t limit = options.first_bucket_bytes, bytes = 0;
+  // Buckets of one dtype each, filled in that order. A small network still
+  // gets about four, so that its first all-reduces start under backward.
+  int64_t total = 0;
+  for (const Tensor& p : params_) total += p.numel() * static_cast<int64_t>(p.element_size());
+  const bool small = total < 4 * options.first_bucket_bytes;
+  const int64_t quarter = std::max<int64_t>(total / 4, 1);
+  int64_t limit = small ? quarter : options.first_bucket_bytes, bytes = 0;
   DType dtype = DType::Float32;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
@@ -22,7 +33,7 @@ DataParallel::DataParallel(std::shared_ptr<nn::Cell> net, std::shared_ptr<dist::
                " is not on the CPU; Gloo moves CPU tensors (NCCL for devices is not built yet)");
     const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
     if (buckets_.empty() || bytes >= limit || p.dtype() != dtype) {
-      if (!buckets_.empty()) limit = options.bucket_bytes;
+      if (!buckets_.empty() && !small) limit = options.bucket_bytes;
       buckets_.emplace_back();
       bytes = 0;
       dtype = p.dtype();

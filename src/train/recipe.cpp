@@ -165,9 +165,10 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   }
   if (top["callbacks"]) r.callbacks = parse_callbacks(top["callbacks"], source);
   if (top["distributed"]) {
-    Section d(top["distributed"], "distributed", {"timeout_s", "bucket_mb"}, source);
+    Section d(top["distributed"], "distributed", {"timeout_s", "bucket_mb", "sync_batchnorm"}, source);
     d.read("timeout_s", r.distributed.timeout_s);
     d.read("bucket_mb", r.distributed.bucket_mb);
+    d.read("sync_batchnorm", r.distributed.sync_batchnorm);
   }
   top.read("max_steps", r.max_steps);
   top.read("epochs", r.epochs);

@@ -135,6 +135,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 
   manual_seed(r.seed);
   auto net = models::make_model(r.model, d.config);
+  if (group && r.distributed.sync_batchnorm) nn::convert_sync_batchnorm(*net, dist::handle_of(group));
   auto opt = make_optimizer(r, net->trainable_params());
   int64_t steps_per_epoch = d.train->batches_per_epoch();
   int64_t total_steps = r.epochs * steps_per_epoch;
@@ -163,14 +164,29 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   model.set_mode(mode_of(r));
   model.set_adapt_threads(r.adapt_threads);
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
+  std::shared_ptr<train::DataParallel> dp;
   if (group) {
-    train::DataParallelOptions dp;
-    dp.bucket_bytes = static_cast<int64_t>(r.distributed.bucket_mb * (1 << 20));
-    model.set_data_parallel(std::make_shared<train::DataParallel>(net, group, dp));
+    train::DataParallelOptions o;
+    o.bucket_bytes = static_cast<int64_t>(r.distributed.bucket_mb * (1 << 20));
+    dp = std::make_shared<train::DataParallel>(net, group, o);
+    model.set_data_parallel(dp);
   }
-  const auto comm_before = group ? group->stats() : dist::ProcessGroup::Stats{};
+  // Communication while training: the gradient buckets' and the rest (loss
+  // and metrics, synchronized batch norm).
+  auto comm = [&] {
+    dist::ProcessGroup::Stats total;
+    if (!dp) return total;
+    for (const auto* g : {dp->group().get(), dp->buckets_group().get()}) {
+      const auto s = g->stats();
+      total.collectives += s.collectives;
+      total.busy_seconds += s.busy_seconds;
+      total.waited_seconds += s.waited_seconds;
+    }
+    return total;
+  };
+  const auto comm_before = comm();
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
-  const auto comm_after = group ? group->stats() : dist::ProcessGroup::Stats{};
+  const auto comm_after = comm();
   train::EvalResult ev = model.eval(*d.test);
   if (writes)
     io::save_cell(*net, r.output + "/checkpoint.safetensors",

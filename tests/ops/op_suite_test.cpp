@@ -213,7 +213,8 @@ TEST(OpCoverage, EveryDifferentiableForwardOpHasAGradientCase) {
   for (auto& c : golden_cases())
     if (!c.grads.empty()) with_grads.insert(c.op);
   for (const OpDef* op : OpRegistry::instance().all()) {
-    if (!op->differentiable() || op->has_tag(kTagBackward) || op->has_tag(kTagRandom) || op->has_tag(kTagTransfer))
+    if (!op->differentiable() || op->has_tag(kTagBackward) || op->has_tag(kTagRandom) || op->has_tag(kTagTransfer) ||
+        op->has_tag(kTagCollective))
       continue;
     EXPECT_TRUE(with_grads.count(op->name)) << op->name << " is differentiable but no case checks its gradient";
   }
