@@ -122,7 +122,8 @@ class Model {
   // loss, the epoch's mean loss and eval()'s loss and metrics reduced over
   // the ranks, so that every rank reports and decides (early stopping,
   // plateaus) alike. Give each rank its share of the data
-  // (data::DistributedSampler).
+  // (data::DistributedSampler), and call train() and eval() on every rank:
+  // they are collective.
   void set_data_parallel(std::shared_ptr<DataParallel> dp);
   const std::shared_ptr<DataParallel>& data_parallel() const { return dp_; }
   // Whether this process writes checkpoints and metrics files: rank 0 of a

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -83,6 +84,7 @@ int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) 
 // output into the pipe, the launcher's variables, then the command.
 [[noreturn]] void become_rank(const LaunchOptions& o, int local, int write_end, const std::string& addr, int port) {
   setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher killed outright takes its ranks along
   dup2(write_end, STDOUT_FILENO);
   dup2(write_end, STDERR_FILENO);
   close(write_end);

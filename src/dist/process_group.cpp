@@ -32,10 +32,10 @@ struct ProcessGroup::Impl {
   std::shared_ptr<std::atomic<int64_t>> waited_ns = std::make_shared<std::atomic<int64_t>>(0);
   detail::CommThread comm;  // last: its thread stops before the rest goes
 
-  // Queues a collective (or, for a caller that waits for it at once, runs
-  // it here when nothing is queued); its error names it, this rank, and why.
   bool waited_at_once = false;  // set by the synchronous forms for the submit they make
 
+  // Queues a collective (or, for a caller that waits for it at once, runs
+  // it here when nothing is queued); its error names it, this rank, and why.
   Work submit(const char* what, std::function<void()> run) {
     const bool here = std::exchange(waited_at_once, false);
     const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;

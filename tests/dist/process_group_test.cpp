@@ -116,8 +116,7 @@ TEST(ProcessGroup, ARankThatHangsIsNamedWhenTheCollectiveTimesOut) {
         if (rank == 1) raise(SIGSTOP);  // alive, holding its sockets open, answering nothing
         Tensor t = ones({16});
         group->all_reduce(t);
-      },
-      12s);  // then the stopped rank is killed
+      });
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
   EXPECT_EQ(outcome.status[0], 1);
   const std::string& said = outcome.messages[0];

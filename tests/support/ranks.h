@@ -38,8 +38,8 @@ inline dist::InitOptions as_rank(int rank, int world, int port, std::chrono::mil
 }
 
 // Runs body(rank) in `ranks` forked processes; returns each one's exit status
-// (0: the body returned; 1: it threw, its message on stderr; 2: it was killed
-// after `limit`). `messages[r]` holds what rank r threw.
+// (0: the body returned; 1: it threw; 2: it was killed: after `limit`, or
+// stopped while the others finished). `messages[r]` holds what rank r threw.
 struct Outcome {
   std::vector<int> status;
   std::vector<std::string> messages;
@@ -59,8 +59,7 @@ inline Outcome run_ranks(const std::vector<int>& ranks, const std::function<void
         body(r);
       } catch (const std::exception& e) {
         const std::string msg = e.what();
-        if (write(fd[1], msg.data(), msg.size()) < 0) code = 3;
-        code = 1;
+        code = write(fd[1], msg.data(), msg.size()) < 0 ? 3 : 1;
       }
       close(fd[1]);
       _exit(code);
@@ -69,19 +68,39 @@ inline Outcome run_ranks(const std::vector<int>& ranks, const std::function<void
     pids.push_back(pid);
     pipes.push_back(fd[0]);
   }
+  // Waits for every rank; one that stopped itself (SIGSTOP: a hung rank) is
+  // killed once the others are done, and so is every rank after `limit`.
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (waitpid(pids[i], &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], &status, 0);
-        status = 2 << 8;
-        break;
+  std::vector<int> status(pids.size(), -1);
+  std::vector<bool> stopped(pids.size(), false);
+  for (;;) {
+    size_t running = 0, halted = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (status[i] >= 0) continue;
+      int st = 0;
+      if (waitpid(pids[i], &st, WNOHANG | WUNTRACED) == pids[i]) {
+        if (WIFSTOPPED(st)) stopped[i] = true;
+        else status[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 2;
       }
-      usleep(10000);
+      if (status[i] < 0) {
+        ++running;
+        halted += stopped[i] ? 1 : 0;
+      }
     }
-    out.status.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 2);
+    if (running == 0) break;
+    if (running == halted || std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (status[i] < 0) {
+          kill(pids[i], SIGKILL);
+          waitpid(pids[i], nullptr, 0);
+          status[i] = 2;
+        }
+      break;
+    }
+    usleep(10000);
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    out.status.push_back(status[i]);
     std::string msg;
     char buf[4096];
     ssize_t n;
