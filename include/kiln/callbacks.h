@@ -107,7 +107,7 @@ class StopAtStep : public Callback {
 
 // Profiles `steps` training steps after `skip` warm-up steps, then writes
 // DIR/profile.txt (the summary), DIR/trace.json (Chrome trace, for Perfetto)
-// and DIR/report.html.
+// and DIR/report.html (a data-parallel rank K > 0: into DIR/rank-K).
 class ProfilerCallback : public Callback {
  public:
   ProfilerCallback(std::string dir, int64_t steps = 20, int64_t skip = 5);

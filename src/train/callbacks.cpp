@@ -136,7 +136,15 @@ ProfilerCallback::ProfilerCallback(std::string dir, int64_t steps, int64_t skip)
   std::filesystem::create_directories(dir_);
 }
 
-void ProfilerCallback::on_train_begin(Model& m) { first_step_ = m.global_step() + skip_; }
+void ProfilerCallback::on_train_begin(Model& m) {
+  first_step_ = m.global_step() + skip_;
+  // Every rank of a data-parallel job profiles its own steps: rank 0 into
+  // the folder, the others into rank-K below it.
+  if (const auto& dp = m.data_parallel(); dp && dp->group()->rank() > 0 && dir_.find("/rank-") == std::string::npos) {
+    dir_ += "/rank-" + std::to_string(dp->group()->place().rank);
+    std::filesystem::create_directories(dir_);
+  }
+}
 
 void ProfilerCallback::on_step_end(Model&, const StepInfo& s) {
   if (!running_ && !done_ && s.step >= first_step_) {
