@@ -1,7 +1,7 @@
 // Collective ops: an all-reduce as a value (differentiable), and the
-// all-reduce of a buffer in place, started and waited for as two ops, so that a compiled training step issues its gradient all-reduces
-// where the gradients become ready and waits for them only before the
-// update. The start queues the reduction on the group's communication
+// all-reduce of a buffer in place, started and waited for as two ops, so
+// that a compiled training step issues its gradient all-reduces where the
+// gradients become ready and waits for them only before the update. The start queues the reduction on the group's communication
 // thread and returns; the wait blocks until it is done. Both write their
 // input, which keeps them in the graph, in order, with the buffer alive
 // from one to the other.
@@ -23,7 +23,7 @@ dist::ReduceOp reduce_op_of(const std::string& name) {
   if (name == "mean") return dist::ReduceOp::Mean;
   if (name == "max") return dist::ReduceOp::Max;
   if (name == "min") return dist::ReduceOp::Min;
-  KILN_FAIL("all_reduce_start: op must be sum, mean, max or min, got '", name, "'");
+  KILN_FAIL("all-reduce: op must be sum, mean, max or min, got '", name, "'");
 }
 
 void start_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& a) {
