@@ -217,17 +217,19 @@ EvalResult Model::eval(data::BatchSource& batches) {
   }
   if (dp_) {  // every rank's share of the data counts
     std::vector<double> counts{loss_sum, static_cast<double>(r.samples)};
-    for (auto& m : metrics_)
-      for (double c : m->counts()) counts.push_back(c);
+    std::vector<size_t> sizes;
+    for (auto& m : metrics_) {
+      const std::vector<double> mine = m->counts();
+      sizes.push_back(mine.size());
+      counts.insert(counts.end(), mine.begin(), mine.end());
+    }
     counts = dp_->sum(counts);
     loss_sum = counts[0];
     r.samples = static_cast<int64_t>(counts[1]);
-    size_t k = 2;
-    for (auto& m : metrics_) {
-      const size_t n = m->counts().size();
-      if (n == 0) continue;
-      m->set_counts(std::vector<double>(counts.begin() + static_cast<int64_t>(k), counts.begin() + static_cast<int64_t>(k + n)));
-      k += n;
+    auto at = counts.begin() + 2;
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      if (sizes[i] > 0) metrics_[i]->set_counts({at, at + static_cast<std::ptrdiff_t>(sizes[i])});
+      at += static_cast<std::ptrdiff_t>(sizes[i]);
     }
   }
   r.loss = r.samples ? loss_sum / static_cast<double>(r.samples) : std::nan("");

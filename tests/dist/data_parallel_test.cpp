@@ -116,7 +116,7 @@ void two_ranks_step_like_one(Mode mode) {
                                std::to_string(t.eval.accuracy) + ", over the whole set " + std::to_string(loss) + " / " +
                                std::to_string(accuracy));
   });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(outcome.status[r], 0) << "rank " << r << ": " << outcome.messages[r];
+  expect_all_succeeded(outcome);
   EXPECT_TRUE(std::filesystem::exists(dir + "/rank0.csv"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/rank1.csv")) << "a rank other than 0 wrote its metrics file";
   std::filesystem::remove_all(dir);

@@ -3,21 +3,14 @@
 
 #include "kiln/dist.h"
 #include "kiln/error.h"
+#include "support/error_message.h"
 
 namespace {
 using namespace kiln;
 using dist::expand_host_list;
+using kiln::testing::message_of;
 using dist::place_from;
 using Hosts = std::vector<std::string>;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TEST(DistEnvironment, NoLauncherIsOneProcess) {
   dist::Place p = place_from({});
@@ -66,7 +59,7 @@ TEST(DistEnvironment, ModelArts) {
   EXPECT_EQ(p.world_size, 3);
   EXPECT_EQ(p.master_addr, "job-worker-0.svc");
   EXPECT_EQ(p.hosts.size(), 3u);
-  EXPECT_NE(error_of([] { place_from({{"VC_TASK_INDEX", "0"}, {"VC_WORKER_NUM", "3"}, {"VC_WORKER_HOSTS", "a,b"}}); })
+  EXPECT_NE(message_of([] { place_from({{"VC_TASK_INDEX", "0"}, {"VC_WORKER_NUM", "3"}, {"VC_WORKER_HOSTS", "a,b"}}); })
                 .find("VC_WORKER_HOSTS lists 2 hosts but VC_WORKER_NUM=3"),
             std::string::npos);
 }
@@ -84,13 +77,13 @@ TEST(DistEnvironment, ExplicitValuesWinAndMasterAddrOverridesSlurm) {
 }
 
 TEST(DistEnvironment, MalformedValuesNameTheVariable) {
-  EXPECT_NE(error_of([] { place_from({{"RANK", "two"}}); }).find("RANK='two' is not a non-negative integer"),
+  EXPECT_NE(message_of([] { place_from({{"RANK", "two"}}); }).find("RANK='two' is not a non-negative integer"),
             std::string::npos);
-  EXPECT_NE(error_of([] { place_from({{"RANK", "4"}, {"WORLD_SIZE", "4"}}); }).find("rank 4 is outside a world of 4 ranks"),
+  EXPECT_NE(message_of([] { place_from({{"RANK", "4"}, {"WORLD_SIZE", "4"}}); }).find("rank 4 is outside a world of 4 ranks"),
             std::string::npos);
-  EXPECT_NE(error_of([] { place_from({{"RANK", "0"}, {"MASTER_PORT", "70000"}}); }).find("not a TCP port"),
+  EXPECT_NE(message_of([] { place_from({{"RANK", "0"}, {"MASTER_PORT", "70000"}}); }).find("not a TCP port"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(message_of([] {
               place_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NODEID", "3"}, {"SLURM_TASKS_PER_NODE", "1(x2)"}});
             }).find("SLURM_NODEID=3 but SLURM_TASKS_PER_NODE='1(x2)' lists 2 nodes"),
             std::string::npos);
@@ -100,10 +93,10 @@ TEST(DistEnvironment, HostListExpansion) {
   EXPECT_EQ(expand_host_list("node[1-3,7]"), (Hosts{"node1", "node2", "node3", "node7"}));
   EXPECT_EQ(expand_host_list("a,b[08-10]-ib,c"), (Hosts{"a", "b08-ib", "b09-ib", "b10-ib", "c"}));
   EXPECT_EQ(expand_host_list("single"), (Hosts{"single"}));
-  EXPECT_NE(error_of([] { expand_host_list("node[1-3"); }).find("unclosed '['"), std::string::npos);
-  EXPECT_NE(error_of([] { expand_host_list("node[5-2]"); }).find("runs backwards"), std::string::npos);
-  EXPECT_NE(error_of([] { expand_host_list("node[a-b]"); }).find("is not a non-negative integer"), std::string::npos);
-  EXPECT_NE(error_of([] { expand_host_list("a,,b"); }).find("empty entry"), std::string::npos);
+  EXPECT_NE(message_of([] { expand_host_list("node[1-3"); }).find("unclosed '['"), std::string::npos);
+  EXPECT_NE(message_of([] { expand_host_list("node[5-2]"); }).find("runs backwards"), std::string::npos);
+  EXPECT_NE(message_of([] { expand_host_list("node[a-b]"); }).find("is not a non-negative integer"), std::string::npos);
+  EXPECT_NE(message_of([] { expand_host_list("a,,b"); }).find("empty entry"), std::string::npos);
 }
 
 }  // namespace

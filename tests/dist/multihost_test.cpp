@@ -15,21 +15,16 @@
 #include <thread>
 
 #include "kiln/data.h"
-#include "kiln/io.h"
 #include "kiln/launch.h"
+#include "support/job_files.h"
 
 using namespace kiln;
+using namespace kiln::testing;
 using namespace std::chrono_literals;
 
 namespace {
 
 int sh(const std::string& command) { return std::system(("bash -c '" + command + "' > /dev/null 2>&1").c_str()); }
-
-std::string text_of(const std::string& path) {
-  std::stringstream s;
-  s << std::ifstream(path).rdbuf();
-  return s.str();
-}
 
 // Two namespaces with a veth pair between them, removed with the object.
 class TwoHosts : public ::testing::Test {
@@ -51,9 +46,7 @@ class TwoHosts : public ::testing::Test {
                               "; do ip -n $n link set lo up; done; ip -n " + a_ + " link set " + link_a_ + " up; ip -n " +
                               b_ + " link set kvb" + id + " up";
     ASSERT_EQ(sh(setup), 0) << "could not build the two hosts";
-    dir_ = ::testing::TempDir() + "/kiln_multihost_" + id;
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = fresh_dir("multihost");
   }
   void TearDown() override {
     if (!made_) return;
@@ -122,13 +115,8 @@ TEST_F(TwoHosts, TwoRanksOnEachHostTrainTogether) {
   // The same parameters as one process with the whole batch.
   const std::string kiln = KILN_CLI;
   ASSERT_EQ(std::system((kiln + " train " + r + " --output " + dir_ + "/alone > " + dir_ + "/alone.txt 2>&1").c_str()), 0);
-  io::MappedSafetensors four(dir_ + "/out/checkpoint.safetensors"), one(dir_ + "/alone/checkpoint.safetensors");
-  double worst = 0;
-  for (const auto& e : one.entries()) {
-    auto a = one.tensor(e).to_vector<float>(), b = four.tensor(*four.find(e.name)).to_vector<float>();
-    for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, double(std::abs(a[i] - b[i])));
-  }
-  EXPECT_LT(worst, 1e-4) << "4 ranks on 2 hosts went elsewhere than 1 rank";
+  EXPECT_LT(largest_difference(dir_ + "/alone/checkpoint.safetensors", dir_ + "/out/checkpoint.safetensors"), 1e-4)
+      << "4 ranks on 2 hosts went elsewhere than 1 rank";
 }
 
 TEST_F(TwoHosts, AHostThatNeverStartsIsNamedAtInit) {

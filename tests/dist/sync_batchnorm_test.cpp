@@ -75,7 +75,7 @@ TEST(SyncBatchNorm, TwoHalvesNormalizeLikeTheWholeBatch) {
     whole->set_train(false);
     expect_close(net(mine), (*whole)(x).slice(0, 4 * rank, 4 * rank + 4), "evaluation output");
   });
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(outcome.status[r], 0) << "rank " << r << ": " << outcome.messages[r];
+  expect_all_succeeded(outcome);
 }
 
 }  // namespace

@@ -2,16 +2,19 @@
 // Ranks of a distributed test as forked processes on loopback.
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <csignal>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kiln/dist.h"
+#include "support/error_message.h"
 
 namespace kiln::testing {
 
@@ -111,5 +114,18 @@ inline Outcome run_ranks(const std::vector<int>& ranks, const std::function<void
   return out;
 }
 
+
+// Every rank's body returned.
+inline void expect_all_succeeded(const Outcome& outcome) {
+  for (size_t r = 0; r < outcome.status.size(); ++r)
+    EXPECT_EQ(outcome.status[r], 0) << "rank " << r << ": " << outcome.messages[r];
+}
+
+// Inside a rank's body, which reports by throwing: throws unless `call`
+// is refused with a kiln::Error whose message has `words`.
+inline void refused_saying(const std::function<void()>& call, const std::string& words, const std::string& what) {
+  const std::string said = message_of(call);
+  if (said.find(words) == std::string::npos) throw std::runtime_error(what + ": " + said);
+}
 
 }  // namespace kiln::testing
