@@ -13,6 +13,10 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libzip-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
   libgloo-dev
+  # The Python package: pybind11 bindings for Debian's Python, its tests
+  # (pytest, NumPy) and the quickstart notebook run headless (nbclient).
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-setuptools
+  python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib python3-tqdm
   dataset-fashion-mnist bible-kjv bible-kjv-text
 )
 

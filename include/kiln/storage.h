@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "kiln/device.h"
@@ -30,5 +31,10 @@ struct StorageImpl {
 };
 
 using Storage = std::shared_ptr<StorageImpl>;
+
+// Memory owned by someone else (a NumPy array, a DLPack producer) as a
+// storage, with no copy: `release` runs once the last tensor on it is gone
+// (or when move_to copies the bytes elsewhere) instead of a deallocation.
+Storage external_storage(void* data, size_t nbytes, Device device, std::function<void()> release);
 
 }  // namespace kiln

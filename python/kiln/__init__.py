@@ -1,0 +1,46 @@
+"""Kiln: define, train, export and serve deep learning models from Python.
+
+The package is a thin face over Kiln's C++ core (the same ``libkiln`` the
+``kiln`` command uses): tensors, every registered op, autograd, cells, the
+training loop, checkpoints, ONNX export and the inference runtime. Names
+follow MindSpore where it has them (``nn.Cell``, ``construct``, ``nn.Dense``,
+``Model``), so MindSpore code moves over with its import lines changed.
+"""
+from . import _kiln
+from ._kiln import (Tensor, dtype, Error, UnsupportedError, from_numpy, from_dlpack, tensor, zeros, ones, full,
+                    empty, zeros_like, ones_like, arange, linspace, eye, rand, randn, randint, manual_seed,
+                    set_num_threads, get_num_threads)
+
+__version__ = _kiln.__version__
+
+float32 = dtype.float32
+float64 = dtype.float64
+float16 = dtype.float16
+bfloat16 = dtype.bfloat16
+int32 = dtype.int32
+int64 = dtype.int64
+uint8 = dtype.uint8
+int8 = dtype.int8
+bool_ = dtype.bool
+float_ = float32
+
+from . import ops  # noqa: E402  (every registered op, generated from the registry)
+
+# Every op as kiln.<name>, unless a hand-written function below has the name.
+for _name in ops.__all__:
+    globals()[_name] = getattr(ops, _name)
+del _name
+
+from ._kiln import add, sub, mul, div, matmul, relu, concat, stack, einsum, cross_entropy  # noqa: E402,F811
+from ._tensor_methods import install as _install_methods  # noqa: E402
+from .autograd import no_grad, enable_grad, grad, value_and_grad  # noqa: E402
+from .context import set_context, get_context, GRAPH_MODE, PYNATIVE_MODE, jit  # noqa: E402
+from .serialization import (save_checkpoint, load_checkpoint, load_param_into_net, load_torch_weights,  # noqa: E402
+                            export, InferenceSession, serve)
+from . import nn, dataset, train  # noqa: E402
+from .train import Model  # noqa: E402
+
+_install_methods()
+set_seed = manual_seed
+Parameter = nn.Parameter
+cat = concat

@@ -1,0 +1,77 @@
+"""Execution mode (eager or graph) and ``kiln.jit``."""
+import functools
+import warnings
+
+from . import _kiln
+
+GRAPH_MODE = 0
+PYNATIVE_MODE = 1
+
+
+def set_context(mode=None, device_target=None, **options):
+    """Sets the process-wide execution mode, as MindSpore's ``set_context``.
+
+    ``mode=kiln.GRAPH_MODE``: ``Model.train/eval/predict`` trace the network
+    and run it as a compiled graph; ``kiln.PYNATIVE_MODE`` (the default) runs
+    every op eagerly. ``device_target`` is ``"CPU"``. Other MindSpore options
+    have no meaning here and are ignored with a warning naming them.
+    """
+    if mode is not None:
+        if mode not in (GRAPH_MODE, PYNATIVE_MODE):
+            raise ValueError(f"mode must be kiln.GRAPH_MODE or kiln.PYNATIVE_MODE, not {mode!r}")
+        _kiln.set_mode("graph" if mode == GRAPH_MODE else "eager")
+    if device_target is not None and str(device_target).lower() != "cpu":
+        raise _kiln.Error(f"device_target {device_target!r} is not available in this build; use 'CPU'")
+    if options:
+        warnings.warn("set_context ignores " + ", ".join(sorted(options)), stacklevel=2)
+
+
+def get_context(key):
+    if key == "mode":
+        return GRAPH_MODE if _kiln.get_mode() == "graph" else PYNATIVE_MODE
+    if key == "device_target":
+        return "CPU"
+    raise ValueError(f"unknown context key {key!r}; known: 'mode', 'device_target'")
+
+
+class _Compiled:
+    """A function or Cell traced on its first call and run as a compiled graph after."""
+
+    def __init__(self, target, inference):
+        self._target = target
+        self._inference = inference
+        self._compiled = None
+        functools.update_wrapper(self, target if callable(target) and hasattr(target, "__name__") else self.__call__)
+
+    def __call__(self, *args):
+        inputs = [a if isinstance(a, _kiln.Tensor) else _kiln.tensor(a) for a in args]
+        if self._compiled is None:
+            if isinstance(self._target, _kiln.Cell):
+                self._compiled = _kiln.compile_cell(self._target, inputs, self._inference)
+            else:
+                name = getattr(self._target, "__name__", "function")
+                self._compiled = _kiln.compile_function(self._target, inputs, name)
+        outputs = self._compiled(inputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @property
+    def graph(self):
+        """The optimized graph last run, as text (after the first call)."""
+        return self._compiled.graph if self._compiled else None
+
+    @property
+    def compiles(self):
+        return self._compiled.compiles if self._compiled else 0
+
+
+def jit(fn=None, *, inference=False):
+    """Compiles a function of tensors, or a Cell, into a graph on its first call.
+
+    The function is traced at the op level: Python control flow on shapes and
+    constants runs while tracing, and reading a tensor's value (``.item()``,
+    ``if x.sum() > 0``) fails naming the cell, the line and the way out. A new
+    input shape compiles again. Use as ``@kiln.jit`` or ``kiln.jit(net)``.
+    """
+    if fn is None:
+        return lambda f: _Compiled(f, inference)
+    return _Compiled(fn, inference)

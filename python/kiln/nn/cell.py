@@ -1,0 +1,104 @@
+"""``Cell``: subclass it, assign parameters and cells as attributes, write ``construct``."""
+from .. import _kiln
+
+
+class Parameter(_kiln.Tensor):
+    """A tensor that a Cell registers as a parameter when assigned as its attribute.
+
+    ``requires_grad=False`` makes it a non-trainable parameter: saved and
+    loaded with the Cell, never updated by an optimizer.
+    """
+
+    def __init__(self, default_input, name=None, requires_grad=True):
+        value = default_input if isinstance(default_input, _kiln.Tensor) else _kiln.tensor(default_input)
+        if value.dtype not in (_kiln.dtype.float32, _kiln.dtype.float64, _kiln.dtype.float16, _kiln.dtype.bfloat16) \
+                and requires_grad:
+            raise TypeError(f"a trainable Parameter must be floating point, not {value.dtype}; "
+                            "pass requires_grad=False for an integer one")
+        _kiln.Tensor.__init__(self, value)
+        self.name = name
+        self.requires_grad = requires_grad
+
+
+def _cell_call(self, *args, **kwargs):
+    """Runs ``construct``; a single tensor goes through the C++ call, which names the cell in errors."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], _kiln.Tensor):
+        return self._call(args[0])
+    return self.construct(*args, **kwargs)
+
+
+def _cell_repr(self):
+    lines = []
+    for name, child in self.name_cells().items():
+        inner = repr(child).replace("\n", "\n  ")
+        lines.append(f"  ({name}): {inner}")
+    head = type(self).__name__ + "(" + self.extra_repr()
+    if not lines:
+        return head + ")"
+    return head + "\n" + "\n".join(lines) + "\n)"
+
+
+def _is_cell_collection(value):
+    return isinstance(value, (list, tuple)) and value and any(isinstance(v, _kiln.Cell) for v in value)
+
+
+class Cell(_kiln.Cell):
+    """Base class of networks written in Python.
+
+    ``__init__`` must call ``super().__init__()``; then ``self.fc = nn.Dense(...)``
+    registers a child cell and ``self.w = Parameter(...)`` a parameter.
+    ``construct(x)`` computes the output; calling the cell runs it.
+    """
+
+    def __init__(self, auto_prefix=True, flags=None):
+        _kiln.Cell.__init__(self)
+        self._set_python_type(type(self).__name__)
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Parameter):
+            value = self._register_parameter(name, value, value.requires_grad)
+        elif isinstance(value, _kiln.Cell):
+            self._register_cell(name, value)
+        elif _is_cell_collection(value):
+            raise TypeError(f"cells in a Python {type(value).__name__} ('{name}') are not registered, so they would "
+                            f"not be trained or saved; use nn.CellList([...]) or nn.SequentialCell([...])")
+        object.__setattr__(self, name, value)
+
+    def register_buffer(self, name, value):
+        """Registers a tensor that is saved with the cell but not trained (running statistics, tables)."""
+        object.__setattr__(self, name, self._register_buffer(name, value))
+
+    def construct(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} does not define construct()")
+
+    def insert_param_to_cell(self, param_name, param, check_name_contain_dot=True):
+        setattr(self, param_name, param if isinstance(param, Parameter) else Parameter(param, name=param_name))
+
+
+class SequentialCell(_kiln.SequentialCell):
+    """Cells applied in order: ``SequentialCell([a, b])`` or ``SequentialCell(a, b)``."""
+
+    def __init__(self, *args):
+        cells = list(args[0]) if len(args) == 1 and isinstance(args[0], (list, tuple)) else list(args)
+        super().__init__(cells)
+        self._cells = cells  # the Python side of Python cells lives as long as this
+
+
+class CellList(_kiln.CellList):
+    """A list of cells registered under the names "0", "1", ...; it has no construct of its own."""
+
+    def __init__(self, cells=()):
+        cells = list(cells)
+        super().__init__(cells)
+        self._cells = cells
+
+    def append(self, cell):
+        super().append(cell)
+        self._cells.append(cell)
+
+    def __iter__(self):
+        return iter([self[i] for i in range(len(self))])
+
+
+_kiln.Cell.__call__ = _cell_call
+_kiln.Cell.__repr__ = _cell_repr

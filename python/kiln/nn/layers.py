@@ -1,0 +1,263 @@
+"""Built-in layers: Kiln's C++ cells under MindSpore's names and arguments.
+
+Where MindSpore's defaults differ from PyTorch's, MindSpore's hold:
+``Conv2d`` has ``pad_mode="same"`` and no bias by default, ``BatchNorm``'s
+``momentum`` is the weight of the running statistics (0.9), pooling strides
+default to 1, ``Dropout`` takes ``keep_prob`` (or ``p``).
+"""
+from .. import _kiln
+from . import init as _init
+
+
+def _square(value, what):
+    if isinstance(value, int):
+        return value
+    values = tuple(value)
+    if len(set(values)) != 1:
+        raise ValueError(f"{what} {values}: only square {what}s are supported; pass one int")
+    return values[0]
+
+
+def _padding(pad_mode, padding, kernel_size, dilation, what):
+    mode = pad_mode.lower()
+    if mode == "pad":
+        return _square(padding, "padding")
+    if mode == "valid":
+        return 0
+    if mode == "same":
+        span = (kernel_size - 1) * dilation
+        if span % 2:
+            raise ValueError(f"{what}: pad_mode='same' needs an odd kernel_size (got {kernel_size}); "
+                             "use pad_mode='pad' with explicit padding")
+        return span // 2
+    raise ValueError(f"{what}: pad_mode is 'same', 'valid' or 'pad', not {pad_mode!r}")
+
+
+class Dense(_kiln.Dense):
+    """y = x W^T + b; weight [out_channels, in_channels]."""
+
+    def __init__(self, in_channels, out_channels, weight_init=None, bias_init=None, has_bias=True, activation=None):
+        if activation is not None:
+            raise ValueError("Dense(activation=...) is not supported; follow it with the activation cell, "
+                             "e.g. nn.SequentialCell([nn.Dense(...), nn.ReLU()])")
+        super().__init__(in_channels, out_channels, has_bias)
+        _init.apply(self.weight, weight_init)
+        if has_bias:
+            _init.apply(self.bias, bias_init)
+
+    def extra_repr(self):
+        w = self.weight.shape
+        return f"in_channels={w[1]}, out_channels={w[0]}"
+
+
+class Conv2d(_kiln.Conv2d):
+    """2-D convolution over [N, C, H, W]."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None, data_format="NCHW"):
+        if data_format != "NCHW":
+            raise ValueError(f"data_format {data_format!r}: Kiln's layers take NCHW")
+        k = _square(kernel_size, "kernel_size")
+        d = _square(dilation, "dilation")
+        super().__init__(in_channels, out_channels, k, _square(stride, "stride"),
+                         _padding(pad_mode, padding, k, d, "Conv2d"), d, group, has_bias)
+        _init.apply(self.weight, weight_init)
+        if has_bias:
+            _init.apply(self.bias, bias_init)
+
+
+class Conv1d(_kiln.Conv1d):
+    """1-D convolution over [N, C, L]."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="same", padding=0, dilation=1,
+                 group=1, has_bias=False, weight_init=None, bias_init=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride,
+                         _padding(pad_mode, padding, kernel_size, dilation, "Conv1d"), dilation, group, has_bias)
+        _init.apply(self.weight, weight_init)
+
+
+class Conv2dTranspose(_kiln.Conv2dTranspose):
+    """Transposed 2-D convolution (padding as in PyTorch's ConvTranspose2d)."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, pad_mode="pad", padding=0, output_padding=0,
+                 dilation=1, group=1, has_bias=False, weight_init=None):
+        k = _square(kernel_size, "kernel_size")
+        pad = 0 if pad_mode == "valid" else _square(padding, "padding")
+        super().__init__(in_channels, out_channels, k, _square(stride, "stride"), pad, output_padding,
+                         _square(dilation, "dilation"), group, has_bias)
+        _init.apply(self.weight, weight_init)
+
+
+class BatchNorm2d(_kiln.BatchNorm2d):
+    """Batch normalization over [N, C, H, W]; ``momentum`` weighs the running statistics (MindSpore's sense)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, gamma_init="ones", beta_init="zeros",
+                 use_batch_statistics=None, data_format="NCHW"):
+        super().__init__(num_features, 1.0 - momentum, eps)
+        if not affine:
+            self.freeze("")
+
+
+class BatchNorm1d(_kiln.BatchNorm1d):
+    """Batch normalization over [N, C] or [N, C, L]."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True):
+        super().__init__(num_features, 1.0 - momentum, eps)
+
+
+class LayerNorm(_kiln.LayerNorm):
+    """Normalizes over the trailing ``normalized_shape`` axes."""
+
+    def __init__(self, normalized_shape, begin_norm_axis=-1, begin_params_axis=-1, epsilon=1e-7, eps=None,
+                 elementwise_affine=True):
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        super().__init__(shape, epsilon if eps is None else eps, elementwise_affine)
+
+
+class GroupNorm(_kiln.GroupNorm):
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
+        super().__init__(num_groups, num_channels, eps)
+
+
+class ReLU(_kiln.ReLU):
+    pass
+
+
+class SiLU(_kiln.SiLU):
+    pass
+
+
+class Sigmoid(_kiln.Sigmoid):
+    pass
+
+
+class Tanh(_kiln.Tanh):
+    pass
+
+
+class Flatten(_kiln.Flatten):
+    """[N, ...] -> [N, prod(...)]."""
+
+
+class LeakyReLU(_kiln.LeakyReLU):
+    def __init__(self, alpha=0.2):
+        super().__init__(alpha)
+
+
+class GELU(_kiln.GELU):
+    def __init__(self, approximate=True):
+        super().__init__(approximate)
+
+
+class Softmax(_kiln.Softmax):
+    def __init__(self, axis=-1):
+        super().__init__(axis)
+
+
+class LogSoftmax(_kiln.LogSoftmax):
+    def __init__(self, axis=-1):
+        super().__init__(axis)
+
+
+class Dropout(_kiln.Dropout):
+    """Zeroes elements with probability ``p`` (= 1 - ``keep_prob``) in training, scaling the rest."""
+
+    def __init__(self, keep_prob=None, p=None):
+        if p is None:
+            p = 0.5 if keep_prob is None else 1.0 - keep_prob
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout probability must be in [0, 1), got {p}")
+        super().__init__(p)
+
+
+class MaxPool2d(_kiln.MaxPool2d):
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, ceil_mode=False):
+        k = _square(kernel_size, "kernel_size")
+        super().__init__(k, _square(stride, "stride"), _padding(pad_mode, padding, k, 1, "MaxPool2d"), ceil_mode)
+
+
+class AvgPool2d(_kiln.AvgPool2d):
+    def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0):
+        k = _square(kernel_size, "kernel_size")
+        super().__init__(k, _square(stride, "stride"), _padding(pad_mode, padding, k, 1, "AvgPool2d"))
+
+
+class AdaptiveAvgPool2d(_kiln.AdaptiveAvgPool2d):
+    def __init__(self, output_size):
+        super().__init__(_square(output_size, "output_size"))
+
+
+class Upsample(_kiln.Upsample):
+    def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
+        if size is not None or scale_factor is None:
+            raise ValueError("Upsample takes scale_factor; for a target size use kiln.ops.interpolate(x, sizes=...)")
+        super().__init__(float(scale_factor), "bilinear" if mode in ("bilinear", "linear") else mode,
+                         bool(align_corners))
+
+
+class Embedding(_kiln.Embedding):
+    def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table="normal", padding_idx=None):
+        super().__init__(vocab_size, embedding_size)
+        if embedding_table != "normal":
+            _init.apply(self.weight, embedding_table)
+
+
+def _recurrent_call(self, x, hx=None, seq_length=None):
+    if hx is None:
+        return self.forward(x)
+    if isinstance(hx, (tuple, list)):
+        return self.forward(x, hx[0], hx[1])
+    return self.forward(x, hx)
+
+
+class LSTM(_kiln.LSTM):
+    """PyTorch's LSTM layout and numerics (so torch weights load); returns (output, (h_n, c_n))."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, has_bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False):
+        super().__init__(input_size, hidden_size, num_layers, has_bias, batch_first, dropout, bidirectional)
+
+    __call__ = _recurrent_call
+
+
+class GRU(_kiln.GRU):
+    def __init__(self, input_size, hidden_size, num_layers=1, has_bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False):
+        super().__init__(input_size, hidden_size, num_layers, has_bias, batch_first, dropout, bidirectional)
+
+    __call__ = _recurrent_call
+
+
+class RNN(_kiln.RNN):
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", has_bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False):
+        super().__init__(input_size, hidden_size, num_layers, has_bias, batch_first, dropout, bidirectional,
+                         nonlinearity)
+
+    __call__ = _recurrent_call
+
+
+class MultiheadAttention(_kiln.MultiheadAttention):
+    """Batch-first multi-head attention: ``mha(query, key, value, attn_mask=None, key_padding_mask=None)``."""
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, has_bias=True, batch_first=True):
+        if not batch_first:
+            raise ValueError("MultiheadAttention is batch first ([N, L, E]); pass batch_first=True")
+        super().__init__(embed_dim, num_heads, has_bias)
+
+    def __call__(self, query, key=None, value=None, attn_mask=None, key_padding_mask=None, causal=False):
+        key = query if key is None else key
+        value = key if value is None else value
+        return self.forward(query, key, value, attn_mask, key_padding_mask, causal)
+
+
+class TransformerEncoderLayer(_kiln.TransformerEncoderLayer):
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
+                 batch_first=True, norm_first=False):
+        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, norm_first, layer_norm_eps)
+
+    def __call__(self, src, src_mask=None, src_key_padding_mask=None, causal=False):
+        return self.forward(src, src_mask, src_key_padding_mask, causal)
+
+
+make_model = _kiln.make_model

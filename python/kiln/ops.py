@@ -1,0 +1,77 @@
+"""Every op in Kiln's registry as a Python function, generated from the schemas.
+
+``kiln.ops.softmax(x, axis=1)`` runs the registered op ``softmax``; inputs are
+positional (tensors, NumPy arrays or numbers), attributes are keywords. An
+attribute left out takes the op's default, which the function's help shows.
+The list is built from the registry when the package loads, so a new op in
+the C++ core appears here without any Python change.
+"""
+import inspect as _inspect
+import keyword as _keyword
+
+from . import _kiln
+
+_P = _inspect.Parameter
+
+
+def _input_params(inputs):
+    params = []
+    for spec in inputs:
+        name = spec.rstrip("?*")
+        if _keyword.iskeyword(name):
+            name += "_"
+        if spec.endswith("*"):
+            params.append(_P(name, _P.POSITIONAL_OR_KEYWORD))  # a list of tensors
+        elif spec.endswith("?"):
+            params.append(_P(name, _P.POSITIONAL_OR_KEYWORD, default=None))
+        else:
+            params.append(_P(name, _P.POSITIONAL_OR_KEYWORD))
+    # Required inputs may not follow optional ones in a Python signature.
+    seen_optional = False
+    for i, p in enumerate(params):
+        if p.default is not _P.empty:
+            seen_optional = True
+        elif seen_optional:
+            params[i] = p.replace(default=None)
+    return params
+
+
+def _attr_name(spec):
+    return spec.split(":")[0].split("=")[0].rstrip("?").strip()
+
+
+def _make(schema):
+    name = schema["name"]
+    inputs = _input_params(schema["inputs"])
+    attrs = [_attr_name(a) for a in schema["attrs"]]
+    signature = _inspect.Signature(
+        inputs + [_P(a, _P.KEYWORD_ONLY, default=None) for a in attrs])
+    input_names = [p.name for p in inputs]
+
+    def op(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        values = bound.arguments
+        tensors = [values.get(n) for n in input_names]
+        while tensors and tensors[-1] is None:
+            tensors.pop()
+        return _kiln.call_op(name, tensors, {a: values[a] for a in attrs if a in values})
+
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = __name__
+    op.__signature__ = signature
+    lines = [f"The registered op ``{name}``: ({', '.join(schema['inputs'])}) -> ({', '.join(schema['outputs'])})."]
+    if schema["attrs"]:
+        lines.append("Attributes: " + "; ".join(schema["attrs"]) + ".")
+    if schema["tags"]:
+        lines.append("Tags: " + schema["tags"] + ".")
+    lines.append("Differentiable." if schema["differentiable"] else "Not differentiable.")
+    op.__doc__ = "\n".join(lines)
+    return op
+
+
+SCHEMAS = {s["name"]: s for s in _kiln.op_schemas()}
+__all__ = []
+for _name, _schema in SCHEMAS.items():
+    globals()[_name] = _make(_schema)
+    __all__.append(_name)
+del _name, _schema

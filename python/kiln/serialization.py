@@ -1,0 +1,154 @@
+"""Checkpoints, PyTorch weight import, ONNX export, the inference runtime, serving."""
+import json
+import os
+import urllib.request
+
+from . import _kiln
+
+
+def save_checkpoint(save_obj, ckpt_file_name, metadata=None):
+    """Saves a Cell's parameters and buffers (or a dict / list of (name, tensor)) as safetensors.
+
+    The file is written atomically: a failure (full disk) leaves any old file intact.
+    """
+    metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
+    path = os.fspath(ckpt_file_name)
+    if isinstance(save_obj, _kiln.Cell):
+        _kiln.save_cell(save_obj, path, metadata)
+    else:
+        _kiln.save_tensors(save_obj, path, metadata)
+
+
+def load_checkpoint(ckpt_file_name, net=None, strict=True, print_report=True):
+    """Reads a safetensors checkpoint (or a torch.save file without a net).
+
+    Without ``net``: a dict of name -> Tensor. With ``net``: loads into it and
+    returns the LoadReport. Strict (the default): every parameter and buffer
+    must be in the file with its shape and dtype and nothing else may be
+    there; otherwise nothing is changed and the error lists every problem.
+    Non-strict: loads what matches and reports (and prints) the rest.
+    """
+    path = os.fspath(ckpt_file_name)
+    if net is None:
+        return dict(_kiln.load_tensors(path))
+    return _kiln.load_into(net, path, strict, print_report)
+
+
+def load_param_into_net(net, parameter_dict, strict_load=False):
+    """Copies a dict of name -> Tensor into the net's parameters, as MindSpore's function.
+
+    Returns ``(param_not_load, ckpt_not_load)``: the net's names that got no
+    value and the dict's names that matched nothing. ``strict_load`` makes
+    either an error, before anything is changed.
+    """
+    names = {n for n, _ in net.parameters_and_names()} | {n for n, _ in net.buffers_and_names()}
+    param_not_load = sorted(names - set(parameter_dict))
+    ckpt_not_load = sorted(set(parameter_dict) - names)
+    if strict_load and (param_not_load or ckpt_not_load):
+        raise _kiln.Error(f"load_param_into_net: not in the dict: {param_not_load}; not in the net: {ckpt_not_load}")
+    _kiln.assign_by_name(net, {k: v for k, v in parameter_dict.items() if k in names})
+    return param_not_load, ckpt_not_load
+
+
+def load_torch_weights(net, path, rules=None, strict=True, verbose=True):
+    """Loads a PyTorch state dict (``torch.save`` file) or safetensors file into ``net``.
+
+    Names are matched in stages (rename rules from a YAML file, same names,
+    similar spellings, then order and shape) and every decision is shown in
+    the table it prints. Strict: any unmatched entry is an error and nothing
+    is loaded. Returns the MatchResult.
+    """
+    match, table = _kiln.import_weights(net, os.fspath(path), os.fspath(rules) if rules else "", strict)
+    if verbose:
+        print(table)
+    return match
+
+
+def export(net, *inputs, file_name, file_format="ONNX", dynamic_batch=False, input_names=None, output_names=None,
+           opset=17):
+    """Exports a Cell with its weights, as MindSpore's ``export(net, *inputs, file_name, file_format)``.
+
+    The Cell is traced in inference mode on the sample inputs; ``.onnx`` is
+    added to ``file_name`` when missing. Returns the ExportReport.
+    """
+    if str(file_format).upper() != "ONNX":
+        raise ValueError(f"file_format {file_format!r} is not supported; Kiln exports 'ONNX'")
+    if not inputs:
+        raise ValueError("export needs sample inputs: export(net, sample, file_name=...)")
+    path = os.fspath(file_name)
+    if not path.endswith(".onnx"):
+        path += ".onnx"
+    samples = [x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x) for x in inputs]
+    return _kiln.export_onnx(net, samples, path, dynamic_batch, list(input_names or []), list(output_names or []),
+                             opset)
+
+
+class InferenceSession(_kiln.InferenceSession):
+    """Runs an ONNX model (Kiln's or torch.onnx.export's) with Kiln's graph passes and kernels.
+
+    ``run(inputs)`` takes a list (or one input) and returns a list of
+    Tensors, or a dict by input name and returns a dict. ONNX Runtime's form
+    ``run(output_names, input_feed)`` returns NumPy arrays, as it does there.
+    """
+
+    def run(self, *args):
+        if len(args) == 2:
+            output_names, feed = args
+            outputs = super().run(dict(feed))
+            names = output_names or [o.name for o in self.outputs]
+            return [outputs[n].numpy() for n in names]
+        if len(args) != 1:
+            raise TypeError("run(inputs) or run(output_names, input_feed)")
+        return super().run(args[0])
+
+
+class Served:
+    """A model served over HTTP (the Open Inference Protocol v2) in this process."""
+
+    def __init__(self, server, port, model_name):
+        self._server = server
+        self.port = port
+        self.model_name = model_name
+        self.url = f"http://127.0.0.1:{port}"
+
+    def infer(self, *inputs, timeout=30):
+        """Sends one OIP infer request (JSON) and returns the outputs as NumPy arrays."""
+        import numpy as np
+        body = {"inputs": []}
+        for i, x in enumerate(inputs):
+            a = np.asarray(x.numpy() if isinstance(x, _kiln.Tensor) else x)
+            dtype = {"float32": "FP32", "float64": "FP64", "int64": "INT64", "int32": "INT32",
+                     "uint8": "UINT8", "bool": "BOOL"}[a.dtype.name]
+            body["inputs"].append({"name": f"input{'' if i == 0 else '_' + str(i)}", "shape": list(a.shape),
+                                   "datatype": dtype, "data": a.reshape(-1).tolist()})
+        request = urllib.request.Request(f"{self.url}/v2/models/{self.model_name}/infer",
+                                         data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            reply = json.load(response)
+        return [np.asarray(o["data"]).reshape(o["shape"]) for o in reply["outputs"]]
+
+    def shutdown(self):
+        self._server.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        return False
+
+
+def serve(model, port=0, host="127.0.0.1"):
+    """Serves an ONNX file (or a model repository folder) over HTTP, in the background.
+
+    Returns a Served object once the server is ready: ``.url``, ``.infer(x)``,
+    ``.shutdown()``; usable as a context manager. Port 0 picks a free port.
+    """
+    path = os.fspath(model)
+    if os.path.isdir(path):
+        server = _kiln.Server(model_repository=path, host=host, port=port)
+        name = ""
+    else:
+        server = _kiln.Server(model=path, host=host, port=port)
+        name = os.path.splitext(os.path.basename(path))[0]
+    return Served(server, server.start(), name)

@@ -1,0 +1,88 @@
+"""``Model(net, loss_fn=..., optimizer=..., metrics=...)``: train, eval and predict, MindSpore's shape."""
+from .. import _kiln
+from .callbacks import adapt
+
+
+def _metrics(metrics):
+    if metrics is None:
+        return []
+    if isinstance(metrics, dict):
+        return list(metrics.values())
+    out = []
+    for m in metrics:
+        if isinstance(m, _kiln.Metric):
+            out.append(m)
+            continue
+        name = str(m).lower()
+        if name in ("accuracy", "acc", "top_1_accuracy"):
+            out.append(_kiln.Accuracy(1))
+        elif name.startswith("top_") and name.endswith("_accuracy"):
+            out.append(_kiln.Accuracy(int(name[4:-9])))
+        else:
+            raise ValueError(f"unknown metric {m!r}; use 'accuracy', 'top_5_accuracy' or a kiln.train metric object")
+    return out
+
+
+def _batches(dataset, what):
+    if isinstance(dataset, _kiln.BatchSource):
+        return dataset
+    if hasattr(dataset, "_batch_source"):
+        return dataset._batch_source()
+    raise TypeError(f"{what} must be a kiln.dataset dataset, not {type(dataset).__name__}")
+
+
+class Model:
+    """The training loop around a network, a loss and an optimizer.
+
+    ``train`` and ``eval`` run in C++ without holding the GIL; Python cells,
+    losses, callbacks and transforms take it when they run. In graph mode
+    (``kiln.set_context(mode=kiln.GRAPH_MODE)``) the training step and
+    inference are compiled. Ctrl-C stops training after the current step
+    and raises KeyboardInterrupt, with the weights of the steps done.
+    """
+
+    def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, amp_level="O0",
+                 **unused):
+        if loss_fn is None or optimizer is None:
+            raise ValueError("Model needs loss_fn and optimizer: Model(net, loss_fn=nn.CrossEntropyLoss(), "
+                             "optimizer=nn.SGD(net.trainable_params()))")
+        self.network = network
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
+        self.epochs_planned = 0
+
+    def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **unused):
+        """Trains for ``epoch`` epochs; returns one dict per epoch (loss, val_loss, val_accuracy, seconds, ...)."""
+        if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+            callbacks = [callbacks]
+        self.epochs_planned = epoch
+        cbs = adapt(callbacks, self, epoch)
+        schedule = getattr(self.optimizer, "schedule", None)
+        if schedule is not None:
+            cbs.insert(0, _kiln.LearningRateScheduler(schedule))
+        valid = _batches(valid_dataset, "valid_dataset") if valid_dataset is not None else None
+        history = self._model.train(epoch, _batches(train_dataset, "train_dataset"), cbs, valid)
+        return [h.as_dict() for h in history]
+
+    def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
+        """The mean loss and the metrics over a dataset, in inference mode: {'loss': ..., 'accuracy': ...}."""
+        return self._model.eval(_batches(valid_dataset, "valid_dataset"))
+
+    def predict(self, *predict_data):
+        if len(predict_data) != 1:
+            raise ValueError("predict takes one input tensor")
+        x = predict_data[0]
+        return self._model.predict(x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x))
+
+    def stop_training(self):
+        self._model.stop_training()
+
+    @property
+    def global_step(self):
+        return self._model.global_step
+
+    @property
+    def compiled_graphs(self):
+        """(training-step graphs, inference graphs) compiled so far; (0, 0) in eager mode."""
+        return self._model.compiled_graphs

@@ -1,0 +1,111 @@
+"""Checkpoints, PyTorch weights, ONNX export, the inference runtime and serving, from Python."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, has_bias=True)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Dense(4 * 8 * 8, 10)
+
+    def construct(self, x):
+        x = kiln.relu(self.bn(self.conv(x)))
+        return self.fc(x.flatten(1))
+
+
+def trained_net():
+    net = Net()
+    x = kiln.randn((4, 1, 8, 8))
+    net(x)  # batch norm statistics move off their initial values
+    return net.set_train(False)
+
+
+def test_checkpoint_round_trip_and_strict_report(tmp_path):
+    net = trained_net()
+    path = tmp_path / "net.safetensors"
+    kiln.save_checkpoint(net, path)
+    other = Net()
+    report = kiln.load_checkpoint(path, net=other)
+    assert report.clean() and len(report.loaded) == len(net.parameters_and_names()) + len(net.buffers_and_names())
+    x = kiln.randn((2, 1, 8, 8))
+    np.testing.assert_allclose(other.set_train(False)(x).numpy(), net(x).numpy(), rtol=1e-6)
+    tensors = kiln.load_checkpoint(path)
+    assert "fc.weight" in tensors
+    tensors.pop("fc.bias")
+    kiln.save_checkpoint(tensors, tmp_path / "partial.safetensors")
+    with pytest.raises(kiln.Error, match="fc.bias"):
+        kiln.load_checkpoint(tmp_path / "partial.safetensors", net=Net())
+    report = kiln.load_checkpoint(tmp_path / "partial.safetensors", net=Net(), strict=False, print_report=False)
+    assert [m.split()[0] for m in report.missing] == ["fc.bias"]
+    not_loaded, unused = kiln.load_param_into_net(Net(), {"fc.weight": tensors["fc.weight"], "extra": kiln.ones(1)})
+    assert "fc.bias" in not_loaded and unused == ["extra"]
+
+
+def test_malformed_checkpoint_is_refused(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(kiln.Error):
+        kiln.load_checkpoint(bad, net=Net())
+
+
+def test_export_then_inference_session_matches_eager(tmp_path):
+    net = trained_net()
+    x = kiln.randn((3, 1, 8, 8))
+    expected = net(x).numpy()
+    report = kiln.export(net, kiln.zeros((1, 1, 8, 8)), file_name=str(tmp_path / "net"), dynamic_batch=True)
+    assert report.nodes > 0
+    session = kiln.InferenceSession(str(tmp_path / "net.onnx"))
+    assert session.inputs[0].shape[1:] == [1, 8, 8]
+    got = session.run([x])[0].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    name = session.inputs[0].name
+    out = session.run(None, {name: x.numpy()})  # ONNX Runtime's calling shape
+    np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(kiln.Error, match="input"):
+        session.run([kiln.zeros((1, 3, 8, 8))])
+
+
+def test_serve_and_query(tmp_path):
+    net = trained_net()
+    kiln.export(net, kiln.zeros((1, 1, 8, 8)), file_name=str(tmp_path / "tiny"), dynamic_batch=True)
+    x = np.random.default_rng(0).standard_normal((2, 1, 8, 8)).astype(np.float32)
+    with kiln.serve(tmp_path / "tiny.onnx") as served:
+        (logits,) = served.infer(x)
+    np.testing.assert_allclose(logits, net(kiln.tensor(x)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+
+
+def test_torch_state_dict_loads_with_a_name_report(tmp_path):
+    tnet = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    torch.save(tnet.state_dict(), tmp_path / "w.pt")
+    net = nn.SequentialCell(nn.Dense(6, 5), nn.ReLU(), nn.Dense(5, 3))
+    match = kiln.load_torch_weights(net, tmp_path / "w.pt", verbose=False)
+    assert match.complete() and len(match.matched) == 4
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    np.testing.assert_allclose(net(kiln.tensor(x)).numpy(), tnet(torch.from_numpy(x)).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.Error, match="nothing was loaded"):
+        kiln.load_torch_weights(nn.SequentialCell(nn.Dense(6, 5)), tmp_path / "w.pt", verbose=False)
+
+
+def test_dlpack_round_trips_with_torch_without_copies():
+    t = kiln.arange(6).reshape(2, 3)
+    as_torch = torch.from_dlpack(t)
+    assert as_torch.shape == (2, 3) and as_torch.data_ptr() == t.data_ptr()
+    as_torch[0, 0] = 9.0
+    assert t[0, 0].item() == 9.0
+    source = torch.arange(12, dtype=torch.float64).reshape(3, 4)[:, 1:3]
+    back = kiln.from_dlpack(source)
+    assert back.dtype == kiln.float64 and back.shape == (3, 2)
+    np.testing.assert_array_equal(back.numpy(), source.numpy())
+    assert back.data_ptr() == source.data_ptr()
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.float16, torch.bfloat16):
+        x = torch.ones(3, dtype=dtype)
+        assert kiln.from_dlpack(x).shape == (3,)

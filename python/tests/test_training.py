@@ -1,0 +1,194 @@
+"""Training from Python: the MindSpore quickstart with only its imports changed, a hand-written loop,
+graph mode, callbacks and Ctrl-C."""
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+# MindSpore's quickstart imports were: import mindspore; from mindspore import nn; from mindspore.dataset
+# import vision, transforms; from mindspore.dataset import MnistDataset; from mindspore.train import Model
+import kiln as mindspore
+from kiln import nn
+from kiln.dataset import vision, transforms
+from kiln.dataset import FashionMnistDataset
+from kiln.train import Model, LossMonitor
+
+import kiln
+
+
+def datapipe(dataset, batch_size):
+    image_transforms = [
+        vision.Rescale(1.0 / 255.0, 0),
+        vision.Normalize(mean=(0.1307,), std=(0.3081,)),
+        vision.HWC2CHW()
+    ]
+    label_transform = transforms.TypeCast(mindspore.int32)
+    dataset = dataset.map(image_transforms, 'image')
+    dataset = dataset.map(label_transform, 'label')
+    dataset = dataset.batch(batch_size)
+    return dataset
+
+
+class SimpleNet(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.fc1 = nn.Dense(784, 256)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Dense(256, 10)
+
+    def construct(self, x):
+        x = self.flatten(x)
+        x = self.relu(self.fc1(x))
+        return self.fc2(x)
+
+
+def test_mindspore_first_example_trains_on_fashion_mnist(fashion_mnist):
+    train_dataset = datapipe(FashionMnistDataset(fashion_mnist, usage='train'), 64)
+    test_dataset = datapipe(FashionMnistDataset(fashion_mnist, usage='test'), 64)
+    net = SimpleNet()
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01, momentum=0.9)
+    model = Model(net, loss_fn=loss_fn, optimizer=optimizer, metrics={'accuracy'})
+    model.train(1, train_dataset, callbacks=[LossMonitor(300)])
+    acc = model.eval(test_dataset)
+    print("quickstart, 1 epoch:", acc)
+    assert acc["accuracy"] > 0.82
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kiln-quickstart-{os.getpid()}.onnx")
+    mindspore.export(net, mindspore.Tensor(shape=(1, 784), dtype=mindspore.float32), file_name=path[:-5],
+                     file_format="ONNX")
+    assert os.path.getsize(path) > 784 * 256 * 4
+    os.remove(path)
+
+
+def test_w1_from_python_matches_the_cpp_recipe(fashion_mnist):
+    """W1 (MLP 784-512-256-10, SGD momentum 0.9, batch 64, cosine decay) one epoch: >= 84% as in C++."""
+    kiln.manual_seed(0)
+    train = kiln.dataset.FashionMnistDataset(fashion_mnist, "train").map(
+        [vision.Rescale(1 / 255), vision.HWC2CHW()], "image").batch(64)
+    test = kiln.dataset.FashionMnistDataset(fashion_mnist, "test").map(
+        [vision.Rescale(1 / 255), vision.HWC2CHW()], "image").batch(1000)
+    net = nn.SequentialCell(nn.Flatten(), nn.Dense(784, 512), nn.ReLU(), nn.Dense(512, 256), nn.ReLU(),
+                            nn.Dense(256, 10))
+    steps = train.get_dataset_size()
+    opt = nn.SGD(net.trainable_params(), learning_rate=nn.schedules.cosine(0.05, steps), momentum=0.9)
+    model = Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=opt)
+    history = model.train(1, train)
+    result = model.eval(test)
+    print(f"W1 from Python, 1 epoch: {result['accuracy']:.4f}, {history[0]['samples_per_s']:.0f} samples/s")
+    assert result["accuracy"] >= 0.84
+
+
+def small_data(n=256):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 8)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    return x, y
+
+
+def test_hand_written_loop_learns():
+    x, y = small_data()
+    net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 2))
+    opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    first = None
+    for step in range(100):
+        loss = loss_fn(net(kiln.tensor(x)), kiln.tensor(y))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < first / 4
+
+
+def test_python_callbacks_generator_dataset_and_graph_mode():
+    x, y = small_data()
+
+    class Source:
+        def __len__(self):
+            return len(x)
+
+        def __getitem__(self, i):
+            return x[i], y[i]
+
+    class Recorder(kiln.train.Callback):
+        def __init__(self):
+            self.steps, self.epochs = [], []
+
+        def on_step_end(self, model, info):
+            self.steps.append(info.loss)
+
+        def on_epoch_end(self, model, info):
+            self.epochs.append(info.loss)
+
+    class MindSporeStyle:
+        def __init__(self):
+            self.seen = 0
+
+        def step_end(self, run_context):
+            self.seen = run_context.original_args().cur_step_num
+
+    data = kiln.dataset.GeneratorDataset(Source(), ["data", "label"]).map(lambda a: a * 2.0, "data").batch(32)
+    kiln.set_context(mode=kiln.GRAPH_MODE)
+    net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 2))
+    model = Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=nn.SGD(net.trainable_params(), 0.1, 0.9),
+                  metrics={"accuracy"})
+    recorder, ms = Recorder(), MindSporeStyle()
+    model.train(3, data, callbacks=[recorder, ms])
+    assert len(recorder.steps) == 24 and len(recorder.epochs) == 3 and ms.seen == 24
+    assert recorder.epochs[-1] < recorder.epochs[0]
+    assert model.compiled_graphs[0] >= 1  # the training step ran as a compiled graph
+    assert model.eval(kiln.dataset.NumpySlicesDataset((x * 2, y), shuffle=False).batch(64))["accuracy"] > 0.8
+
+
+def test_ctrl_c_stops_training_after_the_current_step():
+    x, y = small_data(4096)
+    data = kiln.dataset.NumpySlicesDataset((x, y)).batch(8)
+
+    class Slow(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(8, 2)
+
+        def construct(self, t):
+            return self.fc(t)
+
+    net = Slow()
+    model = Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=nn.SGD(net.trainable_params(), 0.01))
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        model.train(1000, data)
+    timer.cancel()
+    assert 0 < model.global_step < 1000 * 512
+
+
+def test_errors_name_the_python_line():
+    class Bad(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(4, 2)
+
+        def construct(self, x):
+            return self.fc(x)  # wrong width on purpose
+
+    with pytest.raises(kiln.Error) as info:
+        Bad()(kiln.ones((1, 3)))
+    message = str(info.value)
+    assert "Dense" in message and "test_training.py" in message
+
+
+def test_reading_a_value_while_tracing_names_the_cell_and_the_line():
+    class Branchy(nn.Cell):
+        def construct(self, x):
+            if x.sum().item() > 0:  # data-dependent control flow
+                return x
+            return -x
+
+    compiled = kiln.jit(Branchy())
+    with pytest.raises(kiln.Error) as info:
+        compiled(kiln.ones((2, 2)))
+    message = str(info.value)
+    assert "Branchy" in message and "test_training.py" in message
