@@ -99,23 +99,24 @@ void bind_ops(py::module_& m) {
   }, py::arg("name"), py::arg("inputs"), py::arg("attrs"),
         "Runs the registered op `name` on inputs with attributes (kiln.ops wraps every op this way).");
 
-  // The arithmetic a Python loop calls most, bound directly: no schema walk per call.
-  m.def("add", [](py::handle a, py::handle b) {
-    Tensor x = to_tensor(a);
-    return add(x, operand(b, x));
-  }, py::arg("input"), py::arg("other"));
-  m.def("sub", [](py::handle a, py::handle b) {
-    Tensor x = to_tensor(a);
-    return sub(x, operand(b, x));
-  }, py::arg("input"), py::arg("other"));
-  m.def("mul", [](py::handle a, py::handle b) {
-    Tensor x = to_tensor(a);
-    return mul(x, operand(b, x));
-  }, py::arg("input"), py::arg("other"));
-  m.def("div", [](py::handle a, py::handle b) {
-    Tensor x = to_tensor(a);
-    return div(x, operand(b, x));
-  }, py::arg("input"), py::arg("other"));
+  // The arithmetic a Python loop calls most, bound directly (no schema walk
+  // per call), with a first overload for two tensors that skips every
+  // conversion, and a second for arrays and numbers.
+#define KILN_BINARY(NAME)                                                                                    \
+  m.def(#NAME, [](const Tensor& a, const Tensor& b) { return NAME(a, b); }, py::arg("input"), py::arg("other")); \
+  m.def(#NAME, [](py::handle a, py::handle b) {                                                              \
+    if (!py::isinstance<Tensor>(a) && py::isinstance<Tensor>(b)) {                                           \
+      Tensor y = py::cast<Tensor>(b);                                                                        \
+      return NAME(operand(a, y), y);                                                                         \
+    }                                                                                                        \
+    Tensor x = to_tensor(a);                                                                                 \
+    return NAME(x, operand(b, x));                                                                           \
+  }, py::arg("input"), py::arg("other"))
+  KILN_BINARY(add);
+  KILN_BINARY(sub);
+  KILN_BINARY(mul);
+  KILN_BINARY(div);
+#undef KILN_BINARY
   m.def("matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); }, py::arg("input"), py::arg("other"));
   m.def("relu", [](const Tensor& x) { return relu(x); }, py::arg("input"));
   m.def("concat", [](const std::vector<Tensor>& xs, int64_t axis) { return concat(xs, axis); }, py::arg("tensors"),
