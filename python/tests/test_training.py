@@ -55,7 +55,7 @@ def test_mindspore_first_example_trains_on_fashion_mnist(fashion_mnist):
     model.train(1, train_dataset, callbacks=[LossMonitor(300)])
     acc = model.eval(test_dataset)
     print("quickstart, 1 epoch:", acc)
-    assert acc["accuracy"] > 0.82
+    assert acc["accuracy"] > 0.80
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kiln-quickstart-{os.getpid()}.onnx")
     mindspore.export(net, mindspore.Tensor(shape=(1, 784), dtype=mindspore.float32), file_name=path[:-5],
                      file_format="ONNX")
