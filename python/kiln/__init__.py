@@ -13,6 +13,7 @@ from ._kiln import (Tensor, dtype, Error, UnsupportedError, from_numpy, from_dlp
 
 __version__ = _kiln.__version__
 
+dtype.__str__ = dtype.__repr__ = lambda self: "kiln." + self.name
 float32 = dtype.float32
 float64 = dtype.float64
 float16 = dtype.float16
