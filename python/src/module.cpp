@@ -33,6 +33,8 @@ std::string user_location() {
 
 void raise(PyObject* type, const std::exception& e) {
   std::string message = e.what();
+  // The C++ API's names in advice ("use kiln::where") are the package's from Python.
+  for (size_t at; (at = message.find("kiln::")) != std::string::npos;) message.replace(at, 6, "kiln.");
   std::string where = user_location();
   if (!where.empty() && message.find("(at " + where + ")") == std::string::npos) message += "\n  (at " + where + ")";
   PyErr_SetString(type, message.c_str());
