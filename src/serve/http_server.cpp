@@ -160,22 +160,28 @@ int hex_digit(char c) {
   return -1;
 }
 
-// The path of a request target, %XX sequences decoded, the query dropped.
-std::string decode_path(std::string_view target) {
-  target = target.substr(0, target.find('?'));
+std::string percent_decode(std::string_view text, bool plus_is_space) {
   std::string out;
-  out.reserve(target.size());
-  for (size_t i = 0; i < target.size(); ++i) {
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
     int hi = 0, lo = 0;
-    if (target[i] == '%' && i + 2 < target.size() && (hi = hex_digit(target[i + 1])) >= 0 &&
-        (lo = hex_digit(target[i + 2])) >= 0) {
+    if (text[i] == '%' && i + 2 < text.size() && (hi = hex_digit(text[i + 1])) >= 0 &&
+        (lo = hex_digit(text[i + 2])) >= 0) {
       out += static_cast<char>(hi * 16 + lo);
       i += 2;
     } else {
-      out += target[i];
+      out += plus_is_space && text[i] == '+' ? ' ' : text[i];
     }
   }
   return out;
+}
+
+// The path of a request target, %XX sequences decoded, the query dropped.
+std::string decode_path(std::string_view target) { return percent_decode(target.substr(0, target.find('?')), false); }
+
+std::string query_of(std::string_view target) {
+  size_t at = target.find('?');
+  return at == std::string_view::npos ? std::string() : std::string(target.substr(at + 1));
 }
 
 void set_timeout(int fd, int option, double seconds) {
@@ -203,6 +209,20 @@ const std::string* HttpRequest::header(std::string_view name) const {
   for (const auto& [key, value] : headers)
     if (key.size() == name.size() && ::strncasecmp(key.data(), name.data(), name.size()) == 0) return &value;
   return nullptr;
+}
+
+std::optional<std::string> query_param(std::string_view query, std::string_view name) {
+  size_t start = 0;
+  while (start <= query.size()) {
+    size_t end = query.find('&', start);
+    std::string_view pair = query.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
+    size_t eq = pair.find('=');
+    if (percent_decode(pair.substr(0, eq), true) == name)
+      return eq == std::string_view::npos ? std::string() : percent_decode(pair.substr(eq + 1), true);
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return std::nullopt;
 }
 
 void set_error(HttpResponse& res, int status, const std::string& message) {
@@ -441,7 +461,7 @@ void HttpServer::Impl::serve(Connection& c) {
       }
       if (ec == http::error::body_limit) {
         set_error(res, 413, "the request body is larger than the server accepts (" +
-                                std::to_string(options.max_body_bytes) + " bytes; kiln serve --max-body-mb raises it)");
+                                std::to_string(options.max_body_bytes) + " bytes; " + options.body_limit_hint + ")");
         refused_body = true;
       } else if (ec == http::error::header_limit) {
         set_error(res, 431, "the request's headers are larger than 64 KiB");
@@ -453,6 +473,7 @@ void HttpServer::Impl::serve(Connection& c) {
       http::request<http::string_body> msg = parser.release();
       req.method = std::string(view(msg.method_string()));
       req.path = decode_path(view(msg.target()));
+      req.query = query_of(view(msg.target()));
       for (const auto& field : msg) req.headers.emplace_back(view(field.name_string()), view(field.value()));
       req.body = std::move(msg.body());
       keep_alive = msg.keep_alive();

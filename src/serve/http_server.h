@@ -6,6 +6,7 @@
 // server that writes head and body separately wakes the client twice).
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,6 +17,7 @@ namespace kiln::serve {
 struct HttpRequest {
   std::string method;       // "GET", "POST", ...
   std::string path;         // percent-decoded, without the query
+  std::string query;        // after '?', as sent (query_param decodes it)
   std::string body;
   std::string remote_addr;  // the peer's address
   std::vector<std::pair<std::string, std::string>> headers;
@@ -30,6 +32,10 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
   bool close = false;  // close the connection after this answer
 };
+
+// The value of name=value in a query string, percent-decoded ('+' is a
+// space), or nullopt when the query does not have it.
+std::optional<std::string> query_param(std::string_view query, std::string_view name);
 
 // The status logged for an answer the client did not take (it left first).
 constexpr int kClientGone = 499;
@@ -54,6 +60,7 @@ struct HttpOptions {
   // A body must arrive within header_timeout_s plus its size at this rate.
   double min_body_bytes_per_s = 64 * 1024;
   double write_timeout_s = 30;  // a client that stops reading its answer this long is dropped
+  std::string body_limit_hint = "kiln serve --max-body-mb raises it";  // in the 413 message
 };
 
 class HttpServer {

@@ -14,6 +14,7 @@ void add_onnx_test_command(CLI::App& app);
 void add_deploy_commands(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_launch_commands(CLI::App& app);
+void add_studio_commands(CLI::App& app);
 }
 
 int main(int argc, char** argv) {
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_deploy_commands(app);
   kiln::cli::add_serve_command(app);
   kiln::cli::add_launch_commands(app);
+  kiln::cli::add_studio_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,51 @@
+#pragma once
+// Kiln Studio, the platform server: state in SQLite, API tokens with scopes
+// and an audit log of every write, and an object store of buckets and keys.
+//
+//   kiln::studio::StudioOptions o;
+//   o.data_dir = "studio-data";
+//   kiln::studio::StudioServer studio(o);
+//   int port = studio.start();
+//
+// REST under /api/v1 (docs/studio.md); every endpoint but /api/v1/health
+// needs "Authorization: Bearer <token>" of a sufficient scope.
+#include <memory>
+#include <string>
+
+namespace kiln::studio {
+
+enum class Scope { Read, Write, Admin };
+const char* scope_name(Scope scope);
+Scope parse_scope(const std::string& name);  // "read", "write", "admin"; throws otherwise
+
+struct StudioOptions {
+  std::string data_dir = "studio-data";  // the database and the objects live here
+  std::string host = "127.0.0.1";
+  int port = 8080;                        // 0: any free port
+  size_t max_upload_bytes = size_t{1} << 30;  // one object's body; larger uploads get 413
+  std::string access_log = "-";           // "-": stderr; "": none; otherwise a file appended to
+};
+
+class StudioServer {
+ public:
+  // Opens (creating) the data directory and its database, migrating its schema.
+  explicit StudioServer(StudioOptions options);
+  ~StudioServer();
+  int start();  // listens; returns the port
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Serves until SIGTERM or SIGINT. Returns the exit code.
+int run_studio(const StudioOptions& options);
+
+// Creates an API token in the studio at data_dir; returns the secret, which
+// is shown once and stored only as its SHA-256.
+std::string create_token(const std::string& data_dir, const std::string& name, Scope scope);
+// Revokes the tokens of that name; returns how many.
+int revoke_tokens(const std::string& data_dir, const std::string& name);
+
+}  // namespace kiln::studio

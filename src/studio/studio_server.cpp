@@ -1,0 +1,303 @@
+// The studio's HTTP API (/api/v1) over the serve layer's transport: tokens
+// checked on every endpoint but health, writes recorded in the audit log.
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "kiln/studio.h"
+#include "serve/http_server.h"
+#include "studio/object_store.h"
+#include "studio/tokens.h"
+
+namespace kiln::studio {
+namespace {
+
+using serve::HttpRequest;
+using serve::HttpResponse;
+using json = nlohmann::json;
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    parts.push_back(path.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return parts;
+}
+
+void reply_json(HttpResponse& res, int status, const json& body) {
+  res.status = status;
+  res.content_type = "application/json";
+  res.body = body.dump();
+}
+
+json object_json(const ObjectInfo& o) {
+  return {{"key", o.key}, {"size", o.size}, {"sha256", o.sha256}, {"modified_ms", o.modified_ms}};
+}
+
+// "bytes=a-b", "bytes=a-" or "bytes=-n" against an object of `size` bytes.
+bool parse_range(const std::string& header, int64_t size, int64_t& offset, int64_t& length) {
+  if (header.rfind("bytes=", 0) != 0 || header.find(',') != std::string::npos) return false;
+  std::string spec = header.substr(6);
+  size_t dash = spec.find('-');
+  if (dash == std::string::npos) return false;
+  try {
+    std::string a = spec.substr(0, dash), b = spec.substr(dash + 1);
+    if (a.empty()) {
+      int64_t n = std::stoll(b);
+      offset = std::max<int64_t>(0, size - n);
+      length = size - offset;
+    } else {
+      offset = std::stoll(a);
+      int64_t last = b.empty() ? size - 1 : std::min<int64_t>(std::stoll(b), size - 1);
+      length = last - offset + 1;
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  return offset >= 0 && offset < size && length > 0;
+}
+
+}  // namespace
+
+struct StudioServer::Impl {
+  StudioOptions options;
+  std::unique_ptr<Database> db;
+  std::unique_ptr<ObjectStore> store;
+  std::unique_ptr<serve::HttpServer> http;
+  std::FILE* access_log = nullptr;
+  std::mutex log_mu;
+
+  void handle(const HttpRequest& req, HttpResponse& res);
+  void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
+  void objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket, const std::string& key);
+  void audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name);
+  void log(const HttpRequest& req, const HttpResponse& res, double seconds);
+};
+
+void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
+  if (req.path == "/api/v1/health") {
+    reply_json(res, 200, {{"status", "ok"}, {"version", KILN_VERSION}});
+    return;
+  }
+  if (req.path.rfind("/api/v1/", 0) != 0) {
+    serve::set_error(res, 404, "no such endpoint: " + serve::printable(req.path) + "; the API is under /api/v1");
+    return;
+  }
+  const std::string* auth = req.header("Authorization");
+  std::optional<TokenInfo> token;
+  if (auth && auth->rfind("Bearer ", 0) == 0) token = find_token(*db, auth->substr(7));
+  if (!token) {
+    serve::set_error(res, 401, auth ? "the token is unknown or revoked; create one with `kiln studio token create`"
+                                    : "every endpoint but /api/v1/health needs \"Authorization: Bearer <token>\" "
+                                      "(`kiln studio token create --scope read|write|admin`)");
+    res.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return;
+  }
+  Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
+  if (static_cast<int>(token->scope) < static_cast<int>(needed)) {
+    serve::set_error(res, 403, "token '" + token->name + "' has scope " + scope_name(token->scope) + "; " + req.method +
+                                   " " + serve::printable(req.path) + " needs " + scope_name(needed));
+  } else {
+    try {
+      route(req, res, *token);
+    } catch (const NotFound& e) {
+      serve::set_error(res, 404, e.what());
+    } catch (const Error& e) {
+      serve::set_error(res, 400, e.what());
+    }
+  }
+  if (req.method != "GET" && req.method != "HEAD") audit(req, res, token->name);
+}
+
+void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token) {
+  std::vector<std::string> parts = split_path(req.path);  // "api", "v1", ...
+  const std::string what = parts.size() > 2 ? parts[2] : "";
+  if (what == "buckets" && parts.size() == 3 && req.method == "GET") {
+    reply_json(res, 200, {{"buckets", store->buckets()}});
+  } else if (what == "buckets" && parts.size() == 4 && req.method == "PUT") {
+    store->create_bucket(parts[3]);
+    reply_json(res, 201, {{"bucket", parts[3]}});
+  } else if (what == "buckets" && parts.size() == 4 && req.method == "DELETE") {
+    store->delete_bucket(parts[3]);
+    res.status = 204;
+  } else if (what == "buckets" && parts.size() >= 5 && parts[4] == "objects") {
+    // The key is the rest of the path, slashes included.
+    size_t at = std::string("/api/v1/buckets/").size() + parts[3].size() + std::string("/objects").size();
+    std::string key = req.path.size() > at + 1 ? req.path.substr(at + 1) : "";
+    objects(req, res, parts[3], key);
+  } else if (what == "audit" && req.method == "GET") {
+    int64_t limit = std::stoll(serve::query_param(req.query, "limit").value_or("100"));
+    Statement s(*db, "SELECT at, token_name, method, path, status, remote FROM audit_log ORDER BY id DESC LIMIT ?");
+    s.bind(1, limit);
+    json entries = json::array();
+    while (s.step())
+      entries.push_back({{"at_ms", s.integer(0)}, {"token", s.text(1)}, {"method", s.text(2)}, {"path", s.text(3)},
+                         {"status", s.integer(4)}, {"remote", s.text(5)}});
+    reply_json(res, 200, {{"entries", entries}});
+  } else if (what == "tokens" && parts.size() == 3 && req.method == "GET") {
+    Statement s(*db, "SELECT name, scope, created_at, revoked_at IS NOT NULL FROM tokens ORDER BY id");
+    json tokens = json::array();
+    while (s.step())
+      tokens.push_back({{"name", s.text(0)}, {"scope", s.text(1)}, {"created_ms", s.integer(2)}, {"revoked", s.integer(3) != 0}});
+    reply_json(res, 200, {{"tokens", tokens}});
+  } else {
+    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
+  }
+  (void)token;
+}
+
+void StudioServer::Impl::objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket,
+                                 const std::string& key) {
+  if (key.empty()) {
+    KILN_CHECK(req.method == "GET", req.method, " needs an object key: /api/v1/buckets/", bucket, "/objects/KEY");
+    int max_keys = 1000;
+    if (auto m = serve::query_param(req.query, "max_keys")) {
+      try {
+        max_keys = std::stoi(*m);
+      } catch (const std::exception&) {
+        KILN_FAIL("max_keys must be a number, not '", *m, "'");
+      }
+    }
+    Listing page = store->list(bucket, serve::query_param(req.query, "prefix").value_or(""),
+                               serve::query_param(req.query, "start_after").value_or(""), max_keys);
+    json objects = json::array();
+    for (const auto& o : page.objects) objects.push_back(object_json(o));
+    reply_json(res, 200, {{"objects", objects}, {"next_start_after", page.next_start_after}});
+    return;
+  }
+  if (req.method == "PUT") {
+    const std::string* sha = req.header("X-Kiln-Sha256");
+    reply_json(res, 201, object_json(store->put(bucket, key, req.body, sha ? *sha : "")));
+  } else if (req.method == "DELETE") {
+    if (!store->remove(bucket, key)) throw NotFound("no object '" + key + "' in bucket '" + bucket + "'");
+    res.status = 204;
+  } else if (req.method == "GET") {
+    auto info = store->stat(bucket, key);
+    if (!info) throw NotFound("no object '" + key + "' in bucket '" + bucket + "'");
+    if (serve::query_param(req.query, "stat")) {
+      reply_json(res, 200, object_json(*info));
+      return;
+    }
+    res.headers.emplace_back("X-Kiln-Sha256", info->sha256);
+    res.headers.emplace_back("ETag", "\"" + info->sha256 + "\"");
+    res.headers.emplace_back("Accept-Ranges", "bytes");
+    res.content_type = "application/octet-stream";
+    const std::string* range = req.header("Range");
+    int64_t offset = 0, length = info->size;
+    if (range) {
+      if (!parse_range(*range, info->size, offset, length)) {
+        serve::set_error(res, 416, "unsatisfiable range '" + serve::printable(*range) + "' for an object of " +
+                                       std::to_string(info->size) + " bytes");
+        res.headers.emplace_back("Content-Range", "bytes */" + std::to_string(info->size));
+        return;
+      }
+      res.status = 206;
+      res.headers.emplace_back("Content-Range", "bytes " + std::to_string(offset) + "-" +
+                                                    std::to_string(offset + length - 1) + "/" + std::to_string(info->size));
+    }
+    res.body = store->read(bucket, *info, offset, length);
+  } else {
+    serve::set_error(res, 405, req.method + " is not allowed on objects (GET, PUT, DELETE)");
+  }
+}
+
+void StudioServer::Impl::audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name) {
+  try {
+    Statement(*db, "INSERT INTO audit_log (at, token_name, method, path, status, remote) VALUES (?, ?, ?, ?, ?, ?)")
+        .bind(1, now_ms()).bind(2, token_name).bind(3, req.method).bind(4, serve::printable(req.path))
+        .bind(5, int64_t{res.status}).bind(6, req.remote_addr)
+        .run();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln studio: could not write the audit log: %s\n", e.what());
+  }
+}
+
+void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, double seconds) {
+  if (!access_log) return;
+  std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::lock_guard<std::mutex> lock(log_mu);
+  std::fprintf(access_log, "%s %s %s %s %d %zu %.3fms\n", when, req.remote_addr.c_str(),
+               serve::printable(req.method).c_str(), serve::printable(req.path).c_str(), res.status, res.body.size(),
+               seconds * 1e3);
+  std::fflush(access_log);
+}
+
+StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>()) {
+  namespace fs = std::filesystem;
+  impl_->options = std::move(options);
+  const std::string& dir = impl_->options.data_dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", dir, ": ", ec.message());
+  impl_->db = std::make_unique<Database>(dir + "/studio.db");
+  impl_->store = std::make_unique<ObjectStore>(dir + "/objects", *impl_->db);
+  if (impl_->options.access_log == "-") {
+    impl_->access_log = stderr;
+  } else if (!impl_->options.access_log.empty()) {
+    impl_->access_log = std::fopen(impl_->options.access_log.c_str(), "a");
+    KILN_CHECK(impl_->access_log, "kiln studio: cannot open the access log '", impl_->options.access_log, "'");
+  }
+}
+
+StudioServer::~StudioServer() {
+  stop();
+  if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
+}
+
+int StudioServer::start() {
+  serve::HttpOptions o;
+  o.host = impl_->options.host;
+  o.port = impl_->options.port;
+  o.max_body_bytes = impl_->options.max_upload_bytes;
+  o.body_limit_hint = "kiln studio serve --max-upload-mb raises it";
+  Impl* impl = impl_.get();
+  impl_->http = std::make_unique<serve::HttpServer>(
+      o, [impl](const HttpRequest& req, HttpResponse& res) { impl->handle(req, res); },
+      [impl](const HttpRequest& req, const HttpResponse& res, double s) { impl->log(req, res, s); });
+  return impl_->http->listen();
+}
+
+void StudioServer::stop() {
+  if (impl_->http) impl_->http->stop();
+  impl_->http.reset();
+}
+
+int run_studio(const StudioOptions& options) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  StudioServer studio(options);
+  int port = studio.start();
+  std::fprintf(stderr, "kiln studio: ready on http://%s:%d (data in %s)\n", options.host.c_str(), port,
+               options.data_dir.c_str());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "kiln studio: %s received; stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  studio.stop();
+  return 0;
+}
+
+std::string create_token(const std::string& data_dir, const std::string& name, Scope scope) {
+  std::filesystem::create_directories(data_dir);
+  Database db(data_dir + "/studio.db");
+  return create_token(db, name, scope);
+}
+
+int revoke_tokens(const std::string& data_dir, const std::string& name) {
+  Database db(data_dir + "/studio.db");
+  return revoke_tokens(db, name);
+}
+
+}  // namespace kiln::studio

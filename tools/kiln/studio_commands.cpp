@@ -1,0 +1,338 @@
+// `kiln studio serve | token create | token revoke` and the object store's
+// client, `kiln store ls | cp | rm` between local paths and studio://bucket/key.
+#include <CLI/CLI.hpp>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/error.h"
+#include "kiln/studio.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct StoreUrl {
+  std::string bucket, key;  // key may be a prefix, or empty
+};
+
+bool is_store_url(const std::string& s) { return s.rfind("studio://", 0) == 0; }
+
+StoreUrl parse_store_url(const std::string& s) {
+  std::string rest = s.substr(9);
+  size_t slash = rest.find('/');
+  StoreUrl u{rest.substr(0, slash), slash == std::string::npos ? "" : rest.substr(slash + 1)};
+  KILN_CHECK(!u.bucket.empty(), "'", s, "' names no bucket; store URLs are studio://BUCKET/KEY");
+  return u;
+}
+
+std::string encode(const std::string& text, bool keep_slash) {
+  static const char* digits = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  std::string data = bytes.str();
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < n; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", digest[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "cannot read ", path);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// A connection to the studio named by --server / KILN_STUDIO_URL, with the
+// token of --token / KILN_STUDIO_TOKEN.
+class Remote {
+ public:
+  Remote(std::string server, std::string token) {
+    if (server.empty()) server = std::getenv("KILN_STUDIO_URL") ? std::getenv("KILN_STUDIO_URL") : "http://127.0.0.1:8080";
+    if (token.empty() && std::getenv("KILN_STUDIO_TOKEN")) token = std::getenv("KILN_STUDIO_TOKEN");
+    KILN_CHECK(!token.empty(), "kiln store needs a token: --token or KILN_STUDIO_TOKEN (`kiln studio token create`)");
+    server_ = server;
+    client_ = std::make_unique<httplib::Client>(server);
+    client_->set_bearer_token_auth(token);
+    client_->set_url_encode(false);  // keys are percent-encoded here, once
+    client_->set_connection_timeout(10);
+    client_->set_read_timeout(300);
+    client_->set_write_timeout(300);
+  }
+
+  json get_json(const std::string& path) {
+    auto r = client_->Get(path);
+    check(r, "GET", path, 200);
+    return json::parse(r->body);
+  }
+
+  std::string object_path(const StoreUrl& u) const {
+    return "/api/v1/buckets/" + encode(u.bucket, false) + "/objects/" + encode(u.key, true);
+  }
+
+  // Every object under the prefix, following the listing's pages.
+  std::vector<json> list(const std::string& bucket, const std::string& prefix) {
+    std::vector<json> out;
+    std::string after;
+    do {
+      json page = get_json("/api/v1/buckets/" + encode(bucket, false) + "/objects?prefix=" + encode(prefix, false) +
+                           "&start_after=" + encode(after, false));
+      for (auto& o : page["objects"]) out.push_back(o);
+      after = page["next_start_after"].get<std::string>();
+    } while (!after.empty());
+    return out;
+  }
+
+  void upload(const std::string& local, const StoreUrl& dst) {
+    std::string body = read_file(local);
+    httplib::Headers headers{{"X-Kiln-Sha256", file_sha256(local)}};
+    auto r = client_->Put(object_path(dst), headers, body, "application/octet-stream");
+    check(r, "PUT", object_path(dst), 201);
+  }
+
+  void download(const StoreUrl& src, const std::string& local) {
+    auto r = client_->Get(object_path(src));
+    check(r, "GET", object_path(src), 200);
+    fs::path target(local);
+    if (target.has_parent_path()) fs::create_directories(target.parent_path());
+    std::string tmp = local + ".part";
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out.write(r->body.data(), static_cast<std::streamsize>(r->body.size()));
+      KILN_CHECK(out.good(), "cannot write ", tmp, " (is the disk full?)");
+    }
+    std::string expected = r->get_header_value("X-Kiln-Sha256");
+    if (!expected.empty() && file_sha256(tmp) != expected) {
+      fs::remove(tmp);
+      KILN_FAIL("the download of studio://", src.bucket, "/", src.key, " arrived damaged (SHA-256 differs); try again");
+    }
+    fs::rename(tmp, local);
+  }
+
+  void make_bucket(const std::string& bucket) {
+    std::string path = "/api/v1/buckets/" + encode(bucket, false);
+    auto r = client_->Put(path, "", "text/plain");
+    check(r, "PUT", path, 201);
+  }
+
+  void remove(const StoreUrl& u) {
+    auto r = client_->Delete(object_path(u));
+    check(r, "DELETE", object_path(u), 204);
+  }
+
+ private:
+  void check(const httplib::Result& r, const char* method, const std::string& path, int expected) {
+    KILN_CHECK(r, "cannot reach the studio at ", server_, " (", httplib::to_string(r.error()),
+               "); is `kiln studio serve` running there? (--server or KILN_STUDIO_URL)");
+    if (r->status == expected) return;
+    std::string message = r->body;
+    try {
+      message = json::parse(r->body).value("error", r->body);
+    } catch (const std::exception&) {
+    }
+    KILN_FAIL(method, " ", path, ": ", r->status, " ", message);
+  }
+  std::string server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+void copy(Remote& remote, const std::string& src, const std::string& dst) {
+  if (!is_store_url(src) && is_store_url(dst)) {
+    StoreUrl to = parse_store_url(dst);
+    KILN_CHECK(fs::exists(src), "no such file or directory: ", src);
+    if (fs::is_regular_file(src)) {
+      if (to.key.empty() || to.key.back() == '/') to.key += fs::path(src).filename().string();
+      remote.upload(src, to);
+      std::printf("uploaded %s -> studio://%s/%s\n", src.c_str(), to.bucket.c_str(), to.key.c_str());
+      return;
+    }
+    std::string prefix = to.key.empty() || to.key.back() == '/' ? to.key : to.key + "/";
+    std::map<std::string, std::string> existing;
+    for (auto& o : remote.list(to.bucket, prefix)) existing[o["key"]] = o["sha256"];
+    int sent = 0, same = 0;
+    for (auto& entry : fs::recursive_directory_iterator(src)) {
+      if (!entry.is_regular_file()) continue;
+      StoreUrl each{to.bucket, prefix + fs::relative(entry.path(), src).generic_string()};
+      auto it = existing.find(each.key);
+      if (it != existing.end() && it->second == file_sha256(entry.path().string())) {
+        ++same;
+        continue;
+      }
+      remote.upload(entry.path().string(), each);
+      ++sent;
+    }
+    std::printf("uploaded %d files to studio://%s/%s (%d unchanged, skipped)\n", sent, to.bucket.c_str(), prefix.c_str(),
+                same);
+  } else if (is_store_url(src) && !is_store_url(dst)) {
+    StoreUrl from = parse_store_url(src);
+    if (!from.key.empty() && from.key.back() != '/') {
+      auto objects = remote.list(from.bucket, from.key);
+      bool exact = false;
+      for (auto& o : objects) exact = exact || o["key"] == from.key;
+      if (exact) {
+        std::string local = fs::is_directory(dst) ? (fs::path(dst) / fs::path(from.key).filename()).string() : dst;
+        remote.download(from, local);
+        std::printf("downloaded studio://%s/%s -> %s\n", from.bucket.c_str(), from.key.c_str(), local.c_str());
+        return;
+      }
+      from.key += "/";
+    }
+    int got = 0, same = 0;
+    for (auto& o : remote.list(from.bucket, from.key)) {
+      std::string key = o["key"];
+      std::string local = (fs::path(dst) / key.substr(from.key.size())).string();
+      if (fs::exists(local) && file_sha256(local) == o["sha256"].get<std::string>()) {
+        ++same;
+        continue;
+      }
+      remote.download({from.bucket, key}, local);
+      ++got;
+    }
+    KILN_CHECK(got + same > 0, "nothing in the store under ", src);
+    std::printf("downloaded %d objects to %s (%d unchanged, skipped)\n", got, dst.c_str(), same);
+  } else {
+    KILN_FAIL("kiln store cp copies between a local path and a studio://BUCKET/KEY URL; got '", src, "' and '", dst, "'");
+  }
+}
+
+}  // namespace
+
+void add_studio_commands(CLI::App& app) {
+  auto* studio = app.add_subcommand("studio", "Kiln Studio, the platform server");
+  studio->require_subcommand(1);
+  auto o = std::make_shared<studio::StudioOptions>();
+  auto* serve = studio->add_subcommand("serve", "Run the studio: REST API under /api/v1, state in --data");
+  serve->add_option("--data", o->data_dir, "Data directory (database and objects); created if missing");
+  serve->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only)");
+  serve->add_option("--port", o->port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
+  serve->add_option("--access-log", o->access_log, "Access log file ('-': stderr, '': none)");
+  auto upload_mb = std::make_shared<double>(1024);
+  serve->add_option("--max-upload-mb", *upload_mb, "Largest object one upload may carry, in MiB (default 1024)")
+      ->check(CLI::PositiveNumber);
+  serve->callback([o, upload_mb] {
+    o->max_upload_bytes = static_cast<size_t>(*upload_mb * 1024 * 1024);
+    int rc = studio::run_studio(*o);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  auto* token = studio->add_subcommand("token", "Create or revoke API tokens");
+  token->require_subcommand(1);
+  auto data = std::make_shared<std::string>("studio-data");
+  auto name = std::make_shared<std::string>();
+  auto scope = std::make_shared<std::string>("read");
+  auto* create = token->add_subcommand("create", "Create a token and print it (it is shown once)");
+  create->add_option("--data", *data, "The studio's data directory");
+  create->add_option("--name", *name, "A name for the token (in the audit log)")->required();
+  create->add_option("--scope", *scope, "read, write or admin")->check(CLI::IsMember({"read", "write", "admin"}));
+  create->callback([data, name, scope] {
+    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope)).c_str());
+  });
+  auto* revoke = token->add_subcommand("revoke", "Revoke every token of a name");
+  revoke->add_option("--data", *data, "The studio's data directory");
+  revoke->add_option("--name", *name, "The tokens' name")->required();
+  revoke->callback([data, name] {
+    int n = studio::revoke_tokens(*data, *name);
+    KILN_CHECK(n > 0, "no live token named '", *name, "'");
+    std::printf("revoked %d token%s named %s\n", n, n == 1 ? "" : "s", name->c_str());
+  });
+
+  auto* store = app.add_subcommand("store", "Copy, list and remove objects in a studio's store (studio://BUCKET/KEY)");
+  store->require_subcommand(1);
+  auto server = std::make_shared<std::string>();
+  auto secret = std::make_shared<std::string>();
+  auto args = std::make_shared<std::vector<std::string>>();
+  auto recursive = std::make_shared<bool>(false);
+  auto* ls = store->add_subcommand("ls", "List buckets (studio://) or the objects under a prefix");
+  ls->add_option("url", *args, "studio://BUCKET/PREFIX")->required();
+  ls->callback([server, secret, args] {
+    Remote remote(*server, *secret);
+    std::string url = args->at(0);
+    KILN_CHECK(is_store_url(url), "'", url, "' is not a store URL (studio://BUCKET/PREFIX)");
+    if (url == "studio://" || url == "studio:///") {
+      auto buckets = remote.get_json("/api/v1/buckets")["buckets"];
+      for (auto& b : buckets) std::printf("%s\n", b.get<std::string>().c_str());
+      if (buckets.empty()) std::printf("no buckets yet (kiln store mb studio://NAME makes one)\n");
+      return;
+    }
+    StoreUrl u = parse_store_url(url);
+    int64_t total = 0, count = 0;
+    for (auto& o : remote.list(u.bucket, u.key)) {
+      std::printf("%12lld  %.12s  %s\n", static_cast<long long>(o["size"].get<int64_t>()),
+                  o["sha256"].get<std::string>().c_str(), o["key"].get<std::string>().c_str());
+      total += o["size"].get<int64_t>();
+      ++count;
+    }
+    std::printf("%lld object%s, %lld bytes\n", static_cast<long long>(count), count == 1 ? "" : "s",
+                static_cast<long long>(total));
+  });
+  auto* mb = store->add_subcommand("mb", "Make a bucket");
+  mb->add_option("url", *args, "studio://BUCKET")->required();
+  mb->callback([server, secret, args] {
+    Remote remote(*server, *secret);
+    StoreUrl u = parse_store_url(args->at(0));
+    KILN_CHECK(u.key.empty(), "mb takes a bucket (studio://BUCKET), not a key");
+    remote.make_bucket(u.bucket);
+    std::printf("made bucket studio://%s\n", u.bucket.c_str());
+  });
+  auto* cp = store->add_subcommand("cp", "Copy files to or from the store (directories recursively, unchanged files skipped)");
+  cp->add_option("paths", *args, "SRC DST")->required()->expected(2);
+  cp->callback([server, secret, args] {
+    Remote remote(*server, *secret);
+    copy(remote, args->at(0), args->at(1));
+  });
+  auto* rm = store->add_subcommand("rm", "Remove an object, or everything under a prefix with -r");
+  rm->add_option("url", *args, "studio://BUCKET/KEY")->required();
+  rm->add_flag("-r,--recursive", *recursive, "Remove every object under the prefix");
+  rm->callback([server, secret, args, recursive] {
+    Remote remote(*server, *secret);
+    StoreUrl u = parse_store_url(args->at(0));
+    if (!*recursive) {
+      remote.remove(u);
+      std::printf("removed studio://%s/%s\n", u.bucket.c_str(), u.key.c_str());
+      return;
+    }
+    int n = 0;
+    for (auto& o : remote.list(u.bucket, u.key)) {
+      remote.remove({u.bucket, o["key"].get<std::string>()});
+      ++n;
+    }
+    std::printf("removed %d objects under studio://%s/%s\n", n, u.bucket.c_str(), u.key.c_str());
+  });
+  for (auto* sub : {ls, mb, cp, rm}) {
+    sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
+    sub->add_option("--token", *secret, "API token (default: KILN_STUDIO_TOKEN)");
+  }
+}
+
+}  // namespace kiln::cli
