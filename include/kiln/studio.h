@@ -24,6 +24,8 @@ struct StudioOptions {
   int port = 8080;                        // 0: any free port
   size_t max_upload_bytes = size_t{1} << 30;  // one object's body; larger uploads get 413
   std::string access_log = "-";           // "-": stderr; "": none; otherwise a file appended to
+  // The kiln executable that runs jobs (kiln launch, kiln train); empty: this process's own.
+  std::string kiln_executable;
 };
 
 class StudioServer {

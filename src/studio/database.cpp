@@ -41,6 +41,21 @@ const char* const kMigrations[] = {
       PRIMARY KEY (bucket, key)
     );
     )sql",
+    // 2: training jobs.
+    R"sql(
+    CREATE TABLE jobs (
+      id INTEGER PRIMARY KEY,
+      spec TEXT NOT NULL,                 -- the validated spec, JSON
+      state TEXT NOT NULL,
+      stage TEXT NOT NULL,
+      reason TEXT NOT NULL,
+      submitted_by TEXT NOT NULL,
+      exit_code INTEGER,
+      created_at INTEGER NOT NULL,
+      started_at INTEGER,
+      ended_at INTEGER
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -9,6 +9,7 @@
 
 #include "kiln/studio.h"
 #include "serve/http_server.h"
+#include "studio/job_routes.h"
 #include "studio/object_store.h"
 #include "studio/tokens.h"
 
@@ -70,6 +71,7 @@ struct StudioServer::Impl {
   StudioOptions options;
   std::unique_ptr<Database> db;
   std::unique_ptr<ObjectStore> store;
+  std::unique_ptr<Jobs> jobs;
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
@@ -133,6 +135,8 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     size_t at = std::string("/api/v1/buckets/").size() + parts[3].size() + std::string("/objects").size();
     std::string key = req.path.size() > at + 1 ? req.path.substr(at + 1) : "";
     objects(req, res, parts[3], key);
+  } else if (what == "jobs") {
+    handle_jobs(*jobs, req, res, parts, token.name);
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = std::stoll(serve::query_param(req.query, "limit").value_or("100"));
     Statement s(*db, "SELECT at, token_name, method, path, status, remote FROM audit_log ORDER BY id DESC LIMIT ?");
@@ -151,7 +155,6 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
   } else {
     serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
   }
-  (void)token;
 }
 
 void StudioServer::Impl::objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket,
@@ -235,23 +238,22 @@ void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, do
 StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
   impl_->options = std::move(options);
-  const std::string& dir = impl_->options.data_dir;
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", dir, ": ", ec.message());
+  fs::create_directories(impl_->options.data_dir, ec);
+  KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", impl_->options.data_dir, ": ", ec.message());
+  // Absolute: jobs run in folders of their own and must still find it.
+  const std::string dir = fs::absolute(impl_->options.data_dir).lexically_normal().string();
   impl_->db = std::make_unique<Database>(dir + "/studio.db");
   impl_->store = std::make_unique<ObjectStore>(dir + "/objects", *impl_->db);
+  std::string kiln = impl_->options.kiln_executable;
+  if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
+  impl_->jobs = std::make_unique<Jobs>(dir + "/jobs", *impl_->db, *impl_->store, kiln);
   if (impl_->options.access_log == "-") {
     impl_->access_log = stderr;
   } else if (!impl_->options.access_log.empty()) {
     impl_->access_log = std::fopen(impl_->options.access_log.c_str(), "a");
     KILN_CHECK(impl_->access_log, "kiln studio: cannot open the access log '", impl_->options.access_log, "'");
   }
-}
-
-StudioServer::~StudioServer() {
-  stop();
-  if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
 }
 
 int StudioServer::start() {
@@ -270,6 +272,12 @@ int StudioServer::start() {
 void StudioServer::stop() {
   if (impl_->http) impl_->http->stop();
   impl_->http.reset();
+}
+
+StudioServer::~StudioServer() {
+  stop();
+  impl_->jobs.reset();  // stops the jobs still running
+  if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
 }
 
 int run_studio(const StudioOptions& options) {

@@ -15,6 +15,7 @@ void add_deploy_commands(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_launch_commands(CLI::App& app);
 void add_studio_commands(CLI::App& app);
+void add_job_commands(CLI::App& app);
 }
 
 int main(int argc, char** argv) {
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_serve_command(app);
   kiln::cli::add_launch_commands(app);
   kiln::cli::add_studio_commands(app);
+  kiln::cli::add_job_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,15 @@
+#pragma once
+// The jobs endpoints of the studio's API (/api/v1/jobs...).
+#include <string>
+#include <vector>
+
+#include "serve/http_server.h"
+#include "studio/jobs.h"
+
+namespace kiln::studio {
+
+// parts: the path split at '/' ("api", "v1", "jobs", ...).
+void handle_jobs(Jobs& jobs, const serve::HttpRequest& req, serve::HttpResponse& res,
+                 const std::vector<std::string>& parts, const std::string& token_name);
+
+}  // namespace kiln::studio

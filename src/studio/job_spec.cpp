@@ -1,0 +1,93 @@
+#include "studio/job_spec.h"
+
+#include "kiln/error.h"
+#include "studio/object_store.h"
+
+namespace kiln::studio {
+
+using json = nlohmann::json;
+
+std::pair<std::string, std::string> split_store_url(const std::string& url, const std::string& what) {
+  KILN_CHECK(url.rfind("studio://", 0) == 0, what, ": '", url, "' is not a store URL (studio://BUCKET/PREFIX)");
+  std::string rest = url.substr(9);
+  size_t slash = rest.find('/');
+  std::string bucket = rest.substr(0, slash), prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  check_bucket_name(bucket);
+  if (!prefix.empty()) check_key(prefix.back() == '/' ? prefix.substr(0, prefix.size() - 1) : prefix);
+  return {bucket, prefix};
+}
+
+namespace {
+
+std::string string_at(const json& j, const std::string& key) {
+  KILN_CHECK(j.is_string(), "job spec: '", key, "' must be a string, not ", j.type_name());
+  return j.get<std::string>();
+}
+
+std::map<std::string, std::string> strings_map(const json& j, const std::string& key) {
+  KILN_CHECK(j.is_object(), "job spec: '", key, "' must be a mapping of names to strings");
+  std::map<std::string, std::string> out;
+  for (auto& [k, v] : j.items()) out[k] = string_at(v, key + "." + k);
+  return out;
+}
+
+double number_at(const json& j, const std::string& key, double low, double high) {
+  KILN_CHECK(j.is_number(), "job spec: '", key, "' must be a number, not ", j.type_name());
+  double v = j.get<double>();
+  KILN_CHECK(v >= low && v <= high, "job spec: '", key, "' must be in [", low, ", ", high, "], got ", v);
+  return v;
+}
+
+}  // namespace
+
+JobSpec parse_job_spec(const json& j) {
+  KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
+  static const char* known[] = {"name", "recipe", "command", "inputs", "output", "nproc", "env", "time_limit_s",
+                                "sync_every_s"};
+  for (auto& [key, value] : j.items()) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || key == k;
+    KILN_CHECK(ok, "job spec: unknown key '", key,
+               "'; the keys are name, recipe or command, inputs, output, nproc, env, time_limit_s, sync_every_s");
+  }
+  JobSpec s;
+  KILN_CHECK(j.contains("name"), "job spec: 'name' is required");
+  s.name = string_at(j["name"], "name");
+  KILN_CHECK(!s.name.empty() && s.name.size() <= 100, "job spec: 'name' must have 1 to 100 characters");
+  KILN_CHECK(j.contains("recipe") != j.contains("command"), "job spec: give either 'recipe' (a recipe YAML) or "
+             "'command' (a list: the program and its arguments), not both or neither");
+  if (j.contains("recipe")) s.recipe = string_at(j["recipe"], "recipe");
+  if (j.contains("command")) {
+    const json& c = j["command"];
+    KILN_CHECK(c.is_array() && !c.empty(), "job spec: 'command' must be a non-empty list of strings");
+    for (size_t i = 0; i < c.size(); ++i) s.command.push_back(string_at(c[i], "command[" + std::to_string(i) + "]"));
+  }
+  if (j.contains("inputs")) {
+    s.inputs = strings_map(j["inputs"], "inputs");
+    for (auto& [name, url] : s.inputs) {
+      KILN_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+                 "job spec: input name '", name, "' must be a plain name (it becomes a folder)");
+      split_store_url(url, "inputs." + name);
+    }
+  }
+  if (j.contains("output")) {
+    s.output = string_at(j["output"], "output");
+    split_store_url(s.output, "output");
+  }
+  if (j.contains("nproc")) s.nproc = static_cast<int>(number_at(j["nproc"], "nproc", 1, 64));
+  if (j.contains("env")) s.env = strings_map(j["env"], "env");
+  if (j.contains("time_limit_s")) s.time_limit_s = number_at(j["time_limit_s"], "time_limit_s", 0, 1e7);
+  if (j.contains("sync_every_s")) s.sync_every_s = number_at(j["sync_every_s"], "sync_every_s", 1, 86400);
+  return s;
+}
+
+json job_spec_json(const JobSpec& s) {
+  json j = {{"name", s.name}, {"nproc", s.nproc}, {"env", s.env}, {"inputs", s.inputs},
+            {"time_limit_s", s.time_limit_s}, {"sync_every_s", s.sync_every_s}};
+  if (!s.recipe.empty()) j["recipe"] = s.recipe;
+  if (!s.command.empty()) j["command"] = s.command;
+  if (!s.output.empty()) j["output"] = s.output;
+  return j;
+}
+
+}  // namespace kiln::studio

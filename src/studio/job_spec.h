@@ -1,0 +1,30 @@
+#pragma once
+// A training job's spec: what to run (a recipe or a command), where its data
+// comes from and its results go (studio:// URLs), how many ranks, its
+// environment and time limit. Validated with errors that name the key.
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kiln::studio {
+
+struct JobSpec {
+  std::string name;
+  std::string recipe;                          // a recipe YAML (kiln train runs it), or
+  std::vector<std::string> command;            // a command each rank runs
+  std::map<std::string, std::string> inputs;   // name -> studio://bucket/prefix, staged before the run
+  std::string output;                          // studio://bucket/prefix the output directory syncs to
+  int nproc = 1;
+  std::map<std::string, std::string> env;
+  double time_limit_s = 0;                     // 0: none
+  double sync_every_s = 30;                    // output synced this often while running, and at the end
+};
+
+JobSpec parse_job_spec(const nlohmann::json& spec);
+nlohmann::json job_spec_json(const JobSpec& spec);
+
+// "studio://bucket/prefix" -> bucket and prefix; throws naming `what` otherwise.
+std::pair<std::string, std::string> split_store_url(const std::string& url, const std::string& what);
+
+}  // namespace kiln::studio

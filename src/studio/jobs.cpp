@@ -1,0 +1,339 @@
+#include "studio/jobs.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/error.h"
+#include "studio/tokens.h"
+
+namespace kiln::studio {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Jobs::Running {
+  std::atomic<bool> stop{false};
+  std::atomic<bool> studio_stopping{false};
+};
+
+json JobRecord::json() const {
+  nlohmann::json j = {{"id", id}, {"name", spec.name}, {"state", state}, {"stage", stage}, {"reason", reason},
+                      {"submitted_by", submitted_by}, {"created_ms", created_ms}, {"started_ms", started_ms},
+                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}};
+  j["exit_code"] = exit_code >= 0 ? nlohmann::json(exit_code) : nlohmann::json(nullptr);
+  return j;
+}
+
+namespace {
+
+const char* kSelect =
+    "SELECT id, spec, state, stage, reason, submitted_by, exit_code, created_at, started_at, ended_at FROM jobs";
+
+JobRecord record_of(Statement& s) {
+  JobRecord r;
+  r.id = s.integer(0);
+  r.spec = parse_job_spec(json::parse(s.text(1)));
+  r.state = s.text(2);
+  r.stage = s.text(3);
+  r.reason = s.text(4);
+  r.submitted_by = s.text(5);
+  r.exit_code = s.is_null(6) ? -1 : static_cast<int>(s.integer(6));
+  r.created_ms = s.integer(7);
+  r.started_ms = s.is_null(8) ? 0 : s.integer(8);
+  r.ended_ms = s.is_null(9) ? 0 : s.integer(9);
+  return r;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Why the launcher failed, from its report ("kiln launch: rank 1 (pid ..)
+// was killed by signal 9 ..."), with what a person should suspect.
+std::string failure_reason(const std::string& launcher_log, int exit_code) {
+  std::istringstream lines(launcher_log);
+  std::string line, reason;
+  while (std::getline(lines, line))
+    if (line.rfind("kiln launch: rank ", 0) == 0) {
+      reason = line.substr(std::string("kiln launch: ").size());
+      size_t cut = reason.find(". Its last lines");
+      if (cut != std::string::npos) reason = reason.substr(0, cut + 1);
+    } else if (reason.empty() && line.rfind("kiln: error: ", 0) == 0) {
+      reason = line.substr(std::string("kiln: error: ").size());
+    }
+  if (reason.empty()) reason = "the launcher exited with status " + std::to_string(exit_code);
+  if (exit_code == 137 || reason.find("signal 9") != std::string::npos)
+    reason += " (killed: probably out of memory, or stopped from outside)";
+  return reason;
+}
+
+}  // namespace
+
+Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln)
+    : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)) {
+  fs::create_directories(root_);
+  // Jobs the last studio process was running: their ranks went with it.
+  Statement(db_,
+            "UPDATE jobs SET state = 'Abnormal', stage = 'end', ended_at = ?, reason = 'the studio stopped while the "
+            "job was ' || lower(state) || '; its logs and the output synced until then are kept' "
+            "WHERE state IN ('Creating', 'Pending', 'Running', 'Terminating')")
+      .bind(1, now_ms())
+      .run();
+}
+
+Jobs::~Jobs() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, r] : running_) {
+      r->studio_stopping = true;
+      r->stop = true;
+    }
+  }
+  for (auto& t : threads_) t.join();
+}
+
+int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
+  for (auto& [name, url] : spec.inputs) {
+    auto [bucket, prefix] = split_store_url(url, "inputs." + name);
+    bool found = false;
+    try {
+      found = !store_.list(bucket, prefix, "", 1).objects.empty();
+    } catch (const NotFound& e) {
+      KILN_FAIL("inputs.", name, ": ", e.what());  // a bad spec (400), not a missing endpoint
+    }
+    KILN_CHECK(found, "inputs.", name, ": nothing in the store under ", url, "; upload it first (kiln store cp DIR ",
+               url, ")");
+  }
+  Statement(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, 'Creating', "
+                 "'scheduling', '', ?, ?)")
+      .bind(1, job_spec_json(spec).dump())
+      .bind(2, submitted_by)
+      .bind(3, now_ms())
+      .run();
+  int64_t id = sqlite3_last_insert_rowid(db_.handle());
+  auto running = std::make_shared<Running>();
+  std::lock_guard<std::mutex> lock(mu_);
+  running_[id] = running;
+  threads_.emplace_back([this, id, running] { run(id, running); });
+  return id;
+}
+
+std::optional<JobRecord> Jobs::get(int64_t id) {
+  Statement s(db_, std::string(kSelect) + " WHERE id = ?");
+  s.bind(1, id);
+  if (!s.step()) return std::nullopt;
+  return record_of(s);
+}
+
+std::vector<JobRecord> Jobs::list(int limit) {
+  Statement s(db_, std::string(kSelect) + " ORDER BY id DESC LIMIT ?");
+  s.bind(1, int64_t{limit});
+  std::vector<JobRecord> out;
+  while (s.step()) out.push_back(record_of(s));
+  return out;
+}
+
+void Jobs::stop(int64_t id) {
+  auto job = get(id);
+  if (!job) throw NotFound("no job " + std::to_string(id));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = running_.find(id);
+  KILN_CHECK(it != running_.end(), "job ", id, " is ", job->state, ", not running; there is nothing to stop");
+  it->second->stop = true;
+}
+
+void Jobs::set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason) {
+  Statement(db_, "UPDATE jobs SET state = ?, stage = ?, reason = ?, started_at = CASE WHEN ? = 'Running' AND "
+                 "started_at IS NULL THEN ? ELSE started_at END WHERE id = ?")
+      .bind(1, state).bind(2, stage).bind(3, reason).bind(4, state).bind(5, now_ms()).bind(6, id)
+      .run();
+}
+
+void Jobs::finish(int64_t id, const std::string& state, const std::string& reason, int exit_code) {
+  Statement s(db_, "UPDATE jobs SET state = ?, stage = 'end', reason = ?, exit_code = ?, ended_at = ? WHERE id = ?");
+  s.bind(1, state).bind(2, reason);
+  if (exit_code >= 0) s.bind(3, int64_t{exit_code});
+  else s.bind_null(3);
+  s.bind(4, now_ms()).bind(5, id).run();
+}
+
+void Jobs::stage_inputs(int64_t id, const JobSpec& spec) {
+  for (auto& [name, url] : spec.inputs) {
+    auto [bucket, prefix] = split_store_url(url, "inputs." + name);
+    const std::string dir = folder(id) + "/inputs/" + name;
+    fs::create_directories(dir);
+    // One object named exactly, or every object under the prefix.
+    if (auto one = prefix.empty() ? std::nullopt : store_.stat(bucket, prefix)) {
+      std::ofstream(dir + "/" + fs::path(prefix).filename().string(), std::ios::binary) << store_.read(bucket, *one);
+      continue;
+    }
+    std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
+    std::string after;
+    do {
+      Listing page = store_.list(bucket, under, after, 1000);
+      for (const auto& o : page.objects) {
+        fs::path target = fs::path(dir) / o.key.substr(under.size());
+        fs::create_directories(target.parent_path());
+        std::ofstream out(target, std::ios::binary);
+        out << store_.read(bucket, o);
+        KILN_CHECK(out.good(), "staging ", url, ": cannot write ", target.string(), " (is the disk full?)");
+      }
+      after = page.next_start_after;
+    } while (!after.empty());
+  }
+}
+
+void Jobs::sync_output(int64_t id, const JobSpec& spec) {
+  if (spec.output.empty()) return;
+  auto [bucket, prefix] = split_store_url(spec.output, "output");
+  if (!prefix.empty() && prefix.back() != '/') prefix += "/";
+  store_.create_bucket(bucket);
+  // The output directory as it is, and the ranks' logs under logs/.
+  for (auto [dir, under] : {std::pair<std::string, std::string>{folder(id) + "/output", prefix},
+                            {folder(id) + "/logs", prefix + "logs/"}}) {
+    if (!fs::exists(dir)) continue;
+    for (auto& entry : fs::recursive_directory_iterator(dir)) {
+      if (!entry.is_regular_file()) continue;
+      std::string key = under + fs::relative(entry.path(), dir).generic_string();
+      std::string bytes = read_text(entry.path().string());
+      auto there = store_.stat(bucket, key);
+      if (there && there->sha256 == sha256_hex(bytes.data(), bytes.size())) continue;
+      store_.put(bucket, key, bytes);
+    }
+  }
+}
+
+void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
+  JobSpec spec = get(id)->spec;
+  const std::string dir = folder(id);
+  pid_t launcher = -1;
+  auto end = [&](const std::string& state, const std::string& reason, int code) {
+    try {
+      sync_output(id, spec);
+    } catch (const std::exception& e) {
+      finish(id, "Failed", reason + "; and its output could not be synced to the store: " + e.what(), code);
+      return;
+    }
+    finish(id, state, reason, code);
+  };
+  try {
+    set_state(id, "Pending", "scheduling");
+    fs::create_directories(dir + "/output");
+    fs::create_directories(dir + "/logs");
+    set_state(id, "Running", "preparing");
+    stage_inputs(id, spec);
+    set_state(id, "Running", "running");
+
+    std::vector<std::string> argv = {kiln_, "launch", "-n", std::to_string(spec.nproc), "--log-dir", dir + "/logs", "--"};
+    std::string data_url = spec.inputs.size() == 1 ? dir + "/inputs/" + spec.inputs.begin()->first : dir + "/inputs";
+    if (!spec.recipe.empty()) {
+      argv.insert(argv.end(), {kiln_, "train", spec.recipe, "--output", dir + "/output"});
+    } else {
+      argv.insert(argv.end(), spec.command.begin(), spec.command.end());
+      argv.insert(argv.end(), {"--data_url", data_url, "--train_url", dir + "/output"});
+    }
+    std::map<std::string, std::string> env = spec.env;
+    env["KILN_DATA_URL"] = data_url;
+    env["KILN_TRAIN_URL"] = dir + "/output";
+    env["KILN_JOB_ID"] = std::to_string(id);
+
+    // Everything the child needs is built before fork: between fork and exec
+    // a child of a threaded process may only make system calls.
+    std::vector<std::string> environment;
+    for (char** e = environ; *e; ++e) {
+      std::string entry = *e;
+      if (!env.count(entry.substr(0, entry.find('=')))) environment.push_back(entry);
+    }
+    for (auto& [k, v] : env) environment.push_back(k + "=" + v);
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (auto& e : environment) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    const std::string log_path = dir + "/launcher.log";
+    launcher = ::fork();
+    KILN_CHECK(launcher >= 0, "cannot start the job: fork failed: ", std::strerror(errno));
+    if (launcher == 0) {
+      ::setpgid(0, 0);  // the job's own process group: stopping it reaches every rank
+      int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (log >= 0) {
+        ::dup2(log, 1);
+        ::dup2(log, 2);
+      }
+      int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (null >= 0) ::dup2(null, 0);
+      if (::chdir(dir.c_str()) != 0) _exit(126);
+      ::execve(args[0], args.data(), envp.data());
+      static const char message[] = "kiln: error: cannot run the kiln executable that starts the job\n";
+      ssize_t ignored = ::write(2, message, sizeof message - 1);
+      (void)ignored;
+      _exit(127);
+    }
+    ::setpgid(launcher, launcher);
+    using clock = std::chrono::steady_clock;
+    const auto started = clock::now();
+    auto next_sync = started + std::chrono::duration<double>(spec.sync_every_s);
+    std::optional<clock::time_point> killed_at;
+    std::string stop_reason;
+    int status = 0;
+    while (true) {
+      pid_t done = ::waitpid(launcher, &status, WNOHANG);
+      if (done == launcher) break;
+      const auto now = clock::now();
+      if (stop_reason.empty() && running->stop) {
+        stop_reason = running->studio_stopping ? "the studio was stopped while the job ran" : "stopped on request";
+        if (!running->studio_stopping) set_state(id, "Terminating", "running", stop_reason);
+      }
+      if (stop_reason.empty() && spec.time_limit_s > 0 &&
+          now - started > std::chrono::duration<double>(spec.time_limit_s)) {
+        stop_reason = "ran past its time limit of " + std::to_string(static_cast<int64_t>(spec.time_limit_s)) + " s";
+      }
+      if (!stop_reason.empty() && !killed_at) {
+        ::kill(launcher, SIGTERM);  // the launcher stops its ranks, then exits
+        killed_at = now;
+      }
+      if (killed_at && now - *killed_at > std::chrono::seconds(15)) ::kill(-launcher, SIGKILL);
+      if (now > next_sync) {
+        try {
+          sync_output(id, spec);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "kiln studio: job %lld: syncing its output failed (will retry): %s\n",
+                       static_cast<long long>(id), e.what());
+        }
+        next_sync = now + std::chrono::duration<double>(spec.sync_every_s);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::kill(-launcher, SIGKILL);  // nothing of the job outlives it
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (running->studio_stopping) {
+      end("Abnormal", stop_reason, code);
+    } else if (!stop_reason.empty()) {
+      end(stop_reason == "stopped on request" ? "Terminated" : "Failed", stop_reason, code);
+    } else if (code == 0) {
+      end("Completed", "", 0);
+    } else {
+      end("Failed", failure_reason(read_text(dir + "/launcher.log"), code), code);
+    }
+  } catch (const std::exception& e) {
+    if (launcher > 0) {
+      ::kill(-launcher, SIGKILL);
+      ::waitpid(launcher, nullptr, 0);
+    }
+    end("Failed", e.what(), -1);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.erase(id);
+}
+
+}  // namespace kiln::studio

@@ -1,0 +1,63 @@
+#pragma once
+// Training jobs under the local executor: each job's inputs are staged from
+// the store into its folder, its ranks started through `kiln launch`, its
+// output (and per-rank logs) synced back to the store while it runs and at
+// the end. States: Creating, Pending, Running, Completed, Failed,
+// Terminating, Terminated, Abnormal.
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "studio/database.h"
+#include "studio/job_spec.h"
+#include "studio/object_store.h"
+
+namespace kiln::studio {
+
+struct JobRecord {
+  int64_t id = 0;
+  JobSpec spec;
+  std::string state, stage, reason, submitted_by;
+  int exit_code = -1;  // -1: not exited
+  int64_t created_ms = 0, started_ms = 0, ended_ms = 0;
+  nlohmann::json json() const;
+};
+
+class Jobs {
+ public:
+  // root: where job folders go; kiln: the kiln executable that runs `kiln launch`.
+  Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln);
+  // Stops the jobs still running (they end Abnormal, saying the studio stopped).
+  ~Jobs();
+
+  int64_t submit(const JobSpec& spec, const std::string& submitted_by);
+  std::optional<JobRecord> get(int64_t id);
+  std::vector<JobRecord> list(int limit);
+  // Asks a job to stop: Terminating, then Terminated once its ranks are gone.
+  void stop(int64_t id);
+  std::string folder(int64_t id) const { return root_ + "/" + std::to_string(id); }
+
+ private:
+  struct Running;
+  void run(int64_t id, std::shared_ptr<Running> running);
+  void set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason = "");
+  void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
+  void stage_inputs(int64_t id, const JobSpec& spec);
+  void sync_output(int64_t id, const JobSpec& spec);
+
+  std::string root_;
+  Database& db_;
+  ObjectStore& store_;
+  std::string kiln_;
+  std::mutex mu_;
+  std::map<int64_t, std::shared_ptr<Running>> running_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace kiln::studio

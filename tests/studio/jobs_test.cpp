@@ -1,0 +1,196 @@
+// Training jobs under the studio's local executor: inputs staged from the
+// store, ranks started through kiln launch, logs per rank with search,
+// output synced back, failures that name the rank, stopping, and a studio
+// restart in the middle of a job.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kiln/studio.h"
+#include "support/job_files.h"
+
+using namespace kiln;
+using json = nlohmann::json;
+using kiln::testing::fresh_dir;
+using kiln::testing::text_of;
+
+namespace {
+
+struct Studio {
+  explicit Studio(const std::string& dir) {
+    studio::StudioOptions o;
+    o.data_dir = dir;
+    o.port = 0;
+    o.access_log = "";
+    o.kiln_executable = KILN_CLI;
+    server = std::make_unique<studio::StudioServer>(o);
+    port = server->start();
+  }
+  std::unique_ptr<studio::StudioServer> server;
+  int port = 0;
+};
+
+struct Api {
+  Api(int port, std::string token) : client("127.0.0.1", port) { client.set_bearer_token_auth(token); }
+  json get(const std::string& path) {
+    auto r = client.Get(path);
+    EXPECT_EQ(r->status, 200) << path << ": " << r->body;
+    return json::parse(r->body);
+  }
+  int64_t submit(const json& spec) {
+    auto r = client.Post("/api/v1/jobs", spec.dump(), "application/json");
+    EXPECT_EQ(r->status, 201) << r->body;
+    return r->status == 201 ? json::parse(r->body)["id"].get<int64_t>() : -1;
+  }
+  // Polls until the job reaches a state in `states` (or 60 s pass).
+  json wait_for(int64_t id, std::initializer_list<const char*> states) {
+    json j;
+    for (int i = 0; i < 600; ++i) {
+      j = get("/api/v1/jobs/" + std::to_string(id));
+      for (const char* s : states)
+        if (j["state"] == s) return j;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "job " << id << " stayed " << j.dump();
+    return j;
+  }
+  httplib::Client client;
+};
+
+json shell_job(const std::string& name, const std::string& script, int nproc = 2) {
+  return {{"name", name}, {"command", {"/bin/sh", "-c", script, "job"}}, {"nproc", nproc}};
+}
+
+}  // namespace
+
+TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
+  auto dir = fresh_dir("jobs_run");
+  Studio s(dir);
+  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  ASSERT_EQ(api.client.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
+  ASSERT_EQ(api.client.Put("/api/v1/buckets/data/objects/fmnist/labels.txt", "7 2 1", "text/plain")->status, 201);
+  json spec = shell_job("read and write",
+                        "echo rank $RANK of $WORLD_SIZE starts; echo labels $(cat $KILN_DATA_URL/labels.txt); "
+                        "echo weights-$RANK > $KILN_TRAIN_URL/model-$RANK.txt; echo rank $RANK done");
+  spec["inputs"] = {{"data_url", "studio://data/fmnist"}};
+  spec["output"] = "studio://runs/job-a";
+  int64_t id = api.submit(spec);
+  json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
+  ASSERT_EQ(done["state"], "Completed") << done.dump();
+  EXPECT_EQ(done["exit_code"], 0);
+  EXPECT_EQ(done["submitted_by"], "ci");
+  // Logs: every rank's lines, filtered by rank and by keyword.
+  json all = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs");
+  EXPECT_EQ(all["total"], 6);
+  json one = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs?rank=1&grep=labels");
+  ASSERT_EQ(one["lines"].size(), 1u) << one.dump();
+  EXPECT_EQ(one["lines"][0]["text"], "labels 7 2 1");
+  EXPECT_EQ(one["lines"][0]["rank"], 1);
+  // The output and the logs are in the store.
+  EXPECT_EQ(api.client.Get("/api/v1/buckets/runs/objects/job-a/model-1.txt")->body, "weights-1\n");
+  auto log = api.client.Get("/api/v1/buckets/runs/objects/job-a/logs/rank-0.log");
+  ASSERT_EQ(log->status, 200);
+  EXPECT_NE(log->body.find("rank 0 done"), std::string::npos);
+}
+
+TEST(StudioJobs, AFailingRankFailsTheJobByName) {
+  auto dir = fresh_dir("jobs_fail");
+  Studio s(dir);
+  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  auto started = std::chrono::steady_clock::now();
+  int64_t id = api.submit(shell_job("crash", "if [ \"$RANK\" = 1 ]; then echo out of patience; exit 3; fi; sleep 30"));
+  json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Failed");
+  EXPECT_EQ(done["exit_code"], 3);
+  std::string reason = done["reason"];
+  EXPECT_NE(reason.find("rank 1"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("exited with status 3"), std::string::npos) << reason;
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(25));  // rank 0 was not waited for
+}
+
+TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
+  auto dir = fresh_dir("jobs_stop");
+  Studio s(dir);
+  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  int64_t id = api.submit(shell_job("sleeper", "echo started; exec sleep 61.375"));
+  api.wait_for(id, {"Running"});
+  for (int i = 0; i < 100 && api.get("/api/v1/jobs/" + std::to_string(id) + "/logs")["total"] < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto r = api.client.Post("/api/v1/jobs/" + std::to_string(id) + "/stop", "", "application/json");
+  ASSERT_EQ(r->status, 202) << r->body;
+  json done = api.wait_for(id, {"Terminated", "Failed", "Completed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Terminated") << done.dump();
+  EXPECT_NE(std::system("pgrep -f 'sleep 61[.]375' > /dev/null"), 0) << "a rank outlived its job";
+  auto again = api.client.Post("/api/v1/jobs/" + std::to_string(id) + "/stop", "", "application/json");
+  EXPECT_EQ(again->status, 400);  // nothing left to stop
+}
+
+TEST(StudioJobs, ARestartMidJobKeepsItsRecordAndLogs) {
+  auto dir = fresh_dir("jobs_restart");
+  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  int64_t id = 0;
+  {
+    Studio s(dir);
+    Api api(s.port, token);
+    id = api.submit(shell_job("long", "echo working; exec sleep 62.125", 1));
+    api.wait_for(id, {"Running"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }  // the studio stops with the job running
+  EXPECT_NE(std::system("pgrep -f 'sleep 62[.]125' > /dev/null"), 0);
+  Studio s(dir);
+  Api api(s.port, token);
+  json j = api.get("/api/v1/jobs/" + std::to_string(id));
+  EXPECT_EQ(j["state"], "Abnormal");
+  EXPECT_NE(j["reason"].get<std::string>().find("studio"), std::string::npos) << j.dump();
+  EXPECT_EQ(api.get("/api/v1/jobs/" + std::to_string(id) + "/logs?grep=working")["total"], 1);
+}
+
+TEST(StudioJobs, BadSpecsAreRefusedByName) {
+  auto dir = fresh_dir("jobs_bad");
+  Studio s(dir);
+  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  auto refuse = [&](const std::string& body) {
+    auto r = api.client.Post("/api/v1/jobs", body, "application/json");
+    EXPECT_EQ(r->status, 400) << body;
+    return json::parse(r->body).value("error", "");
+  };
+  EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "nprocs": 2})").find("unknown key 'nprocs'"), std::string::npos);
+  EXPECT_NE(refuse(R"({"name": "x"})").find("'recipe'"), std::string::npos);
+  EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "nproc": 0})").find("nproc"), std::string::npos);
+  EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "inputs": {"d": "studio://data/../etc"}})").find(".."),
+            std::string::npos);
+  EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "inputs": {"d": "studio://nope/x"}})").find("no bucket"),
+            std::string::npos);
+  EXPECT_NE(refuse("{not json").find("not valid JSON"), std::string::npos);
+  auto reader = studio::create_token(dir, "viewer", studio::Scope::Read);
+  Api viewer(s.port, reader);
+  EXPECT_EQ(viewer.client.Post("/api/v1/jobs", R"({"name": "x", "command": ["true"]})", "application/json")->status, 403);
+}
+
+TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
+  auto dir = fresh_dir("jobs_cli");
+  Studio s(dir);
+  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::ofstream(dir + "/spec.yaml") << "name: hello\nnproc: 2\ncommand: [/bin/sh, -c, 'echo hello from $RANK', job]\n";
+  std::string env = "KILN_STUDIO_URL=http://127.0.0.1:" + std::to_string(s.port) + " KILN_STUDIO_TOKEN=" + token + " ";
+  auto run = [&](const std::string& args) {
+    std::string out = dir + "/out.txt";
+    int rc = std::system((env + KILN_CLI + " job " + args + " > " + out + " 2>&1").c_str());
+    return std::make_pair(rc, text_of(out));
+  };
+  auto submitted = run("submit " + dir + "/spec.yaml --wait");
+  ASSERT_EQ(submitted.first, 0) << submitted.second;
+  EXPECT_NE(submitted.second.find("state   Completed"), std::string::npos) << submitted.second;
+  auto logs = run("logs 1 --grep 'from 1'");
+  EXPECT_EQ(logs.second, "[rank 1] hello from 1\n");
+  auto list = run("list");
+  EXPECT_NE(list.second.find("Completed"), std::string::npos) << list.second;
+  std::ofstream(dir + "/bad.yaml") << "name: bad\ncommand: [true]\nnproc: many\n";
+  auto bad = run("submit " + dir + "/bad.yaml");
+  EXPECT_NE(bad.first, 0);
+  EXPECT_NE(bad.second.find("'nproc' must be a number"), std::string::npos) << bad.second;
+}

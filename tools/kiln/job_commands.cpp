@@ -1,0 +1,168 @@
+// `kiln job submit | list | show | stop | logs`: training jobs in a studio.
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "kiln/error.h"
+#include "studio_client.h"
+
+namespace kiln::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// YAML to JSON: the numeric keys of a spec become numbers, every other
+// scalar stays text ("2" in a command is an argument, not a number).
+json from_yaml(const YAML::Node& node, const std::string& key) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = from_yaml(kv.second, kv.first.as<std::string>());
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(from_yaml(item, key));
+      return out;
+    }
+    case YAML::NodeType::Scalar:
+      if (key == "nproc" || key == "time_limit_s" || key == "sync_every_s") {
+        try {
+          return node.as<double>();
+        } catch (const YAML::Exception&) {
+          KILN_FAIL("job spec: '", key, "' must be a number, not '", node.as<std::string>(), "'");
+        }
+      }
+      return node.as<std::string>();
+    default:
+      return nullptr;
+  }
+}
+
+json read_spec(const std::string& path) {
+  KILN_CHECK(fs::exists(path), "no job spec file ", path);
+  json spec;
+  try {
+    spec = from_yaml(YAML::LoadFile(path), "");  // JSON is YAML too
+  } catch (const YAML::Exception& e) {
+    KILN_FAIL("job spec ", path, " is not valid YAML: ", e.what());
+  }
+  // A recipe is read where the job runs: give its absolute path.
+  if (spec.is_object() && spec.contains("recipe") && spec["recipe"].is_string()) {
+    fs::path recipe = spec["recipe"].get<std::string>();
+    if (recipe.is_relative()) {
+      fs::path beside = fs::path(path).parent_path() / recipe;
+      recipe = fs::exists(recipe) ? fs::absolute(recipe) : fs::absolute(beside);
+    }
+    KILN_CHECK(fs::exists(recipe), "job spec: recipe ", spec["recipe"].get<std::string>(), " does not exist");
+    spec["recipe"] = recipe.string();
+  }
+  return spec;
+}
+
+void print_job(const json& j) {
+  std::printf("job %lld  %s\n", j["id"].get<long long>(), j["name"].get<std::string>().c_str());
+  std::printf("  state   %s (%s)\n", j["state"].get<std::string>().c_str(), j["stage"].get<std::string>().c_str());
+  if (!j["reason"].get<std::string>().empty()) std::printf("  reason  %s\n", j["reason"].get<std::string>().c_str());
+  if (!j["exit_code"].is_null()) std::printf("  exit    %d\n", j["exit_code"].get<int>());
+  auto seconds = [&](const char* a, const char* b) {
+    return (j[b].get<int64_t>() - j[a].get<int64_t>()) / 1000.0;
+  };
+  if (j["started_ms"].get<int64_t>() > 0 && j["ended_ms"].get<int64_t>() > 0)
+    std::printf("  ran     %.1f s\n", seconds("started_ms", "ended_ms"));
+  std::printf("  spec    %s\n", j["spec"].dump().c_str());
+}
+
+bool finished(const std::string& state) {
+  return state == "Completed" || state == "Failed" || state == "Terminated" || state == "Abnormal";
+}
+
+}  // namespace
+
+void add_job_commands(CLI::App& app) {
+  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, logs");
+  job->require_subcommand(1);
+  auto server = std::make_shared<std::string>();
+  auto token = std::make_shared<std::string>();
+  auto arg = std::make_shared<std::string>();
+  auto wait = std::make_shared<bool>(false);
+  auto rank = std::make_shared<int>(-1);
+  auto grep = std::make_shared<std::string>();
+  auto follow = std::make_shared<bool>(false);
+
+  auto* submit = job->add_subcommand("submit", "Submit a job spec (YAML or JSON); prints the job id");
+  submit->add_option("spec", *arg, "The job spec file")->required();
+  submit->add_flag("--wait", *wait, "Wait for the job to end; exit 0 only if it completed");
+  submit->callback([=] {
+    Remote remote(*server, *token);
+    int64_t id = remote.post_json("/api/v1/jobs", read_spec(*arg), 201)["id"];
+    std::printf("%lld\n", static_cast<long long>(id));
+    std::fflush(stdout);
+    if (!*wait) return;
+    json j;
+    do {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      j = remote.get_json("/api/v1/jobs/" + std::to_string(id));
+    } while (!finished(j["state"]));
+    print_job(j);
+    if (j["state"] != "Completed") throw CLI::RuntimeError(1);
+  });
+
+  auto* list = job->add_subcommand("list", "The latest jobs, newest first");
+  list->callback([=] {
+    json jobs = Remote(*server, *token).get_json("/api/v1/jobs");
+    for (auto& j : jobs["jobs"])
+      std::printf("%6lld  %-11s %-24s %s\n", j["id"].get<long long>(), j["state"].get<std::string>().c_str(),
+                  j["name"].get<std::string>().c_str(), j["reason"].get<std::string>().c_str());
+  });
+
+  auto* show = job->add_subcommand("show", "A job's state, stage, reason, times and spec");
+  show->add_option("id", *arg, "Job id")->required();
+  show->callback([=] { print_job(Remote(*server, *token).get_json("/api/v1/jobs/" + encode(*arg, false))); });
+
+  auto* stop = job->add_subcommand("stop", "Stop a running job (Terminating, then Terminated)");
+  stop->add_option("id", *arg, "Job id")->required();
+  stop->callback([=] {
+    Remote(*server, *token).post_json("/api/v1/jobs/" + encode(*arg, false) + "/stop", json::object(), 202);
+    std::printf("stopping job %s\n", arg->c_str());
+  });
+
+  auto* logs = job->add_subcommand("logs", "A job's per-rank logs, merged in time order");
+  logs->add_option("id", *arg, "Job id")->required();
+  logs->add_option("--rank", *rank, "Only this rank's lines");
+  logs->add_option("--grep", *grep, "Only lines matching this word or regular expression");
+  logs->add_flag("-f,--follow", *follow, "Keep printing new lines until the job ends");
+  logs->callback([=] {
+    Remote remote(*server, *token);
+    std::string base = "/api/v1/jobs/" + encode(*arg, false) + "/logs?grep=" + encode(*grep, false) +
+                       (*rank >= 0 ? "&rank=" + std::to_string(*rank) : "");
+    int64_t shown = 0;
+    while (true) {
+      json page = remote.get_json(base + "&from_line=" + std::to_string(shown) + "&lines=10000");
+      for (auto& l : page["lines"])
+        std::printf("[rank %d] %s\n", l["rank"].get<int>(), l["text"].get<std::string>().c_str());
+      shown += static_cast<int64_t>(page["lines"].size());
+      std::fflush(stdout);
+      if (!*follow) break;
+      if (finished(remote.get_json("/api/v1/jobs/" + encode(*arg, false))["state"])) {
+        json rest = remote.get_json(base + "&from_line=" + std::to_string(shown) + "&lines=10000");
+        for (auto& l : rest["lines"])
+          std::printf("[rank %d] %s\n", l["rank"].get<int>(), l["text"].get<std::string>().c_str());
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  });
+
+  for (auto* sub : {submit, list, show, stop, logs}) {
+    sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
+    sub->add_option("--token", *token, "API token (default: KILN_STUDIO_TOKEN)");
+  }
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,158 @@
+#include "studio_client.h"
+
+#include <openssl/evp.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kiln/error.h"
+
+namespace kiln::cli {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+bool is_store_url(const std::string& s) { return s.rfind("studio://", 0) == 0; }
+
+StoreUrl parse_store_url(const std::string& s) {
+  KILN_CHECK(is_store_url(s), "'", s, "' is not a store URL (studio://BUCKET/KEY)");
+  std::string rest = s.substr(9);
+  size_t slash = rest.find('/');
+  StoreUrl u{rest.substr(0, slash), slash == std::string::npos ? "" : rest.substr(slash + 1)};
+  KILN_CHECK(!u.bucket.empty(), "'", s, "' names no bucket; store URLs are studio://BUCKET/KEY");
+  return u;
+}
+
+std::string encode(const std::string& text, bool keep_slash) {
+  static const char* digits = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    }
+  }
+  return out;
+}
+
+namespace {
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "cannot read ", path);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+}  // namespace
+
+std::string file_sha256(const std::string& path) {
+  std::string data = read_file(path);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr);
+  std::string hex;
+  char buf[3];
+  for (unsigned int i = 0; i < n; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", digest[i]);
+    hex += buf;
+  }
+  return hex;
+}
+
+Remote::Remote(std::string server, std::string token) {
+  if (server.empty()) server = std::getenv("KILN_STUDIO_URL") ? std::getenv("KILN_STUDIO_URL") : "http://127.0.0.1:8080";
+  if (token.empty() && std::getenv("KILN_STUDIO_TOKEN")) token = std::getenv("KILN_STUDIO_TOKEN");
+  KILN_CHECK(!token.empty(), "the studio needs a token: --token or KILN_STUDIO_TOKEN (`kiln studio token create`)");
+  server_ = server;
+  client_ = std::make_unique<httplib::Client>(server);
+  client_->set_bearer_token_auth(token);
+  client_->set_url_encode(false);  // keys are percent-encoded here, once
+  client_->set_connection_timeout(10);
+  client_->set_read_timeout(300);
+  client_->set_write_timeout(300);
+}
+
+void Remote::check(const httplib::Result& r, const char* method, const std::string& path, int expected) {
+  KILN_CHECK(r, "cannot reach the studio at ", server_, " (", httplib::to_string(r.error()),
+             "); is `kiln studio serve` running there? (--server or KILN_STUDIO_URL)");
+  if (r->status == expected) return;
+  std::string message = r->body;
+  try {
+    message = json::parse(r->body).value("error", r->body);
+  } catch (const std::exception&) {
+  }
+  KILN_FAIL(method, " ", path, ": ", r->status, " ", message);
+}
+
+json Remote::get_json(const std::string& path) {
+  auto r = client_->Get(path);
+  check(r, "GET", path, 200);
+  return json::parse(r->body);
+}
+
+json Remote::post_json(const std::string& path, const json& body, int expected) {
+  auto r = client_->Post(path, body.dump(), "application/json");
+  check(r, "POST", path, expected);
+  return json::parse(r->body);
+}
+
+std::string Remote::object_path(const StoreUrl& u) const {
+  return "/api/v1/buckets/" + encode(u.bucket, false) + "/objects/" + encode(u.key, true);
+}
+
+std::vector<json> Remote::list(const std::string& bucket, const std::string& prefix) {
+  std::vector<json> out;
+  std::string after;
+  do {
+    json page = get_json("/api/v1/buckets/" + encode(bucket, false) + "/objects?prefix=" + encode(prefix, false) +
+                         "&start_after=" + encode(after, false));
+    for (auto& o : page["objects"]) out.push_back(o);
+    after = page["next_start_after"].get<std::string>();
+  } while (!after.empty());
+  return out;
+}
+
+void Remote::upload(const std::string& local, const StoreUrl& dst) {
+  std::string body = read_file(local);
+  httplib::Headers headers{{"X-Kiln-Sha256", file_sha256(local)}};
+  auto r = client_->Put(object_path(dst), headers, body, "application/octet-stream");
+  check(r, "PUT", object_path(dst), 201);
+}
+
+void Remote::download(const StoreUrl& src, const std::string& local) {
+  auto r = client_->Get(object_path(src));
+  check(r, "GET", object_path(src), 200);
+  fs::path target(local);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  std::string tmp = local + ".part";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(r->body.data(), static_cast<std::streamsize>(r->body.size()));
+    KILN_CHECK(out.good(), "cannot write ", tmp, " (is the disk full?)");
+  }
+  std::string expected = r->get_header_value("X-Kiln-Sha256");
+  if (!expected.empty() && file_sha256(tmp) != expected) {
+    fs::remove(tmp);
+    KILN_FAIL("the download of studio://", src.bucket, "/", src.key, " arrived damaged (SHA-256 differs); try again");
+  }
+  fs::rename(tmp, local);
+}
+
+void Remote::make_bucket(const std::string& bucket) {
+  std::string path = "/api/v1/buckets/" + encode(bucket, false);
+  auto r = client_->Put(path, "", "text/plain");
+  check(r, "PUT", path, 201);
+}
+
+void Remote::remove(const StoreUrl& u) {
+  auto r = client_->Delete(object_path(u));
+  check(r, "DELETE", object_path(u), 204);
+}
+
+}  // namespace kiln::cli

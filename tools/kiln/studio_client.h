@@ -1,0 +1,43 @@
+#pragma once
+// The studio's HTTP client for the CLI: `kiln store` and `kiln job` talk to
+// the studio named by --server / KILN_STUDIO_URL with the token of --token /
+// KILN_STUDIO_TOKEN.
+#include <httplib.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+struct StoreUrl {
+  std::string bucket, key;  // key may be a prefix, or empty
+};
+bool is_store_url(const std::string& s);
+StoreUrl parse_store_url(const std::string& s);
+std::string file_sha256(const std::string& path);
+
+class Remote {
+ public:
+  Remote(std::string server, std::string token);
+  nlohmann::json get_json(const std::string& path);
+  nlohmann::json post_json(const std::string& path, const nlohmann::json& body, int expected);
+  // Every object under the prefix, following the listing's pages.
+  std::vector<nlohmann::json> list(const std::string& bucket, const std::string& prefix);
+  void upload(const std::string& local, const StoreUrl& dst);
+  void download(const StoreUrl& src, const std::string& local);
+  void make_bucket(const std::string& bucket);
+  void remove(const StoreUrl& u);
+
+ private:
+  std::string object_path(const StoreUrl& u) const;
+  void check(const httplib::Result& r, const char* method, const std::string& path, int expected);
+  std::string server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+// Percent-encodes a path segment (keeping '/' when asked) or a query value.
+std::string encode(const std::string& text, bool keep_slash);
+
+}  // namespace kiln::cli
