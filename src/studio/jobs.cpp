@@ -99,7 +99,7 @@ Jobs::~Jobs() {
       r->stop = true;
     }
   }
-  for (auto& t : threads_) t.join();
+  for (auto& [id, t] : threads_) t.join();
 }
 
 int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
@@ -123,8 +123,16 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
   int64_t id = sqlite3_last_insert_rowid(db_.handle());
   auto running = std::make_shared<Running>();
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = threads_.begin(); it != threads_.end();) {  // the threads of jobs that are over
+    if (running_.count(it->first)) {
+      ++it;
+    } else {
+      it->second.join();
+      it = threads_.erase(it);
+    }
+  }
   running_[id] = running;
-  threads_.emplace_back([this, id, running] { run(id, running); });
+  threads_.emplace(id, std::thread([this, id, running] { run(id, running); }));
   return id;
 }
 

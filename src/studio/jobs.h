@@ -57,7 +57,7 @@ class Jobs {
   std::string kiln_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Running>> running_;
-  std::vector<std::thread> threads_;
+  std::map<int64_t, std::thread> threads_;  // joined once their job is over
 };
 
 }  // namespace kiln::studio
