@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "bindings.h"
+#include "kiln/run_tracker.h"
 
 namespace kiln_python {
 
@@ -197,6 +198,12 @@ void bind_train(py::module_& m) {
            py::arg("patience") = 2, py::arg("min_lr") = 0.0);
   py::class_<train::MetricsLogger, train::Callback, std::shared_ptr<train::MetricsLogger>>(m, "MetricsLogger")
       .def(py::init<std::string, bool>(), py::arg("path"), py::arg("append") = false);
+  py::class_<train::RunTracker, train::Callback, std::shared_ptr<train::RunTracker>>(m, "RunTracker")
+      .def(py::init<std::string, std::string, int64_t, int64_t>(), py::arg("studio_url"), py::arg("token"),
+           py::arg("job_id"), py::arg("every") = 10)
+      .def_static("from_environment", &train::RunTracker::from_environment)
+      .def("flush", &train::RunTracker::flush, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("points_sent", &train::RunTracker::points_sent);
   py::class_<train::StopAtStep, train::Callback, std::shared_ptr<train::StopAtStep>>(m, "StopAtStep")
       .def(py::init<int64_t>(), py::arg("max_steps"));
   py::class_<train::ProfilerCallback, train::Callback, std::shared_ptr<train::ProfilerCallback>>(m, "ProfilerCallback")

@@ -56,6 +56,23 @@ const char* const kMigrations[] = {
       ended_at INTEGER
     );
     )sql",
+    // 3: run tracking (MLflow's semantics: parameters written once, metrics appended).
+    R"sql(
+    CREATE TABLE run_params (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      key TEXT NOT NULL,
+      value TEXT NOT NULL,
+      PRIMARY KEY (job_id, key)
+    );
+    CREATE TABLE run_metrics (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      key TEXT NOT NULL,
+      step INTEGER NOT NULL,
+      value REAL NOT NULL,
+      at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX run_metrics_by_key ON run_metrics (job_id, key, step);
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -79,6 +96,11 @@ Statement& Statement::bind(int index, int64_t value) {
   return *this;
 }
 
+Statement& Statement::bind(int index, double value) {
+  if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK) db_.fail("binding a value");
+  return *this;
+}
+
 Statement& Statement::bind_null(int index) {
   if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) db_.fail("binding a value");
   return *this;
@@ -98,6 +120,7 @@ std::string Statement::text(int column) const {
 }
 
 int64_t Statement::integer(int column) const { return sqlite3_column_int64(stmt_, column); }
+double Statement::real(int column) const { return sqlite3_column_double(stmt_, column); }
 bool Statement::is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
 
 Database::Database(const std::string& path) : path_(path) {

@@ -23,12 +23,14 @@ class Statement {
   Statement& operator=(const Statement&) = delete;
   Statement& bind(int index, const std::string& value);
   Statement& bind(int index, int64_t value);
+  Statement& bind(int index, double value);
   Statement& bind_null(int index);
   // true while there is a row to read; false when done. Throws on errors.
   bool step();
   void run() { while (step()) {} }
   std::string text(int column) const;
   int64_t integer(int column) const;
+  double real(int column) const;
   bool is_null(int column) const;
 
  private:

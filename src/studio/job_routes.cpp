@@ -36,7 +36,7 @@ int64_t job_id(const std::string& text) {
 
 }  // namespace
 
-void handle_jobs(Jobs& jobs, const serve::HttpRequest& req, serve::HttpResponse& res,
+void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,
                  const std::vector<std::string>& parts, const std::string& token_name) {
   if (parts.size() == 3 && req.method == "POST") {
     json spec;
@@ -58,6 +58,24 @@ void handle_jobs(Jobs& jobs, const serve::HttpRequest& req, serve::HttpResponse&
   } else if (parts.size() == 5 && parts[4] == "stop" && req.method == "POST") {
     jobs.stop(job_id(parts[3]));
     reply(res, 202, {{"id", job_id(parts[3])}, {"state", "Terminating"}});
+  } else if (parts.size() == 5 && (parts[4] == "params" || parts[4] == "metrics")) {
+    int64_t id = job_id(parts[3]);
+    if (!jobs.get(id)) throw NotFound("no job " + parts[3]);
+    if (req.method == "GET") {
+      reply(res, 200, parts[4] == "params" ? runs.params(id)
+                                           : runs.metrics(id, serve::query_param(req.query, "key").value_or("")));
+      return;
+    }
+    KILN_CHECK(req.method == "POST", req.method, " is not allowed on ", parts[4], " (GET, POST)");
+    json body;
+    try {
+      body = json::parse(req.body);
+    } catch (const json::exception& e) {
+      KILN_FAIL("the ", parts[4], " are not valid JSON: ", e.what());
+    }
+    if (parts[4] == "params") runs.log_params(id, body);
+    else runs.log_metrics(id, body);
+    res.status = 204;
   } else if (parts.size() == 5 && parts[4] == "logs" && req.method == "GET") {
     int64_t id = job_id(parts[3]);
     if (!jobs.get(id)) throw NotFound("no job " + parts[3]);

@@ -5,11 +5,12 @@
 
 #include "serve/http_server.h"
 #include "studio/jobs.h"
+#include "studio/runs.h"
 
 namespace kiln::studio {
 
 // parts: the path split at '/' ("api", "v1", "jobs", ...).
-void handle_jobs(Jobs& jobs, const serve::HttpRequest& req, serve::HttpResponse& res,
+void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,
                  const std::vector<std::string>& parts, const std::string& token_name);
 
 }  // namespace kiln::studio

@@ -254,6 +254,10 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     env["KILN_DATA_URL"] = data_url;
     env["KILN_TRAIN_URL"] = dir + "/output";
     env["KILN_JOB_ID"] = std::to_string(id);
+    if (!studio_url_.empty()) {
+      env["KILN_STUDIO_URL"] = studio_url_;
+      env["KILN_STUDIO_TOKEN"] = create_token(db_, "job-" + std::to_string(id), Scope::Write);
+    }
 
     // Everything the child needs is built before fork: between fork and exec
     // a child of a threaded process may only make system calls.
@@ -340,6 +344,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     }
     end("Failed", e.what(), -1);
   }
+  revoke_tokens(db_, "job-" + std::to_string(id));
   std::lock_guard<std::mutex> lock(mu_);
   running_.erase(id);
 }

@@ -42,6 +42,9 @@ class Jobs {
   // Asks a job to stop: Terminating, then Terminated once its ranks are gone.
   void stop(int64_t id);
   std::string folder(int64_t id) const { return root_ + "/" + std::to_string(id); }
+  // Where jobs send their metrics (KILN_STUDIO_URL), with a token of their
+  // own that lives as long as the job.
+  void set_studio_url(std::string url) { studio_url_ = std::move(url); }
 
  private:
   struct Running;
@@ -55,6 +58,7 @@ class Jobs {
   Database& db_;
   ObjectStore& store_;
   std::string kiln_;
+  std::string studio_url_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Running>> running_;
   std::map<int64_t, std::thread> threads_;  // joined once their job is over

@@ -72,6 +72,7 @@ struct StudioServer::Impl {
   std::unique_ptr<Database> db;
   std::unique_ptr<ObjectStore> store;
   std::unique_ptr<Jobs> jobs;
+  std::unique_ptr<Runs> runs;
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
@@ -112,6 +113,8 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
       route(req, res, *token);
     } catch (const NotFound& e) {
       serve::set_error(res, 404, e.what());
+    } catch (const Conflict& e) {
+      serve::set_error(res, 409, e.what());
     } catch (const Error& e) {
       serve::set_error(res, 400, e.what());
     }
@@ -136,9 +139,16 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     std::string key = req.path.size() > at + 1 ? req.path.substr(at + 1) : "";
     objects(req, res, parts[3], key);
   } else if (what == "jobs") {
-    handle_jobs(*jobs, req, res, parts, token.name);
+    handle_jobs(*jobs, *runs, req, res, parts, token.name);
   } else if (what == "audit" && req.method == "GET") {
-    int64_t limit = std::stoll(serve::query_param(req.query, "limit").value_or("100"));
+    int64_t limit = 100;
+    if (auto text = serve::query_param(req.query, "limit")) {
+      try {
+        limit = std::stoll(*text);
+      } catch (const std::exception&) {
+        KILN_FAIL("limit must be a number, not '", *text, "'");
+      }
+    }
     Statement s(*db, "SELECT at, token_name, method, path, status, remote FROM audit_log ORDER BY id DESC LIMIT ?");
     s.bind(1, limit);
     json entries = json::array();
@@ -248,6 +258,7 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   std::string kiln = impl_->options.kiln_executable;
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
   impl_->jobs = std::make_unique<Jobs>(dir + "/jobs", *impl_->db, *impl_->store, kiln);
+  impl_->runs = std::make_unique<Runs>(*impl_->db);
   if (impl_->options.access_log == "-") {
     impl_->access_log = stderr;
   } else if (!impl_->options.access_log.empty()) {
@@ -266,7 +277,12 @@ int StudioServer::start() {
   impl_->http = std::make_unique<serve::HttpServer>(
       o, [impl](const HttpRequest& req, HttpResponse& res) { impl->handle(req, res); },
       [impl](const HttpRequest& req, const HttpResponse& res, double s) { impl->log(req, res, s); });
-  return impl_->http->listen();
+  int port = impl_->http->listen();
+  // Jobs reach the studio on this machine, whatever address it listens on.
+  const std::string& host = impl_->options.host;
+  impl_->jobs->set_studio_url("http://" + (host == "0.0.0.0" || host.empty() ? std::string("127.0.0.1") : host) + ":" +
+                              std::to_string(port));
+  return port;
 }
 
 void StudioServer::stop() {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/callbacks.h"
+#include "kiln/run_tracker.h"
 #include "kiln/dist.h"
 #include "kiln/io.h"
 #include "kiln/parallel.h"
@@ -146,6 +147,8 @@ RunResult train(const Recipe& r, const RunOptions& options) {
     callbacks.push_back(std::make_shared<train::LearningRateScheduler>(*s));
   bool resuming = !options.resume_from.empty();
   callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl", /*append=*/resuming));
+  // Inside a Kiln Studio job, the run's metrics go to the studio too.
+  if (auto tracker = train::RunTracker::from_environment()) callbacks.push_back(tracker);
   std::vector<std::shared_ptr<train::Callback>> recipe_callbacks;  // their state goes into resume.safetensors
   for (const auto& c : r.callbacks) recipe_callbacks.push_back(make_callback(c, r));
   callbacks.insert(callbacks.end(), recipe_callbacks.begin(), recipe_callbacks.end());

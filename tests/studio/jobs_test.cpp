@@ -12,27 +12,15 @@
 
 #include "kiln/studio.h"
 #include "support/job_files.h"
+#include "support/studio_fixture.h"
 
 using namespace kiln;
 using json = nlohmann::json;
 using kiln::testing::fresh_dir;
+using kiln::testing::Studio;
 using kiln::testing::text_of;
 
 namespace {
-
-struct Studio {
-  explicit Studio(const std::string& dir) {
-    studio::StudioOptions o;
-    o.data_dir = dir;
-    o.port = 0;
-    o.access_log = "";
-    o.kiln_executable = KILN_CLI;
-    server = std::make_unique<studio::StudioServer>(o);
-    port = server->start();
-  }
-  std::unique_ptr<studio::StudioServer> server;
-  int port = 0;
-};
 
 struct Api {
   Api(int port, std::string token) : client("127.0.0.1", port) { client.set_bearer_token_auth(token); }

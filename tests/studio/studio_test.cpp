@@ -10,6 +10,7 @@
 
 #include "kiln/studio.h"
 #include "support/job_files.h"
+#include "support/studio_fixture.h"
 
 using namespace kiln;
 using json = nlohmann::json;
@@ -18,26 +19,17 @@ using kiln::testing::text_of;
 
 namespace {
 
-struct Studio {
-  explicit Studio(const std::string& dir) : dir(dir) {
-    studio::StudioOptions o;
-    o.data_dir = dir;
-    o.port = 0;
-    o.access_log = "";
-    o.max_upload_bytes = 1 << 20;
-    server = std::make_unique<studio::StudioServer>(o);
-    port = server->start();
-  }
+// With a 1 MiB upload limit, so the test of oversized uploads stays small.
+struct LimitedStudio : kiln::testing::Studio {
+  explicit LimitedStudio(const std::string& dir) : kiln::testing::Studio(dir, 1 << 20) {}
   httplib::Client client(const std::string& token = "") const {
     httplib::Client c("127.0.0.1", port);
     c.set_url_encode(false);  // paths go as written, traversal attempts included
     if (!token.empty()) c.set_bearer_token_auth(token);
     return c;
   }
-  std::string dir;
-  std::unique_ptr<studio::StudioServer> server;
-  int port = 0;
 };
+using Studio = LimitedStudio;
 
 std::string error_of(const httplib::Result& r) { return json::parse(r->body).value("error", ""); }
 

@@ -2,6 +2,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -85,7 +86,7 @@ bool finished(const std::string& state) {
 }  // namespace
 
 void add_job_commands(CLI::App& app) {
-  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, logs");
+  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, logs, metrics");
   job->require_subcommand(1);
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
@@ -159,7 +160,24 @@ void add_job_commands(CLI::App& app) {
     }
   });
 
-  for (auto* sub : {submit, list, show, stop, logs}) {
+  auto* metrics = job->add_subcommand("metrics", "A job's parameters and metrics (run tracking)");
+  metrics->add_option("id", *arg, "Job id")->required();
+  metrics->callback([=] {
+    Remote remote(*server, *token);
+    json params = remote.get_json("/api/v1/jobs/" + encode(*arg, false) + "/params")["params"];
+    for (auto& [k, v] : params.items()) std::printf("param   %-24s %s\n", k.c_str(), v.get<std::string>().c_str());
+    json series = remote.get_json("/api/v1/jobs/" + encode(*arg, false) + "/metrics")["metrics"];
+    if (series.empty()) std::printf("no metrics yet\n");
+    for (auto& [k, points] : series.items()) {
+      const json& last = points.back();
+      double low = last[1], high = last[1];
+      for (auto& p : points) low = std::min(low, p[1].get<double>()), high = std::max(high, p[1].get<double>());
+      std::printf("metric  %-24s last %-12g at step %-8lld (%zu points, min %g, max %g)\n", k.c_str(),
+                  last[1].get<double>(), last[0].get<long long>(), points.size(), low, high);
+    }
+  });
+
+  for (auto* sub : {submit, list, show, stop, logs, metrics}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *token, "API token (default: KILN_STUDIO_TOKEN)");
   }

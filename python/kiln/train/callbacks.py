@@ -16,6 +16,7 @@ EarlyStopping = _kiln.EarlyStopping
 ReduceLROnPlateau = _kiln.ReduceLROnPlateau
 MetricsLogger = _kiln.MetricsLogger
 StopAtStep = _kiln.StopAtStep
+RunTracker = _kiln.RunTracker
 LearningRateScheduler = _kiln.LearningRateScheduler
 
 

@@ -58,6 +58,9 @@ class Model:
             callbacks = [callbacks]
         self.epochs_planned = epoch
         cbs = adapt(callbacks, self, epoch)
+        tracker = _kiln.RunTracker.from_environment()  # inside a Kiln Studio job: metrics go to the studio
+        if tracker is not None:
+            cbs.append(tracker)
         schedule = getattr(self.optimizer, "schedule", None)
         if schedule is not None:
             cbs.insert(0, _kiln.LearningRateScheduler(schedule))
