@@ -246,6 +246,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     std::string data_url = spec.inputs.size() == 1 ? dir + "/inputs/" + spec.inputs.begin()->first : dir + "/inputs";
     if (!spec.recipe.empty()) {
       argv.insert(argv.end(), {kiln_, "train", spec.recipe, "--output", dir + "/output"});
+      if (!spec.inputs.empty()) argv.insert(argv.end(), {"--data", data_url});
     } else {
       argv.insert(argv.end(), spec.command.begin(), spec.command.end());
       argv.insert(argv.end(), {"--data_url", data_url, "--train_url", dir + "/output"});

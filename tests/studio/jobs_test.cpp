@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -181,4 +182,44 @@ TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
   auto bad = run("submit " + dir + "/bad.yaml");
   EXPECT_NE(bad.first, 0);
   EXPECT_NE(bad.second.find("'nproc' must be a number"), std::string::npos) << bad.second;
+}
+
+// The whole path as a team runs it: Fashion-MNIST uploaded to the store, W1
+// trained as a 2-rank recipe job reading it, its logs searched, its metrics
+// read, its checkpoint and metrics downloaded from the store.
+TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
+  const std::string fmnist = "/usr/share/datasets/fashion-mnist";
+  ASSERT_TRUE(std::filesystem::exists(fmnist)) << "apt-get install dataset-fashion-mnist (scripts/install-deps.sh does)";
+  auto dir = fresh_dir("jobs_w1");
+  Studio s(dir);
+  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string env = "KILN_STUDIO_URL=" + s.url() + " KILN_STUDIO_TOKEN=" + token + " ";
+  auto run = [&](const std::string& args) {
+    std::string out = dir + "/out.txt";
+    int rc = std::system((env + KILN_CLI + " " + args + " > " + out + " 2>&1").c_str());
+    return std::make_pair(rc, text_of(out));
+  };
+  ASSERT_EQ(run("store mb studio://data").first, 0);
+  auto up = run("store cp " + fmnist + " studio://data/fmnist");
+  ASSERT_EQ(up.first, 0) << up.second;
+  std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [512, 256]}\ndataset: fashion_mnist\n"
+                                     "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\nschedule: {name: cosine}\n"
+                                     "epochs: 1\nmax_steps: 300\nbatch_size: 64\nseed: 0\n";
+  std::ofstream(dir + "/job.yaml") << "name: w1\nrecipe: " << dir << "/w1.yaml\nnproc: 2\n"
+                                      "inputs: {data_url: studio://data/fmnist}\noutput: studio://runs/w1\n"
+                                      "env: {KILN_NUM_THREADS: '1'}\n";
+  auto job = run("job submit " + dir + "/job.yaml --wait");
+  ASSERT_EQ(job.first, 0) << job.second << text_of(dir + "/jobs/1/launcher.log");
+  auto logs = run("job logs 1 --rank 0 --grep accuracy");
+  EXPECT_NE(logs.second.find("[rank 0] test accuracy"), std::string::npos) << logs.second;
+  auto metrics = run("job metrics 1");
+  EXPECT_NE(metrics.second.find("metric  loss"), std::string::npos) << metrics.second;
+  EXPECT_NE(metrics.second.find("param   optimizer"), std::string::npos) << metrics.second;
+  auto down = run("store cp studio://runs/w1 " + dir + "/result");
+  ASSERT_EQ(down.first, 0) << down.second;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/result/checkpoint.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/result/logs/rank-1.log"));
+  auto result = json::parse(text_of(dir + "/result/metrics.json"));
+  EXPECT_EQ(result["ranks"], 2);
+  EXPECT_GE(result["accuracy"].get<double>(), 0.75) << result.dump();
 }

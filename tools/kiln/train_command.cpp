@@ -15,7 +15,7 @@ void add_train_commands(CLI::App& app) {
   static int64_t max_steps = -1;
   static int64_t batch_size = 0, seed = -1;
   static double lr = 0;
-  static std::string output, resume, profile;
+  static std::string output, resume, profile, data;
   static int64_t profile_steps = 20;
   static std::string mode;  // empty: the recipe's
   static bool fixed_threads = false;
@@ -28,6 +28,7 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--batch-size", batch_size, "Override the batch size");
   train->add_option("--lr", lr, "Override the learning rate");
   train->add_option("--output", output, "Override the output directory");
+  train->add_option("--data", data, "Override the dataset's folder or file (dataset.path); studio jobs pass their staged data_url");
   train->add_option("--seed", seed, "Override the seed");
   train->add_option("--threads", threads, "Override the thread count");
   train->add_flag("--fixed-threads", fixed_threads,
@@ -45,6 +46,7 @@ void add_train_commands(CLI::App& app) {
                resume_file, "'; kiln train writes resume.safetensors into its output directory after every epoch");
     recipe::Recipe r = recipe_path.empty() ? recipe::recipe_of_checkpoint(resume_file) : recipe::parse_recipe_file(recipe_path);
     if (!resume.empty() && output.empty() && std::filesystem::is_directory(resume)) r.output = resume;
+    if (!data.empty()) r.dataset_path = data;
     if (epochs) o.epochs = epochs;
     if (batch_size) o.batch_size = batch_size;
     if (lr) o.lr = lr;
