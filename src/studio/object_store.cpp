@@ -90,8 +90,10 @@ void write_synced(const std::string& path, const std::string& bytes) {
       int error = errno;
       ::close(fd);
       ::unlink(path.c_str());
-      KILN_FAIL("cannot store the object: ", std::strerror(error),
-                error == ENOSPC ? " (the studio's disk is full; free space or move --data)" : "");
+      if (error == ENOSPC || error == EDQUOT)
+        throw StorageFull("cannot store the object: the studio's disk is full (" + std::string(std::strerror(error)) +
+                          "); nothing was stored. Free space or move --data to a larger disk");
+      KILN_FAIL("cannot store the object: ", std::strerror(error));
     }
     done += static_cast<size_t>(n);
   }
@@ -99,6 +101,8 @@ void write_synced(const std::string& path, const std::string& bytes) {
     int error = errno;
     ::close(fd);
     ::unlink(path.c_str());
+    if (error == ENOSPC || error == EDQUOT)
+      throw StorageFull("cannot store the object: the studio's disk is full; nothing was stored");
     KILN_FAIL("cannot store the object: fsync failed: ", std::strerror(error));
   }
   ::close(fd);

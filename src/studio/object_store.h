@@ -19,6 +19,12 @@ class NotFound : public Error {
   using Error::Error;
 };
 
+// The studio's disk is full (HTTP 507): nothing was stored.
+class StorageFull : public Error {
+ public:
+  using Error::Error;
+};
+
 struct ObjectInfo {
   std::string key;
   int64_t size = 0;

@@ -115,6 +115,8 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
       serve::set_error(res, 404, e.what());
     } catch (const Conflict& e) {
       serve::set_error(res, 409, e.what());
+    } catch (const StorageFull& e) {
+      serve::set_error(res, 507, e.what());
     } catch (const Error& e) {
       serve::set_error(res, 400, e.what());
     }
