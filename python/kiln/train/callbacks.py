@@ -63,7 +63,8 @@ class _Adapter(_kiln.Callback):
         self.context._params.epoch_num = epochs
 
     def on_train_begin(self, _):
-        self.callback.on_train_begin(self.model) if hasattr(self.callback, "on_train_begin") else None
+        if hasattr(self.callback, "on_train_begin"):
+            self.callback.on_train_begin(self.model)
         if hasattr(self.callback, "begin"):
             self.callback.begin(self.context)
 
