@@ -55,6 +55,10 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);
     reply(res, 200, job->json());
+  } else if (parts.size() == 5 && parts[4] == "retry" && req.method == "POST") {
+    auto job = jobs.get(job_id(parts[3]));
+    if (!job) throw NotFound("no job " + parts[3]);
+    reply(res, 201, {{"id", jobs.submit(job->spec, token_name)}, {"retry_of", job->id}});
   } else if (parts.size() == 5 && parts[4] == "stop" && req.method == "POST") {
     jobs.stop(job_id(parts[3]));
     reply(res, 202, {{"id", job_id(parts[3])}, {"state", "Terminating"}});

@@ -42,13 +42,13 @@ double number_at(const json& j, const std::string& key, double low, double high)
 
 JobSpec parse_job_spec(const json& j) {
   KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
-  static const char* known[] = {"name", "recipe", "command", "inputs", "output", "nproc", "env", "time_limit_s",
-                                "sync_every_s"};
+  static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "env",
+                                "time_limit_s", "sync_every_s"};
   for (auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
     KILN_CHECK(ok, "job spec: unknown key '", key,
-               "'; the keys are name, recipe or command, inputs, output, nproc, env, time_limit_s, sync_every_s");
+               "'; the keys are name, recipe or command, code, inputs, output, nproc, env, time_limit_s, sync_every_s");
   }
   JobSpec s;
   KILN_CHECK(j.contains("name"), "job spec: 'name' is required");
@@ -70,6 +70,10 @@ JobSpec parse_job_spec(const json& j) {
       split_store_url(url, "inputs." + name);
     }
   }
+  if (j.contains("code")) {
+    s.code = string_at(j["code"], "code");
+    split_store_url(s.code, "code");
+  }
   if (j.contains("output")) {
     s.output = string_at(j["output"], "output");
     split_store_url(s.output, "output");
@@ -87,6 +91,7 @@ json job_spec_json(const JobSpec& s) {
   if (!s.recipe.empty()) j["recipe"] = s.recipe;
   if (!s.command.empty()) j["command"] = s.command;
   if (!s.output.empty()) j["output"] = s.output;
+  if (!s.code.empty()) j["code"] = s.code;
   return j;
 }
 

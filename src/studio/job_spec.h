@@ -14,6 +14,7 @@ struct JobSpec {
   std::string recipe;                          // a recipe YAML (kiln train runs it), or
   std::vector<std::string> command;            // a command each rank runs
   std::map<std::string, std::string> inputs;   // name -> studio://bucket/prefix, staged before the run
+  std::string code;                            // studio://bucket/prefix: staged, and the ranks run in it
   std::string output;                          // studio://bucket/prefix the output directory syncs to
   int nproc = 1;
   std::map<std::string, std::string> env;

@@ -103,16 +103,19 @@ Jobs::~Jobs() {
 }
 
 int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
-  for (auto& [name, url] : spec.inputs) {
-    auto [bucket, prefix] = split_store_url(url, "inputs." + name);
+  // What will be staged, by the spec key that names it.
+  std::map<std::string, std::string> staged;
+  for (auto& [name, url] : spec.inputs) staged["inputs." + name] = url;
+  if (!spec.code.empty()) staged["code"] = spec.code;
+  for (auto& [what, url] : staged) {
+    auto [bucket, prefix] = split_store_url(url, what);
     bool found = false;
     try {
       found = !store_.list(bucket, prefix, "", 1).objects.empty();
     } catch (const NotFound& e) {
-      KILN_FAIL("inputs.", name, ": ", e.what());  // a bad spec (400), not a missing endpoint
+      KILN_FAIL(what, ": ", e.what());  // a bad spec (400), not a missing endpoint
     }
-    KILN_CHECK(found, "inputs.", name, ": nothing in the store under ", url, "; upload it first (kiln store cp DIR ",
-               url, ")");
+    KILN_CHECK(found, what, ": nothing in the store under ", url, "; upload it first (kiln store cp DIR ", url, ")");
   }
   Statement(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, 'Creating', "
                  "'scheduling', '', ?, ?)")
@@ -175,30 +178,32 @@ void Jobs::finish(int64_t id, const std::string& state, const std::string& reaso
   s.bind(4, now_ms()).bind(5, id).run();
 }
 
-void Jobs::stage_inputs(int64_t id, const JobSpec& spec) {
-  for (auto& [name, url] : spec.inputs) {
-    auto [bucket, prefix] = split_store_url(url, "inputs." + name);
-    const std::string dir = folder(id) + "/inputs/" + name;
-    fs::create_directories(dir);
-    // One object named exactly, or every object under the prefix.
-    if (auto one = prefix.empty() ? std::nullopt : store_.stat(bucket, prefix)) {
-      std::ofstream(dir + "/" + fs::path(prefix).filename().string(), std::ios::binary) << store_.read(bucket, *one);
-      continue;
-    }
-    std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
-    std::string after;
-    do {
-      Listing page = store_.list(bucket, under, after, 1000);
-      for (const auto& o : page.objects) {
-        fs::path target = fs::path(dir) / o.key.substr(under.size());
-        fs::create_directories(target.parent_path());
-        std::ofstream out(target, std::ios::binary);
-        out << store_.read(bucket, o);
-        KILN_CHECK(out.good(), "staging ", url, ": cannot write ", target.string(), " (is the disk full?)");
-      }
-      after = page.next_start_after;
-    } while (!after.empty());
+void Jobs::stage(const std::string& url, const std::string& what, const std::string& dir) {
+  auto [bucket, prefix] = split_store_url(url, what);
+  fs::create_directories(dir);
+  // One object named exactly, or every object under the prefix.
+  if (auto one = prefix.empty() ? std::nullopt : store_.stat(bucket, prefix)) {
+    std::ofstream(dir + "/" + fs::path(prefix).filename().string(), std::ios::binary) << store_.read(bucket, *one);
+    return;
   }
+  std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
+  std::string after;
+  do {
+    Listing page = store_.list(bucket, under, after, 1000);
+    for (const auto& o : page.objects) {
+      fs::path target = fs::path(dir) / o.key.substr(under.size());
+      fs::create_directories(target.parent_path());
+      std::ofstream out(target, std::ios::binary);
+      out << store_.read(bucket, o);
+      KILN_CHECK(out.good(), "staging ", url, ": cannot write ", target.string(), " (is the disk full?)");
+    }
+    after = page.next_start_after;
+  } while (!after.empty());
+}
+
+void Jobs::stage_inputs(int64_t id, const JobSpec& spec) {
+  for (auto& [name, url] : spec.inputs) stage(url, "inputs." + name, folder(id) + "/inputs/" + name);
+  if (!spec.code.empty()) stage(spec.code, "code", folder(id) + "/code");
 }
 
 void Jobs::sync_output(int64_t id, const JobSpec& spec) {
@@ -274,6 +279,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     for (auto& e : environment) envp.push_back(e.data());
     envp.push_back(nullptr);
     const std::string log_path = dir + "/launcher.log";
+    const std::string workdir = spec.code.empty() ? dir : dir + "/code";  // the ranks run in the job's code
     launcher = ::fork();
     KILN_CHECK(launcher >= 0, "cannot start the job: fork failed: ", std::strerror(errno));
     if (launcher == 0) {
@@ -285,7 +291,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
       }
       int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
       if (null >= 0) ::dup2(null, 0);
-      if (::chdir(dir.c_str()) != 0) _exit(126);
+      if (::chdir(workdir.c_str()) != 0) _exit(126);
       ::execve(args[0], args.data(), envp.data());
       static const char message[] = "kiln: error: cannot run the kiln executable that starts the job\n";
       ssize_t ignored = ::write(2, message, sizeof message - 1);

@@ -52,6 +52,8 @@ class Jobs {
   void set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason = "");
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
   void stage_inputs(int64_t id, const JobSpec& spec);
+  // Copies one object, or every object under a prefix, into a folder.
+  void stage(const std::string& url, const std::string& what, const std::string& dir);
   void sync_output(int64_t id, const JobSpec& spec);
 
   std::string root_;

@@ -223,3 +223,32 @@ TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
   EXPECT_EQ(result["ranks"], 2);
   EXPECT_GE(result["accuracy"].get<double>(), 0.75) << result.dump();
 }
+
+// A job's code_dir is uploaded at submission and the ranks run in it; a
+// retry runs the same code again as a new job.
+TEST(StudioJobs, CodeIsUploadedAtSubmissionAndRetriesRunItAgain) {
+  auto dir = fresh_dir("jobs_code");
+  Studio s(dir);
+  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::filesystem::create_directories(dir + "/project/scripts");
+  std::ofstream(dir + "/project/scripts/run.sh") << "echo running $(basename $(pwd)) rank $RANK\n";
+  std::ofstream(dir + "/spec.yaml") << "name: From Code\ncode_dir: project\nnproc: 2\ncommand: [/bin/sh, scripts/run.sh]\n";
+  std::string env = "KILN_STUDIO_URL=" + s.url() + " KILN_STUDIO_TOKEN=" + token + " ";
+  auto run = [&](const std::string& args) {
+    std::string out = dir + "/out.txt";
+    int rc = std::system((env + KILN_CLI + " job " + args + " > " + out + " 2>&1").c_str());
+    return std::make_pair(rc, text_of(out));
+  };
+  auto first = run("submit " + dir + "/spec.yaml --wait");
+  ASSERT_EQ(first.first, 0) << first.second;
+  EXPECT_NE(first.second.find("studio://studio-jobs/code/from-code-"), std::string::npos) << first.second;
+  std::ofstream(dir + "/project/scripts/run.sh") << "exit 1\n";  // later edits do not reach the submitted job
+  auto again = run("retry 1");
+  ASSERT_EQ(again.first, 0) << again.second;
+  EXPECT_EQ(again.second, "2\n");
+  Api api(s.port, token);
+  json done = api.wait_for(2, {"Completed", "Failed"});
+  EXPECT_EQ(done["state"], "Completed") << done.dump();
+  auto logs = run("logs 2 --rank 1");
+  EXPECT_EQ(logs.second, "[rank 1] running code rank 1\n");
+}

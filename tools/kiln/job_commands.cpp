@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -45,6 +46,30 @@ json from_yaml(const YAML::Node& node, const std::string& key) {
   }
 }
 
+// Uploads the spec's code_dir to the store and names it there instead
+// (`code`), so the job runs the code as it was at submission.
+void upload_code(Remote& remote, json& spec) {
+  if (!spec.is_object() || !spec.contains("code_dir")) return;
+  KILN_CHECK(spec["code_dir"].is_string(), "job spec: 'code_dir' must be a folder");
+  std::string dir = spec["code_dir"];
+  KILN_CHECK(fs::is_directory(dir), "job spec: code_dir ", dir, " is not a folder");
+  const std::string name = spec.value("name", std::string("job"));
+  std::string slug;
+  for (char c : name) slug += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '-';
+  const std::string prefix = "code/" + slug + "-" +
+                             std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "/";
+  remote.make_bucket("studio-jobs");
+  int files = 0;
+  for (auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    remote.upload(entry.path().string(), {"studio-jobs", prefix + fs::relative(entry.path(), dir).generic_string()});
+    ++files;
+  }
+  KILN_CHECK(files > 0, "job spec: code_dir ", dir, " holds no files");
+  spec.erase("code_dir");
+  spec["code"] = "studio://studio-jobs/" + prefix;
+}
+
 json read_spec(const std::string& path) {
   KILN_CHECK(fs::exists(path), "no job spec file ", path);
   json spec;
@@ -53,8 +78,11 @@ json read_spec(const std::string& path) {
   } catch (const YAML::Exception& e) {
     KILN_FAIL("job spec ", path, " is not valid YAML: ", e.what());
   }
-  // A recipe is read where the job runs: give its absolute path.
-  if (spec.is_object() && spec.contains("recipe") && spec["recipe"].is_string()) {
+  // A recipe outside the job's code is read where the job runs: give its absolute path.
+  if (spec.is_object() && spec.contains("code_dir") && spec["code_dir"].is_string()) {
+    fs::path code = spec["code_dir"].get<std::string>();
+    if (code.is_relative()) spec["code_dir"] = fs::absolute(fs::path(path).parent_path() / code).string();
+  } else if (spec.is_object() && spec.contains("recipe") && spec["recipe"].is_string()) {
     fs::path recipe = spec["recipe"].get<std::string>();
     if (recipe.is_relative()) {
       fs::path beside = fs::path(path).parent_path() / recipe;
@@ -86,7 +114,7 @@ bool finished(const std::string& state) {
 }  // namespace
 
 void add_job_commands(CLI::App& app) {
-  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, logs, metrics");
+  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, retry, logs, metrics");
   job->require_subcommand(1);
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
@@ -101,7 +129,9 @@ void add_job_commands(CLI::App& app) {
   submit->add_flag("--wait", *wait, "Wait for the job to end; exit 0 only if it completed");
   submit->callback([=] {
     Remote remote(*server, *token);
-    int64_t id = remote.post_json("/api/v1/jobs", read_spec(*arg), 201)["id"];
+    json spec = read_spec(*arg);
+    upload_code(remote, spec);
+    int64_t id = remote.post_json("/api/v1/jobs", spec, 201)["id"];
     std::printf("%lld\n", static_cast<long long>(id));
     std::fflush(stdout);
     if (!*wait) return;
@@ -160,6 +190,13 @@ void add_job_commands(CLI::App& app) {
     }
   });
 
+  auto* retry = job->add_subcommand("retry", "Submit a job's spec again (its code as it was); prints the new id");
+  retry->add_option("id", *arg, "Job id")->required();
+  retry->callback([=] {
+    json r = Remote(*server, *token).post_json("/api/v1/jobs/" + encode(*arg, false) + "/retry", json::object(), 201);
+    std::printf("%lld\n", r["id"].get<long long>());
+  });
+
   auto* metrics = job->add_subcommand("metrics", "A job's parameters and metrics (run tracking)");
   metrics->add_option("id", *arg, "Job id")->required();
   metrics->callback([=] {
@@ -177,7 +214,7 @@ void add_job_commands(CLI::App& app) {
     }
   });
 
-  for (auto* sub : {submit, list, show, stop, logs, metrics}) {
+  for (auto* sub : {submit, list, show, stop, logs, retry, metrics}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *token, "API token (default: KILN_STUDIO_TOKEN)");
   }
