@@ -165,20 +165,22 @@ class Dataset:
 
 
 def _columns_of(data, column_names):
+    """Columns as MindSpore reads them: a dict or a tuple holds columns; anything else is one column."""
     if isinstance(data, dict):
         names = list(data)
         arrays = [data[n] for n in names]
-    elif isinstance(data, (list, tuple)) and data and not np.isscalar(data[0]) and len(data) <= 2 and \
-            all(hasattr(d, "__len__") for d in data) and len({len(d) for d in data}) == 1 and \
-            (len(data) == 2 or isinstance(data, tuple)):
+    elif isinstance(data, tuple):
         arrays = list(data)
-        names = column_names or (["data", "label"][:len(arrays)])
+        names = ["data", "label"][:len(arrays)]
     else:
         arrays = [data]
-        names = column_names or ["data"]
+        names = ["data"]
     if len(arrays) > 2:
         raise ValueError(f"{len(arrays)} columns: Kiln datasets have an input and a label column")
-    return [np.ascontiguousarray(np.asarray(a)) for a in arrays], list(column_names or names)
+    arrays = [np.ascontiguousarray(np.asarray(a)) for a in arrays]
+    if len(arrays) == 2 and len(arrays[0]) != len(arrays[1]):
+        raise ValueError(f"the columns have {len(arrays[0])} and {len(arrays[1])} rows; they must have as many")
+    return arrays, list(column_names or names)
 
 
 def _tensor_dataset(arrays):
