@@ -44,6 +44,10 @@ class StudioServer {
 // Serves until SIGTERM or SIGINT. Returns the exit code.
 int run_studio(const StudioOptions& options);
 
+// SHA-256 of bytes as 64 hex digits: the checksum of objects and tokens, and
+// what `kiln store` compares local files with.
+std::string sha256_hex(const void* data, size_t size);
+
 // Creates an API token in the studio at data_dir; returns the secret, which
 // is shown once and stored only as its SHA-256.
 std::string create_token(const std::string& data_dir, const std::string& name, Scope scope);

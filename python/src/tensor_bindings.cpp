@@ -49,7 +49,7 @@ Tensor from_numpy(py::array array) {
   std::string name = py::str(array.dtype().attr("name"));
   DType dtype;
   try {
-    dtype = dtype_from_name(name == "bool" ? "bool" : name);
+    dtype = dtype_from_name(name);
   } catch (const Error&) {
     throw py::type_error("kiln cannot hold NumPy arrays of dtype " + name +
                          "; convert it first (e.g. array.astype(numpy.float32))");

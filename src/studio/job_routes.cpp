@@ -8,12 +8,6 @@ namespace {
 
 using json = nlohmann::json;
 
-void reply(serve::HttpResponse& res, int status, const json& body) {
-  res.status = status;
-  res.content_type = "application/json";
-  res.body = body.dump();
-}
-
 int64_t number_param(const serve::HttpRequest& req, const char* name, int64_t fallback) {
   auto v = serve::query_param(req.query, name);
   if (!v) return fallback;
@@ -36,6 +30,12 @@ int64_t job_id(const std::string& text) {
 
 }  // namespace
 
+void reply_json(serve::HttpResponse& res, int status, const json& body) {
+  res.status = status;
+  res.content_type = "application/json";
+  res.body = body.dump();
+}
+
 void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,
                  const std::vector<std::string>& parts, const std::string& token_name) {
   if (parts.size() == 3 && req.method == "POST") {
@@ -46,27 +46,27 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
       KILN_FAIL("the job spec is not valid JSON: ", e.what());
     }
     int64_t id = jobs.submit(parse_job_spec(spec), token_name);
-    reply(res, 201, {{"id", id}});
+    reply_json(res, 201, {{"id", id}});
   } else if (parts.size() == 3 && req.method == "GET") {
     json list = json::array();
     for (const auto& j : jobs.list(static_cast<int>(number_param(req, "limit", 100)))) list.push_back(j.json());
-    reply(res, 200, {{"jobs", list}});
+    reply_json(res, 200, {{"jobs", list}});
   } else if (parts.size() == 4 && req.method == "GET") {
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);
-    reply(res, 200, job->json());
+    reply_json(res, 200, job->json());
   } else if (parts.size() == 5 && parts[4] == "retry" && req.method == "POST") {
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);
-    reply(res, 201, {{"id", jobs.submit(job->spec, token_name)}, {"retry_of", job->id}});
+    reply_json(res, 201, {{"id", jobs.submit(job->spec, token_name)}, {"retry_of", job->id}});
   } else if (parts.size() == 5 && parts[4] == "stop" && req.method == "POST") {
     jobs.stop(job_id(parts[3]));
-    reply(res, 202, {{"id", job_id(parts[3])}, {"state", "Terminating"}});
+    reply_json(res, 202, {{"id", job_id(parts[3])}, {"state", "Terminating"}});
   } else if (parts.size() == 5 && (parts[4] == "params" || parts[4] == "metrics")) {
     int64_t id = job_id(parts[3]);
     if (!jobs.get(id)) throw NotFound("no job " + parts[3]);
     if (req.method == "GET") {
-      reply(res, 200, parts[4] == "params" ? runs.params(id)
+      reply_json(res, 200, parts[4] == "params" ? runs.params(id)
                                            : runs.metrics(id, serve::query_param(req.query, "key").value_or("")));
       return;
     }
@@ -101,7 +101,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
       const auto& l = lines[static_cast<size_t>(newest_first ? total - 1 - i : i)];
       out.push_back({{"time", l.time}, {"host", l.host}, {"rank", l.rank}, {"text", l.text}});
     }
-    reply(res, 200, {{"lines", out}, {"total", total}, {"from_line", from}});
+    reply_json(res, 200, {{"lines", out}, {"total", total}, {"from_line", from}});
   } else {
     serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
   }

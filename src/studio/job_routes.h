@@ -9,6 +9,9 @@
 
 namespace kiln::studio {
 
+// Answers with a JSON body.
+void reply_json(serve::HttpResponse& res, int status, const nlohmann::json& body);
+
 // parts: the path split at '/' ("api", "v1", "jobs", ...).
 void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,
                  const std::vector<std::string>& parts, const std::string& token_name);

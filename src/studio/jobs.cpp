@@ -206,7 +206,7 @@ void Jobs::stage_inputs(int64_t id, const JobSpec& spec) {
   if (!spec.code.empty()) stage(spec.code, "code", folder(id) + "/code");
 }
 
-void Jobs::sync_output(int64_t id, const JobSpec& spec) {
+void Jobs::sync_output(int64_t id, const JobSpec& spec, Synced& synced) {
   if (spec.output.empty()) return;
   auto [bucket, prefix] = split_store_url(spec.output, "output");
   if (!prefix.empty() && prefix.back() != '/') prefix += "/";
@@ -217,11 +217,14 @@ void Jobs::sync_output(int64_t id, const JobSpec& spec) {
     if (!fs::exists(dir)) continue;
     for (auto& entry : fs::recursive_directory_iterator(dir)) {
       if (!entry.is_regular_file()) continue;
+      const std::pair<uintmax_t, fs::file_time_type> seen{entry.file_size(), entry.last_write_time()};
+      auto it = synced.find(entry.path().string());
+      if (it != synced.end() && it->second == seen) continue;  // a checkpoint is not read again every sync
       std::string key = under + fs::relative(entry.path(), dir).generic_string();
       std::string bytes = read_text(entry.path().string());
       auto there = store_.stat(bucket, key);
-      if (there && there->sha256 == sha256_hex(bytes.data(), bytes.size())) continue;
-      store_.put(bucket, key, bytes);
+      if (!there || there->sha256 != sha256_hex(bytes.data(), bytes.size())) store_.put(bucket, key, bytes);
+      synced[entry.path().string()] = seen;
     }
   }
 }
@@ -230,9 +233,10 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
   JobSpec spec = get(id)->spec;
   const std::string dir = folder(id);
   pid_t launcher = -1;
+  Synced synced;
   auto end = [&](const std::string& state, const std::string& reason, int code) {
     try {
-      sync_output(id, spec);
+      sync_output(id, spec, synced);
     } catch (const std::exception& e) {
       finish(id, "Failed", reason + "; and its output could not be synced to the store: " + e.what(), code);
       return;
@@ -324,7 +328,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
       if (killed_at && now - *killed_at > std::chrono::seconds(15)) ::kill(-launcher, SIGKILL);
       if (now > next_sync) {
         try {
-          sync_output(id, spec);
+          sync_output(id, spec, synced);
         } catch (const std::exception& e) {
           std::fprintf(stderr, "kiln studio: job %lld: syncing its output failed (will retry): %s\n",
                        static_cast<long long>(id), e.what());

@@ -6,6 +6,7 @@
 // Terminating, Terminated, Abnormal.
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,7 +55,10 @@ class Jobs {
   void stage_inputs(int64_t id, const JobSpec& spec);
   // Copies one object, or every object under a prefix, into a folder.
   void stage(const std::string& url, const std::string& what, const std::string& dir);
-  void sync_output(int64_t id, const JobSpec& spec);
+  // Uploads what changed in the output folder and logs since the last call
+  // (`synced`: size and time of each file as last uploaded).
+  using Synced = std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_type>>;
+  void sync_output(int64_t id, const JobSpec& spec, Synced& synced);
 
   std::string root_;
   Database& db_;

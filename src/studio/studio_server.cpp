@@ -32,12 +32,6 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-void reply_json(HttpResponse& res, int status, const json& body) {
-  res.status = status;
-  res.content_type = "application/json";
-  res.body = body.dump();
-}
-
 json object_json(const ObjectInfo& o) {
   return {{"key", o.key}, {"size", o.size}, {"sha256", o.sha256}, {"modified_ms", o.modified_ms}};
 }

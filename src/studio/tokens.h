@@ -21,7 +21,6 @@ std::optional<TokenInfo> find_token(Database& db, const std::string& secret);
 // Revokes every token of that name; returns how many there were.
 int revoke_tokens(Database& db, const std::string& name);
 
-std::string sha256_hex(const void* data, size_t size);
 int64_t now_ms();
 
 }  // namespace kiln::studio

@@ -165,12 +165,7 @@ TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
   Studio s(dir);
   std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
   std::ofstream(dir + "/spec.yaml") << "name: hello\nnproc: 2\ncommand: [/bin/sh, -c, 'echo hello from $RANK', job]\n";
-  std::string env = "KILN_STUDIO_URL=http://127.0.0.1:" + std::to_string(s.port) + " KILN_STUDIO_TOKEN=" + token + " ";
-  auto run = [&](const std::string& args) {
-    std::string out = dir + "/out.txt";
-    int rc = std::system((env + KILN_CLI + " job " + args + " > " + out + " 2>&1").c_str());
-    return std::make_pair(rc, text_of(out));
-  };
+  auto run = [&](const std::string& args) { return s.kiln(token, dir, "job " + args); };
   auto submitted = run("submit " + dir + "/spec.yaml --wait");
   ASSERT_EQ(submitted.first, 0) << submitted.second;
   EXPECT_NE(submitted.second.find("state   Completed"), std::string::npos) << submitted.second;
@@ -193,12 +188,7 @@ TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
   auto dir = fresh_dir("jobs_w1");
   Studio s(dir);
   std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
-  std::string env = "KILN_STUDIO_URL=" + s.url() + " KILN_STUDIO_TOKEN=" + token + " ";
-  auto run = [&](const std::string& args) {
-    std::string out = dir + "/out.txt";
-    int rc = std::system((env + KILN_CLI + " " + args + " > " + out + " 2>&1").c_str());
-    return std::make_pair(rc, text_of(out));
-  };
+  auto run = [&](const std::string& args) { return s.kiln(token, dir, args); };
   ASSERT_EQ(run("store mb studio://data").first, 0);
   auto up = run("store cp " + fmnist + " studio://data/fmnist");
   ASSERT_EQ(up.first, 0) << up.second;
@@ -233,12 +223,7 @@ TEST(StudioJobs, CodeIsUploadedAtSubmissionAndRetriesRunItAgain) {
   std::filesystem::create_directories(dir + "/project/scripts");
   std::ofstream(dir + "/project/scripts/run.sh") << "echo running $(basename $(pwd)) rank $RANK\n";
   std::ofstream(dir + "/spec.yaml") << "name: From Code\ncode_dir: project\nnproc: 2\ncommand: [/bin/sh, scripts/run.sh]\n";
-  std::string env = "KILN_STUDIO_URL=" + s.url() + " KILN_STUDIO_TOKEN=" + token + " ";
-  auto run = [&](const std::string& args) {
-    std::string out = dir + "/out.txt";
-    int rc = std::system((env + KILN_CLI + " job " + args + " > " + out + " 2>&1").c_str());
-    return std::make_pair(rc, text_of(out));
-  };
+  auto run = [&](const std::string& args) { return s.kiln(token, dir, "job " + args); };
   auto first = run("submit " + dir + "/spec.yaml --wait");
   ASSERT_EQ(first.first, 0) << first.second;
   EXPECT_NE(first.second.find("studio://studio-jobs/code/from-code-"), std::string::npos) << first.second;

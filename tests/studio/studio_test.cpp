@@ -157,12 +157,7 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   std::filesystem::create_directories(local + "/train/a");
   std::ofstream(local + "/train/a/x.txt") << "first";
   std::ofstream(local + "/train/y.txt") << "second";
-  std::string env = "KILN_STUDIO_URL=http://127.0.0.1:" + std::to_string(s.port) + " KILN_STUDIO_TOKEN=" + token + " ";
-  auto run = [&](const std::string& args) {
-    std::string out = dir + "/out.txt";
-    int rc = std::system((env + KILN_CLI + " store " + args + " > " + out + " 2>&1").c_str());
-    return std::make_pair(rc, text_of(out));
-  };
+  auto run = [&](const std::string& args) { return s.kiln(token, dir, "store " + args); };
   auto mb = run("mb studio://data");
   ASSERT_EQ(mb.first, 0) << mb.second;
   auto up = run("cp " + local + "/train studio://data/sets/train");

@@ -1,7 +1,5 @@
 #include "studio_client.h"
 
-#include <openssl/evp.h>
-
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "kiln/studio.h"
 
 namespace kiln::cli {
 namespace fs = std::filesystem;
@@ -53,16 +52,7 @@ std::string read_file(const std::string& path) {
 
 std::string file_sha256(const std::string& path) {
   std::string data = read_file(path);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr);
-  std::string hex;
-  char buf[3];
-  for (unsigned int i = 0; i < n; ++i) {
-    std::snprintf(buf, sizeof buf, "%02x", digest[i]);
-    hex += buf;
-  }
-  return hex;
+  return studio::sha256_hex(data.data(), data.size());
 }
 
 Remote::Remote(std::string server, std::string token) {
@@ -120,7 +110,7 @@ std::vector<json> Remote::list(const std::string& bucket, const std::string& pre
 
 void Remote::upload(const std::string& local, const StoreUrl& dst) {
   std::string body = read_file(local);
-  httplib::Headers headers{{"X-Kiln-Sha256", file_sha256(local)}};
+  httplib::Headers headers{{"X-Kiln-Sha256", studio::sha256_hex(body.data(), body.size())}};
   auto r = client_->Put(object_path(dst), headers, body, "application/octet-stream");
   check(r, "PUT", object_path(dst), 201);
 }
