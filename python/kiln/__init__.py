@@ -25,6 +25,7 @@ int8 = dtype.int8
 bool_ = dtype.bool
 float_ = float32
 
+_kiln.load_op_libraries_from_environment()  # op packages in KILN_PLUGIN_PATH join kiln.ops below
 from . import ops  # noqa: E402  (every registered op, generated from the registry)
 
 # Every op as kiln.<name>, unless a hand-written function below has the name.
@@ -42,6 +43,18 @@ from . import nn, dataset, train  # noqa: E402
 from .train import Model  # noqa: E402
 
 _install_methods()
+
+
+def load_op_library(path):
+    """Loads an op package (a shared library built with kiln_add_op_library) and
+    makes its ops ``kiln.ops.<name>`` and ``kiln.<name>``, with gradients, graph
+    mode and export like built-in ops. Returns the package's name. A file that
+    is not a package, was built for another plugin ABI or clashes with an
+    existing op raises ``kiln.Error`` naming the file and the reason."""
+    name = _kiln.load_op_library(str(path))
+    for op in ops._add_new_ops():
+        globals().setdefault(op, getattr(ops, op))
+    return name
 set_seed = manual_seed
 Parameter = nn.Parameter
 cat = concat

@@ -65,13 +65,26 @@ def _make(schema):
     if schema["tags"]:
         lines.append("Tags: " + schema["tags"] + ".")
     lines.append("Differentiable." if schema["differentiable"] else "Not differentiable.")
+    if schema["package"]:
+        lines.append(f"From the op package ``{schema['package']}``.")
     op.__doc__ = "\n".join(lines)
     return op
 
 
-SCHEMAS = {s["name"]: s for s in _kiln.op_schemas()}
+SCHEMAS = {}
 __all__ = []
-for _name, _schema in SCHEMAS.items():
-    globals()[_name] = _make(_schema)
-    __all__.append(_name)
-del _name, _schema
+
+
+def _add_new_ops():
+    """Adds the registry's ops this module lacks (an op package loaded since); returns their names."""
+    added = []
+    for schema in _kiln.op_schemas():
+        if schema["name"] not in SCHEMAS:
+            SCHEMAS[schema["name"]] = schema
+            globals()[schema["name"]] = _make(schema)
+            __all__.append(schema["name"])
+            added.append(schema["name"])
+    return added
+
+
+_add_new_ops()

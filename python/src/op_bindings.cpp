@@ -2,6 +2,7 @@
 // that kiln.ops generates its functions from; direct bindings of the ops
 // whose per-call cost matters most from Python.
 #include "bindings.h"
+#include "kiln/op_library.h"
 
 namespace kiln::python {
 namespace {
@@ -43,11 +44,18 @@ AttrValue attr_value(const OpDef& op, const std::string& name, const std::string
 }  // namespace
 
 void bind_ops(py::module_& m) {
+  m.def(
+      "load_op_library", [](const std::string& path) { return load_op_library(path).name; }, py::arg("path"),
+      "Loads an op package (a shared library built with kiln_add_op_library) and registers its ops; returns the "
+      "package's name.");
+  m.def("load_op_libraries_from_environment", &load_op_libraries_from_environment,
+        "Loads the op packages KILN_PLUGIN_PATH names; returns their names.");
   m.def("op_schemas", [] {
     py::list out;
     for (const OpDef* op : OpRegistry::instance().all()) {
       py::dict d;
       d["name"] = op->name;
+      d["package"] = op_library_of(op->name);  // "" for Kiln's own
       d["inputs"] = op->inputs;
       d["outputs"] = op->outputs;
       d["attrs"] = op->attrs;

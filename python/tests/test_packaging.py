@@ -18,7 +18,8 @@ def test_stubs_cover_every_op_and_parse():
     with open(os.path.join(package, "ops.pyi")) as f:
         ops_stub = f.read()
     for op in kiln.ops.__all__:
-        assert f"def {op}(" in ops_stub, op
+        if not kiln.ops.SCHEMAS[op]["package"]:  # packages loaded at run time are not in the stubs
+            assert f"def {op}(" in ops_stub, op
     with open(os.path.join(package, "_kiln.pyi")) as f:
         assert "class Tensor" in f.read()
     assert "\n" in kiln.nn.Dense.__doc__ or kiln.nn.Dense.__doc__  # help() has something to read

@@ -12,6 +12,7 @@
 #include "io/atomic_file.h"
 #include "io/onnx_tensor.h"
 #include "kiln/autograd.h"
+#include "kiln/op_library.h"
 #include "kiln/nn.h"
 #include "kiln/onnx.h"
 #include "nn/captured_cell.h"
@@ -32,8 +33,15 @@ std::string ExportContext::unique(const std::string& hint) {
 ::onnx::NodeProto& ExportContext::node(const std::string& op_type, const std::vector<std::string>& inputs,
                                        const std::vector<std::string>& outputs) {
   auto* n = out.add_node();
-  n->set_op_type(op_type);
-  n->set_name(unique(op_type));
+  // "com.example::RmsNorm": a type of a package's own domain.
+  const size_t sep = op_type.find("::");
+  const std::string type = sep == std::string::npos ? op_type : op_type.substr(sep + 2);
+  if (sep != std::string::npos) {
+    n->set_domain(op_type.substr(0, sep));
+    domains.insert(n->domain());
+  }
+  n->set_op_type(type);
+  n->set_name(unique(type));
   // Trailing omitted optional inputs are dropped; inner ones stay as "".
   size_t count = inputs.size();
   while (count > 0 && inputs[count - 1].empty()) --count;
@@ -126,7 +134,7 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
   }
   ::onnx::GraphProto& out = *model.mutable_graph();
   out.set_name(options.graph_name);
-  onnx_io::ExportContext ctx{g, out, options.dynamic_batch, options.opset, {}, {}};
+  onnx_io::ExportContext ctx{g, out, options.dynamic_batch, options.opset, {}, {}, {}};
   ctx.names.resize(g.values.size());
 
   auto pick = [](const std::vector<std::string>& names, size_t i, const char* base) {
@@ -176,6 +184,13 @@ graph::Graph inference_graph(std::shared_ptr<nn::Cell> cell, const std::vector<T
     for (int v : n.outputs)
       if (ctx.names[v].empty()) ctx.names[v] = ctx.unique(onnx_io::hint_for(g.values[v], v));
     onnx_io::export_node(ctx, n);
+  }
+  for (const std::string& domain : ctx.domains) {
+    const int version = onnx_domain_version(domain);
+    KILN_CHECK(version > 0, "export: ONNX domain ", domain, " is written by no loaded op package");
+    auto* custom = model.add_opset_import();
+    custom->set_domain(domain);
+    custom->set_version(version);
   }
   for (size_t i = 0; i < g.outputs.size(); ++i) {
     int v = g.outputs[i];

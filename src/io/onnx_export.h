@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct ExportContext {
   int opset = 17;
   std::vector<std::string> names;  // value id -> ONNX name
   std::map<std::string, int> taken;
+  std::set<std::string> domains;  // custom ONNX domains the nodes use (op packages')
 
   // A name not used yet, from a hint.
   std::string unique(const std::string& hint);

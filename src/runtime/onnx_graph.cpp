@@ -27,7 +27,7 @@ void find_unsupported(const ::onnx::GraphProto& graph, const std::map<std::strin
       for (const auto& g : a.graphs()) find_unsupported(g, opsets, missing, types);
     }
     std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
-    if (domain.empty() && (converters().count(n.op_type()) || control_flow_ops().count(n.op_type()))) continue;
+    if (find_converter(domain, n.op_type()) || (domain.empty() && control_flow_ops().count(n.op_type()))) continue;
     auto it = opsets.find(domain);
     int version = it == opsets.end() ? 0 : it->second;
     std::string type = (domain.empty() ? "" : domain + "::") + n.op_type();
@@ -81,7 +81,8 @@ OnnxGraph::OnnxGraph(const ::onnx::GraphProto& g, int opset, const std::string& 
         if (holds_graphs(a)) step.subgraphs[a.name()] = std::make_unique<OnnxGraph>(a.g(), opset, what, this);
       }
     } else {
-      step.convert = &converters().at(n.op_type());
+      step.convert = find_converter(n.domain() == "ai.onnx" ? "" : n.domain(), n.op_type());
+      KILN_CHECK(step.convert, what, ": node '", n.name(), "' (", n.op_type(), ") has no converter");
     }
     std::string who = "node '" + n.name() + "' (" + n.op_type() + ")";
     for (const auto& name : n.input()) {

@@ -1,5 +1,7 @@
 #include "runtime/onnx_ops.h"
 
+#include <algorithm>
+#include <mutex>
 #include <set>
 
 #include "kiln/registry.h"
@@ -131,6 +133,7 @@ const ConverterTable& converters() {
                                    "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
+        if (type.find("::") != std::string::npos) continue;  // a custom domain's (find_converter)
         KILN_CHECK(!t.count(type), "ONNX op type ", type, " is read by op '", op->name,
                    "' and by another converter; one type has one reader");
         t[type] = [read = op->onnx_import.read](const OnnxNode& n, const std::vector<Tensor>& in) { return read(n, in); };
@@ -142,6 +145,30 @@ const ConverterTable& converters() {
     return t;
   }();
   return table;
+}
+
+const Converter* find_converter(const std::string& domain, const std::string& op_type) {
+  if (domain.empty()) {
+    auto it = converters().find(op_type);
+    return it == converters().end() ? nullptr : &it->second;
+  }
+  // Packages load at any time, so custom domains are looked up when a model
+  // uses them; entries are never removed, so their addresses stay valid.
+  static std::mutex mutex;
+  static std::map<std::string, Converter> custom;
+  const std::string qualified = domain + "::" + op_type;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = custom.find(qualified);
+  if (it != custom.end()) return &it->second;
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    const auto& types = op->onnx_import.types;
+    if (std::find(types.begin(), types.end(), qualified) == types.end()) continue;
+    Converter c = [read = op->onnx_import.read](const OnnxNode& n, const std::vector<Tensor>& in) {
+      return read(n, in);
+    };
+    return &(custom[qualified] = op->onnx_import.widen_half ? in_float32(c) : c);
+  }
+  return nullptr;
 }
 
 }  // namespace kiln::runtime

@@ -62,6 +62,10 @@ using ConverterTable = std::map<std::string, Converter>;
 // (ONNX ops that are compositions of Kiln ops, or that ops read differently
 // by opset) and every op's reader (OpDef::onnx_import).
 const ConverterTable& converters();
+// The converter of a node's type: the default domain's from converters(), a
+// custom domain's from the op of a loaded package that reads it; nullptr
+// when there is none.
+const Converter* find_converter(const std::string& domain, const std::string& op_type);
 void add_elementwise_converters(ConverterTable& table);
 void add_shape_converters(ConverterTable& table);
 void add_reduce_converters(ConverterTable& table);

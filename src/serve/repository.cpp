@@ -112,6 +112,7 @@ std::map<std::string, std::string> Repository::scan() const {
     if (!it->is_directory(ec)) continue;
     std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.') continue;  // hidden: a copy in progress, an editor's folder
+    if (name == "plugins") continue;               // op packages, loaded when the server starts
     // A config.yaml may rename the model; a malformed one is reported when the model loads.
     fs::path config_path = it->path() / "config.yaml";
     if (fs::exists(config_path, ec)) {

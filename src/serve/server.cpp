@@ -10,10 +10,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kiln/op_library.h"
 #include "kiln/serve.h"
 #include "serve/http_server.h"
 #include "serve/repository.h"
@@ -341,6 +343,13 @@ int Server::start() {
   Impl& s = *impl_;
   const ServeOptions& o = s.options;
   KILN_CHECK(o.model.empty() != o.model_repository.empty(), "serve: give either a model file or a model repository");
+  // Op packages the models need: the repository's plugins/ folder, or the one
+  // beside a single model file.
+  const std::filesystem::path plugin_dir =
+      o.model.empty() ? std::filesystem::path(o.model_repository) / "plugins"
+                      : std::filesystem::path(o.model).parent_path() / "plugins";
+  for (const std::string& name : load_op_library_dir(plugin_dir.string()))
+    std::fprintf(stderr, "kiln serve: loaded op package %s from %s\n", name.c_str(), plugin_dir.c_str());
   if (o.access_log == "-") {
     s.access_log = stderr;
   } else if (!o.access_log.empty()) {

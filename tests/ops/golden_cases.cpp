@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -36,11 +37,10 @@ Attrs parse_attrs(const nlohmann::json& j) {
   return a;
 }
 
-std::vector<GoldenCase> load() {
-  std::ifstream f(std::string(KILN_GOLDEN_DIR) + "/op_golden.json");
-  if (!f) throw std::runtime_error("cannot open op_golden.json in " KILN_GOLDEN_DIR);
+void load_file(const std::string& path, std::vector<GoldenCase>& cases) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot open golden cases " + path);
   nlohmann::json doc = nlohmann::json::parse(f);
-  std::vector<GoldenCase> cases;
   for (auto& c : doc.at("cases")) {
     GoldenCase g;
     g.name = c.at("name");
@@ -55,6 +55,18 @@ std::vector<GoldenCase> load() {
     }
     cases.push_back(std::move(g));
   }
+}
+
+// Kiln's cases, and an op package's: the packages KILN_PLUGIN_PATH names are
+// loaded and the files KILN_EXTRA_GOLDEN lists (':'-separated) join the
+// suite, so a package's ops are checked like built-in ones.
+std::vector<GoldenCase> load() {
+  load_op_libraries_from_environment();
+  std::vector<GoldenCase> cases;
+  load_file(std::string(KILN_GOLDEN_DIR) + "/op_golden.json", cases);
+  std::stringstream extra(std::getenv("KILN_EXTRA_GOLDEN") ? std::getenv("KILN_EXTRA_GOLDEN") : "");
+  for (std::string path; std::getline(extra, path, ':');)
+    if (!path.empty()) load_file(path, cases);
   return cases;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/op_library.h"
 
 namespace kiln::testing {
 

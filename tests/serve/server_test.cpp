@@ -19,6 +19,7 @@
 #include "kiln/runtime.h"
 #include "kiln/serve.h"
 #include "support/serve_fixture.h"
+#include "support/serve_process.h"
 #include "support/close.h"
 #include "support/error_message.h"
 
@@ -27,6 +28,7 @@ using namespace kiln;
 namespace kt = kiln::testing;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using kt::read_all, kt::start_serve_process;
 using kt::RawConnection, kt::infer_body, kt::kCnn, kt::kMlp, kt::make_repository, kt::output_of, kt::Running, kt::session_output;
 
 TEST(Serve, HealthAndMetadata) {
@@ -477,36 +479,6 @@ TEST(Serve, ABearerTokenGuardsEverythingButHealth) {
 
 // The real `kiln serve` process: SIGTERM while a request is in flight; the
 // request is answered and the process exits 0.
-// `kiln serve` in a process of its own, stderr to `log`. Returns its pid and port.
-std::pair<pid_t, int> start_serve_process(std::vector<std::string> args, const fs::path& log) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(log.c_str(), "w", stderr);
-    args.insert(args.begin(), {KILN_CLI, "serve"});
-    args.push_back("--port");
-    args.push_back("0");
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(KILN_CLI, argv.data());
-    ::_exit(127);
-  }
-  int port = 0;
-  for (int i = 0; i < 300 && port == 0 && pid > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream f(log);
-    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    auto at = text.find("ready on 127.0.0.1:");
-    if (at != std::string::npos) port = std::atoi(text.c_str() + at + std::strlen("ready on 127.0.0.1:"));
-  }
-  return {pid, port};
-}
-
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 TEST(ServeProcess, SigtermDrainsAndExits) {
   fs::path repo = make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 400000}\n");
   fs::path log = repo / "serve.log";

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/op_library.h"
 
 namespace kiln::cli {
 void add_ops_command(CLI::App& app);
@@ -18,9 +20,29 @@ void add_studio_commands(CLI::App& app);
 void add_job_commands(CLI::App& app);
 }
 
+namespace {
+
+// Op packages load before any command runs: --plugin PATH (any number, before
+// or after the command's name) and KILN_PLUGIN_PATH.
+void load_plugins(int argc, char** argv) {
+  kiln::load_op_libraries_from_environment();
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--plugin" && i + 1 < argc) kiln::load_op_library(argv[++i]);
+    else if (arg.rfind("--plugin=", 0) == 0) kiln::load_op_library(arg.substr(9));
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: train, export and serve deep learning models"};
   app.require_subcommand(1);
+  // Read by load_plugins; declared so that every command accepts it.
+  std::vector<std::string> plugins;
+  app.add_option("--plugin", plugins, "Load an op package (a shared library built with kiln_add_op_library) first");
+  app.fallthrough();
   kiln::cli::add_ops_command(app);
   kiln::cli::add_train_commands(app);
   kiln::cli::add_ckpt_command(app);
@@ -31,6 +53,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_studio_commands(app);
   kiln::cli::add_job_commands(app);
   try {
+    load_plugins(argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -6,6 +6,7 @@
 
 #include "kiln/backend.h"
 #include "kiln/kiln.h"
+#include "kiln/op_library.h"
 #include "kiln/runtime.h"
 
 namespace kiln::cli {
@@ -93,9 +94,10 @@ void print_markdown(std::ostream& os) {
      << "| op | inputs | backends | falls back to cpu on | cpu dtypes | grad | ONNX | reads | tags |\n"
      << "|---|---|---|---|---|---|---|---|---|\n";
   for (const OpDef* op : ops) {
+    const std::string package = op_library_of(op->name);
     std::string inputs;
     for (auto& i : op->inputs) inputs += std::string(inputs.empty() ? "" : ", ") + i;
-    os << "| `" << op->name << "` | " << inputs << " | " << backends(*op) << " | " << falls_back_on(*op) << " | "
+    os << "| `" << op->name << "`" << (package.empty() ? std::string() : detail::concat(" (package ", package, ")")) << " | " << inputs << " | " << backends(*op) << " | " << falls_back_on(*op) << " | "
        << dtype_list(*op, DeviceType::CPU) << " | " << (op->differentiable() ? "yes" : "no") << " | "
        << onnx_types(*op) << " | " << onnx_import_types(*op) << " | " << tags_str(op->tags) << " |\n";
   }
@@ -105,10 +107,13 @@ void print_markdown(std::ostream& os) {
 void print_table(std::ostream& os) {
   auto ops = OpRegistry::instance().all();
   // Columns as wide as their widest cell, so long ONNX forms stay readable.
-  std::vector<std::vector<std::string>> rows = {{"op", "backends", "cpu fallback on", "grad", "onnx", "cpu dtypes"}};
-  for (const OpDef* op : ops)
-    rows.push_back({op->name, backends(*op), falls_back_on(*op), op->differentiable() ? "yes" : "no", onnx_types(*op),
-                    dtype_list(*op, DeviceType::CPU)});
+  std::vector<std::vector<std::string>> rows = {
+      {"op", "package", "backends", "cpu fallback on", "grad", "onnx", "cpu dtypes"}};
+  for (const OpDef* op : ops) {
+    const std::string package = op_library_of(op->name);
+    rows.push_back({op->name, package.empty() ? "kiln" : package, backends(*op), falls_back_on(*op),
+                    op->differentiable() ? "yes" : "no", onnx_types(*op), dtype_list(*op, DeviceType::CPU)});
+  }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows)
     for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
