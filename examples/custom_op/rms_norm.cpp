@@ -1,6 +1,7 @@
 // rms_norm(x, weight) = x / sqrt(mean(x^2 over the last axis) + eps) * weight,
 // as in LLaMA-style Transformers. A CPU kernel per float type; the gradient is
 // written with Kiln ops, so it has gradients of its own too.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -28,9 +29,15 @@ void rms_norm_rows(const T* x, const T* w, T* y, int64_t rows, int64_t d, double
 template <typename T>
 void rms_norm_kernel(kiln::plugin::KernelContext& k) {
   Tensor x = k.input(0).contiguous(), w = k.input(1).contiguous(), y = k.output(0);
-  const int64_t d = x.dim() == 0 ? 1 : x.size(-1);
-  rms_norm_rows(x.data<T>(), w.data<T>(), y.data<T>(), d == 0 ? 0 : x.numel() / d, d,
-                k.attrs().get_float("eps"));
+  const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+  const double eps = k.attrs().get_float("eps");
+  const T* xp = x.data<T>();
+  const T* wp = w.data<T>();
+  T* yp = y.data<T>();
+  // Rows in parallel on Kiln's threads, at least ~32K elements per chunk.
+  kiln::plugin::parallel_for(rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
+    rms_norm_rows(xp + b * d, wp, yp + b * d, e - b, d, eps);
+  });
 }
 
 Tensor reduce(const char* op, const Tensor& t, std::vector<int64_t> axes, bool keepdim) {

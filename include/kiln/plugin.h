@@ -17,10 +17,12 @@
 // Exceptions thrown by a package's functions become Kiln errors that name the
 // package and the op; none crosses the ABI.
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -172,6 +174,29 @@ inline Tensor full(const std::vector<int64_t>& shape, double value, DType dtype)
   check(t != nullptr);
   return Tensor::adopt(t);
 }
+// Runs fn(begin, end) over [0, n) in chunks of at least `grain` on Kiln's
+// intra-op threads. An exception in fn reaches the caller after all chunks.
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  struct State {
+    F* fn;
+    std::mutex mutex;
+    std::exception_ptr error;
+  } state{&fn, {}, nullptr};
+  host().parallel_for(n, grain,
+                      [](int64_t begin, int64_t end, void* user) {
+                        auto* s = static_cast<State*>(user);
+                        try {
+                          (*s->fn)(begin, end);
+                        } catch (...) {
+                          std::lock_guard<std::mutex> lock(s->mutex);
+                          if (!s->error) s->error = std::current_exception();
+                        }
+                      },
+                      &state);
+  if (state.error) std::rethrow_exception(state.error);
+}
+
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return call1("add", {a, b}); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return call1("sub", {a, b}); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return call1("mul", {a, b}); }

@@ -190,6 +190,12 @@ typedef struct kiln_host_api {
    * unused, so one package carries its accelerator kernels everywhere. */
   int (*register_kernel)(kiln_registrar* r, const char* op, const char* backend, int32_t dtype, kiln_kernel_fn fn,
                          void* user);
+
+  /* Runs fn(begin, end, user) over [0, n) in chunks of at least `grain` on
+   * Kiln's intra-op threads (KILN_NUM_THREADS, set_num_threads, the thread
+   * governor), so a package's kernels share the cores with Kiln's own
+   * instead of starting threads of their own. fn must not throw. */
+  void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(int64_t begin, int64_t end, void* user), void* user);
 } kiln_host_api;
 
 /* What a package exports (kiln/plugin.h's KILN_PLUGIN defines all three). */

@@ -1,6 +1,7 @@
 #include <cstring>
 #include <exception>
 
+#include "kiln/parallel.h"
 #include "kiln/registry.h"
 #include "ops/plugin_host.h"
 
@@ -133,6 +134,9 @@ kiln_host_api base_api() {
           return static_cast<int>(KILN_OK);
         },
         static_cast<int>(KILN_ERROR));
+  };
+  api.parallel_for = [](int64_t n, int64_t grain, void (*fn)(int64_t, int64_t, void*), void* user) {
+    kiln::parallel_for(n, grain, [&](int64_t begin, int64_t end) { fn(begin, end, user); });
   };
   return api;
 }
