@@ -19,7 +19,8 @@ struct OpLibrary {
 // package, was built for another plugin ABI, clashes with an op that exists
 // or fails its own registration is refused with an error naming the file,
 // the op and the fix, and nothing of it stays registered. Loading a file
-// again returns what the first load registered.
+// again returns what the first load registered. Load packages before other
+// threads run ops: the registry is not locked against concurrent calls.
 const OpLibrary& load_op_library(const std::string& path);
 // Every package loaded so far, in load order.
 std::vector<OpLibrary> loaded_op_libraries();
