@@ -73,6 +73,48 @@ const char* const kMigrations[] = {
     );
     CREATE INDEX run_metrics_by_key ON run_metrics (job_id, key, step);
     )sql",
+    // 4: the model registry.
+    R"sql(
+    CREATE TABLE models (
+      name TEXT PRIMARY KEY,
+      description TEXT NOT NULL,
+      created_at INTEGER NOT NULL
+    );
+    CREATE TABLE model_versions (
+      model TEXT NOT NULL REFERENCES models(name),
+      version INTEGER NOT NULL,
+      state TEXT NOT NULL CHECK (state IN ('PENDING', 'READY', 'FAILED')),
+      reason TEXT NOT NULL,
+      source TEXT NOT NULL,               -- "job 12", "studio://bucket/key" or "upload"
+      job_id INTEGER REFERENCES jobs(id),
+      file_key TEXT NOT NULL,             -- the ONNX file in the studio-models bucket
+      sha256 TEXT NOT NULL,
+      size INTEGER NOT NULL,
+      signature TEXT NOT NULL,            -- JSON: inputs and outputs read from the graph
+      lineage TEXT NOT NULL,              -- JSON: job, data URLs, recipe, final metrics
+      description TEXT NOT NULL,
+      tags TEXT NOT NULL,                 -- JSON object
+      created_by TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      PRIMARY KEY (model, version)
+    );
+    CREATE TABLE model_aliases (
+      model TEXT NOT NULL REFERENCES models(name),
+      alias TEXT NOT NULL,
+      version INTEGER NOT NULL,
+      PRIMARY KEY (model, alias)
+    );
+    )sql",
+    // 5: online services (their instances are processes, started again with the studio).
+    R"sql(
+    CREATE TABLE services (
+      name TEXT PRIMARY KEY,
+      spec TEXT NOT NULL,                 -- JSON: the versions with their models, weights and sizes
+      state TEXT NOT NULL,
+      reason TEXT NOT NULL,
+      created_at INTEGER NOT NULL
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -36,16 +36,18 @@ void reply_json(serve::HttpResponse& res, int status, const json& body) {
   res.body = body.dump();
 }
 
+json parse_json_body(const serve::HttpRequest& req) {
+  try {
+    return req.body.empty() ? json::object() : json::parse(req.body);
+  } catch (const json::exception& e) {
+    KILN_FAIL("the request body is not valid JSON: ", e.what());
+  }
+}
+
 void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,
                  const std::vector<std::string>& parts, const std::string& token_name) {
   if (parts.size() == 3 && req.method == "POST") {
-    json spec;
-    try {
-      spec = json::parse(req.body);
-    } catch (const json::exception& e) {
-      KILN_FAIL("the job spec is not valid JSON: ", e.what());
-    }
-    int64_t id = jobs.submit(parse_job_spec(spec), token_name);
+    int64_t id = jobs.submit(parse_job_spec(parse_json_body(req)), token_name);
     reply_json(res, 201, {{"id", id}});
   } else if (parts.size() == 3 && req.method == "GET") {
     json list = json::array();
@@ -71,12 +73,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
       return;
     }
     KILN_CHECK(req.method == "POST", req.method, " is not allowed on ", parts[4], " (GET, POST)");
-    json body;
-    try {
-      body = json::parse(req.body);
-    } catch (const json::exception& e) {
-      KILN_FAIL("the ", parts[4], " are not valid JSON: ", e.what());
-    }
+    const json body = parse_json_body(req);
     if (parts[4] == "params") runs.log_params(id, body);
     else runs.log_metrics(id, body);
     res.status = 204;

@@ -11,6 +11,8 @@ namespace kiln::studio {
 
 // Answers with a JSON body.
 void reply_json(serve::HttpResponse& res, int status, const nlohmann::json& body);
+// The request's JSON body ({} when empty); malformed JSON is a clear error (400).
+nlohmann::json parse_json_body(const serve::HttpRequest& req);
 
 // parts: the path split at '/' ("api", "v1", "jobs", ...).
 void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::HttpResponse& res,

@@ -10,6 +10,8 @@
 #include "kiln/studio.h"
 #include "serve/http_server.h"
 #include "studio/job_routes.h"
+#include "studio/model_routes.h"
+#include "studio/service_routes.h"
 #include "studio/object_store.h"
 #include "studio/tokens.h"
 
@@ -67,6 +69,8 @@ struct StudioServer::Impl {
   std::unique_ptr<ObjectStore> store;
   std::unique_ptr<Jobs> jobs;
   std::unique_ptr<Runs> runs;
+  std::unique_ptr<Models> models;
+  std::unique_ptr<Services> services;
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
@@ -97,7 +101,9 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
     res.headers.emplace_back("WWW-Authenticate", "Bearer");
     return;
   }
-  Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  // Inference through a service is a read, and is not audited (it writes nothing).
+  const bool proxy = is_service_proxy_path(req.path);
+  Scope needed = req.method == "GET" || req.method == "HEAD" || proxy ? Scope::Read : Scope::Write;
   if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
   if (static_cast<int>(token->scope) < static_cast<int>(needed)) {
     serve::set_error(res, 403, "token '" + token->name + "' has scope " + scope_name(token->scope) + "; " + req.method +
@@ -115,7 +121,7 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
       serve::set_error(res, 400, e.what());
     }
   }
-  if (req.method != "GET" && req.method != "HEAD") audit(req, res, token->name);
+  if (req.method != "GET" && req.method != "HEAD" && !proxy) audit(req, res, token->name);
 }
 
 void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token) {
@@ -136,6 +142,10 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     objects(req, res, parts[3], key);
   } else if (what == "jobs") {
     handle_jobs(*jobs, *runs, req, res, parts, token.name);
+  } else if (what == "models") {
+    handle_models(*models, req, res, parts, token.name);
+  } else if (what == "services") {
+    handle_services(*services, req, res, parts);
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = 100;
     if (auto text = serve::query_param(req.query, "limit")) {
@@ -255,6 +265,8 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
   impl_->jobs = std::make_unique<Jobs>(dir + "/jobs", *impl_->db, *impl_->store, kiln);
   impl_->runs = std::make_unique<Runs>(*impl_->db);
+  impl_->models = std::make_unique<Models>(*impl_->db, *impl_->store, *impl_->jobs, *impl_->runs, kiln, dir + "/work");
+  impl_->services = std::make_unique<Services>(*impl_->db, *impl_->models, kiln, dir + "/services");
   if (impl_->options.access_log == "-") {
     impl_->access_log = stderr;
   } else if (!impl_->options.access_log.empty()) {
@@ -288,7 +300,9 @@ void StudioServer::stop() {
 
 StudioServer::~StudioServer() {
   stop();
-  impl_->jobs.reset();  // stops the jobs still running
+  impl_->services.reset();  // stops the instances
+  impl_->models.reset();    // waits for the checks in progress
+  impl_->jobs.reset();    // stops the jobs still running
   if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
 }
 

@@ -1,8 +1,11 @@
 #pragma once
 // A studio on a free loopback port over a fresh data directory, its jobs run
 // by the kiln CLI under test (KILN_CLI).
+#include <httplib.h>
+
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -38,6 +41,39 @@ struct Studio {
 #endif
   std::unique_ptr<studio::StudioServer> server;
   int port = 0;
+};
+
+// The studio's REST API with a token: status and JSON reply (the raw body
+// when it is not JSON, null when there is none).
+struct StudioApi {
+  StudioApi(int port, const std::string& token) : http("127.0.0.1", port) {
+    http.set_bearer_token_auth(token);
+    http.set_keep_alive(true);
+    http.set_tcp_nodelay(true);
+    http.set_read_timeout(30, 0);
+  }
+  std::pair<int, nlohmann::json> call(const std::string& method, const std::string& path, const std::string& body = "",
+                                      const std::string& type = "application/json") {
+    httplib::Request req;
+    req.method = method;
+    req.path = path;
+    req.body = body;
+    if (!body.empty()) req.set_header("Content-Type", type);
+    auto r = http.send(req);
+    if (!r) return {0, nullptr};
+    nlohmann::json j = nullptr;
+    try {
+      if (!r->body.empty()) j = nlohmann::json::parse(r->body);
+    } catch (const std::exception&) {
+      j = r->body;
+    }
+    return {r->status, j};
+  }
+  std::pair<int, nlohmann::json> call_json(const std::string& method, const std::string& path,
+                                           const nlohmann::json& body) {
+    return call(method, path, body.dump());
+  }
+  httplib::Client http;
 };
 
 }  // namespace kiln::testing

@@ -18,6 +18,8 @@ void add_serve_command(CLI::App& app);
 void add_launch_commands(CLI::App& app);
 void add_studio_commands(CLI::App& app);
 void add_job_commands(CLI::App& app);
+void add_model_commands(CLI::App& app);
+void add_service_commands(CLI::App& app);
 }
 
 namespace {
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
   kiln::cli::add_launch_commands(app);
   kiln::cli::add_studio_commands(app);
   kiln::cli::add_job_commands(app);
+  kiln::cli::add_model_commands(app);
+  kiln::cli::add_service_commands(app);
   try {
     load_plugins(argc, argv);
     app.parse(argc, argv);

@@ -86,10 +86,28 @@ json Remote::get_json(const std::string& path) {
   return json::parse(r->body);
 }
 
+std::string Remote::get_text(const std::string& path) {
+  auto r = client_->Get(path);
+  check(r, "GET", path, 200);
+  return r->body;
+}
+
 json Remote::post_json(const std::string& path, const json& body, int expected) {
   auto r = client_->Post(path, body.dump(), "application/json");
   check(r, "POST", path, expected);
   return json::parse(r->body);
+}
+
+json Remote::send(const std::string& method, const std::string& path, const std::string& body,
+                  const std::string& content_type, int expected) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.body = body;
+  if (!content_type.empty()) req.set_header("Content-Type", content_type);
+  auto r = client_->send(req);
+  check(r, method.c_str(), path, expected);
+  return r->body.empty() ? json(nullptr) : json::parse(r->body);
 }
 
 std::string Remote::object_path(const StoreUrl& u) const {

@@ -22,7 +22,11 @@ class Remote {
  public:
   Remote(std::string server, std::string token);
   nlohmann::json get_json(const std::string& path);
+  std::string get_text(const std::string& path);
   nlohmann::json post_json(const std::string& path, const nlohmann::json& body, int expected);
+  // Any method with a body of any type; the reply's JSON (null when it has none).
+  nlohmann::json send(const std::string& method, const std::string& path, const std::string& body,
+                      const std::string& content_type, int expected);
   // Every object under the prefix, following the listing's pages.
   std::vector<nlohmann::json> list(const std::string& bucket, const std::string& prefix);
   void upload(const std::string& local, const StoreUrl& dst);

@@ -1,0 +1,70 @@
+// GET    /api/v1/services                              services with their versions and instances
+// POST   /api/v1/services                              deploy {"name", "versions": [{"model", "weight", ...}]}
+// GET    /api/v1/services/NAME                         state, versions, instances
+// PUT    /api/v1/services/NAME/versions/V              add a version or change one (a new model rolls it over)
+// DELETE /api/v1/services/NAME/versions/V
+// POST   /api/v1/services/NAME/stop
+// DELETE /api/v1/services/NAME                         a stopped service
+// GET    /api/v1/services/NAME/metrics                 requests, errors, latency per version
+// GET    /api/v1/services/NAME/instances/ID/logs       an instance's log
+// *      /api/v1/services/NAME/v2/...                  OIP v2, forwarded to an instance
+#include "studio/service_routes.h"
+
+#include "studio/job_routes.h"
+
+namespace kiln::studio {
+namespace {
+
+using json = nlohmann::json;
+
+}  // namespace
+
+bool is_service_proxy_path(const std::string& path) {
+  const std::string prefix = "/api/v1/services/";
+  if (path.rfind(prefix, 0) != 0) return false;
+  size_t slash = path.find('/', prefix.size());
+  return slash != std::string::npos && path.compare(slash, 4, "/v2/") == 0;
+}
+
+void handle_services(Services& services, const serve::HttpRequest& req, serve::HttpResponse& res,
+                     const std::vector<std::string>& parts) {
+  const size_t n = parts.size();
+  const std::string& method = req.method;
+  const std::string name = n > 3 ? parts[3] : "";
+  if (is_service_proxy_path(req.path)) {
+    services.forward(name, req.path.substr(std::string("/api/v1/services/").size() + name.size()), req, res);
+  } else if (n == 3 && method == "GET") {
+    reply_json(res, 200, services.list());
+  } else if (n == 3 && method == "POST") {
+    reply_json(res, 201, services.deploy(parse_json_body(req)));
+  } else if (n == 4 && method == "GET") {
+    reply_json(res, 200, services.get(name));
+  } else if (n == 4 && method == "DELETE") {
+    services.remove(name);
+    res.status = 204;
+  } else if (n == 5 && parts[4] == "stop" && method == "POST") {
+    services.stop(name);
+    reply_json(res, 202, services.get(name));
+  } else if (n == 5 && parts[4] == "metrics" && method == "GET") {
+    reply_json(res, 200, services.metrics(name));
+  } else if (n == 6 && parts[4] == "versions" && method == "PUT") {
+    reply_json(res, 200, services.set_version(name, parts[5], parse_json_body(req)));
+  } else if (n == 6 && parts[4] == "versions" && method == "DELETE") {
+    services.remove_version(name, parts[5]);
+    res.status = 204;
+  } else if (n == 7 && parts[4] == "instances" && parts[6] == "logs" && method == "GET") {
+    int id = 0;
+    try {
+      id = std::stoi(parts[5]);
+    } catch (const std::exception&) {
+      KILN_FAIL("'", parts[5], "' is not an instance id");
+    }
+    res.content_type = "text/plain; charset=utf-8";
+    res.body = services.logs(name, id);
+  } else {
+    serve::set_error(res, 404, "no endpoint " + method + " " + serve::printable(req.path) +
+                                   " (see docs/studio.md, \"Online services\")");
+  }
+}
+
+}  // namespace kiln::studio

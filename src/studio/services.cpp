@@ -1,0 +1,653 @@
+#include "studio/services.h"
+
+#include <fcntl.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "studio/runs.h"
+#include "studio/tokens.h"
+
+namespace kiln::studio {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Latency buckets of the proxy's histogram, in milliseconds (+Inf last).
+constexpr std::array<double, 11> kBucketsMs = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e300};
+constexpr int kMaxStartFailures = 3;
+
+std::string read_text(const std::string& path, size_t from = 0) {
+  std::ifstream f(path, std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(from));
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+int int_field(const json& j, const char* key, int fallback, int lo, int hi) {
+  if (!j.contains(key)) return fallback;
+  KILN_CHECK(j[key].is_number_integer(), "\"", key, "\" must be a whole number");
+  int v = j[key].get<int>();
+  KILN_CHECK(v >= lo && v <= hi, "\"", key, "\" must be from ", lo, " to ", hi, ", not ", v);
+  return v;
+}
+
+}  // namespace
+
+struct Services::Instance {
+  int id = 0;
+  pid_t pid = -1;
+  int port = 0;
+  std::atomic<bool> ready{false};
+  bool draining = false;
+  bool ever_ready = false;
+  int start_failures = 0;
+  int restarts = 0;
+  int64_t drain_since_ms = 0;
+  std::atomic<int> outstanding{0};
+  std::string log;
+  size_t log_from = 0;  // where this start's output begins in the log
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<httplib::Client>> pool;  // kept-alive connections, one request each at a time
+
+  std::unique_ptr<httplib::Client> take() {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      if (!pool.empty()) {
+        auto c = std::move(pool.back());
+        pool.pop_back();
+        return c;
+      }
+    }
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+    c->set_keep_alive(true);
+    c->set_tcp_nodelay(true);  // a request's head and body go out without waiting for an ACK
+    c->set_connection_timeout(2);
+    c->set_read_timeout(60);
+    return c;
+  }
+  void give(std::unique_ptr<httplib::Client> c) {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    pool.push_back(std::move(c));
+  }
+};
+
+// What the proxy saw of one version name, across its rolling updates.
+struct VersionStats {
+  std::atomic<int64_t> requests{0}, errors{0};
+  std::array<std::atomic<int64_t>, kBucketsMs.size()> buckets{};
+};
+
+struct Services::Version {
+  ServiceVersionSpec spec;
+  std::shared_ptr<VersionStats> stats;
+  int generation = 0;
+  std::string model_name;  // the registry's, resolved when started
+  int64_t model_version = 0;
+  bool batch_axis = false;
+  std::string repo, logs;
+  std::vector<std::shared_ptr<Instance>> instances;
+  bool all_ready() const {
+    for (const auto& i : instances)
+      if (!i->ready) return false;
+    return !instances.empty();
+  }
+};
+
+struct Services::Service {
+  std::string name, state = "Deploying", reason;
+  int64_t created_ms = 0;
+  int generation = 0;
+  bool was_running = false;
+  std::vector<std::shared_ptr<Version>> versions;  // serving traffic
+  std::vector<std::shared_ptr<Version>> warming;   // new models of a rolling update, not routed yet
+  std::vector<std::shared_ptr<Version>> draining;  // replaced ones, finishing their requests
+  std::map<std::string, std::shared_ptr<VersionStats>> stats;  // by version name
+};
+
+ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec& base) {
+  KILN_CHECK(j.is_object(), "a service version is {\"model\": ..., \"weight\": ..., \"instances\": ...}");
+  for (auto& [k, v] : j.items())
+    KILN_CHECK(k == "name" || k == "model" || k == "weight" || k == "instances" || k == "threads" || k == "max_batch",
+               "unknown field '", k, "' of a service version (name, model, weight, instances, threads, max_batch)");
+  ServiceVersionSpec s = base;
+  if (j.contains("name")) {
+    KILN_CHECK(j["name"].is_string(), "a version's \"name\" is text");
+    s.name = j["name"];
+    check_model_name(s.name, "version name");
+  }
+  if (j.contains("model")) {
+    KILN_CHECK(j["model"].is_string(), "\"model\" is a registry URI such as fmnist@production");
+    s.model = j["model"];
+  }
+  KILN_CHECK(!s.model.empty(), "a service version needs \"model\": a registry URI such as fmnist@production");
+  s.weight = int_field(j, "weight", s.weight, 0, 100);
+  s.instances = int_field(j, "instances", s.instances, 1, 64);
+  s.threads = int_field(j, "threads", s.threads, 1, 256);
+  s.max_batch = int_field(j, "max_batch", s.max_batch, 0, 4096);
+  return s;
+}
+
+Services::Services(Database& db, Models& models, std::string kiln, std::string root)
+    : db_(db), models_(models), kiln_(std::move(kiln)), root_(std::move(root)) {
+  fs::create_directories(root_);
+  // Services that were up when the studio stopped come back up.
+  Statement s(db_, "SELECT name, spec, created_at FROM services WHERE state NOT IN ('Stopped', 'Failed')");
+  std::vector<std::pair<json, int64_t>> again;
+  while (s.step()) again.emplace_back(json::parse(s.text(1)), s.integer(2));
+  for (auto& [spec, created] : again) {
+    try {
+      Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, spec["name"].get<std::string>()).run();
+      deploy(spec);
+    } catch (const std::exception& e) {
+      Statement(db_, "INSERT OR REPLACE INTO services (name, spec, state, reason, created_at) VALUES (?, ?, 'Failed', ?, ?)")
+          .bind(1, spec["name"].get<std::string>()).bind(2, spec.dump())
+          .bind(3, std::string("it could not be started again when the studio restarted: ") + e.what())
+          .bind(4, created)
+          .run();
+    }
+  }
+  supervisor_ = std::thread([this] { supervise(); });
+}
+
+Services::~Services() {
+  stopping_ = true;
+  wake_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, s] : services_)
+    for (auto* list : {&s->versions, &s->warming, &s->draining})
+      for (auto& v : *list)
+        for (auto& i : v->instances)
+          if (i->pid > 0) {
+            ::kill(i->pid, SIGTERM);
+            ::waitpid(i->pid, nullptr, 0);
+          }
+}
+
+std::shared_ptr<Services::Service> Services::find(const std::string& name) {
+  auto it = services_.find(name);
+  if (it == services_.end()) throw NotFound("no service '" + name + "' (`kiln service list` shows them)");
+  return it->second;
+}
+
+std::shared_ptr<Services::Version> Services::start_version(Service& s, const ServiceVersionSpec& spec, int generation) {
+  ModelVersion mv = models_.resolve(spec.model);
+  if (mv.state != "READY")
+    throw Conflict("model " + spec.model + " is version " + std::to_string(mv.version) + ", which is " + mv.state);
+  auto v = std::make_shared<Version>();
+  v->spec = spec;
+  v->generation = generation;
+  auto& stats = s.stats[spec.name];
+  if (!stats) stats = std::make_shared<VersionStats>();
+  v->stats = stats;
+  v->model_name = mv.model;
+  v->model_version = mv.version;
+  const auto& inputs = mv.signature["inputs"];
+  v->batch_axis = !inputs.empty() && inputs[0]["shape"].is_array() && !inputs[0]["shape"].empty() &&
+                  inputs[0]["shape"][0].is_string();
+  const std::string dir = root_ + "/" + s.name + "/" + spec.name + "-g" + std::to_string(generation);
+  fs::remove_all(dir);
+  v->repo = dir + "/repository";  // what kiln serve loads: the model under the service's name
+  v->logs = dir + "/logs";
+  fs::create_directories(v->repo + "/" + s.name + "/1");
+  fs::create_directories(v->logs);
+  { std::ofstream(v->repo + "/" + s.name + "/1/model.onnx", std::ios::binary) << models_.file(mv); }
+  {
+    std::ofstream config(v->repo + "/" + s.name + "/config.yaml");
+    if (v->batch_axis && spec.max_batch > 0)
+      config << "max_batch_size: " << spec.max_batch << "\ndynamic_batching: {max_queue_delay_microseconds: 500}\n";
+    else
+      config << "max_batch_size: 0\n";
+  }
+  for (int k = 0; k < spec.instances; ++k) {
+    auto i = std::make_shared<Instance>();
+    i->id = next_instance_++;
+    i->log = v->logs + "/instance-" + std::to_string(i->id) + ".log";
+    start_instance(s, *v, *i);
+    v->instances.push_back(i);
+  }
+  return v;
+}
+
+void Services::start_instance(Service& s, Version& v, Instance& i) {
+  std::vector<std::string> args = {kiln_, "serve", "--model-repository", v.repo, "--port", "0", "--access-log", ""};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind("KILN_NUM_THREADS=", 0) != 0) env.push_back(*e);
+  env.push_back("KILN_NUM_THREADS=" + std::to_string(v.spec.threads));
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::error_code ec;
+  i.log_from = fs::exists(i.log, ec) ? fs::file_size(i.log, ec) : 0;
+  i.port = 0;
+  i.ready = false;
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  KILN_CHECK(pid >= 0, "cannot start an instance of service ", s.name, ": fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // an instance does not outlive its studio
+    if (::getppid() != parent) ::_exit(1);
+    ::setpgid(0, 0);
+    int fd = ::open(i.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  i.pid = pid;
+}
+
+json Services::deploy(const json& spec) {
+  KILN_CHECK(spec.is_object() && spec.contains("name") && spec["name"].is_string() && spec.contains("versions") &&
+                 spec["versions"].is_array() && !spec["versions"].empty(),
+             "a service is {\"name\": ..., \"versions\": [{\"model\": \"fmnist@production\", ...}]}");
+  const std::string name = spec["name"];
+  check_model_name(name, "service name");
+  std::vector<ServiceVersionSpec> versions;
+  for (const auto& v : spec["versions"]) {
+    ServiceVersionSpec base;
+    base.name = "v" + std::to_string(versions.size() + 1);
+    versions.push_back(parse_service_version(v, base));
+    for (size_t k = 0; k + 1 < versions.size(); ++k)
+      KILN_CHECK(versions[k].name != versions.back().name, "two versions are named '", versions.back().name, "'");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (services_.count(name)) throw Conflict("service '" + name + "' exists; change it with PUT .../versions/NAME");
+  auto s = std::make_shared<Service>();
+  s->name = name;
+  s->created_ms = now_ms();
+  try {
+    for (const auto& v : versions) s->versions.push_back(start_version(*s, v, ++s->generation));
+  } catch (...) {
+    for (auto& v : s->versions)
+      for (auto& i : v->instances) ::kill(i->pid, SIGKILL), ::waitpid(i->pid, nullptr, 0);
+    throw;
+  }
+  services_[name] = s;
+  save(*s);
+  return describe(*s);
+}
+
+void Services::save(const Service& s) {
+  json versions = json::array();
+  for (const auto& v : s.versions)
+    versions.push_back({{"name", v->spec.name}, {"model", v->spec.model}, {"weight", v->spec.weight},
+                        {"instances", v->spec.instances}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch}});
+  Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at) VALUES (?, ?, ?, ?, ?) "
+                 "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, state = excluded.state, reason = excluded.reason")
+      .bind(1, s.name).bind(2, json({{"name", s.name}, {"versions", versions}}).dump()).bind(3, s.state)
+      .bind(4, s.reason).bind(5, s.created_ms)
+      .run();
+}
+
+json Services::describe(const Service& s) {
+  json versions = json::array();
+  auto instances_of = [](const Version& v, const char* role) {
+    json out = json::array();
+    for (const auto& i : v.instances)
+      out.push_back({{"id", i->id}, {"pid", i->pid}, {"port", i->port}, {"ready", i->ready.load()},
+                     {"restarts", i->restarts}, {"outstanding", i->outstanding.load()}, {"role", role}});
+    return out;
+  };
+  for (const auto& v : s.versions) {
+    json instances = instances_of(*v, "serving");
+    for (const auto& w : s.warming)
+      if (w->spec.name == v->spec.name)
+        for (auto& i : instances_of(*w, "warming")) instances.push_back(i);
+    versions.push_back({{"name", v->spec.name}, {"model", v->spec.model},
+                        {"model_version", v->model_name + "/" + std::to_string(v->model_version)},
+                        {"weight", v->spec.weight}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch},
+                        {"instances", instances}});
+  }
+  return {{"name", s.name}, {"state", s.state}, {"reason", s.reason}, {"created_ms", s.created_ms},
+          {"versions", versions}, {"endpoint", "/api/v1/services/" + s.name + "/v2/models/" + s.name + "/infer"}};
+}
+
+json Services::list() {
+  std::lock_guard<std::mutex> lock(mu_);
+  json out = json::array();
+  for (auto& [name, s] : services_) out.push_back(describe(*s));
+  Statement st(db_, "SELECT name, state, reason FROM services WHERE state IN ('Stopped', 'Failed') ORDER BY name");
+  while (st.step())
+    if (!services_.count(st.text(0)))
+      out.push_back({{"name", st.text(0)}, {"state", st.text(1)}, {"reason", st.text(2)}, {"versions", json::array()}});
+  return {{"services", out}};
+}
+
+json Services::get(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = services_.find(name);
+  if (it != services_.end()) return describe(*it->second);
+  Statement st(db_, "SELECT state, reason FROM services WHERE name = ?");
+  st.bind(1, name);
+  if (!st.step()) throw NotFound("no service '" + name + "' (`kiln service list` shows them)");
+  return {{"name", name}, {"state", st.text(0)}, {"reason", st.text(1)}, {"versions", json::array()}};
+}
+
+json Services::set_version(const std::string& name, const std::string& version, const json& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = find(name);
+  KILN_CHECK(s->state != "Stopping", "service '", name, "' is stopping");
+  for (const auto& w : s->warming)
+    if (w->spec.name == version)
+      throw Conflict("version '" + version + "' of service '" + name + "' is already being rolled over");
+  std::shared_ptr<Version> current;
+  for (auto& v : s->versions)
+    if (v->spec.name == version) current = v;
+  ServiceVersionSpec base = current ? current->spec : ServiceVersionSpec{};
+  base.name = version;
+  json fields = body;
+  fields.erase("name");
+  ServiceVersionSpec next = parse_service_version(fields, base);
+  if (!current) {  // a new version
+    s->versions.push_back(start_version(*s, next, ++s->generation));
+  } else if (next.model != current->spec.model || next.threads != current->spec.threads ||
+             next.max_batch != current->spec.max_batch || models_.resolve(next.model).version != current->model_version) {
+    // A rolling update: the new instances warm up while the old ones serve.
+    s->warming.push_back(start_version(*s, next, ++s->generation));
+  } else {
+    current->spec.weight = next.weight;
+    while (static_cast<int>(current->instances.size()) < next.instances) {
+      auto i = std::make_shared<Instance>();
+      i->id = next_instance_++;
+      i->log = current->logs + "/instance-" + std::to_string(i->id) + ".log";
+      start_instance(*s, *current, *i);
+      current->instances.push_back(i);
+    }
+    if (static_cast<int>(current->instances.size()) > next.instances) {
+      auto gone = std::make_shared<Version>();  // drained like a replaced version
+      gone->spec = current->spec;
+      gone->stats = current->stats;
+      gone->instances.assign(current->instances.begin() + next.instances, current->instances.end());
+      current->instances.resize(static_cast<size_t>(next.instances));
+      for (auto& i : gone->instances) i->draining = true, i->drain_since_ms = now_ms();
+      s->draining.push_back(gone);
+    }
+    current->spec.instances = next.instances;
+  }
+  update_state(*s);
+  save(*s);
+  return describe(*s);
+}
+
+void Services::remove_version(const std::string& name, const std::string& version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = find(name);
+  auto it = std::find_if(s->versions.begin(), s->versions.end(), [&](auto& v) { return v->spec.name == version; });
+  if (it == s->versions.end()) throw NotFound("service '" + name + "' has no version '" + version + "'");
+  KILN_CHECK(s->versions.size() > 1, "version '", version, "' is the last of service '", name,
+             "'; stop or delete the service instead");
+  for (auto& i : (*it)->instances) i->draining = true, i->drain_since_ms = now_ms();
+  s->draining.push_back(*it);
+  s->versions.erase(it);
+  save(*s);
+}
+
+void Services::stop(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = find(name);
+  s->state = "Stopping";
+  for (auto* list : {&s->versions, &s->warming})
+    for (auto& v : *list) {
+      for (auto& i : v->instances) i->draining = true, i->drain_since_ms = now_ms();
+      s->draining.push_back(v);
+    }
+  s->versions.clear();
+  s->warming.clear();
+  save(*s);
+  wake_.notify_all();
+}
+
+void Services::remove(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = services_.find(name);
+    if (it != services_.end() && it->second->state != "Stopped")
+      throw Conflict("service '" + name + "' is " + it->second->state + "; stop it first (kiln service stop)");
+    Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, name).run();
+    if (db_.changes() == 0 && it == services_.end()) throw NotFound("no service '" + name + "'");
+    if (it != services_.end()) services_.erase(it);
+  }
+  std::error_code ec;
+  fs::remove_all(root_ + "/" + name, ec);
+}
+
+json Services::metrics(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = find(name);
+  json versions = json::object();
+  for (const auto& [version, stats] : s->stats) {
+    json buckets = json::array();
+    for (size_t b = 0; b < kBucketsMs.size(); ++b)
+      buckets.push_back({{"le", b + 1 == kBucketsMs.size() ? json("+Inf") : json(kBucketsMs[b])},
+                         {"count", stats->buckets[b].load()}});
+    versions[version] = {{"requests", stats->requests.load()}, {"errors", stats->errors.load()},
+                         {"latency_ms_buckets", buckets}};
+  }
+  return {{"service", name}, {"versions", versions}};
+}
+
+std::string Services::logs(const std::string& name, int instance) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto s = find(name);
+  for (auto* list : {&s->versions, &s->warming, &s->draining})
+    for (const auto& v : *list)
+      for (const auto& i : v->instances)
+        if (i->id == instance) return read_text(i->log);
+  throw NotFound("service '" + name + "' has no instance " + std::to_string(instance));
+}
+
+void Services::update_state(Service& s) {
+  if (s.state == "Stopping" || s.state == "Stopped" || s.state == "Failed") return;
+  int ready = 0, total = 0;
+  for (const auto& v : s.versions)
+    for (const auto& i : v->instances) {
+      ++total;
+      ready += i->ready ? 1 : 0;
+    }
+  const std::string state = ready == total ? "Running" : s.was_running ? "Concerning" : "Deploying";
+  if (state == "Running") s.was_running = true;
+  if (state != s.state) {
+    s.state = state;
+    s.reason = state == "Concerning" ? std::to_string(total - ready) + " of " + std::to_string(total) +
+                                           " instances are not ready; they are being restarted"
+                                     : "";
+    save(s);
+  }
+}
+
+void Services::supervise() {
+  while (!stopping_) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(100));
+      if (stopping_) break;
+      for (auto& [name, s] : services_) {
+        for (auto* list : {&s->versions, &s->warming, &s->draining}) {
+          for (auto& v : *list) {
+            for (auto& i : v->instances) {
+              int status = 0;
+              if (i->pid > 0 && ::waitpid(i->pid, &status, WNOHANG) == i->pid) {
+                i->pid = -1;
+                i->ready = false;
+                if (i->draining) continue;
+                if (!i->ever_ready && ++i->start_failures >= kMaxStartFailures) {
+                  s->state = "Failed";
+                  s->reason = "instance " + std::to_string(i->id) + " of version '" + v->spec.name + "' exited " +
+                              std::to_string(kMaxStartFailures) + " times before it was ready; its log ends: " +
+                              last_line(read_text(i->log, i->log_from));
+                  save(*s);
+                  continue;
+                }
+                if (s->state == "Failed") continue;
+                ++i->restarts;
+                i->ever_ready = false;
+                try {
+                  start_instance(*s, *v, *i);
+                } catch (const std::exception&) {
+                }
+                continue;
+              }
+              if (i->pid <= 0 || i->draining) continue;
+              if (i->port == 0) {
+                const std::string text = read_text(i->log, i->log_from);
+                const std::string mark = "ready on 127.0.0.1:";
+                auto at = text.find(mark);
+                if (at != std::string::npos) i->port = std::atoi(text.c_str() + at + mark.size());
+              }
+              if (i->port > 0 && !i->ready) {
+                httplib::Client probe("127.0.0.1", i->port);
+                probe.set_connection_timeout(0, 200000);
+                probe.set_read_timeout(1);
+                auto r = probe.Get("/v2/health/ready");
+                if (r && r->status == 200) i->ready = true, i->ever_ready = true, i->start_failures = 0;
+              }
+            }
+          }
+        }
+        // A rolling update switches over once the new instances are all ready.
+        for (auto it = s->warming.begin(); it != s->warming.end();) {
+          if (!(*it)->all_ready()) {
+            ++it;
+            continue;
+          }
+          for (auto& v : s->versions) {
+            if (v->spec.name != (*it)->spec.name) continue;
+            for (auto& i : v->instances) i->draining = true, i->drain_since_ms = now_ms();
+            s->draining.push_back(v);
+            v = *it;
+          }
+          it = s->warming.erase(it);
+          save(*s);
+        }
+        // Replaced instances stop once their requests are answered (or after 30 s).
+        for (auto& v : s->draining)
+          for (auto& i : v->instances)
+            if (i->pid > 0 && (i->outstanding == 0 || now_ms() - i->drain_since_ms > 30000)) {
+              ::kill(i->pid, SIGTERM);
+              i->ready = false;
+            }
+        std::erase_if(s->draining, [](const std::shared_ptr<Version>& v) {
+          for (auto& i : v->instances)
+            if (i->pid > 0) return false;
+          return true;
+        });
+        if (s->state == "Stopping" && s->draining.empty()) {
+          s->state = "Stopped";
+          s->reason = "";
+          save(*s);
+        }
+        update_state(*s);
+      }
+    }
+  }
+}
+
+void Services::forward(const std::string& name, const std::string& rest, const serve::HttpRequest& req,
+                       serve::HttpResponse& res) {
+  const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<Version> version;
+  std::shared_ptr<Instance> instance;
+  auto pick = [&](const Instance* avoid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = find(name);
+    std::vector<std::shared_ptr<Version>> live;
+    int total = 0;
+    for (auto& v : s->versions) {
+      bool any = false;
+      for (auto& i : v->instances) any |= i->ready && i.get() != avoid;
+      if (any) live.push_back(v), total += v->spec.weight;
+    }
+    if (live.empty()) return false;
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    version = live.back();
+    if (total == 0) {
+      version = live[rng() % live.size()];
+    } else {
+      int ticket = static_cast<int>(rng() % static_cast<uint64_t>(total));
+      for (auto& v : live) {
+        if (ticket < v->spec.weight) {
+          version = v;
+          break;
+        }
+        ticket -= v->spec.weight;
+      }
+    }
+    instance = nullptr;
+    for (auto& i : version->instances)
+      if (i->ready && i.get() != avoid && (!instance || i->outstanding < instance->outstanding)) instance = i;
+    ++instance->outstanding;
+    return true;
+  };
+  if (!pick(nullptr)) {
+    serve::set_error(res, 503, "service '" + name + "' has no ready instance (it is " + get(name)["state"].get<std::string>() +
+                                   "; `kiln service show " + name + "` says why)");
+    return;
+  }
+  httplib::Headers headers;
+  for (const char* h : {"Content-Type", "Inference-Header-Content-Length", "Accept"})
+    if (const std::string* v = req.header(h)) headers.emplace(h, *v);
+  const std::string path = rest + (req.query.empty() ? "" : "?" + req.query);
+  httplib::Result r(nullptr, httplib::Error::Unknown);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto client = instance->take();
+    httplib::Request out;
+    out.method = req.method;
+    out.path = path;
+    out.headers = headers;
+    out.body = req.body;
+    r = client->send(out);
+    --instance->outstanding;
+    if (r) {
+      instance->give(std::move(client));
+      break;
+    }
+    // No answer: that instance is down (the supervisor restarts it); another one tries once.
+    instance->ready = false;
+    if (attempt == 1 || !pick(instance.get())) break;
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  VersionStats& stats = *version->stats;
+  ++stats.requests;
+  for (size_t b = 0; b < kBucketsMs.size(); ++b)
+    if (ms <= kBucketsMs[b]) {
+      ++stats.buckets[b];
+      break;
+    }
+  if (!r) {
+    ++stats.errors;
+    serve::set_error(res, 502, "service '" + name + "': no instance answered (" + httplib::to_string(r.error()) + ")");
+    return;
+  }
+  if (r->status >= 400) ++stats.errors;
+  res.status = r->status;
+  res.body = r->body;
+  res.content_type = r->get_header_value("Content-Type");
+  if (r->has_header("Inference-Header-Content-Length"))
+    res.headers.emplace_back("Inference-Header-Content-Length", r->get_header_value("Inference-Header-Content-Length"));
+  res.headers.emplace_back("X-Kiln-Service-Version", version->spec.name);
+}
+
+}  // namespace kiln::studio

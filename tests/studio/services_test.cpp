@@ -1,0 +1,216 @@
+// Online services: registered versions deployed as kiln serve instances
+// behind the studio's endpoint, traffic split by weight, rolling updates that
+// fail no request, instances restarted when they die, and a studio restart
+// that brings its services back.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/onnx.h"
+#include "kiln/runtime.h"
+#include "kiln/studio.h"
+#include "support/job_files.h"
+#include "support/studio_fixture.h"
+
+using namespace kiln;
+using json = nlohmann::json;
+using kiln::testing::fresh_dir;
+using kiln::testing::Studio;
+
+namespace {
+
+struct Client : kiln::testing::StudioApi {
+  using StudioApi::StudioApi;
+  // Polls the service until `pred` holds (or 60 s pass); returns its last description.
+  json wait_for(const std::string& service, const std::function<bool(const json&)>& pred) {
+    json s;
+    for (int i = 0; i < 1200; ++i) {
+      s = call("GET", "/api/v1/services/" + service).second;
+      if (pred(s)) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "service " << service << " stayed " << s.dump();
+    return s;
+  }
+};
+
+bool in_state(const json& s, const char* state) { return s.is_object() && s["state"] == state; }
+
+// A CNN with random weights, exported with a dynamic batch: each seed answers differently.
+std::string cnn_onnx(uint64_t seed) {
+  manual_seed(seed);
+  auto net = models::make_model("cnn");
+  net->set_train(false);
+  ExportOptions o;
+  o.dynamic_batch = true;
+  return export_model_bytes(net, {zeros({1, 1, 28, 28})}, o);
+}
+
+json infer_body(int batch) {
+  std::vector<float> data(static_cast<size_t>(batch) * 784);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<float>((k * 37) % 101) / 101.0f;
+  return {{"inputs", {{{"name", "input"}, {"shape", {batch, 1, 28, 28}}, {"datatype", "FP32"}, {"data", data}}}}};
+}
+
+// Registers `bytes` as the next version of model m and waits until it is READY.
+int64_t register_model(Client& c, const std::string& bytes) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/api/v1/models/m/versions";
+  req.body = bytes;
+  req.set_header("Content-Type", "application/octet-stream");
+  auto r = c.http.send(req);
+  EXPECT_EQ(r->status, 201) << r->body;
+  int64_t v = json::parse(r->body)["version"];
+  for (int i = 0; i < 300; ++i) {
+    if (c.call("GET", "/api/v1/models/m/versions/" + std::to_string(v)).second["state"] == "READY") return v;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "model version " << v << " did not become READY";
+  return v;
+}
+
+// The first output value of an answer: which model answered.
+float first_output(const httplib::Result& r) { return json::parse(r->body)["outputs"][0]["data"][0].get<float>(); }
+
+}  // namespace
+
+TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
+  auto dir = fresh_dir("services");
+  Studio s(dir);
+  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  Client c(s.port, token);
+  ASSERT_EQ(register_model(c, cnn_onnx(1)), 1);
+  ASSERT_EQ(register_model(c, cnn_onnx(2)), 2);
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/models/m/aliases/production", {{"version", 1}}).first, 200);
+
+  // Bad deployments are refused before anything starts.
+  auto unknown = s.kiln(token, dir, "service deploy fm --model m@staging");
+  EXPECT_NE(unknown.first, 0);
+  EXPECT_NE(unknown.second.find("has no alias 'staging'"), std::string::npos) << unknown.second;
+  const std::string reader = studio::create_token(dir, "viewer", studio::Scope::Read);
+  EXPECT_EQ(Client(s.port, reader).call_json("POST", "/api/v1/services", {{"name", "x"}, {"versions", json::array()}}).first, 403);
+
+  auto deployed = s.kiln(token, dir, "service deploy fm --model m@production --instances 2");
+  ASSERT_EQ(deployed.first, 0) << deployed.second;
+  json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  ASSERT_EQ(svc["versions"][0]["instances"].size(), 2u);
+  const std::string infer = "/api/v1/services/fm/v2/models/fm/infer";
+
+  // Answers through the studio, from a read token too, equal to the model's own.
+  Client viewer(s.port, reader);
+  auto r = viewer.http.Post(infer, infer_body(3).dump(), "application/json");
+  ASSERT_EQ(r->status, 200) << r->body;
+  InferenceSession v1 = InferenceSession::from_bytes(cnn_onnx(1));
+  std::vector<float> x = infer_body(3)["inputs"][0]["data"].get<std::vector<float>>();
+  Tensor want = v1.run({from_vector<float>(x, {3, 1, 28, 28})})[0];
+  EXPECT_NEAR(first_output(r), want.contiguous().data<float>()[0], 1e-4);
+  // The instance's own refusal reaches the client unchanged.
+  auto bad = c.http.Post(infer, R"({"inputs": [{"name": "input", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]})",
+                         "application/json");
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  EXPECT_NE(bad->body.find("input"), std::string::npos) << bad->body;
+
+  // 80/20 between two versions.
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v2", {{"model", "m/2"}, {"weight", 20}}).first, 200);
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"weight", 80}}).first, 200);
+  c.wait_for("fm", [](const json& j) { return in_state(j, "Running") && j["versions"].size() == 2; });
+  std::map<std::string, int> seen;
+  const std::string one = infer_body(1).dump();
+  for (int i = 0; i < 1000; ++i) {
+    auto a = c.http.Post(infer, one, "application/json");
+    ASSERT_TRUE(a && a->status == 200);
+    ++seen[a->get_header_value("X-Kiln-Service-Version")];
+  }
+  EXPECT_NEAR(seen["v2"] / 1000.0, 0.2, 0.05) << seen["v1"] << " / " << seen["v2"];
+  ASSERT_EQ(c.call("DELETE", "/api/v1/services/fm/versions/v2").first, 204);
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"weight", 100}}).first, 200);
+
+  // A rolling update of v1 from model version 1 to 2 under a steady client loop.
+  const float old_answer = first_output(c.http.Post(infer, one, "application/json"));
+  std::atomic<bool> done{false};
+  std::atomic<int> failed{0}, answered{0}, new_answers{0};
+  std::thread load([&] {
+    Client own(s.port, token);
+    const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done && std::chrono::steady_clock::now() < stop_at) {
+      auto a = own.http.Post(infer, one, "application/json");
+      if (!a || a->status != 200) {
+        ++failed;
+        continue;
+      }
+      ++answered;
+      if (std::abs(first_output(a) - old_answer) > 1e-6) ++new_answers;
+    }
+  });
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"model", "m/2"}}).first, 200);
+  c.wait_for("fm", [](const json& j) {
+    return in_state(j, "Running") && j["versions"][0]["model_version"] == "m/2" && j["versions"][0]["instances"].size() == 2;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  done = true;
+  load.join();
+  EXPECT_EQ(failed, 0) << answered << " answered";
+  EXPECT_GT(new_answers, 0) << "answers switched to version 2's";
+  json metrics = c.call("GET", "/api/v1/services/fm/metrics").second;
+  EXPECT_GE(metrics["versions"]["v1"]["requests"].get<int64_t>(), 800) << metrics.dump();
+}
+
+TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
+  auto dir = fresh_dir("services_restart");
+  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  auto s = std::make_unique<Studio>(dir);
+  Client c(s->port, token);
+  register_model(c, cnn_onnx(1));
+  ASSERT_EQ(c.call_json("POST", "/api/v1/services", {{"name", "fm"}, {"versions", {{{"model", "m/1"}, {"instances", 2}, {"max_batch", 0}}}}}).first, 201);
+  json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  const std::string infer = "/api/v1/services/fm/v2/models/fm/infer";
+  const std::string one = infer_body(1).dump();
+
+  // SIGKILL one instance: Concerning, requests still answered, then back to Running.
+  const pid_t victim = svc["versions"][0]["instances"][0]["pid"];
+  ::kill(victim, SIGKILL);
+  int failed = 0;
+  bool concerning = false;
+  for (int i = 0; i < 2000; ++i) {
+    auto a = c.http.Post(infer, one, "application/json");
+    if (!a || a->status != 200) ++failed;
+    json now = c.call("GET", "/api/v1/services/fm").second;
+    concerning |= now["state"] == "Concerning";
+    if (concerning && now["state"] == "Running") break;
+  }
+  EXPECT_TRUE(concerning);
+  EXPECT_EQ(failed, 0);
+  svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  EXPECT_EQ(svc["versions"][0]["instances"][0]["restarts"], 1);
+  auto log = c.http.Get("/api/v1/services/fm/instances/" + svc["versions"][0]["instances"][0]["id"].dump() + "/logs");
+  EXPECT_NE(log->body.find("ready on 127.0.0.1:"), std::string::npos) << log->body;
+
+  // The studio stops (and its instances with it); started again, the service comes back.
+  std::vector<pid_t> pids;
+  for (auto& i : svc["versions"][0]["instances"]) pids.push_back(i["pid"]);
+  s.reset();
+  for (pid_t p : pids) EXPECT_NE(::kill(p, 0), 0) << "instance " << p << " outlived its studio";
+  s = std::make_unique<Studio>(dir);
+  Client again(s->port, token);
+  again.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  EXPECT_EQ(again.http.Post(infer, one, "application/json")->status, 200);
+
+  // Stop, then delete; a running service is not deleted.
+  EXPECT_EQ(again.call("DELETE", "/api/v1/services/fm").first, 409);
+  ASSERT_EQ(again.call("POST", "/api/v1/services/fm/stop").first, 202);
+  svc = again.wait_for("fm", [](const json& j) { return in_state(j, "Stopped"); });
+  auto refused = again.http.Post(infer, one, "application/json");
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_NE(refused->body.find("it is Stopped"), std::string::npos) << refused->body;
+  EXPECT_EQ(again.call("DELETE", "/api/v1/services/fm").first, 204);
+  EXPECT_EQ(again.call("GET", "/api/v1/services/fm").first, 404);
+}
