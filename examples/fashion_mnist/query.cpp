@@ -1,10 +1,13 @@
 // Asks a running `kiln serve` to classify Fashion-MNIST test images over HTTP
 // (Open Inference Protocol v2, JSON tensors) and prints each prediction next
 // to its label.
-// Usage: fashion_mnist_query HOST PORT MODEL [COUNT]
+// Usage: fashion_mnist_query HOST PORT MODEL [COUNT [BASE_PATH]]
+// BASE_PATH puts the OIP routes under a prefix: a studio service's endpoint,
+// /api/v1/services/NAME, with the token in KILN_STUDIO_TOKEN.
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -18,19 +21,21 @@ static const char* kClasses[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", 
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s HOST PORT MODEL [COUNT]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HOST PORT MODEL [COUNT [BASE_PATH]]\n", argv[0]);
     return 2;
   }
   const std::string host = argv[1], model = argv[3];
   const int port = std::atoi(argv[2]);
   const int64_t count = argc > 4 ? std::atoll(argv[4]) : 12;
+  const std::string base = argc > 5 ? argv[5] : "";
   httplib::Client client(host, port);
   client.set_read_timeout(30, 0);
+  if (const char* token = std::getenv("KILN_STUDIO_TOKEN"); token && !base.empty()) client.set_bearer_token_auth(token);
 
   // The server answers "live" at once and "ready" once the model is loaded and warmed up.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (;;) {
-    auto r = client.Get("/v2/health/ready");
+    auto r = client.Get(base + "/v2/health/ready");
     if (r && r->status == 200) break;
     if (std::chrono::steady_clock::now() > deadline) {
       std::fprintf(stderr, "the server at %s:%d did not become ready\n", host.c_str(), port);
@@ -46,7 +51,7 @@ int main(int argc, char** argv) {
                   {"inputs", {{{"name", "input"}, {"shape", images.shape()}, {"datatype", "FP32"},
                                {"data", images.to_vector<float>()}}}}};
   auto t0 = std::chrono::steady_clock::now();
-  auto res = client.Post("/v2/models/" + model + "/infer", request.dump(), "application/json");
+  auto res = client.Post(base + "/v2/models/" + model + "/infer", request.dump(), "application/json");
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!res || res->status != 200) {
     std::fprintf(stderr, "infer failed: %s\n", res ? res->body.c_str() : httplib::to_string(res.error()).c_str());

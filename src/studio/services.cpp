@@ -52,6 +52,9 @@ int int_field(const json& j, const char* key, int fallback, int lo, int hi) {
 struct Services::Instance {
   int id = 0;
   pid_t pid = -1;
+  // Started by the supervisor thread: PR_SET_PDEATHSIG fires when the thread
+  // that forked exits, so instances come from that long-lived thread only.
+  bool pending = true;
   int port = 0;
   std::atomic<bool> ready{false};
   bool draining = false;
@@ -219,7 +222,6 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
     auto i = std::make_shared<Instance>();
     i->id = next_instance_++;
     i->log = v->logs + "/instance-" + std::to_string(i->id) + ".log";
-    start_instance(s, *v, *i);
     v->instances.push_back(i);
   }
   return v;
@@ -281,12 +283,11 @@ json Services::deploy(const json& spec) {
   try {
     for (const auto& v : versions) s->versions.push_back(start_version(*s, v, ++s->generation));
   } catch (...) {
-    for (auto& v : s->versions)
-      for (auto& i : v->instances) ::kill(i->pid, SIGKILL), ::waitpid(i->pid, nullptr, 0);
-    throw;
+    throw;  // nothing was started: the supervisor starts instances
   }
   services_[name] = s;
   save(*s);
+  wake_.notify_all();
   return describe(*s);
 }
 
@@ -373,7 +374,6 @@ json Services::set_version(const std::string& name, const std::string& version, 
       auto i = std::make_shared<Instance>();
       i->id = next_instance_++;
       i->log = current->logs + "/instance-" + std::to_string(i->id) + ".log";
-      start_instance(*s, *current, *i);
       current->instances.push_back(i);
     }
     if (static_cast<int>(current->instances.size()) > next.instances) {
@@ -389,6 +389,7 @@ json Services::set_version(const std::string& name, const std::string& version, 
   }
   update_state(*s);
   save(*s);
+  wake_.notify_all();
   return describe(*s);
 }
 
@@ -488,6 +489,16 @@ void Services::supervise() {
         for (auto* list : {&s->versions, &s->warming, &s->draining}) {
           for (auto& v : *list) {
             for (auto& i : v->instances) {
+              if (i->pending) {
+                i->pending = false;
+                if (!i->draining && s->state != "Failed") {
+                  try {
+                    start_instance(*s, *v, *i);
+                  } catch (const std::exception&) {  // fork failed: tried again as a restart
+                  }
+                }
+                continue;
+              }
               int status = 0;
               if (i->pid > 0 && ::waitpid(i->pid, &status, WNOHANG) == i->pid) {
                 i->pid = -1;
