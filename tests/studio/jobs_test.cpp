@@ -183,15 +183,11 @@ TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
 // trained as a 2-rank recipe job reading it, its logs searched, its metrics
 // read, its checkpoint and metrics downloaded from the store.
 TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
-  const std::string fmnist = "/usr/share/datasets/fashion-mnist";
-  ASSERT_TRUE(std::filesystem::exists(fmnist)) << "apt-get install dataset-fashion-mnist (scripts/install-deps.sh does)";
   auto dir = fresh_dir("jobs_w1");
   Studio s(dir);
   std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
   auto run = [&](const std::string& args) { return s.kiln(token, dir, args); };
-  ASSERT_EQ(run("store mb studio://data").first, 0);
-  auto up = run("store cp " + fmnist + " studio://data/fmnist");
-  ASSERT_EQ(up.first, 0) << up.second;
+  ASSERT_TRUE(s.upload_fashion_mnist(token, dir));
   std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [512, 256]}\ndataset: fashion_mnist\n"
                                      "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\nschedule: {name: cosine}\n"
                                      "epochs: 1\nmax_steps: 300\nbatch_size: 64\nseed: 0\n";

@@ -45,14 +45,11 @@ struct Api : kiln::testing::StudioApi {
 }  // namespace
 
 TEST(StudioModels, AJobsModelIsRegisteredWithItsSignatureLineageAndAliases) {
-  const std::string fmnist = "/usr/share/datasets/fashion-mnist";
-  ASSERT_TRUE(std::filesystem::exists(fmnist)) << "apt-get install dataset-fashion-mnist (scripts/install-deps.sh does)";
   auto dir = fresh_dir("models_job");
   Studio s(dir);
   std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
   auto run = [&](const std::string& args) { return s.kiln(token, dir, args); };
-  ASSERT_EQ(run("store mb studio://data").first, 0);
-  ASSERT_EQ(run("store cp " + fmnist + " studio://data/fmnist").first, 0);
+  ASSERT_TRUE(s.upload_fashion_mnist(token, dir));
   std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [64]}\ndataset: fashion_mnist\n"
                                      "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
                                      "epochs: 1\nmax_steps: 60\nbatch_size: 64\nseed: 0\n";

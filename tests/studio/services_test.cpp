@@ -113,6 +113,16 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   std::vector<float> x = infer_body(3)["inputs"][0]["data"].get<std::vector<float>>();
   Tensor want = v1.run({from_vector<float>(x, {3, 1, 28, 28})})[0];
   EXPECT_NEAR(first_output(r), want.contiguous().data<float>()[0], 1e-4);
+  // Binary tensors go through as they are.
+  Tensor xt = from_vector<float>(x, {3, 1, 28, 28});
+  json header = {{"inputs", {{{"name", "input"}, {"shape", {3, 1, 28, 28}}, {"datatype", "FP32"},
+                              {"parameters", {{"binary_data_size", xt.numel() * 4}}}}}}};
+  const std::string head = header.dump();
+  auto binary = c.http.Post(infer, {{"Inference-Header-Content-Length", std::to_string(head.size())}},
+                            head + std::string(static_cast<const char*>(xt.raw_data()), xt.numel() * 4),
+                            "application/octet-stream");
+  ASSERT_EQ(binary->status, 200) << binary->body;
+  EXPECT_NEAR(first_output(binary), want.contiguous().data<float>()[0], 1e-4);
   // The instance's own refusal reaches the client unchanged.
   auto bad = c.http.Post(infer, R"({"inputs": [{"name": "input", "shape": [1, 2], "datatype": "FP32", "data": [1, 2]}]})",
                          "application/json");
@@ -132,6 +142,12 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   }
   EXPECT_NEAR(seen["v2"] / 1000.0, 0.2, 0.05) << seen["v1"] << " / " << seen["v2"];
   ASSERT_EQ(c.call("DELETE", "/api/v1/services/fm/versions/v2").first, 204);
+  // Scaled down to one instance and up again, serving all along.
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"instances", 1}}).first, 200);
+  EXPECT_EQ(c.wait_for("fm", [](const json& j) { return j["versions"][0]["instances"].size() == 1; })["state"], "Running");
+  EXPECT_EQ(c.http.Post(infer, one, "application/json")->status, 200);
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"instances", 2}}).first, 200);
+  c.wait_for("fm", [](const json& j) { return in_state(j, "Running") && j["versions"][0]["instances"].size() == 2; });
   ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1", {{"weight", 100}}).first, 200);
 
   // A rolling update of v1 from model version 1 to 2 under a steady client loop.

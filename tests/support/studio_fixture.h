@@ -3,7 +3,10 @@
 // by the kiln CLI under test (KILN_CLI).
 #include <httplib.h>
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,6 +40,20 @@ struct Studio {
                                 args + " > " + out + " 2>&1";
     const int rc = std::system(command.c_str());
     return {rc, text_of(out)};
+  }
+  // Debian's Fashion-MNIST uploaded to studio://data/fmnist with `kiln store`;
+  // adds a failure and returns false when that fails.
+  bool upload_fashion_mnist(const std::string& token, const std::string& dir) const {
+    const std::string fmnist = "/usr/share/datasets/fashion-mnist";
+    if (!std::filesystem::exists(fmnist)) {
+      ADD_FAILURE() << "apt-get install dataset-fashion-mnist (scripts/install-deps.sh does)";
+      return false;
+    }
+    auto made = kiln(token, dir, "store mb studio://data");
+    auto up = kiln(token, dir, "store cp " + fmnist + " studio://data/fmnist");
+    EXPECT_EQ(made.first, 0) << made.second;
+    EXPECT_EQ(up.first, 0) << up.second;
+    return made.first == 0 && up.first == 0;
   }
 #endif
   std::unique_ptr<studio::StudioServer> server;
