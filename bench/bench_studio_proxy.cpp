@@ -91,6 +91,16 @@ int main(int argc, char** argv) {
   std::printf("p50 direct to the instance  %8.1f us\n", d);
   std::printf("p50 through the studio      %8.1f us\n", p);
   std::printf("proxy overhead              %8.1f us (goal: under 100 us), ratio %.2f\n", p - d, p / d);
+  // Where it goes: the studio's transport alone, with a token check, and a
+  // request with no model run, direct and forwarded.
+  const std::string health = RawClient::request("GET", "/api/v1/health", "", "");
+  const std::string with_token = RawClient::request("GET", "/api/v1/services/bench", auth, "");
+  const std::string live = RawClient::request("GET", "/v2/health/live", "", "");
+  const std::string live_proxied = RawClient::request("GET", "/api/v1/services/bench/v2/health/live", auth, "");
+  std::printf("  studio GET /api/v1/health (transport):        %6.1f us\n", p50(time_requests(proxied, health, n / 4)));
+  std::printf("  studio GET a service (token check, route):    %6.1f us\n", p50(time_requests(proxied, with_token, n / 4)));
+  std::printf("  instance GET /v2/health/live, direct:         %6.1f us\n", p50(time_requests(direct, live, n / 4)));
+  std::printf("  instance GET /v2/health/live, through studio: %6.1f us\n", p50(time_requests(proxied, live_proxied, n / 4)));
   std::filesystem::remove_all(dir);
   return 0;
 }

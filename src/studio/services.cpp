@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include "studio/runs.h"
 #include "studio/tokens.h"
@@ -436,18 +437,44 @@ void Services::remove(const std::string& name) {
 }
 
 json Services::metrics(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto s = find(name);
+  std::vector<int> ports;
   json versions = json::object();
-  for (const auto& [version, stats] : s->stats) {
-    json buckets = json::array();
-    for (size_t b = 0; b < kBucketsMs.size(); ++b)
-      buckets.push_back({{"le", b + 1 == kBucketsMs.size() ? json("+Inf") : json(kBucketsMs[b])},
-                         {"count", stats->buckets[b].load()}});
-    versions[version] = {{"requests", stats->requests.load()}, {"errors", stats->errors.load()},
-                         {"latency_ms_buckets", buckets}};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = find(name);
+    for (const auto& [version, stats] : s->stats) {
+      json buckets = json::array();
+      for (size_t b = 0; b < kBucketsMs.size(); ++b)
+        buckets.push_back({{"le", b + 1 == kBucketsMs.size() ? json("+Inf") : json(kBucketsMs[b])},
+                           {"count", stats->buckets[b].load()}});
+      versions[version] = {{"requests", stats->requests.load()}, {"errors", stats->errors.load()},
+                           {"latency_ms_buckets", buckets}};
+    }
+    for (const auto& v : s->versions)
+      for (const auto& i : v->instances)
+        if (i->ready) ports.push_back(i->port);
   }
-  return {{"service", name}, {"versions", versions}};
+  // The instances' own Prometheus counters, summed over the ready instances
+  // (gauges such as queue depth are summed too: the service's total).
+  std::map<std::string, double> summed;
+  for (int port : ports) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(1);
+    c.set_read_timeout(2);
+    auto r = c.Get("/metrics");
+    if (!r || r->status != 200) continue;
+    std::istringstream lines(r->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t space = line.rfind(' ');
+      if (space == std::string::npos) continue;
+      try {
+        summed[line.substr(0, space)] += std::stod(line.substr(space + 1));
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  return {{"service", name}, {"versions", versions}, {"instances", summed}, {"instances_scraped", ports.size()}};
 }
 
 std::string Services::logs(const std::string& name, int instance) {

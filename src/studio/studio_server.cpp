@@ -1,10 +1,13 @@
 // The studio's HTTP API (/api/v1) over the serve layer's transport: tokens
 // checked on every endpoint but health, writes recorded in the audit log.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "kiln/studio.h"
@@ -74,6 +77,15 @@ struct StudioServer::Impl {
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
+  // Tokens seen in the last second, by secret: a request skips the database
+  // (a revocation takes effect within a second).
+  struct CachedToken {
+    std::optional<TokenInfo> token;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::mutex token_mu;
+  std::unordered_map<std::string, CachedToken> token_cache;
+  std::optional<TokenInfo> lookup_token(const std::string& secret);
 
   void handle(const HttpRequest& req, HttpResponse& res);
   void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
@@ -81,6 +93,20 @@ struct StudioServer::Impl {
   void audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name);
   void log(const HttpRequest& req, const HttpResponse& res, double seconds);
 };
+
+std::optional<TokenInfo> StudioServer::Impl::lookup_token(const std::string& secret) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(token_mu);
+    auto it = token_cache.find(secret);
+    if (it != token_cache.end() && it->second.until > now) return it->second.token;
+  }
+  std::optional<TokenInfo> token = find_token(*db, secret);
+  std::lock_guard<std::mutex> lock(token_mu);
+  if (token_cache.size() > 10000) token_cache.clear();  // bounded: unknown secrets are cached too
+  token_cache[secret] = {token, now + std::chrono::seconds(1)};
+  return token;
+}
 
 void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   if (req.path == "/api/v1/health") {
@@ -93,7 +119,7 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   }
   const std::string* auth = req.header("Authorization");
   std::optional<TokenInfo> token;
-  if (auth && auth->rfind("Bearer ", 0) == 0) token = find_token(*db, auth->substr(7));
+  if (auth && auth->rfind("Bearer ", 0) == 0) token = lookup_token(auth->substr(7));
   if (!token) {
     serve::set_error(res, 401, auth ? "the token is unknown or revoked; create one with `kiln studio token create`"
                                     : "every endpoint but /api/v1/health needs \"Authorization: Bearer <token>\" "

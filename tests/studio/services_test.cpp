@@ -178,6 +178,11 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   EXPECT_GT(new_answers, 0) << "answers switched to version 2's";
   json metrics = c.call("GET", "/api/v1/services/fm/metrics").second;
   EXPECT_GE(metrics["versions"]["v1"]["requests"].get<int64_t>(), 800) << metrics.dump();
+  EXPECT_EQ(metrics["instances_scraped"], 2);
+  bool counted = false;  // the instances' own Prometheus counters, summed
+  for (auto& [series, value] : metrics["instances"].items())
+    counted |= series.rfind("kiln_inference_requests_total", 0) == 0 && value.get<double>() > 0;
+  EXPECT_TRUE(counted) << metrics["instances"].dump();
 }
 
 TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
@@ -229,4 +234,16 @@ TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
   EXPECT_NE(refused->body.find("it is Stopped"), std::string::npos) << refused->body;
   EXPECT_EQ(again.call("DELETE", "/api/v1/services/fm").first, 204);
   EXPECT_EQ(again.call("GET", "/api/v1/services/fm").first, 404);
+}
+
+TEST(StudioServices, InstancesThatCannotStartFailTheServiceWithTheirLog) {
+  auto dir = fresh_dir("services_failed");
+  // /bin/false stands in for a kiln that cannot serve.
+  Studio s(dir, size_t{1} << 30, "/bin/false");
+  Client c(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  register_model(c, cnn_onnx(1));
+  ASSERT_EQ(c.call_json("POST", "/api/v1/services", {{"name", "fm"}, {"versions", {{{"model", "m/1"}}}}}).first, 201);
+  json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Failed"); });
+  EXPECT_NE(svc["reason"].get<std::string>().find("exited 3 times before it was ready"), std::string::npos) << svc.dump();
+  EXPECT_EQ(c.http.Post("/api/v1/services/fm/v2/models/fm/infer", infer_body(1).dump(), "application/json")->status, 503);
 }

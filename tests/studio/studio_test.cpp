@@ -2,6 +2,9 @@
 // the object store (atomic writes, checksums, ranges, pages, key validation),
 // a restart that loses nothing, and `kiln store` as a user runs it.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 #include <httplib.h>
 
 #include <unistd.h>
@@ -56,6 +59,7 @@ TEST(Studio, EveryEndpointButHealthNeedsATokenOfTheRightScope) {
   // Tokens are stored hashed: the secret is nowhere in the database.
   EXPECT_EQ(text_of(dir + "/studio.db").find(writer), std::string::npos);
   EXPECT_EQ(studio::revoke_tokens(dir, "ci"), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the studio remembers a token for a second
   EXPECT_EQ(s.client(writer).Get("/api/v1/buckets")->status, 401);
 }
 

@@ -18,7 +18,8 @@
 namespace kiln::testing {
 
 struct Studio {
-  explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30) {
+  // kiln: the executable that runs jobs and serves (default: the CLI under test).
+  explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30, const std::string& kiln = "") {
     studio::StudioOptions o;
     o.data_dir = dir;
     o.port = 0;
@@ -27,6 +28,7 @@ struct Studio {
 #ifdef KILN_CLI
     o.kiln_executable = KILN_CLI;
 #endif
+    if (!kiln.empty()) o.kiln_executable = kiln;
     server = std::make_unique<studio::StudioServer>(o);
     port = server->start();
   }
