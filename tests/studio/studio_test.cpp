@@ -168,7 +168,7 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   ASSERT_EQ(up.first, 0) << up.second;
   EXPECT_NE(up.second.find("uploaded 2 files"), std::string::npos) << up.second;
   auto again = run("cp " + local + "/train studio://data/sets/train");
-  EXPECT_NE(again.second.find("uploaded 0 files to studio://data/sets/train/ (2 unchanged"), std::string::npos)
+  EXPECT_NE(again.second.find("uploaded 0 files to studio://data/sets/train (2 unchanged"), std::string::npos)
       << again.second;
   auto ls = run("ls studio://data/sets/");
   EXPECT_NE(ls.second.find("sets/train/a/x.txt"), std::string::npos) << ls.second;
@@ -177,6 +177,19 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   ASSERT_EQ(down.first, 0) << down.second;
   EXPECT_EQ(text_of(dir + "/back/a/x.txt"), "first");
   EXPECT_EQ(text_of(dir + "/back/y.txt"), "second");
+  // sync --delete mirrors a tree both ways, several files at once.
+  std::filesystem::remove(local + "/train/y.txt");
+  std::ofstream(local + "/train/z.txt") << "third";
+  auto mirrored = run("sync " + local + "/train studio://data/sets/train --delete -j 3");
+  ASSERT_EQ(mirrored.first, 0) << mirrored.second;
+  EXPECT_NE(mirrored.second.find("uploaded 1 file to studio://data/sets/train (1 unchanged, skipped; 0.0 MB; "
+                                 "removed 1 the source lacks)"),
+            std::string::npos)
+      << mirrored.second;
+  auto back = run("sync studio://data/sets/train " + dir + "/back --delete");
+  ASSERT_EQ(back.first, 0) << back.second;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/back/y.txt"));
+  EXPECT_EQ(text_of(dir + "/back/z.txt"), "third");
   auto rm = run("rm -r studio://data/sets/");
   EXPECT_NE(rm.second.find("removed 2 objects"), std::string::npos) << rm.second;
   auto missing = run("cp studio://data/nothing-here " + dir + "/none");

@@ -1,5 +1,5 @@
 // `kiln studio serve | token create | token revoke` and the object store's
-// client, `kiln store ls | cp | rm` between local paths and studio://bucket/key.
+// client, `kiln store ls | mb | cp | sync | rm` between local paths and studio://bucket/key.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "kiln/studio.h"
+#include "store_transfer.h"
 #include "studio_client.h"
 
 namespace kiln::cli {
@@ -15,63 +16,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void copy(Remote& remote, const std::string& src, const std::string& dst) {
-  if (!is_store_url(src) && is_store_url(dst)) {
-    StoreUrl to = parse_store_url(dst);
-    KILN_CHECK(fs::exists(src), "no such file or directory: ", src);
-    if (fs::is_regular_file(src)) {
-      if (to.key.empty() || to.key.back() == '/') to.key += fs::path(src).filename().string();
-      remote.upload(src, to);
-      std::printf("uploaded %s -> studio://%s/%s\n", src.c_str(), to.bucket.c_str(), to.key.c_str());
-      return;
-    }
-    std::string prefix = to.key.empty() || to.key.back() == '/' ? to.key : to.key + "/";
-    std::map<std::string, std::string> existing;
-    for (auto& o : remote.list(to.bucket, prefix)) existing[o["key"]] = o["sha256"];
-    int sent = 0, same = 0;
-    for (auto& entry : fs::recursive_directory_iterator(src)) {
-      if (!entry.is_regular_file()) continue;
-      StoreUrl each{to.bucket, prefix + fs::relative(entry.path(), src).generic_string()};
-      auto it = existing.find(each.key);
-      if (it != existing.end() && it->second == file_sha256(entry.path().string())) {
-        ++same;
-        continue;
-      }
-      remote.upload(entry.path().string(), each);
-      ++sent;
-    }
-    std::printf("uploaded %d files to studio://%s/%s (%d unchanged, skipped)\n", sent, to.bucket.c_str(), prefix.c_str(),
-                same);
-  } else if (is_store_url(src) && !is_store_url(dst)) {
-    StoreUrl from = parse_store_url(src);
-    if (!from.key.empty() && from.key.back() != '/') {
-      auto objects = remote.list(from.bucket, from.key);
-      bool exact = false;
-      for (auto& o : objects) exact = exact || o["key"] == from.key;
-      if (exact) {
-        std::string local = fs::is_directory(dst) ? (fs::path(dst) / fs::path(from.key).filename()).string() : dst;
-        remote.download(from, local);
-        std::printf("downloaded studio://%s/%s -> %s\n", from.bucket.c_str(), from.key.c_str(), local.c_str());
-        return;
-      }
-      from.key += "/";
-    }
-    int got = 0, same = 0;
-    for (auto& o : remote.list(from.bucket, from.key)) {
-      std::string key = o["key"];
-      std::string local = (fs::path(dst) / key.substr(from.key.size())).string();
-      if (fs::exists(local) && file_sha256(local) == o["sha256"].get<std::string>()) {
-        ++same;
-        continue;
-      }
-      remote.download({from.bucket, key}, local);
-      ++got;
-    }
-    KILN_CHECK(got + same > 0, "nothing in the store under ", src);
-    std::printf("downloaded %d objects to %s (%d unchanged, skipped)\n", got, dst.c_str(), same);
-  } else {
-    KILN_FAIL("kiln store cp copies between a local path and a studio://BUCKET/KEY URL; got '", src, "' and '", dst, "'");
-  }
+// `kiln store cp` and `sync`: the plan, then the transfers in parallel.
+void transfer(const std::string& server, const std::string& token, const std::string& src, const std::string& dst,
+              bool mirror, int jobs) {
+  Remote remote(server, token);
+  TransferPlan plan = plan_transfers(remote, src, dst, mirror);
+  run_transfers(plan, server, token, jobs, is_store_url(dst) ? "uploaded" : "downloaded", dst);
 }
 
 }  // namespace
@@ -153,11 +103,18 @@ void add_studio_commands(CLI::App& app) {
     remote.make_bucket(u.bucket);
     std::printf("made bucket studio://%s\n", u.bucket.c_str());
   });
+  auto jobs = std::make_shared<int>(4);
   auto* cp = store->add_subcommand("cp", "Copy files to or from the store (directories recursively, unchanged files skipped)");
   cp->add_option("paths", *args, "SRC DST")->required()->expected(2);
-  cp->callback([server, secret, args] {
-    Remote remote(*server, *secret);
-    copy(remote, args->at(0), args->at(1));
+  cp->add_option("-j,--jobs", *jobs, "Files transferred at once (default 4)");
+  cp->callback([server, secret, args, jobs] { transfer(*server, *secret, args->at(0), args->at(1), false, *jobs); });
+  auto mirror = std::make_shared<bool>(false);
+  auto* sync = store->add_subcommand("sync", "Make DST hold what SRC holds: changed files copied; with --delete, what SRC lacks removed");
+  sync->add_option("paths", *args, "SRC DST")->required()->expected(2);
+  sync->add_option("-j,--jobs", *jobs, "Files transferred at once (default 4)");
+  sync->add_flag("--delete", *mirror, "Remove what the destination holds and the source does not");
+  sync->callback([server, secret, args, jobs, mirror] {
+    transfer(*server, *secret, args->at(0), args->at(1), *mirror, *jobs);
   });
   auto* rm = store->add_subcommand("rm", "Remove an object, or everything under a prefix with -r");
   rm->add_option("url", *args, "studio://BUCKET/KEY")->required();
@@ -177,7 +134,7 @@ void add_studio_commands(CLI::App& app) {
     }
     std::printf("removed %d objects under studio://%s/%s\n", n, u.bucket.c_str(), u.key.c_str());
   });
-  for (auto* sub : {ls, mb, cp, rm}) {
+  for (auto* sub : {ls, mb, cp, sync, rm}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *secret, "API token (default: KILN_STUDIO_TOKEN)");
   }
