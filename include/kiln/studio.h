@@ -47,6 +47,21 @@ int run_studio(const StudioOptions& options);
 // SHA-256 of bytes as 64 hex digits: the checksum of objects and tokens, and
 // what `kiln store` compares local files with.
 std::string sha256_hex(const void* data, size_t size);
+// The same computed piece by piece.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  void update(const void* data, size_t size);
+  std::string hex();  // once, at the end
+ private:
+  void* ctx_;
+};
+// Of a file, or of `length` bytes from `offset` (-1: to the end), read in
+// pieces: files of any size.
+std::string sha256_file(const std::string& path, int64_t offset = 0, int64_t length = -1);
 
 // Creates an API token in the studio at data_dir; returns the secret, which
 // is shown once and stored only as its SHA-256.

@@ -115,6 +115,15 @@ const char* const kMigrations[] = {
       created_at INTEGER NOT NULL
     );
     )sql",
+    // 6: uploads in parts (objects larger than one request, resumable).
+    R"sql(
+    CREATE TABLE uploads (
+      id TEXT PRIMARY KEY,
+      bucket TEXT NOT NULL REFERENCES buckets(name),
+      key TEXT NOT NULL,
+      created_at INTEGER NOT NULL
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

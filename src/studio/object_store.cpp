@@ -76,9 +76,6 @@ std::vector<std::string> ObjectStore::buckets() {
   return out;
 }
 
-namespace {
-
-// Writes bytes to a new file and syncs it; throws (removing the file) on a full disk.
 void write_synced(const std::string& path, const std::string& bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   KILN_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));
@@ -108,6 +105,8 @@ void write_synced(const std::string& path, const std::string& bytes) {
   ::close(fd);
 }
 
+namespace {
+
 void sync_directory(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -126,14 +125,23 @@ ObjectInfo ObjectStore::put(const std::string& bucket, const std::string& key, c
   KILN_CHECK(expected_sha256.empty() || expected_sha256 == info.sha256, "the upload of '", key,
              "' arrived damaged: its SHA-256 is ", info.sha256, ", the client sent ", expected_sha256,
              "; nothing was stored, send it again");
+  const std::string incoming = incoming_path(bucket);
+  write_synced(incoming, bytes);
+  return adopt(bucket, key, incoming, info);
+}
+
+std::string ObjectStore::incoming_path(const std::string& bucket) {
   // A new file per version: a reader of the old version keeps its file, and a
   // crash before the database knows the new one leaves the old one in place.
   static std::atomic<uint64_t> uploads{0};
-  const std::string name = bucket + "/" + key + "/" + std::to_string(info.modified_ms) + "/" +
-                           std::to_string(uploads.fetch_add(1)) + "/" + std::to_string(::getpid());
-  std::string file = sha256_hex(name.data(), name.size());
-  std::string incoming = root_ + "/" + bucket + "/.incoming/" + file;
-  write_synced(incoming, bytes);
+  const std::string name = bucket + "/" + std::to_string(now_ms()) + "/" + std::to_string(uploads.fetch_add(1)) + "/" +
+                           std::to_string(::getpid());
+  return root_ + "/" + bucket + "/.incoming/" + sha256_hex(name.data(), name.size());
+}
+
+ObjectInfo ObjectStore::adopt(const std::string& bucket, const std::string& key, const std::string& incoming,
+                              ObjectInfo info) {
+  const std::string file = fs::path(incoming).filename().string();
   std::string final_path = object_path(bucket, file);
   fs::create_directories(fs::path(final_path).parent_path());
   if (::rename(incoming.c_str(), final_path.c_str()) != 0) {

@@ -50,7 +50,12 @@ class ObjectStore {
   // expected_sha256, bytes that do not match it are refused and nothing changes.
   ObjectInfo put(const std::string& bucket, const std::string& key, const std::string& bytes,
                  const std::string& expected_sha256 = "");
+  // A fresh path in the bucket's incoming folder, and the object made of the
+  // synced file written there (renamed into place; `info` as computed by the writer).
+  std::string incoming_path(const std::string& bucket);
+  ObjectInfo adopt(const std::string& bucket, const std::string& key, const std::string& incoming, ObjectInfo info);
   std::optional<ObjectInfo> stat(const std::string& bucket, const std::string& key);
+  const std::string& root() const { return root_; }
   // Bytes [offset, offset + length) of the object (length -1: to the end).
   std::string read(const std::string& bucket, const ObjectInfo& info, int64_t offset = 0, int64_t length = -1);
   bool remove(const std::string& bucket, const std::string& key);
@@ -59,10 +64,18 @@ class ObjectStore {
 
  private:
   std::string object_path(const std::string& bucket, const std::string& file) const;
+
+ public:
   void require_bucket(const std::string& bucket);
+
+ private:
   std::string root_;
   Database& db_;
 };
+
+// Writes bytes to a new file and syncs it; on a full disk throws StorageFull
+// and leaves no file.
+void write_synced(const std::string& path, const std::string& bytes);
 
 // Bucket names: 3 to 63 characters of a-z, 0-9 and '-', starting with a letter or digit.
 void check_bucket_name(const std::string& bucket);

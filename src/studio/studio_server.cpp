@@ -17,6 +17,7 @@
 #include "studio/service_routes.h"
 #include "studio/object_store.h"
 #include "studio/tokens.h"
+#include "studio/uploads.h"
 
 namespace kiln::studio {
 namespace {
@@ -72,6 +73,7 @@ struct StudioServer::Impl {
   std::unique_ptr<ObjectStore> store;
   std::unique_ptr<Jobs> jobs;
   std::unique_ptr<Runs> runs;
+  std::unique_ptr<Uploads> uploads;
   std::unique_ptr<Models> models;
   std::unique_ptr<Services> services;
   std::unique_ptr<serve::HttpServer> http;
@@ -90,6 +92,7 @@ struct StudioServer::Impl {
   void handle(const HttpRequest& req, HttpResponse& res);
   void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
   void objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket, const std::string& key);
+  void upload_parts(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
   void audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name);
   void log(const HttpRequest& req, const HttpResponse& res, double seconds);
 };
@@ -166,6 +169,8 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     size_t at = std::string("/api/v1/buckets/").size() + parts[3].size() + std::string("/objects").size();
     std::string key = req.path.size() > at + 1 ? req.path.substr(at + 1) : "";
     objects(req, res, parts[3], key);
+  } else if (what == "buckets" && parts.size() >= 5 && parts[4] == "uploads") {
+    upload_parts(req, res, parts);
   } else if (what == "jobs") {
     handle_jobs(*jobs, *runs, req, res, parts, token.name);
   } else if (what == "models") {
@@ -254,6 +259,43 @@ void StudioServer::Impl::objects(const HttpRequest& req, HttpResponse& res, cons
   }
 }
 
+// POST   /api/v1/buckets/B/uploads                 {"key": K} -> {"upload_id"}
+// GET    /api/v1/buckets/B/uploads/ID              the parts received
+// PUT    /api/v1/buckets/B/uploads/ID/parts/N      a part (X-Kiln-Sha256 checked)
+// POST   /api/v1/buckets/B/uploads/ID/complete     {"parts": N, "sha256": S} -> the object
+// DELETE /api/v1/buckets/B/uploads/ID
+void StudioServer::Impl::upload_parts(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts) {
+  const std::string& bucket = parts[3];
+  const size_t n = parts.size();
+  if (n == 5 && req.method == "POST") {
+    json body = parse_json_body(req);
+    KILN_CHECK(body.is_object() && body.contains("key") && body["key"].is_string(), "an upload is started with {\"key\": KEY}");
+    reply_json(res, 201, {{"upload_id", uploads->create(bucket, body["key"])}});
+  } else if (n == 6 && req.method == "GET") {
+    reply_json(res, 200, uploads->describe(bucket, parts[5]));
+  } else if (n == 6 && req.method == "DELETE") {
+    uploads->abort(bucket, parts[5]);
+    res.status = 204;
+  } else if (n == 8 && parts[6] == "parts" && req.method == "PUT") {
+    int part = 0;
+    try {
+      part = std::stoi(parts[7]);
+    } catch (const std::exception&) {
+      KILN_FAIL("'", parts[7], "' is not a part number");
+    }
+    const std::string* sha = req.header("X-Kiln-Sha256");
+    reply_json(res, 201, uploads->put_part(bucket, parts[5], part, req.body, sha ? *sha : ""));
+  } else if (n == 7 && parts[6] == "complete" && req.method == "POST") {
+    json body = parse_json_body(req);
+    KILN_CHECK(body.is_object() && body.contains("parts") && body["parts"].is_number_integer(),
+               "an upload is completed with {\"parts\": N, \"sha256\": \"...\"}");
+    reply_json(res, 201, object_json(uploads->complete(bucket, parts[5], body["parts"], body.value("sha256", ""))));
+  } else {
+    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) +
+                                   " (uploads in parts: see docs/studio.md)");
+  }
+}
+
 void StudioServer::Impl::audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name) {
   try {
     Statement(*db, "INSERT INTO audit_log (at, token_name, method, path, status, remote) VALUES (?, ?, ?, ?, ?, ?)")
@@ -291,6 +333,7 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
   impl_->jobs = std::make_unique<Jobs>(dir + "/jobs", *impl_->db, *impl_->store, kiln);
   impl_->runs = std::make_unique<Runs>(*impl_->db);
+  impl_->uploads = std::make_unique<Uploads>(*impl_->db, *impl_->store);
   impl_->models = std::make_unique<Models>(*impl_->db, *impl_->store, *impl_->jobs, *impl_->runs, kiln, dir + "/work");
   impl_->services = std::make_unique<Services>(*impl_->db, *impl_->models, kiln, dir + "/services");
   if (impl_->options.access_log == "-") {

@@ -3,7 +3,10 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <fstream>
 
 #include "kiln/error.h"
 
@@ -47,6 +50,36 @@ std::string sha256_hex(const void* data, size_t size) {
   unsigned int length = 0;
   KILN_CHECK(EVP_Digest(data, size, digest, &length, EVP_sha256(), nullptr) == 1, "SHA-256 failed (OpenSSL)");
   return hex(digest, length);
+}
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  KILN_CHECK(ctx_ && EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) == 1,
+             "SHA-256 failed (OpenSSL)");
+}
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+void Sha256::update(const void* data, size_t size) { EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size); }
+std::string Sha256::hex() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), digest, &length);
+  return studio::hex(digest, length);
+}
+
+std::string sha256_file(const std::string& path, int64_t offset, int64_t length) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "cannot read ", path);
+  in.seekg(offset);
+  Sha256 sha;
+  std::string buffer(size_t{1} << 20, '\0');
+  int64_t left = length < 0 ? INT64_MAX : length;
+  while (left > 0 && in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size()))));
+    const std::streamsize got = in.gcount();
+    if (got <= 0) break;
+    sha.update(buffer.data(), static_cast<size_t>(got));
+    left -= got;
+  }
+  return sha.hex();
 }
 
 std::string create_token(Database& db, const std::string& name, Scope scope) {

@@ -199,6 +199,34 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   EXPECT_NE(no_token, 0);
 }
 
+// A file larger than one request goes up in parts; an upload stopped half
+// way resumes with the parts the studio already has.
+TEST(Studio, LargeFilesGoUpInPartsAndAnInterruptedUploadResumes) {
+  auto dir = fresh_dir("studio_parts");
+  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  Studio s(dir);  // one request carries at most 1 MiB
+  std::string bytes((size_t{5} << 20) / 2, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  std::ofstream(dir + "/big.bin", std::ios::binary) << bytes;
+  ASSERT_EQ(s.kiln(token, dir, "store mb studio://data").first, 0);
+  auto whole = s.kiln(token, dir, "store cp " + dir + "/big.bin studio://data/big.bin", "KILN_STORE_PART_MB=4");
+  EXPECT_NE(whole.first, 0);
+  EXPECT_NE(whole.second.find("--max-upload-mb"), std::string::npos) << whole.second;
+  const std::string parts = "KILN_STORE_PART_MB=0.5 XDG_CACHE_HOME=" + dir + "/cache";
+  auto stopped = s.kiln(token, dir, "store cp " + dir + "/big.bin studio://data/big.bin",
+                        parts + " KILN_STORE_STOP_AFTER_PARTS=2");
+  EXPECT_NE(stopped.first, 0);
+  EXPECT_NE(stopped.second.find("stopped after 2 parts"), std::string::npos) << stopped.second;
+  auto resumed = s.kiln(token, dir, "store cp " + dir + "/big.bin studio://data/big.bin", parts);
+  ASSERT_EQ(resumed.first, 0) << resumed.second;
+  EXPECT_NE(resumed.second.find("2 of 5 parts were already in the store"), std::string::npos) << resumed.second;
+  auto back = s.kiln(token, dir, "store cp studio://data/big.bin " + dir + "/back.bin");
+  ASSERT_EQ(back.first, 0) << back.second;
+  EXPECT_TRUE(text_of(dir + "/back.bin") == bytes) << "the joined object differs from the file";
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/cache/kiln/uploads")) << "the finished upload's state is removed";
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/objects/data/.uploads")) << "the parts are removed";
+}
+
 // The data directory on a 1 MiB tmpfs: an upload that does not fit is
 // refused with 507 saying so, leaves nothing behind, and what was stored
 // before stays readable. Needs root (mount); skipped otherwise.

@@ -36,10 +36,12 @@ struct Studio {
 #ifdef KILN_CLI
   // Runs `kiln ARGS` against this studio with `token`, as a user would;
   // returns the exit status and what it printed (kept in dir/out.txt).
-  std::pair<int, std::string> kiln(const std::string& token, const std::string& dir, const std::string& args) const {
+  // `env`: more VAR=value settings for the command.
+  std::pair<int, std::string> kiln(const std::string& token, const std::string& dir, const std::string& args,
+                                   const std::string& env = "") const {
     const std::string out = dir + "/out.txt";
-    const std::string command = "KILN_STUDIO_URL=" + url() + " KILN_STUDIO_TOKEN=" + token + " " + KILN_CLI + " " +
-                                args + " > " + out + " 2>&1";
+    const std::string command = env + " KILN_STUDIO_URL=" + url() + " KILN_STUDIO_TOKEN=" + token + " " + KILN_CLI +
+                                " " + args + " > " + out + " 2>&1";
     const int rc = std::system(command.c_str());
     return {rc, text_of(out)};
   }

@@ -1,10 +1,12 @@
 #include "studio_client.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "kiln/error.h"
@@ -48,12 +50,38 @@ std::string read_file(const std::string& path) {
   bytes << in.rdbuf();
   return bytes.str();
 }
+
+// Bytes [offset, offset + length) of a file.
+std::string read_range(const std::string& path, int64_t offset, int64_t length) {
+  std::ifstream in(path, std::ios::binary);
+  KILN_CHECK(in.good(), "cannot read ", path);
+  in.seekg(offset);
+  std::string bytes(static_cast<size_t>(length), '\0');
+  in.read(bytes.data(), length);
+  KILN_CHECK(in.gcount() == length, path, " changed while it was being uploaded; copy it again");
+  return bytes;
+}
+
+// Files larger than this go up in parts: KILN_STORE_PART_MB, or 64 MiB.
+int64_t part_bytes() {
+  const char* mb = std::getenv("KILN_STORE_PART_MB");
+  const double value = mb ? std::atof(mb) : 64.0;
+  KILN_CHECK(value > 0, "KILN_STORE_PART_MB must be a positive number of MiB, not '", mb, "'");
+  return std::max<int64_t>(1, static_cast<int64_t>(value * 1024 * 1024));
+}
+
+// Where an upload in parts remembers itself, so that a second run resumes it.
+fs::path upload_state(const std::string& server, const StoreUrl& dst, const std::string& local) {
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path root = cache && *cache ? fs::path(cache) : fs::path(home ? home : "/tmp") / ".cache";
+  const std::string id = server + "\n" + dst.bucket + "\n" + dst.key + "\n" + fs::absolute(local).string();
+  return root / "kiln" / "uploads" / (studio::sha256_hex(id.data(), id.size()) + ".json");
+}
+
 }  // namespace
 
-std::string file_sha256(const std::string& path) {
-  std::string data = read_file(path);
-  return studio::sha256_hex(data.data(), data.size());
-}
+std::string file_sha256(const std::string& path) { return studio::sha256_file(path); }
 
 Remote::Remote(std::string server, std::string token) {
   if (server.empty()) server = std::getenv("KILN_STUDIO_URL") ? std::getenv("KILN_STUDIO_URL") : "http://127.0.0.1:8080";
@@ -127,10 +155,60 @@ std::vector<json> Remote::list(const std::string& bucket, const std::string& pre
 }
 
 void Remote::upload(const std::string& local, const StoreUrl& dst) {
+  const int64_t size = static_cast<int64_t>(fs::file_size(local));
+  if (size > part_bytes()) return upload_in_parts(local, dst, size);
   std::string body = read_file(local);
   httplib::Headers headers{{"X-Kiln-Sha256", studio::sha256_hex(body.data(), body.size())}};
   auto r = client_->Put(object_path(dst), headers, body, "application/octet-stream");
   check(r, "PUT", object_path(dst), 201);
+}
+
+void Remote::upload_in_parts(const std::string& local, const StoreUrl& dst, int64_t size) {
+  const int64_t part = part_bytes();
+  const int parts = static_cast<int>((size + part - 1) / part);
+  const std::string sha = file_sha256(local);
+  const std::string base = "/api/v1/buckets/" + encode(dst.bucket, false) + "/uploads";
+  // An earlier run's upload of the same file to the same key is resumed.
+  const fs::path state = upload_state(server_, dst, local);
+  std::string id;
+  std::map<int, std::string> have;  // part -> SHA-256, already in the store
+  try {
+    json saved = json::parse(read_file(state.string()));
+    if (saved["sha256"] == sha && saved["size"] == size && saved["part_bytes"] == part) {
+      auto r = client_->Get(base + "/" + saved["upload_id"].get<std::string>());
+      if (r && r->status == 200) {
+        id = saved["upload_id"].get<std::string>();
+        const json upload = json::parse(r->body);
+        for (const auto& p : upload["parts"]) have[p["part"].get<int>()] = p["sha256"].get<std::string>();
+      }
+    }
+  } catch (const std::exception&) {  // no state, or an upload the studio no longer has
+  }
+  if (id.empty()) {
+    id = post_json(base, {{"key", dst.key}}, 201)["upload_id"].get<std::string>();
+    fs::create_directories(state.parent_path());
+    std::ofstream(state) << json({{"upload_id", id}, {"sha256", sha}, {"size", size}, {"part_bytes", part}}).dump();
+  }
+  const char* stop_after = std::getenv("KILN_STORE_STOP_AFTER_PARTS");  // tests: an interrupted upload
+  int sent = 0, kept = 0;
+  for (int n = 1; n <= parts; ++n) {
+    const int64_t offset = (n - 1) * part;
+    std::string bytes = read_range(local, offset, std::min(part, size - offset));
+    const std::string part_sha = studio::sha256_hex(bytes.data(), bytes.size());
+    if (have.count(n) && have[n] == part_sha) {
+      ++kept;
+      continue;
+    }
+    const std::string path = base + "/" + id + "/parts/" + std::to_string(n);
+    check(client_->Put(path, {{"X-Kiln-Sha256", part_sha}}, bytes, "application/octet-stream"), "PUT", path, 201);
+    KILN_CHECK(!stop_after || ++sent < std::atoi(stop_after), "stopped after ", sent,
+               " parts (KILN_STORE_STOP_AFTER_PARTS); copy again to resume");
+  }
+  if (kept > 0)
+    std::fprintf(stderr, "resumed the upload of %s: %d of %d parts were already in the store\n", local.c_str(), kept,
+                 parts);
+  post_json(base + "/" + id + "/complete", {{"parts", parts}, {"sha256", sha}}, 201);
+  fs::remove(state);
 }
 
 void Remote::download(const StoreUrl& src, const std::string& local) {

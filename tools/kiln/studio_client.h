@@ -36,6 +36,9 @@ class Remote {
 
  private:
   std::string object_path(const StoreUrl& u) const;
+  // Files larger than one part (KILN_STORE_PART_MB, 64 MiB by default) go up
+  // as an upload in parts, which a later run resumes.
+  void upload_in_parts(const std::string& local, const StoreUrl& dst, int64_t size);
   void check(const httplib::Result& r, const char* method, const std::string& path, int expected);
   std::string server_;
   std::unique_ptr<httplib::Client> client_;
