@@ -79,11 +79,13 @@ struct StudioServer::Impl {
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
-  // Tokens seen in the last second, by secret: a request skips the database
-  // (a revocation takes effect within a second).
+  // Tokens seen in the last second, by secret: a request skips the database.
+  // A revocation by this process (a job's token) takes effect at once, one
+  // by another (kiln studio token revoke) within the second.
   struct CachedToken {
     std::optional<TokenInfo> token;
     std::chrono::steady_clock::time_point until;
+    uint64_t revocations = 0;  // token_revocations() when cached
   };
   std::mutex token_mu;
   std::unordered_map<std::string, CachedToken> token_cache;
@@ -102,12 +104,14 @@ std::optional<TokenInfo> StudioServer::Impl::lookup_token(const std::string& sec
   {
     std::lock_guard<std::mutex> lock(token_mu);
     auto it = token_cache.find(secret);
-    if (it != token_cache.end() && it->second.until > now) return it->second.token;
+    if (it != token_cache.end() && it->second.until > now && it->second.revocations == token_revocations())
+      return it->second.token;
   }
+  const uint64_t revoked_so_far = token_revocations();
   std::optional<TokenInfo> token = find_token(*db, secret);
   std::lock_guard<std::mutex> lock(token_mu);
   if (token_cache.size() > 10000) token_cache.clear();  // bounded: unknown secrets are cached too
-  token_cache[secret] = {token, now + std::chrono::seconds(1)};
+  token_cache[secret] = {token, now + std::chrono::seconds(1), revoked_so_far};
   return token;
 }
 

@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <fstream>
@@ -103,7 +104,14 @@ std::optional<TokenInfo> find_token(Database& db, const std::string& secret) {
   return TokenInfo{s.text(0), parse_scope(s.text(1))};
 }
 
+namespace {
+std::atomic<uint64_t> revocations{0};
+}  // namespace
+
+uint64_t token_revocations() { return revocations.load(); }
+
 int revoke_tokens(Database& db, const std::string& name) {
+  ++revocations;
   Statement(db, "UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL").bind(1, now_ms()).bind(2, name).run();
   return static_cast<int>(db.changes());
 }

@@ -1,6 +1,7 @@
 #pragma once
 // API tokens: random secrets shown once at creation and stored as their
 // SHA-256, each with a scope (read < write < admin).
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -20,6 +21,9 @@ std::string create_token(Database& db, const std::string& name, Scope scope);
 std::optional<TokenInfo> find_token(Database& db, const std::string& secret);
 // Revokes every token of that name; returns how many there were.
 int revoke_tokens(Database& db, const std::string& name);
+// Revocations made by this process so far: a cache of checked tokens is
+// stale once it changes.
+uint64_t token_revocations();
 
 int64_t now_ms();
 
