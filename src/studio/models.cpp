@@ -127,12 +127,12 @@ Models::Models(Database& db, ObjectStore& store, Jobs& jobs, Runs& runs, std::st
 Models::~Models() { wait_for_checks(); }
 
 void Models::wait_for_checks() {
-  std::vector<std::thread> running;
+  std::vector<Check> running;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running.swap(checks_);
   }
-  for (auto& t : running) t.join();
+  for (auto& c : running) c.thread.join();
 }
 
 ModelVersion Models::register_version(const std::string& name, RegisterRequest request, const std::string& by) {
@@ -175,11 +175,23 @@ ModelVersion Models::register_version(const std::string& name, RegisterRequest r
     insert.run();
     t.commit();
   }
+  ModelVersion created = *find(name, version);  // PENDING, whatever the check does next
   std::lock_guard<std::mutex> lock(mu_);
-  checks_.emplace_back([this, name, version, request = std::move(request)]() mutable {
+  for (auto it = checks_.begin(); it != checks_.end();) {
+    if (*it->done) {
+      it->thread.join();
+      it = checks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, name, version, done, request = std::move(request)]() mutable {
     check(name, version, std::move(request));
+    *done = true;
   });
-  return *find(name, version);
+  checks_.push_back({std::move(t), done});
+  return created;
 }
 
 std::string Models::export_job(int64_t job, const std::vector<int64_t>& input_shape, json& lineage) {

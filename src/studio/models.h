@@ -6,7 +6,9 @@
 // the graph and run it on a sample, then READY, or FAILED with the reason.
 // Aliases (fmnist@production) point at versions.
 #include <cstdint>
+#include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -82,7 +84,11 @@ class Models {
   Runs& runs_;
   std::string kiln_, work_dir_;
   std::mutex mu_;
-  std::vector<std::thread> checks_;
+  struct Check {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Check> checks_;  // finished ones are joined at the next registration
 };
 
 // Model and alias names: 1 to 64 characters of a-z, 0-9, '-', '_', starting
