@@ -6,7 +6,7 @@
 // POST   /api/v1/services/NAME/stop
 // DELETE /api/v1/services/NAME                         a stopped service
 // GET    /api/v1/services/NAME/metrics                 requests, errors, latency per version
-// GET    /api/v1/services/NAME/instances/ID/logs       an instance's log
+// GET    /api/v1/services/NAME/instances/ID/logs       an instance's log (?grep=REGEX: matching lines)
 // *      /api/v1/services/NAME/v2/...                  OIP v2, forwarded to an instance
 #include "studio/service_routes.h"
 
@@ -60,7 +60,7 @@ void handle_services(Services& services, const serve::HttpRequest& req, serve::H
       KILN_FAIL("'", parts[5], "' is not an instance id");
     }
     res.content_type = "text/plain; charset=utf-8";
-    res.body = services.logs(name, id);
+    res.body = services.logs(name, id, serve::query_param(req.query, "grep").value_or(""));
   } else {
     serve::set_error(res, 404, "no endpoint " + method + " " + serve::printable(req.path) +
                                    " (see docs/studio.md, \"Online services\")");

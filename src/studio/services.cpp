@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "studio/runs.h"
@@ -477,14 +478,30 @@ json Services::metrics(const std::string& name) {
   return {{"service", name}, {"versions", versions}, {"instances", summed}, {"instances_scraped", ports.size()}};
 }
 
-std::string Services::logs(const std::string& name, int instance) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto s = find(name);
-  for (auto* list : {&s->versions, &s->warming, &s->draining})
-    for (const auto& v : *list)
-      for (const auto& i : v->instances)
-        if (i->id == instance) return read_text(i->log);
-  throw NotFound("service '" + name + "' has no instance " + std::to_string(instance));
+std::string Services::logs(const std::string& name, int instance, const std::string& grep) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = find(name);
+    for (auto* list : {&s->versions, &s->warming, &s->draining})
+      for (const auto& v : *list)
+        for (const auto& i : v->instances)
+          if (i->id == instance) path = i->log;
+  }
+  if (path.empty()) throw NotFound("service '" + name + "' has no instance " + std::to_string(instance));
+  const std::string text = read_text(path);
+  if (grep.empty()) return text;
+  std::regex pattern;
+  try {
+    pattern = std::regex(grep);
+  } catch (const std::regex_error& e) {
+    KILN_FAIL("grep '", grep, "' is not a regular expression (", e.what(), ")");
+  }
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (std::regex_search(line, pattern)) out += line + "\n";
+  return out;
 }
 
 void Services::update_state(Service& s) {

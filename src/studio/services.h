@@ -51,8 +51,9 @@ class Services {
   void remove(const std::string& name);
   // Requests, errors and a latency histogram per version, as the proxy saw them.
   nlohmann::json metrics(const std::string& name);
-  // An instance's log (its kiln serve's stderr).
-  std::string logs(const std::string& name, int instance);
+  // An instance's log (its kiln serve's stderr), or its lines that match
+  // `grep` (a regular expression; a plain word matches itself).
+  std::string logs(const std::string& name, int instance, const std::string& grep = "");
   // Forwards a request for /api/v1/services/NAME/<rest> to an instance.
   void forward(const std::string& name, const std::string& rest, const serve::HttpRequest& req,
                serve::HttpResponse& res);

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "kiln/kiln.h"
@@ -214,6 +215,13 @@ TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
   EXPECT_EQ(svc["versions"][0]["instances"][0]["restarts"], 1);
   auto log = c.http.Get("/api/v1/services/fm/instances/" + svc["versions"][0]["instances"][0]["id"].dump() + "/logs");
   EXPECT_NE(log->body.find("ready on 127.0.0.1:"), std::string::npos) << log->body;
+  const std::string logs = "/api/v1/services/fm/instances/" + svc["versions"][0]["instances"][0]["id"].dump() + "/logs";
+  auto found = c.http.Get(logs + "?grep=ready%20on");
+  std::istringstream lines(found->body);
+  int matched = 0;
+  for (std::string line; std::getline(lines, line); ++matched) EXPECT_NE(line.find("ready on"), std::string::npos) << line;
+  EXPECT_GE(matched, 1);
+  EXPECT_TRUE(c.http.Get(logs + "?grep=no%20such%20line")->body.empty());
 
   // The studio stops (and its instances with it); started again, the service comes back.
   std::vector<pid_t> pids;

@@ -33,7 +33,7 @@ void add_service_commands(CLI::App& app) {
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
   struct Args {
-    std::string name, version = "v1", model;
+    std::string name, version = "v1", model, grep;
     int instances = 1, threads = 1, max_batch = 16, weight = -1, instance = 0;
   };
   auto a = std::make_shared<Args>();
@@ -110,9 +110,10 @@ void add_service_commands(CLI::App& app) {
   auto* logs = service->add_subcommand("logs", "An instance's log");
   logs->add_option("name", a->name, "Service name")->required();
   logs->add_option("instance", a->instance, "Instance id (kiln service show lists them)")->required();
+  logs->add_option("--grep", a->grep, "Only lines matching this word or regular expression");
   logs->callback([=] {
-    std::string text =
-        Remote(*server, *token).get_text(base(a->name) + "/instances/" + std::to_string(a->instance) + "/logs");
+    std::string text = Remote(*server, *token).get_text(base(a->name) + "/instances/" + std::to_string(a->instance) +
+                                                        "/logs?grep=" + encode(a->grep, false));
     std::fwrite(text.data(), 1, text.size(), stdout);
   });
 
