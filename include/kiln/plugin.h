@@ -9,7 +9,8 @@
 //         .inputs({"x"}).outputs({"y"}).attrs({"factor:float=2"})
 //         .infer([](kiln::plugin::InferContext& c) { c.set_output(0, c.input(0)); })
 //         .grad([](kiln::plugin::GradContext& g) {
-//           g.set_input_grad(0, kiln::plugin::call1("mul", {g.output_grad(0), g.full_like(0, g.attrs().get_float("factor"))}));
+//           auto f = kiln::plugin::full({}, g.attrs().get_float("factor"), g.input(0).dtype());
+//           g.set_input_grad(0, g.output_grad(0) * f);
 //         })
 //         .kernel("cpu", kiln::plugin::DType::Float32, scale_kernel);
 //   }
@@ -421,7 +422,7 @@ class OpBuilder {
     for (const auto& a : attrs_) detail::parse_default(a, state_->defaults);
     return *this;
   }
-  OpBuilder& tags(uint32_t t) { return tags_ = t, *this; }
+  OpBuilder& tags(uint32_t t) { return tags_ |= t, *this; }  // adds to the tags set so far
   OpBuilder& category(std::string c) { return category_ = std::move(c), *this; }
   OpBuilder& infer(InferFn f) { return state_->infer = std::move(f), *this; }
   OpBuilder& grad(GradFn f) { return state_->grad = std::move(f), *this; }
