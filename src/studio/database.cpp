@@ -124,6 +124,15 @@ const char* const kMigrations[] = {
       created_at INTEGER NOT NULL
     );
     )sql",
+    // 7: tags on runs (MLflow's: set, changed and removed at any time).
+    R"sql(
+    CREATE TABLE run_tags (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      key TEXT NOT NULL,
+      value TEXT NOT NULL,
+      PRIMARY KEY (job_id, key)
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -50,13 +50,32 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     int64_t id = jobs.submit(parse_job_spec(parse_json_body(req)), token_name);
     reply_json(res, 201, {{"id", id}});
   } else if (parts.size() == 3 && req.method == "GET") {
+    // ?tag=KEY=VALUE keeps the jobs with that tag.
+    const std::string tag = serve::query_param(req.query, "tag").value_or("");
+    const size_t eq = tag.find('=');
+    KILN_CHECK(tag.empty() || (eq != std::string::npos && eq > 0), "?tag= takes KEY=VALUE, not '", tag, "'");
     json list = json::array();
-    for (const auto& j : jobs.list(static_cast<int>(number_param(req, "limit", 100)))) list.push_back(j.json());
+    for (const auto& j : jobs.list(static_cast<int>(number_param(req, "limit", 100)))) {
+      if (!tag.empty() && !runs.has_tag(j.id, tag.substr(0, eq), tag.substr(eq + 1))) continue;
+      json item = j.json();
+      item["tags"] = runs.tags(j.id);
+      list.push_back(item);
+    }
     reply_json(res, 200, {{"jobs", list}});
   } else if (parts.size() == 4 && req.method == "GET") {
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);
-    reply_json(res, 200, job->json());
+    json item = job->json();
+    item["tags"] = runs.tags(job->id);
+    reply_json(res, 200, item);
+  } else if (parts.size() == 5 && parts[4] == "tags") {
+    int64_t id = job_id(parts[3]);
+    if (!jobs.get(id)) throw NotFound("no job " + parts[3]);
+    if (req.method != "GET") {
+      KILN_CHECK(req.method == "PATCH" || req.method == "POST", req.method, " is not allowed on tags (GET, PATCH)");
+      runs.set_tags(id, parse_json_body(req));
+    }
+    reply_json(res, 200, {{"tags", runs.tags(id)}});
   } else if (parts.size() == 5 && parts[4] == "retry" && req.method == "POST") {
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);

@@ -53,6 +53,39 @@ json Runs::params(int64_t job) {
   return {{"params", out}};
 }
 
+void Runs::set_tags(int64_t job, const json& body) {
+  KILN_CHECK(body.is_object() && body.contains("tags") && body["tags"].is_object(),
+             "tags are {\"tags\": {\"name\": \"value\", \"removed\": null, ...}}");
+  Transaction t(db_);
+  for (auto& [key, value] : body["tags"].items()) {
+    KILN_CHECK(!key.empty() && key.size() <= 250, "a tag name has 1 to 250 characters");
+    if (value.is_null()) {
+      Statement(db_, "DELETE FROM run_tags WHERE job_id = ? AND key = ?").bind(1, job).bind(2, key).run();
+      continue;
+    }
+    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    Statement(db_, "INSERT INTO run_tags (job_id, key, value) VALUES (?, ?, ?) "
+                   "ON CONFLICT (job_id, key) DO UPDATE SET value = excluded.value")
+        .bind(1, job).bind(2, key).bind(3, text)
+        .run();
+  }
+  t.commit();
+}
+
+json Runs::tags(int64_t job) {
+  Statement s(db_, "SELECT key, value FROM run_tags WHERE job_id = ? ORDER BY key");
+  s.bind(1, job);
+  json out = json::object();
+  while (s.step()) out[s.text(0)] = s.text(1);
+  return out;
+}
+
+bool Runs::has_tag(int64_t job, const std::string& key, const std::string& value) {
+  Statement s(db_, "SELECT 1 FROM run_tags WHERE job_id = ? AND key = ? AND value = ?");
+  s.bind(1, job).bind(2, key).bind(3, value);
+  return s.step();
+}
+
 json Runs::metrics(int64_t job, const std::string& key) {
   Statement s(db_, key.empty() ? "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? ORDER BY key, step, rowid"
                                : "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? AND key = ? "

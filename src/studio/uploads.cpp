@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <vector>
 
 #include "kiln/studio.h"
 #include "studio/tokens.h"
@@ -27,7 +28,13 @@ std::string part_name(int n) {
 
 }  // namespace
 
-Uploads::Uploads(Database& db, ObjectStore& store) : db_(db), store_(store) {}
+Uploads::Uploads(Database& db, ObjectStore& store, int keep_days) : db_(db), store_(store) {
+  Statement s(db_, "SELECT bucket, id FROM uploads WHERE created_at < ?");
+  s.bind(1, now_ms() - int64_t{keep_days} * 24 * 3600 * 1000);
+  std::vector<std::pair<std::string, std::string>> stale;
+  while (s.step()) stale.emplace_back(s.text(0), s.text(1));
+  for (const auto& [bucket, id] : stale) abort(bucket, id);
+}
 
 std::string Uploads::folder(const std::string& bucket, const std::string& id) const {
   return store_.root() + "/" + bucket + "/.uploads/" + id;

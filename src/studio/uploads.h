@@ -16,7 +16,8 @@ namespace kiln::studio {
 
 class Uploads {
  public:
-  Uploads(Database& db, ObjectStore& store);
+  // Aborts the uploads started more than `keep_days` ago and never completed.
+  Uploads(Database& db, ObjectStore& store, int keep_days = 7);
   // A new upload to bucket/key; returns its id.
   std::string create(const std::string& bucket, const std::string& key);
   // Part n (1, 2, ...); with expected_sha256, damaged bytes are refused.

@@ -75,6 +75,34 @@ TEST(StudioRuns, ParametersAreWrittenOnceAndMetricsAppend) {
   EXPECT_EQ(c.Get("/api/v1/jobs/999/metrics")->status, 404);
 }
 
+// Tags change at any time (unlike parameters), show on the job, and select jobs.
+TEST(StudioRuns, TagsChangeAndSelectJobs) {
+  auto dir = fresh_dir("runs_tags");
+  Studio s(dir);
+  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  httplib::Client c("127.0.0.1", s.port);
+  c.set_bearer_token_auth(token);
+  int64_t first = submit(c, "true"), second = submit(c, "true");
+  auto tagged = s.kiln(token, dir, "job tag " + std::to_string(first) + " team=vision stage=try");
+  ASSERT_EQ(tagged.first, 0) << tagged.second;
+  EXPECT_NE(tagged.second.find("stage = try"), std::string::npos) << tagged.second;
+  ASSERT_EQ(s.kiln(token, dir, "job tag " + std::to_string(first) + " stage=final").first, 0);
+  ASSERT_EQ(s.kiln(token, dir, "job tag " + std::to_string(second) + " team=nlp").first, 0);
+  json job = json::parse(c.Get("/api/v1/jobs/" + std::to_string(first))->body);
+  EXPECT_EQ(job["tags"], json({{"stage", "final"}, {"team", "vision"}}));
+  auto listed = s.kiln(token, dir, "job list --tag team=vision");
+  EXPECT_NE(listed.second.find(std::to_string(first) + "  "), std::string::npos) << listed.second;
+  json selected = json::parse(c.Get("/api/v1/jobs?tag=team%3Dvision")->body)["jobs"];
+  ASSERT_EQ(selected.size(), 1u) << selected.dump();
+  EXPECT_EQ(selected[0]["id"], first);
+  ASSERT_EQ(s.kiln(token, dir, "job tag " + std::to_string(first) + " --remove stage").first, 0);
+  EXPECT_EQ(json::parse(c.Get("/api/v1/jobs/" + std::to_string(first) + "/tags")->body)["tags"],
+            json({{"team", "vision"}}));
+  auto bad = s.kiln(token, dir, "job tag " + std::to_string(first) + " novalue");
+  EXPECT_NE(bad.first, 0);
+  EXPECT_NE(bad.second.find("a tag is KEY=VALUE"), std::string::npos) << bad.second;
+}
+
 TEST(StudioRuns, TheTrackerSendsATrainingRunsMetrics) {
   auto dir = fresh_dir("runs_tracker");
   Studio s(dir);

@@ -104,6 +104,8 @@ void print_job(const json& j) {
   };
   if (j["started_ms"].get<int64_t>() > 0 && j["ended_ms"].get<int64_t>() > 0)
     std::printf("  ran     %.1f s\n", seconds("started_ms", "ended_ms"));
+  if (j.contains("tags"))
+    for (auto& [k, v] : j["tags"].items()) std::printf("  tag     %s = %s\n", k.c_str(), v.get<std::string>().c_str());
   std::printf("  spec    %s\n", j["spec"].dump().c_str());
 }
 
@@ -114,7 +116,7 @@ bool finished(const std::string& state) {
 }  // namespace
 
 void add_job_commands(CLI::App& app) {
-  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, retry, logs, metrics");
+  auto* job = app.add_subcommand("job", "Training jobs in a studio: submit, list, show, stop, retry, logs, metrics, tag");
   job->require_subcommand(1);
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
@@ -144,9 +146,11 @@ void add_job_commands(CLI::App& app) {
     if (j["state"] != "Completed") throw CLI::RuntimeError(1);
   });
 
+  auto tag = std::make_shared<std::string>();
   auto* list = job->add_subcommand("list", "The latest jobs, newest first");
+  list->add_option("--tag", *tag, "Only jobs tagged KEY=VALUE");
   list->callback([=] {
-    json jobs = Remote(*server, *token).get_json("/api/v1/jobs");
+    json jobs = Remote(*server, *token).get_json("/api/v1/jobs" + (tag->empty() ? "" : "?tag=" + encode(*tag, false)));
     for (auto& j : jobs["jobs"])
       std::printf("%6lld  %-11s %-24s %s\n", j["id"].get<long long>(), j["state"].get<std::string>().c_str(),
                   j["name"].get<std::string>().c_str(), j["reason"].get<std::string>().c_str());
@@ -197,6 +201,25 @@ void add_job_commands(CLI::App& app) {
     std::printf("%lld\n", r["id"].get<long long>());
   });
 
+  auto tags = std::make_shared<std::vector<std::string>>();
+  auto removed = std::make_shared<std::vector<std::string>>();
+  auto* tagging = job->add_subcommand("tag", "Set (KEY=VALUE) or remove (--remove KEY) a job's tags");
+  tagging->add_option("id", *arg, "Job id")->required();
+  tagging->add_option("tags", *tags, "KEY=VALUE ...");
+  tagging->add_option("--remove", *removed, "A tag to remove");
+  tagging->callback([=] {
+    json body = {{"tags", json::object()}};
+    for (const auto& t : *tags) {
+      size_t eq = t.find('=');
+      KILN_CHECK(eq != std::string::npos && eq > 0, "a tag is KEY=VALUE, not '", t, "'");
+      body["tags"][t.substr(0, eq)] = t.substr(eq + 1);
+    }
+    for (const auto& k : *removed) body["tags"][k] = nullptr;
+    json now = Remote(*server, *token).send("PATCH", "/api/v1/jobs/" + encode(*arg, false) + "/tags", body.dump(),
+                                            "application/json", 200)["tags"];
+    for (auto& [k, v] : now.items()) std::printf("%s = %s\n", k.c_str(), v.get<std::string>().c_str());
+  });
+
   auto* metrics = job->add_subcommand("metrics", "A job's parameters and metrics (run tracking)");
   metrics->add_option("id", *arg, "Job id")->required();
   metrics->callback([=] {
@@ -214,7 +237,7 @@ void add_job_commands(CLI::App& app) {
     }
   });
 
-  for (auto* sub : {submit, list, show, stop, logs, retry, metrics}) {
+  for (auto* sub : {submit, list, show, stop, logs, retry, metrics, tagging}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *token, "API token (default: KILN_STUDIO_TOKEN)");
   }
