@@ -138,7 +138,7 @@ constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
 }  // namespace
 
-Statement::Statement(Database& db, const std::string& sql) : db_(db) {
+Statement::Statement(Database& db, const std::string& sql) : db_(db), lock_(db.lock()) {
   if (sqlite3_prepare_v2(db.handle(), sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK)
     db.fail("preparing '" + sql + "'");
 }
@@ -164,6 +164,12 @@ Statement& Statement::bind(int index, double value) {
 Statement& Statement::bind_null(int index) {
   if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) db_.fail("binding a value");
   return *this;
+}
+
+int64_t Statement::run() {
+  while (step()) {
+  }
+  return sqlite3_changes64(db_.handle());  // under the lock: this statement's changes
 }
 
 bool Statement::step() {
@@ -209,8 +215,6 @@ void Database::exec(const std::string& sql) {
   }
 }
 
-int64_t Database::changes() const { return sqlite3_changes64(db_); }
-
 int Database::schema_version() {
   Statement s(*this, "PRAGMA user_version");
   s.step();
@@ -231,7 +235,7 @@ void Database::migrate() {
   t.commit();
 }
 
-Transaction::Transaction(Database& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Database& db) : db_(db), lock_(db.lock()) { db_.exec("BEGIN IMMEDIATE"); }
 
 Transaction::~Transaction() {
   if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@ class Database;
 
 // A prepared statement: bind by position (from 1), step through rows, read
 // columns by index (from 0). Reset and reused by the caller if it likes.
+// It holds the database's lock for its lifetime (see Database::lock), so keep
+// it short.
 class Statement {
  public:
   Statement(Database& db, const std::string& sql);
@@ -27,7 +30,8 @@ class Statement {
   Statement& bind_null(int index);
   // true while there is a row to read; false when done. Throws on errors.
   bool step();
-  void run() { while (step()) {} }
+  // Runs it to the end; returns the rows it changed.
+  int64_t run();
   std::string text(int column) const;
   int64_t integer(int column) const;
   double real(int column) const;
@@ -35,6 +39,7 @@ class Statement {
 
  private:
   Database& db_;
+  std::unique_lock<std::recursive_mutex> lock_;
   sqlite3_stmt* stmt_ = nullptr;
 };
 
@@ -47,16 +52,21 @@ class Database {
   Database& operator=(const Database&) = delete;
 
   void exec(const std::string& sql);
-  int64_t changes() const;
   int schema_version();
   sqlite3* handle() { return db_; }
   const std::string& path() const { return path_; }
   [[noreturn]] void fail(const std::string& what) const;
+  // One connection serves every thread of the studio. A transaction is the
+  // connection's, not the thread's: so that no other thread's statement
+  // runs inside it (or collides with its BEGIN), a transaction holds this
+  // lock from BEGIN to COMMIT, and every statement while it lives.
+  std::recursive_mutex& lock() { return lock_; }
 
  private:
   void migrate();
   sqlite3* db_ = nullptr;
   std::string path_;
+  std::recursive_mutex lock_;
 };
 
 // Runs a transaction: BEGIN IMMEDIATE, then COMMIT, or ROLLBACK on an exception.
@@ -68,6 +78,7 @@ class Transaction {
 
  private:
   Database& db_;
+  std::unique_lock<std::recursive_mutex> lock_;
   bool done_ = false;
 };
 

@@ -117,13 +117,13 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
     }
     KILN_CHECK(found, what, ": nothing in the store under ", url, "; upload it first (kiln store cp DIR ", url, ")");
   }
-  Statement(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, 'Creating', "
-                 "'scheduling', '', ?, ?)")
-      .bind(1, job_spec_json(spec).dump())
-      .bind(2, submitted_by)
-      .bind(3, now_ms())
-      .run();
-  int64_t id = sqlite3_last_insert_rowid(db_.handle());
+  int64_t id = 0;
+  {
+    Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, "
+                          "'Creating', 'scheduling', '', ?, ?)");
+    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now_ms()).run();
+    id = sqlite3_last_insert_rowid(db_.handle());  // still under the statement's lock: this insert's row
+  }
   auto running = std::make_shared<Running>();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = threads_.begin(); it != threads_.end();) {  // the threads of jobs that are over

@@ -383,8 +383,8 @@ void Models::set_alias(const std::string& name, const std::string& alias, int64_
 }
 
 void Models::delete_alias(const std::string& name, const std::string& alias) {
-  Statement(db_, "DELETE FROM model_aliases WHERE model = ? AND alias = ?").bind(1, name).bind(2, alias).run();
-  if (db_.changes() == 0) throw NotFound("model '" + name + "' has no alias '" + alias + "'");
+  if (Statement(db_, "DELETE FROM model_aliases WHERE model = ? AND alias = ?").bind(1, name).bind(2, alias).run() == 0)
+    throw NotFound("model '" + name + "' has no alias '" + alias + "'");
 }
 
 void Models::update(const std::string& name, int64_t version, const json& body) {

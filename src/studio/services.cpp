@@ -152,9 +152,11 @@ Services::Services(Database& db, Models& models, std::string kiln, std::string r
     : db_(db), models_(models), kiln_(std::move(kiln)), root_(std::move(root)) {
   fs::create_directories(root_);
   // Services that were up when the studio stopped come back up.
-  Statement s(db_, "SELECT name, spec, created_at FROM services WHERE state NOT IN ('Stopped', 'Failed')");
   std::vector<std::pair<json, int64_t>> again;
-  while (s.step()) again.emplace_back(json::parse(s.text(1)), s.integer(2));
+  {
+    Statement s(db_, "SELECT name, spec, created_at FROM services WHERE state NOT IN ('Stopped', 'Failed')");
+    while (s.step()) again.emplace_back(json::parse(s.text(1)), s.integer(2));
+  }
   for (auto& [spec, created] : again) {
     try {
       Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, spec["name"].get<std::string>()).run();
@@ -429,8 +431,8 @@ void Services::remove(const std::string& name) {
     auto it = services_.find(name);
     if (it != services_.end() && it->second->state != "Stopped")
       throw Conflict("service '" + name + "' is " + it->second->state + "; stop it first (kiln service stop)");
-    Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, name).run();
-    if (db_.changes() == 0 && it == services_.end()) throw NotFound("no service '" + name + "'");
+    const int64_t deleted = Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, name).run();
+    if (deleted == 0 && it == services_.end()) throw NotFound("no service '" + name + "'");
     if (it != services_.end()) services_.erase(it);
   }
   std::error_code ec;

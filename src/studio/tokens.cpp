@@ -112,8 +112,8 @@ uint64_t token_revocations() { return revocations.load(); }
 
 int revoke_tokens(Database& db, const std::string& name) {
   ++revocations;
-  Statement(db, "UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL").bind(1, now_ms()).bind(2, name).run();
-  return static_cast<int>(db.changes());
+  return static_cast<int>(
+      Statement(db, "UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL").bind(1, now_ms()).bind(2, name).run());
 }
 
 }  // namespace kiln::studio

@@ -190,6 +190,18 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   ASSERT_EQ(back.first, 0) << back.second;
   EXPECT_FALSE(std::filesystem::exists(dir + "/back/y.txt"));
   EXPECT_EQ(text_of(dir + "/back/z.txt"), "third");
+  // Many uploads at once: each request's writes stay in its own transaction.
+  for (int k = 0; k < 24; ++k) {
+    std::filesystem::create_directories(local + "/many/d" + std::to_string(k % 6));
+    std::ofstream(local + "/many/d" + std::to_string(k % 6) + "/f" + std::to_string(k)) << k;
+  }
+  auto many = run("cp " + local + "/many studio://data/many -j 8");
+  ASSERT_EQ(many.first, 0) << many.second;
+  EXPECT_NE(many.second.find("uploaded 24 files"), std::string::npos) << many.second;
+  auto many_back = run("cp studio://data/many " + dir + "/many -j 8");
+  ASSERT_EQ(many_back.first, 0) << many_back.second;
+  EXPECT_EQ(text_of(dir + "/many/d5/f23"), "23");
+  ASSERT_EQ(run("rm -r studio://data/many/").first, 0);
   auto rm = run("rm -r studio://data/sets/");
   EXPECT_NE(rm.second.find("removed 2 objects"), std::string::npos) << rm.second;
   auto missing = run("cp studio://data/nothing-here " + dir + "/none");

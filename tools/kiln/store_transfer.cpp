@@ -121,6 +121,10 @@ void run_transfers(const TransferPlan& plan, const std::string& server, const st
       if (error.empty()) error = e.what();
     }
   };
+  // Folders are made here, before the workers start: two workers making
+  // the same parent folder at once could race.
+  for (const Transfer& t : plan.copies)
+    if (!t.upload && fs::path(t.local).has_parent_path()) fs::create_directories(fs::path(t.local).parent_path());
   std::vector<std::thread> pool;
   const size_t count = std::min<size_t>(static_cast<size_t>(workers), std::max<size_t>(plan.copies.size(), 1));
   for (size_t k = 0; k < count; ++k) pool.emplace_back(work);
