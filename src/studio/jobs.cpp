@@ -51,13 +51,6 @@ JobRecord record_of(Statement& s) {
   return r;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Why the launcher failed, from its report ("kiln launch: rank 1 (pid ..)
 // was killed by signal 9 ..."), with what a person should suspect.
 std::string failure_reason(const std::string& launcher_log, int exit_code) {

@@ -70,11 +70,6 @@ int run_kiln(const std::string& kiln, std::vector<std::string> args, const std::
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 ModelVersion row_to_version(Statement& s) {
   ModelVersion v;
   v.model = s.text(0);

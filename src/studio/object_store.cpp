@@ -76,6 +76,12 @@ std::vector<std::string> ObjectStore::buckets() {
   return out;
 }
 
+std::string read_text(const std::string& path, size_t from) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(from));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 void write_synced(const std::string& path, const std::string& bytes) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   KILN_CHECK(fd >= 0, "cannot create ", path, ": ", std::strerror(errno));

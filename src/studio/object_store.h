@@ -76,6 +76,8 @@ class ObjectStore {
 // Writes bytes to a new file and syncs it; on a full disk throws StorageFull
 // and leaves no file.
 void write_synced(const std::string& path, const std::string& bytes);
+// A file's bytes from `from` on ("" when it cannot be read): logs, reports.
+std::string read_text(const std::string& path, size_t from = 0);
 
 // Bucket names: 3 to 63 characters of a-z, 0-9 and '-', starting with a letter or digit.
 void check_bucket_name(const std::string& bucket);

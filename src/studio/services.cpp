@@ -28,12 +28,6 @@ using json = nlohmann::json;
 constexpr std::array<double, 11> kBucketsMs = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e300};
 constexpr int kMaxStartFailures = 3;
 
-std::string read_text(const std::string& path, size_t from = 0) {
-  std::ifstream f(path, std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(from));
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 std::string last_line(const std::string& text) {
   std::string t = text;
   while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
@@ -527,6 +521,9 @@ void Services::update_state(Service& s) {
 
 void Services::supervise() {
   while (!stopping_) {
+    // Readiness probes are HTTP requests: they run after the sweep, without
+    // the lock that every proxied request takes.
+    std::vector<std::shared_ptr<Instance>> probes;
     {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait_for(lock, std::chrono::milliseconds(100));
@@ -574,13 +571,7 @@ void Services::supervise() {
                 auto at = text.find(mark);
                 if (at != std::string::npos) i->port = std::atoi(text.c_str() + at + mark.size());
               }
-              if (i->port > 0 && !i->ready) {
-                httplib::Client probe("127.0.0.1", i->port);
-                probe.set_connection_timeout(0, 200000);
-                probe.set_read_timeout(1);
-                auto r = probe.Get("/v2/health/ready");
-                if (r && r->status == 200) i->ready = true, i->ever_ready = true, i->start_failures = 0;
-              }
+              if (i->port > 0 && !i->ready) probes.push_back(i);
             }
           }
         }
@@ -618,6 +609,14 @@ void Services::supervise() {
         }
         update_state(*s);
       }
+    }
+    // Instance fields other than `ready` belong to this thread alone.
+    for (auto& i : probes) {
+      httplib::Client probe("127.0.0.1", i->port);
+      probe.set_connection_timeout(0, 200000);
+      probe.set_read_timeout(1);
+      auto r = probe.Get("/v2/health/ready");
+      if (r && r->status == 200) i->ever_ready = true, i->start_failures = 0, i->ready = true;
     }
   }
 }

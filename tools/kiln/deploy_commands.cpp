@@ -17,9 +17,9 @@
 #include "kiln/profiler.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
+#include "cli_args.h"
 
 namespace kiln::cli {
-namespace {
 
 std::vector<int64_t> parse_ints(const std::string& text, const char* what) {
   std::vector<int64_t> v;
@@ -38,6 +38,8 @@ std::vector<int64_t> parse_ints(const std::string& text, const char* what) {
   KILN_CHECK(!v.empty(), what, " is empty");
   return v;
 }
+
+namespace {
 
 Tensor load_input(const std::string& path) {
   auto ext = std::filesystem::path(path).extension().string();

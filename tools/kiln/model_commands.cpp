@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "cli_args.h"
 #include "studio_client.h"
 
 namespace kiln::cli {
@@ -93,20 +94,7 @@ void add_model_commands(CLI::App& app) {
       json body = {{"description", a->description}, {"tags", json::object()}};
       if (a->job) body["job"] = a->job;
       if (!a->url.empty()) body["url"] = a->url;
-      if (!a->shape.empty()) {
-        json shape = json::array();
-        for (size_t at = 0; at <= a->shape.size();) {
-          size_t comma = a->shape.find(',', at);
-          std::string d = a->shape.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-          try {
-            shape.push_back(std::stoll(d));
-          } catch (const std::exception&) {
-            KILN_FAIL("--input-shape: '", d, "' is not a size (write it like 1,3,32,32)");
-          }
-          at = comma == std::string::npos ? a->shape.size() + 1 : comma + 1;
-        }
-        body["input_shape"] = shape;
-      }
+      if (!a->shape.empty()) body["input_shape"] = parse_ints(a->shape, "--input-shape");
       for (const auto& t : a->tags) {
         size_t eq = t.find('=');
         KILN_CHECK(eq != std::string::npos && eq > 0, "--tag takes KEY=VALUE, not '", t, "'");
