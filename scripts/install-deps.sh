@@ -13,8 +13,9 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev libzip-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
   libgloo-dev
-  # Kiln Studio: its state (SQLite), token and object hashes (OpenSSL).
-  libsqlite3-dev libssl-dev
+  # Kiln Studio: its state (SQLite; libpq for PostgreSQL, and the server its
+  # tests start), token and object hashes (OpenSSL).
+  libsqlite3-dev libpq-dev postgresql libssl-dev
   # The Python package: pybind11 bindings for Debian's Python, its tests
   # (pytest, NumPy) and the quickstart notebook run headless (nbclient).
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-setuptools

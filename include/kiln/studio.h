@@ -1,5 +1,5 @@
 #pragma once
-// Kiln Studio, the platform server: state in SQLite, API tokens with scopes
+// Kiln Studio, the platform server: state in SQLite or PostgreSQL, API tokens with scopes
 // and an audit log of every write, and an object store of buckets and keys.
 //
 //   kiln::studio::StudioOptions o;
@@ -19,7 +19,10 @@ const char* scope_name(Scope scope);
 Scope parse_scope(const std::string& name);  // "read", "write", "admin"; throws otherwise
 
 struct StudioOptions {
-  std::string data_dir = "studio-data";  // the database and the objects live here
+  std::string data_dir = "studio-data";  // the objects, job folders and (by default) the database live here
+  // The database: empty for DATA_DIR/studio.db (SQLite), or a
+  // postgresql://USER:PASSWORD@HOST:PORT/NAME URL.
+  std::string database;
   std::string host = "127.0.0.1";
   int port = 8080;                        // 0: any free port
   size_t max_upload_bytes = size_t{1} << 30;  // one object's body; larger uploads get 413
@@ -35,6 +38,7 @@ class StudioServer {
   ~StudioServer();
   int start();  // listens; returns the port
   void stop();
+  const std::string& database() const;  // where the state is (a URL without its password)
 
  private:
   struct Impl;
@@ -63,10 +67,12 @@ class Sha256 {
 // pieces: files of any size.
 std::string sha256_file(const std::string& path, int64_t offset = 0, int64_t length = -1);
 
-// Creates an API token in the studio at data_dir; returns the secret, which
-// is shown once and stored only as its SHA-256.
-std::string create_token(const std::string& data_dir, const std::string& name, Scope scope);
+// Creates an API token in the studio at data_dir (its database: as in
+// StudioOptions); returns the secret, which is shown once and stored only as
+// its SHA-256.
+std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
+                         const std::string& database = "");
 // Revokes the tokens of that name; returns how many.
-int revoke_tokens(const std::string& data_dir, const std::string& name);
+int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database = "");
 
 }  // namespace kiln::studio

@@ -138,107 +138,68 @@ constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
 }  // namespace
 
-Statement::Statement(Database& db, const std::string& sql) : db_(db), lock_(db.lock()) {
-  if (sqlite3_prepare_v2(db.handle(), sql.c_str(), static_cast<int>(sql.size()), &stmt_, nullptr) != SQLITE_OK)
-    db.fail("preparing '" + sql + "'");
-}
-
-Statement::~Statement() { sqlite3_finalize(stmt_); }
-
-Statement& Statement::bind(int index, const std::string& value) {
-  if (sqlite3_bind_text(stmt_, index, value.data(), static_cast<int>(value.size()), SQLITE_TRANSIENT) != SQLITE_OK)
-    db_.fail("binding a value");
-  return *this;
-}
-
-Statement& Statement::bind(int index, int64_t value) {
-  if (sqlite3_bind_int64(stmt_, index, value) != SQLITE_OK) db_.fail("binding a value");
-  return *this;
-}
-
-Statement& Statement::bind(int index, double value) {
-  if (sqlite3_bind_double(stmt_, index, value) != SQLITE_OK) db_.fail("binding a value");
-  return *this;
-}
-
-Statement& Statement::bind_null(int index) {
-  if (sqlite3_bind_null(stmt_, index) != SQLITE_OK) db_.fail("binding a value");
-  return *this;
-}
-
-int64_t Statement::run() {
-  while (step()) {
-  }
-  return sqlite3_changes64(db_.handle());  // under the lock: this statement's changes
-}
-
-bool Statement::step() {
-  int rc = sqlite3_step(stmt_);
-  if (rc == SQLITE_ROW) return true;
-  if (rc == SQLITE_DONE) return false;
-  db_.fail("running a statement");
-}
-
-std::string Statement::text(int column) const {
-  const unsigned char* p = sqlite3_column_text(stmt_, column);
-  return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(stmt_, column)))
-           : std::string();
-}
-
-int64_t Statement::integer(int column) const { return sqlite3_column_int64(stmt_, column); }
-double Statement::real(int column) const { return sqlite3_column_double(stmt_, column); }
-bool Statement::is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
-
-Database::Database(const std::string& path) : path_(path) {
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
-      SQLITE_OK) {
-    std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    KILN_FAIL("cannot open the studio database ", path, ": ", why,
-              "; check that the data directory exists and is writable (--data)");
-  }
-  // Several connection threads write: wait for the lock rather than fail.
-  sqlite3_busy_timeout(db_, 10000);
-  exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;");
-  migrate();
-}
-
-Database::~Database() { sqlite3_close(db_); }
-
-void Database::exec(const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string why = error ? error : "unknown error";
-    sqlite3_free(error);
-    KILN_FAIL("studio database ", path_, ": ", why);
-  }
-}
-
-int Database::schema_version() {
-  Statement s(*this, "PRAGMA user_version");
-  s.step();
-  return static_cast<int>(s.integer(0));
-}
-
-void Database::fail(const std::string& what) const {
-  KILN_FAIL("studio database ", path_, ": ", what, ": ", sqlite3_errmsg(db_));
+std::unique_ptr<Database> Database::open(const std::string& location) {
+  const bool postgres = location.rfind("postgresql://", 0) == 0 || location.rfind("postgres://", 0) == 0;
+  std::unique_ptr<Database> db = postgres ? open_postgres(location) : open_sqlite(location);
+  db->migrate();
+  return db;
 }
 
 void Database::migrate() {
   Transaction t(*this);
   int version = schema_version();
-  KILN_CHECK(version <= kVersion, "the studio database ", path_, " has schema version ", version,
+  KILN_CHECK(version <= kVersion, "the studio database ", location_, " has schema version ", version,
              ", newer than this kiln knows (", kVersion, "); run the kiln that wrote it, or a newer one");
-  for (int v = version; v < kVersion; ++v) exec(kMigrations[v]);
-  exec("PRAGMA user_version = " + std::to_string(kVersion));
+  for (int v = version; v < kVersion; ++v) exec(dialect(kMigrations[v]));
+  set_schema_version(kVersion);
   t.commit();
 }
 
-Transaction::Transaction(Database& db) : db_(db), lock_(db.lock()) { db_.exec("BEGIN IMMEDIATE"); }
+Statement::Statement(Database& db, const std::string& sql) : lock_(db.lock()), backend_(db.prepare(sql)) {}
+
+Statement::~Statement() = default;
+
+Statement& Statement::bind(int index, const std::string& value) {
+  backend_->bind(index, value);
+  return *this;
+}
+
+Statement& Statement::bind(int index, int64_t value) {
+  backend_->bind(index, value);
+  return *this;
+}
+
+Statement& Statement::bind(int index, double value) {
+  backend_->bind(index, value);
+  return *this;
+}
+
+Statement& Statement::bind_null(int index) {
+  backend_->bind_null(index);
+  return *this;
+}
+
+bool Statement::step() { return backend_->step(); }
+
+int64_t Statement::run() {
+  while (step()) {
+  }
+  return backend_->changes();  // under the lock: this statement's changes
+}
+
+std::string Statement::text(int column) const { return backend_->text(column); }
+int64_t Statement::integer(int column) const { return backend_->integer(column); }
+double Statement::real(int column) const { return backend_->real(column); }
+bool Statement::is_null(int column) const { return backend_->is_null(column); }
+
+Transaction::Transaction(Database& db) : db_(db), lock_(db.lock()) { db_.exec(db_.begin_sql()); }
 
 Transaction::~Transaction() {
-  if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);
+  if (done_) return;
+  try {
+    db_.exec("ROLLBACK");
+  } catch (...) {  // the connection is gone: the server rolls back by itself
+  }
 }
 
 void Transaction::commit() {

@@ -113,9 +113,10 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
   int64_t id = 0;
   {
     Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, "
-                          "'Creating', 'scheduling', '', ?, ?)");
-    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now_ms()).run();
-    id = sqlite3_last_insert_rowid(db_.handle());  // still under the statement's lock: this insert's row
+                          "'Creating', 'scheduling', '', ?, ?) RETURNING id");
+    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now_ms());
+    KILN_CHECK(insert.step(), "studio database: a new job has no id");
+    id = insert.integer(0);
   }
   auto running = std::make_shared<Running>();
   std::lock_guard<std::mutex> lock(mu_);

@@ -152,7 +152,7 @@ ModelVersion Models::register_version(const std::string& name, RegisterRequest r
   int64_t version = 0;
   {
     Transaction t(db_);
-    Statement(db_, "INSERT OR IGNORE INTO models (name, description, created_at) VALUES (?, '', ?)")
+    Statement(db_, "INSERT INTO models (name, description, created_at) VALUES (?, '', ?) ON CONFLICT DO NOTHING")
         .bind(1, name).bind(2, now_ms())
         .run();
     Statement next(db_, "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE model = ?");

@@ -55,7 +55,7 @@ void ObjectStore::require_bucket(const std::string& bucket) {
 void ObjectStore::create_bucket(const std::string& bucket) {
   check_bucket_name(bucket);
   fs::create_directories(root_ + "/" + bucket + "/.incoming");
-  Statement(db_, "INSERT OR IGNORE INTO buckets (name, created_at) VALUES (?, ?)").bind(1, bucket).bind(2, now_ms()).run();
+  Statement(db_, "INSERT INTO buckets (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING").bind(1, bucket).bind(2, now_ms()).run();
 }
 
 void ObjectStore::delete_bucket(const std::string& bucket) {
@@ -161,7 +161,9 @@ ObjectInfo ObjectStore::adopt(const std::string& bucket, const std::string& key,
     Statement s(db_, "SELECT file FROM objects WHERE bucket = ? AND key = ?");
     s.bind(1, bucket).bind(2, key);
     if (s.step()) old_file = s.text(0);
-    Statement(db_, "INSERT OR REPLACE INTO objects (bucket, key, size, sha256, file, modified_at) VALUES (?, ?, ?, ?, ?, ?)")
+    Statement(db_, "INSERT INTO objects (bucket, key, size, sha256, file, modified_at) VALUES (?, ?, ?, ?, ?, ?) "
+              "ON CONFLICT (bucket, key) DO UPDATE SET size = excluded.size, sha256 = excluded.sha256, "
+              "file = excluded.file, modified_at = excluded.modified_at")
         .bind(1, bucket).bind(2, key).bind(3, info.size).bind(4, info.sha256).bind(5, file).bind(6, info.modified_ms)
         .run();
     t.commit();
@@ -216,10 +218,10 @@ Listing ObjectStore::list(const std::string& bucket, const std::string& prefix, 
   require_bucket(bucket);
   KILN_CHECK(max_keys >= 1 && max_keys <= 10000, "max_keys is 1 to 10000, not ", max_keys);
   // Prefix and order compare bytes, whatever the keys' characters.
-  Statement s(db_,
-              "SELECT key, size, sha256, modified_at FROM objects WHERE bucket = ? AND "
-              "substr(CAST(key AS BLOB), 1, ?) = CAST(? AS BLOB) AND key > ? "
-              "ORDER BY key LIMIT ?");
+  const std::string key = db_.bytewise("key");
+  Statement s(db_, "SELECT key, size, sha256, modified_at FROM objects WHERE bucket = ? AND substr(" +
+                       db_.bytes_of("key") + ", 1, ?) = " + db_.bytes_of("?") + " AND " + key + " > ? ORDER BY " + key +
+                       " LIMIT ?");
   s.bind(1, bucket).bind(2, static_cast<int64_t>(prefix.size())).bind(3, prefix).bind(4, start_after).bind(5, int64_t{max_keys} + 1);
   Listing out;
   while (s.step()) {

@@ -87,9 +87,10 @@ bool Runs::has_tag(int64_t job, const std::string& key, const std::string& value
 }
 
 json Runs::metrics(int64_t job, const std::string& key) {
-  Statement s(db_, key.empty() ? "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? ORDER BY key, step, rowid"
+  const std::string order = db_.insertion_order();
+  Statement s(db_, key.empty() ? "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? ORDER BY key, step, " + order
                                : "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? AND key = ? "
-                                 "ORDER BY step, rowid");
+                                 "ORDER BY step, " + order);
   s.bind(1, job);
   if (!key.empty()) s.bind(2, key);
   json out = json::object();

@@ -156,7 +156,9 @@ Services::Services(Database& db, Models& models, std::string kiln, std::string r
       Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, spec["name"].get<std::string>()).run();
       deploy(spec);
     } catch (const std::exception& e) {
-      Statement(db_, "INSERT OR REPLACE INTO services (name, spec, state, reason, created_at) VALUES (?, ?, 'Failed', ?, ?)")
+      Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at) VALUES (?, ?, 'Failed', ?, ?) "
+                     "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, state = excluded.state, "
+                     "reason = excluded.reason")
           .bind(1, spec["name"].get<std::string>()).bind(2, spec.dump())
           .bind(3, std::string("it could not be started again when the studio restarted: ") + e.what())
           .bind(4, created)

@@ -26,6 +26,11 @@ using serve::HttpRequest;
 using serve::HttpResponse;
 using json = nlohmann::json;
 
+// StudioOptions::database as Database::open takes it.
+std::string database_location(const std::string& data_dir, const std::string& database) {
+  return database.empty() ? data_dir + "/studio.db" : database;
+}
+
 std::vector<std::string> split_path(const std::string& path) {
   std::vector<std::string> parts;
   size_t start = 1;
@@ -331,7 +336,7 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", impl_->options.data_dir, ": ", ec.message());
   // Absolute: jobs run in folders of their own and must still find it.
   const std::string dir = fs::absolute(impl_->options.data_dir).lexically_normal().string();
-  impl_->db = std::make_unique<Database>(dir + "/studio.db");
+  impl_->db = Database::open(database_location(dir, impl_->options.database));
   impl_->store = std::make_unique<ObjectStore>(dir + "/objects", *impl_->db);
   std::string kiln = impl_->options.kiln_executable;
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
@@ -379,6 +384,8 @@ StudioServer::~StudioServer() {
   if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
 }
 
+const std::string& StudioServer::database() const { return impl_->db->location(); }
+
 int run_studio(const StudioOptions& options) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -387,8 +394,8 @@ int run_studio(const StudioOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   StudioServer studio(options);
   int port = studio.start();
-  std::fprintf(stderr, "kiln studio: ready on http://%s:%d (data in %s)\n", options.host.c_str(), port,
-               options.data_dir.c_str());
+  std::fprintf(stderr, "kiln studio: ready on http://%s:%d (data in %s, database %s)\n", options.host.c_str(), port,
+               options.data_dir.c_str(), studio.database().c_str());
   int sig = 0;
   sigwait(&signals, &sig);
   std::fprintf(stderr, "kiln studio: %s received; stopping\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -396,15 +403,14 @@ int run_studio(const StudioOptions& options) {
   return 0;
 }
 
-std::string create_token(const std::string& data_dir, const std::string& name, Scope scope) {
-  std::filesystem::create_directories(data_dir);
-  Database db(data_dir + "/studio.db");
-  return create_token(db, name, scope);
+std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
+                         const std::string& database) {
+  if (database.empty()) std::filesystem::create_directories(data_dir);
+  return create_token(*Database::open(database_location(data_dir, database)), name, scope);
 }
 
-int revoke_tokens(const std::string& data_dir, const std::string& name) {
-  Database db(data_dir + "/studio.db");
-  return revoke_tokens(db, name);
+int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database) {
+  return revoke_tokens(*Database::open(database_location(data_dir, database)), name);
 }
 
 }  // namespace kiln::studio

@@ -59,7 +59,7 @@ json shell_job(const std::string& name, const std::string& script, int nproc = 2
 TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
   auto dir = fresh_dir("jobs_run");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   ASSERT_EQ(api.client.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
   ASSERT_EQ(api.client.Put("/api/v1/buckets/data/objects/fmnist/labels.txt", "7 2 1", "text/plain")->status, 201);
   json spec = shell_job("read and write",
@@ -89,7 +89,7 @@ TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
 TEST(StudioJobs, AFailingRankFailsTheJobByName) {
   auto dir = fresh_dir("jobs_fail");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   auto started = std::chrono::steady_clock::now();
   int64_t id = api.submit(shell_job("crash", "if [ \"$RANK\" = 1 ]; then echo out of patience; exit 3; fi; sleep 30"));
   json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
@@ -104,7 +104,7 @@ TEST(StudioJobs, AFailingRankFailsTheJobByName) {
 TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
   auto dir = fresh_dir("jobs_stop");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   int64_t id = api.submit(shell_job("sleeper", "echo started; exec sleep 61.375"));
   api.wait_for(id, {"Running"});
   for (int i = 0; i < 100 && api.get("/api/v1/jobs/" + std::to_string(id) + "/logs")["total"] < 2; ++i)
@@ -120,7 +120,7 @@ TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
 
 TEST(StudioJobs, ARestartMidJobKeepsItsRecordAndLogs) {
   auto dir = fresh_dir("jobs_restart");
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   int64_t id = 0;
   {
     Studio s(dir);
@@ -141,7 +141,7 @@ TEST(StudioJobs, ARestartMidJobKeepsItsRecordAndLogs) {
 TEST(StudioJobs, BadSpecsAreRefusedByName) {
   auto dir = fresh_dir("jobs_bad");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   auto refuse = [&](const std::string& body) {
     auto r = api.client.Post("/api/v1/jobs", body, "application/json");
     EXPECT_EQ(r->status, 400) << body;
@@ -155,7 +155,7 @@ TEST(StudioJobs, BadSpecsAreRefusedByName) {
   EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "inputs": {"d": "studio://nope/x"}})").find("no bucket"),
             std::string::npos);
   EXPECT_NE(refuse("{not json").find("not valid JSON"), std::string::npos);
-  auto reader = studio::create_token(dir, "viewer", studio::Scope::Read);
+  auto reader = kiln::testing::create_token(dir, "viewer", studio::Scope::Read);
   Api viewer(s.port, reader);
   EXPECT_EQ(viewer.client.Post("/api/v1/jobs", R"({"name": "x", "command": ["true"]})", "application/json")->status, 403);
 }
@@ -163,7 +163,7 @@ TEST(StudioJobs, BadSpecsAreRefusedByName) {
 TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
   auto dir = fresh_dir("jobs_cli");
   Studio s(dir);
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   std::ofstream(dir + "/spec.yaml") << "name: hello\nnproc: 2\ncommand: [/bin/sh, -c, 'echo hello from $RANK', job]\n";
   auto run = [&](const std::string& args) { return s.kiln(token, dir, "job " + args); };
   auto submitted = run("submit " + dir + "/spec.yaml --wait");
@@ -185,7 +185,7 @@ TEST(StudioJobs, TheJobCommandsSubmitWaitAndSearchLogs) {
 TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
   auto dir = fresh_dir("jobs_w1");
   Studio s(dir);
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   auto run = [&](const std::string& args) { return s.kiln(token, dir, args); };
   ASSERT_TRUE(s.upload_fashion_mnist(token, dir));
   std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [512, 256]}\ndataset: fashion_mnist\n"
@@ -215,7 +215,7 @@ TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
 TEST(StudioJobs, CodeIsUploadedAtSubmissionAndRetriesRunItAgain) {
   auto dir = fresh_dir("jobs_code");
   Studio s(dir);
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   std::filesystem::create_directories(dir + "/project/scripts");
   std::ofstream(dir + "/project/scripts/run.sh") << "echo running $(basename $(pwd)) rank $RANK\n";
   std::ofstream(dir + "/spec.yaml") << "name: From Code\ncode_dir: project\nnproc: 2\ncommand: [/bin/sh, scripts/run.sh]\n";

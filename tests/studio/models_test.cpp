@@ -47,7 +47,7 @@ struct Api : kiln::testing::StudioApi {
 TEST(StudioModels, AJobsModelIsRegisteredWithItsSignatureLineageAndAliases) {
   auto dir = fresh_dir("models_job");
   Studio s(dir);
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   auto run = [&](const std::string& args) { return s.kiln(token, dir, args); };
   ASSERT_TRUE(s.upload_fashion_mnist(token, dir));
   std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [64]}\ndataset: fashion_mnist\n"
@@ -97,7 +97,7 @@ TEST(StudioModels, AJobsModelIsRegisteredWithItsSignatureLineageAndAliases) {
 TEST(StudioModels, AModelThatFailsItsCheckIsFailedWithTheReason) {
   auto dir = fresh_dir("models_failed");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   json bad = api.register_and_wait("broken", "this is not an ONNX file", "application/octet-stream");
   EXPECT_EQ(bad["state"], "FAILED");
   EXPECT_FALSE(bad["reason"].get<std::string>().empty());
@@ -122,8 +122,8 @@ TEST(StudioModels, AModelThatFailsItsCheckIsFailedWithTheReason) {
 TEST(StudioModels, BadRequestsAreRefusedByName) {
   auto dir = fresh_dir("models_bad");
   Studio s(dir);
-  Api api(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
-  Api reader(s.port, studio::create_token(dir, "viewer", studio::Scope::Read));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  Api reader(s.port, kiln::testing::create_token(dir, "viewer", studio::Scope::Read));
   auto expect = [](std::pair<int, json> r, int status, const std::string& phrase) {
     EXPECT_EQ(r.first, status) << r.second.dump();
     EXPECT_NE(r.second.dump().find(phrase), std::string::npos) << "'" << phrase << "' missing from " << r.second.dump();

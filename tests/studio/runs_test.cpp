@@ -54,7 +54,7 @@ TEST(StudioRuns, ParametersAreWrittenOnceAndMetricsAppend) {
   auto dir = fresh_dir("runs_api");
   Studio s(dir);
   httplib::Client c("127.0.0.1", s.port);
-  c.set_bearer_token_auth(studio::create_token(dir, "ci", studio::Scope::Write));
+  c.set_bearer_token_auth(kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   int64_t id = submit(c, "sleep 0.1");
   const std::string base = "/api/v1/jobs/" + std::to_string(id);
   EXPECT_EQ(c.Post(base + "/params", R"({"params": {"lr": "0.1", "batch": 64}})", "application/json")->status, 204);
@@ -79,7 +79,7 @@ TEST(StudioRuns, ParametersAreWrittenOnceAndMetricsAppend) {
 TEST(StudioRuns, TagsChangeAndSelectJobs) {
   auto dir = fresh_dir("runs_tags");
   Studio s(dir);
-  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   httplib::Client c("127.0.0.1", s.port);
   c.set_bearer_token_auth(token);
   int64_t first = submit(c, "true"), second = submit(c, "true");
@@ -106,7 +106,7 @@ TEST(StudioRuns, TagsChangeAndSelectJobs) {
 TEST(StudioRuns, TheTrackerSendsATrainingRunsMetrics) {
   auto dir = fresh_dir("runs_tracker");
   Studio s(dir);
-  std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   httplib::Client c("127.0.0.1", s.port);
   c.set_bearer_token_auth(token);
   int64_t id = submit(c, "sleep 0.1");
@@ -138,7 +138,7 @@ TEST(StudioRuns, AJobGetsTheStudioAndATokenOfItsOwn) {
   auto dir = fresh_dir("runs_env");
   Studio s(dir);
   httplib::Client c("127.0.0.1", s.port);
-  c.set_bearer_token_auth(studio::create_token(dir, "ci", studio::Scope::Write));
+  c.set_bearer_token_auth(kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   int64_t id = submit(c, std::string(KILN_CLI) + " store ls studio:// && echo token=$KILN_STUDIO_TOKEN");
   json done = wait_done(c, id);
   ASSERT_EQ(done["state"], "Completed") << done.dump();

@@ -87,7 +87,7 @@ float first_output(const httplib::Result& r) { return json::parse(r->body)["outp
 TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   auto dir = fresh_dir("services");
   Studio s(dir);
-  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   Client c(s.port, token);
   ASSERT_EQ(register_model(c, cnn_onnx(1)), 1);
   ASSERT_EQ(register_model(c, cnn_onnx(2)), 2);
@@ -97,7 +97,7 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   auto unknown = s.kiln(token, dir, "service deploy fm --model m@staging");
   EXPECT_NE(unknown.first, 0);
   EXPECT_NE(unknown.second.find("has no alias 'staging'"), std::string::npos) << unknown.second;
-  const std::string reader = studio::create_token(dir, "viewer", studio::Scope::Read);
+  const std::string reader = kiln::testing::create_token(dir, "viewer", studio::Scope::Read);
   EXPECT_EQ(Client(s.port, reader).call_json("POST", "/api/v1/services", {{"name", "x"}, {"versions", json::array()}}).first, 403);
 
   auto deployed = s.kiln(token, dir, "service deploy fm --model m@production --instances 2");
@@ -188,7 +188,7 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
 
 TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
   auto dir = fresh_dir("services_restart");
-  const std::string token = studio::create_token(dir, "ci", studio::Scope::Write);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   auto s = std::make_unique<Studio>(dir);
   Client c(s->port, token);
   register_model(c, cnn_onnx(1));
@@ -248,7 +248,7 @@ TEST(StudioServices, InstancesThatCannotStartFailTheServiceWithTheirLog) {
   auto dir = fresh_dir("services_failed");
   // /bin/false stands in for a kiln that cannot serve.
   Studio s(dir, size_t{1} << 30, "/bin/false");
-  Client c(s.port, studio::create_token(dir, "ci", studio::Scope::Write));
+  Client c(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   register_model(c, cnn_onnx(1));
   ASSERT_EQ(c.call_json("POST", "/api/v1/services", {{"name", "fm"}, {"versions", {{{"model", "m/1"}}}}}).first, 201);
   json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Failed"); });

@@ -42,8 +42,8 @@ std::string error_of(const httplib::Result& r) { return json::parse(r->body).val
 
 TEST(Studio, EveryEndpointButHealthNeedsATokenOfTheRightScope) {
   auto dir = fresh_dir("studio_auth");
-  std::string reader = studio::create_token(dir, "reader", studio::Scope::Read);
-  std::string writer = studio::create_token(dir, "ci", studio::Scope::Write);
+  std::string reader = kiln::testing::create_token(dir, "reader", studio::Scope::Read);
+  std::string writer = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
   Studio s(dir);
   EXPECT_EQ(s.client().Get("/api/v1/health")->status, 200);
   auto anonymous = s.client().Get("/api/v1/buckets");
@@ -58,14 +58,14 @@ TEST(Studio, EveryEndpointButHealthNeedsATokenOfTheRightScope) {
   EXPECT_EQ(s.client(writer).Get("/api/v1/audit")->status, 403);  // admin only
   // Tokens are stored hashed: the secret is nowhere in the database.
   EXPECT_EQ(text_of(dir + "/studio.db").find(writer), std::string::npos);
-  EXPECT_EQ(studio::revoke_tokens(dir, "ci"), 1);
+  EXPECT_EQ(studio::revoke_tokens(dir, "ci", kiln::testing::test_database(dir)), 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the studio remembers a token for a second
   EXPECT_EQ(s.client(writer).Get("/api/v1/buckets")->status, 401);
 }
 
 TEST(Studio, WritesAreAudited) {
   auto dir = fresh_dir("studio_audit");
-  std::string admin = studio::create_token(dir, "ops", studio::Scope::Admin);
+  std::string admin = kiln::testing::create_token(dir, "ops", studio::Scope::Admin);
   Studio s(dir);
   auto c = s.client(admin);
   ASSERT_EQ(c.Put("/api/v1/buckets/runs", "", "text/plain")->status, 201);
@@ -81,7 +81,7 @@ TEST(Studio, WritesAreAudited) {
 
 TEST(Studio, ObjectsRoundTripWithChecksumsRangesAndPages) {
   auto dir = fresh_dir("studio_objects");
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   Studio s(dir);
   auto c = s.client(token);
   ASSERT_EQ(c.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
@@ -121,9 +121,44 @@ TEST(Studio, ObjectsRoundTripWithChecksumsRangesAndPages) {
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/objects/data/.incoming"));
 }
 
+TEST(Studio, KeysListInByteOrderWhateverTheirCharacters) {
+  auto dir = fresh_dir("studio_key_order");
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
+  Studio s(dir);
+  auto c = s.client(token);
+  ASSERT_EQ(c.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
+  // A locale's collation would put "a" before "B" and "e" before "é" before "f".
+  for (const char* key : {"k/f", "k/%C3%A9", "k/a", "k/B", "k/e", "kz"})
+    ASSERT_EQ(c.Put(std::string("/api/v1/buckets/data/objects/") + key, "x", "text/plain")->status, 201) << key;
+  std::vector<std::string> keys;
+  std::string after;
+  do {  // pages of two, each starting after the last
+    auto page = json::parse(c.Get("/api/v1/buckets/data/objects?prefix=k/&max_keys=2&start_after=" + after)->body);
+    for (const auto& o : page["objects"]) keys.push_back(o["key"].get<std::string>());
+    after = page["next_start_after"].get<std::string>();
+  } while (!after.empty() && keys.size() < 10);
+  EXPECT_EQ(keys, (std::vector<std::string>{"k/B", "k/a", "k/e", "k/f", "k/\xc3\xa9"}));
+}
+
+TEST(Studio, AnUnreachableDatabaseIsAClearErrorThatHidesThePassword) {
+  studio::StudioOptions o;
+  o.data_dir = fresh_dir("studio_bad_db");
+  o.database = "postgresql://kiln:s3cret@127.0.0.1:1/studio?connect_timeout=5";
+  try {
+    studio::StudioServer server(o);
+    ADD_FAILURE() << "a studio started without its database";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot connect to the studio database postgresql://kiln:***@127.0.0.1:1/studio"),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("check that the server runs"), std::string::npos) << what;
+    EXPECT_EQ(what.find("s3cret"), std::string::npos) << what;
+  }
+}
+
 TEST(Studio, KeysCannotLeaveTheirBucket) {
   auto dir = fresh_dir("studio_keys");
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   Studio s(dir);
   auto c = s.client(token);
   ASSERT_EQ(c.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
@@ -140,7 +175,7 @@ TEST(Studio, KeysCannotLeaveTheirBucket) {
 
 TEST(Studio, ARestartLosesNothing) {
   auto dir = fresh_dir("studio_restart");
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   {
     Studio s(dir);
     auto c = s.client(token);
@@ -155,7 +190,7 @@ TEST(Studio, ARestartLosesNothing) {
 
 TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
   auto dir = fresh_dir("studio_cli");
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   Studio s(dir);
   std::string local = dir + "/local";
   std::filesystem::create_directories(local + "/train/a");
@@ -215,7 +250,7 @@ TEST(Studio, StoreCommandsCopyTreesBothWaysAndSkipWhatIsUnchanged) {
 // way resumes with the parts the studio already has.
 TEST(Studio, LargeFilesGoUpInPartsAndAnInterruptedUploadResumes) {
   auto dir = fresh_dir("studio_parts");
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   Studio s(dir);  // one request carries at most 1 MiB
   std::string bytes((size_t{5} << 20) / 2, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
@@ -251,7 +286,7 @@ TEST(Studio, AFullDiskRefusesTheUploadAndCorruptsNothing) {
     std::string dir;
     ~Unmount() { (void)std::system(("umount " + dir).c_str()); }
   } unmount{dir};
-  std::string token = studio::create_token(dir, "w", studio::Scope::Write);
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   {
     kiln::testing::Studio s(dir);
     httplib::Client c("127.0.0.1", s.port);

@@ -2,6 +2,7 @@
 // A studio on a free loopback port over a fresh data directory, its jobs run
 // by the kiln CLI under test (KILN_CLI).
 #include <httplib.h>
+#include <libpq-fe.h>
 
 #include <gtest/gtest.h>
 
@@ -17,11 +18,39 @@
 
 namespace kiln::testing {
 
+// The database of the studio whose data directory is `dir`: the SQLite file
+// in it, or, when KILN_TEST_POSTGRES names a PostgreSQL server
+// (tests/support/with_postgres.sh), a database of its own there, made on
+// first use and found again by the same directory.
+inline std::string test_database(const std::string& dir) {
+  const char* server = std::getenv("KILN_TEST_POSTGRES");
+  if (!server || !*server) return "";
+  const std::string name = "studio_" + studio::sha256_hex(dir.data(), dir.size()).substr(0, 16);
+  PGconn* admin = PQconnectdb((std::string(server) + "/postgres").c_str());
+  EXPECT_EQ(PQstatus(admin), CONNECTION_OK) << PQerrorMessage(admin);
+  PGresult* r = PQexec(admin, ("SELECT 1 FROM pg_database WHERE datname = '" + name + "'").c_str());
+  const bool exists = PQntuples(r) > 0;
+  PQclear(r);
+  if (!exists) {
+    r = PQexec(admin, ("CREATE DATABASE " + name).c_str());
+    EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQerrorMessage(admin);
+    PQclear(r);
+  }
+  PQfinish(admin);
+  return std::string(server) + "/" + name;
+}
+
+// An API token of the studio at `dir`.
+inline std::string create_token(const std::string& dir, const std::string& name, studio::Scope scope) {
+  return studio::create_token(dir, name, scope, test_database(dir));
+}
+
 struct Studio {
   // kiln: the executable that runs jobs and serves (default: the CLI under test).
   explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30, const std::string& kiln = "") {
     studio::StudioOptions o;
     o.data_dir = dir;
+    o.database = test_database(dir);
     o.port = 0;
     o.access_log = "";
     o.max_upload_bytes = max_upload_bytes;

@@ -32,6 +32,9 @@ void add_studio_commands(CLI::App& app) {
   auto o = std::make_shared<studio::StudioOptions>();
   auto* serve = studio->add_subcommand("serve", "Run the studio: REST API under /api/v1, state in --data");
   serve->add_option("--data", o->data_dir, "Data directory (database and objects); created if missing");
+  serve->add_option("--db", o->database,
+                    "Database: postgresql://USER:PASSWORD@HOST:PORT/NAME, or a SQLite file (default: DATA/studio.db)")
+      ->envname("KILN_STUDIO_DB");
   serve->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only)");
   serve->add_option("--port", o->port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
   serve->add_option("--access-log", o->access_log, "Access log file ('-': stderr, '': none)");
@@ -47,20 +50,23 @@ void add_studio_commands(CLI::App& app) {
   auto* token = studio->add_subcommand("token", "Create or revoke API tokens");
   token->require_subcommand(1);
   auto data = std::make_shared<std::string>("studio-data");
+  auto db = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto scope = std::make_shared<std::string>("read");
   auto* create = token->add_subcommand("create", "Create a token and print it (it is shown once)");
   create->add_option("--data", *data, "The studio's data directory");
+  create->add_option("--db", *db, "The studio's database, when not DATA/studio.db")->envname("KILN_STUDIO_DB");
   create->add_option("--name", *name, "A name for the token (in the audit log)")->required();
   create->add_option("--scope", *scope, "read, write or admin")->check(CLI::IsMember({"read", "write", "admin"}));
-  create->callback([data, name, scope] {
-    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope)).c_str());
+  create->callback([data, db, name, scope] {
+    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope), *db).c_str());
   });
   auto* revoke = token->add_subcommand("revoke", "Revoke every token of a name");
   revoke->add_option("--data", *data, "The studio's data directory");
+  revoke->add_option("--db", *db, "The studio's database, when not DATA/studio.db")->envname("KILN_STUDIO_DB");
   revoke->add_option("--name", *name, "The tokens' name")->required();
-  revoke->callback([data, name] {
-    int n = studio::revoke_tokens(*data, *name);
+  revoke->callback([data, db, name] {
+    int n = studio::revoke_tokens(*data, *name, *db);
     KILN_CHECK(n > 0, "no live token named '", *name, "'");
     std::printf("revoked %d token%s named %s\n", n, n == 1 ? "" : "s", name->c_str());
   });
