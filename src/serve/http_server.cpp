@@ -47,6 +47,11 @@ class SocketStream {
   explicit SocketStream(int fd) : fd_(fd) {}
   void set_deadline(Clock::time_point t) { deadline_ = t; }
   size_t received() const { return received_; }
+  // Whether the peer has closed or reset its end (without reading from it).
+  bool peer_closed() const {
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
 
   template <class Buffers>
   size_t read_some(const Buffers& buffers, error_code& ec) {
@@ -268,6 +273,10 @@ struct HttpServer::Impl {
 
   void accept_loop();
   void serve(Connection& c);
+  // Writes an answer with HttpResponse::stream: the head, the chunks its
+  // function sends, the last chunk. Sets res.status to kClientGone if the
+  // client left.
+  void stream_answer(SocketStream& stream, HttpResponse& res);
   // Joins and forgets the connections whose threads have finished. Holds mu.
   void reap_finished();
 };
@@ -388,6 +397,32 @@ void HttpServer::Impl::accept_loop() {
   }
 }
 
+void HttpServer::Impl::stream_answer(SocketStream& stream, HttpResponse& res) {
+  http::response<http::empty_body> head;
+  head.result(static_cast<unsigned>(res.status));
+  head.set(http::field::content_type, res.content_type);
+  for (const auto& [name, value] : res.headers) head.set(name, value);
+  head.keep_alive(false);
+  head.chunked(true);
+  http::response_serializer<http::empty_body> serializer(head);
+  error_code ec;
+  http::write_header(stream, serializer, ec);
+  auto send = [&](std::string_view piece) {
+    if (ec || stopping || stream.peer_closed()) return false;
+    if (piece.empty()) return true;
+    net::write(stream, http::make_chunk(net::const_buffer(piece.data(), piece.size())), ec);
+    return !ec;
+  };
+  try {
+    res.stream(send);
+  } catch (const std::exception& e) {  // the head is out: all that is left is to end early
+    std::string detail = "kiln serve: internal error while streaming: " + printable(e.what()) + "\n";
+    std::fwrite(detail.data(), 1, detail.size(), stderr);
+  }
+  if (!ec) net::write(stream, http::make_chunk_last(), ec);
+  if (ec) res.status = kClientGone;
+}
+
 void HttpServer::Impl::serve(Connection& c) {
   SocketStream stream(c.fd);
   boost::beast::flat_buffer buffer;
@@ -493,6 +528,11 @@ void HttpServer::Impl::serve(Connection& c) {
         res = HttpResponse();
         set_error(res, 500, "internal error while answering this request");
       }
+    }
+    if (res.stream) {
+      stream_answer(stream, res);
+      if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
+      break;
     }
     http::response<http::string_body> out;
     out.result(static_cast<unsigned>(res.status));

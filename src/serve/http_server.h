@@ -31,6 +31,13 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // beyond Content-Type and Content-Length
   bool close = false;  // close the connection after this answer
+  // Set for an answer of unknown length (server-sent events): the head goes
+  // out with chunked transfer encoding, then `stream` runs on the
+  // connection's thread with a `send` that writes one chunk and returns
+  // false once the client has gone or the server is stopping (an empty
+  // piece writes nothing and only asks). The connection closes after it.
+  using Send = std::function<bool(std::string_view piece)>;
+  std::function<void(const Send& send)> stream;
 };
 
 // The value of name=value in a query string, percent-decoded ('+' is a

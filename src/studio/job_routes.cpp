@@ -1,5 +1,8 @@
 #include "studio/job_routes.h"
 
+#include <regex>
+#include <thread>
+
 #include "kiln/error.h"
 #include "kiln/launch.h"
 
@@ -26,6 +29,71 @@ int64_t job_id(const std::string& text) {
   } catch (const std::exception&) {
   }
   throw NotFound("no job '" + text + "'; job ids are numbers (kiln job list)");
+}
+
+bool ended(const std::string& state) {
+  return state == "Completed" || state == "Failed" || state == "Terminated" || state == "Abnormal";
+}
+
+json line_json(const dist::LogLine& l) {
+  return {{"time", l.time}, {"host", l.host}, {"rank", l.rank}, {"text", l.text}};
+}
+
+// GET .../logs?follow=true (or Accept: text/event-stream): server-sent
+// events, one `line` event per log line (its id the count of lines sent, so
+// a client that reconnects with Last-Event-ID misses nothing and repeats
+// nothing), a comment every 15 s while nothing happens, and an `end` event
+// with the job's state once it is over and its last lines are out.
+void follow_job_logs(Jobs& jobs, int64_t id, const dist::LogQuery& query, int64_t skip, serve::HttpResponse& res) {
+  try {  // a bad pattern is a 400 now: once the stream has started, nothing can say so
+    std::regex check(query.pattern);
+  } catch (const std::regex_error& e) {
+    KILN_FAIL("grep '", query.pattern, "' is not a regular expression (", e.what(), ")");
+  }
+  res.content_type = "text/event-stream";
+  res.headers.emplace_back("Cache-Control", "no-store");
+  res.headers.emplace_back("X-Accel-Buffering", "no");  // a proxy in front must not hold events back
+  res.stream = [&jobs, id, query, skip](const serve::HttpResponse::Send& send) {
+    using Clock = std::chrono::steady_clock;
+    int64_t count = 0;
+    bool open = send("retry: 1000\n\n");
+    auto quiet_since = Clock::now();
+    std::string state;
+    int polls_after_end = 0;
+    auto over = [&] {
+      auto job = jobs.get(id);
+      state = job ? job->state : "Deleted";
+      return ended(state);
+    };
+    const std::string dir = jobs.folder(id) + "/logs";
+    auto has_logs = [&] {
+      try {
+        return !dist::log_files(dir).empty();
+      } catch (const Error&) {
+        return false;
+      }
+    };
+    // Until a rank has written its first line (the job may still be staging its inputs).
+    while (open && !has_logs() && !over() && send(""))
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto emit = [&](const dist::LogLine& l) {
+      if (!open || count++ < skip) return;
+      open = send("id: " + std::to_string(count) + "\nevent: line\ndata: " + line_json(l).dump() + "\n\n");
+      quiet_since = Clock::now();
+    };
+    auto keep_going = [&] {
+      if (!open || !send("")) return false;
+      if (Clock::now() - quiet_since > std::chrono::seconds(15)) {
+        open = send(": still following\n\n");
+        quiet_since = Clock::now();
+      }
+      // Once the job is over, one more look for the lines its ranks wrote last.
+      return !over() || polls_after_end++ < 1;
+    };
+    if (open && has_logs()) dist::follow_logs(dir, query, emit, keep_going);
+    if (state.empty()) over();
+    if (open) send("event: end\ndata: " + json{{"state", state}, {"lines", count}}.dump() + "\n\n");
+  };
 }
 
 }  // namespace
@@ -102,6 +170,21 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     dist::LogQuery query;
     if (auto rank = serve::query_param(req.query, "rank")) query.rank = static_cast<int>(number_param(req, "rank", 0));
     query.pattern = serve::query_param(req.query, "grep").value_or("");
+    const std::string* accept = req.header("Accept");
+    if (serve::query_param(req.query, "follow").value_or("false") == "true" ||
+        (accept && accept->find("text/event-stream") != std::string::npos)) {
+      const std::string* last = req.header("Last-Event-ID");
+      int64_t skip = number_param(req, "from_line", 0);
+      if (last) {
+        try {
+          skip = std::max<int64_t>(0, std::stoll(*last));
+        } catch (const std::exception&) {
+          KILN_FAIL("Last-Event-ID must be the id of an event this stream sent (a number), not '", *last, "'");
+        }
+      }
+      follow_job_logs(jobs, id, query, skip, res);
+      return;
+    }
     std::vector<dist::LogLine> lines;
     try {
       lines = dist::read_logs(jobs.folder(id) + "/logs", query);
@@ -115,7 +198,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     json out = json::array();
     for (int64_t i = from; i < total && i < from + count; ++i) {
       const auto& l = lines[static_cast<size_t>(newest_first ? total - 1 - i : i)];
-      out.push_back({{"time", l.time}, {"host", l.host}, {"rank", l.rank}, {"text", l.text}});
+      out.push_back(line_json(l));
     }
     reply_json(res, 200, {{"lines", out}, {"total", total}, {"from_line", from}});
   } else {

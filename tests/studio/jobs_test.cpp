@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "kiln/studio.h"
@@ -99,6 +101,75 @@ TEST(StudioJobs, AFailingRankFailsTheJobByName) {
   EXPECT_NE(reason.find("rank 1"), std::string::npos) << reason;
   EXPECT_NE(reason.find("exited with status 3"), std::string::npos) << reason;
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(25));  // rank 0 was not waited for
+}
+
+// The events of a server-sent stream as (event, id, data), read until the
+// server ends it.
+std::vector<std::array<std::string, 3>> read_events(httplib::Client& c, const std::string& path,
+                                                    const httplib::Headers& headers = {}) {
+  std::string body, type;
+  c.set_read_timeout(60, 0);
+  auto r = c.Get(
+      path, headers,
+      [&](const httplib::Response& head) {
+        type = head.get_header_value("Content-Type");
+        return true;
+      },
+      [&](const char* bytes, size_t n) {
+        body.append(bytes, n);
+        return true;
+      });
+  EXPECT_TRUE(r) << "the stream failed";
+  EXPECT_EQ(type, "text/event-stream");
+  std::vector<std::array<std::string, 3>> events;
+  for (size_t at = 0, end; (end = body.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    std::istringstream block(body.substr(at, end - at));
+    std::array<std::string, 3> e;
+    for (std::string line; std::getline(block, line);) {
+      if (line.rfind("event: ", 0) == 0) e[0] = line.substr(7);
+      if (line.rfind("id: ", 0) == 0) e[1] = line.substr(4);
+      if (line.rfind("data: ", 0) == 0) e[2] = line.substr(6);
+    }
+    if (!e[0].empty()) events.push_back(e);
+  }
+  return events;
+}
+
+TEST(StudioJobs, LogsFollowAsServerSentEventsUntilTheJobEnds) {
+  auto dir = fresh_dir("jobs_follow");
+  Studio s(dir);
+  std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
+  Api api(s.port, token);
+  int64_t id = api.submit(shell_job("ticker", "for i in 1 2 3 4; do echo tick $i from $RANK; sleep 0.3; done"));
+  const std::string logs = "/api/v1/jobs/" + std::to_string(id) + "/logs";
+  // Opened while the job runs: every line as it is written, then the end.
+  auto events = read_events(api.client, logs + "?follow=true");
+  ASSERT_EQ(events.size(), 9u);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(events[i][0], "line");
+    EXPECT_EQ(events[i][1], std::to_string(i + 1));  // ids count the lines sent
+    EXPECT_NE(json::parse(events[i][2])["text"].get<std::string>().find("tick"), std::string::npos);
+  }
+  EXPECT_EQ(events[8][0], "end");
+  EXPECT_EQ(json::parse(events[8][2])["state"], "Completed");
+  // A client that reconnects with the last id it saw gets the rest only.
+  auto rest = read_events(api.client, logs, {{"Accept", "text/event-stream"}, {"Last-Event-ID", "6"}});
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest[0][1], "7");
+  EXPECT_EQ(rest[0][2], events[6][2]);
+  // Filters apply; a bad one is refused before the stream starts.
+  auto one_rank = read_events(api.client, logs + "?follow=true&rank=1&grep=tick%20[34]");
+  ASSERT_EQ(one_rank.size(), 3u);
+  EXPECT_EQ(json::parse(one_rank[1][2])["text"], "tick 4 from 1");
+  auto bad = api.client.Get(logs + "?follow=true&grep=tick%20[");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("not a regular expression"), std::string::npos) << bad->body;
+  // kiln job logs --follow prints what the stream carries and returns at the end.
+  int64_t second = api.submit(shell_job("ticker", "sleep 0.5; echo late line from $RANK"));
+  auto followed = s.kiln(token, dir, "job logs " + std::to_string(second) + " --follow");
+  EXPECT_EQ(followed.first, 0) << followed.second;
+  EXPECT_NE(followed.second.find("[rank 0] late line from 0\n"), std::string::npos) << followed.second;
+  EXPECT_NE(followed.second.find("[rank 1] late line from 1\n"), std::string::npos) << followed.second;
 }
 
 TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {

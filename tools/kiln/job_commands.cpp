@@ -176,21 +176,22 @@ void add_job_commands(CLI::App& app) {
     Remote remote(*server, *token);
     std::string base = "/api/v1/jobs/" + encode(*arg, false) + "/logs?grep=" + encode(*grep, false) +
                        (*rank >= 0 ? "&rank=" + std::to_string(*rank) : "");
-    int64_t shown = 0;
-    while (true) {
+    auto print = [](const json& l) {
+      std::printf("[rank %d] %s\n", l["rank"].get<int>(), l["text"].get<std::string>().c_str());
+    };
+    if (*follow) {  // server-sent events until the job ends
+      remote.follow_events(base + "&follow=true", [&](const std::string& event, const std::string& data) {
+        if (event == "line") print(json::parse(data));
+        std::fflush(stdout);
+        return event != "end";
+      });
+      return;
+    }
+    for (int64_t shown = 0;;) {
       json page = remote.get_json(base + "&from_line=" + std::to_string(shown) + "&lines=10000");
-      for (auto& l : page["lines"])
-        std::printf("[rank %d] %s\n", l["rank"].get<int>(), l["text"].get<std::string>().c_str());
+      for (auto& l : page["lines"]) print(l);
       shown += static_cast<int64_t>(page["lines"].size());
-      std::fflush(stdout);
-      if (!*follow) break;
-      if (finished(remote.get_json("/api/v1/jobs/" + encode(*arg, false))["state"])) {
-        json rest = remote.get_json(base + "&from_line=" + std::to_string(shown) + "&lines=10000");
-        for (auto& l : rest["lines"])
-          std::printf("[rank %d] %s\n", l["rank"].get<int>(), l["text"].get<std::string>().c_str());
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (page["lines"].empty() || shown >= page["total"].get<int64_t>()) break;
     }
   });
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "kiln/error.h"
 #include "kiln/studio.h"
@@ -112,6 +114,69 @@ json Remote::get_json(const std::string& path) {
   auto r = client_->Get(path);
   check(r, "GET", path, 200);
   return json::parse(r->body);
+}
+
+void Remote::follow_events(const std::string& path,
+                           const std::function<bool(const std::string& event, const std::string& data)>& on_event) {
+  std::string last_id, buffer, event, data, error_body;
+  bool done = false;
+  int status = 0;
+  // One event a blank line; fields "event:", "data:", "id:"; comments start with ':'.
+  auto parse = [&](const char* bytes, size_t n) {
+    buffer.append(bytes, n);
+    size_t end;
+    while (!done && (end = buffer.find("\n\n")) != std::string::npos) {
+      std::string block = buffer.substr(0, end);
+      buffer.erase(0, end + 2);
+      event = "message";
+      data.clear();
+      std::istringstream lines(block);
+      for (std::string line; std::getline(lines, line);) {
+        const size_t colon = line.find(':');
+        if (colon == 0 || colon == std::string::npos) continue;
+        std::string field = line.substr(0, colon), value = line.substr(colon + 1);
+        if (!value.empty() && value[0] == ' ') value.erase(0, 1);
+        if (field == "event") event = value;
+        else if (field == "id") last_id = value;
+        else if (field == "data") data += (data.empty() ? "" : "\n") + value;
+      }
+      if (!data.empty() && !on_event(event, data)) done = true;
+    }
+    return !done;
+  };
+  auto failing_since = std::chrono::steady_clock::now();
+  client_->set_read_timeout(60);  // the server sends a comment every 15 s
+  while (!done) {
+    httplib::Headers headers{{"Accept", "text/event-stream"}};
+    if (!last_id.empty()) headers.emplace("Last-Event-ID", last_id);
+    buffer.clear();
+    error_body.clear();
+    auto r = client_->Get(
+        path, headers,
+        [&](const httplib::Response& head) {
+          status = head.status;
+          return true;
+        },
+        [&](const char* bytes, size_t n) {
+          if (status != 200) {
+            error_body.append(bytes, n);
+            return true;
+          }
+          failing_since = std::chrono::steady_clock::now();
+          return parse(bytes, n);
+        });
+    if (done) break;
+    if (r && status != 200) {
+      r.value().status = status;
+      r.value().body = error_body;
+      check(r, "GET", path, 200);
+    }
+    // The stream ended without its last event: open it again, for a while.
+    KILN_CHECK(std::chrono::steady_clock::now() - failing_since < std::chrono::seconds(60), "lost the stream of ",
+               path, " from the studio at ", server_, " and could not open it again for a minute (",
+               r ? "it closed" : httplib::to_string(r.error()), ")");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 std::string Remote::get_text(const std::string& path) {

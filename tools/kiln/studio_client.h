@@ -4,6 +4,7 @@
 // KILN_STUDIO_TOKEN.
 #include <httplib.h>
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -32,6 +33,12 @@ class Remote {
   void upload(const std::string& local, const StoreUrl& dst);
   void download(const StoreUrl& src, const std::string& local);
   void make_bucket(const std::string& bucket);
+  // Follows a stream of server-sent events, calling on_event(name, data)
+  // for each until it returns false or the server ends the stream. A stream
+  // cut short (the studio restarted, the network dropped) is opened again
+  // with Last-Event-ID, so no event is lost or repeated.
+  void follow_events(const std::string& path,
+                     const std::function<bool(const std::string& event, const std::string& data)>& on_event);
   void remove(const StoreUrl& u);
 
  private:
