@@ -10,7 +10,7 @@ PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
-  libjpeg62-turbo-dev libpng-dev libzip-dev
+  libjpeg62-turbo-dev libpng-dev libzip-dev libarchive-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
   libgloo-dev
   # Kiln Studio: its state (SQLite; libpq for PostgreSQL, and the server its

@@ -5,4 +5,5 @@
 #include "kiln/data/readers.h"
 #include "kiln/data/sampler.h"
 #include "kiln/data/image.h"
+#include "kiln/data/shards.h"
 #include "kiln/data/vision.h"

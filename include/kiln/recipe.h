@@ -72,8 +72,13 @@ struct Recipe {
   std::string text;           // the file as written, stored in checkpoints
   std::string model = "cnn";
   models::ModelConfig model_config;
-  // fashion_mnist | mnist | cifar10 | image_folder | text | kjv
+  // fashion_mnist | mnist | cifar10 | image_folder | text | kjv | shards
   std::string dataset = "fashion_mnist";
+  // shards: WebDataset-style tars of (image, cls) samples, local or
+  // studio://, as patterns such as "studio://data/shards/fm-train-{000000..000003}.tar"
+  // (kiln/data/shards.h); images decoded with `channels` (1: grey, 3: RGB).
+  std::string shards, test_shards;
+  int channels = 3;
   // mnist: the idx folder; cifar10: the folder of its .bin files; image_folder:
   // a folder with train/ and test/, one subfolder per class in each; text: a
   // file. Default: Debian's location for fashion_mnist; kjv reads bible-kjv.

@@ -110,15 +110,20 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
     mc.read("layers", r.model_config.layers);
     mc.read("dim_feedforward", r.model_config.dim_feedforward);
   }
-  const std::set<std::string> datasets{"fashion_mnist", "mnist", "cifar10", "image_folder", "text", "kjv"};
+  const std::set<std::string> datasets{"fashion_mnist", "mnist", "cifar10", "image_folder", "text", "kjv", "shards"};
   if (top["dataset"]) {
     if (top["dataset"].IsScalar()) {
       top.read_choice("dataset", r.dataset, datasets);
     } else {
       Section ds(top["dataset"], "dataset",
-                 {"name", "path", "transforms", "normalize", "validation_fraction", "workers", "skip_bad_images"},
+                 {"name", "path", "transforms", "normalize", "validation_fraction", "workers", "skip_bad_images",
+                  "shards", "test_shards", "channels"},
                  source);
       ds.read_choice("name", r.dataset, datasets);
+      ds.read("shards", r.shards);
+      ds.read("test_shards", r.test_shards);
+      ds.read("channels", r.channels);
+      if (!r.shards.empty() && !ds["name"]) r.dataset = "shards";
       ds.read("path", r.dataset_path);
       ds.read("validation_fraction", r.validation_fraction);
       ds.read("skip_bad_images", r.skip_bad_images);
@@ -190,6 +195,14 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   check(!r.skip_bad_images || r.dataset == "image_folder", r,
         "dataset.skip_bad_images applies to image_folder datasets only (the others are not decoded per file)");
   check(r.workers >= 0 && r.workers <= 64, r, "dataset.workers must be 0 to 64");
+  check(r.dataset != "shards" || (!r.shards.empty() && !r.test_shards.empty()), r,
+        "dataset shards needs dataset.shards and dataset.test_shards, such as "
+        "\"studio://data/shards/fm-train-{000000..000003}.tar\" (kiln store pack makes them)");
+  check(r.dataset == "shards" || (r.shards.empty() && r.test_shards.empty()), r,
+        "dataset.shards and test_shards go with dataset shards (leave out dataset.name)");
+  check(r.dataset != "shards" || r.validation_fraction == 0, r,
+        "dataset.validation_fraction does not apply to shards, which stream; pack a validation set as shards of its own");
+  check(r.channels == 1 || r.channels == 3, r, "dataset.channels must be 1 (grey) or 3 (RGB)");
   check(r.normalize_mean.size() == r.normalize_std.size(), r,
         "dataset.normalize needs as many std values as mean values");
   check(r.max_steps >= 0, r, "max_steps must be >= 0 (0: no limit)");

@@ -51,7 +51,42 @@ std::unique_ptr<data::Pipeline> pipeline(std::shared_ptr<const data::Dataset> ds
   return p;
 }
 
+// Shards stream: the training set shard by shard (this rank's share), the
+// test set read whole by every rank, each keeping its share of samples.
+RecipeData shard_data(const Recipe& r, const Shard& shard) {
+  data::ShardSourceOptions train;
+  train.batch_size = r.batch_size / shard.ranks;
+  train.shuffle = true;
+  train.drop_remainder = r.drop_remainder;
+  train.seed = r.seed + 1;
+  train.rank = shard.rank;
+  train.ranks = shard.ranks;
+  train.channels = r.channels;
+  train.transforms = transforms_for(r, Layout::HWC, true, true);
+  data::ShardSourceOptions test = train;
+  test.batch_size = kEvalBatch;
+  test.shuffle = false;
+  test.drop_remainder = false;
+  test.transforms = transforms_for(r, Layout::HWC, true, false);
+  RecipeData d;
+  auto test_source = std::make_unique<data::ShardSource>(data::index_shards(r.test_shards), test);
+  Shape input;
+  try {
+    input = test_source->first_sample().input.shape();
+  } catch (const std::exception& e) {
+    KILN_FAIL(r.source, ": the test shards' first sample fails: ", e.what());
+  }
+  KILN_CHECK(input.size() == 3 && input[1] == input[2], r.source, ": the model zoo needs square images [C, H, W], got ",
+             shape_str(input), "; add a resize or crop transform with one size");
+  d.config.in_channels = input[0];
+  d.config.image_size = input[1];
+  d.train = std::make_unique<data::ShardSource>(data::index_shards(r.shards), train);
+  d.test = std::move(test_source);
+  return d;
+}
+
 RecipeData image_data(const Recipe& r, const Shard& shard) {
+  if (r.dataset == "shards") return shard_data(r, shard);
   std::shared_ptr<const data::Dataset> train, test;
   Layout layout = Layout::HWC;
   bool bytes = true;

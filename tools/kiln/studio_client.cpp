@@ -282,6 +282,15 @@ void Remote::upload_in_parts(const std::string& local, const StoreUrl& dst, int6
   fs::remove(state);
 }
 
+std::string Remote::read(const StoreUrl& src) {
+  auto r = client_->Get(object_path(src));
+  check(r, "GET", object_path(src), 200);
+  std::string expected = r->get_header_value("X-Kiln-Sha256");
+  KILN_CHECK(expected.empty() || studio::sha256_hex(r->body.data(), r->body.size()) == expected, "studio://",
+             src.bucket, "/", src.key, " arrived damaged (its SHA-256 differs); try again");
+  return std::move(r->body);
+}
+
 void Remote::download(const StoreUrl& src, const std::string& local) {
   auto r = client_->Get(object_path(src));
   check(r, "GET", object_path(src), 200);

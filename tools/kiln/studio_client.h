@@ -32,6 +32,8 @@ class Remote {
   std::vector<nlohmann::json> list(const std::string& bucket, const std::string& prefix);
   void upload(const std::string& local, const StoreUrl& dst);
   void download(const StoreUrl& src, const std::string& local);
+  // An object's bytes, checked against its SHA-256.
+  std::string read(const StoreUrl& src);
   void make_bucket(const std::string& bucket);
   // Follows a stream of server-sent events, calling on_event(name, data)
   // for each until it returns false or the server ends the stream. A stream

@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "kiln/studio.h"
+#include "store_shards.h"
 #include "store_transfer.h"
 #include "studio_client.h"
 
@@ -140,7 +141,22 @@ void add_studio_commands(CLI::App& app) {
     }
     std::printf("removed %d objects under studio://%s/%s\n", n, u.bucket.c_str(), u.key.c_str());
   });
-  for (auto* sub : {ls, mb, cp, sync, rm}) {
+  auto shard_size = std::make_shared<std::string>("256MB");
+  auto* pack = store->add_subcommand("pack", "Pack a folder of many small files into tar shards in the store (WebDataset's layout)");
+  pack->add_option("paths", *args, "SRC studio://BUCKET/PREFIX/NAME")->required()->expected(2);
+  pack->add_option("--shard-size", *shard_size, "About how large each shard is (default 256MB)");
+  pack->add_option("-j,--jobs", *jobs, "Shards uploaded at once (default 4)");
+  auto labels = std::make_shared<bool>(false);
+  pack->add_flag("--labels-from-folders", *labels,
+                 "SRC holds a folder per class: give each sample a .cls field with its class index");
+  pack->callback([server, secret, args, shard_size, jobs, labels] {
+    pack_to_store(*server, *secret, args->at(0), args->at(1), parse_size(*shard_size), *jobs, *labels);
+  });
+  auto* unpack = store->add_subcommand("unpack", "Unpack the shards NAME-NNNNNN.tar from the store into a folder");
+  unpack->add_option("paths", *args, "studio://BUCKET/PREFIX/NAME DST")->required()->expected(2);
+  unpack->add_option("-j,--jobs", *jobs, "Shards downloaded at once (default 4)");
+  unpack->callback([server, secret, args, jobs] { unpack_from_store(*server, *secret, args->at(0), args->at(1), *jobs); });
+  for (auto* sub : {ls, mb, cp, sync, rm, pack, unpack}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *secret, "API token (default: KILN_STUDIO_TOKEN)");
   }
