@@ -29,6 +29,10 @@ struct StudioOptions {
   std::string access_log = "-";           // "-": stderr; "": none; otherwise a file appended to
   // The kiln executable that runs jobs (kiln launch, kiln train); empty: this process's own.
   std::string kiln_executable;
+  // Where jobs run: "local" (processes of the studio) or "slurm" (sbatch;
+  // the data directory must be visible at the same path on the nodes).
+  std::string executor = "local";
+  std::string slurm_partition;  // empty: the cluster's default
 };
 
 class StudioServer {

@@ -133,6 +133,11 @@ const char* const kMigrations[] = {
       PRIMARY KEY (job_id, key)
     );
     )sql",
+    // 8: the executor a job ran on, and its id there (a Slurm job id).
+    R"sql(
+    ALTER TABLE jobs ADD COLUMN executor TEXT NOT NULL DEFAULT 'local';
+    ALTER TABLE jobs ADD COLUMN external_id TEXT;
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

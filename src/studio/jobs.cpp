@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "studio/executors.h"
 #include "studio/tokens.h"
 
 namespace kiln::studio {
@@ -26,7 +27,8 @@ struct Jobs::Running {
 json JobRecord::json() const {
   nlohmann::json j = {{"id", id}, {"name", spec.name}, {"state", state}, {"stage", stage}, {"reason", reason},
                       {"submitted_by", submitted_by}, {"created_ms", created_ms}, {"started_ms", started_ms},
-                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}};
+                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}, {"executor", executor}};
+  if (!external_id.empty()) j["external_id"] = external_id;
   j["exit_code"] = exit_code >= 0 ? nlohmann::json(exit_code) : nlohmann::json(nullptr);
   return j;
 }
@@ -34,7 +36,8 @@ json JobRecord::json() const {
 namespace {
 
 const char* kSelect =
-    "SELECT id, spec, state, stage, reason, submitted_by, exit_code, created_at, started_at, ended_at FROM jobs";
+    "SELECT id, spec, state, stage, reason, submitted_by, exit_code, created_at, started_at, ended_at, executor, "
+    "external_id FROM jobs";
 
 JobRecord record_of(Statement& s) {
   JobRecord r;
@@ -48,6 +51,8 @@ JobRecord record_of(Statement& s) {
   r.created_ms = s.integer(7);
   r.started_ms = s.is_null(8) ? 0 : s.integer(8);
   r.ended_ms = s.is_null(9) ? 0 : s.integer(9);
+  r.executor = s.text(10);
+  r.external_id = s.text(11);
   return r;
 }
 
@@ -72,16 +77,33 @@ std::string failure_reason(const std::string& launcher_log, int exit_code) {
 
 }  // namespace
 
-Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln)
-    : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)) {
+Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor,
+           std::string slurm_partition)
+    : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)), executor_(std::move(executor)),
+      slurm_partition_(std::move(slurm_partition)) {
+  KILN_CHECK(executor_ == "local" || executor_ == "slurm", "the job executor is local or slurm, not '", executor_, "'");
   fs::create_directories(root_);
-  // Jobs the last studio process was running: their ranks went with it.
+  // Jobs the last studio process left to Slurm go on: watch them again.
+  std::vector<std::pair<int64_t, std::string>> queued;
+  {
+    Statement s(db_, "SELECT id, external_id FROM jobs WHERE executor = 'slurm' AND external_id IS NOT NULL AND "
+                     "state IN ('Pending', 'Running', 'Terminating')");
+    while (s.step()) queued.emplace_back(s.integer(0), s.text(1));
+  }
+  // Those it ran itself: their ranks went with it.
   Statement(db_,
             "UPDATE jobs SET state = 'Abnormal', stage = 'end', ended_at = ?, reason = 'the studio stopped while the "
             "job was ' || lower(state) || '; its logs and the output synced until then are kept' "
-            "WHERE state IN ('Creating', 'Pending', 'Running', 'Terminating')")
+            "WHERE state IN ('Creating', 'Pending', 'Running', 'Terminating') AND "
+            "NOT (executor = 'slurm' AND external_id IS NOT NULL AND state <> 'Creating')")
       .bind(1, now_ms())
       .run();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, slurm_id] : queued) {
+    auto running = std::make_shared<Running>();
+    running_[id] = running;
+    threads_.emplace(id, std::thread([this, id, running, slurm_id = slurm_id] { adopt(id, running, slurm_id); }));
+  }
 }
 
 Jobs::~Jobs() {
@@ -223,20 +245,77 @@ void Jobs::sync_output(int64_t id, const JobSpec& spec, Synced& synced) {
   }
 }
 
+void Jobs::end_job(int64_t id, const JobSpec& spec, Synced& synced, const std::string& state,
+                   const std::string& reason, int code) {
+  try {
+    sync_output(id, spec, synced);
+  } catch (const std::exception& e) {
+    finish(id, "Failed", reason + "; and its output could not be synced to the store: " + e.what(), code);
+    return;
+  }
+  finish(id, state, reason, code);
+}
+
+// Watches an execution to its end: stops it when asked or past its time
+// limit, syncs the output while it runs, and records how it ended.
+bool Jobs::monitor(int64_t id, const JobSpec& spec, Execution& execution, Running& running, Synced& synced) {
+  using clock = std::chrono::steady_clock;
+  const auto started = clock::now();
+  auto next_sync = started + std::chrono::duration<double>(spec.sync_every_s);
+  std::optional<clock::time_point> killed_at;
+  std::string stop_reason;
+  bool queued = false;
+  std::optional<int> code;
+  while (!(code = execution.poll())) {
+    const auto now = clock::now();
+    if (running.studio_stopping && !execution.external_id().empty()) return false;  // Slurm keeps it; the next studio finds it
+    if (execution.queued() != queued) {
+      queued = !queued;
+      set_state(id, queued ? "Pending" : "Running", queued ? "scheduling" : "running",
+                queued ? "waiting in Slurm's queue" : "");
+    }
+    if (stop_reason.empty() && running.stop) {
+      stop_reason = running.studio_stopping ? "the studio was stopped while the job ran" : "stopped on request";
+      if (!running.studio_stopping) set_state(id, "Terminating", "running", stop_reason);
+    }
+    if (stop_reason.empty() && spec.time_limit_s > 0 && now - started > std::chrono::duration<double>(spec.time_limit_s))
+      stop_reason = "ran past its time limit of " + std::to_string(static_cast<int64_t>(spec.time_limit_s)) + " s";
+    if (!stop_reason.empty() && !killed_at) {
+      execution.terminate();
+      killed_at = now;
+    }
+    if (killed_at && now - *killed_at > std::chrono::seconds(15)) execution.kill();
+    if (now > next_sync) {
+      try {
+        sync_output(id, spec, synced);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kiln studio: job %lld: syncing its output failed (will retry): %s\n",
+                     static_cast<long long>(id), e.what());
+      }
+      next_sync = now + std::chrono::duration<double>(spec.sync_every_s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  execution.kill();  // nothing of the job outlives it
+  if (running.studio_stopping) {
+    end_job(id, spec, synced, "Abnormal", stop_reason, *code);
+  } else if (!stop_reason.empty()) {
+    end_job(id, spec, synced, stop_reason == "stopped on request" ? "Terminated" : "Failed", stop_reason, *code);
+  } else if (*code == 0) {
+    end_job(id, spec, synced, "Completed", "", 0);
+  } else if (!execution.ended_because().empty()) {
+    end_job(id, spec, synced, "Failed", execution.ended_because(), *code);
+  } else {
+    end_job(id, spec, synced, "Failed", failure_reason(read_text(folder(id) + "/launcher.log"), *code), *code);
+  }
+  return true;
+}
+
 void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
   JobSpec spec = get(id)->spec;
   const std::string dir = folder(id);
-  pid_t launcher = -1;
   Synced synced;
-  auto end = [&](const std::string& state, const std::string& reason, int code) {
-    try {
-      sync_output(id, spec, synced);
-    } catch (const std::exception& e) {
-      finish(id, "Failed", reason + "; and its output could not be synced to the store: " + e.what(), code);
-      return;
-    }
-    finish(id, state, reason, code);
-  };
+  bool over = true;
   try {
     set_state(id, "Pending", "scheduling");
     fs::create_directories(dir + "/output");
@@ -263,93 +342,42 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
       env["KILN_STUDIO_TOKEN"] = create_token(db_, "job-" + std::to_string(id), Scope::Write);
     }
 
-    // Everything the child needs is built before fork: between fork and exec
-    // a child of a threaded process may only make system calls.
-    std::vector<std::string> environment;
-    for (char** e = environ; *e; ++e) {
-      std::string entry = *e;
-      if (!env.count(entry.substr(0, entry.find('=')))) environment.push_back(entry);
-    }
-    for (auto& [k, v] : env) environment.push_back(k + "=" + v);
-    std::vector<char*> args, envp;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    for (auto& e : environment) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    const std::string log_path = dir + "/launcher.log";
-    const std::string workdir = spec.code.empty() ? dir : dir + "/code";  // the ranks run in the job's code
-    launcher = ::fork();
-    KILN_CHECK(launcher >= 0, "cannot start the job: fork failed: ", std::strerror(errno));
-    if (launcher == 0) {
-      ::setpgid(0, 0);  // the job's own process group: stopping it reaches every rank
-      int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (log >= 0) {
-        ::dup2(log, 1);
-        ::dup2(log, 2);
-      }
-      int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (null >= 0) ::dup2(null, 0);
-      if (::chdir(workdir.c_str()) != 0) _exit(126);
-      ::execve(args[0], args.data(), envp.data());
-      static const char message[] = "kiln: error: cannot run the kiln executable that starts the job\n";
-      ssize_t ignored = ::write(2, message, sizeof message - 1);
-      (void)ignored;
-      _exit(127);
-    }
-    ::setpgid(launcher, launcher);
-    using clock = std::chrono::steady_clock;
-    const auto started = clock::now();
-    auto next_sync = started + std::chrono::duration<double>(spec.sync_every_s);
-    std::optional<clock::time_point> killed_at;
-    std::string stop_reason;
-    int status = 0;
-    while (true) {
-      pid_t done = ::waitpid(launcher, &status, WNOHANG);
-      if (done == launcher) break;
-      const auto now = clock::now();
-      if (stop_reason.empty() && running->stop) {
-        stop_reason = running->studio_stopping ? "the studio was stopped while the job ran" : "stopped on request";
-        if (!running->studio_stopping) set_state(id, "Terminating", "running", stop_reason);
-      }
-      if (stop_reason.empty() && spec.time_limit_s > 0 &&
-          now - started > std::chrono::duration<double>(spec.time_limit_s)) {
-        stop_reason = "ran past its time limit of " + std::to_string(static_cast<int64_t>(spec.time_limit_s)) + " s";
-      }
-      if (!stop_reason.empty() && !killed_at) {
-        ::kill(launcher, SIGTERM);  // the launcher stops its ranks, then exits
-        killed_at = now;
-      }
-      if (killed_at && now - *killed_at > std::chrono::seconds(15)) ::kill(-launcher, SIGKILL);
-      if (now > next_sync) {
-        try {
-          sync_output(id, spec, synced);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "kiln studio: job %lld: syncing its output failed (will retry): %s\n",
-                       static_cast<long long>(id), e.what());
-        }
-        next_sync = now + std::chrono::duration<double>(spec.sync_every_s);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ::kill(-launcher, SIGKILL);  // nothing of the job outlives it
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (running->studio_stopping) {
-      end("Abnormal", stop_reason, code);
-    } else if (!stop_reason.empty()) {
-      end(stop_reason == "stopped on request" ? "Terminated" : "Failed", stop_reason, code);
-    } else if (code == 0) {
-      end("Completed", "", 0);
-    } else {
-      end("Failed", failure_reason(read_text(dir + "/launcher.log"), code), code);
-    }
+    LaunchRequest request;
+    request.argv = std::move(argv);
+    request.env = std::move(env);
+    request.name = spec.name;
+    request.job_dir = dir;
+    request.workdir = spec.code.empty() ? dir : dir + "/code";  // the ranks run in the job's code
+    request.log_path = dir + "/launcher.log";
+    request.time_limit_s = spec.time_limit_s;
+    std::unique_ptr<Execution> execution =
+        executor_ == "slurm" ? start_slurm(request, slurm_partition_) : start_local(request);
+    if (!execution->external_id().empty())
+      Statement(db_, "UPDATE jobs SET executor = ?, external_id = ? WHERE id = ?")
+          .bind(1, executor_).bind(2, execution->external_id()).bind(3, id)
+          .run();
+    over = monitor(id, spec, *execution, *running, synced);
   } catch (const std::exception& e) {
-    if (launcher > 0) {
-      ::kill(-launcher, SIGKILL);
-      ::waitpid(launcher, nullptr, 0);
-    }
-    end("Failed", e.what(), -1);
+    end_job(id, spec, synced, "Failed", e.what(), -1);
   }
-  revoke_tokens(db_, "job-" + std::to_string(id));
+  finish_run(id, over);
+}
+
+void Jobs::adopt(int64_t id, std::shared_ptr<Running> running, const std::string& slurm_id) {
+  JobSpec spec = get(id)->spec;
+  Synced synced;
+  bool over = true;
+  try {
+    auto execution = attach_slurm(slurm_id, folder(id));
+    over = monitor(id, spec, *execution, *running, synced);
+  } catch (const std::exception& e) {
+    end_job(id, spec, synced, "Failed", e.what(), -1);
+  }
+  finish_run(id, over);
+}
+
+void Jobs::finish_run(int64_t id, bool over) {
+  if (over) revoke_tokens(db_, "job-" + std::to_string(id));  // a job Slurm still runs keeps its token
   std::lock_guard<std::mutex> lock(mu_);
   running_.erase(id);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "studio/database.h"
+#include "studio/executors.h"
 #include "studio/job_spec.h"
 #include "studio/object_store.h"
 
@@ -27,14 +28,20 @@ struct JobRecord {
   std::string state, stage, reason, submitted_by;
   int exit_code = -1;  // -1: not exited
   int64_t created_ms = 0, started_ms = 0, ended_ms = 0;
+  std::string executor;     // local or slurm
+  std::string external_id;  // the Slurm job id, once it has one
   nlohmann::json json() const;
 };
 
 class Jobs {
  public:
-  // root: where job folders go; kiln: the kiln executable that runs `kiln launch`.
-  Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln);
-  // Stops the jobs still running (they end Abnormal, saying the studio stopped).
+  // root: where job folders go; kiln: the kiln executable that runs `kiln
+  // launch`; executor: local or slurm (then slurm_partition, empty for the
+  // cluster's default). Jobs a previous studio left to Slurm are watched again.
+  Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor = "local",
+       std::string slurm_partition = "");
+  // Stops the jobs it runs itself (they end Abnormal, saying the studio
+  // stopped); those Slurm runs go on, for the next studio to find.
   ~Jobs();
 
   int64_t submit(const JobSpec& spec, const std::string& submitted_by);
@@ -50,6 +57,8 @@ class Jobs {
  private:
   struct Running;
   void run(int64_t id, std::shared_ptr<Running> running);
+  void adopt(int64_t id, std::shared_ptr<Running> running, const std::string& slurm_id);
+  void finish_run(int64_t id, bool over);
   void set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason = "");
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
   void stage_inputs(int64_t id, const JobSpec& spec);
@@ -59,11 +68,17 @@ class Jobs {
   // (`synced`: size and time of each file as last uploaded).
   using Synced = std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_type>>;
   void sync_output(int64_t id, const JobSpec& spec, Synced& synced);
+  // Watches a started job to its end (false: the studio is stopping and
+  // leaves it to Slurm).
+  bool monitor(int64_t id, const JobSpec& spec, Execution& execution, Running& running, Synced& synced);
+  void end_job(int64_t id, const JobSpec& spec, Synced& synced, const std::string& state, const std::string& reason,
+               int code);
 
   std::string root_;
   Database& db_;
   ObjectStore& store_;
   std::string kiln_;
+  std::string executor_, slurm_partition_;
   std::string studio_url_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Running>> running_;

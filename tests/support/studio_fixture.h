@@ -47,13 +47,15 @@ inline std::string create_token(const std::string& dir, const std::string& name,
 
 struct Studio {
   // kiln: the executable that runs jobs and serves (default: the CLI under test).
-  explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30, const std::string& kiln = "") {
+  explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30, const std::string& kiln = "",
+                  const std::string& executor = "local") {
     studio::StudioOptions o;
     o.data_dir = dir;
     o.database = test_database(dir);
     o.port = 0;
     o.access_log = "";
     o.max_upload_bytes = max_upload_bytes;
+    o.executor = executor;
 #ifdef KILN_CLI
     o.kiln_executable = KILN_CLI;
 #endif

@@ -39,6 +39,9 @@ void add_studio_commands(CLI::App& app) {
   serve->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only)");
   serve->add_option("--port", o->port, "Port (0: any free one)")->check(CLI::Range(0, 65535));
   serve->add_option("--access-log", o->access_log, "Access log file ('-': stderr, '': none)");
+  serve->add_option("--executor", o->executor, "Where jobs run: local (default) or slurm (sbatch)")
+      ->check(CLI::IsMember({"local", "slurm"}));
+  serve->add_option("--slurm-partition", o->slurm_partition, "The Slurm partition for jobs (default: the cluster's)");
   auto upload_mb = std::make_shared<double>(1024);
   serve->add_option("--max-upload-mb", *upload_mb, "Largest object one upload may carry, in MiB (default 1024)")
       ->check(CLI::PositiveNumber);

@@ -1,0 +1,56 @@
+#pragma once
+// Where a job's launcher (`kiln launch`, which starts the ranks) runs: a
+// process of the studio's own (the local executor), or a Slurm batch job
+// (sbatch, then squeue and scontrol for its state). The job's folder must be
+// visible at the same path wherever it runs: one machine, or a shared file
+// system.
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::studio {
+
+struct LaunchRequest {
+  std::vector<std::string> argv;            // the launcher and its arguments
+  std::map<std::string, std::string> env;   // added to the studio's environment
+  std::string name;                         // the job's name, for Slurm's queue
+  std::string job_dir;                      // the job's folder
+  std::string workdir;                      // where the launcher starts
+  std::string log_path;                     // its output
+  double time_limit_s = 0;                  // 0: none
+};
+
+// One job's launcher, started or found again.
+class Execution {
+ public:
+  virtual ~Execution() = default;
+  // nullopt while it runs; its exit status once over (128 + N for signal N).
+  virtual std::optional<int> poll() = 0;
+  // Still waiting for resources (in Slurm's queue).
+  virtual bool queued() { return false; }
+  // Asks it to stop: the launcher stops its ranks, then exits.
+  virtual void terminate() = 0;
+  // Ends whatever is left of it at once.
+  virtual void kill() = 0;
+  // Why it ended, when the executor knows more than the status (Slurm's
+  // TIMEOUT or NODE_FAIL, say); empty otherwise.
+  virtual std::string ended_because() { return ""; }
+  // Its id in the executor (a Slurm job id), kept so that a studio started
+  // again finds it; empty for an execution that ends with the studio.
+  virtual std::string external_id() const { return ""; }
+};
+
+std::unique_ptr<Execution> start_local(const LaunchRequest& request);
+// partition: empty for the cluster's default.
+std::unique_ptr<Execution> start_slurm(const LaunchRequest& request, const std::string& partition);
+// A Slurm job a previous studio process started.
+std::unique_ptr<Execution> attach_slurm(const std::string& slurm_job_id, const std::string& job_dir);
+
+// Runs a program to the end: its exit status and what it printed (stdout and
+// stderr). env: the whole environment, or null for the studio's.
+std::pair<int, std::string> run_program(const std::vector<std::string>& argv,
+                                        const std::vector<std::string>* env = nullptr);
+
+}  // namespace kiln::studio
