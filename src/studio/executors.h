@@ -48,6 +48,9 @@ std::unique_ptr<Execution> start_slurm(const LaunchRequest& request, const std::
 // A Slurm job a previous studio process started.
 std::unique_ptr<Execution> attach_slurm(const std::string& slurm_job_id, const std::string& job_dir);
 
+// The studio's environment with `extra` set over it (VAR=value entries).
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& extra);
+
 // Runs a program to the end: its exit status and what it printed (stdout and
 // stderr). env: the whole environment, or null for the studio's.
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv,

@@ -82,6 +82,12 @@ Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln,
     : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)), executor_(std::move(executor)),
       slurm_partition_(std::move(slurm_partition)) {
   KILN_CHECK(executor_ == "local" || executor_ == "slurm", "the job executor is local or slurm, not '", executor_, "'");
+  if (executor_ == "slurm") {  // Slurm's tools wait a minute for a missing configuration: say so at once
+    const char* conf = std::getenv("SLURM_CONF");
+    const std::string path = conf && *conf ? conf : "/etc/slurm/slurm.conf";
+    KILN_CHECK(fs::exists(path), "--executor slurm: no Slurm configuration at ", path,
+               "; set SLURM_CONF to the cluster's slurm.conf (sinfo must work on this machine)");
+  }
   fs::create_directories(root_);
   // Jobs the last studio process left to Slurm go on: watch them again.
   std::vector<std::pair<int64_t, std::string>> queued;

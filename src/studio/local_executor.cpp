@@ -15,9 +15,7 @@
 extern char** environ;
 
 namespace kiln::studio {
-namespace {
 
-// The studio's environment with `extra` set over it.
 std::vector<std::string> environment_with(const std::map<std::string, std::string>& extra) {
   std::vector<std::string> out;
   for (char** e = environ; *e; ++e) {
@@ -27,6 +25,8 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
   for (auto& [k, v] : extra) out.push_back(k + "=" + v);
   return out;
 }
+
+namespace {
 
 std::vector<char*> pointers(std::vector<std::string>& strings) {
   std::vector<char*> out;

@@ -104,12 +104,7 @@ std::unique_ptr<Execution> start_slurm(const LaunchRequest& r, const std::string
   script << " < /dev/null\ncode=$?\necho $code > " << shell_quoted(r.job_dir + "/exit_code") << "\nexit $code\n";
   const std::string path = r.job_dir + "/slurm.sh";
   std::ofstream(path) << script.str();
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry = *e;
-    if (!r.env.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
-  }
-  for (auto& [k, v] : r.env) env.push_back(k + "=" + v);
+  const std::vector<std::string> env = environment_with(r.env);
   // The batch job gets this environment (--export=ALL): the job's variables reach the ranks.
   auto [rc, out] = run_program({"sbatch", "--parsable", "--export=ALL", path}, &env);
   const std::string id = trimmed(out.substr(0, out.find(';')));

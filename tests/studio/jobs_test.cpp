@@ -172,6 +172,25 @@ TEST(StudioJobs, LogsFollowAsServerSentEventsUntilTheJobEnds) {
   EXPECT_NE(followed.second.find("[rank 1] late line from 1\n"), std::string::npos) << followed.second;
 }
 
+TEST(StudioJobs, TheSlurmExecutorWithoutAClusterIsRefusedAtStart) {
+  auto dir = fresh_dir("jobs_no_slurm");
+  const char* before = std::getenv("SLURM_CONF");
+  const std::string saved = before ? before : "";
+  ::setenv("SLURM_CONF", (dir + "/missing-slurm.conf").c_str(), 1);
+  studio::StudioOptions o;
+  o.data_dir = dir;
+  o.executor = "slurm";
+  try {
+    studio::StudioServer server(o);
+    ADD_FAILURE() << "a studio started with --executor slurm and no Slurm configuration";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no Slurm configuration at " + dir + "/missing-slurm.conf; set SLURM_CONF"),
+              std::string::npos) << e.what();
+  }
+  if (before) ::setenv("SLURM_CONF", saved.c_str(), 1);
+  else ::unsetenv("SLURM_CONF");
+}
+
 TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
   auto dir = fresh_dir("jobs_stop");
   Studio s(dir);

@@ -1,0 +1,160 @@
+// Training jobs under the Slurm executor, against a real single-node Slurm
+// that tests/support/with_slurm.sh starts (SLURM_CONF): the queue, states,
+// logs and output, a failing rank, a stop, a studio restart mid-job, and a
+// 2-rank recipe job.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kiln/studio.h"
+#include "support/job_files.h"
+#include "support/studio_fixture.h"
+
+using namespace kiln;
+using json = nlohmann::json;
+using kiln::testing::fresh_dir;
+using kiln::testing::StudioApi;
+using kiln::testing::text_of;
+
+namespace {
+
+struct SlurmStudio : kiln::testing::Studio {
+  explicit SlurmStudio(const std::string& dir) : Studio(dir, size_t{1} << 30, "", "slurm") {}
+};
+
+json shell_job(const std::string& name, const std::string& script, int nproc = 2) {
+  return {{"name", name}, {"command", {"/bin/sh", "-c", script, "job"}}, {"nproc", nproc}};
+}
+
+int64_t submit(StudioApi& api, const json& spec) {
+  auto [status, body] = api.call_json("POST", "/api/v1/jobs", spec);
+  EXPECT_EQ(status, 201) << body.dump();
+  return status == 201 ? body["id"].get<int64_t>() : -1;
+}
+
+json wait_for(StudioApi& api, int64_t id, std::initializer_list<const char*> states, int seconds = 120) {
+  json j;
+  for (int i = 0; i < seconds * 10; ++i) {
+    j = api.call("GET", "/api/v1/jobs/" + std::to_string(id)).second;
+    for (const char* s : states)
+      if (j["state"] == s) return j;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "job " << id << " stayed " << j.dump();
+  return j;
+}
+
+std::string slurm_state(const std::string& slurm_id) {
+  const std::string out = "/tmp/kiln_slurm_state_" + slurm_id;
+  std::system(("scontrol show job -o " + slurm_id + " > " + out + " 2>&1").c_str());
+  std::string record = text_of(out);
+  std::remove(out.c_str());
+  const size_t at = record.find("JobState=");
+  return at == std::string::npos ? record : record.substr(at + 9, record.find(' ', at) - at - 9);
+}
+
+class SlurmJobs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::getenv("SLURM_CONF")) GTEST_SKIP() << "run through tests/support/with_slurm.sh (ctest: studio_slurm)";
+  }
+};
+
+}  // namespace
+
+TEST_F(SlurmJobs, AJobGoesThroughTheQueueWithItsLogsAndOutput) {
+  auto dir = fresh_dir("slurm_run");
+  SlurmStudio s(dir);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
+  StudioApi api(s.port, token);
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/data/numbers.txt") << "1 2 3\n";
+  ASSERT_EQ(s.kiln(token, dir, "store mb studio://data").first, 0);
+  ASSERT_EQ(s.kiln(token, dir, "store cp " + dir + "/data studio://data/in").first, 0);
+  json spec = shell_job("counted", "echo rank $RANK of $WORLD_SIZE in slurm job $SLURM_JOB_ID; "
+                                   "wc -w < $KILN_DATA_URL/numbers.txt > $KILN_TRAIN_URL/count-$RANK.txt");
+  spec["inputs"] = {{"d", "studio://data/in"}};
+  spec["output"] = "studio://runs/counted";
+  const int64_t id = submit(api, spec);
+  json done = wait_for(api, id, {"Completed", "Failed", "Abnormal"});
+  ASSERT_EQ(done["state"], "Completed") << done.dump() << text_of(dir + "/jobs/" + std::to_string(id) + "/launcher.log");
+  EXPECT_EQ(done["executor"], "slurm");
+  const std::string slurm_id = done.value("external_id", "");
+  ASSERT_FALSE(slurm_id.empty()) << done.dump();
+  EXPECT_EQ(slurm_state(slurm_id), "COMPLETED");
+  auto logs = api.call("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs?rank=1").second;
+  ASSERT_EQ(logs["total"], 1) << logs.dump();
+  EXPECT_EQ(logs["lines"][0]["text"], "rank 1 of 2 in slurm job " + slurm_id);
+  auto count = api.http.Get("/api/v1/buckets/runs/objects/counted/count-0.txt");
+  ASSERT_EQ(count->status, 200);
+  EXPECT_EQ(count->body, "3\n");
+}
+
+TEST_F(SlurmJobs, AFailingRankAndAStopEndAsTheyDoLocally) {
+  auto dir = fresh_dir("slurm_fail");
+  SlurmStudio s(dir);
+  StudioApi api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  const int64_t failing = submit(api, shell_job("failing", "if [ $RANK = 1 ]; then echo broken >&2; exit 3; fi; sleep 30"));
+  json failed = wait_for(api, failing, {"Failed", "Completed", "Abnormal"});
+  EXPECT_EQ(failed["state"], "Failed");
+  EXPECT_NE(failed["reason"].get<std::string>().find("rank 1"), std::string::npos) << failed.dump();
+  EXPECT_EQ(failed["exit_code"], 3) << failed.dump();
+
+  const int64_t sleeper = submit(api, shell_job("sleeper", "echo started; exec sleep 63.25"));
+  wait_for(api, sleeper, {"Running"});
+  for (int i = 0; i < 100; ++i) {  // both ranks have started
+    if (api.call("GET", "/api/v1/jobs/" + std::to_string(sleeper) + "/logs").second["total"] == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(api.call("POST", "/api/v1/jobs/" + std::to_string(sleeper) + "/stop").first, 202);
+  json stopped = wait_for(api, sleeper, {"Terminated", "Failed", "Completed", "Abnormal"});
+  EXPECT_EQ(stopped["state"], "Terminated") << stopped.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_NE(std::system("pgrep -f 'sleep 63[.]25' > /dev/null"), 0) << "a rank outlived its job";
+}
+
+TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
+  auto dir = fresh_dir("slurm_restart");
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
+  int64_t id = 0;
+  std::string slurm_id;
+  {
+    SlurmStudio s(dir);
+    StudioApi api(s.port, token);
+    id = submit(api, shell_job("patient", "echo waiting; sleep 4; echo finished", 1));
+    json running = wait_for(api, id, {"Running"});
+    slurm_id = running.value("external_id", "");
+  }  // the studio stops; Slurm goes on
+  ASSERT_FALSE(slurm_id.empty());
+  EXPECT_EQ(slurm_state(slurm_id), "RUNNING");
+  SlurmStudio s(dir);
+  StudioApi api(s.port, token);
+  json done = wait_for(api, id, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Completed") << done.dump();
+  auto logs = api.call("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs?grep=finished").second;
+  EXPECT_EQ(logs["total"], 1) << logs.dump();
+}
+
+TEST_F(SlurmJobs, W1TrainsAsATwoRankRecipeJob) {
+  auto dir = fresh_dir("slurm_w1");
+  SlurmStudio s(dir);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
+  ASSERT_TRUE(s.upload_fashion_mnist(token, dir));
+  std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [256]}\ndataset: fashion_mnist\n"
+                                     "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
+                                     "epochs: 1\nmax_steps: 150\nbatch_size: 64\nseed: 0\n";
+  std::ofstream(dir + "/job.yaml") << "name: w1\nrecipe: " << dir << "/w1.yaml\nnproc: 2\n"
+                                      "inputs: {data_url: studio://data/fmnist}\noutput: studio://runs/w1\n"
+                                      "env: {KILN_NUM_THREADS: '1'}\n";
+  auto job = s.kiln(token, dir, "job submit " + dir + "/job.yaml --wait");
+  ASSERT_EQ(job.first, 0) << job.second << text_of(dir + "/jobs/1/launcher.log");
+  auto logs = s.kiln(token, dir, "job logs 1 --rank 0 --grep 'test accuracy'");
+  const size_t at = logs.second.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos) << logs.second;
+  EXPECT_GT(std::stod(logs.second.substr(at + 14)), 70.0) << logs.second;
+}

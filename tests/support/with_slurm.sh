@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Runs a command with a single-node Slurm cluster of its own: munged,
+# slurmctld and slurmd from Debian's packages, configured in a temporary
+# directory (free loopback ports, this machine as the only node), stopped and
+# removed at the end. The command finds the configuration in SLURM_CONF.
+# slurmd must run as root to start jobs: as another user this exits 77
+# (ctest's skip) after saying so.
+set -euo pipefail
+
+for tool in munged slurmctld slurmd sbatch; do
+  if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+    echo "with_slurm: $tool is missing; apt-get install slurmctld slurmd slurm-client munge (scripts/install-deps.sh does)" >&2
+    exit 1
+  fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "with_slurm: skipped: a Slurm node of its own needs root (slurmd starts the jobs)" >&2
+  exit 77
+fi
+PATH="$PATH:/usr/sbin"
+dir="$(mktemp -d /tmp/kiln-slurm.XXXXXX)"
+mkdir -p "$dir/state" "$dir/spool"
+stop() {
+  for pidfile in slurmd slurmctld munged; do
+    [ -f "$dir/$pidfile.pid" ] && kill "$(cat "$dir/$pidfile.pid")" 2>/dev/null || true
+  done
+  sleep 0.5
+  for pidfile in slurmd slurmctld munged; do
+    [ -f "$dir/$pidfile.pid" ] && kill -9 "$(cat "$dir/$pidfile.pid")" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+trap stop EXIT
+
+read -r ctld_port node_port < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+node="$(hostname -s)"
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=kiln-test
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$node_port
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge.socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmUser=root
+SlurmdUser=root
+ReturnToService=2
+MpiDefault=none
+NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+munged --force --socket="$dir/munge.socket" --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
+  --seed-file="$dir/munged.seed" || { cat "$dir/munged.log" >&2; exit 1; }
+slurmctld -f "$dir/slurm.conf"
+slurmd -f "$dir/slurm.conf"
+export SLURM_CONF="$dir/slurm.conf"
+for _ in $(seq 1 100); do
+  if sinfo -h -o %T 2>/dev/null | grep -q idle; then break; fi
+  sleep 0.2
+done
+if ! sinfo -h -o %T 2>/dev/null | grep -q idle; then
+  echo "with_slurm: the node did not come up" >&2
+  tail -20 "$dir/slurmctld.log" "$dir/slurmd.log" >&2 || true
+  exit 1
+fi
+echo "with_slurm: Slurm $(sinfo -V | awk '{print $2}') up with node $node (SLURM_CONF=$SLURM_CONF)" >&2
+rc=0
+"$@" || rc=$?
+exit $rc
