@@ -13,7 +13,9 @@
 namespace kiln::studio {
 
 struct LaunchRequest {
-  std::vector<std::string> argv;            // the launcher and its arguments
+  std::vector<std::string> launcher;        // kiln launch and its options (before "--")
+  std::vector<std::string> command;         // what each rank runs (after "--")
+  int nnodes = 1;                           // more than one: kiln launch on each node (Slurm)
   std::map<std::string, std::string> env;   // added to the studio's environment
   std::string name;                         // the job's name, for Slurm's queue
   std::string job_dir;                      // the job's folder

@@ -42,13 +42,14 @@ double number_at(const json& j, const std::string& key, double low, double high)
 
 JobSpec parse_job_spec(const json& j) {
   KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
-  static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "env",
+  static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "nnodes", "env",
                                 "time_limit_s", "sync_every_s"};
   for (auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
     KILN_CHECK(ok, "job spec: unknown key '", key,
-               "'; the keys are name, recipe or command, code, inputs, output, nproc, env, time_limit_s, sync_every_s");
+               "'; the keys are name, recipe or command, code, inputs, output, nproc, nnodes, env, time_limit_s, "
+               "sync_every_s");
   }
   JobSpec s;
   KILN_CHECK(j.contains("name"), "job spec: 'name' is required");
@@ -79,6 +80,7 @@ JobSpec parse_job_spec(const json& j) {
     split_store_url(s.output, "output");
   }
   if (j.contains("nproc")) s.nproc = static_cast<int>(number_at(j["nproc"], "nproc", 1, 64));
+  if (j.contains("nnodes")) s.nnodes = static_cast<int>(number_at(j["nnodes"], "nnodes", 1, 256));
   if (j.contains("env")) s.env = strings_map(j["env"], "env");
   if (j.contains("time_limit_s")) s.time_limit_s = number_at(j["time_limit_s"], "time_limit_s", 0, 1e7);
   if (j.contains("sync_every_s")) s.sync_every_s = number_at(j["sync_every_s"], "sync_every_s", 1, 86400);
@@ -86,7 +88,7 @@ JobSpec parse_job_spec(const json& j) {
 }
 
 json job_spec_json(const JobSpec& s) {
-  json j = {{"name", s.name}, {"nproc", s.nproc}, {"env", s.env}, {"inputs", s.inputs},
+  json j = {{"name", s.name}, {"nproc", s.nproc}, {"nnodes", s.nnodes}, {"env", s.env}, {"inputs", s.inputs},
             {"time_limit_s", s.time_limit_s}, {"sync_every_s", s.sync_every_s}};
   if (!s.recipe.empty()) j["recipe"] = s.recipe;
   if (!s.command.empty()) j["command"] = s.command;

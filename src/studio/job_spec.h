@@ -16,7 +16,8 @@ struct JobSpec {
   std::map<std::string, std::string> inputs;   // name -> studio://bucket/prefix, staged before the run
   std::string code;                            // studio://bucket/prefix: staged, and the ranks run in it
   std::string output;                          // studio://bucket/prefix the output directory syncs to
-  int nproc = 1;
+  int nproc = 1;                               // ranks per node
+  int nnodes = 1;                              // nodes (more than one: the Slurm executor)
   std::map<std::string, std::string> env;
   double time_limit_s = 0;                     // 0: none
   double sync_every_s = 30;                    // output synced this often while running, and at the end

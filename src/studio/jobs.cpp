@@ -138,6 +138,8 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
     }
     KILN_CHECK(found, what, ": nothing in the store under ", url, "; upload it first (kiln store cp DIR ", url, ")");
   }
+  KILN_CHECK(spec.nnodes == 1 || executor_ == "slurm", "nnodes ", spec.nnodes,
+             " needs the Slurm executor (kiln studio serve --executor slurm); this studio runs jobs on its own machine");
   int64_t id = 0;
   {
     Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, "
@@ -330,14 +332,14 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     stage_inputs(id, spec);
     set_state(id, "Running", "running");
 
-    std::vector<std::string> argv = {kiln_, "launch", "-n", std::to_string(spec.nproc), "--log-dir", dir + "/logs", "--"};
+    std::vector<std::string> command;
     std::string data_url = spec.inputs.size() == 1 ? dir + "/inputs/" + spec.inputs.begin()->first : dir + "/inputs";
     if (!spec.recipe.empty()) {
-      argv.insert(argv.end(), {kiln_, "train", spec.recipe, "--output", dir + "/output"});
-      if (!spec.inputs.empty()) argv.insert(argv.end(), {"--data", data_url});
+      command = {kiln_, "train", spec.recipe, "--output", dir + "/output"};
+      if (!spec.inputs.empty()) command.insert(command.end(), {"--data", data_url});
     } else {
-      argv.insert(argv.end(), spec.command.begin(), spec.command.end());
-      argv.insert(argv.end(), {"--data_url", data_url, "--train_url", dir + "/output"});
+      command = spec.command;
+      command.insert(command.end(), {"--data_url", data_url, "--train_url", dir + "/output"});
     }
     std::map<std::string, std::string> env = spec.env;
     env["KILN_DATA_URL"] = data_url;
@@ -349,7 +351,9 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     }
 
     LaunchRequest request;
-    request.argv = std::move(argv);
+    request.launcher = {kiln_, "launch", "-n", std::to_string(spec.nproc), "--log-dir", dir + "/logs"};
+    request.command = std::move(command);
+    request.nnodes = spec.nnodes;
     request.env = std::move(env);
     request.name = spec.name;
     request.job_dir = dir;

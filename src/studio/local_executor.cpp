@@ -42,7 +42,11 @@ class LocalExecution final : public Execution {
   explicit LocalExecution(const LaunchRequest& r) {
     // Everything the child needs is built before fork: between fork and exec
     // a child of a threaded process may only make system calls.
-    std::vector<std::string> argv = r.argv, environment = environment_with(r.env);
+    KILN_CHECK(r.nnodes == 1, "the local executor runs a job on this machine only; nnodes ", r.nnodes,
+               " needs the Slurm executor (kiln studio serve --executor slurm)");
+    std::vector<std::string> argv = r.launcher, environment = environment_with(r.env);
+    argv.push_back("--");
+    argv.insert(argv.end(), r.command.begin(), r.command.end());
     std::vector<char*> args = pointers(argv), envp = pointers(environment);
     const std::string log_path = r.log_path, workdir = r.workdir;
     pid_ = ::fork();

@@ -92,16 +92,39 @@ class SlurmExecution final : public Execution {
 }  // namespace
 
 std::unique_ptr<Execution> start_slurm(const LaunchRequest& r, const std::string& partition) {
+  // The launcher as one node runs it; with several nodes, each gets its place
+  // from srun and finds rank 0's store on the first node.
+  std::string launch;
+  for (const auto& a : r.launcher) {
+    launch += shell_quoted(a);
+    launch += ' ';
+  }
+  if (r.nnodes > 1) launch += "--nnodes \"$SLURM_NNODES\" --node-rank \"$SLURM_NODEID\" --master \"$KILN_MASTER\" ";
+  launch += "--";
+  for (const auto& a : r.command) {
+    launch += ' ';
+    launch += shell_quoted(a);
+  }
   std::ostringstream script;
   script << "#!/bin/bash\n"
          << "#SBATCH --job-name=" << shell_quoted("kiln-" + r.name) << "\n"
          << "#SBATCH --output=" << r.log_path << "\n"
-         << "#SBATCH --nodes=1\n#SBATCH --ntasks=1\n";
+         << "#SBATCH --nodes=" << r.nnodes << "\n#SBATCH --ntasks-per-node=1\n";
   if (r.time_limit_s > 0) script << "#SBATCH --time=" << static_cast<long>(std::ceil(r.time_limit_s / 60)) << "\n";
   if (!partition.empty()) script << "#SBATCH --partition=" << partition << "\n";
   script << "cd " << shell_quoted(r.workdir) << " || exit 126\n";
-  for (size_t i = 0; i < r.argv.size(); ++i) script << (i ? " " : "") << shell_quoted(r.argv[i]);
-  script << " < /dev/null\ncode=$?\necho $code > " << shell_quoted(r.job_dir + "/exit_code") << "\nexit $code\n";
+  if (r.nnodes == 1) {
+    script << launch << " < /dev/null\n";
+  } else {
+    const std::string node_script = r.job_dir + "/slurm-node.sh";
+    std::ofstream(node_script) << "#!/bin/bash\ncd " << shell_quoted(r.workdir) << " || exit 126\nexec " << launch
+                               << " < /dev/null\n";
+    script << "first=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+           << "address=$(scontrol show node \"$first\" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)\n"
+           << "export KILN_MASTER=\"${address:-$first}:$((29500 + SLURM_JOB_ID % 1000))\"\n"
+           << "srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash " << shell_quoted(node_script) << "\n";
+  }
+  script << "code=$?\necho $code > " << shell_quoted(r.job_dir + "/exit_code") << "\nexit $code\n";
   const std::string path = r.job_dir + "/slurm.sh";
   std::ofstream(path) << script.str();
   const std::vector<std::string> env = environment_with(r.env);

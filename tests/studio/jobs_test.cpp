@@ -240,6 +240,8 @@ TEST(StudioJobs, BadSpecsAreRefusedByName) {
   EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "nprocs": 2})").find("unknown key 'nprocs'"), std::string::npos);
   EXPECT_NE(refuse(R"({"name": "x"})").find("'recipe'"), std::string::npos);
   EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "nproc": 0})").find("nproc"), std::string::npos);
+  EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "nnodes": 2})").find("needs the Slurm executor"),
+            std::string::npos);
   EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "inputs": {"d": "studio://data/../etc"}})").find(".."),
             std::string::npos);
   EXPECT_NE(refuse(R"({"name": "x", "command": ["true"], "inputs": {"d": "studio://nope/x"}})").find("no bucket"),

@@ -1,7 +1,7 @@
-// Training jobs under the Slurm executor, against a real single-node Slurm
-// that tests/support/with_slurm.sh starts (SLURM_CONF): the queue, states,
-// logs and output, a failing rank, a stop, a studio restart mid-job, and a
-// 2-rank recipe job.
+// Training jobs under the Slurm executor, against a real Slurm cluster of two
+// nodes on this machine that tests/support/with_slurm.sh starts (SLURM_CONF):
+// the queue, states, logs and output, a failing rank, a stop, a studio
+// restart mid-job, and W1 trained on two nodes.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -49,13 +49,16 @@ json wait_for(StudioApi& api, int64_t id, std::initializer_list<const char*> sta
   return j;
 }
 
-std::string slurm_state(const std::string& slurm_id) {
-  const std::string out = "/tmp/kiln_slurm_state_" + slurm_id;
+// A field of `scontrol show job` for a Slurm job (its JobState, NodeList, ...).
+std::string slurm_field(const std::string& slurm_id, const std::string& key = "JobState") {
+  const std::string out = "/tmp/kiln_slurm_job_" + slurm_id;
   std::system(("scontrol show job -o " + slurm_id + " > " + out + " 2>&1").c_str());
   std::string record = text_of(out);
   std::remove(out.c_str());
-  const size_t at = record.find("JobState=");
-  return at == std::string::npos ? record : record.substr(at + 9, record.find(' ', at) - at - 9);
+  const size_t at = record.find(" " + key + "=");
+  if (at == std::string::npos) return record;
+  const size_t from = at + key.size() + 2;
+  return record.substr(from, record.find(' ', from) - from);
 }
 
 class SlurmJobs : public ::testing::Test {
@@ -86,7 +89,7 @@ TEST_F(SlurmJobs, AJobGoesThroughTheQueueWithItsLogsAndOutput) {
   EXPECT_EQ(done["executor"], "slurm");
   const std::string slurm_id = done.value("external_id", "");
   ASSERT_FALSE(slurm_id.empty()) << done.dump();
-  EXPECT_EQ(slurm_state(slurm_id), "COMPLETED");
+  EXPECT_EQ(slurm_field(slurm_id), "COMPLETED");
   auto logs = api.call("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs?rank=1").second;
   ASSERT_EQ(logs["total"], 1) << logs.dump();
   EXPECT_EQ(logs["lines"][0]["text"], "rank 1 of 2 in slurm job " + slurm_id);
@@ -131,7 +134,7 @@ TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
     slurm_id = running.value("external_id", "");
   }  // the studio stops; Slurm goes on
   ASSERT_FALSE(slurm_id.empty());
-  EXPECT_EQ(slurm_state(slurm_id), "RUNNING");
+  EXPECT_EQ(slurm_field(slurm_id), "RUNNING");
   SlurmStudio s(dir);
   StudioApi api(s.port, token);
   json done = wait_for(api, id, {"Completed", "Failed", "Abnormal"});
@@ -140,7 +143,7 @@ TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
   EXPECT_EQ(logs["total"], 1) << logs.dump();
 }
 
-TEST_F(SlurmJobs, W1TrainsAsATwoRankRecipeJob) {
+TEST_F(SlurmJobs, W1TrainsOnTwoNodes) {
   auto dir = fresh_dir("slurm_w1");
   SlurmStudio s(dir);
   const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
@@ -148,11 +151,16 @@ TEST_F(SlurmJobs, W1TrainsAsATwoRankRecipeJob) {
   std::ofstream(dir + "/w1.yaml") << "model: mlp\nmodel_config: {hidden: [256]}\ndataset: fashion_mnist\n"
                                      "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
                                      "epochs: 1\nmax_steps: 150\nbatch_size: 64\nseed: 0\n";
-  std::ofstream(dir + "/job.yaml") << "name: w1\nrecipe: " << dir << "/w1.yaml\nnproc: 2\n"
+  std::ofstream(dir + "/job.yaml") << "name: w1\nrecipe: " << dir << "/w1.yaml\nnproc: 1\nnnodes: 2\n"
                                       "inputs: {data_url: studio://data/fmnist}\noutput: studio://runs/w1\n"
                                       "env: {KILN_NUM_THREADS: '1'}\n";
   auto job = s.kiln(token, dir, "job submit " + dir + "/job.yaml --wait");
   ASSERT_EQ(job.first, 0) << job.second << text_of(dir + "/jobs/1/launcher.log");
+  auto shown = s.kiln(token, dir, "job show 1");
+  const size_t at_id = shown.second.find("slurm   job ");
+  ASSERT_NE(at_id, std::string::npos) << shown.second;
+  const std::string slurm_id = shown.second.substr(at_id + 12, shown.second.find('\n', at_id) - at_id - 12);
+  EXPECT_EQ(slurm_field(slurm_id, "NodeList"), "n[1-2]");  // one rank on each node
   auto logs = s.kiln(token, dir, "job logs 1 --rank 0 --grep 'test accuracy'");
   const size_t at = logs.second.find("test accuracy ");
   ASSERT_NE(at, std::string::npos) << logs.second;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs a command with a single-node Slurm cluster of its own: munged,
-# slurmctld and slurmd from Debian's packages, configured in a temporary
-# directory (free loopback ports, this machine as the only node), stopped and
+# Runs a command with a Slurm cluster of its own: munged, slurmctld and two
+# slurmd daemons (nodes n1 and n2, both this machine) from Debian's packages,
+# configured in a temporary directory on free loopback ports, stopped and
 # removed at the end. The command finds the configuration in SLURM_CONF.
 # slurmd must run as root to start jobs: as another user this exits 77
 # (ctest's skip) after saying so.
@@ -21,20 +21,20 @@ PATH="$PATH:/usr/sbin"
 dir="$(mktemp -d /tmp/kiln-slurm.XXXXXX)"
 mkdir -p "$dir/state" "$dir/spool"
 stop() {
-  for pidfile in slurmd slurmctld munged; do
+  for pidfile in slurmd-n1 slurmd-n2 slurmctld munged; do
     [ -f "$dir/$pidfile.pid" ] && kill "$(cat "$dir/$pidfile.pid")" 2>/dev/null || true
   done
   sleep 0.5
-  for pidfile in slurmd slurmctld munged; do
+  for pidfile in slurmd-n1 slurmd-n2 slurmctld munged; do
     [ -f "$dir/$pidfile.pid" ] && kill -9 "$(cat "$dir/$pidfile.pid")" 2>/dev/null || true
   done
   rm -rf "$dir"
 }
 trap stop EXIT
 
-read -r ctld_port node_port < <(python3 -c '
+read -r ctld_port node_port n1_port n2_port < <(python3 -c '
 import socket
-s = [socket.socket() for _ in range(2)]
+s = [socket.socket() for _ in range(4)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 node="$(hostname -s)"
@@ -47,11 +47,11 @@ AuthType=auth/munge
 AuthInfo=socket=$dir/munge.socket
 CredType=cred/munge
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool-%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -63,24 +63,27 @@ SlurmUser=root
 SlurmdUser=root
 ReturnToService=2
 MpiDefault=none
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
+NodeName=n1 NodeHostname=$node NodeAddr=127.0.0.1 Port=$n1_port CPUs=$(nproc) State=UNKNOWN
+NodeName=n2 NodeHostname=$node NodeAddr=127.0.0.1 Port=$n2_port CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 CONF
 munged --force --socket="$dir/munge.socket" --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" \
   --seed-file="$dir/munged.seed" || { cat "$dir/munged.log" >&2; exit 1; }
 slurmctld -f "$dir/slurm.conf"
-slurmd -f "$dir/slurm.conf"
+slurmd -f "$dir/slurm.conf" -N n1
+slurmd -f "$dir/slurm.conf" -N n2
 export SLURM_CONF="$dir/slurm.conf"
+idle() { [ "$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" -eq 2 ]; }
 for _ in $(seq 1 100); do
-  if sinfo -h -o %T 2>/dev/null | grep -q idle; then break; fi
+  if idle; then break; fi
   sleep 0.2
 done
-if ! sinfo -h -o %T 2>/dev/null | grep -q idle; then
-  echo "with_slurm: the node did not come up" >&2
-  tail -20 "$dir/slurmctld.log" "$dir/slurmd.log" >&2 || true
+if ! idle; then
+  echo "with_slurm: the nodes did not come up" >&2
+  tail -20 "$dir"/*.log >&2 || true
   exit 1
 fi
-echo "with_slurm: Slurm $(sinfo -V | awk '{print $2}') up with node $node (SLURM_CONF=$SLURM_CONF)" >&2
+echo "with_slurm: Slurm $(sinfo -V | awk '{print $2}') up with nodes n1 and n2 on $node (SLURM_CONF=$SLURM_CONF)" >&2
 rc=0
 "$@" || rc=$?
 exit $rc

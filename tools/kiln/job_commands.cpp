@@ -33,7 +33,7 @@ json from_yaml(const YAML::Node& node, const std::string& key) {
       return out;
     }
     case YAML::NodeType::Scalar:
-      if (key == "nproc" || key == "time_limit_s" || key == "sync_every_s") {
+      if (key == "nproc" || key == "nnodes" || key == "time_limit_s" || key == "sync_every_s") {
         try {
           return node.as<double>();
         } catch (const YAML::Exception&) {
@@ -99,6 +99,8 @@ void print_job(const json& j) {
   std::printf("  state   %s (%s)\n", j["state"].get<std::string>().c_str(), j["stage"].get<std::string>().c_str());
   if (!j["reason"].get<std::string>().empty()) std::printf("  reason  %s\n", j["reason"].get<std::string>().c_str());
   if (!j["exit_code"].is_null()) std::printf("  exit    %d\n", j["exit_code"].get<int>());
+  if (j.value("executor", "local") == "slurm" && j.contains("external_id"))
+    std::printf("  slurm   job %s\n", j["external_id"].get<std::string>().c_str());
   auto seconds = [&](const char* a, const char* b) {
     return (j[b].get<int64_t>() - j[a].get<int64_t>()) / 1000.0;
   };
