@@ -18,6 +18,8 @@ PACKAGES=(
   libsqlite3-dev libpq-dev postgresql libssl-dev
   # Its Slurm executor, and the single-node cluster its tests start.
   slurmctld slurmd slurm-client munge
+  # The web console's browser tests (Playwright drives it headless).
+  chromium
   # The Python package: pybind11 bindings for Debian's Python, its tests
   # (pytest, NumPy) and the quickstart notebook run headless (nbclient).
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest python3-setuptools

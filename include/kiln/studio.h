@@ -33,6 +33,9 @@ struct StudioOptions {
   // the data directory must be visible at the same path on the nodes).
   std::string executor = "local";
   std::string slurm_partition;  // empty: the cluster's default
+  // The web console's built files, served at "/" (empty: the ones this
+  // build made, when they are there).
+  std::string console_dir;
 };
 
 class StudioServer {

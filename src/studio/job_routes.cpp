@@ -127,6 +127,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
       if (!tag.empty() && !runs.has_tag(j.id, tag.substr(0, eq), tag.substr(eq + 1))) continue;
       json item = j.json();
       item["tags"] = runs.tags(j.id);
+      item["final_metrics"] = runs.final_metrics(j.id);
       list.push_back(item);
     }
     reply_json(res, 200, {{"jobs", list}});

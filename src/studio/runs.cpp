@@ -86,6 +86,16 @@ bool Runs::has_tag(int64_t job, const std::string& key, const std::string& value
   return s.step();
 }
 
+json Runs::final_metrics(int64_t job) {
+  Statement s(db_, "SELECT m.key, m.value FROM run_metrics m WHERE m.job_id = ? AND m.step = "
+                   "(SELECT MAX(step) FROM run_metrics WHERE job_id = m.job_id AND key = m.key) ORDER BY m.key, " +
+                       std::string(db_.insertion_order()));
+  s.bind(1, job);
+  json out = json::object();
+  while (s.step()) out[s.text(0)] = s.real(1);  // the last written of the last step
+  return out;
+}
+
 json Runs::metrics(int64_t job, const std::string& key) {
   const std::string order = db_.insertion_order();
   Statement s(db_, key.empty() ? "SELECT key, step, value, at_ms FROM run_metrics WHERE job_id = ? ORDER BY key, step, " + order

@@ -25,6 +25,8 @@ class Runs {
   bool has_tag(int64_t job, const std::string& key, const std::string& value);
   // {"metrics": {"loss": [[step, value, at_ms], ...], ...}}, one key or all.
   nlohmann::json metrics(int64_t job, const std::string& key);
+  // {"loss": value, ...}: each metric's value at its last step.
+  nlohmann::json final_metrics(int64_t job);
 
  private:
   Database& db_;

@@ -17,6 +17,7 @@
 #include "studio/service_routes.h"
 #include "studio/object_store.h"
 #include "studio/tokens.h"
+#include "studio/console_files.h"
 #include "studio/uploads.h"
 
 namespace kiln::studio {
@@ -125,6 +126,10 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
     reply_json(res, 200, {{"status", "ok"}, {"version", KILN_VERSION}});
     return;
   }
+  if (req.path.rfind("/api/", 0) != 0 && req.path != "/api") {
+    serve_console(options.console_dir, req, res);  // the web console: files anyone may load; its data needs a token
+    return;
+  }
   if (req.path.rfind("/api/v1/", 0) != 0) {
     serve::set_error(res, 404, "no such endpoint: " + serve::printable(req.path) + "; the API is under /api/v1");
     return;
@@ -186,6 +191,8 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     handle_models(*models, req, res, parts, token.name);
   } else if (what == "services") {
     handle_services(*services, req, res, parts);
+  } else if (what == "whoami" && parts.size() == 3 && req.method == "GET") {
+    reply_json(res, 200, {{"name", token.name}, {"scope", scope_name(token.scope)}});
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = 100;
     if (auto text = serve::query_param(req.query, "limit")) {
@@ -331,6 +338,9 @@ void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, do
 StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
   impl_->options = std::move(options);
+#ifdef KILN_CONSOLE_DIR
+  if (impl_->options.console_dir.empty()) impl_->options.console_dir = KILN_CONSOLE_DIR;
+#endif
   std::error_code ec;
   fs::create_directories(impl_->options.data_dir, ec);
   KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", impl_->options.data_dir, ": ", ec.message());

@@ -140,6 +140,39 @@ TEST(Studio, KeysListInByteOrderWhateverTheirCharacters) {
   EXPECT_EQ(keys, (std::vector<std::string>{"k/B", "k/a", "k/e", "k/f", "k/\xc3\xa9"}));
 }
 
+TEST(Studio, TheConsoleIsServedAtTheRootAndNothingOutsideIt) {
+  auto dir = fresh_dir("studio_console");
+  std::filesystem::create_directories(dir + "/console/assets");
+  std::ofstream(dir + "/console/index.html") << "<title>console</title>";
+  std::ofstream(dir + "/console/assets/app-1234.js") << "console.log(1)";
+  std::ofstream(dir + "/secret.txt") << "not for the web";
+  studio::StudioOptions o;
+  o.data_dir = dir + "/data";
+  o.port = 0;
+  o.access_log = "";
+  o.console_dir = dir + "/console";
+  studio::StudioServer server(o);
+  httplib::Client c("127.0.0.1", server.start());
+  c.set_url_encode(false);
+  auto index = c.Get("/");
+  ASSERT_EQ(index->status, 200);
+  EXPECT_EQ(index->body, "<title>console</title>");
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  auto script = c.Get("/assets/app-1234.js");
+  EXPECT_EQ(script->body, "console.log(1)");
+  EXPECT_NE(script->get_header_value("Cache-Control").find("immutable"), std::string::npos);
+  EXPECT_EQ(c.Get("/jobs/12")->body, "<title>console</title>");  // the console's own routes
+  for (const char* escape : {"/../secret.txt", "/assets/../../secret.txt", "/%2e%2e/secret.txt"})
+    EXPECT_EQ(c.Get(escape)->body.find("not for the web"), std::string::npos) << escape;
+  EXPECT_EQ(c.Post("/", "x", "text/plain")->status, 405);
+  EXPECT_EQ(c.Get("/api/v1/whoami")->status, 401);  // the API still needs its token
+  const std::string token = studio::create_token(o.data_dir, "viewer", studio::Scope::Read);
+  c.set_bearer_token_auth(token);
+  auto me = json::parse(c.Get("/api/v1/whoami")->body);
+  EXPECT_EQ(me["name"], "viewer");
+  EXPECT_EQ(me["scope"], "read");
+}
+
 TEST(Studio, AnUnreachableDatabaseIsAClearErrorThatHidesThePassword) {
   studio::StudioOptions o;
   o.data_dir = fresh_dir("studio_bad_db");

@@ -1,0 +1,225 @@
+// The console end to end in a real browser: Playwright (playwright-core)
+// driving Debian's headless Chromium against a studio with a finished job, a
+// registered model and a running service, all made with the kiln CLI.
+// KILN: the kiln executable; KILN_CONSOLE_SHOTS: where screenshots of failed
+// steps go. Run by ctest (console_e2e).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { deflateSync, gunzipSync } from "node:zlib";
+import { chromium } from "playwright-core";
+
+const kiln = process.env.KILN;
+const chrome = process.env.CHROMIUM || "/usr/bin/chromium";
+const shots = process.env.KILN_CONSOLE_SHOTS || join(tmpdir(), "kiln-console-shots");
+const work = mkdtempSync(join(tmpdir(), "kiln-console-"));
+let studio, url, writer, reader, browser, page;
+
+function run(...args) {
+  return execFileSync(kiln, args, { env: { ...process.env, KILN_STUDIO_URL: url, KILN_STUDIO_TOKEN: writer }, encoding: "utf8" });
+}
+
+async function api(path, init = {}) {
+  const r = await fetch(url + "/api/v1" + path, { ...init, headers: { Authorization: `Bearer ${writer}`, ...(init.headers ?? {}) } });
+  return r.json();
+}
+
+before(async () => {
+  assert.ok(kiln, "set KILN to the kiln executable");
+  assert.ok(existsSync(chrome), `no browser at ${chrome}: apt-get install chromium (scripts/install-deps.sh does), or set CHROMIUM`);
+  const data = join(work, "studio");
+  writer = execFileSync(kiln, ["studio", "token", "create", "--data", data, "--name", "ci", "--scope", "write"], { encoding: "utf8" }).trim();
+  reader = execFileSync(kiln, ["studio", "token", "create", "--data", data, "--name", "viewer", "--scope", "read"], { encoding: "utf8" }).trim();
+  studio = spawn(kiln, ["studio", "serve", "--data", data, "--port", "0", "--access-log", ""], { stdio: ["ignore", "ignore", "pipe"] });
+  url = await new Promise((resolve, reject) => {
+    let text = "";
+    studio.stderr.on("data", (d) => {
+      text += d;
+      const m = text.match(/ready on (http:\/\/[0-9.]+:\d+)/);
+      if (m) resolve(m[1]);
+    });
+    studio.on("exit", () => reject(new Error("the studio exited: " + text)));
+  });
+  run("store", "mb", "studio://data");
+  run("store", "cp", "/usr/share/datasets/fashion-mnist", "studio://data/fmnist");
+  writeFileSync(join(work, "w1.yaml"), "model: mlp\nmodel_config: {hidden: [64]}\ndataset: fashion_mnist\n" +
+    "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\nepochs: 1\nmax_steps: 120\nbatch_size: 64\nseed: 0\n");
+  writeFileSync(join(work, "job.yaml"), `name: w1-console\nrecipe: ${join(work, "w1.yaml")}\n` +
+    "inputs: {data_url: studio://data/fmnist}\noutput: studio://runs/w1\nenv: {KILN_NUM_THREADS: '1'}\n");
+  run("job", "submit", join(work, "job.yaml"), "--wait");
+  run("model", "register", "fmnist", "--job", "1", "--wait");
+  run("model", "alias", "fmnist", "production", "1");
+  run("service", "deploy", "fmnist", "--model", "fmnist@production", "--instances", "1");
+  for (let i = 0; i < 600 && (await api("/services/fmnist")).state !== "Running"; i++) await new Promise((r) => setTimeout(r, 100));
+  browser = await chromium.launch({ executablePath: chrome, args: ["--no-sandbox", "--disable-gpu"] });
+  page = await browser.newPage();
+});
+
+after(async () => {
+  await browser?.close();
+  try {
+    run("service", "stop", "fmnist");
+  } catch {}
+  studio?.kill("SIGTERM");
+  await new Promise((r) => (studio && studio.exitCode === null ? studio.on("exit", r) : r()));
+  rmSync(work, { recursive: true, force: true });
+});
+
+// The first image and label of Fashion-MNIST's test set (Debian's idx files).
+function firstTestImage() {
+  const dir = "/usr/share/datasets/fashion-mnist";
+  const images = gunzipSync(readFileSync(join(dir, "t10k-images-idx3-ubyte.gz")));
+  const labels = gunzipSync(readFileSync(join(dir, "t10k-labels-idx1-ubyte.gz")));
+  return [images.subarray(16, 16 + 784), labels[8]];
+}
+
+// A greyscale PNG of width x height bytes.
+function greyPng(pixels, width, height) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (bytes) => {
+    let c = 0xffffffff;
+    for (const b of bytes) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const out = Buffer.alloc(12 + data.length);
+    out.writeUInt32BE(data.length, 0);
+    out.write(type, 4, "ascii");
+    data.copy(out, 8);
+    out.writeUInt32BE(crc(out.subarray(4, 8 + data.length)), 8 + data.length);
+    return out;
+  };
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(width, 0);
+  header.writeUInt32BE(height, 4);
+  header[8] = 8;  // bit depth; colour type 0 (grey), the rest 0
+  const rows = Buffer.alloc((width + 1) * height);
+  for (let y = 0; y < height; y++) Buffer.from(pixels.subarray(y * width, (y + 1) * width)).copy(rows, y * (width + 1) + 1);
+  return Buffer.concat([Buffer.from([137, 80, 78, 71, 13, 10, 26, 10]), chunk("IHDR", header),
+                        chunk("IDAT", deflateSync(rows)), chunk("IEND", Buffer.alloc(0))]);
+}
+
+// Runs a step; on failure saves a screenshot of the page as it was.
+async function step(name, body) {
+  try {
+    await body();
+  } catch (e) {
+    mkdirSync(shots, { recursive: true });
+    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true }).catch(() => {});
+    throw e;
+  }
+}
+
+async function signIn(token) {
+  await page.goto(url + "/");
+  await page.fill("#token", token);
+  await page.click("#signin button[type=submit]");
+  await page.waitForSelector("#who");
+}
+
+test("a writer signs in, reads the job, its curve and logs, sets an alias, changes a weight and tries the model", async () => {
+  await step("load", async () => {
+    const started = Date.now();
+    await page.goto(url + "/");
+    await page.waitForSelector("#signin");
+    assert.ok(Date.now() - started < 1000, `the console took ${Date.now() - started} ms to load`);
+  });
+  await step("signin", async () => {
+    await signIn(writer);
+    assert.match(await page.textContent("#who"), /ci \(write\)/);
+  });
+  await step("jobs", async () => {
+    await page.waitForSelector("[data-job='1']");
+    const row = await page.textContent("[data-job='1']");
+    assert.match(row, /w1-console/);
+    assert.match(row, /Completed/);
+    await page.fill("#job-filter", "no-such-job");
+    assert.equal(await page.locator("[data-job]").count(), 0);
+    await page.fill("#job-filter", "w1");
+    await page.click("[data-job='1']");
+  });
+  await step("job", async () => {
+    await page.waitForSelector("#job-state");
+    assert.match(await page.textContent("#job-state"), /Completed/);
+    const curve = page.locator("canvas[data-metric='loss']");
+    await curve.waitFor();
+    assert.ok(Number(await curve.getAttribute("data-points")) > 10, "the loss curve has its points");
+    await page.fill("#log-grep", "accuracy");
+    await page.waitForFunction(() => /lines/.test(document.querySelector("#log-count")?.textContent ?? "") &&
+      [...document.querySelectorAll("#log-lines .logline")].length > 0 &&
+      [...document.querySelectorAll("#log-lines .logline")].every((l) => /accuracy/.test(l.textContent)));
+  });
+  await step("alias", async () => {
+    await page.goto(url + "/#/models/fmnist");
+    await page.waitForSelector("#alias-form");
+    await page.fill("#alias-name", "staging");
+    await page.click("#alias-form button[type=submit]");
+    await page.waitForSelector("text=fmnist@staging is version 1");
+    const model = await api("/models/fmnist");
+    assert.deepEqual(model.versions[0].aliases.sort(), ["production", "staging"]);
+  });
+  await step("weight", async () => {
+    await page.goto(url + "/#/services/fmnist");
+    const weight = page.locator("input.weight").first();
+    await weight.waitFor();
+    await weight.fill("40");
+    await weight.dispatchEvent("change");
+    await page.waitForSelector("input.weight.saved");
+    const service = await api("/services/fmnist");
+    assert.equal(service.versions[0].weight, 40);
+  });
+  await step("try-it", async () => {
+    // Fashion-MNIST's first test image as a PNG file, through the form and the studio.
+    const [image, label] = firstTestImage();
+    const file = join(work, "test-image.png");
+    writeFileSync(file, greyPng(image, 28, 28));
+    await page.setInputFiles("#try-file", file);
+    await page.click("#try-send");
+    await page.waitForSelector("#prediction");
+    assert.equal(await page.textContent("#prediction"), `class ${label}`);
+  });
+});
+
+test("a reader sees the same pages without the controls that write", async () => {
+  await page.evaluate(() => sessionStorage.clear());
+  await step("reader", async () => {
+    await signIn(reader);
+    await page.goto(url + "/#/jobs/1");
+    await page.waitForSelector("#job-state");
+    assert.equal(await page.locator("#retry").count(), 0);
+    await page.goto(url + "/#/models/fmnist");
+    await page.waitForSelector("#versions");
+    assert.equal(await page.locator("#alias-form").count(), 0);
+    await page.goto(url + "/#/services/fmnist");
+    await page.waitForSelector("input.weight");
+    assert.equal(await page.locator("input.weight").first().isDisabled(), true);
+  });
+});
+
+test("a 100,000-line log stays quick", async () => {
+  // The log viewer keeps only the lines in view in the page.
+  await page.evaluate(() => sessionStorage.clear());
+  await signIn(writer);
+  await step("many-lines", async () => {
+    const spec = { name: "chatty", command: ["/bin/sh", "-c", "seq 1 100000 | sed 's/^/line /'", "job"], nproc: 1 };
+    const { id } = await api("/jobs", { method: "POST", body: JSON.stringify(spec), headers: { "Content-Type": "application/json" } });
+    for (let i = 0; i < 600 && (await api(`/jobs/${id}`)).state !== "Completed"; i++) await new Promise((r) => setTimeout(r, 100));
+    const started = Date.now();
+    await page.goto(url + `/#/jobs/${id}`);
+    await page.waitForFunction(() => /^100000 lines/.test(document.querySelector("#log-count")?.textContent ?? ""), null, { timeout: 20000 });
+    const shown = await page.locator("#log-lines .logline").count();
+    assert.ok(shown < 200, `${shown} log lines in the page at once`);
+    console.log(`# a 100,000-line log loaded in ${Date.now() - started} ms`);
+    const scrolled = Date.now();
+    await page.evaluate(() => { document.querySelector("#log-lines").scrollTop = 1e9; });
+    await page.waitForFunction(() => /line 100000/.test(document.querySelector("#log-lines")?.textContent ?? ""));
+    assert.ok(Date.now() - scrolled < 1000, "scrolling to the end took over a second");
+  });
+});
