@@ -272,15 +272,15 @@ bool Jobs::monitor(int64_t id, const JobSpec& spec, Execution& execution, Runnin
   auto next_sync = started + std::chrono::duration<double>(spec.sync_every_s);
   std::optional<clock::time_point> killed_at;
   std::string stop_reason;
-  bool queued = false;
+  std::optional<bool> queued;  // as the job's state shows it
   std::optional<int> code;
   while (!(code = execution.poll())) {
     const auto now = clock::now();
     if (running.studio_stopping && !execution.external_id().empty()) return false;  // Slurm keeps it; the next studio finds it
-    if (execution.queued() != queued) {
-      queued = !queued;
-      set_state(id, queued ? "Pending" : "Running", queued ? "scheduling" : "running",
-                queued ? "waiting in Slurm's queue" : "");
+    if (stop_reason.empty() && execution.queued() != queued) {
+      queued = execution.queued();
+      set_state(id, *queued ? "Pending" : "Running", *queued ? "scheduling" : "running",
+                *queued ? "waiting in Slurm's queue" : "");
     }
     if (stop_reason.empty() && running.stop) {
       stop_reason = running.studio_stopping ? "the studio was stopped while the job ran" : "stopped on request";
@@ -330,7 +330,9 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     fs::create_directories(dir + "/logs");
     set_state(id, "Running", "preparing");
     stage_inputs(id, spec);
-    set_state(id, "Running", "running");
+    // Under Slurm it waits for the queue; the monitor says when it runs.
+    if (executor_ == "slurm") set_state(id, "Pending", "scheduling", "submitting to Slurm");
+    else set_state(id, "Running", "running");
 
     std::vector<std::string> command;
     std::string data_url = spec.inputs.size() == 1 ? dir + "/inputs/" + spec.inputs.begin()->first : dir + "/inputs";

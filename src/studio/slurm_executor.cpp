@@ -77,7 +77,10 @@ class SlurmExecution final : public Execution {
     return code_;
   }
   bool queued() override { return queued_; }
-  void terminate() override { run_program({"scancel", "--signal=TERM", "--full", id_}); }
+  void terminate() override {
+    if (queued_) run_program({"scancel", id_});  // nothing runs yet: take it out of the queue
+    else run_program({"scancel", "--signal=TERM", "--full", id_});
+  }
   void kill() override { run_program({"scancel", id_}); }
   std::string ended_because() override { return ended_because_; }
   std::string external_id() const override { return id_; }

@@ -121,6 +121,35 @@ TEST_F(SlurmJobs, AFailingRankAndAStopEndAsTheyDoLocally) {
   EXPECT_NE(std::system("pgrep -f 'sleep 63[.]25' > /dev/null"), 0) << "a rank outlived its job";
 }
 
+TEST_F(SlurmJobs, AJobWaitsPendingWhileTheClusterIsFull) {
+  auto dir = fresh_dir("slurm_queue");
+  SlurmStudio s(dir);
+  StudioApi api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  // Another user's job holds every node.
+  ASSERT_EQ(std::system(("sbatch --parsable --exclusive -N 2 -o /dev/null --wrap 'sleep 30' > " + dir + "/blocker").c_str()), 0);
+  const std::string blocker = text_of(dir + "/blocker").substr(0, text_of(dir + "/blocker").find('\n'));
+  const int64_t queued = submit(api, shell_job("queued", "echo ran", 1));
+  json pending = wait_for(api, queued, {"Pending"});
+  for (int i = 0; i < 50 && pending.value("reason", "") != "waiting in Slurm's queue"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pending = api.call("GET", "/api/v1/jobs/" + std::to_string(queued)).second;
+  }
+  EXPECT_EQ(pending["reason"], "waiting in Slurm's queue") << pending.dump();
+  EXPECT_EQ(slurm_field(pending.value("external_id", "?")), "PENDING");
+  // A queued job stopped leaves the queue at once.
+  const int64_t second = submit(api, shell_job("never", "echo never", 1));
+  wait_for(api, second, {"Pending"});
+  for (int i = 0; i < 50 && api.call("GET", "/api/v1/jobs/" + std::to_string(second)).second.value("external_id", "").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(api.call("POST", "/api/v1/jobs/" + std::to_string(second) + "/stop").first, 202);
+  json stopped = wait_for(api, second, {"Terminated", "Failed", "Completed"}, 10);
+  EXPECT_EQ(stopped["state"], "Terminated") << stopped.dump();
+  // Once the nodes are free, the first one runs.
+  std::system(("scancel " + blocker).c_str());
+  json done = wait_for(api, queued, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Completed") << done.dump();
+}
+
 TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
   auto dir = fresh_dir("slurm_restart");
   const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
@@ -130,8 +159,12 @@ TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
     SlurmStudio s(dir);
     StudioApi api(s.port, token);
     id = submit(api, shell_job("patient", "echo waiting; sleep 4; echo finished", 1));
-    json running = wait_for(api, id, {"Running"});
-    slurm_id = running.value("external_id", "");
+    // Running under Slurm: submitted (it has its Slurm id) and out of the queue.
+    for (int i = 0; i < 300 && slurm_id.empty(); ++i) {
+      json j = api.call("GET", "/api/v1/jobs/" + std::to_string(id)).second;
+      if (j["state"] == "Running" && j["stage"] == "running") slurm_id = j.value("external_id", "");
+      if (slurm_id.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }  // the studio stops; Slurm goes on
   ASSERT_FALSE(slurm_id.empty());
   EXPECT_EQ(slurm_field(slurm_id), "RUNNING");
