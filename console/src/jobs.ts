@@ -17,6 +17,17 @@ function metricsText(m: Record<string, number> | undefined): string {
   return Object.entries(m).slice(0, 3).map(([k, v]) => `${k} ${Number(v).toPrecision(4)}`).join(", ");
 }
 
+// "scheduling 0.1 s, preparing 0.4 s, running 12.0 s, end": the stages in
+// the order entered, each with the time it took (the last one still going).
+function stageLine(times: Record<string, number>): string {
+  const stages = Object.entries(times).sort((a, b) => a[1] - b[1]);
+  return stages.map(([stage, at], i) => {
+    if (stage === "end") return stage;
+    const until = i + 1 < stages.length ? stages[i + 1][1] : Date.now();
+    return `${stage} ${duration(at, until)}`;
+  }).join(", ");
+}
+
 export async function jobsPage(page: HTMLElement, _s: Session) {
   const filter = h("input", { type: "search", id: "job-filter", placeholder: "Filter by name, state or tag" });
   const count = h("span", { class: "muted", id: "job-count" });
@@ -72,6 +83,7 @@ export async function jobPage(page: HTMLElement, s: Session, id: number) {
       h("h2", {}, `Job ${j.id}: ${j.name}`),
       h("dl", { class: "facts" },
         h("dt", {}, "state"), h("dd", { id: "job-state" }, `${j.state} (${j.stage})`),
+        h("dt", {}, "stages"), h("dd", { id: "job-stages" }, stageLine(j.stage_times ?? {})),
         j.reason ? [h("dt", {}, "reason"), h("dd", {}, j.reason)] : null,
         h("dt", {}, "submitted"), h("dd", {}, `${when(j.created_ms)} by ${j.submitted_by}`),
         h("dt", {}, "started"), h("dd", {}, when(j.started_ms)),

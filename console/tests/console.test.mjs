@@ -148,6 +148,7 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
   await step("job", async () => {
     await page.waitForSelector("#job-state");
     assert.match(await page.textContent("#job-state"), /Completed/);
+    assert.match(await page.textContent("#job-stages"), /^scheduling [\d.]+ s, preparing [\d.]+ s, running [\d.]+ s, end$/);
     const curve = page.locator("canvas[data-metric='loss']");
     await curve.waitFor();
     assert.ok(Number(await curve.getAttribute("data-points")) > 10, "the loss curve has its points");

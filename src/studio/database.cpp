@@ -138,6 +138,10 @@ const char* const kMigrations[] = {
     ALTER TABLE jobs ADD COLUMN executor TEXT NOT NULL DEFAULT 'local';
     ALTER TABLE jobs ADD COLUMN external_id TEXT;
     )sql",
+    // 9: when a job entered each of its stages (JSON: stage -> milliseconds since the epoch).
+    R"sql(
+    ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '{}';
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

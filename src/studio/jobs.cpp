@@ -27,7 +27,8 @@ struct Jobs::Running {
 json JobRecord::json() const {
   nlohmann::json j = {{"id", id}, {"name", spec.name}, {"state", state}, {"stage", stage}, {"reason", reason},
                       {"submitted_by", submitted_by}, {"created_ms", created_ms}, {"started_ms", started_ms},
-                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}, {"executor", executor}};
+                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}, {"executor", executor},
+                      {"stage_times", stages}};
   if (!external_id.empty()) j["external_id"] = external_id;
   j["exit_code"] = exit_code >= 0 ? nlohmann::json(exit_code) : nlohmann::json(nullptr);
   return j;
@@ -37,7 +38,7 @@ namespace {
 
 const char* kSelect =
     "SELECT id, spec, state, stage, reason, submitted_by, exit_code, created_at, started_at, ended_at, executor, "
-    "external_id FROM jobs";
+    "external_id, stages FROM jobs";
 
 JobRecord record_of(Statement& s) {
   JobRecord r;
@@ -53,6 +54,7 @@ JobRecord record_of(Statement& s) {
   r.ended_ms = s.is_null(9) ? 0 : s.integer(9);
   r.executor = s.text(10);
   r.external_id = s.text(11);
+  r.stages = json::parse(s.text(12));
   return r;
 }
 
@@ -142,9 +144,11 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
              " needs the Slurm executor (kiln studio serve --executor slurm); this studio runs jobs on its own machine");
   int64_t id = 0;
   {
-    Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at) VALUES (?, "
-                          "'Creating', 'scheduling', '', ?, ?) RETURNING id");
-    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now_ms());
+    Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at, stages) VALUES (?, "
+                          "'Creating', 'scheduling', '', ?, ?, ?) RETURNING id");
+    const int64_t now = now_ms();
+    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now)
+        .bind(4, json{{"scheduling", now}}.dump());
     KILN_CHECK(insert.step(), "studio database: a new job has no id");
     id = insert.integer(0);
   }
@@ -187,7 +191,22 @@ void Jobs::stop(int64_t id) {
   it->second->stop = true;
 }
 
+void Jobs::enter_stage(int64_t id, const std::string& stage) {
+  Transaction t(db_);
+  json stages = json::object();
+  {
+    Statement s(db_, "SELECT stages FROM jobs WHERE id = ?");
+    s.bind(1, id);
+    if (s.step()) stages = json::parse(s.text(0));
+  }
+  if (stages.contains(stage)) return;  // the first time it entered counts
+  stages[stage] = now_ms();
+  Statement(db_, "UPDATE jobs SET stages = ? WHERE id = ?").bind(1, stages.dump()).bind(2, id).run();
+  t.commit();
+}
+
 void Jobs::set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason) {
+  enter_stage(id, stage);
   Statement(db_, "UPDATE jobs SET state = ?, stage = ?, reason = ?, started_at = CASE WHEN ? = 'Running' AND "
                  "started_at IS NULL THEN ? ELSE started_at END WHERE id = ?")
       .bind(1, state).bind(2, stage).bind(3, reason).bind(4, state).bind(5, now_ms()).bind(6, id)
@@ -195,6 +214,7 @@ void Jobs::set_state(int64_t id, const std::string& state, const std::string& st
 }
 
 void Jobs::finish(int64_t id, const std::string& state, const std::string& reason, int exit_code) {
+  enter_stage(id, "end");
   Statement s(db_, "UPDATE jobs SET state = ?, stage = 'end', reason = ?, exit_code = ?, ended_at = ? WHERE id = ?");
   s.bind(1, state).bind(2, reason);
   if (exit_code >= 0) s.bind(3, int64_t{exit_code});

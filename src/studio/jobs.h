@@ -30,6 +30,7 @@ struct JobRecord {
   int64_t created_ms = 0, started_ms = 0, ended_ms = 0;
   std::string executor;     // local or slurm
   std::string external_id;  // the Slurm job id, once it has one
+  nlohmann::json stages;    // {"scheduling": ms, "preparing": ms, ...}: when it entered each stage
   nlohmann::json json() const;
 };
 
@@ -59,6 +60,7 @@ class Jobs {
   void run(int64_t id, std::shared_ptr<Running> running);
   void adopt(int64_t id, std::shared_ptr<Running> running, const std::string& slurm_id);
   void finish_run(int64_t id, bool over);
+  void enter_stage(int64_t id, const std::string& stage);
   void set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason = "");
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
   void stage_inputs(int64_t id, const JobSpec& spec);

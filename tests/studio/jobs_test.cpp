@@ -74,6 +74,13 @@ TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
   ASSERT_EQ(done["state"], "Completed") << done.dump();
   EXPECT_EQ(done["exit_code"], 0);
   EXPECT_EQ(done["submitted_by"], "ci");
+  // The stages, each entered once, in order.
+  const json& stages = done["stage_times"];
+  ASSERT_EQ(stages.size(), 4u) << done.dump();
+  EXPECT_LE(stages["scheduling"].get<int64_t>(), stages["preparing"].get<int64_t>());
+  EXPECT_LE(stages["preparing"].get<int64_t>(), stages["running"].get<int64_t>());
+  EXPECT_LE(stages["running"].get<int64_t>(), stages["end"].get<int64_t>());
+  EXPECT_EQ(stages["scheduling"], done["created_ms"]);
   // Logs: every rank's lines, filtered by rank and by keyword.
   json all = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs");
   EXPECT_EQ(all["total"], 6);

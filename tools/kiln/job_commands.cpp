@@ -99,6 +99,22 @@ void print_job(const json& j) {
   std::printf("  state   %s (%s)\n", j["state"].get<std::string>().c_str(), j["stage"].get<std::string>().c_str());
   if (!j["reason"].get<std::string>().empty()) std::printf("  reason  %s\n", j["reason"].get<std::string>().c_str());
   if (!j["exit_code"].is_null()) std::printf("  exit    %d\n", j["exit_code"].get<int>());
+  if (j.contains("stage_times") && !j["stage_times"].empty()) {
+    // Stages in the order entered, each with how long it took.
+    std::vector<std::pair<int64_t, std::string>> stages;
+    for (auto& [stage, at] : j["stage_times"].items()) stages.emplace_back(at.get<int64_t>(), stage);
+    std::sort(stages.begin(), stages.end());
+    std::string line;
+    for (size_t i = 0; i < stages.size(); ++i) {
+      line += (i ? ", " : "") + stages[i].second;
+      if (i + 1 < stages.size()) {
+        char took[32];
+        std::snprintf(took, sizeof took, " %.1f s", (stages[i + 1].first - stages[i].first) / 1000.0);
+        line += took;
+      }
+    }
+    std::printf("  stages  %s\n", line.c_str());
+  }
   if (j.value("executor", "local") == "slurm" && j.contains("external_id"))
     std::printf("  slurm   job %s\n", j["external_id"].get<std::string>().c_str());
   auto seconds = [&](const char* a, const char* b) {
