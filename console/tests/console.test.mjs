@@ -157,6 +157,19 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
       [...document.querySelectorAll("#log-lines .logline")].length > 0 &&
       [...document.querySelectorAll("#log-lines .logline")].every((l) => /accuracy/.test(l.textContent)));
   });
+  await step("store", async () => {
+    await page.goto(url + "/#/store/runs/w1");
+    await page.waitForSelector("#objects");
+    assert.match(await page.textContent("#objects"), /checkpoint\.safetensors/);
+    const file = join(work, "notes.txt");
+    writeFileSync(file, "trained from the console test\n");
+    await page.setInputFiles("#upload-file", file);
+    await page.click("form.tools button[type=submit]");
+    await page.waitForSelector("text=uploaded notes.txt");
+    const listed = await api("/buckets/runs/objects?prefix=w1/notes.txt");
+    assert.equal(listed.objects.length, 1);
+    assert.equal(listed.objects[0].size, 30);
+  });
   await step("alias", async () => {
     await page.goto(url + "/#/models/fmnist");
     await page.waitForSelector("#alias-form");
