@@ -338,9 +338,16 @@ void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, do
 StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>()) {
   namespace fs = std::filesystem;
   impl_->options = std::move(options);
+  if (impl_->options.console_dir.empty()) {
+    // An installed kiln's console (PREFIX/share/kiln/console), else the one this build made.
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    const fs::path installed = exe.parent_path().parent_path() / "share/kiln/console";
+    if (!ec && fs::exists(installed / "index.html")) impl_->options.console_dir = installed.string();
 #ifdef KILN_CONSOLE_DIR
-  if (impl_->options.console_dir.empty()) impl_->options.console_dir = KILN_CONSOLE_DIR;
+    else impl_->options.console_dir = KILN_CONSOLE_DIR;
 #endif
+  }
   std::error_code ec;
   fs::create_directories(impl_->options.data_dir, ec);
   KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", impl_->options.data_dir, ": ", ec.message());
