@@ -1,12 +1,12 @@
 // Services: their states; a service's versions with traffic weights (editable),
 // instances and their health, request and error counts, latency, and a
 // try-it form that sends an infer request through the studio.
-import { Chart, BarController, BarElement, CategoryScale, LinearScale } from "chart.js";
+import { Chart, BarController, BarElement, CategoryScale, LinearScale, Legend } from "chart.js";
 import { call, get } from "./api";
 import { errorBox, h } from "./dom";
 import type { Session } from "./main";
 
-Chart.register(BarController, BarElement, CategoryScale, LinearScale);
+Chart.register(BarController, BarElement, CategoryScale, LinearScale, Legend);
 
 export async function servicesPage(page: HTMLElement) {
   const { services } = await get("/services");
@@ -121,13 +121,20 @@ export async function servicePage(page: HTMLElement, s: Session, name: string) {
             h("span", { class: `instance ${i.ready ? "ready" : "down"}`, title: `port ${i.port}` }, `#${i.id} ${i.ready ? "ready" : "starting"}`))),
           h("td", {}, m.requests ?? ""), h("td", {}, m.errors ?? ""));
       })));
-    const latency = Object.entries(metrics?.versions ?? {}).map(([v, m]: [string, any]) => [v, p50(m.latency_ms_buckets ?? [])]);
+    const byVersion = Object.entries(metrics?.versions ?? {}) as [string, any][];
     if (!chart) {
-      chart = new Chart(stats, { type: "bar", data: { labels: [], datasets: [{ label: "latency (ms)", data: [], backgroundColor: "#2563eb" }] },
-        options: { animation: false, plugins: { legend: { display: false } } } });
+      chart = new Chart(stats, {
+        type: "bar",
+        data: { labels: [], datasets: [
+          { label: "median latency (ms)", data: [], backgroundColor: "#2563eb", yAxisID: "ms" },
+          { label: "errors", data: [], backgroundColor: "#dc2626", yAxisID: "count" }] },
+        options: { animation: false, scales: { ms: { position: "left", beginAtZero: true },
+                                               count: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false } } } },
+      });
     }
-    chart.data.labels = latency.map(([v]) => v);
-    chart.data.datasets[0].data = latency.map(([, ms]) => Number(ms));
+    chart.data.labels = byVersion.map(([v]) => v);
+    chart.data.datasets[0].data = byVersion.map(([, m]) => p50(m.latency_ms_buckets ?? []));
+    chart.data.datasets[1].data = byVersion.map(([, m]) => Number(m.errors ?? 0));
     chart.update();
     return sv;
   };
@@ -139,7 +146,7 @@ export async function servicePage(page: HTMLElement, s: Session, name: string) {
   } catch {
     /* the form takes JSON then */
   }
-  page.append(head, h("h3", {}, "Versions"), versions, h("h3", {}, "Median latency by version (ms)"), h("div", { class: "small-chart" }, stats),
+  page.append(head, h("h3", {}, "Versions"), versions, h("h3", {}, "Latency and errors by version"), h("div", { class: "small-chart" }, stats),
     tryIt(name, signature));
   const timer = setInterval(() => draw().catch(() => {}), 5000);
   return () => {

@@ -106,13 +106,21 @@ function greyPng(pixels, width, height) {
                         chunk("IDAT", deflateSync(rows)), chunk("IEND", Buffer.alloc(0))]);
 }
 
-// Runs a step; on failure saves a screenshot of the page as it was.
+// Runs a step; on failure saves a screenshot of the page as it was, then of
+// every page of the console, so the failure can be seen in its context.
 async function step(name, body) {
   try {
     await body();
   } catch (e) {
     mkdirSync(shots, { recursive: true });
-    await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true }).catch(() => {});
+    await page.screenshot({ path: join(shots, `${name}-failed.png`), fullPage: true }).catch(() => {});
+    for (const [file, hash] of [["jobs", "#/jobs"], ["job-1", "#/jobs/1"], ["store", "#/store/runs/w1"],
+                                ["models", "#/models"], ["model-fmnist", "#/models/fmnist"],
+                                ["services", "#/services"], ["service-fmnist", "#/services/fmnist"]]) {
+      await page.goto(`${url}/${hash}`).catch(() => {});
+      await page.waitForTimeout(500);
+      await page.screenshot({ path: join(shots, `${name}-page-${file}.png`), fullPage: true }).catch(() => {});
+    }
     throw e;
   }
 }
