@@ -79,6 +79,10 @@ class Database {
   virtual std::string bytewise(const std::string& expression) const = 0;
   // An expression that orders a table's rows as they were inserted.
   virtual const char* insertion_order() const = 0;
+  // Claims the database for one studio process while this connection lives
+  // (false: another studio has it). A SQLite file is claimed with its data
+  // directory instead.
+  virtual bool claim() { return true; }
   // Where the database is, for messages (a URL's password is left out).
   const std::string& location() const { return location_; }
   // One connection serves every thread of the studio. A transaction is the

@@ -137,6 +137,10 @@ class PostgresDatabase final : public Database {
     return std::make_unique<PostgresStatement>(*this, numbered_parameters(sql));
   }
   const char* begin_sql() const override { return "BEGIN"; }
+  bool claim() override {
+    Result r = run("SELECT pg_try_advisory_lock(7307112)", {});
+    return PQgetvalue(r.get(), 0, 0)[0] == 't';
+  }
   std::string bytes_of(const std::string& expression) const override {
     return "convert_to(" + expression + ", 'UTF8')";
   }

@@ -1,6 +1,12 @@
 // The studio's HTTP API (/api/v1) over the serve layer's transport: tokens
 // checked on every endpoint but health, writes recorded in the audit log.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -73,7 +79,17 @@ bool parse_range(const std::string& header, int64_t size, int64_t& offset, int64
 
 }  // namespace
 
+// The data directory's lock (flock on DATA/studio.lock), held while the
+// studio lives: declared first in Impl, so released last.
+struct DirectoryLock {
+  int fd = -1;
+  ~DirectoryLock() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 struct StudioServer::Impl {
+  DirectoryLock lock;
   StudioOptions options;
   std::unique_ptr<Database> db;
   std::unique_ptr<ObjectStore> store;
@@ -353,7 +369,26 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   KILN_CHECK(!ec, "kiln studio: cannot create the data directory ", impl_->options.data_dir, ": ", ec.message());
   // Absolute: jobs run in folders of their own and must still find it.
   const std::string dir = fs::absolute(impl_->options.data_dir).lexically_normal().string();
+  // One studio process per data directory and per database: two would each
+  // take the other's running jobs for its own dead ones.
+  impl_->lock.fd = ::open((dir + "/studio.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  KILN_CHECK(impl_->lock.fd >= 0, "kiln studio: cannot open ", dir, "/studio.lock: ", std::strerror(errno));
+  if (::flock(impl_->lock.fd, LOCK_EX | LOCK_NB) != 0) {
+    const std::string holder = read_text(dir + "/studio.lock");
+    ::close(impl_->lock.fd);
+    impl_->lock.fd = -1;
+    KILN_FAIL("kiln studio: another studio serves the data directory ", dir,
+              holder.empty() ? std::string() : " (pid " + holder.substr(0, holder.find('\n')) + ")",
+              "; stop it first, or give this one another --data");
+  }
+  if (::ftruncate(impl_->lock.fd, 0) == 0) {
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    ssize_t ignored = ::write(impl_->lock.fd, pid.data(), pid.size());
+    (void)ignored;
+  }
   impl_->db = Database::open(database_location(dir, impl_->options.database));
+  KILN_CHECK(impl_->db->claim(), "kiln studio: another studio uses the database ", impl_->db->location(),
+             "; one studio process serves a database (stop the other, or give this one its own --db)");
   impl_->store = std::make_unique<ObjectStore>(dir + "/objects", *impl_->db);
   std::string kiln = impl_->options.kiln_executable;
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();

@@ -140,6 +140,34 @@ TEST(Studio, KeysListInByteOrderWhateverTheirCharacters) {
   EXPECT_EQ(keys, (std::vector<std::string>{"k/B", "k/a", "k/e", "k/f", "k/\xc3\xa9"}));
 }
 
+TEST(Studio, OneStudioServesADataDirectoryAndADatabase) {
+  auto dir = fresh_dir("studio_single");
+  auto refused = [](const studio::StudioOptions& o) {
+    try {
+      studio::StudioServer second(o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("it started");
+  };
+  {
+    Studio first(dir);
+    studio::StudioOptions o;
+    o.data_dir = dir;
+    o.database = kiln::testing::test_database(dir);
+    const std::string why = refused(o);
+    EXPECT_NE(why.find("another studio serves the data directory"), std::string::npos) << why;
+    EXPECT_NE(why.find("(pid " + std::to_string(::getpid()) + ")"), std::string::npos) << why;
+    if (!o.database.empty()) {  // PostgreSQL: the database is claimed too, whatever the data directory
+      o.data_dir = fresh_dir("studio_single_other");
+      const std::string also = refused(o);
+      EXPECT_NE(also.find("another studio uses the database"), std::string::npos) << also;
+    }
+  }
+  Studio again(dir);  // once the first has stopped
+  EXPECT_GT(again.port, 0);
+}
+
 TEST(Studio, TheConsoleIsServedAtTheRootAndNothingOutsideIt) {
   auto dir = fresh_dir("studio_console");
   std::filesystem::create_directories(dir + "/console/assets");
