@@ -12,9 +12,13 @@ Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, T
 const ENDED = ["Completed", "Failed", "Terminated", "Abnormal"];
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
 
+// The metrics a person looks for first (accuracy, loss), then the others, three at most.
+const FIRST = ["accuracy", "test_accuracy", "val_accuracy", "loss", "val_loss", "epoch_loss"];
+
 function metricsText(m: Record<string, number> | undefined): string {
   if (!m) return "";
-  return Object.entries(m).slice(0, 3).map(([k, v]) => `${k} ${Number(v).toPrecision(4)}`).join(", ");
+  const keys = Object.keys(m).sort((a, b) => (FIRST.indexOf(a) + 1 || 99) - (FIRST.indexOf(b) + 1 || 99));
+  return keys.slice(0, 3).map((k) => `${k} ${Number(m[k]).toPrecision(4)}`).join(", ");
 }
 
 // "scheduling 0.1 s, preparing 0.4 s, running 12.0 s, end": the stages in
@@ -29,7 +33,7 @@ function stageLine(times: Record<string, number>): string {
 }
 
 export async function jobsPage(page: HTMLElement, _s: Session) {
-  const filter = h("input", { type: "search", id: "job-filter", placeholder: "Filter by name, state or tag" });
+  const filter = h("input", { type: "search", id: "job-filter", placeholder: "Filter by name, state or tag", size: 36 });
   const count = h("span", { class: "muted", id: "job-count" });
   const list = new VirtualList<any>(34, (j) =>
     h("a", { class: `row state-${j.state}`, href: `#/jobs/${j.id}`, "data-job": j.id },

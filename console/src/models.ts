@@ -15,6 +15,13 @@ export async function modelsPage(page: HTMLElement) {
       : h("p", { class: "muted" }, "No models yet: kiln model register NAME --job ID"));
 }
 
+// A metric as a person reads it: whole numbers whole, others to 4 digits, text as it is.
+function shown(value: unknown): string {
+  if (value === undefined || value === null) return "";
+  if (typeof value !== "number") return String(value);
+  return Number.isInteger(value) ? String(value) : value.toPrecision(4);
+}
+
 function signatureText(sig: any): string {
   const one = (t: any) => `${t.name} ${t.dtype} [${(t.shape ?? []).map((d: any) => d ?? "?").join(", ")}]`;
   return [...(sig?.inputs ?? []).map((t: any) => `in  ${one(t)}`), ...(sig?.outputs ?? []).map((t: any) => `out ${one(t)}`)].join("\n");
@@ -33,10 +40,11 @@ export async function modelPage(page: HTMLElement, s: Session, name: string) {
       h("td", { class: "aliases" }, (v.aliases ?? []).join(", ")),
       h("td", {}, v.job ? h("a", { href: `#/jobs/${v.job}` }, `job ${v.job}`) : v.source,
         v.lineage?.data ? h("div", { class: "muted" }, Object.values(v.lineage.data).join(", ")) : null),
-      [...metricKeys].map((k) => h("td", {}, v.lineage?.metrics?.[k] !== undefined ? Number(v.lineage.metrics[k]).toPrecision(4) : "")),
+      [...metricKeys].map((k) => h("td", {}, shown(v.lineage?.metrics?.[k]))),
       h("td", {}, h("pre", {}, signatureText(v.signature))),
       h("td", {}, `${when(v.created_ms)} by ${v.created_by}`))));
-  page.append(h("h2", {}, `Model ${name}`), model.description ? h("p", {}, model.description) : "", table);
+  page.append(h("h2", {}, `Model ${name}`), model.description ? h("p", {}, model.description) : "",
+    h("div", { class: "scroll" }, table));
   if (!s.canWrite) return;
   const alias = h("input", { id: "alias-name", placeholder: "production", size: 14 });
   const version = h("select", { id: "alias-version" }, versions.map((v) => h("option", { value: v.version }, `version ${v.version}`)));
