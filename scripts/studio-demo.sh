@@ -6,7 +6,8 @@
 # endpoint, print the predictions beside the labels, and stop everything.
 #   scripts/studio-demo.sh [EPOCHS]   (default 2)
 # KILN_DEMO_MAX_STEPS=N stops training after N steps (the tests' quick run);
-# KILN_DEMO_NO_SETUP=1 skips installing and building.
+# KILN_DEMO_NO_SETUP=1 skips installing and building; KILN_DEMO_KEEP=1 leaves
+# the studio and its service running for the web console until Ctrl-C.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${KILN_DEMO_NO_SETUP:-}" ]; then
@@ -71,6 +72,12 @@ done
 
 echo "== classify test images through the studio"
 ./build/fashion_mnist_query 127.0.0.1 "$port" fmnist 12 /api/v1/services/fmnist
+
+if [ -n "${KILN_DEMO_KEEP:-}" ]; then
+  echo "== the web console: open $KILN_STUDIO_URL/ and sign in with $KILN_STUDIO_TOKEN (Ctrl-C stops everything)"
+  trap 'cleanup; exit 0' INT TERM
+  wait "$studio" || true
+fi
 
 "$kiln" service stop fmnist >/dev/null
 echo "== stopped; the studio's data is in $work/studio"
