@@ -129,9 +129,10 @@ class PostgresDatabase final : public Database {
   ~PostgresDatabase() override { PQfinish(conn_); }
 
   void exec(const std::string& sql) override {
-    reconnect_if_lost();
-    Result r(PQexec(conn_, sql.c_str()));
+    Result r = retried([&] { return PQexec(conn_, sql.c_str()); });
     check(r.get(), sql);
+    if (sql.rfind("BEGIN", 0) == 0) in_transaction_ = true;
+    if (sql == "COMMIT" || sql == "ROLLBACK") in_transaction_ = false;
   }
   std::unique_ptr<StatementBackend> prepare(const std::string& sql) override {
     return std::make_unique<PostgresStatement>(*this, numbered_parameters(sql));
@@ -139,7 +140,8 @@ class PostgresDatabase final : public Database {
   const char* begin_sql() const override { return "BEGIN"; }
   bool claim() override {
     Result r = run("SELECT pg_try_advisory_lock(7307112)", {});
-    return PQgetvalue(r.get(), 0, 0)[0] == 't';
+    claimed_ = PQgetvalue(r.get(), 0, 0)[0] == 't';
+    return claimed_;
   }
   std::string bytes_of(const std::string& expression) const override {
     return "convert_to(" + expression + ", 'UTF8')";
@@ -149,13 +151,14 @@ class PostgresDatabase final : public Database {
   const char* insertion_order() const override { return "ctid"; }
 
   Result run(const std::string& sql, const std::vector<std::optional<std::string>>& params) {
-    reconnect_if_lost();
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
     // Untyped parameters: the server infers each from where it stands.
-    Result r(PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
-                          nullptr, 0));
+    Result r = retried([&] {
+      return PQexecParams(conn_, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(), nullptr,
+                          nullptr, 0);
+    });
     check(r.get(), sql);
     return r;
   }
@@ -179,6 +182,22 @@ class PostgresDatabase final : public Database {
   }
 
  private:
+  // Runs a command; one that finds the connection gone (a server restart, an
+  // administrator's pg_terminate_backend) runs again on a new one, unless a
+  // transaction was open: that transaction is lost, and says so.
+  template <class F>
+  Result retried(F command) {
+    reconnect_if_lost();
+    Result r(command());
+    if (PQstatus(conn_) == CONNECTION_OK) return r;
+    if (in_transaction_) {
+      in_transaction_ = false;
+      return r;  // check() reports the lost connection; the transaction rolls back with it
+    }
+    reconnect_if_lost();
+    return Result(command());
+  }
+
   // A server restart drops the connection; outside a transaction it is
   // safe to connect again and go on.
   void reconnect_if_lost() {
@@ -187,6 +206,9 @@ class PostgresDatabase final : public Database {
     if (PQstatus(conn_) != CONNECTION_OK)
       KILN_FAIL("studio database ", location(), ": the connection was lost and cannot be made again: ",
                 one_line(PQerrorMessage(conn_)));
+    // The claim went with the old session: take it again, or say who has it.
+    if (claimed_ && !claim())
+      KILN_FAIL("studio database ", location(), ": another studio took the database while the connection was down");
   }
   void check(PGresult* r, const std::string& sql) const {
     ExecStatusType status = PQresultStatus(r);
@@ -195,6 +217,8 @@ class PostgresDatabase final : public Database {
     KILN_FAIL("studio database ", location(), ": ", why, " (in '", sql.substr(0, 200), "')");
   }
   PGconn* conn_ = nullptr;
+  bool claimed_ = false;
+  bool in_transaction_ = false;
 };
 
 bool PostgresStatement::step() {

@@ -168,6 +168,36 @@ TEST(Studio, OneStudioServesADataDirectoryAndADatabase) {
   EXPECT_GT(again.port, 0);
 }
 
+TEST(Studio, ALostDatabaseConnectionIsMadeAgain) {
+  auto dir = fresh_dir("studio_reconnect");
+  const std::string database = kiln::testing::test_database(dir);
+  if (database.empty()) GTEST_SKIP() << "PostgreSQL only (studio_tests_postgres)";
+  const std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
+  Studio s(dir);
+  auto c = s.client(token);
+  ASSERT_EQ(c.Put("/api/v1/buckets/before", "", "text/plain")->status, 201);
+  // An administrator (or a server restart) ends the studio's session.
+  PGconn* admin = PQconnectdb(database.c_str());
+  PGresult* r = PQexec(admin, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()");
+  ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(admin);
+  EXPECT_EQ(std::string(PQgetvalue(r, 0, 0)), "1");
+  PQclear(r);
+  PQfinish(admin);
+  // The next requests go through on a new connection, which claims the database again.
+  EXPECT_EQ(c.Put("/api/v1/buckets/after", "", "text/plain")->status, 201);
+  EXPECT_EQ(json::parse(c.Get("/api/v1/buckets")->body)["buckets"], json::array({"after", "before"}));
+  studio::StudioOptions o;
+  o.data_dir = fresh_dir("studio_reconnect_other");
+  o.database = database;
+  try {
+    studio::StudioServer second(o);
+    ADD_FAILURE() << "a second studio took the database";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("another studio uses the database"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Studio, TheConsoleIsServedAtTheRootAndNothingOutsideIt) {
   auto dir = fresh_dir("studio_console");
   std::filesystem::create_directories(dir + "/console/assets");
