@@ -2,10 +2,16 @@
 
 #include <fcntl.h>
 #include <httplib.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 
 #include <array>
 #include <chrono>
@@ -22,7 +28,58 @@ namespace kiln::studio {
 namespace {
 
 namespace fs = std::filesystem;
+namespace http = boost::beast::http;
 using json = nlohmann::json;
+using tcp = boost::asio::ip::tcp;
+
+// A kept-alive connection from the proxy to one instance. A request goes out
+// in one write, head and body together, so the instance wakes once for it.
+class InstanceConnection {
+ public:
+  explicit InstanceConnection(int port) : port_(port) {}
+  // The instance's answer, or nullopt with the reason in *why when it gave
+  // none. A kept-alive connection the instance has closed meanwhile is
+  // opened again once, before anything of the request was answered.
+  std::optional<http::response<http::string_body>> send(http::request<http::string_body>& request, std::string* why) {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const bool reused = socket_.is_open();
+      boost::system::error_code ec;
+      if (!reused) connect(ec);
+      if (!ec) http::write(socket_, request, ec);
+      http::response_parser<http::string_body> parser;
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (!ec) http::read(socket_, buffer_, parser, ec);
+      if (!ec) {
+        if (!parser.get().keep_alive()) close();
+        return parser.release();
+      }
+      close();
+      *why = ec.message();
+      if (!reused) break;  // a new connection that fails: the instance is down
+    }
+    return std::nullopt;
+  }
+
+ private:
+  void connect(boost::system::error_code& ec) {
+    socket_.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)), ec);
+    if (ec) return;
+    socket_.set_option(tcp::no_delay(true), ec);
+    // Blocking reads and writes, bounded: an instance that hangs fails the request.
+    timeval limit{60, 0};
+    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  }
+  void close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    buffer_.clear();
+  }
+  int port_;
+  boost::asio::io_context io_;
+  tcp::socket socket_{io_};
+  boost::beast::flat_buffer buffer_;
+};
 
 // Latency buckets of the proxy's histogram, in milliseconds (+Inf last).
 constexpr std::array<double, 11> kBucketsMs = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e300};
@@ -62,9 +119,9 @@ struct Services::Instance {
   std::string log;
   size_t log_from = 0;  // where this start's output begins in the log
   std::mutex pool_mu;
-  std::vector<std::unique_ptr<httplib::Client>> pool;  // kept-alive connections, one request each at a time
+  std::vector<std::unique_ptr<InstanceConnection>> pool;  // kept-alive connections, one request each at a time
 
-  std::unique_ptr<httplib::Client> take() {
+  std::unique_ptr<InstanceConnection> take() {
     {
       std::lock_guard<std::mutex> lock(pool_mu);
       if (!pool.empty()) {
@@ -73,14 +130,9 @@ struct Services::Instance {
         return c;
       }
     }
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
-    c->set_keep_alive(true);
-    c->set_tcp_nodelay(true);  // a request's head and body go out without waiting for an ACK
-    c->set_connection_timeout(2);
-    c->set_read_timeout(60);
-    return c;
+    return std::make_unique<InstanceConnection>(port);
   }
-  void give(std::unique_ptr<httplib::Client> c) {
+  void give(std::unique_ptr<InstanceConnection> c) {
     std::lock_guard<std::mutex> lock(pool_mu);
     pool.push_back(std::move(c));
   }
@@ -664,22 +716,24 @@ void Services::forward(const std::string& name, const std::string& rest, const s
                                    "; `kiln service show " + name + "` says why)");
     return;
   }
-  httplib::Headers headers;
+  http::request<http::string_body> out;
+  out.method_string(req.method);
+  out.target(rest + (req.query.empty() ? "" : "?" + req.query));
+  out.version(11);
+  out.set(http::field::host, "127.0.0.1");
   for (const char* h : {"Content-Type", "Inference-Header-Content-Length", "Accept"})
-    if (const std::string* v = req.header(h)) headers.emplace(h, *v);
-  const std::string path = rest + (req.query.empty() ? "" : "?" + req.query);
-  httplib::Result r(nullptr, httplib::Error::Unknown);
+    if (const std::string* v = req.header(h)) out.set(h, *v);
+  out.body() = req.body;
+  out.keep_alive(true);
+  out.prepare_payload();
+  std::optional<http::response<http::string_body>> r;
+  std::string why;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto client = instance->take();
-    httplib::Request out;
-    out.method = req.method;
-    out.path = path;
-    out.headers = headers;
-    out.body = req.body;
-    r = client->send(out);
+    auto connection = instance->take();
+    r = connection->send(out, &why);
     --instance->outstanding;
     if (r) {
-      instance->give(std::move(client));
+      instance->give(std::move(connection));
       break;
     }
     // No answer: that instance is down (the supervisor restarts it); another one tries once.
@@ -696,15 +750,17 @@ void Services::forward(const std::string& name, const std::string& rest, const s
     }
   if (!r) {
     ++stats.errors;
-    serve::set_error(res, 502, "service '" + name + "': no instance answered (" + httplib::to_string(r.error()) + ")");
+    serve::set_error(res, 502, "service '" + name + "': no instance answered (" + why + ")");
     return;
   }
-  if (r->status >= 400) ++stats.errors;
-  res.status = r->status;
-  res.body = r->body;
-  res.content_type = r->get_header_value("Content-Type");
-  if (r->has_header("Inference-Header-Content-Length"))
-    res.headers.emplace_back("Inference-Header-Content-Length", r->get_header_value("Inference-Header-Content-Length"));
+  const int status = static_cast<int>(r->result_int());
+  if (status >= 400) ++stats.errors;
+  res.status = status;
+  res.body = std::move(r->body());
+  res.content_type = std::string((*r)[http::field::content_type]);
+  auto header_length = r->find("Inference-Header-Content-Length");
+  if (header_length != r->end())
+    res.headers.emplace_back("Inference-Header-Content-Length", std::string(header_length->value()));
   res.headers.emplace_back("X-Kiln-Service-Version", version->spec.name);
 }
 
