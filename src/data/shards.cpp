@@ -5,12 +5,11 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "kiln/data/image.h"
+#include "kiln/data/readers.h"
 #include "kiln/error.h"
 
 namespace kiln::data {
@@ -203,9 +203,8 @@ std::vector<std::string> expand_shard_pattern(const std::string& pattern) {
 
 std::string fetch_shard(const std::string& url) {
   if (is_store_url(url)) return studio_get(url);
-  std::ifstream in(url, std::ios::binary);
-  if (!in) throw Missing("cannot open the shard " + url + ": " + std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!std::filesystem::exists(url)) throw Missing("no shard " + url);
+  return read_text_file(url);
 }
 
 int64_t ShardIndex::total() const {
@@ -353,16 +352,18 @@ void ShardSource::start_epoch() {
       const size_t queue = static_cast<size_t>(4 * options_.batch_size);
       int64_t produced = 0, decoded = 0, seen = 0;
       bool open = true;
+      auto release_one = [&] {  // a random sample of the buffer goes to the queue
+        std::swap(buffer[mixing.next() % buffer.size()], buffer.back());
+        open = r->put(std::move(buffer.back()), queue);
+        buffer.pop_back();
+      };
       auto emit = [&](Sample&& s) {
         if (!options_.shuffle) {
           open = r->put(std::move(s), queue);
           return;
         }
         buffer.push_back(std::move(s));
-        if (buffer.size() < limit) return;
-        std::swap(buffer[mixing.next() % buffer.size()], buffer.back());
-        open = r->put(std::move(buffer.back()), queue);
-        buffer.pop_back();
+        if (buffer.size() >= limit) release_one();
       };
       // Training reads the rank's shards, starting over only when they hold
       // fewer samples than the epoch's batches take; evaluation reads them once.
@@ -381,11 +382,7 @@ void ShardSource::start_epoch() {
         });
         if (!more) break;
       }
-      while (open && !buffer.empty()) {
-        std::swap(buffer[mixing.next() % buffer.size()], buffer.back());
-        open = r->put(std::move(buffer.back()), queue);
-        buffer.pop_back();
-      }
+      while (open && !buffer.empty()) release_one();
       if (next.valid()) next.wait();
     } catch (...) {
       std::lock_guard<std::mutex> lock(r->mu);

@@ -1,6 +1,7 @@
 #include "train/recipe_data.h"
 
 #include <filesystem>
+#include <functional>
 
 namespace kiln::recipe::detail {
 namespace {
@@ -51,6 +52,22 @@ std::unique_ptr<data::Pipeline> pipeline(std::shared_ptr<const data::Dataset> ds
   return p;
 }
 
+// The model's input channels and image size from the test set's first
+// sample, which must be a square image [C, H, W].
+void set_image_config(const Recipe& r, const std::function<data::Sample()>& first, const char* what,
+                      models::ModelConfig& config) {
+  Shape input;
+  try {
+    input = first().input.shape();
+  } catch (const std::exception& e) {
+    KILN_FAIL(r.source, ": ", what, " fails: ", e.what());
+  }
+  KILN_CHECK(input.size() == 3 && input[1] == input[2], r.source, ": the model zoo needs square images [C, H, W], got ",
+             shape_str(input), "; add a resize or crop transform with one size");
+  config.in_channels = input[0];
+  config.image_size = input[1];
+}
+
 // Shards stream: the training set shard by shard (this rank's share), the
 // test set read whole by every rank, each keeping its share of samples.
 RecipeData shard_data(const Recipe& r, const Shard& shard) {
@@ -70,16 +87,7 @@ RecipeData shard_data(const Recipe& r, const Shard& shard) {
   test.transforms = transforms_for(r, Layout::HWC, true, false);
   RecipeData d;
   auto test_source = std::make_unique<data::ShardSource>(data::index_shards(r.test_shards), test);
-  Shape input;
-  try {
-    input = test_source->first_sample().input.shape();
-  } catch (const std::exception& e) {
-    KILN_FAIL(r.source, ": the test shards' first sample fails: ", e.what());
-  }
-  KILN_CHECK(input.size() == 3 && input[1] == input[2], r.source, ": the model zoo needs square images [C, H, W], got ",
-             shape_str(input), "; add a resize or crop transform with one size");
-  d.config.in_channels = input[0];
-  d.config.image_size = input[1];
+  set_image_config(r, [&] { return test_source->first_sample(); }, "the test shards' first sample", d.config);
   d.train = std::make_unique<data::ShardSource>(data::index_shards(r.shards), train);
   d.test = std::move(test_source);
   return d;
@@ -135,16 +143,7 @@ RecipeData image_data(const Recipe& r, const Shard& shard) {
   auto eval_transforms = transforms_for(r, layout, bytes, false);
   d.train = pipeline(train, transforms_for(r, layout, bytes, true), r, r.batch_size, true, shard);
   auto test_pipeline = pipeline(test, eval_transforms, r, kEvalBatch, false, shard);
-  Shape input;
-  try {
-    input = test_pipeline->sample(0).input.shape();
-  } catch (const std::exception& e) {
-    KILN_FAIL(r.source, ": the test set's first image fails: ", e.what());
-  }
-  KILN_CHECK(input.size() == 3 && input[1] == input[2], r.source, ": the model zoo needs square images [C, H, W], got ",
-             shape_str(input), "; add a resize or crop transform with one size");
-  d.config.in_channels = input[0];
-  d.config.image_size = input[1];
+  set_image_config(r, [&] { return test_pipeline->sample(0); }, "the test set's first image", d.config);
   d.test = std::move(test_pipeline);
   if (validation) d.validation = pipeline(validation, eval_transforms, r, kEvalBatch, false, shard);
   return d;

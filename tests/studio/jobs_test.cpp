@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kiln/studio.h"
+#include "support/job_api.h"
 #include "support/job_files.h"
 #include "support/studio_fixture.h"
 
@@ -25,36 +26,8 @@ using kiln::testing::text_of;
 
 namespace {
 
-struct Api {
-  Api(int port, std::string token) : client("127.0.0.1", port) { client.set_bearer_token_auth(token); }
-  json get(const std::string& path) {
-    auto r = client.Get(path);
-    EXPECT_EQ(r->status, 200) << path << ": " << r->body;
-    return json::parse(r->body);
-  }
-  int64_t submit(const json& spec) {
-    auto r = client.Post("/api/v1/jobs", spec.dump(), "application/json");
-    EXPECT_EQ(r->status, 201) << r->body;
-    return r->status == 201 ? json::parse(r->body)["id"].get<int64_t>() : -1;
-  }
-  // Polls until the job reaches a state in `states` (or 60 s pass).
-  json wait_for(int64_t id, std::initializer_list<const char*> states) {
-    json j;
-    for (int i = 0; i < 600; ++i) {
-      j = get("/api/v1/jobs/" + std::to_string(id));
-      for (const char* s : states)
-        if (j["state"] == s) return j;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    ADD_FAILURE() << "job " << id << " stayed " << j.dump();
-    return j;
-  }
-  httplib::Client client;
-};
-
-json shell_job(const std::string& name, const std::string& script, int nproc = 2) {
-  return {{"name", name}, {"command", {"/bin/sh", "-c", script, "job"}}, {"nproc", nproc}};
-}
+using Api = kiln::testing::JobApi;
+using kiln::testing::shell_job;
 
 }  // namespace
 

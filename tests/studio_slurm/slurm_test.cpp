@@ -12,13 +12,15 @@
 #include <thread>
 
 #include "kiln/studio.h"
+#include "support/job_api.h"
 #include "support/job_files.h"
 #include "support/studio_fixture.h"
 
 using namespace kiln;
 using json = nlohmann::json;
 using kiln::testing::fresh_dir;
-using kiln::testing::StudioApi;
+using kiln::testing::shell_job;
+using Api = kiln::testing::JobApi;
 using kiln::testing::text_of;
 
 namespace {
@@ -26,28 +28,6 @@ namespace {
 struct SlurmStudio : kiln::testing::Studio {
   explicit SlurmStudio(const std::string& dir) : Studio(dir, size_t{1} << 30, "", "slurm") {}
 };
-
-json shell_job(const std::string& name, const std::string& script, int nproc = 2) {
-  return {{"name", name}, {"command", {"/bin/sh", "-c", script, "job"}}, {"nproc", nproc}};
-}
-
-int64_t submit(StudioApi& api, const json& spec) {
-  auto [status, body] = api.call_json("POST", "/api/v1/jobs", spec);
-  EXPECT_EQ(status, 201) << body.dump();
-  return status == 201 ? body["id"].get<int64_t>() : -1;
-}
-
-json wait_for(StudioApi& api, int64_t id, std::initializer_list<const char*> states, int seconds = 120) {
-  json j;
-  for (int i = 0; i < seconds * 10; ++i) {
-    j = api.call("GET", "/api/v1/jobs/" + std::to_string(id)).second;
-    for (const char* s : states)
-      if (j["state"] == s) return j;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  ADD_FAILURE() << "job " << id << " stayed " << j.dump();
-  return j;
-}
 
 // A field of `scontrol show job` for a Slurm job (its JobState, NodeList, ...).
 std::string slurm_field(const std::string& slurm_id, const std::string& key = "JobState") {
@@ -74,7 +54,7 @@ TEST_F(SlurmJobs, AJobGoesThroughTheQueueWithItsLogsAndOutput) {
   auto dir = fresh_dir("slurm_run");
   SlurmStudio s(dir);
   const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
-  StudioApi api(s.port, token);
+  Api api(s.port, token);
   std::filesystem::create_directories(dir + "/data");
   std::ofstream(dir + "/data/numbers.txt") << "1 2 3\n";
   ASSERT_EQ(s.kiln(token, dir, "store mb studio://data").first, 0);
@@ -83,17 +63,17 @@ TEST_F(SlurmJobs, AJobGoesThroughTheQueueWithItsLogsAndOutput) {
                                    "wc -w < $KILN_DATA_URL/numbers.txt > $KILN_TRAIN_URL/count-$RANK.txt");
   spec["inputs"] = {{"d", "studio://data/in"}};
   spec["output"] = "studio://runs/counted";
-  const int64_t id = submit(api, spec);
-  json done = wait_for(api, id, {"Completed", "Failed", "Abnormal"});
+  const int64_t id = api.submit(spec);
+  json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
   ASSERT_EQ(done["state"], "Completed") << done.dump() << text_of(dir + "/jobs/" + std::to_string(id) + "/launcher.log");
   EXPECT_EQ(done["executor"], "slurm");
   const std::string slurm_id = done.value("external_id", "");
   ASSERT_FALSE(slurm_id.empty()) << done.dump();
   EXPECT_EQ(slurm_field(slurm_id), "COMPLETED");
-  auto logs = api.call("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs?rank=1").second;
+  auto logs = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs?rank=1");
   ASSERT_EQ(logs["total"], 1) << logs.dump();
   EXPECT_EQ(logs["lines"][0]["text"], "rank 1 of 2 in slurm job " + slurm_id);
-  auto count = api.http.Get("/api/v1/buckets/runs/objects/counted/count-0.txt");
+  auto count = api.client.Get("/api/v1/buckets/runs/objects/counted/count-0.txt");
   ASSERT_EQ(count->status, 200);
   EXPECT_EQ(count->body, "3\n");
 }
@@ -101,21 +81,21 @@ TEST_F(SlurmJobs, AJobGoesThroughTheQueueWithItsLogsAndOutput) {
 TEST_F(SlurmJobs, AFailingRankAndAStopEndAsTheyDoLocally) {
   auto dir = fresh_dir("slurm_fail");
   SlurmStudio s(dir);
-  StudioApi api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
-  const int64_t failing = submit(api, shell_job("failing", "if [ $RANK = 1 ]; then echo broken >&2; exit 3; fi; sleep 30"));
-  json failed = wait_for(api, failing, {"Failed", "Completed", "Abnormal"});
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  const int64_t failing = api.submit(shell_job("failing", "if [ $RANK = 1 ]; then echo broken >&2; exit 3; fi; sleep 30"));
+  json failed = api.wait_for(failing, {"Failed", "Completed", "Abnormal"});
   EXPECT_EQ(failed["state"], "Failed");
   EXPECT_NE(failed["reason"].get<std::string>().find("rank 1"), std::string::npos) << failed.dump();
   EXPECT_EQ(failed["exit_code"], 3) << failed.dump();
 
-  const int64_t sleeper = submit(api, shell_job("sleeper", "echo started; exec sleep 63.25"));
-  wait_for(api, sleeper, {"Running"});
+  const int64_t sleeper = api.submit(shell_job("sleeper", "echo started; exec sleep 63.25"));
+  api.wait_for(sleeper, {"Running"});
   for (int i = 0; i < 100; ++i) {  // both ranks have started
-    if (api.call("GET", "/api/v1/jobs/" + std::to_string(sleeper) + "/logs").second["total"] == 2) break;
+    if (api.get("/api/v1/jobs/" + std::to_string(sleeper) + "/logs")["total"] == 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  ASSERT_EQ(api.call("POST", "/api/v1/jobs/" + std::to_string(sleeper) + "/stop").first, 202);
-  json stopped = wait_for(api, sleeper, {"Terminated", "Failed", "Completed", "Abnormal"});
+  ASSERT_EQ(api.client.Post("/api/v1/jobs/" + std::to_string(sleeper) + "/stop", "", "application/json")->status, 202);
+  json stopped = api.wait_for(sleeper, {"Terminated", "Failed", "Completed", "Abnormal"});
   EXPECT_EQ(stopped["state"], "Terminated") << stopped.dump();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_NE(std::system("pgrep -f 'sleep 63[.]25' > /dev/null"), 0) << "a rank outlived its job";
@@ -124,29 +104,29 @@ TEST_F(SlurmJobs, AFailingRankAndAStopEndAsTheyDoLocally) {
 TEST_F(SlurmJobs, AJobWaitsPendingWhileTheClusterIsFull) {
   auto dir = fresh_dir("slurm_queue");
   SlurmStudio s(dir);
-  StudioApi api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
   // Another user's job holds every node.
   ASSERT_EQ(std::system(("sbatch --parsable --exclusive -N 2 -o /dev/null --wrap 'sleep 30' > " + dir + "/blocker").c_str()), 0);
   const std::string blocker = text_of(dir + "/blocker").substr(0, text_of(dir + "/blocker").find('\n'));
-  const int64_t queued = submit(api, shell_job("queued", "echo ran", 1));
-  json pending = wait_for(api, queued, {"Pending"});
+  const int64_t queued = api.submit(shell_job("queued", "echo ran", 1));
+  json pending = api.wait_for(queued, {"Pending"});
   for (int i = 0; i < 50 && pending.value("reason", "") != "waiting in Slurm's queue"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    pending = api.call("GET", "/api/v1/jobs/" + std::to_string(queued)).second;
+    pending = api.get("/api/v1/jobs/" + std::to_string(queued));
   }
   EXPECT_EQ(pending["reason"], "waiting in Slurm's queue") << pending.dump();
   EXPECT_EQ(slurm_field(pending.value("external_id", "?")), "PENDING");
   // A queued job stopped leaves the queue at once.
-  const int64_t second = submit(api, shell_job("never", "echo never", 1));
-  wait_for(api, second, {"Pending"});
-  for (int i = 0; i < 50 && api.call("GET", "/api/v1/jobs/" + std::to_string(second)).second.value("external_id", "").empty(); ++i)
+  const int64_t second = api.submit(shell_job("never", "echo never", 1));
+  api.wait_for(second, {"Pending"});
+  for (int i = 0; i < 50 && api.get("/api/v1/jobs/" + std::to_string(second)).value("external_id", "").empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_EQ(api.call("POST", "/api/v1/jobs/" + std::to_string(second) + "/stop").first, 202);
-  json stopped = wait_for(api, second, {"Terminated", "Failed", "Completed"}, 10);
+  ASSERT_EQ(api.client.Post("/api/v1/jobs/" + std::to_string(second) + "/stop", "", "application/json")->status, 202);
+  json stopped = api.wait_for(second, {"Terminated", "Failed", "Completed"}, 10);
   EXPECT_EQ(stopped["state"], "Terminated") << stopped.dump();
   // Once the nodes are free, the first one runs.
   std::system(("scancel " + blocker).c_str());
-  json done = wait_for(api, queued, {"Completed", "Failed", "Abnormal"});
+  json done = api.wait_for(queued, {"Completed", "Failed", "Abnormal"});
   EXPECT_EQ(done["state"], "Completed") << done.dump();
 }
 
@@ -157,11 +137,11 @@ TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
   std::string slurm_id;
   {
     SlurmStudio s(dir);
-    StudioApi api(s.port, token);
-    id = submit(api, shell_job("patient", "echo waiting; sleep 4; echo finished", 1));
+    Api api(s.port, token);
+    id = api.submit(shell_job("patient", "echo waiting; sleep 4; echo finished", 1));
     // Running under Slurm: submitted (it has its Slurm id) and out of the queue.
     for (int i = 0; i < 300 && slurm_id.empty(); ++i) {
-      json j = api.call("GET", "/api/v1/jobs/" + std::to_string(id)).second;
+      json j = api.get("/api/v1/jobs/" + std::to_string(id));
       if (j["state"] == "Running" && j["stage"] == "running") slurm_id = j.value("external_id", "");
       if (slurm_id.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -169,10 +149,10 @@ TEST_F(SlurmJobs, AStudioStartedAgainWatchesTheJobsSlurmKeptRunning) {
   ASSERT_FALSE(slurm_id.empty());
   EXPECT_EQ(slurm_field(slurm_id), "RUNNING");
   SlurmStudio s(dir);
-  StudioApi api(s.port, token);
-  json done = wait_for(api, id, {"Completed", "Failed", "Abnormal"});
+  Api api(s.port, token);
+  json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
   EXPECT_EQ(done["state"], "Completed") << done.dump();
-  auto logs = api.call("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs?grep=finished").second;
+  auto logs = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs?grep=finished");
   EXPECT_EQ(logs["total"], 1) << logs.dump();
 }
 

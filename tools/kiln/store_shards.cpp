@@ -15,6 +15,7 @@
 #include <thread>
 #include <tuple>
 
+#include "kiln/data/readers.h"
 #include "kiln/data/shards.h"
 #include "kiln/error.h"
 #include "studio_client.h"
@@ -49,12 +50,6 @@ bool safe_member(const std::string& name) {
   for (const auto& part : fs::path(name))
     if (part == ".." || part == ".") return false;
   return true;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  KILN_CHECK(in, "cannot read ", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -139,7 +134,7 @@ void pack_to_store(const std::string& server, const std::string& token, const st
     std::vector<std::pair<std::string, std::string>> fields;
     size_t j = i;
     for (; j < files.size() && std::get<0>(files[j]) == key; ++j)
-      fields.emplace_back(std::get<1>(files[j]), read_bytes(std::get<2>(files[j])));
+      fields.emplace_back(std::get<1>(files[j]), data::read_text_file(std::get<2>(files[j])));
     if (labels_from_folders) {
       const std::string folder = key.substr(0, key.find('/'));
       const size_t cls = static_cast<size_t>(std::lower_bound(classes.begin(), classes.end(), folder) - classes.begin());
