@@ -84,10 +84,14 @@ class Dense : public Cell {
   Tensor construct(const Tensor& x) override;
   std::string type_name() const override { return "Dense"; }
   std::string extra_repr() const override;
+  // Applies `activation` to every output (MindSpore's Dense(activation=...));
+  // it is registered as the child "activation".
+  void set_activation(std::shared_ptr<Cell> activation);
   Tensor weight, bias;
 
  private:
   int64_t in_, out_;
+  std::shared_ptr<Cell> activation_;
 };
 
 struct Conv2dOptions {

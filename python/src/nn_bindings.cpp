@@ -105,6 +105,7 @@ void bind_nn(py::module_& m) {
 
   Layer<nn::Dense>(m, "Dense")
       .def(py::init<int64_t, int64_t, bool>(), py::arg("in_channels"), py::arg("out_channels"), py::arg("has_bias") = true)
+      .def("_set_activation", &nn::Dense::set_activation, py::arg("activation"), py::keep_alive<1, 2>())
       .def_readwrite("weight", &nn::Dense::weight)
       .def_readwrite("bias", &nn::Dense::bias);
   Layer<nn::Conv2d>(m, "Conv2d")

@@ -84,6 +84,34 @@ def test_mindspore_layer_defaults():
     assert dense(kiln.ones((1, 2))).numpy().tolist() == [[1.0, 1.0]]
 
 
+def test_dense_applies_its_activation_by_name_or_cell():
+    x = kiln.tensor(np.linspace(-8, 8, 12, dtype=np.float32).reshape(3, 4))
+    plain = nn.Dense(4, 5)
+    w, b = plain.weight.numpy(), plain.bias.numpy()
+    z = x.numpy() @ w.T + b
+    expected = {"relu": np.maximum(z, 0), "relu6": np.clip(z, 0, 6), "sigmoid": 1 / (1 + np.exp(-z)),
+                "tanh": np.tanh(z), "hswish": z * np.clip(z + 3, 0, 6) / 6,
+                "softmax": np.exp(z) / np.exp(z).sum(-1, keepdims=True)}
+    for name, want in expected.items():
+        dense = nn.Dense(4, 5, weight_init=kiln.tensor(w), bias_init=kiln.tensor(b), activation=name)
+        np.testing.assert_allclose(dense(x).numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
+    # The activation is a child cell with no parameters: the names stay MindSpore's.
+    dense = nn.Dense(4, 5, activation=nn.ReLU())
+    assert [n for n, _ in dense.parameters_and_names()] == ["weight", "bias"]
+    assert "activation" in dense.name_cells() and "ReLU" in repr(dense)
+    # A Python cell works too, and gradients flow through it.
+    class Double(nn.Cell):
+        def construct(self, y):
+            return y * 2
+    dense = nn.Dense(4, 5, activation=Double())
+    dense(x).sum().backward()
+    np.testing.assert_allclose(dense.bias.grad.numpy(), np.full(5, 6.0))
+    with pytest.raises(ValueError, match="relu6"):
+        nn.Dense(4, 5, activation="swishy")
+    with pytest.raises(TypeError, match="a name such as 'relu' or a Cell"):
+        nn.Dense(4, 5, activation=3)
+
+
 def test_mistakes_are_named():
     class Forgot(nn.Cell):
         def __init__(self):

@@ -25,7 +25,13 @@ Tensor Dense::construct(const Tensor& x) {
     KILN_FAIL(display_name(), " (", in_, " -> ", out_, ") takes inputs [..., ", in_, "], got ", x.meta_str(), "; ",
               fix);
   }
-  return linear(x, weight, bias);
+  Tensor y = linear(x, weight, bias);
+  return activation_ ? (*activation_)(y) : y;
+}
+void Dense::set_activation(std::shared_ptr<Cell> activation) {
+  KILN_CHECK(activation != nullptr, display_name(), ": the activation is empty");
+  KILN_CHECK(!activation_, display_name(), " already has an activation");
+  activation_ = register_cell("activation", std::move(activation));
 }
 std::string Dense::extra_repr() const {
   return std::to_string(in_) + " -> " + std::to_string(out_) + (bias.defined() ? "" : ", no bias");

@@ -6,7 +6,9 @@ Where MindSpore's defaults differ from PyTorch's, MindSpore's hold:
 default to 1, ``Dropout`` takes ``keep_prob`` (or ``p``).
 """
 from .. import _kiln
+from .. import ops as _ops
 from . import init as _init
+from .cell import Cell as _Cell
 
 
 def _square(value, what):
@@ -37,13 +39,13 @@ class Dense(_kiln.Dense):
     """y = x W^T + b; weight [out_channels, in_channels]."""
 
     def __init__(self, in_channels, out_channels, weight_init=None, bias_init=None, has_bias=True, activation=None):
-        if activation is not None:
-            raise ValueError("Dense(activation=...) is not supported; follow it with the activation cell, "
-                             "e.g. nn.SequentialCell([nn.Dense(...), nn.ReLU()])")
         super().__init__(in_channels, out_channels, has_bias)
         _init.apply(self.weight, weight_init)
         if has_bias:
             _init.apply(self.bias, bias_init)
+        if activation is not None:
+            self._set_activation(get_activation(activation) if isinstance(activation, str) else
+                                 _checked_activation(activation))
 
     def extra_repr(self):
         w = self.weight.shape
@@ -133,6 +135,58 @@ class Sigmoid(_kiln.Sigmoid):
 
 class Tanh(_kiln.Tanh):
     pass
+
+
+class ReLU6(_Cell):
+    """min(max(x, 0), 6)."""
+
+    def construct(self, x):
+        return _ops.clamp(x, min=0.0, max=6.0)
+
+
+class HSwish(_Cell):
+    """x * relu6(x + 3) / 6 (MobileNetV3's hard swish)."""
+
+    def construct(self, x):
+        return _ops.hardswish(x)
+
+
+class HSigmoid(_Cell):
+    """relu6(x + 3) / 6."""
+
+    def construct(self, x):
+        return _ops.hardsigmoid(x)
+
+
+class Softplus(_Cell):
+    """log(1 + exp(x))."""
+
+    def construct(self, x):
+        return _ops.softplus(x)
+
+
+_ACTIVATIONS = {
+    "relu": lambda: ReLU(), "relu6": lambda: ReLU6(), "sigmoid": lambda: Sigmoid(), "tanh": lambda: Tanh(),
+    "gelu": lambda: GELU(), "fast_gelu": lambda: GELU(approximate=True), "silu": lambda: SiLU(),
+    "swish": lambda: SiLU(), "leakyrelu": lambda: LeakyReLU(), "hswish": lambda: HSwish(),
+    "hsigmoid": lambda: HSigmoid(), "softplus": lambda: Softplus(), "softmax": lambda: Softmax(),
+    "logsoftmax": lambda: LogSoftmax(),
+}
+
+
+def get_activation(name):
+    """The activation cell MindSpore's ``nn.get_activation`` gives for ``name`` ('relu', 'gelu', ...)."""
+    make = _ACTIVATIONS.get(str(name).lower())
+    if make is None:
+        raise ValueError(f"activation {name!r} is not one Kiln has; use one of {', '.join(sorted(_ACTIVATIONS))}, "
+                         "or pass a Cell")
+    return make()
+
+
+def _checked_activation(activation):
+    if not isinstance(activation, _kiln.Cell):
+        raise TypeError(f"activation must be a name such as 'relu' or a Cell, not {type(activation).__name__}")
+    return activation
 
 
 class Flatten(_kiln.Flatten):
