@@ -3,6 +3,7 @@
 // buffers and child cells, and computes its output in `construct`.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,15 @@ class Cell {
     add_child(name, cell);
     return cell;
   }
+
+  // Computes this cell, and the cells it calls that set none of their own,
+  // in `dtype` (MindSpore's to_float): its floating input and the floating
+  // inputs of every op inside, parameters included, are cast to it. The
+  // parameters stay as they are and take their gradients through the cast;
+  // the output is in `dtype`. Ops without a half-precision kernel run their
+  // float32 one on widened copies.
+  Cell& to_float(DType dtype);
+  std::optional<DType> compute_dtype() const { return compute_dtype_; }
 
   void set_train(bool mode = true);
   // Moves every parameter and buffer to `device`, in place: the Cell's own
@@ -68,6 +78,7 @@ class Cell {
 
   bool training_ = true;
   bool registration_checked_ = false;
+  std::optional<DType> compute_dtype_;
   mutable std::string frame_type_;  // type_name(), or the C++ class name for a plain "Cell"
   mutable int library_ = -1;        // whether the dynamic type is one of Kiln's (-1: not known yet)
   std::vector<std::pair<std::string, Tensor>> params_;

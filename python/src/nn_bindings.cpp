@@ -67,6 +67,12 @@ void bind_nn(py::module_& m) {
       }, py::keep_alive<1, 3>())
       .def("set_train", [](nn::Cell& c, bool mode) { c.set_train(mode); return &c; }, py::arg("mode") = true,
            py::return_value_policy::reference)
+      .def("to_float", [](nn::Cell& c, DType dtype) { return &c.to_float(dtype); }, py::arg("dst_type"),
+           py::return_value_policy::reference,
+           "Computes this cell (and the cells it calls that set none of their own) in dst_type, e.g. kiln.float16: "
+           "its floating inputs and every op's, parameters included, are cast to it; the parameters stay float32 and "
+           "train through the casts. Returns the cell.")
+      .def_property_readonly("compute_dtype", &nn::Cell::compute_dtype)
       .def_property_readonly("training", &nn::Cell::training)
       .def("parameters_and_names", [](const nn::Cell& c) { return named(c.parameters_and_names()); },
            "(name, parameter) pairs with hierarchical names such as 'fc1.weight'.")
@@ -267,7 +273,11 @@ void bind_nn(py::module_& m) {
   py::class_<nn::LossCell, kiln_python::PyLossCell, std::shared_ptr<nn::LossCell>>(m, "LossCell")
       .def(py::init<>())
       .def("construct", &nn::LossCell::construct)
-      .def("__call__", [](nn::LossCell& l, const Tensor& out, const Tensor& y) { return l(out, y); });
+      .def("__call__", [](nn::LossCell& l, const Tensor& out, const Tensor& y) { return l(out, y); })
+      .def("to_float", [](nn::LossCell& l, DType dtype) { return &l.to_float(dtype); }, py::arg("dst_type"),
+           py::return_value_policy::reference, "Computes the loss in dst_type (e.g. kiln.float32 after a float16 "
+           "network). Returns the loss cell.")
+      .def_property_readonly("compute_dtype", &nn::LossCell::compute_dtype);
   py::class_<nn::CrossEntropyLoss, nn::LossCell, std::shared_ptr<nn::CrossEntropyLoss>>(m, "CrossEntropyLoss")
       .def(py::init([](std::optional<Tensor> weight, int64_t ignore_index, std::string reduction, double label_smoothing) {
              CrossEntropyOptions o;

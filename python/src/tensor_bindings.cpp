@@ -625,6 +625,10 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
         "Seeds the default generator (random tensors, dropout, initialisers).");
   m.def("is_grad_enabled", &autograd::grad_enabled);
   m.def("set_grad_enabled", &autograd::set_grad_enabled, py::arg("enabled"));
+  m.def("_run_in_compute_dtype", [](DType dtype, const py::function& fn) {
+    ComputeDTypeScope scope(dtype);
+    return fn();
+  }, py::arg("dtype"), py::arg("fn"), "Calls fn() with ops computing in dtype (what Cell.to_float sets).");
   m.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, std::vector<Tensor> grad_outputs,
                    bool retain_graph) {
     py::gil_scoped_release release;

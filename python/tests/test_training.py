@@ -192,3 +192,33 @@ def test_reading_a_value_while_tracing_names_the_cell_and_the_line():
         compiled(kiln.ones((2, 2)))
     message = str(info.value)
     assert "Branchy" in message and "test_training.py" in message
+
+
+@pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])
+def test_to_float_trains_a_half_precision_network_on_float32_weights(mode):
+    x, y = small_data()
+    kiln.set_context(mode=getattr(kiln, mode))
+    net = nn.SequentialCell(nn.Dense(8, 16, activation="relu"), nn.Dense(16, 2))
+    assert net.to_float(kiln.float16) is net and net.compute_dtype == kiln.float16
+    assert net(kiln.tensor(x[:4])).dtype == kiln.float16
+    loss_fn = nn.CrossEntropyLoss().to_float(kiln.float32)  # MindSpore's usual pairing
+    model = Model(net, loss_fn=loss_fn, optimizer=nn.SGD(net.trainable_params(), 0.1, 0.9), metrics={"accuracy"})
+    model.train(3, kiln.dataset.NumpySlicesDataset((x, y)).batch(32))
+    assert all(p.dtype == kiln.float32 for p in net.trainable_params())
+    assert model.eval(kiln.dataset.NumpySlicesDataset((x, y), shuffle=False).batch(64))["accuracy"] > 0.9
+
+
+def test_to_float_reaches_python_cells_with_several_inputs():
+    class Mix(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(4, 4)
+
+        def construct(self, a, b):
+            return self.fc(a) + b
+
+    mix = Mix().to_float(kiln.bfloat16)
+    out = mix(kiln.ones((2, 4)), kiln.ones((2, 4)))
+    assert out.dtype == kiln.bfloat16
+    with pytest.raises(kiln.Error, match="floating point"):
+        Mix().to_float(kiln.int32)

@@ -1,5 +1,7 @@
 #include "kiln/grad_mode.h"
 
+#include "kiln/error.h"
+
 namespace kiln::autograd {
 namespace {
 thread_local bool t_grad_enabled = true;
@@ -9,3 +11,18 @@ bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
 
 }  // namespace kiln::autograd
+
+namespace kiln {
+namespace {
+thread_local std::optional<DType> t_compute_dtype;
+}  // namespace
+
+std::optional<DType> compute_dtype() { return t_compute_dtype; }
+
+ComputeDTypeScope::ComputeDTypeScope(std::optional<DType> dtype) : prev_(t_compute_dtype) {
+  KILN_CHECK(!dtype || is_floating(*dtype), "a compute dtype must be floating point, not ", dtype_name(*dtype));
+  t_compute_dtype = dtype;
+}
+ComputeDTypeScope::~ComputeDTypeScope() { t_compute_dtype = prev_; }
+
+}  // namespace kiln

@@ -22,7 +22,7 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
 
 }  // namespace
 
-KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback) const {
+KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened) const {
   const Tensor& d = in[n.op->dispatch_input];
   const DType dtype = d.dtype();
   std::vector<DType> dtypes;
@@ -31,6 +31,7 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   std::string why;
   KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
   *fallback = false;
+  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // The device keeps its tensors in host memory (compile checks), so the
@@ -73,7 +74,7 @@ Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(d
       continue;
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) s.out[i] = tensors_[n.outputs[i]];
-    if (n.op) s.kernel = kernel_of(n, s.in, &s.fallback);
+    if (n.op) s.kernel = kernel_of(n, s.in, &s.fallback, &s.widened);
     steps_.push_back(std::move(s));
   }
   for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
@@ -109,7 +110,8 @@ const std::vector<Tensor>& Executable::run_slots() {
     try {
       if (s.kernel) {
         if (s.fallback) count_fallback();
-        s.kernel(s.in, s.out, s.node->attrs);
+        if (s.widened) run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
+        else s.kernel(s.in, s.out, s.node->attrs);
         bump_written_versions(*s.node->op, s.in, s.node->attrs);
       }
       else s.node->custom(s.in, s.out);

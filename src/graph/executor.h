@@ -34,9 +34,10 @@ class Executable {
     const Node* node;
     KernelFn kernel = nullptr;
     bool fallback = false;  // the CPU's kernel, for want of one on the device
+    bool widened = false;   // the float32 kernel on a float16/bfloat16 call (run_widened)
     std::vector<Tensor> in, out;
   };
-  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback) const;
+  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr) const;
   Graph graph_;
   Device device_;
   MemoryPlan plan_;

@@ -9,7 +9,9 @@
 
 #include "core/cell_frames.h"
 #include "kiln/autograd.h"
+#include "kiln/grad_mode.h"
 #include "kiln/nn.h"
+#include "kiln/nn/losses.h"
 
 namespace kiln::nn {
 namespace {
@@ -106,7 +108,32 @@ Tensor Cell::operator()(const Tensor& x) {
   const std::string& type = frame_type();
   frames.push_back({this, &type, library_ == 1});
   FramePop pop{frames};
-  return construct(x);
+  if (!compute_dtype_) return construct(x);
+  ComputeDTypeScope scope(compute_dtype_);
+  return construct(is_floating(x.dtype()) && x.dtype() != *compute_dtype_ ? cast(x, *compute_dtype_) : x);
+}
+
+Tensor LossCell::operator()(const Tensor& outputs, const Tensor& targets) {
+  if (!compute_dtype_) return construct(outputs, targets);
+  ComputeDTypeScope scope(compute_dtype_);
+  auto cast_floating = [&](const Tensor& t) {
+    return is_floating(t.dtype()) && t.dtype() != *compute_dtype_ ? cast(t, *compute_dtype_) : t;
+  };
+  return construct(cast_floating(outputs), cast_floating(targets));
+}
+
+LossCell& LossCell::to_float(DType dtype) {
+  KILN_CHECK(is_floating(dtype), "loss.to_float(", dtype_name(dtype),
+             "): the compute dtype must be floating point (float16, bfloat16, float32 or float64)");
+  compute_dtype_ = dtype;
+  return *this;
+}
+
+Cell& Cell::to_float(DType dtype) {
+  KILN_CHECK(is_floating(dtype), display_name(), ".to_float(", dtype_name(dtype),
+             "): the compute dtype must be floating point (float16, bfloat16, float32 or float64)");
+  compute_dtype_ = dtype;
+  return *this;
 }
 
 Tensor Cell::register_parameter(const std::string& name, Tensor value, bool trainable) {

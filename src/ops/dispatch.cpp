@@ -2,6 +2,7 @@
 // hooks of the layers above (autograd's recorder, the tracer). Errors get the
 // op's context attached here.
 #include <atomic>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -10,6 +11,7 @@
 
 #include "core/read_observer.h"
 #include "kiln/backend.h"
+#include "kiln/functional.h"
 #include "kiln/grad_mode.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
@@ -264,7 +266,35 @@ static bool has_cpu_scalar_to_move(const OpDef& op, const std::vector<Tensor>& i
   return false;
 }
 
+// Inside a ComputeDTypeScope (Cell::to_float): the inputs cast to the compute
+// dtype, or to the dtype of the inputs the op writes in place (batch norm's
+// running statistics stay in theirs); nothing when no input changes.
+static std::optional<std::vector<Tensor>> compute_dtype_inputs(const OpDef& op, const std::vector<Tensor>& inputs,
+                                                               DType dtype) {
+  if (op.has_tag(kTagView) || op.has_tag(kTagTransfer) || op.has_tag(kTagCollective) || detail::in_kernel() ||
+      op.name == "cast")
+    return std::nullopt;
+  std::vector<bool> written(inputs.size(), false);
+  bool dtype_of_written = false;
+  for (int w : op.writes) {
+    if (static_cast<size_t>(w) >= inputs.size() || !inputs[w].defined()) continue;
+    written[w] = true;
+    if (!dtype_of_written && is_floating(inputs[w].dtype())) dtype = inputs[w].dtype(), dtype_of_written = true;
+  }
+  std::optional<std::vector<Tensor>> cast_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (written[i] || !t.defined() || !is_floating(t.dtype()) || t.dtype() == dtype) continue;
+    if (!cast_inputs) cast_inputs = inputs;
+    (*cast_inputs)[i] = cast(t, dtype);
+  }
+  return cast_inputs;
+}
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  if (const std::optional<DType> dtype = compute_dtype()) [[unlikely]] {
+    if (auto cast_inputs = compute_dtype_inputs(op, inputs, *dtype)) return call(op, *cast_inputs, attrs);
+  }
   if (has_cpu_scalar_to_move(op, inputs)) [[unlikely]] {
     std::vector<Tensor> moved = inputs;
     const Device d = inputs[op.dispatch_input].device();
@@ -284,7 +314,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   std::vector<TensorMeta> out_metas;
   KernelFn kernel = nullptr;
-  bool fallback = false;
+  bool fallback = false, widened = false;
   try {
     size_t required = 0;
     for (auto& name : op.inputs)
@@ -311,6 +341,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
         if (m.defined) dtypes.push_back(m.dtype);
       kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
     }
+    if (kernel == nullptr && (kernel = widening_kernel(op, d.device.type, d.dtype)) != nullptr) widened = true;
     if (kernel == nullptr && (kernel = cpu_fallback(op, d, why)) != nullptr)
       fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
@@ -337,6 +368,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   try {
     detail::KernelScope in_kernel;
     if (fallback) run_on_cpu(op, kernel, inputs, outputs, out_metas, attrs, metas[op.dispatch_input].device);
+    else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);
   } catch (const std::exception& e) {

@@ -26,6 +26,14 @@ KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>&
                        const Attrs& attrs, std::string* why);
 void count_fallback();
 
+// float16/bfloat16 calls on the CPU of an op with a float32 kernel but none
+// for that dtype: widening_kernel gives the float32 kernel (null where this
+// does not apply), run_widened runs it on float32 copies and rounds the
+// outputs, and the inputs the op writes, back (half_widening.cpp).
+KernelFn widening_kernel(const OpDef& op, DeviceType device, DType dtype);
+void run_widened(const OpDef& op, KernelFn f32, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                 const Attrs& attrs);
+
 namespace detail {
 // Levenshtein distance, for "did you mean" in errors about names.
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -22,7 +22,7 @@ Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
     : Model(std::move(net),
             [loss](const Tensor& out, const Tensor& y) {
               KILN_CHECK(loss != nullptr, "Model needs a loss");
-              return loss->construct(out, y);
+              return (*loss)(out, y);
             },
             std::move(optimizer), std::move(metrics)) {}
 

@@ -1,6 +1,7 @@
 #pragma once
 // Losses as cells: construct(outputs, targets) -> loss.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kiln/functional.h"
@@ -11,7 +12,14 @@ class LossCell {
  public:
   virtual ~LossCell() = default;
   virtual Tensor construct(const Tensor& outputs, const Tensor& targets) = 0;
-  Tensor operator()(const Tensor& outputs, const Tensor& targets) { return construct(outputs, targets); }
+  Tensor operator()(const Tensor& outputs, const Tensor& targets);
+  // As Cell::to_float; most often float32, so that a half-precision
+  // network's outputs are scored in full precision.
+  LossCell& to_float(DType dtype);
+  std::optional<DType> compute_dtype() const { return compute_dtype_; }
+
+ private:
+  std::optional<DType> compute_dtype_;
 };
 
 class CrossEntropyLoss : public LossCell {

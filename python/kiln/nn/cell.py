@@ -21,10 +21,20 @@ class Parameter(_kiln.Tensor):
 
 
 def _cell_call(self, *args, **kwargs):
-    """Runs ``construct``; a single tensor goes through the C++ call, which names the cell in errors."""
+    """Runs ``construct``; a single tensor goes through the C++ call, which names the cell in errors
+    (and applies ``to_float``)."""
     if len(args) == 1 and not kwargs and isinstance(args[0], _kiln.Tensor):
         return self._call(args[0])
-    return self.construct(*args, **kwargs)
+    dtype = self.compute_dtype
+    if dtype is None:
+        return self.construct(*args, **kwargs)
+
+    def cast(value):
+        floating = isinstance(value, _kiln.Tensor) and value.dtype.is_floating_point
+        return value.astype(dtype) if floating and value.dtype != dtype else value
+    args = [cast(a) for a in args]
+    kwargs = {k: cast(v) for k, v in kwargs.items()}
+    return _kiln._run_in_compute_dtype(dtype, lambda: self.construct(*args, **kwargs))
 
 
 def _cell_repr(self):
