@@ -39,7 +39,7 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // Allocates uninitialised contiguous memory.
-  static Tensor empty(const Shape& shape, DType dtype = DType::Float32, Device device = Device{});
+  static Tensor empty(Shape shape, DType dtype = DType::Float32, Device device = Device{});
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }

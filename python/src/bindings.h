@@ -27,6 +27,9 @@ void bind_nn(py::module_& m);
 void bind_train(py::module_& m);
 void bind_data(py::module_& m);
 void bind_io(py::module_& m);
+// Takes kiln.add/sub/mul/div and Tensor's + - * / on two tensors past
+// pybind11's dispatcher (fast_arithmetic.cpp); after bind_tensor and bind_ops.
+void speed_up_arithmetic(py::module_& m);
 
 // A dtype from a kiln dtype, its name ("float32"), a NumPy dtype or scalar type.
 DType dtype_of(py::handle value);
@@ -39,6 +42,8 @@ Tensor to_tensor(py::handle value, std::optional<DType> dtype = std::nullopt);
 // becomes a 0-d tensor of like's dtype (float32 when like is integral and the
 // number is not), anything else goes through to_tensor.
 Tensor operand(py::handle value, const Tensor& like);
+// Python's a / b: integers divide as floats.
+Tensor true_divide(const Tensor& a, const Tensor& b);
 // A NumPy array over the tensor's memory (a copy for bfloat16 and for
 // tensors outside host memory).
 py::array to_numpy(const Tensor& t);

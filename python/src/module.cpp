@@ -64,4 +64,5 @@ PYBIND11_MODULE(_kiln, m) {
   bind_train(m);
   bind_data(m);
   bind_io(m);
+  speed_up_arithmetic(m);
 }

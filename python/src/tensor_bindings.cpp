@@ -6,6 +6,12 @@
 #include "bindings.h"
 
 namespace kiln::python {
+
+Tensor true_divide(const Tensor& a, const Tensor& b) {
+  if (!is_floating(a.dtype()) && !is_floating(b.dtype())) return div(a.to(DType::Float32), b.to(DType::Float32));
+  return div(a, b);
+}
+
 namespace {
 
 const char* numpy_format(DType d) {
@@ -276,11 +282,6 @@ void set_item(Tensor& t, py::handle key, py::handle value) {
 }
 
 // --- operators ----------------------------------------------------------------
-
-Tensor true_divide(const Tensor& a, const Tensor& b) {
-  if (!is_floating(a.dtype()) && !is_floating(b.dtype())) return div(a.to(DType::Float32), b.to(DType::Float32));
-  return div(a, b);
-}
 
 std::vector<int64_t> axes_of(py::handle axis) {
   if (axis.is_none()) return {};

@@ -97,6 +97,30 @@ def test_arithmetic_broadcasts_like_numpy():
     assert (i // 2).numpy().tolist() == [3, -4, 2]  # floor division, as Python's
     assert (i % 3).numpy().tolist() == [1, 2, 2]
     assert (i / 2).numpy().tolist() == [3.5, -3.5, 2.5]  # true division of integers
+    assert (i / kiln.tensor([2, 2, 2])).numpy().tolist() == [3.5, -3.5, 2.5]
+    assert kiln.div(i, kiln.tensor([2, 2, 2])).dtype == kiln.int64  # the op itself keeps the dtype
+
+
+def test_arithmetic_between_tensors_keeps_every_form_of_call():
+    # Two tensors take a direct path past the binding; everything else must
+    # still reach it: keywords, numbers, arrays, Parameters, wrong operands.
+    a, b = kiln.tensor([1.0, 2.0]), kiln.tensor([4.0, 8.0])
+    assert kiln.add(a, b).numpy().tolist() == [5.0, 10.0]
+    assert kiln.sub(input=b, other=a).numpy().tolist() == [3.0, 6.0]
+    assert kiln.mul(a, 3.0).numpy().tolist() == [3.0, 6.0]
+    assert (b / np.float32(2)).numpy().tolist() == [2.0, 4.0]
+    assert (10 - a).numpy().tolist() == [9.0, 8.0] and (8 / b).numpy().tolist() == [2.0, 1.0]
+    p = kiln.nn.Parameter(kiln.tensor([1.0, 1.0]))
+    assert (a - p).numpy().tolist() == [0.0, 1.0] and (p - a).numpy().tolist() == [0.0, -1.0]
+    with pytest.raises(kiln.Error, match="cannot be broadcast"):
+        a + kiln.ones(3)
+    with pytest.raises(kiln.Error, match="cannot be broadcast"):
+        kiln.mul(a, kiln.ones(3))
+    with pytest.raises(TypeError):
+        a * "x"
+    a.requires_grad = True
+    ((a * b) / b - a * a).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), [1.0 - 2.0, 1.0 - 4.0])
 
 
 def test_methods_and_reductions():

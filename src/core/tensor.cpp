@@ -10,13 +10,13 @@ thread_local ReadObserver t_read_observer = nullptr;
 thread_local int t_kernel_depth = 0;
 }  // namespace detail
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   for (int64_t d : shape)
     KILN_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape), "; sizes must be >= 0");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = std::make_shared<StorageImpl>(nbytes_of(shape, dtype_size(dtype)), device);
-  impl->shape = shape;
   impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }

@@ -220,12 +220,12 @@ Tensor host_copy(const Tensor& t) {
 // Runs the CPU kernel on copies of the inputs: outputs are copied back to
 // `device`, and so are the inputs the op writes in place.
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                const std::vector<TensorMeta>& out_metas, const Attrs& attrs, Device device) {
+                const Attrs& attrs, Device device) {
   count_fallback();
   std::vector<Tensor> host(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) host[i] = host_copy(inputs[i]);
-  std::vector<Tensor> host_out(out_metas.size());
-  for (size_t i = 0; i < out_metas.size(); ++i) host_out[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype);
+  std::vector<Tensor> host_out(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) host_out[i] = Tensor::empty(outputs[i].shape(), outputs[i].dtype());
   cpu(host, host_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
     copy_between(device, outputs[i].raw_data(), cpu_device(), host_out[i].raw_data(),
@@ -266,6 +266,36 @@ static bool has_cpu_scalar_to_move(const OpDef& op, const std::vector<Tensor>& i
   return false;
 }
 
+// The input metadata of a call, kept per thread, nesting depth (a kernel may
+// call ops) and input count, so that describing the inputs allocates nothing
+// once their shapes have been seen: for small tensors the allocations were a
+// third of an op's cost.
+class ScratchMetas {
+ public:
+  explicit ScratchMetas(size_t n) : pool_(t_pool) {
+    const int depth = pool_.depth++;
+    metas_ = depth < kDepths && n < kCounts ? &pool_.metas[depth][n] : &own_;
+    metas_->resize(n);
+  }
+  ~ScratchMetas() { --pool_.depth; }
+  ScratchMetas(const ScratchMetas&) = delete;
+  ScratchMetas& operator=(const ScratchMetas&) = delete;
+  std::vector<TensorMeta>& metas() { return *metas_; }
+
+ private:
+  static constexpr int kDepths = 6;
+  static constexpr size_t kCounts = 8;
+  struct Pool {
+    int depth = 0;
+    std::vector<TensorMeta> metas[kDepths][kCounts];
+  };
+  static thread_local Pool t_pool;
+  Pool& pool_;
+  std::vector<TensorMeta>* metas_;
+  std::vector<TensorMeta> own_;  // deeper or wider than the pool
+};
+thread_local ScratchMetas::Pool ScratchMetas::t_pool;
+
 // Inside a ComputeDTypeScope (Cell::to_float): the inputs cast to the compute
 // dtype, or to the dtype of the inputs the op writes in place (batch norm's
 // running statistics stay in theirs); nothing when no input changes.
@@ -304,12 +334,19 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   apply_num_threads_to_this_thread();
   if (DispatchObserver obs = g_observer.load(std::memory_order_relaxed)) obs(op, inputs);
-  std::vector<TensorMeta> metas(inputs.size());
+  ScratchMetas scratch(inputs.size());
+  std::vector<TensorMeta>& metas = scratch.metas();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].defined()) {
-      metas[i] = {true, inputs[i].shape(), inputs[i].dtype(), inputs[i].device()};
+    TensorMeta& m = metas[i];
+    m.defined = inputs[i].defined();
+    if (m.defined) {
+      m.shape = inputs[i].shape();  // into the shape's kept capacity
+      m.dtype = inputs[i].dtype();
+      m.device = inputs[i].device();
     } else {
-      metas[i].defined = false;
+      m.shape.clear();
+      m.dtype = DType::Float32;
+      m.device = Device{};
     }
   }
   std::vector<TensorMeta> out_metas;
@@ -361,13 +398,13 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   if (!view) {
     const bool transfer = op.has_tag(kTagTransfer);
     for (size_t i = 0; i < out_metas.size(); ++i)
-      outputs[i] = Tensor::empty(out_metas[i].shape, out_metas[i].dtype,
+      outputs[i] = Tensor::empty(std::move(out_metas[i].shape), out_metas[i].dtype,
                                  transfer ? out_metas[i].device : metas[op.dispatch_input].device);
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
     detail::KernelScope in_kernel;
-    if (fallback) run_on_cpu(op, kernel, inputs, outputs, out_metas, attrs, metas[op.dispatch_input].device);
+    if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device);
     else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);

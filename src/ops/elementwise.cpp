@@ -30,7 +30,9 @@ OpDef unary(const char* name, OnnxExport onnx, GradFn grad, std::vector<std::str
 
 Metas infer_binary(const Metas& in, const Attrs&) {
   detail::check_same_dtype(in, 0, 1);
-  return {{true, broadcast_shapes(in[0].shape, in[1].shape), in[0].dtype, in[0].device}};
+  Metas out(1);  // filled in place: a braced list would copy the shape
+  out[0] = {true, broadcast_shapes(in[0].shape, in[1].shape), in[0].dtype, in[0].device};
+  return out;
 }
 
 Metas infer_compare(const Metas& in, const Attrs& a) {
