@@ -5,7 +5,8 @@
 namespace kiln::python {
 namespace {
 
-// A Python object with __len__ and __getitem__ returning (input, label).
+// A Python object with __len__ and __getitem__ returning (input, label, ...)
+// or an input alone.
 class PySourceDataset : public data::Dataset {
  public:
   explicit PySourceDataset(py::object source) : source_(new py::object(std::move(source))) {
@@ -23,10 +24,10 @@ class PySourceDataset : public data::Dataset {
     data::Sample s;
     if (py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)) {
       auto seq = py::reinterpret_borrow<py::sequence>(item);
-      KILN_CHECK(seq.size() == 1 || seq.size() == 2, "a dataset item is (input, label) or (input,), but item ", index,
-                 " has ", seq.size(), " columns");
+      KILN_CHECK(seq.size() >= 1, "a dataset item is (input, label, ...) or (input,), but item ", index, " is empty");
       s.input = to_tensor(seq[0]);
-      if (seq.size() == 2) s.label = to_tensor(seq[1]);
+      if (seq.size() >= 2) s.label = to_tensor(seq[1]);
+      for (size_t c = 2; c < seq.size(); ++c) s.extra.push_back(to_tensor(seq[c]));
     } else {
       s.input = to_tensor(item);
     }
@@ -61,12 +62,18 @@ void bind_data(py::module_& m) {
         if (i < 0) i += d.size();
         if (i < 0 || i >= d.size()) throw py::index_error("dataset index out of range");
         auto s = d.get(i);
-        return py::make_tuple(s.input, s.label.defined() ? py::cast(s.label) : py::none());
+        py::list row;
+        row.append(s.input);
+        row.append(s.label.defined() ? py::cast(s.label) : py::none());
+        for (const Tensor& column : s.extra) row.append(column);
+        return py::tuple(row);
       });
   py::class_<data::TensorDataset, data::Dataset, std::shared_ptr<data::TensorDataset>>(m, "TensorDataset")
-      .def(py::init<Tensor, Tensor>(), py::arg("inputs"), py::arg("labels"))
+      .def(py::init<Tensor, Tensor, std::vector<Tensor>>(), py::arg("inputs"), py::arg("labels"),
+           py::arg("extras") = std::vector<Tensor>{})
       .def_readonly("inputs", &data::TensorDataset::inputs)
-      .def_readonly("labels", &data::TensorDataset::labels);
+      .def_readonly("labels", &data::TensorDataset::labels)
+      .def_readonly("extras", &data::TensorDataset::extras);
   py::class_<PySourceDataset, data::Dataset, std::shared_ptr<PySourceDataset>>(m, "SourceDataset")
       .def(py::init<py::object>(), py::arg("source"));
   py::class_<data::ImageFolderDataset, data::Dataset, std::shared_ptr<data::ImageFolderDataset>>(m, "ImageFolderDataset")
@@ -103,7 +110,11 @@ void bind_data(py::module_& m) {
           more = s.next(b);
         }
         if (!more) return py::none();
-        return py::make_tuple(b.inputs, b.labels);
+        py::list row;
+        row.append(b.inputs);
+        row.append(b.labels);
+        for (const Tensor& column : b.extras) row.append(column);
+        return py::tuple(row);
       })
       .def_property_readonly("batches_per_epoch", &data::BatchSource::batches_per_epoch)
       .def_property_readonly("batch_size", &data::BatchSource::batch_size)
@@ -115,10 +126,16 @@ void bind_data(py::module_& m) {
   py::class_<data::Pipeline, data::BatchSource, std::shared_ptr<data::Pipeline>>(m, "Pipeline")
       .def(py::init([](std::shared_ptr<data::Dataset> source) { return std::make_shared<data::Pipeline>(source); }),
            py::arg("source"))
-      .def("map", [](data::Pipeline& p, std::vector<data::Transform> ts, const std::string& column) -> data::Pipeline& {
-        KILN_CHECK(column == "input" || column == "label", "a transform applies to the 'input' or the 'label' column, not '",
-                   column, "'");
-        return p.map(std::move(ts), column == "input" ? data::Column::Input : data::Column::Label);
+      .def("map", [](data::Pipeline& p, std::vector<data::Transform> ts, py::object column) -> data::Pipeline& {
+        if (py::isinstance<py::int_>(column)) {
+          const auto index = py::cast<int64_t>(column);
+          KILN_CHECK(index >= 0, "a column position is 0 (the input), 1 (the label) or more, not ", index);
+          return p.map(std::move(ts), static_cast<size_t>(index));
+        }
+        const auto name = py::cast<std::string>(column);
+        KILN_CHECK(name == "input" || name == "label", "a transform applies to the 'input' or the 'label' column, or to ",
+                   "a column by position, not '", name, "'");
+        return p.map(std::move(ts), name == "input" ? data::Column::Input : data::Column::Label);
       }, py::arg("transforms"), py::arg("column") = "input", py::return_value_policy::reference_internal)
       .def("shuffle", &data::Pipeline::shuffle, py::return_value_policy::reference_internal)
       .def("seed", &data::Pipeline::seed, py::return_value_policy::reference_internal)

@@ -222,3 +222,60 @@ def test_to_float_reaches_python_cells_with_several_inputs():
     assert out.dtype == kiln.bfloat16
     with pytest.raises(kiln.Error, match="floating point"):
         Mix().to_float(kiln.int32)
+
+
+def test_datasets_carry_further_columns_with_their_samples():
+    x, y = small_data(64)
+    w = (np.arange(64, dtype=np.float32) + 100)
+    data = kiln.dataset.NumpySlicesDataset((x, y, w), ["image", "label", "weight"], shuffle=True)
+    halved = data.map(lambda v: v / 2, "weight").batch(16)
+    assert halved.get_col_names() == ["image", "label", "weight"]
+    seen = 0
+    for image, label, weight in halved.create_tuple_iterator(output_numpy=True):
+        rows = [int(np.flatnonzero((x == r).all(1))[0]) for r in image]  # where each shuffled row came from
+        np.testing.assert_array_equal(label, y[rows])
+        np.testing.assert_allclose(weight, w[rows] / 2)
+        seen += len(label)
+    assert seen == 64
+    row = next(iter(kiln.dataset.NumpySlicesDataset({"a": x, "b": y, "c": w}, shuffle=False)))
+    assert len(row) == 3 and float(row[2].numpy()) == 100.0
+
+    class Source:  # random access, read by the pipeline's workers
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return np.full(2, i, np.float32), np.int64(i % 2), np.float32(i * 10)
+    source = kiln.dataset.GeneratorDataset(Source(), shuffle=False)
+    assert source.get_col_names() == ["data", "label", "column_2"]
+    batches = list(source.batch(4).create_dict_iterator(output_numpy=True))
+    np.testing.assert_allclose(batches[1]["column_2"], [40, 50, 60, 70])
+    generated = kiln.dataset.GeneratorDataset(lambda: ((x[i], y[i], w[i]) for i in range(5)), ["x", "y", "w"],
+                                              shuffle=False)
+    assert [float(t[2].numpy()) for t in generated] == [100, 101, 102, 103, 104]
+    with pytest.raises(ValueError, match="2 column names"):
+        kiln.dataset.GeneratorDataset(Source(), ["data", "label"])
+    with pytest.raises(ValueError, match="rows"):
+        kiln.dataset.NumpySlicesDataset((x, y, w[:10]))
+    with pytest.raises(ValueError, match="no column 'wieght'"):
+        data.map(lambda v: v, "wieght")
+
+
+def test_a_weighted_loss_trains_from_a_three_column_dataset():
+    x, y = small_data()
+    w = np.where(y == 1, 2.0, 0.5).astype(np.float32)
+    data = kiln.dataset.NumpySlicesDataset((x, y, w), ["x", "y", "w"]).batch(32)
+    net = nn.SequentialCell(nn.Dense(8, 16, activation="relu"), nn.Dense(16, 2))
+    with pytest.raises(ValueError, match=r"\(input, label\) datasets.*\['x', 'y', 'w'\].*create_tuple_iterator"):
+        Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=nn.SGD(net.trainable_params(), 0.1)).train(1, data)
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    opt = nn.SGD(net.trainable_params(), 0.1, 0.9)
+    losses = []
+    for _ in range(3):
+        for xb, yb, wb in data.create_tuple_iterator():
+            loss = (loss_fn(net(xb), yb) * wb).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert losses[-1] < losses[0] / 2

@@ -17,6 +17,7 @@ BatchIterator::BatchIterator(TensorDataset dataset, int64_t batch_size, bool shu
              "a dataset needs inputs and labels with the same number of samples");
   dataset_.inputs = dataset_.inputs.contiguous();
   dataset_.labels = dataset_.labels.contiguous();
+  for (Tensor& column : dataset_.extras) column = column.contiguous();
 }
 
 void BatchIterator::start_epoch() {
@@ -64,6 +65,8 @@ bool BatchIterator::next(Batch& batch) {
   int64_t count = std::min(batch_size_, remaining);
   batch.inputs = gather_rows(dataset_.inputs, order_.data() + pos_, count);
   batch.labels = gather_rows(dataset_.labels, order_.data() + pos_, count);
+  batch.extras.clear();
+  for (const Tensor& column : dataset_.extras) batch.extras.push_back(gather_rows(column, order_.data() + pos_, count));
   pos_ += count;
   return true;
 }

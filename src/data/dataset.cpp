@@ -6,16 +6,23 @@
 
 namespace kiln::data {
 
-TensorDataset::TensorDataset(Tensor inputs_, Tensor labels_) : inputs(std::move(inputs_)), labels(std::move(labels_)) {
+TensorDataset::TensorDataset(Tensor inputs_, Tensor labels_, std::vector<Tensor> extras_)
+    : inputs(std::move(inputs_)), labels(std::move(labels_)), extras(std::move(extras_)) {
   KILN_CHECK(inputs.defined() && labels.defined() && inputs.dim() >= 1 && labels.dim() >= 1 &&
                  labels.shape()[0] == inputs.shape()[0],
              "a TensorDataset needs inputs and labels with the same number of samples on axis 0, got ",
              inputs.defined() ? inputs.meta_str() : "none", " and ", labels.defined() ? labels.meta_str() : "none");
+  for (size_t k = 0; k < extras.size(); ++k)
+    KILN_CHECK(extras[k].defined() && extras[k].dim() >= 1 && extras[k].shape()[0] == inputs.shape()[0],
+               "a TensorDataset's column ", k + 2, " needs a row per sample (", inputs.shape()[0], "), got ",
+               extras[k].defined() ? extras[k].meta_str() : "none");
 }
 
 Sample TensorDataset::get(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), "TensorDataset: index ", index, " is out of range for ", size(), " samples");
-  return {inputs.select(0, index), labels.select(0, index)};
+  Sample s{inputs.select(0, index), labels.select(0, index)};
+  for (const Tensor& column : extras) s.extra.push_back(column.select(0, index));
+  return s;
 }
 
 Subset::Subset(std::shared_ptr<const Dataset> source, std::vector<int64_t> indices)
@@ -44,8 +51,9 @@ std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> random_split(std::sh
 }
 
 namespace {
-Tensor stack_column(const std::vector<Sample>& samples, Tensor Sample::*column, const char* what) {
-  const Tensor& first = samples[0].*column;
+template <typename Column>
+Tensor stack_column(const std::vector<Sample>& samples, Column column, const std::string& what) {
+  const Tensor& first = column(samples[0]);
   KILN_CHECK(first.defined(), "collate: sample 0 has no ", what);
   Shape shape = first.shape();
   shape.insert(shape.begin(), static_cast<int64_t>(samples.size()));
@@ -53,7 +61,7 @@ Tensor stack_column(const std::vector<Sample>& samples, Tensor Sample::*column, 
   size_t bytes = static_cast<size_t>(first.numel()) * first.element_size();
   char* dst = static_cast<char*>(out.raw_data());
   for (size_t i = 0; i < samples.size(); ++i) {
-    const Tensor& t = samples[i].*column;
+    const Tensor& t = column(samples[i]);
     KILN_CHECK(t.defined() && t.shape() == first.shape() && t.dtype() == first.dtype(), "collate: the ", what,
                " of sample ", i, " in the batch is ", t.defined() ? t.meta_str() : "missing", " but sample 0's is ",
                first.meta_str(), "; samples in a batch must match (resize or crop images to one size first)");
@@ -66,7 +74,17 @@ Tensor stack_column(const std::vector<Sample>& samples, Tensor Sample::*column, 
 
 Batch collate(const std::vector<Sample>& samples) {
   KILN_CHECK(!samples.empty(), "collate: no samples");
-  return {stack_column(samples, &Sample::input, "input"), stack_column(samples, &Sample::label, "label")};
+  Batch batch{stack_column(samples, [](const Sample& s) -> const Tensor& { return s.input; }, "input"),
+              stack_column(samples, [](const Sample& s) -> const Tensor& { return s.label; }, "label")};
+  const size_t columns = samples[0].extra.size();
+  for (size_t i = 1; i < samples.size(); ++i)
+    KILN_CHECK(samples[i].extra.size() == columns, "collate: sample ", i, " in the batch has ",
+               samples[i].extra.size() + 2, " columns but sample 0 has ", columns + 2,
+               "; every sample of a dataset must have the same columns");
+  for (size_t k = 0; k < columns; ++k)
+    batch.extras.push_back(stack_column(
+        samples, [k](const Sample& s) -> const Tensor& { return s.extra[k]; }, "column " + std::to_string(k + 2)));
+  return batch;
 }
 
 }  // namespace kiln::data

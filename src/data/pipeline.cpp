@@ -35,15 +35,19 @@ Pipeline::Pipeline(std::shared_ptr<const Dataset> source)
 }
 
 Pipeline::Pipeline(const Pipeline& o)
-    : source_(o.source_), sampler_(o.sampler_), input_transforms_(o.input_transforms_),
-      label_transforms_(o.label_transforms_), seed_(o.seed_), skip_(o.skip_), take_(o.take_),
+    : source_(o.source_), sampler_(o.sampler_), column_transforms_(o.column_transforms_), seed_(o.seed_), skip_(o.skip_), take_(o.take_),
       batch_size_(o.batch_size_), batched_(o.batched_), drop_remainder_(o.drop_remainder_), repeat_(o.repeat_),
       workers_(o.workers_), prefetch_(o.prefetch_) {}
 
 Pipeline::~Pipeline() { stop_workers(); }
 
 Pipeline& Pipeline::map(std::vector<Transform> transforms, Column column) {
-  auto& list = column == Column::Input ? input_transforms_ : label_transforms_;
+  return map(std::move(transforms), column == Column::Input ? size_t{0} : size_t{1});
+}
+
+Pipeline& Pipeline::map(std::vector<Transform> transforms, size_t column) {
+  if (column_transforms_.size() <= column) column_transforms_.resize(column + 1);
+  auto& list = column_transforms_[column];
   for (auto& t : transforms) {
     KILN_CHECK(static_cast<bool>(t.apply), "Pipeline::map: transform '", t.name, "' has no function");
     list.push_back(std::move(t));
@@ -139,7 +143,7 @@ Sample Pipeline::load(int64_t index, uint64_t epoch, int64_t position) const {
     KILN_FAIL("data pipeline: reading dataset index ", index, " failed: ", e.what());
   }
   Generator gen(mix_seed(mix_seed(seed_, epoch), static_cast<uint64_t>(position)));
-  auto run = [&](std::vector<Transform> const& list, Tensor& value, const char* column) {
+  auto run = [&](std::vector<Transform> const& list, Tensor& value, const std::string& column) {
     for (const Transform& t : list) {
       try {
         value = t.apply(value, gen);
@@ -149,8 +153,13 @@ Sample Pipeline::load(int64_t index, uint64_t epoch, int64_t position) const {
       }
     }
   };
-  run(input_transforms_, s.input, "input");
-  run(label_transforms_, s.label, "label");
+  for (size_t c = 0; c < column_transforms_.size(); ++c) {
+    if (column_transforms_[c].empty()) continue;
+    KILN_CHECK(c < 2 + s.extra.size(), "data pipeline: transforms map column ", c, " but dataset index ", index,
+               " has ", 2 + s.extra.size(), " columns (0 is the input, 1 the label)");
+    Tensor& value = c == 0 ? s.input : c == 1 ? s.label : s.extra[c - 2];
+    run(column_transforms_[c], value, c == 0 ? "input" : c == 1 ? "label" : "column " + std::to_string(c));
+  }
   return s;
 }
 

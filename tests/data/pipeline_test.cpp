@@ -154,6 +154,52 @@ TEST(Pipeline, LabelTransformsAndSingleSamples) {
   EXPECT_FLOAT_EQ(s.input.to_vector<float>()[0], 2.0f);
 }
 
+TEST(Pipeline, FurtherColumnsAreMappedBatchedAndShuffledWithTheirSamples) {
+  // Column 2 is a per-sample weight 100 + i, column 3 a pair [i, -i].
+  const int64_t n = 10;
+  Tensor ids = arange(0.0, static_cast<double>(n), 1.0);
+  auto dataset = std::make_shared<data::TensorDataset>(
+      ids.reshape({n, 1}), arange(n), std::vector<Tensor>{add(ids, full({n}, 100.0)), stack({ids, neg(ids)}, 1)});
+  for (int workers : {0, 2}) {
+    data::Pipeline p(dataset);
+    p.map({{"halve", [](const Tensor& w, Generator&) { return div(w, full(w.shape(), 2.0)); }}}, size_t{2})
+        .shuffle(5)
+        .batch(4)
+        .num_parallel_workers(workers);
+    p.start_epoch();
+    data::Batch b;
+    int64_t seen = 0;
+    while (p.next(b)) {
+      ASSERT_EQ(b.extras.size(), 2u);
+      auto labels = b.labels.to_vector<int64_t>();
+      auto weights = b.extras[0].to_vector<float>();
+      auto pairs = b.extras[1].to_vector<float>();
+      EXPECT_EQ(b.extras[1].shape(), (Shape{static_cast<int64_t>(labels.size()), 2}));
+      for (size_t i = 0; i < labels.size(); ++i) {
+        EXPECT_FLOAT_EQ(weights[i], (100.0f + static_cast<float>(labels[i])) / 2) << "a weight left its sample";
+        EXPECT_FLOAT_EQ(pairs[2 * i + 1], -static_cast<float>(labels[i]));
+      }
+      seen += static_cast<int64_t>(labels.size());
+    }
+    EXPECT_EQ(seen, n);
+  }
+  data::BatchIterator it(*dataset, 3, true, false, 1);
+  data::Batch b;
+  it.start_epoch();
+  ASSERT_TRUE(it.next(b));
+  ASSERT_EQ(b.extras.size(), 2u);
+  EXPECT_FLOAT_EQ(b.extras[0].to_vector<float>()[0], 100.0f + static_cast<float>(b.labels.to_vector<int64_t>()[0]));
+}
+
+TEST(Pipeline, AColumnPastTheSamplesIsNamed) {
+  data::Pipeline p(counting(4));
+  p.map({add_noise()}, size_t{3});
+  auto msg = message_of([&] { p.sample(0); });
+  EXPECT_NE(msg.find("transforms map column 3 but dataset index 0 has 2 columns"), std::string::npos) << msg;
+  msg = message_of([&] { data::TensorDataset(zeros({4, 1}), arange(4), {zeros({3})}); });
+  EXPECT_NE(msg.find("column 2 needs a row per sample (4), got float32[3]"), std::string::npos) << msg;
+}
+
 TEST(Pipeline, ATransformErrorNamesTheTransformAndTheSample) {
   data::Transform fails_on_7{"fails_on_7", [](const Tensor& x, Generator&) {
                                KILN_CHECK(x.to_vector<float>()[0] != 7.0f, "seven is not allowed");

@@ -18,6 +18,9 @@ namespace kiln::data {
 struct Sample {
   Tensor input;
   Tensor label;
+  // Further columns, in order (a sample weight, a mask, a second input):
+  // the pipeline maps, batches and hands them on like the first two.
+  std::vector<Tensor> extra{};
 };
 
 // A dataset with a known size and random access. get() is called from the
@@ -33,12 +36,14 @@ class Dataset {
 class TensorDataset : public Dataset {
  public:
   TensorDataset() = default;
-  TensorDataset(Tensor inputs_, Tensor labels_);
+  // `extras_`: further columns, each with a row per sample.
+  TensorDataset(Tensor inputs_, Tensor labels_, std::vector<Tensor> extras_ = {});
   int64_t size() const override { return inputs.defined() ? inputs.shape()[0] : 0; }
   Sample get(int64_t index) const override;
 
   Tensor inputs;
   Tensor labels;
+  std::vector<Tensor> extras;
 };
 
 // The samples of `source` at `indices`, in that order.
@@ -61,6 +66,7 @@ std::pair<std::shared_ptr<Subset>, std::shared_ptr<Subset>> random_split(std::sh
 struct Batch {
   Tensor inputs;
   Tensor labels;
+  std::vector<Tensor> extras{};  // the samples' further columns, stacked
 };
 
 // What the training loop reads: batches, epoch after epoch.

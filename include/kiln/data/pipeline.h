@@ -39,6 +39,9 @@ class Pipeline : public BatchSource {
 
   // Appends transforms for one column; they run in the order given.
   Pipeline& map(std::vector<Transform> transforms, Column column = Column::Input);
+  // The same for a column by position: 0 the input, 1 the label, 2 and on
+  // the samples' further columns (Sample::extra).
+  Pipeline& map(std::vector<Transform> transforms, size_t column);
   // A new random order every epoch (RandomSampler(seed)); also seeds the transforms.
   Pipeline& shuffle(uint64_t seed);
   Pipeline& sampler(std::shared_ptr<const Sampler> sampler);
@@ -76,7 +79,7 @@ class Pipeline : public BatchSource {
 
   std::shared_ptr<const Dataset> source_;
   std::shared_ptr<const Sampler> sampler_;
-  std::vector<Transform> input_transforms_, label_transforms_;
+  std::vector<std::vector<Transform>> column_transforms_;  // by column position
   uint64_t seed_ = 0;
   int64_t skip_ = 0, take_ = -1;
   int64_t batch_size_ = 1;

@@ -74,12 +74,16 @@ class Dataset:
         return other
 
     def _column(self, name):
+        """The position of a column (0 the input, 1 the label, then the further columns)."""
         if name is None:
-            return "input"
-        name = name[0] if isinstance(name, (list, tuple)) else name
+            return 0
+        if isinstance(name, (list, tuple)):
+            if len(name) != 1:
+                raise ValueError(f"map() applies to one column at a time, got {list(name)}; call map() once per column")
+            name = name[0]
         if name not in self._columns:
             raise ValueError(f"no column {name!r}; the columns are {self._columns}")
-        return "input" if self._columns.index(name) == 0 else "label"
+        return self._columns.index(name)
 
     def map(self, operations, input_columns=None, num_parallel_workers=None, **unused):
         """Applies transforms to one column of every sample (the first column by default)."""
@@ -139,7 +143,7 @@ class Dataset:
         return pipeline
 
     def create_tuple_iterator(self, num_epochs=1, output_numpy=False, do_copy=True):
-        """Batches as (inputs, labels) tuples; one epoch per pass. Without batch(), one sample at a time."""
+        """Batches as tuples of the columns, in order; one epoch per pass. Without batch(), one sample at a time."""
         source = self._batch_source()
         for _ in range(num_epochs if num_epochs > 0 else 1):
             source.start_epoch()
@@ -147,10 +151,9 @@ class Dataset:
                 item = source.next()
                 if item is None:
                     break
-                x, y = item
+                row = item[:len(self._columns)]
                 if self._batch is None:
-                    x, y = x[0], (y[0] if y is not None else None)
-                row = (x, y) if len(self._columns) > 1 else (x,)
+                    row = tuple(t[0] for t in row)
                 yield tuple(t.numpy() for t in row) if output_numpy else row
 
     def create_dict_iterator(self, num_epochs=1, output_numpy=False):
@@ -171,22 +174,33 @@ def _columns_of(data, column_names):
         arrays = [data[n] for n in names]
     elif isinstance(data, tuple):
         arrays = list(data)
-        names = ["data", "label"][:len(arrays)]
+        names = _default_names(len(arrays))
     else:
         arrays = [data]
         names = ["data"]
-    if len(arrays) > 2:
-        raise ValueError(f"{len(arrays)} columns: Kiln datasets have an input and a label column")
     arrays = [np.ascontiguousarray(np.asarray(a)) for a in arrays]
-    if len(arrays) == 2 and len(arrays[0]) != len(arrays[1]):
-        raise ValueError(f"the columns have {len(arrays[0])} and {len(arrays[1])} rows; they must have as many")
-    return arrays, list(column_names or names)
+    rows = [len(a) for a in arrays]
+    if len(set(rows)) > 1:
+        raise ValueError(f"the columns have {rows} rows; they must have as many")
+    return arrays, _names(column_names or names, len(arrays))
+
+
+def _default_names(count):
+    """MindSpore's first two names, then column_2, column_3, ..."""
+    return ["data", "label", *[f"column_{i}" for i in range(2, count)]][:count]
+
+
+def _names(names, count):
+    names = [names] if isinstance(names, str) else list(names)
+    if len(names) != count:
+        raise ValueError(f"{len(names)} column names {names} for {count} columns; give one name per column")
+    return names
 
 
 def _tensor_dataset(arrays):
     x = _kiln.from_numpy(arrays[0])
     y = _kiln.from_numpy(arrays[1]) if len(arrays) > 1 else _kiln.zeros((len(arrays[0]),), _kiln.dtype.int64)
-    return _kiln.TensorDataset(x, y)
+    return _kiln.TensorDataset(x, y, [_kiln.from_numpy(a) for a in arrays[2:]])
 
 
 class NumpySlicesDataset(Dataset):
@@ -201,20 +215,28 @@ class NumpySlicesDataset(Dataset):
 class GeneratorDataset(Dataset):
     """Samples from Python: an object with ``__getitem__`` and ``__len__`` (read by the pipeline's
     workers, one sample at a time), or a generator / iterable / generator function (read once, into memory).
-    Each sample is ``(input, label)``: NumPy arrays or numbers.
+    Each sample is a tuple of columns, ``(input, label, ...)``: NumPy arrays or numbers.
     """
 
     def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, **unused):
-        names = list(column_names or ["data", "label"])
+        names = [column_names] if isinstance(column_names, str) else list(column_names or ["data", "label"])
         if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
+            if len(source):  # the first item tells how many columns there are
+                first = source[0]
+                count = len(first) if isinstance(first, (tuple, list)) else 1
+                names = _names(names if column_names is not None else _default_names(count), count)
             super().__init__(_kiln.SourceDataset(source), names, shuffle)
         else:
             items = source() if callable(source) else source
             rows = [tuple(r) if isinstance(r, (tuple, list)) else (r,) for r in items]
             if not rows:
                 raise ValueError("GeneratorDataset: the source produced no samples")
+            if any(len(r) != len(rows[0]) for r in rows):
+                raise ValueError("GeneratorDataset: the samples have different numbers of columns")
             arrays = [np.ascontiguousarray(np.stack([np.asarray(r[i]) for r in rows])) for i in range(len(rows[0]))]
-            super().__init__(_tensor_dataset(arrays), names[:len(arrays)], shuffle)
+            if column_names is None:
+                names = _default_names(len(arrays))
+            super().__init__(_tensor_dataset(arrays), _names(names, len(arrays)), shuffle)
             self._arrays = arrays
         if num_parallel_workers:
             self._workers = int(num_parallel_workers)

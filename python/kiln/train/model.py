@@ -26,6 +26,11 @@ def _metrics(metrics):
 def _batches(dataset, what):
     if isinstance(dataset, _kiln.BatchSource):
         return dataset
+    columns = getattr(dataset, "_columns", [])
+    if len(columns) > 2:
+        raise ValueError(f"Model trains and evaluates on (input, label) datasets, but {what} has the columns {columns}; "
+                         "write the step as a loop over dataset.create_tuple_iterator(), or build the dataset "
+                         "with the two columns the network and its loss take")
     if hasattr(dataset, "_batch_source"):
         return dataset._batch_source()
     raise TypeError(f"{what} must be a kiln.dataset dataset, not {type(dataset).__name__}")
