@@ -190,7 +190,8 @@ RecurrentOutput rnn(const Tensor& x, const Tensor& w_ih, const Tensor& w_hh, con
                     bool reverse = false);
 
 // Indexing.
-Tensor embedding(const Tensor& weight, const Tensor& indices);
+// padding_idx >= 0: that row gets no gradient (the padding token's).
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);

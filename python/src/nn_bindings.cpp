@@ -184,7 +184,8 @@ void bind_nn(py::module_& m) {
       .def(py::init<double, std::string, bool>(), py::arg("scale_factor"), py::arg("mode") = "nearest",
            py::arg("align_corners") = false);
   Layer<nn::Embedding>(m, "Embedding")
-      .def(py::init<int64_t, int64_t>(), py::arg("vocab_size"), py::arg("embedding_size"))
+      .def(py::init<int64_t, int64_t, int64_t>(), py::arg("vocab_size"), py::arg("embedding_size"),
+           py::arg("padding_idx") = -1)
       .def_readwrite("weight", &nn::Embedding::weight);
   Layer<nn::SequentialCell>(m, "SequentialCell")
       .def(py::init<std::vector<nn::CellPtr>>(), py::arg("cells"))

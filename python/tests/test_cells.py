@@ -84,6 +84,17 @@ def test_mindspore_layer_defaults():
     assert dense(kiln.ones((1, 2))).numpy().tolist() == [[1.0, 1.0]]
 
 
+def test_embedding_padding_row_is_zero_and_untrained():
+    table = nn.Embedding(5, 3, embedding_table="ones", padding_idx=-1)  # the last row, as in PyTorch
+    np.testing.assert_array_equal(table.weight.numpy()[4], [0, 0, 0])
+    table(kiln.tensor([[4, 1], [4, 0]])).sum().backward()
+    grad = table.weight.grad.numpy()
+    np.testing.assert_array_equal(grad[4], [0, 0, 0])
+    np.testing.assert_array_equal(grad[1], [1, 1, 1])
+    with pytest.raises(ValueError, match="padding_idx 5"):
+        nn.Embedding(5, 3, padding_idx=5)
+
+
 def test_dense_applies_its_activation_by_name_or_cell():
     x = kiln.tensor(np.linspace(-8, 8, 12, dtype=np.float32).reshape(3, 4))
     plain = nn.Dense(4, 5)

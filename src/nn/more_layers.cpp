@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/nn/layers.h"
@@ -65,9 +66,14 @@ GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps) : groups_(gro
   bias = register_parameter("bias", zeros({channels}));
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t dim) {
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx) : padding_idx_(padding_idx) {
   KILN_CHECK(num_embeddings > 0 && dim > 0, "Embedding(", num_embeddings, ", ", dim, "): sizes must be positive");
-  weight = register_parameter("weight", randn({num_embeddings, dim}));
+  KILN_CHECK(padding_idx_ < num_embeddings, "Embedding(", num_embeddings, ", ", dim, "): padding_idx ", padding_idx,
+             " is not a row of the table");
+  padding_idx_ = std::max<int64_t>(padding_idx_, -1);
+  Tensor table = randn({num_embeddings, dim});
+  if (padding_idx_ >= 0) table.select(0, padding_idx_).fill_(0.0);
+  weight = register_parameter("weight", table);
 }
 
 CellList::CellList(std::vector<CellPtr> cells) {

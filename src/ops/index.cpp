@@ -109,8 +109,10 @@ std::vector<Tensor> read_one_hot(const OnnxReader& n, const std::vector<Tensor>&
   return {y.permute(order).contiguous()};
 }
 
+// padding_idx (-1: none): the row that padding positions read, which gets no
+// gradient (PyTorch's and MindSpore's meaning).
 OpDefiner d_embedding(make(
-    "embedding", {"weight", "indices"}, {},
+    "embedding", {"weight", "indices"}, {"padding_idx:int=-1"},
     [](const Metas& in, const Attrs&) -> Metas {
       detail::check_rank(in[0], 2, "weight", "num_embeddings, dim");
       check_index(in[1], "indices");
@@ -119,13 +121,15 @@ OpDefiner d_embedding(make(
       return {{true, s, in[0].dtype, in[0].device}};
     },
     [](const GradContext& c, const Grads& g) -> Grads {
-      return {call("embedding_backward", {g[0], c.inputs[1]}, {{"num_embeddings", c.inputs[0].shape()[0]}})[0], Tensor()};
+      return {call("embedding_backward", {g[0], c.inputs[1]},
+                   {{"num_embeddings", c.inputs[0].shape()[0]}, {"padding_idx", c.attrs.get_int("padding_idx", -1)}})[0],
+              Tensor()};
     },
     onnx_as("Gather", [](const OnnxWriter&) -> Attrs { return {{"axis", int64_t{0}}}; }), {0}));
 
 OpDefiner d_embedding_bw([] {
   OpDef d = make(
-      "embedding_backward", {"grad", "indices"}, {"num_embeddings:int"},
+      "embedding_backward", {"grad", "indices"}, {"num_embeddings:int", "padding_idx:int=-1"},
       [](const Metas& in, const Attrs& a) -> Metas {
         return {{true, {a.get_int("num_embeddings"), in[0].shape.back()}, in[0].dtype, in[0].device}};
       },
@@ -214,7 +218,10 @@ OpDefiner d_one_hot(detail::reads_onnx(make(
 
 }  // namespace
 
-Tensor embedding(const Tensor& weight, const Tensor& indices) { return call1(KILN_OP("embedding"), {weight, indices}); }
+Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
+  if (padding_idx < 0) return call1(KILN_OP("embedding"), {weight, indices});
+  return call1(KILN_OP("embedding"), {weight, indices}, {{"padding_idx", padding_idx}});
+}
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   return call1(KILN_OP("gather"), {x, index}, {{"axis", axis}});
 }

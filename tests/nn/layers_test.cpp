@@ -41,6 +41,21 @@ TEST(Layers, ShapesAndParameters) {
 
 // The loss cells against the formulas written out here with plain loops (not
 // against the functions the cells call, which would agree with any mistake).
+TEST(Layers, AnEmbeddingsPaddingRowStartsAtZeroAndIsNeverTrained) {
+  manual_seed(2);
+  nn::Embedding table(6, 3, /*padding_idx=*/2);
+  EXPECT_EQ(table.weight.select(0, 2).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  Tensor ids = from_vector<int64_t>({2, 0, 2, 5, 2});
+  Tensor y = table(ids);
+  sum(mul(y, y)).backward();  // d/dw = 2 w per lookup
+  Tensor grad = table.weight.grad();
+  EXPECT_EQ(grad.select(0, 2).to_vector<float>(), (std::vector<float>{0, 0, 0})) << "the padding row got a gradient";
+  auto row0 = table.weight.select(0, 0).to_vector<float>(), g0 = grad.select(0, 0).to_vector<float>();
+  for (int k = 0; k < 3; ++k) EXPECT_FLOAT_EQ(g0[k], 2 * row0[k]);
+  EXPECT_EQ(grad.select(0, 1).to_vector<float>(), (std::vector<float>{0, 0, 0}));  // never looked up
+  EXPECT_THROW(nn::Embedding(6, 3, 6), Error);
+}
+
 TEST(Losses, CellsMatchTheFormulas) {
   manual_seed(2);
   const int64_t n = 4, classes = 3;

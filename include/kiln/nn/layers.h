@@ -148,10 +148,15 @@ class Upsample : public Cell {
 
 class Embedding : public Cell {
  public:
-  Embedding(int64_t num_embeddings, int64_t dim);  // weights ~ N(0, 1), as PyTorch
-  Tensor construct(const Tensor& indices) override { return embedding(weight, indices); }
+  // Weights ~ N(0, 1), as PyTorch; padding_idx >= 0: that row starts at zero
+  // and is never trained (the padding token's); negative: none.
+  Embedding(int64_t num_embeddings, int64_t dim, int64_t padding_idx = -1);
+  Tensor construct(const Tensor& indices) override { return embedding(weight, indices, padding_idx_); }
   std::string type_name() const override { return "Embedding"; }
   Tensor weight;
+
+ private:
+  int64_t padding_idx_;
 };
 
 // Holds cells under the names "0", "1", ...; construct() is not defined for it.

@@ -250,10 +250,18 @@ class Upsample(_kiln.Upsample):
 
 
 class Embedding(_kiln.Embedding):
+    """A lookup table; ``padding_idx`` (negative counts from the end) names the row that starts at zero and
+    is never trained."""
+
     def __init__(self, vocab_size, embedding_size, use_one_hot=False, embedding_table="normal", padding_idx=None):
-        super().__init__(vocab_size, embedding_size)
+        if padding_idx is not None and not -vocab_size <= padding_idx < vocab_size:
+            raise ValueError(f"padding_idx {padding_idx} is not a row of a table of {vocab_size}")
+        row = -1 if padding_idx is None else padding_idx % vocab_size
+        super().__init__(vocab_size, embedding_size, row)
         if embedding_table != "normal":
             _init.apply(self.weight, embedding_table)
+            if row >= 0:
+                _init.apply(self.weight[row], "zeros")
 
 
 def _recurrent_call(self, x, hx=None, seq_length=None):

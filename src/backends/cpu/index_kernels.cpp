@@ -28,15 +28,17 @@ void embedding_kernel(const Ins& in, Outs& out, const Attrs&) {
 }
 
 template <typename T>
-void embedding_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
+void embedding_backward_kernel(const Ins& in, Outs& out, const Attrs& attrs) {
   Tensor g = contiguous(in[0]);
   auto idx = indices_of(in[1]);
   int64_t rows = out[0].shape()[0], dim = out[0].shape()[1];
+  const int64_t padding = attrs.get_int("padding_idx", -1);
   T* po = out[0].data<T>();
   std::fill(po, po + out[0].numel(), T(0));
   const T* pg = g.data<T>();
   for (size_t i = 0; i < idx.size(); ++i) {
     int64_t r = checked(idx[i], rows, "embedding index");
+    if (r == padding) continue;
     for (int64_t k = 0; k < dim; ++k)
       po[r * dim + k] = static_cast<T>(static_cast<compute_t<T>>(po[r * dim + k]) + static_cast<compute_t<T>>(pg[i * dim + k]));
   }
