@@ -20,6 +20,9 @@
 namespace kiln::train {
 
 using LossFn = std::function<Tensor(const Tensor& outputs, const Tensor& labels)>;
+// The loss of a network that computes it itself from a whole batch, every
+// column (MindSpore's Model(net_with_loss, optimizer=...)).
+using BatchLossFn = std::function<Tensor(const data::Batch& batch)>;
 
 struct StepInfo {
   int epoch = 0;               // from 1
@@ -105,6 +108,11 @@ class Model {
         std::vector<std::shared_ptr<metrics::Metric>> metrics = {});
   Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss, std::shared_ptr<optim::Optimizer> optimizer,
         std::vector<std::shared_ptr<metrics::Metric>> metrics = {});
+  // `net_with_loss` computes the loss itself, through `loss_of_batch`, from
+  // each batch's columns (a per-sample weight, a mask, several inputs):
+  // training runs eagerly in either mode, eval() gives the mean loss alone
+  // (metrics need outputs), and predict() is refused.
+  Model(std::shared_ptr<nn::Cell> net_with_loss, BatchLossFn loss_of_batch, std::shared_ptr<optim::Optimizer> optimizer);
   // Metrics that eval() computes besides the loss (default: top-1 accuracy).
   void set_metrics(std::vector<std::shared_ptr<metrics::Metric>> metrics);
   void set_nonfinite_policy(NonFinitePolicy policy) { nonfinite_ = policy; }
@@ -160,6 +168,7 @@ class Model {
  private:
   std::shared_ptr<nn::Cell> net_;
   LossFn loss_;
+  BatchLossFn batch_loss_;
   std::shared_ptr<optim::Optimizer> optimizer_;
   std::vector<std::shared_ptr<metrics::Metric>> metrics_;
   NonFinitePolicy nonfinite_ = NonFinitePolicy::Error;

@@ -222,6 +222,25 @@ void bind_train(py::module_& m) {
            py::arg("network"), py::arg("loss_fn"), py::arg("optimizer"),
            py::arg("metrics") = std::vector<std::shared_ptr<train::metrics::Metric>>{},
            py::keep_alive<1, 2>(), py::keep_alive<1, 3>(), py::keep_alive<1, 4>())
+      .def_static("with_loss_network", [](std::shared_ptr<nn::Cell> net, py::function loss_of_columns,
+                                          std::shared_ptr<optim::Optimizer> opt) {
+        // Called from the training loop without the GIL; the callable is
+        // released under it too.
+        auto held = std::shared_ptr<py::function>(new py::function(std::move(loss_of_columns)), [](py::function* f) {
+          if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+          py::gil_scoped_acquire gil;
+          delete f;
+        });
+        return std::make_shared<Model>(net, [held](const data::Batch& batch) {
+          py::gil_scoped_acquire gil;
+          py::list columns;
+          columns.append(batch.inputs);
+          columns.append(batch.labels);
+          for (const Tensor& column : batch.extras) columns.append(column);
+          return py::cast<Tensor>((*held)(*columns));
+        }, opt);
+      }, py::arg("network"), py::arg("loss_of_columns"), py::arg("optimizer"),
+         "A Model whose network computes its own loss: loss_of_columns(*batch_columns) -> loss.")
       .def("train", [](Model& model, int epochs, std::shared_ptr<data::BatchSource> batches,
                        std::vector<std::shared_ptr<train::Callback>> callbacks,
                        std::shared_ptr<data::BatchSource> validation) {

@@ -279,3 +279,32 @@ def test_a_weighted_loss_trains_from_a_three_column_dataset():
             opt.step()
             losses.append(loss.item())
     assert losses[-1] < losses[0] / 2
+
+
+@pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])
+def test_model_trains_a_network_that_computes_its_own_loss_from_every_column(mode):
+    x, y = small_data()
+    w = np.where(y == 1, 2.0, 0.5).astype(np.float32)
+    kiln.set_context(mode=getattr(kiln, mode))
+
+    class WeightedLoss(nn.Cell):  # MindSpore's net_with_loss, with a third column
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+            self.loss = nn.CrossEntropyLoss(reduction="none")
+
+        def construct(self, data, label, weight):
+            return (self.loss(self.net(data), label) * weight).mean()
+
+    net = nn.SequentialCell(nn.Dense(8, 16, activation="relu"), nn.Dense(16, 2))
+    model = Model(WeightedLoss(net), optimizer=nn.SGD(net.trainable_params(), 0.1, 0.9))
+    data = kiln.dataset.NumpySlicesDataset((x, y, w), ["x", "y", "w"])
+    history = model.train(3, data.batch(32), valid_dataset=data.batch(64))
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert model.eval(data.batch(64))["loss"] < 0.3
+    assert Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=model.optimizer, metrics={"accuracy"}).eval(
+        kiln.dataset.NumpySlicesDataset((x, y)).batch(64))["accuracy"] > 0.9
+    with pytest.raises(kiln.Error, match="computes its loss from whole batches"):
+        model.predict(kiln.tensor(x[:2]))
+    with pytest.raises(ValueError, match="metrics need the network's outputs"):
+        Model(WeightedLoss(net), optimizer=model.optimizer, metrics={"accuracy"})

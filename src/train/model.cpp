@@ -26,7 +26,19 @@ Model::Model(std::shared_ptr<nn::Cell> net, std::shared_ptr<nn::LossCell> loss,
             },
             std::move(optimizer), std::move(metrics)) {}
 
+Model::Model(std::shared_ptr<nn::Cell> net_with_loss, BatchLossFn loss_of_batch,
+             std::shared_ptr<optim::Optimizer> optimizer)
+    : net_(std::move(net_with_loss)), batch_loss_(std::move(loss_of_batch)), optimizer_(std::move(optimizer)) {
+  KILN_CHECK(net_ != nullptr && static_cast<bool>(batch_loss_), "Model needs a network and its loss of a batch");
+}
+
 void Model::set_metrics(std::vector<std::shared_ptr<metrics::Metric>> metrics) {
+  KILN_CHECK(!batch_loss_ || metrics.empty(), "Model: metrics need the network's outputs, and this network gives "
+             "its loss; evaluate the network inside it with a Model of its own");
+  if (batch_loss_) {
+    metrics_.clear();
+    return;
+  }
   for (auto& m : metrics) KILN_CHECK(m != nullptr, "Model: a metric is null");
   metrics_ = metrics.empty() ? std::vector<std::shared_ptr<metrics::Metric>>{std::make_shared<metrics::Accuracy>()}
                              : std::move(metrics);
@@ -45,6 +57,9 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
                                     data::BatchSource* validation) {
   KILN_CHECK(optimizer_ != nullptr, "Model::train needs an optimizer");
   KILN_CHECK(epochs > 0, "epochs must be positive, got ", epochs);
+  if (batch_loss_ && mode() == Mode::Graph)
+    std::fprintf(stderr, "kiln: note: a network that computes its own loss from whole batches trains eagerly; graph "
+                         "mode compiles a network and a loss given apart\n");
   using Clock = std::chrono::steady_clock;
   std::vector<EpochInfo> history;
   int first_epoch = 1;
@@ -89,9 +104,11 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       }
       profiler::Range step("step");
       GovernedRun governed(governor, batch.inputs.shape()[0] == batches.batch_size());
-      const bool graph = mode() == Mode::Graph;
+      const bool graph = mode() == Mode::Graph && !batch_loss_;
       Tensor loss;
-      if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
+      if (batch_loss_) {
+        loss = batch_loss_(batch);
+      } else if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
         if (!train_step_) {
           jit::CompileOptions o;
           o.name = "train_step";
@@ -209,8 +226,13 @@ EvalResult Model::eval(data::BatchSource& batches) {
   EvalResult r;
   double loss_sum = 0;
   while (batches.next(batch)) {
-    Tensor out = mode() == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : (*net_)(batch.inputs);
     int64_t n = batch.inputs.shape()[0];
+    if (batch_loss_) {
+      loss_sum += batch_loss_(batch).item<double>() * static_cast<double>(n);
+      r.samples += n;
+      continue;
+    }
+    Tensor out = mode() == Mode::Graph ? inference()->run_borrowed({batch.inputs})[0] : (*net_)(batch.inputs);
     loss_sum += loss_(out, batch.labels).item<double>() * static_cast<double>(n);
     for (auto& m : metrics_) m->update(out, batch.labels);
     r.samples += n;
@@ -241,6 +263,8 @@ EvalResult Model::eval(data::BatchSource& batches) {
 }
 
 Tensor Model::predict(const Tensor& inputs) {
+  KILN_CHECK(!batch_loss_, "predict: this Model's network computes its loss from whole batches; call the network "
+             "it wraps, or a Model of that network, for predictions");
   NoGradGuard guard;
   net_->set_train(false);
   if (mode() == Mode::Graph) return (*inference())({inputs})[0];

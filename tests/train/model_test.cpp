@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "kiln/kiln.h"
 #include "support/error_message.h"
 
@@ -50,6 +52,36 @@ TEST(Model, TrainsAClassifierAndEvaluatesIt) {
   EXPECT_GT(r.accuracy, 0.97);
   EXPECT_EQ(r.samples, 256);
   EXPECT_EQ(model.predict(blobs(5, 3).inputs).shape(), (Shape{5, 2}));
+}
+
+TEST(Model, ANetworkThatComputesItsOwnLossTrainsOnEveryColumn) {
+  manual_seed(4);
+  auto net = mlp();
+  data::TensorDataset set = blobs(512, 1);
+  // Column 2 weighs each sample: class 1 counts four times as much, so a
+  // constant guess drifts towards it before the blobs are learned.
+  set.extras = {add(mul(cast(set.labels, DType::Float32), full({512}, 3.0)), full({512}, 1.0))};
+  auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  int64_t columns_seen = 0;
+  CrossEntropyOptions per_sample;
+  per_sample.reduction = "none";
+  train::Model model(net, [&](const data::Batch& b) {
+    columns_seen = 2 + static_cast<int64_t>(b.extras.size());
+    return mean(mul(cross_entropy((*net)(b.inputs), b.labels, per_sample), b.extras.at(0)));
+  }, sgd);
+  data::BatchIterator batches(set, 32, true, false, 7);
+  double before = model.eval(batches).loss;
+  auto history = model.train(3, batches);
+  EXPECT_EQ(columns_seen, 3);
+  EXPECT_LT(history.back().mean_loss, history.front().mean_loss);
+  auto r = model.eval(batches);
+  EXPECT_LT(r.loss, before / 4);
+  EXPECT_TRUE(std::isnan(r.accuracy)) << "no metric without outputs";
+  EXPECT_NE(message_of([&] { model.predict(set.inputs); }).find("computes its loss from whole batches"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { model.set_metrics({std::make_shared<train::metrics::Accuracy>()}); })
+                .find("metrics need the network's outputs"),
+            std::string::npos);
 }
 
 TEST(Model, StopsOnANonFiniteLossNamingTheStep) {

@@ -23,14 +23,14 @@ def _metrics(metrics):
     return out
 
 
-def _batches(dataset, what):
+def _batches(dataset, what, two_columns=True):
     if isinstance(dataset, _kiln.BatchSource):
         return dataset
     columns = getattr(dataset, "_columns", [])
-    if len(columns) > 2:
-        raise ValueError(f"Model trains and evaluates on (input, label) datasets, but {what} has the columns {columns}; "
-                         "write the step as a loop over dataset.create_tuple_iterator(), or build the dataset "
-                         "with the two columns the network and its loss take")
+    if two_columns and len(columns) > 2:
+        raise ValueError(f"Model(net, loss_fn=...) trains and evaluates on (input, label) datasets, but {what} has "
+                         f"the columns {columns}; give Model a network that takes every column and returns the loss "
+                         "(loss_fn=None), or write the step as a loop over dataset.create_tuple_iterator()")
     if hasattr(dataset, "_batch_source"):
         return dataset._batch_source()
     raise TypeError(f"{what} must be a kiln.dataset dataset, not {type(dataset).__name__}")
@@ -38,6 +38,11 @@ def _batches(dataset, what):
 
 class Model:
     """The training loop around a network, a loss and an optimizer.
+
+    With ``loss_fn=None`` the network computes its own loss from every
+    column of a batch, ``network(*columns) -> loss`` (MindSpore's
+    ``Model(net_with_loss, optimizer=...)``): datasets may then have any
+    number of columns, training runs eagerly, and ``eval`` gives the loss.
 
     ``train`` and ``eval`` run in C++ without holding the GIL; Python cells,
     losses, callbacks and transforms take it when they run. In graph mode
@@ -48,13 +53,22 @@ class Model:
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, amp_level="O0",
                  **unused):
-        if loss_fn is None or optimizer is None:
-            raise ValueError("Model needs loss_fn and optimizer: Model(net, loss_fn=nn.CrossEntropyLoss(), "
+        if optimizer is None:
+            raise ValueError("Model needs an optimizer: Model(net, loss_fn=nn.CrossEntropyLoss(), "
                              "optimizer=nn.SGD(net.trainable_params()))")
         self.network = network
         self.loss_fn = loss_fn
         self.optimizer = optimizer
-        self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
+        if loss_fn is None:
+            if metrics:
+                raise ValueError("metrics need the network's outputs, and a network without loss_fn gives its loss; "
+                                 "evaluate the inner network with a Model of its own")
+            columns = self._columns = [2]  # how many of a batch's columns the network takes (set per dataset)
+            self._model = _kiln.Model.with_loss_network(network, lambda *batch: network(*batch[:columns[0]]),
+                                                        optimizer)
+        else:
+            self._columns = None
+            self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
         self.epochs_planned = 0
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **unused):
@@ -69,13 +83,26 @@ class Model:
         schedule = getattr(self.optimizer, "schedule", None)
         if schedule is not None:
             cbs.insert(0, _kiln.LearningRateScheduler(schedule))
-        valid = _batches(valid_dataset, "valid_dataset") if valid_dataset is not None else None
-        history = self._model.train(epoch, _batches(train_dataset, "train_dataset"), cbs, valid)
+        valid = self._batches(valid_dataset, "valid_dataset") if valid_dataset is not None else None
+        valid_columns = self._columns and self._columns[0]
+        batches = self._batches(train_dataset, "train_dataset")
+        if valid is not None and self._columns is not None and valid_columns != self._columns[0]:
+            raise ValueError(f"train_dataset has {self._columns[0]} columns and valid_dataset {valid_columns}; the "
+                             "network takes the same columns from both")
+        history = self._model.train(epoch, batches, cbs, valid)
         return [h.as_dict() for h in history]
 
     def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
         """The mean loss and the metrics over a dataset, in inference mode: {'loss': ..., 'accuracy': ...}."""
-        return self._model.eval(_batches(valid_dataset, "valid_dataset"))
+        return self._model.eval(self._batches(valid_dataset, "valid_dataset"))
+
+    def _batches(self, dataset, what):
+        if self._columns is None:
+            return _batches(dataset, what)
+        # The network takes the dataset's columns (a one-column dataset's
+        # batches also carry a placeholder label, which it does not get).
+        self._columns[0] = len(getattr(dataset, "_columns", [])) or 2
+        return _batches(dataset, what, two_columns=False)
 
     def predict(self, *predict_data):
         if len(predict_data) != 1:
