@@ -2,10 +2,10 @@
 // hooks of the layers above (autograd's recorder, the tracer). Errors get the
 // op's context attached here.
 #include <atomic>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -266,6 +266,8 @@ static bool has_cpu_scalar_to_move(const OpDef& op, const std::vector<Tensor>& i
   return false;
 }
 
+namespace {
+
 // The input metadata of a call, kept per thread, nesting depth (a kernel may
 // call ops) and input count, so that describing the inputs allocates nothing
 // once their shapes have been seen: for small tensors the allocations were a
@@ -295,6 +297,8 @@ class ScratchMetas {
   std::vector<TensorMeta> own_;  // deeper or wider than the pool
 };
 thread_local ScratchMetas::Pool ScratchMetas::t_pool;
+
+}  // namespace
 
 // Inside a ComputeDTypeScope (Cell::to_float): the inputs cast to the compute
 // dtype, or to the dtype of the inputs the op writes in place (batch norm's

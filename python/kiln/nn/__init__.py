@@ -8,7 +8,8 @@ C++ cells nest in both directions.
 from .. import _kiln
 from .cell import Cell, Parameter, SequentialCell, CellList
 from .layers import (Dense, Conv1d, Conv2d, Conv2dTranspose, BatchNorm1d, BatchNorm2d, LayerNorm, GroupNorm,
-                     ReLU, ReLU6, HSwish, HSigmoid, Softplus, get_activation, SiLU, Sigmoid, Tanh, Flatten, LeakyReLU, GELU, Softmax, LogSoftmax, Dropout, MaxPool2d,
+                     ReLU, ReLU6, HSwish, HSigmoid, Softplus, get_activation, SiLU, Sigmoid, Tanh, Flatten,
+                     LeakyReLU, GELU, Softmax, LogSoftmax, Dropout, MaxPool2d,
                      AvgPool2d, AdaptiveAvgPool2d, Upsample, Embedding, LSTM, GRU, RNN, MultiheadAttention,
                      TransformerEncoderLayer, make_model)
 from .losses import (LossBase, CrossEntropyLoss, SoftmaxCrossEntropyWithLogits, NLLLoss, MSELoss, L1Loss,
