@@ -4,6 +4,8 @@
 // vectors and looks types up by name on every call, which for small tensors
 // cost twice what the op itself does. Any other call (numbers, arrays,
 // keywords, Tensor subclasses in operators) goes on to the pybind11 binding.
+#include <deque>
+
 #include "bindings.h"
 
 namespace kiln::python {
@@ -91,7 +93,7 @@ template <Tensor (*Op)(const Tensor&, const Tensor&)>
 void replace_function(py::module_& m, const char* name, PyMethodDef& def) {
   py::object binding = m.attr(name);
   // help() and the stubs read the binding's signatures.
-  static std::vector<std::string> docs;
+  static std::deque<std::string> docs;  // CPython keeps pointers to them; a deque does not move them
   docs.push_back(py::str(binding.attr("__doc__")).cast<std::string>());
   def = {name, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&function<Op>)),
          METH_FASTCALL | METH_KEYWORDS, docs.back().c_str()};

@@ -50,6 +50,16 @@ struct FramePop {
   ~FramePop() { frames.pop_back(); }
 };
 
+// A cell's floating input in its compute dtype (to_float); anything else as is.
+Tensor in_compute_dtype(const Tensor& t, DType dtype) {
+  return is_floating(t.dtype()) && t.dtype() != dtype ? cast(t, dtype) : t;
+}
+
+void check_compute_dtype(const std::string& who, DType dtype) {
+  KILN_CHECK(is_floating(dtype), who, ".to_float(", dtype_name(dtype),
+             "): the compute dtype must be floating point (float16, bfloat16, float32 or float64)");
+}
+
 }  // namespace
 
 const std::string& Cell::frame_type() const {
@@ -110,28 +120,23 @@ Tensor Cell::operator()(const Tensor& x) {
   FramePop pop{frames};
   if (!compute_dtype_) return construct(x);
   ComputeDTypeScope scope(compute_dtype_);
-  return construct(is_floating(x.dtype()) && x.dtype() != *compute_dtype_ ? cast(x, *compute_dtype_) : x);
+  return construct(in_compute_dtype(x, *compute_dtype_));
 }
 
 Tensor LossCell::operator()(const Tensor& outputs, const Tensor& targets) {
   if (!compute_dtype_) return construct(outputs, targets);
   ComputeDTypeScope scope(compute_dtype_);
-  auto cast_floating = [&](const Tensor& t) {
-    return is_floating(t.dtype()) && t.dtype() != *compute_dtype_ ? cast(t, *compute_dtype_) : t;
-  };
-  return construct(cast_floating(outputs), cast_floating(targets));
+  return construct(in_compute_dtype(outputs, *compute_dtype_), in_compute_dtype(targets, *compute_dtype_));
 }
 
 LossCell& LossCell::to_float(DType dtype) {
-  KILN_CHECK(is_floating(dtype), "loss.to_float(", dtype_name(dtype),
-             "): the compute dtype must be floating point (float16, bfloat16, float32 or float64)");
+  check_compute_dtype("loss", dtype);
   compute_dtype_ = dtype;
   return *this;
 }
 
 Cell& Cell::to_float(DType dtype) {
-  KILN_CHECK(is_floating(dtype), display_name(), ".to_float(", dtype_name(dtype),
-             "): the compute dtype must be floating point (float16, bfloat16, float32 or float64)");
+  check_compute_dtype(display_name(), dtype);
   compute_dtype_ = dtype;
   return *this;
 }
