@@ -92,7 +92,7 @@ size_t read_flattened_blocked(Graph& g, const std::map<std::pair<int, int>, int>
 
 // What the pass does with one node.
 struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel } kind;
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
@@ -102,6 +102,12 @@ struct Plan {
   std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
+  // Conv: writes channels [concat_at, ...) of a concatenation's buffer (one
+  // image), taking that buffer over from the convolution before it (carry).
+  int64_t concat_at = -1;
+  int carry = -1;
+  int64_t groups = 0;  // Shuffle
+  int64_t start = 0;   // Slice: the first channel
 };
 
 cpu::onednn::ConvShape conv_shape(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
@@ -138,11 +144,12 @@ class LayoutPass {
     const size_t residuals = training_ ? 0 : fold_residuals();
     const size_t hardswishes = training_ ? 0 : fold_hardswish();
     if (!training_) fuse_first_layer_pools();
+    const size_t concats_in_place = training_ ? 0 : write_concats_in_place();
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
     const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
-    return summary(residuals, hardswishes, read_blocked);
+    return summary(residuals, hardswishes, read_blocked, concats_in_place);
   }
 
  private:
@@ -201,6 +208,13 @@ class LayoutPass {
       Plan p{Plan::GlobalAverage};
       p.block = b0;
       set(at, p, {b0});
+    } else if (plan_channel_shuffle(at)) {
+    } else if (b0 && blocked_slice(n, b0)) {
+      Plan p{Plan::Slice};
+      p.block = b0;
+      p.start = n.attrs.get_int("start");
+      set(at, p, {b0});
+      block_of_[n.outputs[0]] = b0;
     } else if (const int b = concat_block(n)) {
       Plan p{Plan::Concat};
       p.block = b;
@@ -263,6 +277,101 @@ class LayoutPass {
     for (int id : n.inputs)
       if (id < 0 || b == 0 || block_of_[id] != b || g_.values[id].meta.shape[1] % b != 0) return 0;
     return b;
+  }
+
+  // Inference: x [N, C, H, W] viewed as [N, g, C / g, H, W], transposed to
+  // [N, C / g, g, H, W], copied and viewed as [N, C, H, W] again (a channel
+  // shuffle, as exported from ShuffleNet), with x blocked: the copy becomes
+  // one pass from blocked x to a blocked result, and the views go. It reads
+  // the parts of a blocked concatenation that made x, and writes the
+  // channel slices that are all that read the result, in place of both.
+  bool plan_channel_shuffle(int at) {
+    Node& copy = g_.nodes[at];
+    if (training_ || !is_op(copy, "copy")) return false;
+    auto only_reader = [&](int id) -> Node* {
+      if (uses_[id] != 1 || readers_[id].size() != 1) return nullptr;
+      return &g_.nodes[readers_[id][0].first];
+    };
+    auto producer = [&](int id) -> Node* {
+      const Value& v = g_.values[id];
+      return v.kind == ValueKind::Result && uses_[id] == 1 ? &g_.nodes[v.producer] : nullptr;
+    };
+    Node* permute = producer(copy.inputs[0]);
+    if (!permute || !is_op(*permute, "permute") || permute->attrs.get_ints("order", {}) != std::vector<int64_t>{0, 2, 1, 3, 4})
+      return false;
+    Node* split = producer(permute->inputs[0]);
+    Node* merge = only_reader(copy.outputs[0]);
+    if (!split || !merge || !is_op(*split, "view") || !is_op(*merge, "view")) return false;
+    const int x = split->inputs[0], y = merge->outputs[0];
+    const Shape &xs = g_.values[x].meta.shape, &grouped = g_.values[split->outputs[0]].meta.shape;
+    if (!block_of_[x] || g_.values[y].meta.shape != xs || grouped.size() != 5 || grouped[0] != xs[0] ||
+        grouped[1] * grouped[2] != xs[1] || grouped[3] != xs[2] || grouped[4] != xs[3])
+      return false;
+    Plan p{Plan::Shuffle};
+    p.block = block_of_[x];
+    p.groups = grouped[1];
+    split->removed = permute->removed = merge->removed = true;
+    copy.inputs = concatenated_parts(x, p.groups);
+    copy.outputs = channel_slices(y, p.block);
+    for (size_t j = 0; j < copy.outputs.size(); ++j) {
+      g_.values[copy.outputs[j]].producer = at;
+      g_.values[copy.outputs[j]].output_index = static_cast<int>(j);
+      block_of_[copy.outputs[j]] = p.block;
+    }
+    set(at, p, std::vector<int>(copy.inputs.size(), p.block));
+    return true;
+  }
+
+  // The inputs of the blocked concatenation of `groups` equal parts that
+  // makes x, read by nothing else (the concatenation goes); else x.
+  std::vector<int> concatenated_parts(int x, int64_t groups) {
+    const Value& v = g_.values[x];
+    if (v.kind != ValueKind::Result || uses_[x] != 1) return {x};
+    auto plan = plans_.find(v.producer);
+    Node& concat = g_.nodes[v.producer];
+    if (plan == plans_.end() || plan->second.kind != Plan::Concat || static_cast<int64_t>(concat.inputs.size()) != groups)
+      return {x};
+    for (int part : concat.inputs)
+      if (g_.values[part].meta.shape[1] * groups != v.meta.shape[1]) return {x};
+    concat.removed = true;
+    plans_.erase(plan);
+    reads_.erase(v.producer);
+    return concat.inputs;
+  }
+
+  // The blocked channel slices that cover y in order and are all that read
+  // it (they go; y is never made); else y.
+  std::vector<int> channel_slices(int y, int block) {
+    if (uses_[y] != static_cast<int>(readers_[y].size())) return {y};  // a graph output too
+    std::vector<std::pair<int64_t, int>> slices;  // (start, node)
+    for (auto [node, k] : readers_[y]) {
+      const Node& s = g_.nodes[node];
+      if (!blocked_slice(s, block)) return {y};
+      slices.push_back({s.attrs.get_int("start"), node});
+    }
+    std::sort(slices.begin(), slices.end());
+    int64_t next = 0;
+    for (auto [start, node] : slices) {
+      if (start != next) return {y};
+      next += g_.values[g_.nodes[node].outputs[0]].meta.shape[1];
+    }
+    if (slices.empty() || next != g_.values[y].meta.shape[1]) return {y};
+    std::vector<int> outputs;
+    for (auto [start, node] : slices) {
+      g_.nodes[node].removed = true;
+      outputs.push_back(g_.nodes[node].outputs[0]);
+    }
+    return outputs;
+  }
+
+  // Inference: channels [start, end) of a blocked value, both on block
+  // boundaries (ShuffleNet splits its channels in halves so).
+  bool blocked_slice(const Node& n, int block) const {
+    if (training_ || !is_op(n, "slice")) return false;
+    const Shape &x = g_.values[n.inputs[0]].meta.shape, &y = g_.values[n.outputs[0]].meta.shape;
+    const int64_t axis = n.attrs.get_int("axis", 0), start = n.attrs.get_int("start", 0);
+    return (axis == 1 || axis == -3) && n.attrs.get_int("step", 1) == 1 && start >= 0 && start % block == 0 &&
+           y[1] % block == 0 && start + y[1] <= x[1];
   }
 
   // A blocked pool writes no argmax indices: its gradient finds the maxima
@@ -449,6 +558,59 @@ class LayoutPass {
     return folded;
   }
 
+  // Inference, one image: a blocked concatenation of convolution outputs
+  // read by nothing else is written in place. Each channel block range of
+  // the result is contiguous, so each convolution writes its own range, the
+  // first into a new buffer of the result's size and each later one into the
+  // buffer it takes over from the one before (SqueezeNet's fire modules).
+  size_t write_concats_in_place() {
+    size_t written = 0;
+    for (auto it = plans_.begin(); it != plans_.end();) {
+      const auto [at, plan] = *it;
+      Node& concat = g_.nodes[at];
+      std::vector<std::pair<int, int64_t>> parts;  // (conv node, its first channel), in execution order
+      int64_t channel = 0;
+      bool ok = plan.kind == Plan::Concat && g_.values[concat.outputs[0]].meta.shape[0] == 1;
+      for (int id : concat.inputs) {
+        if (!ok) break;
+        const Value& v = g_.values[id];
+        auto conv = v.kind == ValueKind::Result && uses_[id] == 1 ? plans_.find(v.producer) : plans_.end();
+        ok = conv != plans_.end() && conv->second.kind == Plan::Conv && !conv->second.pooled &&
+             conv->second.residual < 0 && conv->second.call.dst_block == plan.block &&
+             g_.nodes[v.producer].outputs.size() == 1;
+        if (ok) parts.push_back({v.producer, channel});
+        channel += v.meta.shape[1];
+      }
+      if (!ok) {
+        ++it;
+        continue;
+      }
+      std::sort(parts.begin(), parts.end());
+      int previous = -1;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        Node& conv = g_.nodes[parts[i].first];
+        Plan& c = plans_.at(parts[i].first);
+        int result = concat.outputs[0];
+        if (i + 1 < parts.size()) {
+          Value v;
+          v.meta = g_.values[result].meta;
+          result = g_.add_value(std::move(v));
+          block_of_.push_back(plan.block);
+        }
+        conv.outputs = {result};
+        g_.values[result].producer = parts[i].first;
+        c.concat_at = parts[i].second;
+        c.carry = previous;
+        previous = result;
+      }
+      concat.removed = true;
+      reads_.erase(at);
+      it = plans_.erase(it);
+      ++written;
+    }
+    return written;
+  }
+
   // Inference: a first layer with few input channels, a ReLU and a 2x2 max
   // pool after it run as one kernel that writes only the pooled output.
   void fuse_first_layer_pools() {
@@ -546,6 +708,15 @@ class LayoutPass {
     plan.call.prepared_weights = true;
   }
 
+  // A last input whose buffer the output takes over, read in `block` (the
+  // inputs before it may include an omitted bias, which reads_ may not list).
+  void read_in_place(int at, Node& k, int id, int block) {
+    k.inputs.push_back(id);
+    k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+    reads_[at].resize(k.inputs.size(), 0);
+    reads_[at].back() = block;
+  }
+
   void rewrite_nodes() {
     for (auto& [at, plan] : plans_) {
       Node& n = g_.nodes[at];
@@ -557,12 +728,14 @@ class LayoutPass {
       switch (plan.kind) {
         case Plan::Conv:
           if (plan.residual >= 0) {
-            k.inputs.push_back(plan.residual);
-            k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
-            reads_[at].push_back(plan.call.dst_block);
+            read_in_place(at, k, plan.residual, plan.call.dst_block);
+          }
+          if (plan.carry >= 0) {
+            read_in_place(at, k, plan.carry, plan.call.dst_block);
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
-                    (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "");
+                    (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "") +
+                    (plan.concat_at >= 0 ? " into concat" : "");
           if (plan.pooled) {
             k.outputs = {n.outputs[0]};  // the pool's output
             k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
@@ -586,6 +759,8 @@ class LayoutPass {
                 k.custom = conv_kernel(plan.call);
                 break;
             }
+            if (plan.concat_at >= 0)
+              k.custom = into_concat_kernel(std::move(k.custom), plan.concat_at, plan.call.shape.o, plan.carry >= 0);
           }
           break;
         case Plan::InputGrad:
@@ -618,6 +793,14 @@ class LayoutPass {
         case Plan::Concat:
           k.label = "concat[" + blocked + "]";
           k.custom = blocked_concat_kernel();
+          break;
+        case Plan::Shuffle:
+          k.label = "channel_shuffle[" + blocked + "]";
+          k.custom = blocked_channel_shuffle_kernel(plan.groups, plan.block);
+          break;
+        case Plan::Slice:
+          k.label = "slice[" + blocked + "]";
+          k.custom = blocked_channel_slice_kernel(plan.start);
           break;
         case Plan::PerChannel:
           k.label = n.op->name + "[" + blocked + ", per channel]";
@@ -667,13 +850,14 @@ class LayoutPass {
     g_.splice(std::move(prologue_), std::move(insert_after_));
   }
 
-  std::string summary(size_t residuals, size_t hardswishes, size_t read_blocked) const {
-    size_t convs = 0, grads = 0, pools = 0, concats = 0;
+  std::string summary(size_t residuals, size_t hardswishes, size_t read_blocked, size_t concats_in_place) const {
+    size_t convs = 0, grads = 0, pools = 0, concats = 0, shuffles = 0;
     for (const auto& [at, plan] : plans_) {
       convs += plan.kind == Plan::Conv;
       grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
       pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
-      concats += plan.kind == Plan::Concat;
+      concats += plan.kind == Plan::Concat || plan.concat_at > 0;
+      shuffles += plan.kind == Plan::Shuffle;
     }
     if (convs == 0) return "";
     std::set<int> blocks;
@@ -684,6 +868,8 @@ class LayoutPass {
     s += " activations";
     if (pools) s += ", " + std::to_string(pools) + " pools on them";
     if (concats) s += ", " + std::to_string(concats) + " concatenations of them";
+    if (concats_in_place) s += ", " + std::to_string(concats_in_place) + " concatenations written in place";
+    if (shuffles) s += ", " + std::to_string(shuffles) + " channel shuffles of them";
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";

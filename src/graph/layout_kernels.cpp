@@ -62,6 +62,23 @@ CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
+CustomKernel into_concat_kernel(CustomKernel conv, int64_t first, int64_t channels, bool carry) {
+  return [conv = std::move(conv), first, channels, carry](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    KILN_CHECK(out[0].shape()[0] == 1, "a convolution into a concatenation writes one image");
+    if (carry) copy_residual(in.back(), out[0].data<float>());
+    // One image: channels [first, first + channels) of a blocked value are
+    // one contiguous run (made here: a slice op would be dispatched and profiled).
+    const Shape& whole = out[0].shape();
+    auto part = std::make_shared<TensorImpl>(out[0].impl());
+    part->shape = {1, channels, whole[2], whole[3]};
+    part->strides = contiguous_strides(part->shape);
+    part->offset += first * whole[2] * whole[3];
+    std::vector<Tensor> own{Tensor(std::move(part))};
+    if (!carry) return conv(in, own);
+    conv(std::vector<Tensor>(in.begin(), in.end() - 1), own);
+  };
+}
+
 CustomKernel conv_relu_pool_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
@@ -182,6 +199,90 @@ CustomKernel per_channel_elementwise_kernel(const OpDef& op, const Attrs& attrs,
     }
     std::vector<Tensor> outs{out[0].view(full)};
     kernel(views, outs, attrs);
+  };
+}
+
+namespace {
+// Where the shuffle reads: group k's channel i of one image, as the pointer
+// to its first pixel (pixels are `block` floats apart), in x itself or in
+// the group's own part.
+struct ShuffleSource {
+  const std::vector<Tensor>& in;
+  int64_t groups, per_group, pixels;
+  int block;
+
+  const float* channel(int64_t image, int64_t k, int64_t i) const {
+    const bool parts = in.size() > 1;
+    const int64_t c = parts ? i : k * per_group + i, channels = parts ? per_group : groups * per_group;
+    const float* base = in[parts ? static_cast<size_t>(k) : 0].data<float>() + image * channels * pixels;
+    return base + (c / block) * pixels * block + c % block;
+  }
+};
+
+// One output block of a two-group shuffle: each run of 8 output lanes
+// interleaves 4 lanes of group 0 with the 4 of group 1 at the same channels
+// (runs of 4 never straddle a block: every group starts on a multiple of 4).
+void shuffle_pairs(const ShuffleSource& from, int64_t image, int64_t first, float* y) {
+  const int block = from.block;
+  for (int run = 0; run < block; run += 8) {
+    const float* pa = from.channel(image, 0, (first + run) / 2);
+    const float* pb = from.channel(image, 1, (first + run) / 2);
+    for (int64_t p = 0; p < from.pixels; ++p) {
+      const float* sa = pa + p * block;
+      const float* sb = pb + p * block;
+      float* d = y + p * block + run;
+      for (int l = 0; l < 4; ++l) {
+        d[2 * l] = sa[l];
+        d[2 * l + 1] = sb[l];
+      }
+    }
+  }
+}
+
+void shuffle_any(const ShuffleSource& from, int64_t image, int64_t first, float* y) {
+  const int block = from.block;
+  std::vector<const float*> lanes(static_cast<size_t>(block));
+  for (int l = 0; l < block; ++l)
+    lanes[static_cast<size_t>(l)] = from.channel(image, (first + l) % from.groups, (first + l) / from.groups);
+  for (int64_t p = 0; p < from.pixels; ++p)
+    for (int l = 0; l < block; ++l) y[p * block + l] = lanes[static_cast<size_t>(l)][p * block];
+}
+}  // namespace
+
+CustomKernel blocked_channel_shuffle_kernel(int64_t groups, int block) {
+  return [groups, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& s = in[0].shape();
+    const int64_t images = s[0], pixels = s[2] * s[3], plane = pixels * block;
+    const int64_t per_group = in.size() > 1 ? s[1] : s[1] / groups, blocks = groups * per_group / block;
+    const ShuffleSource from{in, groups, per_group, pixels, block};
+    const bool pairs = groups == 2 && block % 8 == 0 && per_group % 4 == 0;
+    // Output block b of an image goes to the part that holds it.
+    std::vector<std::pair<size_t, int64_t>> part_of;  // (output, its block)
+    for (size_t j = 0; j < out.size(); ++j)
+      for (int64_t b = 0; b < out[j].shape()[1] / block; ++b) part_of.push_back({j, b});
+    KILN_CHECK(static_cast<int64_t>(part_of.size()) == blocks, "channel shuffle: the outputs do not cover the channels");
+    parallel_for(images * blocks, std::max<int64_t>(1, 16384 / plane), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t image = i / blocks, first = (i % blocks) * block;
+        const auto [j, b] = part_of[static_cast<size_t>(i % blocks)];
+        float* y = out[j].data<float>() + (image * (out[j].shape()[1] / block) + b) * plane;
+        (pairs ? shuffle_pairs : shuffle_any)(from, image, first, y);
+      }
+    });
+  };
+}
+
+// Whole blocks: per image, one contiguous run at start * H * W.
+CustomKernel blocked_channel_slice_kernel(int64_t start) {
+  return [start](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();
+    const int64_t pixels = x[2] * x[3], size = y[1] * pixels;
+    const float* src = in[0].data<float>();
+    float* dst = out[0].data<float>();
+    parallel_for(x[0], 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t n = lo; n < hi; ++n)
+        std::memcpy(dst + n * size, src + n * x[1] * pixels + start * pixels, static_cast<size_t>(size) * sizeof(float));
+    });
   };
 }
 

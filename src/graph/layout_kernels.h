@@ -13,6 +13,11 @@ CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
 CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile);
 // The same as one GEMM per image over its patches, w replaced by its panels (patch_gemm_weights).
 CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call);
+// A convolution kernel (one of the above, no residual) that writes its
+// `channels` at `first` of a blocked one-image concatenation: out is the
+// whole concatenation; with `carry`, the last input is the concatenation so
+// far, whose buffer out takes over (or is copied to).
+CustomKernel into_concat_kernel(CustomKernel conv, int64_t first, int64_t channels, bool carry);
 // in: x (plain, few channels), w, [bias] -> max_pool_2x2(relu(conv)) (blocked).
 CustomKernel conv_relu_pool_kernel(const cpu::onednn::LayoutCall& call);
 // in: gy, w -> gx.
@@ -33,6 +38,13 @@ CustomKernel global_avg_kernel(int block);
 // Blocked values concatenated along channels, each a whole number of blocks:
 // per image, each input's blocks follow the previous input's.
 CustomKernel blocked_concat_kernel();
+// A channel shuffle on blocked values (ShuffleNet's Reshape-Transpose-Reshape):
+// y channel i * groups + k is x channel k * (C / groups) + i, all blocked
+// alike. in: x, or the `groups` parts of C / groups channels that x would be
+// concatenated from; out: y, or consecutive parts of it (channel slices).
+CustomKernel blocked_channel_shuffle_kernel(int64_t groups, int block);
+// Channels [start, end) of a blocked value, both a whole number of blocks.
+CustomKernel blocked_channel_slice_kernel(int64_t start);
 CustomKernel reorder_kernel(int from_block, int to_block);
 // An elementwise op (its CPU kernel) on a blocked [N, C, H, W] output whose
 // inputs are blocked like it, scalars, or [N, C, 1, 1] vectors

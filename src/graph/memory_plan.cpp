@@ -59,6 +59,12 @@ MemoryPlan plan_memory(const Graph& g) {
     if (root < 0 || g.values[root].kind != ValueKind::Result || mutated[root] || last[root] != static_cast<int>(i) ||
         bytes_of(g.values[root].meta) != bytes_of(g.values[out].meta))
       continue;
+    // Not when another input reads the same buffer (y = conv(x) + x): the
+    // kernel would overwrite what it still reads.
+    bool read_elsewhere = false;
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      read_elsewhere |= static_cast<int>(k) != n.inplace_input && n.inputs[k] >= 0 && plan.alias_of[n.inputs[k]] == root;
+    if (read_elsewhere) continue;
     for (size_t id = 0; id < nv; ++id)
       if (plan.alias_of[id] == out) plan.alias_of[id] = root;
     last[root] = last[out];

@@ -60,6 +60,43 @@ void max_pool_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, i
   }
 }
 
+// Square K x K windows without dilation (3x3 stride 2 in most CNNs): the
+// rows and columns a window keeps are worked out once per row and column,
+// and the columns of windows inside the image are unrolled.
+template <int B, int K>
+void max_pool_square_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolWindow& wd,
+                          int64_t begin, int64_t end) {
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t plane = row / oh, oy = row % oh, iy0 = oy * wd.sh - wd.ph;
+    const int64_t i_lo = std::max<int64_t>(0, -iy0), i_hi = std::min<int64_t>(K, h - iy0);
+    const float* src = x + (plane * h + iy0) * w * B;
+    float* dst = y + (plane * oh + oy) * ow * B;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int64_t ix0 = ox * wd.sw - wd.pw;
+      for (int half = 0; half < B; half += 8) {
+        vf m = vec8::splat(-std::numeric_limits<float>::infinity());
+        if (ix0 >= 0 && ix0 + K <= w) {
+          for (int64_t i = i_lo; i < i_hi; ++i) {
+            const float* p = src + (i * w + ix0) * B + half;
+            for (int j = 0; j < K; ++j) {
+              const vf v = vec8::load(p + j * B);
+              m = vec8::select(vec8::beats(v, m), v, m);
+            }
+          }
+        } else {
+          const int64_t j_lo = std::max<int64_t>(0, -ix0), j_hi = std::min<int64_t>(K, w - ix0);
+          for (int64_t i = i_lo; i < i_hi; ++i)
+            for (int64_t j = j_lo; j < j_hi; ++j) {
+              const vf v = vec8::load(src + (i * w + ix0 + j) * B + half);
+              m = vec8::select(vec8::beats(v, m), v, m);
+            }
+        }
+        vec8::store(dst + ox * B + half, m);
+      }
+    }
+  }
+}
+
 template <int B>
 void global_avg_planes(const float* x, float* y, int64_t c, int64_t hw, int64_t begin, int64_t end) {
   const int64_t blocks = c / B;
@@ -160,8 +197,13 @@ void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h,
   // (ceil_mode's partial last windows take the general path.)
   const bool two_by_two = wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 &&
                           wd.dh == 1 && wd.dw == 1 && 2 * oh <= h && 2 * ow <= w;
+  const bool three_by_three = wd.kh == 3 && wd.kw == 3 && wd.dh == 1 && wd.dw == 1;
   parallel_for(rows, 4, [&](int64_t b, int64_t e) {
-    if (two_by_two && block == 16)
+    if (three_by_three && block == 16)
+      max_pool_square_rows<16, 3>(x, y, h, w, oh, ow, wd, b, e);
+    else if (three_by_three)
+      max_pool_square_rows<8, 3>(x, y, h, w, oh, ow, wd, b, e);
+    else if (two_by_two && block == 16)
       max_pool_2x2_rows<16>(x, y, h, w, oh, ow, b, e);
     else if (two_by_two)
       max_pool_2x2_rows<8>(x, y, h, w, oh, ow, b, e);

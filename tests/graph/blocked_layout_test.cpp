@@ -1,0 +1,164 @@
+// Inference graphs of ShuffleNet's and SqueezeNet's shapes on blocked
+// activations: channel shuffles, channel halves and concatenations run as
+// blocks, with no reorder to plain and back, and compute what eager mode does.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/cpu/onednn_conv.h"
+#include "kiln/kiln.h"
+
+namespace {
+using namespace kiln;
+
+void expect_close(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  auto x = a.to(DType::Float64).to_vector<double>(), y = b.to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4 + 1e-4 * std::abs(y[i])) << "at " << i;
+}
+
+// x [N, C, H, W] -> channel i * groups + k is x's channel k * (C / groups) + i,
+// written as PyTorch's ShuffleNet and its ONNX export have it.
+Tensor channel_shuffle(const Tensor& x, int64_t groups) {
+  const Shape& s = x.shape();
+  return x.view({s[0], groups, s[1] / groups, s[2], s[3]}).permute({0, 2, 1, 3, 4}).contiguous().view(s);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+jit::CompiledFunction compile_inference(const jit::Function& program, const Tensor& x) {
+  jit::CompileOptions o;
+  o.inference = true;
+  o.timed_choices = false;
+  return jit::compile(program, {x}, o);
+}
+
+// Two ShuffleNetV2 units: a down-sampling one (both branches from the whole
+// input, concatenated and shuffled) and a basic one (the shuffled channels
+// split in halves, one half through a branch, concatenated and shuffled
+// again), then a shuffle in 4 groups, which takes the general path.
+TEST(BlockedLayout, ShuffleNetUnitsShuffleChannelsAsBlocks) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  const int64_t c = 2 * b;  // each branch's channels
+  manual_seed(21);
+  Tensor stem = randn({c, 3, 3, 3}) * 0.3, left = randn({c, c, 1, 1}) * 0.2, right = randn({c, c, 1, 1}) * 0.2,
+         inner = randn({c, c, 1, 1}) * 0.2, head = randn({2 * c, 2 * c, 1, 1}) * 0.2;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor x = relu(conv2d(in[0], stem, Tensor(), pad1));
+    Tensor y = channel_shuffle(concat({relu(conv2d(x, left, Tensor())), relu(conv2d(x, right, Tensor()))}, 1), 2);
+    Tensor kept = y.slice(1, 0, c), branch = relu(conv2d(y.slice(1, c, 2 * c), inner, Tensor()));
+    y = channel_shuffle(concat({kept, branch}, 1), 2);
+    y = channel_shuffle(relu(conv2d(y, head, Tensor())), 4);
+    return std::vector<Tensor>{y};
+  };
+  for (int64_t batch : {1, 3}) {
+    Tensor x = randn({batch, 3, 9, 7});
+    auto fn = compile_inference(program, x);
+    Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    Tensor want = program({x})[0];
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(count(graph, "channel_shuffle[nChw"), 3u) << graph;
+    EXPECT_EQ(graph.find("permute"), std::string::npos) << graph;
+    EXPECT_EQ(graph.find("concat"), std::string::npos) << "the shuffles read the branches:\n" << graph;
+    EXPECT_EQ(graph.find("slice"), std::string::npos) << "the shuffle writes the halves:\n" << graph;
+    EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
+    EXPECT_NE(fn.report().str().find("3 channel shuffles of them"), std::string::npos) << fn.report().str();
+    expect_close(got, want);
+  }
+}
+
+// A shuffle whose result is also read whole keeps its slices as blocked
+// copies; one whose input is a graph input is left to the plain ops.
+TEST(BlockedLayout, ChannelHalvesOfABlockedShuffleAreBlockedSlices) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(22);
+  Tensor w = randn({2 * b, 3, 1, 1}), half = randn({b, b, 1, 1}) * 0.3, whole = randn({b, 2 * b, 1, 1}) * 0.3;
+  auto program = [&](const std::vector<Tensor>& in) {
+    Tensor y = channel_shuffle(conv2d(in[0], w, Tensor()), 2);
+    Tensor a = conv2d(y.slice(1, b, 2 * b), half, Tensor()), d = conv2d(y, whole, Tensor());
+    return std::vector<Tensor>{a + d, channel_shuffle(concat({in[0], in[0]}, 1), 2)};
+  };
+  Tensor x = randn({2, 3, 5, 6});
+  auto fn = compile_inference(program, x);
+  auto got = fn({x});
+  NoGradGuard no_grad;
+  auto want = program({x});
+  const std::string graph = fn.graph_text();
+  EXPECT_EQ(count(graph, "channel_shuffle[nChw"), 1u) << graph;
+  EXPECT_EQ(count(graph, "slice[nChw"), 1u) << graph;
+  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i]);
+}
+
+// SqueezeNet's fire module at batch 1: the two expand convolutions write
+// their halves of the concatenation in place; at batch 2 the halves are not
+// contiguous, and the blocked concatenation stays.
+TEST(BlockedLayout, OneImageConcatenationsAreWrittenInPlace) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(23);
+  Tensor squeeze = randn({b, 3, 1, 1}), expand1 = randn({2 * b, b, 1, 1}) * 0.3, expand3 = randn({b, b, 3, 3}) * 0.1,
+         next = randn({b, 3 * b, 1, 1}) * 0.2;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor s = relu(conv2d(in[0], squeeze, Tensor()));
+    Tensor y = concat({relu(conv2d(s, expand1, Tensor())), relu(conv2d(s, expand3, Tensor(), pad1))}, 1);
+    y = max_pool2d(y, {3, 3}, {2, 2}, {1, 1});
+    return std::vector<Tensor>{conv2d(y, next, Tensor())};
+  };
+  for (int64_t batch : {1, 2}) {
+    Tensor x = randn({batch, 3, 11, 12});
+    auto fn = compile_inference(program, x);
+    Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    Tensor want = program({x})[0];
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(count(graph, "into concat"), batch == 1 ? 2u : 0u) << graph;
+    EXPECT_EQ(count(graph, "concat[nChw"), batch == 1 ? 0u : 1u) << graph;
+    expect_close(got, want);
+  }
+}
+
+// Residual adds folded into convolutions without bias: the shortcut is read
+// blocked where the output accumulates (an omitted bias input once shifted
+// it to the bias's place, and it was read plain), and a shortcut that is
+// the convolution's own input keeps its buffer (y = relu(conv(x) + x)).
+TEST(BlockedLayout, ResidualsIntoConvolutionsWithoutBias) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(24);
+  Tensor w1 = randn({b, 3, 3, 3}) * 0.3, w2 = randn({b, b, 3, 3}) * 0.1, w3 = randn({b, b, 3, 3}) * 0.1;
+  ConvOptions pad1;
+  pad1.padding = {1, 1};
+  auto basic_block = [&](const std::vector<Tensor>& in) {
+    Tensor x = relu(conv2d(in[0], w1, Tensor(), pad1));
+    Tensor h = relu(conv2d(x, w2, Tensor(), pad1));
+    return std::vector<Tensor>{relu(conv2d(h, w3, Tensor(), pad1) + x)};
+  };
+  auto own_input = [&](const std::vector<Tensor>& in) {
+    Tensor x = relu(conv2d(in[0], w1, Tensor(), pad1));
+    return std::vector<Tensor>{relu(conv2d(x, w2, Tensor(), pad1) + x)};
+  };
+  for (const jit::Function& program : {jit::Function(basic_block), jit::Function(own_input)}) {
+    Tensor x = randn({1, 3, 8, 8});
+    auto fn = compile_inference(program, x);
+    Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    Tensor want = program({x})[0];
+    const std::string graph = fn.graph_text();
+    EXPECT_NE(graph.find("+ residual"), std::string::npos) << graph;
+    EXPECT_EQ(count(graph, "reorder["), 1u) << graph;
+    expect_close(got, want);
+  }
+}
+
+}  // namespace
