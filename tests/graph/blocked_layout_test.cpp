@@ -161,4 +161,35 @@ TEST(BlockedLayout, ResidualsIntoConvolutionsWithoutBias) {
   }
 }
 
+// MobileNetV3's squeeze-and-excitation: the pooled [N, C, 1, 1] vector is
+// the same memory plain and blocked, so the convolutions on it read it with
+// no reorder, and the scale multiplies the blocked activations.
+TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(25);
+  Tensor expand = randn({2 * b, 3, 3, 3}) * 0.3, squeeze = randn({b, 2 * b, 1, 1}) * 0.3,
+         excite = randn({2 * b, b, 1, 1}) * 0.3, project = randn({b, 2 * b, 1, 1}) * 0.3;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = hardswish(conv2d(in[0], expand, Tensor(), pad1));
+    Tensor s = relu(conv2d(adaptive_avg_pool2d(y, {1, 1}), squeeze, Tensor()));
+    y = y * hardsigmoid(conv2d(s, excite, Tensor()));
+    return std::vector<Tensor>{conv2d(y, project, Tensor())};
+  };
+  for (int64_t batch : {1, 2}) {
+    Tensor x = randn({batch, 3, 7, 9});
+    auto fn = compile_inference(program, x);
+    Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    Tensor want = program({x})[0];
+    const std::string graph = fn.graph_text();
+    EXPECT_NE(graph.find("global_avg_pool[nChw"), std::string::npos) << graph;
+    EXPECT_NE(graph.find("per channel]"), std::string::npos) << graph;
+    EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
+    expect_close(got, want);
+  }
+}
+
 }  // namespace
