@@ -6,6 +6,7 @@
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
+#include "graph/layout_kernels.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -182,6 +183,39 @@ TEST(LayoutKernels, FirstLayerConvolutionReluAndPoolMatchTheirOps) {
       expect_near_all(y, to_blocked(want, block), 1e-5, what);
     }
   }
+}
+
+}  // namespace
+
+namespace {
+using namespace kiln;
+
+// The channel shuffle kernel in both block sizes (whatever the machine's),
+// in 2 groups (interleaved 4-lane runs) and 3 (lane by lane), from x or
+// from its groups' parts, into y or into its halves: against the plain
+// view-transpose-view.
+TEST(LayoutKernels, ChannelShuffleMatchesTheViewTransposeView) {
+  manual_seed(31);
+  for (int block : {8, 16})
+    for (int64_t groups : {2, 3}) {
+      const int64_t channels = groups * 2 * block, per_group = channels / groups;
+      Tensor x = randn({2, channels, 3, 5});
+      Tensor want = x.view({2, groups, per_group, 3, 5}).permute({0, 2, 1, 3, 4}).contiguous().view(x.shape());
+      const graph::CustomKernel shuffle = graph::blocked_channel_shuffle_kernel(groups, block);
+      std::vector<Tensor> parts;
+      for (int64_t k = 0; k < groups; ++k) parts.push_back(to_blocked(x.slice(1, k * per_group, (k + 1) * per_group), block));
+      for (const auto& in : {std::vector<Tensor>{to_blocked(x, block)}, parts}) {
+        std::vector<Tensor> whole{Tensor::empty(x.shape())};
+        shuffle(in, whole);
+        expect_near_all(whole[0], to_blocked(want, block), 0, "whole, block " + std::to_string(block));
+        std::vector<Tensor> halves{Tensor::empty({2, channels / 2, 3, 5}), Tensor::empty({2, channels / 2, 3, 5})};
+        shuffle(in, halves);
+        for (int64_t h = 0; h < 2; ++h)
+          expect_near_all(halves[static_cast<size_t>(h)],
+                          to_blocked(want.slice(1, h * channels / 2, (h + 1) * channels / 2), block), 0,
+                          "half " + std::to_string(h) + ", " + std::to_string(groups) + " groups, block " + std::to_string(block));
+      }
+    }
 }
 
 }  // namespace
