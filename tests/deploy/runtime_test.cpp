@@ -71,7 +71,7 @@ TEST_P(PyTorchExport, MatchesPyTorchAndOnnxRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchExport,
                          ::testing::Values("mlp", "cnn", "resnet18", "mobilenet_v2", "transformer_encoder", "gpt_block", "unet",
-                                           "text_lstm", "text_gru", "shufflenet_v2", "squeezenet"),
+                                           "text_lstm", "text_gru", "shufflenet_v2", "squeezenet", "mobilenet_v3"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(InferenceSession, DynamicBatchCompilesPerShape) {
