@@ -142,14 +142,14 @@ class LayoutPass {
     block_of_.assign(g_.values.size(), 0);
     for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
     const size_t residuals = training_ ? 0 : fold_residuals();
-    const size_t hardswishes = training_ ? 0 : fold_hardswish();
+    const size_t hard_activations = training_ ? 0 : fold_hard_activations();
     if (!training_) fuse_first_layer_pools();
     const size_t concats_in_place = training_ ? 0 : write_concats_in_place();
     fuse_pool_grads_into_first_layers();
     rewrite_nodes();
     insert_reorders();
     const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
-    return summary(residuals, hardswishes, read_blocked, concats_in_place);
+    return summary(residuals, hard_activations, read_blocked, concats_in_place);
   }
 
  private:
@@ -531,10 +531,11 @@ class LayoutPass {
     return folded;
   }
 
-  // Inference: a hard-swish read only from a blocked convolution's output
-  // becomes that primitive's post-op (MobileNetV3 has one after most of its
-  // convolutions), so the activations are written once.
-  size_t fold_hardswish() {
+  // Inference: a hard-swish or hard-sigmoid read only from a blocked
+  // convolution's output becomes that primitive's post-op (MobileNetV3 has a
+  // hard-swish after most of its convolutions and a hard-sigmoid after each
+  // squeeze-and-excitation), so the activations are written once.
+  size_t fold_hard_activations() {
     size_t folded = 0;
     for (auto& [at, plan] : plans_) {
       if (plan.kind != Plan::Conv || plan.call.relu || plan.call.residual || plan.call.dst_block == 0) continue;
@@ -542,9 +543,9 @@ class LayoutPass {
       const int y = conv.outputs[0];
       if (uses_[y] != 1 || readers_[y].size() != 1) continue;
       Node& hs = g_.nodes[readers_[y][0].first];
-      if (hs.removed || !is_op(hs, "hardswish")) continue;
+      if (hs.removed || !(is_op(hs, "hardswish") || is_op(hs, "hardsigmoid"))) continue;
       cpu::onednn::LayoutCall with = plan.call;
-      with.hardswish = true;
+      (is_op(hs, "hardswish") ? with.hardswish : with.hardsigmoid) = true;
       if (!fast(with)) continue;
       plan.call = with;
       const int result = hs.outputs[0];
@@ -735,6 +736,7 @@ class LayoutPass {
           }
           k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                     (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "") +
+                    (plan.call.hardsigmoid ? " + hardsigmoid" : "") +
                     (plan.concat_at >= 0 ? " into concat" : "");
           if (plan.pooled) {
             k.outputs = {n.outputs[0]};  // the pool's output
@@ -859,7 +861,7 @@ class LayoutPass {
     g_.splice(std::move(prologue_), std::move(insert_after_));
   }
 
-  std::string summary(size_t residuals, size_t hardswishes, size_t read_blocked, size_t concats_in_place) const {
+  std::string summary(size_t residuals, size_t hard_activations, size_t read_blocked, size_t concats_in_place) const {
     size_t convs = 0, grads = 0, pools = 0, concats = 0, shuffles = 0;
     for (const auto& [at, plan] : plans_) {
       convs += plan.kind == Plan::Conv;
@@ -882,7 +884,7 @@ class LayoutPass {
     if (grads) s += ", " + std::to_string(grads) + " gradients on them";
     if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
     if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
-    if (hardswishes) s += ", " + std::to_string(hardswishes) + " hard-swishes folded into them";
+    if (hard_activations) s += ", " + std::to_string(hard_activations) + " hard-swishes and hard-sigmoids folded into them";
     if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
     if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
     if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";

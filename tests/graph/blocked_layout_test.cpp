@@ -163,7 +163,8 @@ TEST(BlockedLayout, ResidualsIntoConvolutionsWithoutBias) {
 
 // MobileNetV3's squeeze-and-excitation: the pooled [N, C, 1, 1] vector is
 // the same memory plain and blocked, so the convolutions on it read it with
-// no reorder, and the scale multiplies the blocked activations.
+// no reorder, the hard-sigmoid runs inside the convolution before it (as the
+// hard-swish does), and the scale multiplies the blocked activations.
 TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
   const int64_t b = cpu::onednn::preferred_block();
   if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
@@ -187,6 +188,9 @@ TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
     const std::string graph = fn.graph_text();
     EXPECT_NE(graph.find("global_avg_pool[nChw"), std::string::npos) << graph;
     EXPECT_NE(graph.find("per channel]"), std::string::npos) << graph;
+    EXPECT_NE(graph.find("+ hardswish"), std::string::npos) << graph;
+    EXPECT_NE(graph.find("+ hardsigmoid"), std::string::npos) << graph;
+    EXPECT_EQ(graph.find("= hardsigmoid"), std::string::npos) << graph;
     EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
     expect_close(got, want);
   }

@@ -41,7 +41,7 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   const bool winograd = winograd_applies(s, call.src_block), patch_gemm = patch_gemm_applies(s, call.src_block);
   if (call.kind != onednn::ConvPass::Forward || call.src_block != call.dst_block || !(winograd || patch_gemm) ||
-      call.hardswish)  // their epilogues do bias, residual and ReLU only
+      call.hardswish || call.hardsigmoid)  // their epilogues do bias, residual and ReLU only
     return ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -123,7 +123,8 @@ bool blocked_beats_plain(const onednn::LayoutCall& call) {
   static std::map<std::vector<int64_t>, bool> decided;
   const onednn::ConvShape& s = call.shape;
   const std::vector<int64_t> key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups,
-                                 call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish};
+                                 call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
+                                 call.hardsigmoid};
   std::lock_guard<std::mutex> lock(mu);
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
