@@ -544,9 +544,15 @@ class LayoutPass {
       if (uses_[y] != 1 || readers_[y].size() != 1) continue;
       Node& hs = g_.nodes[readers_[y][0].first];
       if (hs.removed || !(is_op(hs, "hardswish") || is_op(hs, "hardsigmoid"))) continue;
+      const bool swish = is_op(hs, "hardswish");
       cpu::onednn::LayoutCall with = plan.call;
-      (is_op(hs, "hardswish") ? with.hardswish : with.hardsigmoid) = true;
-      if (!fast(with)) continue;
+      (swish ? with.hardswish : with.hardsigmoid) = true;
+      // A hard-sigmoid (after a squeeze-and-excitation, on a [N, C, 1, 1]
+      // vector) costs little on its own, so it is not folded where Winograd
+      // or a patch GEMM beats oneDNN's kernel, whose epilogues lack it: those
+      // 1x1 convolutions took twice as long on oneDNN. A hard-swish on a
+      // whole feature map is worth folding in any case.
+      if (!fast(with) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
       plan.call = with;
       const int result = hs.outputs[0];
       hs.removed = true;
@@ -665,10 +671,14 @@ class LayoutPass {
   // An inference convolution with constant weights runs by Winograd's
   // algorithm or as a patch GEMM where that measured faster; its weight
   // input becomes the transformed or packed weights, made here once.
+  cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const {
+    if (training_ || !g_.timed_choices || g_.values[k.inputs[1]].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
+    return cpu::fastest_conv_algorithm(plan.call);
+  }
+
   cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
     const int w = k.inputs[1];
-    if (training_ || !g_.timed_choices || g_.values[w].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
-    const cpu::ConvAlgorithm algorithm = cpu::fastest_conv_algorithm(plan.call);
+    const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k);
     if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
     NoGradGuard no_grad;
     const Tensor& source = g_.values[w].tensor;
