@@ -208,7 +208,7 @@ class LayoutPass {
       Plan p{Plan::GlobalAverage};
       p.block = b0;
       set(at, p, {b0});
-    } else if (plan_channel_shuffle(at)) {
+    } else if (plan_channel_shuffle(at)) {  // planned, and its views removed, there
     } else if (b0 && blocked_slice(n, b0)) {
       Plan p{Plan::Slice};
       p.block = b0;
@@ -668,14 +668,15 @@ class LayoutPass {
     }
   }
 
-  // An inference convolution with constant weights runs by Winograd's
-  // algorithm or as a patch GEMM where that measured faster; its weight
-  // input becomes the transformed or packed weights, made here once.
+  // The algorithm a convolution will run by (timed once per shape).
   cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const {
     if (training_ || !g_.timed_choices || g_.values[k.inputs[1]].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
     return cpu::fastest_conv_algorithm(plan.call);
   }
 
+  // An inference convolution with constant weights runs by Winograd's
+  // algorithm or as a patch GEMM where that measured faster; its weight
+  // input becomes the transformed or packed weights, made here once.
   cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
     const int w = k.inputs[1];
     const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k);
