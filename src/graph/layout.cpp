@@ -7,21 +7,25 @@
 // gradients), and a reorder is inserted only where something else reads the
 // value. In inference graphs, a residual add (and a ReLU after it) is folded
 // into the convolution that feeds it, accumulating into the shortcut's buffer.
+// This file plans each node; layout_rewrite.cpp carries the plans out.
 #include <algorithm>
-#include <map>
-#include <set>
 
-#include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/few_channel_conv.h"
-#include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/plain_pool.h"
-#include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"
-#include "graph/layout_kernels.h"
+#include "graph/layout_pass.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 
 namespace kiln::graph {
+namespace layout {
+
+std::string layout_name(int block) { return block ? "nChw" + std::to_string(block) + "c" : std::string("nchw"); }
+
+bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
+
+bool fast(const cpu::onednn::LayoutCall& c) { return cpu::onednn::conv_layout_is_fast(c); }
+
 namespace {
 
 std::vector<int64_t> pair(const Attrs& a, const char* name, int64_t fallback) {
@@ -29,10 +33,6 @@ std::vector<int64_t> pair(const Attrs& a, const char* name, int64_t fallback) {
   if (v.size() == 1) v.push_back(v[0]);
   return v;
 }
-
-std::string layout_name(int block) { return block ? "nChw" + std::to_string(block) + "c" : std::string("nchw"); }
-
-bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 // Elementwise ops compute the same thing on any memory order of operands of
 // the output's shape (kTagElementwise says so), so they run on blocked data
@@ -90,26 +90,6 @@ size_t read_flattened_blocked(Graph& g, const std::map<std::pair<int, int>, int>
   return rewritten;
 }
 
-// What the pass does with one node.
-struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice } kind;
-  cpu::onednn::LayoutCall call = {};
-  bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
-  bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
-  bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
-  cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
-  int block = 0;                // MaxPool, MaxPoolGrad, GlobalAverage, Concat, WeightGrad from_pool: the channel block of x
-  std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
-  int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
-  int residual = -1;  // Conv: value id of the shortcut added to the output
-  // Conv: writes channels [concat_at, ...) of a concatenation's buffer (one
-  // image), taking that buffer over from the convolution before it (carry).
-  int64_t concat_at = -1;
-  int carry = -1;
-  int64_t groups = 0;  // Shuffle
-  int64_t start = 0;   // Slice: the first channel
-};
-
 cpu::onednn::ConvShape conv_shape(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
   auto s = pair(a, "stride", 1), p = pair(a, "padding", 0), d = pair(a, "dilation", 1);
   return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
@@ -122,814 +102,374 @@ cpu::PoolWindow pool_window(const Attrs& a) {
   return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
 }
 
-bool fast(const cpu::onednn::LayoutCall& c) { return cpu::onednn::conv_layout_is_fast(c); }
-
-// The pass over one graph: decides each node's plan in order (a value's
-// layout is known before its readers are visited), then rewrites the nodes
-// and inserts the reorders.
-class LayoutPass {
- public:
-  LayoutPass(Graph& g, bool training) : g_(g), training_(training), block_(cpu::onednn::preferred_block()) {}
-
-  std::string run() {
-    if (block_ == 0) return "";
-    uses_ = g_.use_counts();
-    readers_.assign(g_.values.size(), {});
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      if (!g_.nodes[i].removed)
-        for (size_t k = 0; k < g_.nodes[i].inputs.size(); ++k)
-          if (g_.nodes[i].inputs[k] >= 0) readers_[g_.nodes[i].inputs[k]].push_back({static_cast<int>(i), static_cast<int>(k)});
-    block_of_.assign(g_.values.size(), 0);
-    for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
-    const size_t residuals = training_ ? 0 : fold_residuals();
-    const size_t hard_activations = training_ ? 0 : fold_hard_activations();
-    if (!training_) fuse_first_layer_pools();
-    const size_t concats_in_place = training_ ? 0 : write_concats_in_place();
-    fuse_pool_grads_into_first_layers();
-    rewrite_nodes();
-    insert_reorders();
-    const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
-    return summary(residuals, hard_activations, read_blocked, concats_in_place);
-  }
-
- private:
-  // The channel block a value would be held in: the machine's (16 with
-  // AVX-512), or 8 where the channels are a multiple of 8 only (MobileNet's
-  // 72, 88 and 120, ShuffleNet's 24), so those layers stay blocked too; 0
-  // when neither divides them.
-  int block_for(int id) const {
-    const TensorMeta& m = g_.values[id].meta;
-    if (m.dtype != DType::Float32 || m.shape.size() != 4) return 0;
-    if (m.shape[1] % block_ == 0) return block_;
-    return block_ == 16 && m.shape[1] % 8 == 0 ? 8 : 0;
-  }
-  bool blockable(int id) const { return block_for(id) != 0; }
-
-  // Whether reader (node, input) can take the value blocked as it stands.
-  bool reads_blocked_natively(int node, int k) const {
-    const Node& m = g_.nodes[node];
-    if (is_op(m, "conv2d") || is_op(m, "max_pool2d") || is_op(m, "conv2d_input_grad")) return k == 0;
-    if (is_op(m, "conv2d_weight_grad")) return k <= 1;
-    if (is_op(m, "max_pool2d_backward")) return k == 0 || k == 2;
-    return global_average(g_, m) || layout_free(g_, m);
-  }
-
-  // Whether a value with a choice of layout should be blocked. Inference
-  // graphs block every convolution output (the readers that cannot take it
-  // pay one reorder, as eager mode does inside the convolution). In training
-  // graphs the value must also be read by the backward pass, so it is blocked
-  // only when every reader takes it as it is: a batch norm after a
-  // convolution keeps it plain.
-  bool wants_blocked(int id) const {
-    if (!blockable(id)) return false;
-    if (!training_) return true;
-    if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
-    for (auto [node, k] : readers_[id])
-      if (!reads_blocked_natively(node, k) || layout_free(g_, g_.nodes[node])) return false;
-    return true;
-  }
-
-  void plan_node(int at) {
-    Node& n = g_.nodes[at];
-    if (n.removed) return;
-    if (is_op(n, "conv2d")) return plan_conv(at);
-    if (is_op(n, "conv2d_input_grad")) return plan_input_grad(at);
-    if (is_op(n, "conv2d_weight_grad")) return plan_weight_grad(at);
-    const int b0 = n.inputs.empty() || n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
-    if (is_op(n, "max_pool2d") && b0 && indices_recomputable(n)) {
-      Plan p{Plan::MaxPool};
-      p.window = pool_window(n.attrs);
-      p.block = b0;
-      set(at, p, {b0});
-      block_of_[n.outputs[0]] = b0;
-    } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
-      plan_pool_grad(at);
-    } else if (global_average(g_, n) && b0) {
-      Plan p{Plan::GlobalAverage};
-      p.block = b0;
-      set(at, p, {b0});
-    } else if (plan_channel_shuffle(at)) {  // planned, and its views removed, there
-    } else if (b0 && blocked_slice(n, b0)) {
-      Plan p{Plan::Slice};
-      p.block = b0;
-      p.start = n.attrs.get_int("start");
-      set(at, p, {b0});
-      block_of_[n.outputs[0]] = b0;
-    } else if (const int b = concat_block(n)) {
-      Plan p{Plan::Concat};
-      p.block = b;
-      set(at, p, std::vector<int>(n.inputs.size(), b));
-      block_of_[n.outputs[0]] = b;
-    } else if (layout_free(g_, n)) {
-      plan_elementwise(at);
-    }
-  }
-
-  // An elementwise op whose inputs of the output's shape are all in one
-  // block runs on them as they are. Inputs that are one value per channel
-  // ([N, C, 1, 1]: a squeeze-and-excitation scale) are read as they stand
-  // (at 1x1 both layouts are the same memory) by a kernel that views all
-  // of them blocked (per_channel_elementwise_kernel).
-  void plan_elementwise(int at) {
-    const Node& n = g_.nodes[at];
-    const Shape& shape = g_.values[n.outputs[0]].meta.shape;
-    int block = -1;  // the one block every full-shaped input is in; 0 when they differ or one is plain
-    std::vector<bool> per_channel(n.inputs.size(), false);
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const int id = n.inputs[k];
-      if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
-      const Shape& s = g_.values[id].meta.shape;
-      if (s != shape && shape.size() == 4 && s.size() == 4 && (s[0] == shape[0] || s[0] == 1) && s[1] == shape[1] &&
-          s[2] == 1 && s[3] == 1 && (shape[2] != 1 || shape[3] != 1)) {
-        per_channel[k] = true;
-        continue;
-      }
-      const int b = s == shape ? block_of_[id] : 0;
-      block = block < 0 || block == b ? b : 0;
-    }
-    if (block <= 0) return;
-    block_of_[n.outputs[0]] = block;
-    std::vector<int> reads;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const int id = n.inputs[k];
-      if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) reads.push_back(0);
-      else reads.push_back(per_channel[k] ? block_of_[id] : block);
-    }
-    if (std::find(per_channel.begin(), per_channel.end(), true) == per_channel.end()) {
-      reads_[at] = reads;
-      return;
-    }
-    Plan p{Plan::PerChannel};
-    p.block = block;
-    p.per_channel = per_channel;
-    set(at, p, reads);
-  }
-
-  // Inference: channels of blocked values, each a whole number of blocks of
-  // one size, concatenate as blocks (SqueezeNet's and Inception's branches
-  // meet so). The block, or 0.
-  int concat_block(const Node& n) const {
-    if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
-    const TensorMeta& y = g_.values[n.outputs[0]].meta;
-    const int64_t axis = n.attrs.get_int("axis", 0);
-    if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return 0;
-    const int b = n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
-    for (int id : n.inputs)
-      if (id < 0 || b == 0 || block_of_[id] != b || g_.values[id].meta.shape[1] % b != 0) return 0;
-    return b;
-  }
-
-  // Inference: x [N, C, H, W] viewed as [N, g, C / g, H, W], transposed to
-  // [N, C / g, g, H, W], copied and viewed as [N, C, H, W] again (a channel
-  // shuffle, as exported from ShuffleNet), with x blocked: the copy becomes
-  // one pass from blocked x to a blocked result, and the views go. It reads
-  // the parts of a blocked concatenation that made x, and writes the
-  // channel slices that are all that read the result, in place of both.
-  bool plan_channel_shuffle(int at) {
-    Node& copy = g_.nodes[at];
-    if (training_ || !is_op(copy, "copy")) return false;
-    auto only_reader = [&](int id) -> Node* {
-      if (uses_[id] != 1 || readers_[id].size() != 1) return nullptr;
-      return &g_.nodes[readers_[id][0].first];
-    };
-    auto producer = [&](int id) -> Node* {
-      const Value& v = g_.values[id];
-      return v.kind == ValueKind::Result && uses_[id] == 1 ? &g_.nodes[v.producer] : nullptr;
-    };
-    Node* permute = producer(copy.inputs[0]);
-    if (!permute || !is_op(*permute, "permute") || permute->attrs.get_ints("order", {}) != std::vector<int64_t>{0, 2, 1, 3, 4})
-      return false;
-    Node* split = producer(permute->inputs[0]);
-    Node* merge = only_reader(copy.outputs[0]);
-    if (!split || !merge || !is_op(*split, "view") || !is_op(*merge, "view")) return false;
-    const int x = split->inputs[0], y = merge->outputs[0];
-    const Shape &xs = g_.values[x].meta.shape, &grouped = g_.values[split->outputs[0]].meta.shape;
-    if (!block_of_[x] || g_.values[y].meta.shape != xs || grouped.size() != 5 || grouped[0] != xs[0] ||
-        grouped[1] * grouped[2] != xs[1] || grouped[3] != xs[2] || grouped[4] != xs[3])
-      return false;
-    Plan p{Plan::Shuffle};
-    p.block = block_of_[x];
-    p.groups = grouped[1];
-    split->removed = permute->removed = merge->removed = true;
-    copy.inputs = concatenated_parts(x, p.groups);
-    copy.outputs = channel_slices(y, p.block);
-    for (size_t j = 0; j < copy.outputs.size(); ++j) {
-      g_.values[copy.outputs[j]].producer = at;
-      g_.values[copy.outputs[j]].output_index = static_cast<int>(j);
-      block_of_[copy.outputs[j]] = p.block;
-    }
-    set(at, p, std::vector<int>(copy.inputs.size(), p.block));
-    return true;
-  }
-
-  // The inputs of the blocked concatenation of `groups` equal parts that
-  // makes x, read by nothing else (the concatenation goes); else x.
-  std::vector<int> concatenated_parts(int x, int64_t groups) {
-    const Value& v = g_.values[x];
-    if (v.kind != ValueKind::Result || uses_[x] != 1) return {x};
-    auto plan = plans_.find(v.producer);
-    Node& concat = g_.nodes[v.producer];
-    if (plan == plans_.end() || plan->second.kind != Plan::Concat || static_cast<int64_t>(concat.inputs.size()) != groups)
-      return {x};
-    for (int part : concat.inputs)
-      if (g_.values[part].meta.shape[1] * groups != v.meta.shape[1]) return {x};
-    concat.removed = true;
-    plans_.erase(plan);
-    reads_.erase(v.producer);
-    return concat.inputs;
-  }
-
-  // The blocked channel slices that cover y in order and are all that read
-  // it (they go; y is never made); else y.
-  std::vector<int> channel_slices(int y, int block) {
-    if (uses_[y] != static_cast<int>(readers_[y].size())) return {y};  // a graph output too
-    std::vector<std::pair<int64_t, int>> slices;  // (start, node)
-    for (auto [node, k] : readers_[y]) {
-      const Node& s = g_.nodes[node];
-      if (!blocked_slice(s, block)) return {y};
-      slices.push_back({s.attrs.get_int("start"), node});
-    }
-    std::sort(slices.begin(), slices.end());
-    int64_t next = 0;
-    for (auto [start, node] : slices) {
-      if (start != next) return {y};
-      next += g_.values[g_.nodes[node].outputs[0]].meta.shape[1];
-    }
-    if (slices.empty() || next != g_.values[y].meta.shape[1]) return {y};
-    std::vector<int> outputs;
-    for (auto [start, node] : slices) {
-      g_.nodes[node].removed = true;
-      outputs.push_back(g_.nodes[node].outputs[0]);
-    }
-    return outputs;
-  }
-
-  // Inference: channels [start, end) of a blocked value, both on block
-  // boundaries (ShuffleNet splits its channels in halves so).
-  bool blocked_slice(const Node& n, int block) const {
-    if (training_ || !is_op(n, "slice")) return false;
-    const Shape &x = g_.values[n.inputs[0]].meta.shape, &y = g_.values[n.outputs[0]].meta.shape;
-    const int64_t axis = n.attrs.get_int("axis", 0), start = n.attrs.get_int("start", 0);
-    return (axis == 1 || axis == -3) && n.attrs.get_int("step", 1) == 1 && start >= 0 && start % block == 0 &&
-           y[1] % block == 0 && start + y[1] <= x[1];
-  }
-
-  // A blocked pool writes no argmax indices: its gradient finds the maxima
-  // again in the pool's input, so every reader of the indices must be a
-  // max-pool gradient.
-  bool indices_recomputable(const Node& n) const {
-    for (auto [node, k] : readers_[n.outputs[1]])
-      if (!is_op(g_.nodes[node], "max_pool2d_backward") || k != 1) return false;
-    return true;
-  }
-
-  void plan_conv(int at) {
-    Node& n = g_.nodes[at];
-    const int x = n.inputs[0], y = n.outputs[0];
-    if (g_.values[x].meta.dtype != DType::Float32) return;
-    Plan p{Plan::Conv};
-    p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, g_.values[n.inputs[1]].meta.shape, g_.values[y].meta.shape);
-    p.call.src_block = block_of_[x];
-    p.call.dst_block = wants_blocked(y) ? block_for(y) : 0;
-    p.call.relu = n.attrs.get_string("activation", "none") == "relu";
-    p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
-    if (p.call.src_block == 0 && p.call.dst_block == 0) return;
-    if (!fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
-    // Blocks smaller than the machine's pay off for some layers only.
-    const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
-                             (p.call.dst_block != 0 && p.call.dst_block < block_);
-    if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
-        !cpu::blocked_beats_plain(p.call))
-      return;
-    std::vector<int> reads{p.call.src_block, 0};
-    if (p.call.bias) reads.push_back(0);
-    set(at, p, reads);
-    block_of_[y] = p.call.dst_block;
-  }
-
-  // A layout oneDNN runs fast, when the planned one is not: oneDNN has fast
-  // kernels for plain sources only with few channels (a first layer), and
-  // none from one block size to another, so the source is reordered to a
-  // block, or else the output takes the source's block, where the channels
-  // allow.
-  bool fast_variant(cpu::onednn::LayoutCall& call, int x, int y) const {
-    const int64_t xc = g_.values[x].meta.shape[1], yc = g_.values[y].meta.shape[1];
-    std::vector<std::pair<int, int>> tries;  // (src block, dst block)
-    if (call.src_block == 0 && blockable(x)) tries.push_back({block_for(x), call.dst_block});
-    if (call.src_block != 0 && call.dst_block != 0 && call.src_block != call.dst_block) {
-      // Reordering the source first: the output's block is the one its
-      // channels allow, so a smaller one does not spread to the layers after.
-      if (xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
-      if (yc % call.src_block == 0) tries.push_back({call.src_block, call.src_block});
-    }
-    if (call.src_block == 0 && call.dst_block != 0 && xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
-    for (auto [src, dst] : tries) {
-      cpu::onednn::LayoutCall c = call;
-      c.src_block = src;
-      c.dst_block = dst;
-      if (fast(c)) {
-        call = c;
-        return true;
-      }
-    }
-    return false;
-  }
-
-  void plan_input_grad(int at) {
-    Node& n = g_.nodes[at];
-    const int gy = n.inputs[0], gx = n.outputs[0];
-    if (!block_of_[gy] || !wants_blocked(gx)) return;
-    Plan p{Plan::InputGrad};
-    p.call.kind = cpu::onednn::ConvPass::BackwardData;
-    p.call.shape = conv_shape(n.attrs, n.attrs.get_ints("input_shape", {}), g_.values[n.inputs[1]].meta.shape,
-                              g_.values[gy].meta.shape);
-    p.call.src_block = block_for(gx);
-    p.call.dst_block = block_of_[gy];
-    if (!fast(p.call)) return;
-    set(at, p, {p.call.dst_block, 0});
-    block_of_[gx] = p.call.src_block;
-  }
-
-  void plan_weight_grad(int at) {
-    Node& n = g_.nodes[at];
-    const int x = n.inputs[0], gy = n.inputs[1];
-    if (!block_of_[gy]) return;
-    Plan p{Plan::WeightGrad};
-    p.call.kind = cpu::onednn::ConvPass::BackwardWeights;
-    p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, n.attrs.get_ints("weight_shape", {}), g_.values[gy].meta.shape);
-    p.call.bias = n.attrs.get_bool("with_bias", false);
-    p.call.dst_block = block_of_[gy];
-    p.call.src_block = block_of_[x];
-    if (p.call.src_block == 0 && cpu::few_channel_weight_grad_applies(p.call.shape, p.call.dst_block)) {
-      p.few_channels = true;
-    } else if (!fast(p.call)) {
-      return;
-    }
-    set(at, p, {p.call.src_block, p.call.dst_block});
-  }
-
-  void plan_pool_grad(int at) {
-    Node& n = g_.nodes[at];
-    const int pool = g_.values[n.inputs[1]].producer;
-    Plan p{Plan::MaxPoolGrad};
-    p.window = plans_.at(pool).window;
-    p.block = plans_.at(pool).block;
-    p.gy_block = block_of_[n.inputs[0]];
-    // The node now reads (gy, the pool's input, [mask]) instead of (gy, indices, [mask]).
-    n.inputs[1] = g_.nodes[pool].inputs[0];
-    std::vector<int> reads{p.gy_block, p.block};
-    if (n.inputs.size() > 2) reads.push_back(p.block);
-    set(at, p, reads);
-    block_of_[n.outputs[0]] = p.block;
-  }
-
-  void set(int at, const Plan& p, std::vector<int> reads) {
-    plans_.emplace(at, p);
-    reads_[at] = std::move(reads);
-    if (p.kind == Plan::MaxPool) pools_.insert(at);
-  }
-
-  // Residual adds (and a ReLU after them) fold into the convolution that feeds them.
-  size_t fold_residuals() {
-    size_t folded = 0;
-    for (auto& [at, plan] : plans_) {
-      if (plan.kind != Plan::Conv) continue;
-      Node& conv = g_.nodes[at];
-      const int y = conv.outputs[0];
-      if (plan.call.relu || plan.call.dst_block == 0 || uses_[y] != 1) continue;
-      Node* add = nullptr;
-      for (Node& m : g_.nodes)
-        if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
-      if (!add) continue;
-      const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
-      if (other == y || block_of_[other] != plan.call.dst_block || g_.values[other].meta.shape != g_.values[y].meta.shape)
-        continue;
-      if (g_.values[other].kind == ValueKind::Result && g_.values[other].producer > at) continue;  // not computed yet
-      cpu::onednn::LayoutCall with = plan.call;
-      with.residual = true;
-      with.relu = true;
-      const bool relu_fast = fast(with);
-      with.relu = false;
-      if (!relu_fast && !fast(with)) continue;
-      int result = add->outputs[0];
-      add->removed = true;
-      Node* relu = nullptr;
-      if (uses_[result] == 1)
-        for (Node& m : g_.nodes)
-          if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
-      if (relu && relu_fast) {
-        result = relu->outputs[0];
-        relu->removed = true;
-        plan.call.relu = true;
-      }
-      plan.call.residual = true;
-      plan.residual = other;
-      conv.outputs[0] = result;
-      block_of_[result] = plan.call.dst_block;
-      ++folded;
-    }
-    return folded;
-  }
-
-  // Inference: a hard-swish or hard-sigmoid read only from a blocked
-  // convolution's output becomes that primitive's post-op (MobileNetV3 has a
-  // hard-swish after most of its convolutions and a hard-sigmoid after each
-  // squeeze-and-excitation), so the activations are written once.
-  size_t fold_hard_activations() {
-    size_t folded = 0;
-    for (auto& [at, plan] : plans_) {
-      if (plan.kind != Plan::Conv || plan.call.relu || plan.call.residual || plan.call.dst_block == 0) continue;
-      Node& conv = g_.nodes[at];
-      const int y = conv.outputs[0];
-      if (uses_[y] != 1 || readers_[y].size() != 1) continue;
-      Node& hs = g_.nodes[readers_[y][0].first];
-      if (hs.removed || !(is_op(hs, "hardswish") || is_op(hs, "hardsigmoid"))) continue;
-      const bool swish = is_op(hs, "hardswish");
-      cpu::onednn::LayoutCall with = plan.call;
-      (swish ? with.hardswish : with.hardsigmoid) = true;
-      // A hard-sigmoid (after a squeeze-and-excitation, on a [N, C, 1, 1]
-      // vector) costs little on its own, so it is not folded where Winograd
-      // or a patch GEMM beats oneDNN's kernel, whose epilogues lack it: those
-      // 1x1 convolutions took twice as long on oneDNN. A hard-swish on a
-      // whole feature map is worth folding in any case.
-      if (!fast(with) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
-      plan.call = with;
-      const int result = hs.outputs[0];
-      hs.removed = true;
-      reads_.erase(readers_[y][0].first);
-      conv.outputs[0] = result;
-      g_.values[result].producer = at;
-      block_of_[result] = plan.call.dst_block;
-      ++folded;
-    }
-    return folded;
-  }
-
-  // Inference, one image: a blocked concatenation of convolution outputs
-  // read by nothing else is written in place. Each channel block range of
-  // the result is contiguous, so each convolution writes its own range, the
-  // first into a new buffer of the result's size and each later one into the
-  // buffer it takes over from the one before (SqueezeNet's fire modules).
-  size_t write_concats_in_place() {
-    size_t written = 0;
-    for (auto it = plans_.begin(); it != plans_.end();) {
-      const auto [at, plan] = *it;
-      Node& concat = g_.nodes[at];
-      std::vector<std::pair<int, int64_t>> parts;  // (conv node, its first channel), in execution order
-      int64_t channel = 0;
-      bool ok = plan.kind == Plan::Concat && g_.values[concat.outputs[0]].meta.shape[0] == 1;
-      for (int id : concat.inputs) {
-        if (!ok) break;
-        const Value& v = g_.values[id];
-        auto conv = v.kind == ValueKind::Result && uses_[id] == 1 ? plans_.find(v.producer) : plans_.end();
-        ok = conv != plans_.end() && conv->second.kind == Plan::Conv && !conv->second.pooled &&
-             conv->second.residual < 0 && conv->second.call.dst_block == plan.block &&
-             g_.nodes[v.producer].outputs.size() == 1;
-        if (ok) parts.push_back({v.producer, channel});
-        channel += v.meta.shape[1];
-      }
-      if (!ok) {
-        ++it;
-        continue;
-      }
-      std::sort(parts.begin(), parts.end());
-      int previous = -1;
-      for (size_t i = 0; i < parts.size(); ++i) {
-        Node& conv = g_.nodes[parts[i].first];
-        Plan& c = plans_.at(parts[i].first);
-        int result = concat.outputs[0];
-        if (i + 1 < parts.size()) {
-          Value v;
-          v.meta = g_.values[result].meta;
-          result = g_.add_value(std::move(v));
-          block_of_.push_back(plan.block);
-        }
-        conv.outputs = {result};
-        g_.values[result].producer = parts[i].first;
-        c.concat_at = parts[i].second;
-        c.carry = previous;
-        previous = result;
-      }
-      concat.removed = true;
-      reads_.erase(at);
-      it = plans_.erase(it);
-      ++written;
-    }
-    return written;
-  }
-
-  // Inference: a first layer with few input channels, a ReLU and a 2x2 max
-  // pool after it run as one kernel that writes only the pooled output.
-  void fuse_first_layer_pools() {
-    for (auto& [at, plan] : plans_) {
-      if (plan.kind != Plan::MaxPool) continue;
-      const Value& x = g_.values[g_.nodes[at].inputs[0]];
-      if (x.kind != ValueKind::Result || uses_[g_.nodes[at].inputs[0]] != 1) continue;
-      auto conv = plans_.find(x.producer);
-      if (conv == plans_.end() || conv->second.kind != Plan::Conv) continue;
-      Plan& c = conv->second;
-      if (c.call.src_block != 0 || !c.call.relu || c.call.residual || c.call.dst_block != block_ ||
-          g_.nodes[at].attrs.get_bool("ceil_mode", false) || !cpu::conv_relu_pool_applies(c.call.shape, block_, plan.window))
-        continue;
-      c.pooled = true;
-      g_.nodes[x.producer].outputs = g_.nodes[at].outputs;
-      g_.values[g_.nodes[at].outputs[0]].producer = x.producer;
-      g_.nodes[at].removed = true;
-    }
-    for (auto it = plans_.begin(); it != plans_.end();)
-      it = g_.nodes[it->first].removed ? plans_.erase(it) : std::next(it);
-  }
-
-  // A max-pool gradient read only by a first layer's few-channel weight
-  // gradient is made there, plane by plane, instead of written in full (the
-  // largest activation of a CNN stem) and read back.
-  void fuse_pool_grads_into_first_layers() {
-    for (auto& [at, plan] : plans_) {
-      if (plan.kind != Plan::WeightGrad || !plan.few_channels) continue;
-      Node& n = g_.nodes[at];
-      const Value& gy = g_.values[n.inputs[1]];
-      if (gy.kind != ValueKind::Result || uses_[n.inputs[1]] != 1) continue;
-      auto pool = plans_.find(gy.producer);
-      if (pool == plans_.end() || pool->second.kind != Plan::MaxPoolGrad) continue;
-      Node& p = g_.nodes[gy.producer];
-      plan.from_pool = true;
-      plan.window = pool->second.window;
-      plan.gy_block = pool->second.gy_block;
-      plan.block = pool->second.block;
-      n.inputs.resize(1);
-      n.inputs.insert(n.inputs.end(), p.inputs.begin(), p.inputs.end());
-      std::vector<int> reads{0};
-      const auto& pool_reads = reads_.at(gy.producer);
-      reads.insert(reads.end(), pool_reads.begin(), pool_reads.end());
-      reads_[at] = reads;
-      reads_.erase(gy.producer);
-      p.removed = true;
-      plans_.erase(pool);
-    }
-  }
-
-  // The algorithm a convolution will run by (timed once per shape).
-  cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const {
-    if (training_ || !g_.timed_choices || g_.values[k.inputs[1]].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
-    return cpu::fastest_conv_algorithm(plan.call);
-  }
-
-  // An inference convolution with constant weights runs by Winograd's
-  // algorithm or as a patch GEMM where that measured faster; its weight
-  // input becomes the transformed or packed weights, made here once.
-  cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k) {
-    const int w = k.inputs[1];
-    const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k);
-    if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
-    NoGradGuard no_grad;
-    const Tensor& source = g_.values[w].tensor;
-    const cpu::onednn::ConvShape& s = plan.call.shape;
-    const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
-    const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
-    const std::string kind = patch ? "patch panels" : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
-    k.inputs[1] = add_derived_constant(g_, w, kind, patch ? ".panels" : ".winograd" + std::to_string(tile), [&] {
-      Tensor t = Tensor::empty({patch ? cpu::patch_gemm_weights_size(s) : cpu::winograd_weights_size(s, tile)});
-      const Tensor from = source.contiguous();
-      if (patch)
-        cpu::patch_gemm_weights(s, from.data<float>(), t.data<float>());
-      else
-        cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
-      return t;
-    });
-    ++(patch ? patch_gemm_ : tile == 2 ? winograd2_ : winograd4_);
-    block_of_.push_back(0);
-    return algorithm;
-  }
-
-  // Constant weights are reordered once, here, into the layout oneDNN's
-  // primitive reads, instead of on every call (at batch 1 the reorders of
-  // ResNet-18's widest weights took a quarter of the time).
-  void prepare_constant_weights(Plan& plan, Node& k) {
-    const int w = k.inputs[1];
-    if (g_.values[w].kind != ValueKind::Constant) return;
-    const int64_t bytes = cpu::onednn::prepared_weights_bytes(plan.call);
-    if (bytes == 0) return;
-    const Tensor& source = g_.values[w].tensor;
-    const std::string kind = "onednn " + cpu::onednn::prepared_weights_layout(plan.call);
-    k.inputs[1] = add_derived_constant(g_, w, kind, ".prepared", [&] {
-      Tensor t = Tensor::empty({bytes}, DType::UInt8);
-      cpu::onednn::prepare_weights(plan.call, source.contiguous().data<float>(), t.raw_data());
-      return t;
-    });
-    block_of_.push_back(0);
-    plan.call.prepared_weights = true;
-  }
-
-  // A last input whose buffer the output takes over, read in `block` (the
-  // inputs before it may include an omitted bias, which reads_ may not list).
-  void read_in_place(int at, Node& k, int id, int block) {
-    k.inputs.push_back(id);
-    k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
-    reads_[at].resize(k.inputs.size(), 0);
-    reads_[at].back() = block;
-  }
-
-  void rewrite_nodes() {
-    for (auto& [at, plan] : plans_) {
-      Node& n = g_.nodes[at];
-      Node k;
-      k.inputs = n.inputs;
-      k.outputs = n.outputs;
-      const std::string from = layout_name(plan.call.src_block), to = layout_name(plan.call.dst_block),
-                        blocked = layout_name(plan.kind == Plan::Conv ? plan.call.dst_block : plan.block);
-      switch (plan.kind) {
-        case Plan::Conv:
-          if (plan.residual >= 0) {
-            read_in_place(at, k, plan.residual, plan.call.dst_block);
-          }
-          if (plan.carry >= 0) {
-            read_in_place(at, k, plan.carry, plan.call.dst_block);
-          }
-          k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
-                    (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "") +
-                    (plan.call.hardsigmoid ? " + hardsigmoid" : "") +
-                    (plan.concat_at >= 0 ? " into concat" : "");
-          if (plan.pooled) {
-            k.outputs = {n.outputs[0]};  // the pool's output
-            k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
-            k.custom = conv_relu_pool_kernel(plan.call);
-          } else {
-            switch (own_algorithm(plan, k)) {
-              case cpu::ConvAlgorithm::Winograd2x2:
-                k.label += " (winograd 2x2)";
-                k.custom = winograd_conv_kernel(plan.call, 2);
-                break;
-              case cpu::ConvAlgorithm::Winograd4x4:
-                k.label += " (winograd 4x4)";
-                k.custom = winograd_conv_kernel(plan.call, 4);
-                break;
-              case cpu::ConvAlgorithm::PatchGemm:
-                k.label += " (patch gemm)";
-                k.custom = patch_gemm_conv_kernel(plan.call);
-                break;
-              case cpu::ConvAlgorithm::Direct:
-                prepare_constant_weights(plan, k);
-                k.custom = conv_kernel(plan.call);
-                break;
-            }
-            if (plan.concat_at >= 0)
-              k.custom = into_concat_kernel(std::move(k.custom), plan.concat_at, plan.call.shape.o, plan.carry >= 0);
-          }
-          break;
-        case Plan::InputGrad:
-          k.label = "conv2d_input_grad[" + to + " -> " + from + "]";
-          k.custom = conv_input_grad_kernel(plan.call);
-          break;
-        case Plan::WeightGrad:
-          k.label = "conv2d_weight_grad[" + from + ", " + to + (plan.few_channels ? ", few channels]" : "]");
-          k.custom = conv_weight_grad_kernel(plan.call, plan.few_channels);
-          if (plan.from_pool) {
-            k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
-                      (n.inputs.size() > 3 ? " + relu" : "") + " + conv2d_weight_grad[" + from + ", few channels]";
-            k.custom = conv_weight_grad_from_pool_kernel(plan.call, plan.window, plan.gy_block);
-          }
-          break;
-        case Plan::MaxPool:
-          k.outputs = {n.outputs[0]};  // no argmax indices
-          k.label = "max_pool2d[" + blocked + "]";
-          k.custom = max_pool_kernel(plan.window, plan.block);
-          break;
-        case Plan::MaxPoolGrad:
-          k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
-                    (n.inputs.size() > 2 ? " + relu" : "");
-          k.custom = max_pool_backward_kernel(plan.window, plan.block, plan.gy_block);
-          break;
-        case Plan::GlobalAverage:
-          k.label = "global_avg_pool[" + blocked + " -> nchw]";
-          k.custom = global_avg_kernel(plan.block);
-          break;
-        case Plan::Concat:
-          k.label = "concat[" + blocked + "]";
-          k.custom = blocked_concat_kernel();
-          break;
-        case Plan::Shuffle:
-          k.label = "channel_shuffle[" + blocked + "]";
-          k.custom = blocked_channel_shuffle_kernel(plan.groups, plan.block);
-          break;
-        case Plan::Slice:
-          k.label = "slice[" + blocked + "]";
-          k.custom = blocked_channel_slice_kernel(plan.start);
-          break;
-        case Plan::PerChannel:
-          k.label = n.op->name + "[" + blocked + ", per channel]";
-          k.custom = per_channel_elementwise_kernel(*n.op, n.attrs, plan.block, plan.per_channel);
-          break;
-      }
-      n = std::move(k);
-    }
-  }
-
-  // The copy of value `id` in another layout, made once, right after its producer.
-  int reorder_copy(int id, int to) {
-    const int from = block_of_[id];
-    auto it = copies_.find({id, to});
-    if (it != copies_.end()) return it->second;
-    Value v;
-    v.meta = g_.values[id].meta;
-    int copy = g_.add_value(std::move(v));
-    block_of_.push_back(to);
-    Node r;
-    r.inputs = {id};
-    r.outputs = {copy};
-    r.label = "reorder[" + layout_name(from) + " -> " + layout_name(to) + "]";
-    r.custom = reorder_kernel(from, to);
-    const Value& src = g_.values[id];
-    (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
-    copies_[{id, to}] = copy;
-    return copy;
-  }
-
-  // A value of one pixel per channel ([N, C, 1, 1]: a squeeze-and-excitation
-  // vector) whose channels fill the blocks is the same memory plain and
-  // blocked, so it needs no reorder (one was a oneDNN call of ~8 us).
-  bool same_memory_in_both(int id, int want) const {
-    const Shape& s = g_.values[id].meta.shape;
-    const int64_t block = std::max(want, block_of_[id]);  // 8 or 16, and 8 divides 16
-    return s.size() == 4 && s[2] == 1 && s[3] == 1 && s[1] % block == 0;
-  }
-
-  // Every input is read in the layout its reader takes: reorders where they differ.
-  void insert_reorders() {
-    insert_after_.assign(g_.nodes.size(), {});
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      Node& n = g_.nodes[i];
-      if (n.removed) continue;
-      auto r = reads_.find(static_cast<int>(i));
-      for (size_t k = 0; k < n.inputs.size(); ++k) {
-        const int id = n.inputs[k];
-        if (id < 0) continue;
-        const int want = r != reads_.end() && k < r->second.size() ? r->second[k] : 0;
-        if (want != block_of_[id] && !same_memory_in_both(id, want)) n.inputs[k] = reorder_copy(id, want);
-      }
-    }
-    for (int& id : g_.outputs)
-      if (block_of_[id]) id = reorder_copy(id, 0);
-    g_.splice(std::move(prologue_), std::move(insert_after_));
-  }
-
-  std::string summary(size_t residuals, size_t hard_activations, size_t read_blocked, size_t concats_in_place) const {
-    size_t convs = 0, grads = 0, pools = 0, concats = 0, shuffles = 0;
-    for (const auto& [at, plan] : plans_) {
-      convs += plan.kind == Plan::Conv;
-      grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
-      pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
-      concats += plan.kind == Plan::Concat || plan.concat_at > 0;
-      shuffles += plan.kind == Plan::Shuffle;
-    }
-    if (convs == 0) return "";
-    std::set<int> blocks;
-    for (int b : block_of_)
-      if (b) blocks.insert(b);
-    std::string s = std::to_string(convs) + " convolutions on ";
-    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) s += (it == blocks.rbegin() ? "" : " and ") + layout_name(*it);
-    s += " activations";
-    if (pools) s += ", " + std::to_string(pools) + " pools on them";
-    if (concats) s += ", " + std::to_string(concats) + " concatenations of them";
-    if (concats_in_place) s += ", " + std::to_string(concats_in_place) + " concatenations written in place";
-    if (shuffles) s += ", " + std::to_string(shuffles) + " channel shuffles of them";
-    if (grads) s += ", " + std::to_string(grads) + " gradients on them";
-    if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
-    if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
-    if (hard_activations) s += ", " + std::to_string(hard_activations) + " hard-swishes and hard-sigmoids folded into them";
-    if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
-    if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
-    if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
-    s += ", " + std::to_string(copies_.size()) + " reorders";
-    return s;
-  }
-
-  Graph& g_;
-  const bool training_;
-  const int block_;
-  std::vector<int> uses_;
-  std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
-  std::vector<int> block_of_;                             // value -> its channel block (0: plain NCHW)
-  std::map<int, Plan> plans_;                             // node -> its rewrite
-  std::map<int, std::vector<int>> reads_;                 // node -> the block each input is read in (0: plain)
-  std::set<int> pools_;                                   // blocked max pools (no indices)
-  std::map<std::pair<int, int>, int> copies_;             // (value, block) -> its copy in that layout (0: NCHW)
-  std::vector<std::vector<Node>> insert_after_;
-  std::vector<Node> prologue_;  // reorders of graph inputs and constants
-  size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)
-  size_t winograd4_ = 0;        // and F(4x4, 3x3)
-  size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
-};
-
 }  // namespace
+
+std::string LayoutPass::run() {
+  if (block_ == 0) return "";
+  uses_ = g_.use_counts();
+  readers_.assign(g_.values.size(), {});
+  for (size_t i = 0; i < g_.nodes.size(); ++i)
+    if (!g_.nodes[i].removed)
+      for (size_t k = 0; k < g_.nodes[i].inputs.size(); ++k)
+        if (g_.nodes[i].inputs[k] >= 0) readers_[g_.nodes[i].inputs[k]].push_back({static_cast<int>(i), static_cast<int>(k)});
+  block_of_.assign(g_.values.size(), 0);
+  for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
+  const size_t residuals = training_ ? 0 : fold_residuals();
+  const size_t hard_activations = training_ ? 0 : fold_hard_activations();
+  if (!training_) fuse_first_layer_pools();
+  const size_t concats_in_place = training_ ? 0 : write_concats_in_place();
+  fuse_pool_grads_into_first_layers();
+  rewrite_nodes();
+  insert_reorders();
+  const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
+  return summary(residuals, hard_activations, read_blocked, concats_in_place);
+}
+
+// The channel block a value would be held in: the machine's (16 with
+// AVX-512), or 8 where the channels are a multiple of 8 only (MobileNet's
+// 72, 88 and 120, ShuffleNet's 24), so those layers stay blocked too; 0
+// when neither divides them.
+int LayoutPass::block_for(int id) const {
+  const TensorMeta& m = g_.values[id].meta;
+  if (m.dtype != DType::Float32 || m.shape.size() != 4) return 0;
+  if (m.shape[1] % block_ == 0) return block_;
+  return block_ == 16 && m.shape[1] % 8 == 0 ? 8 : 0;
+}
+
+// Whether reader (node, input) can take the value blocked as it stands.
+bool LayoutPass::reads_blocked_natively(int node, int k) const {
+  const Node& m = g_.nodes[node];
+  if (is_op(m, "conv2d") || is_op(m, "max_pool2d") || is_op(m, "conv2d_input_grad")) return k == 0;
+  if (is_op(m, "conv2d_weight_grad")) return k <= 1;
+  if (is_op(m, "max_pool2d_backward")) return k == 0 || k == 2;
+  return global_average(g_, m) || layout_free(g_, m);
+}
+
+// Whether a value with a choice of layout should be blocked. Inference
+// graphs block every convolution output (the readers that cannot take it
+// pay one reorder, as eager mode does inside the convolution). In training
+// graphs the value must also be read by the backward pass, so it is blocked
+// only when every reader takes it as it is: a batch norm after a
+// convolution keeps it plain.
+bool LayoutPass::wants_blocked(int id) const {
+  if (!blockable(id)) return false;
+  if (!training_) return true;
+  if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
+  for (auto [node, k] : readers_[id])
+    if (!reads_blocked_natively(node, k) || layout_free(g_, g_.nodes[node])) return false;
+  return true;
+}
+
+void LayoutPass::plan_node(int at) {
+  Node& n = g_.nodes[at];
+  if (n.removed) return;
+  if (is_op(n, "conv2d")) return plan_conv(at);
+  if (is_op(n, "conv2d_input_grad")) return plan_input_grad(at);
+  if (is_op(n, "conv2d_weight_grad")) return plan_weight_grad(at);
+  const int b0 = n.inputs.empty() || n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
+  if (is_op(n, "max_pool2d") && b0 && indices_recomputable(n)) {
+    Plan p{Plan::MaxPool};
+    p.window = pool_window(n.attrs);
+    p.block = b0;
+    set(at, p, {b0});
+    block_of_[n.outputs[0]] = b0;
+  } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
+    plan_pool_grad(at);
+  } else if (global_average(g_, n) && b0) {
+    Plan p{Plan::GlobalAverage};
+    p.block = b0;
+    set(at, p, {b0});
+  } else if (plan_channel_shuffle(at)) {  // planned, and its views removed, there
+  } else if (b0 && blocked_slice(n, b0)) {
+    Plan p{Plan::Slice};
+    p.block = b0;
+    p.start = n.attrs.get_int("start");
+    set(at, p, {b0});
+    block_of_[n.outputs[0]] = b0;
+  } else if (const int b = concat_block(n)) {
+    Plan p{Plan::Concat};
+    p.block = b;
+    set(at, p, std::vector<int>(n.inputs.size(), b));
+    block_of_[n.outputs[0]] = b;
+  } else if (layout_free(g_, n)) {
+    plan_elementwise(at);
+  }
+}
+
+// An elementwise op whose inputs of the output's shape are all in one
+// block runs on them as they are. Inputs that are one value per channel
+// ([N, C, 1, 1]: a squeeze-and-excitation scale) are read as they stand
+// (at 1x1 both layouts are the same memory) by a kernel that views all
+// of them blocked (per_channel_elementwise_kernel).
+void LayoutPass::plan_elementwise(int at) {
+  const Node& n = g_.nodes[at];
+  const Shape& shape = g_.values[n.outputs[0]].meta.shape;
+  int block = -1;  // the one block every full-shaped input is in; 0 when they differ or one is plain
+  std::vector<bool> per_channel(n.inputs.size(), false);
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int id = n.inputs[k];
+    if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) continue;  // a scalar reads the same in any layout
+    const Shape& s = g_.values[id].meta.shape;
+    if (s != shape && shape.size() == 4 && s.size() == 4 && (s[0] == shape[0] || s[0] == 1) && s[1] == shape[1] &&
+        s[2] == 1 && s[3] == 1 && (shape[2] != 1 || shape[3] != 1)) {
+      per_channel[k] = true;
+      continue;
+    }
+    const int b = s == shape ? block_of_[id] : 0;
+    block = block < 0 || block == b ? b : 0;
+  }
+  if (block <= 0) return;
+  block_of_[n.outputs[0]] = block;
+  std::vector<int> reads;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const int id = n.inputs[k];
+    if (id < 0 || numel_of(g_.values[id].meta.shape) == 1) reads.push_back(0);
+    else reads.push_back(per_channel[k] ? block_of_[id] : block);
+  }
+  if (std::find(per_channel.begin(), per_channel.end(), true) == per_channel.end()) {
+    reads_[at] = reads;
+    return;
+  }
+  Plan p{Plan::PerChannel};
+  p.block = block;
+  p.per_channel = per_channel;
+  set(at, p, reads);
+}
+
+// Inference: channels of blocked values, each a whole number of blocks of
+// one size, concatenate as blocks (SqueezeNet's and Inception's branches
+// meet so). The block, or 0.
+int LayoutPass::concat_block(const Node& n) const {
+  if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
+  const TensorMeta& y = g_.values[n.outputs[0]].meta;
+  const int64_t axis = n.attrs.get_int("axis", 0);
+  if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return 0;
+  const int b = n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
+  for (int id : n.inputs)
+    if (id < 0 || b == 0 || block_of_[id] != b || g_.values[id].meta.shape[1] % b != 0) return 0;
+  return b;
+}
+
+// Inference: x [N, C, H, W] viewed as [N, g, C / g, H, W], transposed to
+// [N, C / g, g, H, W], copied and viewed as [N, C, H, W] again (a channel
+// shuffle, as exported from ShuffleNet), with x blocked: the copy becomes
+// one pass from blocked x to a blocked result, and the views go. It reads
+// the parts of a blocked concatenation that made x, and writes the
+// channel slices that are all that read the result, in place of both.
+bool LayoutPass::plan_channel_shuffle(int at) {
+  Node& copy = g_.nodes[at];
+  if (training_ || !is_op(copy, "copy")) return false;
+  auto only_reader = [&](int id) -> Node* {
+    if (uses_[id] != 1 || readers_[id].size() != 1) return nullptr;
+    return &g_.nodes[readers_[id][0].first];
+  };
+  auto producer = [&](int id) -> Node* {
+    const Value& v = g_.values[id];
+    return v.kind == ValueKind::Result && uses_[id] == 1 ? &g_.nodes[v.producer] : nullptr;
+  };
+  Node* permute = producer(copy.inputs[0]);
+  if (!permute || !is_op(*permute, "permute") || permute->attrs.get_ints("order", {}) != std::vector<int64_t>{0, 2, 1, 3, 4})
+    return false;
+  Node* split = producer(permute->inputs[0]);
+  Node* merge = only_reader(copy.outputs[0]);
+  if (!split || !merge || !is_op(*split, "view") || !is_op(*merge, "view")) return false;
+  const int x = split->inputs[0], y = merge->outputs[0];
+  const Shape &xs = g_.values[x].meta.shape, &grouped = g_.values[split->outputs[0]].meta.shape;
+  if (!block_of_[x] || g_.values[y].meta.shape != xs || grouped.size() != 5 || grouped[0] != xs[0] ||
+      grouped[1] * grouped[2] != xs[1] || grouped[3] != xs[2] || grouped[4] != xs[3])
+    return false;
+  Plan p{Plan::Shuffle};
+  p.block = block_of_[x];
+  p.groups = grouped[1];
+  split->removed = permute->removed = merge->removed = true;
+  copy.inputs = concatenated_parts(x, p.groups);
+  copy.outputs = channel_slices(y, p.block);
+  for (size_t j = 0; j < copy.outputs.size(); ++j) {
+    g_.values[copy.outputs[j]].producer = at;
+    g_.values[copy.outputs[j]].output_index = static_cast<int>(j);
+    block_of_[copy.outputs[j]] = p.block;
+  }
+  set(at, p, std::vector<int>(copy.inputs.size(), p.block));
+  return true;
+}
+
+// The inputs of the blocked concatenation of `groups` equal parts that
+// makes x, read by nothing else (the concatenation goes); else x.
+std::vector<int> LayoutPass::concatenated_parts(int x, int64_t groups) {
+  const Value& v = g_.values[x];
+  if (v.kind != ValueKind::Result || uses_[x] != 1) return {x};
+  auto plan = plans_.find(v.producer);
+  Node& concat = g_.nodes[v.producer];
+  if (plan == plans_.end() || plan->second.kind != Plan::Concat || static_cast<int64_t>(concat.inputs.size()) != groups)
+    return {x};
+  for (int part : concat.inputs)
+    if (g_.values[part].meta.shape[1] * groups != v.meta.shape[1]) return {x};
+  concat.removed = true;
+  plans_.erase(plan);
+  reads_.erase(v.producer);
+  return concat.inputs;
+}
+
+// The blocked channel slices that cover y in order and are all that read
+// it (they go; y is never made); else y.
+std::vector<int> LayoutPass::channel_slices(int y, int block) {
+  if (uses_[y] != static_cast<int>(readers_[y].size())) return {y};  // a graph output too
+  std::vector<std::pair<int64_t, int>> slices;  // (start, node)
+  for (auto [node, k] : readers_[y]) {
+    const Node& s = g_.nodes[node];
+    if (!blocked_slice(s, block)) return {y};
+    slices.push_back({s.attrs.get_int("start"), node});
+  }
+  std::sort(slices.begin(), slices.end());
+  int64_t next = 0;
+  for (auto [start, node] : slices) {
+    if (start != next) return {y};
+    next += g_.values[g_.nodes[node].outputs[0]].meta.shape[1];
+  }
+  if (slices.empty() || next != g_.values[y].meta.shape[1]) return {y};
+  std::vector<int> outputs;
+  for (auto [start, node] : slices) {
+    g_.nodes[node].removed = true;
+    outputs.push_back(g_.nodes[node].outputs[0]);
+  }
+  return outputs;
+}
+
+// Inference: channels [start, end) of a blocked value, both on block
+// boundaries (ShuffleNet splits its channels in halves so).
+bool LayoutPass::blocked_slice(const Node& n, int block) const {
+  if (training_ || !is_op(n, "slice")) return false;
+  const Shape &x = g_.values[n.inputs[0]].meta.shape, &y = g_.values[n.outputs[0]].meta.shape;
+  const int64_t axis = n.attrs.get_int("axis", 0), start = n.attrs.get_int("start", 0);
+  return (axis == 1 || axis == -3) && n.attrs.get_int("step", 1) == 1 && start >= 0 && start % block == 0 &&
+         y[1] % block == 0 && start + y[1] <= x[1];
+}
+
+// A blocked pool writes no argmax indices: its gradient finds the maxima
+// again in the pool's input, so every reader of the indices must be a
+// max-pool gradient.
+bool LayoutPass::indices_recomputable(const Node& n) const {
+  for (auto [node, k] : readers_[n.outputs[1]])
+    if (!is_op(g_.nodes[node], "max_pool2d_backward") || k != 1) return false;
+  return true;
+}
+
+void LayoutPass::plan_conv(int at) {
+  Node& n = g_.nodes[at];
+  const int x = n.inputs[0], y = n.outputs[0];
+  if (g_.values[x].meta.dtype != DType::Float32) return;
+  Plan p{Plan::Conv};
+  p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, g_.values[n.inputs[1]].meta.shape, g_.values[y].meta.shape);
+  p.call.src_block = block_of_[x];
+  p.call.dst_block = wants_blocked(y) ? block_for(y) : 0;
+  p.call.relu = n.attrs.get_string("activation", "none") == "relu";
+  p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+  if (p.call.src_block == 0 && p.call.dst_block == 0) return;
+  if (!fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
+  // Blocks smaller than the machine's pay off for some layers only.
+  const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
+                           (p.call.dst_block != 0 && p.call.dst_block < block_);
+  if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
+      !cpu::blocked_beats_plain(p.call))
+    return;
+  std::vector<int> reads{p.call.src_block, 0};
+  if (p.call.bias) reads.push_back(0);
+  set(at, p, reads);
+  block_of_[y] = p.call.dst_block;
+}
+
+// A layout oneDNN runs fast, when the planned one is not: oneDNN has fast
+// kernels for plain sources only with few channels (a first layer), and
+// none from one block size to another, so the source is reordered to a
+// block, or else the output takes the source's block, where the channels
+// allow.
+bool LayoutPass::fast_variant(cpu::onednn::LayoutCall& call, int x, int y) const {
+  const int64_t xc = g_.values[x].meta.shape[1], yc = g_.values[y].meta.shape[1];
+  std::vector<std::pair<int, int>> tries;  // (src block, dst block)
+  if (call.src_block == 0 && blockable(x)) tries.push_back({block_for(x), call.dst_block});
+  if (call.src_block != 0 && call.dst_block != 0 && call.src_block != call.dst_block) {
+    // Reordering the source first: the output's block is the one its
+    // channels allow, so a smaller one does not spread to the layers after.
+    if (xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
+    if (yc % call.src_block == 0) tries.push_back({call.src_block, call.src_block});
+  }
+  if (call.src_block == 0 && call.dst_block != 0 && xc % call.dst_block == 0) tries.push_back({call.dst_block, call.dst_block});
+  for (auto [src, dst] : tries) {
+    cpu::onednn::LayoutCall c = call;
+    c.src_block = src;
+    c.dst_block = dst;
+    if (fast(c)) {
+      call = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+void LayoutPass::plan_input_grad(int at) {
+  Node& n = g_.nodes[at];
+  const int gy = n.inputs[0], gx = n.outputs[0];
+  if (!block_of_[gy] || !wants_blocked(gx)) return;
+  Plan p{Plan::InputGrad};
+  p.call.kind = cpu::onednn::ConvPass::BackwardData;
+  p.call.shape = conv_shape(n.attrs, n.attrs.get_ints("input_shape", {}), g_.values[n.inputs[1]].meta.shape,
+                            g_.values[gy].meta.shape);
+  p.call.src_block = block_for(gx);
+  p.call.dst_block = block_of_[gy];
+  if (!fast(p.call)) return;
+  set(at, p, {p.call.dst_block, 0});
+  block_of_[gx] = p.call.src_block;
+}
+
+void LayoutPass::plan_weight_grad(int at) {
+  Node& n = g_.nodes[at];
+  const int x = n.inputs[0], gy = n.inputs[1];
+  if (!block_of_[gy]) return;
+  Plan p{Plan::WeightGrad};
+  p.call.kind = cpu::onednn::ConvPass::BackwardWeights;
+  p.call.shape = conv_shape(n.attrs, g_.values[x].meta.shape, n.attrs.get_ints("weight_shape", {}), g_.values[gy].meta.shape);
+  p.call.bias = n.attrs.get_bool("with_bias", false);
+  p.call.dst_block = block_of_[gy];
+  p.call.src_block = block_of_[x];
+  if (p.call.src_block == 0 && cpu::few_channel_weight_grad_applies(p.call.shape, p.call.dst_block)) {
+    p.few_channels = true;
+  } else if (!fast(p.call)) {
+    return;
+  }
+  set(at, p, {p.call.src_block, p.call.dst_block});
+}
+
+void LayoutPass::plan_pool_grad(int at) {
+  Node& n = g_.nodes[at];
+  const int pool = g_.values[n.inputs[1]].producer;
+  Plan p{Plan::MaxPoolGrad};
+  p.window = plans_.at(pool).window;
+  p.block = plans_.at(pool).block;
+  p.gy_block = block_of_[n.inputs[0]];
+  // The node now reads (gy, the pool's input, [mask]) instead of (gy, indices, [mask]).
+  n.inputs[1] = g_.nodes[pool].inputs[0];
+  std::vector<int> reads{p.gy_block, p.block};
+  if (n.inputs.size() > 2) reads.push_back(p.block);
+  set(at, p, reads);
+  block_of_[n.outputs[0]] = p.block;
+}
+
+void LayoutPass::set(int at, const Plan& p, std::vector<int> reads) {
+  plans_.emplace(at, p);
+  reads_[at] = std::move(reads);
+  if (p.kind == Plan::MaxPool) pools_.insert(at);
+}
+
+}  // namespace layout
 
 std::string pool_values_only(Graph& g) {
   auto uses = g.use_counts();
   size_t rewritten = 0;
   for (Node& n : g.nodes) {
-    if (!is_op(n, "max_pool2d") || n.outputs.size() < 2 || uses[n.outputs[1]] != 0) continue;
+    if (!layout::is_op(n, "max_pool2d") || n.outputs.size() < 2 || uses[n.outputs[1]] != 0) continue;
     const Value& x = g.values[n.inputs[0]];
     if (x.meta.dtype != DType::Float32 || x.meta.shape.size() != 4) continue;
-    const cpu::PoolWindow window = pool_window(n.attrs);
+    const cpu::PoolWindow window = layout::pool_window(n.attrs);
     Node k;
     k.inputs = {n.inputs[0]};
     k.outputs = {n.outputs[0]};
@@ -945,7 +485,7 @@ std::string pool_values_only(Graph& g) {
   return rewritten ? std::to_string(rewritten) + " max pools on plain data without indices" : "";
 }
 
-std::string choose_conv_layouts(Graph& g) { return LayoutPass(g, false).run(); }
-std::string choose_training_conv_layouts(Graph& g) { return LayoutPass(g, true).run(); }
+std::string choose_conv_layouts(Graph& g) { return layout::LayoutPass(g, false).run(); }
+std::string choose_training_conv_layouts(Graph& g) { return layout::LayoutPass(g, true).run(); }
 
 }  // namespace kiln::graph

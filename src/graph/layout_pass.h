@@ -1,0 +1,104 @@
+#pragma once
+// The convolution layout pass over one graph, shared by its two files:
+// layout.cpp decides each node's plan, layout_rewrite.cpp folds neighbours
+// into the plans, rewrites the nodes and inserts the reorders.
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/onednn_conv.h"
+#include "graph/ir.h"
+
+namespace kiln::graph::layout {
+
+std::string layout_name(int block);
+bool is_op(const Node& n, const char* name);
+bool fast(const cpu::onednn::LayoutCall& c);
+
+// What the pass does with one node.
+struct Plan {
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice } kind;
+  cpu::onednn::LayoutCall call = {};
+  bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
+  bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
+  bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
+  cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
+  int block = 0;                // MaxPool, MaxPoolGrad, GlobalAverage, Concat, WeightGrad from_pool: the channel block of x
+  std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
+  int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
+  int residual = -1;  // Conv: value id of the shortcut added to the output
+  // Conv: writes channels [concat_at, ...) of a concatenation's buffer (one
+  // image), taking that buffer over from the convolution before it (carry).
+  int64_t concat_at = -1;
+  int carry = -1;
+  int64_t groups = 0;  // Shuffle
+  int64_t start = 0;   // Slice: the first channel
+};
+
+// The pass over one graph: decides each node's plan in order (a value's
+// layout is known before its readers are visited), then rewrites the nodes
+// and inserts the reorders.
+class LayoutPass {
+ public:
+  LayoutPass(Graph& g, bool training) : g_(g), training_(training), block_(cpu::onednn::preferred_block()) {}
+
+  std::string run();
+
+ private:
+  // layout.cpp: each node's plan
+  int block_for(int id) const;
+  bool blockable(int id) const { return block_for(id) != 0; }
+  bool reads_blocked_natively(int node, int k) const;
+  bool wants_blocked(int id) const;
+  void plan_node(int at);
+  void plan_elementwise(int at);
+  int concat_block(const Node& n) const;
+  bool plan_channel_shuffle(int at);
+  std::vector<int> concatenated_parts(int x, int64_t groups);
+  std::vector<int> channel_slices(int y, int block);
+  bool blocked_slice(const Node& n, int block) const;
+  bool indices_recomputable(const Node& n) const;
+  void plan_conv(int at);
+  bool fast_variant(cpu::onednn::LayoutCall& call, int x, int y) const;
+  void plan_input_grad(int at);
+  void plan_weight_grad(int at);
+  void plan_pool_grad(int at);
+  void set(int at, const Plan& p, std::vector<int> reads);
+
+  // layout_rewrite.cpp: the folds, the rewrite and the reorders
+  size_t fold_residuals();
+  size_t fold_hard_activations();
+  size_t write_concats_in_place();
+  void fuse_first_layer_pools();
+  void fuse_pool_grads_into_first_layers();
+  cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const;
+  cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k);
+  void prepare_constant_weights(Plan& plan, Node& k);
+  void read_in_place(int at, Node& k, int id, int block);
+  void rewrite_nodes();
+  int reorder_copy(int id, int to);
+  bool same_memory_in_both(int id, int want) const;
+  void insert_reorders();
+  std::string summary(size_t residuals, size_t hard_activations, size_t read_blocked, size_t concats_in_place) const;
+
+  Graph& g_;
+  const bool training_;
+  const int block_;
+  std::vector<int> uses_;
+  std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
+  std::vector<int> block_of_;                             // value -> its channel block (0: plain NCHW)
+  std::map<int, Plan> plans_;                             // node -> its rewrite
+  std::map<int, std::vector<int>> reads_;                 // node -> the block each input is read in (0: plain)
+  std::set<int> pools_;                                   // blocked max pools (no indices)
+  std::map<std::pair<int, int>, int> copies_;             // (value, block) -> its copy in that layout (0: NCHW)
+  std::vector<std::vector<Node>> insert_after_;
+  std::vector<Node> prologue_;  // reorders of graph inputs and constants
+  size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)
+  size_t winograd4_ = 0;        // and F(4x4, 3x3)
+  size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
+};
+
+}  // namespace kiln::graph::layout

@@ -1,0 +1,431 @@
+// The convolution layout pass, second half: residual adds, hard
+// activations, first-layer pools and concatenations folded into the planned
+// convolutions, then each planned node rewritten as its kernel and the
+// reorders inserted where a reader takes another layout than its value's.
+#include <algorithm>
+
+#include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/patch_gemm_conv.h"
+#include "backends/cpu/winograd_conv.h"
+#include "graph/derived_constants.h"
+#include "graph/layout_kernels.h"
+#include "graph/layout_pass.h"
+#include "kiln/autograd.h"
+
+namespace kiln::graph::layout {
+
+// Residual adds (and a ReLU after them) fold into the convolution that feeds them.
+size_t LayoutPass::fold_residuals() {
+  size_t folded = 0;
+  for (auto& [at, plan] : plans_) {
+    if (plan.kind != Plan::Conv) continue;
+    Node& conv = g_.nodes[at];
+    const int y = conv.outputs[0];
+    if (plan.call.relu || plan.call.dst_block == 0 || uses_[y] != 1) continue;
+    Node* add = nullptr;
+    for (Node& m : g_.nodes)
+      if (is_op(m, "add") && (m.inputs[0] == y || m.inputs[1] == y)) add = &m;
+    if (!add) continue;
+    const int other = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    if (other == y || block_of_[other] != plan.call.dst_block || g_.values[other].meta.shape != g_.values[y].meta.shape)
+      continue;
+    if (g_.values[other].kind == ValueKind::Result && g_.values[other].producer > at) continue;  // not computed yet
+    cpu::onednn::LayoutCall with = plan.call;
+    with.residual = true;
+    with.relu = true;
+    const bool relu_fast = fast(with);
+    with.relu = false;
+    if (!relu_fast && !fast(with)) continue;
+    int result = add->outputs[0];
+    add->removed = true;
+    Node* relu = nullptr;
+    if (uses_[result] == 1)
+      for (Node& m : g_.nodes)
+        if (is_op(m, "relu") && m.inputs[0] == result) relu = &m;
+    if (relu && relu_fast) {
+      result = relu->outputs[0];
+      relu->removed = true;
+      plan.call.relu = true;
+    }
+    plan.call.residual = true;
+    plan.residual = other;
+    conv.outputs[0] = result;
+    block_of_[result] = plan.call.dst_block;
+    ++folded;
+  }
+  return folded;
+}
+
+// Inference: a hard-swish or hard-sigmoid read only from a blocked
+// convolution's output becomes that primitive's post-op (MobileNetV3 has a
+// hard-swish after most of its convolutions and a hard-sigmoid after each
+// squeeze-and-excitation), so the activations are written once.
+size_t LayoutPass::fold_hard_activations() {
+  size_t folded = 0;
+  for (auto& [at, plan] : plans_) {
+    if (plan.kind != Plan::Conv || plan.call.relu || plan.call.residual || plan.call.dst_block == 0) continue;
+    Node& conv = g_.nodes[at];
+    const int y = conv.outputs[0];
+    if (uses_[y] != 1 || readers_[y].size() != 1) continue;
+    Node& hs = g_.nodes[readers_[y][0].first];
+    if (hs.removed || !(is_op(hs, "hardswish") || is_op(hs, "hardsigmoid"))) continue;
+    const bool swish = is_op(hs, "hardswish");
+    cpu::onednn::LayoutCall with = plan.call;
+    (swish ? with.hardswish : with.hardsigmoid) = true;
+    // A hard-sigmoid (after a squeeze-and-excitation, on a [N, C, 1, 1]
+    // vector) costs little on its own, so it is not folded where Winograd
+    // or a patch GEMM beats oneDNN's kernel, whose epilogues lack it: those
+    // 1x1 convolutions took twice as long on oneDNN. A hard-swish on a
+    // whole feature map is worth folding in any case.
+    if (!fast(with) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
+    plan.call = with;
+    const int result = hs.outputs[0];
+    hs.removed = true;
+    reads_.erase(readers_[y][0].first);
+    conv.outputs[0] = result;
+    g_.values[result].producer = at;
+    block_of_[result] = plan.call.dst_block;
+    ++folded;
+  }
+  return folded;
+}
+
+// Inference, one image: a blocked concatenation of convolution outputs
+// read by nothing else is written in place. Each channel block range of
+// the result is contiguous, so each convolution writes its own range, the
+// first into a new buffer of the result's size and each later one into the
+// buffer it takes over from the one before (SqueezeNet's fire modules).
+size_t LayoutPass::write_concats_in_place() {
+  size_t written = 0;
+  for (auto it = plans_.begin(); it != plans_.end();) {
+    const auto [at, plan] = *it;
+    Node& concat = g_.nodes[at];
+    std::vector<std::pair<int, int64_t>> parts;  // (conv node, its first channel), in execution order
+    int64_t channel = 0;
+    bool ok = plan.kind == Plan::Concat && g_.values[concat.outputs[0]].meta.shape[0] == 1;
+    for (int id : concat.inputs) {
+      if (!ok) break;
+      const Value& v = g_.values[id];
+      auto conv = v.kind == ValueKind::Result && uses_[id] == 1 ? plans_.find(v.producer) : plans_.end();
+      ok = conv != plans_.end() && conv->second.kind == Plan::Conv && !conv->second.pooled &&
+           conv->second.residual < 0 && conv->second.call.dst_block == plan.block &&
+           g_.nodes[v.producer].outputs.size() == 1;
+      if (ok) parts.push_back({v.producer, channel});
+      channel += v.meta.shape[1];
+    }
+    if (!ok) {
+      ++it;
+      continue;
+    }
+    std::sort(parts.begin(), parts.end());
+    int previous = -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Node& conv = g_.nodes[parts[i].first];
+      Plan& c = plans_.at(parts[i].first);
+      int result = concat.outputs[0];
+      if (i + 1 < parts.size()) {
+        Value v;
+        v.meta = g_.values[result].meta;
+        result = g_.add_value(std::move(v));
+        block_of_.push_back(plan.block);
+      }
+      conv.outputs = {result};
+      g_.values[result].producer = parts[i].first;
+      c.concat_at = parts[i].second;
+      c.carry = previous;
+      previous = result;
+    }
+    concat.removed = true;
+    reads_.erase(at);
+    it = plans_.erase(it);
+    ++written;
+  }
+  return written;
+}
+
+// Inference: a first layer with few input channels, a ReLU and a 2x2 max
+// pool after it run as one kernel that writes only the pooled output.
+void LayoutPass::fuse_first_layer_pools() {
+  for (auto& [at, plan] : plans_) {
+    if (plan.kind != Plan::MaxPool) continue;
+    const Value& x = g_.values[g_.nodes[at].inputs[0]];
+    if (x.kind != ValueKind::Result || uses_[g_.nodes[at].inputs[0]] != 1) continue;
+    auto conv = plans_.find(x.producer);
+    if (conv == plans_.end() || conv->second.kind != Plan::Conv) continue;
+    Plan& c = conv->second;
+    if (c.call.src_block != 0 || !c.call.relu || c.call.residual || c.call.dst_block != block_ ||
+        g_.nodes[at].attrs.get_bool("ceil_mode", false) || !cpu::conv_relu_pool_applies(c.call.shape, block_, plan.window))
+      continue;
+    c.pooled = true;
+    g_.nodes[x.producer].outputs = g_.nodes[at].outputs;
+    g_.values[g_.nodes[at].outputs[0]].producer = x.producer;
+    g_.nodes[at].removed = true;
+  }
+  for (auto it = plans_.begin(); it != plans_.end();)
+    it = g_.nodes[it->first].removed ? plans_.erase(it) : std::next(it);
+}
+
+// A max-pool gradient read only by a first layer's few-channel weight
+// gradient is made there, plane by plane, instead of written in full (the
+// largest activation of a CNN stem) and read back.
+void LayoutPass::fuse_pool_grads_into_first_layers() {
+  for (auto& [at, plan] : plans_) {
+    if (plan.kind != Plan::WeightGrad || !plan.few_channels) continue;
+    Node& n = g_.nodes[at];
+    const Value& gy = g_.values[n.inputs[1]];
+    if (gy.kind != ValueKind::Result || uses_[n.inputs[1]] != 1) continue;
+    auto pool = plans_.find(gy.producer);
+    if (pool == plans_.end() || pool->second.kind != Plan::MaxPoolGrad) continue;
+    Node& p = g_.nodes[gy.producer];
+    plan.from_pool = true;
+    plan.window = pool->second.window;
+    plan.gy_block = pool->second.gy_block;
+    plan.block = pool->second.block;
+    n.inputs.resize(1);
+    n.inputs.insert(n.inputs.end(), p.inputs.begin(), p.inputs.end());
+    std::vector<int> reads{0};
+    const auto& pool_reads = reads_.at(gy.producer);
+    reads.insert(reads.end(), pool_reads.begin(), pool_reads.end());
+    reads_[at] = reads;
+    reads_.erase(gy.producer);
+    p.removed = true;
+    plans_.erase(pool);
+  }
+}
+
+// The algorithm a convolution will run by (timed once per shape).
+cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k) const {
+  if (training_ || !g_.timed_choices || g_.values[k.inputs[1]].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
+  return cpu::fastest_conv_algorithm(plan.call);
+}
+
+// An inference convolution with constant weights runs by Winograd's
+// algorithm or as a patch GEMM where that measured faster; its weight
+// input becomes the transformed or packed weights, made here once.
+cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k) {
+  const int w = k.inputs[1];
+  const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k);
+  if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
+  NoGradGuard no_grad;
+  const Tensor& source = g_.values[w].tensor;
+  const cpu::onednn::ConvShape& s = plan.call.shape;
+  const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
+  const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
+  const std::string kind = patch ? "patch panels" : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
+  k.inputs[1] = add_derived_constant(g_, w, kind, patch ? ".panels" : ".winograd" + std::to_string(tile), [&] {
+    Tensor t = Tensor::empty({patch ? cpu::patch_gemm_weights_size(s) : cpu::winograd_weights_size(s, tile)});
+    const Tensor from = source.contiguous();
+    if (patch)
+      cpu::patch_gemm_weights(s, from.data<float>(), t.data<float>());
+    else
+      cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
+    return t;
+  });
+  ++(patch ? patch_gemm_ : tile == 2 ? winograd2_ : winograd4_);
+  block_of_.push_back(0);
+  return algorithm;
+}
+
+// Constant weights are reordered once, here, into the layout oneDNN's
+// primitive reads, instead of on every call (at batch 1 the reorders of
+// ResNet-18's widest weights took a quarter of the time).
+void LayoutPass::prepare_constant_weights(Plan& plan, Node& k) {
+  const int w = k.inputs[1];
+  if (g_.values[w].kind != ValueKind::Constant) return;
+  const int64_t bytes = cpu::onednn::prepared_weights_bytes(plan.call);
+  if (bytes == 0) return;
+  const Tensor& source = g_.values[w].tensor;
+  const std::string kind = "onednn " + cpu::onednn::prepared_weights_layout(plan.call);
+  k.inputs[1] = add_derived_constant(g_, w, kind, ".prepared", [&] {
+    Tensor t = Tensor::empty({bytes}, DType::UInt8);
+    cpu::onednn::prepare_weights(plan.call, source.contiguous().data<float>(), t.raw_data());
+    return t;
+  });
+  block_of_.push_back(0);
+  plan.call.prepared_weights = true;
+}
+
+// A last input whose buffer the output takes over, read in `block` (the
+// inputs before it may include an omitted bias, which reads_ may not list).
+void LayoutPass::read_in_place(int at, Node& k, int id, int block) {
+  k.inputs.push_back(id);
+  k.inplace_input = static_cast<int>(k.inputs.size()) - 1;
+  reads_[at].resize(k.inputs.size(), 0);
+  reads_[at].back() = block;
+}
+
+void LayoutPass::rewrite_nodes() {
+  for (auto& [at, plan] : plans_) {
+    Node& n = g_.nodes[at];
+    Node k;
+    k.inputs = n.inputs;
+    k.outputs = n.outputs;
+    const std::string from = layout_name(plan.call.src_block), to = layout_name(plan.call.dst_block),
+                      blocked = layout_name(plan.kind == Plan::Conv ? plan.call.dst_block : plan.block);
+    switch (plan.kind) {
+      case Plan::Conv:
+        if (plan.residual >= 0) {
+          read_in_place(at, k, plan.residual, plan.call.dst_block);
+        }
+        if (plan.carry >= 0) {
+          read_in_place(at, k, plan.carry, plan.call.dst_block);
+        }
+        k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
+                  (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "") +
+                  (plan.call.hardsigmoid ? " + hardsigmoid" : "") +
+                  (plan.concat_at >= 0 ? " into concat" : "");
+        if (plan.pooled) {
+          k.outputs = {n.outputs[0]};  // the pool's output
+          k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
+          k.custom = conv_relu_pool_kernel(plan.call);
+        } else {
+          switch (own_algorithm(plan, k)) {
+            case cpu::ConvAlgorithm::Winograd2x2:
+              k.label += " (winograd 2x2)";
+              k.custom = winograd_conv_kernel(plan.call, 2);
+              break;
+            case cpu::ConvAlgorithm::Winograd4x4:
+              k.label += " (winograd 4x4)";
+              k.custom = winograd_conv_kernel(plan.call, 4);
+              break;
+            case cpu::ConvAlgorithm::PatchGemm:
+              k.label += " (patch gemm)";
+              k.custom = patch_gemm_conv_kernel(plan.call);
+              break;
+            case cpu::ConvAlgorithm::Direct:
+              prepare_constant_weights(plan, k);
+              k.custom = conv_kernel(plan.call);
+              break;
+          }
+          if (plan.concat_at >= 0)
+            k.custom = into_concat_kernel(std::move(k.custom), plan.concat_at, plan.call.shape.o, plan.carry >= 0);
+        }
+        break;
+      case Plan::InputGrad:
+        k.label = "conv2d_input_grad[" + to + " -> " + from + "]";
+        k.custom = conv_input_grad_kernel(plan.call);
+        break;
+      case Plan::WeightGrad:
+        k.label = "conv2d_weight_grad[" + from + ", " + to + (plan.few_channels ? ", few channels]" : "]");
+        k.custom = conv_weight_grad_kernel(plan.call, plan.few_channels);
+        if (plan.from_pool) {
+          k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
+                    (n.inputs.size() > 3 ? " + relu" : "") + " + conv2d_weight_grad[" + from + ", few channels]";
+          k.custom = conv_weight_grad_from_pool_kernel(plan.call, plan.window, plan.gy_block);
+        }
+        break;
+      case Plan::MaxPool:
+        k.outputs = {n.outputs[0]};  // no argmax indices
+        k.label = "max_pool2d[" + blocked + "]";
+        k.custom = max_pool_kernel(plan.window, plan.block);
+        break;
+      case Plan::MaxPoolGrad:
+        k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
+                  (n.inputs.size() > 2 ? " + relu" : "");
+        k.custom = max_pool_backward_kernel(plan.window, plan.block, plan.gy_block);
+        break;
+      case Plan::GlobalAverage:
+        k.label = "global_avg_pool[" + blocked + " -> nchw]";
+        k.custom = global_avg_kernel(plan.block);
+        break;
+      case Plan::Concat:
+        k.label = "concat[" + blocked + "]";
+        k.custom = blocked_concat_kernel();
+        break;
+      case Plan::Shuffle:
+        k.label = "channel_shuffle[" + blocked + "]";
+        k.custom = blocked_channel_shuffle_kernel(plan.groups, plan.block);
+        break;
+      case Plan::Slice:
+        k.label = "slice[" + blocked + "]";
+        k.custom = blocked_channel_slice_kernel(plan.start);
+        break;
+      case Plan::PerChannel:
+        k.label = n.op->name + "[" + blocked + ", per channel]";
+        k.custom = per_channel_elementwise_kernel(*n.op, n.attrs, plan.block, plan.per_channel);
+        break;
+    }
+    n = std::move(k);
+  }
+}
+
+// The copy of value `id` in another layout, made once, right after its producer.
+int LayoutPass::reorder_copy(int id, int to) {
+  const int from = block_of_[id];
+  auto it = copies_.find({id, to});
+  if (it != copies_.end()) return it->second;
+  Value v;
+  v.meta = g_.values[id].meta;
+  int copy = g_.add_value(std::move(v));
+  block_of_.push_back(to);
+  Node r;
+  r.inputs = {id};
+  r.outputs = {copy};
+  r.label = "reorder[" + layout_name(from) + " -> " + layout_name(to) + "]";
+  r.custom = reorder_kernel(from, to);
+  const Value& src = g_.values[id];
+  (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
+  copies_[{id, to}] = copy;
+  return copy;
+}
+
+// A value of one pixel per channel ([N, C, 1, 1]: a squeeze-and-excitation
+// vector) whose channels fill the blocks is the same memory plain and
+// blocked, so it needs no reorder (one was a oneDNN call of ~8 us).
+bool LayoutPass::same_memory_in_both(int id, int want) const {
+  const Shape& s = g_.values[id].meta.shape;
+  const int64_t block = std::max(want, block_of_[id]);  // 8 or 16, and 8 divides 16
+  return s.size() == 4 && s[2] == 1 && s[3] == 1 && s[1] % block == 0;
+}
+
+// Every input is read in the layout its reader takes: reorders where they differ.
+void LayoutPass::insert_reorders() {
+  insert_after_.assign(g_.nodes.size(), {});
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    Node& n = g_.nodes[i];
+    if (n.removed) continue;
+    auto r = reads_.find(static_cast<int>(i));
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int id = n.inputs[k];
+      if (id < 0) continue;
+      const int want = r != reads_.end() && k < r->second.size() ? r->second[k] : 0;
+      if (want != block_of_[id] && !same_memory_in_both(id, want)) n.inputs[k] = reorder_copy(id, want);
+    }
+  }
+  for (int& id : g_.outputs)
+    if (block_of_[id]) id = reorder_copy(id, 0);
+  g_.splice(std::move(prologue_), std::move(insert_after_));
+}
+
+std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_t read_blocked, size_t concats_in_place) const {
+  size_t convs = 0, grads = 0, pools = 0, concats = 0, shuffles = 0;
+  for (const auto& [at, plan] : plans_) {
+    convs += plan.kind == Plan::Conv;
+    grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
+    pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
+    concats += plan.kind == Plan::Concat || plan.concat_at > 0;
+    shuffles += plan.kind == Plan::Shuffle;
+  }
+  if (convs == 0) return "";
+  std::set<int> blocks;
+  for (int b : block_of_)
+    if (b) blocks.insert(b);
+  std::string s = std::to_string(convs) + " convolutions on ";
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) s += (it == blocks.rbegin() ? "" : " and ") + layout_name(*it);
+  s += " activations";
+  if (pools) s += ", " + std::to_string(pools) + " pools on them";
+  if (concats) s += ", " + std::to_string(concats) + " concatenations of them";
+  if (concats_in_place) s += ", " + std::to_string(concats_in_place) + " concatenations written in place";
+  if (shuffles) s += ", " + std::to_string(shuffles) + " channel shuffles of them";
+  if (grads) s += ", " + std::to_string(grads) + " gradients on them";
+  if (read_blocked) s += ", " + std::to_string(read_blocked) + " linear layers reading them flattened";
+  if (residuals) s += ", " + std::to_string(residuals) + " residual adds folded into them";
+  if (hard_activations) s += ", " + std::to_string(hard_activations) + " hard-swishes and hard-sigmoids folded into them";
+  if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
+  if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
+  if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
+  s += ", " + std::to_string(copies_.size()) + " reorders";
+  return s;
+}
+
+}  // namespace kiln::graph::layout
