@@ -30,11 +30,22 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-jit::CompiledFunction compile_inference(const jit::Function& program, const Tensor& x) {
+// A program compiled for inference (fixed rules, no timed choices) and run
+// next to its eager run on the same input.
+struct Compared {
+  std::vector<Tensor> got, want;
+  std::string graph, report;
+};
+
+Compared compile_and_run(const jit::Function& program, const Tensor& x) {
   jit::CompileOptions o;
   o.inference = true;
   o.timed_choices = false;
-  return jit::compile(program, {x}, o);
+  auto fn = jit::compile(program, {x}, o);
+  Compared c{fn({x}), {}, fn.graph_text(), fn.report().str()};
+  NoGradGuard no_grad;
+  c.want = program({x});
+  return c;
 }
 
 // Two ShuffleNetV2 units: a down-sampling one (both branches from the whole
@@ -60,18 +71,15 @@ TEST(BlockedLayout, ShuffleNetUnitsShuffleChannelsAsBlocks) {
   };
   for (int64_t batch : {1, 3}) {
     Tensor x = randn({batch, 3, 9, 7});
-    auto fn = compile_inference(program, x);
-    Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    Tensor want = program({x})[0];
-    const std::string graph = fn.graph_text();
+    const Compared run = compile_and_run(program, x);
+    const std::string& graph = run.graph;
     EXPECT_EQ(count(graph, "channel_shuffle[nChw"), 3u) << graph;
     EXPECT_EQ(graph.find("permute"), std::string::npos) << graph;
     EXPECT_EQ(graph.find("concat"), std::string::npos) << "the shuffles read the branches:\n" << graph;
     EXPECT_EQ(graph.find("slice"), std::string::npos) << "the shuffle writes the halves:\n" << graph;
     EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
-    EXPECT_NE(fn.report().str().find("3 channel shuffles of them"), std::string::npos) << fn.report().str();
-    expect_close(got, want);
+    EXPECT_NE(run.report.find("3 channel shuffles of them"), std::string::npos) << run.report;
+    expect_close(run.got[0], run.want[0]);
   }
 }
 
@@ -88,14 +96,11 @@ TEST(BlockedLayout, ChannelHalvesOfABlockedShuffleAreBlockedSlices) {
     return std::vector<Tensor>{a + d, channel_shuffle(concat({in[0], in[0]}, 1), 2)};
   };
   Tensor x = randn({2, 3, 5, 6});
-  auto fn = compile_inference(program, x);
-  auto got = fn({x});
-  NoGradGuard no_grad;
-  auto want = program({x});
-  const std::string graph = fn.graph_text();
+  const Compared run = compile_and_run(program, x);
+  const std::string& graph = run.graph;
   EXPECT_EQ(count(graph, "channel_shuffle[nChw"), 1u) << graph;
   EXPECT_EQ(count(graph, "slice[nChw"), 1u) << graph;
-  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i]);
+  for (size_t i = 0; i < run.got.size(); ++i) expect_close(run.got[i], run.want[i]);
 }
 
 // SqueezeNet's fire module at batch 1: the two expand convolutions write
@@ -117,14 +122,11 @@ TEST(BlockedLayout, OneImageConcatenationsAreWrittenInPlace) {
   };
   for (int64_t batch : {1, 2}) {
     Tensor x = randn({batch, 3, 11, 12});
-    auto fn = compile_inference(program, x);
-    Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    Tensor want = program({x})[0];
-    const std::string graph = fn.graph_text();
+    const Compared run = compile_and_run(program, x);
+    const std::string& graph = run.graph;
     EXPECT_EQ(count(graph, "into concat"), batch == 1 ? 2u : 0u) << graph;
     EXPECT_EQ(count(graph, "concat[nChw"), batch == 1 ? 0u : 1u) << graph;
-    expect_close(got, want);
+    expect_close(run.got[0], run.want[0]);
   }
 }
 
@@ -150,14 +152,11 @@ TEST(BlockedLayout, ResidualsIntoConvolutionsWithoutBias) {
   };
   for (const jit::Function& program : {jit::Function(basic_block), jit::Function(own_input)}) {
     Tensor x = randn({1, 3, 8, 8});
-    auto fn = compile_inference(program, x);
-    Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    Tensor want = program({x})[0];
-    const std::string graph = fn.graph_text();
+    const Compared run = compile_and_run(program, x);
+    const std::string& graph = run.graph;
     EXPECT_NE(graph.find("+ residual"), std::string::npos) << graph;
     EXPECT_EQ(count(graph, "reorder["), 1u) << graph;
-    expect_close(got, want);
+    expect_close(run.got[0], run.want[0]);
   }
 }
 
@@ -181,18 +180,15 @@ TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
   };
   for (int64_t batch : {1, 2}) {
     Tensor x = randn({batch, 3, 7, 9});
-    auto fn = compile_inference(program, x);
-    Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    Tensor want = program({x})[0];
-    const std::string graph = fn.graph_text();
+    const Compared run = compile_and_run(program, x);
+    const std::string& graph = run.graph;
     EXPECT_NE(graph.find("global_avg_pool[nChw"), std::string::npos) << graph;
     EXPECT_NE(graph.find("per channel]"), std::string::npos) << graph;
     EXPECT_NE(graph.find("+ hardswish"), std::string::npos) << graph;
     EXPECT_NE(graph.find("+ hardsigmoid"), std::string::npos) << graph;
     EXPECT_EQ(graph.find("= hardsigmoid"), std::string::npos) << graph;
     EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
-    expect_close(got, want);
+    expect_close(run.got[0], run.want[0]);
   }
 }
 
