@@ -104,6 +104,10 @@ class ProcessGroup {
   // The world ranks of this group's members, by group rank.
   const std::vector<int>& ranks() const;
   std::chrono::milliseconds timeout() const;
+  // Whether all_reduce goes through shared memory: every rank of the group
+  // runs on this host (and none set KILN_DIST_SHARED_MEMORY=0). The other
+  // collectives, and all_reduce across hosts, go over Gloo's TCP.
+  bool shared_memory() const;
 
   // Where the group's time went since it was made: collectives run, seconds
   // the communication thread spent in them, and seconds callers spent

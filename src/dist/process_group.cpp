@@ -16,6 +16,7 @@
 #include <set>
 
 #include "dist/job.h"
+#include "dist/shared_memory.h"
 
 namespace kiln::dist {
 
@@ -25,6 +26,7 @@ struct ProcessGroup::Impl {
   int rank = 0;            // in the group
   std::string name;        // "the world", "group 1.2"
   std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<detail::SharedMemoryReduce> local;  // all-reduce among ranks of one host
   uint32_t next_tag = 0;   // the communication thread's
   uint64_t issued = 0;     // the caller's
   int children = 0;        // sub-groups made from this one
@@ -188,6 +190,8 @@ const Place& ProcessGroup::place() const { return impl_->job->place; }
 const std::vector<int>& ProcessGroup::ranks() const { return impl_->ranks; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->job->timeout; }
 
+bool ProcessGroup::shared_memory() const { return impl_->local != nullptr; }
+
 ProcessGroup::Stats ProcessGroup::stats() const {
   return {impl_->collectives.load(), static_cast<double>(impl_->busy_ns.load()) * 1e-9,
           static_cast<double>(impl_->waited_ns->load()) * 1e-9};
@@ -198,13 +202,17 @@ Work ProcessGroup::all_reduce_async(Tensor t, ReduceOp op) {
   const Reduction r = checked_reduction(t.dtype(), op, "all_reduce");
   Impl& g = *impl_;
   return g.submit("all_reduce", [&g, t, op, r] {
-    gloo::AllreduceOptions o(g.context);
     const size_t n = static_cast<size_t>(t.numel());
-    set_buffer(o, true, t.raw_data(), n, t.element_size());
-    o.setReduceFunction(r.fn);
-    o.setTag(g.tag());
-    o.setTimeout(g.job->timeout);
-    gloo::allreduce(o);
+    if (g.local) {
+      g.local->all_reduce(t.raw_data(), n, t.element_size(), r.fn, g.job->timeout);
+    } else {
+      gloo::AllreduceOptions o(g.context);
+      set_buffer(o, true, t.raw_data(), n, t.element_size());
+      o.setReduceFunction(r.fn);
+      o.setTag(g.tag());
+      o.setTimeout(g.job->timeout);
+      gloo::allreduce(o);
+    }
     if (op == ReduceOp::Mean) r.divide(t.raw_data(), n, static_cast<int>(g.ranks.size()));
   });
 }
@@ -339,6 +347,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& me
     KILN_FAIL("dist: making ", name, " failed on rank ", g->job->place.rank, ": ", e.what(),
               ". Every rank of the group it was made from must call new_group with the same ranks, in the same order");
   }
+  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/" + name, g->rank, g->context->size, g->ranks,
+                                              g->job->timeout);
   return detail::GroupAccess::make(std::move(g));
 }
 
@@ -349,6 +359,8 @@ std::shared_ptr<ProcessGroup> make_world(std::shared_ptr<detail::Job> job, std::
   g->rank = g->job->place.rank;
   g->name = "the world";
   g->context = std::move(context);
+  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/world", g->rank, g->job->place.world_size,
+                                              g->ranks, g->job->timeout);
   return detail::GroupAccess::make(std::move(g));
 }
 

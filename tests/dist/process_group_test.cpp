@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,6 +56,57 @@ TEST(ProcessGroup, CollectivesAgreeAcrossThreeRanks) {
     group->barrier();
     Tensor wrong = from_vector<float>({1, 2, 3, 4}, {2, 2}).transpose(0, 1);
     refused_saying([&] { group->all_reduce(wrong); }, "contiguous", "a non-contiguous tensor");
+  });
+  expect_all_succeeded(outcome);
+}
+
+// An all-reduce larger than a shared-memory round (4 MiB a rank), of an odd
+// length, gives every rank the same bits, whichever transport carries it.
+void reduce_large_and_odd(dist::ProcessGroup& group, int rank) {
+  const int64_t n = (int64_t{5} << 20) / 4 + 7;
+  Tensor t = Tensor::empty({n}, DType::Float32);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.001f * static_cast<float>((i * 7 + rank * 13) % 1000) + 0.1f * rank;
+  group.all_reduce(t);
+  for (int64_t i : {int64_t{0}, int64_t{1} << 20, n / 2, n - 1}) {
+    float want = 0;
+    for (int r = 0; r < group.size(); ++r) want += 0.001f * static_cast<float>((i * 7 + r * 13) % 1000) + 0.1f * r;
+    if (std::abs(p[i] - want) > 1e-4f) throw std::runtime_error("large sum at " + std::to_string(i));
+  }
+  // The same bits everywhere: every rank's checksum equals the maximum's.
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += p[i] * static_cast<double>(i % 97 + 1);
+  Tensor mine = from_vector<double>({sum}, {1});
+  Tensor most = mine.clone();
+  group.all_reduce(most, dist::ReduceOp::Max);
+  if (most.to_vector<double>()[0] != sum) throw std::runtime_error("ranks disagree on the reduced bits");
+}
+
+TEST(ProcessGroup, RanksOnOneHostReduceThroughSharedMemory) {
+  const int port = free_port();
+  auto outcome = run_ranks({0, 1, 2}, [&](int rank) {
+    auto group = dist::init(as_rank(rank, 3, port));
+    if (!group->shared_memory()) throw std::runtime_error("three ranks on one host did not share memory");
+    reduce_large_and_odd(*group, rank);
+    Tensor h = from_vector<float>({1.5f + static_cast<float>(rank), -1}, {2}).to(DType::Float16);
+    group->all_reduce(h, dist::ReduceOp::Min);
+    if (h.to(DType::Float32).to_vector<float>() != std::vector<float>{1.5f, -1}) throw std::runtime_error("float16 min");
+    auto pair = group->new_group({0, 2});
+    if (pair && !pair->shared_memory()) throw std::runtime_error("a sub-group did not share memory");
+  });
+  expect_all_succeeded(outcome);
+  // Nothing is left behind in /dev/shm by a job that ended.
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_EQ(entry.path().filename().string().rfind("kiln-", 0), std::string::npos) << entry.path();
+}
+
+TEST(ProcessGroup, OneRankTurningSharedMemoryOffPutsTheWholeGroupOnGloo) {
+  const int port = free_port();
+  auto outcome = run_ranks({0, 1}, [&](int rank) {
+    if (rank == 1) setenv("KILN_DIST_SHARED_MEMORY", "0", 1);
+    auto group = dist::init(as_rank(rank, 2, port));
+    if (group->shared_memory()) throw std::runtime_error("shared memory stayed on");
+    reduce_large_and_odd(*group, rank);
   });
   expect_all_succeeded(outcome);
 }
