@@ -180,3 +180,43 @@ TEST(Recurrent, CompiledTrainingStepMatchesEager) {
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_NEAR(eager[i], compiled[i], 1e-5) << "step " << i;
   EXPECT_LT(eager.back(), eager.front());
 }
+
+// At a few rows (batch-1 inference) the kernels split the hidden units over
+// the threads for all the steps; at more rows they run a GEMM a step. Both
+// give the same sequence, for every kind, direction and initial state, with
+// hidden sizes that leave uneven shares.
+TEST(Recurrent, FewRowsSplitOverThreadsMatchTheBatchedPath) {
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  manual_seed(3);
+  for (const std::string kind : {"LSTM", "GRU", "RNN"}) {
+    for (int64_t hidden : {36, 75}) {
+      nn::RecurrentOptions o;
+      o.num_layers = 2;
+      o.bidirectional = true;
+      std::shared_ptr<nn::RecurrentLayer> layer;
+      if (kind == "LSTM") layer = std::make_shared<nn::LSTM>(20, hidden, o);
+      else if (kind == "GRU") layer = std::make_shared<nn::GRU>(20, hidden, o);
+      else layer = std::make_shared<nn::RNN>(20, hidden, o);
+      NoGradGuard no_grad;
+      Tensor x = randn({9, 6, 20}), h0 = randn({4, 6, hidden}), c0 = randn({4, 6, hidden});
+      const bool cell = kind == "LSTM";
+      nn::RecurrentResult all = layer->forward(x, h0, cell ? c0 : Tensor());
+      for (auto [from, rows] : {std::pair<int64_t, int64_t>{0, 1}, {2, 3}, {5, 1}}) {
+        auto part = [&](const Tensor& t) { return t.slice(1, from, from + rows).contiguous(); };
+        nn::RecurrentResult few = layer->forward(part(x), part(h0), cell ? part(c0) : Tensor());
+        const std::string what = kind + " hidden " + std::to_string(hidden) + " rows " + std::to_string(from) + "+" +
+                                 std::to_string(rows);
+        auto expect_same = [&](const Tensor& got, const Tensor& want, const char* name) {
+          auto g = got.to_vector<float>(), w = part(want).to_vector<float>();
+          ASSERT_EQ(g.size(), w.size()) << what << " " << name;
+          for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-5) << what << " " << name << " element " << i;
+        };
+        expect_same(few.output, all.output, "output");
+        expect_same(few.h_n, all.h_n, "h_n");
+        if (cell) expect_same(few.c_n, all.c_n, "c_n");
+      }
+    }
+  }
+  set_num_threads(threads);
+}

@@ -4,6 +4,10 @@
 // cell states) goes into the reserve output. Backward walks the steps in
 // reverse collecting the pre-activation gradients of every step, then takes
 // the input and weight gradients in three GEMMs over all steps at once.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -75,6 +79,44 @@ void step_gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, cons
 }
 
 template <typename T>
+T dot(const T* a, const T* b, int64_t n) {
+  T sum = T(0);
+  for (int64_t k = 0; k < n; ++k) sum += a[k] * b[k];
+  return sum;
+}
+
+// out[i] = w[i, :] . x for `rows` consecutive rows of w (ld apart): the
+// hidden side of one step at batch 1. Eight rows at once share each load
+// of x and keep eight independent sums in flight.
+template <typename T>
+void matvec(const T* w, int64_t ld, int64_t rows, const T* x, int64_t len, T* out) {
+  int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (std::is_same_v<T, float>) {
+    for (; i + 8 <= rows; i += 8) {
+      __m256 acc[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      int64_t k = 0;
+      for (; k + 8 <= len; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (i + r) * ld + k), xv, acc[r]);
+      }
+      // Eight sums of eight lanes into one vector of eight.
+      const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+      const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+      const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+      _mm256_storeu_ps(out + i, sums);
+      for (; k < len; ++k)
+        for (int r = 0; r < 8; ++r) out[i + r] += w[(i + r) * ld + k] * x[k];
+    }
+  }
+#endif
+  for (; i < rows; ++i) out[i] = dot(w + i * ld, x, len);
+}
+
+template <typename T>
 void add_rows(T* m, int64_t rows, int64_t cols, const T* bias, int64_t from, int64_t count) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = from; j < from + count; ++j) m[r * cols + j] += bias[j];
@@ -112,70 +154,102 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
   std::vector<T> hg(n * gh);
   T* y = out[0].data<T>();
   T* reserve = kr ? out.back().data<T>() : nullptr;
-  // W_hh^T [H, G*H], so that each step's product runs along the gates.
-  std::vector<T> whh_t(h * gh);
   const T* whh = w_hh.data<T>();
-  for (int64_t g = 0; g < gh; ++g)
-    for (int64_t j = 0; j < h; ++j) whh_t[j * gh + g] = whh[g * h + j];
-  for (int64_t s = 0; s < steps; ++s) {
-    const int64_t t = reverse ? steps - 1 - s : s;
-    const T* xt = xw.data() + t * n * gh;
-    T* yt = y + t * n * h;
-    T* rt = reserve ? reserve + t * n * kr : nullptr;
-    if (K == Kind::Gru && !before_reset) {
-      // r and z from h; then n from (r * h), kept in the reserve for backward.
-      step_gemm_nn<T>(n, 2 * h, h, hs.data(), h, whh_t.data(), gh, T(0), hg.data(), gh);
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t j = 0; j < h; ++j) {
-          const T rv = sigmoid(xt[r * gh + j] + hg[r * gh + j]);
-          const T zv = sigmoid(xt[r * gh + h + j] + hg[r * gh + h + j]);
-          rt[r * kr + j] = rv;
-          rt[r * kr + h + j] = zv;
-          rt[r * kr + 3 * h + j] = rv * hs[r * h + j];
+  // GRU without linear_before_reset multiplies r * h before its n gate's
+  // product: two products a step, along W_hh^T's rows.
+  const bool staged = K == Kind::Gru && !before_reset;
+  std::vector<T> whh_t(staged ? h * gh : 0);
+  if (staged)
+    for (int64_t g = 0; g < gh; ++g)
+      for (int64_t j = 0; j < h; ++j) whh_t[j * gh + g] = whh[g * h + j];
+  // Step s reads the state step s - 1 wrote into y (the initial state first).
+  auto time_of = [&](int64_t s) { return reverse ? steps - 1 - s : s; };
+  auto state_before = [&](int64_t s) -> const T* { return s == 0 ? hs.data() : y + time_of(s - 1) * n * h; };
+  // The new state of units [j0, j1) of row r at step s from the gates'
+  // pre-activations (hg holds the hidden side).
+  auto cell = [&](int64_t s, int64_t r, int64_t j0, int64_t j1) {
+    const int64_t t = time_of(s);
+    const T* xr = xw.data() + (t * n + r) * gh;
+    const T* hr = hg.data() + r * gh;
+    const T* hp = state_before(s) + r * h;
+    T* yr = y + (t * n + r) * h;
+    T* res = reserve ? reserve + (t * n + r) * kr : nullptr;
+#pragma omp simd
+    for (int64_t j = j0; j < j1; ++j) {
+      T hv;
+      if constexpr (K == Kind::Lstm) {
+        const T iv = sigmoid(xr[j] + hr[j]), fv = sigmoid(xr[h + j] + hr[h + j]);
+        const T gv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]), ov = sigmoid(xr[3 * h + j] + hr[3 * h + j]);
+        const T cv = fv * cs[r * h + j] + iv * gv;
+        hv = ov * fast_tanh(cv);
+        cs[r * h + j] = cv;
+        res[j] = iv, res[h + j] = fv, res[2 * h + j] = gv, res[3 * h + j] = ov, res[4 * h + j] = cv;
+      } else if constexpr (K == Kind::Gru) {
+        T rv, zv, nv;
+        if (before_reset) {
+          rv = sigmoid(xr[j] + hr[j]);
+          zv = sigmoid(xr[h + j] + hr[h + j]);
+          const T hn = hr[2 * h + j] + (b_hn ? b_hn[j] : T(0));
+          nv = fast_tanh(xr[2 * h + j] + rv * hn);
+          res[j] = rv, res[h + j] = zv, res[3 * h + j] = hn;
+        } else {
+          rv = res[j], zv = res[h + j];
+          nv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]);
         }
-      step_gemm_nn<T>(n, h, h, rt + 3 * h, kr, whh_t.data() + 2 * h, gh, T(0), hg.data() + 2 * h, gh);
-    } else {
-      step_gemm_nn<T>(n, gh, h, hs.data(), h, whh_t.data(), gh, T(0), hg.data(), gh);
-    }
-    for_rows(n, gh, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = xt + r * gh;
-        const T* hr = hg.data() + r * gh;
-        T* res = rt ? rt + r * kr : nullptr;
-        for (int64_t j = 0; j < h; ++j) {
-          T hv;
-          if constexpr (K == Kind::Lstm) {
-            const T iv = sigmoid(xr[j] + hr[j]), fv = sigmoid(xr[h + j] + hr[h + j]);
-            const T gv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]), ov = sigmoid(xr[3 * h + j] + hr[3 * h + j]);
-            const T cv = fv * cs[r * h + j] + iv * gv;
-            hv = ov * fast_tanh(cv);
-            cs[r * h + j] = cv;
-            res[j] = iv, res[h + j] = fv, res[2 * h + j] = gv, res[3 * h + j] = ov, res[4 * h + j] = cv;
-          } else if constexpr (K == Kind::Gru) {
-            T rv, zv, nv;
-            if (before_reset) {
-              rv = sigmoid(xr[j] + hr[j]);
-              zv = sigmoid(xr[h + j] + hr[h + j]);
-              const T hn = hr[2 * h + j] + (b_hn ? b_hn[j] : T(0));
-              nv = fast_tanh(xr[2 * h + j] + rv * hn);
-              res[j] = rv, res[h + j] = zv, res[3 * h + j] = hn;
-            } else {
-              rv = res[j], zv = res[h + j];
-              nv = fast_tanh(xr[2 * h + j] + hr[2 * h + j]);
-            }
-            res[2 * h + j] = nv;
-            hv = (T(1) - zv) * nv + zv * hs[r * h + j];
-          } else {
-            const T av = xr[j] + hr[j];
-            hv = relu ? std::max(av, T(0)) : fast_tanh(av);
-          }
-          yt[r * h + j] = hv;
-        }
+        res[2 * h + j] = nv;
+        hv = (T(1) - zv) * nv + zv * hp[j];
+      } else {
+        const T av = xr[j] + hr[j];
+        hv = relu ? std::max(av, T(0)) : fast_tanh(av);
       }
-    });
-    std::memcpy(hs.data(), yt, n * h * sizeof(T));
+      yr[j] = hv;
+    }
+  };
+  // A few rows (batch 1 inference): each hidden unit's gate rows of W_hh
+  // dotted with the state, the units split over the threads for all the
+  // steps, each thread doing its units' gate math too; a barrier between
+  // steps is all the threads share. Each streams its own rows of W_hh.
+  if (!staged && n <= 4) {
+    const int threads = static_cast<int>(std::clamp<int64_t>(h / 16, 1, get_num_threads()));
+#pragma omp parallel num_threads(threads) if (threads > 1 && !omp_in_parallel())
+    {
+      const int64_t me = omp_get_thread_num(), team = omp_get_num_threads();
+      const int64_t j0 = h * me / team, j1 = h * (me + 1) / team;
+      for (int64_t s = 0; s < steps; ++s) {
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t q = 0; q < gates_of(K); ++q)
+            matvec(whh + (q * h + j0) * h, h, j1 - j0, state_before(s) + r * h, h, hg.data() + r * gh + q * h + j0);
+          cell(s, r, j0, j1);
+        }
+#pragma omp barrier
+      }
+    }
+  } else {
+    for (int64_t s = 0; s < steps; ++s) {
+      const T* hp = state_before(s);
+      if (staged) {
+        // r and z from h; then n from (r * h), kept in the reserve for backward.
+        T* rt = reserve + time_of(s) * n * kr;
+        const T* xt = xw.data() + time_of(s) * n * gh;
+        step_gemm_nn<T>(n, 2 * h, h, hp, h, whh_t.data(), gh, T(0), hg.data(), gh);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < h; ++j) {
+            const T rv = sigmoid(xt[r * gh + j] + hg[r * gh + j]);
+            const T zv = sigmoid(xt[r * gh + h + j] + hg[r * gh + h + j]);
+            rt[r * kr + j] = rv;
+            rt[r * kr + h + j] = zv;
+            rt[r * kr + 3 * h + j] = rv * hp[r * h + j];
+          }
+        step_gemm_nn<T>(n, h, h, rt + 3 * h, kr, whh_t.data() + 2 * h, gh, T(0), hg.data() + 2 * h, gh);
+      } else {
+        gemm<T>(false, true, n, gh, h, T(1), hp, h, whh, h, T(0), hg.data(), gh);
+      }
+      for_rows(n, gh, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) cell(s, r, 0, h);
+      });
+    }
   }
-  std::memcpy(out[1].data<T>(), hs.data(), n * h * sizeof(T));
+  std::memcpy(out[1].data<T>(), state_before(steps), n * h * sizeof(T));
   if constexpr (K == Kind::Lstm) std::memcpy(out[2].data<T>(), cs.data(), n * h * sizeof(T));
 }
 
