@@ -78,6 +78,7 @@ struct Header {
 struct alignas(64) SharedMemoryReduce::Control {
   std::atomic<uint32_t> counter[kCounters];  // the last round this rank finished each phase of
   int32_t pid;
+  uint64_t count, element_size;  // of the all-reduce this rank is in, set before it arrives
 };
 
 static_assert(sizeof(Header) <= 64, "the header takes the first cache line");
@@ -207,9 +208,20 @@ void SharedMemoryReduce::all_reduce(void* data, size_t count, size_t element_siz
     for (int r = 0; r < size_; ++r)
       if (r != rank_) wait_for(r, kDone, round - 1, deadline);
     std::memcpy(slot(rank_), chunk, n * element_size);
+    control(rank_).count = count;
+    control(rank_).element_size = element_size;
     publish(kArrived, round);
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) wait_for(r, kArrived, round, deadline);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      wait_for(r, kArrived, round, deadline);
+      // Gloo refuses a message of the wrong size; here the parts would not line up.
+      if (control(r).count != count || control(r).element_size != element_size)
+        throw std::runtime_error("this rank reduces " + std::to_string(count) + " elements of " +
+                                 std::to_string(element_size) + " bytes but rank " +
+                                 std::to_string(world_ranks_[static_cast<size_t>(r)]) + " " +
+                                 std::to_string(control(r).count) + " of " + std::to_string(control(r).element_size) +
+                                 "; every rank must all-reduce tensors of the same size and dtype, in the same order");
+    }
     // Part k is reduced by rank k alone, into its own slot: every rank
     // reads the same result.
     const auto [lo, hi] = part_of(rank_, size_, n, element_size);

@@ -93,11 +93,39 @@ TEST(ProcessGroup, RanksOnOneHostReduceThroughSharedMemory) {
     if (h.to(DType::Float32).to_vector<float>() != std::vector<float>{1.5f, -1}) throw std::runtime_error("float16 min");
     auto pair = group->new_group({0, 2});
     if (pair && !pair->shared_memory()) throw std::runtime_error("a sub-group did not share memory");
+    if (pair) {  // a size that differs between the ranks is refused on both, naming the other
+      Tensor odd = ones({rank == 0 ? 10 : 12});
+      refused_saying([&] { pair->all_reduce(odd); }, rank == 0 ? "reduces 10 elements of 4 bytes but rank 2 12 of 4"
+                                                               : "reduces 12 elements of 4 bytes but rank 0 10 of 4",
+                     "all-reduces of different sizes");
+    }
   });
   expect_all_succeeded(outcome);
   // Nothing is left behind in /dev/shm by a job that ended.
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     EXPECT_EQ(entry.path().filename().string().rfind("kiln-", 0), std::string::npos) << entry.path();
+}
+
+// No socket breaks when a rank on the same host dies: the shared-memory
+// all-reduce notices that its process is gone, long before the timeout.
+TEST(ProcessGroup, ARankDyingInASharedMemoryAllReduceIsNamedBeforeTheTimeout) {
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  auto outcome = run_ranks({0, 1}, [&](int rank) {
+    auto group = dist::init(as_rank(rank, 2, port, 30000ms));
+    if (!group->shared_memory()) throw std::runtime_error("two ranks on one host did not share memory");
+    group->barrier();
+    if (rank == 1) _exit(7);
+    Tensor t = ones({1 << 20});
+    group->all_reduce(t);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+  EXPECT_EQ(outcome.status[1], 7);
+  EXPECT_EQ(outcome.status[0], 1);
+  const std::string& said = outcome.messages[0];
+  EXPECT_NE(said.find("all_reduce #2 of the world failed on rank 0"), std::string::npos) << said;
+  EXPECT_NE(said.find("the process of rank 1 (pid "), std::string::npos) << said;
+  EXPECT_NE(said.find(") is gone"), std::string::npos) << said;
 }
 
 TEST(ProcessGroup, OneRankTurningSharedMemoryOffPutsTheWholeGroupOnGloo) {
