@@ -216,7 +216,7 @@ cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k) {
     Tensor t = Tensor::empty({patch ? cpu::patch_gemm_weights_size(s) : cpu::winograd_weights_size(s, tile)});
     const Tensor from = source.contiguous();
     if (patch)
-      cpu::patch_gemm_weights(s, from.data<float>(), t.data<float>());
+      cpu::patch_gemm_weights(s, plan.call.src_block, from.data<float>(), t.data<float>());
     else
       cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
     return t;

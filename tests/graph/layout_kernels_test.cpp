@@ -76,18 +76,23 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
 
 struct PatchCase {
   int64_t n, c, o, h, w, k, stride, pad, dilation;
+  int src_block;  // 8: nChw8c input; 0: plain (a stem of a few channels)
 };
 
 // 3x3 and 1x1 kernels, strides, padding and dilation; pixel counts that are
 // not whole tiles of 6; more than one pass over the patch (c * k * k > 256);
-// a batch; and every epilogue.
+// a batch; and every epilogue. From plain input: ResNet's 7x7 stride-2 stem
+// and a 3x3 one, on images of more pixels than a gathered chunk, with
+// padding cut at every edge.
 TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
   manual_seed(4);
-  for (const PatchCase& k : {PatchCase{1, 64, 32, 7, 7, 3, 1, 1, 1}, PatchCase{2, 16, 16, 9, 8, 3, 2, 1, 1},
-                             PatchCase{1, 24, 48, 14, 14, 1, 2, 0, 1}, PatchCase{1, 8, 16, 10, 10, 3, 1, 2, 2}}) {
+  for (const PatchCase& k : {PatchCase{1, 64, 32, 7, 7, 3, 1, 1, 1, 8}, PatchCase{2, 16, 16, 9, 8, 3, 2, 1, 1, 8},
+                             PatchCase{1, 24, 48, 14, 14, 1, 2, 0, 1, 8}, PatchCase{1, 8, 16, 10, 10, 3, 1, 2, 2, 8},
+                             PatchCase{1, 3, 64, 45, 39, 7, 2, 3, 1, 0}, PatchCase{2, 3, 32, 23, 29, 3, 2, 1, 1, 0},
+                             PatchCase{1, 1, 16, 17, 13, 3, 1, 1, 1, 0}}) {
     for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
-      std::string what = "n c o h w k stride pad dilation epilogue:";
-      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{epilogue}})
+      std::string what = "n c o h w k stride pad dilation src_block epilogue:";
+      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block}, int64_t{epilogue}})
         what.append(" ").append(std::to_string(v));
       Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, k.k, k.k}) * 0.2, b = randn({k.o});
       ConvOptions opts;
@@ -99,12 +104,13 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       const Shape& ys = want.shape();
       onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
                           ys[3],    k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, 1};
-      ASSERT_TRUE(cpu::patch_gemm_applies(s, 8)) << what;
+      ASSERT_TRUE(cpu::patch_gemm_applies(s, k.src_block)) << what;
       Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(s)});
-      cpu::patch_gemm_weights(s, w.contiguous().data<float>(), packed.data<float>());
+      cpu::patch_gemm_weights(s, k.src_block, w.contiguous().data<float>(), packed.data<float>());
       Tensor y = epilogue == 2 ? to_blocked(residual, 8) : Tensor::empty(ys);
-      cpu::patch_gemm_conv(s, to_blocked(x, 8).data<float>(), packed.data<float>(), epilogue ? b.data<float>() : nullptr,
-                           y.data<float>(), epilogue > 0, epilogue == 2);
+      Tensor input = k.src_block ? to_blocked(x, 8) : x.contiguous();
+      cpu::patch_gemm_conv(s, k.src_block, input.data<float>(), packed.data<float>(),
+                           epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
       expect_near_all(y, to_blocked(want, 8), 1e-4, what);
     }
   }

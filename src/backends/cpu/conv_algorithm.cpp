@@ -39,9 +39,13 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
-  const bool winograd = winograd_applies(s, call.src_block), patch_gemm = patch_gemm_applies(s, call.src_block);
-  if (call.kind != onednn::ConvPass::Forward || call.src_block != call.dst_block || !(winograd || patch_gemm) ||
-      call.hardswish || call.hardsigmoid)  // their epilogues do bias, residual and ReLU only
+  // Winograd keeps the layout; the patch GEMM writes nChw8c, from nChw8c or
+  // from a plain stem's few channels.
+  const bool same = call.src_block == call.dst_block;
+  const bool winograd = same && winograd_applies(s, call.src_block);
+  const bool patch_gemm = call.dst_block == 8 && (same || call.src_block == 0) && patch_gemm_applies(s, call.src_block);
+  if (call.kind != onednn::ConvPass::Forward || !(winograd || patch_gemm) || call.hardswish ||
+      call.hardsigmoid)  // their epilogues do bias, residual and ReLU only
     return ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -74,8 +78,8 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   Tensor packed = patch_gemm ? zeros({patch_gemm_weights_size(s)}) : Tensor();
   if (patch_gemm)
     candidates.push_back({ConvAlgorithm::PatchGemm, packed.numel() * 4, [&] {
-                            patch_gemm_conv(s, x.data<float>(), packed.data<float>(), bias, y.data<float>(), call.relu,
-                                            call.residual);
+                            patch_gemm_conv(s, call.src_block, x.data<float>(), packed.data<float>(), bias,
+                                            y.data<float>(), call.relu, call.residual);
                           }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
   // F(4x4) on an output under 8x8 computes at least a third of its tiles'

@@ -2,7 +2,8 @@
 // The register tile of Kiln's own float32 GEMMs (the patch-GEMM convolution,
 // linear layers on packed weights): up to kRows rows of A times one
 // 16-column panel of packed B, with the epilogue (accumulate, bias, ReLU)
-// applied as the tile is stored. B panels hold, for each k, the
+// applied as the tile is stored. tile_of reads A through a function of
+// (row, k), so a convolution can read its patches straight from the image. B panels hold, for each k, the
 // 16 values of that row of B side by side.
 #include <cstdint>
 
@@ -52,8 +53,8 @@ inline void store16(float* p, int64_t half_offset, __m512 v) {
   _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
 }
 
-template <int R>
-void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+template <int R, typename AAt>
+void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
   // Every loop over rows unrolled, so the accumulators stay in registers
   // (GCC otherwise keeps the array in memory and stores it every k).
   __m512 acc[R];
@@ -62,7 +63,7 @@ void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Outp
   for (int64_t k = 0; k < depth; ++k) {
     const __m512 bk = _mm512_loadu_ps(b + k * kCols);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), bk, acc[r]);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_at(r, k)), bk, acc[r]);
   }
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
@@ -78,15 +79,15 @@ void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Outp
   }
 }
 #else
-template <int R>
-void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+template <int R, typename AAt>
+void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
   using vec8::vf;
   vf lo[R], hi[R];
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = vf{};
   for (int64_t k = 0; k < depth; ++k) {
     const vf b0 = vec8::load(b + k * kCols), b1 = vec8::load(b + k * kCols + 8);
     for (int r = 0; r < R; ++r) {
-      const vf ar = vec8::splat(a[r * lda + k]);
+      const vf ar = vec8::splat(a_at(r, k));
       lo[r] += ar * b0;
       hi[r] += ar * b1;
     }
@@ -104,6 +105,12 @@ void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Outp
   }
 }
 #endif
+
+// R rows of A (lda apart) times one panel of B.
+template <int R>
+void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+  tile_of<R>([a, lda](int r, int64_t k) { return a[r * lda + k]; }, b, depth, o, e);
+}
 
 // The same for 1 to kRows rows.
 inline void tile_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t depth, const Output& o,

@@ -1,6 +1,7 @@
 #include "backends/cpu/patch_gemm_conv.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "backends/cpu/gemm_tile.h"
 #include "kiln/parallel.h"
@@ -37,31 +38,117 @@ void gather_patches(const onednn::ConvShape& s, const float* x, int64_t img, flo
   });
 }
 
+constexpr int64_t kPlainChunk = 16 * kRows;  // output pixels a thread takes at a time from plain input
+
+// Plain input: pixels [first, first + count) of image `img`, one row each,
+// ordered (channel, tap) as the weights are. Windows wholly inside the
+// image (most of them) are copied without bounds checks.
+void gather_plain_patches(const onednn::ConvShape& s, const float* x, int64_t img, int64_t first, int64_t count,
+                          float* patches) {
+  const int64_t length = patch_length(s), plane = s.h * s.w;
+  const int64_t span_y = (s.kh - 1) * s.dh, span_x = (s.kw - 1) * s.dw;
+  const float* image = x + img * s.c * plane;
+  int64_t oy = first / s.ow, ox = first % s.ow;
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t iy0 = oy * s.sh - s.ph, ix0 = ox * s.sw - s.pw;
+    float* row = patches + i * length;
+    if (iy0 >= 0 && ix0 >= 0 && iy0 + span_y < s.h && ix0 + span_x < s.w) {
+      const float* corner = image + iy0 * s.w + ix0;
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t ky = 0; ky < s.kh; ++ky) {
+          const float* line = corner + c * plane + ky * s.dh * s.w;
+          for (int64_t kx = 0; kx < s.kw; ++kx) *row++ = line[kx * s.dw];
+        }
+    } else {
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t ky = 0; ky < s.kh; ++ky) {
+          const int64_t iy = iy0 + ky * s.dh;
+          const float* line = image + (c * s.h + iy) * s.w;
+          for (int64_t kx = 0; kx < s.kw; ++kx) {
+            const int64_t ix = ix0 + kx * s.dw;
+            *row++ = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? line[ix] : 0.0f;
+          }
+        }
+    }
+    if (++ox == s.ow) ox = 0, ++oy;
+  }
+}
+
+// Plain input: threads take chunks of output pixels. A tile of kRows
+// pixels on one output row whose windows lie inside the image reads its
+// patches straight from the image: pixel r's value k sits at
+// offsets[k] + r * stride from the first pixel's window. Other tiles (at
+// the borders, across rows) gather their patches first.
+void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const float* packed, const float* bias, float* y,
+                           bool relu, bool residual) {
+  const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
+  const int64_t chunks = (pixels + kPlainChunk - 1) / kPlainChunk;
+  const int64_t plane = s.h * s.w, span_y = (s.kh - 1) * s.dh, span_x = (s.kw - 1) * s.dw;
+  std::vector<int64_t> offsets;
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t ky = 0; ky < s.kh; ++ky)
+      for (int64_t kx = 0; kx < s.kw; ++kx) offsets.push_back(c * plane + ky * s.dh * s.w + kx * s.dw);
+  const int64_t* off = offsets.data();
+  const int64_t stride = s.sw;
+  for (int64_t img = 0; img < s.n; ++img) {
+    float* out = y + img * s.o * pixels;
+    const float* image = x + img * s.c * plane;
+    parallel_for(chunks, 1, [&](int64_t lo, int64_t hi) {
+      Tensor scratch = Tensor::empty({kRows * length});  // from Kiln's caching allocator
+      float* patches = scratch.data<float>();
+      for (int64_t chunk = lo; chunk < hi; ++chunk) {
+        const int64_t end = std::min(pixels, (chunk + 1) * kPlainChunk);
+        for (int64_t p = chunk * kPlainChunk; p < end; p += kRows) {
+          const int64_t n = std::min(kRows, end - p), oy = p / s.ow, ox = p % s.ow;
+          const int64_t iy0 = oy * s.sh - s.ph, ix0 = ox * s.sw - s.pw;
+          const bool direct = n == kRows && ox + kRows <= s.ow && iy0 >= 0 && iy0 + span_y < s.h && ix0 >= 0 &&
+                              ix0 + (kRows - 1) * s.sw + span_x < s.w;
+          if (!direct) gather_plain_patches(s, x, img, p, n, patches);
+          const float* corner = image + iy0 * s.w + ix0;
+          for (int64_t panel = 0; panel < panels; ++panel) {
+            const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, residual, true, relu};
+            const gemm::Output o{out + 2 * panel * pixels * 8 + 8 * p, 8, pixels * 8};
+            const float* b = packed + panel * length * kCols;
+            if (direct)
+              gemm::tile_of<kRows>([corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; }, b,
+                                   length, o, e);
+            else
+              gemm::tile_rows(n, patches, length, b, length, o, e);
+          }
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 
-bool patch_gemm_applies(const onednn::ConvShape& s, int block) {
+bool patch_gemm_applies(const onednn::ConvShape& s, int src_block) {
+  if (s.groups != 1 || s.o % kCols != 0 || s.oh < 1 || s.ow < 1) return false;
+  if (src_block == 0) return s.c <= 4 && patch_length(s) <= 256;
   // Few output pixels in all: with more, the direct kernel and Winograd are
   // already efficient, and timing this one too would only slow compiling.
   const int64_t pixels = s.oh * s.ow;
-  return block == 8 && s.groups == 1 && s.c % 8 == 0 && s.o % kCols == 0 && pixels >= 1 && pixels <= 256 &&
-         s.n * pixels <= 1024 && pixels * patch_length(s) * 4 <= (16 << 20);
+  return src_block == 8 && s.c % 8 == 0 && pixels <= 256 && s.n * pixels <= 1024 &&
+         pixels * patch_length(s) * 4 <= (16 << 20);
 }
 
 int64_t patch_gemm_weights_size(const onednn::ConvShape& s) { return s.o * patch_length(s); }
 
-void patch_gemm_weights(const onednn::ConvShape& s, const float* w, float* packed) {
+void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* w, float* packed) {
   const int64_t length = patch_length(s), taps = s.kh * s.kw;
   for (int64_t panel = 0; panel < s.o / kCols; ++panel)
     for (int64_t c = 0; c < s.c; ++c)
       for (int64_t t = 0; t < taps; ++t) {
-        const int64_t k = ((c / 8) * taps + t) * 8 + c % 8;
+        const int64_t k = src_block == 0 ? c * taps + t : ((c / 8) * taps + t) * 8 + c % 8;
         for (int64_t j = 0; j < kCols; ++j)
           packed[(panel * length + k) * kCols + j] = w[((panel * kCols + j) * s.c + c) * taps + t];
       }
 }
 
-void patch_gemm_conv(const onednn::ConvShape& s, const float* x, const float* packed, const float* bias, float* y,
-                     bool relu, bool residual) {
+void patch_gemm_conv(const onednn::ConvShape& s, int src_block, const float* x, const float* packed, const float* bias,
+                     float* y, bool relu, bool residual) {
+  if (src_block == 0) return plain_patch_gemm_conv(s, x, packed, bias, y, relu, residual);
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
   Tensor scratch = Tensor::empty({pixels * length});  // from Kiln's caching allocator
   float* patches = scratch.data<float>();
