@@ -19,18 +19,23 @@ trap cleanup EXIT
 kiln_p90() {  # model, extra flags
   ./build/kiln bench "$1" --batch 1 --runs "$runs" --threads "$threads" ${2:-} | awk '$1 == 1 {print $3}'
 }
-ort_p90() {  # model, dims
-  node tools/ort/ort_bench.js "$1" input "$2" --threads "$threads" --runs "$runs" | awk '{print $6}'
+ort_p90() {  # model, dims, input type
+  node tools/ort/ort_bench.js "$1" input "$2" --threads "$threads" --runs "$runs" --type "$3" | awk '{print $6}'
 }
 table() {
   printf '%-22s %14s %14s %12s %8s %8s\n' model "kiln p90 ms" "fixed p90 ms" "ORT p90 ms" "ORT/kiln" "ORT/fixed"
-  for m in resnet18 transformer_encoder shufflenet_v2 squeezenet mobilenet_v3; do
+  for m in resnet18 transformer_encoder text_lstm unet gpt_decoder shufflenet_v2 squeezenet mobilenet_v3; do
     [[ -f "$work/$m.onnx" ]] || continue
-    dims=1,3,224,224
-    [[ $m == transformer_encoder ]] && dims=1,128,256
+    dims=1,3,224,224 type=float32
+    case $m in
+      transformer_encoder) dims=1,128,256 ;;
+      text_lstm) dims=1,64 type=int64 ;;
+      unet) dims=1,3,128,128 ;;
+      gpt_decoder) dims=1,128 type=int64 ;;
+    esac
     k=$(kiln_p90 "$work/$m.onnx")
     f=$(kiln_p90 "$work/$m.onnx" --fixed-threads)
-    o=$(ort_p90 "$work/$m.onnx" "$dims")
+    o=$(ort_p90 "$work/$m.onnx" "$dims" "$type")
     awk -v n="$m" -v k="$k" -v f="$f" -v o="$o" \
       'BEGIN { printf "%-22s %14.3f %14.3f %12.3f %7.2fx %7.2fx\n", n, k, f, o, o / k, o / f }'
   done
