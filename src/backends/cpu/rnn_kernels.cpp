@@ -241,6 +241,8 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
             rt[r * kr + 3 * h + j] = rv * hp[r * h + j];
           }
         step_gemm_nn<T>(n, h, h, rt + 3 * h, kr, whh_t.data() + 2 * h, gh, T(0), hg.data() + 2 * h, gh);
+      } else if (n * gh * h <= kSmall) {  // a library call's fixed cost would outweigh the product
+        for (int64_t r = 0; r < n; ++r) matvec(whh, h, gh, hp + r * h, h, hg.data() + r * gh);
       } else {
         gemm<T>(false, true, n, gh, h, T(1), hp, h, whh, h, T(0), hg.data(), gh);
       }
