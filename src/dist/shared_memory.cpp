@@ -51,6 +51,17 @@ std::string host_identity() {
          link_of("/proc/self/ns/mnt") + " " + link_of("/proc/self/ns/pid");
 }
 
+// A process that exited is gone even while its parent has not reaped it
+// (a zombie still answers kill(pid, 0)).
+bool process_alive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: kill's answer stands
+  const size_t close = line.rfind(')');    // the command name may hold spaces and parentheses
+  return close == std::string::npos || close + 2 >= line.size() || (line[close + 2] != 'Z' && line[close + 2] != 'X');
+}
+
 std::vector<char> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text_of(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
@@ -189,7 +200,7 @@ void SharedMemoryReduce::wait_for(int r, int which, uint32_t round, std::chrono:
     const auto nap = std::min<std::chrono::nanoseconds>(deadline - now, kCheckPeerEvery);
     const timespec ts{static_cast<time_t>(nap.count() / 1000000000), static_cast<long>(nap.count() % 1000000000)};
     futex(word, FUTEX_WAIT, seen, &ts);
-    if (kill(control(r).pid, 0) != 0 && errno == ESRCH)
+    if (!process_alive(control(r).pid))
       throw std::runtime_error("the process of rank " + std::to_string(world_rank) + " (pid " +
                                std::to_string(control(r).pid) + ") is gone");
   }

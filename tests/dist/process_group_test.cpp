@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/dist.h"
@@ -112,17 +113,34 @@ TEST(ProcessGroup, RanksOnOneHostReduceThroughSharedMemory) {
 }
 
 // No socket breaks when a rank on the same host dies: the shared-memory
-// all-reduce notices that its process is gone, long before the timeout.
+// all-reduce notices that its process is gone, long before the timeout,
+// even while its parent has not reaped it yet (here rank 1 runs in a
+// grandchild whose parent waits 8 s before reaping it).
 TEST(ProcessGroup, ARankDyingInASharedMemoryAllReduceIsNamedBeforeTheTimeout) {
   const int port = free_port();
   const auto start = std::chrono::steady_clock::now();
-  auto outcome = run_ranks({0, 1}, [&](int rank) {
+  auto body = [&](int rank) {
     auto group = dist::init(as_rank(rank, 2, port, 30000ms));
     if (!group->shared_memory()) throw std::runtime_error("two ranks on one host did not share memory");
     group->barrier();
     if (rank == 1) _exit(7);
     Tensor t = ones({1 << 20});
-    group->all_reduce(t);
+    const auto asked = std::chrono::steady_clock::now();
+    try {
+      group->all_reduce(t);
+    } catch (const Error&) {
+      if (std::chrono::steady_clock::now() - asked > 5s) throw std::runtime_error("noticed only once it was reaped");
+      throw;
+    }
+  };
+  auto outcome = run_ranks({0, 1}, [&](int rank) {
+    if (rank == 0) return body(0);
+    const pid_t child = fork();
+    if (child == 0) body(1);
+    std::this_thread::sleep_for(8s);  // a zombie meanwhile
+    int status = 0;
+    waitpid(child, &status, 0);
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 2);
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
   EXPECT_EQ(outcome.status[1], 7);
