@@ -41,36 +41,23 @@ void gather_patches(const onednn::ConvShape& s, const float* x, int64_t img, flo
 constexpr int64_t kPlainChunk = 16 * kRows;  // output pixels a thread takes at a time from plain input
 
 // Plain input: pixels [first, first + count) of image `img`, one row each,
-// ordered (channel, tap) as the weights are. Windows wholly inside the
-// image (most of them) are copied without bounds checks.
+// ordered (channel, tap) as the weights are, zeros outside the image. Only
+// the tiles at borders and across rows come here.
 void gather_plain_patches(const onednn::ConvShape& s, const float* x, int64_t img, int64_t first, int64_t count,
                           float* patches) {
-  const int64_t length = patch_length(s), plane = s.h * s.w;
-  const int64_t span_y = (s.kh - 1) * s.dh, span_x = (s.kw - 1) * s.dw;
-  const float* image = x + img * s.c * plane;
-  int64_t oy = first / s.ow, ox = first % s.ow;
+  const float* image = x + img * s.c * s.h * s.w;
   for (int64_t i = 0; i < count; ++i) {
-    const int64_t iy0 = oy * s.sh - s.ph, ix0 = ox * s.sw - s.pw;
-    float* row = patches + i * length;
-    if (iy0 >= 0 && ix0 >= 0 && iy0 + span_y < s.h && ix0 + span_x < s.w) {
-      const float* corner = image + iy0 * s.w + ix0;
-      for (int64_t c = 0; c < s.c; ++c)
-        for (int64_t ky = 0; ky < s.kh; ++ky) {
-          const float* line = corner + c * plane + ky * s.dh * s.w;
-          for (int64_t kx = 0; kx < s.kw; ++kx) *row++ = line[kx * s.dw];
+    const int64_t oy = (first + i) / s.ow, ox = (first + i) % s.ow;
+    float* row = patches + i * patch_length(s);
+    for (int64_t c = 0; c < s.c; ++c)
+      for (int64_t ky = 0; ky < s.kh; ++ky) {
+        const int64_t iy = oy * s.sh - s.ph + ky * s.dh;
+        const float* line = image + (c * s.h + iy) * s.w;
+        for (int64_t kx = 0; kx < s.kw; ++kx) {
+          const int64_t ix = ox * s.sw - s.pw + kx * s.dw;
+          *row++ = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? line[ix] : 0.0f;
         }
-    } else {
-      for (int64_t c = 0; c < s.c; ++c)
-        for (int64_t ky = 0; ky < s.kh; ++ky) {
-          const int64_t iy = iy0 + ky * s.dh;
-          const float* line = image + (c * s.h + iy) * s.w;
-          for (int64_t kx = 0; kx < s.kw; ++kx) {
-            const int64_t ix = ix0 + kx * s.dw;
-            *row++ = iy >= 0 && iy < s.h && ix >= 0 && ix < s.w ? line[ix] : 0.0f;
-          }
-        }
-    }
-    if (++ox == s.ow) ox = 0, ++oy;
+      }
   }
 }
 
@@ -104,7 +91,7 @@ void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const flo
           const bool direct = n == kRows && ox + kRows <= s.ow && iy0 >= 0 && iy0 + span_y < s.h && ix0 >= 0 &&
                               ix0 + (kRows - 1) * s.sw + span_x < s.w;
           if (!direct) gather_plain_patches(s, x, img, p, n, patches);
-          const float* corner = image + iy0 * s.w + ix0;
+          const float* corner = direct ? image + iy0 * s.w + ix0 : nullptr;
           for (int64_t panel = 0; panel < panels; ++panel) {
             const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, residual, true, relu};
             const gemm::Output o{out + 2 * panel * pixels * 8 + 8 * p, 8, pixels * 8};
