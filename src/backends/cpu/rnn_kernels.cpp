@@ -1,6 +1,7 @@
 // CPU kernels of lstm, gru and rnn and their backward ops. Forward: the
-// input projections of all steps in one GEMM, then per step one GEMM with
-// the hidden state and the gate math; what backward needs (activated gates,
+// input projections of all steps in one GEMM, then per step the product of
+// the hidden state with W_hh (at batch <= 4 split by hidden units over the
+// threads) and the gate math; what backward needs (activated gates,
 // cell states) goes into the reserve output. Backward walks the steps in
 // reverse collecting the pre-activation gradients of every step, then takes
 // the input and weight gradients in three GEMMs over all steps at once.
