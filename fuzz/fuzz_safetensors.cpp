@@ -7,9 +7,11 @@
 #include <string>
 
 #include "kiln/io.h"
+#include "scratch_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/kiln_fuzz_safetensors_" + std::to_string(::getpid());
+  static const ScratchFile file("kiln_fuzz_safetensors");
+  const std::string& path = file.path;
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return 0;
   std::fwrite(data, 1, size, f);

@@ -8,9 +8,11 @@
 #include <string>
 
 #include "kiln/io.h"
+#include "scratch_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/kiln_fuzz_torch_" + std::to_string(::getpid()) + ".pt";
+  static const ScratchFile file("kiln_fuzz_torch", ".pt");
+  const std::string& path = file.path;
   static const std::string storage(64, '\x01');
   int err = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);

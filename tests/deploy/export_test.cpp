@@ -11,6 +11,7 @@
 #include "support/close.h"
 #include "support/error_message.h"
 #include "support/ort_reference.h"
+#include "support/scratch.h"
 
 namespace {
 using namespace kiln;
@@ -18,8 +19,7 @@ namespace kt = kiln::testing;
 namespace fs = std::filesystem;
 
 fs::path temp_model(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("kiln_export_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  static const fs::path dir = kt::scratch_dir("export");
   return dir / name;
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kiln/kiln.h"
+#include "support/scratch.h"
 
 namespace {
 using namespace kiln;
@@ -169,7 +170,7 @@ TEST(Compile, InferenceFoldsBatchNormAndSeesLaterWeightChanges) {
 }
 
 TEST(Compile, DumpsEveryPassAsTextAndGraphviz) {
-  std::string dir = ::testing::TempDir() + "/kiln_dump";
+  std::string dir = kiln::testing::scratch_dir("dump").string();
   jit::CompileOptions o;
   o.dump_dir = dir;
   o.name = "tiny";

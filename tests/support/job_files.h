@@ -11,16 +11,12 @@
 #include <string>
 
 #include "kiln/io.h"
+#include "support/scratch.h"
 
 namespace kiln::testing {
 
-// An empty folder of its own under the test temp folder.
-inline std::string fresh_dir(const std::string& name) {
-  const std::string dir = ::testing::TempDir() + "/kiln_" + name + "_" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
+// An empty folder of its own under the temp folder, removed at exit.
+inline std::string fresh_dir(const std::string& name) { return scratch_dir(name).string(); }
 
 // The whole file ("" when it cannot be read).
 inline std::string text_of(const std::string& path) {

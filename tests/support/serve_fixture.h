@@ -14,6 +14,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kiln/serve.h"
+#include "support/scratch.h"
 
 namespace kiln::testing {
 
@@ -25,7 +26,7 @@ inline const std::string kMlp = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/
 // A repository with the CNN under the name "cnn", versions 1 and 3, and the given config.
 inline std::filesystem::path make_repository(const std::string& config) {
   static int counter = 0;
-  std::filesystem::path root = std::filesystem::temp_directory_path() / ("kiln_repo_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  std::filesystem::path root = scratch_dir("repo_" + std::to_string(counter++));
   for (const char* v : {"1", "3"}) {
     std::filesystem::create_directories(root / "cnn" / v);
     std::filesystem::copy_file(kCnn, root / "cnn" / v / "model.onnx", std::filesystem::copy_options::overwrite_existing);

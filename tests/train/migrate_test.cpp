@@ -8,6 +8,7 @@
 #include "kiln/kiln.h"
 #include "kiln/migrate.h"
 #include "support/error_message.h"
+#include "support/scratch.h"
 
 using namespace kiln;
 using kiln::testing::message_of;
@@ -19,7 +20,8 @@ const std::string kFixtures = std::string(KILN_FIXTURE_DIR) + "/torch";
 // A torch.save-style zip: archive/data.pkl, archive/data/<key>, archive/version.
 std::string write_pt(const std::string& name, const std::string& pickle,
                      const std::vector<std::pair<std::string, std::string>>& storages) {
-  std::string path = (fs::temp_directory_path() / (name + std::to_string(::getpid()) + ".pt")).string();
+  static const fs::path dir = kiln::testing::scratch_dir("migrate");
+  std::string path = (dir / (name + ".pt")).string();
   fs::remove(path);
   int err = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);

@@ -2,7 +2,7 @@
 //   node ort_bench.js MODEL INPUT_NAME DIMS [--type float32|int64] [--threads N] [--runs N]
 // DIMS is comma-separated, e.g. 64,1,28,28. Prints one line:
 //   batch B p50 X p90 Y p99 Z samples/s S
-const ort = require('onnxruntime-node');
+const ort = require('./load_ort');
 
 async function main() {
   const [model, inputName, dimsText, ...rest] = process.argv.slice(2);

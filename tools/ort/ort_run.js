@@ -6,7 +6,7 @@
 // also the latency of each run in milliseconds.
 const fs = require('fs');
 const path = require('path');
-const ort = require('onnxruntime-node');
+const ort = require('./load_ort');
 
 const arrays = {
   float32: Float32Array, float64: Float64Array, int32: Int32Array, int64: BigInt64Array,
