@@ -1,8 +1,11 @@
 // Inference: attention written as separate ops (what torch.onnx.export and
-// other exporters write: MatMul(Q, K^T), a scale, an additive mask, Softmax,
-// MatMul with V) becomes one attention op, whose kernel never writes the
-// [L, S] scores.
+// other exporters write: MatMul(Q, K^T), a scale, an additive mask or a
+// masked_fill with -inf, Softmax, MatMul with V) becomes one attention op,
+// whose kernel never writes the [L, S] scores. A masked_fill of the upper
+// triangle (GPT-style decoders) becomes the op's causal flag.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "graph/passes.h"
 #include "kiln/grad_mode.h"
@@ -56,6 +59,53 @@ int keys_of(Graph& g, const std::vector<int>& uses, const std::vector<bool>& mut
   return kt;
 }
 
+// A masked_fill before the softmax: where(blocked, fill, scores) or
+// where(kept, scores, fill), with a constant condition and a fill of -inf
+// (or a value so low that its exponent is 0 in float32, as -1e9 is). Gives
+// the scores' id and which scores are blocked; false for any other where.
+bool masked_fill(const Graph& g, const Node& n, int& scores, Tensor& blocked) {
+  if (!is(n, "where") || n.inputs.size() != 3) return false;
+  const Value& cond = g.values[n.inputs[0]];
+  if (cond.kind != ValueKind::Constant || cond.tensor.dtype() != DType::Bool) return false;
+  for (int side = 1; side <= 2; ++side) {
+    const double fill = constant_scalar(g, n.inputs[side]);
+    if (std::isnan(fill) || fill > -1e9) continue;
+    scores = n.inputs[3 - side];
+    blocked = cond.tensor.contiguous();
+    if (side == 2) {  // the condition names the kept scores
+      Tensor flipped = Tensor::empty(blocked.shape(), DType::Bool);
+      const bool* from = blocked.data<bool>();
+      bool* to = flipped.data<bool>();
+      for (int64_t i = 0; i < blocked.numel(); ++i) to[i] = !from[i];
+      blocked = flipped;
+    }
+    return true;
+  }
+  return false;
+}
+
+// Whether `blocked` ([.., L, S], every leading axis 1) blocks exactly the keys
+// after each query (j > i): the attention kernel's causal flag.
+bool blocks_later_keys(const Tensor& blocked, int64_t l, int64_t s) {
+  const int64_t r = blocked.dim();
+  if (r < 2 || blocked.size(-2) != l || blocked.size(-1) != s || blocked.numel() != l * s) return false;
+  const bool* p = blocked.data<bool>();
+  for (int64_t i = 0; i < l; ++i)
+    for (int64_t j = 0; j < s; ++j)
+      if (p[i * s + j] != (j > i)) return false;
+  return true;
+}
+
+// Whether some query sees no key: the separate ops give NaN there, the
+// attention op zeros, so such masks stay separate.
+bool blocks_a_whole_row(const Tensor& blocked) {
+  const int64_t s = blocked.dim() > 0 ? blocked.size(-1) : 1;
+  const bool* p = blocked.data<bool>();
+  for (int64_t row = 0; row * s < blocked.numel(); ++row)
+    if (std::all_of(p + row * s, p + (row + 1) * s, [](bool b) { return b; })) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string fuse_attention(Graph& g) {
@@ -74,8 +124,17 @@ std::string fuse_attention(Graph& g) {
     std::vector<Node*> chain = {softmax};
     int scores = softmax->inputs[0], mask = -1;
     double scale = 1;
+    bool causal = false;
     Node* n = sole_producer(g, uses, mutated, scores);
-    if (n && is(*n, "add") && n->inputs.size() == 2) {
+    Tensor blocked;
+    if (n && masked_fill(g, *n, scores, blocked)) {
+      const Shape& shape = g.values[scores].meta.shape;
+      if (shape.size() < 2 || blocks_a_whole_row(blocked)) continue;
+      causal = blocks_later_keys(blocked, shape[shape.size() - 2], shape.back());
+      if (causal) blocked = Tensor();  // else it becomes an additive mask once the pattern is whole
+      chain.push_back(n);
+      n = sole_producer(g, uses, mutated, scores);
+    } else if (n && is(*n, "add") && n->inputs.size() == 2) {
       for (int side = 0; side < 2 && mask < 0; ++side) {
         Node* below = sole_producer(g, uses, mutated, n->inputs[side]);
         if (below && (is(*below, "matmul") || is(*below, "mul") || is(*below, "div"))) {
@@ -115,11 +174,18 @@ std::string fuse_attention(Graph& g) {
     if (mask >= 0 && g.values[mask].meta.dtype != qm.dtype) continue;
     const int k = keys_of(g, uses, mutated, kt);
     if (k < 0) continue;
+    if (blocked.defined()) {  // the masked_fill as an additive mask: -inf where blocked
+      Tensor additive = Tensor::empty(blocked.shape(), DType::Float32);
+      const bool* from = blocked.data<bool>();
+      float* to = additive.data<float>();
+      for (int64_t i = 0; i < blocked.numel(); ++i) to[i] = from[i] ? -std::numeric_limits<float>::infinity() : 0.0f;
+      mask = add_constant(g, additive);
+    }
     Node fused_node;
     fused_node.op = &attention;
     fused_node.inputs = {q, k, v};
     if (mask >= 0) fused_node.inputs.push_back(mask);
-    fused_node.attrs = Attrs{{"scale", scale}, {"causal", false}, {"save_weights", false}};
+    fused_node.attrs = Attrs{{"scale", scale}, {"causal", causal}, {"save_weights", false}};
     Value weights;
     weights.meta = {true, {0}, qm.dtype, qm.device};
     fused_node.outputs = {out.outputs[0], g.add_value(std::move(weights))};

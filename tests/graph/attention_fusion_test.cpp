@@ -3,8 +3,11 @@
 // is needed on its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
+#include <string>
 
 #include "kiln/kiln.h"
 #include "support/close.h"
@@ -43,6 +46,66 @@ TEST(AttentionFusion, ExportedPatternsBecomeOneOpWithTheSameValues) {
     auto fn = compile_inference(fn_of, {q, k, v});
     EXPECT_NE(fn.report().str().find("fused 1 attention patterns"), std::string::npos) << fn.report().str();
     EXPECT_TRUE(kt::all_close(fn({q, k, v})[0], fn_of({q, k, v})[0], 1e-5, 1e-5));
+  }
+}
+
+// What the attention op was given, read from the optimized graph's text:
+// its causal flag and whether a mask came with its three operands.
+struct FusedAs {
+  bool causal = false, masked = false;
+};
+FusedAs fused_as(const jit::CompiledFunction& fn) {
+  std::istringstream text(fn.graph_text());
+  for (std::string line; std::getline(text, line);) {
+    const size_t at = line.find(" attention(");
+    if (at == std::string::npos) continue;
+    const std::string operands = line.substr(at, line.find(')', at) - at);
+    return {line.find("causal=true") != std::string::npos, std::count(operands.begin(), operands.end(), ',') == 3};
+  }
+  return {};
+}
+
+// As GPT-style decoders are exported: the scores scaled, then
+// masked_fill(mask, -inf) (an ONNX Where) before the softmax.
+TEST(AttentionFusion, MaskedFillBecomesTheCausalFlagOrAMask) {
+  manual_seed(23);
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor q = randn({1, 4, 12, 8}), k = randn({1, 4, 12, 8}), v = randn({1, 4, 12, 16});
+  auto masked = [&](Tensor blocked, double fill, bool kept_form) {
+    return [blocked, fill, kept_form](const std::vector<Tensor>& in) {
+      Tensor scores = matmul(in[0], in[1].transpose(-1, -2)) / scalar_tensor(std::sqrt(8.0));
+      scores = kept_form ? where(eq(blocked, scalar_tensor(0, DType::Bool)), scores, scalar_tensor(fill))
+                         : where(blocked, scalar_tensor(fill), scores);
+      return std::vector<Tensor>{matmul(softmax(scores, -1), in[2])};
+    };
+  };
+  const Tensor later_keys = triu(ones({12, 12}, DType::Bool), 1);
+  struct Case {
+    Tensor blocked;
+    double fill;
+    bool kept_form, causal;
+  };
+  const Case cases[] = {
+      {later_keys, -inf, false, true},                           // torch's masked_fill(triu, -inf)
+      {later_keys, -1e9, true, true},                            // torch.where(tril, scores, -1e9)
+      {triu(ones({12, 12}, DType::Bool), 3), -inf, false, false},  // a band: an additive mask
+      {later_keys.reshape({1, 1, 12, 12}), -3.4e38, false, true},  // broadcast over heads, finfo.min
+  };
+  for (const Case& c : cases) {
+    const auto f = masked(c.blocked, c.fill, c.kept_form);
+    auto fn = compile_inference(f, {q, k, v});
+    ASSERT_TRUE(fused_attention(fn)) << fn.report().str();
+    EXPECT_EQ(fused_as(fn).causal, c.causal);
+    EXPECT_EQ(fused_as(fn).masked, !c.causal);
+    EXPECT_TRUE(kt::all_close(fn({q, k, v})[0], f({q, k, v})[0], 1e-5, 1e-5));
+  }
+  // A fill the softmax still weighs, and a mask that leaves a query no key
+  // (NaN from the separate ops, zeros from the attention op): left separate.
+  Tensor whole_row = zeros({12, 12}, DType::Bool);
+  whole_row = where(eq(arange(12).reshape({12, 1}), scalar_tensor(5, DType::Int64)), ones({12, 12}, DType::Bool), whole_row);
+  for (const auto& f : {masked(later_keys, -5.0, false), masked(whole_row, -inf, false)}) {
+    auto fn = compile_inference(f, {q, k, v});
+    EXPECT_FALSE(fused_attention(fn)) << fn.report().str();
   }
 }
 

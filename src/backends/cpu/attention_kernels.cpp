@@ -17,11 +17,14 @@ namespace {
 // Query rows per work item: all of a head's when there are heads enough for
 // every thread, else as few as keep the threads busy (their scores stay in
 // L2 either way at these sizes), at least 16.
-int64_t rows_per_item(int64_t batch, int64_t rows) {
+// A causal item takes at most 32 rows, so that it can stop at the last key
+// its rows see (about 60% of the work at 128 positions).
+int64_t rows_per_item(int64_t batch, int64_t rows, bool causal) {
   const int64_t wanted = 4 * static_cast<int64_t>(get_num_threads());
-  if (batch >= wanted) return rows;
+  const int64_t most = causal ? std::min<int64_t>(rows, 32) : rows;
+  if (batch >= wanted) return most;
   const int64_t blocks = (wanted + batch - 1) / batch;
-  return std::max<int64_t>(16, (rows + blocks - 1) / blocks);
+  return std::min(most, std::max<int64_t>(16, (rows + blocks - 1) / blocks));
 }
 
 template <typename T>
@@ -44,15 +47,24 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const T* pm = mask.defined() ? mask.data<T>() : nullptr;
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
   T* py = y.data<T>();
-  const int64_t block = rows_per_item(batch, l), blocks = (l + block - 1) / block;
+  const int64_t block = rows_per_item(batch, l, causal), blocks = (l + block - 1) / block;
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(weights ? 0 : block * s));
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / blocks, r0 = item % blocks * block, rows = std::min(block, l - r0);
       T* p = weights ? weights + (b * l + r0) * s : scratch.data();
-      gemm<T>(false, true, rows, s, d, scale, pq + (b * l + r0) * d, d, pk + b * s * d, d, T(0), p, s);
+      // The keys any row of the block sees (rounded up as the softmax rounds
+      // below); past them the weights are zero, so both products stop there.
+      const int64_t reach = causal ? std::min(s, (r0 + rows + 7) / 8 * 8) : s;
+      gemm<T>(false, true, rows, reach, d, scale, pq + (b * l + r0) * d, d, pk + b * s * d, d, T(0), p, s);
       for (int64_t i = 0; i < rows; ++i) {
         T* row = p + i * s;
+        // Key j sees query i when j <= i. The softmax runs to a multiple of 8
+        // past that, the keys between masked: its sums then take the same
+        // lanes as over the whole row, so a causal mask given as a mask gives
+        // the same bits as the causal flag.
+        const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
+        const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
         if (pm) {
           // Position (b, r0 + i, j) of the mask view: unravel b over the leading axes.
           int64_t off = (r0 + i) * mask.strides()[r - 2], rest = b;
@@ -61,14 +73,8 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
             rest /= mask.shape()[ax];
           }
           const int64_t js = mask.strides()[r - 1];
-          for (int64_t j = 0; j < s; ++j) row[j] += pm[off + j * js];
+          for (int64_t j = 0; j < visible; ++j) row[j] += pm[off + j * js];
         }
-        // Key j sees query i when j <= i. The softmax runs to a multiple of 8
-        // past that, the keys between masked: its sums then take the same
-        // lanes as over the whole row, so a causal mask given as a mask gives
-        // the same bits as the causal flag.
-        const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
-        const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
         std::fill(row + seen, row + visible, -std::numeric_limits<T>::infinity());
         if (softmax_row<T, false>(row, row, visible) == -std::numeric_limits<T>::infinity()) {
           std::fill(row, row + s, T(0));  // nothing to attend to: zeros, not NaN
@@ -76,7 +82,7 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
         }
         std::fill(row + visible, row + s, T(0));
       }
-      gemm<T>(false, false, rows, dv, s, T(1), p, s, pv + b * s * dv, dv, T(0), py + (b * l + r0) * dv, dv);
+      gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + b * s * dv, dv, T(0), py + (b * l + r0) * dv, dv);
     }
   });
 }
