@@ -140,6 +140,41 @@ void interpolate_plane(const AxisMap& rows, const AxisMap& cols, const std::vect
   }
 }
 
+// One plane forward, separably: every source row interpolated across first
+// (h x ow values), then each output row as the weighted sum of its source
+// rows' values, a loop over contiguous columns that vectorizes. The same sums
+// in the same order as interpolate_plane, with a fraction of the gathers.
+template <int TAPS, typename T>
+void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const std::vector<T>& wy_all,
+                                 const std::vector<T>& wx_all, const T* sp, T* dp, int64_t h, int64_t w, int64_t oh,
+                                 int64_t ow, std::vector<T>& across) {
+  const int64_t rt = TAPS > 0 ? TAPS : rows.taps, ct = TAPS > 0 ? TAPS : cols.taps;
+  across.resize(static_cast<size_t>(h * ow));
+  for (int64_t y = 0; y < h; ++y) {
+    const T* row = sp + y * w;
+    T* to = across.data() + y * ow;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int64_t* cx = &cols.index[ox * ct];
+      const T* wx = &wx_all[ox * ct];
+      T sum = 0;
+      for (int64_t j = 0; j < ct; ++j) sum += wx[j] * row[cx[j]];
+      to[ox] = sum;
+    }
+  }
+  for (int64_t oy = 0; oy < oh; ++oy) {
+    const int64_t* ry = &rows.index[oy * rt];
+    const T* wy = &wy_all[oy * rt];
+    T* to = dp + oy * ow;
+    const T* first = across.data() + ry[0] * ow;
+    for (int64_t ox = 0; ox < ow; ++ox) to[ox] = T(0) + wy[0] * first[ox];
+    for (int64_t i = 1; i < rt; ++i) {
+      const T* from = across.data() + ry[i] * ow;
+      const T wi = wy[i];
+      for (int64_t ox = 0; ox < ow; ++ox) to[ox] += wi * from[ox];
+    }
+  }
+}
+
 template <typename T, bool Backward>
 void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor x = contiguous(in[Backward ? 1 : 0]);
@@ -157,6 +192,21 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
                : taps == 2 ? interpolate_plane<2, T, Backward>
                : taps == 4 ? interpolate_plane<4, T, Backward>
                            : interpolate_plane<0, T, Backward>;
+  // Forward with no position outside the input (tf_crop_and_resize's
+  // extrapolation): separably.
+  const bool inside = std::none_of(rows.outside.begin(), rows.outside.end(), [](bool o) { return o; }) &&
+                      std::none_of(cols.outside.begin(), cols.outside.end(), [](bool o) { return o; });
+  if (!Backward && inside) {
+    auto separable = taps == 1   ? interpolate_plane_separable<1, T>
+                     : taps == 2 ? interpolate_plane_separable<2, T>
+                     : taps == 4 ? interpolate_plane_separable<4, T>
+                                 : interpolate_plane_separable<0, T>;
+    parallel_for(planes, 1, [&](int64_t b, int64_t e) {
+      std::vector<T> across;
+      for (int64_t p = b; p < e; ++p) separable(rows, cols, wy, wx, src + p * h * w, dst + p * oh * ow, h, w, oh, ow, across);
+    });
+    return;
+  }
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* sp = src + p * (Backward ? oh * ow : h * w);
