@@ -186,6 +186,11 @@ void LayoutPass::plan_node(int at) {
     p.start = n.attrs.get_int("start");
     set(at, p, {b0});
     block_of_[n.outputs[0]] = b0;
+  } else if (b0 && blocked_interpolate(n)) {
+    Plan p{Plan::Resize};
+    p.block = b0;
+    set(at, p, {b0});
+    block_of_[n.outputs[0]] = b0;
   } else if (const int b = concat_block(n)) {
     Plan p{Plan::Concat};
     p.block = b;
@@ -239,6 +244,16 @@ void LayoutPass::plan_elementwise(int at) {
 // Inference: channels of blocked values, each a whole number of blocks of
 // one size, concatenate as blocks (SqueezeNet's and Inception's branches
 // meet so). The block, or 0.
+// Inference: an upsampling (or other resize) of blocked activations runs on
+// them as they are, so the convolutions and concatenation around it (a
+// U-Net's decoder) need no reorder. tf_crop_and_resize, which can map a
+// position outside the input, stays plain.
+bool LayoutPass::blocked_interpolate(const Node& n) const {
+  return !training_ && is_op(n, "interpolate") && n.inputs.size() == 1 &&
+         n.attrs.get_string("coordinates", "half_pixel") != "tf_crop_and_resize" &&
+         g_.values[n.outputs[0]].meta.dtype == DType::Float32;
+}
+
 int LayoutPass::concat_block(const Node& n) const {
   if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
   const TensorMeta& y = g_.values[n.outputs[0]].meta;

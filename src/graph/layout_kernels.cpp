@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/interpolate_pixels.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
@@ -284,6 +285,15 @@ CustomKernel blocked_channel_slice_kernel(int64_t start) {
       for (int64_t n = lo; n < hi; ++n)
         std::memcpy(dst + n * size, src + n * x[1] * pixels + start * pixels, static_cast<size_t>(size) * sizeof(float));
     });
+  };
+}
+
+CustomKernel blocked_interpolate_kernel(const Attrs& attrs, int block) {
+  return [attrs, block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& x = in[0].shape();
+    const bool done = cpu::interpolate_pixels<float>(in[0].data<float>(), out[0].data<float>(), x[0] * x[1] / block,
+                                                     x[2], x[3], block, attrs);
+    KILN_CHECK(done, "interpolate on blocked activations: a position maps outside the input");
   };
 }
 

@@ -45,6 +45,9 @@ CustomKernel blocked_concat_kernel();
 CustomKernel blocked_channel_shuffle_kernel(int64_t groups, int block);
 // Channels [start, end) of a blocked value, both a whole number of blocks.
 CustomKernel blocked_channel_slice_kernel(int64_t start);
+// in: x (blocked) -> y (blocked), the interpolate op with these attributes
+// (not tf_crop_and_resize).
+CustomKernel blocked_interpolate_kernel(const Attrs& attrs, int block);
 CustomKernel reorder_kernel(int from_block, int to_block);
 // An elementwise op (its CPU kernel) on a blocked [N, C, H, W] output whose
 // inputs are blocked like it, scalars, or [N, C, 1, 1] vectors

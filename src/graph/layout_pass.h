@@ -20,13 +20,13 @@ bool fast(const cpu::onednn::LayoutCall& c);
 
 // What the pass does with one node.
 struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice } kind;
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice, Resize } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
   bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
   cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
-  int block = 0;                // MaxPool, MaxPoolGrad, GlobalAverage, Concat, WeightGrad from_pool: the channel block of x
+  int block = 0;  // MaxPool, MaxPoolGrad, GlobalAverage, Concat, Resize, WeightGrad from_pool: the channel block of x
   std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
@@ -56,6 +56,7 @@ class LayoutPass {
   void plan_node(int at);
   void plan_elementwise(int at);
   int concat_block(const Node& n) const;
+  bool blocked_interpolate(const Node& n) const;
   bool plan_channel_shuffle(int at);
   std::vector<int> concatenated_parts(int x, int64_t groups);
   std::vector<int> channel_slices(int y, int block);

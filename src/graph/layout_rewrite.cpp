@@ -336,6 +336,10 @@ void LayoutPass::rewrite_nodes() {
         k.label = "channel_shuffle[" + blocked + "]";
         k.custom = blocked_channel_shuffle_kernel(plan.groups, plan.block);
         break;
+      case Plan::Resize:
+        k.label = "interpolate[" + blocked + "]";
+        k.custom = blocked_interpolate_kernel(n.attrs, plan.block);
+        break;
       case Plan::Slice:
         k.label = "slice[" + blocked + "]";
         k.custom = blocked_channel_slice_kernel(plan.start);

@@ -193,3 +193,38 @@ TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
 }
 
 }  // namespace
+
+namespace {
+
+// A U-Net's decoder at batch 2: the upsampled activations (bilinear and
+// nearest, 2x and to an odd size) stay blocked, so the concatenation with the
+// skip connection is blocked too and nothing goes plain before the result.
+TEST(BlockedLayout, UpsamplingsAndTheirConcatenationStayBlocked) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(26);
+  Tensor down = randn({b, 3, 3, 3}) * 0.3, deep = randn({2 * b, b, 3, 3}) * 0.1, head = randn({b, 5 * b, 1, 1}) * 0.2;
+  ConvOptions pad1;
+  pad1.padding = {1, 1};
+  for (const std::string mode : {"bilinear", "nearest"}) {
+    for (const bool odd : {false, true}) {
+      auto program = [&](const std::vector<Tensor>& in) {
+        Tensor skip = relu(conv2d(in[0], down, Tensor(), pad1));
+        Tensor low = relu(conv2d(max_pool2d(skip, {2, 2}, {2, 2}), deep, Tensor(), pad1));
+        Tensor up = odd ? interpolate(low, {skip.size(2), skip.size(3)}, mode) : interpolate(low, 2.0, mode);
+        Tensor half = interpolate(skip, 0.5, mode);  // downsampling too
+        Tensor back = interpolate(half, {skip.size(2), skip.size(3)}, mode);
+        return std::vector<Tensor>{conv2d(concat({skip, up, back, back}, 1), head, Tensor())};
+      };
+      Tensor x = randn({2, 3, odd ? 14 : 12, odd ? 10 : 16});
+      const Compared run = compile_and_run(program, x);
+      const std::string& graph = run.graph;
+      EXPECT_EQ(count(graph, "interpolate[nChw"), 3u) << graph;
+      EXPECT_EQ(count(graph, "concat[nChw"), 1u) << graph;
+      EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
+      expect_close(run.got[0], run.want[0]);
+    }
+  }
+}
+
+}  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "backends/cpu/interpolate_pixels.h"
 #include "backends/cpu/kernel_helpers.h"
 
 namespace kiln::cpu {
@@ -141,39 +142,93 @@ void interpolate_plane(const AxisMap& rows, const AxisMap& cols, const std::vect
 }
 
 // One plane forward, separably: every source row interpolated across first
-// (h x ow values), then each output row as the weighted sum of its source
-// rows' values, a loop over contiguous columns that vectorizes. The same sums
-// in the same order as interpolate_plane, with a fraction of the gathers.
-template <int TAPS, typename T>
+// (h x ow pixels), then each output row as the weighted sum of its source
+// rows, a loop over contiguous values that vectorizes. The same sums in the
+// same order as interpolate_plane, with a fraction of the gathers. A pixel is
+// `pixel` consecutive values (1 in NCHW planes; a channel block in nChw8c).
+// TAPS and PIXEL > 0 fix the tap count and the pixel's values at compile
+// time (so the inner loops unroll); 0 reads them at run time.
+template <int TAPS, int PIXEL, typename T>
 void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const std::vector<T>& wy_all,
                                  const std::vector<T>& wx_all, const T* sp, T* dp, int64_t h, int64_t w, int64_t oh,
-                                 int64_t ow, std::vector<T>& across) {
+                                 int64_t ow, int64_t any_pixel, std::vector<T>& across) {
   const int64_t rt = TAPS > 0 ? TAPS : rows.taps, ct = TAPS > 0 ? TAPS : cols.taps;
-  across.resize(static_cast<size_t>(h * ow));
+  const int64_t pixel = PIXEL > 0 ? PIXEL : any_pixel;
+  const int64_t out_row = ow * pixel;
+  across.resize(static_cast<size_t>(h * out_row));
   for (int64_t y = 0; y < h; ++y) {
-    const T* row = sp + y * w;
-    T* to = across.data() + y * ow;
+    const T* row = sp + y * w * pixel;
+    T* to = across.data() + y * out_row;
     for (int64_t ox = 0; ox < ow; ++ox) {
       const int64_t* cx = &cols.index[ox * ct];
       const T* wx = &wx_all[ox * ct];
-      T sum = 0;
-      for (int64_t j = 0; j < ct; ++j) sum += wx[j] * row[cx[j]];
-      to[ox] = sum;
+      T* px = to + ox * pixel;
+      std::fill(px, px + pixel, T(0));
+      for (int64_t j = 0; j < ct; ++j) {
+        const T* from = row + cx[j] * pixel;
+        for (int64_t c = 0; c < pixel; ++c) px[c] += wx[j] * from[c];
+      }
     }
   }
   for (int64_t oy = 0; oy < oh; ++oy) {
     const int64_t* ry = &rows.index[oy * rt];
     const T* wy = &wy_all[oy * rt];
-    T* to = dp + oy * ow;
-    const T* first = across.data() + ry[0] * ow;
-    for (int64_t ox = 0; ox < ow; ++ox) to[ox] = T(0) + wy[0] * first[ox];
-    for (int64_t i = 1; i < rt; ++i) {
-      const T* from = across.data() + ry[i] * ow;
-      const T wi = wy[i];
-      for (int64_t ox = 0; ox < ow; ++ox) to[ox] += wi * from[ox];
+    T* to = dp + oy * out_row;
+    const T* from[TAPS > 0 ? TAPS : 1];
+    if constexpr (TAPS > 0) {
+      for (int r = 0; r < TAPS; ++r) from[r] = across.data() + ry[r] * out_row;
+      for (int64_t i = 0; i < out_row; ++i) {
+        T sum = 0;
+        for (int r = 0; r < TAPS; ++r) sum += wy[r] * from[r][i];
+        to[i] = sum;
+      }
+    } else {
+      std::fill(to, to + out_row, T(0));
+      for (int64_t r = 0; r < rt; ++r) {
+        const T* source = across.data() + ry[r] * out_row;
+        for (int64_t i = 0; i < out_row; ++i) to[i] += wy[r] * source[i];
+      }
     }
   }
 }
+
+}  // namespace
+
+template <typename T>
+bool interpolate_pixels(const T* src, T* dst, int64_t planes, int64_t h, int64_t w, int64_t pixel, const Attrs& a) {
+  const auto size = a.get_ints("size");
+  const int64_t oh = size[0], ow = size[1];
+  const AxisMap rows = axis_map(a, 0, h, oh), cols = axis_map(a, 1, w, ow);
+  auto outside = [](const AxisMap& m) { return std::any_of(m.outside.begin(), m.outside.end(), [](bool o) { return o; }); };
+  if (outside(rows) || outside(cols)) return false;
+  const std::vector<T> wy(rows.weight.begin(), rows.weight.end()), wx(cols.weight.begin(), cols.weight.end());
+  const int64_t taps = rows.taps == cols.taps ? rows.taps : 0;
+  auto plane = interpolate_plane_separable<0, 0, T>;
+  if (pixel == 1) {
+    plane = taps == 1   ? interpolate_plane_separable<1, 1, T>
+            : taps == 2 ? interpolate_plane_separable<2, 1, T>
+            : taps == 4 ? interpolate_plane_separable<4, 1, T>
+                        : interpolate_plane_separable<0, 1, T>;
+  } else if (pixel == 8) {
+    plane = taps == 1 ? interpolate_plane_separable<1, 8, T>
+            : taps == 2 ? interpolate_plane_separable<2, 8, T>
+                        : interpolate_plane_separable<0, 8, T>;
+  } else if (pixel == 16) {
+    plane = taps == 1 ? interpolate_plane_separable<1, 16, T>
+            : taps == 2 ? interpolate_plane_separable<2, 16, T>
+                        : interpolate_plane_separable<0, 16, T>;
+  }
+  parallel_for(planes, 1, [&](int64_t b, int64_t e) {
+    std::vector<T> across;
+    for (int64_t p = b; p < e; ++p)
+      plane(rows, cols, wy, wx, src + p * h * w * pixel, dst + p * oh * ow * pixel, h, w, oh, ow, pixel, across);
+  });
+  return true;
+}
+template bool interpolate_pixels<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t, const Attrs&);
+template bool interpolate_pixels<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t, const Attrs&);
+
+namespace {
 
 template <typename T, bool Backward>
 void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
@@ -194,19 +249,7 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
                            : interpolate_plane<0, T, Backward>;
   // Forward with no position outside the input (tf_crop_and_resize's
   // extrapolation): separably.
-  const bool inside = std::none_of(rows.outside.begin(), rows.outside.end(), [](bool o) { return o; }) &&
-                      std::none_of(cols.outside.begin(), cols.outside.end(), [](bool o) { return o; });
-  if (!Backward && inside) {
-    auto separable = taps == 1   ? interpolate_plane_separable<1, T>
-                     : taps == 2 ? interpolate_plane_separable<2, T>
-                     : taps == 4 ? interpolate_plane_separable<4, T>
-                                 : interpolate_plane_separable<0, T>;
-    parallel_for(planes, 1, [&](int64_t b, int64_t e) {
-      std::vector<T> across;
-      for (int64_t p = b; p < e; ++p) separable(rows, cols, wy, wx, src + p * h * w, dst + p * oh * ow, h, w, oh, ow, across);
-    });
-    return;
-  }
+  if (!Backward && interpolate_pixels<T>(src, dst, planes, h, w, 1, a)) return;
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* sp = src + p * (Backward ? oh * ow : h * w);
