@@ -56,6 +56,11 @@ class ThreadGovernor {
   // The first runs of a count build its primitives and touch its memory.
   static constexpr int kWarmRuns = 2;
   static constexpr int64_t kExploreEvery = 100;
+  // And early on, at runs 16, 32 and 64: the first measurements may have
+  // fallen in a noisy moment, and a load that the machine's load average
+  // does not show (another virtual machine on the same host) starts no
+  // look by itself.
+  static bool early_look(int64_t run) { return run == 16 || run == 32 || run == 64; }
   static constexpr double kSlowRun = 1.5;  // times the estimate: a reason to look again
   static constexpr int64_t kSlowRunLooksEvery = 50;
   // An explored count whose run beat the best is run this many times more;

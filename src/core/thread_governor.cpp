@@ -139,7 +139,7 @@ int ThreadGovernor::choose() {
       if (c.threads > candidates_[best].threads) last_wide_run_ = runs_;
       return c.threads;
     }
-  if (candidates_.size() > 1 && (explore_next_ || runs_ % kExploreEvery == 0)) {
+  if (candidates_.size() > 1 && (explore_next_ || runs_ % kExploreEvery == 0 || early_look(runs_))) {
     // After a run much slower than usual (a core was taken, maybe), and now
     // and then in any case, the count least recently run.
     explore_next_ = false;

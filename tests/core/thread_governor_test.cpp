@@ -127,6 +127,19 @@ TEST(ThreadGovernor, ANoisyStartIsCorrectedAtTheNextLook) {
   EXPECT_GE(count_of(chosen, 2, 20), 19);
 }
 
+// The same, with one thread as fast after the noise as during it (no slow
+// run to start a look; the noise came from outside what the load average
+// shows): an early look finds two threads faster well before run 100.
+TEST(ThreadGovernor, ANoisyStartOnASteadyCountIsCorrectedEarly) {
+  Machine m{2};
+  ThreadGovernor g(2, m.reader());
+  drive(g, 12, [](int t) { return t == 1 ? 0.010 : 0.030; });
+  ASSERT_EQ(g.best(), 1);
+  auto chosen = drive(g, 40, quiet);
+  EXPECT_EQ(g.best(), 2);
+  EXPECT_GE(count_of(chosen, 2, 25), 14);
+}
+
 TEST(ThreadGovernor, OneStrayPauseDoesNotMoveIt) {
   Machine m{2};
   ThreadGovernor g(2, m.reader());
