@@ -92,6 +92,21 @@ std::string matmul_bias_to_linear(Graph& g) {
   return rewritten ? "turned " + std::to_string(rewritten) + " matmul + bias pairs with constant weights into linear ops" : "";
 }
 
+// A view, or a permute that moves only axes of size 1 (a sequence-first
+// [L, 1, D] read as [1, L, D]), keeps its input's elements in their order.
+bool keeps_element_order(const Graph& g, const Node& n) {
+  if (is_op(n, "view")) return true;
+  if (!is_op(n, "permute")) return false;
+  const Shape& in = g.values[n.inputs[0]].meta.shape;
+  int64_t last = -1;
+  for (int64_t axis : n.attrs.get_ints("order", {})) {
+    if (in[axis] == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
 std::string fuse_linear_residual(Graph& g) {
   auto uses = g.use_counts();
   auto mutated = g.mutated_values();
@@ -101,12 +116,23 @@ std::string fuse_linear_residual(Graph& g) {
     const int sum = add.outputs[0];
     if (g.values[sum].meta.dtype != DType::Float32) continue;
     for (int side = 0; side < 2; ++side) {
-      const int y = add.inputs[side], r = add.inputs[1 - side];
+      const int r = add.inputs[1 - side];
+      if (add.inputs[side] == r) continue;
+      // Back to the linear layer through views that keep its elements' order
+      // (a transformer's attention output goes [L, D] -> [L, 1, D] -> [1, L, D]).
+      int y = add.inputs[side];
+      std::vector<Node*> views;
+      while (g.values[y].kind == ValueKind::Result && uses[y] == 1 && !mutated[y] &&
+             keeps_element_order(g, g.nodes[g.values[y].producer])) {
+        views.push_back(&g.nodes[g.values[y].producer]);
+        y = views.back()->inputs[0];
+      }
       if (y == r || g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
       const int at = g.values[y].producer;
       Node& linear = g.nodes[at];
       if (!is_op(linear, "linear") || g.values[r].meta.shape != g.values[sum].meta.shape ||
-          g.values[y].meta.shape != g.values[sum].meta.shape)
+          g.values[add.inputs[side]].meta.shape != g.values[sum].meta.shape ||
+          numel_of(g.values[y].meta.shape) != numel_of(g.values[sum].meta.shape))
         continue;
       // The residual is copied into the output before the GEMM: it must exist by then.
       if (g.values[r].kind == ValueKind::Result && g.values[r].producer > at) continue;
@@ -135,6 +161,7 @@ std::string fuse_linear_residual(Graph& g) {
       g.values[result].producer = at;
       g.values[result].output_index = 0;
       add.removed = true;
+      for (Node* v : views) v->removed = true;
       ++fused;
       break;
     }

@@ -246,6 +246,29 @@ TEST(Compile, ResidualAddsAndReluFoldIntoLinearLayers) {
   expect_close(fn({x2})[0], blocks({x2})[0], 1e-5, 1e-5);
 }
 
+// A sequence-first transformer at batch 1 (as nn.TransformerEncoderLayer is
+// exported): the attention output's projection is [L, D], viewed [L, 1, D]
+// and permuted to [1, L, D] before the residual add. Those views keep the
+// elements' order, so the add still folds into the linear layer; a permute
+// that reorders them (batch 2) keeps the add separate.
+TEST(Compile, ResidualAddsFoldThroughViewsThatKeepTheOrder) {
+  manual_seed(7);
+  Tensor w = randn({16, 16}) * 0.3, b = randn({16});
+  auto sublayer = [&](const std::vector<Tensor>& in) {  // in[0]: [N, L, D]
+    const int64_t n = in[0].size(0), l = in[0].size(1);
+    Tensor seq_first = in[0].permute({1, 0, 2}).contiguous().view({l * n, 16});
+    Tensor y = linear(seq_first, w, b).view({l, n, 16}).permute({1, 0, 2});
+    return std::vector<Tensor>{y + in[0]};
+  };
+  for (int64_t n : {1, 2}) {
+    Tensor x = randn({n, 7, 16});
+    auto fn = jit::compile(sublayer, {x});
+    const bool folded = fn.report().str().find("residual adds into linear layers") != std::string::npos;
+    EXPECT_EQ(folded, n == 1) << fn.report().str();
+    expect_close(fn({x})[0], sublayer({x})[0], 1e-5, 1e-5);
+  }
+}
+
 // ONNX-style matmul(x, W) + b with constants becomes a linear op, so the
 // ReLU after it joins the same oneDNN call. The transposed weight is made
 // once and shared by the graphs of every input shape.
