@@ -114,3 +114,40 @@ TEST(TransformerEncoderLayer, TrainsThroughAttention) {
   EXPECT_LT(last, 0.7 * first);
   for (auto& p : layer.trainable_params()) EXPECT_TRUE(p.grad().defined());
 }
+
+// Heads read where they stand: Q, K and V as strided views of one packed
+// projection (a sequence-first [L, 1, 3E] at batch 1 sliced, viewed and
+// permuted to [H, L, D], as exported encoders have it, or a BERT-style
+// [N, L, H, D] permuted to [N, H, L, D]), and K shared by every head
+// (stride 0), give what their contiguous copies give.
+TEST(ScaledDotProductAttention, StridedHeadsMatchContiguousCopies) {
+  manual_seed(31);
+  const int64_t l = 9, n = 2, heads = 3, dh = 16, e = heads * dh;
+  Tensor packed = randn({l, 1, 3 * e});
+  auto head_view = [&](int64_t part) {
+    return packed.slice(2, part * e, (part + 1) * e).view({l, heads, dh}).permute({1, 0, 2});
+  };
+  Tensor bert = randn({n, l, heads, dh}).permute({0, 2, 1, 3});
+  Tensor shared_key = randn({1, l, dh}).expand({heads, l, dh});
+  Tensor mask = randn({l, l});
+  struct Case {
+    Tensor q, k, v, mask;
+    bool causal;
+  };
+  const Case cases[] = {
+      {head_view(0), head_view(1), head_view(2), Tensor(), false},
+      {head_view(0), head_view(1), head_view(2), Tensor(), true},
+      {head_view(0), shared_key, head_view(2), mask, false},
+      {bert, bert, bert, Tensor(), true},
+  };
+  NoGradGuard no_grad;
+  for (const Case& c : cases) {
+    ASSERT_FALSE(c.q.is_contiguous());
+    const Tensor got = scaled_dot_product_attention(c.q, c.k, c.v, c.mask, c.causal);
+    const Tensor want =
+        scaled_dot_product_attention(c.q.contiguous(), c.k.contiguous(), c.v.contiguous(), c.mask, c.causal);
+    const auto g = got.to_vector<float>(), w = want.to_vector<float>();
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-6 * std::abs(w[i])) << "element " << i;
+  }
+}

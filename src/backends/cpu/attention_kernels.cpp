@@ -27,9 +27,39 @@ int64_t rows_per_item(int64_t batch, int64_t rows, bool causal) {
   return std::min(most, std::max<int64_t>(16, (rows + blocks - 1) / blocks));
 }
 
+// An operand whose rows are contiguous as it stands (a head of a fused QKV
+// projection's output, [L, H, D] permuted to [H, L, D]), else a contiguous
+// copy; and the offset of each [rows, D] matrix and the stride between rows.
+struct Operand {
+  Tensor t;
+  std::vector<int64_t> offsets;
+  int64_t row_stride;
+};
+Operand operand(const Tensor& x) {
+  const int64_t rank = x.dim();
+  const auto& st = x.strides();
+  const bool rows_as_they_stand = (st[rank - 1] == 1 || x.size(-1) == 1) && (x.size(-2) == 1 || st[rank - 2] >= x.size(-1));
+  Operand o{rows_as_they_stand ? x : contiguous(x), {}, 0};
+  const Shape& shape = o.t.shape();
+  o.row_stride = shape[rank - 2] == 1 ? shape[rank - 1] : o.t.strides()[rank - 2];
+  int64_t matrices = 1;
+  for (int64_t ax = 0; ax < rank - 2; ++ax) matrices *= shape[ax];
+  o.offsets.resize(static_cast<size_t>(matrices));
+  for (int64_t b = 0; b < matrices; ++b) {
+    int64_t off = 0, rest = b;
+    for (int64_t ax = rank - 3; ax >= 0; --ax) {
+      off += rest % shape[ax] * o.t.strides()[ax];
+      rest /= shape[ax];
+    }
+    o.offsets[static_cast<size_t>(b)] = off;
+  }
+  return o;
+}
+
 template <typename T>
 void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  const Tensor q = contiguous(in[0]), k = contiguous(in[1]), v = contiguous(in[2]);
+  const Operand oq = operand(in[0]), ok = operand(in[1]), ov = operand(in[2]);
+  const Tensor &q = oq.t, &k = ok.t, &v = ov.t;
   const int64_t r = q.dim(), l = q.size(-2), d = q.size(-1), s = k.size(-2), dv = v.size(-1);
   const int64_t batch = l > 0 ? q.numel() / (l * d) : 0;
   const double given = a.get_float("scale", 0.0);
@@ -56,7 +86,8 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
       // The keys any row of the block sees (rounded up as the softmax rounds
       // below); past them the weights are zero, so both products stop there.
       const int64_t reach = causal ? std::min(s, (r0 + rows + 7) / 8 * 8) : s;
-      gemm<T>(false, true, rows, reach, d, scale, pq + (b * l + r0) * d, d, pk + b * s * d, d, T(0), p, s);
+      gemm<T>(false, true, rows, reach, d, scale, pq + oq.offsets[b] + r0 * oq.row_stride, oq.row_stride,
+              pk + ok.offsets[b], ok.row_stride, T(0), p, s);
       for (int64_t i = 0; i < rows; ++i) {
         T* row = p + i * s;
         // Key j sees query i when j <= i. The softmax runs to a multiple of 8
@@ -82,7 +113,8 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
         }
         std::fill(row + visible, row + s, T(0));
       }
-      gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + b * s * dv, dv, T(0), py + (b * l + r0) * dv, dv);
+      gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + ov.offsets[b], ov.row_stride, T(0),
+              py + (b * l + r0) * dv, dv);
     }
   });
 }
