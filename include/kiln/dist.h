@@ -60,6 +60,11 @@ std::vector<std::string> expand_host_list(const std::string& list);
 enum class ReduceOp { Sum, Mean, Max, Min };
 
 struct InitOptions {
+  // "gloo": CPU tensors, over TCP between hosts and through shared memory
+  // among the ranks of one host. "nccl" (with the CUDA backend) and "mpi"
+  // are the backends the process group is built to take next; this build
+  // refuses them with a message that says so.
+  std::string backend = "gloo";
   PlaceOverrides place;
   // For joining (every rank must arrive within it) and for every collective
   // (a rank that does not take part within it fails the others).

@@ -62,6 +62,7 @@ struct CallbackSpec {
 // (kiln launch, torchrun, srun): the ranks join, batch_size stays the global
 // batch, and rank 0 writes the output.
 struct DistributedSpec {
+  std::string backend = "gloo";  // dist::InitOptions::backend
   double timeout_s = 300;  // joining and each collective
   double bucket_mb = 25;   // gradients all-reduced together
   bool sync_batchnorm = false;  // batch statistics over every rank's share of the batch

@@ -170,7 +170,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   }
   if (top["callbacks"]) r.callbacks = parse_callbacks(top["callbacks"], source);
   if (top["distributed"]) {
-    Section d(top["distributed"], "distributed", {"timeout_s", "bucket_mb", "sync_batchnorm"}, source);
+    Section d(top["distributed"], "distributed", {"backend", "timeout_s", "bucket_mb", "sync_batchnorm"}, source);
+    d.read("backend", r.distributed.backend);
     d.read("timeout_s", r.distributed.timeout_s);
     d.read("bucket_mb", r.distributed.bucket_mb);
     d.read("sync_batchnorm", r.distributed.sync_batchnorm);
@@ -206,6 +207,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   check(r.normalize_mean.size() == r.normalize_std.size(), r,
         "dataset.normalize needs as many std values as mean values");
   check(r.max_steps >= 0, r, "max_steps must be >= 0 (0: no limit)");
+  check(r.distributed.backend == "gloo" || r.distributed.backend == "nccl" || r.distributed.backend == "mpi", r,
+        "distributed.backend must be gloo, nccl or mpi, not '" + r.distributed.backend + "'");
   check(r.distributed.timeout_s > 0 && r.distributed.bucket_mb > 0, r,
         "distributed.timeout_s and distributed.bucket_mb must be positive");
   for (const auto& c : r.callbacks)

@@ -126,6 +126,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   std::shared_ptr<dist::ProcessGroup> group;
   if (dist::place_from_environment().world_size > 1) {
     dist::InitOptions init;
+    init.backend = r.distributed.backend;
     init.timeout = std::chrono::milliseconds(static_cast<int64_t>(r.distributed.timeout_s * 1000));
     group = dist::init(init);
   }

@@ -100,3 +100,27 @@ TEST(DistEnvironment, HostListExpansion) {
 }
 
 }  // namespace
+
+namespace {
+
+// A backend this build lacks is refused at once, before any rank listens or
+// connects, with what to use instead.
+TEST(DistEnvironment, BackendsThisBuildLacksAreRefusedWithTheAlternative) {
+  auto init_with = [](const std::string& backend) {
+    dist::InitOptions o;
+    o.backend = backend;
+    o.place.world_size = 2;  // would wait for a second rank if it got that far
+    o.place.rank = 1;
+    o.timeout = std::chrono::milliseconds(100);
+    return message_of([&] { dist::init(o); });
+  };
+  std::string msg = init_with("nccl");
+  EXPECT_NE(msg.find("backend 'nccl' needs Kiln's CUDA backend"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'gloo'"), std::string::npos) << msg;
+  msg = init_with("mpi");
+  EXPECT_NE(msg.find("backend 'mpi' is not in this build"), std::string::npos) << msg;
+  msg = init_with("ucc");
+  EXPECT_NE(msg.find("unknown backend 'ucc'; Kiln's backends are 'gloo'"), std::string::npos) << msg;
+}
+
+}  // namespace

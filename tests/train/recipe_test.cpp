@@ -45,15 +45,19 @@ output: runs/x
   EXPECT_DOUBLE_EQ(r.optimizer.lr, 0.5);
   EXPECT_FALSE(r.adapt_threads);
   auto d = recipe::parse_recipe_text("distributed: {timeout_s: 30, bucket_mb: 4, sync_batchnorm: true}\n").distributed;
+  EXPECT_EQ(d.backend, "gloo");
+  EXPECT_EQ(recipe::parse_recipe_text("distributed: {backend: mpi}\n").distributed.backend, "mpi");
   EXPECT_DOUBLE_EQ(d.timeout_s, 30);
   EXPECT_DOUBLE_EQ(d.bucket_mb, 4);
   EXPECT_TRUE(d.sync_batchnorm);
   EXPECT_FALSE(recipe::parse_recipe_text("model: cnn\n").distributed.sync_batchnorm);
   auto msg = message_of([] { recipe::parse_recipe_text("distributed: {timeout: 5}\n", "r.yaml"); });
-  EXPECT_NE(msg.find("unknown key 'timeout' in distributed; allowed keys: bucket_mb, sync_batchnorm, timeout_s"),
+  EXPECT_NE(msg.find("unknown key 'timeout' in distributed; allowed keys: backend, bucket_mb, sync_batchnorm, timeout_s"),
             std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("distributed: {timeout_s: 0}\n", "r.yaml"); });
   EXPECT_NE(msg.find("distributed.timeout_s and distributed.bucket_mb must be positive"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("distributed: {backend: glo}\n", "r.yaml"); });
+  EXPECT_NE(msg.find("distributed.backend must be gloo, nccl or mpi, not 'glo'"), std::string::npos) << msg;
 }
 
 TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
