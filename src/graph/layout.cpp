@@ -241,9 +241,6 @@ void LayoutPass::plan_elementwise(int at) {
   set(at, p, reads);
 }
 
-// Inference: channels of blocked values, each a whole number of blocks of
-// one size, concatenate as blocks (SqueezeNet's and Inception's branches
-// meet so). The block, or 0.
 // Inference: an upsampling (or other resize) of blocked activations runs on
 // them as they are, so the convolutions and concatenation around it (a
 // U-Net's decoder) need no reorder. tf_crop_and_resize, which can map a
@@ -254,6 +251,9 @@ bool LayoutPass::blocked_interpolate(const Node& n) const {
          g_.values[n.outputs[0]].meta.dtype == DType::Float32;
 }
 
+// Inference: channels of blocked values, each a whole number of blocks of
+// one size, concatenate as blocks (SqueezeNet's and Inception's branches
+// meet so). The block, or 0.
 int LayoutPass::concat_block(const Node& n) const {
   if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
   const TensorMeta& y = g_.values[n.outputs[0]].meta;

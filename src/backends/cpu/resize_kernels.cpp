@@ -237,19 +237,19 @@ void interpolate_impl(const Ins& in, Outs& out, const Attrs& a) {
   const Shape& xs = x.shape();
   const auto size = a.get_ints("size");
   const int64_t h = xs[2], w = xs[3], oh = size[0], ow = size[1], planes = xs[0] * xs[1];
+  const T* src = Backward ? g.data<T>() : x.data<T>();
+  T* dst = out[0].data<T>();
+  // Forward with no position outside the input (tf_crop_and_resize's
+  // extrapolation): separably.
+  if (!Backward && interpolate_pixels<T>(src, dst, planes, h, w, 1, a)) return;
   const AxisMap rows = axis_map(a, 0, h, oh), cols = axis_map(a, 1, w, ow);
   const std::vector<T> wy(rows.weight.begin(), rows.weight.end()), wx(cols.weight.begin(), cols.weight.end());
   const T fill = static_cast<T>(a.get_float("extrapolation_value", 0.0));
-  const T* src = Backward ? g.data<T>() : x.data<T>();
-  T* dst = out[0].data<T>();
   const int64_t taps = rows.taps == cols.taps ? rows.taps : 0;
   auto plane = taps == 1   ? interpolate_plane<1, T, Backward>
                : taps == 2 ? interpolate_plane<2, T, Backward>
                : taps == 4 ? interpolate_plane<4, T, Backward>
                            : interpolate_plane<0, T, Backward>;
-  // Forward with no position outside the input (tf_crop_and_resize's
-  // extrapolation): separably.
-  if (!Backward && interpolate_pixels<T>(src, dst, planes, h, w, 1, a)) return;
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* sp = src + p * (Backward ? oh * ow : h * w);
