@@ -18,7 +18,8 @@ namespace {
 // every thread, else as few as keep the threads busy (their scores stay in
 // L2 either way at these sizes), at least 16.
 // A causal item takes at most 32 rows, so that it can stop at the last key
-// its rows see (about 60% of the work at 128 positions).
+// its rows see: at 128 positions the items then do about 60% of the work
+// of whole rows.
 int64_t rows_per_item(int64_t batch, int64_t rows, bool causal) {
   const int64_t wanted = 4 * static_cast<int64_t>(get_num_threads());
   const int64_t most = causal ? std::min<int64_t>(rows, 32) : rows;
