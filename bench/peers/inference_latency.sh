@@ -6,13 +6,16 @@
 # torchvision CNNs (ShuffleNetV2 x0.5, SqueezeNet 1.1, MobileNetV3-small)
 # when Debian's python3-torchvision is installed; then the geometric mean of
 # the batch-1 latency ratios.
-# Usage: bench/peers/inference_latency.sh W2.onnx [THREADS]
+# Usage: bench/peers/inference_latency.sh W2.onnx [THREADS] [ROUNDS]
 #   W2.onnx: exported with kiln export --dynamic-batch. ResNet-18 and the
 #   encoder are exported by make_inference_models.py (needs Debian's python3-torch).
+#   ROUNDS (default 3): Kiln and ORT alternate this many times per row; more
+#   rounds steady the medians on a machine whose load comes and goes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 w2="$1"
 threads="${2:-2}"
+rounds="${3:-3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 bench/peers/make_inference_models.py "$work" 2>/dev/null
@@ -28,10 +31,10 @@ ort_p50() {  # model, dims, runs, type
 printf '%-20s %5s  %12s %12s %7s  %12s %12s %7s\n' model batch "kiln p50 ms" "ORT p50 ms" "ratio" "kiln /s" "ORT /s" "ratio"
 median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 latency_ratios=()
-row() {  # name, model, batch, dims, runs[, input type]: Kiln and ORT alternate three times (this
-         # machine swings between busy and quiet minutes); each column is the median of the three
+row() {  # name, model, batch, dims, runs[, input type]: Kiln and ORT alternate `rounds` times (this
+         # machine swings between busy and quiet minutes); each column is the median of the rounds
   local kps=() kss=() ops=() oss=()
-  for _ in 1 2 3; do
+  for _ in $(seq "$rounds"); do
     read -r kp ks <<< "$(kiln_p50 "$2" "$3" "$5")"
     read -r op os <<< "$(ort_p50 "$2" "$4" "$5" "${6:-float32}")"
     kps+=("$kp"); kss+=("$ks"); ops+=("$op"); oss+=("$os")
