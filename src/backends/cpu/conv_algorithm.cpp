@@ -19,7 +19,7 @@ namespace {
 // run in turn, so that a busy moment on the machine slows them alike. Best of
 // seven rounds where every run takes under 2 ms (with three, the noise of a
 // shared machine decided: six processes chose four different sets of
-// algorithms for SqueezeNet), of three up to 20 ms, and of one beyond
+// algorithms for SqueezeNet), of five up to 20 ms, and of one beyond
 // (compiling a batch-64 ResNet took 20 s of timing before). `before_each`
 // runs untimed before each.
 std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs,
@@ -33,7 +33,7 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
   double slowest = 0;
   for (const auto& run : runs) slowest = std::max(slowest, seconds(run));
   std::vector<double> best(runs.size(), 1e30);
-  const int rounds = slowest > 0.02 ? 1 : slowest > 0.002 ? 3 : 7;
+  const int rounds = slowest > 0.02 ? 1 : slowest > 0.002 ? 5 : 7;
   for (int round = 0; round < rounds; ++round)
     for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds(runs[i]));
   return best;
