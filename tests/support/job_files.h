@@ -1,9 +1,6 @@
 #pragma once
 // Files of the distributed tests' jobs: a fresh folder, a file's text, and
 // how far two checkpoints' parameters lie apart.
-#include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>

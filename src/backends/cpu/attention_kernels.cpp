@@ -28,6 +28,24 @@ int64_t rows_per_item(int64_t batch, int64_t rows, bool causal) {
   return std::min(most, std::max<int64_t>(16, (rows + blocks - 1) / blocks));
 }
 
+// The element offset of each [rows, cols] matrix of t, its leading axes
+// unravelled (broadcast axes have stride 0).
+std::vector<int64_t> matrix_offsets(const Tensor& t) {
+  const int64_t rank = t.dim();
+  int64_t matrices = 1;
+  for (int64_t ax = 0; ax < rank - 2; ++ax) matrices *= t.shape()[ax];
+  std::vector<int64_t> offsets(static_cast<size_t>(matrices));
+  for (int64_t b = 0; b < matrices; ++b) {
+    int64_t off = 0, rest = b;
+    for (int64_t ax = rank - 3; ax >= 0; --ax) {
+      off += rest % t.shape()[ax] * t.strides()[ax];
+      rest /= t.shape()[ax];
+    }
+    offsets[static_cast<size_t>(b)] = off;
+  }
+  return offsets;
+}
+
 // An operand whose rows are contiguous as it stands (a head of a fused QKV
 // projection's output, [L, H, D] permuted to [H, L, D]), else a contiguous
 // copy; and the offset of each [rows, D] matrix and the stride between rows.
@@ -43,17 +61,7 @@ Operand operand(const Tensor& x) {
   Operand o{rows_as_they_stand ? x : contiguous(x), {}, 0};
   const Shape& shape = o.t.shape();
   o.row_stride = shape[rank - 2] == 1 ? shape[rank - 1] : o.t.strides()[rank - 2];
-  int64_t matrices = 1;
-  for (int64_t ax = 0; ax < rank - 2; ++ax) matrices *= shape[ax];
-  o.offsets.resize(static_cast<size_t>(matrices));
-  for (int64_t b = 0; b < matrices; ++b) {
-    int64_t off = 0, rest = b;
-    for (int64_t ax = rank - 3; ax >= 0; --ax) {
-      off += rest % shape[ax] * o.t.strides()[ax];
-      rest /= shape[ax];
-    }
-    o.offsets[static_cast<size_t>(b)] = off;
-  }
+  o.offsets = matrix_offsets(o.t);
   return o;
 }
 
@@ -75,6 +83,7 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
     scores.back() = s;
     mask = expanded(in[3], scores);
   }
+  const std::vector<int64_t> mask_offsets = mask.defined() ? matrix_offsets(mask) : std::vector<int64_t>{};
   const T* pm = mask.defined() ? mask.data<T>() : nullptr;
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
   T* py = y.data<T>();
@@ -97,14 +106,8 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
         // the same bits as the causal flag.
         const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
         const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
-        if (pm) {
-          // Position (b, r0 + i, j) of the mask view: unravel b over the leading axes.
-          int64_t off = (r0 + i) * mask.strides()[r - 2], rest = b;
-          for (int64_t ax = r - 3; ax >= 0; --ax) {
-            off += rest % mask.shape()[ax] * mask.strides()[ax];
-            rest /= mask.shape()[ax];
-          }
-          const int64_t js = mask.strides()[r - 1];
+        if (pm) {  // position (b, r0 + i, j) of the mask view
+          const int64_t off = mask_offsets[b] + (r0 + i) * mask.strides()[r - 2], js = mask.strides()[r - 1];
           for (int64_t j = 0; j < visible; ++j) row[j] += pm[off + j * js];
         }
         std::fill(row + seen, row + visible, -std::numeric_limits<T>::infinity());

@@ -192,6 +192,15 @@ void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const
   }
 }
 
+// The separable plane function for this tap count and pixel width PIXEL.
+template <int PIXEL, typename T>
+auto separable_plane(int64_t taps) {
+  return taps == 1   ? interpolate_plane_separable<1, PIXEL, T>
+         : taps == 2 ? interpolate_plane_separable<2, PIXEL, T>
+         : taps == 4 ? interpolate_plane_separable<4, PIXEL, T>
+                     : interpolate_plane_separable<0, PIXEL, T>;
+}
+
 }  // namespace
 
 template <typename T>
@@ -203,21 +212,10 @@ bool interpolate_pixels(const T* src, T* dst, int64_t planes, int64_t h, int64_t
   if (outside(rows) || outside(cols)) return false;
   const std::vector<T> wy(rows.weight.begin(), rows.weight.end()), wx(cols.weight.begin(), cols.weight.end());
   const int64_t taps = rows.taps == cols.taps ? rows.taps : 0;
-  auto plane = interpolate_plane_separable<0, 0, T>;
-  if (pixel == 1) {
-    plane = taps == 1   ? interpolate_plane_separable<1, 1, T>
-            : taps == 2 ? interpolate_plane_separable<2, 1, T>
-            : taps == 4 ? interpolate_plane_separable<4, 1, T>
-                        : interpolate_plane_separable<0, 1, T>;
-  } else if (pixel == 8) {
-    plane = taps == 1 ? interpolate_plane_separable<1, 8, T>
-            : taps == 2 ? interpolate_plane_separable<2, 8, T>
-                        : interpolate_plane_separable<0, 8, T>;
-  } else if (pixel == 16) {
-    plane = taps == 1 ? interpolate_plane_separable<1, 16, T>
-            : taps == 2 ? interpolate_plane_separable<2, 16, T>
-                        : interpolate_plane_separable<0, 16, T>;
-  }
+  const auto plane = pixel == 1    ? separable_plane<1, T>(taps)
+                     : pixel == 8  ? separable_plane<8, T>(taps)
+                     : pixel == 16 ? separable_plane<16, T>(taps)
+                                   : separable_plane<0, T>(taps);
   parallel_for(planes, 1, [&](int64_t b, int64_t e) {
     std::vector<T> across;
     for (int64_t p = b; p < e; ++p)
