@@ -42,8 +42,21 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
       const int64_t g = item % groups;
       for (int64_t k0 = 0; k0 < in; k0 += kDepth) {
         const int64_t depth = std::min(kDepth, in - k0);
-        for (int64_t panel = g * kPanelsPerItem; panel < std::min(panels, (g + 1) * kPanelsPerItem); ++panel) {
+        const int64_t last_panel = std::min(panels, (g + 1) * kPanelsPerItem);
+        for (int64_t panel = g * kPanelsPerItem; panel < last_panel; ++panel) {
           const int64_t col = panel * kCols, cols = std::min(kCols, out - col);
+          if (panel + 1 < last_panel && col + 2 * kCols <= out) {  // two whole panels at once
+            const float* b0 = packed + (panel * in + k0) * kCols;
+            const float* b1 = b0 + in * kCols;
+            const bool accumulate = k0 > 0 || residual, last = k0 + depth >= in;
+            const gemm::Epilogue e0{bias ? bias + col : nullptr, accumulate, last, relu};
+            const gemm::Epilogue e1{bias ? bias + col + kCols : nullptr, accumulate, last, relu};
+            for (int64_t r = r0; r < r1; r += kRows)
+              gemm::tile2_rows(std::min(kRows, r1 - r), x + r * in + k0, in, b0, b1, depth,
+                               {y + r * out + col, out, 8}, {y + r * out + col + kCols, out, 8}, e0, e1);
+            ++panel;
+            continue;
+          }
           const float* b = packed + (panel * in + k0) * kCols;
           gemm::Epilogue e{bias ? bias + col : nullptr, k0 > 0 || residual, k0 + depth >= in, relu};
           if (bias && cols < kCols) {
