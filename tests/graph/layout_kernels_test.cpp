@@ -2,6 +2,10 @@
 // convolution and its gradients.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
@@ -190,6 +194,45 @@ TEST(LayoutKernels, FirstLayerConvolutionReluAndPoolMatchTheirOps) {
       expect_near_all(y, to_blocked(want, block), 1e-5, what);
     }
   }
+}
+
+// Blocked max pooling against the plain pool, bit for bit: 3x3 windows with
+// and without padding, stride 1 and 2, ceil_mode's partial last windows,
+// 2x2 and other windows, both block sizes, and inputs holding NaN (which
+// wins, as in the plain pool) and infinities.
+TEST(LayoutKernels, BlockedMaxPoolMatchesThePlainPool) {
+  manual_seed(8);
+  struct Case {
+    int64_t k, s, p;
+    bool ceil;
+    int64_t h, w;
+  };
+  for (int block : {8, 16})
+    for (const Case& c : {Case{3, 2, 0, false, 15, 15}, Case{3, 2, 1, false, 14, 13}, Case{3, 2, 0, true, 14, 12},
+                          Case{3, 1, 1, false, 9, 10}, Case{3, 2, 1, true, 16, 17}, Case{2, 2, 0, false, 10, 9},
+                          Case{2, 2, 0, true, 9, 9}, Case{5, 3, 2, false, 13, 11}})
+      for (bool special : {false, true}) {
+        Tensor x = randn({2, 2 * block, c.h, c.w});
+        if (special) {  // a few NaN and infinities, in different lanes and rows
+          float* v = x.data<float>();
+          const int64_t n = x.numel();
+          for (int64_t i : {int64_t{5}, n / 3, n / 2 + 7}) v[i] = std::numeric_limits<float>::quiet_NaN();
+          v[n / 4] = std::numeric_limits<float>::infinity();
+          v[n / 5] = -std::numeric_limits<float>::infinity();
+        }
+        Tensor want = to_blocked(max_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, c.ceil), block);
+        const Shape& ws = want.shape();
+        Tensor y = Tensor::empty(ws);
+        cpu::max_pool_blocked(to_blocked(x, block).data<float>(), y.data<float>(), 2, 2 * block, c.h, c.w, ws[2], ws[3],
+                              block, {c.k, c.k, c.s, c.s, c.p, c.p, 1, 1});
+        const auto got = y.to_vector<float>(), expected = want.to_vector<float>();
+        const std::string what = "block " + std::to_string(block) + ", kernel " + std::to_string(c.k) + ", stride " +
+                                 std::to_string(c.s) + ", pad " + std::to_string(c.p) + (c.ceil ? ", ceil" : "") +
+                                 (special ? ", NaN and infinities" : "");
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_TRUE(got[i] == expected[i] || (std::isnan(got[i]) && std::isnan(expected[i])))
+              << what << ", element " << i << ": " << got[i] << " against " << expected[i];
+      }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "backends/cpu/blocked_pool.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "backends/cpu/vec8.h"
 #include "kiln/parallel.h"
@@ -93,6 +96,61 @@ void max_pool_square_rows(const float* x, float* y, int64_t h, int64_t w, int64_
         }
         vec8::store(dst + ox * B + half, m);
       }
+    }
+  }
+}
+
+// 3x3 windows without dilation, a whole output row at a time, in two
+// passes: the maximum down each input column the row's windows cover, then
+// across each window's three columns. Plain maximums, with no NaN rule per
+// element: a row whose input holds a NaN is done again by
+// max_pool_square_rows, which keeps the first NaN as the rule says. (Stride
+// 2 reads each input value 1.5 times rather than 2.25, with 8 operations
+// per output vector rather than 45.)
+template <int B>
+void max_pool_3x3_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, int64_t ow, const PoolWindow& wd,
+                       int64_t begin, int64_t end) {
+  // (vector_size takes no size that depends on a template parameter.)
+  using V = std::conditional_t<B == 16, float __attribute__((vector_size(64))), vf>;
+  using M = std::conditional_t<B == 16, int32_t __attribute__((vector_size(64))), vi>;
+  static_assert(sizeof(V) == B * sizeof(float) && sizeof(M) == sizeof(V));
+  const auto load = [](const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  const auto max = [](V a, V b) { return a > b ? a : b; };
+  // The input columns the windows cover: [c_lo, c_hi).
+  const int64_t c_lo = std::max<int64_t>(0, -wd.pw), c_hi = std::min<int64_t>(w, (ow - 1) * wd.sw - wd.pw + 3);
+  std::vector<V> column(static_cast<size_t>(std::max<int64_t>(1, c_hi - c_lo)));
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t plane = row / oh, oy = row % oh, iy0 = oy * wd.sh - wd.ph;
+    const int64_t i_lo = std::max<int64_t>(0, -iy0), i_hi = std::min<int64_t>(3, h - iy0);
+    const float* src = x + (plane * h + iy0) * w * B;
+    float* dst = y + (plane * oh + oy) * ow * B;
+    M unordered{};  // lanes that met a NaN
+    for (int64_t ix = c_lo; ix < c_hi && i_lo < i_hi; ++ix) {
+      V m = load(src + (i_lo * w + ix) * B);
+      unordered |= m != m;
+      for (int64_t i = i_lo + 1; i < i_hi; ++i) {
+        const V v = load(src + (i * w + ix) * B);
+        unordered |= v != v;
+        m = max(v, m);
+      }
+      column[static_cast<size_t>(ix - c_lo)] = m;
+    }
+    bool nan = i_lo >= i_hi;  // (a window wholly in the padding: the general rows write -inf)
+    for (int k = 0; k < B; ++k) nan = nan || unordered[k] != 0;
+    if (nan) {
+      max_pool_square_rows<B, 3>(x, y, h, w, oh, ow, wd, row, row + 1);
+      continue;
+    }
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const int64_t ix0 = ox * wd.sw - wd.pw;
+      const int64_t j_lo = std::max<int64_t>(c_lo, ix0), j_hi = std::min<int64_t>(c_hi, ix0 + 3);
+      V m = V{} - std::numeric_limits<float>::infinity();
+      for (int64_t j = j_lo; j < j_hi; ++j) m = max(column[static_cast<size_t>(j - c_lo)], m);
+      std::memcpy(dst + ox * B, &m, sizeof m);
     }
   }
 }
@@ -200,9 +258,9 @@ void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h,
   const bool three_by_three = wd.kh == 3 && wd.kw == 3 && wd.dh == 1 && wd.dw == 1;
   parallel_for(rows, 4, [&](int64_t b, int64_t e) {
     if (three_by_three && block == 16)
-      max_pool_square_rows<16, 3>(x, y, h, w, oh, ow, wd, b, e);
+      max_pool_3x3_rows<16>(x, y, h, w, oh, ow, wd, b, e);
     else if (three_by_three)
-      max_pool_square_rows<8, 3>(x, y, h, w, oh, ow, wd, b, e);
+      max_pool_3x3_rows<8>(x, y, h, w, oh, ow, wd, b, e);
     else if (two_by_two && block == 16)
       max_pool_2x2_rows<16>(x, y, h, w, oh, ow, b, e);
     else if (two_by_two)
