@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/plain_pool.h"
 #include "graph/derived_constants.h"
 #include "graph/layout_pass.h"
@@ -380,17 +381,32 @@ void LayoutPass::plan_conv(int at) {
   p.call.relu = n.attrs.get_string("activation", "none") == "relu";
   p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
   if (p.call.src_block == 0 && p.call.dst_block == 0) return;
-  if (!fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
-  // Blocks smaller than the machine's pay off for some layers only.
+  const bool own = own_kernels(n) && cpu::patch_gemm_applies(p.call);
+  if (!own && !fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
+  // Blocks smaller than the machine's pay off for some layers only, on
+  // oneDNN's kernels. (Kiln's 1x1 kernel runs alike in both block sizes.)
   const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
                            (p.call.dst_block != 0 && p.call.dst_block < block_);
-  if (small_block && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
+  if (small_block && !own && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
       !cpu::blocked_beats_plain(p.call))
     return;
   std::vector<int> reads{p.call.src_block, 0};
   if (p.call.bias) reads.push_back(0);
   set(at, p, reads);
   block_of_[y] = p.call.dst_block;
+}
+
+// Whether an inference convolution may run on Kiln's own kernels (Winograd,
+// the patch GEMM): their weights are transformed once, so they must be
+// constant, and the choice among them is timed.
+bool LayoutPass::own_kernels(const Node& conv) const {
+  return !training_ && g_.timed_choices && g_.values[conv.inputs[1]].kind == ValueKind::Constant;
+}
+
+// Whether a call runs fast on blocked layouts: on oneDNN's kernel, or on
+// Kiln's patch GEMM where the convolution may use it.
+bool LayoutPass::runs_fast(const cpu::onednn::LayoutCall& call, const Node& conv) const {
+  return fast(call) || (own_kernels(conv) && cpu::patch_gemm_applies(call));
 }
 
 // A layout oneDNN runs fast, when the planned one is not: oneDNN has fast

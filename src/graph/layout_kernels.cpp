@@ -59,8 +59,7 @@ CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::patch_gemm_conv(call.shape, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
-                         call.residual);
+    cpu::patch_gemm_conv(call, in[0].data<float>(), in[1].data<float>(), bias, y);
   };
 }
 

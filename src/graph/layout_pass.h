@@ -63,6 +63,8 @@ class LayoutPass {
   bool blocked_slice(const Node& n, int block) const;
   bool indices_recomputable(const Node& n) const;
   void plan_conv(int at);
+  bool runs_fast(const cpu::onednn::LayoutCall& call, const Node& conv) const;
+  bool own_kernels(const Node& conv) const;
   bool fast_variant(cpu::onednn::LayoutCall& call, int x, int y) const;
   void plan_input_grad(int at);
   void plan_weight_grad(int at);

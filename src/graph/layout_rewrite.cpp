@@ -33,9 +33,9 @@ size_t LayoutPass::fold_residuals() {
     cpu::onednn::LayoutCall with = plan.call;
     with.residual = true;
     with.relu = true;
-    const bool relu_fast = fast(with);
+    const bool relu_fast = runs_fast(with, conv);
     with.relu = false;
-    if (!relu_fast && !fast(with)) continue;
+    if (!relu_fast && !runs_fast(with, conv)) continue;
     int result = add->outputs[0];
     add->removed = true;
     Node* relu = nullptr;
@@ -77,7 +77,7 @@ size_t LayoutPass::fold_hard_activations() {
     // or a patch GEMM beats oneDNN's kernel, whose epilogues lack it: those
     // 1x1 convolutions took twice as long on oneDNN. A hard-swish on a
     // whole feature map is worth folding in any case.
-    if (!fast(with) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
+    if (!runs_fast(with, conv) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
     plan.call = with;
     const int result = hs.outputs[0];
     hs.removed = true;
@@ -195,7 +195,7 @@ void LayoutPass::fuse_pool_grads_into_first_layers() {
 
 // The algorithm a convolution will run by (timed once per shape).
 cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k) const {
-  if (training_ || !g_.timed_choices || g_.values[k.inputs[1]].kind != ValueKind::Constant) return cpu::ConvAlgorithm::Direct;
+  if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
   return cpu::fastest_conv_algorithm(plan.call);
 }
 

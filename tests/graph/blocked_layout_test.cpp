@@ -192,6 +192,44 @@ TEST(BlockedLayout, ChannelVectorsNeedNoReorder) {
   }
 }
 
+// MobileNetV3's 40-channel bottleneck between 16-channel-blocked layers: on
+// a machine whose block is 16, the 40 channels sit in 8-channel blocks, and
+// the 1x1 convolutions from one block size to the other (which oneDNN has
+// no kernel for) run on Kiln's own GEMM, with the hard-swish and the
+// residual add in it: nothing goes plain before the result. Timed choices
+// on, as in deployment (Kiln's kernels are chosen by timing).
+TEST(BlockedLayout, OneByOneConvolutionsCrossBlockSizes) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(27);
+  Tensor stem = randn({16, 3, 3, 3}) * 0.3, narrow = randn({40, 16, 1, 1}) * 0.3, wide = randn({96, 40, 1, 1}) * 0.3,
+         back = randn({40, 96, 1, 1}) * 0.3, out = randn({32, 40, 1, 1}) * 0.3, bias = randn({96});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = hardswish(conv2d(in[0], stem, Tensor(), pad1));
+    Tensor a = conv2d(y, narrow, Tensor());
+    Tensor e = hardswish(conv2d(a, wide, bias));
+    Tensor r = conv2d(e, back, Tensor()) + a;
+    return std::vector<Tensor>{conv2d(r, out, Tensor())};
+  };
+  for (int64_t batch : {1, 2}) {
+    Tensor x = randn({batch, 3, 9, 11});
+    jit::CompileOptions o;
+    o.inference = true;
+    auto fn = jit::compile(program, {x}, o);
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
+    EXPECT_NE(graph.find("+ hardswish"), std::string::npos) << graph;
+    EXPECT_NE(graph.find("+ residual"), std::string::npos) << graph;
+    if (b == 16) {
+      EXPECT_NE(graph.find("conv2d[nChw16c -> nChw8c]"), std::string::npos) << graph;
+    }
+    NoGradGuard no_grad;
+    expect_close(fn({x})[0], program({x})[0]);
+  }
+}
+
 }  // namespace
 
 namespace {

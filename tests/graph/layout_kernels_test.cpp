@@ -108,13 +108,19 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       const Shape& ys = want.shape();
       onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
                           ys[3],    k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, 1};
-      ASSERT_TRUE(cpu::patch_gemm_applies(s, k.src_block)) << what;
+      onednn::LayoutCall call;
+      call.shape = s;
+      call.src_block = k.src_block;
+      call.dst_block = 8;
+      call.relu = epilogue > 0;
+      call.residual = epilogue == 2;
+      ASSERT_TRUE(cpu::patch_gemm_applies(call)) << what;
       Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(s)});
       cpu::patch_gemm_weights(s, k.src_block, w.contiguous().data<float>(), packed.data<float>());
       Tensor y = epilogue == 2 ? to_blocked(residual, 8) : Tensor::empty(ys);
       Tensor input = k.src_block ? to_blocked(x, 8) : x.contiguous();
-      cpu::patch_gemm_conv(s, k.src_block, input.data<float>(), packed.data<float>(),
-                           epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
+      cpu::patch_gemm_conv(call, input.data<float>(), packed.data<float>(), epilogue ? b.data<float>() : nullptr,
+                           y.data<float>());
       expect_near_all(y, to_blocked(want, 8), 1e-4, what);
     }
   }
@@ -170,6 +176,43 @@ TEST(LayoutKernels, FewChannelWeightGradientMatchesAutograd) {
     expect_near_all(gw, w.grad(), 1e-4, block_name);
     expect_near_all(gb, b.grad(), 1e-4, block_name);
   }
+}
+
+// 1x1 convolutions from and to either block size: output channels in whole
+// panels, pairs of panels, and ending in half a panel (40, 72); pixel counts
+// that are not whole tiles, down to one (a squeeze-and-excitation); a
+// batch; and every epilogue: bias and ReLU, a residual, a hard-swish.
+TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
+  manual_seed(14);
+  struct Case {
+    int64_t n, c, o, h, w;
+  };
+  for (const Case& k : {Case{1, 48, 40, 14, 14}, Case{2, 32, 72, 5, 3}, Case{1, 16, 96, 7, 7}, Case{1, 64, 24, 1, 1}})
+    for (int src_block : {8, 16})
+      for (int dst_block : {8, 16})
+        for (int epilogue = 0; epilogue < 4; ++epilogue) {  // none; bias + relu; bias + residual + relu; bias + hardswish
+          if (k.c % src_block || k.o % dst_block) continue;
+          std::string what = "n c o h w src dst epilogue:";
+          for (int64_t v : {k.n, k.c, k.o, k.h, k.w, int64_t{src_block}, int64_t{dst_block}, int64_t{epilogue}})
+            what.append(" ").append(std::to_string(v));
+          Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 1, 1}) * 0.2, b = randn({k.o});
+          Tensor residual = randn({k.n, k.o, k.h, k.w});
+          Tensor want = epilogue == 3 ? hardswish(conv2d(x, w, b)) : expected_conv(x, w, b, {}, epilogue, residual);
+          onednn::LayoutCall call;
+          call.shape = {k.n, k.c, k.h, k.w, k.o, 1, 1, k.h, k.w, 1, 1, 0, 0, 1, 1, 1};
+          call.src_block = src_block;
+          call.dst_block = dst_block;
+          call.relu = epilogue == 1 || epilogue == 2;
+          call.residual = epilogue == 2;
+          call.hardswish = epilogue == 3;
+          ASSERT_TRUE(cpu::patch_gemm_applies(call)) << what;
+          Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(call.shape)});
+          cpu::patch_gemm_weights(call.shape, src_block, w.contiguous().data<float>(), packed.data<float>());
+          Tensor y = epilogue == 2 ? to_blocked(residual, dst_block) : Tensor::empty(want.shape());
+          cpu::patch_gemm_conv(call, to_blocked(x, src_block).data<float>(), packed.data<float>(),
+                               epilogue ? b.data<float>() : nullptr, y.data<float>());
+          expect_near_all(y, to_blocked(want, dst_block), 1e-4, what);
+        }
 }
 
 // The fused first layer of inference graphs: convolution, bias, ReLU and a

@@ -43,20 +43,20 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
-  // Winograd keeps the layout; the patch GEMM writes nChw8c, from nChw8c or
-  // from a plain stem's few channels.
-  const bool same = call.src_block == call.dst_block;
-  const bool winograd = same && winograd_applies(s, call.src_block);
-  const bool patch_gemm = call.dst_block == 8 && (same || call.src_block == 0) && patch_gemm_applies(s, call.src_block);
-  if (call.kind != onednn::ConvPass::Forward || !(winograd || patch_gemm) || call.hardswish ||
-      call.hardsigmoid)  // their epilogues do bias, residual and ReLU only
-    return ConvAlgorithm::Direct;
+  // Winograd keeps the layout, and its epilogue does bias, residual and
+  // ReLU only; the patch GEMM says what it takes (patch_gemm_applies).
+  const bool winograd = call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block &&
+                        !call.hardswish && !call.hardsigmoid && winograd_applies(s, call.src_block);
+  const bool patch_gemm = patch_gemm_applies(call);
+  if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
+  // From one block size to the other oneDNN has no fast kernel.
+  if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, bool, bool, bool>;
+                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool>;
   static std::map<Key, ConvAlgorithm> decided;
-  const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,      s.sh,     s.sw,
-                s.ph, s.pw, s.dh, s.dw, call.src_block, call.bias, call.relu, call.residual};
+  const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
+                s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish};
   std::lock_guard<std::mutex> lock(mu);
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
@@ -82,8 +82,7 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   Tensor packed = patch_gemm ? zeros({patch_gemm_weights_size(s)}) : Tensor();
   if (patch_gemm)
     candidates.push_back({ConvAlgorithm::PatchGemm, packed.numel() * 4, [&] {
-                            patch_gemm_conv(s, call.src_block, x.data<float>(), packed.data<float>(), bias,
-                                            y.data<float>(), call.relu, call.residual);
+                            patch_gemm_conv(call, x.data<float>(), packed.data<float>(), bias, y.data<float>());
                           }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
   // F(4x4) on an output under 8x8 computes at least a third of its tiles'

@@ -6,6 +6,7 @@
 // (row, k), so a convolution can read its patches straight from the image. B panels hold, for each k, the
 // 16 values of that row of B side by side.
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -30,11 +31,13 @@ struct Epilogue {
   bool accumulate;    // add what the output holds (a residual, or earlier passes over k)
   bool last;          // the last pass over k: bias and ReLU
   bool relu;
+  bool hardswish = false;  // x * min(max(x + 3, 0), 6) / 6 after the bias, as the eager hardswish
 };
 
 // Where the tile goes: row r's first 8 columns at c + r * row_stride, its
 // last 8 at that + half_offset (8 for row-major output; a channel block's
-// size for channel-blocked output).
+// size for channel-blocked output; 0 when only the first 8 exist: the last,
+// half panel of an 8-channel-blocked output whose channels end there).
 struct Output {
   float* c;
   int64_t row_stride, half_offset;
@@ -45,12 +48,32 @@ struct Output {
 // as two masked halves (lanes masked out are not touched in memory).
 inline __m512 load16(const float* p, int64_t half_offset) {
   if (half_offset == 8) return _mm512_loadu_ps(p);
+  if (half_offset == 0) return _mm512_maskz_loadu_ps(0x00ff, p);
   return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(0x00ff, p), 0xff00, p + half_offset - 8);
 }
 inline void store16(float* p, int64_t half_offset, __m512 v) {
   if (half_offset == 8) return _mm512_storeu_ps(p, v);
   _mm512_mask_storeu_ps(p, 0x00ff, v);
-  _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
+  if (half_offset != 0) _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
+}
+
+// Row r of a tile leaves the registers: the epilogue, then the store.
+inline void store_row(__m512 v, int r, const Output& o, const Epilogue& e) {
+  float* p = o.c + r * o.row_stride;
+  if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
+  if (e.last) {
+    if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
+    // max(v, 0) with NaN passed through, as the eager relu does.
+    if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
+    if (e.hardswish) {  // (vector operators: GCC 12 warns falsely on _mm512_max_ps here)
+      const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+      __m512 gate = v + _mm512_set1_ps(3.0f);
+      gate = gate > zero ? gate : zero;
+      gate = gate < six ? gate : six;
+      v = v * (gate / six);
+    }
+  }
+  store16(p, o.half_offset, v);
 }
 
 template <int R, typename AAt>
@@ -66,17 +89,7 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_at(r, k)), bk, acc[r]);
   }
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-    float* p = o.c + r * o.row_stride;
-    __m512 v = acc[r];
-    if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
-    if (e.last) {
-      if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
-      // max(v, 0) with NaN passed through, as the eager relu does.
-      if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
-    }
-    store16(p, o.half_offset, v);
-  }
+  for (int r = 0; r < R; ++r) store_row(acc[r], r, o, e);
 }
 
 // R rows of A times two panels of B (32 columns): 24 accumulators, and two
@@ -98,47 +111,12 @@ void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, 
       acc1[r] = _mm512_fmadd_ps(ar, bk1, acc1[r]);
     }
   }
-  const auto store = [](const __m512* acc, const Output& o, const Epilogue& e) {
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      float* p = o.c + r * o.row_stride;
-      __m512 v = acc[r];
-      if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
-      if (e.last) {
-        if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
-        if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
-      }
-      store16(p, o.half_offset, v);
-    }
-  };
-  store(acc0, o0, e0);
-  store(acc1, o1, e1);
+  for (int r = 0; r < R; ++r) store_row(acc0[r], r, o0, e0);
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) store_row(acc1[r], r, o1, e1);
 }
 
-// R rows of A (lda apart) times two panels of B.
-template <int R>
-void tile2(const float* a, int64_t lda, const float* b0, const float* b1, int64_t depth, const Output& o0,
-           const Output& o1, const Epilogue& e0, const Epilogue& e1) {
-  tile2_of<R>([a, lda](int r, int64_t k) { return a[r * lda + k]; }, b0, b1, depth, o0, o1, e0, e1);
-}
-
-inline void tile2_rows(int64_t rows, const float* a, int64_t lda, const float* b0, const float* b1, int64_t depth,
-                       const Output& o0, const Output& o1, const Epilogue& e0, const Epilogue& e1) {
-  switch (rows) {
-    case 12: return tile2<12>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 11: return tile2<11>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 10: return tile2<10>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 9: return tile2<9>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 8: return tile2<8>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 7: return tile2<7>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 6: return tile2<6>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 5: return tile2<5>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 4: return tile2<4>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 3: return tile2<3>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    case 2: return tile2<2>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-    default: return tile2<1>(a, lda, b0, b1, depth, o0, o1, e0, e1);
-  }
-}
 #else
 template <int R, typename AAt>
 void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
@@ -156,52 +134,56 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
   for (int r = 0; r < R; ++r) {
     float *p0 = o.c + r * o.row_stride, *p1 = p0 + o.half_offset;
     vf v0 = lo[r], v1 = hi[r];
-    if (e.accumulate) v0 += vec8::load(p0), v1 += vec8::load(p1);
+    if (e.accumulate) v0 += vec8::load(p0), v1 += o.half_offset ? vec8::load(p1) : vf{};
     if (e.last) {
       if (e.bias) v0 += vec8::load(e.bias), v1 += vec8::load(e.bias + 8);
       if (e.relu) v0 = vec8::relu(v0), v1 = vec8::relu(v1);
+      if (e.hardswish) v0 = vec8::hardswish(v0), v1 = vec8::hardswish(v1);
     }
     vec8::store(p0, v0);
-    vec8::store(p1, v1);
-  }
-}
-#endif
-
-// R rows of A (lda apart) times one panel of B.
-template <int R>
-void tile(const float* a, int64_t lda, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
-  tile_of<R>([a, lda](int r, int64_t k) { return a[r * lda + k]; }, b, depth, o, e);
-}
-
-// The same for 1 to kRows rows.
-inline void tile_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t depth, const Output& o,
-                      const Epilogue& e) {
-  switch (rows) {
-#if defined(__AVX512F__)
-    case 12: return tile<12>(a, lda, b, depth, o, e);
-    case 11: return tile<11>(a, lda, b, depth, o, e);
-    case 10: return tile<10>(a, lda, b, depth, o, e);
-    case 9: return tile<9>(a, lda, b, depth, o, e);
-    case 8: return tile<8>(a, lda, b, depth, o, e);
-    case 7: return tile<7>(a, lda, b, depth, o, e);
-#endif
-    case 6: return tile<6>(a, lda, b, depth, o, e);
-    case 5: return tile<5>(a, lda, b, depth, o, e);
-    case 4: return tile<4>(a, lda, b, depth, o, e);
-    case 3: return tile<3>(a, lda, b, depth, o, e);
-    case 2: return tile<2>(a, lda, b, depth, o, e);
-    default: return tile<1>(a, lda, b, depth, o, e);
+    if (o.half_offset) vec8::store(p1, v1);
   }
 }
 
-#if !defined(__AVX512F__)
 // Two panels: with 8-float registers one panel's tile already holds 12
 // accumulators, so the pair is two tiles.
-inline void tile2_rows(int64_t rows, const float* a, int64_t lda, const float* b0, const float* b1, int64_t depth,
-                       const Output& o0, const Output& o1, const Epilogue& e0, const Epilogue& e1) {
-  tile_rows(rows, a, lda, b0, depth, o0, e0);
-  tile_rows(rows, a, lda, b1, depth, o1, e1);
+template <int R, typename AAt>
+void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, const Output& o0, const Output& o1,
+              const Epilogue& e0, const Epilogue& e1) {
+  tile_of<R>(a_at, b0, depth, o0, e0);
+  tile_of<R>(a_at, b1, depth, o1, e1);
 }
 #endif
+
+// f(std::integral_constant<int, rows>{}) for rows from 1 to kRows, so that
+// tiles of any height run with their loops over rows unrolled.
+template <int R = kRows, typename F>
+void with_rows(int64_t rows, const F& f) {
+  if constexpr (R > 1) {
+    if (rows < R) return with_rows<R - 1>(rows, f);
+  }
+  f(std::integral_constant<int, R>{});
+}
+
+// tile_of and tile2_of for 1 to kRows rows.
+template <typename AAt>
+void tile_rows_of(int64_t rows, const AAt& a_at, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+  with_rows(rows, [&](auto r) { tile_of<decltype(r)::value>(a_at, b, depth, o, e); });
+}
+template <typename AAt>
+void tile2_rows_of(int64_t rows, const AAt& a_at, const float* b0, const float* b1, int64_t depth, const Output& o0,
+                   const Output& o1, const Epilogue& e0, const Epilogue& e1) {
+  with_rows(rows, [&](auto r) { tile2_of<decltype(r)::value>(a_at, b0, b1, depth, o0, o1, e0, e1); });
+}
+
+// The same with A's rows lda apart in memory.
+inline void tile_rows(int64_t rows, const float* a, int64_t lda, const float* b, int64_t depth, const Output& o,
+                      const Epilogue& e) {
+  tile_rows_of(rows, [a, lda](int r, int64_t k) { return a[r * lda + k]; }, b, depth, o, e);
+}
+inline void tile2_rows(int64_t rows, const float* a, int64_t lda, const float* b0, const float* b1, int64_t depth,
+                       const Output& o0, const Output& o1, const Epilogue& e0, const Epilogue& e1) {
+  tile2_rows_of(rows, [a, lda](int r, int64_t k) { return a[r * lda + k]; }, b0, b1, depth, o0, o1, e0, e1);
+}
 
 }  // namespace kiln::cpu::gemm

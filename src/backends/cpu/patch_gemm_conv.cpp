@@ -108,10 +108,87 @@ void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const flo
   }
 }
 
+bool pointwise(const onednn::ConvShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 && s.oh == s.h && s.ow == s.w;
+}
+
+// Where output panel j (16 channels) of the tile at pixel p0 goes: one
+// 16-channel block, or two 8-channel ones.
+gemm::Output panel_output(float* y, int dst_block, int64_t pixels, int64_t j, int64_t p0) {
+  if (dst_block == 16) return {y + (j * pixels + p0) * 16, 16, 8};
+  return {y + (2 * j * pixels + p0) * 8, 8, pixels * 8};
+}
+
+// A 1x1 convolution (stride 1, no padding) between blocked layouts of either
+// block size: the image already is the GEMM's left matrix (pixel p's channel
+// k sits at a fixed offset), so nothing is gathered and any pixel count
+// goes. Threads take (pair of panels, tile of pixels), pixels fastest, so
+// that a pair's weights stay in L1 while the pixels pass; but with few
+// pairs, panels fastest, so that each thread gets its share of every pair
+// (a half panel costs half a pair: 40 channels split by pairs gave one
+// thread twice the other's work). When the channels
+// end in half a panel (72 = 4.5 x 16), that half's tile stores its first 8
+// columns only, as only that 8-channel block exists.
+void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed,
+                               const float* bias, float* y) {
+  const onednn::ConvShape& s = call.shape;
+  const int src_block = call.src_block, dst_block = call.dst_block, shift = src_block == 16 ? 4 : 3;
+  const int64_t pixels = s.h * s.w, panels = (s.o + kCols - 1) / kCols, tiles = (pixels + kRows - 1) / kRows;
+  const int64_t plane = pixels * src_block, mask = src_block - 1, groups = (panels + 1) / 2;
+  const bool panels_fastest = groups < 4;
+  // Taking tiles in turn, threads share the work evenly when the tiles are
+  // of equal height (49 pixels: 10, 10, 10, 10, 9 rather than 12, 12, 12, 12, 1).
+  const int64_t tile_rows = panels_fastest ? (pixels + tiles - 1) / tiles : kRows;
+  for (int64_t img = 0; img < s.n; ++img) {
+    const float* image = x + img * s.c * pixels;
+    float* out = y + img * s.o * pixels;
+    parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
+      alignas(64) float half_bias[kCols] = {};
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
+        const int64_t p0 = (panels_fastest ? item / groups : item % tiles) * tile_rows;
+        const int64_t rows = std::min(tile_rows, pixels - p0);
+        const float* corner = image + p0 * src_block;
+        const auto a_at = [corner, plane, shift, mask, src_block](int r, int64_t k) {
+          return corner[(k >> shift) * plane + r * src_block + (k & mask)];
+        };
+        const auto epilogue = [&](int64_t j) {
+          return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
+        };
+        const auto whole = [&](int64_t j) { return (j + 1) * kCols <= s.o; };
+        const float* b = packed + first * s.c * kCols;
+        if (first + 1 < panels && whole(first + 1)) {
+          gemm::tile2_rows_of(rows, a_at, b, b + s.c * kCols, s.c, panel_output(out, dst_block, pixels, first, p0),
+                              panel_output(out, dst_block, pixels, first + 1, p0), epilogue(first), epilogue(first + 1));
+          continue;
+        }
+        for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += s.c * kCols) {
+          if (whole(j)) {
+            gemm::tile_rows_of(rows, a_at, b, s.c, panel_output(out, dst_block, pixels, j, p0), epilogue(j));
+            continue;
+          }
+          // Half a panel: its first 8 channels (an 8-channel block) only.
+          gemm::Epilogue e = epilogue(j);
+          if (bias) {
+            std::copy_n(bias + j * kCols, 8, half_bias);
+            e.bias = half_bias;
+          }
+          gemm::tile_rows_of(rows, a_at, b, s.c, {panel_output(out, dst_block, pixels, j, p0).c, 8, 0}, e);
+        }
+      }
+    });
+  }
+}
+
 }  // namespace
 
-bool patch_gemm_applies(const onednn::ConvShape& s, int src_block) {
-  if (s.groups != 1 || s.o % kCols != 0 || s.oh < 1 || s.ow < 1) return false;
+bool patch_gemm_applies(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  const int src_block = call.src_block, dst_block = call.dst_block;
+  if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || s.groups != 1 || s.oh < 1 || s.ow < 1) return false;
+  const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
+  if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
+  if (call.hardswish || s.o % kCols != 0 || dst_block != 8) return false;
   if (src_block == 0) return s.c <= 4 && patch_length(s) <= 256;
   // Few output pixels in all: with more, the direct kernel and Winograd are
   // already efficient, and timing this one too would only slow compiling.
@@ -120,22 +197,28 @@ bool patch_gemm_applies(const onednn::ConvShape& s, int src_block) {
          pixels * patch_length(s) * 4 <= (16 << 20);
 }
 
-int64_t patch_gemm_weights_size(const onednn::ConvShape& s) { return s.o * patch_length(s); }
+int64_t patch_gemm_weights_size(const onednn::ConvShape& s) {
+  return (s.o + kCols - 1) / kCols * kCols * patch_length(s);
+}
 
 void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* w, float* packed) {
   const int64_t length = patch_length(s), taps = s.kh * s.kw;
-  for (int64_t panel = 0; panel < s.o / kCols; ++panel)
+  for (int64_t panel = 0; panel < (s.o + kCols - 1) / kCols; ++panel)
     for (int64_t c = 0; c < s.c; ++c)
       for (int64_t t = 0; t < taps; ++t) {
-        const int64_t k = src_block == 0 ? c * taps + t : ((c / 8) * taps + t) * 8 + c % 8;
-        for (int64_t j = 0; j < kCols; ++j)
-          packed[(panel * length + k) * kCols + j] = w[((panel * kCols + j) * s.c + c) * taps + t];
+        const int64_t k = src_block == 0 ? c * taps + t : ((c / 8) * taps + t) * 8 + c % 8;  // (1x1: k = c)
+        for (int64_t j = 0; j < kCols; ++j) {
+          const int64_t o = panel * kCols + j;
+          packed[(panel * length + k) * kCols + j] = o < s.o ? w[(o * s.c + c) * taps + t] : 0.0f;
+        }
       }
 }
 
-void patch_gemm_conv(const onednn::ConvShape& s, int src_block, const float* x, const float* packed, const float* bias,
-                     float* y, bool relu, bool residual) {
-  if (src_block == 0) return plain_patch_gemm_conv(s, x, packed, bias, y, relu, residual);
+void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y) {
+  const onednn::ConvShape& s = call.shape;
+  const bool relu = call.relu, residual = call.residual;
+  if (call.src_block != 0 && pointwise(s)) return pointwise_patch_gemm_conv(call, x, packed, bias, y);
+  if (call.src_block == 0) return plain_patch_gemm_conv(s, x, packed, bias, y, relu, residual);
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
   Tensor scratch = Tensor::empty({pixels * length});  // from Kiln's caching allocator
   float* patches = scratch.data<float>();

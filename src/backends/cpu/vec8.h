@@ -27,6 +27,13 @@ inline vf select(vi mask, vf a, vf b) {
 
 // max(v, 0) as the eager relu computes it: NaN passes through (as in PyTorch).
 inline vf relu(vf v) { return keep(~(v < vf{}), v); }
+// x * min(max(x + 3, 0), 6) / 6, as the eager hardswish computes it.
+inline vf hardswish(vf v) {
+  vf gate = v + splat(3.0f);
+  gate = gate > vf{} ? gate : vf{};
+  gate = gate < splat(6.0f) ? gate : splat(6.0f);
+  return v * (gate / splat(6.0f));
+}
 inline void relu_in_place(float* p, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) store(p + i, relu(load(p + i)));
