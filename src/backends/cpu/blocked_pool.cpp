@@ -114,12 +114,8 @@ void max_pool_3x3_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
   using V = std::conditional_t<B == 16, float __attribute__((vector_size(64))), vf>;
   using M = std::conditional_t<B == 16, int32_t __attribute__((vector_size(64))), vi>;
   static_assert(sizeof(V) == B * sizeof(float) && sizeof(M) == sizeof(V));
-  const auto load = [](const float* p) {
-    V v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
-  const auto max = [](V a, V b) { return a > b ? a : b; };
+  // (No helper functions take or return V: without AVX-512 that would change
+  // their ABI, which GCC warns of.)
   // The input columns the windows cover: [c_lo, c_hi).
   const int64_t c_lo = std::max<int64_t>(0, -wd.pw), c_hi = std::min<int64_t>(w, (ow - 1) * wd.sw - wd.pw + 3);
   std::vector<V> column(static_cast<size_t>(std::max<int64_t>(1, c_hi - c_lo)));
@@ -130,12 +126,13 @@ void max_pool_3x3_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
     float* dst = y + (plane * oh + oy) * ow * B;
     M unordered{};  // lanes that met a NaN
     for (int64_t ix = c_lo; ix < c_hi && i_lo < i_hi; ++ix) {
-      V m = load(src + (i_lo * w + ix) * B);
+      V m, v;
+      std::memcpy(&m, src + (i_lo * w + ix) * B, sizeof m);
       unordered |= m != m;
       for (int64_t i = i_lo + 1; i < i_hi; ++i) {
-        const V v = load(src + (i * w + ix) * B);
+        std::memcpy(&v, src + (i * w + ix) * B, sizeof v);
         unordered |= v != v;
-        m = max(v, m);
+        m = v > m ? v : m;
       }
       column[static_cast<size_t>(ix - c_lo)] = m;
     }
@@ -149,7 +146,10 @@ void max_pool_3x3_rows(const float* x, float* y, int64_t h, int64_t w, int64_t o
       const int64_t ix0 = ox * wd.sw - wd.pw;
       const int64_t j_lo = std::max<int64_t>(c_lo, ix0), j_hi = std::min<int64_t>(c_hi, ix0 + 3);
       V m = V{} - std::numeric_limits<float>::infinity();
-      for (int64_t j = j_lo; j < j_hi; ++j) m = max(column[static_cast<size_t>(j - c_lo)], m);
+      for (int64_t j = j_lo; j < j_hi; ++j) {
+        const V& c = column[static_cast<size_t>(j - c_lo)];
+        m = c > m ? c : m;
+      }
       std::memcpy(dst + ox * B, &m, sizeof m);
     }
   }
