@@ -179,15 +179,17 @@ TEST(LayoutKernels, FewChannelWeightGradientMatchesAutograd) {
 }
 
 // 1x1 convolutions from and to either block size: output channels in whole
-// panels, pairs of panels, and ending in half a panel (40, 72); pixel counts
-// that are not whole tiles, down to one (a squeeze-and-excitation); a
-// batch; and every epilogue: bias and ReLU, a residual, a hard-swish.
+// panels, pairs of panels, and ending in half a panel (40, 72, 136); pixel
+// counts that are not whole tiles, down to one (a squeeze-and-excitation);
+// more than one pass over the input channels (320); a batch; and every
+// epilogue: bias and ReLU, a residual, a hard-swish.
 TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
   manual_seed(14);
   struct Case {
     int64_t n, c, o, h, w;
   };
-  for (const Case& k : {Case{1, 48, 40, 14, 14}, Case{2, 32, 72, 5, 3}, Case{1, 16, 96, 7, 7}, Case{1, 64, 24, 1, 1}})
+  for (const Case& k : {Case{1, 48, 40, 14, 14}, Case{2, 32, 72, 5, 3}, Case{1, 16, 96, 7, 7}, Case{1, 64, 24, 1, 1},
+                        Case{1, 320, 136, 5, 7}})
     for (int src_block : {8, 16})
       for (int dst_block : {8, 16})
         for (int epilogue = 0; epilogue < 4; ++epilogue) {  // none; bias + relu; bias + residual + relu; bias + hardswish
