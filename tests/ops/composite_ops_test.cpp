@@ -1,5 +1,6 @@
 // Functions of the API that are compositions of registered ops rather than
-// ops of their own: conv1d, stack, chunk, square, 1-D matmul.
+// ops of their own: conv1d, stack, chunk, square, 1-D matmul; and the scan
+// for inf and NaN.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -391,4 +392,27 @@ TEST(Volumes, ConvTranspose3dFollowsItsDefinition) {
           const double want = full[((oc * (fd + 1) + z + 1) * fh + h) * (fw + 1) + v + 1] + bv[oc];
           EXPECT_NEAR(yv[((oc * ys[2] + z) * ys[3] + h) * ys[4] + v], want, 1e-9) << oc << " " << z << " " << h << " " << v;
         }
+}
+
+// The first inf or NaN, in any dtype, at the start or end of a block of the
+// scan or alone in a long tensor; the largest finite values, subnormals and
+// -0 are finite.
+TEST(Scans, FirstNonFiniteFindsTheFirstInfOrNaN) {
+  const int64_t n = 3 * 4096 + 17;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    std::vector<double> v(static_cast<size_t>(n), 1.5);
+    v[3] = dtype == DType::Float64 ? std::numeric_limits<double>::max() : 65504.0;
+    v[4] = -0.0;
+    v[5] = std::numeric_limits<float>::denorm_min();
+    EXPECT_EQ(first_non_finite(from_vector(v, {n}).to(dtype)), -1) << dtype_name(dtype);
+    for (int64_t at : {int64_t{0}, int64_t{4095}, int64_t{4096}, int64_t{2 * 4096 + 5}, n - 1})
+      for (double bad : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<double>::quiet_NaN()}) {
+        std::vector<double> w = v;
+        w[static_cast<size_t>(at)] = bad;
+        if (at + 9 < n) w[static_cast<size_t>(at + 9)] = bad;  // a later one does not count
+        EXPECT_EQ(first_non_finite(from_vector(w, {n}).to(dtype)), at) << dtype_name(dtype) << " " << bad;
+      }
+  }
+  EXPECT_EQ(first_non_finite(ones({4}, DType::Int64)), -1);
 }
