@@ -1,9 +1,12 @@
 // CPU kernels of batch/layer/group normalization and dropout.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/vec8.h"
 #include "kiln/generator.h"
 
 namespace kiln::cpu {
@@ -15,6 +18,20 @@ template <typename T>
 void lane_sums(const T* p, int64_t n, double shift, double& sum, double& sq) {
   double s[8] = {}, q[8] = {};
   int64_t k = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    // As 8-double values (the same sums, lane by lane): written as arrays,
+    // the loop ran 60% slower when GCC prefers 512-bit vectors.
+    using vd = double __attribute__((vector_size(64)));
+    vd vs{}, vq{};
+    const vd vshift = vd{} + shift;
+    for (; k + 8 <= n; k += 8) {
+      const vd v = __builtin_convertvector(vec8::load(p + k), vd);
+      vs += v;
+      vq += (v - vshift) * (v - vshift);
+    }
+    std::memcpy(s, &vs, sizeof s);
+    std::memcpy(q, &vq, sizeof q);
+  }
   for (; k + 8 <= n; k += 8)
     for (int j = 0; j < 8; ++j) {
       double v = static_cast<double>(p[k + j]);

@@ -51,8 +51,16 @@ inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
     }
     C lanes[8] = {};
     int64_t r = 0;
-    for (; r + 8 <= n; r += 8)
-      for (int k = 0; k < 8; ++k) lanes[k] += py[r + k];
+    if constexpr (std::is_same_v<C, float>) {
+      // As one 8-float value: written as an array, GCC preferring 512-bit
+      // vectors moved each lane through scalar registers.
+      vec8::vf sum{};
+      for (; r + 8 <= n; r += 8) sum += vec8::load(py + r);
+      vec8::store(lanes, sum);
+    } else {
+      for (; r + 8 <= n; r += 8)
+        for (int k = 0; k < 8; ++k) lanes[k] += py[r + k];
+    }
     for (; r < n; ++r) s += py[r];
     for (int k = 0; k < 8; ++k) s += lanes[k];
   } else {
