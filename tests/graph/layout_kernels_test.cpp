@@ -85,18 +85,23 @@ struct PatchCase {
 
 // 3x3 and 1x1 kernels, strides, padding and dilation; pixel counts that are
 // not whole tiles of 6; more than one pass over the patch (c * k * k > 256);
-// a batch; and every epilogue. From plain input: ResNet's 7x7 stride-2 stem
-// and a 3x3 one, on images of more pixels than a gathered chunk, with
-// padding cut at every edge.
+// a batch; and every epilogue. From plain input, into both block sizes:
+// ResNet's 7x7 stride-2 stem and a 3x3 one, on images of more pixels than a
+// gathered chunk, with padding cut at every edge, an odd number of panels
+// (48 channels), and a hard-swish as MobileNetV3's stem has.
 TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
   manual_seed(4);
   for (const PatchCase& k : {PatchCase{1, 64, 32, 7, 7, 3, 1, 1, 1, 8}, PatchCase{2, 16, 16, 9, 8, 3, 2, 1, 1, 8},
                              PatchCase{1, 24, 48, 14, 14, 1, 2, 0, 1, 8}, PatchCase{1, 8, 16, 10, 10, 3, 1, 2, 2, 8},
                              PatchCase{1, 3, 64, 45, 39, 7, 2, 3, 1, 0}, PatchCase{2, 3, 32, 23, 29, 3, 2, 1, 1, 0},
-                             PatchCase{1, 1, 16, 17, 13, 3, 1, 1, 1, 0}}) {
-    for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
-      std::string what = "n c o h w k stride pad dilation src_block epilogue:";
-      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block}, int64_t{epilogue}})
+                             PatchCase{1, 1, 16, 17, 13, 3, 1, 1, 1, 0}, PatchCase{1, 3, 48, 20, 21, 3, 2, 1, 1, 0}}) {
+    for (int cell = 0; cell < 8; ++cell) {
+      // epilogue 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + hard-swish (plain input only)
+      const int epilogue = cell % 4, dst_block = cell < 4 ? 8 : 16;
+      if (k.src_block && (epilogue == 3 || dst_block == 16)) continue;
+      std::string what = "n c o h w k stride pad dilation src_block epilogue dst_block:";
+      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
+                        int64_t{epilogue}, int64_t{dst_block}})
         what.append(" ").append(std::to_string(v));
       Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, k.k, k.k}) * 0.2, b = randn({k.o});
       ConvOptions opts;
@@ -104,24 +109,25 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       opts.padding = {k.pad, k.pad};
       opts.dilation = {k.dilation, k.dilation};
       Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
-      Tensor want = expected_conv(x, w, b, opts, epilogue, residual);
+      Tensor want = epilogue == 3 ? hardswish(conv2d(x, w, b, opts)) : expected_conv(x, w, b, opts, epilogue, residual);
       const Shape& ys = want.shape();
       onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
                           ys[3],    k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, 1};
       onednn::LayoutCall call;
       call.shape = s;
       call.src_block = k.src_block;
-      call.dst_block = 8;
-      call.relu = epilogue > 0;
+      call.dst_block = dst_block;
+      call.relu = epilogue == 1 || epilogue == 2;
       call.residual = epilogue == 2;
+      call.hardswish = epilogue == 3;
       ASSERT_TRUE(cpu::patch_gemm_applies(call)) << what;
       Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(s)});
       cpu::patch_gemm_weights(s, k.src_block, w.contiguous().data<float>(), packed.data<float>());
-      Tensor y = epilogue == 2 ? to_blocked(residual, 8) : Tensor::empty(ys);
+      Tensor y = epilogue == 2 ? to_blocked(residual, dst_block) : Tensor::empty(ys);
       Tensor input = k.src_block ? to_blocked(x, 8) : x.contiguous();
       cpu::patch_gemm_conv(call, input.data<float>(), packed.data<float>(), epilogue ? b.data<float>() : nullptr,
                            y.data<float>());
-      expect_near_all(y, to_blocked(want, 8), 1e-4, what);
+      expect_near_all(y, to_blocked(want, dst_block), 1e-4, what);
     }
   }
 }

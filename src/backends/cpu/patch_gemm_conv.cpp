@@ -62,13 +62,24 @@ void gather_plain_patches(const onednn::ConvShape& s, const float* x, int64_t im
   }
 }
 
+// Where output panel j (16 channels) of the tile at pixel p0 goes: one
+// 16-channel block, or two 8-channel ones.
+gemm::Output panel_output(float* y, int dst_block, int64_t pixels, int64_t j, int64_t p0) {
+  if (dst_block == 16) return {y + (j * pixels + p0) * 16, 16, 8};
+  return {y + (2 * j * pixels + p0) * 8, 8, pixels * 8};
+}
+
 // Plain input: threads take chunks of output pixels. A tile of kRows
 // pixels on one output row whose windows lie inside the image reads its
 // patches straight from the image: pixel r's value k sits at
 // offsets[k] + r * stride from the first pixel's window. Other tiles (at
-// the borders, across rows) gather their patches first.
-void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const float* packed, const float* bias, float* y,
-                           bool relu, bool residual) {
+// the borders, across rows) gather their patches first. Two panels at a
+// time; the stride is a template argument where it is 1 or 2 (0: any), so
+// that the rows' offsets are constants.
+template <int kStride>
+void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
+                           float* y) {
+  const onednn::ConvShape& s = call.shape;
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
   const int64_t chunks = (pixels + kPlainChunk - 1) / kPlainChunk;
   const int64_t plane = s.h * s.w, span_y = (s.kh - 1) * s.dh, span_x = (s.kw - 1) * s.dw;
@@ -77,7 +88,7 @@ void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const flo
     for (int64_t ky = 0; ky < s.kh; ++ky)
       for (int64_t kx = 0; kx < s.kw; ++kx) offsets.push_back(c * plane + ky * s.dh * s.w + kx * s.dw);
   const int64_t* off = offsets.data();
-  const int64_t stride = s.sw;
+  const int64_t stride = kStride ? kStride : s.sw;
   for (int64_t img = 0; img < s.n; ++img) {
     float* out = y + img * s.o * pixels;
     const float* image = x + img * s.c * plane;
@@ -93,15 +104,25 @@ void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const flo
                               ix0 + (kRows - 1) * s.sw + span_x < s.w;
           if (!direct) gather_plain_patches(s, x, img, p, n, patches);
           const float* corner = direct ? image + iy0 * s.w + ix0 : nullptr;
-          for (int64_t panel = 0; panel < panels; ++panel) {
-            const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, residual, true, relu};
-            const gemm::Output o{out + 2 * panel * pixels * 8 + 8 * p, 8, pixels * 8};
-            const float* b = packed + panel * length * kCols;
-            if (direct)
-              gemm::tile_of<kRows>([corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; }, b,
-                                   length, o, e);
-            else
-              gemm::tile_rows(n, patches, length, b, length, o, e);
+          const auto a_at = [corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; };
+          const auto epilogue = [&](int64_t j) {
+            return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
+          };
+          const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p); };
+          for (int64_t j = 0; j < panels; j += 2) {
+            const float* b = packed + j * length * kCols;
+            if (j + 1 == panels) {
+              if (direct)
+                gemm::tile_of<kRows>(a_at, b, length, output(j), epilogue(j));
+              else
+                gemm::tile_rows(n, patches, length, b, length, output(j), epilogue(j));
+            } else if (direct) {
+              gemm::tile2_of<kRows>(a_at, b, b + length * kCols, length, output(j), output(j + 1), epilogue(j),
+                                    epilogue(j + 1));
+            } else {
+              gemm::tile2_rows(n, patches, length, b, b + length * kCols, length, output(j), output(j + 1), epilogue(j),
+                               epilogue(j + 1));
+            }
           }
         }
       }
@@ -111,13 +132,6 @@ void plain_patch_gemm_conv(const onednn::ConvShape& s, const float* x, const flo
 
 bool pointwise(const onednn::ConvShape& s) {
   return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 && s.oh == s.h && s.ow == s.w;
-}
-
-// Where output panel j (16 channels) of the tile at pixel p0 goes: one
-// 16-channel block, or two 8-channel ones.
-gemm::Output panel_output(float* y, int dst_block, int64_t pixels, int64_t j, int64_t p0) {
-  if (dst_block == 16) return {y + (j * pixels + p0) * 16, 16, 8};
-  return {y + (2 * j * pixels + p0) * 8, 8, pixels * 8};
 }
 
 // A 1x1 convolution (stride 1, no padding) between blocked layouts of either
@@ -209,8 +223,9 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
   if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || s.groups != 1 || s.oh < 1 || s.ow < 1) return false;
   const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
   if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
-  if (call.hardswish || s.o % kCols != 0 || dst_block != 8) return false;
-  if (src_block == 0) return s.c <= 4 && patch_length(s) <= 256;
+  if (s.o % kCols != 0) return false;
+  if (src_block == 0) return (dst_block == 8 || dst_block == 16) && s.c <= 4 && patch_length(s) <= 256;
+  if (call.hardswish || dst_block != 8) return false;
   // Few output pixels in all: with more, the direct kernel and Winograd are
   // already efficient, and timing this one too would only slow compiling.
   const int64_t pixels = s.oh * s.ow;
@@ -240,7 +255,9 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
   const bool relu = call.relu, residual = call.residual;
   if (call.src_block == 8 && pointwise(s)) return pointwise_patch_gemm_conv<8>(call, x, packed, bias, y);
   if (call.src_block == 16 && pointwise(s)) return pointwise_patch_gemm_conv<16>(call, x, packed, bias, y);
-  if (call.src_block == 0) return plain_patch_gemm_conv(s, x, packed, bias, y, relu, residual);
+  if (call.src_block == 0 && s.sw == 1) return plain_patch_gemm_conv<1>(call, x, packed, bias, y);
+  if (call.src_block == 0 && s.sw == 2) return plain_patch_gemm_conv<2>(call, x, packed, bias, y);
+  if (call.src_block == 0) return plain_patch_gemm_conv<0>(call, x, packed, bias, y);
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
   Tensor scratch = Tensor::empty({pixels * length});  // from Kiln's caching allocator
   float* patches = scratch.data<float>();

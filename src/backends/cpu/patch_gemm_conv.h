@@ -20,14 +20,16 @@ namespace kiln::cpu {
 // Whether patch_gemm_conv handles this forward call: one group, no
 // hard-sigmoid, and either
 // - a 1x1 convolution (stride 1, no padding) from 8- or 16-channel blocks
-//   to 8- or 16-channel blocks, any pixel count; or, into nChw8c, output
-//   channels in whole 16-column panels and no hard-swish:
-// - input channels in whole blocks of 8 (src_block 8), at most 256 output
-//   pixels per image (1024 in the batch), patches of at most 16 MB; or
-// - plain input with at most 4 channels (src_block 0): a network's stem.
-//   Most tiles read their patches straight from the image, the rest gather
-//   them, so any image size goes. Timed alone on SqueezeNet's 3->64 stride-2
-//   stem: about 290 us against oneDNN's direct kernel's 345.
+//   to 8- or 16-channel blocks, any pixel count; or, with output channels
+//   in whole 16-column panels,
+// - plain input with at most 4 channels (src_block 0), into either block
+//   size: a network's stem. Most tiles read their patches straight from the
+//   image, the rest gather them, so any image size goes. Timed alone on
+//   SqueezeNet's 3->64 stride-2 stem: about 290 us against oneDNN's direct
+//   kernel's 345 (AVX2, into nChw8c); 157 against 187 (AVX-512, nChw16c); or
+// - input channels in whole blocks of 8 (src_block 8) into nChw8c, no
+//   hard-swish, at most 256 output pixels per image (1024 in the batch),
+//   patches of at most 16 MB.
 bool patch_gemm_applies(const onednn::LayoutCall& call);
 // The number of floats patch_gemm_weights writes: o * c * kh * kw, o
 // rounded up to a whole panel.
