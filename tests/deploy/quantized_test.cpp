@@ -16,6 +16,7 @@
 #include "support/close.h"
 #include "support/error_message.h"
 #include "support/ort_reference.h"
+#include "support/scratch.h"
 
 namespace kt = kiln::testing;
 using namespace kiln;
@@ -39,7 +40,7 @@ TEST(Int8, IsADtypeEverywhereTensorsGo) {
   EXPECT_EQ(clamp(x, -4.0, 4.0).to_vector<int8_t>(), (std::vector<int8_t>{-4, -3, 0, 4, 4}));
   EXPECT_EQ(cast(from_vector<float>({-200, -1.7f, 300}, {3}), DType::Int32).dtype(), DType::Int32);
   // Files: safetensors (I8), .npy (|i1) and ONNX tensors keep the type and the values.
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = kt::scratch_dir("int8_files").string();
   io::save_safetensors(dir + "/int8.safetensors", {{"w", x}});
   Tensor back = io::load_safetensors(dir + "/int8.safetensors").tensors.at(0).second;
   EXPECT_EQ(back.dtype(), DType::Int8);
@@ -100,7 +101,8 @@ struct Builder {
     a->set_i(value);
   }
   std::string save(const std::string& file) {
-    std::string path = ::testing::TempDir() + "/" + file;
+    // A folder per file, as making a scratch folder empties it.
+    std::string path = (kt::scratch_dir("model_" + file) / file).string();
     std::ofstream(path, std::ios::binary) << m.SerializeAsString();
     return path;
   }

@@ -13,6 +13,7 @@
 #include "kiln/runtime.h"
 #include "support/close.h"
 #include "support/ort_reference.h"
+#include "support/scratch.h"
 
 namespace kt = kiln::testing;
 using namespace kiln;
@@ -84,7 +85,8 @@ std::string write_model(const Case& c, int64_t t, int64_t n, int64_t in, int64_t
   io(false, "Y", TensorProto::FLOAT, Shape{t, dirs, n, h});
   io(false, "Y_h", TensorProto::FLOAT, Shape{dirs, n, h});
   if (c.op == "LSTM") io(false, "Y_c", TensorProto::FLOAT, Shape{dirs, n, h});
-  const std::string path = ::testing::TempDir() + "/recurrent_" + c.op + (c.linear_before_reset ? "_lbr" : "") + (c.peepholes ? "_p" : "") + ".onnx";
+  const std::string name = "recurrent_" + c.op + (c.linear_before_reset ? "_lbr" : "") + (c.peepholes ? "_p" : "");
+  const std::string path = (kt::scratch_dir(name) / (name + ".onnx")).string();
   std::ofstream(path, std::ios::binary) << m.SerializeAsString();
   return path;
 }

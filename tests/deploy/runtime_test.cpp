@@ -21,6 +21,7 @@
 #include "support/close.h"
 #include "support/error_message.h"
 #include "support/ort_reference.h"
+#include "support/scratch.h"
 
 namespace {
 using namespace kiln;
@@ -422,7 +423,7 @@ TEST(InferenceSession, OptionsAreChecked) {
 }
 
 TEST(Npy, RoundTripsAndRefusesBadFiles) {
-  std::string path = ::testing::TempDir() + "/t.npy";
+  std::string path = (kt::scratch_dir("npy") / "t.npy").string();
   for (DType d : {DType::Float32, DType::Int64, DType::Bool}) {
     Tensor t = cast(randn({2, 3}) * 10.0, d);
     io::save_npy(path, t);
