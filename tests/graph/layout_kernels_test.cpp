@@ -187,8 +187,8 @@ TEST(LayoutKernels, FewChannelWeightGradientMatchesAutograd) {
 // 1x1 convolutions from and to either block size: output channels in whole
 // panels, pairs of panels, and ending in half a panel (40, 72, 136); pixel
 // counts that are not whole tiles, down to one (a squeeze-and-excitation);
-// more than one pass over the input channels (320); a batch; and every
-// epilogue: bias and ReLU, a residual, a hard-swish.
+// enough pairs of panels that threads take pixels fastest (136 channels); a
+// batch; and every epilogue: bias and ReLU, a residual, a hard-swish.
 TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
   manual_seed(14);
   struct Case {

@@ -14,7 +14,6 @@ using vec8::vf;
 using gemm::kCols;
 using gemm::kRows;
 constexpr int64_t kDepth = 4096;  // patch values per pass: a panel's slice (256 KB) stays in L2
-constexpr int64_t kPointwiseDepth = 256;  // a 1x1 convolution's input channels per pass (a multiple of 16)
 
 int64_t patch_length(const onednn::ConvShape& s) { return s.c * s.kh * s.kw; }
 
@@ -163,29 +162,27 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
     float* out = y + img * s.o * pixels;
     parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
       alignas(64) float half_bias[kCols] = {};
-      // Input channels [k0, k0 + depth) of one work item.
-      const auto run = [&](int64_t item, int64_t k0, int64_t depth) {
+      for (int64_t item = lo; item < hi; ++item) {
         const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
         const int64_t p0 = (panels_fastest ? item / groups : item % tiles) * tile_rows;
         const int64_t rows = std::min(tile_rows, pixels - p0);
-        const float* corner = image + (k0 >> shift) * plane + p0 * src_block;
+        const float* corner = image + p0 * src_block;
         const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
           return corner[(k >> shift) * plane + r * src_block + (k & mask)];
         };
         const auto epilogue = [&](int64_t j) {
-          return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual || k0 > 0, k0 + depth == s.c,
-                                call.relu, call.hardswish};
+          return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
         };
         const auto whole = [&](int64_t j) { return (j + 1) * kCols <= s.o; };
-        const float* b = packed + (first * s.c + k0) * kCols;
+        const float* b = packed + first * s.c * kCols;
         if (first + 1 < panels && whole(first + 1)) {
-          gemm::tile2_rows_of(rows, a_at, b, b + s.c * kCols, depth, panel_output(out, dst_block, pixels, first, p0),
+          gemm::tile2_rows_of(rows, a_at, b, b + s.c * kCols, s.c, panel_output(out, dst_block, pixels, first, p0),
                               panel_output(out, dst_block, pixels, first + 1, p0), epilogue(first), epilogue(first + 1));
-          return;
+          continue;
         }
         for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += s.c * kCols) {
           if (whole(j)) {
-            gemm::tile_rows_of(rows, a_at, b, depth, panel_output(out, dst_block, pixels, j, p0), epilogue(j));
+            gemm::tile_rows_of(rows, a_at, b, s.c, panel_output(out, dst_block, pixels, j, p0), epilogue(j));
             continue;
           }
           // Half a panel: its first 8 channels (an 8-channel block) only.
@@ -194,22 +191,8 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
             std::copy_n(bias + j * kCols, 8, half_bias);
             e.bias = half_bias;
           }
-          gemm::tile_rows_of(rows, a_at, b, depth, {panel_output(out, dst_block, pixels, j, p0).c, 8, 0}, e);
+          gemm::tile_rows_of(rows, a_at, b, s.c, {panel_output(out, dst_block, pixels, j, p0).c, 8, 0}, e);
         }
-      };
-      if (panels_fastest) {
-        for (int64_t item = lo; item < hi; ++item) run(item, 0, s.c);
-        return;
-      }
-      // The thread's tiles of one pair in passes over at most kPointwiseDepth
-      // channels, so the pair's slice of the weights (32 KB) stays in L1
-      // for all of them (SqueezeNet's head, 512 channels: the whole of a
-      // pair's weights, 64 KB, came from L2 for every tile).
-      for (int64_t item = lo; item < hi;) {
-        const int64_t segment_end = std::min(hi, (item / tiles + 1) * tiles);
-        for (int64_t k0 = 0; k0 < s.c; k0 += kPointwiseDepth)
-          for (int64_t i = item; i < segment_end; ++i) run(i, k0, std::min(kPointwiseDepth, s.c - k0));
-        item = segment_end;
       }
     });
   }
