@@ -137,15 +137,15 @@ bool pointwise(const onednn::ConvShape& s) {
 // block size: the image already is the GEMM's left matrix (pixel p's channel
 // k sits at a fixed offset), so nothing is gathered and any pixel count
 // goes. Threads take (pair of panels, tile of pixels), pixels fastest, so
-// that a pair's weights stay in L1 while the pixels pass; but with few
+// that a pair's weights stay in cache while the pixels pass; but with few
 // pairs, panels fastest, so that each thread gets its share of every pair
 // (a half panel costs half a pair: 40 channels split by pairs gave one
-// thread twice the other's work). When the channels
-// end in half a panel (72 = 4.5 x 16), that half's tile stores its first 8
-// columns only, as only that 8-channel block exists.
-// (The source block is a template argument so that a tile's rows, src_block
-// floats apart, are constant offsets: computed at run time, their addresses
-// took two integer operations per broadcast, and the loop ran 15% slower.)
+// thread twice the other's work). When the channels end in half a panel
+// (72 = 4.5 x 16), that half's tile stores its first 8 columns only, as
+// only that 8-channel block exists. (The source block is a template
+// argument so that a tile's rows, src_block floats apart, are constant
+// offsets: computed at run time, their addresses took two integer
+// operations per broadcast, and the loop ran 15% slower.)
 template <int src_block>
 void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed,
                                const float* bias, float* y) {
