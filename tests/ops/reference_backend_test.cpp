@@ -76,7 +76,8 @@ TEST(ReferenceBackend, CpuPointwiseConvolutionMatchesTheReferenceLoops) {
     const Tensor want = conv2d(x.to(kRef), w.to(kRef), b.to(kRef)).to(Device{});
     ASSERT_EQ(got.shape(), want.shape());
     const auto g = got.to_vector<float>(), r = want.to_vector<float>();
-    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], r[i], 1e-4 * (1 + std::abs(r[i]))) << "shape " << ::testing::PrintToString(s) << ", element " << i;
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], r[i], 1e-4 * (1 + std::abs(r[i]))) << "shape " << ::testing::PrintToString(s) << ", element " << i;
   }
 }
 

@@ -39,11 +39,6 @@ inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
     // `low` (masked -inf scores) give 0 directly: libmvec takes a slow path for
     // -inf and for subnormal results (a causal mask made softmax 3.4x slower).
     const C low = std::is_same_v<C, float> ? C(-87) : C(-708);
-#if defined(__AVX512F__)
-    // libmvec's 16-lane exp (GCC's own choice is the 8-lane one, since it
-    // prefers 256-bit vectors): attention over [8, 128, 128] 105 -> 95 us.
-#pragma omp simd simdlen(16)
-#endif
     for (int64_t r = 0; r < n; ++r) {
       C d = px[r] - m;
       C e = std::exp(d < low ? low : d);
