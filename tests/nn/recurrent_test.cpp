@@ -184,13 +184,14 @@ TEST(Recurrent, CompiledTrainingStepMatchesEager) {
 // At a few rows (batch-1 inference) the kernels split the hidden units over
 // the threads for all the steps; at more rows they run a GEMM a step. Both
 // give the same sequence, for every kind, direction and initial state, with
-// hidden sizes that leave uneven shares.
+// hidden sizes that leave uneven shares and partial vectors, and one that
+// does not.
 TEST(Recurrent, FewRowsSplitOverThreadsMatchTheBatchedPath) {
   const int threads = get_num_threads();
   set_num_threads(2);
   manual_seed(3);
   for (const std::string kind : {"LSTM", "GRU", "RNN"}) {
-    for (int64_t hidden : {36, 75}) {
+    for (int64_t hidden : {36, 64, 75}) {
       nn::RecurrentOptions o;
       o.num_layers = 2;
       o.bidirectional = true;

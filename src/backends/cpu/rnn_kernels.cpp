@@ -86,12 +86,50 @@ T dot(const T* a, const T* b, int64_t n) {
   return sum;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// Eight sums of eight lanes each, as one vector of eight.
+inline __m256 sum_rows_of_8(const __m256* acc) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+#endif
+
 // out[i] = w[i, :] . x for `rows` consecutive rows of w (ld apart): the
 // hidden side of one step at batch 1. Eight rows at once share each load
-// of x and keep eight independent sums in flight.
+// of x and keep eight independent sums in flight; with AVX-512 a masked
+// load takes the last partial vector of each row.
 template <typename T>
 void matvec(const T* w, int64_t ld, int64_t rows, const T* x, int64_t len, T* out) {
   int64_t i = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t whole = len / 16 * 16;
+    const __mmask16 tail = static_cast<__mmask16>((1u << (len - whole)) - 1);
+    for (; i + 8 <= rows; i += 8) {
+      __m512 acc[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t k = 0; k < whole; k += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + k);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + (i + r) * ld + k), xv, acc[r]);
+      }
+      if (tail) {
+        const __m512 xv = _mm512_maskz_loadu_ps(tail, x + whole);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; ++r)
+          acc[r] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + (i + r) * ld + whole), xv, acc[r]);
+      }
+      __m256 half[8];  // each row's two 8-lane halves added
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r)
+        half[r] = _mm256_add_ps(__builtin_shufflevector(acc[r], acc[r], 0, 1, 2, 3, 4, 5, 6, 7),
+                                __builtin_shufflevector(acc[r], acc[r], 8, 9, 10, 11, 12, 13, 14, 15));
+      _mm256_storeu_ps(out + i, sum_rows_of_8(half));
+    }
+  }
+#endif
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
     for (; i + 8 <= rows; i += 8) {
@@ -104,11 +142,7 @@ void matvec(const T* w, int64_t ld, int64_t rows, const T* x, int64_t len, T* ou
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + (i + r) * ld + k), xv, acc[r]);
       }
-      // Eight sums of eight lanes into one vector of eight.
-      const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-      const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
-      const __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-      _mm256_storeu_ps(out + i, sums);
+      _mm256_storeu_ps(out + i, sum_rows_of_8(acc));
       for (; k < len; ++k)
         for (int r = 0; r < 8; ++r) out[i + r] += w[(i + r) * ld + k] * x[k];
     }
