@@ -46,19 +46,21 @@ struct Output {
 #if defined(__AVX512F__)
 // 16 floats whose second 8 sit half_offset after the first (8: contiguous),
 // as two masked halves (lanes masked out are not touched in memory).
-inline __m512 load16(const float* p, int64_t half_offset) {
+[[gnu::always_inline]] inline __m512 load16(const float* p, int64_t half_offset) {
   if (half_offset == 8) return _mm512_loadu_ps(p);
   if (half_offset == 0) return _mm512_maskz_loadu_ps(0x00ff, p);
   return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(0x00ff, p), 0xff00, p + half_offset - 8);
 }
-inline void store16(float* p, int64_t half_offset, __m512 v) {
+[[gnu::always_inline]] inline void store16(float* p, int64_t half_offset, __m512 v) {
   if (half_offset == 8) return _mm512_storeu_ps(p, v);
   _mm512_mask_storeu_ps(p, 0x00ff, v);
   if (half_offset != 0) _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
 }
 
 // Row r of a tile leaves the registers: the epilogue, then the store.
-inline void store_row(__m512 v, int r, const Output& o, const Epilogue& e) {
+// (Always inlined: called out of line, through the PLT, with the vector
+// passed in memory, the 1x1 kernel ran at half speed.)
+[[gnu::always_inline]] inline void store_row(__m512 v, int r, const Output& o, const Epilogue& e) {
   float* p = o.c + r * o.row_stride;
   if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
   if (e.last) {

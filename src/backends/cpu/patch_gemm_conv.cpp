@@ -129,6 +129,41 @@ void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const
   }
 }
 
+// Output panels `first` and `first + 1` (where there is one) of the tile of
+// `rows` pixels from p0 (consecutive in the output): both at once when both
+// are whole, else one at a time. When the channels end in half a panel
+// (72 = 4.5 x 16), that half's tile stores its first 8 columns only, as
+// only that 8-channel block exists.
+template <typename AAt>
+void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, const float* packed, const float* bias,
+               int64_t first, float* out, int64_t pixels, int64_t p0) {
+  const int64_t o = call.shape.o, length = patch_length(call.shape), panels = (o + kCols - 1) / kCols;
+  const auto epilogue = [&](int64_t j) {
+    return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
+  };
+  const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p0); };
+  const auto whole = [&](int64_t j) { return (j + 1) * kCols <= o; };
+  const float* b = packed + first * length * kCols;
+  if (first + 1 < panels && whole(first + 1)) {
+    gemm::tile2_rows_of(rows, a_at, b, b + length * kCols, length, output(first), output(first + 1), epilogue(first),
+                        epilogue(first + 1));
+    return;
+  }
+  for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += length * kCols) {
+    if (whole(j)) {
+      gemm::tile_rows_of(rows, a_at, b, length, output(j), epilogue(j));
+      continue;
+    }
+    gemm::Epilogue e = epilogue(j);
+    alignas(64) float half_bias[kCols] = {};
+    if (bias) {
+      std::copy_n(bias + j * kCols, 8, half_bias);
+      e.bias = half_bias;
+    }
+    gemm::tile_rows_of(rows, a_at, b, length, {output(j).c, 8, 0}, e);
+  }
+}
+
 bool pointwise(const onednn::ConvShape& s) {
   return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 && s.oh == s.h && s.ow == s.w;
 }
@@ -140,9 +175,7 @@ bool pointwise(const onednn::ConvShape& s) {
 // that a pair's weights stay in cache while the pixels pass; but with few
 // pairs, panels fastest, so that each thread gets its share of every pair
 // (a half panel costs half a pair: 40 channels split by pairs gave one
-// thread twice the other's work). When the channels end in half a panel
-// (72 = 4.5 x 16), that half's tile stores its first 8 columns only, as
-// only that 8-channel block exists. (The source block is a template
+// thread twice the other's work). (The source block is a template
 // argument so that a tile's rows, src_block floats apart, are constant
 // offsets: computed at run time, their addresses took two integer
 // operations per broadcast, and the loop ran 15% slower.)
@@ -150,7 +183,7 @@ template <int src_block>
 void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed,
                                const float* bias, float* y) {
   const onednn::ConvShape& s = call.shape;
-  const int dst_block = call.dst_block, shift = src_block == 16 ? 4 : 3;
+  const int shift = src_block == 16 ? 4 : 3;
   const int64_t pixels = s.h * s.w, panels = (s.o + kCols - 1) / kCols, tiles = (pixels + kRows - 1) / kRows;
   const int64_t plane = pixels * src_block, mask = src_block - 1, groups = (panels + 1) / 2;
   const bool panels_fastest = groups < 4;
@@ -161,7 +194,6 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
     const float* image = x + img * s.c * pixels;
     float* out = y + img * s.o * pixels;
     parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
-      alignas(64) float half_bias[kCols] = {};
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
         const int64_t p0 = (panels_fastest ? item / groups : item % tiles) * tile_rows;
@@ -170,32 +202,90 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
         const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
           return corner[(k >> shift) * plane + r * src_block + (k & mask)];
         };
-        const auto epilogue = [&](int64_t j) {
-          return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
-        };
-        const auto whole = [&](int64_t j) { return (j + 1) * kCols <= s.o; };
-        const float* b = packed + first * s.c * kCols;
-        if (first + 1 < panels && whole(first + 1)) {
-          gemm::tile2_rows_of(rows, a_at, b, b + s.c * kCols, s.c, panel_output(out, dst_block, pixels, first, p0),
-                              panel_output(out, dst_block, pixels, first + 1, p0), epilogue(first), epilogue(first + 1));
-          continue;
-        }
-        for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += s.c * kCols) {
-          if (whole(j)) {
-            gemm::tile_rows_of(rows, a_at, b, s.c, panel_output(out, dst_block, pixels, j, p0), epilogue(j));
-            continue;
-          }
-          // Half a panel: its first 8 channels (an 8-channel block) only.
-          gemm::Epilogue e = epilogue(j);
-          if (bias) {
-            std::copy_n(bias + j * kCols, 8, half_bias);
-            e.bias = half_bias;
-          }
-          gemm::tile_rows_of(rows, a_at, b, s.c, {panel_output(out, dst_block, pixels, j, p0).c, 8, 0}, e);
-        }
+        pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0);
       }
     });
   }
+}
+
+// The image of `img` with its padding made real: [c / S, hp, wp, S], hp x wp
+// being the rows and columns the windows reach from (-ph, -pw), zeros
+// outside the image.
+template <int src_block>
+void pad_image(const onednn::ConvShape& s, const float* image, int64_t hp, int64_t wp, float* padded) {
+  const int64_t row = wp * src_block, left = std::min(s.pw, wp) * src_block;
+  const int64_t inside = std::clamp<int64_t>(wp - s.pw, 0, s.w) * src_block;
+  parallel_for(s.c / src_block * hp, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t at = lo; at < hi; ++at) {
+      const int64_t cb = at / hp, iy = at % hp - s.ph;
+      float* dst = padded + at * row;
+      if (iy < 0 || iy >= s.h) {
+        std::fill(dst, dst + row, 0.0f);
+        continue;
+      }
+      std::fill(dst, dst + left, 0.0f);
+      std::copy_n(image + (cb * s.h + iy) * s.w * src_block, inside, dst + left);
+      std::fill(dst + left + inside, dst + row, 0.0f);
+    }
+  });
+}
+
+// The width of each of an output row's tiles, as equal as they can be.
+int64_t tile_width(int64_t ow) {
+  const int64_t per_row = (ow + kRows - 1) / kRows;
+  return (ow + per_row - 1) / per_row;
+}
+
+// Any other convolution from blocked input, into either block size, as an
+// implicit GEMM: once the image is padded (pad_image), a tile of output
+// pixels on one row reads each (channel block, tap) of its patches at a
+// fixed offset from its first pixel's window, the rows stride * S floats
+// apart. Nothing is gathered and the borders need no case of their own. A
+// row's tiles are of equal width (55 pixels: five of 11); threads take
+// (pair of panels, tile) as the 1x1 kernel does.
+template <int src_block, int kStride>
+void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
+                             float* y) {
+  const onednn::ConvShape& s = call.shape;
+  const int shift = src_block == 16 ? 4 : 3;
+  const int64_t mask = src_block - 1, pixels = s.oh * s.ow, panels = (s.o + kCols - 1) / kCols;
+  const int64_t groups = (panels + 1) / 2, per_row = (s.ow + kRows - 1) / kRows, width = tile_width(s.ow);
+  const int64_t tiles = s.oh * per_row;
+  const int64_t hp = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1, wp = (s.ow - 1) * kStride + (s.kw - 1) * s.dw + 1;
+  std::vector<int64_t> offsets;  // of each (channel block, tap) from the window's corner
+  for (int64_t cb = 0; cb < s.c / src_block; ++cb)
+    for (int64_t ky = 0; ky < s.kh; ++ky)
+      for (int64_t kx = 0; kx < s.kw; ++kx) offsets.push_back(((cb * hp + ky * s.dh) * wp + kx * s.dw) * src_block);
+  const int64_t* off = offsets.data();
+  const bool panels_fastest = groups < 4;
+  Tensor scratch = Tensor::empty({s.c * hp * wp});  // from Kiln's caching allocator
+  float* padded = scratch.data<float>();
+  for (int64_t img = 0; img < s.n; ++img) {
+    pad_image<src_block>(s, x + img * s.c * s.h * s.w, hp, wp, padded);
+    float* out = y + img * s.o * pixels;
+    parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
+        const int64_t tile = panels_fastest ? item / groups : item % tiles;
+        const int64_t oy = tile / per_row, ox = tile % per_row * width, rows = std::min(width, s.ow - ox);
+        const float* corner = padded + (oy * s.sh * wp + ox * kStride) * src_block;
+        const auto a_at = [corner, off, shift, mask](int r, int64_t k) {
+          return corner[off[k >> shift] + r * kStride * src_block + (k & mask)];
+        };
+        pair_tile(call, rows, a_at, packed, bias, first, out, pixels, oy * s.ow + ox);
+      }
+    });
+  }
+}
+
+// The gathered GEMM (below) for few output pixels from 8-channel blocks:
+// its tiles run across output rows, where the implicit GEMM's stop at each
+// row's end (7 pixels at 7x7).
+bool gathered(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  const int64_t pixels = s.oh * s.ow;
+  return call.src_block == 8 && call.dst_block == 8 && !call.hardswish && s.o % kCols == 0 && pixels <= 256 &&
+         s.n * pixels <= 1024 && pixels * patch_length(s) * 4 <= (16 << 20);
 }
 
 }  // namespace
@@ -206,14 +296,15 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
   if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || s.groups != 1 || s.oh < 1 || s.ow < 1) return false;
   const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
   if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
-  if (s.o % kCols != 0) return false;
-  if (src_block == 0) return (dst_block == 8 || dst_block == 16) && s.c <= 4 && patch_length(s) <= 256;
-  if (call.hardswish || dst_block != 8) return false;
-  // Few output pixels in all: with more, the direct kernel and Winograd are
-  // already efficient, and timing this one too would only slow compiling.
-  const int64_t pixels = s.oh * s.ow;
-  return src_block == 8 && s.c % 8 == 0 && pixels <= 256 && s.n * pixels <= 1024 &&
-         pixels * patch_length(s) * 4 <= (16 << 20);
+  if (src_block == 0)
+    return s.o % kCols == 0 && (dst_block == 8 || dst_block == 16) && s.c <= 4 && patch_length(s) <= 256;
+  if (!blocks || s.c % src_block != 0 || s.o % dst_block != 0) return false;
+  if (gathered(call)) return true;
+  // The implicit GEMM where its tiles are wide (at least 11 pixels with
+  // AVX-512: 55x55, not 27x27). On narrower ones oneDNN's direct kernel was
+  // faster (SqueezeNet's 27x27: 148 against 168 us), and timing them too
+  // would only slow compiling.
+  return (s.sw == 1 || s.sw == 2) && tile_width(s.ow) >= kRows - 1;
 }
 
 int64_t patch_gemm_weights_size(const onednn::ConvShape& s) {
@@ -225,7 +316,7 @@ void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* 
   for (int64_t panel = 0; panel < (s.o + kCols - 1) / kCols; ++panel)
     for (int64_t c = 0; c < s.c; ++c)
       for (int64_t t = 0; t < taps; ++t) {
-        const int64_t k = src_block == 0 ? c * taps + t : ((c / 8) * taps + t) * 8 + c % 8;  // (1x1: k = c)
+        const int64_t k = src_block == 0 ? c * taps + t : ((c / src_block) * taps + t) * src_block + c % src_block;
         for (int64_t j = 0; j < kCols; ++j) {
           const int64_t o = panel * kCols + j;
           packed[(panel * length + k) * kCols + j] = o < s.o ? w[(o * s.c + c) * taps + t] : 0.0f;
@@ -241,6 +332,13 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
   if (call.src_block == 0 && s.sw == 1) return plain_patch_gemm_conv<1>(call, x, packed, bias, y);
   if (call.src_block == 0 && s.sw == 2) return plain_patch_gemm_conv<2>(call, x, packed, bias, y);
   if (call.src_block == 0) return plain_patch_gemm_conv<0>(call, x, packed, bias, y);
+  if (!gathered(call)) {
+    if (call.src_block == 8)
+      return s.sw == 1 ? spatial_patch_gemm_conv<8, 1>(call, x, packed, bias, y)
+                       : spatial_patch_gemm_conv<8, 2>(call, x, packed, bias, y);
+    return s.sw == 1 ? spatial_patch_gemm_conv<16, 1>(call, x, packed, bias, y)
+                     : spatial_patch_gemm_conv<16, 2>(call, x, packed, bias, y);
+  }
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
   Tensor scratch = Tensor::empty({pixels * length});  // from Kiln's caching allocator
   float* patches = scratch.data<float>();
