@@ -208,9 +208,9 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   }
 }
 
-// The image of `img` with its padding made real: [c / S, hp, wp, S], hp x wp
-// being the rows and columns the windows reach from (-ph, -pw), zeros
-// outside the image.
+// One image with its padding made real: [c / S, hp, wp, S], hp x wp being
+// the rows and columns the windows reach from (-ph, -pw), zeros outside the
+// image.
 template <int src_block>
 void pad_image(const onednn::ConvShape& s, const float* image, int64_t hp, int64_t wp, float* padded) {
   const int64_t row = wp * src_block, left = std::min(s.pw, wp) * src_block;
