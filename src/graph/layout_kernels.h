@@ -30,7 +30,7 @@ CustomKernel conv_weight_grad_kernel(const cpu::onednn::LayoutCall& call, bool f
 // gradient fused with that max-pool gradient.
 CustomKernel conv_weight_grad_from_pool_kernel(const cpu::onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block);
 // in: x (blocked) -> y (blocked); no argmax indices.
-CustomKernel max_pool_kernel(cpu::PoolWindow window, int block);
+CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands);
 // in: gy (blocked when gy_block), x (the pool's input, blocked), [mask] -> gx (blocked).
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block);
 // in: x (blocked) -> [N, C] plain.

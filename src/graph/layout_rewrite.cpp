@@ -291,6 +291,9 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::PatchGemm:
               k.label += " (patch gemm)";
               k.custom = patch_gemm_conv_kernel(plan.call);
+              // (Into a concatenation, the parts before it must have split alike.)
+              if (cpu::patch_gemm_splits_rows(plan.call) && (plan.carry < 0 || row_banded_.count(plan.carry)))
+                row_banded_.insert(n.outputs[0]);
               break;
             case cpu::ConvAlgorithm::Direct:
               prepare_constant_weights(plan, k);
@@ -317,7 +320,7 @@ void LayoutPass::rewrite_nodes() {
       case Plan::MaxPool:
         k.outputs = {n.outputs[0]};  // no argmax indices
         k.label = "max_pool2d[" + blocked + "]";
-        k.custom = max_pool_kernel(plan.window, plan.block);
+        k.custom = max_pool_kernel(plan.window, plan.block, row_banded_.count(n.inputs[0]) > 0);
         break;
       case Plan::MaxPoolGrad:
         k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +

@@ -260,8 +260,9 @@ TEST(LayoutKernels, FirstLayerConvolutionReluAndPoolMatchTheirOps) {
 
 // Blocked max pooling against the plain pool, bit for bit: 3x3 windows with
 // and without padding, stride 1 and 2, ceil_mode's partial last windows,
-// 2x2 and other windows, both block sizes, and inputs holding NaN (which
-// wins, as in the plain pool) and infinities.
+// 2x2 and other windows, both block sizes, inputs holding NaN (which wins,
+// as in the plain pool) and infinities, and threads split by channel blocks
+// or by bands of rows.
 TEST(LayoutKernels, BlockedMaxPoolMatchesThePlainPool) {
   manual_seed(8);
   struct Case {
@@ -284,16 +285,19 @@ TEST(LayoutKernels, BlockedMaxPoolMatchesThePlainPool) {
         }
         Tensor want = to_blocked(max_pool2d(x, {c.k, c.k}, {c.s, c.s}, {c.p, c.p}, c.ceil), block);
         const Shape& ws = want.shape();
-        Tensor y = Tensor::empty(ws);
-        cpu::max_pool_blocked(to_blocked(x, block).data<float>(), y.data<float>(), 2, 2 * block, c.h, c.w, ws[2], ws[3],
-                              block, {c.k, c.k, c.s, c.s, c.p, c.p, 1, 1});
-        const auto got = y.to_vector<float>(), expected = want.to_vector<float>();
-        const std::string what = "block " + std::to_string(block) + ", kernel " + std::to_string(c.k) + ", stride " +
-                                 std::to_string(c.s) + ", pad " + std::to_string(c.p) + (c.ceil ? ", ceil" : "") +
-                                 (special ? ", NaN and infinities" : "");
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_TRUE(got[i] == expected[i] || (std::isnan(got[i]) && std::isnan(expected[i])))
-              << what << ", element " << i << ": " << got[i] << " against " << expected[i];
+        for (bool row_bands : {false, true}) {
+          Tensor y = Tensor::empty(ws);
+          cpu::max_pool_blocked(to_blocked(x, block).data<float>(), y.data<float>(), 2, 2 * block, c.h, c.w, ws[2],
+                                ws[3], block, {c.k, c.k, c.s, c.s, c.p, c.p, 1, 1}, row_bands);
+          const auto got = y.to_vector<float>(), expected = want.to_vector<float>();
+          const std::string what = "block " + std::to_string(block) + ", kernel " + std::to_string(c.k) +
+                                   ", stride " + std::to_string(c.s) + ", pad " + std::to_string(c.p) +
+                                   (c.ceil ? ", ceil" : "") + (special ? ", NaN and infinities" : "") +
+                                   (row_bands ? ", row bands" : "");
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_TRUE(got[i] == expected[i] || (std::isnan(got[i]) && std::isnan(expected[i])))
+                << what << ", element " << i << ": " << got[i] << " against " << expected[i];
+        }
       }
 }
 

@@ -12,9 +12,12 @@ struct PoolWindow {
 };
 
 // x: [n, c/block, h, w, block] -> y: [n, c/block, oh, ow, block]. NaN wins, as
-// in the plain kernel; padding never does.
+// in the plain kernel; padding never does. Threads take runs of channel
+// blocks; with row_bands, each a band of rows across every channel block:
+// where the layer before split its output that way, each thread then reads
+// what it wrote, from its own cache.
 void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                      int block, const PoolWindow& wd);
+                      int block, const PoolWindow& wd, bool row_bands = false);
 // The gradient of max_pool_blocked: each window's gradient goes to the
 // position of its maximum, found again in x (the first maximum in scan order,
 // NaN first) rather than read from stored indices, so the forward pool need

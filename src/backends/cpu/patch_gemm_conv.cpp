@@ -164,6 +164,11 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
   }
 }
 
+// The work order of the 1x1 and implicit kernels: (pair of panels, tile)
+// with the tiles varying fastest once there are 4 pairs or more (so that a
+// pair's weights stay in cache while the pixels pass), else the panels.
+bool panels_pixels_fastest(int64_t o) { return (o + 2 * kCols - 1) / (2 * kCols) >= 4; }
+
 bool pointwise(const onednn::ConvShape& s) {
   return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 && s.oh == s.h && s.ow == s.w;
 }
@@ -186,7 +191,7 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   const int shift = src_block == 16 ? 4 : 3;
   const int64_t pixels = s.h * s.w, panels = (s.o + kCols - 1) / kCols, tiles = (pixels + kRows - 1) / kRows;
   const int64_t plane = pixels * src_block, mask = src_block - 1, groups = (panels + 1) / 2;
-  const bool panels_fastest = groups < 4;
+  const bool panels_fastest = !panels_pixels_fastest(s.o);
   // Taking tiles in turn, threads share the work evenly when the tiles are
   // of equal height (49 pixels: 10, 10, 10, 10, 9 rather than 12, 12, 12, 12, 1).
   const int64_t tile_rows = panels_fastest ? (pixels + tiles - 1) / tiles : kRows;
@@ -257,7 +262,7 @@ void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, con
     for (int64_t ky = 0; ky < s.kh; ++ky)
       for (int64_t kx = 0; kx < s.kw; ++kx) offsets.push_back(((cb * hp + ky * s.dh) * wp + kx * s.dw) * src_block);
   const int64_t* off = offsets.data();
-  const bool panels_fastest = groups < 4;
+  const bool panels_fastest = !panels_pixels_fastest(s.o);
   Tensor scratch = Tensor::empty({s.c * hp * wp});  // from Kiln's caching allocator
   float* padded = scratch.data<float>();
   for (int64_t img = 0; img < s.n; ++img) {
@@ -305,6 +310,11 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
   // faster (SqueezeNet's 27x27: 148 against 168 us), and timing them too
   // would only slow compiling.
   return (s.sw == 1 || s.sw == 2) && tile_width(s.ow) >= kRows - 1;
+}
+
+bool patch_gemm_splits_rows(const onednn::LayoutCall& call) {
+  if (call.src_block == 0) return true;
+  return !(call.src_block == 8 && !pointwise(call.shape) && gathered(call)) && !panels_pixels_fastest(call.shape.o);
 }
 
 int64_t patch_gemm_weights_size(const onednn::ConvShape& s) {

@@ -36,6 +36,10 @@ namespace kiln::cpu {
 //   kRows - 1 pixels: an implicit GEMM on a zero-padded copy of the image.
 //   On SqueezeNet's 16 -> 64 3x3 at 55x55: 146 us against oneDNN's 156.
 bool patch_gemm_applies(const onednn::LayoutCall& call);
+// Whether patch_gemm_conv's threads each write a band of output rows across
+// all channels (else runs of channels): plain input, and 1x1 or implicit
+// GEMM convolutions with fewer than 4 pairs of panels.
+bool patch_gemm_splits_rows(const onednn::LayoutCall& call);
 // The number of floats patch_gemm_weights writes: o * c * kh * kw, o
 // rounded up to a whole panel.
 int64_t patch_gemm_weights_size(const onednn::ConvShape& s);
