@@ -114,6 +114,7 @@ std::string LayoutPass::run() {
       for (size_t k = 0; k < g_.nodes[i].inputs.size(); ++k)
         if (g_.nodes[i].inputs[k] >= 0) readers_[g_.nodes[i].inputs[k]].push_back({static_cast<int>(i), static_cast<int>(k)});
   block_of_.assign(g_.values.size(), 0);
+  insert_after_.assign(g_.nodes.size(), {});
   for (size_t i = 0; i < g_.nodes.size(); ++i) plan_node(static_cast<int>(i));
   const size_t residuals = training_ ? 0 : fold_residuals();
   const size_t hard_activations = training_ ? 0 : fold_hard_activations();

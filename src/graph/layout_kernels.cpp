@@ -65,7 +65,7 @@ CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
 
 CustomKernel into_concat_kernel(CustomKernel conv, int64_t first, int64_t channels, bool carry) {
   return [conv = std::move(conv), first, channels, carry](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    KILN_CHECK(out[0].shape()[0] == 1, "a convolution into a concatenation writes one image");
+    KILN_CHECK(out[0].shape()[0] == 1, "a part written into a concatenation in place is one image");
     if (carry) copy_residual(in.back(), out[0].data<float>());
     // One image: channels [first, first + channels) of a blocked value are
     // one contiguous run (made here: a slice op would be dispatched and profiled).

@@ -30,8 +30,8 @@ struct Plan {
   std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
-  // Conv: writes channels [concat_at, ...) of a concatenation's buffer (one
-  // image), taking that buffer over from the convolution before it (carry).
+  // Conv, Resize: writes channels [concat_at, ...) of a concatenation's
+  // buffer (one image), taking that buffer over from the part before it (carry).
   int64_t concat_at = -1;
   int carry = -1;
   int64_t groups = 0;  // Shuffle
@@ -75,6 +75,7 @@ class LayoutPass {
   size_t fold_residuals();
   size_t fold_hard_activations();
   size_t write_concats_in_place();
+  void view_concat_part(int part, int concat, int whole, int64_t first);
   void fuse_first_layer_pools();
   void fuse_pool_grads_into_first_layers();
   cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const;

@@ -90,38 +90,49 @@ size_t LayoutPass::fold_hard_activations() {
   return folded;
 }
 
-// Inference, one image: a blocked concatenation of convolution outputs
-// read by nothing else is written in place. Each channel block range of
-// the result is contiguous, so each convolution writes its own range, the
-// first into a new buffer of the result's size and each later one into the
-// buffer it takes over from the one before (SqueezeNet's fire modules).
+// Inference, one image: a blocked concatenation of convolution and
+// interpolation outputs is written in place. Each channel block range of
+// the result is contiguous, so each part writes its own range, the first
+// into a new buffer of the result's size and each later one into the
+// buffer it takes over from the one before (SqueezeNet's fire modules,
+// U-Net's upsampled features and skip connections). A part read elsewhere
+// too (U-Net's skip connection, which its max pool reads) is read there
+// as a view of its range of the buffer.
 size_t LayoutPass::write_concats_in_place() {
   size_t written = 0;
   for (auto it = plans_.begin(); it != plans_.end();) {
     const auto [at, plan] = *it;
     Node& concat = g_.nodes[at];
-    std::vector<std::pair<int, int64_t>> parts;  // (conv node, its first channel), in execution order
+    struct Part {
+      int node;
+      int64_t first;  // its first channel
+      int value;      // what it made
+    };
+    std::vector<Part> parts;
     int64_t channel = 0;
     bool ok = plan.kind == Plan::Concat && g_.values[concat.outputs[0]].meta.shape[0] == 1;
     for (int id : concat.inputs) {
       if (!ok) break;
       const Value& v = g_.values[id];
-      auto conv = v.kind == ValueKind::Result && uses_[id] == 1 ? plans_.find(v.producer) : plans_.end();
-      ok = conv != plans_.end() && conv->second.kind == Plan::Conv && !conv->second.pooled &&
-           conv->second.residual < 0 && conv->second.call.dst_block == plan.block &&
-           g_.nodes[v.producer].outputs.size() == 1;
-      if (ok) parts.push_back({v.producer, channel});
+      auto part = v.kind == ValueKind::Result ? plans_.find(v.producer) : plans_.end();
+      const bool graph_output = std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end();
+      ok = part != plans_.end() && g_.nodes[v.producer].outputs.size() == 1 && !graph_output &&
+           std::count(concat.inputs.begin(), concat.inputs.end(), id) == 1 &&
+           ((part->second.kind == Plan::Conv && !part->second.pooled && part->second.residual < 0 &&
+             part->second.call.dst_block == plan.block) ||
+            (part->second.kind == Plan::Resize && part->second.block == plan.block));
+      if (ok) parts.push_back({v.producer, channel, id});
       channel += v.meta.shape[1];
     }
     if (!ok) {
       ++it;
       continue;
     }
-    std::sort(parts.begin(), parts.end());
+    std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.node < b.node; });
     int previous = -1;
     for (size_t i = 0; i < parts.size(); ++i) {
-      Node& conv = g_.nodes[parts[i].first];
-      Plan& c = plans_.at(parts[i].first);
+      Node& producer = g_.nodes[parts[i].node];
+      Plan& c = plans_.at(parts[i].node);
       int result = concat.outputs[0];
       if (i + 1 < parts.size()) {
         Value v;
@@ -129,9 +140,10 @@ size_t LayoutPass::write_concats_in_place() {
         result = g_.add_value(std::move(v));
         block_of_.push_back(plan.block);
       }
-      conv.outputs = {result};
-      g_.values[result].producer = parts[i].first;
-      c.concat_at = parts[i].second;
+      if (uses_[parts[i].value] > 1) view_concat_part(parts[i].value, at, result, parts[i].first);
+      producer.outputs = {result};
+      g_.values[result].producer = parts[i].node;
+      c.concat_at = parts[i].first;
       c.carry = previous;
       previous = result;
     }
@@ -141,6 +153,26 @@ size_t LayoutPass::write_concats_in_place() {
     ++written;
   }
   return written;
+}
+
+// The readers of `part` other than the concatenation `concat` read it as a
+// view of its channels [first, ...) of `whole`, right after it is made.
+void LayoutPass::view_concat_part(int part, int concat, int whole, int64_t first) {
+  const int producer = g_.values[part].producer;
+  const int64_t channels = g_.values[part].meta.shape[1];
+  Value v;
+  v.meta = g_.values[part].meta;
+  v.producer = producer;  // (the splice sets it to the view's own node; a reorder of it goes after that)
+  const int view = g_.add_value(std::move(v));
+  block_of_.push_back(block_of_[part]);
+  Node slice;
+  slice.op = &OpRegistry::instance().get("slice");
+  slice.attrs = {{"axis", int64_t{1}}, {"start", first}, {"end", first + channels}, {"step", int64_t{1}}};
+  slice.inputs = {whole};
+  slice.outputs = {view};
+  insert_after_[producer].push_back(std::move(slice));
+  for (auto [node, k] : readers_[part])
+    if (node != concat) g_.nodes[node].inputs[k] = view;
 }
 
 // Inference: a first layer with few input channels, a ReLU and a 2x2 max
@@ -340,8 +372,12 @@ void LayoutPass::rewrite_nodes() {
         k.custom = blocked_channel_shuffle_kernel(plan.groups, plan.block);
         break;
       case Plan::Resize:
-        k.label = "interpolate[" + blocked + "]";
+        if (plan.carry >= 0) read_in_place(at, k, plan.carry, plan.block);
+        k.label = "interpolate[" + blocked + "]" + (plan.concat_at >= 0 ? " into concat" : "");
         k.custom = blocked_interpolate_kernel(n.attrs, plan.block);
+        if (plan.concat_at >= 0)  // (an interpolation keeps its input's channels)
+          k.custom = into_concat_kernel(std::move(k.custom), plan.concat_at, g_.values[n.inputs[0]].meta.shape[1],
+                                        plan.carry >= 0);
         break;
       case Plan::Slice:
         k.label = "slice[" + blocked + "]";
@@ -387,7 +423,6 @@ bool LayoutPass::same_memory_in_both(int id, int want) const {
 
 // Every input is read in the layout its reader takes: reorders where they differ.
 void LayoutPass::insert_reorders() {
-  insert_after_.assign(g_.nodes.size(), {});
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     Node& n = g_.nodes[i];
     if (n.removed) continue;

@@ -234,6 +234,19 @@ TEST(BlockedLayout, OneByOneConvolutionsCrossBlockSizes) {
 
 namespace {
 
+// A U-Net's first level: a 3x3 convolution (the skip connection) and, below
+// a 2x2 max pool, one of twice the channels; returns both.
+struct UNetLevel {
+  Tensor down, deep;
+  explicit UNetLevel(int64_t b) : down(randn({b, 3, 3, 3}) * 0.3), deep(randn({2 * b, b, 3, 3}) * 0.1) {}
+  std::pair<Tensor, Tensor> operator()(const Tensor& x) const {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor skip = relu(conv2d(x, down, Tensor(), pad1));
+    return {skip, relu(conv2d(max_pool2d(skip, {2, 2}, {2, 2}), deep, Tensor(), pad1))};
+  }
+};
+
 // A U-Net's decoder at batch 2: the upsampled activations (bilinear and
 // nearest, 2x and to an odd size) stay blocked, so the concatenation with the
 // skip connection is blocked too and nothing goes plain before the result.
@@ -241,14 +254,12 @@ TEST(BlockedLayout, UpsamplingsAndTheirConcatenationStayBlocked) {
   const int64_t b = cpu::onednn::preferred_block();
   if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
   manual_seed(26);
-  Tensor down = randn({b, 3, 3, 3}) * 0.3, deep = randn({2 * b, b, 3, 3}) * 0.1, head = randn({b, 5 * b, 1, 1}) * 0.2;
-  ConvOptions pad1;
-  pad1.padding = {1, 1};
+  const UNetLevel level(b);
+  Tensor head = randn({b, 5 * b, 1, 1}) * 0.2;
   for (const std::string mode : {"bilinear", "nearest"}) {
     for (const bool odd : {false, true}) {
       auto program = [&](const std::vector<Tensor>& in) {
-        Tensor skip = relu(conv2d(in[0], down, Tensor(), pad1));
-        Tensor low = relu(conv2d(max_pool2d(skip, {2, 2}, {2, 2}), deep, Tensor(), pad1));
+        auto [skip, low] = level(in[0]);
         Tensor up = odd ? interpolate(low, {skip.size(2), skip.size(3)}, mode) : interpolate(low, 2.0, mode);
         Tensor half = interpolate(skip, 0.5, mode);  // downsampling too
         Tensor back = interpolate(half, {skip.size(2), skip.size(3)}, mode);
@@ -262,6 +273,33 @@ TEST(BlockedLayout, UpsamplingsAndTheirConcatenationStayBlocked) {
       EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
       expect_close(run.got[0], run.want[0]);
     }
+  }
+}
+
+// The same decoder at batch 1: the upsampling and the skip connection's
+// convolution write their parts of the concatenation in place, and the max
+// pool that also reads the skip connection reads it as a view of its part.
+// A concatenation naming one value twice keeps its copy.
+TEST(BlockedLayout, AUNetsConcatenationIsWrittenInPlaceAndItsSkipReadAsAView) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(27);
+  const UNetLevel level(b);
+  Tensor head = randn({b, 3 * b, 1, 1}) * 0.2;
+  for (const bool twice : {false, true}) {
+    auto program = [&](const std::vector<Tensor>& in) {
+      auto [skip, low] = level(in[0]);
+      Tensor up = interpolate(low, 2.0, "bilinear");
+      Tensor both = twice ? concat({up, skip, skip}, 1).slice(1, 0, 3 * b) : concat({up, skip}, 1);
+      return std::vector<Tensor>{conv2d(both, head, Tensor())};
+    };
+    Tensor x = randn({1, 3, 12, 16});
+    const Compared run = compile_and_run(program, x);
+    const std::string& graph = run.graph;
+    EXPECT_EQ(count(graph, "into concat"), twice ? 0u : 2u) << graph;
+    EXPECT_EQ(count(graph, "concat[nChw"), twice ? 1u : 0u) << graph;
+    EXPECT_EQ(count(graph, "reorder["), 1u) << "only the result goes back to plain:\n" << graph;
+    expect_close(run.got[0], run.want[0]);
   }
 }
 
