@@ -141,24 +141,36 @@ void interpolate_plane(const AxisMap& rows, const AxisMap& cols, const std::vect
   }
 }
 
-// One plane forward, separably: every source row interpolated across first
-// (h x ow pixels), then each output row as the weighted sum of its source
+// One plane forward, separably: source rows interpolated across (ow
+// pixels each), then each output row as the weighted sum of its source
 // rows, a loop over contiguous values that vectorizes. The same sums in the
 // same order as interpolate_plane, with a fraction of the gathers. A pixel is
 // `pixel` consecutive values (1 in NCHW planes; a channel block in nChw8c).
 // TAPS and PIXEL > 0 fix the tap count and the pixel's values at compile
-// time (so the inner loops unroll); 0 reads them at run time.
+// time (so the inner loops unroll); 0 reads them at run time. The rows
+// across are kept in a few slots, each made when an output row first needs
+// it: the rows an output row reads move down with it, so each is made
+// about once, and the slots stay in the L1 cache (a buffer of the whole
+// plane, 512 KB for U-Net's 64x64 -> 128x128 block, was allocated, zeroed
+// and written out to memory each call).
 template <int TAPS, int PIXEL, typename T>
 void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const std::vector<T>& wy_all,
                                  const std::vector<T>& wx_all, const T* sp, T* dp, int64_t h, int64_t w, int64_t oh,
                                  int64_t ow, int64_t any_pixel, std::vector<T>& across) {
   const int64_t rt = TAPS > 0 ? TAPS : rows.taps, ct = TAPS > 0 ? TAPS : cols.taps;
   const int64_t pixel = PIXEL > 0 ? PIXEL : any_pixel;
-  const int64_t out_row = ow * pixel;
-  across.resize(static_cast<size_t>(h * out_row));
-  for (int64_t y = 0; y < h; ++y) {
+  const int64_t out_row = ow * pixel, slots = rt + 1;
+  across.resize(static_cast<size_t>(slots * out_row));
+  std::vector<int64_t> held(static_cast<size_t>(slots), -1);  // the source row in each slot
+  auto across_row = [&](int64_t y, const int64_t* keep) -> const T* {
+    int64_t slot = std::find(held.begin(), held.end(), y) - held.begin();
+    if (slot < slots) return across.data() + slot * out_row;
+    // A slot holding no row this output row reads (there are rt + 1 slots).
+    for (slot = 0; std::find(keep, keep + rt, held[static_cast<size_t>(slot)]) != keep + rt; ++slot) {
+    }
+    held[static_cast<size_t>(slot)] = y;
     const T* row = sp + y * w * pixel;
-    T* to = across.data() + y * out_row;
+    T* to = across.data() + slot * out_row;
     for (int64_t ox = 0; ox < ow; ++ox) {
       const int64_t* cx = &cols.index[ox * ct];
       const T* wx = &wx_all[ox * ct];
@@ -169,14 +181,15 @@ void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const
         for (int64_t c = 0; c < pixel; ++c) px[c] += wx[j] * from[c];
       }
     }
-  }
+    return to;
+  };
   for (int64_t oy = 0; oy < oh; ++oy) {
     const int64_t* ry = &rows.index[oy * rt];
     const T* wy = &wy_all[oy * rt];
     T* to = dp + oy * out_row;
     const T* from[TAPS > 0 ? TAPS : 1];
     if constexpr (TAPS > 0) {
-      for (int r = 0; r < TAPS; ++r) from[r] = across.data() + ry[r] * out_row;
+      for (int r = 0; r < TAPS; ++r) from[r] = across_row(ry[r], ry);
       for (int64_t i = 0; i < out_row; ++i) {
         T sum = 0;
         for (int r = 0; r < TAPS; ++r) sum += wy[r] * from[r][i];
@@ -185,7 +198,7 @@ void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const
     } else {
       std::fill(to, to + out_row, T(0));
       for (int64_t r = 0; r < rt; ++r) {
-        const T* source = across.data() + ry[r] * out_row;
+        const T* source = across_row(ry[r], ry);
         for (int64_t i = 0; i < out_row; ++i) to[i] += wy[r] * source[i];
       }
     }
