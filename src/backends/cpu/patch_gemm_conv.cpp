@@ -164,10 +164,24 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
   }
 }
 
-// The work order of the 1x1 and implicit kernels: (pair of panels, tile)
-// with the tiles varying fastest once there are 4 pairs or more (so that a
-// pair's weights stay in cache while the pixels pass), else the panels.
-bool panels_pixels_fastest(int64_t o) { return (o + 2 * kCols - 1) / (2 * kCols) >= 4; }
+// The work order of the 1x1 and implicit kernels, which take (pair of
+// panels, tile) items: the tiles vary fastest once there are 4 pairs or
+// more, so that a pair's weights stay in cache while the pixels pass; with
+// fewer, the panels, so that each thread gets its share of every pair (a
+// half panel costs half a pair: 40 channels split by pairs gave one thread
+// twice the other's work).
+bool pixels_fastest(int64_t o) { return (o + 2 * kCols - 1) / (2 * kCols) >= 4; }
+
+// tile(first panel of the pair, tile index) for every item, over the threads.
+template <typename Tile>
+void for_pairs_and_tiles(int64_t o, int64_t tiles, const Tile& tile) {
+  const int64_t groups = (o + 2 * kCols - 1) / (2 * kCols);
+  const bool by_pixels = pixels_fastest(o);
+  parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t item = lo; item < hi; ++item)
+      tile((by_pixels ? item / tiles : item % groups) * 2, by_pixels ? item % tiles : item / groups);
+  });
+}
 
 bool pointwise(const onednn::ConvShape& s) {
   return s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 && s.oh == s.h && s.ow == s.w;
@@ -176,39 +190,30 @@ bool pointwise(const onednn::ConvShape& s) {
 // A 1x1 convolution (stride 1, no padding) between blocked layouts of either
 // block size: the image already is the GEMM's left matrix (pixel p's channel
 // k sits at a fixed offset), so nothing is gathered and any pixel count
-// goes. Threads take (pair of panels, tile of pixels), pixels fastest, so
-// that a pair's weights stay in cache while the pixels pass; but with few
-// pairs, panels fastest, so that each thread gets its share of every pair
-// (a half panel costs half a pair: 40 channels split by pairs gave one
-// thread twice the other's work). (The source block is a template
-// argument so that a tile's rows, src_block floats apart, are constant
-// offsets: computed at run time, their addresses took two integer
-// operations per broadcast, and the loop ran 15% slower.)
+// goes. (The source block is a template argument so that a tile's rows,
+// src_block floats apart, are constant offsets: computed at run time, their
+// addresses took two integer operations per broadcast, and the loop ran 15%
+// slower.)
 template <int src_block>
 void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed,
                                const float* bias, float* y) {
   const onednn::ConvShape& s = call.shape;
   const int shift = src_block == 16 ? 4 : 3;
-  const int64_t pixels = s.h * s.w, panels = (s.o + kCols - 1) / kCols, tiles = (pixels + kRows - 1) / kRows;
-  const int64_t plane = pixels * src_block, mask = src_block - 1, groups = (panels + 1) / 2;
-  const bool panels_fastest = !panels_pixels_fastest(s.o);
+  const int64_t pixels = s.h * s.w, tiles = (pixels + kRows - 1) / kRows;
+  const int64_t plane = pixels * src_block, mask = src_block - 1;
   // Taking tiles in turn, threads share the work evenly when the tiles are
   // of equal height (49 pixels: 10, 10, 10, 10, 9 rather than 12, 12, 12, 12, 1).
-  const int64_t tile_rows = panels_fastest ? (pixels + tiles - 1) / tiles : kRows;
+  const int64_t tile_rows = pixels_fastest(s.o) ? kRows : (pixels + tiles - 1) / tiles;
   for (int64_t img = 0; img < s.n; ++img) {
     const float* image = x + img * s.c * pixels;
     float* out = y + img * s.o * pixels;
-    parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t item = lo; item < hi; ++item) {
-        const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
-        const int64_t p0 = (panels_fastest ? item / groups : item % tiles) * tile_rows;
-        const int64_t rows = std::min(tile_rows, pixels - p0);
-        const float* corner = image + p0 * src_block;
-        const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
-          return corner[(k >> shift) * plane + r * src_block + (k & mask)];
-        };
-        pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0);
-      }
+    for_pairs_and_tiles(s.o, tiles, [&](int64_t first, int64_t tile) {
+      const int64_t p0 = tile * tile_rows, rows = std::min(tile_rows, pixels - p0);
+      const float* corner = image + p0 * src_block;
+      const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
+        return corner[(k >> shift) * plane + r * src_block + (k & mask)];
+      };
+      pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0);
     });
   }
 }
@@ -246,39 +251,32 @@ int64_t tile_width(int64_t ow) {
 // pixels on one row reads each (channel block, tap) of its patches at a
 // fixed offset from its first pixel's window, the rows stride * S floats
 // apart. Nothing is gathered and the borders need no case of their own. A
-// row's tiles are of equal width (55 pixels: five of 11); threads take
-// (pair of panels, tile) as the 1x1 kernel does.
+// row's tiles are of equal width (55 pixels: five of 11).
 template <int src_block, int kStride>
 void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                              float* y) {
   const onednn::ConvShape& s = call.shape;
   const int shift = src_block == 16 ? 4 : 3;
-  const int64_t mask = src_block - 1, pixels = s.oh * s.ow, panels = (s.o + kCols - 1) / kCols;
-  const int64_t groups = (panels + 1) / 2, per_row = (s.ow + kRows - 1) / kRows, width = tile_width(s.ow);
-  const int64_t tiles = s.oh * per_row;
+  const int64_t mask = src_block - 1, pixels = s.oh * s.ow;
+  const int64_t per_row = (s.ow + kRows - 1) / kRows, width = tile_width(s.ow);
   const int64_t hp = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1, wp = (s.ow - 1) * kStride + (s.kw - 1) * s.dw + 1;
   std::vector<int64_t> offsets;  // of each (channel block, tap) from the window's corner
   for (int64_t cb = 0; cb < s.c / src_block; ++cb)
     for (int64_t ky = 0; ky < s.kh; ++ky)
       for (int64_t kx = 0; kx < s.kw; ++kx) offsets.push_back(((cb * hp + ky * s.dh) * wp + kx * s.dw) * src_block);
   const int64_t* off = offsets.data();
-  const bool panels_fastest = !panels_pixels_fastest(s.o);
   Tensor scratch = Tensor::empty({s.c * hp * wp});  // from Kiln's caching allocator
   float* padded = scratch.data<float>();
   for (int64_t img = 0; img < s.n; ++img) {
     pad_image<src_block>(s, x + img * s.c * s.h * s.w, hp, wp, padded);
     float* out = y + img * s.o * pixels;
-    parallel_for(groups * tiles, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t item = lo; item < hi; ++item) {
-        const int64_t first = (panels_fastest ? item % groups : item / tiles) * 2;
-        const int64_t tile = panels_fastest ? item / groups : item % tiles;
-        const int64_t oy = tile / per_row, ox = tile % per_row * width, rows = std::min(width, s.ow - ox);
-        const float* corner = padded + (oy * s.sh * wp + ox * kStride) * src_block;
-        const auto a_at = [corner, off, shift, mask](int r, int64_t k) {
-          return corner[off[k >> shift] + r * kStride * src_block + (k & mask)];
-        };
-        pair_tile(call, rows, a_at, packed, bias, first, out, pixels, oy * s.ow + ox);
-      }
+    for_pairs_and_tiles(s.o, s.oh * per_row, [&](int64_t first, int64_t tile) {
+      const int64_t oy = tile / per_row, ox = tile % per_row * width, rows = std::min(width, s.ow - ox);
+      const float* corner = padded + (oy * s.sh * wp + ox * kStride) * src_block;
+      const auto a_at = [corner, off, shift, mask](int r, int64_t k) {
+        return corner[off[k >> shift] + r * kStride * src_block + (k & mask)];
+      };
+      pair_tile(call, rows, a_at, packed, bias, first, out, pixels, oy * s.ow + ox);
     });
   }
 }
@@ -313,8 +311,9 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
 }
 
 bool patch_gemm_splits_rows(const onednn::LayoutCall& call) {
-  if (call.src_block == 0) return true;
-  return !(call.src_block == 8 && !pointwise(call.shape) && gathered(call)) && !panels_pixels_fastest(call.shape.o);
+  if (call.src_block == 0) return true;  // chunks of pixels
+  if (!pointwise(call.shape) && gathered(call)) return false;  // panels
+  return !pixels_fastest(call.shape.o);  // (pair, tile) items, panels fastest
 }
 
 int64_t patch_gemm_weights_size(const onednn::ConvShape& s) {

@@ -166,8 +166,8 @@ void interpolate_plane_separable(const AxisMap& rows, const AxisMap& cols, const
     int64_t slot = std::find(held.begin(), held.end(), y) - held.begin();
     if (slot < slots) return across.data() + slot * out_row;
     // A slot holding no row this output row reads (there are rt + 1 slots).
-    for (slot = 0; std::find(keep, keep + rt, held[static_cast<size_t>(slot)]) != keep + rt; ++slot) {
-    }
+    slot = 0;
+    while (std::find(keep, keep + rt, held[static_cast<size_t>(slot)]) != keep + rt) ++slot;
     held[static_cast<size_t>(slot)] = y;
     const T* row = sp + y * w * pixel;
     T* to = across.data() + slot * out_row;
