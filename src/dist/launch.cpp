@@ -20,6 +20,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/child_process.h"
 #include "kiln/error.h"
 
 namespace kiln::dist {
@@ -83,6 +84,7 @@ int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) 
 // The child: its own process group (so the job can stop what it started),
 // output into the pipe, the launcher's variables, then the command.
 [[noreturn]] void become_rank(const LaunchOptions& o, int local, int write_end, const std::string& addr, int port) {
+  kiln::detail::reset_signals_for_exec();  // SIGTERM stops a rank, whatever mask the launcher was started with
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher killed outright takes its ranks along
   dup2(write_end, STDOUT_FILENO);

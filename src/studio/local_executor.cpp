@@ -1,5 +1,8 @@
 // The local executor: the launcher as a child process of the studio, in a
-// process group of its own so that stopping it reaches every rank.
+// session of its own. The launcher puts each rank in a process group of its
+// own, and those stay in the session: stopping the session reaches every rank
+// and whatever they started.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -7,8 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <fstream>
+#include <thread>
 
+#include "core/child_process.h"
 #include "kiln/error.h"
 #include "studio/executors.h"
 
@@ -37,6 +44,33 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 int status_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
+// Sends `sig` to every live process of session `sid` (zombies are already
+// gone for this purpose); returns how many there were.
+int signal_session(pid_t sid, int sig) {
+  int found = 0;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + entry->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0, pgrp = 0, session = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &session) != 4) continue;
+    if (session != sid || state == 'Z' || state == 'X') continue;
+    ++found;
+    ::kill(static_cast<pid_t>(pid), sig);
+  }
+  ::closedir(proc);
+  return found;
+}
+
 class LocalExecution final : public Execution {
  public:
   explicit LocalExecution(const LaunchRequest& r) {
@@ -52,7 +86,8 @@ class LocalExecution final : public Execution {
     pid_ = ::fork();
     KILN_CHECK(pid_ >= 0, "cannot start the job: fork failed: ", std::strerror(errno));
     if (pid_ == 0) {
-      ::setpgid(0, 0);  // the job's own process group: stopping it reaches every rank
+      kiln::detail::reset_signals_for_exec();  // the studio blocks SIGTERM; the job must not
+      ::setsid();  // the job's own session: stopping it reaches every rank's process group
       int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (log >= 0) {
         ::dup2(log, 1);
@@ -67,7 +102,6 @@ class LocalExecution final : public Execution {
       (void)ignored;
       _exit(127);
     }
-    ::setpgid(pid_, pid_);
   }
   ~LocalExecution() override {
     if (!code_) {
@@ -81,12 +115,20 @@ class LocalExecution final : public Execution {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       code_ = status_code(status);
-      ::kill(-pid_, SIGKILL);  // nothing of the job outlives it
+      // Nothing of the job outlives it, and it is over only once its last
+      // process is: the output synced after this is final.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (signal_session(pid_, SIGKILL) > 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return code_;
   }
+  // The launcher forwards it to its ranks and exits when they have.
   void terminate() override { ::kill(pid_, SIGTERM); }
-  void kill() override { ::kill(-pid_, SIGKILL); }
+  void kill() override {
+    if (!code_) ::kill(pid_, SIGKILL);
+    signal_session(pid_, SIGKILL);
+  }
 
  private:
   pid_t pid_ = -1;
@@ -110,7 +152,18 @@ std::pair<int, std::string> run_program(const std::vector<std::string>& argv, co
   std::vector<std::string> args = argv, environment = env ? *env : environment_with({});
   std::vector<char*> argp = pointers(args), envp = pointers(environment);
   pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argp[0], &actions, nullptr, argp.data(), envp.data());
+  // As for a job: the studio's blocked SIGTERM is not the program's.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, stopping;
+  sigemptyset(&none);
+  sigemptyset(&stopping);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) sigaddset(&stopping, sig);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &stopping);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const int rc = ::posix_spawnp(&pid, argp[0], &actions, &attributes, argp.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   ::close(out[1]);
   if (rc != 0) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <regex>
 
+#include "core/child_process.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
 #include "studio/tokens.h"
@@ -56,6 +57,7 @@ int run_kiln(const std::string& kiln, std::vector<std::string> args, const std::
   pid_t pid = ::fork();
   KILN_CHECK(pid >= 0, "cannot start kiln: fork failed");
   if (pid == 0) {
+    kiln::detail::reset_signals_for_exec();
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);

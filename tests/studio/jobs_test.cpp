@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -186,6 +187,44 @@ TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
   EXPECT_NE(std::system("pgrep -f 'sleep 61[.]375' > /dev/null"), 0) << "a rank outlived its job";
   auto again = api.client.Post("/api/v1/jobs/" + std::to_string(id) + "/stop", "", "application/json");
   EXPECT_EQ(again->status, 400);  // nothing left to stop
+}
+
+// `kiln studio serve` waits for SIGTERM with it blocked in every thread; the
+// jobs it starts must not inherit that. Stopped on request or at their time
+// limit, all ranks end before the job says so, and soon.
+TEST(StudioJobs, AStudioThatBlocksSigtermStillStopsEveryRank) {
+  sigset_t stopping, before;
+  sigemptyset(&stopping);
+  sigaddset(&stopping, SIGTERM);
+  sigaddset(&stopping, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stopping, &before);
+  {
+    auto dir = fresh_dir("jobs_stop_masked");
+    Studio s(dir);
+    Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+    auto ranks_left = [] { return std::system("pgrep -f 'sleep 61[.]625' > /dev/null") == 0; };
+    int64_t id = api.submit(shell_job("sleepers", "echo started; exec sleep 61.625"));
+    api.wait_for(id, {"Running"});
+    for (int i = 0; i < 100 && api.get("/api/v1/jobs/" + std::to_string(id) + "/logs")["total"] < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto asked = std::chrono::steady_clock::now();
+    ASSERT_EQ(api.client.Post("/api/v1/jobs/" + std::to_string(id) + "/stop", "", "application/json")->status, 202);
+    json done = api.wait_for(id, {"Terminated", "Failed", "Completed", "Abnormal"});
+    EXPECT_FALSE(ranks_left()) << "a rank outlived its stopped job";
+    EXPECT_EQ(done["state"], "Terminated") << done.dump();
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(10)) << "the ranks ignored SIGTERM";
+
+    json limited = shell_job("overtime", "echo started; exec sleep 61.625");
+    limited["time_limit_s"] = 2;
+    const auto submitted = std::chrono::steady_clock::now();
+    id = api.submit(limited);
+    done = api.wait_for(id, {"Terminated", "Failed", "Completed", "Abnormal"});
+    EXPECT_FALSE(ranks_left()) << "a rank outlived its job's time limit";
+    EXPECT_EQ(done["state"], "Failed") << done.dump();
+    EXPECT_NE(done["reason"].get<std::string>().find("time limit"), std::string::npos) << done.dump();
+    EXPECT_LT(std::chrono::steady_clock::now() - submitted, std::chrono::seconds(12));
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 TEST(StudioJobs, ARestartMidJobKeepsItsRecordAndLogs) {
