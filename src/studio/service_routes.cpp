@@ -7,7 +7,9 @@
 // DELETE /api/v1/services/NAME                         a stopped service
 // GET    /api/v1/services/NAME/metrics                 requests, errors, latency per version
 // GET    /api/v1/services/NAME/instances/ID/logs       an instance's log (?grep=REGEX: matching lines)
-// *      /api/v1/services/NAME/v2/...                  OIP v2, forwarded to an instance
+// GET    /api/v1/services/NAME/v2[/health/...|/models/M[/versions/V][/ready]]   metadata, forwarded to an instance
+// POST   /api/v1/services/NAME/v2/models/M[/versions/V]/infer                    inference, forwarded
+// POST   /api/v1/services/NAME/v2/repository/...       Triton's repository routes: admin tokens only, audited
 #include "studio/service_routes.h"
 
 #include "studio/job_routes.h"
@@ -24,6 +26,31 @@ bool is_service_proxy_path(const std::string& path) {
   if (path.rfind(prefix, 0) != 0) return false;
   size_t slash = path.find('/', prefix.size());
   return slash != std::string::npos && path.compare(slash, 4, "/v2/") == 0;
+}
+
+std::optional<ProxyAccess> proxy_access(const std::string& method, const std::string& path) {
+  std::vector<std::string> parts;  // of what follows /api/v1/services/NAME/
+  size_t start = std::string("/api/v1/services/").size();
+  start = path.find('/', start) + 1;
+  while (start <= path.size()) {
+    const size_t end = path.find('/', start);
+    parts.push_back(path.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const size_t n = parts.size();
+  if (n < 1 || parts[0] != "v2") return std::nullopt;
+  if (n == 1 || (n == 3 && parts[1] == "health" && (parts[2] == "live" || parts[2] == "ready")))
+    return method == "GET" ? std::optional<ProxyAccess>(ProxyAccess{}) : std::nullopt;
+  if (n >= 2 && parts[1] == "repository") return ProxyAccess{Scope::Admin, true};
+  if (n < 3 || parts[1] != "models" || parts[2].empty()) return std::nullopt;
+  size_t at = 3;
+  if (n >= 5 && parts[3] == "versions") at = 5;
+  if (n == at) return method == "GET" ? std::optional<ProxyAccess>(ProxyAccess{}) : std::nullopt;
+  if (n != at + 1) return std::nullopt;
+  if (parts[at] == "ready" && method == "GET") return ProxyAccess{};
+  if (parts[at] == "infer" && method == "POST") return ProxyAccess{};
+  return std::nullopt;
 }
 
 void handle_services(Services& services, const serve::HttpRequest& req, serve::HttpResponse& res,

@@ -15,12 +15,14 @@
 
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <regex>
 #include <sstream>
 
+#include "core/child_process.h"
 #include "studio/runs.h"
 #include "studio/tokens.h"
 
@@ -84,6 +86,10 @@ class InstanceConnection {
 // Latency buckets of the proxy's histogram, in milliseconds (+Inf last).
 constexpr std::array<double, 11> kBucketsMs = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e300};
 constexpr int kMaxStartFailures = 3;
+// A ready instance is probed this often; one that has failed its probes this
+// long (unloaded, frozen) is killed and started again.
+constexpr int64_t kProbeEveryMs = 1000;
+constexpr int64_t kRestartUnreadyAfterMs = 10000;
 
 std::string last_line(const std::string& text) {
   std::string t = text;
@@ -115,6 +121,9 @@ struct Services::Instance {
   int start_failures = 0;
   int restarts = 0;
   int64_t drain_since_ms = 0;
+  int64_t probed_ms = 0;         // the last readiness probe
+  int64_t unready_since_ms = 0;  // when a ready instance stopped answering its probe
+  std::string model, secret;     // what it serves, and the token it wants (the version's)
   std::atomic<int> outstanding{0};
   std::string log;
   size_t log_from = 0;  // where this start's output begins in the log
@@ -152,6 +161,7 @@ struct Services::Version {
   int64_t model_version = 0;
   bool batch_axis = false;
   std::string repo, logs;
+  std::string secret;  // its instances' bearer token: only the proxy reaches them
   std::vector<std::shared_ptr<Instance>> instances;
   bool all_ready() const {
     for (const auto& i : instances)
@@ -262,6 +272,12 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
   v->logs = dir + "/logs";
   fs::create_directories(v->repo + "/" + s.name + "/1");
   fs::create_directories(v->logs);
+  v->secret = random_secret();
+  {
+    std::ofstream token(dir + "/token");
+    token << v->secret << "\n";
+  }
+  fs::permissions(dir + "/token", fs::perms::owner_read | fs::perms::owner_write);
   { std::ofstream(v->repo + "/" + s.name + "/1/model.onnx", std::ios::binary) << models_.file(mv); }
   {
     std::ofstream config(v->repo + "/" + s.name + "/config.yaml");
@@ -280,7 +296,8 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
 }
 
 void Services::start_instance(Service& s, Version& v, Instance& i) {
-  std::vector<std::string> args = {kiln_, "serve", "--model-repository", v.repo, "--port", "0", "--access-log", ""};
+  std::vector<std::string> args = {kiln_, "serve", "--model-repository", v.repo, "--port", "0", "--access-log", "",
+                                   "--auth-token-file", fs::path(v.repo).parent_path().string() + "/token"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -295,12 +312,16 @@ void Services::start_instance(Service& s, Version& v, Instance& i) {
   i.log_from = fs::exists(i.log, ec) ? fs::file_size(i.log, ec) : 0;
   i.port = 0;
   i.ready = false;
+  i.unready_since_ms = 0;
+  i.model = s.name;
+  i.secret = v.secret;
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   KILN_CHECK(pid >= 0, "cannot start an instance of service ", s.name, ": fork failed");
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // an instance does not outlive its studio
     if (::getppid() != parent) ::_exit(1);
+    kiln::detail::reset_signals_for_exec();  // drained with SIGTERM, which the studio blocks
     ::setpgid(0, 0);
     int fd = ::open(i.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
@@ -488,7 +509,7 @@ void Services::remove(const std::string& name) {
 }
 
 json Services::metrics(const std::string& name) {
-  std::vector<int> ports;
+  std::vector<std::pair<int, std::string>> ports;  // and their tokens
   json versions = json::object();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -503,13 +524,14 @@ json Services::metrics(const std::string& name) {
     }
     for (const auto& v : s->versions)
       for (const auto& i : v->instances)
-        if (i->ready) ports.push_back(i->port);
+        if (i->ready) ports.emplace_back(i->port, v->secret);
   }
   // The instances' own Prometheus counters, summed over the ready instances
   // (gauges such as queue depth are summed too: the service's total).
   std::map<std::string, double> summed;
-  for (int port : ports) {
+  for (const auto& [port, secret] : ports) {
     httplib::Client c("127.0.0.1", port);
+    c.set_bearer_token_auth(secret);
     c.set_connection_timeout(1);
     c.set_read_timeout(2);
     auto r = c.Get("/metrics");
@@ -625,7 +647,15 @@ void Services::supervise() {
                 auto at = text.find(mark);
                 if (at != std::string::npos) i->port = std::atoi(text.c_str() + at + mark.size());
               }
-              if (i->port > 0 && !i->ready) probes.push_back(i);
+              if (i->port > 0 && (!i->ready || now_ms() - i->probed_ms >= kProbeEveryMs)) probes.push_back(i);
+              // Unloaded or frozen for long: killed here, started again above once it has exited.
+              if (i->ever_ready && !i->ready && i->unready_since_ms > 0 &&
+                  now_ms() - i->unready_since_ms > kRestartUnreadyAfterMs) {
+                std::fprintf(stderr, "kiln studio: service %s: instance %d has not answered its readiness probe for %lld s; "
+                             "restarting it\n", name.c_str(), i->id, static_cast<long long>(kRestartUnreadyAfterMs / 1000));
+                ::kill(i->pid, SIGKILL);
+                i->unready_since_ms = 0;
+              }
             }
           }
         }
@@ -665,12 +695,21 @@ void Services::supervise() {
       }
     }
     // Instance fields other than `ready` belong to this thread alone.
+    // The probe asks for the served model, not the process: an instance
+    // whose model was unloaded, or that is frozen, is taken out of routing.
     for (auto& i : probes) {
       httplib::Client probe("127.0.0.1", i->port);
       probe.set_connection_timeout(0, 200000);
       probe.set_read_timeout(1);
-      auto r = probe.Get("/v2/health/ready");
-      if (r && r->status == 200) i->ever_ready = true, i->start_failures = 0, i->ready = true;
+      probe.set_bearer_token_auth(i->secret);
+      auto r = probe.Get("/v2/models/" + i->model + "/ready");
+      i->probed_ms = now_ms();
+      if (r && r->status == 200) {
+        i->ever_ready = true, i->start_failures = 0, i->ready = true, i->unready_since_ms = 0;
+      } else if (i->ready || (i->ever_ready && i->unready_since_ms == 0)) {
+        i->ready = false;
+        i->unready_since_ms = now_ms();
+      }
     }
   }
 }
@@ -721,6 +760,7 @@ void Services::forward(const std::string& name, const std::string& rest, const s
   out.target(rest + (req.query.empty() ? "" : "?" + req.query));
   out.version(11);
   out.set(http::field::host, "127.0.0.1");
+  out.set(http::field::authorization, "Bearer " + version->secret);
   for (const char* h : {"Content-Type", "Inference-Header-Content-Length", "Accept"})
     if (const std::string* v = req.header(h)) out.set(h, *v);
   out.body() = req.body;
@@ -728,15 +768,20 @@ void Services::forward(const std::string& name, const std::string& rest, const s
   out.prepare_payload();
   std::optional<http::response<http::string_body>> r;
   std::string why;
+  // The instance serves the model under the service's name: a 404 for that
+  // name means it has lost it (unloaded), not that the client asked amiss.
+  const std::string own_model = "/v2/models/" + name;
+  const bool for_own_model = rest.compare(0, own_model.size(), own_model) == 0 &&
+                             (rest.size() == own_model.size() || rest[own_model.size()] == '/');
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto connection = instance->take();
     r = connection->send(out, &why);
     --instance->outstanding;
-    if (r) {
-      instance->give(std::move(connection));
-      break;
-    }
-    // No answer: that instance is down (the supervisor restarts it); another one tries once.
+    if (r) instance->give(std::move(connection));
+    const bool lost_model = r && for_own_model && r->result_int() == 404;
+    if (r && !lost_model) break;
+    // No answer, or no model: that instance is out of routing until its
+    // probe passes (the supervisor restarts it); another one tries once.
     instance->ready = false;
     if (attempt == 1 || !pick(instance.get())) break;
   }

@@ -83,11 +83,15 @@ std::string sha256_file(const std::string& path, int64_t offset, int64_t length)
   return sha.hex();
 }
 
-std::string create_token(Database& db, const std::string& name, Scope scope) {
-  KILN_CHECK(!name.empty() && name.size() <= 100, "a token needs a name of 1 to 100 characters (--name)");
+std::string random_secret() {
   unsigned char secret[24];
   KILN_CHECK(RAND_bytes(secret, sizeof secret) == 1, "no random bytes for a token (OpenSSL RAND_bytes failed)");
-  std::string token = "kst_" + hex(secret, sizeof secret);
+  return hex(secret, sizeof secret);
+}
+
+std::string create_token(Database& db, const std::string& name, Scope scope) {
+  KILN_CHECK(!name.empty() && name.size() <= 100, "a token needs a name of 1 to 100 characters (--name)");
+  std::string token = "kst_" + random_secret();
   Statement(db, "INSERT INTO tokens (name, hash, scope, created_at) VALUES (?, ?, ?, ?)")
       .bind(1, name)
       .bind(2, sha256_hex(token.data(), token.size()))

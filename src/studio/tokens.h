@@ -15,6 +15,8 @@ struct TokenInfo {
   Scope scope = Scope::Read;
 };
 
+// 48 random hex digits (OpenSSL's generator).
+std::string random_secret();
 // Creates a token and returns its secret ("kst_" and 48 hex digits).
 std::string create_token(Database& db, const std::string& name, Scope scope);
 // The token a secret belongs to, unless it is unknown or revoked.

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -242,6 +243,87 @@ TEST(StudioServices, DeadInstancesComeBackAndAStudioRestartKeepsServices) {
   EXPECT_NE(refused->body.find("it is Stopped"), std::string::npos) << refused->body;
   EXPECT_EQ(again.call("DELETE", "/api/v1/services/fm").first, 204);
   EXPECT_EQ(again.call("GET", "/api/v1/services/fm").first, 404);
+}
+
+// The proxy passes inference and metadata to a read token; the repository's
+// routes need an admin token and are audited; the instances want the token
+// only the proxy has; and an instance whose model is gone, or that is
+// frozen, is taken out of routing and started again.
+TEST(StudioServices, TheProxyGuardsItsInstancesAndProbesSeeUnloadedAndFrozenOnes) {
+  auto dir = fresh_dir("services_guard");
+  Studio s(dir);
+  Client writer(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  Client viewer(s.port, kiln::testing::create_token(dir, "viewer", studio::Scope::Read));
+  Client admin(s.port, kiln::testing::create_token(dir, "boss", studio::Scope::Admin));
+  register_model(writer, cnn_onnx(1));
+  ASSERT_EQ(writer.call_json("POST", "/api/v1/services",
+                             {{"name", "fm"}, {"versions", {{{"model", "m/1"}, {"instances", 2}, {"max_batch", 0}}}}}).first, 201);
+  json svc = writer.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  const std::string base = "/api/v1/services/fm/v2/";
+  const std::string one = infer_body(1).dump();
+
+  EXPECT_EQ(viewer.http.Post(base + "models/fm/infer", one, "application/json")->status, 200);
+  EXPECT_EQ(viewer.call("GET", base + "models/fm").first, 200);
+  auto refused = viewer.call("POST", base + "repository/models/fm/unload");
+  EXPECT_EQ(refused.first, 403) << refused.second.dump();
+  EXPECT_EQ(writer.call("POST", base + "repository/models/fm/unload").first, 403);
+  EXPECT_EQ(viewer.call("GET", base + "../../metrics").first, 404);
+  EXPECT_EQ(viewer.call("GET", "/api/v1/services/fm/v2/health/../../../tokens").first, 404);
+  EXPECT_EQ(viewer.call("GET", base + "models/fm/infer").first, 404);
+  EXPECT_EQ(writer.call("DELETE", base + "models/fm").first, 404);
+  for (auto& i : svc["versions"][0]["instances"]) {
+    httplib::Client direct("127.0.0.1", i["port"].get<int>());
+    auto r = direct.Post("/v2/models/fm/infer", one, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << "an instance answered without the proxy's token";
+  }
+
+  // An admin may unload through the proxy, and it is audited.
+  auto unloaded = admin.call("POST", base + "repository/models/fm/unload");
+  EXPECT_EQ(unloaded.first, 200) << unloaded.second.dump();
+  json audit = admin.call("GET", "/api/v1/audit?limit=20").second;
+  bool recorded = false;
+  for (auto& e : audit["entries"])
+    recorded |= e["token"] == "boss" && e["path"].get<std::string>().find("/unload") != std::string::npos;
+  EXPECT_TRUE(recorded) << audit.dump();
+
+  // The instance that unloaded leaves the routing; requests go to the other;
+  // then it is started again.
+  int failed = 0;
+  auto serve_until = [&](const std::function<bool(const json&)>& pred, bool send = true) {
+    for (int i = 0; i < 600; ++i) {
+      if (send) {
+        auto a = viewer.http.Post(base + "models/fm/infer", one, "application/json");
+        if (!a || a->status != 200) ++failed;
+      }
+      json now = writer.call("GET", "/api/v1/services/fm").second;
+      if (pred(now)) return now;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "the service never got there";
+    return json();
+  };
+  auto restarts = [](const json& j) {
+    int n = 0;
+    for (auto& i : j["versions"][0]["instances"]) n += i["restarts"].get<int>();
+    return n;
+  };
+  const auto unload_seen = std::chrono::steady_clock::now();
+  serve_until([](const json& j) { return in_state(j, "Concerning"); });
+  EXPECT_LT(std::chrono::steady_clock::now() - unload_seen, std::chrono::seconds(4));
+  svc = serve_until([&](const json& j) { return in_state(j, "Running") && restarts(j) == 1; });
+  EXPECT_EQ(failed, 0) << "requests failed while an instance had unloaded its model";
+
+  // A frozen instance: the same (no request is sent until the probe has
+  // seen it: one routed to it before would wait for the proxy's timeout).
+  const pid_t frozen = svc["versions"][0]["instances"][1]["pid"];
+  ::kill(frozen, SIGSTOP);
+  const auto froze = std::chrono::steady_clock::now();
+  serve_until([](const json& j) { return in_state(j, "Concerning"); }, false);
+  EXPECT_LT(std::chrono::steady_clock::now() - froze, std::chrono::seconds(5));
+  serve_until([&](const json& j) { return in_state(j, "Running") && restarts(j) == 2; });
+  EXPECT_NE(::kill(frozen, 0), 0) << "the frozen instance was not stopped";
+  EXPECT_EQ(failed, 0) << "requests failed while an instance was frozen";
 }
 
 TEST(StudioServices, InstancesThatCannotStartFailTheServiceWithTheirLog) {
