@@ -11,6 +11,7 @@
 #include <atomic>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/http/file_body.hpp>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -21,6 +22,7 @@
 #include <mutex>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "kiln/error.h"
@@ -45,7 +47,17 @@ using Clock = std::chrono::steady_clock;
 class SocketStream {
  public:
   explicit SocketStream(int fd) : fd_(fd) {}
-  void set_deadline(Clock::time_point t) { deadline_ = t; }
+  void set_deadline(Clock::time_point t) {
+    deadline_ = t;
+    min_rate_ = 0;
+  }
+  // From now on reads give up once fewer bytes have come than `grace` and the
+  // minimum rate allow: a deadline that moves with progress, not with a claim.
+  void set_progress_deadline(Clock::duration grace, double min_bytes_per_s) {
+    deadline_ = Clock::now() + grace;
+    min_rate_ = min_bytes_per_s;
+    progress_from_ = received_;
+  }
   size_t received() const { return received_; }
   // Whether the peer has closed or reset its end (without reading from it).
   bool peer_closed() const {
@@ -74,7 +86,7 @@ class SocketStream {
           ec = errno_code();
           return 0;
         }
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline() - Clock::now()).count();
         if (left <= 0) {
           ec = net::error::timed_out;
           return 0;
@@ -129,8 +141,16 @@ class SocketStream {
     return n;
   }
 
+  Clock::time_point deadline() const {
+    if (min_rate_ <= 0) return deadline_;
+    const double earned_s = static_cast<double>(received_ - progress_from_) / min_rate_;
+    return deadline_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(earned_s));
+  }
+
   int fd_;
   Clock::time_point deadline_ = Clock::time_point::max();
+  double min_rate_ = 0;
+  size_t progress_from_ = 0;
   size_t received_ = 0;
 };
 
@@ -183,6 +203,15 @@ std::string percent_decode(std::string_view text, bool plus_is_space) {
 
 // The path of a request target, %XX sequences decoded, the query dropped.
 std::string decode_path(std::string_view target) { return percent_decode(target.substr(0, target.find('?')), false); }
+
+// Routes split the decoded path at '/': an encoded one would move a name's
+// text into another route ("/v2%2Frepository%2F..."), so it is refused.
+bool has_encoded_slash(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (size_t at = path.find('%'); at != std::string_view::npos && at + 2 < path.size(); at = path.find('%', at + 1))
+    if (path[at + 1] == '2' && (path[at + 2] == 'F' || path[at + 2] == 'f')) return true;
+  return false;
+}
 
 std::string query_of(std::string_view target) {
   size_t at = target.find('?');
@@ -250,6 +279,12 @@ std::string printable(std::string_view text) {
       out += ch;
     }
   }
+  return out;
+}
+
+std::string log_field(std::string_view text) {
+  std::string out;
+  for (char ch : printable(text)) out += ch == ' ' ? std::string("\\x20") : std::string(1, ch);
   return out;
 }
 
@@ -435,7 +470,7 @@ void HttpServer::Impl::serve(Connection& c) {
     parser.body_limit(options.max_body_bytes);
     error_code ec;
     // The whole head within header_timeout_s of the server starting to wait
-    // for it; the body within that again plus its size at the minimum rate.
+    // for it; the body's first bytes within that again, then the minimum rate.
     const size_t received_before = stream.received(), buffered_before = buffer.size();
     stream.set_deadline(Clock::now() + seconds(options.header_timeout_s));
     std::string framing_error;  // a head whose body length two parties could read differently
@@ -443,46 +478,79 @@ void HttpServer::Impl::serve(Connection& c) {
     try {
       http::read_header(stream, buffer, parser, ec);
       if (!ec) framing_error = framing_problem(parser.get());
+      if (!ec && framing_error.empty() && has_encoded_slash(view(parser.get().target())))
+        framing_error = "the path has an encoded slash (%2F); write '/' as itself, and no name may contain one";
     } catch (const std::bad_alloc&) {
       out_of_memory = true;
     }
-    if (!ec && framing_error.empty() && !out_of_memory && !parser.is_done()) {
+    HttpRequest req;
+    HttpResponse res;
+    req.remote_addr = c.remote_addr;
+    bool keep_alive = true, head_refused = false;
+    const bool head_read = !ec && !out_of_memory;
+    if (head_read) {
+      const auto& head = parser.get();
+      req.method = std::string(view(head.method_string()));
+      req.path = decode_path(view(head.target()));
+      req.query = query_of(view(head.target()));
+      for (const auto& field : head) req.headers.emplace_back(view(field.name_string()), view(field.value()));
+    }
+    if (head_read && framing_error.empty() && options.check_head) {
+      try {
+        head_refused = !options.check_head(req, res);
+      } catch (const std::exception& e) {
+        std::string detail = "kiln serve: internal error judging " + printable(req.method) + " " + printable(req.path) +
+                             ": " + printable(e.what()) + "\n";
+        std::fwrite(detail.data(), 1, detail.size(), stderr);
+        res = HttpResponse();
+        set_error(res, 500, "internal error while answering this request (the server's log has the details)");
+        head_refused = true;
+      }
+    }
+    std::optional<http::request_parser<http::file_body>> file_parser;
+    if (head_read && framing_error.empty() && !head_refused && !parser.is_done()) {
       if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
         stream.write_some(net::buffer(kContinue, sizeof kContinue - 1), ec);
       }
-      auto length = parser.content_length();
-      double body_bytes = static_cast<double>(length ? *length : options.max_body_bytes);
-      stream.set_deadline(Clock::now() + seconds(options.header_timeout_s + body_bytes / options.min_body_bytes_per_s));
+      stream.set_progress_deadline(seconds(options.header_timeout_s), options.min_body_bytes_per_s);
       try {
-        if (!ec) http::read(stream, buffer, parser, ec);
+        if (!ec && req.body_file.empty()) {
+          http::read(stream, buffer, parser, ec);
+        } else if (!ec) {  // to disk: a large upload costs the server no memory
+          file_parser.emplace(std::move(parser));
+          file_parser->body_limit(options.max_body_bytes);
+          file_parser->get().body().open(req.body_file.c_str(), boost::beast::file_mode::write, ec);
+          if (ec) throw boost::system::system_error(ec, "cannot write the request body to " + req.body_file);
+          http::read(stream, buffer, *file_parser, ec);
+          file_parser->get().body().close();
+        }
       } catch (const std::bad_alloc&) {
         out_of_memory = true;  // this request's body; the server goes on
       }
     }
     auto read_at = std::chrono::steady_clock::now();
-    HttpRequest req;
-    HttpResponse res;
-    req.remote_addr = c.remote_addr;
-    bool keep_alive = true;
-    if (out_of_memory || !framing_error.empty()) {
-      req.method = std::string(view(parser.get().method_string()));
-      req.path = decode_path(view(parser.get().target()));
+    if (head_refused) {
+      keep_alive = false;
+      refused_body = !parser.is_done();
+    } else if (out_of_memory || !framing_error.empty()) {
       if (out_of_memory)
         set_error(res, 503, "the server has no memory for this request now; try again later or send a smaller one");
       else
         set_error(res, 400, framing_error);
       keep_alive = false;
       refused_body = true;
+    } else if (file_parser && ec && ec.category() == boost::system::system_category() &&
+               (ec.value() == ENOSPC || ec.value() == EDQUOT || ec.value() == EFBIG)) {
+      set_error(res, 507, "cannot store the request body: the server's disk is full (" + ec.message() +
+                              "); nothing was stored");
+      keep_alive = false;
+      refused_body = true;
     } else if (ec == net::error::timed_out && (stream.received() != received_before || buffered_before > 0)) {
       // Started but too slow: say so (a silent idle connection is just closed).
-      if (parser.is_header_done()) {
-        req.method = std::string(view(parser.get().method_string()));
-        req.path = decode_path(view(parser.get().target()));
-      }
       set_error(res, 408,
                 std::string("the request did not arrive in time (") +
-                    (parser.is_header_done() ? "its body came slower than the minimum rate" : "its head took too long") +
+                    (head_read ? "its body came slower than the minimum rate" : "its head took too long") +
                     "); send whole requests at once");
       keep_alive = false;
     } else if (ec) {
@@ -490,10 +558,6 @@ void HttpServer::Impl::serve(Connection& c) {
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec.category() != http::make_error_code(http::error::bad_target).category())
         break;
-      if (parser.is_header_done()) {
-        req.method = std::string(view(parser.get().method_string()));
-        req.path = decode_path(view(parser.get().target()));
-      }
       if (ec == http::error::body_limit) {
         set_error(res, 413, "the request body is larger than the server accepts (" +
                                 std::to_string(options.max_body_bytes) + " bytes; " + options.body_limit_hint + ")");
@@ -505,13 +569,13 @@ void HttpServer::Impl::serve(Connection& c) {
       }
       keep_alive = false;
     } else {
-      http::request<http::string_body> msg = parser.release();
-      req.method = std::string(view(msg.method_string()));
-      req.path = decode_path(view(msg.target()));
-      req.query = query_of(view(msg.target()));
-      for (const auto& field : msg) req.headers.emplace_back(view(field.name_string()), view(field.value()));
-      req.body = std::move(msg.body());
-      keep_alive = msg.keep_alive();
+      if (file_parser) {
+        keep_alive = file_parser->get().keep_alive();
+      } else {
+        http::request<http::string_body> msg = parser.release();
+        req.body = std::move(msg.body());
+        keep_alive = msg.keep_alive();
+      }
       try {
         handler(req, res);
       } catch (const std::bad_alloc&) {
@@ -529,6 +593,7 @@ void HttpServer::Impl::serve(Connection& c) {
         set_error(res, 500, "internal error while answering this request");
       }
     }
+    if (!req.body_file.empty()) ::unlink(req.body_file.c_str());  // unless the handler took it
     if (res.stream) {
       stream_answer(stream, res);
       if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());

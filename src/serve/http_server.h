@@ -1,6 +1,8 @@
 #pragma once
-// The HTTP/1.1 transport under `kiln serve`: a thread per connection, requests
-// parsed by Boost.Beast, each response written with one sendmsg. A request
+// The HTTP/1.1 transport under `kiln serve` and the studio: a thread per
+// connection, requests parsed by Boost.Beast, each response written with one
+// sendmsg. A request's head is judged before its body is read (a refused
+// request never gets to send it), and a body may go to a file, not memory. A request
 // that fits in the socket buffer is one recv, so at concurrency 1 the
 // transport costs about what a loopback round trip costs (a general-purpose
 // server that writes head and body separately wakes the client twice).
@@ -19,6 +21,10 @@ struct HttpRequest {
   std::string path;         // percent-decoded, without the query
   std::string query;        // after '?', as sent (query_param decodes it)
   std::string body;
+  // Where the body was written instead of `body`, when HttpOptions::check_head
+  // asked for it: the handler may rename it away; what is left there after
+  // the handler is removed.
+  std::string body_file;
   std::string remote_addr;  // the peer's address
   std::vector<std::pair<std::string, std::string>> headers;
   // The value of a header (the name compared without case), or nullptr.
@@ -53,8 +59,14 @@ void set_error(HttpResponse& res, int status, const std::string& message);
 // The text with control characters, backslashes and non-ASCII bytes written
 // as \xHH: client input fit for a log line, which it cannot split or forge.
 std::string printable(std::string_view text);
+// printable, with spaces as \x20 too: one field of a space-separated log line.
+std::string log_field(std::string_view text);
 
 struct HttpOptions {
+  // Runs once a request's head has arrived (body empty): false answers `res`
+  // at once and closes the connection without reading the body (a token
+  // checked here costs an attacker the upload). It may set head.body_file.
+  std::function<bool(HttpRequest& head, HttpResponse& res)> check_head;
   std::string host = "0.0.0.0";
   int port = 0;                      // 0: any free port
   size_t max_body_bytes = 64u << 20;  // larger bodies get 413 before they are read
@@ -64,7 +76,8 @@ struct HttpOptions {
   // for it (at accept, or after the previous answer on a keep-alive
   // connection); an idle connection is closed then too.
   double header_timeout_s = 10;
-  // A body must arrive within header_timeout_s plus its size at this rate.
+  // A body's first bytes must arrive within header_timeout_s, and from then on
+  // at this rate or faster, whatever length it claims.
   double min_body_bytes_per_s = 64 * 1024;
   double write_timeout_s = 30;  // a client that stops reading its answer this long is dropped
   std::string body_limit_hint = "kiln serve --max-body-mb raises it";  // in the 413 message

@@ -47,6 +47,8 @@ struct Server::Impl {
   bool stop_polling = false;
 
   explicit Impl(ServeOptions o) : options(std::move(o)) {}
+  // Whether the request may go on (the token, when one is set); otherwise res has the 401.
+  bool admitted(const HttpRequest& req, HttpResponse& res) const;
   void handle(const HttpRequest& req, HttpResponse& res);
   void model_route(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
   void repository_route(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
@@ -127,11 +129,20 @@ void Server::Impl::log(const HttpRequest& req, const HttpResponse& res, double s
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::lock_guard<std::mutex> lock(log_mu);
   // Method and path come from the client: escaped, so they cannot start a line of their own.
-  const std::string method = req.method.empty() ? "-" : serve::printable(req.method);
-  const std::string path = req.path.empty() ? "-" : serve::printable(req.path);
+  const std::string method = req.method.empty() ? "-" : serve::log_field(req.method);
+  const std::string path = req.path.empty() ? "-" : serve::log_field(req.path);
   std::fprintf(access_log, "%s %s %s %s %d %zu %zu %.3fms\n", when, req.remote_addr.c_str(), method.c_str(),
                path.c_str(), res.status, req.body.size(), res.body.size(), seconds * 1e3);
   std::fflush(access_log);
+}
+
+bool Server::Impl::admitted(const HttpRequest& req, HttpResponse& res) const {
+  if (auth_token.empty() || req.path == "/v2/health/live" || req.path == "/v2/health/ready" ||
+      authorized(req, auth_token))
+    return true;
+  serve::set_error(res, 401, "this server needs \"Authorization: Bearer <token>\" (the token of --auth-token-file)");
+  res.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return false;
 }
 
 void Server::Impl::handle(const HttpRequest& req, HttpResponse& res) {
@@ -140,12 +151,7 @@ void Server::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   auto is = [&](std::initializer_list<const char*> route) {
     return parts.size() == route.size() && std::equal(route.begin(), route.end(), parts.begin());
   };
-  const bool health = is({"v2", "health", "live"}) || is({"v2", "health", "ready"});
-  if (!health && !auth_token.empty() && !authorized(req, auth_token)) {
-    serve::set_error(res, 401, "this server needs \"Authorization: Bearer <token>\" (the token of --auth-token-file)");
-    res.headers.emplace_back("WWW-Authenticate", "Bearer");
-    return;
-  }
+  if (!admitted(req, res)) return;
   if (is({"v2", "health", "live"})) {
     if (method_is(req, res, "GET")) reply(res, 200, {{"live", true}});
   } else if (is({"v2", "health", "ready"})) {
@@ -277,13 +283,12 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
       if (failed != std::errc() || end != v->data() + v->size() || header_length < 0)
         throw BadRequest("Inference-Header-Content-Length '" + *v + "' is not a non-negative whole number");
     }
-    // Models with max_batch_size check the batch against it after decoding
-    // (their message names the expected shape); the others are bounded here,
-    // before any data is decoded.
-    const bool configured = m.config().max_batch_size > 0;
-    serve::InferRequest request =
-        serve::parse_infer_request(req.body, header_length, configured ? INT64_MAX : options.max_request_batch,
-                                   "kiln serve --max-request-batch");
+    // A batch over the model's max_batch_size (or, without one, over
+    // --max-request-batch) is 413, before any data is decoded.
+    const int64_t max_batch = m.config().max_batch_size;
+    serve::InferRequest request = serve::parse_infer_request(
+        req.body, header_length, max_batch > 0 ? max_batch : options.max_request_batch,
+        max_batch > 0 ? "max_batch_size in the model's config.yaml" : "kiln serve --max-request-batch");
     // The timeout runs from the request's arrival: decoding counts too.
     auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 std::chrono::duration<double>(options.request_timeout_s));
@@ -364,6 +369,9 @@ int Server::start() {
   h.max_connections = o.http_threads;
   h.max_connections_per_client = o.max_connections_per_client;
   h.header_timeout_s = o.header_timeout_s;
+  // The token is checked on the head: a client without it cannot make the
+  // server read (and hold) a body.
+  h.check_head = [&s](HttpRequest& head, HttpResponse& res) { return s.admitted(head, res); };
   s.http = std::make_unique<serve::HttpServer>(
       h, [&s](const HttpRequest& req, HttpResponse& res) { s.handle(req, res); },
       [&s](const HttpRequest& req, const HttpResponse& res, double seconds) { s.log(req, res, seconds); });

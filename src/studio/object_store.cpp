@@ -136,6 +136,28 @@ ObjectInfo ObjectStore::put(const std::string& bucket, const std::string& key, c
   return adopt(bucket, key, incoming, info);
 }
 
+ObjectInfo ObjectStore::put_file(const std::string& bucket, const std::string& key, const std::string& incoming,
+                                 const std::string& expected_sha256) {
+  require_bucket(bucket);
+  check_key(key);
+  ObjectInfo info{key, static_cast<int64_t>(fs::file_size(incoming)), sha256_file(incoming), now_ms()};
+  KILN_CHECK(expected_sha256.empty() || expected_sha256 == info.sha256, "the upload of '", key,
+             "' arrived damaged: its SHA-256 is ", info.sha256, ", the client sent ", expected_sha256,
+             "; nothing was stored, send it again");
+  sync_file(incoming);
+  return adopt(bucket, key, incoming, info);
+}
+
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  KILN_CHECK(fd >= 0, "cannot open ", path, ": ", std::strerror(errno));
+  const int rc = ::fsync(fd), error = errno;
+  ::close(fd);
+  if (rc != 0 && (error == ENOSPC || error == EDQUOT))
+    throw StorageFull("cannot store the object: the studio's disk is full; nothing was stored");
+  KILN_CHECK(rc == 0, "cannot store the object: fsync failed: ", std::strerror(error));
+}
+
 std::string ObjectStore::incoming_path(const std::string& bucket) {
   // A new file per version: a reader of the old version keeps its file, and a
   // crash before the database knows the new one leaves the old one in place.

@@ -50,6 +50,10 @@ class ObjectStore {
   // expected_sha256, bytes that do not match it are refused and nothing changes.
   ObjectInfo put(const std::string& bucket, const std::string& key, const std::string& bytes,
                  const std::string& expected_sha256 = "");
+  // The same from a file in the bucket's incoming folder (incoming_path),
+  // which becomes the object's.
+  ObjectInfo put_file(const std::string& bucket, const std::string& key, const std::string& incoming,
+                      const std::string& expected_sha256 = "");
   // A fresh path in the bucket's incoming folder, and the object made of the
   // synced file written there (renamed into place; `info` as computed by the writer).
   std::string incoming_path(const std::string& bucket);
@@ -76,6 +80,8 @@ class ObjectStore {
 // Writes bytes to a new file and syncs it; on a full disk throws StorageFull
 // and leaves no file.
 void write_synced(const std::string& path, const std::string& bytes);
+// Syncs a written file to disk; StorageFull when the disk is full.
+void sync_file(const std::string& path);
 // A file's bytes from `from` on ("" when it cannot be read): logs, reports.
 std::string read_text(const std::string& path, size_t from = 0);
 

@@ -113,6 +113,11 @@ struct StudioServer::Impl {
   std::unordered_map<std::string, CachedToken> token_cache;
   std::optional<TokenInfo> lookup_token(const std::string& secret);
 
+  // The token of a request to the API, when it may go on; otherwise res has
+  // the answer (401, 403 or 404). audited: whether it goes in the audit log.
+  std::optional<TokenInfo> admit(const HttpRequest& req, HttpResponse& res, bool& audited);
+  // HttpOptions::check_head: tokens and scopes judged before a body is read.
+  bool check_head(HttpRequest& head, HttpResponse& res);
   void handle(const HttpRequest& req, HttpResponse& res);
   void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
   void objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket, const std::string& key);
@@ -137,18 +142,11 @@ std::optional<TokenInfo> StudioServer::Impl::lookup_token(const std::string& sec
   return token;
 }
 
-void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
-  if (req.path == "/api/v1/health") {
-    reply_json(res, 200, {{"status", "ok"}, {"version", KILN_VERSION}});
-    return;
-  }
-  if (req.path.rfind("/api/", 0) != 0 && req.path != "/api") {
-    serve_console(options.console_dir, req, res);  // the web console: files anyone may load; its data needs a token
-    return;
-  }
+std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpResponse& res, bool& audited) {
+  audited = false;
   if (req.path.rfind("/api/v1/", 0) != 0) {
     serve::set_error(res, 404, "no such endpoint: " + serve::printable(req.path) + "; the API is under /api/v1");
-    return;
+    return std::nullopt;
   }
   const std::string* auth = req.header("Authorization");
   std::optional<TokenInfo> token;
@@ -158,29 +156,74 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
                                     : "every endpoint but /api/v1/health needs \"Authorization: Bearer <token>\" "
                                       "(`kiln studio token create --scope read|write|admin`)");
     res.headers.emplace_back("WWW-Authenticate", "Bearer");
-    return;
+    return std::nullopt;
   }
-  // Inference through a service is a read, and is not audited (it writes nothing).
+  // Inference through a service is a read, and is not audited (it writes
+  // nothing); the instances' repository routes change what serves: admin.
   const bool proxy = is_service_proxy_path(req.path);
-  Scope needed = req.method == "GET" || req.method == "HEAD" || proxy ? Scope::Read : Scope::Write;
+  const std::optional<ProxyAccess> forwarded = proxy ? proxy_access(req.method, req.path) : std::nullopt;
+  Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  if (forwarded) needed = forwarded->needed;
   if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
+  audited = proxy ? forwarded && forwarded->audited : req.method != "GET" && req.method != "HEAD";
+  if (proxy && !forwarded) {
+    serve::set_error(res, 404, "the service proxy forwards inference and metadata only (GET .../v2/models/M, "
+                               "POST .../v2/models/M/infer); " + req.method + " " + serve::printable(req.path) +
+                               " is not one of them");
+    audited = false;
+    return std::nullopt;
+  }
   if (static_cast<int>(token->scope) < static_cast<int>(needed)) {
     serve::set_error(res, 403, "token '" + token->name + "' has scope " + scope_name(token->scope) + "; " + req.method +
                                    " " + serve::printable(req.path) + " needs " + scope_name(needed));
-  } else {
+    if (audited) audit(req, res, token->name);  // a refused write is on record too
+    return std::nullopt;
+  }
+  return token;
+}
+
+bool StudioServer::Impl::check_head(HttpRequest& head, HttpResponse& res) {
+  if (head.path == "/api/v1/health" || (head.path.rfind("/api/", 0) != 0 && head.path != "/api")) return true;
+  bool audited = false;
+  if (!admit(head, res, audited)) return false;
+  // An object or a part goes to a file in its bucket, not into memory.
+  const std::vector<std::string> parts = split_path(head.path);
+  const bool object = parts.size() >= 6 && parts[4] == "objects";
+  const bool part = parts.size() == 8 && parts[4] == "uploads" && parts[6] == "parts";
+  if (head.method == "PUT" && parts[2] == "buckets" && (object || part)) {
     try {
-      route(req, res, *token);
-    } catch (const NotFound& e) {
-      serve::set_error(res, 404, e.what());
-    } catch (const Conflict& e) {
-      serve::set_error(res, 409, e.what());
-    } catch (const StorageFull& e) {
-      serve::set_error(res, 507, e.what());
-    } catch (const Error& e) {
-      serve::set_error(res, 400, e.what());
+      store->require_bucket(parts[3]);
+      head.body_file = store->incoming_path(parts[3]);
+    } catch (const std::exception&) {  // no such bucket: the route says so
     }
   }
-  if (req.method != "GET" && req.method != "HEAD" && !proxy) audit(req, res, token->name);
+  return true;
+}
+
+void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
+  if (req.path == "/api/v1/health") {
+    reply_json(res, 200, {{"status", "ok"}, {"version", KILN_VERSION}});
+    return;
+  }
+  if (req.path.rfind("/api/", 0) != 0 && req.path != "/api") {
+    serve_console(options.console_dir, req, res);  // the web console: files anyone may load; its data needs a token
+    return;
+  }
+  bool audited = false;
+  std::optional<TokenInfo> token = admit(req, res, audited);
+  if (!token) return;
+  try {
+    route(req, res, *token);
+  } catch (const NotFound& e) {
+    serve::set_error(res, 404, e.what());
+  } catch (const Conflict& e) {
+    serve::set_error(res, 409, e.what());
+  } catch (const StorageFull& e) {
+    serve::set_error(res, 507, e.what());
+  } catch (const Error& e) {
+    serve::set_error(res, 400, e.what());
+  }
+  if (audited) audit(req, res, token->name);
 }
 
 void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token) {
@@ -257,7 +300,8 @@ void StudioServer::Impl::objects(const HttpRequest& req, HttpResponse& res, cons
   }
   if (req.method == "PUT") {
     const std::string* sha = req.header("X-Kiln-Sha256");
-    reply_json(res, 201, object_json(store->put(bucket, key, req.body, sha ? *sha : "")));
+    reply_json(res, 201, object_json(req.body_file.empty() ? store->put(bucket, key, req.body, sha ? *sha : "")
+                                                           : store->put_file(bucket, key, req.body_file, sha ? *sha : "")));
   } else if (req.method == "DELETE") {
     if (!store->remove(bucket, key)) throw NotFound("no object '" + key + "' in bucket '" + bucket + "'");
     res.status = 204;
@@ -316,7 +360,7 @@ void StudioServer::Impl::upload_parts(const HttpRequest& req, HttpResponse& res,
       KILN_FAIL("'", parts[7], "' is not a part number");
     }
     const std::string* sha = req.header("X-Kiln-Sha256");
-    reply_json(res, 201, uploads->put_part(bucket, parts[5], part, req.body, sha ? *sha : ""));
+    reply_json(res, 201, uploads->put_part(bucket, parts[5], part, req.body, req.body_file, sha ? *sha : ""));
   } else if (n == 7 && parts[6] == "complete" && req.method == "POST") {
     json body = parse_json_body(req);
     KILN_CHECK(body.is_object() && body.contains("parts") && body["parts"].is_number_integer(),
@@ -346,7 +390,7 @@ void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, do
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   std::lock_guard<std::mutex> lock(log_mu);
   std::fprintf(access_log, "%s %s %s %s %d %zu %.3fms\n", when, req.remote_addr.c_str(),
-               serve::printable(req.method).c_str(), serve::printable(req.path).c_str(), res.status, res.body.size(),
+               serve::log_field(req.method).c_str(), serve::log_field(req.path).c_str(), res.status, res.body.size(),
                seconds * 1e3);
   std::fflush(access_log);
 }
@@ -413,6 +457,7 @@ int StudioServer::start() {
   o.max_body_bytes = impl_->options.max_upload_bytes;
   o.body_limit_hint = "kiln studio serve --max-upload-mb raises it";
   Impl* impl = impl_.get();
+  o.check_head = [impl](HttpRequest& head, HttpResponse& res) { return impl->check_head(head, res); };
   impl_->http = std::make_unique<serve::HttpServer>(
       o, [impl](const HttpRequest& req, HttpResponse& res) { impl->handle(req, res); },
       [impl](const HttpRequest& req, const HttpResponse& res, double s) { impl->log(req, res, s); });

@@ -63,19 +63,26 @@ std::string Uploads::create(const std::string& bucket, const std::string& key) {
 }
 
 json Uploads::put_part(const std::string& bucket, const std::string& id, int n, const std::string& bytes,
-                       const std::string& expected_sha256) {
+                       const std::string& body_file, const std::string& expected_sha256) {
   const std::string key = key_of(bucket, id);
   KILN_CHECK(n >= 1 && n <= 100000, "part numbers are 1 to 100000, not ", n);
-  const std::string sha = sha256_hex(bytes.data(), bytes.size());
+  const bool streamed = !body_file.empty();
+  const std::string sha = streamed ? sha256_file(body_file) : sha256_hex(bytes.data(), bytes.size());
   KILN_CHECK(expected_sha256.empty() || expected_sha256 == sha, "part ", n, " of the upload of '", key,
              "' arrived damaged: its SHA-256 is ", sha, ", the client sent ", expected_sha256, "; send it again");
   const std::string dir = folder(bucket, id), path = dir + "/" + part_name(n);
   const std::string partial = path + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(now_ms());
-  write_synced(partial, bytes);
+  if (streamed) {
+    sync_file(body_file);
+    fs::rename(body_file, partial);
+  } else {
+    write_synced(partial, bytes);
+  }
+  const auto size = static_cast<int64_t>(fs::file_size(partial));
   std::ofstream(partial + ".sha256") << sha;
   fs::rename(partial + ".sha256", path + ".sha256");
   fs::rename(partial, path);  // a part is there whole or not at all
-  return {{"part", n}, {"size", bytes.size()}, {"sha256", sha}};
+  return {{"part", n}, {"size", size}, {"sha256", sha}};
 }
 
 json Uploads::describe(const std::string& bucket, const std::string& id) {

@@ -20,9 +20,11 @@ class Uploads {
   Uploads(Database& db, ObjectStore& store, int keep_days = 7);
   // A new upload to bucket/key; returns its id.
   std::string create(const std::string& bucket, const std::string& key);
-  // Part n (1, 2, ...); with expected_sha256, damaged bytes are refused.
+  // Part n (1, 2, ...): `bytes`, or the file `body_file` (in the bucket's
+  // incoming folder, moved into the upload) when it is not empty; with
+  // expected_sha256, damaged bytes are refused.
   nlohmann::json put_part(const std::string& bucket, const std::string& id, int n, const std::string& bytes,
-                          const std::string& expected_sha256);
+                          const std::string& body_file, const std::string& expected_sha256);
   // {"key": ..., "parts": [{"part": n, "size": ..., "sha256": ...}, ...]}
   nlohmann::json describe(const std::string& bucket, const std::string& id);
   // Joins parts 1..parts into the object; with sha256, a whole that does not

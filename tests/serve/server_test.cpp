@@ -106,7 +106,7 @@ TEST(Serve, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   json wrong_shape = infer_body(rand({2, 28, 28}));
   expect(wrong_shape.dump(), 400, "input 'input': expected FP32 [batch, 1, 28, 28] (batch 1 to 4), got FP32 [2, 28, 28]");
   json too_big = infer_body(rand({5, 1, 28, 28}));
-  expect(too_big.dump(), 400, "(batch 1 to 4), got FP32 [5, 1, 28, 28]");
+  expect(too_big.dump(), 413, "a batch of 5 is more than this server runs in one request (4, max_batch_size");
   json wrong_type = infer_body(x);
   wrong_type["inputs"][0]["datatype"] = "INT64";
   expect(wrong_type.dump(), 400, "input 'input': integer data expected");
@@ -633,6 +633,51 @@ TEST(Serve, ManySlowClientsCannotDenyService) {
     std::printf("try %d: good client p99 quiet %.2f ms, beside 200 slow connections %.2f ms\n", attempt, quiet, busy);
   }
   EXPECT_TRUE(within) << "the good client's p99 beside 200 slow connections was over 2x the quiet figure in all three tries";
+}
+
+// A request is judged on its head: without the token it is refused before
+// any of a large body is read. A body that stalls is cut by its progress,
+// not by the length it claims; so is a chunked one. An encoded slash cannot
+// move text from a name into another route.
+TEST(Serve, BodiesAreJudgedByTheirHeadAndTheirProgress) {
+  fs::path dir = make_repository("max_batch_size: 4\n");
+  const fs::path token = kt::scratch_dir("serve_head_token") / "token";
+  std::ofstream(token) << "0123456789abcdef0123456789abcdef\n";
+  ServeOptions o;
+  o.model_repository = dir.string();
+  o.auth_token_file = token.string();
+  o.header_timeout_s = 1;
+  Running s(o);
+  const std::string auth = "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n";
+  const std::string huge = "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n";
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  {
+    RawConnection c(s.port);
+    auto t0 = Clock::now();
+    c.send(huge + "\r\n");
+    const std::string answer = c.read_until("\r\n\r\n");
+    EXPECT_NE(answer.find("401"), std::string::npos) << answer;
+    EXPECT_LT(seconds_since(t0), 1.0) << "the token was checked after the body";
+  }
+  for (const std::string& framing : {huge + auth, "POST /v2/models/cnn/infer HTTP/1.1\r\nHost: x\r\n" + auth +
+                                                      "Transfer-Encoding: chunked\r\n"}) {
+    RawConnection c(s.port);
+    auto t0 = Clock::now();
+    c.send(framing + "\r\n" + (framing.find("chunked") != std::string::npos ? "a\r\n{\"inputs\":" : "{\"inputs\":"));
+    const std::string answer = c.read_until("\r\n\r\n");
+    EXPECT_NE(answer.find("408"), std::string::npos) << answer;
+    EXPECT_LT(seconds_since(t0), 4.0) << "a stalled body held its connection past the minimum rate";
+  }
+  {
+    RawConnection c(s.port);
+    c.send("POST /v2%2Frepository%2Fmodels%2Fcnn%2Funload HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 0\r\n\r\n");
+    const std::string answer = c.read_until("}");
+    EXPECT_NE(answer.find("400"), std::string::npos) << answer;
+    EXPECT_NE(answer.find("encoded slash"), std::string::npos) << answer;
+  }
+  httplib::Headers good = {{"Authorization", "Bearer 0123456789abcdef0123456789abcdef"}};
+  EXPECT_EQ(s.client().Get("/v2/models/cnn/ready", good)->status, 200) << "the model was unloaded";
 }
 
 TEST(Serve, ConnectionsPerClientAreCapped) {

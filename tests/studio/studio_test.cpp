@@ -7,6 +7,9 @@
 #include <thread>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -368,6 +371,69 @@ TEST(Studio, LargeFilesGoUpInPartsAndAnInterruptedUploadResumes) {
 // The data directory on a 1 MiB tmpfs: an upload that does not fit is
 // refused with 507 saying so, leaves nothing behind, and what was stored
 // before stays readable. Needs root (mount); skipped otherwise.
+// Peak resident memory of this process, in MiB.
+double peak_rss_mib() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+// A token is judged on the request's head: an upload without one is refused
+// before its body is read. An accepted upload streams to disk: a 160 MiB
+// object costs the studio no memory of its size, and arrives intact.
+TEST(Studio, UploadsAreJudgedBeforeTheirBodyAndStreamedToDisk) {
+  auto dir = fresh_dir("studio_stream");
+  std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
+  kiln::testing::Studio s(dir, size_t{1} << 30);
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(s.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const std::string head = "PUT /api/v1/buckets/data/objects/big HTTP/1.1\r\nHost: x\r\nContent-Length: 262144000\r\n\r\n";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    const auto t0 = std::chrono::steady_clock::now();
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ::close(fd);
+    ASSERT_GT(n, 0) << "no answer before the body";
+    EXPECT_NE(std::string(buf, static_cast<size_t>(n)).find(" 401 "), std::string::npos);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  }
+  httplib::Client c("127.0.0.1", s.port);
+  c.set_bearer_token_auth(token);
+  c.set_write_timeout(60, 0);
+  c.set_read_timeout(60, 0);
+  ASSERT_EQ(c.Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
+  const size_t size = size_t{160} << 20;
+  studio::Sha256 sha;
+  std::string block(1 << 20, '\0');
+  for (size_t k = 0; k < block.size(); ++k) block[k] = static_cast<char>((k * 131) >> 3);
+  for (size_t at = 0; at < size; at += block.size()) sha.update(block.data(), block.size());
+  const std::string digest = sha.hex();
+  const double before = peak_rss_mib();
+  auto put = c.Put("/api/v1/buckets/data/objects/big", size,
+                   [&](size_t offset, size_t length, httplib::DataSink& sink) {
+                     const size_t at = offset % block.size();
+                     return sink.write(block.data() + at, std::min(length, block.size() - at));
+                   },
+                   "application/octet-stream");
+  ASSERT_TRUE(put);
+  ASSERT_EQ(put->status, 201) << put->body;
+  EXPECT_EQ(json::parse(put->body)["sha256"], digest);
+  EXPECT_EQ(json::parse(put->body)["size"], size);
+  const double grown = peak_rss_mib() - before;
+  EXPECT_LT(grown, 48.0) << "the studio held the 160 MiB upload in memory";
+  std::printf("peak RSS grew %.1f MiB for a 160 MiB upload\n", grown);
+  auto stat = c.Get("/api/v1/buckets/data/objects/big?stat=1");
+  EXPECT_EQ(json::parse(stat->body)["sha256"], digest);
+  EXPECT_TRUE(std::filesystem::is_empty(dir + "/objects/data/.incoming"));
+}
+
 TEST(Studio, AFullDiskRefusesTheUploadAndCorruptsNothing) {
   if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   auto dir = fresh_dir("studio_full");
