@@ -22,14 +22,36 @@ template <typename... Args>
 }
 
 // Appends the numbers of a (possibly nested) JSON array.
-// `limit`: the largest magnitude the input's datatype holds (floating types).
+// `limit`: the smallest magnitude that rounds to infinity in the input's
+// datatype (floating types): what NumPy prints for the largest value is a
+// little over it, and still that value.
+// Nested lists must be rectangular: every list at one depth as long as the
+// others, and numbers only at the deepest one.
+struct Nesting {
+  std::vector<int64_t> lengths;  // by depth
+  int leaf_depth = -1;
+};
+
 template <typename T>
-void flatten(element e, std::vector<T>& out, const std::string& name, const Shape& shape, double limit) {
+void flatten(element e, std::vector<T>& out, const std::string& name, const Shape& shape, double limit,
+             Nesting& nesting, int depth = 0) {
+  if (e.type() != element_type::ARRAY) {
+    if (nesting.leaf_depth < 0) nesting.leaf_depth = depth;
+    if (nesting.leaf_depth != depth)
+      bad("input '", name, "': the nested data is ragged (numbers beside lists at one level); give a flat list, or ",
+          "lists nested as the shape ", shape_str(shape));
+  }
   switch (e.type()) {
     case element_type::ARRAY:
     {
       simdjson::dom::array items = e.get_array().value_unsafe();
-      for (element item : items) flatten(item, out, name, shape, limit);
+      const auto length = static_cast<int64_t>(items.size());
+      if (nesting.lengths.size() <= static_cast<size_t>(depth)) nesting.lengths.push_back(length);
+      if (nesting.lengths[static_cast<size_t>(depth)] != length)
+        bad("input '", name, "': the nested data is ragged (lists of ", nesting.lengths[static_cast<size_t>(depth)],
+            " and of ", length, " values at depth ", depth + 1, "); give a flat list, or lists nested as the shape ",
+            shape_str(shape));
+      for (element item : items) flatten(item, out, name, shape, limit, nesting, depth + 1);
       return;
     }
     case element_type::BOOL:
@@ -56,9 +78,9 @@ void flatten(element e, std::vector<T>& out, const std::string& name, const Shap
         double v = 0;
         if (e.get_double().get(v)) bad("input '", name, "': a number does not fit a double");
         // 1e39 as FP32 would be inf: refused, like any value the datatype cannot hold.
-        if (std::abs(v) > limit)
+        if (std::abs(v) >= limit)
           bad("input '", name, "': ", v, " at ", position_of(static_cast<int64_t>(out.size()), shape),
-              " is outside the range of its datatype (largest magnitude ", limit, ")");
+              " is outside the range of its datatype (it would round to infinity)");
         out.push_back(static_cast<T>(v));
       }
       return;
@@ -87,11 +109,13 @@ Tensor from_json(element data, const Shape& shape, DType dtype, const std::strin
   std::vector<T> values;
   // The shape is only a claim: reserve for it up to what a modest body holds.
   values.reserve(static_cast<size_t>(std::min<int64_t>(numel_of(shape), int64_t{1} << 20)));
-  const double limit = dtype == DType::Float32 ? std::numeric_limits<float>::max()
-                       : dtype == DType::Float16  ? 65504.0
-                       : dtype == DType::BFloat16 ? 3.3895313892515355e38
-                                                  : std::numeric_limits<double>::max();
-  flatten(data, values, name, shape, limit);
+  // Halfway between the largest finite value and the next power of two.
+  const double limit = dtype == DType::Float32    ? 0x1.ffffffp127
+                       : dtype == DType::Float16  ? 65520.0
+                       : dtype == DType::BFloat16 ? 0x1.ffp127
+                                                  : std::numeric_limits<double>::infinity();
+  Nesting nesting;
+  flatten(data, values, name, shape, limit, nesting);
   if (static_cast<int64_t>(values.size()) != numel_of(shape))
     bad("input '", name, "': data holds ", values.size(), " values but shape ", shape_str(shape), " needs ", numel_of(shape));
   Tensor t = from_vector(values, shape);
