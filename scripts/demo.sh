@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+scripts/build.sh kiln_cli fashion_mnist_query  # what the demo runs, not the tests
 epochs="${1:-2}"
 run=runs/demo_w2
 repo="$run/repository"

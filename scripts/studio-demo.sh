@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${KILN_DEMO_NO_SETUP:-}" ]; then
   scripts/install-deps.sh
-  scripts/build.sh
+  scripts/build.sh kiln_cli kiln_console
 fi
 epochs="${1:-2}"
 kiln="$PWD/build/kiln"
