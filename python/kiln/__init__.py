@@ -13,7 +13,11 @@ from ._kiln import (Tensor, dtype, Error, UnsupportedError, from_numpy, from_dlp
 
 __version__ = _kiln.__version__
 
-dtype.__str__ = dtype.__repr__ = lambda self: "kiln." + self.name
+# pybind11 2.10 turns an enum's `name` into a method once `__str__` is
+# defined on it; the names come from the members instead.
+_dtype_names = {value: name for name, value in dtype.__members__.items()}
+dtype.name = property(lambda self: _dtype_names[self])
+dtype.__str__ = dtype.__repr__ = lambda self: "kiln." + _dtype_names[self]
 float32 = dtype.float32
 float64 = dtype.float64
 float16 = dtype.float16

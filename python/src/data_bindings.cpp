@@ -124,7 +124,19 @@ void bind_data(py::module_& m) {
            py::arg("shuffle"), py::arg("drop_remainder") = false, py::arg("seed") = 0)
       .def("shard", &data::BatchIterator::shard, py::arg("num_shards"), py::arg("shard_id"), py::arg("pad") = true);
   py::class_<data::Pipeline, data::BatchSource, std::shared_ptr<data::Pipeline>>(m, "Pipeline")
-      .def(py::init([](std::shared_ptr<data::Dataset> source) { return std::make_shared<data::Pipeline>(source); }),
+      // Its workers may be running a Python transform, which waits for the
+      // GIL: the pipeline is stopped and destroyed with the GIL released
+      // (its Python objects take it again to be released themselves).
+      .def(py::init([](std::shared_ptr<data::Dataset> source) {
+             return std::shared_ptr<data::Pipeline>(new data::Pipeline(std::move(source)), [](data::Pipeline* p) {
+               if (Py_IsInitialized() && PyGILState_Check()) {
+                 py::gil_scoped_release release;
+                 delete p;
+               } else {
+                 delete p;
+               }
+             });
+           }),
            py::arg("source"))
       .def("map", [](data::Pipeline& p, std::vector<data::Transform> ts, py::object column) -> data::Pipeline& {
         if (py::isinstance<py::int_>(column)) {

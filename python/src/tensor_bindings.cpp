@@ -466,11 +466,13 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
       .def("to", [](const Tensor& x, py::object target) {
         if (py::isinstance<py::str>(target)) {
           std::string s = py::cast<std::string>(target);
+          std::optional<Device> device;
           try {
-            return x.to(parse_device(s));
+            device = parse_device(s);
           } catch (const Error&) {
-            return x.to(dtype_from_name(s));
+            return x.to(dtype_from_name(s));  // not a device: a dtype's name, or an error naming both
           }
+          return x.to(*device);  // a device this build may lack says so itself
         }
         return x.to(dtype_of(target));
       })

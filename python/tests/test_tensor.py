@@ -154,3 +154,19 @@ def test_wrong_input_is_a_clear_error():
         bool(kiln.ones(3))
     with pytest.raises(TypeError, match="complex"):
         kiln.from_numpy(np.ones(2, dtype=np.complex64))
+
+
+def test_dtypes_print():
+    t = kiln.Tensor(np.zeros((2, 2), np.float32))
+    assert str(t.dtype) == "kiln.float32"
+    assert "float32" in repr(t.dtype)
+    assert [str(d) for d in (kiln.int64, kiln.bool_)] == ["kiln.int64", "kiln.bool"]
+    assert t.dtype.name == "float32"
+
+
+def test_moving_to_a_device_this_build_lacks_says_so():
+    t = kiln.Tensor(np.zeros((2,), np.float32))
+    with pytest.raises(Exception, match="no cuda backend in this build"):
+        t.to("cuda:0")
+    with pytest.raises(Exception, match="unknown dtype 'floot32'"):
+        t.to("floot32")

@@ -7,6 +7,7 @@ vision transforms, which run in C++, or Python functions of NumPy arrays),
 threads when a Model trains on it, or when it is iterated.
 """
 import copy
+import difflib
 import itertools
 
 import numpy as np
@@ -38,6 +39,48 @@ class config:
         config._workers = int(n)
 
 
+# MindSpore keywords that change nothing here (Kiln's pipeline runs in C++
+# threads, caches nothing and has no row-size limit): accepted and ignored.
+_IGNORED = {"python_multiprocessing", "max_rowsize", "cache", "callbacks", "offload", "num_shards_hint"}
+# MindSpore keywords whose feature Kiln's pipeline does not have: refused with what to do instead.
+_UNSUPPORTED = {
+    "per_batch_map": "map a function over single samples before batch(), or over a batch's arrays in your loop",
+    "input_columns": "a batch-level map is not supported; map() before batch()",
+    "output_columns": "a map gives back the column it read; add columns in the source instead",
+    "column_order": "columns keep their order; name them in the source in the order you want",
+    "pad_info": "pad the samples in a map() before batch()",
+    "num_shards": "shard with kiln.dataset.DistributedSampler or the distributed recipe's sampler",
+    "shard_id": "shard with kiln.dataset.DistributedSampler or the distributed recipe's sampler",
+    "sampler": "use shuffle=True/False; sharding goes through the distributed recipe",
+}
+
+
+def _check_keywords(where, given, allowed=()):
+    """Unknown keywords are errors, not silently dropped: a misspelt ``shufle=`` would change nothing."""
+    for key in given:
+        if key in _IGNORED or key in allowed:
+            continue
+        if key in _UNSUPPORTED:
+            raise ValueError(f"{where}: {key}= is not supported by Kiln's dataset pipeline; {_UNSUPPORTED[key]}")
+        known = sorted(_IGNORED | set(allowed) | set(_UNSUPPORTED))
+        close = difflib.get_close_matches(key, known + list(_SIGNATURES.get(where, ())), n=1)
+        hint = f"; did you mean {close[0]}=?" if close else ""
+        raise TypeError(f"{where}() got an unexpected keyword argument {key!r}{hint}")
+
+
+# The keywords each call takes, for the suggestion in the error above.
+_SIGNATURES = {
+    "map": ("operations", "input_columns", "num_parallel_workers"),
+    "batch": ("batch_size", "drop_remainder", "num_parallel_workers"),
+    "NumpySlicesDataset": ("data", "column_names", "shuffle", "num_parallel_workers"),
+    "GeneratorDataset": ("source", "column_names", "shuffle", "num_parallel_workers"),
+    "FashionMnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
+    "MnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
+    "Cifar10Dataset": ("dataset_dir", "usage", "shuffle"),
+    "ImageFolderDataset": ("dataset_dir", "decode", "shuffle", "skip_unreadable"),
+}
+
+
 def _transforms(operations):
     ops = operations if isinstance(operations, (list, tuple)) else [operations]
     out = []
@@ -62,8 +105,8 @@ class Dataset:
         self._maps = []  # (transforms, column)
         self._batch = None  # (size, drop_remainder)
         self._repeat = 1
-        self._skip = 0
-        self._take = -1
+        self._skip = 0  # in samples, before batching
+        self._take = -1  # in samples after the skip; -1: all
         self._workers = config._workers
 
     def _with(self, **changes):
@@ -85,15 +128,20 @@ class Dataset:
             raise ValueError(f"no column {name!r}; the columns are {self._columns}")
         return self._columns.index(name)
 
-    def map(self, operations, input_columns=None, num_parallel_workers=None, **unused):
+    def map(self, operations, input_columns=None, num_parallel_workers=None, **options):
         """Applies transforms to one column of every sample (the first column by default)."""
+        _check_keywords("map", options, allowed=("output_columns",) if options.get("output_columns") in
+                        (None, input_columns) else ())
         out = self._with()
         out._maps.append((_transforms(operations), self._column(input_columns)))
         if num_parallel_workers:
             out._workers = int(num_parallel_workers)
         return out
 
-    def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **unused):
+    def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **options):
+        _check_keywords("batch", options)
+        if self._batch is not None:
+            raise ValueError("this dataset is batched already; batch() once, after map() and shuffle()")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         out = self._with(_batch=(int(batch_size), bool(drop_remainder)))
@@ -108,11 +156,23 @@ class Dataset:
     def repeat(self, count=1):
         return self._with(_repeat=int(count))
 
+    def _unit(self):
+        """What skip() and take() count: the rows of the stage they follow, so batches after batch()."""
+        return self._batch[0] if self._batch else 1
+
     def skip(self, count):
-        return self._with(_skip=int(count))
+        """Leaves out the first ``count`` rows of the stage before it (batches after batch(), else samples)."""
+        if int(count) < 0:
+            raise ValueError(f"skip() takes a count of 0 or more, got {count}")
+        n = int(count) * self._unit()
+        return self._with(_skip=self._skip + n, _take=-1 if self._take < 0 else max(0, self._take - n))
 
     def take(self, count):
-        return self._with(_take=int(count))
+        """Keeps the first ``count`` rows of the stage before it (batches after batch(), else samples)."""
+        if int(count) < 0:
+            raise ValueError(f"take() takes a count of 0 or more, got {count}")
+        n = int(count) * self._unit()
+        return self._with(_take=n if self._take < 0 else min(self._take, n))
 
     def get_col_names(self):
         return list(self._columns)
@@ -206,7 +266,8 @@ def _tensor_dataset(arrays):
 class NumpySlicesDataset(Dataset):
     """Samples are the rows of NumPy arrays: ``NumpySlicesDataset((x, y), ["image", "label"])`` or a dict."""
 
-    def __init__(self, data, column_names=None, shuffle=True, num_parallel_workers=None, **unused):
+    def __init__(self, data, column_names=None, shuffle=True, num_parallel_workers=None, **options):
+        _check_keywords("NumpySlicesDataset", options)
         arrays, names = _columns_of(data, column_names)
         super().__init__(_tensor_dataset(arrays), names, shuffle)
         self._arrays = arrays  # the tensors share their memory
@@ -218,7 +279,8 @@ class GeneratorDataset(Dataset):
     Each sample is a tuple of columns, ``(input, label, ...)``: NumPy arrays or numbers.
     """
 
-    def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, **unused):
+    def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, **options):
+        _check_keywords("GeneratorDataset", options)
         names = [column_names] if isinstance(column_names, str) else list(column_names or ["data", "label"])
         if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
             if len(source):  # the first item tells how many columns there are
@@ -253,7 +315,8 @@ def _mnist_like(images_labels, column_names):
 class FashionMnistDataset(Dataset):
     """Fashion-MNIST (Debian's dataset-fashion-mnist by default): columns "image" (uint8 [28, 28, 1]) and "label"."""
 
-    def __init__(self, dataset_dir=None, usage="train", shuffle=None, num_samples=None, **unused):
+    def __init__(self, dataset_dir=None, usage="train", shuffle=None, num_samples=None, **options):
+        _check_keywords("FashionMnistDataset", options)
         loaded = _kiln.load_fashion_mnist(_split(usage), dataset_dir or "/usr/share/datasets/fashion-mnist")
         arrays = _mnist_like(loaded, None)
         if num_samples:
@@ -265,7 +328,8 @@ class FashionMnistDataset(Dataset):
 class MnistDataset(Dataset):
     """MNIST idx files in ``dataset_dir``: columns "image" (uint8 [28, 28, 1]) and "label"."""
 
-    def __init__(self, dataset_dir, usage="train", shuffle=None, num_samples=None, **unused):
+    def __init__(self, dataset_dir, usage="train", shuffle=None, num_samples=None, **options):
+        _check_keywords("MnistDataset", options)
         arrays = _mnist_like(_kiln.load_mnist(dataset_dir, _split(usage)), None)
         if num_samples:
             arrays = [a[:num_samples] for a in arrays]
@@ -276,7 +340,8 @@ class MnistDataset(Dataset):
 class Cifar10Dataset(Dataset):
     """CIFAR-10 binary files: columns "image" (uint8 [32, 32, 3]) and "label"."""
 
-    def __init__(self, dataset_dir, usage="train", shuffle=None, **unused):
+    def __init__(self, dataset_dir, usage="train", shuffle=None, **options):
+        _check_keywords("Cifar10Dataset", options)
         loaded = _kiln.load_cifar10(dataset_dir, _split(usage))
         super().__init__(loaded, ["image", "label"], shuffle if shuffle is not None else usage == "train")
 
@@ -284,7 +349,8 @@ class Cifar10Dataset(Dataset):
 class ImageFolderDataset(Dataset):
     """One subfolder per class of JPEG/PNG files: columns "image" (uint8 [H, W, 3], or file bytes) and "label"."""
 
-    def __init__(self, dataset_dir, decode=True, shuffle=True, skip_unreadable=False, **unused):
+    def __init__(self, dataset_dir, decode=True, shuffle=True, skip_unreadable=False, **options):
+        _check_keywords("ImageFolderDataset", options)
         source = _kiln.ImageFolderDataset(dataset_dir, decode, skip_unreadable)
         super().__init__(source, ["image", "label"], shuffle)
         self.class_names = source.class_names
