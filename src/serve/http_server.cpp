@@ -424,6 +424,12 @@ void HttpServer::Impl::accept_loop() {
       refuse_connection(fd, "too many connections from " + std::string(host) + " (" +
                                 std::to_string(options.max_connections_per_client) +
                                 " at once); reuse keep-alive connections or wait for some to close");
+      // Logged and counted like any answer: no request was read, so no method or path.
+      HttpRequest refused;
+      refused.remote_addr = host;
+      HttpResponse res;
+      res.status = 503;
+      if (logger) logger(refused, res, 0.0);
       continue;
     }
     ++per_client[host];

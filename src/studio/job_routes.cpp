@@ -21,6 +21,22 @@ int64_t number_param(const serve::HttpRequest& req, const char* name, int64_t fa
   }
 }
 
+// A count a client may ask for: inside [lo, hi], or a 400 that says so (a
+// negative LIMIT would mean "everything" to the database).
+int64_t count_param(const serve::HttpRequest& req, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const int64_t v = number_param(req, name, fallback);
+  KILN_CHECK(v >= lo && v <= hi, "query parameter '", name, "' must be from ", lo, " to ", hi, ", not ", v);
+  return v;
+}
+
+void check_pattern(const std::string& pattern) {
+  try {
+    std::regex check(pattern);
+  } catch (const std::regex_error& e) {
+    KILN_FAIL("grep '", pattern, "' is not a regular expression (", e.what(), ")");
+  }
+}
+
 int64_t job_id(const std::string& text) {
   try {
     size_t used = 0;
@@ -45,11 +61,7 @@ json line_json(const dist::LogLine& l) {
 // nothing), a comment every 15 s while nothing happens, and an `end` event
 // with the job's state once it is over and its last lines are out.
 void follow_job_logs(Jobs& jobs, int64_t id, const dist::LogQuery& query, int64_t skip, serve::HttpResponse& res) {
-  try {  // a bad pattern is a 400 now: once the stream has started, nothing can say so
-    std::regex check(query.pattern);
-  } catch (const std::regex_error& e) {
-    KILN_FAIL("grep '", query.pattern, "' is not a regular expression (", e.what(), ")");
-  }
+  check_pattern(query.pattern);  // a 400 now: once the stream has started, nothing can say so
   res.content_type = "text/event-stream";
   res.headers.emplace_back("Cache-Control", "no-store");
   res.headers.emplace_back("X-Accel-Buffering", "no");  // a proxy in front must not hold events back
@@ -123,7 +135,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     const size_t eq = tag.find('=');
     KILN_CHECK(tag.empty() || (eq != std::string::npos && eq > 0), "?tag= takes KEY=VALUE, not '", tag, "'");
     json list = json::array();
-    for (const auto& j : jobs.list(static_cast<int>(number_param(req, "limit", 100)))) {
+    for (const auto& j : jobs.list(static_cast<int>(count_param(req, "limit", 100, 1, 10000)))) {
       if (!tag.empty() && !runs.has_tag(j.id, tag.substr(0, eq), tag.substr(eq + 1))) continue;
       json item = j.json();
       item["tags"] = runs.tags(j.id);
@@ -171,6 +183,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     dist::LogQuery query;
     if (auto rank = serve::query_param(req.query, "rank")) query.rank = static_cast<int>(number_param(req, "rank", 0));
     query.pattern = serve::query_param(req.query, "grep").value_or("");
+    check_pattern(query.pattern);  // not "no lines match"
     const std::string* accept = req.header("Accept");
     if (serve::query_param(req.query, "follow").value_or("false") == "true" ||
         (accept && accept->find("text/event-stream") != std::string::npos)) {
@@ -194,7 +207,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
     }
     const int64_t total = static_cast<int64_t>(lines.size());
     const int64_t from = std::clamp<int64_t>(number_param(req, "from_line", 0), 0, total);
-    const int64_t count = std::clamp<int64_t>(number_param(req, "lines", 1000), 0, 100000);
+    const int64_t count = count_param(req, "lines", 1000, 0, 100000);
     const bool newest_first = serve::query_param(req.query, "order").value_or("asc") == "desc";
     json out = json::array();
     for (int64_t i = from; i < total && i < from + count; ++i) {

@@ -25,9 +25,12 @@ struct Jobs::Running {
 };
 
 json JobRecord::json() const {
+  // A job's environment may hold secrets: answers name the variables, never their values.
+  nlohmann::json shown = job_spec_json(spec);
+  for (auto& [name, value] : shown["env"].items()) value = "********";
   nlohmann::json j = {{"id", id}, {"name", spec.name}, {"state", state}, {"stage", stage}, {"reason", reason},
                       {"submitted_by", submitted_by}, {"created_ms", created_ms}, {"started_ms", started_ms},
-                      {"ended_ms", ended_ms}, {"spec", job_spec_json(spec)}, {"executor", executor},
+                      {"ended_ms", ended_ms}, {"spec", shown}, {"executor", executor},
                       {"stage_times", stages}};
   if (!external_id.empty()) j["external_id"] = external_id;
   j["exit_code"] = exit_code >= 0 ? nlohmann::json(exit_code) : nlohmann::json(nullptr);

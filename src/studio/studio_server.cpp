@@ -260,6 +260,7 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
       } catch (const std::exception&) {
         KILN_FAIL("limit must be a number, not '", *text, "'");
       }
+      KILN_CHECK(limit >= 1 && limit <= 10000, "limit must be from 1 to 10000, not ", limit);
     }
     Statement s(*db, "SELECT at, token_name, method, path, status, remote FROM audit_log ORDER BY id DESC LIMIT ?");
     s.bind(1, limit);

@@ -695,4 +695,7 @@ TEST(Serve, ConnectionsPerClientAreCapped) {
   for (int fd : held) ::close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(s.client().Get("/v2/health/live")->status, 200);
+  // The refused connection is counted with the other answers.
+  const std::string metrics = s.client().Get("/metrics")->body;
+  EXPECT_NE(metrics.find("kiln_http_responses_total{code=\"503\"} 1"), std::string::npos) << metrics;
 }

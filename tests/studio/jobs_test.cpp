@@ -43,9 +43,14 @@ TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
                         "echo weights-$RANK > $KILN_TRAIN_URL/model-$RANK.txt; echo rank $RANK done");
   spec["inputs"] = {{"data_url", "studio://data/fmnist"}};
   spec["output"] = "studio://runs/job-a";
+  spec["env"] = {{"API_KEY", "s3cr3t-value"}};
   int64_t id = api.submit(spec);
   json done = api.wait_for(id, {"Completed", "Failed", "Abnormal"});
   ASSERT_EQ(done["state"], "Completed") << done.dump();
+  // Answers show the variable's name, never its value.
+  EXPECT_EQ(done["spec"]["env"]["API_KEY"], "********");
+  EXPECT_EQ(done.dump().find("s3cr3t"), std::string::npos) << done.dump();
+  EXPECT_EQ(api.client.Get("/api/v1/jobs")->body.find("s3cr3t"), std::string::npos);
   EXPECT_EQ(done["exit_code"], 0);
   EXPECT_EQ(done["submitted_by"], "ci");
   // The stages, each entered once, in order.
@@ -62,6 +67,13 @@ TEST(StudioJobs, ARunStagesItsInputsKeepsPerRankLogsAndSyncsItsOutput) {
   ASSERT_EQ(one["lines"].size(), 1u) << one.dump();
   EXPECT_EQ(one["lines"][0]["text"], "labels 7 2 1");
   EXPECT_EQ(one["lines"][0]["rank"], 1);
+  // A pattern that is not one, or a count out of range, is a 400 that says so, not an empty answer.
+  auto bad = api.client.Get("/api/v1/jobs/" + std::to_string(id) + "/logs?grep=labels%20[");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("is not a regular expression"), std::string::npos) << bad->body;
+  auto everything = api.client.Get("/api/v1/jobs?limit=-1");
+  EXPECT_EQ(everything->status, 400);
+  EXPECT_NE(everything->body.find("'limit' must be from 1 to 10000, not -1"), std::string::npos) << everything->body;
   // The output and the logs are in the store.
   EXPECT_EQ(api.client.Get("/api/v1/buckets/runs/objects/job-a/model-1.txt")->body, "weights-1\n");
   auto log = api.client.Get("/api/v1/buckets/runs/objects/job-a/logs/rank-0.log");
