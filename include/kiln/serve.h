@@ -28,7 +28,7 @@ struct ServeOptions {
   // max_batch_size in its config.yaml (those are bounded by it); more gets 413
   // before any data is decoded, so one request cannot take the machine's memory.
   int64_t max_request_batch = 256;
-  int http_threads = 512;             // connections served at once (a thread each)
+  int http_threads = 512;             // requests served at once (a worker thread each; idle connections take none)
   int max_connections_per_client = 256;  // from one address at once; more get 503
   // A request head must arrive within this (an idle keep-alive connection is
   // closed then too); a body within it plus its size at 64 KiB/s. Slower: 408.
@@ -55,6 +55,9 @@ class Server {
   // Not ready any more; waits for in-flight requests (up to drain_timeout_s); stops.
   void shutdown();
   bool ready() const;
+  // Writes an access-log line with status 499 for every inference request
+  // still being handled: for a process that ends before answering them.
+  void log_unanswered();
 
  private:
   struct Impl;

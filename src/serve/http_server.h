@@ -1,7 +1,8 @@
 #pragma once
-// The HTTP/1.1 transport under `kiln serve` and the studio: a thread per
-// connection, requests parsed by Boost.Beast, each response written with one
-// sendmsg. A request's head is judged before its body is read (a refused
+// The HTTP/1.1 transport under `kiln serve` and the studio: one thread
+// (epoll) waits for every connection's next request head, a worker thread
+// per request in progress reads its body, runs the handler and writes the
+// answer, with one sendmsg. Requests are parsed by Boost.Beast. A request's head is judged before its body is read (a refused
 // request never gets to send it), and a body may go to a file, not memory. A request
 // that fits in the socket buffer is one recv, so at concurrency 1 the
 // transport costs about what a loopback round trip costs (a general-purpose
@@ -39,7 +40,7 @@ struct HttpResponse {
   bool close = false;  // close the connection after this answer
   // Set for an answer of unknown length (server-sent events): the head goes
   // out with chunked transfer encoding, then `stream` runs on the
-  // connection's thread with a `send` that writes one chunk and returns
+  // request's worker thread with a `send` that writes one chunk and returns
   // false once the client has gone or the server is stopping (an empty
   // piece writes nothing and only asks). The connection closes after it.
   using Send = std::function<bool(std::string_view piece)>;
@@ -70,7 +71,10 @@ struct HttpOptions {
   std::string host = "0.0.0.0";
   int port = 0;                      // 0: any free port
   size_t max_body_bytes = 64u << 20;  // larger bodies get 413 before they are read
-  int max_connections = 512;         // connections served at once; more wait in the listen backlog
+  // Requests served at once (a worker thread each, started as needed); more
+  // wait for a worker. Connections between requests cost no thread.
+  int max_connections = 512;
+  int max_open_connections = 10000;  // open at once, mostly idle; more wait in the listen backlog
   int max_connections_per_client = 256;  // from one address; more are answered 503 and closed
   // A request head must arrive within this of the server starting to wait
   // for it (at accept, or after the previous answer on a keep-alive
@@ -85,7 +89,7 @@ struct HttpOptions {
 
 class HttpServer {
  public:
-  // The handler runs on the connection's thread and may block; exceptions it
+  // The handler runs on the request's worker thread and may block; exceptions it
   // lets out become 500. The logger sees every request answered, with the
   // seconds from its last byte read to its response written.
   using Handler = std::function<void(const HttpRequest&, HttpResponse&)>;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -37,6 +38,9 @@ struct Server::Impl {
   std::atomic<bool> ready{false};
   std::atomic<bool> loaded{false};  // `repository` is set (it is read only after this)
   std::atomic<int> in_flight{0};
+  // Inference requests being handled, for the lines of those a stop cuts off.
+  std::mutex flights_mu;
+  std::map<const HttpRequest*, std::chrono::steady_clock::time_point> flights;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
   std::string auth_token;  // empty: no authentication
@@ -269,6 +273,18 @@ void Server::Impl::poll_loop() {
 void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel& m) {
   InFlight counted(in_flight);
   auto start = std::chrono::steady_clock::now();
+  struct Flight {
+    Impl& s;
+    const HttpRequest& req;
+    Flight(Impl& server, const HttpRequest& r, std::chrono::steady_clock::time_point t) : s(server), req(r) {
+      std::lock_guard<std::mutex> lock(s.flights_mu);
+      s.flights[&req] = t;
+    }
+    ~Flight() {
+      std::lock_guard<std::mutex> lock(s.flights_mu);
+      s.flights.erase(&req);
+    }
+  } flight(*this, req, start);
   serve::ModelMetrics& mm = metrics.model(m.name());
   if (!ready) {
     ++mm.failure;
@@ -340,6 +356,17 @@ Server::Server(ServeOptions options) : impl_(std::make_unique<Impl>(std::move(op
 Server::~Server() {
   if (impl_->http) shutdown();
   if (impl_->access_log && impl_->access_log != stderr) std::fclose(impl_->access_log);
+}
+
+void Server::log_unanswered() {
+  Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.flights_mu);
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [req, since] : s.flights) {
+    HttpResponse res;
+    res.status = serve::kClientGone;
+    s.log(*req, res, std::chrono::duration<double>(now - since).count());
+  }
 }
 
 bool Server::ready() const { return impl_->ready; }
@@ -432,6 +459,7 @@ int run_server(const ServeOptions& options) {
     stopped.set_value();
   });
   if (finished.wait_for(std::chrono::duration<double>(options.drain_timeout_s + 1)) != std::future_status::ready) {
+    server.log_unanswered();  // their clients got nothing: 499 in the access log
     std::fprintf(stderr, "kiln serve: stopped with computations still running past --drain-timeout (%g s)\n",
                  options.drain_timeout_s);
     std::fflush(nullptr);

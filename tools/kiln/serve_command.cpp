@@ -35,7 +35,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-request-batch", o->max_request_batch,
                   "Largest batch one request may carry to a model without max_batch_size (default 256; more: 413)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--http-threads", o->http_threads, "Connections served at once (default 512)")
+  cmd->add_option("--http-threads", o->http_threads, "Requests served at once, a worker thread each (default 512; idle connections take none)")
       ->check(CLI::Range(1, 16384));
   cmd->add_option("--max-connections-per-client", o->max_connections_per_client,
                   "Connections one address may hold at once (default 256; more are answered 503)")
