@@ -270,7 +270,10 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
   fs::remove_all(dir);
   v->repo = dir + "/repository";  // what kiln serve loads: the model under the service's name
   v->logs = dir + "/logs";
-  fs::create_directories(v->repo + "/" + s.name + "/1");
+  // The instance serves it as the registry's version number: answers say
+  // which version ran (model_version), not always "1".
+  const std::string served = v->repo + "/" + s.name + "/" + std::to_string(mv.version);
+  fs::create_directories(served);
   fs::create_directories(v->logs);
   v->secret = random_secret();
   {
@@ -278,7 +281,7 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
     token << v->secret << "\n";
   }
   fs::permissions(dir + "/token", fs::perms::owner_read | fs::perms::owner_write);
-  { std::ofstream(v->repo + "/" + s.name + "/1/model.onnx", std::ios::binary) << models_.file(mv); }
+  { std::ofstream(served + "/model.onnx", std::ios::binary) << models_.file(mv); }
   {
     std::ofstream config(v->repo + "/" + s.name + "/config.yaml");
     if (v->batch_axis && spec.max_batch > 0)

@@ -111,6 +111,7 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   Client viewer(s.port, reader);
   auto r = viewer.http.Post(infer, infer_body(3).dump(), "application/json");
   ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["model_version"], "1") << "the answer names the registry's version";
   InferenceSession v1 = InferenceSession::from_bytes(cnn_onnx(1));
   std::vector<float> x = infer_body(3)["inputs"][0]["data"].get<std::vector<float>>();
   Tensor want = v1.run({from_vector<float>(x, {3, 1, 28, 28})})[0];
@@ -178,6 +179,7 @@ TEST(StudioServices, DeploySplitRollOverWithNoFailedRequest) {
   load.join();
   EXPECT_EQ(failed, 0) << answered << " answered";
   EXPECT_GT(new_answers, 0) << "answers switched to version 2's";
+  EXPECT_EQ(json::parse(c.http.Post(infer, one, "application/json")->body)["model_version"], "2");
   json metrics = c.call("GET", "/api/v1/services/fm/metrics").second;
   EXPECT_GE(metrics["versions"]["v1"]["requests"].get<int64_t>(), 800) << metrics.dump();
   EXPECT_EQ(metrics["instances_scraped"], 2);
