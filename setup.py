@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -19,11 +20,42 @@ from setuptools.command.build_ext import build_ext
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
+# setuptools' own output (build/lib.*, build/bdist.*, kiln.egg-info) goes here,
+# not into the source tree.
+SCRATCH = os.path.join(tempfile.gettempdir(), "kiln-pip-build")
+
+
+def python_version(executable):
+    out = subprocess.run([executable, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def cmake_build_dir():
+    """./build when its Python is this one or of the same version (a venv of it): its CMake cache is
+    left as it is; otherwise a build folder of this Python's own, so ./build is not re-pointed."""
+    if "KILN_BUILD_DIR" in os.environ:
+        return os.environ["KILN_BUILD_DIR"], True
+    build_dir = os.path.join(ROOT, "build")
+    cache = os.path.join(build_dir, "CMakeCache.txt")
+    if not os.path.exists(cache):
+        return build_dir, True
+    with open(cache) as f:
+        cached = [line.split("=", 1)[1].strip() for line in f if line.startswith("Python_EXECUTABLE:")]
+    if not cached or cached[0] == sys.executable:
+        return build_dir, not cached
+    ours = "%d.%d" % sys.version_info[:2]
+    if python_version(cached[0]) == ours:
+        return build_dir, False
+    return os.path.join(ROOT, "build", "pip-python" + ours), True
+
+
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build_dir = os.environ.get("KILN_BUILD_DIR", os.path.join(ROOT, "build"))
-        configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                     f"-DPython_EXECUTABLE={sys.executable}"]
+        build_dir, set_python = cmake_build_dir()
+        configure = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release"]
+        if set_python:
+            configure.append(f"-DPython_EXECUTABLE={sys.executable}")
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             configure += ["-G", "Ninja"] if shutil.which("ninja") else []
         subprocess.check_call(configure)
@@ -41,7 +73,9 @@ class CMakeBuild(build_ext):
                 shutil.copy2(stub, os.path.join(target, os.path.basename(stub)))
 
 
+os.makedirs(SCRATCH, exist_ok=True)
 setup(
+    options={"build": {"build_base": os.path.join(SCRATCH, "build")}, "egg_info": {"egg_base": SCRATCH}},
     packages=find_packages("python", exclude=["tests"]),
     package_dir={"": "python"},
     package_data={"kiln": ["*.pyi", "py.typed"]},

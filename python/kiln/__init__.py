@@ -29,6 +29,45 @@ int8 = dtype.int8
 bool_ = dtype.bool
 float_ = float32
 
+
+
+def _shape_and_dtype(fn, args, shape, dtype):
+    """A shape given as ints, one sequence or ``shape=``, then an optional dtype, as NumPy, PyTorch
+    and MindSpore callers write it: ``randn(64, 1, 28, 28)``, ``zeros((2, 3), kiln.int64)``."""
+    args = list(args)
+    if args and isinstance(args[-1], _DType) and dtype is None:
+        dtype = args.pop()
+    if shape is not None:
+        if args:
+            raise TypeError(f"kiln.{fn}() got the shape twice: as arguments and as shape=")
+        return shape, dtype
+    if len(args) == 1:
+        return args[0], dtype
+    if args and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return tuple(args), dtype
+    raise TypeError(f"kiln.{fn}() takes a shape as ints or one sequence, then an optional dtype: "
+                    f"kiln.{fn}(64, 1, 28, 28) or kiln.{fn}((64, 1, 28, 28), kiln.float32); got {tuple(args)!r}")
+
+
+def _shaped(name, make):
+    def create(*shape, dtype=None, **kwargs):
+        given = kwargs.pop("shape", kwargs.pop("size", None))
+        if kwargs:
+            raise TypeError(f"kiln.{name}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+        s, d = _shape_and_dtype(name, shape, given, dtype)
+        return make(s, d)
+    create.__name__ = create.__qualname__ = name
+    create.__doc__ = getattr(_kiln, name).__doc__
+    return create
+
+
+_DType = dtype
+zeros = _shaped("zeros", _kiln.zeros)
+ones = _shaped("ones", _kiln.ones)
+empty = _shaped("empty", _kiln.empty)
+rand = _shaped("rand", _kiln.rand)
+randn = _shaped("randn", _kiln.randn)
+
 _kiln.load_op_libraries_from_environment()  # op packages in KILN_PLUGIN_PATH join kiln.ops below
 from . import ops  # noqa: E402  (every registered op, generated from the registry)
 

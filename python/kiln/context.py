@@ -3,6 +3,7 @@ import functools
 import warnings
 
 from . import _kiln
+from .autograd import no_grad
 
 GRAPH_MODE = 0
 PYNATIVE_MODE = 1
@@ -46,8 +47,17 @@ class _Compiled:
     def __call__(self, *args):
         inputs = [a if isinstance(a, _kiln.Tensor) else _kiln.tensor(a) for a in args]
         if self._compiled is None:
-            if isinstance(self._target, _kiln.Cell):
+            if isinstance(self._target, _kiln.Cell) and len(inputs) == 1:
                 self._compiled = _kiln.compile_cell(self._target, inputs, self._inference)
+            elif isinstance(self._target, _kiln.Cell):
+                # A Python cell of several inputs, traced through its call; its
+                # parameters and buffers are read live, as a one-input cell's.
+                cell = self._target
+
+                def call(*xs):
+                    with no_grad():
+                        return cell(*xs)
+                self._compiled = _kiln.compile_function(call, inputs, cell.type_name())
             else:
                 name = getattr(self._target, "__name__", "function")
                 self._compiled = _kiln.compile_function(self._target, inputs, name)

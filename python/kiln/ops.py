@@ -6,6 +6,7 @@ attribute left out takes the op's default, which the function's help shows.
 The list is built from the registry when the package loads, so a new op in
 the C++ core appears here without any Python change.
 """
+import difflib
 import inspect as _inspect
 import keyword as _keyword
 
@@ -40,6 +41,29 @@ def _attr_name(spec):
     return spec.split(":")[0].split("=")[0].rstrip("?").strip()
 
 
+# Spellings that mean the same attribute in Kiln: Tensor.sum takes axis=,
+# the op sum's attribute is axes.
+_SAME = {"axis": "axes", "axes": "axis"}
+# Other frameworks' names, answered with Kiln's.
+_OTHER_NAMES = {"dim": "axis", "dims": "axes", "keepdims": "keepdim", "keep_dims": "keepdim"}
+
+
+def _explain(name, signature, kwargs, error):
+    """The binding error in the caller's terms: the function, what was wrong, and its arguments."""
+    text = f"kiln.{name}{signature}: {error}"
+    for key in kwargs:
+        if key in signature.parameters:
+            continue
+        wanted = _OTHER_NAMES.get(key)
+        if wanted not in signature.parameters:
+            close = difflib.get_close_matches(key, list(signature.parameters), n=1)
+            wanted = close[0] if close else None
+        if wanted:
+            text = f"kiln.{name}() has no argument {key!r}; did you mean {wanted}=? Its arguments: {signature}"
+        break
+    return text
+
+
 def _make(schema):
     name = schema["name"]
     inputs = _input_params(schema["inputs"])
@@ -48,12 +72,21 @@ def _make(schema):
         inputs + [_P(a, _P.KEYWORD_ONLY, default=None) for a in attrs])
     input_names = [p.name for p in inputs]
 
+    params = set(signature.parameters)
+
     def op(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        for key in [k for k in kwargs if k not in params and _SAME.get(k) in params]:
+            kwargs[_SAME[key]] = kwargs.pop(key)  # axis= for an op whose attribute is axes, and back
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(_explain(name, signature, kwargs, e)) from None
         values = bound.arguments
         tensors = [values.get(n) for n in input_names]
         while tensors and tensors[-1] is None:
             tensors.pop()
+        if name == "sum" and isinstance(tensors[0], _kiln.Tensor) and tensors[0].dtype == _kiln.dtype.bool:
+            tensors[0] = tensors[0].astype(_kiln.dtype.int64)  # a count, as Tensor.sum gives
         return _kiln.call_op(name, tensors, {a: values[a] for a in attrs if a in values})
 
     op.__name__ = op.__qualname__ = name

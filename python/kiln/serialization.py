@@ -50,15 +50,16 @@ def load_param_into_net(net, parameter_dict, strict_load=False):
     return param_not_load, ckpt_not_load
 
 
-def load_torch_weights(net, path, rules=None, strict=True, verbose=True):
+def load_torch_weights(net, path, rules=None, strict=True, verbose=True, dry_run=False):
     """Loads a PyTorch state dict (``torch.save`` file) or safetensors file into ``net``.
 
     Names are matched in stages (rename rules from a YAML file, same names,
     similar spellings, then order and shape) and every decision is shown in
     the table it prints. Strict: any unmatched entry is an error and nothing
-    is loaded. Returns the MatchResult.
+    is loaded. ``dry_run=True`` only matches and prints: the net is left as it
+    is, whatever matched (``kiln ckpt diff`` from Python). Returns the MatchResult.
     """
-    match, table = _kiln.import_weights(net, os.fspath(path), os.fspath(rules) if rules else "", strict)
+    match, table = _kiln.import_weights(net, os.fspath(path), os.fspath(rules) if rules else "", strict, dry_run)
     if verbose:
         print(table)
     return match

@@ -96,17 +96,19 @@ void bind_io(py::module_& m) {
       .def_readonly("ignored", &io::MatchResult::ignored)
       .def_readonly("suggestions", &io::MatchResult::suggestions)
       .def("complete", &io::MatchResult::complete);
-  m.def("import_weights", [](nn::Cell& cell, const std::string& path, const std::string& rules_path, bool strict) {
+  m.def("import_weights", [](nn::Cell& cell, const std::string& path, const std::string& rules_path, bool strict,
+                             bool dry_run) {
     io::NamedTensors tensors = io::load_tensor_file(path);
     auto source = io::infos_of(tensors);
     auto target = io::infos_of(cell);
     auto match = io::match_names(source, target, rules_path.empty() ? io::RenameRules{} : io::load_rename_rules(rules_path));
     std::string table = io::format_matches(match, source, target);
+    if (dry_run) return py::make_tuple(match, table);  // the mapping only: nothing is loaded
     KILN_CHECK(match.complete() || !strict, "the weights in ", path, " do not all match the network; nothing was loaded:\n",
                table, "\nadd rename rules (rules=...) or pass strict=False to load what matched");
     assign_by_name(cell, io::apply_matches(match, tensors, target));
     return py::make_tuple(match, table);
-  }, py::arg("cell"), py::arg("path"), py::arg("rules") = "", py::arg("strict") = true);
+  }, py::arg("cell"), py::arg("path"), py::arg("rules") = "", py::arg("strict") = true, py::arg("dry_run") = false);
 
   py::class_<ExportReport>(m, "ExportReport")
       .def_readonly("nodes", &ExportReport::nodes)

@@ -3,6 +3,8 @@
 // Python code that made the call.
 #include "bindings.h"
 
+#include "kiln/caller_language.h"
+
 #include <frameobject.h>
 
 namespace kiln::python {
@@ -47,6 +49,7 @@ PYBIND11_MODULE(_kiln, m) {
   using namespace kiln::python;
   m.doc() = "Kiln's C++ core; use the kiln package, which wraps it.";
   m.attr("__version__") = KILN_VERSION;
+  kiln::set_caller_language(kiln::CallerLanguage::Python);  // errors give their fixes in Python
   static py::exception<kiln::Error> error(m, "Error", PyExc_RuntimeError);
   static py::exception<kiln::UnsupportedError> unsupported(m, "UnsupportedError", error.ptr());
   py::register_exception_translator([](std::exception_ptr p) {

@@ -89,7 +89,8 @@ py::dict epoch_dict(const train::EpochInfo& e) {
 
 void bind_train(py::module_& m) {
   // --- optimizers -------------------------------------------------------------------
-  py::class_<optim::Optimizer, std::shared_ptr<optim::Optimizer>>(m, "Optimizer")
+  py::class_<optim::Optimizer, std::shared_ptr<optim::Optimizer>>(
+      m, "Optimizer", "Base of the optimizers: step() applies the parameters' .grad, zero_grad() clears them.")
       .def("step", [](optim::Optimizer& o) { o.step(); }, "Applies one update from the parameters' .grad.")
       .def("zero_grad", &optim::Optimizer::zero_grad)
       .def_property("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr)

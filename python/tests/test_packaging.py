@@ -25,12 +25,25 @@ def test_stubs_cover_every_op_and_parse():
     assert "\n" in kiln.nn.Dense.__doc__ or kiln.nn.Dense.__doc__  # help() has something to read
 
 
+def source_tree_state():
+    """What pip could leave in the checkout: the entries of build/ and python/, and ./build's Python."""
+    entries = set(os.listdir(os.path.join(ROOT, "build")))
+    entries |= {"python/" + e for e in os.listdir(os.path.join(ROOT, "python"))}
+    with open(os.path.join(ROOT, "build", "CMakeCache.txt")) as f:
+        python = [line for line in f if line.startswith("Python_EXECUTABLE:")]
+    return entries, python
+
+
 def test_pip_install_without_network(tmp_path):
     target = tmp_path / "site"
     pip = [sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
            "--target", str(target), ROOT]
+    before = source_tree_state()
     result = subprocess.run(pip, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    after = source_tree_state()
+    assert after[0] - before[0] == set(), "pip install wrote into the source tree"
+    assert after[1] == before[1], "pip install re-pointed ./build at another Python"
     installed = target / "kiln"
     assert (installed / "libkiln.so").exists() and (installed / "ops.pyi").exists()
     probe = ("import kiln, numpy as np\n"

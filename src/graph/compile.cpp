@@ -12,6 +12,7 @@
 #include "graph/passes.h"
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
+#include "kiln/caller_language.h"
 #include "kiln/backend.h"
 #include "kiln/autograd.h"
 
@@ -133,8 +134,10 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   if (!weights_changed && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
     if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
-    why += "; each input shape needs its own graph. If a smaller last batch causes it, leave it out: "
-           "drop_remainder: true in a recipe, or the drop_remainder argument of BatchIterator and Pipeline::batch";
+    why += "; each input shape needs its own graph. If a smaller last batch causes it, leave it out: ";
+    why += in_caller_language("drop_remainder: true in a recipe, or the drop_remainder argument of BatchIterator and "
+                              "Pipeline::batch",
+                              "dataset.batch(size, drop_remainder=True)");
     KILN_CHECK(options.recompile != RecompilePolicy::Error, why, " (RecompilePolicy::Error turned this into an error)");
     if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
   }

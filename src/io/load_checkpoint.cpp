@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kiln/autograd.h"
+#include "kiln/caller_language.h"
 #include "kiln/io.h"
 
 namespace kiln::io {
@@ -73,8 +74,9 @@ LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const 
 
   if (options.strict && !report.clean())
     KILN_FAIL("cannot load '", path, "' into ", cell.type_name(), " (strict): nothing was loaded; ", report.str(),
-              "\nfix the names (kiln ckpt diff shows both lists), or load only what matches: LoadOptions{.strict = false} "
-              "in C++, --no-strict on kiln eval");
+              "\nfix the names (kiln ckpt diff shows both lists), or load only what matches: ",
+              in_caller_language("LoadOptions{.strict = false}, or --no-strict on kiln eval",
+                                 "load_checkpoint(file, net, strict=False)"));
   NoGradGuard guard;
   for (auto& [t, e] : plan) {
     Tensor dst = t;

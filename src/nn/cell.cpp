@@ -9,6 +9,7 @@
 
 #include "core/cell_frames.h"
 #include "kiln/autograd.h"
+#include "kiln/caller_language.h"
 #include "kiln/grad_mode.h"
 #include "kiln/nn.h"
 #include "kiln/nn/losses.h"
@@ -103,6 +104,10 @@ void Cell::check_registered_in_caller() const {
   const Cell* caller = static_cast<const Cell*>(frames.back().cell);
   std::string self = frame_type(), repr = extra_repr();
   if (!repr.empty()) self.append("(").append(repr).append(")");
+  if (caller_language() == CallerLanguage::Python)
+    KILN_FAIL("Cell '", caller->frame_type(), "' calls a ", self, " that is not registered in it, so its parameters (",
+              trainable, ") are not trained, saved or listed. Assign it as an attribute in ", caller->frame_type(),
+              ".__init__: self.name = nn.", frame_type(), "(...); cells in a Python list need nn.CellList([...])");
   KILN_FAIL("Cell '", caller->frame_type(), "' calls a ", self, " that is not registered in it, so its parameters (",
             trainable, ") are not trained, saved or listed. Register it where it is created, in ",
             caller->frame_type(), "'s constructor: member = register_cell(\"name\", std::make_shared<",

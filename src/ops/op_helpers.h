@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/caller_language.h"
 #include "kiln/functional.h"
 #include "kiln/registry.h"
 #include "ops/shape_rules.h"
@@ -31,13 +32,13 @@ inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { re
 inline void check_same_dtype(const Metas& in, size_t a, size_t b) {
   KILN_CHECK(in[a].dtype == in[b].dtype, "inputs ", a, " and ", b, " have different dtypes (",
              dtype_name(in[a].dtype), " and ", dtype_name(in[b].dtype),
-             "); this op does not promote: cast one to the other's dtype, e.g. x.to(weight.dtype()) "
-             "(layers hold float32 parameters)");
+             "); this op does not promote: cast one to the other's dtype, e.g. ",
+             in_caller_language("x.to(weight.dtype())", "x.astype(weight.dtype)"), " (layers hold float32 parameters)");
 }
 
 inline void check_floating(const TensorMeta& m, const char* what) {
   KILN_CHECK(is_floating(m.dtype), what, " must be a floating-point tensor, got ", dtype_name(m.dtype),
-             "; convert it with .to(kiln::DType::Float32)");
+             "; convert it with ", in_caller_language(".to(kiln::DType::Float32)", ".astype(kiln.float32)"));
 }
 
 inline void check_rank(const TensorMeta& m, int64_t rank, const char* what, const char* layout) {

@@ -226,6 +226,22 @@ class Dataset:
     def __len__(self):
         return self.get_dataset_size()
 
+    def __repr__(self):
+        stages = [f"columns={self._columns}", f"samples={len(self._source)}"]
+        if self._maps:
+            stages.append(f"maps={len(self._maps)}")
+        if self._shuffle:
+            stages.append("shuffled")
+        if self._skip:
+            stages.append(f"skip={self._skip} samples")
+        if self._take >= 0:
+            stages.append(f"take={self._take} samples")
+        if self._batch:
+            stages.append(f"batch={self._batch[0]}" + (" drop_remainder" if self._batch[1] else ""))
+        if self._repeat != 1:
+            stages.append(f"repeat={self._repeat}")
+        return f"{type(self).__name__}({', '.join(stages)})"
+
 
 def _columns_of(data, column_names):
     """Columns as MindSpore reads them: a dict or a tuple holds columns; anything else is one column."""

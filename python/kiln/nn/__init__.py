@@ -16,6 +16,7 @@ from .losses import (LossBase, CrossEntropyLoss, SoftmaxCrossEntropyWithLogits, 
                      SmoothL1Loss, BCEWithLogitsLoss)
 from .optim import (Optimizer, SGD, Momentum, Adam, AdamW, AdamWeightDecay, RMSProp, clip_grad_norm,
                     cosine_decay_lr, piecewise_constant_lr, exponential_decay_lr, schedules)
+from .wrappers import WithLossCell, TrainOneStepCell, WithEvalCell
 from . import init
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,4 +1,6 @@
 """``Cell``: subclass it, assign parameters and cells as attributes, write ``construct``."""
+from collections import OrderedDict
+
 from .. import _kiln
 
 
@@ -38,6 +40,8 @@ def _cell_call(self, *args, **kwargs):
 
 
 def _cell_repr(self):
+    if self.__dict__.get("_init_failed") if hasattr(self, "__dict__") else False:
+        return f"<{type(self).__name__}: its __init__ failed>"
     lines = []
     for name, child in self.name_cells().items():
         inner = repr(child).replace("\n", "\n  ")
@@ -110,5 +114,38 @@ class CellList(_kiln.CellList):
         return iter([self[i] for i in range(len(self))])
 
 
+def _parameters_dict(self, recurse=True):
+    """An ordered dict of name -> parameter (MindSpore's ``Cell.parameters_dict``)."""
+    return OrderedDict(self.parameters_and_names())
+
+
+def _untrainable_params(self, recurse=True):
+    """The parameters that no optimizer updates (``requires_grad=False``)."""
+    return [p for _, p in self.parameters_and_names() if not p.requires_grad]
+
+
+def _state_dict(self):
+    """Parameters and buffers as name -> NumPy array (copies), with PyTorch's names.
+
+    Batch norms get ``num_batches_tracked`` as PyTorch's do, so a PyTorch model
+    of the same layers loads it strictly:
+    ``torch_net.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})``.
+    """
+    import numpy as np
+    out = OrderedDict()
+    for name, t in list(self.parameters_and_names()) + list(self.buffers_and_names()):
+        out[name] = np.array(t.detach().numpy(), copy=True)
+    norms = [n for n, c in self.cells_and_names() if c.type_name() in ("BatchNorm1d", "BatchNorm2d")]
+    if self.type_name() in ("BatchNorm1d", "BatchNorm2d"):
+        norms.append("")
+    for n in norms:
+        key = (n + "." if n else "") + "num_batches_tracked"
+        out.setdefault(key, np.array(0, dtype=np.int64))
+    return out
+
+
 _kiln.Cell.__call__ = _cell_call
 _kiln.Cell.__repr__ = _cell_repr
+_kiln.Cell.parameters_dict = _parameters_dict
+_kiln.Cell.untrainable_params = _untrainable_params
+_kiln.Cell.state_dict = _state_dict

@@ -5,6 +5,10 @@ Where MindSpore's defaults differ from PyTorch's, MindSpore's hold:
 ``momentum`` is the weight of the running statistics (0.9), pooling strides
 default to 1, ``Dropout`` takes ``keep_prob`` (or ``p``).
 """
+import functools as _functools
+import inspect as _inspect
+import re as _re
+
 from .. import _kiln
 from .. import ops as _ops
 from . import init as _init
@@ -12,8 +16,10 @@ from .cell import Cell as _Cell
 
 
 def _square(value, what):
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, int) for v in value):
+        raise TypeError(f"{what} must be an int or a pair of equal ints, not {type(value).__name__} ({value!r})")
     values = tuple(value)
     if len(set(values)) != 1:
         raise ValueError(f"{what} {values}: only square {what}s are supported; pass one int")
@@ -117,24 +123,26 @@ class LayerNorm(_kiln.LayerNorm):
 
 
 class GroupNorm(_kiln.GroupNorm):
+    """Normalizes [N, C, ...] over groups of channels (``num_groups`` of them), with a per-channel scale and shift."""
+
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
         super().__init__(num_groups, num_channels, eps)
 
 
 class ReLU(_kiln.ReLU):
-    pass
+    """max(x, 0), elementwise."""
 
 
 class SiLU(_kiln.SiLU):
-    pass
+    """x * sigmoid(x) (also called swish), elementwise."""
 
 
 class Sigmoid(_kiln.Sigmoid):
-    pass
+    """1 / (1 + exp(-x)), elementwise."""
 
 
 class Tanh(_kiln.Tanh):
-    pass
+    """The hyperbolic tangent, elementwise."""
 
 
 class ReLU6(_Cell):
@@ -194,21 +202,29 @@ class Flatten(_kiln.Flatten):
 
 
 class LeakyReLU(_kiln.LeakyReLU):
+    """x where x > 0, ``alpha * x`` elsewhere."""
+
     def __init__(self, alpha=0.2):
         super().__init__(alpha)
 
 
 class GELU(_kiln.GELU):
+    """x * Phi(x), the Gaussian error linear unit (``approximate=True``: the tanh form)."""
+
     def __init__(self, approximate=True):
         super().__init__(approximate)
 
 
 class Softmax(_kiln.Softmax):
+    """exp(x) normalized to sum to 1 along ``axis`` (the last by default)."""
+
     def __init__(self, axis=-1):
         super().__init__(axis)
 
 
 class LogSoftmax(_kiln.LogSoftmax):
+    """log(softmax(x)) along ``axis``, computed stably."""
+
     def __init__(self, axis=-1):
         super().__init__(axis)
 
@@ -225,23 +241,31 @@ class Dropout(_kiln.Dropout):
 
 
 class MaxPool2d(_kiln.MaxPool2d):
+    """The maximum over each window of [N, C, H, W]; the stride defaults to 1, as in MindSpore."""
+
     def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0, ceil_mode=False):
         k = _square(kernel_size, "kernel_size")
         super().__init__(k, _square(stride, "stride"), _padding(pad_mode, padding, k, 1, "MaxPool2d"), ceil_mode)
 
 
 class AvgPool2d(_kiln.AvgPool2d):
+    """The mean over each window of [N, C, H, W]; the stride defaults to 1, as in MindSpore."""
+
     def __init__(self, kernel_size=1, stride=1, pad_mode="valid", padding=0):
         k = _square(kernel_size, "kernel_size")
         super().__init__(k, _square(stride, "stride"), _padding(pad_mode, padding, k, 1, "AvgPool2d"))
 
 
 class AdaptiveAvgPool2d(_kiln.AdaptiveAvgPool2d):
+    """Averages [N, C, H, W] down to ``output_size`` whatever H and W are (1: a global average)."""
+
     def __init__(self, output_size):
         super().__init__(_square(output_size, "output_size"))
 
 
 class Upsample(_kiln.Upsample):
+    """Resizes [N, C, H, W] by ``scale_factor`` or to ``size``, nearest or bilinear."""
+
     def __init__(self, size=None, scale_factor=None, mode="nearest", align_corners=None):
         if size is not None or scale_factor is None:
             raise ValueError("Upsample takes scale_factor; for a target size use kiln.ops.interpolate(x, sizes=...)")
@@ -283,6 +307,9 @@ class LSTM(_kiln.LSTM):
 
 
 class GRU(_kiln.GRU):
+    """A gated recurrent unit over [N, L, input_size] (batch first) or [L, N, ...]: layers, bidirectional, PyTorch
+    weight names."""
+
     def __init__(self, input_size, hidden_size, num_layers=1, has_bias=True, batch_first=False, dropout=0.0,
                  bidirectional=False):
         super().__init__(input_size, hidden_size, num_layers, has_bias, batch_first, dropout, bidirectional)
@@ -291,6 +318,8 @@ class GRU(_kiln.GRU):
 
 
 class RNN(_kiln.RNN):
+    """An Elman recurrent layer (tanh or relu) over sequences: layers, bidirectional, PyTorch weight names."""
+
     def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", has_bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False):
         super().__init__(input_size, hidden_size, num_layers, has_bias, batch_first, dropout, bidirectional,
@@ -314,6 +343,9 @@ class MultiheadAttention(_kiln.MultiheadAttention):
 
 
 class TransformerEncoderLayer(_kiln.TransformerEncoderLayer):
+    """Self-attention and a feed-forward block, each with a residual and layer norm (pre-norm with
+    ``norm_first=True``)."""
+
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=True, norm_first=False):
         super().__init__(d_model, nhead, dim_feedforward, dropout, activation, norm_first, layer_norm_eps)
@@ -323,3 +355,49 @@ class TransformerEncoderLayer(_kiln.TransformerEncoderLayer):
 
 
 make_model = _kiln.make_model
+
+
+_PY_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def _argument_errors_in_python(cls):
+    """Wraps a layer's ``__init__`` so that arguments of the wrong type are named in Python's terms,
+    not as the C++ binding's "incompatible constructor arguments"."""
+    init = cls.__init__
+    signature = _inspect.signature(init)
+
+    @_functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except TypeError as e:
+            object.__setattr__(self, "_init_failed", True)  # no C++ cell behind it: repr must not ask for one
+            text = str(e)
+            if "incompatible constructor arguments" not in text:
+                raise TypeError(text if text.startswith("nn.") else f"nn.{cls.__name__}: {text}") from None
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError as wrong:
+                raise TypeError(f"nn.{cls.__name__}: {wrong}") from None
+            expected = dict(_re.findall(r"(\w+): (int|float|bool|str)\b", text.split("Invoked with")[0]))
+            problems = []
+            for name, value in list(bound.arguments.items())[1:]:
+                kinds = _PY_TYPES.get(expected.get(name, ""))
+                wrong_bool = isinstance(value, bool) and expected.get(name) in ("int", "float")
+                if kinds and (not isinstance(value, kinds) or wrong_bool):
+                    problems.append(f"{name} must be {expected[name]}, not {type(value).__name__} ({value!r})")
+            detail = "; ".join(problems) or "the arguments do not fit " + str(signature).replace("(self, ", "(")
+            raise TypeError(f"nn.{cls.__name__}: {detail}") from None
+        except BaseException:
+            object.__setattr__(self, "_init_failed", True)
+            raise
+
+    cls.__init__ = checked
+    return cls
+
+
+for _layer in list(globals().values()):
+    if isinstance(_layer, type) and issubclass(_layer, _kiln.Cell) and _layer.__module__ == __name__ \
+            and "__init__" in _layer.__dict__:
+        _argument_errors_in_python(_layer)
+del _layer

@@ -27,6 +27,7 @@ class CrossEntropyLoss(_kiln.CrossEntropyLoss):
 
     def __init__(self, weight=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         super().__init__(weight, ignore_index, reduction, label_smoothing)
+        self.reduction = reduction
 
 
 class SoftmaxCrossEntropyWithLogits(LossBase):
@@ -44,27 +45,50 @@ class SoftmaxCrossEntropyWithLogits(LossBase):
 
 
 class NLLLoss(_kiln.NLLLoss):
+    """Negative log-likelihood of log-probabilities [N, C] and class indices [N]; ``weight`` per class."""
+
     def __init__(self, weight=None, ignore_index=-100, reduction="mean"):
         super().__init__(weight, ignore_index, reduction)
+        self.reduction = reduction
 
 
 class MSELoss(_kiln.MSELoss):
+    """Mean squared error of predictions and targets of one shape."""
+
     def __init__(self, reduction="mean"):
         super().__init__(reduction)
+        self.reduction = reduction
 
 
 class L1Loss(_kiln.L1Loss):
+    """Mean absolute error of predictions and targets of one shape."""
+
     def __init__(self, reduction="mean"):
         super().__init__(reduction)
+        self.reduction = reduction
 
 
 class SmoothL1Loss(_kiln.SmoothL1Loss):
+    """Huber-style loss: squared below ``beta``, absolute above it."""
+
     def __init__(self, beta=1.0, reduction="mean"):
         super().__init__(beta, reduction)
+        self.reduction = reduction
 
 
 class BCEWithLogitsLoss(_kiln.BCEWithLogitsLoss):
+    """Binary cross entropy of logits and 0/1 (or soft) targets of one shape, computed stably from the logits."""
+
     def __init__(self, reduction="mean", weight=None, pos_weight=None):
         if weight is not None or pos_weight is not None:
             raise ValueError("BCEWithLogitsLoss: weight and pos_weight are not supported")
         super().__init__(reduction)
+        self.reduction = reduction
+
+
+def _loss_repr(self):
+    reduction = getattr(self, "reduction", None)
+    return f"{type(self).__name__}(reduction={reduction!r})" if isinstance(reduction, str) else f"{type(self).__name__}()"
+
+
+_kiln.LossCell.__repr__ = _loss_repr

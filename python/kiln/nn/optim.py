@@ -36,6 +36,12 @@ class _Scheduled:
             self.lr = float(self.schedule(self.steps))
         super().step()
 
+    def __repr__(self):
+        count = sum(int(p.numel()) for p in self.parameters)
+        schedule = ", scheduled" if self.schedule is not None else ""
+        return (f"{type(self).__name__}({len(self.parameters)} parameters, {count} values, "
+                f"learning_rate={self.lr:g}{schedule})")
+
     def __call__(self, grads):
         params = self.parameters
         if len(grads) != len(params):
@@ -47,6 +53,8 @@ class _Scheduled:
 
 
 class SGD(_Scheduled, _kiln.SGD):
+    """Stochastic gradient descent, with momentum, Nesterov momentum and weight decay."""
+
     def __init__(self, params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
                  loss_scale=1.0):
         if dampening:
@@ -59,11 +67,15 @@ class SGD(_Scheduled, _kiln.SGD):
 
 
 class Momentum(SGD):
+    """MindSpore's name for SGD with momentum: ``Momentum(params, learning_rate, momentum)``."""
+
     def __init__(self, params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False):
         super().__init__(params, learning_rate, momentum, 0.0, weight_decay, use_nesterov)
 
 
 class Adam(_Scheduled, _kiln.Adam):
+    """Adam: per-parameter step sizes from running moments of the gradients (L2 weight decay added to them)."""
+
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
                  loss_scale=1.0, use_nesterov=False):
         params = list(params)
@@ -85,11 +97,15 @@ class AdamW(_Scheduled, _kiln.Adam):
 
 
 class AdamWeightDecay(AdamW):
+    """MindSpore's name for AdamW (decoupled weight decay); its default eps is 1e-6."""
+
     def __init__(self, params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
         super().__init__(params, learning_rate, beta1, beta2, eps, weight_decay)
 
 
 class RMSProp(_Scheduled, _kiln.RMSProp):
+    """RMSProp: steps scaled by a running mean of squared gradients, with optional momentum."""
+
     def __init__(self, params, learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, weight_decay=0.0):
         params = _flat(list(params))
         lr, schedule = _schedule(learning_rate)

@@ -14,12 +14,17 @@ def _metrics(metrics):
             out.append(m)
             continue
         name = str(m).lower()
+        k = name[4:-9] if name.startswith("top_") and name.endswith("_accuracy") else ""
         if name in ("accuracy", "acc", "top_1_accuracy"):
             out.append(_kiln.Accuracy(1))
-        elif name.startswith("top_") and name.endswith("_accuracy"):
-            out.append(_kiln.Accuracy(int(name[4:-9])))
+        elif k.isdigit() and int(k) >= 1:
+            out.append(_kiln.Accuracy(int(k)))
+        elif name == "top_k_categorical_accuracy":
+            raise ValueError("'top_k_categorical_accuracy' needs its k: name it 'top_5_accuracy' (any k), or pass "
+                             "kiln.train.TopKCategoricalAccuracy(5)")
         else:
-            raise ValueError(f"unknown metric {m!r}; use 'accuracy', 'top_5_accuracy' or a kiln.train metric object")
+            raise ValueError(f"unknown metric {m!r}; use 'accuracy', 'top_5_accuracy' (any k) or a kiln.train metric "
+                             "object")
     return out
 
 
@@ -52,10 +57,13 @@ class Model:
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, amp_level="O0",
-                 **unused):
-        if optimizer is None:
-            raise ValueError("Model needs an optimizer: Model(net, loss_fn=nn.CrossEntropyLoss(), "
-                             "optimizer=nn.SGD(net.trainable_params()))")
+                 **options):
+        for key in options:
+            if key not in ("eval_indexes", "boost_level", "keep_batchnorm_fp32", "loss_scale_manager"):
+                raise TypeError(f"Model() got an unexpected keyword argument {key!r}")
+        if optimizer is None and loss_fn is None:
+            raise ValueError("Model needs a loss_fn to evaluate, and an optimizer as well to train: "
+                             "Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=nn.SGD(net.trainable_params()))")
         self.network = network
         self.loss_fn = loss_fn
         self.optimizer = optimizer
@@ -73,6 +81,9 @@ class Model:
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **unused):
         """Trains for ``epoch`` epochs; returns one dict per epoch (loss, val_loss, val_accuracy, seconds, ...)."""
+        if self.optimizer is None:
+            raise ValueError("this Model has no optimizer, so it evaluates and predicts only; to train, make it "
+                             "with one: Model(net, loss_fn, optimizer=nn.SGD(net.trainable_params()), metrics=...)")
         if callbacks is not None and not isinstance(callbacks, (list, tuple)):
             callbacks = [callbacks]
         self.epochs_planned = epoch
@@ -109,6 +120,11 @@ class Model:
             raise ValueError("predict takes one input tensor")
         x = predict_data[0]
         return self._model.predict(x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x))
+
+    def __repr__(self):
+        loss = type(self.loss_fn).__name__ if self.loss_fn is not None else "in the network"
+        optimizer = type(self.optimizer).__name__ if self.optimizer is not None else "none (evaluation only)"
+        return f"Model(network={type(self.network).__name__}, loss_fn={loss}, optimizer={optimizer})"
 
     def stop_training(self):
         self._model.stop_training()
