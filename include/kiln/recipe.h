@@ -104,6 +104,7 @@ struct Recipe {
   bool adapt_threads = true;  // steps measure how many threads pay off (Model::set_adapt_threads)
   std::string output = "runs/default";
   std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
+  std::string device = "cpu";  // where training runs: cpu (a device this build lacks is refused by name)
   DistributedSpec distributed;
 };
 

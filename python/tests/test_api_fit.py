@@ -71,7 +71,7 @@ def small_data(n=256):
     return x, y
 
 
-def test_mindsporess_wrapper_cells_train_and_evaluate():
+def test_mindspores_wrapper_cells_train_and_evaluate():
     x, y = small_data()
     net = nn.SequentialCell(nn.Dense(8, 16), nn.ReLU(), nn.Dense(16, 2))
     step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.CrossEntropyLoss()), nn.Adam(net.trainable_params(), 0.01))
@@ -170,3 +170,25 @@ def test_a_dry_run_shows_the_name_mapping_and_loads_nothing():
         assert np.array_equal(target[0].weight.numpy(), before)
         kiln.load_torch_weights(target, path, verbose=False)
         assert np.array_equal(target[0].weight.numpy(), source[0].weight.numpy())
+
+
+def test_layout_mistakes_are_named_with_the_transform_that_fixes_them():
+    from kiln.dataset import vision
+    images = np.random.default_rng(0).integers(0, 255, (4, 8, 8, 3), dtype=np.uint8)
+    data = NumpySlicesDataset((images, np.zeros(4, np.int64)), ["image", "label"], shuffle=False)
+    wrong_order = data.map([vision.Rescale(1 / 255, 0), vision.HWC2CHW(),
+                            vision.Normalize(mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))], "image")
+    with pytest.raises(Exception, match=r"is channels-first \(\[C, H, W\]\).*put it before HWC2CHW\(\)"):
+        next(wrong_order.create_tuple_iterator())
+    with pytest.raises(kiln.Error, match=r"channels-last \[N, H, W, C\].*vision.HWC2CHW\(\)"):
+        nn.Conv2d(3, 8, 3)(kiln.randn(2, 8, 8, 3))
+
+
+def test_an_unreadable_image_is_named_with_the_way_to_skip_it():
+    from kiln.dataset import ImageFolderDataset
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "cats"))
+        with open(os.path.join(d, "cats", "broken.png"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n not really")
+        with pytest.raises(Exception, match=r"broken\.png.*skip_unreadable=True"):
+            next(ImageFolderDataset(d, shuffle=False).create_tuple_iterator())

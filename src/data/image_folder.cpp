@@ -5,6 +5,7 @@
 #include <mutex>
 #include <set>
 
+#include "kiln/caller_language.h"
 #include "kiln/data/image.h"
 #include "kiln/data/readers.h"
 
@@ -73,7 +74,15 @@ Sample ImageFolderDataset::get(int64_t index) const {
     }
     KILN_FAIL("ImageFolderDataset: none of the ", size(), " images decodes");
   }
-  if (options_.decode) return {read_image(path, options_.channels), label};
+  if (options_.decode) {
+    try {
+      return {read_image(path, options_.channels), label};
+    } catch (const Error& e) {  // the file is named by the reader; the way past it is said here
+      KILN_FAIL(e.what(), "; to skip images that do not decode (each replaced by the next one, with a warning), ",
+                in_caller_language("set ImageFolderOptions::skip_unreadable, or skip_bad_images: true in a recipe",
+                                   "pass ImageFolderDataset(..., skip_unreadable=True)"));
+    }
+  }
   std::vector<uint8_t> bytes = read_file_bytes(path);
   Tensor raw = Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::UInt8);
   std::memcpy(raw.raw_data(), bytes.data(), bytes.size());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/caller_language.h"
 #include "kiln/data/image.h"
 
 namespace kiln::data::vision {
@@ -207,8 +208,22 @@ Transform normalize(std::vector<double> mean, std::vector<double> std, Layout la
             KILN_CHECK(image.dtype() == DType::Float32, "normalize: needs a float32 image, got ", image.meta_str(),
                        "; put rescale(1.0 / 255) before it to turn bytes into [0, 1]");
             Geometry g = geometry(image, layout, "normalize");
-            KILN_CHECK(mean.size() == 1 || static_cast<int64_t>(mean.size()) == g.c, "normalize: ", mean.size(),
-                       " means for an image of ", g.c, " channels (", image.meta_str(), "; is the layout right?)");
+            const auto channels = static_cast<int64_t>(mean.size());
+            if (channels > 1 && channels != g.c && image.dim() == 3) {
+              // The other layout's channel axis holds as many as there are means: the order of the transforms.
+              const bool chw_given = layout == Layout::HWC && image.shape()[0] == channels;
+              const bool hwc_given = layout == Layout::CHW && image.shape()[2] == channels;
+              KILN_CHECK(!chw_given, "normalize: the image ", image.meta_str(), " is channels-first ([C, H, W]), but this "
+                         "normalize is for [H, W, C] images: put it before ",
+                         in_caller_language("hwc_to_chw()", "HWC2CHW()"), ", or make it for [C, H, W] images (",
+                         in_caller_language("Layout::CHW", "is_hwc=False"), ")");
+              KILN_CHECK(!hwc_given, "normalize: the image ", image.meta_str(), " is channels-last ([H, W, C]), but this "
+                         "normalize is for [C, H, W] images: put it after ",
+                         in_caller_language("hwc_to_chw()", "HWC2CHW()"), ", or make it for [H, W, C] images (",
+                         in_caller_language("Layout::HWC", "is_hwc=True"), ")");
+            }
+            KILN_CHECK(channels == 1 || channels == g.c, "normalize: ", mean.size(), " means for an image of ", g.c,
+                       " channels (", image.meta_str(), "); give one mean and std per channel");
             Tensor src = image.contiguous();
             Tensor out = Tensor::empty(image.shape(), DType::Float32);
             const float* in = src.data<float>();

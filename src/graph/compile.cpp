@@ -134,16 +134,37 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   if (!weights_changed && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
     if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
-    why += "; each input shape needs its own graph. If a smaller last batch causes it, leave it out: ";
-    why += in_caller_language("drop_remainder: true in a recipe, or the drop_remainder argument of BatchIterator and "
-                              "Pipeline::batch",
-                              "dataset.batch(size, drop_remainder=True)");
+    why += "; each input shape needs its own graph. ";
+    // Which axis changed tells the likely cause: a short last batch, or a length.
+    std::string changed;
+    if (!cache.empty() && cache.back().shapes.size() == inputs.size())
+      for (size_t i = 0; i < inputs.size() && changed.empty(); ++i) {
+        const Shape& was = cache.back().shapes[i];
+        const Shape now = inputs[i].defined() ? inputs[i].shape() : Shape{};
+        if (was.size() != now.size()) continue;
+        for (size_t d = 1; d < now.size() && changed.empty(); ++d)
+          if (was[d] != now[d])
+            changed = "input " + std::to_string(i) + "'s axis " + std::to_string(d) + " went from " +
+                      std::to_string(was[d]) + " to " + std::to_string(now[d]);
+      }
+    if (!changed.empty()) {
+      why += changed + ": a length that varies compiles once per length, and a loop over it in " +
+             std::string(in_caller_language("C++", "Python")) +
+             " is unrolled once per traced length. Pad or bucket the lengths to a few sizes, pass a length that "
+             "only steers the loop as an int argument, or use nn.LSTM/GRU/RNN, which loop inside one op";
+    } else {
+      why += "If a smaller last batch causes it, leave it out: ";
+      why += in_caller_language("drop_remainder: true in a recipe, or the drop_remainder argument of BatchIterator "
+                                "and Pipeline::batch",
+                                "dataset.batch(size, drop_remainder=True)");
+    }
     KILN_CHECK(options.recompile != RecompilePolicy::Error, why, " (RecompilePolicy::Error turned this into an error)");
     if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
   }
   auto t0 = std::chrono::steady_clock::now();
   Entry e;
   e.signature = sig;
+  for (const Tensor& t : inputs) e.shapes.push_back(t.defined() ? t.shape() : Shape{});
   e.report.signature = sig;
   graph::Graph g = graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);
   if (options.device) {

@@ -28,6 +28,7 @@ struct CapturedCell {
 struct CompiledFunction::Impl {
   struct Entry {
     std::string signature;
+    std::vector<Shape> shapes;  // of the inputs it was traced on: a recompile names the axis that changed
     std::unique_ptr<graph::Executable> exec;
     CompileReport report;
     std::vector<uint32_t> versions;  // inference graphs: the parameters' versions they were built on

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kiln/autograd.h"
+#include "kiln/caller_language.h"
 #include "kiln/generator.h"
 #include "kiln/nn.h"
 
@@ -50,9 +51,15 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, C
 
 Tensor Conv2d::construct(const Tensor& x) {
   if (x.dim() != 4 || x.shape()[1] != in_) {
+    // Images come channels-last from decoders: [N, H, W, C] with C the layer's channels is that, not a mistake of C.
+    const bool channels_last = x.dim() == 4 && x.shape()[3] == in_ && x.shape()[1] != in_;
     std::string fix = x.dim() == 3 ? "a single image needs its batch axis: x.unsqueeze(0)"
                       : x.dim() != 4
                           ? "reshape the input into [N, C, H, W] (flat pixels: x.reshape({N, C, H, W}))"
+                      : channels_last
+                          ? std::string("the batch is channels-last [N, H, W, C]; put the channels first: ") +
+                                in_caller_language("vision::hwc_to_chw() in the pipeline, or x.permute({0, 3, 1, 2})",
+                                                   "vision.HWC2CHW() in the dataset's map, or x.permute(0, 3, 1, 2)")
                           : "make the layer before it give " + std::to_string(in_) + " channels, or build this one with " +
                                 std::to_string(x.shape()[1]) + " input channels";
     KILN_FAIL(display_name(), " (", in_, " -> ", out_, " channels) takes inputs [N, ", in_, ", H, W], got ",

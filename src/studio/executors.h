@@ -32,6 +32,8 @@ class Execution {
   virtual std::optional<int> poll() = 0;
   // Still waiting for resources (in Slurm's queue).
   virtual bool queued() { return false; }
+  // While queued: why, in the executor's words with a gloss ("" when it gives none).
+  virtual std::string queue_reason() { return ""; }
   // Asks it to stop: the launcher stops its ranks, then exits.
   virtual void terminate() = 0;
   // Ends whatever is left of it at once.

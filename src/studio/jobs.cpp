@@ -296,14 +296,17 @@ bool Jobs::monitor(int64_t id, const JobSpec& spec, Execution& execution, Runnin
   std::optional<clock::time_point> killed_at;
   std::string stop_reason;
   std::optional<bool> queued;  // as the job's state shows it
+  std::string queue_reason;    // Slurm's, as the job's reason shows it
   std::optional<int> code;
   while (!(code = execution.poll())) {
     const auto now = clock::now();
     if (running.studio_stopping && !execution.external_id().empty()) return false;  // Slurm keeps it; the next studio finds it
-    if (stop_reason.empty() && execution.queued() != queued) {
+    if (stop_reason.empty() && (execution.queued() != queued || (*queued && execution.queue_reason() != queue_reason))) {
       queued = execution.queued();
+      queue_reason = *queued ? execution.queue_reason() : "";
       set_state(id, *queued ? "Pending" : "Running", *queued ? "scheduling" : "running",
-                *queued ? "waiting in Slurm's queue" : "");
+                *queued ? "waiting in Slurm's queue" + (queue_reason.empty() ? "" : " (Slurm's reason: " + queue_reason + ")")
+                        : "");
     }
     if (stop_reason.empty() && running.stop) {
       stop_reason = running.studio_stopping ? "the studio was stopped while the job ran" : "stopped on request";

@@ -27,6 +27,29 @@ std::string trimmed(std::string s) {
   return s.substr(start);
 }
 
+// Slurm's reason for a pending job (squeue's %r), with what it means for
+// the job: some clear by themselves, some never do.
+std::string explain_pending(const std::string& reason) {
+  static const std::pair<const char*, const char*> kKnown[] = {
+      {"Resources", "the nodes it needs are busy; it starts when they free"},
+      {"Priority", "jobs ahead of it in the queue go first"},
+      {"Dependency", "it waits for another job"},
+      {"BeginTime", "it may not start before its begin time"},
+      {"PartitionTimeLimit", "it asks for more time than the partition allows, so it never starts: stop it and "
+                             "lower time_limit_s"},
+      {"PartitionNodeLimit", "it asks for more nodes than the partition has or allows, so it never starts: stop it "
+                             "and lower nnodes"},
+      {"ReqNodeNotAvail", "a node it needs is down or drained; it starts when an administrator brings it back"},
+      {"PartitionDown", "the partition is down"},
+      {"PartitionInactive", "the partition is inactive"},
+      {"JobHeldAdmin", "an administrator holds it (scontrol release)"},
+      {"JobHeldUser", "it is held (scontrol release)"},
+  };
+  for (const auto& [name, meaning] : kKnown)
+    if (reason.rfind(name, 0) == 0) return reason + ": " + meaning;
+  return reason;
+}
+
 // The value of KEY=VALUE in `scontrol show job -o` output.
 std::string field(const std::string& record, const std::string& key) {
   std::smatch m;
@@ -43,10 +66,13 @@ class SlurmExecution final : public Execution {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_poll_ < std::chrono::milliseconds(500)) return std::nullopt;  // Slurm is asked twice a second at most
     last_poll_ = now;
-    auto [rc, out] = run_program({"squeue", "-h", "-j", id_, "-o", "%T"});
-    const std::string state = trimmed(out);
+    auto [rc, out] = run_program({"squeue", "-h", "-j", id_, "-o", "%T|%r"});
+    const std::string line = trimmed(out);
+    const std::string state = line.substr(0, line.find('|'));
     if (rc == 0 && !state.empty()) {
       queued_ = state == "PENDING" || state == "CONFIGURING";
+      const std::string reason = line.find('|') == std::string::npos ? "" : trimmed(line.substr(line.find('|') + 1));
+      reason_ = queued_ && !reason.empty() && reason != "None" ? explain_pending(reason) : "";
       return std::nullopt;
     }
     // Over (or forgotten): how it ended.
@@ -77,6 +103,7 @@ class SlurmExecution final : public Execution {
     return code_;
   }
   bool queued() override { return queued_; }
+  std::string queue_reason() override { return reason_; }
   void terminate() override {
     if (queued_) run_program({"scancel", id_});  // nothing runs yet: take it out of the queue
     else run_program({"scancel", "--signal=TERM", "--full", id_});
@@ -86,7 +113,7 @@ class SlurmExecution final : public Execution {
   std::string external_id() const override { return id_; }
 
  private:
-  std::string id_, job_dir_, ended_because_;
+  std::string id_, job_dir_, ended_because_, reason_;
   std::optional<int> code_;
   bool queued_ = true;
   std::chrono::steady_clock::time_point last_poll_{};

@@ -1,6 +1,8 @@
 #include "kiln/recipe.h"
 
 #include "io/yaml_section.h"
+#include "kiln/backend.h"
+#include "kiln/device.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -94,7 +96,8 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
-               "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode", "distributed"},
+               "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode", "distributed",
+               "device"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -185,6 +188,17 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("adapt_threads", r.adapt_threads);
   top.read("output", r.output);
   top.read_choice("mode", r.mode, {"eager", "graph"});
+  top.read("device", r.device);
+  Device device;
+  try {
+    device = parse_device(r.device);  // a malformed name says so
+    backend(device.type);             // a backend this build lacks is named, with those it has
+  } catch (const Error& e) {
+    KILN_FAIL(r.source, ": device: ", e.what(), "; recipes train with device: cpu");
+  }
+  check(device.type == DeviceType::CPU, r,
+        "device: " + r.device + ": recipes train on the CPU in this build; the " + device_type_name(device.type) +
+            " backend runs ops and inference sessions, not recipes (device: cpu)");
   bool is_text = r.dataset == "text" || r.dataset == "kjv";
   check((r.model == "char_transformer") == is_text, r,
         is_text ? "a text dataset needs model char_transformer" : "model char_transformer needs a text dataset (text or kjv)");

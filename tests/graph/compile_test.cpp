@@ -127,6 +127,13 @@ TEST(Compile, NewShapesRecompileAndThePolicyCanForbidIt) {
   std::string e = error_of([&] { fixed({randn({3, 1, 28, 28})}); });
   EXPECT_NE(e.find("compiled again, for float32[3, 1, 28, 28]"), std::string::npos) << e;
   EXPECT_NE(e.find("drop_remainder"), std::string::npos) << e;
+  // A length that changes is not a last batch: the message names the axis and the ways out.
+  auto per_length = jit::compile([](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0] * 2}; },
+                                 {randn({2, 20})}, strict);
+  e = error_of([&] { per_length({randn({2, 21})}); });
+  EXPECT_NE(e.find("input 0's axis 1 went from 20 to 21"), std::string::npos) << e;
+  EXPECT_NE(e.find("Pad or bucket the lengths"), std::string::npos) << e;
+  EXPECT_EQ(e.find("drop_remainder"), std::string::npos) << e;
 }
 
 TEST(Compile, PassesSimplifyAndTheArenaReusesMemory) {

@@ -110,11 +110,16 @@ TEST_F(SlurmJobs, AJobWaitsPendingWhileTheClusterIsFull) {
   const std::string blocker = text_of(dir + "/blocker").substr(0, text_of(dir + "/blocker").find('\n'));
   const int64_t queued = api.submit(shell_job("queued", "echo ran", 1));
   json pending = api.wait_for(queued, {"Pending"});
-  for (int i = 0; i < 50 && pending.value("reason", "") != "waiting in Slurm's queue"; ++i) {
+  // The reason is Slurm's own (the nodes are busy), not only "waiting".
+  auto says_why = [](const json& j) { return j.value("reason", "").find("(Slurm's reason: ") != std::string::npos; };
+  for (int i = 0; i < 50 && !says_why(pending); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     pending = api.get("/api/v1/jobs/" + std::to_string(queued));
   }
-  EXPECT_EQ(pending["reason"], "waiting in Slurm's queue") << pending.dump();
+  const std::string reason = pending.value("reason", "");
+  EXPECT_EQ(reason.rfind("waiting in Slurm's queue (Slurm's reason: ", 0), 0u) << pending.dump();
+  EXPECT_TRUE(reason.find("Resources: the nodes it needs are busy") != std::string::npos ||
+              reason.find("Priority") != std::string::npos) << reason;
   EXPECT_EQ(slurm_field(pending.value("external_id", "?")), "PENDING");
   // A queued job stopped leaves the queue at once.
   const int64_t second = api.submit(shell_job("never", "echo never", 1));

@@ -96,6 +96,12 @@ TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
   EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_file("/nonexistent.yaml"); });
   EXPECT_NE(msg.find("cannot open recipe"), std::string::npos) << msg;
+  // device: a known key; a device this build lacks is named with those it has.
+  EXPECT_EQ(recipe::parse_recipe_text("device: cpu\n").device, "cpu");
+  msg = message_of([] { recipe::parse_recipe_text("device: cuda:0\n", "r.yaml"); });
+  EXPECT_NE(msg.find("r.yaml: device: no cuda backend in this build of Kiln (it has: cpu"), std::string::npos) << msg;
+  msg = message_of([] { recipe::parse_recipe_text("device: tpu\n", "r.yaml"); });
+  EXPECT_NE(msg.find("unknown device 'tpu'"), std::string::npos) << msg;
 }
 
 TEST(Recipe, MissingDatasetFailsBeforeTraining) {
