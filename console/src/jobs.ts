@@ -13,7 +13,7 @@ const ENDED = ["Completed", "Failed", "Terminated", "Abnormal"];
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
 
 // The metrics a person looks for first (accuracy, loss), then the others, three at most.
-const FIRST = ["accuracy", "test_accuracy", "val_accuracy", "loss", "val_loss", "epoch_loss"];
+const FIRST = ["test_accuracy", "accuracy", "val_accuracy", "test_loss", "loss", "val_loss", "epoch_loss"];
 
 function metricsText(m: Record<string, number> | undefined): string {
   if (!m) return "";
@@ -160,6 +160,7 @@ export async function jobPage(page: HTMLElement, s: Session, id: number) {
       if (!page.lines.length || from >= page.total) break;
     }
     if (followBox.checked) {
+      view.scrollToEnd();  // following: the newest lines are the ones to see, and each new one stays in view
       following = new AbortController();
       const skip = lines.length;
       let seen = 0;

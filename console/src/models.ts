@@ -27,19 +27,27 @@ function signatureText(sig: any): string {
   return [...(sig?.inputs ?? []).map((t: any) => `in  ${one(t)}`), ...(sig?.outputs ?? []).map((t: any) => `out ${one(t)}`)].join("\n");
 }
 
+// The metrics compared in columns; a version's others are listed under "more".
+const COLUMNS = ["accuracy", "test_accuracy", "loss", "val_accuracy", "val_loss"];
+
 export async function modelPage(page: HTMLElement, s: Session, name: string) {
   const model = await get(`/models/${encodeURIComponent(name)}`);
   const versions: any[] = model.versions;
   const metricKeys = new Set<string>();
-  for (const v of versions) for (const k of Object.keys(v.lineage?.metrics ?? {})) metricKeys.add(k);
+  for (const v of versions) for (const k of Object.keys(v.lineage?.metrics ?? {})) if (COLUMNS.includes(k)) metricKeys.add(k);
+  const others = (v: any) => Object.entries(v.lineage?.metrics ?? {}).filter(([k]) => !metricKeys.has(k));
   const table = h("table", { class: "grid", id: "versions" },
     h("tr", {}, h("th", {}, "version"), h("th", {}, "state"), h("th", {}, "aliases"), h("th", {}, "from"),
       [...metricKeys].map((k) => h("th", {}, k)), h("th", {}, "signature"), h("th", {}, "registered")),
     versions.map((v) => h("tr", { "data-version": v.version },
-      h("td", {}, v.version), h("td", { title: v.reason }, v.state),
+      h("td", {}, v.version),
+      // A version that failed its check says why, here and not only in a tooltip.
+      h("td", { class: `state-${v.state}` }, v.state, v.reason ? h("div", { class: "reason" }, v.reason) : null),
       h("td", { class: "aliases" }, (v.aliases ?? []).join(", ")),
       h("td", {}, v.job ? h("a", { href: `#/jobs/${v.job}` }, `job ${v.job}`) : v.source,
-        v.lineage?.data ? h("div", { class: "muted" }, Object.values(v.lineage.data).join(", ")) : null),
+        v.lineage?.data ? h("div", { class: "muted" }, Object.values(v.lineage.data).join(", ")) : null,
+        others(v).length ? h("details", {}, h("summary", {}, "more metrics"),
+          h("dl", { class: "facts" }, others(v).flatMap(([k, m]) => [h("dt", {}, k), h("dd", {}, shown(m))]))) : null),
       [...metricKeys].map((k) => h("td", {}, shown(v.lineage?.metrics?.[k]))),
       h("td", {}, h("pre", {}, signatureText(v.signature))),
       h("td", {}, `${when(v.created_ms)} by ${v.created_by}`))));

@@ -65,8 +65,11 @@ function tryIt(name: string, signature: any): HTMLElement {
       const values: number[] = out?.data ?? [];
       let best = 0;
       values.forEach((v, i) => { if (v > values[best]) best = i; });
+      // The registry knows the class names of models trained on a built-in dataset.
+      const label = signature?.labels?.[best];
       result.replaceChildren(
-        h("p", {}, "prediction: ", h("strong", { id: "prediction" }, `class ${best}`), ` (${ms.toFixed(1)} ms, model version ${reply.model_version ?? "?"})`),
+        h("p", {}, "prediction: ", h("strong", { id: "prediction" }, label ? `${label} (class ${best})` : `class ${best}`),
+          ` (${ms.toFixed(1)} ms, model version ${reply.model_version ?? "?"})`),
         h("pre", {}, JSON.stringify(out ?? reply, null, 1).slice(0, 2000)));
     } catch (err) {
       result.replaceChildren(errorBox(err));

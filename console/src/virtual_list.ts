@@ -27,6 +27,12 @@ export class VirtualList<T> {
     this.draw();
   }
 
+  // Shows the last rows (a log being followed starts at its end).
+  scrollToEnd() {
+    this.element.scrollTop = this.element.scrollHeight;
+    this.draw();
+  }
+
   get length() {
     return this.items.length;
   }

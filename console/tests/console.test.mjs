@@ -162,6 +162,7 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
     const row = await page.textContent("[data-job='1']");
     assert.match(row, /w1-console/);
     assert.match(row, /Completed/);
+    assert.match(row, /test_accuracy 0\.\d+/, "the list shows the test set's accuracy first");
     await page.fill("#job-filter", "no-such-job");
     assert.equal(await page.locator("[data-job]").count(), 0);
     await page.fill("#job-filter", "w1");
@@ -219,7 +220,49 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
     await page.setInputFiles("#try-file", file);
     await page.click("#try-send");
     await page.waitForSelector("#prediction");
-    assert.equal(await page.textContent("#prediction"), `class ${label}`);
+    const classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"];
+    assert.equal(await page.textContent("#prediction"), `${classes[label]} (class ${label})`);
+  });
+  await step("failed-version", async () => {
+    // A version that fails its check shows why, on the page.
+    await fetch(url + "/api/v1/models/broken/versions", { method: "POST", body: "not a model",
+      headers: { Authorization: `Bearer ${writer}`, "Content-Type": "application/octet-stream" } });
+    for (let i = 0; i < 300 && (await api("/models/broken")).versions?.[0]?.state !== "FAILED"; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    await page.goto(url + "/#/models/broken");
+    const reason = page.locator("tr[data-version='1'] .reason");
+    await reason.waitFor();
+    assert.ok((await reason.textContent()).length > 10, "the failure's reason is on the page");
+    assert.ok(await reason.isVisible());
+  });
+  await step("versions-fit", async () => {
+    // The versions table fits a 1280-px window: no sideways scrolling.
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await page.goto(url + "/#/models/fmnist");
+    await page.waitForSelector("#versions");
+    const widths = await page.evaluate(() => {
+      const box = document.querySelector("#versions").parentElement;
+      return [document.documentElement.scrollWidth, box.scrollWidth, box.clientWidth];
+    });
+    assert.ok(widths[0] <= 1280 && widths[1] <= widths[2], `widths ${widths.join(", ")}`);
+  });
+  await step("follow", async () => {
+    // A running job's log, opened after it printed more than a screen: following shows its newest lines.
+    const script = "seq 1 400 | sed 's/^/early /'; i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo tick $i; sleep 0.05; done";
+    const spec = { name: "ticker", command: ["/bin/sh", "-c", script, "job"], nproc: 1 };
+    const { id } = await api("/jobs", { method: "POST", body: JSON.stringify(spec), headers: { "Content-Type": "application/json" } });
+    for (let i = 0; i < 300 && (await api(`/jobs/${id}/logs`)).total < 420; i++) await new Promise((r) => setTimeout(r, 100));
+    await page.goto(url + `/#/jobs/${id}`);
+    await page.waitForFunction(() => /following/.test(document.querySelector("#log-count")?.textContent ?? ""));
+    const seen = await page.evaluate(() => document.querySelector("#log-count").textContent);
+    await page.waitForFunction((before) => document.querySelector("#log-count").textContent !== before, seen);
+    const [atEnd, text] = await page.evaluate(() => {
+      const el = document.querySelector("#log-lines");
+      return [el.scrollTop + el.clientHeight >= el.scrollHeight - 25, el.textContent];
+    });
+    assert.ok(atEnd, "the followed log is scrolled to its end");
+    assert.match(text, /tick \d+/, "the newest lines are in view");
+    await api(`/jobs/${id}/stop`, { method: "POST" });
   });
 });
 

@@ -16,9 +16,6 @@
 
 using json = nlohmann::json;
 
-static const char* kClasses[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: %s HOST PORT MODEL [COUNT [BASE_PATH]]\n", argv[0]);
@@ -66,7 +63,9 @@ int main(int argc, char** argv) {
     const float* row = logits.data() + i * static_cast<int64_t>(classes);
     size_t best = static_cast<size_t>(std::max_element(row, row + classes) - row);
     correct += static_cast<int64_t>(best) == labels[i];
-    std::printf("%-5lld %-12s %-12s%s\n", static_cast<long long>(i), kClasses[best], kClasses[labels[i]],
+    const auto& names = kiln::data::kFashionMnistClasses;
+    std::printf("%-5lld %-12s %-12s%s\n", static_cast<long long>(i), names[best].c_str(),
+                names[static_cast<size_t>(labels[i])].c_str(),
                 static_cast<int64_t>(best) == labels[i] ? "" : "  <- wrong");
   }
   std::printf("%d of %lld right; one request of %lld images took %.1f ms (model %s, version %s)\n", correct,

@@ -27,6 +27,9 @@ class RunTracker : public Callback {
   void on_step_end(Model& m, const StepInfo& s) override;
   void on_epoch_end(Model& m, const EpochInfo& e) override;
   void on_train_end(Model& m) override;
+  // Queues one value of a metric at a step (a final test accuracy, say),
+  // sent with the others; nothing outside a studio job.
+  void log(const std::string& key, int64_t step, double value);
   // Posts what is queued now; false when the studio did not take it.
   bool flush();
   int64_t points_sent() const;

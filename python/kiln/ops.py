@@ -73,8 +73,19 @@ def _make(schema):
     input_names = [p.name for p in inputs]
 
     params = set(signature.parameters)
+    attr_names = frozenset(attrs)
+    count = len(input_names)
+    required = len([p for p in inputs if p.default is _P.empty])  # (sum is an op here)
+    counts = name == "sum"
 
     def op(*args, **kwargs):
+        # The common call, inputs by position and attributes by name, goes
+        # straight to the dispatcher: binding a Signature costs more than the op.
+        if required <= len(args) <= count and attr_names.issuperset(kwargs) and not counts:
+            tensors = list(args)
+            while tensors and tensors[-1] is None:
+                tensors.pop()
+            return _kiln.call_op(name, tensors, kwargs)
         for key in [k for k in kwargs if k not in params and _SAME.get(k) in params]:
             kwargs[_SAME[key]] = kwargs.pop(key)  # axis= for an op whose attribute is axes, and back
         try:

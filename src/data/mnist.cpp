@@ -81,4 +81,14 @@ TensorDataset load_mnist(const std::string& dir, const std::string& split) {
 
 TensorDataset load_fashion_mnist(const std::string& split, const std::string& dir) { return load_mnist(dir, split); }
 
+const std::vector<std::string> kFashionMnistClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                       "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+std::vector<std::string> dataset_class_names(const std::string& dataset) {
+  if (dataset == "fashion_mnist") return kFashionMnistClasses;
+  if (dataset == "mnist") return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+  if (dataset == "cifar10") return kCifar10Classes;
+  return {};
+}
+
 }  // namespace kiln::data

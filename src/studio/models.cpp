@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "core/child_process.h"
+#include "kiln/data/readers.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
 #include "studio/tokens.h"
@@ -270,6 +271,14 @@ void Models::check(std::string name, int64_t version, RegisterRequest request) {
     for (const auto& out : session.outputs()) signature["outputs"].push_back(info_json(out));
     auto meta = session.metadata();
     if (!lineage.contains("recipe") && meta.count("kiln.recipe")) lineage["recipe"] = meta.at("kiln.recipe");
+    // A model of a built-in dataset's classes: their names, for answers a person reads.
+    if (lineage.contains("recipe") && lineage["recipe"].is_string()) {
+      try {
+        const auto names = data::dataset_class_names(recipe::parse_recipe_text(lineage["recipe"]).dataset);
+        if (!names.empty()) signature["labels"] = names;
+      } catch (const std::exception&) {  // a recipe this build cannot read: no names
+      }
+    }
     try {
       session.run(sample);
     } catch (const std::exception& e) {

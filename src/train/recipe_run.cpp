@@ -149,7 +149,8 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   bool resuming = !options.resume_from.empty();
   callbacks.push_back(std::make_shared<train::MetricsLogger>(r.output + "/metrics.jsonl", /*append=*/resuming));
   // Inside a Kiln Studio job, the run's metrics go to the studio too.
-  if (auto tracker = train::RunTracker::from_environment()) callbacks.push_back(tracker);
+  auto tracker = train::RunTracker::from_environment();
+  if (tracker) callbacks.push_back(tracker);
   std::vector<std::shared_ptr<train::Callback>> recipe_callbacks;  // their state goes into resume.safetensors
   for (const auto& c : r.callbacks) recipe_callbacks.push_back(make_callback(c, r));
   callbacks.insert(callbacks.end(), recipe_callbacks.begin(), recipe_callbacks.end());
@@ -192,6 +193,11 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   auto history = model.train(r.epochs, *d.train, callbacks, d.validation.get());
   const auto comm_after = comm();
   train::EvalResult ev = model.eval(*d.test);
+  if (tracker && writes) {  // the test set's figures, which the studio's job list shows
+    tracker->log("test_accuracy", model.global_step(), ev.accuracy);
+    tracker->log("test_loss", model.global_step(), ev.loss);
+    tracker->flush();
+  }
   if (writes)
     io::save_cell(*net, r.output + "/checkpoint.safetensors",
                   {{"recipe", r.text}, {"model", r.model}, {"epochs", std::to_string(history.size())}});

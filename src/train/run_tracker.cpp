@@ -205,6 +205,8 @@ void RunTracker::on_train_end(Model&) {
   flush();
 }
 
+void RunTracker::log(const std::string& key, int64_t step, double value) { impl_->add(key, step, value); }
+
 bool RunTracker::flush() { return impl_->send_queued(); }
 
 int64_t RunTracker::points_sent() const { return impl_->sent; }

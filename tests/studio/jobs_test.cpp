@@ -331,6 +331,11 @@ TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
   auto result = json::parse(text_of(dir + "/result/metrics.json"));
   EXPECT_EQ(result["ranks"], 2);
   EXPECT_GE(result["accuracy"].get<double>(), 0.75) << result.dump();
+  // The job list carries the test set's figures, as the console shows them.
+  Api api(s.port, token);
+  json listed = api.get("/api/v1/jobs")["jobs"][0]["final_metrics"];
+  ASSERT_TRUE(listed.contains("test_accuracy")) << listed.dump();
+  EXPECT_NEAR(listed["test_accuracy"].get<double>(), result["accuracy"].get<double>(), 1e-6) << listed.dump();
 }
 
 // A job's code_dir is uploaded at submission and the ranks run in it; a

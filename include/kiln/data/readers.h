@@ -15,6 +15,10 @@ TensorDataset load_mnist(const std::string& dir, const std::string& split);
 // Fashion-MNIST from Debian's dataset-fashion-mnist (the default directory).
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 TensorDataset load_fashion_mnist(const std::string& split, const std::string& dir = kFashionMnistDir);
+extern const std::vector<std::string> kFashionMnistClasses;
+// The class names of a built-in dataset's labels in label order (fashion_mnist,
+// mnist, cifar10, as recipes name them); empty for any other.
+std::vector<std::string> dataset_class_names(const std::string& dataset);
 
 // CIFAR-10, binary version (data_batch_1.bin ... data_batch_5.bin for
 // "train", test_batch.bin for "test"): images uint8 [N, 32, 32, 3] (HWC,
