@@ -31,6 +31,11 @@ struct ModelConfig {
   int instance_count = 1;
   std::vector<int64_t> warmup_batch_sizes = {1};
   bool allow_non_finite = false;
+  // Without max_batch_size: a model whose inputs and outputs all have a
+  // dynamic batch axis still runs at power-of-two batch sizes up to this
+  // (padded), so a server compiles and keeps a few graphs, not one per batch
+  // size it is sent (kiln serve --model). 0: every batch as given.
+  int64_t batch_buckets_up_to = 0;
 };
 
 // Throws naming the file and the key; unknown keys are refused.

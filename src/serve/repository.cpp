@@ -77,7 +77,8 @@ std::vector<std::string> version_list(const std::map<int64_t, std::shared_ptr<Se
 }  // namespace
 
 
-Repository::Repository(const std::string& single_model, const std::string& folder, Metrics& metrics)
+Repository::Repository(const std::string& single_model, const std::string& folder, Metrics& metrics,
+                       int64_t single_model_max_batch)
     : metrics_(metrics), folder_(folder) {
   KILN_CHECK(single_model.empty() != folder.empty(), "serve: give either --model FILE or --model-repository DIR");
   if (!single_model.empty()) {
@@ -86,7 +87,9 @@ Repository::Repository(const std::string& single_model, const std::string& folde
     std::shared_ptr<ServedModel> m;
     try {
       on_own_thread([&] {
-        m = std::make_shared<ServedModel>(name, "1", single_model, ModelConfig{}, metrics_.model(name));
+        ModelConfig config;
+        config.batch_buckets_up_to = single_model_max_batch;
+        m = std::make_shared<ServedModel>(name, "1", single_model, config, metrics_.model(name));
         m->warm_up();
       });
     } catch (const Error& e) {

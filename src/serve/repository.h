@@ -27,7 +27,10 @@ class RepositoryError : public Error {
 class Repository {
  public:
   // Loads (and warms up) every model; throws naming the model that failed.
-  Repository(const std::string& single_model, const std::string& folder, Metrics& metrics);
+  // single_model_max_batch: the largest batch a --model server runs (it pads
+  // to power-of-two sizes up to it, when the model's batch axis is dynamic).
+  Repository(const std::string& single_model, const std::string& folder, Metrics& metrics,
+             int64_t single_model_max_batch = 0);
   // version "" means the highest one. Null when there is no such model. The
   // model stays alive while the pointer is held, even if it is unloaded.
   std::shared_ptr<ServedModel> find(const std::string& name, const std::string& version) const;

@@ -41,6 +41,13 @@ ServedModel::ServedModel(std::string name, std::string version, const std::strin
   };
   check_specs(config_.inputs, inputs(), "input");
   check_specs(config_.outputs, outputs(), "output");
+  if (config_.max_batch_size == 0 && config_.batch_buckets_up_to > 0) {
+    bool dynamic = !inputs().empty();
+    for (const auto* list : {&inputs(), &outputs()})
+      for (const auto& info : *list)
+        dynamic = dynamic && ((list == &outputs() && !info.shape_known) || (!info.shape.empty() && info.shape[0] < 0));
+    if (dynamic) config_.max_batch_size = config_.batch_buckets_up_to;
+  }
   // Batching splits and pads along axis 0 of every input and output.
   if (config_.max_batch_size > 0)
     for (const auto* list : {&inputs(), &outputs()})

@@ -302,9 +302,10 @@ void Server::Impl::infer(const HttpRequest& req, HttpResponse& res, ServedModel&
     // A batch over the model's max_batch_size (or, without one, over
     // --max-request-batch) is 413, before any data is decoded.
     const int64_t max_batch = m.config().max_batch_size;
+    const bool configured = max_batch > 0 && m.config().batch_buckets_up_to == 0;
     serve::InferRequest request = serve::parse_infer_request(
         req.body, header_length, max_batch > 0 ? max_batch : options.max_request_batch,
-        max_batch > 0 ? "max_batch_size in the model's config.yaml" : "kiln serve --max-request-batch");
+        configured ? "max_batch_size in the model's config.yaml" : "kiln serve --max-request-batch");
     // The timeout runs from the request's arrival: decoding counts too.
     auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 std::chrono::duration<double>(options.request_timeout_s));
@@ -404,7 +405,7 @@ int Server::start() {
       [&s](const HttpRequest& req, const HttpResponse& res, double seconds) { s.log(req, res, seconds); });
   int port = s.http->listen();  // live before the models load
   try {
-    s.repository = std::make_unique<serve::Repository>(o.model, o.model_repository, s.metrics);
+    s.repository = std::make_unique<serve::Repository>(o.model, o.model_repository, s.metrics, o.max_request_batch);
   } catch (...) {
     s.http->stop();
     throw;

@@ -509,6 +509,42 @@ TEST(ServeProcess, SigtermDrainsAndExits) {
   EXPECT_NE(text.find("POST /v2/models/cnn/infer 200"), std::string::npos) << text;
 }
 
+// kiln serve --model with a dynamic batch axis runs power-of-two batch sizes
+// (padded): 128 batch sizes leave a few graphs and their memory, not 128.
+TEST(ServeProcess, ASingleModelKeepsAFewBatchShapesNotOnePerSize) {
+  const fs::path log = kt::scratch_dir("serve_buckets") / "serve.log";
+  auto [pid, port] = start_serve_process({"--model", kCnn}, log);
+  ASSERT_GT(pid, 0);
+  ASSERT_GT(port, 0) << "kiln serve did not become ready";
+  auto rss_mb = [pid = pid] {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+    return 0.0;
+  };
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto meta = json::parse(c.Get("/v2/models/cnn")->body);
+  EXPECT_EQ(meta["max_batch_size"], 256);  // --max-request-batch's default
+  double start = 0;
+  for (int64_t b = 1; b <= 128; ++b) {
+    Tensor x = rand({b, 1, 28, 28});
+    json header = {{"inputs", {{{"name", "input"}, {"shape", x.shape()}, {"datatype", "FP32"},
+                                {"parameters", {{"binary_data_size", x.numel() * 4}}}}}}};
+    const std::string head = header.dump();
+    auto r = c.Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(head.size())}},
+                    head + std::string(static_cast<const char*>(x.raw_data()), static_cast<size_t>(x.numel()) * 4),
+                    "application/octet-stream");
+    ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    if (b == 8) start = rss_mb();
+  }
+  const double grown = rss_mb() - start;
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
+  std::printf("batch sizes 9..128 grew the server by %.0f MB\n", grown);
+  EXPECT_LT(grown, 150.0) << "one graph and arena per batch size";  // one per size: about 320 MB
+}
+
 // A request still in the server after the drain timeout (here: waiting 10 s
 // for its batch to fill) does not hold the exit, and the access log does not
 // claim an answer the client never got.
