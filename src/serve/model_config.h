@@ -31,6 +31,11 @@ struct ModelConfig {
   int instance_count = 1;
   std::vector<int64_t> warmup_batch_sizes = {1};
   bool allow_non_finite = false;
+  // Every row computed alone (the batch-1 graph), so a sample gets the same
+  // bits whatever it is batched with; batches are then still queued together
+  // but run row by row, at batch 1's throughput. Off: a batch runs as one, and
+  // a row's results may differ from its batch-1 ones in the last bits.
+  bool batch_invariant = false;
   // Without max_batch_size: a model whose inputs and outputs all have a
   // dynamic batch axis still runs at power-of-two batch sizes up to this
   // (padded), so a server compiles and keeps a few graphs, not one per batch

@@ -141,6 +141,25 @@ int64_t ServedModel::bucket(int64_t batch) const {
 }
 
 std::vector<std::vector<Tensor>> ServedModel::run_rows(const std::vector<const std::vector<Tensor>*>& requests) {
+  if (!config_.batch_invariant) return run_padded(requests);
+  std::vector<std::vector<Tensor>> results;
+  for (const auto* request : requests) {
+    std::vector<std::vector<Tensor>> rows;  // per output, its rows
+    for (int64_t r = 0; r < (*request)[0].shape()[0]; ++r) {
+      std::vector<Tensor> one;
+      for (const Tensor& t : *request) one.push_back(t.slice(0, r, r + 1));
+      auto out = std::move(run_padded({&one})[0]);
+      rows.resize(out.size());
+      for (size_t o = 0; o < out.size(); ++o) rows[o].push_back(std::move(out[o]));
+    }
+    std::vector<Tensor> joined;
+    for (auto& parts : rows) joined.push_back(parts.size() == 1 ? parts[0] : concat(parts, 0));
+    results.push_back(std::move(joined));
+  }
+  return results;
+}
+
+std::vector<std::vector<Tensor>> ServedModel::run_padded(const std::vector<const std::vector<Tensor>*>& requests) {
   const std::vector<Tensor>& first = *requests[0];
   int64_t rows = 0;
   for (const auto* r : requests) rows += (*r)[0].shape()[0];

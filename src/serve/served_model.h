@@ -61,7 +61,9 @@ class ServedModel {
   // Runs requests as one batch padded up to its bucket: their rows are
   // written straight into the graph's input buffers (one copy per request)
   // and each gets a copy of its own output rows (one more); nothing else is copied.
+  // With batch_invariant, one row at a time.
   std::vector<std::vector<Tensor>> run_rows(const std::vector<const std::vector<Tensor>*>& requests);
+  std::vector<std::vector<Tensor>> run_padded(const std::vector<const std::vector<Tensor>*>& requests);
   int64_t bucket(int64_t batch) const;
   std::string timed_out() const;
   void batch_loop();

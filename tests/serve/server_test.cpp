@@ -221,6 +221,39 @@ TEST(Serve, ConcurrentClientsAreBatchedAndAnsweredCorrectly) {
 
 // A request that waits behind a long one past --request-timeout is answered
 // 503 at its deadline, without running, in both serving paths.
+// batch_invariant: a sample gets the same bits alone and inside a dynamic
+// batch with others (each row runs on the batch-1 graph).
+TEST(Serve, ABatchInvariantModelGivesARowTheSameBitsInAnyBatch) {
+  ServeOptions o;
+  o.model_repository =
+      make_repository("max_batch_size: 8\ndynamic_batching: {max_queue_delay_microseconds: 100000}\nbatch_invariant: true\n")
+          .string();
+  Running s(o);
+  Tensor x = rand({1, 1, 28, 28});
+  auto alone = s.client().Post("/v2/models/cnn/infer", infer_body(x).dump(), "application/json");
+  ASSERT_EQ(alone->status, 200) << alone->body;
+  const std::vector<float> want = json::parse(alone->body)["outputs"][0]["data"].get<std::vector<float>>();
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 4; ++k)
+    clients.emplace_back([&, k] {
+      Tensor pair = concat({rand({1, 1, 28, 28}), x}, 0);  // x as the second row, beside another image
+      auto r = s.client().Post("/v2/models/cnn/infer", infer_body(pair).dump(), "application/json");
+      if (r && r->status == 200) {
+        auto all = json::parse(r->body)["outputs"][0]["data"].get<std::vector<float>>();
+        got[static_cast<size_t>(k)].assign(all.begin() + 10, all.end());
+      }
+    });
+  for (auto& t : clients) t.join();
+  for (const auto& row : got) {
+    ASSERT_EQ(row.size(), want.size());
+    EXPECT_EQ(std::memcmp(row.data(), want.data(), want.size() * sizeof(float)), 0) << "other bits inside a batch";
+  }
+  const std::string metrics = s.client().Get("/metrics")->body;
+  EXPECT_EQ(metrics.find("kiln_inference_batch_size_bucket{model=\"cnn\",le=\"2\"} 5"), std::string::npos)
+      << "the requests were never batched together: " << metrics;
+}
+
 TEST(Serve, RequestsPastTheirTimeoutAreAnsweredWithoutRunning) {
   for (const char* config : {"max_batch_size: 0\n", "max_batch_size: 4\ndynamic_batching: {max_queue_delay_microseconds: 0}\n"}) {
     ServeOptions o;
