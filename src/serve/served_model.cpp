@@ -223,6 +223,29 @@ std::string ServedModel::timed_out() const {
          "not run; retry later";
 }
 
+std::vector<Tensor> ServedModel::run_in_chunks(const std::vector<Tensor>& inputs,
+                                               std::chrono::steady_clock::time_point deadline) {
+  const int64_t rows = inputs[0].shape()[0];
+  if (rows <= kMaxRowsPerRun) return std::move(run_rows({&inputs})[0]);
+  std::vector<std::vector<Tensor>> parts;  // per chunk, its outputs
+  for (int64_t start = 0; start < rows; start += kMaxRowsPerRun) {
+    if (start > 0 && std::chrono::steady_clock::now() >= deadline)
+      throw Unavailable("model '" + name_ + "': the request ran past its timeout (kiln serve --request-timeout) after " +
+                        std::to_string(start) + " of its " + std::to_string(rows) +
+                        " rows; send fewer rows at once or raise the timeout");
+    std::vector<Tensor> chunk;
+    for (const Tensor& t : inputs) chunk.push_back(t.slice(0, start, std::min(rows, start + kMaxRowsPerRun)));
+    parts.push_back(std::move(run_rows({&chunk})[0]));
+  }
+  std::vector<Tensor> out;
+  for (size_t o = 0; o < parts[0].size(); ++o) {
+    std::vector<Tensor> pieces;
+    for (auto& p : parts) pieces.push_back(std::move(p[o]));
+    out.push_back(concat(pieces, 0));
+  }
+  return out;
+}
+
 std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs,
                                          std::chrono::steady_clock::time_point deadline) {
   {
@@ -235,7 +258,7 @@ std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs,
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Tensor> out;
   try {
-    out = config_.max_batch_size > 0 ? std::move(run_rows({&inputs})[0]) : session_.run(inputs);
+    out = config_.max_batch_size > 0 ? run_in_chunks(inputs, deadline) : session_.run(inputs);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;

@@ -58,6 +58,11 @@ class ServedModel {
   std::vector<Tensor> order_and_check(const std::vector<std::pair<std::string, Tensor>>& inputs) const;
   void refuse_non_finite(const std::string& input, const Tensor& t) const;
   std::vector<Tensor> run_now(const std::vector<Tensor>& inputs, std::chrono::steady_clock::time_point deadline);
+  // A request of more rows than one run takes goes in runs of kMaxRowsPerRun,
+  // its timeout checked between them: a huge request is bounded in time and
+  // memory like the small ones (it never compiles a graph of its own size).
+  static constexpr int64_t kMaxRowsPerRun = 256;
+  std::vector<Tensor> run_in_chunks(const std::vector<Tensor>& inputs, std::chrono::steady_clock::time_point deadline);
   // Runs requests as one batch padded up to its bucket: their rows are
   // written straight into the graph's input buffers (one copy per request)
   // and each gets a copy of its own output rows (one more); nothing else is copied.

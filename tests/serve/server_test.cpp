@@ -254,6 +254,39 @@ TEST(Serve, ABatchInvariantModelGivesARowTheSameBitsInAnyBatch) {
       << "the requests were never batched together: " << metrics;
 }
 
+// A request of more rows than one run takes runs in pieces (the same answer),
+// and its timeout bounds it while it runs, not only while it waits.
+TEST(Serve, HugeRequestsRunInPiecesBoundedByTheTimeout) {
+  ServeOptions o;
+  o.model = kCnn;
+  o.max_request_batch = 5000;
+  Running s(o);
+  Tensor x = rand({600, 1, 28, 28});
+  auto binary = [](const Tensor& t) {
+    json header = {{"inputs", {{{"name", "input"}, {"shape", t.shape()}, {"datatype", "FP32"},
+                                {"parameters", {{"binary_data_size", t.numel() * 4}}}}}}};
+    const std::string head = header.dump();
+    return std::make_pair(head, head + std::string(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.numel()) * 4));
+  };
+  auto [head, body] = binary(x);
+  auto c = s.client();
+  auto r = c.Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(head.size())}}, body,
+                  "application/octet-stream");
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(kt::all_close(output_of(r->body), session_output(x), 1e-5, 1e-5));
+
+  ServeOptions quick = o;
+  quick.request_timeout_s = 0.01;
+  Running t(quick);
+  Tensor big = rand({4000, 1, 28, 28});
+  auto [head2, body2] = binary(big);
+  auto cut = t.client().Post("/v2/models/cnn/infer", {{"Inference-Header-Content-Length", std::to_string(head2.size())}},
+                             body2, "application/octet-stream");
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->status, 503) << cut->body.substr(0, 200);
+  EXPECT_NE(cut->body.find("timeout"), std::string::npos) << cut->body.substr(0, 300);
+}
+
 TEST(Serve, RequestsPastTheirTimeoutAreAnsweredWithoutRunning) {
   for (const char* config : {"max_batch_size: 0\n", "max_batch_size: 4\ndynamic_batching: {max_queue_delay_microseconds: 0}\n"}) {
     ServeOptions o;
