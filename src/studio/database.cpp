@@ -142,6 +142,16 @@ const char* const kMigrations[] = {
     R"sql(
     ALTER TABLE jobs ADD COLUMN stages TEXT NOT NULL DEFAULT '{}';
     )sql",
+    // 10: a job's environment values (secrets, often) apart from its spec,
+    // which keeps the names only: no answer, list or export carries them.
+    R"sql(
+    CREATE TABLE job_env (
+      job_id INTEGER NOT NULL REFERENCES jobs(id),
+      name TEXT NOT NULL,
+      value TEXT NOT NULL,
+      PRIMARY KEY (job_id, name)
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

@@ -160,7 +160,7 @@ void handle_jobs(Jobs& jobs, Runs& runs, const serve::HttpRequest& req, serve::H
   } else if (parts.size() == 5 && parts[4] == "retry" && req.method == "POST") {
     auto job = jobs.get(job_id(parts[3]));
     if (!job) throw NotFound("no job " + parts[3]);
-    reply_json(res, 201, {{"id", jobs.submit(job->spec, token_name)}, {"retry_of", job->id}});
+    reply_json(res, 201, {{"id", jobs.retry(job->id, token_name)}, {"retry_of", job->id}});
   } else if (parts.size() == 5 && parts[4] == "stop" && req.method == "POST") {
     jobs.stop(job_id(parts[3]));
     reply_json(res, 202, {{"id", job_id(parts[3])}, {"state", "Terminating"}});

@@ -147,13 +147,22 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
              " needs the Slurm executor (kiln studio serve --executor slurm); this studio runs jobs on its own machine");
   int64_t id = 0;
   {
-    Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at, stages) VALUES (?, "
-                          "'Creating', 'scheduling', '', ?, ?, ?) RETURNING id");
-    const int64_t now = now_ms();
-    insert.bind(1, job_spec_json(spec).dump()).bind(2, submitted_by).bind(3, now)
-        .bind(4, json{{"scheduling", now}}.dump());
-    KILN_CHECK(insert.step(), "studio database: a new job has no id");
-    id = insert.integer(0);
+    // The spec keeps the environment's names; their values go to job_env.
+    JobSpec stored = spec;
+    for (auto& [name, value] : stored.env) value.clear();
+    Transaction t(db_);
+    {
+      Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at, stages) VALUES (?, "
+                            "'Creating', 'scheduling', '', ?, ?, ?) RETURNING id");
+      const int64_t now = now_ms();
+      insert.bind(1, job_spec_json(stored).dump()).bind(2, submitted_by).bind(3, now)
+          .bind(4, json{{"scheduling", now}}.dump());
+      KILN_CHECK(insert.step(), "studio database: a new job has no id");
+      id = insert.integer(0);
+    }
+    for (const auto& [name, value] : spec.env)
+      Statement(db_, "INSERT INTO job_env (job_id, name, value) VALUES (?, ?, ?)").bind(1, id).bind(2, name).bind(3, value).run();
+    t.commit();
   }
   auto running = std::make_shared<Running>();
   std::lock_guard<std::mutex> lock(mu_);
@@ -169,6 +178,18 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
   threads_.emplace(id, std::thread([this, id, running] { run(id, running); }));
   return id;
 }
+
+JobSpec Jobs::spec_of(int64_t id) {
+  auto record = get(id);
+  if (!record) throw NotFound("no job " + std::to_string(id));
+  JobSpec spec = record->spec;
+  Statement s(db_, "SELECT name, value FROM job_env WHERE job_id = ?");
+  s.bind(1, id);
+  while (s.step()) spec.env[s.text(0)] = s.text(1);  // jobs from before job_env keep theirs in the spec
+  return spec;
+}
+
+int64_t Jobs::retry(int64_t id, const std::string& submitted_by) { return submit(spec_of(id), submitted_by); }
 
 std::optional<JobRecord> Jobs::get(int64_t id) {
   Statement s(db_, std::string(kSelect) + " WHERE id = ?");
@@ -346,7 +367,7 @@ bool Jobs::monitor(int64_t id, const JobSpec& spec, Execution& execution, Runnin
 }
 
 void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
-  JobSpec spec = get(id)->spec;
+  JobSpec spec = spec_of(id);
   const std::string dir = folder(id);
   Synced synced;
   bool over = true;
@@ -402,7 +423,7 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
 }
 
 void Jobs::adopt(int64_t id, std::shared_ptr<Running> running, const std::string& slurm_id) {
-  JobSpec spec = get(id)->spec;
+  JobSpec spec = spec_of(id);
   Synced synced;
   bool over = true;
   try {

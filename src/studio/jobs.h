@@ -46,6 +46,8 @@ class Jobs {
   ~Jobs();
 
   int64_t submit(const JobSpec& spec, const std::string& submitted_by);
+  // The job submitted again as a new one, its environment's values included.
+  int64_t retry(int64_t id, const std::string& submitted_by);
   std::optional<JobRecord> get(int64_t id);
   std::vector<JobRecord> list(int limit);
   // Asks a job to stop: Terminating, then Terminated once its ranks are gone.
@@ -63,6 +65,8 @@ class Jobs {
   void enter_stage(int64_t id, const std::string& stage);
   void set_state(int64_t id, const std::string& state, const std::string& stage, const std::string& reason = "");
   void finish(int64_t id, const std::string& state, const std::string& reason, int exit_code);
+  // The spec a job runs with: its record's, with the environment's values.
+  JobSpec spec_of(int64_t id);
   void stage_inputs(int64_t id, const JobSpec& spec);
   // Copies one object, or every object under a prefix, into a folder.
   void stage(const std::string& url, const std::string& what, const std::string& dir);

@@ -340,6 +340,29 @@ TEST(StudioJobs, W1AsATwoRankJobFromUploadToCheckpoint) {
 
 // A job's code_dir is uploaded at submission and the ranks run in it; a
 // retry runs the same code again as a new job.
+// A job's environment values are kept apart from its spec: the job (and its
+// retry) gets them, no answer shows them.
+TEST(StudioJobs, EnvironmentValuesReachTheJobAndItsRetryButNoAnswer) {
+  auto dir = fresh_dir("jobs_env");
+  Studio s(dir);
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  // The script checks the value by its MD5, so that the spec itself does not hold it.
+  json spec = shell_job("secretive", "[ \"$(printf %s \"$API_KEY\" | md5sum | cut -d' ' -f1)\" = "
+                                     "e74a7345b906b2dd50c8e026a10bc02f ] && echo the key arrived", 1);
+  spec["env"] = {{"API_KEY", "s3cr3t-value"}};
+  const int64_t id = api.submit(spec);
+  EXPECT_EQ(api.wait_for(id, {"Completed", "Failed", "Abnormal"})["state"], "Completed");
+  auto retried = api.client.Post("/api/v1/jobs/" + std::to_string(id) + "/retry", "", "application/json");
+  ASSERT_EQ(retried->status, 201) << retried->body;
+  const int64_t again = json::parse(retried->body)["id"];
+  json done = api.wait_for(again, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Completed") << "the retry ran without the value: " << done.dump();
+  EXPECT_EQ(done["spec"]["env"]["API_KEY"], "********");
+  for (const std::string& path : {std::string("/api/v1/jobs"), "/api/v1/jobs/" + std::to_string(id),
+                                  "/api/v1/jobs/" + std::to_string(again)})
+    EXPECT_EQ(api.client.Get(path)->body.find("s3cr3t"), std::string::npos) << path;
+}
+
 TEST(StudioJobs, CodeIsUploadedAtSubmissionAndRetriesRunItAgain) {
   auto dir = fresh_dir("jobs_code");
   Studio s(dir);
