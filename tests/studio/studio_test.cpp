@@ -7,9 +7,7 @@
 #include <thread>
 #include <httplib.h>
 
-#include <arpa/inet.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,6 +16,7 @@
 
 #include "kiln/studio.h"
 #include "support/job_files.h"
+#include "support/raw_connection.h"
 #include "support/studio_fixture.h"
 
 using namespace kiln;
@@ -386,22 +385,11 @@ TEST(Studio, UploadsAreJudgedBeforeTheirBodyAndStreamedToDisk) {
   std::string token = kiln::testing::create_token(dir, "w", studio::Scope::Write);
   kiln::testing::Studio s(dir, size_t{1} << 30);
   {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(s.port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    const std::string head = "PUT /api/v1/buckets/data/objects/big HTTP/1.1\r\nHost: x\r\nContent-Length: 262144000\r\n\r\n";
-    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    kiln::testing::RawConnection c(s.port);
     const auto t0 = std::chrono::steady_clock::now();
-    char buf[512];
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    ::close(fd);
-    ASSERT_GT(n, 0) << "no answer before the body";
-    EXPECT_NE(std::string(buf, static_cast<size_t>(n)).find(" 401 "), std::string::npos);
+    c.send("PUT /api/v1/buckets/data/objects/big HTTP/1.1\r\nHost: x\r\nContent-Length: 262144000\r\n\r\n");
+    const std::string answer = c.read_until("\r\n\r\n");
+    EXPECT_NE(answer.find(" 401 "), std::string::npos) << "no answer before the body: " << answer;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   }
   httplib::Client c("127.0.0.1", s.port);

@@ -14,6 +14,7 @@
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kiln/serve.h"
+#include "support/raw_connection.h"
 #include "support/scratch.h"
 
 namespace kiln::testing {
@@ -67,37 +68,5 @@ inline Tensor session_output(const Tensor& x) {
   static InferenceSession session(kCnn);
   return session.run({x})[0];
 }
-
-// A plain TCP connection to the server, for requests no HTTP library sends.
-struct RawConnection {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  explicit RawConnection(int port) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~RawConnection() { ::close(fd); }
-  void send(const std::string& bytes) { ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size())); }
-  // Reads until `count` occurrences of `marker` have arrived (or the peer closes or stalls).
-  std::string read_until(const std::string& marker, int count = 1) {
-    std::string got;
-    char buf[4096];
-    auto occurrences = [&] {
-      int n = 0;
-      for (size_t at = got.find(marker); at != std::string::npos; at = got.find(marker, at + 1)) ++n;
-      return n;
-    };
-    while (occurrences() < count) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    return got;
-  }
-};
 
 }  // namespace kiln::testing
