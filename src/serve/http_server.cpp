@@ -3,11 +3,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <array>
@@ -30,216 +28,27 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "serve/http_wire.h"
+#include "serve/socket_stream.h"
 
 namespace kiln::serve {
 namespace http = boost::beast::http;
 namespace net = boost::asio;
 using error_code = boost::system::error_code;
+using detail::Clock;
+using detail::decode_path;
+using detail::framing_problem;
+using detail::has_encoded_slash;
+using detail::linger_and_drain;
+using detail::percent_decode;
+using detail::query_of;
+using detail::refuse_connection;
+using detail::set_timeout;
+using detail::SocketStream;
 
 namespace {
 
 std::string_view view(boost::beast::string_view s) { return {s.data(), s.size()}; }
-
-error_code errno_code() { return error_code(errno, boost::system::system_category()); }
-
-using Clock = std::chrono::steady_clock;
-
-// A connected socket as Beast's synchronous stream. Reads give up at a
-// deadline that covers a whole request head or body, not a single recv, so a
-// client that sends a byte now and then cannot hold a connection for long;
-// data already there is one recv. A buffer sequence goes out in one sendmsg.
-class SocketStream {
- public:
-  explicit SocketStream(int fd) : fd_(fd) {}
-  void set_deadline(Clock::time_point t) {
-    deadline_ = t;
-    min_rate_ = 0;
-  }
-  // From now on reads give up once fewer bytes have come than `grace` and the
-  // minimum rate allow: a deadline that moves with progress, not with a claim.
-  void set_progress_deadline(Clock::duration grace, double min_bytes_per_s) {
-    deadline_ = Clock::now() + grace;
-    min_rate_ = min_bytes_per_s;
-    progress_from_ = received_;
-  }
-  size_t received() const { return received_; }
-  // Whether the peer has closed or reset its end (without reading from it).
-  bool peer_closed() const {
-    pollfd p{fd_, POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-  }
-
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers, error_code& ec) {
-    ec = {};
-    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers); ++it) {
-      net::mutable_buffer b(*it);
-      if (b.size() == 0) continue;
-      for (;;) {
-        ssize_t n = ::recv(fd_, b.data(), b.size(), MSG_DONTWAIT);
-        if (n > 0) {
-          received_ += static_cast<size_t>(n);
-          return static_cast<size_t>(n);
-        }
-        if (n == 0) {
-          ec = net::error::eof;
-          return 0;
-        }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          ec = errno_code();
-          return 0;
-        }
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline() - Clock::now()).count();
-        if (left <= 0) {
-          ec = net::error::timed_out;
-          return 0;
-        }
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, static_cast<int>(std::min<long long>(left + 1, 1 << 30))) < 0 && errno != EINTR) {
-          ec = errno_code();
-          return 0;
-        }
-      }
-    }
-    return 0;
-  }
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers) {
-    return or_throw([&](error_code& ec) { return read_some(buffers, ec); });
-  }
-
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers, error_code& ec) {
-    ec = {};
-    iovec iov[64];
-    size_t count = 0;
-    for (auto it = net::buffer_sequence_begin(buffers); it != net::buffer_sequence_end(buffers) && count < 64; ++it) {
-      net::const_buffer b(*it);
-      iov[count].iov_base = const_cast<void*>(b.data());
-      iov[count].iov_len = b.size();
-      ++count;
-    }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = count;
-    for (;;) {
-      ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
-      if (n >= 0) return static_cast<size_t>(n);
-      if (errno == EINTR) continue;
-      ec = errno == EAGAIN || errno == EWOULDBLOCK ? error_code(net::error::timed_out) : errno_code();
-      return 0;
-    }
-  }
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers) {
-    return or_throw([&](error_code& ec) { return write_some(buffers, ec); });
-  }
-
- private:
-  template <class F>
-  static size_t or_throw(F f) {
-    error_code ec;
-    size_t n = f(ec);
-    if (ec) throw boost::system::system_error(ec);
-    return n;
-  }
-
-  Clock::time_point deadline() const {
-    if (min_rate_ <= 0) return deadline_;
-    const double earned_s = static_cast<double>(received_ - progress_from_) / min_rate_;
-    return deadline_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(earned_s));
-  }
-
-  int fd_;
-  Clock::time_point deadline_ = Clock::time_point::max();
-  double min_rate_ = 0;
-  size_t progress_from_ = 0;
-  size_t received_ = 0;
-};
-
-// Answers a connection the server will not take and closes it, without
-// blocking the acceptor on a client that does not read.
-void refuse_connection(int fd, const std::string& message) {
-  std::string body = nlohmann::json{{"error", message}}.dump();
-  std::string out = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
-                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-  [[maybe_unused]] ssize_t sent = ::send(fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  ::shutdown(fd, SHUT_WR);
-  ::close(fd);
-}
-
-// Transfer-Encoding is chunked or absent, and never beside Content-Length:
-// a proxy in front that read the length another way would see other
-// requests in this one. Empty when the framing is sound.
-std::string framing_problem(const http::request<http::string_body>& head) {
-  auto te = head.find(http::field::transfer_encoding);
-  if (te == head.end()) return "";
-  if (!boost::beast::iequals(te->value(), "chunked"))
-    return "Transfer-Encoding '" + std::string(view(te->value())) + "' is not supported; send Content-Length or chunked";
-  if (head.count(http::field::transfer_encoding) > 1 || head.count(http::field::content_length) > 0)
-    return "a request may not carry both Transfer-Encoding and Content-Length (or Transfer-Encoding twice)";
-  return "";
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string percent_decode(std::string_view text, bool plus_is_space) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    int hi = 0, lo = 0;
-    if (text[i] == '%' && i + 2 < text.size() && (hi = hex_digit(text[i + 1])) >= 0 &&
-        (lo = hex_digit(text[i + 2])) >= 0) {
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else {
-      out += plus_is_space && text[i] == '+' ? ' ' : text[i];
-    }
-  }
-  return out;
-}
-
-// The path of a request target, %XX sequences decoded, the query dropped.
-std::string decode_path(std::string_view target) { return percent_decode(target.substr(0, target.find('?')), false); }
-
-// Routes split the decoded path at '/': an encoded one would move a name's
-// text into another route ("/v2%2Frepository%2F..."), so it is refused.
-bool has_encoded_slash(std::string_view target) {
-  const std::string_view path = target.substr(0, target.find('?'));
-  for (size_t at = path.find('%'); at != std::string_view::npos && at + 2 < path.size(); at = path.find('%', at + 1))
-    if (path[at + 1] == '2' && (path[at + 2] == 'F' || path[at + 2] == 'f')) return true;
-  return false;
-}
-
-std::string query_of(std::string_view target) {
-  size_t at = target.find('?');
-  return at == std::string_view::npos ? std::string() : std::string(target.substr(at + 1));
-}
-
-void set_timeout(int fd, int option, double seconds) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(seconds);
-  tv.tv_usec = static_cast<suseconds_t>((seconds - static_cast<double>(tv.tv_sec)) * 1e6);
-  ::setsockopt(fd, SOL_SOCKET, option, &tv, sizeof tv);
-}
-
-// After refusing a request whose body is still coming, read and drop the rest
-// (up to a few seconds) so that closing does not reset the connection before
-// the client has read the refusal.
-void linger_and_drain(int fd) {
-  ::shutdown(fd, SHUT_WR);
-  set_timeout(fd, SO_RCVTIMEO, 0.2);
-  char sink[16384];
-  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (std::chrono::steady_clock::now() < give_up && ::recv(fd, sink, sizeof sink, 0) > 0) {
-  }
-}
 
 }  // namespace
 

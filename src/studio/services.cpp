@@ -8,11 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -24,67 +19,15 @@
 
 #include "core/child_process.h"
 #include "studio/runs.h"
+#include "studio/service_state.h"
 #include "studio/tokens.h"
 
 namespace kiln::studio {
 namespace {
 
 namespace fs = std::filesystem;
-namespace http = boost::beast::http;
 using json = nlohmann::json;
-using tcp = boost::asio::ip::tcp;
 
-// A kept-alive connection from the proxy to one instance. A request goes out
-// in one write, head and body together, so the instance wakes once for it.
-class InstanceConnection {
- public:
-  explicit InstanceConnection(int port) : port_(port) {}
-  // The instance's answer, or nullopt with the reason in *why when it gave
-  // none. A kept-alive connection the instance has closed meanwhile is
-  // opened again once, before anything of the request was answered.
-  std::optional<http::response<http::string_body>> send(http::request<http::string_body>& request, std::string* why) {
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const bool reused = socket_.is_open();
-      boost::system::error_code ec;
-      if (!reused) connect(ec);
-      if (!ec) http::write(socket_, request, ec);
-      http::response_parser<http::string_body> parser;
-      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-      if (!ec) http::read(socket_, buffer_, parser, ec);
-      if (!ec) {
-        if (!parser.get().keep_alive()) close();
-        return parser.release();
-      }
-      close();
-      *why = ec.message();
-      if (!reused) break;  // a new connection that fails: the instance is down
-    }
-    return std::nullopt;
-  }
-
- private:
-  void connect(boost::system::error_code& ec) {
-    socket_.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port_)), ec);
-    if (ec) return;
-    socket_.set_option(tcp::no_delay(true), ec);
-    // Blocking reads and writes, bounded: an instance that hangs fails the request.
-    timeval limit{60, 0};
-    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
-  }
-  void close() {
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-    buffer_.clear();
-  }
-  int port_;
-  boost::asio::io_context io_;
-  tcp::socket socket_{io_};
-  boost::beast::flat_buffer buffer_;
-};
-
-// Latency buckets of the proxy's histogram, in milliseconds (+Inf last).
-constexpr std::array<double, 11> kBucketsMs = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e300};
 constexpr int kMaxStartFailures = 3;
 // A ready instance is probed this often; one that has failed its probes this
 // long (unloaded, frozen) is killed and started again.
@@ -107,79 +50,6 @@ int int_field(const json& j, const char* key, int fallback, int lo, int hi) {
 }
 
 }  // namespace
-
-struct Services::Instance {
-  int id = 0;
-  pid_t pid = -1;
-  // Started by the supervisor thread: PR_SET_PDEATHSIG fires when the thread
-  // that forked exits, so instances come from that long-lived thread only.
-  bool pending = true;
-  int port = 0;
-  std::atomic<bool> ready{false};
-  bool draining = false;
-  bool ever_ready = false;
-  int start_failures = 0;
-  int restarts = 0;
-  int64_t drain_since_ms = 0;
-  int64_t probed_ms = 0;         // the last readiness probe
-  int64_t unready_since_ms = 0;  // when a ready instance stopped answering its probe
-  std::string model, secret;     // what it serves, and the token it wants (the version's)
-  std::atomic<int> outstanding{0};
-  std::string log;
-  size_t log_from = 0;  // where this start's output begins in the log
-  std::mutex pool_mu;
-  std::vector<std::unique_ptr<InstanceConnection>> pool;  // kept-alive connections, one request each at a time
-
-  std::unique_ptr<InstanceConnection> take() {
-    {
-      std::lock_guard<std::mutex> lock(pool_mu);
-      if (!pool.empty()) {
-        auto c = std::move(pool.back());
-        pool.pop_back();
-        return c;
-      }
-    }
-    return std::make_unique<InstanceConnection>(port);
-  }
-  void give(std::unique_ptr<InstanceConnection> c) {
-    std::lock_guard<std::mutex> lock(pool_mu);
-    pool.push_back(std::move(c));
-  }
-};
-
-// What the proxy saw of one version name, across its rolling updates.
-struct VersionStats {
-  std::atomic<int64_t> requests{0}, errors{0};
-  std::array<std::atomic<int64_t>, kBucketsMs.size()> buckets{};
-};
-
-struct Services::Version {
-  ServiceVersionSpec spec;
-  std::shared_ptr<VersionStats> stats;
-  int generation = 0;
-  std::string model_name;  // the registry's, resolved when started
-  int64_t model_version = 0;
-  bool batch_axis = false;
-  std::string repo, logs;
-  std::string secret;  // its instances' bearer token: only the proxy reaches them
-  std::vector<std::shared_ptr<Instance>> instances;
-  bool all_ready() const {
-    for (const auto& i : instances)
-      if (!i->ready) return false;
-    return !instances.empty();
-  }
-};
-
-struct Services::Service {
-  std::string name, state = "Deploying", reason;
-  int64_t created_ms = 0;
-  int generation = 0;
-  bool was_running = false;
-  std::vector<std::shared_ptr<Version>> versions;  // serving traffic
-  std::vector<std::shared_ptr<Version>> warming;   // new models of a rolling update, not routed yet
-  std::vector<std::shared_ptr<Version>> draining;  // replaced ones, finishing their requests
-  std::map<std::string, std::shared_ptr<VersionStats>> stats;  // by version name
-};
 
 ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec& base) {
   KILN_CHECK(j.is_object(), "a service version is {\"model\": ..., \"weight\": ..., \"instances\": ...}");
@@ -715,101 +585,6 @@ void Services::supervise() {
       }
     }
   }
-}
-
-void Services::forward(const std::string& name, const std::string& rest, const serve::HttpRequest& req,
-                       serve::HttpResponse& res) {
-  const auto start = std::chrono::steady_clock::now();
-  std::shared_ptr<Version> version;
-  std::shared_ptr<Instance> instance;
-  auto pick = [&](const Instance* avoid) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto s = find(name);
-    std::vector<std::shared_ptr<Version>> live;
-    int total = 0;
-    for (auto& v : s->versions) {
-      bool any = false;
-      for (auto& i : v->instances) any |= i->ready && i.get() != avoid;
-      if (any) live.push_back(v), total += v->spec.weight;
-    }
-    if (live.empty()) return false;
-    thread_local std::mt19937_64 rng(std::random_device{}());
-    version = live.back();
-    if (total == 0) {
-      version = live[rng() % live.size()];
-    } else {
-      int ticket = static_cast<int>(rng() % static_cast<uint64_t>(total));
-      for (auto& v : live) {
-        if (ticket < v->spec.weight) {
-          version = v;
-          break;
-        }
-        ticket -= v->spec.weight;
-      }
-    }
-    instance = nullptr;
-    for (auto& i : version->instances)
-      if (i->ready && i.get() != avoid && (!instance || i->outstanding < instance->outstanding)) instance = i;
-    ++instance->outstanding;
-    return true;
-  };
-  if (!pick(nullptr)) {
-    serve::set_error(res, 503, "service '" + name + "' has no ready instance (it is " + get(name)["state"].get<std::string>() +
-                                   "; `kiln service show " + name + "` says why)");
-    return;
-  }
-  http::request<http::string_body> out;
-  out.method_string(req.method);
-  out.target(rest + (req.query.empty() ? "" : "?" + req.query));
-  out.version(11);
-  out.set(http::field::host, "127.0.0.1");
-  out.set(http::field::authorization, "Bearer " + version->secret);
-  for (const char* h : {"Content-Type", "Inference-Header-Content-Length", "Accept"})
-    if (const std::string* v = req.header(h)) out.set(h, *v);
-  out.body() = req.body;
-  out.keep_alive(true);
-  out.prepare_payload();
-  std::optional<http::response<http::string_body>> r;
-  std::string why;
-  // The instance serves the model under the service's name: a 404 for that
-  // name means it has lost it (unloaded), not that the client asked amiss.
-  const std::string own_model = "/v2/models/" + name;
-  const bool for_own_model = rest.compare(0, own_model.size(), own_model) == 0 &&
-                             (rest.size() == own_model.size() || rest[own_model.size()] == '/');
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto connection = instance->take();
-    r = connection->send(out, &why);
-    --instance->outstanding;
-    if (r) instance->give(std::move(connection));
-    const bool lost_model = r && for_own_model && r->result_int() == 404;
-    if (r && !lost_model) break;
-    // No answer, or no model: that instance is out of routing until its
-    // probe passes (the supervisor restarts it); another one tries once.
-    instance->ready = false;
-    if (attempt == 1 || !pick(instance.get())) break;
-  }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  VersionStats& stats = *version->stats;
-  ++stats.requests;
-  for (size_t b = 0; b < kBucketsMs.size(); ++b)
-    if (ms <= kBucketsMs[b]) {
-      ++stats.buckets[b];
-      break;
-    }
-  if (!r) {
-    ++stats.errors;
-    serve::set_error(res, 502, "service '" + name + "': no instance answered (" + why + ")");
-    return;
-  }
-  const int status = static_cast<int>(r->result_int());
-  if (status >= 400) ++stats.errors;
-  res.status = status;
-  res.body = std::move(r->body());
-  res.content_type = std::string((*r)[http::field::content_type]);
-  auto header_length = r->find("Inference-Header-Content-Length");
-  if (header_length != r->end())
-    res.headers.emplace_back("Inference-Header-Content-Length", std::string(header_length->value()));
-  res.headers.emplace_back("X-Kiln-Service-Version", version->spec.name);
 }
 
 }  // namespace kiln::studio
