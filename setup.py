@@ -41,7 +41,10 @@ def cmake_build_dir():
     if not os.path.exists(cache):
         return build_dir, True
     with open(cache) as f:
-        cached = [line.split("=", 1)[1].strip() for line in f if line.startswith("Python_EXECUTABLE:")]
+        entries = f.read().splitlines()
+    # The one given on the command line, else the one FindPython found.
+    cached = [e.split("=", 1)[1].strip() for e in entries if e.startswith("Python_EXECUTABLE:")] or \
+        [e.split("=", 1)[1].strip() for e in entries if e.startswith("_Python_EXECUTABLE:")]
     if not cached or cached[0] == sys.executable:
         return build_dir, not cached
     ours = "%d.%d" % sys.version_info[:2]

@@ -105,6 +105,9 @@ def test_an_evaluation_only_model_and_named_top_k():
     assert 0.0 <= result["accuracy"] <= 1.0 and "loss" in result
     with pytest.raises(ValueError, match="has no optimizer, so it evaluates and predicts only"):
         model.train(1, data)
+    trainable = Model(net, nn.CrossEntropyLoss(), nn.SGD(net.trainable_params(), 0.01))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'callbaks'"):
+        trainable.train(1, data, callbaks=[])
     with pytest.raises(ValueError, match="'top_k_categorical_accuracy' needs its k"):
         Model(net, nn.CrossEntropyLoss(), metrics={"top_k_categorical_accuracy"})
 

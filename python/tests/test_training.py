@@ -192,6 +192,21 @@ def test_reading_a_value_while_tracing_names_the_cell_and_the_line():
         compiled(kiln.ones((2, 2)))
     message = str(info.value)
     assert "Branchy" in message and "test_training.py" in message
+    assert "kiln.where(condition, a, b)" in message and "kiln::" not in message  # the fix in Python
+
+
+def test_a_loop_over_a_length_read_while_tracing_says_how_to_keep_one_graph():
+    class Looping(nn.Cell):
+        def construct(self, x, lengths):
+            out = x
+            for _ in range(int(lengths.max().item())):  # a loop over a length held in a tensor
+                out = out * 2
+            return out
+
+    with pytest.raises(kiln.Error) as info:
+        kiln.jit(Looping())(kiln.ones((2, 3)), kiln.tensor(np.array([2, 3], dtype=np.int64)))
+    message = str(info.value)
+    assert "pad or bucket the lengths" in message and "nn.LSTM" in message
 
 
 @pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])

@@ -1,6 +1,7 @@
 #include "graph/tracer.h"
 
 #include "core/read_observer.h"
+#include "kiln/caller_language.h"
 #include "ops/dispatch_hooks.h"
 
 namespace kiln::graph::detail {
@@ -24,9 +25,12 @@ void check_read(const Tensor& t, const char* what) {
   std::string msg = "while tracing " + tracer->where() + ": " + what + " on " + t.meta_str() + ", " +
                     tracer->producer_of(t) +
                     ". A compiled graph cannot look at tensor values: they change from run to run, so a "
-                    "branch or a number taken from them would be frozen at the traced values. Express the "
-                    "choice with kiln::where(condition, a, b) (or select), or return the tensor from the "
-                    "compiled function and read it afterwards";
+                    "branch or a number taken from them would be frozen at the traced values. Express a "
+                    "choice with " + in_caller_language("kiln::where(condition, a, b)", "kiln.where(condition, a, b)") +
+                    " (or select), or return the tensor from the compiled function and read it afterwards. "
+                    "If the number is a length that a loop runs over, the loop is unrolled once per traced "
+                    "length: pad or bucket the lengths to a few sizes and pass the length as an int argument "
+                    "(each new int compiles once), or use nn.LSTM/GRU/RNN, which loop inside one op";
   t_tracer = tracer;
   throw Error(msg);
 }

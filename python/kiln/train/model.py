@@ -79,8 +79,14 @@ class Model:
             self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
         self.epochs_planned = 0
 
-    def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **unused):
-        """Trains for ``epoch`` epochs; returns one dict per epoch (loss, val_loss, val_accuracy, seconds, ...)."""
+    def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **options):
+        """Trains for ``epoch`` epochs; returns one dict per epoch (loss, val_loss, val_accuracy, seconds, ...).
+
+        MindSpore's ``sink_size``, ``initial_epoch`` and ``valid_frequency`` are accepted and have no effect here.
+        """
+        for key in options:
+            if key not in ("sink_size", "initial_epoch", "valid_frequency", "valid_dataset_sink_mode"):
+                raise TypeError(f"Model.train() got an unexpected keyword argument {key!r}")
         if self.optimizer is None:
             raise ValueError("this Model has no optimizer, so it evaluates and predicts only; to train, make it "
                              "with one: Model(net, loss_fn, optimizer=nn.SGD(net.trainable_params()), metrics=...)")
