@@ -25,11 +25,18 @@ trap stop EXIT
 
 "${as[@]}" "$bin/initdb" -D "$dir/data" -U kiln --auth=trust -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 ||
   { cat "$dir/initdb.log" >&2; exit 1; }
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-# Durability is not what the tests check: without fsync the cluster is quick.
-"${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-  -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off" start >/dev/null ||
-  { cat "$dir/server.log" >&2; exit 1; }
+# The port is free when chosen; a test beside this one may take it before
+# the server binds it, and then the server starts again on another.
+for attempt in 1 2 3 4 5; do
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  # Durability is not what the tests check: without fsync the cluster is quick.
+  if "${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off" start >/dev/null; then
+    break
+  fi
+  [ "$attempt" -lt 5 ] || { cat "$dir/server.log" >&2; exit 1; }
+  echo "with_postgres: the server did not start on port $port (try $attempt); trying another" >&2
+done
 
 export KILN_TEST_POSTGRES="postgresql://kiln@127.0.0.1:$port"
 echo "with_postgres: PostgreSQL $("$bin/postgres" --version | awk '{print $3}') at $KILN_TEST_POSTGRES" >&2
