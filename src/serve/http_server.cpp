@@ -370,6 +370,10 @@ void HttpServer::Impl::reactor_loop() {
     for (auto& c : connections)
       if (c.parked && now > c.head_deadline) {
         c.parked = false;
+        // Still armed in the epoll set: out of it, so that no event reaches
+        // the reactor while a worker (or the close below) has it.
+        ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
+        c.registered = false;
         if (c.head_bytes > 0) {
           c.head_error = net::error::timed_out;
           done.push_back(&c);
@@ -460,6 +464,14 @@ bool HttpServer::Impl::serve_request(Connection& c) {
   HttpRequest req;
   HttpResponse res;
   req.remote_addr = c.remote_addr;
+  // A body written to a file is gone when the request is, on every path,
+  // unless the handler took the file away.
+  struct RemoveBodyFile {
+    const std::string& path;
+    ~RemoveBodyFile() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } remove_body_file{req.body_file};
   bool keep_alive = true, head_refused = false;
   const bool head_read = !ec && !out_of_memory;
   if (head_read) {
@@ -482,6 +494,7 @@ bool HttpServer::Impl::serve_request(Connection& c) {
     }
   }
   std::optional<http::request_parser<http::file_body>> file_parser;
+  error_code body_file_error;  // the file for the body could not be made
   if (head_read && framing_error.empty() && !head_refused && !parser.is_done()) {
     if (boost::beast::iequals(parser.get()[http::field::expect], "100-continue")) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -494,10 +507,11 @@ bool HttpServer::Impl::serve_request(Connection& c) {
       } else if (!ec) {  // to disk: a large upload costs the server no memory
         file_parser.emplace(std::move(parser));
         file_parser->body_limit(options.max_body_bytes);
-        file_parser->get().body().open(req.body_file.c_str(), boost::beast::file_mode::write, ec);
-        if (ec) throw boost::system::system_error(ec, "cannot write the request body to " + req.body_file);
-        http::read(stream, c.buffer, *file_parser, ec);
-        file_parser->get().body().close();
+        file_parser->get().body().open(req.body_file.c_str(), boost::beast::file_mode::write, body_file_error);
+        if (!body_file_error) {
+          http::read(stream, c.buffer, *file_parser, ec);
+          file_parser->get().body().close();
+        }
       }
     } catch (const std::bad_alloc&) {
       out_of_memory = true;  // this request's body; the server goes on
@@ -512,6 +526,13 @@ bool HttpServer::Impl::serve_request(Connection& c) {
       set_error(res, 503, "the server has no memory for this request now; try again later or send a smaller one");
     else
       set_error(res, 400, framing_error);
+    keep_alive = false;
+    c.refused_body = true;
+  } else if (body_file_error) {
+    std::fprintf(stderr, "kiln serve: cannot write a request body to %s: %s\n", printable(req.body_file).c_str(),
+                 body_file_error.message().c_str());
+    set_error(res, body_file_error.value() == ENOSPC ? 507 : 500,
+              "the server could not store the request body (" + body_file_error.message() + "); nothing was stored");
     keep_alive = false;
     c.refused_body = true;
   } else if (file_parser && ec && ec.category() == boost::system::system_category() &&
@@ -567,7 +588,6 @@ bool HttpServer::Impl::serve_request(Connection& c) {
       set_error(res, 500, "internal error while answering this request");
     }
   }
-  if (!req.body_file.empty()) ::unlink(req.body_file.c_str());  // unless the handler took it
   if (res.stream) {
     stream_answer(stream, res);
     if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());

@@ -420,6 +420,19 @@ TEST(Studio, UploadsAreJudgedBeforeTheirBodyAndStreamedToDisk) {
   auto stat = c.Get("/api/v1/buckets/data/objects/big?stat=1");
   EXPECT_EQ(json::parse(stat->body)["sha256"], digest);
   EXPECT_TRUE(std::filesystem::is_empty(dir + "/objects/data/.incoming"));
+  {  // A client that leaves halfway leaves no partial file behind.
+    kiln::testing::RawConnection cut(s.port);
+    cut.send("PUT /api/v1/buckets/data/objects/half HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token +
+             "\r\nContent-Length: 1048576\r\n\r\n" + std::string(100000, 'h'));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  bool clean = false;
+  for (int i = 0; i < 50 && !clean; ++i) {
+    clean = std::filesystem::is_empty(dir + "/objects/data/.incoming");
+    if (!clean) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(clean) << "a cut upload left its partial file";
+  EXPECT_EQ(c.Get("/api/v1/buckets/data/objects/half")->status, 404);
 }
 
 TEST(Studio, AFullDiskRefusesTheUploadAndCorruptsNothing) {
