@@ -352,7 +352,11 @@ void HttpServer::Impl::reactor_loop() {
     std::vector<Connection*> done, closed;
     for (int i = 0; i < n; ++i) {
       auto* c = static_cast<Connection*>(events[static_cast<size_t>(i)].data.ptr);
-      const Head head = read_head(*c);  // a parked connection is the reactor's alone
+      Head head = Head::Closed;
+      try {
+        head = read_head(*c);  // a parked connection is the reactor's alone
+      } catch (const std::exception&) {  // no memory for its head: that connection ends
+      }
       if (head == Head::More) {
         epoll_event e{};
         e.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
@@ -406,17 +410,24 @@ void HttpServer::Impl::worker_loop() {
     Connection* c = ready.front();
     ready.pop_front();
     lock.unlock();
-    bool open = serve_request(*c);
-    while (open && !stopping) {
-      expect_head(*c);
-      const Head head = read_head(*c);  // a pipelined request is there already
-      if (head == Head::Done) {
-        open = serve_request(*c);
-      } else {
-        open = head == Head::More;
-        if (open) park(*c);
-        break;
+    bool open = false;
+    try {
+      open = serve_request(*c);
+      while (open && !stopping) {
+        expect_head(*c);
+        const Head head = read_head(*c);  // a pipelined request is there already
+        if (head == Head::Done) {
+          open = serve_request(*c);
+        } else {
+          open = head == Head::More;
+          if (open) park(*c);
+          break;
+        }
       }
+    } catch (const std::exception& e) {  // out of memory between requests, say: this connection ends, the server goes on
+      std::fprintf(stderr, "kiln serve: dropped a connection from %s: %s\n", c->remote_addr.c_str(),
+                   printable(e.what()).c_str());
+      open = false;
     }
     if (!open || stopping) close_connection(*c);
     lock.lock();
