@@ -116,11 +116,16 @@ std::vector<Tensor> read_instance_norm(const OnnxReader& n, const std::vector<Te
   return {group_norm(x, x.shape()[1], n.input(in, 1), n.input(in, 2), n.f("epsilon", 1e-5))};
 }
 
-// ONNX Dropout runs as the identity (a copy) in inference.
+// ONNX Dropout runs as the identity (a copy) in inference, and so does one
+// whose ratio is a constant 0 in any mode (PyTorch exports attention dropout
+// of p=0 that way, with training_mode=true).
 std::vector<Tensor> read_dropout(const OnnxReader& n, const std::vector<Tensor>& in) {
   const Tensor& x = n.input(in, 0);
-  if (in.size() > 2 && in[2].defined() && n.scalar_value(in[2], "training_mode") != 0)
-    n.unsupported("training_mode=true is not supported; inference runs dropout as the identity");
+  const bool training = in.size() > 2 && in[2].defined() && n.scalar_value(in[2], "training_mode") != 0;
+  const double ratio = in.size() > 1 && in[1].defined() ? n.scalar_value(in[1], "ratio") : 0.5;
+  if (training && ratio != 0)
+    n.unsupported("training_mode=true with ratio ", ratio, " is not supported; inference runs dropout as the identity "
+                  "(export the model in eval mode)");
   std::vector<Tensor> out = {x + 0.0};
   if (n.output_wanted(1)) out.push_back(ones(x.shape(), DType::Bool));
   return out;

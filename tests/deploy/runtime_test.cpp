@@ -367,6 +367,42 @@ TEST(InferenceSession, OpReadersHandleOldOpsets) {
     }
 }
 
+// PyTorch exports attention dropout of p=0 as Dropout(ratio=0,
+// training_mode=true): the identity in any mode, not a refusal. A real ratio
+// with training_mode stays refused, saying how to export.
+TEST(InferenceSession, DropoutOfRatioZeroIsTheIdentityInAnyMode) {
+  auto model = [](float ratio) {
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* g = m.mutable_graph();
+    auto* in = g->add_input();
+    in->set_name("x");
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+    auto* r = g->add_initializer();
+    r->set_name("ratio");
+    r->set_data_type(::onnx::TensorProto::FLOAT);
+    r->add_float_data(ratio);
+    auto* t = g->add_initializer();
+    t->set_name("training");
+    t->set_data_type(::onnx::TensorProto::BOOL);
+    t->add_int32_data(1);
+    auto* n = g->add_node();
+    n->set_op_type("Dropout");
+    for (const char* name : {"x", "ratio", "training"}) n->add_input(name);
+    n->add_output("y");
+    auto* out = g->add_output();
+    out->set_name("y");
+    out->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+    return m.SerializeAsString();
+  };
+  InferenceSession session = InferenceSession::from_bytes(model(0.0f));
+  Tensor x = randn({2, 5});
+  EXPECT_TRUE(kt::all_close(session.run(std::vector<Tensor>{x})[0], x, 0, 0));
+  std::string e = kt::message_of([&] { InferenceSession::from_bytes(model(0.1f)).run(std::vector<Tensor>{x}); });
+  EXPECT_NE(e.find("training_mode=true with ratio 0.1 is not supported"), std::string::npos) << e;
+}
+
 // Run eagerly, a chain of 16 ops holds at most a few activations at once:
 // each value is dropped after its last reader.
 TEST(InferenceSession, EagerRunsDropEachValueAfterItsLastUse) {
