@@ -17,6 +17,7 @@
 #include "kiln/profiler.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
+#include "bench_shapes.h"
 #include "cli_args.h"
 
 namespace kiln::cli {
@@ -152,17 +153,50 @@ void write_profile(const std::string& dir, int64_t batch) {
   profiler::write_html_report(out + "/report.html", "kiln bench, batch " + std::to_string(batch));
 }
 
+// Times runs over the input sets in turn (a range of lengths as a server
+// sees them) and prints one line: p50/p90/p99, samples/s and peak memory.
+void time_runs(InferenceSession& session, const std::vector<std::vector<Tensor>>& sets, int runs,
+               const std::string& label, const std::string& profile) {
+  for (const auto& inputs : sets) session.run(inputs);  // each shape compiles once
+  for (int i = 0; i < 10; ++i) session.run(sets[static_cast<size_t>(i) % sets.size()]);
+  cpu_allocator_reset_peak();
+  if (!profile.empty()) profiler::start();
+  std::vector<double> ms;
+  double rows = 0;
+  const size_t total = static_cast<size_t>(runs) * sets.size();  // --runs per shape
+  for (size_t i = 0; i < total; ++i) {
+    const auto& inputs = sets[i % sets.size()];
+    auto t0 = std::chrono::steady_clock::now();
+    session.run(inputs);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    rows += inputs.empty() || inputs[0].dim() == 0 ? 1.0 : static_cast<double>(inputs[0].shape()[0]);
+  }
+  double total_ms = 0;
+  for (double m : ms) total_ms += m;
+  std::printf("%-22s %10.3f %10.3f %10.3f %14.0f %12.2f\n", label.c_str(), percentile(ms, 0.5), percentile(ms, 0.9),
+              percentile(ms, 0.99), rows * 1000.0 / total_ms,
+              static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
+}
+
 void add_bench(CLI::App& app) {
   struct Args {
     std::string model, batches = "1,64", profile;
+    std::vector<std::string> shapes, input_files;
     int runs = 50, threads = 0, level = 2;
     bool fixed_threads = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX model");
   cmd->add_option("model", a->model, "The ONNX file")->required();
-  cmd->add_option("--batch", a->batches, "Batch sizes, e.g. 1,64 (axis 0 of every input)");
-  cmd->add_option("--runs", a->runs, "Timed runs per batch size (after 10 warm-up runs)")->check(CLI::PositiveNumber);
+  auto* batch_option = cmd->add_option("--batch", a->batches, "Batch sizes, e.g. 1,64 (axis 0 of every input)");
+  cmd->add_option("--shape", a->shapes,
+                  "An input's shape, NAME=DIMS such as in0=1x37; one axis may be a range, in0=1x20..59, whose "
+                  "lengths are timed in turn (repeat for several inputs)")
+      ->excludes(batch_option);
+  cmd->add_option("--input", a->input_files, "Time these inputs: one .npy or .pb file per model input, in order")
+      ->excludes(batch_option);
+  cmd->add_option("--runs", a->runs, "Timed runs per batch size or shape (after 10 warm-up runs)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
   cmd->add_flag("--fixed-threads", a->fixed_threads,
                "Run every time on all the threads (by default each batch size measures how many pay off)");
@@ -175,6 +209,32 @@ void add_bench(CLI::App& app) {
     so.optimization_level = a->level;
     InferenceSession session(a->model, so);
     std::printf("%s: opset %d, %s\n", a->model.c_str(), session.opset(), session.producer().c_str());
+    KILN_CHECK(a->shapes.empty() || a->input_files.empty(), "bench: give --shape or --input, not both");
+    if (!a->shapes.empty() || !a->input_files.empty()) {
+      std::vector<std::vector<Tensor>> sets;
+      std::string label;
+      if (!a->input_files.empty()) {
+        KILN_CHECK(a->input_files.size() == session.inputs().size(), "bench: the model has ", session.inputs().size(),
+                   " inputs; give one --input file for each, in order");
+        sets.emplace_back();
+        for (const auto& p : a->input_files) sets.back().push_back(load_input(p));
+        label = "the --input files";
+      } else {
+        BenchShapes shapes = parse_bench_shapes(a->shapes, session.inputs());
+        for (const auto& set : shapes.sets) {
+          sets.emplace_back();
+          for (const auto& info : session.inputs()) {
+            const Shape& s = set.at(info.name);
+            sets.back().push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
+          }
+        }
+        label = shapes.label;
+      }
+      std::printf("%-22s %10s %10s %10s %14s %12s\n", "shape", "p50 ms", "p90 ms", "p99 ms", "samples/s", "peak MB");
+      time_runs(session, sets, a->runs, label, a->profile);
+      if (!a->profile.empty()) write_profile(a->profile, sets[0].empty() ? 1 : sets[0][0].shape()[0]);
+      return;
+    }
     std::printf("%6s %10s %10s %10s %14s %12s\n", "batch", "p50 ms", "p90 ms", "p99 ms", "samples/s", "peak MB");
     for (int64_t batch : parse_ints(a->batches, "--batch")) {
       std::vector<Tensor> inputs;
@@ -185,7 +245,8 @@ void add_bench(CLI::App& app) {
                    "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch ", batch);
         s[0] = batch;
         for (size_t d = 1; d < s.size(); ++d)
-          KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size");
+          KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size; give it with --shape ",
+                     info.name, "=DIMS, such as --shape ", info.name, "=1x37 (or a range of lengths, 1x20..59)");
         inputs.push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
       }
       // Warm-up: compiling, first touches, and the thread governor's first measurements.
