@@ -41,6 +41,10 @@ def test_unknown_keywords_are_errors_not_silently_dropped():
         rows().batch(8, drop_reminder=True)
     with pytest.raises(ValueError, match="per_batch_map= is not supported"):
         rows().batch(8, per_batch_map=lambda x, y, info: (x, y))
+    # num_samples keeps that many samples, as MindSpore's sources do.
+    x = np.arange(50, dtype=np.float32).reshape(50, 1)
+    limited = NumpySlicesDataset((x, np.zeros(50, np.int64)), shuffle=False, num_samples=12)
+    assert limited.batch(5).get_dataset_size() == 3
     # MindSpore keywords that change nothing here are accepted.
     assert rows().map(lambda v: v, "x", python_multiprocessing=True).batch(8, max_rowsize=4).get_dataset_size() == 125
 

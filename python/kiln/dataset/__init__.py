@@ -55,6 +55,14 @@ _UNSUPPORTED = {
 }
 
 
+def _limit(dataset, count):
+    """MindSpore's ``num_samples=``: the first that many samples (after any shuffle)."""
+    if count is not None:
+        if int(count) < 1:
+            raise ValueError(f"num_samples must be 1 or more, got {count}")
+        dataset._take = int(count)
+
+
 def _check_keywords(where, given, allowed=()):
     """Unknown keywords are errors, not silently dropped: a misspelt ``shufle=`` would change nothing."""
     for key in given:
@@ -72,12 +80,12 @@ def _check_keywords(where, given, allowed=()):
 _SIGNATURES = {
     "map": ("operations", "input_columns", "num_parallel_workers"),
     "batch": ("batch_size", "drop_remainder", "num_parallel_workers"),
-    "NumpySlicesDataset": ("data", "column_names", "shuffle", "num_parallel_workers"),
-    "GeneratorDataset": ("source", "column_names", "shuffle", "num_parallel_workers"),
+    "NumpySlicesDataset": ("data", "column_names", "shuffle", "num_parallel_workers", "num_samples"),
+    "GeneratorDataset": ("source", "column_names", "shuffle", "num_parallel_workers", "num_samples"),
     "FashionMnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
     "MnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
-    "Cifar10Dataset": ("dataset_dir", "usage", "shuffle"),
-    "ImageFolderDataset": ("dataset_dir", "decode", "shuffle", "skip_unreadable"),
+    "Cifar10Dataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
+    "ImageFolderDataset": ("dataset_dir", "decode", "shuffle", "skip_unreadable", "num_samples"),
 }
 
 
@@ -282,11 +290,12 @@ def _tensor_dataset(arrays):
 class NumpySlicesDataset(Dataset):
     """Samples are the rows of NumPy arrays: ``NumpySlicesDataset((x, y), ["image", "label"])`` or a dict."""
 
-    def __init__(self, data, column_names=None, shuffle=True, num_parallel_workers=None, **options):
+    def __init__(self, data, column_names=None, shuffle=True, num_parallel_workers=None, num_samples=None, **options):
         _check_keywords("NumpySlicesDataset", options)
         arrays, names = _columns_of(data, column_names)
         super().__init__(_tensor_dataset(arrays), names, shuffle)
         self._arrays = arrays  # the tensors share their memory
+        _limit(self, num_samples)
 
 
 class GeneratorDataset(Dataset):
@@ -295,7 +304,8 @@ class GeneratorDataset(Dataset):
     Each sample is a tuple of columns, ``(input, label, ...)``: NumPy arrays or numbers.
     """
 
-    def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, **options):
+    def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, num_samples=None,
+                 **options):
         _check_keywords("GeneratorDataset", options)
         names = [column_names] if isinstance(column_names, str) else list(column_names or ["data", "label"])
         if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
@@ -318,6 +328,7 @@ class GeneratorDataset(Dataset):
             self._arrays = arrays
         if num_parallel_workers:
             self._workers = int(num_parallel_workers)
+        _limit(self, num_samples)
 
 
 def _mnist_like(images_labels, column_names):
@@ -356,20 +367,22 @@ class MnistDataset(Dataset):
 class Cifar10Dataset(Dataset):
     """CIFAR-10 binary files: columns "image" (uint8 [32, 32, 3]) and "label"."""
 
-    def __init__(self, dataset_dir, usage="train", shuffle=None, **options):
+    def __init__(self, dataset_dir, usage="train", shuffle=None, num_samples=None, **options):
         _check_keywords("Cifar10Dataset", options)
         loaded = _kiln.load_cifar10(dataset_dir, _split(usage))
         super().__init__(loaded, ["image", "label"], shuffle if shuffle is not None else usage == "train")
+        _limit(self, num_samples)
 
 
 class ImageFolderDataset(Dataset):
     """One subfolder per class of JPEG/PNG files: columns "image" (uint8 [H, W, 3], or file bytes) and "label"."""
 
-    def __init__(self, dataset_dir, decode=True, shuffle=True, skip_unreadable=False, **options):
+    def __init__(self, dataset_dir, decode=True, shuffle=True, skip_unreadable=False, num_samples=None, **options):
         _check_keywords("ImageFolderDataset", options)
         source = _kiln.ImageFolderDataset(dataset_dir, decode, skip_unreadable)
         super().__init__(source, ["image", "label"], shuffle)
         self.class_names = source.class_names
+        _limit(self, num_samples)
 
 
 def _split(usage):
