@@ -1,5 +1,5 @@
 // The shared-memory all-reduce of ranks on one host.
-#include "dist/shared_memory.h"
+#include "distributed/shared_memory.h"
 
 #include <fcntl.h>
 #include <immintrin.h>
@@ -17,7 +17,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "dist/tcp_store.h"
+#include "distributed/tcp_store.h"
 
 namespace kiln::dist::detail {
 

@@ -1,10 +1,10 @@
 // Liveness beats through the rendezvous store, and the diagnosis of a failed
 // collective from them.
-#include "dist/liveness.h"
+#include "distributed/liveness.h"
 
 #include <map>
 
-#include "dist/tcp_store.h"
+#include "distributed/tcp_store.h"
 #include "kiln/error.h"
 
 namespace kiln::dist::detail {

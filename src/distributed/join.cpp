@@ -8,7 +8,7 @@
 
 #include <csignal>
 
-#include "dist/job.h"
+#include "distributed/job.h"
 
 namespace kiln::dist {
 

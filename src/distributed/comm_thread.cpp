@@ -1,5 +1,5 @@
 // The communication thread of a process group.
-#include "dist/job.h"
+#include "distributed/job.h"
 
 namespace kiln::dist::detail {
 

@@ -1,4 +1,4 @@
-#include "dist/tcp_store.h"
+#include "distributed/tcp_store.h"
 
 #include <sys/socket.h>
 

@@ -9,8 +9,8 @@
 #include <future>
 #include <memory>
 
-#include "dist/liveness.h"
-#include "dist/tcp_store.h"
+#include "distributed/liveness.h"
+#include "distributed/tcp_store.h"
 #include "kiln/dist.h"
 
 namespace kiln::dist::detail {

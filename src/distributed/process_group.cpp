@@ -15,8 +15,8 @@
 #include <cstring>
 #include <set>
 
-#include "dist/job.h"
-#include "dist/shared_memory.h"
+#include "distributed/job.h"
+#include "distributed/shared_memory.h"
 
 namespace kiln::dist {
 
