@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "kiln/allocator.h"
@@ -155,26 +156,27 @@ void write_profile(const std::string& dir, int64_t batch) {
 
 // Times runs over the input sets in turn (a range of lengths as a server
 // sees them) and prints one line: p50/p90/p99, samples/s and peak memory.
+// width: the label's column (negative: left-aligned).
 void time_runs(InferenceSession& session, const std::vector<std::vector<Tensor>>& sets, int runs,
-               const std::string& label, const std::string& profile) {
-  for (const auto& inputs : sets) session.run(inputs);  // each shape compiles once
+               const std::string& label, int width, bool profile) {
+  // Warm-up: compiling each shape, first touches, and the thread governor's first measurements.
+  for (const auto& inputs : sets) session.run(inputs);
   for (int i = 0; i < 10; ++i) session.run(sets[static_cast<size_t>(i) % sets.size()]);
   cpu_allocator_reset_peak();
-  if (!profile.empty()) profiler::start();
+  if (profile) profiler::start();
   std::vector<double> ms;
-  double rows = 0;
+  double rows = 0, total_ms = 0;
   const size_t total = static_cast<size_t>(runs) * sets.size();  // --runs per shape
   for (size_t i = 0; i < total; ++i) {
     const auto& inputs = sets[i % sets.size()];
     auto t0 = std::chrono::steady_clock::now();
     session.run(inputs);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    total_ms += ms.back();
     rows += inputs.empty() || inputs[0].dim() == 0 ? 1.0 : static_cast<double>(inputs[0].shape()[0]);
   }
-  double total_ms = 0;
-  for (double m : ms) total_ms += m;
-  std::printf("%-22s %10.3f %10.3f %10.3f %14.0f %12.2f\n", label.c_str(), percentile(ms, 0.5), percentile(ms, 0.9),
-              percentile(ms, 0.99), rows * 1000.0 / total_ms,
+  std::printf("%*s %10.3f %10.3f %10.3f %14.0f %12.2f\n", width, label.c_str(), percentile(ms, 0.5),
+              percentile(ms, 0.9), percentile(ms, 0.99), rows * 1000.0 / total_ms,
               static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
 }
 
@@ -210,61 +212,67 @@ void add_bench(CLI::App& app) {
     InferenceSession session(a->model, so);
     std::printf("%s: opset %d, %s\n", a->model.c_str(), session.opset(), session.producer().c_str());
     KILN_CHECK(a->shapes.empty() || a->input_files.empty(), "bench: give --shape or --input, not both");
-    if (!a->shapes.empty() || !a->input_files.empty()) {
-      std::vector<std::vector<Tensor>> sets;
+    // Each case's inputs are made just before it is timed: a batch's inputs
+    // do not count in another's peak memory.
+    struct Case {
       std::string label;
-      if (!a->input_files.empty()) {
-        KILN_CHECK(a->input_files.size() == session.inputs().size(), "bench: the model has ", session.inputs().size(),
-                   " inputs; give one --input file for each, in order");
-        sets.emplace_back();
-        for (const auto& p : a->input_files) sets.back().push_back(load_input(p));
-        label = "the --input files";
-      } else {
-        BenchShapes shapes = parse_bench_shapes(a->shapes, session.inputs());
-        for (const auto& set : shapes.sets) {
-          sets.emplace_back();
-          for (const auto& info : session.inputs()) {
-            const Shape& s = set.at(info.name);
-            sets.back().push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
-          }
+      int64_t batch;  // names the profile's folder
+      std::function<std::vector<std::vector<Tensor>>()> make;
+    };
+    std::vector<Case> cases;
+    if (!a->input_files.empty()) {
+      KILN_CHECK(a->input_files.size() == session.inputs().size(), "bench: the model has ", session.inputs().size(),
+                 " inputs; give one --input file for each, in order");
+      cases.push_back({"the --input files", 1, [a] {
+                         std::vector<Tensor> inputs;
+                         for (const auto& p : a->input_files) inputs.push_back(load_input(p));
+                         return std::vector<std::vector<Tensor>>{inputs};
+                       }});
+    } else if (!a->shapes.empty()) {
+      BenchShapes shapes = parse_bench_shapes(a->shapes, session.inputs());
+      const Shape& first = shapes.sets[0].at(session.inputs()[0].name);
+      cases.push_back({shapes.label, first.empty() ? 1 : first[0], [&session, shapes] {
+                         std::vector<std::vector<Tensor>> sets;
+                         for (const auto& set : shapes.sets) {
+                           sets.emplace_back();
+                           for (const auto& info : session.inputs()) {
+                             const Shape& s = set.at(info.name);
+                             sets.back().push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
+                           }
+                         }
+                         return sets;
+                       }});
+    } else {
+      for (int64_t batch : parse_ints(a->batches, "--batch")) {
+        std::vector<Shape> shapes;
+        for (const auto& info : session.inputs()) {
+          Shape s(info.shape.begin(), info.shape.end());
+          KILN_CHECK(info.shape_known && !s.empty(), "bench: input '", info.name, "' has no known shape");
+          KILN_CHECK(s[0] < 0 || s[0] == batch, "bench: input '", info.name, "' has a fixed batch of ", s[0],
+                     "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch ", batch);
+          s[0] = batch;
+          for (size_t d = 1; d < s.size(); ++d)
+            KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size; give it with --shape ",
+                       info.name, "=DIMS, such as --shape ", info.name, "=1x37 (or a range of lengths, 1x20..59)");
+          shapes.push_back(s);
         }
-        label = shapes.label;
+        cases.push_back({std::to_string(batch), batch, [&session, shapes] {
+                           std::vector<Tensor> inputs;
+                           for (size_t i = 0; i < shapes.size(); ++i) {
+                             const DType d = session.inputs()[i].dtype;
+                             inputs.push_back(is_floating(d) ? rand(shapes[i], d) : zeros(shapes[i], d));
+                           }
+                           return std::vector<std::vector<Tensor>>{inputs};
+                         }});
       }
-      std::printf("%-22s %10s %10s %10s %14s %12s\n", "shape", "p50 ms", "p90 ms", "p99 ms", "samples/s", "peak MB");
-      time_runs(session, sets, a->runs, label, a->profile);
-      if (!a->profile.empty()) write_profile(a->profile, sets[0].empty() ? 1 : sets[0][0].shape()[0]);
-      return;
     }
-    std::printf("%6s %10s %10s %10s %14s %12s\n", "batch", "p50 ms", "p90 ms", "p99 ms", "samples/s", "peak MB");
-    for (int64_t batch : parse_ints(a->batches, "--batch")) {
-      std::vector<Tensor> inputs;
-      for (const auto& info : session.inputs()) {
-        Shape s(info.shape.begin(), info.shape.end());
-        KILN_CHECK(info.shape_known && !s.empty(), "bench: input '", info.name, "' has no known shape");
-        KILN_CHECK(s[0] < 0 || s[0] == batch, "bench: input '", info.name, "' has a fixed batch of ", s[0],
-                   "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch ", batch);
-        s[0] = batch;
-        for (size_t d = 1; d < s.size(); ++d)
-          KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size; give it with --shape ",
-                     info.name, "=DIMS, such as --shape ", info.name, "=1x37 (or a range of lengths, 1x20..59)");
-        inputs.push_back(is_floating(info.dtype) ? rand(s, info.dtype) : zeros(s, info.dtype));
-      }
-      // Warm-up: compiling, first touches, and the thread governor's first measurements.
-      for (int i = 0; i < 10; ++i) session.run(inputs);
-      cpu_allocator_reset_peak();
-      if (!a->profile.empty()) profiler::start();
-      std::vector<double> ms;
-      for (int i = 0; i < a->runs; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        session.run(inputs);
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      }
-      if (!a->profile.empty()) write_profile(a->profile, batch);
-      double mean = 0;
-      for (double m : ms) mean += m / static_cast<double>(ms.size());
-      std::printf("%6lld %10.3f %10.3f %10.3f %14.0f %12.2f\n", static_cast<long long>(batch), percentile(ms, 0.5),
-                  percentile(ms, 0.9), percentile(ms, 0.99), static_cast<double>(batch) * 1000.0 / mean,
-                  static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
+    const bool by_batch = a->shapes.empty() && a->input_files.empty();
+    const int width = by_batch ? 6 : -22;
+    std::printf("%*s %10s %10s %10s %14s %12s\n", width, by_batch ? "batch" : "shape", "p50 ms", "p90 ms", "p99 ms",
+                "samples/s", "peak MB");
+    for (const auto& c : cases) {
+      time_runs(session, c.make(), a->runs, c.label, width, !a->profile.empty());
+      if (!a->profile.empty()) write_profile(a->profile, c.batch);
     }
     struct rusage u {};
     getrusage(RUSAGE_SELF, &u);
