@@ -8,6 +8,7 @@ threads when a Model trains on it, or when it is iterated.
 """
 import copy
 import difflib
+import inspect
 import itertools
 
 import numpy as np
@@ -63,30 +64,19 @@ def _limit(dataset, count):
         dataset._take = int(count)
 
 
-def _check_keywords(where, given, allowed=()):
-    """Unknown keywords are errors, not silently dropped: a misspelt ``shufle=`` would change nothing."""
+def _check_keywords(fn, given, allowed=()):
+    """Unknown keywords are errors, not silently dropped: a misspelt ``shufle=`` would change nothing.
+    ``fn``: the method or constructor that took them, whose own parameters are suggested too."""
+    where = fn.__qualname__.replace(".__init__", "")
     for key in given:
         if key in _IGNORED or key in allowed:
             continue
         if key in _UNSUPPORTED:
             raise ValueError(f"{where}: {key}= is not supported by Kiln's dataset pipeline; {_UNSUPPORTED[key]}")
-        known = sorted(_IGNORED | set(allowed) | set(_UNSUPPORTED))
-        close = difflib.get_close_matches(key, known + list(_SIGNATURES.get(where, ())), n=1)
+        own = [p for p in inspect.signature(fn).parameters if p not in ("self", "options")]
+        close = difflib.get_close_matches(key, own + sorted(_IGNORED | set(allowed)), n=1)
         hint = f"; did you mean {close[0]}=?" if close else ""
         raise TypeError(f"{where}() got an unexpected keyword argument {key!r}{hint}")
-
-
-# The keywords each call takes, for the suggestion in the error above.
-_SIGNATURES = {
-    "map": ("operations", "input_columns", "num_parallel_workers"),
-    "batch": ("batch_size", "drop_remainder", "num_parallel_workers"),
-    "NumpySlicesDataset": ("data", "column_names", "shuffle", "num_parallel_workers", "num_samples"),
-    "GeneratorDataset": ("source", "column_names", "shuffle", "num_parallel_workers", "num_samples"),
-    "FashionMnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
-    "MnistDataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
-    "Cifar10Dataset": ("dataset_dir", "usage", "shuffle", "num_samples"),
-    "ImageFolderDataset": ("dataset_dir", "decode", "shuffle", "skip_unreadable", "num_samples"),
-}
 
 
 def _transforms(operations):
@@ -138,7 +128,7 @@ class Dataset:
 
     def map(self, operations, input_columns=None, num_parallel_workers=None, **options):
         """Applies transforms to one column of every sample (the first column by default)."""
-        _check_keywords("map", options, allowed=("output_columns",) if options.get("output_columns") in
+        _check_keywords(Dataset.map, options, allowed=("output_columns",) if options.get("output_columns") in
                         (None, input_columns) else ())
         out = self._with()
         out._maps.append((_transforms(operations), self._column(input_columns)))
@@ -147,7 +137,7 @@ class Dataset:
         return out
 
     def batch(self, batch_size, drop_remainder=False, num_parallel_workers=None, **options):
-        _check_keywords("batch", options)
+        _check_keywords(Dataset.batch, options)
         if self._batch is not None:
             raise ValueError("this dataset is batched already; batch() once, after map() and shuffle()")
         if batch_size < 1:
@@ -291,7 +281,7 @@ class NumpySlicesDataset(Dataset):
     """Samples are the rows of NumPy arrays: ``NumpySlicesDataset((x, y), ["image", "label"])`` or a dict."""
 
     def __init__(self, data, column_names=None, shuffle=True, num_parallel_workers=None, num_samples=None, **options):
-        _check_keywords("NumpySlicesDataset", options)
+        _check_keywords(NumpySlicesDataset.__init__, options)
         arrays, names = _columns_of(data, column_names)
         super().__init__(_tensor_dataset(arrays), names, shuffle)
         self._arrays = arrays  # the tensors share their memory
@@ -306,7 +296,7 @@ class GeneratorDataset(Dataset):
 
     def __init__(self, source, column_names=None, shuffle=True, num_parallel_workers=None, num_samples=None,
                  **options):
-        _check_keywords("GeneratorDataset", options)
+        _check_keywords(GeneratorDataset.__init__, options)
         names = [column_names] if isinstance(column_names, str) else list(column_names or ["data", "label"])
         if hasattr(source, "__getitem__") and hasattr(source, "__len__"):
             if len(source):  # the first item tells how many columns there are
@@ -343,7 +333,7 @@ class FashionMnistDataset(Dataset):
     """Fashion-MNIST (Debian's dataset-fashion-mnist by default): columns "image" (uint8 [28, 28, 1]) and "label"."""
 
     def __init__(self, dataset_dir=None, usage="train", shuffle=None, num_samples=None, **options):
-        _check_keywords("FashionMnistDataset", options)
+        _check_keywords(FashionMnistDataset.__init__, options)
         loaded = _kiln.load_fashion_mnist(_split(usage), dataset_dir or "/usr/share/datasets/fashion-mnist")
         arrays = _mnist_like(loaded, None)
         if num_samples:
@@ -356,7 +346,7 @@ class MnistDataset(Dataset):
     """MNIST idx files in ``dataset_dir``: columns "image" (uint8 [28, 28, 1]) and "label"."""
 
     def __init__(self, dataset_dir, usage="train", shuffle=None, num_samples=None, **options):
-        _check_keywords("MnistDataset", options)
+        _check_keywords(MnistDataset.__init__, options)
         arrays = _mnist_like(_kiln.load_mnist(dataset_dir, _split(usage)), None)
         if num_samples:
             arrays = [a[:num_samples] for a in arrays]
@@ -368,7 +358,7 @@ class Cifar10Dataset(Dataset):
     """CIFAR-10 binary files: columns "image" (uint8 [32, 32, 3]) and "label"."""
 
     def __init__(self, dataset_dir, usage="train", shuffle=None, num_samples=None, **options):
-        _check_keywords("Cifar10Dataset", options)
+        _check_keywords(Cifar10Dataset.__init__, options)
         loaded = _kiln.load_cifar10(dataset_dir, _split(usage))
         super().__init__(loaded, ["image", "label"], shuffle if shuffle is not None else usage == "train")
         _limit(self, num_samples)
@@ -378,7 +368,7 @@ class ImageFolderDataset(Dataset):
     """One subfolder per class of JPEG/PNG files: columns "image" (uint8 [H, W, 3], or file bytes) and "label"."""
 
     def __init__(self, dataset_dir, decode=True, shuffle=True, skip_unreadable=False, num_samples=None, **options):
-        _check_keywords("ImageFolderDataset", options)
+        _check_keywords(ImageFolderDataset.__init__, options)
         source = _kiln.ImageFolderDataset(dataset_dir, decode, skip_unreadable)
         super().__init__(source, ["image", "label"], shuffle)
         self.class_names = source.class_names
