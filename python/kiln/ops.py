@@ -76,7 +76,7 @@ def _make(schema):
     attr_names = frozenset(attrs)
     count = len(input_names)
     required = len([p for p in inputs if p.default is _P.empty])  # (sum is an op here)
-    counts = name == "sum"
+    counts = name == "sum"  # the registered op takes no bool; the C++ function casts first, and so does this
 
     def op(*args, **kwargs):
         # The common call, inputs by position and attributes by name, goes
@@ -96,8 +96,8 @@ def _make(schema):
         tensors = [values.get(n) for n in input_names]
         while tensors and tensors[-1] is None:
             tensors.pop()
-        if name == "sum" and isinstance(tensors[0], _kiln.Tensor) and tensors[0].dtype == _kiln.dtype.bool:
-            tensors[0] = tensors[0].astype(_kiln.dtype.int64)  # a count, as Tensor.sum gives
+        if counts and isinstance(tensors[0], _kiln.Tensor) and tensors[0].dtype == _kiln.dtype.bool:
+            tensors[0] = tensors[0].astype(_kiln.dtype.int64)  # a count, as kiln::sum (Tensor.sum) gives
         return _kiln.call_op(name, tensors, {a: values[a] for a in attrs if a in values})
 
     op.__name__ = op.__qualname__ = name

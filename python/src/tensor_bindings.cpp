@@ -555,9 +555,8 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
         return x.item<int64_t>();
       })
       // reductions with MindSpore's and PyTorch's keyword names
-      // A bool tensor sums to a count (int64), as in NumPy and MindSpore.
       .def("sum", [](const Tensor& x, py::object axis, bool keepdims, bool keep_dims) {
-        return sum(x.dtype() == DType::Bool ? x.to(DType::Int64) : x, axes_of(axis), keepdims || keep_dims);
+        return sum(x, axes_of(axis), keepdims || keep_dims);
       }, py::arg("axis") = py::none(), py::arg("keepdims") = false, py::arg("keep_dims") = false)
       .def("mean", [](const Tensor& x, py::object axis, bool keepdims, bool keep_dims) {
         return mean(x, axes_of(axis), keepdims || keep_dims);

@@ -233,8 +233,9 @@ OpDefiner d_log_softmax(softmax_like("log_softmax", "LogSoftmax", [](const GradC
 
 }  // namespace
 
+// A bool tensor sums to a count (int64), as in NumPy, PyTorch and MindSpore.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
-  return call1(KILN_OP("sum"), {x}, reduce_attrs(axes, keepdim));
+  return call1(KILN_OP("sum"), {x.dtype() == DType::Bool ? cast(x, DType::Int64) : x}, reduce_attrs(axes, keepdim));
 }
 Tensor mean(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim) {
   return call1(KILN_OP("mean"), {x}, reduce_attrs(axes, keepdim));
