@@ -4,7 +4,10 @@
 # the build naming the rule it breaks. A wrong-way include thus fails to
 # compile, in the file that has it.
 #
-#   kiln_add_layers(TARGET kiln DEPS <interface target with the libraries>)
+#   kiln_add_layers(TARGET kiln DEPS <interface target with the libraries> EXCEPT <layers>)
+#       libkiln: every layer but those EXCEPT names
+#   kiln_add_layer_library(TARGET kiln_serve LAYER serve LINK kiln DEPS <targets>)
+#       a layer as a shared library of its own, linking LINK publicly
 
 function(kiln_layer_table out_layers)
   file(STRINGS ${PROJECT_SOURCE_DIR}/tools/layers.txt lines)
@@ -45,7 +48,7 @@ function(kiln_header_layer include layers out)
 endfunction()
 
 function(kiln_add_layers)
-  cmake_parse_arguments(ARG "" "TARGET;DEPS" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "TARGET;DEPS" "EXCEPT" ${ARGN})
   kiln_layer_table(layers)
   # Every header of the tree, as it is included: kiln/tensor.h, graph/ir.h.
   file(GLOB_RECURSE public RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
@@ -72,13 +75,28 @@ function(kiln_add_layers)
       endif()
       file(CONFIGURE OUTPUT ${dir}/${header} CONTENT "${content}" @ONLY)
     endforeach()
-    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${layer}/*.cpp)
-    add_library(kiln_${layer} OBJECT ${sources})
-    set_target_properties(kiln_${layer} PROPERTIES POSITION_INDEPENDENT_CODE ON)
-    target_include_directories(kiln_${layer} PRIVATE ${dir})
-    target_link_libraries(kiln_${layer} PRIVATE ${ARG_DEPS})
-    list(APPEND objects $<TARGET_OBJECTS:kiln_${layer}>)
+    if(layer IN_LIST ARG_EXCEPT)
+      continue()
+    endif()
+    kiln_layer_objects(${layer} ${ARG_DEPS})
+    list(APPEND objects $<TARGET_OBJECTS:kiln_layer_${layer}>)
   endforeach()
   add_library(${ARG_TARGET} SHARED ${objects})
   set(KILN_LAYERS ${layers} PARENT_SCOPE)
+endfunction()
+
+# The object library kiln_layer_<layer>, compiled against the layer's own include folder.
+function(kiln_layer_objects layer deps)
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${layer}/*.cpp)
+  add_library(kiln_layer_${layer} OBJECT ${sources})
+  set_target_properties(kiln_layer_${layer} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(kiln_layer_${layer} PRIVATE ${CMAKE_BINARY_DIR}/layers/${layer})
+  target_link_libraries(kiln_layer_${layer} PRIVATE ${deps})
+endfunction()
+
+function(kiln_add_layer_library)
+  cmake_parse_arguments(ARG "" "TARGET;LAYER" "LINK;DEPS" ${ARGN})
+  kiln_layer_objects(${ARG_LAYER} "${ARG_DEPS};${ARG_LINK}")
+  add_library(${ARG_TARGET} SHARED $<TARGET_OBJECTS:kiln_layer_${ARG_LAYER}>)
+  target_link_libraries(${ARG_TARGET} PUBLIC ${ARG_LINK} PRIVATE ${ARG_DEPS})
 endfunction()

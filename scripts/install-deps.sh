@@ -5,17 +5,24 @@
 set -euo pipefail
 
 PACKAGES=(
+  # libkiln and the kiln tool (a build with -DKILN_BUILD_SERVE=OFF
+  # -DKILN_BUILD_DIST=OFF -DKILN_BUILD_STUDIO=OFF -DKILN_BUILD_PYTHON=OFF
+  # needs only these and the test libraries).
   build-essential cmake ninja-build ccache pkg-config
   # oneDNN's CMake package looks for OpenCL (only a recommendation of libdnnl-dev).
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
-  libjpeg62-turbo-dev libpng-dev libzip-dev libarchive-dev
-  libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev libcpp-httplib-dev libsimdjson-dev nodejs
+  libjpeg62-turbo-dev libpng-dev libarchive-dev
+  libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev
+  # Serving (libkiln_serve); cpp-httplib is the HTTP client of the tests and the example client.
+  libsimdjson-dev libcpp-httplib-dev
+  # Distributed training (libkiln_distributed).
   libgloo-dev
-  # Kiln Studio: its state (SQLite; libpq for PostgreSQL, and the server its
-  # tests start), token and object hashes (OpenSSL).
-  libsqlite3-dev libpq-dev postgresql libssl-dev
+  # Kiln Studio (libkiln_studio): its state (SQLite; libpq for PostgreSQL,
+  # and the server its tests start), token and object hashes (OpenSSL), the
+  # web console's build (nodejs, npm).
+  libsqlite3-dev libpq-dev postgresql libssl-dev nodejs
   # Its Slurm executor, and the single-node cluster its tests start.
   slurmctld slurmd slurm-client munge
   # The web console's browser tests (Playwright drives it headless).

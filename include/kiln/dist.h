@@ -8,11 +8,13 @@
 //   group->all_reduce(grad, kiln::dist::ReduceOp::Mean);
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -61,9 +63,9 @@ enum class ReduceOp { Sum, Mean, Max, Min };
 
 struct InitOptions {
   // "gloo": CPU tensors, over TCP between hosts and through shared memory
-  // among the ranks of one host. "nccl" (with the CUDA backend) and "mpi"
-  // are the backends the process group is built to take next; this build
-  // refuses them with a message that says so.
+  // among the ranks of one host (libkiln_distributed). "nccl" (with the CUDA
+  // backend) and "mpi" are the backends the process group is built to take
+  // next; this build refuses them with a message that says so.
   std::string backend = "gloo";
   PlaceOverrides place;
   // For joining (every rank must arrive within it) and for every collective
@@ -88,31 +90,33 @@ class Work {
   std::shared_ptr<std::atomic<int64_t>> waited_ns_;
 };
 
-namespace detail {
-struct GroupAccess;
-}
-
-// Ranks joined over Gloo's TCP transport: the world, or a sub-group of it.
-// Collectives work on contiguous CPU tensors and must be called by every
-// rank of the group in the same order. They run in that order on the
-// group's own communication thread, so the asynchronous forms overlap with
-// whatever the caller computes meanwhile. A rank that never joins, dies or
-// stops answering makes the others fail within the timeout with an error
-// naming it and its host, never hang.
+// Ranks joined by a communication backend: the world, or a sub-group of it.
+// Collectives must be called by every rank of the group in the same order.
+// A backend runs them in that order off the caller's thread, so the
+// asynchronous forms overlap with whatever the caller computes meanwhile. A
+// rank that never joins, dies or stops answering makes the others fail
+// within the timeout with an error naming it and its host, never hang.
+//
+// Backends implement this interface and register a factory under their name
+// (register_backend); Gloo ("gloo", CPU tensors over TCP and shared memory)
+// lives in libkiln_distributed (Kiln::distributed), which registers it when
+// it loads.
 class ProcessGroup {
  public:
-  ~ProcessGroup();
-  int rank() const;  // within this group
-  int size() const;
+  virtual ~ProcessGroup() = default;
+  virtual int rank() const = 0;  // within this group
+  virtual int size() const = 0;
   // The job's place of this process (its rank in the world).
-  const Place& place() const;
+  virtual const Place& place() const = 0;
   // The world ranks of this group's members, by group rank.
-  const std::vector<int>& ranks() const;
-  std::chrono::milliseconds timeout() const;
+  virtual const std::vector<int>& ranks() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+  // The backend's name ("gloo").
+  virtual std::string backend() const = 0;
   // Whether all_reduce goes through shared memory: every rank of the group
   // runs on this host (and none set KILN_DIST_SHARED_MEMORY=0). The other
-  // collectives, and all_reduce across hosts, go over Gloo's TCP.
-  bool shared_memory() const;
+  // collectives, and all_reduce across hosts, go over the network.
+  virtual bool shared_memory() const { return false; }
 
   // Where the group's time went since it was made: collectives run, seconds
   // the communication thread spent in them, and seconds callers spent
@@ -122,7 +126,7 @@ class ProcessGroup {
     int64_t collectives = 0;
     double busy_seconds = 0, waited_seconds = 0;
   };
-  Stats stats() const;
+  virtual Stats stats() const = 0;
 
   // Reduces in place. Every dtype but bool; Mean: floating dtypes only.
   // float16 and bfloat16 add in float32 per step.
@@ -136,33 +140,47 @@ class ProcessGroup {
   Tensor reduce_scatter(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   void barrier();
 
-  Work all_reduce_async(Tensor t, ReduceOp op = ReduceOp::Sum);
-  Work broadcast_async(Tensor t, int root = 0);
-  Work all_gather_async(Tensor out, Tensor in);                                     // out: [size, ...in.shape]
-  Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op = ReduceOp::Sum);  // out: in.shape[0] / size rows
-  Work barrier_async();
+  virtual Work all_reduce_async(Tensor t, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual Work broadcast_async(Tensor t, int root = 0) = 0;
+  virtual Work all_gather_async(Tensor out, Tensor in) = 0;                                     // out: [size, ...in.shape]
+  virtual Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op = ReduceOp::Sum) = 0;  // out: in.shape[0] / size rows
+  virtual Work barrier_async() = 0;
 
   // A sub-group of these ranks (group ranks, each once, in the order they
   // get their new ranks). Every rank of this group must call it, in the same
   // order as its other collectives; ranks not listed get nullptr.
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks);
+  virtual std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) = 0;
 
-  struct Impl;
+ protected:
+  // Whether the collective being submitted comes from a synchronous form,
+  // whose caller waits for it at once: a backend may then run it on the
+  // caller's thread instead of handing it over. Reading it clears it.
+  bool take_waited_at_once() { return std::exchange(waited_at_once_, false); }
 
  private:
-  friend struct detail::GroupAccess;
-  explicit ProcessGroup(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  friend struct WaitedAtOnce;
+  bool waited_at_once_ = false;
 };
+
+// Makes the world group of a job for a backend; called by init with the
+// place read and checked.
+using BackendFactory = std::function<std::shared_ptr<ProcessGroup>(const Place& place, const InitOptions& options)>;
+// Makes `name` a backend init accepts (a library registers its backends
+// when it loads). Registering a name again replaces the factory.
+void register_backend(const std::string& name, BackendFactory make);
+// The backends registered in this process, by name.
+std::vector<std::string> registered_backends();
 
 // A number that stands for the group in an op's attributes (graph mode's
 // collective ops), and the group again from it; throws once it is gone.
 int64_t handle_of(const std::shared_ptr<ProcessGroup>& group);
 std::shared_ptr<ProcessGroup> group_of_handle(int64_t handle);
 
-// Joins the job: rank 0 hosts the rendezvous store at MASTER_ADDR:MASTER_PORT,
-// every rank registers there and the ranks connect to each other. Throws
-// kiln::Error naming the ranks that did not arrive within the timeout.
+// Joins the job with options.backend: with Gloo, rank 0 hosts the
+// rendezvous store at MASTER_ADDR:MASTER_PORT, every rank registers there
+// and the ranks connect to each other. Throws kiln::Error naming the ranks
+// that did not arrive within the timeout, or, for a backend this process
+// lacks, what provides it.
 std::shared_ptr<ProcessGroup> init(const InitOptions& options = {});
 
 }  // namespace kiln::dist

@@ -145,6 +145,9 @@ def serve(model, port=0, host="127.0.0.1"):
     Returns a Served object once the server is ready: ``.url``, ``.infer(x)``,
     ``.shutdown()``; usable as a context manager. Port 0 picks a free port.
     """
+    if not hasattr(_kiln, "Server"):
+        raise RuntimeError("kiln.serve: this kiln was built without serving (KILN_BUILD_SERVE=OFF); "
+                           "rebuild with it on, or serve the file with another build's `kiln serve`")
     path = os.fspath(model)
     if os.path.isdir(path):
         server = _kiln.Server(model_repository=path, host=host, port=port)

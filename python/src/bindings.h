@@ -13,7 +13,6 @@
 #include "kiln/migrate.h"
 #include "kiln/onnx.h"
 #include "kiln/runtime.h"
-#include "kiln/serve.h"
 #include "kiln/data/readers.h"
 #include "kiln/data/vision.h"
 

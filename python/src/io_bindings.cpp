@@ -2,6 +2,10 @@
 // the OIP server.
 #include "bindings.h"
 
+#ifdef KILN_WITH_SERVE
+#include "kiln/serve.h"
+#endif
+
 namespace kiln::python {
 namespace {
 
@@ -172,6 +176,7 @@ void bind_io(py::module_& m) {
       .def_property_readonly("producer", &InferenceSession::producer);
   m.def("supported_onnx_ops", &supported_onnx_ops);
 
+#ifdef KILN_WITH_SERVE
   py::class_<Server, std::shared_ptr<Server>>(m, "Server")
       .def(py::init([](const std::string& model, const std::string& repository, const std::string& host, int port,
                        const std::string& access_log) {
@@ -190,6 +195,7 @@ void bind_io(py::module_& m) {
         s.shutdown();
       })
       .def_property_readonly("ready", &Server::ready);
+#endif
 }
 
 }  // namespace kiln::python

@@ -2,7 +2,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -16,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/http_request.h"
 #include "kiln/data/image.h"
 #include "kiln/data/readers.h"
 #include "kiln/error.h"
@@ -59,16 +59,19 @@ std::string studio_get(const std::string& url) {
       path += hex;
     }
   }
-  httplib::Client client(server);
-  client.set_bearer_token_auth(token);
-  client.set_url_encode(false);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(300);
-  auto r = client.Get(path);
-  KILN_CHECK(r, "cannot reach the studio at ", server, " for ", url, " (", httplib::to_string(r.error()), ")");
-  if (r->status == 404) throw Missing(url + ": no such object in the studio's store; kiln store ls shows what is there");
-  KILN_CHECK(r->status == 200, url, ": the studio answered ", r->status, " ", r->body);
-  return std::move(r->body);
+  detail::HttpRequest request;
+  request.server = server;
+  request.path = path;
+  request.bearer_token = token;
+  detail::HttpAnswer r;
+  try {
+    r = detail::http_request(request);
+  } catch (const Error& e) {
+    KILN_FAIL("cannot read ", url, " from the studio: ", e.what());
+  }
+  if (r.status == 404) throw Missing(url + ": no such object in the studio's store; kiln store ls shows what is there");
+  KILN_CHECK(r.status == 200, url, ": the studio answered ", r.status, " ", r.body);
+  return std::move(r.body);
 }
 
 struct ArchiveReader {

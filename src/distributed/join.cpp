@@ -78,28 +78,13 @@ void await_verdict(detail::Job& job) {
   KILN_CHECK(said == "ok", said);
 }
 
-// Before anything is opened: a backend this build lacks fails every rank
-// alike, at once, rather than at the rendezvous.
-void check_backend(const std::string& backend) {
-  if (backend == "gloo") return;
-  KILN_CHECK(backend != "nccl", "dist::init: backend 'nccl' needs Kiln's CUDA backend, which this build does not ",
-             "have; 'gloo' runs the collectives on CPU tensors (TCP between hosts, shared memory within one)");
-  KILN_CHECK(backend != "mpi", "dist::init: backend 'mpi' is not in this build (Debian's Gloo is built without MPI); ",
-             "use 'gloo' and start the ranks with kiln launch, torchrun or srun");
-  KILN_FAIL("dist::init: unknown backend '", backend, "'; Kiln's backends are 'gloo' (in this build), 'nccl' (with ",
-            "the CUDA backend) and 'mpi'");
-}
-
-}  // namespace
-
-std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
-  check_backend(options.backend);
+std::shared_ptr<ProcessGroup> join_over_gloo(const Place& place, const InitOptions& options) {
   // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a rank that dies
   // would kill this one with SIGPIPE instead of failing its collective with
   // a message. Writes to a closed socket report EPIPE instead.
   std::signal(SIGPIPE, SIG_IGN);
   auto job = std::make_shared<detail::Job>();
-  job->place = place_from_environment(options.place);
+  job->place = place;
   job->timeout = options.timeout;
   const Place& p = job->place;
   job->host = p.master_addr;  // the place always has one (127.0.0.1 and a default port unless set)
@@ -138,5 +123,13 @@ std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   }
   return make_world(std::move(job), std::move(context));
 }
+
+// Loading libkiln_distributed makes "gloo" a backend dist::init accepts.
+const bool registered = [] {
+  register_backend("gloo", join_over_gloo);
+  return true;
+}();
+
+}  // namespace
 
 }  // namespace kiln::dist

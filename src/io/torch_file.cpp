@@ -4,8 +4,10 @@
 // machine that knows the opcodes torch.save emits and builds only dicts,
 // tuples, numbers, strings and tensors. Any other global a pickle asks for
 // (os.system, a model class, ...) is refused.
-#include <zip.h>
+#include <archive.h>
+#include <archive_entry.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -52,51 +54,52 @@ const std::map<std::string, DType>& storage_types() {
   return types;
 }
 
-class ZipArchive {
+// A zip archive's entries, in order, through libarchive (seekable: from the
+// central directory).
+class ZipEntries {
  public:
-  explicit ZipArchive(const std::string& path) : path_(path) {
-    int err = 0;
-    zip_ = zip_open(path.c_str(), ZIP_RDONLY, &err);
-    if (!zip_) {
-      zip_error_t e;
-      zip_error_init_with_code(&e, err);
-      std::string msg = zip_error_strerror(&e);
-      zip_error_fini(&e);
-      KILN_FAIL("'", path, "' is not a readable zip archive (", msg,
-                "); Kiln reads .pt files written by torch.save since PyTorch 1.6, and safetensors");
+  explicit ZipEntries(const std::string& path) : path_(path) {
+    archive_read_support_format_zip_seekable(a_);
+    if (archive_read_open_filename(a_, path.c_str(), 1 << 16) != ARCHIVE_OK) not_a_zip();
+  }
+  ~ZipEntries() { archive_read_free(a_); }
+  ZipEntries(const ZipEntries&) = delete;
+  ZipEntries& operator=(const ZipEntries&) = delete;
+
+  // The next entry's name and size; false after the last.
+  bool next(std::string& name, uint64_t& size) {
+    archive_entry* e = nullptr;
+    const int rc = archive_read_next_header(a_, &e);
+    if (rc == ARCHIVE_EOF) return false;
+    if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
+      if (first_) not_a_zip();
+      KILN_FAIL("'", path_, "' is damaged (", archive_error_string(a_), ")");
     }
+    first_ = false;
+    name = archive_entry_pathname(e) ? archive_entry_pathname(e) : "";
+    size = static_cast<uint64_t>(std::max<la_int64_t>(0, archive_entry_size(e)));
+    return true;
   }
-  ~ZipArchive() { zip_discard(zip_); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    for (zip_int64_t i = 0; i < zip_get_num_entries(zip_, 0); ++i) out.push_back(zip_get_name(zip_, static_cast<zip_uint64_t>(i), 0));
-    return out;
-  }
-  uint64_t size_of(const std::string& name) const {
-    zip_stat_t st;
-    KILN_CHECK(zip_stat(zip_, name.c_str(), 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE), "'", path_, "' has no entry '",
-               name, "'");
-    return st.size;
-  }
-  // Reads a whole entry into `dst` (exactly `bytes` long).
-  void read(const std::string& name, void* dst, uint64_t bytes) const {
-    uint64_t stored = size_of(name);
-    KILN_CHECK(stored == bytes, "'", path_, "': entry '", name, "' holds ", stored, " bytes, expected ", bytes);
-    zip_file_t* f = zip_fopen(zip_, name.c_str(), 0);
-    KILN_CHECK(f != nullptr, "'", path_, "': cannot open entry '", name, "': ", zip_strerror(zip_));
-    zip_int64_t n = bytes ? zip_fread(f, dst, bytes) : 0;
-    zip_fclose(f);
-    KILN_CHECK(n == static_cast<zip_int64_t>(bytes), "'", path_, "': entry '", name, "' is truncated or corrupt");
-  }
-  std::string read_all(const std::string& name) const {
-    std::string out(size_of(name), '\0');
-    read(name, out.data(), out.size());
-    return out;
+  // Reads the current entry into `dst`, exactly `bytes` long.
+  void read(const std::string& name, void* dst, uint64_t bytes) {
+    char* out = static_cast<char*>(dst);
+    uint64_t done = 0;
+    while (done < bytes) {
+      const la_ssize_t n = archive_read_data(a_, out + done, static_cast<size_t>(bytes - done));
+      KILN_CHECK(n > 0, "'", path_, "': entry '", name, "' is truncated or corrupt",
+                 n < 0 ? std::string(" (") + archive_error_string(a_) + ")" : std::string());
+      done += static_cast<uint64_t>(n);
+    }
   }
 
  private:
+  [[noreturn]] void not_a_zip() {
+    KILN_FAIL("'", path_, "' is not a readable zip archive (", archive_error_string(a_) ? archive_error_string(a_) : "",
+              "); Kiln reads .pt files written by torch.save since PyTorch 1.6, and safetensors");
+  }
   std::string path_;
-  zip_t* zip_ = nullptr;
+  archive* a_ = archive_read_new();
+  bool first_ = true;
 };
 
 class Unpickler {
@@ -198,6 +201,11 @@ class Unpickler {
                     "state dicts (torch.save(model.state_dict(), path)), not arbitrary pickles");
       }
     }
+  }
+
+  // Copies every tensor out of its storage, once the storages are read.
+  void fill_tensors() {
+    for (auto& fill : fills_) fill();
   }
 
  private:
@@ -338,20 +346,22 @@ class Unpickler {
     Tensor base = load_storage_(st);
     auto v = make(Value::TensorValue);
     Tensor view = Tensor::empty(Shape(size.begin(), size.end()), st.dtype);
-    // Copy the strided view out of the storage (views and tied weights read the same bytes).
-    size_t elem = dtype_size(st.dtype);
-    const char* src = static_cast<const char*>(base.raw_data());
-    char* dst = static_cast<char*>(view.raw_data());
-    std::vector<int64_t> index(size.size(), 0);
-    for (int64_t n = 0; n < count; ++n) {
-      int64_t at = offset;
-      for (size_t k = 0; k < size.size(); ++k) at += index[k] * stride[k];
-      std::memcpy(dst + static_cast<size_t>(n) * elem, src + static_cast<size_t>(at) * elem, elem);
-      for (size_t k = size.size(); k-- > 0;) {
-        if (++index[k] < size[k]) break;
-        index[k] = 0;
+    // The storage is filled once the pickle is read: its copy waits until then.
+    fills_.push_back([base, view, offset, size, stride, count, elem = dtype_size(st.dtype)] {
+      // Copy the strided view out of the storage (views and tied weights read the same bytes).
+      const char* src = static_cast<const char*>(base.raw_data());
+      char* dst = static_cast<char*>(view.raw_data());
+      std::vector<int64_t> index(size.size(), 0);
+      for (int64_t n = 0; n < count; ++n) {
+        int64_t at = offset;
+        for (size_t k = 0; k < size.size(); ++k) at += index[k] * stride[k];
+        std::memcpy(dst + static_cast<size_t>(n) * elem, src + static_cast<size_t>(at) * elem, elem);
+        for (size_t k = size.size(); k-- > 0;) {
+          if (++index[k] < size[k]) break;
+          index[k] = 0;
+        }
       }
-    }
+    });
     v->tensor = view;
     return v;
   }
@@ -359,6 +369,7 @@ class Unpickler {
   const std::string& d_;
   std::string path_;
   std::function<Tensor(const StorageRef&)> load_storage_;
+  std::vector<std::function<void()>> fills_;  // copies out of storages, run once they are read
   size_t pos_ = 0;
   std::vector<ValuePtr> stack_;
   std::map<uint64_t, ValuePtr> memo_;
@@ -383,27 +394,56 @@ void flatten(const ValuePtr& v, const std::string& prefix, NamedTensors& out, co
 }  // namespace
 
 NamedTensors load_torch_file(const std::string& path) {
-  ZipArchive zip(path);
-  std::string root;
-  for (const auto& n : zip.names())
-    if (n.size() >= 9 && n.compare(n.size() - 9, 9, "/data.pkl") == 0) root = n.substr(0, n.size() - 9);
+  // Two passes in entry order: the pickle says which storages there are and
+  // what they hold, and then the storages are read straight into tensors.
+  std::string root, pickle;
+  {
+    ZipEntries zip(path);
+    std::string name;
+    uint64_t size = 0;
+    while (zip.next(name, size)) {
+      if (name.size() < 9 || name.compare(name.size() - 9, 9, "/data.pkl") != 0) continue;
+      root = name.substr(0, name.size() - 9);
+      KILN_CHECK(size < (uint64_t{1} << 32), "'", path, "': data.pkl of ", size, " bytes is not a state dict's pickle");
+      pickle.resize(size);
+      zip.read(name, pickle.data(), size);
+      break;
+    }
+  }
   KILN_CHECK(!root.empty(), "'", path, "' is a zip archive without data.pkl: not a file written by torch.save");
-  std::map<std::string, Tensor> storages;
+  std::map<std::string, Tensor> storages;  // by entry name
   auto load_storage = [&](const StorageRef& st) {
-    auto it = storages.find(st.key);
+    const std::string entry = root + "/data/" + st.key;
+    auto it = storages.find(entry);
     if (it != storages.end()) {
       KILN_CHECK(it->second.dtype() == st.dtype && it->second.numel() == st.numel, "'", path, "': storage ", st.key,
                  " is described in two ways");
       return it->second;
     }
     Tensor t = Tensor::empty({st.numel}, st.dtype);
-    zip.read(root + "/data/" + st.key, t.raw_data(), static_cast<uint64_t>(st.numel) * dtype_size(st.dtype));
-    storages[st.key] = t;
+    storages[entry] = t;
     return t;
   };
-  std::string pickle = zip.read_all(root + "/data.pkl");
   Unpickler u(pickle, path, load_storage);
   ValuePtr result = u.run();
+  std::set<std::string> read;
+  if (!storages.empty()) {
+    ZipEntries zip(path);
+    std::string name;
+    uint64_t size = 0;
+    while (zip.next(name, size)) {
+      auto it = storages.find(name);
+      if (it == storages.end() || read.count(name)) continue;
+      const Tensor& t = it->second;
+      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
+      KILN_CHECK(size == bytes, "'", path, "': entry '", name, "' holds ", size, " bytes, expected ", bytes);
+      zip.read(name, t.raw_data(), bytes);
+      read.insert(name);
+    }
+  }
+  for (const auto& [entry, t] : storages)
+    KILN_CHECK(read.count(entry), "'", path, "' has no entry '", entry, "'");
+  u.fill_tensors();
   NamedTensors out;
   flatten(result, "", out, path);
   KILN_CHECK(!out.empty(), "'", path, "' holds no tensors (is it a state dict?)");

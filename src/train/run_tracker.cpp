@@ -1,9 +1,5 @@
-// RunTracker: metrics to a Kiln Studio job over HTTP (Boost.Beast), from a
+// RunTracker: metrics to a Kiln Studio job over HTTP (core/http_request.h), from a
 // thread of its own.
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -15,14 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/http_request.h"
 #include "kiln/run_tracker.h"
 
 namespace kiln::train {
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = boost::asio::ip::tcp;
 using json = nlohmann::json;
 
 constexpr size_t kMaxQueued = 100000;
@@ -66,25 +60,17 @@ struct RunTracker::Impl {
   // One POST; true on a 2xx answer.
   bool post(const std::string& path, const json& body) {
     try {
-      boost::asio::io_context io;
-      tcp::resolver resolver(io);
-      beast::tcp_stream stream(io);
-      stream.expires_after(std::chrono::seconds(3));
-      stream.connect(resolver.resolve(host, port));
-      http::request<http::string_body> req{http::verb::post, path, 11};
-      req.set(http::field::host, host);
-      req.set(http::field::authorization, "Bearer " + token);
-      req.set(http::field::content_type, "application/json");
-      req.body() = body.dump();
-      req.prepare_payload();
-      http::write(stream, req);
-      beast::flat_buffer buffer;
-      http::response<http::string_body> res;
-      http::read(stream, buffer, res);
-      beast::error_code ec;
-      stream.socket().shutdown(tcp::socket::shutdown_both, ec);
-      if (res.result_int() / 100 == 2) return true;
-      warn("the studio answered " + std::to_string(res.result_int()) + ": " + res.body());
+      detail::HttpRequest request;
+      request.method = "POST";
+      request.server = "http://" + host + ":" + port;
+      request.path = path;
+      request.bearer_token = token;
+      request.body = body.dump();
+      request.content_type = "application/json";
+      request.connect_timeout = request.timeout = std::chrono::seconds(3);
+      const detail::HttpAnswer res = detail::http_request(request);
+      if (res.status / 100 == 2) return true;
+      warn("the studio at " + host + ":" + port + " answered " + std::to_string(res.status) + ": " + res.body);
     } catch (const std::exception& e) {
       warn(e.what());
     }
@@ -94,8 +80,8 @@ struct RunTracker::Impl {
   void warn(const std::string& why) {
     if (warned) return;
     warned = true;
-    std::fprintf(stderr, "kiln: warning: run tracking: cannot reach the studio at %s:%s (%s); training goes on and "
-                 "the metrics are kept to retry\n", host.c_str(), port.c_str(), why.c_str());
+    std::fprintf(stderr, "kiln: warning: run tracking: %s; training goes on and the metrics are kept to retry\n",
+                 why.c_str());
   }
 
   bool send_queued() {

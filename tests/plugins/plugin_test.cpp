@@ -3,7 +3,9 @@
 // Kiln, and packages that are wrong on purpose refused with the file, the op
 // and the fix, leaving nothing registered.
 #include <gtest/gtest.h>
+#ifdef KILN_WITH_SERVE
 #include <httplib.h>
+#endif
 #include <onnx/onnx_pb.h>
 #include <signal.h>
 
@@ -186,6 +188,7 @@ TEST(OpPackage, ExportsToItsOnnxDomainAndTheRuntimeReadsItBack) {
   EXPECT_NE(m.find("com.kiln.custom::GeGLU"), std::string::npos) << m;
 }
 
+#ifdef KILN_WITH_SERVE
 TEST(OpPackage, KilnServeLoadsItWithPluginOrFromTheRepository) {
   custom_ops();
   fs::path dir = fs::temp_directory_path() / ("kiln_plugin_serve_" + std::to_string(::getpid()));
@@ -229,6 +232,7 @@ TEST(OpPackage, KilnServeLoadsItWithPluginOrFromTheRepository) {
       << testing::read_all(dir / "serve.log");
   fs::remove_all(dir);
 }
+#endif
 
 // Refused packages name the file and the reason, and leave nothing behind.
 void expect_refused(int n, const std::vector<std::string>& phrases, const std::string& left_out) {

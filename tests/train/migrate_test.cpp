@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <zip.h>
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +8,7 @@
 #include "kiln/migrate.h"
 #include "support/error_message.h"
 #include "support/scratch.h"
+#include "support/zip_writer.h"
 
 using namespace kiln;
 using kiln::testing::message_of;
@@ -23,19 +23,9 @@ std::string write_pt(const std::string& name, const std::string& pickle,
   static const fs::path dir = kiln::testing::scratch_dir("migrate");
   std::string path = (dir / (name + ".pt")).string();
   fs::remove(path);
-  int err = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
-  EXPECT_NE(z, nullptr);
-  std::vector<std::string> keep{pickle, "3\n"};
-  for (auto& s : storages) keep.push_back(s.second);
-  auto add = [&](const std::string& entry, const std::string& data) {
-    zip_source_t* src = zip_source_buffer(z, data.data(), data.size(), 0);
-    zip_file_add(z, entry.c_str(), src, ZIP_FL_OVERWRITE);
-  };
-  add("archive/data.pkl", keep[0]);
-  add("archive/version", keep[1]);
-  for (size_t i = 0; i < storages.size(); ++i) add("archive/data/" + storages[i].first, keep[2 + i]);
-  zip_close(z);
+  std::vector<std::pair<std::string, std::string>> entries{{"archive/data.pkl", pickle}, {"archive/version", "3\n"}};
+  for (const auto& [key, bytes] : storages) entries.emplace_back("archive/data/" + key, bytes);
+  EXPECT_TRUE(kiln::testing::write_zip(path, entries));
   return path;
 }
 

@@ -24,6 +24,16 @@ void add_service_commands(CLI::App& app);
 
 namespace {
 
+// A command whose library this build lacks: it exists, and says how to get it.
+[[maybe_unused]] void add_missing_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& option) {
+  CLI::App* cmd = app.add_subcommand(name, what + " (not in this build: configure with -D" + option + "=ON)");
+  cmd->allow_extras();
+  cmd->callback([name, what, option] {
+    throw kiln::Error("'kiln " + name + "' is not in this build: " + what + " needs a Kiln configured with -D" + option +
+                      "=ON (scripts/build.sh builds everything)");
+  });
+}
+
 // Op packages load before any command runs: --plugin PATH (any number, before
 // or after the command's name) and KILN_PLUGIN_PATH.
 void load_plugins(int argc, char** argv) {
@@ -50,12 +60,26 @@ int main(int argc, char** argv) {
   kiln::cli::add_ckpt_command(app);
   kiln::cli::add_onnx_test_command(app);
   kiln::cli::add_deploy_commands(app);
+#ifdef KILN_WITH_SERVE
   kiln::cli::add_serve_command(app);
+#else
+  add_missing_command(app, "serve", "serving models over HTTP (Open Inference Protocol v2)", "KILN_BUILD_SERVE");
+#endif
+#ifdef KILN_WITH_DIST
   kiln::cli::add_launch_commands(app);
+#else
+  add_missing_command(app, "launch", "starting the ranks of a distributed job", "KILN_BUILD_DIST");
+  add_missing_command(app, "logs", "reading a distributed job's per-rank logs", "KILN_BUILD_DIST");
+#endif
+#ifdef KILN_WITH_STUDIO
   kiln::cli::add_studio_commands(app);
   kiln::cli::add_job_commands(app);
   kiln::cli::add_model_commands(app);
   kiln::cli::add_service_commands(app);
+#else
+  for (const char* name : {"studio", "store", "job", "model", "service"})
+    add_missing_command(app, name, "Kiln Studio", "KILN_BUILD_STUDIO");
+#endif
   try {
     load_plugins(argc, argv);
     app.parse(argc, argv);

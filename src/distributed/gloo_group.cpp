@@ -20,81 +20,6 @@
 
 namespace kiln::dist {
 
-struct ProcessGroup::Impl {
-  std::shared_ptr<detail::Job> job;
-  std::vector<int> ranks;  // world ranks, by group rank
-  int rank = 0;            // in the group
-  std::string name;        // "the world", "group 1.2"
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  std::unique_ptr<detail::SharedMemoryReduce> local;  // all-reduce among ranks of one host
-  uint32_t next_tag = 0;   // the communication thread's
-  uint64_t issued = 0;     // the caller's
-  int children = 0;        // sub-groups made from this one
-  std::atomic<int64_t> collectives{0}, busy_ns{0};
-  std::shared_ptr<std::atomic<int64_t>> waited_ns = std::make_shared<std::atomic<int64_t>>(0);
-  detail::CommThread comm;  // last: its thread stops before the rest goes
-
-  bool waited_at_once = false;  // set by the synchronous forms for the submit they make
-
-  // Queues a collective (or, for a caller that waits for it at once, runs
-  // it here when nothing is queued); its error names it, this rank, and why.
-  Work submit(const char* what, std::function<void()> run) {
-    const bool here = std::exchange(waited_at_once, false);
-    const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;
-    auto task = [this, label, run = std::move(run), caller = std::this_thread::get_id()] {
-      detail::Liveness& live = *job->liveness;
-      live.doing(label);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        run();
-        const int64_t took =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-        busy_ns += took;
-        if (std::this_thread::get_id() == caller) *waited_ns += took;  // ran in place: the caller waited it out
-        ++collectives;
-      } catch (const std::exception& e) {
-        const auto settle = std::min(job->timeout, std::chrono::milliseconds(1500));
-        const std::string why = live.diagnose(ranks, settle);
-        live.doing(label + " (failed)");
-        KILN_FAIL("dist: ", label, " failed on rank ", job->place.rank, " (", live.where(job->place.rank), ") after at most ",
-                  job->timeout.count(), " ms: ", e.what(), ". ", why);
-      }
-      live.doing(label + " (done)");
-    };
-    return Work(here ? comm.run_or_post(std::move(task)) : comm.post(std::move(task)), waited_ns);
-  }
-  uint32_t tag() { return next_tag++; }
-};
-
-namespace detail {
-struct GroupAccess {
-  static std::shared_ptr<ProcessGroup> make(std::unique_ptr<ProcessGroup::Impl> impl) {
-    return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
-  }
-};
-}  // namespace detail
-
-// The synchronous forms: the collective they submit may run on the caller's thread.
-struct AtOnce {
-  explicit AtOnce(ProcessGroup::Impl& g) : g(g) { g.waited_at_once = true; }
-  ~AtOnce() { g.waited_at_once = false; }
-  ProcessGroup::Impl& g;
-};
-
-void Work::wait() const {
-  if (!done_.valid()) return;
-  if (waited_ns_ && !completed()) {
-    const auto start = std::chrono::steady_clock::now();
-    done_.wait();
-    *waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  }
-  done_.get();
-}
-
-bool Work::completed() const {
-  return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-}
-
 namespace {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
@@ -182,25 +107,77 @@ void set_buffer(Options& o, bool output, void* data, size_t n, size_t element_si
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ProcessGroup::~ProcessGroup() = default;
-int ProcessGroup::rank() const { return impl_->rank; }
-int ProcessGroup::size() const { return static_cast<int>(impl_->ranks.size()); }
-const Place& ProcessGroup::place() const { return impl_->job->place; }
-const std::vector<int>& ProcessGroup::ranks() const { return impl_->ranks; }
-std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->job->timeout; }
+// A Gloo group: the job it belongs to, its context over the job's TCP
+// device, the shared-memory all-reduce when its ranks share a host, and the
+// thread its collectives run on.
+class GlooGroup final : public ProcessGroup {
+ public:
+  std::shared_ptr<detail::Job> job;
+  std::vector<int> world_ranks;  // by group rank
+  int my_rank = 0;           // in the group
+  std::string name;          // "the world", "group 1.2"
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::unique_ptr<detail::SharedMemoryReduce> local;  // all-reduce among ranks of one host
+  uint32_t next_tag = 0;   // the communication thread's
+  uint64_t issued = 0;     // the caller's
+  int children = 0;        // sub-groups made from this one
+  std::atomic<int64_t> collectives{0}, busy_ns{0};
+  std::shared_ptr<std::atomic<int64_t>> waited_ns = std::make_shared<std::atomic<int64_t>>(0);
+  detail::CommThread comm;  // last: its thread stops before the rest goes
 
-bool ProcessGroup::shared_memory() const { return impl_->local != nullptr; }
+  int rank() const override { return my_rank; }
+  int size() const override { return static_cast<int>(world_ranks.size()); }
+  const Place& place() const override { return job->place; }
+  const std::vector<int>& ranks() const override { return world_ranks; }
+  std::chrono::milliseconds timeout() const override { return job->timeout; }
+  std::string backend() const override { return "gloo"; }
+  bool shared_memory() const override { return local != nullptr; }
+  Stats stats() const override {
+    return {collectives.load(), static_cast<double>(busy_ns.load()) * 1e-9, static_cast<double>(waited_ns->load()) * 1e-9};
+  }
 
-ProcessGroup::Stats ProcessGroup::stats() const {
-  return {impl_->collectives.load(), static_cast<double>(impl_->busy_ns.load()) * 1e-9,
-          static_cast<double>(impl_->waited_ns->load()) * 1e-9};
-}
+  Work all_reduce_async(Tensor t, ReduceOp op) override;
+  Work broadcast_async(Tensor t, int root) override;
+  Work all_gather_async(Tensor out, Tensor in) override;
+  Work reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) override;
+  Work barrier_async() override;
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks) override;
 
-Work ProcessGroup::all_reduce_async(Tensor t, ReduceOp op) {
+ private:
+  // Queues a collective (or, for a caller that waits for it at once, runs
+  // it here when nothing is queued); its error names it, this rank, and why.
+  Work submit(const char* what, std::function<void()> run) {
+    const bool here = take_waited_at_once();
+    const std::string label = std::string(what) + " #" + std::to_string(++issued) + " of " + name;
+    auto task = [this, label, run = std::move(run), caller = std::this_thread::get_id()] {
+      detail::Liveness& live = *job->liveness;
+      live.doing(label);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        run();
+        const int64_t took =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        busy_ns += took;
+        if (std::this_thread::get_id() == caller) *waited_ns += took;  // ran in place: the caller waited it out
+        ++collectives;
+      } catch (const std::exception& e) {
+        const auto settle = std::min(job->timeout, std::chrono::milliseconds(1500));
+        const std::string why = live.diagnose(world_ranks, settle);
+        live.doing(label + " (failed)");
+        KILN_FAIL("dist: ", label, " failed on rank ", job->place.rank, " (", live.where(job->place.rank), ") after at most ",
+                  job->timeout.count(), " ms: ", e.what(), ". ", why);
+      }
+      live.doing(label + " (done)");
+    };
+    return Work(here ? comm.run_or_post(std::move(task)) : comm.post(std::move(task)), waited_ns);
+  }
+  uint32_t tag() { return next_tag++; }
+};
+
+Work GlooGroup::all_reduce_async(Tensor t, ReduceOp op) {
   check_tensor(t, "all_reduce");
   const Reduction r = checked_reduction(t.dtype(), op, "all_reduce");
-  Impl& g = *impl_;
+  GlooGroup& g = *this;
   return g.submit("all_reduce", [&g, t, op, r] {
     const size_t n = static_cast<size_t>(t.numel());
     if (g.local) {
@@ -213,14 +190,14 @@ Work ProcessGroup::all_reduce_async(Tensor t, ReduceOp op) {
       o.setTimeout(g.job->timeout);
       gloo::allreduce(o);
     }
-    if (op == ReduceOp::Mean) r.divide(t.raw_data(), n, static_cast<int>(g.ranks.size()));
+    if (op == ReduceOp::Mean) r.divide(t.raw_data(), n, static_cast<int>(g.world_ranks.size()));
   });
 }
 
-Work ProcessGroup::broadcast_async(Tensor t, int root) {
+Work GlooGroup::broadcast_async(Tensor t, int root) {
   check_tensor(t, "broadcast");
   KILN_CHECK(root >= 0 && root < size(), "dist: broadcast from rank ", root, " in a group of ", size());
-  Impl& g = *impl_;
+  GlooGroup& g = *this;
   return g.submit("broadcast", [&g, t, root] {
     gloo::BroadcastOptions o(g.context);
     o.setOutput(static_cast<uint8_t*>(t.raw_data()), static_cast<size_t>(t.numel()) * t.element_size());
@@ -231,26 +208,26 @@ Work ProcessGroup::broadcast_async(Tensor t, int root) {
   });
 }
 
-Work ProcessGroup::all_gather_async(Tensor out, Tensor in) {
+Work GlooGroup::all_gather_async(Tensor out, Tensor in) {
   check_tensor(in, "all_gather", "an input");
   check_tensor(out, "all_gather", "an output");
   Shape want = in.shape();
   want.insert(want.begin(), size());
   KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: all_gather into ", out.meta_str(), " from ",
              in.meta_str(), "; the output must be ", dtype_name(in.dtype()), shape_str(want), " (the group's size first)");
-  Impl& g = *impl_;
+  GlooGroup& g = *this;
   return g.submit("all_gather", [&g, out, in] {
     gloo::AllgatherOptions o(g.context);
     const size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
     o.setInput(static_cast<uint8_t*>(in.raw_data()), bytes);
-    o.setOutput(static_cast<uint8_t*>(out.raw_data()), bytes * g.ranks.size());
+    o.setOutput(static_cast<uint8_t*>(out.raw_data()), bytes * g.world_ranks.size());
     o.setTag(g.tag());
     o.setTimeout(g.job->timeout);
     gloo::allgather(o);
   });
 }
 
-Work ProcessGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
+Work GlooGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
   check_tensor(in, "reduce_scatter", "an input");
   check_tensor(out, "reduce_scatter", "an output");
   const Reduction r = checked_reduction(in.dtype(), op, "reduce_scatter");
@@ -261,7 +238,7 @@ Work ProcessGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
   want[0] /= n;
   KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: reduce_scatter into ", out.meta_str(),
              "; the output must be ", dtype_name(in.dtype()), shape_str(want));
-  Impl& g = *impl_;
+  GlooGroup& g = *this;
   return g.submit("reduce_scatter", [&g, out, in, op, r, n] {
     // Every rank sends part k to rank k (an all-to-all), then adds up what it got.
     const size_t part = static_cast<size_t>(out.numel()), bytes = part * out.element_size();
@@ -278,8 +255,8 @@ Work ProcessGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
   });
 }
 
-Work ProcessGroup::barrier_async() {
-  Impl& g = *impl_;
+Work GlooGroup::barrier_async() {
+  GlooGroup& g = *this;
   return g.submit("barrier", [&g] {
     gloo::BarrierOptions o(g.context);
     o.setTag(g.tag());
@@ -288,42 +265,8 @@ Work ProcessGroup::barrier_async() {
   });
 }
 
-void ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
-  const AtOnce here(*impl_);
-  all_reduce_async(t, op).wait();
-}
-
-void ProcessGroup::broadcast(Tensor& t, int root) {
-  const AtOnce here(*impl_);
-  broadcast_async(t, root).wait();
-}
-
-void ProcessGroup::barrier() {
-  const AtOnce here(*impl_);
-  barrier_async().wait();
-}
-
-Tensor ProcessGroup::all_gather(const Tensor& t) {
-  Shape shape = t.shape();
-  shape.insert(shape.begin(), size());
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const AtOnce here(*impl_);
-  all_gather_async(out, t).wait();
-  return out;
-}
-
-Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op) {
-  KILN_CHECK(t.dim() >= 1, "dist: reduce_scatter takes a tensor with at least one axis, got ", t.meta_str());
-  Shape shape = t.shape();
-  shape[0] /= size();
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const AtOnce here(*impl_);
-  reduce_scatter_async(out, t, op).wait();
-  return out;
-}
-
-std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& members) {
-  Impl& parent = *impl_;
+std::shared_ptr<ProcessGroup> GlooGroup::new_group(const std::vector<int>& members) {
+  GlooGroup& parent = *this;
   std::set<int> seen;
   for (int r : members)
     KILN_CHECK(r >= 0 && r < size() && seen.insert(r).second, "dist: new_group takes distinct ranks of a group of ",
@@ -331,14 +274,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& me
   KILN_CHECK(!members.empty(), "dist: new_group needs at least one rank");
   // Every member names it the same way: its parent's name and how many the parent made.
   const std::string name = (parent.name == "the world" ? "group " : parent.name + ".") + std::to_string(++parent.children);
-  auto it = std::find(members.begin(), members.end(), parent.rank);
+  auto it = std::find(members.begin(), members.end(), parent.my_rank);
   if (it == members.end()) return nullptr;
-  auto g = std::make_unique<Impl>();
+  auto g = std::make_shared<GlooGroup>();
   g->job = parent.job;
-  for (int r : members) g->ranks.push_back(parent.ranks[static_cast<size_t>(r)]);
-  g->rank = static_cast<int>(it - members.begin());
+  for (int r : members) g->world_ranks.push_back(parent.world_ranks[static_cast<size_t>(r)]);
+  g->my_rank = static_cast<int>(it - members.begin());
   g->name = name;
-  g->context = std::make_shared<gloo::rendezvous::Context>(g->rank, static_cast<int>(members.size()));
+  g->context = std::make_shared<gloo::rendezvous::Context>(g->my_rank, static_cast<int>(members.size()));
   g->context->setTimeout(g->job->timeout);
   gloo::rendezvous::PrefixStore prefixed("kiln/" + name, *g->job->store);
   try {
@@ -347,47 +290,21 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& me
     KILN_FAIL("dist: making ", name, " failed on rank ", g->job->place.rank, ": ", e.what(),
               ". Every rank of the group it was made from must call new_group with the same ranks, in the same order");
   }
-  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/" + name, g->rank, g->context->size, g->ranks,
+  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/" + name, g->my_rank, g->context->size, g->world_ranks,
                                               g->job->timeout);
-  return detail::GroupAccess::make(std::move(g));
+  return g;
 }
 
 std::shared_ptr<ProcessGroup> make_world(std::shared_ptr<detail::Job> job, std::shared_ptr<gloo::rendezvous::Context> context) {
-  auto g = std::make_unique<ProcessGroup::Impl>();
+  auto g = std::make_shared<GlooGroup>();
   g->job = std::move(job);
-  for (int r = 0; r < g->job->place.world_size; ++r) g->ranks.push_back(r);
-  g->rank = g->job->place.rank;
+  for (int r = 0; r < g->job->place.world_size; ++r) g->world_ranks.push_back(r);
+  g->my_rank = g->job->place.rank;
   g->name = "the world";
   g->context = std::move(context);
-  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/world", g->rank, g->job->place.world_size,
-                                              g->ranks, g->job->timeout);
-  return detail::GroupAccess::make(std::move(g));
-}
-
-}  // namespace kiln::dist
-
-namespace kiln::dist {
-namespace {
-std::mutex handles_mutex;
-std::vector<std::weak_ptr<ProcessGroup>> handles;
-}  // namespace
-
-int64_t handle_of(const std::shared_ptr<ProcessGroup>& group) {
-  KILN_CHECK(group != nullptr, "dist: no process group (this rank is not a member of it)");
-  std::lock_guard<std::mutex> lock(handles_mutex);
-  for (size_t i = 0; i < handles.size(); ++i)
-    if (handles[i].lock() == group) return static_cast<int64_t>(i);
-  handles.push_back(group);
-  return static_cast<int64_t>(handles.size()) - 1;
-}
-
-std::shared_ptr<ProcessGroup> group_of_handle(int64_t handle) {
-  std::lock_guard<std::mutex> lock(handles_mutex);
-  std::shared_ptr<ProcessGroup> group;
-  if (handle >= 0 && static_cast<size_t>(handle) < handles.size()) group = handles[static_cast<size_t>(handle)].lock();
-  KILN_CHECK(group != nullptr, "dist: process group ", handle, " no longer exists; keep the group alive as long as "
-             "what uses it (a DataParallel, a compiled training step)");
-  return group;
+  g->local = detail::SharedMemoryReduce::join(*g->job->store, "kiln/shm/world", g->my_rank, g->job->place.world_size,
+                                              g->world_ranks, g->job->timeout);
+  return g;
 }
 
 }  // namespace kiln::dist
