@@ -27,9 +27,10 @@ namespace {
 // A command whose library this build lacks: it exists, and says how to get it.
 [[maybe_unused]] void add_missing_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& option) {
   CLI::App* cmd = app.add_subcommand(name, what + " (not in this build: configure with -D" + option + "=ON)");
-  cmd->allow_extras();
-  cmd->callback([name, what, option] {
-    throw kiln::Error("'kiln " + name + "' is not in this build: " + what + " needs a Kiln configured with -D" + option +
+  cmd->fallthrough(false);  // whatever follows is the missing command's
+  cmd->prefix_command();
+  cmd->callback([name, option] {
+    throw kiln::Error("'kiln " + name + "' is not in this build: configure Kiln with -D" + option +
                       "=ON (scripts/build.sh builds everything)");
   });
 }
@@ -63,13 +64,13 @@ int main(int argc, char** argv) {
 #ifdef KILN_WITH_SERVE
   kiln::cli::add_serve_command(app);
 #else
-  add_missing_command(app, "serve", "serving models over HTTP (Open Inference Protocol v2)", "KILN_BUILD_SERVE");
+  add_missing_command(app, "serve", "Serve ONNX models over HTTP", "KILN_BUILD_SERVE");
 #endif
 #ifdef KILN_WITH_DIST
   kiln::cli::add_launch_commands(app);
 #else
-  add_missing_command(app, "launch", "starting the ranks of a distributed job", "KILN_BUILD_DIST");
-  add_missing_command(app, "logs", "reading a distributed job's per-rank logs", "KILN_BUILD_DIST");
+  add_missing_command(app, "launch", "Start the ranks of a distributed job", "KILN_BUILD_DIST");
+  add_missing_command(app, "logs", "Read the per-rank logs of kiln launch", "KILN_BUILD_DIST");
 #endif
 #ifdef KILN_WITH_STUDIO
   kiln::cli::add_studio_commands(app);
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_service_commands(app);
 #else
   for (const char* name : {"studio", "store", "job", "model", "service"})
-    add_missing_command(app, name, "Kiln Studio", "KILN_BUILD_STUDIO");
+    add_missing_command(app, name, std::string("Kiln Studio's ") + name + " commands", "KILN_BUILD_STUDIO");
 #endif
   try {
     load_plugins(argc, argv);
