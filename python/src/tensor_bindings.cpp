@@ -118,8 +118,20 @@ DType from_dl_dtype(DLDataType t) {
             " bits) has no kiln counterpart; convert the tensor to float32, int64, uint8 or bool first");
 }
 
+// DLPack's name for a tensor's device: the CPU, CUDA, or a device DLPack
+// has no type for (kDLExtDev: the reference backend's memory).
+DLDevice dl_device(Device d) {
+  if (d.type == DeviceType::CPU) return {kDLCPU, 0};
+  if (d.type == DeviceType::CUDA) return {kDLCUDA, d.index};
+  return {kDLExtDev, d.index};
+}
+
 py::capsule to_dlpack(const Tensor& t) {
-  KILN_CHECK(t.device().type != DeviceType::CUDA, "__dlpack__: CUDA tensors are not exported yet; call .to('cpu') first");
+  if (t.device().type != DeviceType::CPU)
+    throw py::buffer_error("__dlpack__: the tensor is on " + t.device().str() + ", which " +
+                           (t.device().type == DeviceType::CUDA ? "Kiln does not export through DLPack yet"
+                                                                : "no DLPack consumer can read") +
+                           "; call .to('cpu') first");
   auto* ex = new DLPackExport{t.impl_ptr(), t.shape(), t.strides()};
   DLTensor& dl = ex->managed.dl_tensor;
   dl.data = t.raw_data();
@@ -405,7 +417,11 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
       .def_property_readonly("strides", [](const Tensor& x) { return py::tuple(py::cast(x.strides())); })
       .def_property_readonly("device", [](const Tensor& x) { return x.device().str(); })
       .def("is_contiguous", &Tensor::is_contiguous)
-      .def("data_ptr", [](const Tensor& x) { return reinterpret_cast<uintptr_t>(x.raw_data()); })
+      // The first element's address in its device's memory (as PyTorch's), which the host may not read.
+      .def("data_ptr", [](const Tensor& x) {
+        return reinterpret_cast<uintptr_t>(static_cast<char*>(x.impl().storage->data) +
+                                           x.offset() * static_cast<int64_t>(x.element_size()));
+      })
       .def("__len__", [](const Tensor& x) {
         if (x.dim() == 0) throw py::type_error("len() of a 0-d tensor");
         return x.shape()[0];
@@ -426,7 +442,10 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
         return dtype.is_none() ? a : py::array(a.attr("astype")(dtype));
       }, py::arg("dtype") = py::none())
       .def("__dlpack__", [](const Tensor& x, py::object stream) { return to_dlpack(x); }, py::arg("stream") = py::none())
-      .def("__dlpack_device__", [](const Tensor& x) { return py::make_tuple(int(kDLCPU), 0); })
+      .def("__dlpack_device__", [](const Tensor& x) {
+        const DLDevice d = dl_device(x.device());
+        return py::make_tuple(int(d.device_type), d.device_id);
+      })
       .def("__getitem__", &get_item)
       .def("__setitem__", &set_item)
       // views and copies

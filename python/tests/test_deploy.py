@@ -79,10 +79,13 @@ def test_serve_and_query(tmp_path):
     np.testing.assert_allclose(logits, net(kiln.tensor(x)).numpy(), rtol=1e-4, atol=1e-5)
 
 
-torch = pytest.importorskip("torch", reason="python3-torch is not installed")
+@pytest.fixture
+def torch():
+    """PyTorch, for the tests that compare with it; they alone skip without python3-torch."""
+    return pytest.importorskip("torch", reason="python3-torch is not installed")
 
 
-def test_torch_state_dict_loads_with_a_name_report(tmp_path):
+def test_torch_state_dict_loads_with_a_name_report(tmp_path, torch):
     tnet = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
     torch.save(tnet.state_dict(), tmp_path / "w.pt")
     net = nn.SequentialCell(nn.Dense(6, 5), nn.ReLU(), nn.Dense(5, 3))
@@ -95,7 +98,18 @@ def test_torch_state_dict_loads_with_a_name_report(tmp_path):
         kiln.load_torch_weights(nn.SequentialCell(nn.Dense(6, 5)), tmp_path / "w.pt", verbose=False)
 
 
-def test_dlpack_round_trips_with_torch_without_copies():
+def test_tensors_on_a_device_the_host_cannot_read_report_it_and_copy_for_numpy():
+    t = kiln.arange(6, dtype=kiln.float32).reshape(2, 3).to("reference")
+    assert t.device == "reference:0"
+    assert t.__dlpack_device__() == (12, 0)  # kDLExtDev: no DLPack consumer reads the reference backend's memory
+    with pytest.raises(BufferError, match=r"reference:0.*\.to\('cpu'\)"):
+        t.__dlpack__()
+    np.testing.assert_array_equal(t.asnumpy(), np.arange(6, dtype=np.float32).reshape(2, 3))  # a copy, as MindSpore's
+    assert (t * 2).sum().item() == 30.0
+    assert "[3.0000, 4.0000, 5.0000]" in repr(t)
+
+
+def test_dlpack_round_trips_with_torch_without_copies(torch):
     t = kiln.arange(6).reshape(2, 3)
     as_torch = torch.from_dlpack(t)
     assert as_torch.shape == (2, 3) and as_torch.data_ptr() == t.data_ptr()

@@ -1,8 +1,13 @@
 #include "kiln/tensor.h"
 
+#include <atomic>
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "core/read_observer.h"
+#include "kiln/backend.h"
+#include "kiln/caller_language.h"
+#include "kiln/grad_mode.h"
 
 namespace kiln {
 namespace detail {
@@ -36,9 +41,37 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+namespace detail {
+
+bool host_readable(Device device) {
+  if (device.type == DeviceType::CPU) return true;
+  const Backend* b = find_backend(device.type);
+  return b != nullptr && b->host_memory();
+}
+
+namespace {
+std::atomic<int64_t> g_host_read_copies{0};
+}  // namespace
+
+int64_t host_read_copies() { return g_host_read_copies.load(); }
+
+// A CPU copy of a tensor whose memory the host cannot read, for `what`.
+Tensor readable_copy(const Tensor& t) {
+  g_host_read_copies.fetch_add(1, std::memory_order_relaxed);
+  NoGradGuard no_grad;
+  return t.to(cpu_device());
+}
+
+}  // namespace detail
+
 void* Tensor::raw_data() const {
   detail::observe_read(*this, "reading its data");
-  return static_cast<char*>(impl().storage->data) + impl().offset * static_cast<int64_t>(element_size());
+  // One check for every host read of a tensor's memory: a device's memory
+  // is the device's to touch (its kernels take detail::device_address).
+  KILN_CHECK(detail::host_readable(device()), "reading the memory of a ", meta_str(), " tensor on ", device().str(),
+             " from the host (raw_data(), data<T>(), a NumPy or DLPack view): the host cannot read that device's memory; ",
+             in_caller_language("copy it first with .to(kiln::cpu_device())", "copy it first with .to('cpu') (or .asnumpy())"));
+  return detail::device_address(*this);
 }
 
 std::string Tensor::meta_str() const {
@@ -70,6 +103,7 @@ T Tensor::item() const {
   detail::observe_read(*this, "item()");
   KILN_CHECK(numel() == 1, "item() needs a one-element tensor, but this one is ", meta_str(),
              "; index or reduce it first");
+  if (!detail::host_readable(device())) return detail::readable_copy(*this).item<T>();
   double v = 0;
   KILN_DISPATCH_ALL(dtype(), v = element_as_double<scalar_t>(*this, 0));
   return static_cast<T>(v);
@@ -116,6 +150,7 @@ void gather_converted(const Tensor& t, std::vector<T>& out) {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   detail::observe_read(*this, "to_vector()");
+  if (!detail::host_readable(device())) return detail::readable_copy(*this).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel()));
   KILN_DISPATCH_ALL(dtype(), gather_converted<T, scalar_t>(*this, out));
   return out;

@@ -71,7 +71,7 @@ bool masked_fill(const Graph& g, const Node& n, int& scores, Tensor& blocked) {
     const double fill = constant_scalar(g, n.inputs[side]);
     if (std::isnan(fill) || fill > -1e9) continue;
     scores = n.inputs[3 - side];
-    blocked = cond.tensor.contiguous();
+    blocked = cond.tensor.to(cpu_device()).contiguous();  // read here, on the host, whatever the graph's device
     if (side == 2) {  // the condition names the kept scores
       Tensor flipped = Tensor::empty(blocked.shape(), DType::Bool);
       const bool* from = blocked.data<bool>();
@@ -179,7 +179,7 @@ std::string fuse_attention(Graph& g) {
       const bool* from = blocked.data<bool>();
       float* to = additive.data<float>();
       for (int64_t i = 0; i < blocked.numel(); ++i) to[i] = from[i] ? -std::numeric_limits<float>::infinity() : 0.0f;
-      mask = add_constant(g, additive);
+      mask = add_constant(g, additive.to(qm.device));
     }
     Node fused_node;
     fused_node.op = &attention;

@@ -77,7 +77,7 @@ std::string signature_of(const std::vector<Tensor>& inputs, const std::string& e
 // The device a graph runs on: its inputs' (or, without inputs, its
 // parameters'). Its executor's arena is that backend's memory, and the
 // kernels are its kernels, with the CPU's standing in, visibly, where it has
-// none; so the backend must keep its tensors in host memory.
+// none (across copies, as in eager mode).
 static Device graph_device(const graph::Graph& g, const std::string& name) {
   Device device = cpu_device();
   bool found = false;
@@ -85,8 +85,6 @@ static Device graph_device(const graph::Graph& g, const std::string& name) {
     if (!found) device = g.values[id].meta.device, found = true;
   for (const auto& v : g.values)
     if (!found && v.kind == graph::ValueKind::Param) device = v.meta.device, found = true;
-  KILN_CHECK(backend(device.type).host_memory(), "graph mode runs on backends in host memory, but ", name,
-             " has its values on ", device.str(), "; run it eagerly");
   for (int id : g.inputs)
     KILN_CHECK(g.values[id].meta.device == device, "the inputs of ", name, " are on ", device.str(), " and ",
                g.values[id].meta.device.str(), "; a compiled graph runs on one device: move them to one first");

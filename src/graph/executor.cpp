@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
@@ -34,8 +35,9 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
-    // The device keeps its tensors in host memory (compile checks), so the
-    // CPU's kernel runs on them where they are; a view needs nothing more.
+    // On a device in host memory the CPU's kernel runs on the tensors where
+    // they are; on any other it runs on copies (run_slots). A view needs
+    // nothing more: it only makes sizes and strides over the same storage.
     if (k != nullptr && !n.op->has_tag(kTagView)) {
       allow_fallback(*n.op, device_, dtype, why);
       *fallback = true;
@@ -89,10 +91,8 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
     const Tensor& src = inputs[i];
     KILN_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "compiled graph: input ", i, " is ",
                src.meta_str(), " but the graph was built for ", dst.meta_str());
-    if (src.is_contiguous() && src.device() == dst.device())
-      std::memcpy(dst.raw_data(), src.raw_data(), static_cast<size_t>(src.numel()) * src.element_size());
-    else if (src.is_contiguous())
-      copy_between(dst.device(), dst.raw_data(), src.device(), src.raw_data(),
+    if (src.is_contiguous())  // a memcpy between two tensors in host memory
+      copy_between(dst.device(), detail::device_address(dst), src.device(), detail::device_address(src),
                    static_cast<size_t>(src.numel()) * src.element_size());
     else
       dst.copy_(src.to(dst.device()));
@@ -104,13 +104,15 @@ const std::vector<Tensor>& Executable::run_slots() {
   apply_num_threads_to_this_thread();
   const bool profiling = profiler::detail::active();
   Backend& b = backend(device_.type);
-  b.run_steps(device_.index, steps_.size(), [this, profiling](size_t i) {
+  const bool host_memory = b.host_memory();
+  b.run_steps(device_.index, steps_.size(), [this, profiling, host_memory](size_t i) {
     Step& s = steps_[i];
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
       if (s.kernel) {
-        if (s.fallback) count_fallback();
-        if (s.widened) run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
+        if (s.fallback && !host_memory) run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
+        else if (s.fallback) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
+        else if (s.widened) run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
         else s.kernel(s.in, s.out, s.node->attrs);
         bump_written_versions(*s.node->op, s.in, s.node->attrs);
       }

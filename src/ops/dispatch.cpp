@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/device_memory.h"
 #include "core/read_observer.h"
 #include "kiln/backend.h"
 #include "kiln/functional.h"
@@ -162,13 +163,10 @@ KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d, const std::string& w
   if (d.device.type == DeviceType::CPU) return nullptr;
   KernelFn cpu = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
   if (!cpu) return nullptr;
-  // A view moves no data: on a backend in host memory the CPU's view kernel
-  // is the view, with no copy and nothing to report.
-  if (op.has_tag(kTagView)) {
-    KILN_CHECK(backend(d.device.type).host_memory(), "no ", device_type_name(d.device.type),
-               " kernel for the view op; views cannot fall back to the CPU across a copy");
-    return cpu;
-  }
+  // A view moves no data: the CPU's view kernel only makes a tensor over the
+  // same storage with other sizes, strides and offset, which is the view on
+  // any backend, with no copy and nothing to report.
+  if (op.has_tag(kTagView)) return cpu;
   allow_fallback(op, d.device, d.dtype, why);
   return cpu;
 }
@@ -217,6 +215,8 @@ Tensor host_copy(const Tensor& t) {
   return Tensor(std::move(impl));
 }
 
+}  // namespace
+
 // Runs the CPU kernel on copies of the inputs: outputs are copied back to
 // `device`, and so are the inputs the op writes in place.
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
@@ -228,7 +228,7 @@ void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs
   for (size_t i = 0; i < outputs.size(); ++i) host_out[i] = Tensor::empty(outputs[i].shape(), outputs[i].dtype());
   cpu(host, host_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
-    copy_between(device, outputs[i].raw_data(), cpu_device(), host_out[i].raw_data(),
+    copy_between(device, detail::device_address(outputs[i]), cpu_device(), host_out[i].raw_data(),
                  static_cast<size_t>(host_out[i].numel()) * host_out[i].element_size());
   if (op.writes_with(attrs))
     for (int w : op.writes)
@@ -237,8 +237,6 @@ void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs
         copy_between(dst.device, dst.data, cpu_device(), host[w].impl().storage->data, dst.nbytes);
       }
 }
-
-}  // namespace
 
 void set_strict_device(bool strict) { g_strict.store(strict ? 1 : 0); }
 

@@ -25,6 +25,11 @@ void allow_fallback(const OpDef& op, Device device, DType dtype, const std::stri
 KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
                        const Attrs& attrs, std::string* why);
 void count_fallback();
+// Runs the CPU kernel `cpu` for a call on `device`, whose memory the host
+// cannot read: on host copies of the inputs, with the outputs (and the
+// inputs the op writes) copied back; counts the fallback.
+void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                const Attrs& attrs, Device device);
 
 // float16/bfloat16 calls on the CPU of an op with a float32 kernel but none
 // for that dtype: widening_kernel gives the float32 kernel (null where this

@@ -1,8 +1,9 @@
 // to_device: a tensor's copy on another backend, as an op so that autograd
 // records it (the gradient goes back to the source device) and profiles
-// show the transfer. Its kernel is the backend interface's copy_between, the
-// same for every pair of backends in host memory; a backend with memory of
-// its own registers a kernel that reaches it.
+// show the transfer. Its kernel is the backend interface's copy_between,
+// the same for every pair of backends: each side's backend reaches its own
+// memory.
+#include "core/device_memory.h"
 #include "kiln/backend.h"
 #include "ops/op_helpers.h"
 
@@ -11,7 +12,7 @@ namespace {
 
 void to_device_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   KILN_CHECK(in[0].is_contiguous(), "to_device copies contiguous tensors; call .contiguous() first (Tensor::to does)");
-  copy_between(out[0].device(), out[0].raw_data(), in[0].device(), in[0].raw_data(),
+  copy_between(out[0].device(), device_address(out[0]), in[0].device(), device_address(in[0]),
                static_cast<size_t>(in[0].numel()) * in[0].element_size());
 }
 

@@ -173,9 +173,16 @@ TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
 // worker thread here) and waits for them in synchronize(), as a device
 // backend does: the executor takes its run loop from the backend and waits
 // before it hands the outputs back.
-class StreamBackend : public HostMemoryBackend {
+class StreamBackend : public Backend {
  public:
   explicit StreamBackend(Backend& inner) : inner_(inner) {}
+  // The reference backend's memory (its handles) and copies.
+  Allocator& allocator(int index) override { return inner_.allocator(index); }
+  bool host_memory() const override { return inner_.host_memory(); }
+  void copy_to_host(void* dst, const void* src, size_t n, int index) override { inner_.copy_to_host(dst, src, n, index); }
+  void copy_from_host(void* dst, const void* src, size_t n, int index) override {
+    inner_.copy_from_host(dst, src, n, index);
+  }
   bool supports(const std::string& op, const std::vector<DType>& d, const Attrs& a, std::string* why) const override {
     return inner_.supports(op, d, a, why);
   }

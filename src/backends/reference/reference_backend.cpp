@@ -1,10 +1,17 @@
-// The reference backend: tensors in host memory and plain, obviously correct
-// loops (one element at a time, index arithmetic, double accumulators) for a
-// few ops: copy, matmul, sum, conv2d without groups, and every op with an
-// elementwise formula through its block runner. It exists to prove the
-// backend seam without hardware: the test suite checks it against the CPU,
-// and every other op, or call its kernel does not take (a grouped
-// convolution), falls back to the CPU visibly.
+// The reference backend: plain, obviously correct loops (one element at a
+// time, index arithmetic, double accumulators) for a few ops: copy, matmul,
+// sum, conv2d without groups, and every op with an elementwise formula
+// through its block runner. It exists to prove the backend seam without
+// hardware: the test suite checks it against the CPU, and every other op,
+// or call its kernel does not take (a grouped convolution), falls back to
+// the CPU visibly.
+//
+// Its memory is a device's as far as the host knows: the addresses it hands
+// out are handles (host blocks with their top bits set, which no load can
+// follow), decoded only by its kernels and copies. A host read that skips
+// the checked path (Tensor::raw_data) faults instead of reading quietly, so
+// the whole test suite catches what would read GPU memory from the host.
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,8 +22,32 @@
 namespace kiln::reference {
 namespace {
 
-class ReferenceBackend : public HostMemoryBackend {
+// Non-canonical on x86-64 and AArch64 alike: the top byte set.
+constexpr uintptr_t kHandleTag = uintptr_t{0x5a} << 56;
+
+void* to_handle(void* host) { return host ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(host) ^ kHandleTag) : nullptr; }
+template <typename T = void>
+T* from_handle(const void* handle) {
+  return handle ? reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(handle) ^ kHandleTag) : nullptr;
+}
+
+// The host's caching allocator, behind handles.
+class HandleAllocator : public Allocator {
  public:
+  void* allocate(size_t nbytes) override { return to_handle(host_allocator().allocate(nbytes)); }
+  void deallocate(void* handle, size_t nbytes) override { host_allocator().deallocate(from_handle(handle), nbytes); }
+};
+
+class ReferenceBackend : public Backend {
+ public:
+  Allocator& allocator(int) override { return allocator_; }
+  bool host_memory() const override { return false; }
+  void copy_to_host(void* dst, const void* src, size_t nbytes, int) override {
+    std::memcpy(dst, from_handle(src), nbytes);
+  }
+  void copy_from_host(void* dst, const void* src, size_t nbytes, int) override {
+    std::memcpy(from_handle(dst), src, nbytes);
+  }
   bool supports(const std::string& op, const std::vector<DType>&, const Attrs& attrs, std::string* why) const override {
     if (op != "conv2d" || attrs.get_int("groups", 1) == 1) return true;
     if (why) *why = "groups=" + std::to_string(attrs.get_int("groups", 1)) + ": its loop takes groups=1 only";
@@ -25,6 +56,9 @@ class ReferenceBackend : public HostMemoryBackend {
   std::string unsupported_calls(const std::string& op) const override {
     return op == "conv2d" ? "groups other than 1" : "";
   }
+
+ private:
+  HandleAllocator allocator_;
 };
 
 [[maybe_unused]] const bool registered = [] {
@@ -57,9 +91,10 @@ void for_each_index(const Shape& shape, F&& f) {
   }
 }
 
+// The host block behind t's storage (offset not applied: offset_at does).
 template <typename T>
 T* base(const Tensor& t) {
-  return static_cast<T*>(t.impl().storage->data);
+  return from_handle<T>(t.impl().storage->data);
 }
 
 template <typename T>
@@ -108,8 +143,8 @@ const BlockRunnerRegistrar runner(DeviceType::Reference, run_blocks,
 // Any layout to the output's, element by element, byte for byte.
 void copy_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const size_t size = in[0].element_size();
-  const char* src = static_cast<const char*>(in[0].impl().storage->data);
-  char* dst = static_cast<char*>(out[0].impl().storage->data);
+  const char* src = base<const char>(in[0]);
+  char* dst = base<char>(out[0]);
   for_each_index(out[0].shape(), [&](const std::vector<int64_t>& at) {
     std::memcpy(dst + offset_at(out[0], at) * size, src + offset_at(in[0], at) * size, size);
   });
