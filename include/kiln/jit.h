@@ -72,6 +72,9 @@ struct CompileReport {
   int64_t unshared_bytes = 0;  // the same without reuse
   double trace_ms = 0, passes_ms = 0, prepare_ms = 0, total_ms = 0;
   std::vector<PassReport> passes;
+  // On a device: the nodes that run on the CPU instead (its backend has no
+  // kernel for them, or its kernel does not take the call), "name (why)".
+  std::vector<std::string> on_cpu;
   std::string str() const;
 };
 

@@ -57,6 +57,12 @@ std::string CompileReport::str() const {
     s += p.summary.empty() ? "no change" : p.summary;
     s += "\n";
   }
+  if (!on_cpu.empty()) {
+    s += "  " + std::to_string(on_cpu.size()) + " node" + (on_cpu.size() == 1 ? "" : "s") +
+         " run on the CPU, their data copied there and back:";
+    for (const auto& n : on_cpu) s += "\n    " + n;
+    s += "\n";
+  }
   return s;
 }
 
@@ -210,6 +216,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.prepare_ms = ms_since(tq);
   e.report.final_nodes = e.exec->graph().nodes.size();
   e.report.kernels = e.exec->kernels();
+  e.report.on_cpu = e.exec->on_cpu();
   e.report.arena_bytes = e.exec->plan().arena_bytes;
   e.report.unshared_bytes = e.exec->plan().unshared_bytes;
   e.report.total_ms = ms_since(t0);

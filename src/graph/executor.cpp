@@ -23,7 +23,7 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
 
 }  // namespace
 
-KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened) const {
+KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened) {
   const Tensor& d = in[n.op->dispatch_input];
   const DType dtype = d.dtype();
   std::vector<DType> dtypes;
@@ -41,6 +41,9 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
     if (k != nullptr && !n.op->has_tag(kTagView)) {
       allow_fallback(*n.op, device_, dtype, why);
       *fallback = true;
+      on_cpu_.push_back(n.name() + " (" +
+                        (why.empty() ? "no " + std::string(device_type_name(device_.type)) + " kernel for " + dtype_name(dtype)
+                                     : why) + ")");
     }
   }
   KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(device_.type), " kernel for '", n.op->name,

@@ -17,8 +17,9 @@ namespace kiln::graph {
 class Executable {
  public:
   // Runs on `device`: the arena is its backend's memory and the kernels its
-  // kernels; where it has none, the CPU's run on that (host) memory in place,
-  // warned about and counted as fallbacks, or refused under strict_device.
+  // kernels; where it has none, the CPU's run (in place on host memory, on
+  // copies otherwise), warned about and counted as fallbacks, or refused
+  // under strict_device.
   Executable(Graph g, Device device);
   // The outputs alias the arena: valid until the next run.
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
@@ -28,6 +29,8 @@ class Executable {
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
   size_t kernels() const { return steps_.size(); }
+  // The nodes whose kernel is the CPU's, each as "name (why)".
+  const std::vector<std::string>& on_cpu() const { return on_cpu_; }
 
  private:
   struct Step {
@@ -37,7 +40,7 @@ class Executable {
     bool widened = false;   // the float32 kernel on a float16/bfloat16 call (run_widened)
     std::vector<Tensor> in, out;
   };
-  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr) const;
+  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr);
   Graph graph_;
   Device device_;
   MemoryPlan plan_;
@@ -46,6 +49,7 @@ class Executable {
   std::vector<Step> steps_;
   std::vector<Tensor> input_slots_;
   std::vector<Tensor> outputs_;
+  std::vector<std::string> on_cpu_;
 };
 
 }  // namespace kiln::graph

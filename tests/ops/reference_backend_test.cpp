@@ -286,7 +286,8 @@ TEST(ReferenceBackend, GradientsFlowBackAcrossDevices) {
 
 // A compiled graph on the reference backend: its arena is reference memory,
 // matmul and relu run the reference kernels, softmax (which it lacks) the
-// CPU's in place, counted once per run; the CPU's own passes stay out.
+// CPU's on copies, counted once per run and named in the compile report;
+// the CPU's own passes stay out.
 TEST(ReferenceBackend, GraphModeRunsOnItsKernelsWithVisibleFallback) {
   jit::Function fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{softmax(relu(matmul(in[0], in[1])), -1)};
@@ -299,6 +300,11 @@ TEST(ReferenceBackend, GraphModeRunsOnItsKernelsWithVisibleFallback) {
   EXPECT_EQ(y.device(), kRef);
   EXPECT_EQ(compare(y.to(cpu_device()), fn({x, w})[0].to(DType::Float64).to_vector<double>(), {4, 5}, {1e-5, 1e-6}), "");
   EXPECT_EQ(compiled.graph_text().find("fused"), std::string::npos) << compiled.graph_text();
+  // The compile report names the node that left the device, and why.
+  ASSERT_EQ(compiled.report().on_cpu.size(), 1u) << compiled.report().str();
+  EXPECT_NE(compiled.report().on_cpu[0].find("no reference kernel for float32"), std::string::npos)
+      << compiled.report().str();
+  EXPECT_NE(compiled.report().str().find("1 node run on the CPU"), std::string::npos) << compiled.report().str();
   // Inputs on two devices are refused, naming both.
   std::string msg = message_of([&] { jit::compile(fn, {x.to(kRef), w}); });
   EXPECT_NE(msg.find("reference:0"), std::string::npos) << msg;
