@@ -6,6 +6,7 @@
 #include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
+#include "graph/placement.h"
 #include "ops/dispatch_internal.h"
 
 namespace kiln::graph {
@@ -32,7 +33,12 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   std::string why;
   KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
   *fallback = false;
-  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
+  // A node placed on the CPU (place_nodes) runs the CPU's kernel on its CPU values.
+  if (device_.type != DeviceType::CPU && !n.op->has_tag(kTagTransfer) && !n.outputs.empty() &&
+      graph_.values[n.outputs[0]].meta.device.type == DeviceType::CPU) {
+    k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
+    *fallback = !n.op->has_tag(kTagView);
+  } else if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // On a device in host memory the CPU's kernel runs on the tensors where
@@ -43,7 +49,7 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
       *fallback = true;
       on_cpu_.push_back(n.name() + " (" +
                         (why.empty() ? "no " + std::string(device_type_name(device_.type)) + " kernel for " + dtype_name(dtype)
-                                     : why) + ")");
+                                     : why) + ", on the device's memory in place)");
     }
   }
   KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(device_.type), " kernel for '", n.op->name,
@@ -53,13 +59,22 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
 
 Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(device) {
   graph_.splice();
-  plan_ = plan_memory(graph_);
+  // Where the host cannot read the device's memory, what the device lacks
+  // moves to the CPU with its data; elsewhere the CPU's kernels run in place.
+  if (!backend(device_.type).host_memory()) on_cpu_ = place_nodes(graph_, device_);
+  plan_ = plan_memory(graph_, device_);
   arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_);
+  MemoryPlan cpu_plan;
+  if (!on_cpu_.empty()) {
+    cpu_plan = plan_memory(graph_, cpu_device());
+    cpu_arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(cpu_plan.arena_bytes, 64)), cpu_device());
+  }
   tensors_.resize(graph_.values.size());
   for (size_t id = 0; id < graph_.values.size(); ++id) {
     const Value& v = graph_.values[id];
     if (v.kind == ValueKind::Param || v.kind == ValueKind::Constant) tensors_[id] = v.tensor;
     else if (plan_.offset[id] >= 0) tensors_[id] = slot(arena_, plan_.offset[id], v.meta);
+    else if (cpu_arena_ && cpu_plan.offset[id] >= 0) tensors_[id] = slot(cpu_arena_, cpu_plan.offset[id], v.meta);
   }
   for (int id : graph_.inputs) {
     if (!tensors_[id].defined())
@@ -80,6 +95,8 @@ Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(d
     }
     for (size_t i = 0; i < n.outputs.size(); ++i) s.out[i] = tensors_[n.outputs[i]];
     if (n.op) s.kernel = kernel_of(n, s.in, &s.fallback, &s.widened);
+    s.on_cpu = s.fallback && !n.outputs.empty() && device_.type != DeviceType::CPU &&
+               graph_.values[n.outputs[0]].meta.device.type == DeviceType::CPU;
     steps_.push_back(std::move(s));
   }
   for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
@@ -113,7 +130,8 @@ const std::vector<Tensor>& Executable::run_slots() {
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
       if (s.kernel) {
-        if (s.fallback && !host_memory) run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
+        if (s.on_cpu) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
+        else if (s.fallback && !host_memory) run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
         else if (s.fallback) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
         else if (s.widened) run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
         else s.kernel(s.in, s.out, s.node->attrs);

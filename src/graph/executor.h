@@ -37,6 +37,7 @@ class Executable {
     const Node* node;
     KernelFn kernel = nullptr;
     bool fallback = false;  // the CPU's kernel, for want of one on the device
+    bool on_cpu = false;    // ... placed on the CPU with its data (place_nodes): it runs in place
     bool widened = false;   // the float32 kernel on a float16/bfloat16 call (run_widened)
     std::vector<Tensor> in, out;
   };
@@ -45,6 +46,7 @@ class Executable {
   Device device_;
   MemoryPlan plan_;
   Storage arena_;
+  Storage cpu_arena_;  // the values of nodes placed on the CPU
   std::vector<Tensor> tensors_;  // per value
   std::vector<Step> steps_;
   std::vector<Tensor> input_slots_;

@@ -18,7 +18,7 @@ int64_t bytes_of(const TensorMeta& m) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Graph& g) {
+MemoryPlan plan_memory(const Graph& g, std::optional<Device> only) {
   const size_t nv = g.values.size();
   MemoryPlan plan;
   plan.offset.assign(nv, -1);
@@ -76,7 +76,8 @@ MemoryPlan plan_memory(const Graph& g) {
   };
   std::vector<Buffer> buffers;
   for (size_t id = 0; id < nv; ++id)
-    if (plan.alias_of[id] == static_cast<int>(id)) buffers.push_back({static_cast<int>(id), bytes_of(g.values[id].meta), first[id], last[id]});
+    if (plan.alias_of[id] == static_cast<int>(id) && (!only || g.values[id].meta.device == *only))
+      buffers.push_back({static_cast<int>(id), bytes_of(g.values[id].meta), first[id], last[id]});
   // Largest first, each at the lowest offset free for its whole life.
   std::stable_sort(buffers.begin(), buffers.end(), [](const Buffer& a, const Buffer& b) { return a.size > b.size; });
   std::vector<const Buffer*> placed;
@@ -98,7 +99,7 @@ MemoryPlan plan_memory(const Graph& g) {
   // Outputs that took over an input's buffer start where it starts.
   for (size_t id = 0; id < nv; ++id) {
     const int root = plan.alias_of[id];
-    if (root < 0 || root == static_cast<int>(id) || g.values[id].kind != ValueKind::Result) continue;
+    if (root < 0 || root == static_cast<int>(id) || g.values[id].kind != ValueKind::Result || plan.offset[root] < 0) continue;
     if (!g.nodes[g.values[id].producer].is_view()) plan.offset[id] = plan.offset[root];
   }
   return plan;

@@ -1,6 +1,7 @@
 #pragma once
 // Liveness-based placement of every buffer the graph produces into one arena.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "graph/ir.h"
@@ -17,6 +18,7 @@ struct MemoryPlan {
 // Graph inputs and the outputs of non-view nodes get arena space; a buffer is
 // live from its definition to the last use of it or of any view of it (graph
 // outputs until the end). Buffers whose lives overlap never share bytes.
-MemoryPlan plan_memory(const Graph& g);
+// With `only`, the arena is that device's: values elsewhere get no offset.
+MemoryPlan plan_memory(const Graph& g, std::optional<Device> only = std::nullopt);
 
 }  // namespace kiln::graph

@@ -3,6 +3,9 @@
 // show the transfer. Its kernel is the backend interface's copy_between,
 // the same for every pair of backends: each side's backend reaches its own
 // memory.
+#include <cstring>
+#include <vector>
+
 #include "core/device_memory.h"
 #include "kiln/backend.h"
 #include "ops/op_helpers.h"
@@ -10,10 +13,48 @@
 namespace kiln::detail {
 namespace {
 
+// The elements of a strided tensor whose storage bytes are at `storage`, in
+// row-major order, into `dst`.
+void gather(const Tensor& t, const char* storage, char* dst) {
+  const size_t size = t.element_size();
+  const int64_t n = t.numel(), rank = t.dim();
+  std::vector<int64_t> index(static_cast<size_t>(rank), 0);
+  int64_t at = t.offset();
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + static_cast<size_t>(i) * size, storage + static_cast<size_t>(at) * size, size);
+    for (int64_t d = rank - 1; d >= 0; --d) {  // odometer step
+      at += t.strides()[d];
+      if (++index[d] < t.shape()[d]) break;
+      at -= index[d] * t.strides()[d];
+      index[d] = 0;
+    }
+  }
+}
+
 void to_device_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
-  KILN_CHECK(in[0].is_contiguous(), "to_device copies contiguous tensors; call .contiguous() first (Tensor::to does)");
-  copy_between(out[0].device(), device_address(out[0]), in[0].device(), device_address(in[0]),
-               static_cast<size_t>(in[0].numel()) * in[0].element_size());
+  const Tensor& x = in[0];
+  const size_t bytes = static_cast<size_t>(x.numel()) * x.element_size();
+  if (x.is_contiguous()) {
+    copy_between(out[0].device(), device_address(out[0]), x.device(), device_address(x), bytes);
+    return;
+  }
+  // A strided view (a compiled graph's transfer of a transposed value): its
+  // elements gathered on the host, from its storage's bytes there.
+  const StorageImpl& from = *x.impl().storage;
+  std::vector<char> staged;
+  const char* storage = static_cast<const char*>(from.data);
+  if (!host_readable(x.device())) {
+    staged.resize(from.nbytes);
+    copy_between(cpu_device(), staged.data(), x.device(), from.data, from.nbytes);
+    storage = staged.data();
+  }
+  if (host_readable(out[0].device())) {
+    gather(x, storage, static_cast<char*>(device_address(out[0])));
+  } else {
+    std::vector<char> dense(bytes);
+    gather(x, storage, dense.data());
+    copy_between(out[0].device(), device_address(out[0]), cpu_device(), dense.data(), bytes);
+  }
 }
 
 OpDefiner d_to_device(make_op(

@@ -285,9 +285,9 @@ TEST(ReferenceBackend, GradientsFlowBackAcrossDevices) {
 }
 
 // A compiled graph on the reference backend: its arena is reference memory,
-// matmul and relu run the reference kernels, softmax (which it lacks) the
-// CPU's on copies, counted once per run and named in the compile report;
-// the CPU's own passes stay out.
+// matmul and relu run the reference kernels; softmax (which it lacks) is
+// placed on the CPU, with a transfer node on each side, counted once per
+// run and named in the compile report; the CPU's own passes stay out.
 TEST(ReferenceBackend, GraphModeRunsOnItsKernelsWithVisibleFallback) {
   jit::Function fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{softmax(relu(matmul(in[0], in[1])), -1)};
@@ -300,6 +300,13 @@ TEST(ReferenceBackend, GraphModeRunsOnItsKernelsWithVisibleFallback) {
   EXPECT_EQ(y.device(), kRef);
   EXPECT_EQ(compare(y.to(cpu_device()), fn({x, w})[0].to(DType::Float64).to_vector<double>(), {4, 5}, {1e-5, 1e-6}), "");
   EXPECT_EQ(compiled.graph_text().find("fused"), std::string::npos) << compiled.graph_text();
+  // softmax moved to the CPU with its data: one transfer there, one back.
+  const std::string text = compiled.graph_text();
+  size_t transfers = 0;
+  for (size_t at = text.find("to_device("); at != std::string::npos; at = text.find("to_device(", at + 1)) ++transfers;
+  EXPECT_EQ(transfers, 2u) << text;
+  EXPECT_NE(text.find("softmax(%5)"), std::string::npos) << text;
+  EXPECT_NE(text.find("{device=cpu}"), std::string::npos) << text;
   // The compile report names the node that left the device, and why.
   ASSERT_EQ(compiled.report().on_cpu.size(), 1u) << compiled.report().str();
   EXPECT_NE(compiled.report().on_cpu[0].find("no reference kernel for float32"), std::string::npos)
