@@ -20,6 +20,16 @@ while read -r name second rest; do
   for h in $rest; do [[ $h == - ]] || header_layer[$h]=$name; done
 done < "$table"
 
+# The layer whose folder holds a src-relative path: the longest match, since
+# a layer's folder may sit inside another's (backends/cpu/passes in backends).
+layer_of_path() {
+  local path=$1 layer best=""
+  for layer in "${!rank[@]}"; do
+    if [[ $path == "$layer"/* && ${#layer} -gt ${#best} ]]; then best=$layer; fi
+  done
+  echo "${best:-${path%%/*}}"
+}
+
 layer_of_header() {  # kiln/foo.h, kiln/foo/bar.h or src-relative graph/ir.h
   local inc=$1 name
   if [[ $inc == kiln/* ]]; then
@@ -28,7 +38,7 @@ layer_of_header() {  # kiln/foo.h, kiln/foo/bar.h or src-relative graph/ir.h
     name=${name%.h}
     echo "${header_layer[$name]:-unknown}"
   else
-    echo "${inc%%/*}"
+    layer_of_path "$inc"
   fi
 }
 
@@ -58,8 +68,7 @@ check_file() {  # file, its layer
 }
 
 while IFS= read -r file; do
-  layer=${file#src/}
-  layer=${layer%%/*}
+  layer=$(layer_of_path "${file#src/}")
   [[ -n ${rank[$layer]+x} ]] || { echo "$file: folder src/$layer is not a known layer"; bad=1; continue; }
   check_file "$file" "$layer"
 done < <(find src -name '*.cpp' -o -name '*.h' | sort)

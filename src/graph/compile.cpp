@@ -197,11 +197,16 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
           pipeline.push_back({p.name, p.run});
     };
     add(graph::generic_passes());
+    const size_t first_backend_pass = pipeline.size();
     add(graph::backend_passes(device.type));
     pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
-    for (auto& [name, pass] : pipeline) {
+    for (size_t i = 0; i < pipeline.size(); ++i) {
+      const auto& [name, pass] = pipeline[i];
       auto ts = std::chrono::steady_clock::now();
       std::string summary = pass(g);
+      if (i >= first_backend_pass)  // the kernels it made are its backend's
+        for (auto& n : g.nodes)
+          if (n.custom && !n.made_by) n.made_by = device.type;
       e.report.passes.push_back({name, summary, g.live_nodes(), ms_since(ts)});
       if (!summary.empty()) dump(g, step, name);
       ++step;

@@ -120,8 +120,12 @@ std::string Graph::text() const {
     if (!n.attrs.items().empty()) os << " {" << n.attrs.str() << "}";
     if (!n.outputs.empty()) {
       os << " :";
-      for (int id : n.outputs) os << " " << dtype_name(values[id].meta.dtype) << shape_str(values[id].meta.shape);
+      for (int id : n.outputs) {
+        os << " " << dtype_name(values[id].meta.dtype) << shape_str(values[id].meta.shape);
+        if (!values[id].layout.empty()) os << " " << values[id].layout;
+      }
     }
+    if (n.made_by) os << "  # " << device_type_name(*n.made_by) << " kernel";
     os << "\n";
   }
   os << "return";

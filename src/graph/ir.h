@@ -3,6 +3,7 @@
 // results) and nodes (one registered op each, or a fused kernel), kept in
 // execution order. Tracing builds it; passes rewrite it; the executor runs it.
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ struct Value {
   // from this one is shared between graphs too (see derived_constants.h).
   std::weak_ptr<TensorImpl> derived_root;
   std::string derivation;
+  // How its bytes are arranged when not as the plain row-major tensor its
+  // shape says: a backend's layout ("nChw16c": channels in blocks of 16),
+  // set by the backend pass that chose it. Empty: plain.
+  std::string layout;
 };
 
 // A kernel that is not a registry op (fused elementwise chains, fused updates).
@@ -49,6 +54,9 @@ struct Node {
   // The input whose buffer the output may reuse when that input dies here (a
   // kernel that accumulates into its output, like a residual add); -1: none.
   int inplace_input = -1;
+  // A custom kernel is some backend's code: the backend whose passes made it
+  // (a registry op runs on whichever backend the graph is placed on).
+  std::optional<DeviceType> made_by;
   bool removed = false;
 
   std::string name() const { return op ? op->name : label; }

@@ -13,17 +13,10 @@ std::string fold_constants(Graph& g);
 std::string simplify_algebra(Graph& g);
 std::string fold_batch_norm(Graph& g);       // inference graphs only
 std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
-std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
-std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass
-std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
 std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
 std::string fuse_attention(Graph& g);  // inference: matmul, scale, mask, softmax, matmul -> one attention op
-std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
-std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
-std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
-std::string pool_values_only(Graph& g);  // max pools on plain float32 whose indices nobody reads
 
 // The passes every graph gets, whatever its backend: they rewrite registry
 // ops into registry ops. Then come the passes of the graph's backend (its
@@ -37,8 +30,8 @@ struct Pass {
   When when = Always;
 };
 const std::vector<Pass>& generic_passes();
-// A backend's own passes, registered when its part of graph mode loads
-// (the CPU's: cpu_passes.cpp); none for a backend that registers none.
+// A backend's own passes, registered when its library loads (the CPU's:
+// src/backends/cpu/passes); none for a backend that registers none.
 void register_backend_passes(DeviceType backend, std::vector<Pass> passes);
 const std::vector<Pass>& backend_passes(DeviceType backend);
 

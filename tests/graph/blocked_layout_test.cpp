@@ -225,6 +225,10 @@ TEST(BlockedLayout, OneByOneConvolutionsCrossBlockSizes) {
     if (b == 16) {
       EXPECT_NE(graph.find("conv2d[nChw16c -> nChw8c]"), std::string::npos) << graph;
     }
+    // The layouts are in the IR: the 40 channels' values say nChw8c, and the
+    // kernels made by the CPU's passes say whose they are.
+    EXPECT_NE(graph.find("float32[" + std::to_string(batch) + ", 40, 9, 11] nChw8c"), std::string::npos) << graph;
+    EXPECT_NE(graph.find("# cpu kernel"), std::string::npos) << graph;
     NoGradGuard no_grad;
     expect_close(fn({x})[0], program({x})[0]);
   }

@@ -10,7 +10,7 @@
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
-#include "graph/layout_kernels.h"
+#include "backends/cpu/passes/layout_kernels.h"
 #include "kiln/kiln.h"
 
 namespace {

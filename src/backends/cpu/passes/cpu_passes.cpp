@@ -3,6 +3,7 @@
 // algorithm chosen by timing, weights packed for small GEMMs, and
 // elementwise chains as one loop. They make CPU kernels, so only graphs
 // whose values live on the CPU get them.
+#include "backends/cpu/passes/cpu_passes.h"
 #include "graph/passes.h"
 
 namespace kiln::graph {

@@ -1,4 +1,4 @@
-#include "graph/layout_kernels.h"
+#include "backends/cpu/passes/layout_kernels.h"
 
 #include <algorithm>
 #include <cstring>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/passes/cpu_passes.h"
 #include "graph/passes.h"
 #include "kiln/parallel.h"
 

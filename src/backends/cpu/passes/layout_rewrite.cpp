@@ -8,8 +8,8 @@
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"
-#include "graph/layout_kernels.h"
-#include "graph/layout_pass.h"
+#include "backends/cpu/passes/layout_kernels.h"
+#include "backends/cpu/passes/layout_pass.h"
 #include "kiln/autograd.h"
 
 namespace kiln::graph::layout {

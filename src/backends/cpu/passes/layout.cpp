@@ -14,7 +14,8 @@
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/plain_pool.h"
 #include "graph/derived_constants.h"
-#include "graph/layout_pass.h"
+#include "backends/cpu/passes/layout_pass.h"
+#include "backends/cpu/passes/cpu_passes.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 
@@ -124,6 +125,10 @@ std::string LayoutPass::run() {
   rewrite_nodes();
   insert_reorders();
   const size_t read_blocked = read_flattened_blocked(g_, copies_, block_of_);
+  // The layouts chosen, in the IR: a later pass, a dump or a reader of the
+  // graph sees which values are blocked.
+  for (size_t id = 0; id < block_of_.size() && id < g_.values.size(); ++id)
+    if (block_of_[id] != 0) g_.values[id].layout = layout_name(block_of_[id]);
   return summary(residuals, hard_activations, read_blocked, concats_in_place);
 }
 

@@ -1,0 +1,21 @@
+#pragma once
+// The CPU backend's graph passes: they make CPU kernels (oneDNN post-ops,
+// blocked layouts with algorithms chosen by timing, packed weights, one
+// loop for an elementwise chain), so only graphs whose values live on the
+// CPU get them (registered in cpu_passes.cpp). Each returns a one-line
+// summary of what it changed ("" when nothing), for the compile report.
+#include <string>
+
+#include "graph/ir.h"
+
+namespace kiln::graph {
+
+std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
+std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
+std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
+std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
+std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
+std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
+std::string pool_values_only(Graph& g);  // max pools on plain float32 whose indices nobody reads
+
+}  // namespace kiln::graph

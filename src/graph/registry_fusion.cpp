@@ -1,0 +1,176 @@
+// Rewrites of registry ops into registry ops that every backend gets:
+// matmul + bias with constant weights into linear, the bias gradient
+// computed by the convolution's weight-gradient op, the ReLU gradient folded
+// into the max-pool gradient, and linear layers that read the same input
+// (attention's Q, K and V projections) merged into one.
+#include <map>
+
+#include "graph/derived_constants.h"
+#include "graph/passes.h"
+#include "kiln/autograd.h"
+#include "kiln/functional.h"
+
+namespace kiln::graph {
+namespace {
+
+bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
+
+}  // namespace
+
+std::string matmul_bias_to_linear(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  const OpDef& linear = OpRegistry::instance().get("linear");
+  size_t rewritten = 0;
+  for (Node& add : g.nodes) {
+    if (!is_op(add, "add") || add.inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const int y = add.inputs[side], b = add.inputs[1 - side];
+      if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
+      const int at = g.values[y].producer;
+      Node& mm = g.nodes[at];
+      if (!is_op(mm, "matmul")) continue;
+      const Value &w = g.values[mm.inputs[1]], &bias = g.values[b];
+      if (w.kind != ValueKind::Constant || bias.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 ||
+          bias.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 || g.values[mm.inputs[0]].meta.shape.size() < 2)
+        continue;
+      const int64_t n = w.meta.shape[1];
+      // The bias must be one value per output feature, broadcast over the rest.
+      const Shape& bs = bias.meta.shape;
+      bool per_feature = !bs.empty() && bs.back() == n && numel_of(bs) == n;
+      if (!per_feature || g.values[add.outputs[0]].meta.shape != g.values[y].meta.shape) continue;
+      NoGradGuard no_grad;
+      const Tensor weight = w.tensor, flat_bias = bias.tensor.reshape({n}).contiguous();
+      const std::string bias_name = bias.name;
+      const int x = mm.inputs[0], out = add.outputs[0];
+      Node k;
+      k.op = &linear;
+      k.inputs = {x, add_derived_constant(g, mm.inputs[1], "transposed", ".t",
+                                          [&] { return weight.transpose(0, 1).contiguous(); }),
+                  add_constant(g, flat_bias, bias_name)};
+      k.outputs = {out};
+      g.nodes[at] = std::move(k);
+      g.values[out].producer = at;
+      g.values[out].output_index = 0;
+      add.removed = true;
+      ++rewritten;
+      break;
+    }
+  }
+  return rewritten ? "turned " + std::to_string(rewritten) + " matmul + bias pairs with constant weights into linear ops" : "";
+}
+
+std::string fuse_conv_bias_grad(Graph& g) {
+  size_t fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& s = g.nodes[i];
+    if (!is_op(s, "sum") || s.attrs.get_bool("keepdim", false) || s.attrs.get_ints("axes", {}) != std::vector<int64_t>{0, 2, 3})
+      continue;
+    const int gy = s.inputs[0];
+    for (size_t j = 0; j < i; ++j) {
+      Node& wg = g.nodes[j];
+      if (!is_op(wg, "conv2d_weight_grad") || wg.inputs[1] != gy || wg.attrs.get_bool("with_bias", false)) continue;
+      wg.attrs.set("with_bias", true);
+      wg.outputs.push_back(s.outputs[0]);
+      g.values[s.outputs[0]].producer = static_cast<int>(j);
+      g.values[s.outputs[0]].output_index = 1;
+      s.removed = true;
+      ++fused;
+      break;
+    }
+  }
+  return fused ? "computed " + std::to_string(fused) + " conv bias gradients in the weight-gradient call" : "";
+}
+
+std::string fuse_pool_relu_grad(Graph& g) {
+  auto uses = g.use_counts();
+  size_t fused = 0;
+  for (Node& rb : g.nodes) {
+    if (!is_op(rb, "relu_backward")) continue;
+    const int gx = rb.inputs[0], y = rb.inputs[1];
+    if (g.values[gx].kind != ValueKind::Result || uses[gx] != 1) continue;
+    const int at = g.values[gx].producer;
+    Node& pb = g.nodes[at];
+    if (!is_op(pb, "max_pool2d_backward") || pb.inputs.size() > 2) continue;
+    if (g.values[y].meta.shape != g.values[gx].meta.shape) continue;
+    pb.inputs.push_back(y);
+    pb.outputs[0] = rb.outputs[0];
+    g.values[rb.outputs[0]].producer = at;
+    rb.removed = true;
+    ++fused;
+  }
+  return fused ? "fused " + std::to_string(fused) + " relu gradients into max-pool gradients" : "";
+}
+
+std::string merge_parallel_linears(Graph& g) {
+  // linear nodes by input, when weights (and biases, all or none) are constants.
+  std::map<int, std::vector<int>> by_input;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (!is_op(n, "linear") || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
+    const bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+    if (bias && g.values[n.inputs[2]].kind != ValueKind::Constant) continue;
+    by_input[n.inputs[0]].push_back(static_cast<int>(i));
+  }
+  NoGradGuard no_grad;
+  std::vector<std::vector<Node>> insert_after(g.nodes.size());
+  size_t merged = 0, groups = 0;
+  for (auto& [x, members] : by_input) {
+    if (members.size() < 2) continue;
+    auto has_bias = [&](int i) { return g.nodes[i].inputs.size() > 2 && g.nodes[i].inputs[2] >= 0; };
+    bool same = true;
+    for (int i : members) same = same && has_bias(i) == has_bias(members[0]);
+    if (!same) continue;
+    std::vector<Tensor> ws, bs;
+    for (int i : members) {
+      ws.push_back(g.values[g.nodes[i].inputs[1]].tensor);
+      if (has_bias(i)) bs.push_back(g.values[g.nodes[i].inputs[2]].tensor);
+    }
+    Node fused;
+    fused.op = g.nodes[members[0]].op;
+    Value w;
+    w.kind = ValueKind::Constant;
+    w.tensor = concat(ws, 0).contiguous();
+    w.meta = {true, w.tensor.shape(), w.tensor.dtype(), w.tensor.device()};
+    w.name = "merged_weight";
+    const int64_t merged_width = w.tensor.shape()[0];
+    fused.inputs = {x, g.add_value(std::move(w))};
+    if (!bs.empty()) {
+      Value b;
+      b.kind = ValueKind::Constant;
+      b.tensor = concat(bs, 0).contiguous();
+      b.meta = {true, b.tensor.shape(), b.tensor.dtype(), b.tensor.device()};
+      b.name = "merged_bias";
+      fused.inputs.push_back(g.add_value(std::move(b)));
+    }
+    Value y;
+    y.meta = g.values[g.nodes[members[0]].outputs[0]].meta;
+    const int64_t last_axis = static_cast<int64_t>(y.meta.shape.size()) - 1;
+    y.meta.shape.back() = merged_width;
+    const int y_id = g.add_value(std::move(y));
+    fused.outputs = {y_id};
+    // Each former output becomes a slice of the merged one, right after it.
+    auto& after = insert_after[members[0]];
+    after.push_back(std::move(fused));
+    int64_t at = 0;
+    for (int i : members) {
+      const int64_t width = g.values[g.nodes[i].inputs[1]].meta.shape[0];
+      Node slice;
+      slice.op = &OpRegistry::instance().get("slice");
+      slice.attrs = {{"axis", last_axis}, {"start", at}, {"end", at + width}, {"step", int64_t{1}}};
+      slice.inputs = {y_id};
+      slice.outputs = g.nodes[i].outputs;
+      after.push_back(std::move(slice));
+      g.nodes[i].removed = true;
+      at += width;
+    }
+    merged += members.size();
+    ++groups;
+  }
+  if (!groups) return "";
+  g.splice({}, std::move(insert_after));
+  return "merged " + std::to_string(merged) + " linear ops that share an input into " + std::to_string(groups) +
+         " (one GEMM each)";
+}
+
+}  // namespace kiln::graph
