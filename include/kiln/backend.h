@@ -1,11 +1,12 @@
 #pragma once
 // What a backend gives the layers above its kernels: memory on its devices,
-// copies between that memory and the host, which calls its kernels take,
-// and the loop that runs a compiled graph. Its kernels register in the op
-// registry per (op, backend, dtype); an op without one there, or a call its
-// kernel does not take, runs on the CPU instead, visibly (see
-// kiln/registry.h: set_strict_device).
+// copies between that memory and the host, creation in it, and the loop
+// that runs a compiled graph. Its kernels register in the op registry per
+// (op, backend, dtype), each with what it accepts; an op without one there,
+// or a call its kernel does not accept, runs on the CPU instead, visibly
+// (see kiln/registry.h: Kernel, set_strict_device).
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,18 +31,14 @@ class Backend {
   // Waits for the work queued on device `index` (nothing to wait for on the host).
   virtual void synchronize(int index) {}
 
-  // Whether this backend's kernel for `op` (registered for the dispatch
-  // dtype) takes this call: a kernel may cover only some of an op's calls (a
-  // library's algorithms, a loop written for one case). `dtypes` are the
-  // inputs' (an omitted optional input is absent). False, with the reason in
-  // `why`, runs the call on the CPU instead, visibly, as for a missing kernel.
-  virtual bool supports(const std::string& op, const std::vector<DType>& dtypes, const Attrs& attrs,
-                        std::string* why) const {
-    return true;
-  }
-  // The calls of `op` its kernel does not take, for the op table ("groups
-  // other than 1"); empty where it takes them all.
-  virtual std::string unsupported_calls(const std::string& op) const { return {}; }
+  // Creation on the device: element i of `count` elements of `dtype` at dst
+  // becomes start + i * step (step 0: a constant), or number i of the
+  // counter-based draw (seed, first counter) of the given kind (kiln/generator.h:
+  // the same numbers on every backend). Here staged through host memory and
+  // copied; a device backend computes them where they are.
+  enum class Random { Uniform, Normal };
+  virtual void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int index);
+  virtual void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int index);
 
   // Runs a compiled graph's `count` steps on device `index` in order;
   // `step(i)` launches step i. Host backends call them one after another on
@@ -60,7 +57,17 @@ class HostMemoryBackend : public Backend {
   bool host_memory() const override { return true; }
   void copy_to_host(void* dst, const void* src, size_t nbytes, int) override;
   void copy_from_host(void* dst, const void* src, size_t nbytes, int) override;
+  void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) override;
+  void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int) override;
 };
+
+namespace detail {
+// The host's loops behind fill_affine and fill_random, for any backend
+// whose memory the host reaches (the CPU's, or the reference backend's
+// after decoding its handles).
+void host_fill_affine(void* dst, size_t count, DType dtype, double start, double step);
+void host_fill_random(void* dst, size_t count, DType dtype, Backend::Random kind, uint64_t seed, uint64_t first);
+}  // namespace detail
 
 // Backends register themselves when their library loads; the CPU is always there.
 void register_backend(DeviceType type, Backend* backend);

@@ -62,6 +62,27 @@ using InferFn = std::function<std::vector<TensorMeta>(const std::vector<TensorMe
 using KernelFn = void (*)(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                           const Attrs& attrs);
 
+// What a kernel is asked to run: its inputs' dtypes (an omitted optional
+// input absent) and the call's attributes.
+struct KernelCall {
+  const std::vector<DType>& dtypes;
+  const Attrs& attrs;
+};
+// Whether a kernel takes a call: one may cover only some of an op's calls
+// (a library's algorithms, a loop written for one case). False, with the
+// reason in *why, runs the call on the CPU instead, visibly, as for a
+// missing kernel.
+using KernelAccepts = bool (*)(const KernelCall& call, std::string* why);
+// A registered kernel: the function, what it accepts (null: every call) and
+// those calls it turns away in words, for the op table ("groups other than 1").
+struct Kernel {
+  Kernel(KernelFn f = nullptr, KernelAccepts a = nullptr, const char* r = "") : fn(f), accepts(a), refuses(r) {}
+  operator KernelFn() const { return fn; }  // NOLINT: a kernel is its function where one is wanted
+  KernelFn fn;
+  KernelAccepts accepts;
+  const char* refuses;
+};
+
 // An elementwise op's formula on contiguous runs: out[i] = f(in[0][i], ...)
 // with the op's attributes, in float and in double. It is written once, in
 // the op's definition; graph mode's elementwise fusion chains the float form,
@@ -98,7 +119,7 @@ struct OpDef {
   std::vector<int> differentiable_inputs;  // empty: every floating input
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
   std::string writes_if;                   // a bool attribute the writes depend on (batch_norm: "training")
-  KernelFn kernels[kNumDeviceTypes][kNumDTypes] = {};
+  Kernel kernels[kNumDeviceTypes][kNumDTypes] = {};
 
   // The attribute schema parsed from `attrs` when the op is defined: a name
   // and a kind ("int", "ints", "float", "floats", "bool", "string", "dtype";
@@ -123,7 +144,7 @@ class OpRegistry {
   OpDef& define(OpDef def);  // throws when the name is taken
   const OpDef* find(const std::string& name) const;
   const OpDef& get(const std::string& name) const;  // throws listing close names
-  void register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn);
+  void register_kernel(const std::string& op, DeviceType backend, DType dtype, Kernel kernel);
   // A backend's runner of block math, for the given dtypes: every op with
   // `math` gets math.kernel there unless it registers a kernel of its own.
   void register_block_runner(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes);
@@ -142,7 +163,7 @@ struct OpDefiner {
   explicit OpDefiner(OpDef def) { OpRegistry::instance().define(std::move(def)); }
 };
 struct KernelRegistrar {
-  KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes, KernelFn fn);
+  KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes, Kernel kernel);
 };
 struct BlockRunnerRegistrar {
   BlockRunnerRegistrar(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes) {
@@ -177,4 +198,9 @@ Tensor call1(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& at
 // KILN_REGISTER_KERNEL("add", CPU, add_kernel, DType::Float32, DType::Float64)
 #define KILN_REGISTER_KERNEL(OP, BACKEND, FN, ...)                       \
   static ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_, __COUNTER__)( \
-      OP, ::kiln::DeviceType::BACKEND, {__VA_ARGS__}, FN)
+      OP, ::kiln::DeviceType::BACKEND, {__VA_ARGS__}, ::kiln::Kernel(FN))
+// A kernel that takes only the calls ACCEPTS (a KernelAccepts) lets
+// through; REFUSES says which it turns away ("groups other than 1").
+#define KILN_REGISTER_KERNEL_IF(OP, BACKEND, FN, ACCEPTS, REFUSES, ...)  \
+  static ::kiln::KernelRegistrar KILN_CONCAT(kiln_kernel_, __COUNTER__)( \
+      OP, ::kiln::DeviceType::BACKEND, {__VA_ARGS__}, ::kiln::Kernel(FN, ACCEPTS, REFUSES))

@@ -118,19 +118,23 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-// Creation.
-Tensor zeros(const Shape& shape, DType dtype = DType::Float32);
-Tensor ones(const Shape& shape, DType dtype = DType::Float32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::Float32);
+// Creation, on `device` (the CPU unless given): constants, ranges and
+// random numbers are made where the tensor lives, by its backend. Random
+// numbers come from a counter-based generator (kiln/generator.h), so one
+// seed gives the same tensor on every device.
+Tensor zeros(const Shape& shape, DType dtype = DType::Float32, Device device = {});
+Tensor ones(const Shape& shape, DType dtype = DType::Float32, Device device = {});
+Tensor full(const Shape& shape, double value, DType dtype = DType::Float32, Device device = {});
 Tensor scalar_tensor(double value, DType dtype = DType::Float32);
+// On t's device, with its dtype and shape.
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Float32);
-Tensor arange(int64_t end, DType dtype = DType::Int64);
+Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Float32, Device device = {});
+Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = {});
 Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::Float32);
 Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = DType::Float32);
-Tensor rand(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr);
-Tensor randn(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr);
+Tensor rand(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr, Device device = {});
+Tensor randn(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr, Device device = {});
 Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::Int64,
                Generator* gen = nullptr);
 // Copies `nbytes` of host memory holding elements of `dtype`.

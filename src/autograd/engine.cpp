@@ -134,7 +134,7 @@ void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, C
     if (any) {
       check_saved(*node);
       if (!grads[0].defined())
-        grads[0] = zeros(node->output_metas[0].shape, node->output_metas[0].dtype).to(node->output_metas[0].device);
+        grads[0] = zeros(node->output_metas[0].shape, node->output_metas[0].dtype, node->output_metas[0].device);
       std::vector<Tensor> ins(node->inputs.size()), outs(node->outputs.size());
       std::vector<bool> needs(node->next.size());
       for (size_t i = 0; i < ins.size(); ++i) ins[i] = node->inputs[i].tensor;
@@ -198,7 +198,7 @@ Tensor root_gradient(const Tensor& root, const Tensor& gradient) {
   }
   KILN_CHECK(root.numel() == 1, "backward() without a gradient needs a one-element tensor, but this one is ",
              root.meta_str(), "; pass a gradient of the same shape (e.g. ones_like(y)) or reduce it first (sum/mean)");
-  return ones(root.shape(), root.dtype()).to(root.device());
+  return ones(root.shape(), root.dtype(), root.device());
 }
 
 }  // namespace

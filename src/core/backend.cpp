@@ -1,11 +1,16 @@
 #include "kiln/backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <string>
 
+#include "core/philox.h"
 #include "kiln/error.h"
+#include "kiln/parallel.h"
+#include "kiln/tensor.h"
 
 namespace kiln {
 namespace {
@@ -25,6 +30,71 @@ std::atomic<Backend*>* table() {
 
 void HostMemoryBackend::copy_to_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
 void HostMemoryBackend::copy_from_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
+void HostMemoryBackend::fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) {
+  detail::host_fill_affine(dst, count, dtype, start, step);
+}
+void HostMemoryBackend::fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first,
+                                    int) {
+  detail::host_fill_random(dst, count, dtype, kind, seed, first);
+}
+
+void Backend::fill_affine(void* dst, size_t count, DType dtype, double start, double step, int index) {
+  std::unique_ptr<char[]> staging(new char[count * dtype_size(dtype)]);
+  detail::host_fill_affine(staging.get(), count, dtype, start, step);
+  copy_from_host(dst, staging.get(), count * dtype_size(dtype), index);
+}
+
+void Backend::fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int index) {
+  std::unique_ptr<char[]> staging(new char[count * dtype_size(dtype)]);
+  detail::host_fill_random(staging.get(), count, dtype, kind, seed, first);
+  copy_from_host(dst, staging.get(), count * dtype_size(dtype), index);
+}
+
+namespace detail {
+
+void host_fill_affine(void* dst, size_t count, DType dtype, double start, double step) {
+  KILN_DISPATCH_ALL(dtype, {
+    auto* p = static_cast<scalar_t*>(dst);
+    if (step == 0) {
+      std::fill(p, p + count, static_cast<scalar_t>(start));
+    } else {
+      parallel_for(static_cast<int64_t>(count), 1 << 15, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+      });
+    }
+  });
+}
+
+namespace {
+// The largest value below 1 in T: where a uniform number rounds up to 1.
+template <typename T>
+T below_one() {
+  if constexpr (std::is_same_v<T, Half>) return Half(0.99951171875f);
+  else if constexpr (std::is_same_v<T, BFloat16>) return BFloat16(0.99609375f);
+  else if constexpr (std::is_same_v<T, float>) return 0x1.fffffep-1f;
+  else return static_cast<T>(0x1.fffffffffffffp-1);
+}
+}  // namespace
+
+// Floating dtypes only (creation checks): in float64 first, so that one seed
+// gives the same numbers in every dtype, and a uniform number in a narrower
+// dtype stays below 1.
+void host_fill_random(void* dst, size_t count, DType dtype, Backend::Random kind, uint64_t seed, uint64_t first) {
+  KILN_DISPATCH_ALL(dtype, {
+    auto* p = static_cast<scalar_t*>(dst);
+    parallel_for(static_cast<int64_t>(count), 1 << 13, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const uint64_t at = static_cast<uint64_t>(i);
+        double v = kind == Backend::Random::Uniform ? philox::uniform(seed, first, at) : philox::normal(seed, first, at);
+        scalar_t x = static_cast<scalar_t>(v);
+        if (kind == Backend::Random::Uniform && static_cast<double>(x) >= 1.0) x = below_one<scalar_t>();
+        p[i] = x;
+      }
+    });
+  });
+}
+
+}  // namespace detail
 
 void register_backend(DeviceType type, Backend* b) { table()[static_cast<int>(type)].store(b); }
 

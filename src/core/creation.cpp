@@ -1,7 +1,11 @@
 // Tensor creation: constants, ranges, random numbers, copies of host data.
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
+#include "core/device_memory.h"
+#include "core/philox.h"
+#include "kiln/backend.h"
 #include "kiln/generator.h"
 #include "kiln/tensor.h"
 
@@ -19,49 +23,46 @@ Tensor fill_with(const Shape& shape, DType dtype, F&& value_at) {
   return t;
 }
 
-// Values are drawn in float64 and converted, so a seed gives the same numbers
-// for every dtype.
-Tensor random_tensor(const Shape& shape, DType dtype, Generator* gen, bool normal) {
-  KILN_CHECK(is_floating(dtype), normal ? "randn" : "rand", " makes floating-point tensors, not ",
+// start + i * step in every element, by the device's backend.
+Tensor affine(const Shape& shape, DType dtype, Device device, double start, double step) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  if (t.numel() > 0)
+    backend(device.type).fill_affine(detail::device_address(t), static_cast<size_t>(t.numel()), dtype, start, step,
+                                     device.index);
+  return t;
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, Generator* gen, Device device, Backend::Random kind) {
+  KILN_CHECK(is_floating(dtype), kind == Backend::Random::Normal ? "randn" : "rand", " makes floating-point tensors, not ",
              dtype_name(dtype), "; use randint for integers");
   Generator& g = gen ? *gen : default_generator();
-  std::vector<double> v(static_cast<size_t>(numel_of(shape)));
-  if (normal) {
-    std::normal_distribution<double> dist(0.0, 1.0);
-    for (auto& x : v) x = dist(g.engine());
-  } else {
-    std::uniform_real_distribution<double> dist(0.0, 1.0);
-    for (auto& x : v) x = dist(g.engine());
-  }
-  return fill_with(shape, dtype, [&](int64_t i) { return v[i]; });
+  Tensor t = Tensor::empty(shape, dtype, device);
+  const uint64_t first = g.take(static_cast<uint64_t>(t.numel()));
+  if (t.numel() > 0)
+    backend(device.type).fill_random(detail::device_address(t), static_cast<size_t>(t.numel()), dtype, kind,
+                                     g.initial_seed(), first, device.index);
+  return t;
 }
 
 }  // namespace
 
-Tensor full(const Shape& shape, double value, DType dtype) {
-  Tensor t = Tensor::empty(shape, dtype);
-  int64_t n = t.numel();
-  KILN_DISPATCH_ALL(dtype, {
-    auto* p = static_cast<scalar_t*>(t.raw_data());
-    scalar_t v = static_cast<scalar_t>(value);
-    std::fill(p, p + n, v);
-  });
-  return t;
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  return affine(shape, dtype, device, value, 0.0);
 }
-Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 Tensor scalar_tensor(double value, DType dtype) { return full({}, value, dtype); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
-Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype(), t.device()); }
 
-Tensor arange(double start, double end, double step, DType dtype) {
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
   KILN_CHECK(step != 0, "arange: step must not be 0");
   KILN_CHECK((end - start) / step >= 0, "arange: start ", start, ", end ", end, " and step ", step,
              " give no values; use a step whose sign points from start to end");
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  return fill_with({n}, dtype, [&](int64_t i) { return start + static_cast<double>(i) * step; });
+  return affine({n}, dtype, device, start, step);
 }
-Tensor arange(int64_t end, DType dtype) { return arange(0.0, static_cast<double>(end), 1.0, dtype); }
+Tensor arange(int64_t end, DType dtype, Device device) { return arange(0.0, static_cast<double>(end), 1.0, dtype, device); }
 
 Tensor linspace(double start, double end, int64_t steps, DType dtype) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
@@ -75,16 +76,22 @@ Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype) {
   return fill_with({n, cols}, dtype, [&](int64_t i) { return (i / cols == i % cols) ? 1.0 : 0.0; });
 }
 
-Tensor rand(const Shape& shape, DType dtype, Generator* gen) { return random_tensor(shape, dtype, gen, false); }
-Tensor randn(const Shape& shape, DType dtype, Generator* gen) { return random_tensor(shape, dtype, gen, true); }
+Tensor rand(const Shape& shape, DType dtype, Generator* gen, Device device) {
+  return random_tensor(shape, dtype, gen, device, Backend::Random::Uniform);
+}
+Tensor randn(const Shape& shape, DType dtype, Generator* gen, Device device) {
+  return random_tensor(shape, dtype, gen, device, Backend::Random::Normal);
+}
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Generator* gen) {
   KILN_CHECK(low < high, "randint: low (", low, ") must be below high (", high, ")");
   Generator& g = gen ? *gen : default_generator();
-  std::uniform_int_distribution<int64_t> dist(low, high - 1);
-  std::vector<int64_t> v(static_cast<size_t>(numel_of(shape)));
-  for (auto& x : v) x = dist(g.engine());
-  return fill_with(shape, dtype, [&](int64_t i) { return static_cast<double>(v[i]); });
+  const uint64_t first = g.take(static_cast<uint64_t>(numel_of(shape))), seed = g.initial_seed();
+  const double span = static_cast<double>(high) - static_cast<double>(low);
+  return fill_with(shape, dtype, [&](int64_t i) {
+    const double u = philox::uniform(seed, first, static_cast<uint64_t>(i));
+    return static_cast<double>(std::min<int64_t>(low + static_cast<int64_t>(u * span), high - 1));
+  });
 }
 
 Tensor from_buffer(const void* data, const Shape& shape, DType dtype) {

@@ -337,7 +337,7 @@ void ShardSource::start_epoch() {
   std::vector<size_t> order(index_.shards.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   Generator gen(mix(options_.seed, static_cast<uint64_t>(epoch_)));
-  if (options_.shuffle) std::shuffle(order.begin(), order.end(), gen.engine());
+  if (options_.shuffle) std::shuffle(order.begin(), order.end(), gen);
   // Training: every ranks-th shard of the epoch's order. Evaluation: all of
   // them, keeping every ranks-th sample.
   std::vector<size_t> mine;

@@ -1,6 +1,7 @@
 // Convolutions: conv1d, conv2d, conv_transpose2d and the two ops their
 // gradients are made of (input grad, weight grad).
 #include "ops/onnx_spatial.h"
+#include "ops/conv_attrs.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {
@@ -8,23 +9,22 @@ namespace {
 using detail::Grads;
 using detail::Metas;
 
+// As a list, for ONNX attributes and the output padding (Conv2dAttrs has the rest).
 std::vector<int64_t> pair_attr(const Attrs& a, const char* name, int64_t fallback) {
-  auto v = a.get_ints(name, {fallback, fallback});
-  if (v.size() == 1) v.push_back(v[0]);
-  KILN_CHECK(v.size() == 2, name, " must have 1 or 2 values, got ", v.size());
-  return v;
+  const auto v = spatial_pair(a, name, fallback);
+  return {v[0], v[1]};
 }
 
 int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 
 void check_geometry(const Attrs& a) {
-  auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
   for (int i = 0; i < 2; ++i) {
-    KILN_CHECK(s[i] > 0, "stride must be positive, got ", s[i]);
-    KILN_CHECK(p[i] >= 0, "padding must be >= 0, got ", p[i]);
-    KILN_CHECK(d[i] > 0, "dilation must be positive, got ", d[i]);
+    KILN_CHECK(c.stride[i] > 0, "stride must be positive, got ", c.stride[i]);
+    KILN_CHECK(c.padding[i] >= 0, "padding must be >= 0, got ", c.padding[i]);
+    KILN_CHECK(c.dilation[i] > 0, "dilation must be positive, got ", c.dilation[i]);
   }
-  KILN_CHECK(a.get_int("groups", 1) > 0, "groups must be positive");
+  KILN_CHECK(c.groups > 0, "groups must be positive");
 }
 
 Metas infer_conv2d(const Metas& in, const Attrs& a) {
@@ -33,13 +33,14 @@ Metas infer_conv2d(const Metas& in, const Attrs& a) {
   detail::check_rank(in[0], 4, "input", "N, C, H, W");
   detail::check_rank(in[1], 4, "weight", "out_channels, in_channels/groups, kH, kW");
   detail::check_same_dtype(in, 0, 1);
-  int64_t g = a.get_int("groups", 1);
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
+  const int64_t g = c.groups;
   KILN_CHECK(x[1] == w[1] * g, "input has ", x[1], " channels but weight ", shape_str(w), " with groups=", g,
              " expects ", w[1] * g);
   KILN_CHECK(w[0] % g == 0, "out_channels (", w[0], ") must be divisible by groups (", g, ")");
   if (in.size() > 2 && in[2].defined)
     KILN_CHECK(in[2].shape == Shape{w[0]}, "bias must have shape [", w[0], "], got ", shape_str(in[2].shape));
-  auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+  const auto &s = c.stride, &p = c.padding, &d = c.dilation;
   int64_t oh = conv_out_size(x[2], w[2], s[0], p[0], d[0]), ow = conv_out_size(x[3], w[3], s[1], p[1], d[1]);
   KILN_CHECK(oh > 0 && ow > 0, "input ", shape_str(x), " is too small for a ", w[2], "x", w[3],
              " kernel with this padding/dilation (output would be ", oh, "x", ow, ")");
@@ -308,10 +309,11 @@ OpDefiner d_conv_transpose2d([] {
     detail::check_rank(in[1], 4, "weight", "in_channels, out_channels/groups, kH, kW");
     detail::check_same_dtype(in, 0, 1);
     const Shape &x = in[0].shape, &w = in[1].shape;
-    int64_t g = a.get_int("groups", 1);
+    const Conv2dAttrs c = Conv2dAttrs::of(a);
+    const int64_t g = c.groups;
     KILN_CHECK(x[1] == w[0], "input has ", x[1], " channels but weight ", shape_str(w), " expects ", w[0]);
     KILN_CHECK(w[0] % g == 0, "in_channels (", w[0], ") must be divisible by groups (", g, ")");
-    auto s = pair_attr(a, "stride", 1), p = pair_attr(a, "padding", 0), d = pair_attr(a, "dilation", 1);
+    const auto &s = c.stride, &p = c.padding, &d = c.dilation;
     auto op = pair_attr(a, "output_padding", 0);
     for (int i = 0; i < 2; ++i)
       KILN_CHECK(op[i] >= 0 && (op[i] < s[i] || op[i] < d[i]), "output_padding ", op[i],

@@ -191,10 +191,9 @@ void allow_fallback(const OpDef& op, Device device, DType dtype, const std::stri
 
 KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
                        const Attrs& attrs, std::string* why) {
-  KernelFn k = op.kernels[static_cast<int>(device.type)][static_cast<int>(dtype)];
-  if (k == nullptr || device.type == DeviceType::CPU) return k;
-  const Backend* b = find_backend(device.type);
-  return b == nullptr || b->supports(op.name, dtypes, attrs, why) ? k : nullptr;
+  const Kernel& k = op.kernels[static_cast<int>(device.type)][static_cast<int>(dtype)];
+  if (k.fn == nullptr || k.accepts == nullptr) return k.fn;
+  return k.accepts(KernelCall{dtypes, attrs}, why) ? k.fn : nullptr;
 }
 
 void count_fallback() { g_fallbacks.fetch_add(1, std::memory_order_relaxed); }

@@ -13,7 +13,7 @@ struct PendingKernel {
   std::string op;
   DeviceType backend;
   DType dtype;
-  KernelFn fn;
+  Kernel kernel;
 };
 
 // Kernels may register before their op is defined (static initialisation
@@ -82,7 +82,7 @@ OpDef& OpRegistry::define(OpDef def) {
   auto& pending = pending_kernels();
   for (auto it = pending.begin(); it != pending.end();) {
     if (it->op == ref.name) {
-      ref.kernels[static_cast<int>(it->backend)][static_cast<int>(it->dtype)] = it->fn;
+      ref.kernels[static_cast<int>(it->backend)][static_cast<int>(it->dtype)] = it->kernel;
       it = pending.erase(it);
     } else {
       ++it;
@@ -98,8 +98,8 @@ void OpRegistry::give_math_kernel(OpDef& op, DeviceType backend) {
   if (!op.math || !runners_[static_cast<int>(backend)]) return;
   KILN_ASSERT(op.math.kernel, "op '", op.name, "' has math without a kernel (build it with detail::elementwise_math)");
   for (DType d : runner_dtypes_[static_cast<int>(backend)]) {
-    KernelFn& slot = op.kernels[static_cast<int>(backend)][static_cast<int>(d)];
-    if (!slot) slot = op.math.kernel;
+    Kernel& slot = op.kernels[static_cast<int>(backend)][static_cast<int>(d)];
+    if (!slot.fn) slot = Kernel(op.math.kernel);
   }
 }
 
@@ -132,13 +132,13 @@ const OpDef& OpRegistry::get(const std::string& name) const {
 }
 
 
-void OpRegistry::register_kernel(const std::string& op, DeviceType backend, DType dtype, KernelFn fn) {
+void OpRegistry::register_kernel(const std::string& op, DeviceType backend, DType dtype, Kernel kernel) {
   auto it = ops_.find(op);
   if (it == ops_.end()) {
-    pending_kernels().push_back({op, backend, dtype, fn});
+    pending_kernels().push_back({op, backend, dtype, kernel});
     return;
   }
-  it->second->kernels[static_cast<int>(backend)][static_cast<int>(dtype)] = fn;
+  it->second->kernels[static_cast<int>(backend)][static_cast<int>(dtype)] = kernel;
 }
 
 std::vector<const OpDef*> OpRegistry::all() const {
@@ -150,8 +150,8 @@ std::vector<const OpDef*> OpRegistry::all() const {
 }
 
 KernelRegistrar::KernelRegistrar(const char* op, DeviceType backend, std::initializer_list<DType> dtypes,
-                                 KernelFn fn) {
-  for (DType d : dtypes) OpRegistry::instance().register_kernel(op, backend, d, fn);
+                                 Kernel kernel) {
+  for (DType d : dtypes) OpRegistry::instance().register_kernel(op, backend, d, kernel);
 }
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
 #include "kiln/training_checkpoint.h"
 
+#include <cstdio>
 #include <sstream>
 
 #include "kiln/io.h"
@@ -39,9 +40,8 @@ void save_training_checkpoint(const std::string& path, Model& model, const Resum
   meta["epoch"] = std::to_string(at.epoch);
   meta["batches_done"] = std::to_string(at.batches_done);
   meta["optimizer"] = model.optimizer().name();
-  std::ostringstream rng;
-  rng << default_generator().engine();
-  meta["rng"] = rng.str();
+  meta["rng"] = "philox " + std::to_string(default_generator().initial_seed()) + " " +
+                std::to_string(default_generator().offset());
   const auto& groups = model.optimizer().groups();
   for (size_t g = 0; g < groups.size(); ++g) {
     std::ostringstream lr;
@@ -79,8 +79,16 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
   for (size_t g = 0; g < groups.size(); ++g)
     groups[g].lr = std::stod(meta.count("lr.g" + std::to_string(g)) ? meta.at("lr.g" + std::to_string(g)) : "0");
   std::istringstream rng(meta.count("rng") ? meta.at("rng") : "");
-  rng >> default_generator().engine();
-  KILN_CHECK(!rng.fail(), "'", path, "': the generator state in its metadata is damaged");
+  std::string kind;
+  uint64_t seed = 0, offset = 0;
+  rng >> kind >> seed >> offset;
+  if (kind == "philox") {
+    KILN_CHECK(!rng.fail(), "'", path, "': the generator state in its metadata is damaged");
+    default_generator().set_state(seed, offset);
+  } else {  // written by a Kiln before the counter-based generator
+    std::fprintf(stderr, "kiln: warning: '%s' holds a generator state of an older Kiln; random numbers (dropout, "
+                 "shuffles) go on from the recipe's seed instead of where the run left them\n", path.c_str());
+  }
   for (size_t i = 0; i < callbacks.size(); ++i) {
     std::map<std::string, std::string> state;
     std::string prefix = callback_key(i, "");

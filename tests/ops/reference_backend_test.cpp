@@ -123,9 +123,9 @@ TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
   EXPECT_EQ(fine.device(), kRef);
 }
 
-// The reference conv2d loop takes groups=1 only: the backend says so through
-// supports(), so a grouped convolution runs on the CPU, visibly, in eager
-// and compiled runs, and strict_device names the reason.
+// The reference conv2d loop takes groups=1 only: its kernel registers with
+// an acceptance test that says so, so a grouped convolution runs on the
+// CPU, visibly, in eager and compiled runs, and strict_device names the reason.
 TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
   Tensor x = randn({2, 4, 6, 6}), w = randn({6, 4, 3, 3}), wg = randn({6, 2, 3, 3}), b = randn({6});
   ConvOptions plain, grouped;
@@ -165,8 +165,16 @@ TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
   EXPECT_NE(msg.find("the reference kernel does not take this call (groups=2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("KILN_STRICT_DEVICE"), std::string::npos) << msg;
   EXPECT_EQ(fine.device(), kRef);
-  EXPECT_EQ(backend(DeviceType::Reference).unsupported_calls("conv2d"), "groups other than 1");
-  EXPECT_EQ(backend(DeviceType::Reference).unsupported_calls("matmul"), "");
+  const OpDef& conv = OpRegistry::instance().get("conv2d");
+  const Kernel& k = conv.kernels[static_cast<int>(DeviceType::Reference)][static_cast<int>(DType::Float32)];
+  EXPECT_STREQ(k.refuses, "groups other than 1");
+  std::string why;
+  const std::vector<DType> dtypes{DType::Float32, DType::Float32};
+  EXPECT_TRUE(k.accepts(KernelCall{dtypes, Attrs{{"groups", int64_t{1}}}}, &why));
+  EXPECT_FALSE(k.accepts(KernelCall{dtypes, Attrs{{"groups", int64_t{3}}}}, &why));
+  EXPECT_EQ(why, "groups=3: its loop takes groups=1 only");
+  const OpDef& matmul_op = OpRegistry::instance().get("matmul");
+  EXPECT_EQ(matmul_op.kernels[static_cast<int>(DeviceType::Reference)][static_cast<int>(DType::Float32)].accepts, nullptr);
 }
 
 // A backend that queues a compiled graph's steps on a stream of its own (a
@@ -182,9 +190,6 @@ class StreamBackend : public Backend {
   void copy_to_host(void* dst, const void* src, size_t n, int index) override { inner_.copy_to_host(dst, src, n, index); }
   void copy_from_host(void* dst, const void* src, size_t n, int index) override {
     inner_.copy_from_host(dst, src, n, index);
-  }
-  bool supports(const std::string& op, const std::vector<DType>& d, const Attrs& a, std::string* why) const override {
-    return inner_.supports(op, d, a, why);
   }
   void run_steps(int, size_t count, const std::function<void(size_t)>& step) override {
     ++runs;

@@ -35,10 +35,14 @@ std::string falls_back_on(const OpDef& op) {
   for (int b = 1; b < kNumDeviceTypes; ++b) {
     auto type = static_cast<DeviceType>(b);
     if (!find_backend(type)) continue;
-    std::string missing;  // CPU dtypes without a kernel on this backend, and calls its kernel does not take
-    for (DType d : op.dtypes(DeviceType::CPU))
-      if (!op.kernels[b][static_cast<int>(d)]) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
-    const std::string calls = op.dtypes(type).empty() ? "" : find_backend(type)->unsupported_calls(op.name);
+    std::string missing;  // CPU dtypes without a kernel on this backend, and calls its kernels do not accept
+    std::string calls;
+    for (DType d : op.dtypes(DeviceType::CPU)) {
+      const Kernel& k = op.kernels[b][static_cast<int>(d)];
+      if (!k.fn) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
+      else if (k.accepts && *k.refuses && calls.find(k.refuses) == std::string::npos)
+        calls += std::string(calls.empty() ? "" : ", ") + k.refuses;
+    }
     if (!calls.empty()) missing += (missing.empty() ? "" : ", ") + calls;
     if (missing.empty()) continue;
     s += std::string(s.empty() ? "" : "; ") + device_type_name(type);

@@ -8,6 +8,7 @@
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/onednn_conv.h"
 #include "backends/cpu/plain_conv.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln::cpu {
 namespace {
@@ -24,14 +25,9 @@ struct Geometry {
 };
 
 Geometry geometry(const Shape& x, const Shape& w, const Shape& y, const Attrs& a) {
-  auto pick = [&](const char* name, int64_t fallback) {
-    auto v = a.get_ints(name, {fallback, fallback});
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
-  auto s = pick("stride", 1), p = pick("padding", 0), d = pick("dilation", 1);
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
-          a.get_int("groups", 1)};
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], c.stride[0], c.stride[1], c.padding[0], c.padding[1],
+          c.dilation[0], c.dilation[1], c.groups};
 }
 
 // col[K, N*P] for group g.

@@ -2,12 +2,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <type_traits>
 
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/vec8.h"
+#include "core/philox.h"
 #include "kiln/generator.h"
+#include "kiln/parallel.h"
 
 namespace kiln::cpu {
 namespace {
@@ -240,18 +241,21 @@ void group_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
 template <typename T>
 void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = contiguous(in[0]);
-  double p = a.get_float("p");
-  T scale = static_cast<T>(1.0 / (1.0 - p));
-  // Draws serially from the default generator so that a seed fixes the mask.
-  std::bernoulli_distribution keep(1.0 - p);
-  auto& eng = default_generator().engine();
+  const double p = a.get_float("p");
+  const T scale = static_cast<T>(1.0 / (1.0 - p));
+  // Element i's fate is philox's number i of the draw: a seed fixes the
+  // mask, on every backend, whatever the threads.
+  Generator& g = default_generator();
+  const uint64_t n = static_cast<uint64_t>(x.numel()), seed = g.initial_seed(), first = g.take(n);
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
   T* pm = out[1].data<T>();
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    pm[i] = keep(eng) ? scale : T(0);
-    py[i] = px[i] * pm[i];
-  }
+  parallel_for(x.numel(), 1 << 13, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      pm[i] = philox::keeps(seed, first, static_cast<uint64_t>(i), 1.0 - p) ? scale : T(0);
+      py[i] = px[i] * pm[i];
+    }
+  });
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The reference backend: plain, obviously correct loops (one element at a
 // time, index arithmetic, double accumulators) for a few ops: copy, matmul,
-// sum, conv2d without groups, and every op with an elementwise formula
-// through its block runner. It exists to prove the backend seam without
+// sum, conv2d without groups, dropout (philox's mask, as the CPU's), and
+// every op with an elementwise formula through its block runner; and
+// creation (constants, ranges, random numbers) in its own memory. It exists to prove the backend seam without
 // hardware: the test suite checks it against the CPU, and every other op,
 // or call its kernel does not take (a grouped convolution), falls back to
 // the CPU visibly.
@@ -16,8 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "core/philox.h"
 #include "kiln/backend.h"
+#include "kiln/generator.h"
 #include "kiln/registry.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln::reference {
 namespace {
@@ -48,13 +52,12 @@ class ReferenceBackend : public Backend {
   void copy_from_host(void* dst, const void* src, size_t nbytes, int) override {
     std::memcpy(from_handle(dst), src, nbytes);
   }
-  bool supports(const std::string& op, const std::vector<DType>&, const Attrs& attrs, std::string* why) const override {
-    if (op != "conv2d" || attrs.get_int("groups", 1) == 1) return true;
-    if (why) *why = "groups=" + std::to_string(attrs.get_int("groups", 1)) + ": its loop takes groups=1 only";
-    return false;
+  // Creation where the tensor lives, as a device does it: no host staging.
+  void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) override {
+    detail::host_fill_affine(from_handle(dst), count, dtype, start, step);
   }
-  std::string unsupported_calls(const std::string& op) const override {
-    return op == "conv2d" ? "groups other than 1" : "";
+  void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int) override {
+    detail::host_fill_random(from_handle(dst), count, dtype, kind, seed, first);
   }
 
  private:
@@ -193,12 +196,6 @@ void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) { base<T>(y)[offset_at(y, at)] = static_cast<T>(acc[i++]); });
 }
 
-std::vector<int64_t> pair_of(const Attrs& a, const char* name, int64_t fallback) {
-  auto v = a.get_ints(name, {fallback, fallback});
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
-
 // y[n, o, i, j] = b[o] + sum over c, p, q of x[n, c, i*s - pad + p*d, j*s - pad + q*d] w[o, c, p, q],
 // taps outside the input counting as zero; then relu where fused.
 template <typename T>
@@ -206,7 +203,8 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   const Tensor &x = in[0], &w = in[1];
   const bool has_bias = in.size() > 2 && in[2].defined();
   const bool relu = attrs.get_string("activation", "none") == "relu";
-  const auto stride = pair_of(attrs, "stride", 1), pad = pair_of(attrs, "padding", 0), dil = pair_of(attrs, "dilation", 1);
+  const Conv2dAttrs c = Conv2dAttrs::of(attrs);
+  const auto &stride = c.stride, &pad = c.padding, &dil = c.dilation;
   const int64_t channels = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3], h = x.shape()[2], wd = x.shape()[3];
   Tensor& y = out[0];
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) {
@@ -222,10 +220,35 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   });
 }
 
+// The conv2d loop takes groups=1 only; grouped calls run on the CPU, visibly.
+bool ungrouped(const KernelCall& call, std::string* why) {
+  const int64_t groups = call.attrs.get_int("groups", 1);
+  if (groups == 1) return true;
+  if (why) *why = "groups=" + std::to_string(groups) + ": its loop takes groups=1 only";
+  return false;
+}
+
+// mask = 1/(1-p) where philox keeps element i (row-major), else 0; y = x * mask.
+template <typename T>
+void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const double p = attrs.get_float("p");
+  Generator& g = default_generator();
+  const uint64_t seed = g.initial_seed(), first = g.take(static_cast<uint64_t>(in[0].numel()));
+  uint64_t i = 0;
+  for_each_index(in[0].shape(), [&](const std::vector<int64_t>& at) {
+    // In T, as the CPU's kernel: the same mask gives the same products.
+    const T mask = philox::keeps(seed, first, i++, 1.0 - p) ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    base<T>(out[1])[offset_at(out[1], at)] = mask;
+    base<T>(out[0])[offset_at(out[0], at)] = base<T>(in[0])[offset_at(in[0], at)] * mask;
+  });
+}
+
 }  // namespace
 
-KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<float>, DType::Float32);
-KILN_REGISTER_KERNEL("conv2d", Reference, conv2d_kernel<double>, DType::Float64);
+KILN_REGISTER_KERNEL_IF("conv2d", Reference, conv2d_kernel<float>, ungrouped, "groups other than 1", DType::Float32);
+KILN_REGISTER_KERNEL_IF("conv2d", Reference, conv2d_kernel<double>, ungrouped, "groups other than 1", DType::Float64);
+KILN_REGISTER_KERNEL("dropout", Reference, dropout_kernel<float>, DType::Float32);
+KILN_REGISTER_KERNEL("dropout", Reference, dropout_kernel<double>, DType::Float64);
 KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                      DType::Int32, DType::Int64, DType::UInt8, DType::Bool, DType::Int8);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);

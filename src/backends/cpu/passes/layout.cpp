@@ -13,6 +13,7 @@
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/plain_pool.h"
+#include "ops/conv_attrs.h"
 #include "graph/derived_constants.h"
 #include "backends/cpu/passes/layout_pass.h"
 #include "backends/cpu/passes/cpu_passes.h"
@@ -29,12 +30,6 @@ bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op-
 bool fast(const cpu::onednn::LayoutCall& c) { return cpu::onednn::conv_layout_is_fast(c); }
 
 namespace {
-
-std::vector<int64_t> pair(const Attrs& a, const char* name, int64_t fallback) {
-  auto v = a.get_ints(name, {fallback, fallback});
-  if (v.size() == 1) v.push_back(v[0]);
-  return v;
-}
 
 // Elementwise ops compute the same thing on any memory order of operands of
 // the output's shape (kTagElementwise says so), so they run on blocked data
@@ -93,13 +88,14 @@ size_t read_flattened_blocked(Graph& g, const std::map<std::pair<int, int>, int>
 }
 
 cpu::onednn::ConvShape conv_shape(const Attrs& a, const Shape& x, const Shape& w, const Shape& y) {
-  auto s = pair(a, "stride", 1), p = pair(a, "padding", 0), d = pair(a, "dilation", 1);
-  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], s[0], s[1], p[0], p[1], d[0], d[1],
-          a.get_int("groups", 1)};
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], c.stride[0], c.stride[1], c.padding[0], c.padding[1],
+          c.dilation[0], c.dilation[1], c.groups};
 }
 
 cpu::PoolWindow pool_window(const Attrs& a) {
-  auto k = pair(a, "kernel", 1), s = pair(a, "stride", 0), p = pair(a, "padding", 0), d = pair(a, "dilation", 1);
+  auto k = spatial_pair(a, "kernel", 1), s = spatial_pair(a, "stride", 0), p = spatial_pair(a, "padding", 0),
+       d = spatial_pair(a, "dilation", 1);
   if (s[0] == 0) s = k;
   return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
 }
