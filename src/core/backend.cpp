@@ -4,8 +4,8 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #include "core/philox.h"
 #include "kiln/error.h"

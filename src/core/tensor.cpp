@@ -68,7 +68,8 @@ void* Tensor::raw_data() const {
   detail::observe_read(*this, "reading its data");
   // One check for every host read of a tensor's memory: a device's memory
   // is the device's to touch (its kernels take detail::device_address).
-  KILN_CHECK(detail::host_readable(device()), "reading the memory of a ", meta_str(), " tensor on ", device().str(),
+  KILN_CHECK(device().type == DeviceType::CPU || detail::host_readable(device()), "reading the memory of a ", meta_str(),
+             " tensor on ", device().str(),
              " from the host (raw_data(), data<T>(), a NumPy or DLPack view): the host cannot read that device's memory; ",
              in_caller_language("copy it first with .to(kiln::cpu_device())", "copy it first with .to('cpu') (or .asnumpy())"));
   return detail::device_address(*this);
