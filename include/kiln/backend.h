@@ -15,6 +15,7 @@
 #include "kiln/attrs.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
+#include "kiln/stream.h"
 
 namespace kiln {
 
@@ -30,6 +31,33 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t nbytes, int index) = 0;
   // Waits for the work queued on device `index` (nothing to wait for on the host).
   virtual void synchronize(int index) {}
+
+  // Streams and events (kiln/stream.h). The stream a thread's kernels on
+  // device `index` go to; an event at the end of what a stream holds now;
+  // a stream waiting for an event before its later work; the host waiting
+  // for one; the seconds between two events of one stream. On the host
+  // backends work runs as issued: events are times, and waits return at once.
+  virtual Stream current_stream(int index) { return {Device{type_of_backend(), index}, nullptr}; }
+  virtual Event record(const Stream& stream);
+  virtual void wait(const Stream& stream, const Event& event) {}
+  virtual void synchronize(const Event& event) {}
+  virtual double elapsed_seconds(const Event& from, const Event& to);
+
+  // Copies in stream order, which a device overlaps with its kernels where
+  // the host side is pinned memory; here they are the synchronous copies.
+  virtual void copy_to_host_async(void* dst, const void* src, size_t nbytes, const Stream& stream) {
+    copy_to_host(dst, src, nbytes, stream.device.index);
+  }
+  virtual void copy_from_host_async(void* dst, const void* src, size_t nbytes, const Stream& stream) {
+    copy_from_host(dst, src, nbytes, stream.device.index);
+  }
+  // Within device `index`, without the host (here through it).
+  virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index);
+  // Host memory the device copies to and from fastest (page-locked for a
+  // GPU); on the host backends, the host's allocator.
+  virtual Allocator& pinned_allocator() { return host_allocator(); }
+  // Which DeviceType this backend serves (set by register_backend).
+  DeviceType type_of_backend() const { return type_; }
 
   // Creation on the device: element i of `count` elements of `dtype` at dst
   // becomes start + i * step (step 0: a constant), or number i of the
@@ -47,7 +75,25 @@ class Backend {
   virtual void run_steps(int index, size_t count, const std::function<void(size_t)>& step) {
     for (size_t i = 0; i < count; ++i) step(i);
   }
+
+ private:
+  friend void register_backend(DeviceType type, Backend* backend);
+  DeviceType type_ = DeviceType::CPU;
 };
+
+// Where a kernel runs, given to it by the dispatcher and the graph executor:
+// its device, the stream its work goes to, the allocator for its scratch
+// memory (the device's, stream-ordered: allocate_on(stream, n)), and whether
+// the profiler wants device time (then a device backend records events
+// around its work: Backend::record and elapsed_seconds).
+struct KernelContext {
+  Device device;
+  Stream stream;
+  Allocator* workspace = nullptr;
+  bool timed = false;
+};
+// The running kernel's context; outside a kernel, an error.
+KernelContext kernel_context();
 
 // A backend whose tensors live in host memory (the CPU's, the reference
 // backend): the host allocator, and copies that are memcpy.
@@ -76,5 +122,9 @@ Backend& backend(DeviceType type);       // throws naming the backends there are
 
 // Copies nbytes of contiguous memory from one device to another.
 void copy_between(Device dst_device, void* dst, Device src_device, const void* src, size_t nbytes);
+// The same in `stream`'s order (the device side's stream): the caller keeps
+// both buffers alive and unchanged until the stream has passed the copy.
+void copy_between_async(Device dst_device, void* dst, Device src_device, const void* src, size_t nbytes,
+                        const Stream& stream);
 
 }  // namespace kiln

@@ -69,7 +69,7 @@ class CpuAllocator final : public Allocator {
     stats_.bytes_cached = 0;
   }
 
-  AllocatorStats stats() {
+  AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
   }
@@ -85,7 +85,7 @@ class CpuAllocator final : public Allocator {
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> cache_;
   AllocatorStats stats_;
 };
@@ -101,6 +101,7 @@ CpuAllocator& cpu_allocator() {
 Allocator& host_allocator() { return cpu_allocator(); }
 
 AllocatorStats cpu_allocator_stats() { return cpu_allocator().stats(); }
+AllocatorStats allocator_stats(Device device) { return get_allocator(device)->stats(); }
 void cpu_allocator_release_cache() { cpu_allocator().release_cache(); }
 void cpu_allocator_reset_peak() { cpu_allocator().reset_peak(); }
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <type_traits>
 
 #include "core/philox.h"
+#include "core/read_observer.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
@@ -96,7 +98,32 @@ void host_fill_random(void* dst, size_t count, DType dtype, Backend::Random kind
 
 }  // namespace detail
 
-void register_backend(DeviceType type, Backend* b) { table()[static_cast<int>(type)].store(b); }
+void register_backend(DeviceType type, Backend* b) {
+  if (b) b->type_ = type;
+  table()[static_cast<int>(type)].store(b);
+}
+
+Event Backend::record(const Stream& stream) {
+  return {stream.device, nullptr,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()};
+}
+
+double Backend::elapsed_seconds(const Event& from, const Event& to) {
+  return static_cast<double>(to.host_ns - from.host_ns) * 1e-9;
+}
+
+void Backend::copy_on_device(void* dst, const void* src, size_t nbytes, int index) {
+  std::unique_ptr<char[]> staging(new char[nbytes]);
+  copy_to_host(staging.get(), src, nbytes, index);
+  copy_from_host(dst, staging.get(), nbytes, index);
+}
+
+KernelContext kernel_context() {
+  KILN_CHECK(detail::in_kernel(), "kernel_context() is for kernels: it says where the running kernel runs");
+  const Device device = detail::t_kernel_device;
+  Backend& b = backend(device.type);
+  return {device, b.current_stream(device.index), &b.allocator(device.index), detail::t_kernel_timed};
+}
 
 Backend* find_backend(DeviceType type) { return table()[static_cast<int>(type)].load(); }
 
@@ -120,10 +147,25 @@ void copy_between(Device dst_device, void* dst, Device src_device, const void* s
     to.copy_from_host(dst, src, nbytes, dst_device.index);
   } else if (to.host_memory()) {
     from.copy_to_host(dst, src, nbytes, src_device.index);
+  } else if (src_device == dst_device) {
+    from.copy_on_device(dst, src, nbytes, src_device.index);
   } else {  // between two devices: through the host
     std::unique_ptr<char[]> staging(new char[nbytes]);
     from.copy_to_host(staging.get(), src, nbytes, src_device.index);
     to.copy_from_host(dst, staging.get(), nbytes, dst_device.index);
+  }
+}
+
+void copy_between_async(Device dst_device, void* dst, Device src_device, const void* src, size_t nbytes,
+                        const Stream& stream) {
+  if (nbytes == 0) return;
+  Backend &from = backend(src_device.type), &to = backend(dst_device.type);
+  if (from.host_memory() && !to.host_memory()) {
+    to.copy_from_host_async(dst, src, nbytes, stream);
+  } else if (!from.host_memory() && to.host_memory()) {
+    from.copy_to_host_async(dst, src, nbytes, stream);
+  } else {
+    copy_between(dst_device, dst, src_device, src, nbytes);
   }
 }
 

@@ -16,12 +16,30 @@ inline void observe_read(const Tensor& t, const char* what) {
 }
 inline bool in_kernel() { return t_kernel_depth > 0; }
 
-// Marks the running of a kernel on this thread.
-struct KernelScope {
-  KernelScope() { ++t_kernel_depth; }
-  ~KernelScope() { --t_kernel_depth; }
+// The running kernel's device, and whether the profiler times it
+// (kernel_context() in kiln/backend.h reads them).
+extern thread_local Device t_kernel_device;
+extern thread_local bool t_kernel_timed;
+
+// Marks the running of a kernel on this thread, on `device`.
+class KernelScope {
+ public:
+  explicit KernelScope(Device device, bool timed = false) : device_(t_kernel_device), timed_(t_kernel_timed) {
+    ++t_kernel_depth;
+    t_kernel_device = device;
+    t_kernel_timed = timed;
+  }
+  ~KernelScope() {
+    --t_kernel_depth;
+    t_kernel_device = device_;
+    t_kernel_timed = timed_;
+  }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  Device device_;  // the enclosing kernel's, restored after
+  bool timed_;
 };
 
 }  // namespace kiln::detail

@@ -13,6 +13,8 @@ namespace kiln {
 namespace detail {
 thread_local ReadObserver t_read_observer = nullptr;
 thread_local int t_kernel_depth = 0;
+thread_local Device t_kernel_device;
+thread_local bool t_kernel_timed = false;
 }  // namespace detail
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {

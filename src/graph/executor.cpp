@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/device_memory.h"
+#include "core/read_observer.h"
 #include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
@@ -129,6 +130,7 @@ const std::vector<Tensor>& Executable::run_slots() {
     Step& s = steps_[i];
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
     try {
+      const detail::KernelScope in_kernel(s.fallback ? cpu_device() : device_, profiling);
       if (s.kernel) {
         if (s.on_cpu) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
         else if (s.fallback && !host_memory) run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);

@@ -404,7 +404,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
-    detail::KernelScope in_kernel;
+    detail::KernelScope in_kernel(fallback ? cpu_device() : metas[op.dispatch_input].device, profile_start >= 0);
     if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device);
     else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);

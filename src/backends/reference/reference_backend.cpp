@@ -12,6 +12,7 @@
 // follow), decoded only by its kernels and copies. A host read that skips
 // the checked path (Tensor::raw_data) faults instead of reading quietly, so
 // the whole test suite catches what would read GPU memory from the host.
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -35,11 +36,31 @@ T* from_handle(const void* handle) {
   return handle ? reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(handle) ^ kHandleTag) : nullptr;
 }
 
-// The host's caching allocator, behind handles.
+// The host's caching allocator, behind handles, with the device's own count
+// of what it holds.
 class HandleAllocator : public Allocator {
  public:
-  void* allocate(size_t nbytes) override { return to_handle(host_allocator().allocate(nbytes)); }
-  void deallocate(void* handle, size_t nbytes) override { host_allocator().deallocate(from_handle(handle), nbytes); }
+  void* allocate(size_t nbytes) override {
+    void* handle = to_handle(host_allocator().allocate(nbytes));
+    const int64_t now = in_use_ += static_cast<int64_t>(nbytes);
+    for (int64_t peak = peak_.load(); now > peak && !peak_.compare_exchange_weak(peak, now);) {
+    }
+    return handle;
+  }
+  void deallocate(void* handle, size_t nbytes) override {
+    if (handle == nullptr) return;
+    host_allocator().deallocate(from_handle(handle), nbytes);
+    in_use_ -= static_cast<int64_t>(nbytes);
+  }
+  AllocatorStats stats() const override {
+    AllocatorStats s;
+    s.bytes_in_use = in_use_.load();
+    s.peak_bytes_in_use = peak_.load();
+    return s;
+  }
+
+ private:
+  std::atomic<int64_t> in_use_{0}, peak_{0};
 };
 
 class ReferenceBackend : public Backend {
