@@ -7,13 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef KILN_HOST_DEVICE
-#if defined(__CUDACC__)
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
-#endif
+#include "core/host_device.h"
 
 namespace kiln::philox {
 

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "ops/elementwise_formulas.h"
 #include "ops/elementwise_math.h"
 #include "ops/op_helpers.h"
 
@@ -12,6 +13,7 @@ namespace kiln {
 namespace {
 using detail::Grads;
 using detail::Metas;
+using namespace formulas;
 
 constexpr uint32_t kEw = kTagElementwise | kTagFusible;
 
@@ -71,132 +73,6 @@ const Tensor& Y(const GradContext& c) { return c.outputs[0]; }
 Tensor bw(const char* op, const Tensor& g, const Tensor& saved, const Attrs& attrs = {}) {
   return call(op, {g, saved}, attrs)[0];
 }
-
-// --- the formulas (OpDef::math): kernels and graph mode's fusion run these -----------
-constexpr double kSqrt2OverPi = 0.7978845608028654;
-constexpr double kInvSqrt2 = 0.7071067811865476;
-constexpr double kInvSqrt2Pi = 0.3989422804014327;
-
-KILN_MATH1(Neg, -x);
-KILN_MATH1(Abs, x < C(0) ? -x : x);
-KILN_MATH1(Exp, std::exp(x));
-KILN_MATH1(Log, std::log(x));
-KILN_MATH1(Log1p, std::log1p(x));
-KILN_MATH1(Sqrt, std::sqrt(x));
-KILN_MATH1(Rsqrt, C(1) / std::sqrt(x));
-KILN_MATH1(Sin, std::sin(x));
-KILN_MATH1(Cos, std::cos(x));
-KILN_MATH1(Tanh, std::tanh(x));
-KILN_MATH1(Sigmoid, C(1) / (C(1) + std::exp(-x)));
-KILN_MATH1(Relu, x < C(0) ? C(0) : x);  // NaN passes through, as in PyTorch
-KILN_MATH1(Silu, x / (C(1) + std::exp(-x)));
-KILN_MATH1(Erf, std::erf(x));
-KILN_MATH1(Sign, static_cast<C>((x > C(0)) - (x < C(0))));
-KILN_MATH1(Floor, std::floor(x));
-KILN_MATH1(Ceil, std::ceil(x));
-KILN_MATH1(Round, std::nearbyint(x));
-KILN_MATH2(Add, a + b);
-KILN_MATH2(Sub, a - b);
-KILN_MATH2(Mul, a * b);
-KILN_MATH2(Div, a / b);
-KILN_MATH2(Pow, std::pow(a, b));
-KILN_MATH2(Maximum, (a > b || a != a) ? a : b);  // NaN in a or b gives NaN
-KILN_MATH2(Minimum, (a < b || a != a) ? a : b);
-// Activation backward ops: (grad, saved) -> grad of the input.
-KILN_MATH2(ReluBackward, b > C(0) ? a : C(0));
-KILN_MATH2(SigmoidBackward, a * b * (C(1) - b));
-KILN_MATH2(TanhBackward, a * (C(1) - b * b));
-KILN_MATH2(SiluBackward, a * (C(1) / (C(1) + std::exp(-b))) * (C(1) + b * (C(1) - C(1) / (C(1) + std::exp(-b)))));
-
-struct LeakyRelu {
-  static constexpr int kArity = 1;
-  double slope;
-  explicit LeakyRelu(const Attrs& a) : slope(a.get_float("negative_slope", 0.01)) {}
-  template <typename C>
-  C operator()(C x) const { return x > C(0) ? x : x * static_cast<C>(slope); }
-};
-struct LeakyReluBackward : LeakyRelu {
-  static constexpr int kArity = 2;
-  using LeakyRelu::LeakyRelu;
-  template <typename C>
-  C operator()(C g, C x) const { return x > C(0) ? g : g * static_cast<C>(slope); }
-};
-
-bool gelu_tanh(const Attrs& attrs) {
-  std::string a = attrs.get_string("approximate", "none");
-  KILN_CHECK(a == "none" || a == "tanh", "approximate must be 'none' or 'tanh', got '", a, "'");
-  return a == "tanh";
-}
-struct Gelu {
-  static constexpr int kArity = 1;
-  bool tanh_form;
-  explicit Gelu(const Attrs& a) : tanh_form(gelu_tanh(a)) {}
-  template <typename C>
-  C operator()(C x) const {
-    if (tanh_form) return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x)));
-    return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
-  }
-};
-struct GeluBackward : Gelu {
-  static constexpr int kArity = 2;
-  using Gelu::Gelu;
-  template <typename C>
-  C operator()(C g, C x) const {
-    if (tanh_form) {
-      C k = C(kSqrt2OverPi);
-      C t = std::tanh(k * (x + C(0.044715) * x * x * x));
-      C dt = (C(1) - t * t) * k * (C(1) + C(3 * 0.044715) * x * x);
-      return g * (C(0.5) * (C(1) + t) + C(0.5) * x * dt);
-    }
-    C cdf = C(0.5) * (C(1) + std::erf(x * C(kInvSqrt2)));
-    C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * x * x);
-    return g * (cdf + x * pdf);
-  }
-};
-
-struct Softplus {
-  static constexpr int kArity = 1;
-  double beta, threshold;
-  explicit Softplus(const Attrs& a) : beta(a.get_float("beta", 1.0)), threshold(a.get_float("threshold", 20.0)) {}
-  template <typename C>
-  C operator()(C x) const {
-    const C b = static_cast<C>(beta);
-    return x * b > static_cast<C>(threshold) ? x : std::log1p(std::exp(x * b)) / b;
-  }
-};
-struct SoftplusBackward : Softplus {
-  static constexpr int kArity = 2;
-  using Softplus::Softplus;
-  template <typename C>
-  C operator()(C g, C x) const {
-    const C b = static_cast<C>(beta);
-    return x * b > static_cast<C>(threshold) ? g : g / (C(1) + std::exp(-x * b));
-  }
-};
-
-struct Clamp {
-  static constexpr int kArity = 1;
-  bool has_min, has_max;
-  double lo, hi;
-  explicit Clamp(const Attrs& a)
-      : has_min(a.has("min")), has_max(a.has("max")), lo(has_min ? a.get_float("min") : 0.0),
-        hi(has_max ? a.get_float("max") : 0.0) {}
-  template <typename C>
-  C operator()(C x) const {
-    if (has_min && x < static_cast<C>(lo)) x = static_cast<C>(lo);
-    if (has_max && x > static_cast<C>(hi)) x = static_cast<C>(hi);
-    return x;
-  }
-};
-
-// MobileNetV3's activations: relu6(x + 3) / 6 and x times it, as PyTorch
-// computes them (NaN passes through).
-template <typename C>
-C hard_sigmoid_of(C x) { return std::min(std::max(x + C(3), C(0)), C(6)) / C(6); }
-KILN_MATH1(Hardsigmoid, hard_sigmoid_of(x));
-KILN_MATH1(Hardswish, x * hard_sigmoid_of(x));
-KILN_MATH2(HardsigmoidBackward, (b > C(-3) && b < C(3)) ? a / C(6) : C(0));
-KILN_MATH2(HardswishBackward, b < C(-3) ? C(0) : (b <= C(3) ? a * (b / C(3) + C(0.5)) : a));
 
 template <class F>
 OpDef with_math(OpDef d) {

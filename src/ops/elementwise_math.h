@@ -1,5 +1,6 @@
 #pragma once
-// An elementwise formula written once, as a functor, becomes OpDef::math:
+// An elementwise formula written once, as a functor (elementwise_formulas.h),
+// becomes OpDef::math:
 //
 //   struct Relu {
 //     static constexpr int kArity = 1;
@@ -48,23 +49,3 @@ void math_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
 }
 
 }  // namespace kiln::detail
-
-// A functor without attributes: KILN_MATH1(Neg, -x), KILN_MATH2(Add, a + b).
-#define KILN_MATH1(NAME, EXPR)                         \
-  struct NAME {                                        \
-    static constexpr int kArity = 1;                   \
-    explicit NAME(const ::kiln::Attrs&) {}             \
-    template <typename C>                              \
-    C operator()(C x) const {                          \
-      return EXPR;                                     \
-    }                                                  \
-  }
-#define KILN_MATH2(NAME, EXPR)                         \
-  struct NAME {                                        \
-    static constexpr int kArity = 2;                   \
-    explicit NAME(const ::kiln::Attrs&) {}             \
-    template <typename C>                              \
-    C operator()(C a, C b) const {                     \
-      return EXPR;                                     \
-    }                                                  \
-  }

@@ -3,19 +3,14 @@
 // the ONNX type of the same name.
 #include <cmath>
 
+#include "ops/elementwise_formulas.h"
 #include "ops/elementwise_math.h"
 #include "ops/op_helpers.h"
 
 namespace kiln {
 namespace {
 using detail::Grads;
-
-KILN_MATH1(Asin, std::asin(x));
-KILN_MATH1(Acos, std::acos(x));
-KILN_MATH1(Atan, std::atan(x));
-KILN_MATH1(Asinh, std::asinh(x));
-KILN_MATH1(Acosh, std::acosh(x));
-KILN_MATH1(Atanh, std::atanh(x));
+using namespace formulas;
 
 // d/dx f(x) = g(x) for the op `name`, read from and written as `onnx`.
 template <class F>
