@@ -7,8 +7,9 @@
 namespace kiln::graph {
 namespace {
 
-// Why `n` cannot run on `device` ("" when it can): no kernel there for its
-// dtype, or the backend's reason for not taking the call.
+// Whether `n` stays on `device`. False when only the CPU has a kernel that
+// takes it, with the reason in *why (no kernel there for its dtype, or the
+// kernel's own reason for turning the call away); strict_device refuses that.
 bool runs_on(const Graph& g, const Node& n, Device device, std::string* why) {
   std::vector<DType> dtypes;
   for (int id : n.inputs)
@@ -19,7 +20,8 @@ bool runs_on(const Graph& g, const Node& n, Device device, std::string* why) {
                           : g.values[n.outputs.at(0)].meta.dtype;
   if (device_kernel(*n.op, device, dtypes, dtype, n.attrs, why) != nullptr) return true;
   if (widening_kernel(*n.op, device.type, dtype) != nullptr) return true;
-  if (!n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)]) return true;  // the executor says so
+  // No CPU kernel either: it stays, and the executor names what is missing.
+  if (!n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)]) return true;
   // An op that writes an input in place stays: the executor copies what it writes back.
   if (n.op->writes_with(n.attrs) && !n.op->writes.empty()) return true;
   allow_fallback(*n.op, device, dtype, *why);
