@@ -4,6 +4,7 @@
 // elementwise chains as one loop. They make CPU kernels, so only graphs
 // whose values live on the CPU get them.
 #include "backends/cpu/passes/cpu_passes.h"
+#include "graph/elementwise_fusion.h"
 #include "graph/passes.h"
 
 namespace kiln::graph {
@@ -17,7 +18,7 @@ namespace {
       {"convolution layouts", choose_training_conv_layouts, Pass::Training},
       {"packed linear weights", use_packed_linear_weights, Pass::Inference},
       {"max pools without indices", pool_values_only},
-      {"elementwise fusion", fuse_elementwise},
+      {"elementwise fusion", fuse_elementwise},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
   });
   return true;
 }();

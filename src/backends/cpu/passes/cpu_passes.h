@@ -12,7 +12,6 @@ namespace kiln::graph {
 
 std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
 std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
-std::string fuse_elementwise(Graph& g);        // float32 elementwise chains into one blocked loop
 std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
 std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
 std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
