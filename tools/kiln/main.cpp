@@ -25,7 +25,8 @@ void add_service_commands(CLI::App& app);
 namespace {
 
 // A command whose library this build lacks: it exists, and says how to get it.
-[[maybe_unused]] void add_missing_command(CLI::App& app, const std::string& name, const std::string& what, const std::string& option) {
+[[maybe_unused]] void add_missing_command(CLI::App& app, const std::string& name, const std::string& what,
+                                          const std::string& option) {
   CLI::App* cmd = app.add_subcommand(name, what + " (not in this build: configure with -D" + option + "=ON)");
   cmd->fallthrough(false);  // whatever follows is the missing command's
   cmd->prefix_command();
