@@ -31,15 +31,16 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   std::vector<DType> dtypes;
   for (const Tensor& t : in)
     if (t.defined()) dtypes.push_back(t.dtype());
-  std::string why;
-  KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
   *fallback = false;
   // A node placed on the CPU (place_nodes) runs the CPU's kernel on its CPU values.
   if (device_.type != DeviceType::CPU && !n.op->has_tag(kTagTransfer) && !n.outputs.empty() &&
       graph_.values[n.outputs[0]].meta.device.type == DeviceType::CPU) {
-    k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     *fallback = !n.op->has_tag(kTagView);
-  } else if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
+    return n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
+  }
+  std::string why;
+  KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
+  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // On a device in host memory the CPU's kernel runs on the tensors where
@@ -48,9 +49,9 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
     if (k != nullptr && !n.op->has_tag(kTagView)) {
       allow_fallback(*n.op, device_, dtype, why);
       *fallback = true;
-      on_cpu_.push_back(n.name() + " (" +
-                        (why.empty() ? "no " + std::string(device_type_name(device_.type)) + " kernel for " + dtype_name(dtype)
-                                     : why) + ", on the device's memory in place)");
+      if (why.empty()) why = std::string("no ") + device_type_name(device_.type) + " kernel for " + dtype_name(dtype);
+      const bool in_place = backend(device_.type).host_memory();
+      on_cpu_.push_back(n.name() + " (" + why + (in_place ? ", in place on the device's memory)" : ", on copies)"));
     }
   }
   KILN_CHECK(k != nullptr, "compiled graph: no ", device_type_name(device_.type), " kernel for '", n.op->name,

@@ -33,19 +33,11 @@ int64_t now_ms() {
       .count();
 }
 
-// "http://host:port" -> host and port.
-std::pair<std::string, std::string> host_port(const std::string& url) {
-  std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : url;
-  rest = rest.substr(0, rest.find('/'));
-  size_t colon = rest.rfind(':');
-  if (colon == std::string::npos) return {rest, "80"};
-  return {rest.substr(0, colon), rest.substr(colon + 1)};
-}
 
 }  // namespace
 
 struct RunTracker::Impl {
-  std::string host, port, token;
+  std::string server, token;  // server: the studio URL as given (http://HOST:PORT)
   int64_t job_id = 0, every = 10;
   bool active = false;  // this process sends (rank 0)
   std::mutex mu;       // the queue and the parameters
@@ -62,7 +54,7 @@ struct RunTracker::Impl {
     try {
       detail::HttpRequest request;
       request.method = "POST";
-      request.server = "http://" + host + ":" + port;
+      request.server = server;
       request.path = path;
       request.bearer_token = token;
       request.body = body.dump();
@@ -70,7 +62,7 @@ struct RunTracker::Impl {
       request.connect_timeout = request.timeout = std::chrono::seconds(3);
       const detail::HttpAnswer res = detail::http_request(request);
       if (res.status / 100 == 2) return true;
-      warn("the studio at " + host + ":" + port + " answered " + std::to_string(res.status) + ": " + res.body);
+      warn("the studio at " + server + " answered " + std::to_string(res.status) + ": " + res.body);
     } catch (const std::exception& e) {
       warn(e.what());
     }
@@ -131,7 +123,7 @@ struct RunTracker::Impl {
 
 RunTracker::RunTracker(std::string studio_url, std::string token, int64_t job_id, int64_t every)
     : impl_(std::make_unique<Impl>()) {
-  std::tie(impl_->host, impl_->port) = host_port(studio_url);
+  impl_->server = studio_url;
   impl_->token = std::move(token);
   impl_->job_id = job_id;
   impl_->every = std::max<int64_t>(1, every);
