@@ -73,7 +73,22 @@ class MappedSafetensors {
 // ("model.fc.weight"). Pickles that ask for anything but tensors and dicts
 // are refused.
 NamedTensors load_torch_file(const std::string& path);
-// safetensors or torch.save file, told apart by their first bytes.
+// MindSpore's .ckpt (its Checkpoint protobuf): tensors by tag, in file order
+// (a large tensor's slices are joined), and the strings saved beside them.
+// Encrypted, truncated and sliced (distributed) files are refused, naming the
+// problem. MindSpore's types without a Kiln dtype (int16, uint16/32/64) too.
+struct MindsporeCheckpoint {
+  NamedTensors tensors;
+  std::map<std::string, std::string> strings;
+};
+MindsporeCheckpoint load_mindspore_checkpoint(const std::string& path);
+// Writes atomically, in the form MindSpore's load_checkpoint reads.
+void save_mindspore_checkpoint(const std::string& path, const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& strings = {});
+// Whether a file is to be read as a .ckpt: named so, or starting as one does.
+bool is_mindspore_checkpoint(const std::string& path);
+
+// safetensors, torch.save or MindSpore .ckpt file, told apart by their first bytes.
 NamedTensors load_tensor_file(const std::string& path);
 
 // Parameters and buffers of a cell, by their hierarchical names.
@@ -97,8 +112,8 @@ struct LoadReport {
   std::string str() const;
 };
 
-// Loads a safetensors checkpoint (memory-mapped, checksum verified) into a
-// cell. The optimizer part of a training checkpoint ("optimizer/..." entries)
+// Loads a safetensors checkpoint (memory-mapped, checksum verified) or a
+// MindSpore .ckpt into a cell. The optimizer part of a training checkpoint ("optimizer/..." entries)
 // is not the cell's and is passed over.
 LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOptions& options = {});
 // The same from a file already mapped (its checksum checked once, when it was mapped).

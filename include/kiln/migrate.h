@@ -33,8 +33,9 @@ RenameRules load_rename_rules(const std::string& path);
 
 struct NameMatch {
   std::string source, target;
-  std::string how;  // "same name", "rule", "similar name", "order and shape"
+  std::string how;  // "same name", "rule", "MindSpore name", "similar name", "order and shape"
   bool transpose = false;
+  bool reshape = false;  // a layout that differs only in its shape (MindSpore's 1-D convolutions)
 };
 struct MatchResult {
   std::vector<NameMatch> matched;
@@ -44,16 +45,28 @@ struct MatchResult {
   bool complete() const { return unmatched_source.empty() && unmatched_target.empty(); }
 };
 
-// Matches in stages: rules, then same names, then names that agree once
+// Matches in stages: rules, then same names, then MindSpore's names
+// spelled the Kiln way (below), then names that agree once
 // spelling is normalised (a "module." prefix, "layer" vs "layers"), then the
 // remaining entries in order while their shapes agree. What is left is
 // unmatched, with suggestions where exactly one shape fits.
 MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector<TensorInfo>& target,
                         const RenameRules& rules = {});
+// MindSpore's names (gamma/beta/moving_mean/moving_variance of batch norm and
+// layer norm, embedding_table, cell_list.N, an LSTM's w_ih_list.K) as the
+// Kiln name among `targets`; names that need no change come back as they are.
+std::string kiln_name_for_mindspore(const std::string& name, const std::vector<TensorInfo>& targets);
+// Optimizer state and training bookkeeping in a MindSpore checkpoint
+// (moments.*, global_step, learning_rate, beta1_power, ...): not weights.
+bool is_mindspore_optimizer_state(const std::string& name);
+// Whether a file's tensor of shape `file` holds a target of shape `target`
+// in MindSpore's layout: a 1-D convolution's weight as [out, in, 1, k].
+bool mindspore_layout_differs(const Shape& file, const Shape& target);
+
 // Both lists side by side, then the unmatched, ignored and suggested entries.
 std::string format_matches(const MatchResult& m, const std::vector<TensorInfo>& source,
                            const std::vector<TensorInfo>& target);
-// The source tensors renamed (and transposed) to the matched target names.
+// The source tensors renamed (transposed, reshaped) to the matched target names.
 NamedTensors apply_matches(const MatchResult& m, const NamedTensors& source, const std::vector<TensorInfo>& target);
 
 }  // namespace kiln::io

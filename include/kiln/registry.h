@@ -112,6 +112,10 @@ struct OpDef {
   GradFn grad;                       // empty: not differentiable
   OnnxExport onnx;                   // how it is written as ONNX; empty: export refuses it
   OnnxImport onnx_import;            // the ONNX op types read as this op; empty: none
+  // The MindSpore primitives (of a MindIR model) read as this op: their
+  // names in `types`, read through the same reader interface, whose
+  // attributes are the primitive's (op_onnx.h).
+  OnnxImport mindspore_import;
   uint32_t tags = 0;
   std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
   ElementwiseMath math;              // elementwise ops: the formula, for kernels and fusion

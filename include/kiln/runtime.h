@@ -1,6 +1,7 @@
 #pragma once
 // The inference runtime: loads an ONNX model (written by Kiln or by
-// torch.onnx.export; opsets 6 to 28) into Kiln's graph IR and runs it with the
+// torch.onnx.export; opsets 6 to 28) or a MindIR model (MindSpore's export)
+// into Kiln's graph IR and runs it with the
 // same passes and kernels as graph mode.
 //
 //   kiln::InferenceSession session("model.onnx");
@@ -84,5 +85,8 @@ class InferenceSession {
 
 // The ONNX op types (default domain) the runtime can load.
 std::vector<std::string> supported_onnx_ops();
+// The MindSpore primitives a MindIR model may apply, each with the Kiln op
+// that reads it ("Conv2D" -> "conv2d"), and the bookkeeping ones ("" for those).
+std::vector<std::pair<std::string, std::string>> supported_mindspore_primitives();
 
 }  // namespace kiln

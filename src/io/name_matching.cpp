@@ -107,7 +107,7 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
   std::vector<TensorInfo> src;
   std::vector<std::string> renamed;
   for (const auto& s : source) {
-    if (matches_any(s.name, rules.ignore) ||
+    if (matches_any(s.name, rules.ignore) || is_mindspore_optimizer_state(s.name) ||
         (s.name.size() >= 19 && s.name.compare(s.name.size() - 19, 19, "num_batches_tracked") == 0)) {
       m.ignored.push_back(s.name);
       continue;
@@ -125,8 +125,9 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
   auto take = [&](size_t i, size_t j, const std::string& how) {
     bool t = transposes(i);
     Shape shape = t ? transposed(src[i].shape) : src[i].shape;
-    if (shape != target[j].shape) return false;
-    m.matched.push_back({src[i].name, target[j].name, how, t});
+    const bool reshape = mindspore_layout_differs(shape, target[j].shape);
+    if (shape != target[j].shape && !reshape) return false;
+    m.matched.push_back({src[i].name, target[j].name, how, t, reshape});
     src_used[i] = tgt_used[j] = true;
     return true;
   };
@@ -139,6 +140,11 @@ MatchResult match_names(const std::vector<TensorInfo>& source, const std::vector
     auto it = target_index.find(renamed[i]);
     if (it != target_index.end() && !tgt_used[it->second])
       take(i, it->second, renamed[i] == src[i].name ? "same name" : "rule");
+  }
+  for (size_t i = 0; i < src.size(); ++i) {  // MindSpore's names
+    if (src_used[i]) continue;
+    auto it = target_index.find(kiln_name_for_mindspore(renamed[i], target));
+    if (it != target_index.end() && !tgt_used[it->second]) take(i, it->second, "MindSpore name");
   }
   for (size_t i = 0; i < src.size(); ++i) {  // normalised names
     if (src_used[i]) continue;
@@ -204,7 +210,8 @@ std::string format_matches(const MatchResult& m, const std::vector<TensorInfo>& 
       line += "--- unmatched";
     } else {
       line += it->second->source + " " + shape_str(src_info[it->second->source].shape) + "  [" + it->second->how +
-              (it->second->transpose ? ", transposed" : "") + "]";
+              (it->second->transpose ? ", transposed" : "") +
+              (it->second->reshape ? ", reshaped from MindSpore's 2-D form" : "") + "]";
     }
     out += line + "\n";
   }
@@ -227,11 +234,13 @@ std::string format_matches(const MatchResult& m, const std::vector<TensorInfo>& 
 NamedTensors apply_matches(const MatchResult& m, const NamedTensors& source, const std::vector<TensorInfo>& target) {
   std::map<std::string, Tensor> by_name(source.begin(), source.end());
   std::map<std::string, DType> target_dtype;
-  for (const auto& t : target) target_dtype[t.name] = t.dtype;
+  std::map<std::string, Shape> target_shape;
+  for (const auto& t : target) target_dtype[t.name] = t.dtype, target_shape[t.name] = t.shape;
   NamedTensors out;
   for (const auto& x : m.matched) {
     Tensor t = by_name.at(x.source);
     if (x.transpose) t = t.t().contiguous();
+    if (x.reshape) t = t.reshape(target_shape[x.target]);
     if (t.dtype() != target_dtype[x.target]) t = t.to(target_dtype[x.target]);
     out.emplace_back(x.target, t);
   }

@@ -451,17 +451,22 @@ NamedTensors load_torch_file(const std::string& path) {
 }
 
 NamedTensors load_tensor_file(const std::string& path) {
-  std::string head(8, '\0');
+  std::string head(16, '\0');
   {
     FILE* f = std::fopen(path.c_str(), "rb");
     KILN_CHECK(f != nullptr, "cannot open '", path, "'");
-    size_t n = std::fread(head.data(), 1, 8, f);
+    size_t n = std::fread(head.data(), 1, head.size(), f);
     std::fclose(f);
     head.resize(n);
   }
   if (head.size() >= 4 && head.compare(0, 4, "PK\x03\x04") == 0) return load_torch_file(path);
   KILN_CHECK(!(head.size() >= 2 && static_cast<uint8_t>(head[0]) == 0x80), "'", path,
              "' is a legacy (pre-1.6) torch.save file; load and save it again with a recent PyTorch");
+  if (is_mindspore_checkpoint(path)) {
+    MindsporeCheckpoint ckpt = load_mindspore_checkpoint(path);
+    KILN_CHECK(!ckpt.tensors.empty(), "'", path, "' holds only strings, no tensors");
+    return ckpt.tensors;
+  }
   return load_safetensors(path).tensors;
 }
 

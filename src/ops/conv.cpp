@@ -224,6 +224,30 @@ std::vector<Tensor> read_conv_transpose(const OnnxReader& n, const std::vector<T
                          OnnxReader::optional(in, 2))};
 }
 
+// MindSpore's Conv2D: x [N, C, H, W], weight [out, in/group, kh, kw]; stride
+// and dilation as (1, 1, h, w), pad (top, bottom, left, right) for
+// pad_mode "pad", "same" the output ceil(H / stride) (odd pixel at the end).
+std::vector<Tensor> read_mindspore_conv2d(const OnnxReader& n, const std::vector<Tensor>& in) {
+  detail::require_nchw(n);
+  const Tensor &x = n.input(in, 0), &w = n.input(in, 1);
+  if (x.dim() != 4 || w.dim() != 4) n.fail("takes x [N, C, H, W] and weight [out, in, kh, kw], got ", x.meta_str(), " and ", w.meta_str());
+  ConvOptions o;
+  o.stride = detail::mindspore_hw(n, "stride", 1);
+  o.dilation = detail::mindspore_hw(n, "dilation", 1);
+  o.groups = n.i("group", 1);
+  const std::string mode = detail::mindspore_pad_mode(n, "valid");
+  std::vector<int64_t> pads = {0, 0, 0, 0};  // top, bottom, left, right
+  if (mode == "pad") pads = n.ints("pad", {0, 0, 0, 0});
+  if (mode == "same") pads = detail::same_padding(x.shape(), {w.shape()[2], w.shape()[3]}, o.stride, o.dilation);
+  if (pads.size() == 1) pads = {pads[0], pads[0], pads[0], pads[0]};
+  if (pads.size() != 4) n.fail("pad should hold 1 or 4 values (top, bottom, left, right), got ", pads.size());
+  if (pads[0] == pads[1] && pads[2] == pads[3]) {
+    o.padding = {pads[0], pads[2]};
+    return {conv2d(x, w, Tensor(), o)};
+  }
+  return {conv2d(pad(x, {pads[2], pads[3], pads[0], pads[1]}), w, Tensor(), o)};
+}
+
 OpDefiner d_conv2d([] {
   OpDef d;
   d.name = "conv2d";
@@ -250,6 +274,7 @@ OpDefiner d_conv2d([] {
   };
   d.onnx = {{"Conv", "Relu"}, [](OnnxWriter& w) { write_conv(w, false); }};
   d.onnx_import = onnx_reader({"Conv"}, read_conv);
+  d.mindspore_import = onnx_reader({"Conv2D"}, read_mindspore_conv2d);
   d.category = "convolution";
   return d;
 }());

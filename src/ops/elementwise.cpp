@@ -146,25 +146,25 @@ void write_clamp(OnnxWriter& w) {
 }
 
 // --- unary -----------------------------------------------------------------
-OpDefiner d_neg(detail::read_onnx_as(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })), "Neg"));
-OpDefiner d_abs(detail::read_onnx_as(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })), "Abs"));
-OpDefiner d_exp(detail::read_onnx_as(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })), "Exp"));
-OpDefiner d_log(detail::read_onnx_as(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })), "Log"));
+OpDefiner d_neg(detail::read_mindspore_as(detail::read_onnx_as(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })), "Neg"), {"Neg"}));
+OpDefiner d_abs(detail::read_mindspore_as(detail::read_onnx_as(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })), "Abs"), {"Abs"}));
+OpDefiner d_exp(detail::read_mindspore_as(detail::read_onnx_as(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })), "Exp"), {"Exp"}));
+OpDefiner d_log(detail::read_mindspore_as(detail::read_onnx_as(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })), "Log"), {"Log"}));
 OpDefiner d_log1p(with_math<Log1p>(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
   return {g[0] / (X(c) + 1.0)};
 })));
-OpDefiner d_sqrt(detail::read_onnx_as(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })), "Sqrt"));
-OpDefiner d_rsqrt(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sqrt(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })), "Sqrt"), {"Sqrt"}));
+OpDefiner d_rsqrt(detail::read_mindspore_as(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& y = Y(c);
   return {g[0] * (y * y * y) * -0.5};
-})));
-OpDefiner d_sin(detail::read_onnx_as(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })), "Sin"));
-OpDefiner d_cos(detail::read_onnx_as(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })), "Cos"));
-OpDefiner d_tanh(detail::read_onnx_as(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })), "Tanh"));
-OpDefiner d_sigmoid(detail::read_onnx_as(with_math<Sigmoid>(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
+})), {"Rsqrt"}));
+OpDefiner d_sin(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })), "Sin"), {"Sin"}));
+OpDefiner d_cos(detail::read_mindspore_as(detail::read_onnx_as(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })), "Cos"), {"Cos"}));
+OpDefiner d_tanh(detail::read_mindspore_as(detail::read_onnx_as(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })), "Tanh"), {"Tanh"}));
+OpDefiner d_sigmoid(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sigmoid>(unary("sigmoid", onnx_as("Sigmoid"), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("sigmoid_backward", g[0], Y(c))};
-})), "Sigmoid"));
-OpDefiner d_relu(detail::read_onnx_as(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })), "Relu"));
+})), "Sigmoid"), {"Sigmoid"}));
+OpDefiner d_relu(detail::read_mindspore_as(detail::read_onnx_as(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })), "Relu"), {"ReLU"}));
 OpDefiner d_leaky(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
   return {{"alpha", w.attrs().get_float("negative_slope", 0.01)}};
 }), [](const GradContext& c, const Grads& g) -> Grads {
@@ -172,18 +172,20 @@ OpDefiner d_leaky(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", on
 }, {"negative_slope:float=0.01"})), onnx_reader({"LeakyRelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {leaky_relu(n.input(in, 0), n.f("alpha", 0.01))};
 })));
-OpDefiner d_gelu(detail::reads_onnx(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_gelu(detail::reads_mindspore(detail::reads_onnx(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
 }, {"approximate:string=none|tanh"})), onnx_reader({"Gelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   const std::string approx = n.s("approximate", "none");
   if (approx != "none" && approx != "tanh") n.fail("approximate must be 'none' or 'tanh', got '", approx, "'");
   return {gelu(n.input(in, 0), approx == "tanh")};
+})), onnx_reader({"GeLU"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {gelu(n.input(in, 0), true)};  // MindSpore's GeLU primitive computes the tanh form
 })));
 OpDefiner d_silu(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })));
-OpDefiner d_erf(detail::read_onnx_as(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_erf(detail::read_mindspore_as(detail::read_onnx_as(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
-})), "Erf"));
+})), "Erf"), {"Erf"}));
 // ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
 OpDefiner d_softplus(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
@@ -214,10 +216,10 @@ OpDefiner d_clamp(detail::reads_onnx(with_math<Clamp>(unary("clamp", {{"Clip"}, 
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
 }, {"min:float?", "max:float?"})), clip_reader()));
-OpDefiner d_sign(detail::read_onnx_as(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)), "Sign"));
-OpDefiner d_floor(detail::read_onnx_as(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)), "Floor"));
-OpDefiner d_ceil(detail::read_onnx_as(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)), "Ceil"));
-OpDefiner d_round(detail::read_onnx_as(with_math<Round>(unary("round", onnx_as("Round"), nullptr)), "Round"));
+OpDefiner d_sign(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)), "Sign"), {"Sign"}));
+OpDefiner d_floor(detail::read_mindspore_as(detail::read_onnx_as(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)), "Floor"), {"Floor"}));
+OpDefiner d_ceil(detail::read_mindspore_as(detail::read_onnx_as(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)), "Ceil"), {"Ceil"}));
+OpDefiner d_round(detail::read_mindspore_as(detail::read_onnx_as(with_math<Round>(unary("round", onnx_as("Round"), nullptr)), "Round"), {"Round"}));
 
 // ONNX HardSigmoid with PyTorch's slope (alpha 1/6, beta 0.5) is this op;
 // other slopes are the formula.
@@ -231,12 +233,12 @@ onnx_reader({"HardSigmoid"}, [](const OnnxReader& n, const std::vector<Tensor>& 
   return {clamp(x * alpha + beta, 0.0, 1.0)};
 })));
 // HardSwish is an ONNX op from opset 14 on; before, x * HardSigmoid(x).
-OpDefiner d_hardswish(detail::read_onnx_as(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
+OpDefiner d_hardswish(detail::read_mindspore_as(detail::read_onnx_as(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
   if (w.opset() >= 14) return w.node("HardSwish", {w.in(0)}, {w.out()});
   std::string hs = w.unique("hard_sigmoid");
   w.node("HardSigmoid", {w.in(0)}, {hs}, {{"alpha", 1.0 / 6}, {"beta", 0.5}});
   w.node("Mul", {w.in(0), hs}, {w.out()});
-}}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardswish_backward", g[0], X(c))}; })), "HardSwish"));
+}}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardswish_backward", g[0], X(c))}; })), "HardSwish"), {"HSwish"}));
 
 // --- activation backward ops ---------------------------------------------------
 OpDefiner d_hardsigmoid_bw(with_math<HardsigmoidBackward>(activation_backward("hardsigmoid_backward")));
@@ -252,16 +254,32 @@ OpDefiner d_softplus_bw(with_math<SoftplusBackward>(activation_backward("softplu
 // --- binary ----------------------------------------------------------------
 const Shape& shape_of(const GradContext& c, int i) { return c.inputs[i].shape(); }
 
-OpDefiner d_add(detail::read_onnx_as(with_math<Add>(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
+// MindSpore's Add, and BiasAdd: a bias per channel, axis 1 (NCHW) or the
+// last axis (NHWC).
+OnnxImport mindspore_add_reader() {
+  return onnx_reader({"Add", "BiasAdd"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& a = n.input(in, 0);
+    Tensor b = n.input(in, 1);
+    if (b.dtype() != a.dtype()) b = cast(b, a.dtype());
+    if (n.op_type() == "Add") return {a + b};
+    if (b.dim() != 1 || a.dim() < 2) n.fail("takes x [N, C, ...] and a bias [C], got ", a.meta_str(), " and ", b.meta_str());
+    const std::string format = n.s("format", "NCHW");
+    if (format == "NHWC" || a.dim() == 2) return {a + b};
+    Shape s(a.dim(), 1);
+    s[1] = b.shape()[0];
+    return {a + b.reshape(s)};
+  });
+}
+OpDefiner d_add(detail::reads_mindspore(detail::read_onnx_as(with_math<Add>(binary("add", onnx_as("Add"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), sum_to(g[0], shape_of(c, 1))};
-})), "Add"));
-OpDefiner d_sub(detail::read_onnx_as(with_math<Sub>(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
+})), "Add"), mindspore_add_reader()));
+OpDefiner d_sub(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sub>(binary("sub", onnx_as("Sub"), [](const GradContext& c, const Grads& g) -> Grads {
   return {sum_to(g[0], shape_of(c, 0)), c.needs_grad[1] ? sum_to(neg(g[0]), shape_of(c, 1)) : Tensor()};
-})), "Sub"));
-OpDefiner d_mul(detail::read_onnx_as(with_math<Mul>(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
+})), "Sub"), {"Sub"}));
+OpDefiner d_mul(detail::read_mindspore_as(detail::read_onnx_as(with_math<Mul>(binary("mul", onnx_as("Mul"), [](const GradContext& c, const Grads& g) -> Grads {
   return {c.needs_grad[0] ? sum_to(g[0] * c.inputs[1], shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(g[0] * c.inputs[0], shape_of(c, 1)) : Tensor()};
-})), "Mul"));
+})), "Mul"), {"Mul"}));
 // ONNX Div on integers truncates toward zero, as Kiln's does; the narrow
 // integer types divide as int64.
 OnnxImport div_reader() {
@@ -272,11 +290,11 @@ OnnxImport div_reader() {
     return {cast(div(cast(a, DType::Int64), cast(b, DType::Int64)), a.dtype())};
   });
 }
-OpDefiner d_div(detail::reads_onnx(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_div(detail::read_mindspore_as(detail::reads_onnx(with_math<Div>(binary("div", onnx_as("Div"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& b = c.inputs[1];
   return {c.needs_grad[0] ? sum_to(g[0] / b, shape_of(c, 0)) : Tensor(),
           c.needs_grad[1] ? sum_to(neg(g[0] * Y(c) / b), shape_of(c, 1)) : Tensor()};
-})), div_reader()));
+})), div_reader()), {"RealDiv", "Div"}));
 // ONNX Pow takes an exponent of another dtype; integer powers are computed
 // in float64, exact for the results an int64 holds up to 2^53.
 OnnxImport pow_reader() {
@@ -287,7 +305,7 @@ OnnxImport pow_reader() {
     return {pow(a, b.dtype() == a.dtype() ? b : cast(b, a.dtype()))};
   });
 }
-OpDefiner d_pow(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_pow(detail::read_mindspore_as(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   Grads out(2);
   if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
@@ -297,7 +315,7 @@ OpDefiner d_pow(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), 
     out[1] = sum_to(g[0] * Y(c) * safe_log, b.shape());
   }
   return out;
-})), pow_reader()));
+})), pow_reader()), {"Pow"}));
 GradFn select_grad(bool take_max) {
   return [take_max](const GradContext& c, const Grads& g) -> Grads {
     const Tensor &a = c.inputs[0], &b = c.inputs[1];
@@ -307,8 +325,8 @@ GradFn select_grad(bool take_max) {
     return {sum_to(g[0] * (a_wins + tie), a.shape()), sum_to(g[0] * (1.0 - a_wins - tie), b.shape())};
   };
 }
-OpDefiner d_maximum(with_math<Maximum>(binary("maximum", onnx_as("Max"), select_grad(true))));
-OpDefiner d_minimum(with_math<Minimum>(binary("minimum", onnx_as("Min"), select_grad(false))));
+OpDefiner d_maximum(detail::read_mindspore_as(with_math<Maximum>(binary("maximum", onnx_as("Max"), select_grad(true))), {"Maximum"}));
+OpDefiner d_minimum(detail::read_mindspore_as(with_math<Minimum>(binary("minimum", onnx_as("Min"), select_grad(false))), {"Minimum"}));
 // The remainder of a / b: with the divisor's sign (Python's %, torch.remainder,
 // ONNX Mod) or, with fmod, the dividend's (C's fmod, torch.fmod, ONNX Mod
 // fmod=1). d/da = 1, d/db = -q with q the quotient rounded the same way.
@@ -353,12 +371,12 @@ OpDef mod_op() {
   return d;
 }
 OpDefiner d_mod(mod_op());
-OpDefiner d_eq(detail::read_onnx_as(binary("eq", onnx_as("Equal"), nullptr, true), "Equal"));
+OpDefiner d_eq(detail::read_mindspore_as(detail::read_onnx_as(binary("eq", onnx_as("Equal"), nullptr, true), "Equal"), {"Equal"}));
 OpDefiner d_ne(binary("ne", {{"Equal", "Not"}, write_ne}, nullptr, true));
-OpDefiner d_lt(detail::read_onnx_as(binary("lt", onnx_as("Less"), nullptr, true), "Less"));
-OpDefiner d_le(detail::read_onnx_as(binary("le", onnx_as("LessOrEqual"), nullptr, true), "LessOrEqual"));
-OpDefiner d_gt(detail::read_onnx_as(binary("gt", onnx_as("Greater"), nullptr, true), "Greater"));
-OpDefiner d_ge(detail::read_onnx_as(binary("ge", onnx_as("GreaterOrEqual"), nullptr, true), "GreaterOrEqual"));
+OpDefiner d_lt(detail::read_mindspore_as(detail::read_onnx_as(binary("lt", onnx_as("Less"), nullptr, true), "Less"), {"Less"}));
+OpDefiner d_le(detail::read_mindspore_as(detail::read_onnx_as(binary("le", onnx_as("LessOrEqual"), nullptr, true), "LessOrEqual"), {"LessEqual"}));
+OpDefiner d_gt(detail::read_mindspore_as(detail::read_onnx_as(binary("gt", onnx_as("Greater"), nullptr, true), "Greater"), {"Greater"}));
+OpDefiner d_ge(detail::read_mindspore_as(detail::read_onnx_as(binary("ge", onnx_as("GreaterOrEqual"), nullptr, true), "GreaterOrEqual"), {"GreaterEqual"}));
 
 OpDefiner d_where([] {
   OpDef d;
@@ -403,6 +421,10 @@ OpDefiner d_cast([] {
   d.onnx_import = onnx_reader({"Cast", "CastLike"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const DType to = n.op_type() == "CastLike" ? n.input(in, 1).dtype() : n.dtype("to");
     return {cast(n.input(in, 0), to)};
+  }, {}, false);
+  // MindSpore's Cast (x, type): the type arrives as an empty tensor of that dtype.
+  d.mindspore_import = onnx_reader({"Cast"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {cast(n.input(in, 0), n.input(in, 1).dtype())};
   }, {}, false);
   d.tags = kEw;
   return d;

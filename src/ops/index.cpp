@@ -159,7 +159,7 @@ OpDefiner d_gather(detail::reads_onnx(make(
     onnx_as("GatherElements", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
     onnx_reader({"GatherElements"}, read_gather_elements, {}, false)));
 
-OpDefiner d_index_select(detail::reads_onnx(make(
+OpDefiner d_index_select(detail::reads_mindspore(detail::reads_onnx(make(
     "index_select", {"x", "index"}, {"axis:int"},
     [](const Metas& in, const Attrs& a) -> Metas {
       check_index(in[1], "index");
@@ -178,7 +178,16 @@ OpDefiner d_index_select(detail::reads_onnx(make(
       return {scatter_add(zeros_like(x), ax, idx, g[0]), Tensor()};
     },
     onnx_as("Gather", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis")}}; }), {0}),
-    onnx_reader({"Gather"}, read_gather, {}, false)));
+    onnx_reader({"Gather"}, read_gather, {}, false)),
+    // MindSpore's Gather (params, indices, axis): the rows of an embedding table.
+    onnx_reader({"Gather"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      const Tensor &x = n.input(in, 0), &idx = n.input(in, 1);
+      const int64_t axis = n.axis(static_cast<int64_t>(n.scalar_value(n.input(in, 2), "axis")), x.dim());
+      Shape s(x.shape().begin(), x.shape().begin() + axis);
+      s.insert(s.end(), idx.shape().begin(), idx.shape().end());
+      s.insert(s.end(), x.shape().begin() + axis + 1, x.shape().end());
+      return {index_select(x, axis, cast(idx, DType::Int64).reshape({-1})).reshape(s)};
+    }, {}, false)));
 
 OpDefiner d_scatter_add(detail::reads_onnx(make(
     "scatter_add", {"x", "index", "src"}, {"axis:int"}, detail::infer_scatter,

@@ -190,7 +190,7 @@ Metas infer_concat(const Metas& in, const Attrs& a) {
   return {{true, s, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_concat(detail::reads_onnx(make_op(
+OpDefiner d_concat(detail::reads_mindspore(detail::reads_onnx(make_op(
     "concat", {"tensors*"}, {"axis:int=0"}, infer_concat,
     [](const GradContext& c, const Grads& g) -> Grads {
       int64_t ax = normalize_axis(c.attrs.get_int("axis", 0), c.inputs[0].dim());
@@ -204,7 +204,12 @@ OpDefiner d_concat(detail::reads_onnx(make_op(
       return out;
     },
     onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0),
-    onnx_reader({"Concat"}, read_concat, {}, false)));
+    onnx_reader({"Concat"}, read_concat, {}, false)),
+    // MindSpore's Concat takes a tuple, which arrives as its items.
+    onnx_reader({"Concat"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      if (in.empty()) n.fail("takes at least one tensor");
+      return {concat(in, n.axis(n.i("axis", 0), in[0].dim()))};
+    }, {}, false)));
 
 OpDefiner d_split([] {
   OpDef d = make_op(

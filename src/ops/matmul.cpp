@@ -65,6 +65,18 @@ std::vector<Tensor> read_gemm(const OnnxReader& n, const std::vector<Tensor>& in
   return {y};
 }
 
+// MindSpore's MatMul and BatchMatMul, with transpose_a and transpose_b;
+// nn.Dense's MatMul(x, weight, transpose_b) is a linear layer.
+std::vector<Tensor> read_mindspore_matmul(const OnnxReader& n, const std::vector<Tensor>& in) {
+  Tensor a = n.input(in, 0), b = n.input(in, 1);
+  const bool ta = n.i("transpose_a", 0) != 0, tb = n.i("transpose_b", 0) != 0;
+  if (a.dim() < 2 || b.dim() < 2) n.fail("takes matrices (or batches of them), got ", a.meta_str(), " and ", b.meta_str());
+  if (!ta && tb && b.dim() == 2) return {linear(a, b)};
+  if (ta) a = a.transpose(-1, -2);
+  if (tb) b = b.transpose(-1, -2);
+  return {matmul(a, b)};
+}
+
 OpDefiner d_matmul([] {
   OpDef d;
   d.name = "matmul";
@@ -78,6 +90,7 @@ OpDefiner d_matmul([] {
   };
   d.onnx = onnx_as("MatMul");
   d.onnx_import = onnx_reader({"MatMul"}, read_matmul);
+  d.mindspore_import = onnx_reader({"MatMul", "BatchMatMul"}, read_mindspore_matmul);
   d.category = "matmul";
   return d;
 }());

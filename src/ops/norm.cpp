@@ -131,6 +131,29 @@ std::vector<Tensor> read_dropout(const OnnxReader& n, const std::vector<Tensor>&
   return out;
 }
 
+// MindSpore's BatchNorm (x, scale, bias, mean, variance) in inference mode;
+// its outputs after y are the statistics, which inference graphs do not read.
+std::vector<Tensor> read_mindspore_batch_norm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  detail::require_nchw(n);
+  if (n.i("is_training", 0) != 0)
+    n.unsupported("is_training=True (a training graph); export the network after net.set_train(False)");
+  const Tensor &mean = n.input(in, 3), &var = n.input(in, 4);
+  Tensor y = batch_norm(n.input(in, 0), n.input(in, 1), n.input(in, 2), mean, var, false, 0.1, n.f("epsilon", 1e-5));
+  return {y, mean, var};
+}
+
+// MindSpore's LayerNorm: the axes from begin_norm_axis on are normalized,
+// gamma and beta cover those from begin_params_axis on.
+std::vector<Tensor> read_mindspore_layer_norm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor &x = n.input(in, 0), &gamma = n.input(in, 1), &beta = n.input(in, 2);
+  const int64_t norm_axis = n.axis(n.i("begin_norm_axis", 1), x.dim());
+  const int64_t params_axis = n.axis(n.i("begin_params_axis", 1), x.dim());
+  const Shape normalized(x.shape().begin() + norm_axis, x.shape().end());
+  const double eps = n.f("epsilon", 1e-7);
+  if (params_axis == norm_axis) return {layer_norm(x, normalized, gamma, beta, eps)};
+  return {layer_norm(x, normalized, Tensor(), Tensor(), eps) * gamma + beta};
+}
+
 OpDefiner d_batch_norm([] {
   OpDef d;
   d.name = "batch_norm";
@@ -167,6 +190,7 @@ OpDefiner d_batch_norm([] {
   d.writes_if = "training";
   d.onnx = {{"BatchNormalization"}, write_batch_norm};
   d.onnx_import = onnx_reader({"BatchNormalization"}, read_batch_norm);
+  d.mindspore_import = onnx_reader({"BatchNorm"}, read_mindspore_batch_norm);
   d.category = "normalization";
   return d;
 }());
@@ -223,6 +247,7 @@ OpDefiner d_layer_norm([] {
   };
   d.onnx = {{"LayerNormalization"}, write_layer_norm};
   d.onnx_import = onnx_reader({"LayerNormalization"}, read_layer_norm);
+  d.mindspore_import = onnx_reader({"LayerNorm"}, read_mindspore_layer_norm);
   d.category = "normalization";
   return d;
 }());

@@ -31,6 +31,61 @@ OpDef read_onnx_as(OpDef d, const std::string& type) {
   return d;
 }
 
+OpDef read_mindspore_as(OpDef d, std::vector<std::string> primitives) {
+  const std::string op = d.name;
+  const size_t arity = d.inputs.size();
+  d.mindspore_import = onnx_reader(std::move(primitives), [op, arity](const OnnxReader& n, const std::vector<Tensor>& in) {
+    if (in.size() != arity) n.fail("takes ", arity, " input(s), got ", in.size());
+    std::vector<Tensor> args;
+    for (size_t i = 0; i < arity; ++i) args.push_back(n.input(in, i));
+    if (arity == 2 && args[1].dtype() != args[0].dtype()) args[1] = cast(args[1], args[0].dtype());  // a Python scalar
+    return call(OpRegistry::instance().get(op), args);
+  });
+  return d;
+}
+
+std::vector<int64_t> mindspore_hw(const OnnxReader& n, const std::string& name, int64_t fallback) {
+  std::vector<int64_t> v = n.ints(name, {fallback, fallback});
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() == 4) v.erase(v.begin(), v.begin() + 2);
+  if (v.size() != 2) n.fail("attribute '", name, "' should hold 1, 2 or 4 values, got ", v.size());
+  for (int64_t x : v)
+    if (x < 1) n.fail("attribute '", name, "' must be positive, got ", x);
+  return v;
+}
+
+std::string mindspore_pad_mode(const OnnxReader& n, const std::string& fallback) {
+  std::string mode = n.s("pad_mode", "");
+  if (mode.empty() && n.has("pad_mode")) {
+    static const char* const names[] = {"pad", "same", "valid"};
+    const int64_t i = n.i("pad_mode", 0);
+    if (i < 0 || i > 2) n.fail("pad_mode ", i, " is not one of 0 (pad), 1 (same), 2 (valid)");
+    return names[i];
+  }
+  if (mode.empty()) return fallback;
+  for (char& c : mode) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (mode != "pad" && mode != "same" && mode != "valid") n.fail("pad_mode '", mode, "' is not one of pad, same, valid");
+  return mode;
+}
+
+std::vector<int64_t> same_padding(const Shape& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                                  const std::vector<int64_t>& dilation) {
+  std::vector<int64_t> pads;
+  for (size_t i = 0; i < 2; ++i) {
+    const int64_t in = x[x.size() - 2 + i], out = (in + stride[i] - 1) / stride[i];
+    const int64_t total = std::max<int64_t>(0, (out - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 - in);
+    pads.push_back(total / 2);
+    pads.push_back(total - total / 2);
+  }
+  return pads;
+}
+
+void require_nchw(const OnnxReader& n) {
+  std::string format = n.s("format", "NCHW");
+  if (format.empty()) format = n.i("format", 0) == 0 ? "NCHW" : "NHWC";
+  if (format != "NCHW") n.unsupported("data format ", format, " (Kiln reads NCHW; export the model with NCHW)");
+}
+
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<int64_t> out;
   if (axes.empty()) {

@@ -26,6 +26,26 @@ inline OpDef reads_onnx(OpDef d, OnnxImport import) {
   d.onnx_import = std::move(import);
   return d;
 }
+// Sets d's MindSpore reader for these primitives: the node's inputs into d
+// as they are (primitives whose attributes do not change what d computes).
+OpDef read_mindspore_as(OpDef d, std::vector<std::string> primitives);
+// Sets d's MindSpore reader.
+inline OpDef reads_mindspore(OpDef d, OnnxImport import) {
+  d.mindspore_import = std::move(import);
+  return d;
+}
+
+// MindSpore's attribute forms. A spatial attribute (kernel_size, stride,
+// dilation) given as one value, as (h, w) or as (1, 1, h, w): (h, w).
+std::vector<int64_t> mindspore_hw(const OnnxReader& n, const std::string& name, int64_t fallback);
+// pad_mode as "pad", "same" or "valid", from any case or MindSpore's enum (0, 1, 2).
+std::string mindspore_pad_mode(const OnnxReader& n, const std::string& fallback);
+// Padding (top, bottom, left, right) that "same" gives: the output is
+// ceil(input / stride), the odd pixel at the bottom and right.
+std::vector<int64_t> same_padding(const Shape& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+                                  const std::vector<int64_t>& dilation);
+// The only data format Kiln's readers take: NCHW (MindSpore's default).
+void require_nchw(const OnnxReader& n);
 
 inline std::vector<TensorMeta> same_as_input(const Metas& in, const Attrs&) { return {in[0]}; }
 

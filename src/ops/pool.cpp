@@ -214,6 +214,29 @@ std::vector<Tensor> read_avg_pool(const OnnxReader& n, const std::vector<Tensor>
   return {g.rank.lower(sums / counts)};
 }
 
+// MindSpore's MaxPool and AvgPool: kernel_size and strides as (1, 1, h, w),
+// pad_mode "valid" or "same" (TensorFlow's: the odd pixel at the end, and an
+// average over the pixels inside the input only).
+std::vector<Tensor> read_mindspore_pool(const OnnxReader& n, const std::vector<Tensor>& in) {
+  detail::require_nchw(n);
+  const Tensor& x = n.input(in, 0);
+  if (x.dim() != 4) n.fail("takes x [N, C, H, W], got ", x.meta_str());
+  const auto kernel = detail::mindspore_hw(n, "kernel_size", 1), stride = detail::mindspore_hw(n, "strides", 1);
+  const bool is_max = n.op_type() == "MaxPool";
+  const std::string mode = detail::mindspore_pad_mode(n, "valid");
+  if (mode == "pad") n.unsupported("pad_mode 'pad' (Kiln reads 'valid' and 'same')");
+  if (mode == "valid") return {is_max ? max_pool2d(x, kernel, stride) : avg_pool2d(x, kernel, stride)};
+  const auto p = detail::same_padding(x.shape(), kernel, stride, {1, 1});
+  const onnx_spatial::Pads pads{{p[0], p[2]}, {p[1], p[3]}};
+  if (is_max) return {max_pool2d(onnx_spatial::pad_spatial(x, pads, -std::numeric_limits<double>::infinity()), kernel, stride)};
+  if (pads.symmetric()) return {avg_pool2d(x, kernel, stride, pads.begin, false)};
+  Shape mask_shape = x.shape();
+  mask_shape[0] = mask_shape[1] = 1;
+  const Tensor sums = avg_pool2d(onnx_spatial::pad_spatial(x, pads, 0.0), kernel, stride);
+  const Tensor counts = avg_pool2d(onnx_spatial::pad_spatial(ones(mask_shape, x.dtype()), pads, 0.0), kernel, stride);
+  return {sums / counts};
+}
+
 // Max pooling also returns the position of each maximum (flat index within
 // its H*W plane, as PyTorch's return_indices), so the backward is a scatter.
 OpDefiner d_max([] {
@@ -229,11 +252,13 @@ OpDefiner d_max([] {
     return {call("max_pool2d_backward", {g[0], c.outputs[1]}, {{"input_shape", c.inputs[0].shape()}})[0]};
   };
   d.onnx_import = onnx_reader({"MaxPool"}, read_max_pool);
+  d.mindspore_import = onnx_reader({"MaxPool"}, read_mindspore_pool);
   return d;
 }());
-OpDefiner d_avg(detail::reads_onnx(pool("avg_pool2d", {{"AveragePool"}, write_avg_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
+OpDefiner d_avg(detail::reads_mindspore(detail::reads_onnx(pool("avg_pool2d", {{"AveragePool"}, write_avg_pool}, {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]", "count_include_pad:bool=true"},
                                         infer_pool, "avg_pool2d_backward"),
-                                   onnx_reader({"AveragePool"}, read_avg_pool)));
+                                   onnx_reader({"AveragePool"}, read_avg_pool)),
+                                   onnx_reader({"AvgPool"}, read_mindspore_pool)));
 OpDefiner d_adaptive(pool(
     "adaptive_avg_pool2d", {{"GlobalAveragePool", "AveragePool"}, write_adaptive_avg_pool}, {"output_size:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {

@@ -287,6 +287,63 @@ OnnxImport recurrent_reader(const Kind& k) {
                      {4, 7});
 }
 
+// MindSpore's LSTM primitive: x [T, N, I] (time first), h0 and c0
+// [layers * directions, N, H], and one flat weight holding, for each layer
+// and direction in turn, w_ih [4H, in] and w_hh [4H, H] (gates i, f, g, o),
+// then the biases for each layer and direction: b_ih and b_hh [4H] each, or
+// their sum (the CPU kernel's form), or none.
+std::vector<Tensor> read_mindspore_lstm(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor &x = n.input(in, 0), &h0 = n.input(in, 1), &c0 = n.input(in, 2);
+  const Tensor w = n.input(in, 3).reshape({-1});
+  const int64_t input = n.required_i("input_size"), hidden = n.required_i("hidden_size"), layers = n.i("num_layers", 1);
+  const int64_t dirs = n.i("bidirectional", 0) != 0 ? 2 : 1, gates = 4 * hidden, pairs = layers * dirs;
+  if (x.dim() != 3 || x.shape()[2] != input) n.fail("x should be [T, N, ", input, "], got ", x.meta_str());
+  const Shape state = {pairs, x.shape()[1], hidden};
+  if (h0.shape() != state || c0.shape() != state) n.fail("h0 and c0 should be ", shape_str(state), ", got ", h0.meta_str(), " and ", c0.meta_str());
+  int64_t weights = 0;
+  for (int64_t l = 0; l < layers; ++l) weights += dirs * gates * ((l == 0 ? input : hidden * dirs) + hidden);
+  const int64_t biases = pairs * gates;
+  int bias_sets = -1;
+  for (int k = 0; k <= 2; ++k)
+    if (w.numel() == weights + k * biases) bias_sets = k;
+  if (bias_sets < 0)
+    n.fail("the flat weight holds ", w.numel(), " values; ", weights, " weights and 0, 1 or 2 sets of ", biases,
+           " biases were expected for input_size ", input, ", hidden_size ", hidden, ", ", layers, " layer(s), ", dirs,
+           " direction(s)");
+  int64_t at = 0;
+  auto take = [&](const Shape& s) {
+    int64_t count = 1;
+    for (int64_t d : s) count *= d;
+    Tensor t = w.slice(0, at, at + count).reshape(s);
+    at += count;
+    return t;
+  };
+  std::vector<Tensor> w_ih(pairs), w_hh(pairs), b_ih(pairs), b_hh(pairs);
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t d = 0; d < dirs; ++d) {
+      w_ih[l * dirs + d] = take({gates, l == 0 ? input : hidden * dirs});
+      w_hh[l * dirs + d] = take({gates, hidden});
+    }
+  for (int64_t p = 0; p < pairs && bias_sets > 0; ++p) {
+    b_ih[p] = take({gates});
+    if (bias_sets == 2) b_hh[p] = take({gates});
+  }
+  Tensor layer_input = x;
+  std::vector<Tensor> h_n, c_n;
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<Tensor> ys;
+    for (int64_t d = 0; d < dirs; ++d) {
+      const int64_t p = l * dirs + d;
+      RecurrentOutput o = lstm(layer_input, w_ih[p], w_hh[p], b_ih[p], b_hh[p], h0.select(0, p), c0.select(0, p), d == 1);
+      ys.push_back(o.y);
+      h_n.push_back(o.h_n);
+      c_n.push_back(o.c_n);
+    }
+    layer_input = dirs == 1 ? ys[0] : concat(ys, 2);
+  }
+  return {layer_input, stack(h_n, 0), stack(c_n, 0)};
+}
+
 // --- definitions -----------------------------------------------------------
 
 OpDef recurrent_op(const Kind& k, std::vector<std::string> attrs) {
@@ -301,6 +358,7 @@ OpDef recurrent_op(const Kind& k, std::vector<std::string> attrs) {
   d.infer = [&k](const Metas& in, const Attrs& a) { return infer_recurrent(k, in, a); };
   d.onnx = {{k.onnx, "Gather", "Concat", "Unsqueeze", "Squeeze"}, [&k](OnnxWriter& w) { write_recurrent(k, w); }};
   d.onnx_import = recurrent_reader(k);
+  if (&k == &kLstm) d.mindspore_import = onnx_reader({"LSTM"}, read_mindspore_lstm);
   d.category = "recurrent";
   // Inputs a..: grad_y, grad_h_n?, (grad_c_n?), then the forward's x, w_ih,
   // w_hh, h0?, (c0?), y, (reserve); outputs one gradient per forward input.

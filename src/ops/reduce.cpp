@@ -101,6 +101,20 @@ OnnxImport reduce_reader(const std::string& op, const char* type, int since, con
   }, {1});
 }
 
+// MindSpore's Reduce* (x, axis, keep_dims): axis a constant int or tuple,
+// () for every axis.
+OnnxImport mindspore_reduce_reader(const std::string& op, const char* primitive) {
+  return onnx_reader({primitive}, [op](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& x = n.input(in, 0);
+    std::vector<int64_t> axes;
+    if (in.size() > 1 && in[1].defined()) axes = n.int_values(in[1], "axis");
+    for (int64_t& a : axes) a = n.axis(a, x.dim());
+    if (axes.empty())
+      for (int64_t i = 0; i < x.dim(); ++i) axes.push_back(i);
+    return {call1(OpRegistry::instance().get(op), {x}, reduce_attrs(axes, n.i("keep_dims", 0) != 0))};
+  });
+}
+
 OpDef reduction(const char* name, OnnxExport onnx, GradFn grad) {
   OpDef d;
   d.name = name;
@@ -122,22 +136,22 @@ Tensor extreme_grad(const GradContext& c, const Tensor& g) {
   return back(c, g) * mask / count;
 }
 
-OpDefiner d_sum(detail::reads_onnx(reduction("sum", onnx_reduce("ReduceSum", true), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_sum(detail::reads_mindspore(detail::reads_onnx(reduction("sum", onnx_reduce("ReduceSum", true), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0]).contiguous()};
-}), reduce_reader("sum", "ReduceSum", 13)));
-OpDefiner d_mean(detail::reads_onnx(reduction("mean", onnx_reduce("ReduceMean", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("sum", "ReduceSum", 13)), mindspore_reduce_reader("sum", "ReduceSum")));
+OpDefiner d_mean(detail::reads_mindspore(detail::reads_onnx(reduction("mean", onnx_reduce("ReduceMean", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0] / static_cast<double>(reduced_count(c)))};
-}), reduce_reader("mean", "ReduceMean", 18, "GlobalAveragePool")));
-OpDefiner d_amax(detail::reads_onnx(reduction("amax", onnx_reduce("ReduceMax", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("mean", "ReduceMean", 18, "GlobalAveragePool")), mindspore_reduce_reader("mean", "ReduceMean")));
+OpDefiner d_amax(detail::reads_mindspore(detail::reads_onnx(reduction("amax", onnx_reduce("ReduceMax", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {extreme_grad(c, g[0])};
-}), reduce_reader("amax", "ReduceMax", 18, "GlobalMaxPool")));
-OpDefiner d_amin(detail::reads_onnx(reduction("amin", onnx_reduce("ReduceMin", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("amax", "ReduceMax", 18, "GlobalMaxPool")), mindspore_reduce_reader("amax", "ReduceMax")));
+OpDefiner d_amin(detail::reads_mindspore(detail::reads_onnx(reduction("amin", onnx_reduce("ReduceMin", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {extreme_grad(c, g[0])};
-}), reduce_reader("amin", "ReduceMin", 18)));
-OpDefiner d_prod(detail::reads_onnx(reduction("prod", onnx_reduce("ReduceProd", false), [](const GradContext& c, const Grads& g) -> Grads {
+}), reduce_reader("amin", "ReduceMin", 18)), mindspore_reduce_reader("amin", "ReduceMin")));
+OpDefiner d_prod(detail::reads_mindspore(detail::reads_onnx(reduction("prod", onnx_reduce("ReduceProd", false), [](const GradContext& c, const Grads& g) -> Grads {
   // y / x, valid where x != 0 (PyTorch takes the same shortcut off the zero path).
   return {back(c, g[0]) * back(c, c.outputs[0]) / c.inputs[0]};
-}), reduce_reader("prod", "ReduceProd", 18)));
+}), reduce_reader("prod", "ReduceProd", 18)), mindspore_reduce_reader("prod", "ReduceProd")));
 OpDefiner d_logsumexp(detail::reads_onnx(reduction("logsumexp", onnx_reduce("ReduceLogSumExp", false), [](const GradContext& c, const Grads& g) -> Grads {
   return {back(c, g[0]) * exp(c.inputs[0] - back(c, c.outputs[0]))};
 }), reduce_reader("logsumexp", "ReduceLogSumExp", 18)));
@@ -217,6 +231,13 @@ OpDef softmax_like(const char* name, const char* onnx_type, GradFn grad) {
     for (int64_t i = 0; i < axis; ++i) outer *= x.shape()[i];
     Tensor flat = x.reshape({outer, x.numel() / std::max<int64_t>(outer, 1)});
     return {call1(self, {flat}, {{"axis", int64_t{1}}}).reshape(x.shape())};
+  });
+  // MindSpore's Softmax takes its axis as a one-element tuple, LogSoftmax as an int.
+  d.mindspore_import = onnx_reader({onnx_type}, [op](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& x = n.input(in, 0);
+    const std::vector<int64_t> axis = n.ints("axis", {-1});
+    if (axis.size() != 1) n.unsupported("a softmax over ", axis.size(), " axes at once");
+    return call(OpRegistry::instance().get(op), {x}, {{"axis", n.axis(axis[0], x.dim())}});
   });
   return d;
 }

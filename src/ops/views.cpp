@@ -140,6 +140,34 @@ OnnxImport view_reader() {
   }, {1}, false);
 }
 
+// MindSpore's Reshape (x, shape), Flatten (to [N, -1]), ExpandDims (x, axis)
+// and Squeeze (axis: a tuple, () for every axis of size 1).
+OnnxImport mindspore_view_reader() {
+  return onnx_reader({"Reshape", "Flatten", "ExpandDims", "Squeeze"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& x = n.input(in, 0);
+    const std::string& type = n.op_type();
+    if (type == "Flatten") return {x.reshape({x.dim() == 0 ? 1 : x.shape()[0], -1})};
+    if (type == "ExpandDims") {
+      const int64_t axis = n.axis(static_cast<int64_t>(n.scalar_value(n.input(in, 1), "axis")), x.dim() + 1);
+      Shape s = x.shape();
+      s.insert(s.begin() + axis, 1);
+      return {x.reshape(s)};
+    }
+    if (type == "Squeeze") {
+      std::vector<int64_t> axes = n.ints("axis");
+      for (int64_t& a : axes) a = n.axis(a, x.dim());
+      Shape s;
+      for (int64_t i = 0; i < x.dim(); ++i) {
+        const bool listed = std::find(axes.begin(), axes.end(), i) != axes.end();
+        if (listed && x.shape()[i] != 1) n.fail("axis ", i, " of ", x.meta_str(), " is not of size 1");
+        if (!(axes.empty() ? x.shape()[i] == 1 : listed)) s.push_back(x.shape()[i]);
+      }
+      return {x.reshape(s)};
+    }
+    return {x.reshape(n.int_values(n.input(in, 1), "shape"))};
+  }, {}, false);
+}
+
 OnnxImport transpose_reader() {
   return onnx_reader({"Transpose"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
     const Tensor& x = n.input(in, 0);
@@ -205,15 +233,15 @@ std::vector<Tensor> read_expand(const OnnxReader& n, const std::vector<Tensor>& 
   return {x.reshape(lifted).expand(target).contiguous()};
 }
 
-OpDefiner d_view(detail::reads_onnx(make_op(
+OpDefiner d_view(detail::reads_mindspore(detail::reads_onnx(make_op(
     "view", {"x"}, {"shape:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       return {{true, resolve_view_shape(in[0].shape, a.get_ints("shape")), in[0].dtype, in[0].device}};
     },
     [](const GradContext& c, const Grads& g) -> Grads { return {g[0].reshape(c.inputs[0].shape())}; }, {{"Reshape"}, write_view},
-    kTagView), view_reader()));
+    kTagView), view_reader()), mindspore_view_reader()));
 
-OpDefiner d_permute(detail::reads_onnx(make_op(
+OpDefiner d_permute(detail::reads_mindspore(detail::reads_onnx(make_op(
     "permute", {"x"}, {"order:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto order = a.get_ints("order");
@@ -237,7 +265,11 @@ OpDefiner d_permute(detail::reads_onnx(make_op(
       return {g[0].permute(inverse)};
     },
     onnx_as("Transpose", [](const OnnxWriter& w) -> Attrs { return {{"perm", w.attrs().get_ints("order")}}; }), kTagView),
-    transpose_reader()));
+    transpose_reader()),
+    // MindSpore's Transpose takes the permutation as a constant input.
+    onnx_reader({"Transpose"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      return {n.input(in, 0).permute(n.int_values(n.input(in, 1), "perm"))};
+    }, {}, false)));
 
 }  // namespace
 

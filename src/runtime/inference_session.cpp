@@ -1,4 +1,4 @@
-// InferenceSession: an OnnxProgram traced and compiled per input signature,
+// InferenceSession: a Program (ONNX or MindIR) traced and compiled per input signature,
 // with one compiled function per concurrent caller.
 #include <algorithm>
 #include <atomic>
@@ -14,7 +14,8 @@
 #include "kiln/parallel.h"
 #include "kiln/runtime.h"
 #include "kiln/thread_governor.h"
-#include "runtime/onnx_program.h"
+#include "runtime/onnx_graph.h"
+#include "runtime/program.h"
 
 namespace kiln {
 
@@ -30,7 +31,7 @@ std::string TensorInfo::str() const {
 }
 
 struct InferenceSession::Impl {
-  std::shared_ptr<const runtime::OnnxProgram> program;
+  std::shared_ptr<const runtime::Program> program;
   SessionOptions options;
   Device device = cpu_device();
   // Compiled functions not in use, per the values of the inputs bound by
@@ -155,7 +156,7 @@ InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionO
   KILN_CHECK(options.threads >= 0, "InferenceSession: threads must be >= 0, got ", options.threads);
   if (options.threads > 0) set_num_threads(options.threads);
   auto impl = std::make_shared<Impl>();
-  impl->program = std::make_shared<runtime::OnnxProgram>(bytes, name);
+  impl->program = runtime::load_program(bytes, name);
   impl->options = options;
   impl->device = device;
   return InferenceSession(impl);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/onnx_ops.h"
+#include "runtime/program.h"
 
 namespace kiln::runtime {
 
@@ -26,12 +27,6 @@ using ControlFlow = std::vector<Tensor> (*)(const OnnxNode& node, const std::vec
                                             const Subgraphs& subgraphs, const std::vector<Tensor>& outer);
 // The control-flow op types and their runners (onnx_control_flow.cpp).
 const std::map<std::string, ControlFlow>& control_flow_ops();
-
-// Thrown, under the tracer, when a branch or a trip count depends on a value
-// computed from the model's inputs: such a model runs node by node instead.
-struct DataDependentControlFlow : Error {
-  using Error::Error;
-};
 
 class OnnxGraph {
  public:

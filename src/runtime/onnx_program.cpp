@@ -66,25 +66,6 @@ OnnxProgram::OnnxProgram(const std::string& bytes, const std::string& what) : wh
   bound_by_value_ = graph_->inputs_bound_by_value();
 }
 
-void OnnxProgram::check_inputs(const std::vector<Tensor>& in) const {
-  KILN_CHECK(in.size() == inputs_.size(), "the model takes ", inputs_.size(), " input(s) (", [&] {
-    std::string s;
-    for (size_t i = 0; i < inputs_.size(); ++i) s += (i ? "; " : "") + inputs_[i].str();
-    return s;
-  }(), "), got ", in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    const TensorInfo& want = inputs_[i];
-    KILN_CHECK(in[i].defined(), "input '", want.name, "' is missing; expected ", want.str());
-    bool fits = in[i].dtype() == want.dtype;
-    if (want.shape_known) {
-      fits = fits && in[i].dim() == static_cast<int64_t>(want.shape.size());
-      for (size_t d = 0; fits && d < want.shape.size(); ++d) fits = want.shape[d] < 0 || want.shape[d] == in[i].shape()[d];
-    }
-    KILN_CHECK(fits, "input '", want.name, "' expects ", want.str().substr(want.name.size() + 2), ", got ",
-               dtype_name(in[i].dtype()), " ", shape_str(in[i].shape()));
-  }
-}
-
 std::vector<Tensor> OnnxProgram::run(const std::vector<Tensor>& in) const { return graph_->run(in); }
 
 }  // namespace kiln::runtime

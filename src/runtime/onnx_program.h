@@ -12,27 +12,23 @@
 
 #include "kiln/runtime.h"
 #include "runtime/onnx_graph.h"
+#include "runtime/program.h"
 
 namespace kiln::runtime {
 
-class OnnxProgram {
+class OnnxProgram : public Program {
  public:
   // `what` names the source in errors (a path). Throws Error for a malformed
   // model and onnx_io::Unsupported, listing every problem, for one Kiln cannot run.
   OnnxProgram(const std::string& bytes, const std::string& what);
 
-  const std::vector<TensorInfo>& inputs() const { return inputs_; }
-  const std::vector<TensorInfo>& outputs() const { return outputs_; }
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  int opset() const { return opset_; }
-  // Per input: whether a converter reads its values (a shape given as an input).
-  const std::vector<bool>& bound_by_value() const { return bound_by_value_; }
-  const std::string& producer() const { return producer_; }
-
-  // Throws naming the input, the expected and the given dtype and shape.
-  void check_inputs(const std::vector<Tensor>& inputs) const;
-  // Inputs already passed check_inputs (InferenceSession::run checks them once).
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  const std::vector<TensorInfo>& inputs() const override { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const override { return outputs_; }
+  const std::map<std::string, std::string>& metadata() const override { return metadata_; }
+  int opset() const override { return opset_; }
+  const std::vector<bool>& bound_by_value() const override { return bound_by_value_; }
+  const std::string& producer() const override { return producer_; }
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
 
  private:
   ::onnx::ModelProto model_;

@@ -112,8 +112,8 @@ void add_run(CLI::App& app) {
     int level = 2;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("run", "Run an ONNX model on inputs from .npy or .pb files");
-  cmd->add_option("model", a->model, "The ONNX file")->required();
+  auto* cmd = app.add_subcommand("run", "Run an ONNX or MindIR model on inputs from .npy or .pb files");
+  cmd->add_option("model", a->model, "The ONNX or MindIR (.mindir) file")->required();
   cmd->add_option("--input", a->inputs, "One file per model input, in order (.npy or TensorProto .pb)")->required();
   cmd->add_option("--output", a->output, "Write the first output here (.npy or .pb)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
@@ -188,8 +188,8 @@ void add_bench(CLI::App& app) {
     bool fixed_threads = false;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX model");
-  cmd->add_option("model", a->model, "The ONNX file")->required();
+  auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX or MindIR model");
+  cmd->add_option("model", a->model, "The ONNX or MindIR (.mindir) file")->required();
   auto* batch_option = cmd->add_option("--batch", a->batches, "Batch sizes, e.g. 1,64 (axis 0 of every input)");
   cmd->add_option("--shape", a->shapes,
                   "An input's shape, NAME=DIMS such as in0=1x37; one axis may be a range, in0=1x20..59, whose "

@@ -86,6 +86,21 @@ void print_onnx_imports(std::ostream& os, bool markdown) {
   if (!markdown) os << ops.size() << " ONNX op types\n";
 }
 
+// The MindSpore primitives a MindIR model may apply, with the op reading each.
+void print_mindspore_imports(std::ostream& os, bool markdown) {
+  const auto primitives = supported_mindspore_primitives();
+  if (markdown)
+    os << "\n## MindSpore primitives (MindIR import)\n\nA MindIR model may apply these " << primitives.size()
+       << " primitives; each is read by the op named beside it (bookkeeping ones only route values). "
+       << "`kiln ops --mindspore` lists them too.\n\n| primitive | read by |\n|---|---|\n";
+  for (const auto& [primitive, op] : primitives) {
+    const std::string by = op.empty() ? "(bookkeeping)" : op;
+    if (markdown) os << "| `" << primitive << "` | " << (op.empty() ? by : "`" + by + "`") << " |\n";
+    else os << std::left << std::setw(16) << primitive << by << "\n";
+  }
+  if (!markdown) os << primitives.size() << " MindSpore primitives\n";
+}
+
 void print_markdown(std::ostream& os) {
   auto ops = OpRegistry::instance().all();
   os << "# Operator coverage\n\n"
@@ -108,6 +123,7 @@ void print_markdown(std::ostream& os) {
        << onnx_types(*op) << " | " << onnx_import_types(*op) << " | " << tags_str(op->tags) << " |\n";
   }
   print_onnx_imports(os, true);
+  print_mindspore_imports(os, true);
 }
 
 void print_table(std::ostream& os) {
@@ -134,11 +150,13 @@ void print_table(std::ostream& os) {
 
 void add_ops_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("ops", "List the registered operators (backends, dtypes, gradient, ONNX)");
-  static bool markdown = false, onnx = false;
+  static bool markdown = false, onnx = false, mindspore = false;
   cmd->add_flag("--markdown", markdown, "Write the table as Markdown (the content of docs/ops.md)");
   cmd->add_flag("--onnx", onnx, "List the ONNX op types the inference runtime loads");
+  cmd->add_flag("--mindspore", mindspore, "List the MindSpore primitives a MindIR model may apply");
   cmd->callback([] {
     if (onnx) print_onnx_imports(std::cout, false);
+    else if (mindspore) print_mindspore_imports(std::cout, false);
     else if (markdown) print_markdown(std::cout);
     else print_table(std::cout);
   });

@@ -9,7 +9,7 @@ namespace kiln::cli {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve ONNX models over HTTP (Open Inference Protocol v2)");
-  auto* model = cmd->add_option("--model", o->model, "One ONNX file, served as the model named after the file");
+  auto* model = cmd->add_option("--model", o->model, "One ONNX or MindIR file, served as the model named after the file");
   auto* repo = cmd->add_option("--model-repository", o->model_repository,
                                "A folder of <model>/<version>/model.onnx, each model with an optional config.yaml");
   model->excludes(repo);
