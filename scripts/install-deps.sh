@@ -15,6 +15,8 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libarchive-dev
   libprotobuf-dev protobuf-compiler libonnx-dev libboost-dev
+  # The MindSpore fixtures' script (tests/mindspore): MindSpore's schemas in Python.
+  python3-numpy python3-protobuf
   # Serving (libkiln_serve); cpp-httplib is the HTTP client of the tests and the example client.
   libsimdjson-dev libcpp-httplib-dev
   # Distributed training (libkiln_distributed).

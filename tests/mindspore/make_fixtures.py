@@ -11,7 +11,8 @@ by TupleGetItem. The expected outputs are computed here with NumPy.
     make_fixtures.py OUT_DIR
 
 OUT_DIR/<model>.mindir, <model>.input*.npy, <model>.output*.npy for a LeNet,
-a ResNet block, an MLP, a Transformer encoder layer and an LSTM; checkpoints
+a ResNet block, an MLP, a Transformer encoder layer and an LSTM, and one
+applying primitives Kiln lacks; checkpoints
 (weights.ckpt with MindSpore's names and optimizer state, its tensors as
 ckpt_reference/<tag>.npy) and broken files (truncated, encrypted-looking).
 """
@@ -376,6 +377,15 @@ def lstm_model():
             [ys.transpose(1, 0, 2), hn[None]])
 
 
+def unsupported():
+    """Primitives Kiln lacks (two of one, one of another): a load lists them all."""
+    m = MindIR("unsupported_6")
+    h = m.input("x", (2, 3))
+    h = m.apply("FancyActivation", [m.apply("FancyActivation", [m.apply("ReLU", [h])])])
+    h = m.apply("CumulativeLogSumExp", [h], axis=0)
+    return m.finish(h, [(2, 3)])
+
+
 # --- checkpoints --------------------------------------------------------------
 
 CKPT_TYPES = {np.float32: "Float32", np.float16: "Float16", np.int32: "Int32", np.int64: "Int64", np.uint8: "UInt8",
@@ -443,6 +453,8 @@ def main():
             np.save(os.path.join(out, f"{name}.input{k}.npy"), x)
         for k, y in enumerate(outputs):
             np.save(os.path.join(out, f"{name}.output{k}.npy"), np.asarray(y, np.float32))
+    with open(os.path.join(out, "unsupported.mindir"), "wb") as f:
+        f.write(unsupported().SerializeToString())
     checkpoints(out)
     data = open(os.path.join(out, "lenet.mindir"), "rb").read()
     open(os.path.join(out, "truncated.mindir"), "wb").write(data[: len(data) // 3])
