@@ -7,26 +7,34 @@ from . import _kiln
 
 
 def save_checkpoint(save_obj, ckpt_file_name, metadata=None):
-    """Saves a Cell's parameters and buffers (or a dict / list of (name, tensor)) as safetensors.
+    """Saves a Cell's parameters and buffers (or a dict / list of (name, tensor)).
 
-    The file is written atomically: a failure (full disk) leaves any old file intact.
+    A name ending in ``.ckpt`` gets MindSpore's checkpoint format (``metadata``
+    saved as strings beside the tensors, as MindSpore's ``append_dict``);
+    any other name gets safetensors, Kiln's own. The file is written
+    atomically: a failure (full disk) leaves any old file intact.
     """
     metadata = {str(k): str(v) for k, v in (metadata or {}).items()}
     path = os.fspath(ckpt_file_name)
-    if isinstance(save_obj, _kiln.Cell):
+    if path.endswith(".ckpt"):
+        _kiln.save_mindspore_checkpoint(save_obj, path, metadata)
+    elif isinstance(save_obj, _kiln.Cell):
         _kiln.save_cell(save_obj, path, metadata)
     else:
         _kiln.save_tensors(save_obj, path, metadata)
 
 
 def load_checkpoint(ckpt_file_name, net=None, strict=True, print_report=True):
-    """Reads a safetensors checkpoint (or a torch.save file without a net).
+    """Reads a safetensors or MindSpore ``.ckpt`` checkpoint (or a torch.save file without a net).
 
     Without ``net``: a dict of name -> Tensor. With ``net``: loads into it and
     returns the LoadReport. Strict (the default): every parameter and buffer
     must be in the file with its shape and dtype and nothing else may be
     there; otherwise nothing is changed and the error lists every problem.
-    Non-strict: loads what matches and reports (and prints) the rest.
+    Non-strict: loads what matches and reports (and prints) the rest. A
+    ``.ckpt`` file's MindSpore names are taken the Kiln way (``bn.gamma`` is
+    ``bn.weight``, ``moving_mean`` is ``running_mean``) and its optimizer state
+    (``moments.*``, ``global_step``, ...) is passed over.
     """
     path = os.fspath(ckpt_file_name)
     if net is None:
@@ -37,16 +45,30 @@ def load_checkpoint(ckpt_file_name, net=None, strict=True, print_report=True):
 def load_param_into_net(net, parameter_dict, strict_load=False):
     """Copies a dict of name -> Tensor into the net's parameters, as MindSpore's function.
 
-    Returns ``(param_not_load, ckpt_not_load)``: the net's names that got no
-    value and the dict's names that matched nothing. ``strict_load`` makes
-    either an error, before anything is changed.
+    MindSpore's names are taken the Kiln way (``bn.gamma`` is ``bn.weight``,
+    ``embedding_table`` is ``weight``, an LSTM's ``w_ih_list.0`` its
+    ``weight_ih_l0``), and a 1-D convolution's weight saved in MindSpore's
+    2-D form is reshaped. Returns ``(param_not_load, ckpt_not_load)``: the
+    net's names that got no value and the dict's names that were not loaded
+    (optimizer state among them). ``strict_load`` makes a missing parameter,
+    or a weight that matches nothing, an error, before anything is changed.
     """
     names = {n for n, _ in net.parameters_and_names()} | {n for n, _ in net.buffers_and_names()}
-    param_not_load = sorted(names - set(parameter_dict))
-    ckpt_not_load = sorted(set(parameter_dict) - names)
-    if strict_load and (param_not_load or ckpt_not_load):
-        raise _kiln.Error(f"load_param_into_net: not in the dict: {param_not_load}; not in the net: {ckpt_not_load}")
-    _kiln.assign_by_name(net, {k: v for k, v in parameter_dict.items() if k in names})
+    keys = list(parameter_dict)
+    mapped = _kiln.kiln_names_for_mindspore(net, keys)
+    loads = {}
+    for key, kiln_name in zip(keys, mapped):
+        target = key if key in names else kiln_name
+        if target in names and target not in loads:
+            loads[target] = parameter_dict[key]
+    used = set(loads)
+    param_not_load = sorted(names - used)
+    ckpt_not_load = [k for k, t in zip(keys, mapped) if (k if k in names else t) not in used]
+    unmatched_weights = [k for k, t in zip(keys, mapped) if t and k in ckpt_not_load]
+    if strict_load and (param_not_load or unmatched_weights):
+        raise _kiln.Error(f"load_param_into_net: not in the dict: {param_not_load}; "
+                          f"not in the net: {unmatched_weights}; nothing was loaded")
+    _kiln.assign_by_name(net, loads)
     return param_not_load, ckpt_not_load
 
 
@@ -72,7 +94,11 @@ def export(net, *inputs, file_name, file_format="ONNX", dynamic_batch=False, inp
     The Cell is traced in inference mode on the sample inputs; ``.onnx`` is
     added to ``file_name`` when missing. Returns the ExportReport.
     """
-    if str(file_format).upper() != "ONNX":
+    fmt = str(file_format).upper()
+    if fmt in ("MINDIR", "AIR"):
+        raise ValueError(f"file_format {file_format!r}: Kiln does not write {fmt} files; it writes 'ONNX', which "
+                         "kiln run, kiln serve and InferenceSession take (as they take .mindir files MindSpore wrote)")
+    if fmt != "ONNX":
         raise ValueError(f"file_format {file_format!r} is not supported; Kiln exports 'ONNX'")
     if not inputs:
         raise ValueError("export needs sample inputs: export(net, sample, file_name=...)")

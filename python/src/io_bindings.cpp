@@ -1,6 +1,7 @@
 // Checkpoints, PyTorch weight import, ONNX export, the inference runtime and
 // the OIP server.
 #include "bindings.h"
+#include "kiln/migrate.h"
 
 #ifdef KILN_WITH_SERVE
 #include "kiln/serve.h"
@@ -37,9 +38,10 @@ void assign_by_name(nn::Cell& cell, const io::NamedTensors& tensors) {
   for (const auto& [name, value] : tensors) {
     auto it = targets.find(name);
     KILN_CHECK(it != targets.end(), "no parameter or buffer named '", name, "' in the network");
-    KILN_CHECK(it->second.shape() == value.shape(), "'", name, "' is ", shape_str(it->second.shape()),
-               " in the network but ", shape_str(value.shape()), " in the weights");
-    it->second.copy_(value);
+    const bool mindspore_form = io::mindspore_layout_differs(value.shape(), it->second.shape());
+    KILN_CHECK(it->second.shape() == value.shape() || mindspore_form, "'", name, "' is ",
+               shape_str(it->second.shape()), " in the network but ", shape_str(value.shape()), " in the weights");
+    it->second.copy_(mindspore_form ? value.reshape(it->second.shape()) : value);
   }
 }
 
@@ -80,6 +82,27 @@ void bind_io(py::module_& m) {
     return io::load_checkpoint(cell, path, io::LoadOptions{strict, print_report});
   }, py::arg("cell"), py::arg("path"), py::arg("strict") = true, py::arg("print_report") = true);
   m.def("assign_by_name", [](nn::Cell& cell, py::object items) { assign_by_name(cell, named_of(items)); });
+  m.def("save_mindspore_checkpoint", [](py::object obj, const std::string& path, std::map<std::string, std::string> strings) {
+    io::NamedTensors tensors;
+    if (py::isinstance<nn::Cell>(obj)) {
+      const auto& cell = py::cast<const nn::Cell&>(obj);
+      tensors = cell.parameters_and_names();
+      for (auto& b : cell.buffers_and_names()) tensors.push_back(b);
+    } else {
+      tensors = named_of(obj);
+    }
+    py::gil_scoped_release release;
+    io::save_mindspore_checkpoint(path, tensors, strings);
+  }, py::arg("obj"), py::arg("path"), py::arg("strings") = std::map<std::string, std::string>{});
+  // Each of MindSpore's names as the cell's own ("bn.gamma" -> "bn.weight"), or
+  // "" for optimizer state.
+  m.def("kiln_names_for_mindspore", [](const nn::Cell& cell, const std::vector<std::string>& names) {
+    const auto targets = io::infos_of(cell);
+    std::vector<std::string> out;
+    for (const auto& n : names)
+      out.push_back(io::is_mindspore_optimizer_state(n) ? "" : io::kiln_name_for_mindspore(n, targets));
+    return out;
+  });
 
   py::class_<io::MatchResult>(m, "MatchResult")
       .def_property_readonly("matched", [](const io::MatchResult& r) {

@@ -46,6 +46,38 @@ def test_checkpoint_round_trip_and_strict_report(tmp_path):
     assert "fc.bias" in not_loaded and unused == ["extra"]
 
 
+def test_mindspore_checkpoint_round_trip_and_names(tmp_path):
+    net = trained_net()
+    path = tmp_path / "net.ckpt"
+    kiln.save_checkpoint(net, path, metadata={"epoch": 3})  # a .ckpt name: MindSpore's format
+    assert path.read_bytes()[:1] == b"\x0a"  # Checkpoint.value, as MindSpore writes it
+    other = Net()
+    report = kiln.load_checkpoint(path, net=other)
+    assert report.clean(), str(report)
+    x = kiln.randn((2, 1, 8, 8))
+    np.testing.assert_array_equal(other.set_train(False)(x).numpy(), net(x).numpy())
+    # A MindSpore user's dict: MindSpore's names and optimizer state.
+    tensors = kiln.load_checkpoint(path)
+    ms = {k.replace("bn.weight", "bn.gamma").replace("bn.bias", "bn.beta").replace("running_mean", "moving_mean")
+           .replace("running_var", "moving_variance"): v for k, v in tensors.items()}
+    ms["moments.fc.weight"] = kiln.zeros(tuple(tensors["fc.weight"].shape))
+    ms["global_step"] = kiln.ones(1)
+    fresh = Net()
+    not_loaded, unused = kiln.load_param_into_net(fresh, ms, strict_load=True)
+    assert not_loaded == [] and sorted(unused) == ["global_step", "moments.fc.weight"]
+    np.testing.assert_array_equal(fresh.set_train(False)(x).numpy(), net(x).numpy())
+    kiln.save_checkpoint(ms, tmp_path / "ms.ckpt")
+    assert kiln.load_checkpoint(tmp_path / "ms.ckpt", net=Net()).clean()
+    del ms["bn.gamma"]
+    with pytest.raises(kiln.Error, match="bn.weight"):
+        kiln.load_param_into_net(Net(), ms, strict_load=True)
+
+
+def test_mindir_export_is_refused_with_what_kiln_writes(tmp_path):
+    with pytest.raises(ValueError, match="does not write MINDIR.*'ONNX'"):
+        kiln.export(trained_net(), kiln.zeros((1, 1, 8, 8)), file_name=str(tmp_path / "net"), file_format="MINDIR")
+
+
 def test_malformed_checkpoint_is_refused(tmp_path):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
