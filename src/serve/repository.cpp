@@ -144,8 +144,10 @@ std::map<int64_t, std::shared_ptr<ServedModel>> Repository::read_versions(const 
   for (const auto& v : fs::directory_iterator(dir)) {
     std::string version = v.path().filename().string();
     if (!v.is_directory() || !all_digits(version)) continue;
+    // model.onnx, or model.mindir (MindSpore's export).
     fs::path onnx = v.path() / "model.onnx";
-    KILN_CHECK(fs::exists(onnx), "serve: '", v.path().string(), "' has no model.onnx");
+    if (!fs::exists(onnx) && fs::exists(v.path() / "model.mindir")) onnx = v.path() / "model.mindir";
+    KILN_CHECK(fs::exists(onnx), "serve: '", v.path().string(), "' has no model.onnx (or model.mindir)");
     int64_t number = std::stoll(version);
     try {
       on_own_thread([&] {
