@@ -210,7 +210,8 @@ void add_bench(CLI::App& app) {
     so.adapt_threads = !a->fixed_threads;
     so.optimization_level = a->level;
     InferenceSession session(a->model, so);
-    std::printf("%s: opset %d, %s\n", a->model.c_str(), session.opset(), session.producer().c_str());
+    const std::string format = session.opset() > 0 ? "opset " + std::to_string(session.opset()) : "MindIR";
+    std::printf("%s: %s, %s\n", a->model.c_str(), format.c_str(), session.producer().c_str());
     KILN_CHECK(a->shapes.empty() || a->input_files.empty(), "bench: give --shape or --input, not both");
     // Each case's inputs are made just before it is timed: a batch's inputs
     // do not count in another's peak memory.
