@@ -1,4 +1,5 @@
-// Fuzz target: arbitrary bytes as an ONNX model. Every input must either load
+// Fuzz target: arbitrary bytes as a model file, ONNX or MindIR (told apart by
+// the first byte, as InferenceSession does). Every input must either load
 // (and then run on zeros of its declared input shapes) or be refused with
 // kiln::Error; crashes, hangs and other exceptions are bugs.
 #include <cstdint>

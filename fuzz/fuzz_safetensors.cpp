@@ -1,9 +1,6 @@
 // Fuzz target: arbitrary bytes as a safetensors file. Every input must either
 // load or be refused with kiln::Error; crashes, hangs and other exceptions are bugs.
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 #include "kiln/io.h"
@@ -11,13 +8,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const ScratchFile file("kiln_fuzz_safetensors");
-  const std::string& path = file.path;
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return 0;
-  std::fwrite(data, 1, size, f);
-  std::fclose(f);
+  if (!file.write(data, size)) return 0;
   try {
-    kiln::io::load_safetensors(path);
+    kiln::io::load_safetensors(file.path);
   } catch (const kiln::Error&) {
   }
   return 0;
