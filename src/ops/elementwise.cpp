@@ -165,12 +165,14 @@ OpDefiner d_sigmoid(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sig
   return {bw("sigmoid_backward", g[0], Y(c))};
 })), "Sigmoid"), {"Sigmoid"}));
 OpDefiner d_relu(detail::read_mindspore_as(detail::read_onnx_as(with_math<Relu>(unary("relu", onnx_as("Relu"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("relu_backward", g[0], Y(c))}; })), "Relu"), {"ReLU"}));
-OpDefiner d_leaky(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
+OpDefiner d_leaky(detail::reads_mindspore(detail::reads_onnx(with_math<LeakyRelu>(unary("leaky_relu", onnx_as("LeakyRelu", [](const OnnxWriter& w) -> Attrs {
   return {{"alpha", w.attrs().get_float("negative_slope", 0.01)}};
 }), [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("leaky_relu_backward", g[0], X(c), c.attrs)};
 }, {"negative_slope:float=0.01"})), onnx_reader({"LeakyRelu"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {leaky_relu(n.input(in, 0), n.f("alpha", 0.01))};
+})), onnx_reader({"LeakyReLU"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {leaky_relu(n.input(in, 0), n.f("alpha", 0.2))};
 })));
 OpDefiner d_gelu(detail::reads_mindspore(detail::reads_onnx(with_math<Gelu>(unary("gelu", {{"Mul", "Erf", "Add", "Pow", "Tanh"}, write_gelu}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("gelu_backward", g[0], X(c), c.attrs)};
@@ -181,15 +183,19 @@ OpDefiner d_gelu(detail::reads_mindspore(detail::reads_onnx(with_math<Gelu>(unar
 })), onnx_reader({"GeLU"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {gelu(n.input(in, 0), true)};  // MindSpore's GeLU primitive computes the tanh form
 })));
-OpDefiner d_silu(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })));
+OpDefiner d_silu(detail::reads_mindspore(with_math<Silu>(unary("silu", {{"Sigmoid", "Mul"}, write_silu}, [](const GradContext& c, const Grads& g) -> Grads { return {bw("silu_backward", g[0], X(c))}; })), onnx_reader({"SiLU"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {silu(n.input(in, 0))};
+})));
 OpDefiner d_erf(detail::read_mindspore_as(detail::read_onnx_as(with_math<Erf>(unary("erf", onnx_as("Erf"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& x = X(c);
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
 })), "Erf"), {"Erf"}));
 // ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
-OpDefiner d_softplus(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_softplus(detail::reads_mindspore(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
 }, {"beta:float=1", "threshold:float=20"})), onnx_reader({"Softplus"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {softplus(n.input(in, 0), 1.0, 20.0)};
+})), onnx_reader({"Softplus"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {softplus(n.input(in, 0), 1.0, 20.0)};
 })));
 // ONNX Clip: bounds as attributes before opset 11, optional inputs after.
@@ -208,14 +214,16 @@ OnnxImport clip_reader() {
     return {clamp(x, lo, hi)};
   }, {1, 2});
 }
-OpDefiner d_clamp(detail::reads_onnx(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_clamp(detail::reads_mindspore(detail::reads_onnx(with_math<Clamp>(unary("clamp", {{"Clip"}, write_clamp}, [](const GradContext& c, const Grads& g) -> Grads {
   // Gradient passes where the input was inside [min, max].
   const Tensor& x = X(c);
   Tensor mask = ones_like(x);
   if (c.attrs.has("min")) mask = mask * cast(ge(x, scalar_tensor(c.attrs.get_float("min"), x.dtype())), x.dtype());
   if (c.attrs.has("max")) mask = mask * cast(le(x, scalar_tensor(c.attrs.get_float("max"), x.dtype())), x.dtype());
   return {g[0] * mask};
-}, {"min:float?", "max:float?"})), clip_reader()));
+}, {"min:float?", "max:float?"})), clip_reader()), onnx_reader({"ReLU6"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {clamp(n.input(in, 0), 0.0, 6.0)};
+})));
 OpDefiner d_sign(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sign>(unary("sign", onnx_as("Sign"), nullptr)), "Sign"), {"Sign"}));
 OpDefiner d_floor(detail::read_mindspore_as(detail::read_onnx_as(with_math<Floor>(unary("floor", onnx_as("Floor"), nullptr)), "Floor"), {"Floor"}));
 OpDefiner d_ceil(detail::read_mindspore_as(detail::read_onnx_as(with_math<Ceil>(unary("ceil", onnx_as("Ceil"), nullptr)), "Ceil"), {"Ceil"}));
@@ -223,7 +231,7 @@ OpDefiner d_round(detail::read_mindspore_as(detail::read_onnx_as(with_math<Round
 
 // ONNX HardSigmoid with PyTorch's slope (alpha 1/6, beta 0.5) is this op;
 // other slopes are the formula.
-OpDefiner d_hardsigmoid(detail::reads_onnx(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
+OpDefiner d_hardsigmoid(detail::reads_mindspore(detail::reads_onnx(with_math<Hardsigmoid>(unary("hardsigmoid", onnx_as("HardSigmoid", [](const OnnxWriter&) -> Attrs {
   return {{"alpha", 1.0 / 6}, {"beta", 0.5}};
 }), [](const GradContext& c, const Grads& g) -> Grads { return {bw("hardsigmoid_backward", g[0], X(c))}; })),
 onnx_reader({"HardSigmoid"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
@@ -231,6 +239,8 @@ onnx_reader({"HardSigmoid"}, [](const OnnxReader& n, const std::vector<Tensor>& 
   const double alpha = n.f("alpha", 0.2), beta = n.f("beta", 0.5);
   if (std::abs(alpha - 1.0 / 6) < 1e-7 && beta == 0.5) return {hardsigmoid(x)};
   return {clamp(x * alpha + beta, 0.0, 1.0)};
+})), onnx_reader({"HSigmoid"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  return {hardsigmoid(n.input(in, 0))};
 })));
 // HardSwish is an ONNX op from opset 14 on; before, x * HardSigmoid(x).
 OpDefiner d_hardswish(detail::read_mindspore_as(detail::read_onnx_as(with_math<Hardswish>(unary("hardswish", {{"HardSwish", "HardSigmoid", "Mul"}, [](OnnxWriter& w) {
@@ -382,6 +392,10 @@ OpDefiner d_where([] {
   OpDef d;
   d.name = "where";
   d.inputs = {"cond", "a", "b"};
+  // MindSpore's Select (cond, x, y).
+  d.mindspore_import = onnx_reader({"Select"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {where(n.input(in, 0), n.input(in, 1), n.input(in, 2))};
+  });
   d.outputs = {"y"};
   d.infer = [](const Metas& in, const Attrs&) -> Metas {
     KILN_CHECK(in[0].dtype == DType::Bool, "cond must be a bool tensor, got ", dtype_name(in[0].dtype),

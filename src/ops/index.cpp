@@ -212,7 +212,7 @@ OpDefiner d_scatter_add(detail::reads_onnx(make(
     {{"Slice", "ScatterElements"}, write_scatter_add}, {0, 2}),
     onnx_reader({"ScatterElements", "Scatter"}, read_scatter_elements)));
 
-OpDefiner d_one_hot(detail::reads_onnx(make(
+OpDefiner d_one_hot(detail::reads_mindspore(detail::reads_onnx(make(
     "one_hot", {"indices"}, {"num_classes:int"},
     [](const Metas& in, const Attrs& a) -> Metas {
       check_index(in[0], "indices");
@@ -223,7 +223,17 @@ OpDefiner d_one_hot(detail::reads_onnx(make(
       return {{true, s, DType::Int64, in[0].device}};
     },
     nullptr, {{"OneHot"}, write_one_hot}, {}),
-    onnx_reader({"OneHot"}, read_one_hot, {1})));
+    onnx_reader({"OneHot"}, read_one_hot, {1})),
+    // MindSpore's OneHot (indices, depth, on_value, off_value), on the last axis.
+    onnx_reader({"OneHot"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      if (n.i("axis", -1) != -1) n.unsupported("axis ", n.i("axis", -1), " (Kiln reads the last axis, -1)");
+      const Tensor& on = n.input(in, 2);
+      const auto depth = static_cast<int64_t>(n.scalar_value(n.input(in, 1), "depth"));
+      if (depth <= 0) n.fail("depth must be positive, got ", depth);
+      const Tensor hot = cast(one_hot(cast(n.input(in, 0), DType::Int64), depth), on.dtype());
+      const Tensor off = cast(n.input(in, 3), on.dtype());
+      return {hot * (on - off) + off};
+    }, {}, false)));
 
 }  // namespace
 

@@ -205,9 +205,10 @@ OpDefiner d_concat(detail::reads_mindspore(detail::reads_onnx(make_op(
     },
     onnx_as("Concat", [](const OnnxWriter& w) -> Attrs { return {{"axis", w.attrs().get_int("axis", 0)}}; }), 0),
     onnx_reader({"Concat"}, read_concat, {}, false)),
-    // MindSpore's Concat takes a tuple, which arrives as its items.
-    onnx_reader({"Concat"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    // MindSpore's Concat and Stack take a tuple, which arrives as its items.
+    onnx_reader({"Concat", "Stack"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
       if (in.empty()) n.fail("takes at least one tensor");
+      if (n.op_type() == "Stack") return {stack(in, n.axis(n.i("axis", 0), in[0].dim() + 1))};
       return {concat(in, n.axis(n.i("axis", 0), in[0].dim()))};
     }, {}, false)));
 
@@ -239,10 +240,17 @@ OpDefiner d_split([] {
       OnnxExport{{"Split"}, write_split}, kTagView);
   d.outputs = {"parts*"};
   d.onnx_import = onnx_reader({"Split"}, read_split, {1}, false);
+  // MindSpore's Split (axis, output_num): equal parts.
+  d.mindspore_import = onnx_reader({"Split"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    const Tensor& x = n.input(in, 0);
+    const int64_t axis = n.axis(n.i("axis", 0), x.dim()), parts = n.i("output_num", 1);
+    if (parts < 1 || x.shape()[axis] % parts != 0) n.fail("axis ", axis, " of ", x.meta_str(), " does not split into ", parts, " equal parts");
+    return split(x, std::vector<int64_t>(static_cast<size_t>(parts), x.shape()[axis] / parts), axis);
+  }, {}, false);
   return d;
 }());
 
-OpDefiner d_pad(detail::reads_onnx(make_op(
+OpDefiner d_pad(detail::reads_mindspore(detail::reads_onnx(make_op(
     "pad", {"x"}, {"pads:ints", "mode:string=constant|reflect|replicate|circular", "value:float=0"},
     [](const Metas& in, const Attrs& a) -> Metas {
       auto pads = a.get_ints("pads");
@@ -273,7 +281,16 @@ OpDefiner d_pad(detail::reads_onnx(make_op(
       return {call("pad_backward", {g[0]}, a)[0]};
     },
     {{"Pad", "Slice", "Concat", "Identity"}, write_pad}, 0),
-    onnx_reader({"Pad"}, read_pad, {1, 2, 3}, false)));
+    onnx_reader({"Pad"}, read_pad, {1, 2, 3}, false)),
+    // MindSpore's Pad: paddings ((before, after) per axis, from the first), zeros.
+    onnx_reader({"Pad"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      const Tensor& x = n.input(in, 0);
+      const std::vector<int64_t> p = n.ints("paddings");
+      if (p.size() != static_cast<size_t>(2 * x.dim())) n.fail("paddings should hold a (before, after) pair per axis of ", x.meta_str());
+      std::vector<int64_t> pads;
+      for (int64_t ax = x.dim() - 1; ax >= 0; --ax) pads.insert(pads.end(), {p[2 * ax], p[2 * ax + 1]});
+      return {pad(x, pads)};
+    }, {}, false)));
 
 OpDefiner d_pad_bw(make_op(
     "pad_backward", {"grad"}, {"input_shape:ints", "pads:ints", "mode:string"},

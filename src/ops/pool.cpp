@@ -259,7 +259,7 @@ OpDefiner d_avg(detail::reads_mindspore(detail::reads_onnx(pool("avg_pool2d", {{
                                         infer_pool, "avg_pool2d_backward"),
                                    onnx_reader({"AveragePool"}, read_avg_pool)),
                                    onnx_reader({"AvgPool"}, read_mindspore_pool)));
-OpDefiner d_adaptive(pool(
+OpDefiner d_adaptive(detail::reads_mindspore(pool(
     "adaptive_avg_pool2d", {{"GlobalAveragePool", "AveragePool"}, write_adaptive_avg_pool}, {"output_size:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       detail::check_rank(in[0], 4, "input", "N, C, H, W");
@@ -267,7 +267,18 @@ OpDefiner d_adaptive(pool(
       KILN_CHECK(o[0] > 0 && o[1] > 0, "output_size must be positive, got ", shape_str(o));
       return {{true, {in[0].shape[0], in[0].shape[1], o[0], o[1]}, in[0].dtype, in[0].device}};
     },
-    "adaptive_avg_pool2d_backward"));
+    "adaptive_avg_pool2d_backward"),
+    // MindSpore's AdaptiveAvgPool2D (output_size; a None size keeps the input's).
+    onnx_reader({"AdaptiveAvgPool2D"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      const Tensor& x = n.input(in, 0);
+      if (x.dim() != 4) n.fail("takes x [N, C, H, W], got ", x.meta_str());
+      auto size = n.ints("output_size");
+      if (size.size() == 1) size.push_back(size[0]);
+      if (size.size() != 2) n.fail("output_size should hold 1 or 2 values");
+      for (size_t i = 0; i < 2; ++i)
+        if (size[i] <= 0) size[i] = x.shape()[2 + i];
+      return {adaptive_avg_pool2d(x, size)};
+    })));
 OpDefiner d_max_bw([] {
   OpDef d = pool_backward("max_pool2d_backward");
   // mask (optional): keep the gradient only where mask > 0, the backward of a

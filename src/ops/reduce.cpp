@@ -204,7 +204,17 @@ OpDef arg_reduction(const char* name, const char* onnx_type) {
   d.tags = kTagReduction | kTagNondifferentiable;
   return d;
 }
-OpDefiner d_argmax(arg_reduction("argmax", "ArgMax"));
+// MindSpore's Argmax (axis, output_type, int32 by default) and
+// ArgMaxWithValue (axis, keep_dims), which also gives the maxima.
+std::vector<Tensor> read_mindspore_argmax(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const int64_t axis = n.axis(n.i("axis", n.op_type() == "Argmax" ? -1 : 0), x.dim());
+  if (n.op_type() == "Argmax") return {cast(argmax(x, axis), n.has("output_type") ? n.dtype("output_type") : DType::Int32)};
+  const bool keep = n.i("keep_dims", 0) != 0;
+  return {cast(argmax(x, axis, keep), DType::Int32), amax(x, {axis}, keep)};
+}
+OpDefiner d_argmax(detail::reads_mindspore(arg_reduction("argmax", "ArgMax"),
+                                           onnx_reader({"Argmax", "ArgMaxWithValue"}, read_mindspore_argmax)));
 OpDefiner d_argmin(arg_reduction("argmin", "ArgMin"));
 
 OpDef softmax_like(const char* name, const char* onnx_type, GradFn grad) {

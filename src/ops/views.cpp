@@ -296,7 +296,57 @@ Metas infer_slice(const Metas& in, const Attrs& a) {
   return {{true, s, in[0].dtype, in[0].device}};
 }
 
-OpDefiner d_slice(detail::reads_onnx(make_op(
+// MindSpore's StridedSlice (x, begin, end, strides) with TensorFlow's masks:
+// begin_mask and end_mask take an axis whole from that side, shrink_axis_mask
+// keeps one index and drops the axis. Positive strides only.
+std::vector<Tensor> read_mindspore_strided_slice(const OnnxReader& n, const std::vector<Tensor>& in) {
+  Tensor x = n.input(in, 0);
+  const auto begin = n.int_values(n.input(in, 1), "begin"), end = n.int_values(n.input(in, 2), "end"),
+             strides = n.int_values(n.input(in, 3), "strides");
+  if (begin.size() != end.size() || begin.size() != strides.size() || static_cast<int64_t>(begin.size()) > x.dim())
+    n.fail("begin, end and strides must have one value per sliced axis of ", x.meta_str());
+  if (n.i("ellipsis_mask", 0) || n.i("new_axis_mask", 0)) n.unsupported("ellipsis_mask and new_axis_mask");
+  const int64_t begin_mask = n.i("begin_mask", 0), end_mask = n.i("end_mask", 0), shrink = n.i("shrink_axis_mask", 0);
+  Shape kept;
+  for (size_t i = 0; i < begin.size(); ++i) {
+    const int64_t dim = x.shape()[i];
+    if (strides[i] <= 0) n.unsupported("a stride of ", strides[i], " (Kiln reads positive strides)");
+    if (shrink >> i & 1) {
+      const int64_t at = begin[i] < 0 ? begin[i] + dim : begin[i];
+      if (at < 0 || at >= dim) n.fail("index ", begin[i], " is out of range for axis ", i, " of size ", dim);
+      x = x.slice(static_cast<int64_t>(i), at, at + 1);
+      continue;
+    }
+    kept.push_back(static_cast<int64_t>(i));
+    const int64_t start = begin_mask >> i & 1 ? 0 : std::clamp<int64_t>(begin[i], -dim, dim);
+    const int64_t stop = end_mask >> i & 1 ? dim : std::clamp<int64_t>(end[i], -dim, dim);
+    x = x.slice(static_cast<int64_t>(i), start, stop, strides[i]);
+  }
+  if (!shrink) return {x};
+  Shape s;
+  for (int64_t i = 0; i < x.dim(); ++i)
+    if (i >= static_cast<int64_t>(begin.size()) || !(shrink >> i & 1)) s.push_back(x.shape()[i]);
+  return {x.reshape(s)};
+}
+
+// MindSpore's Tile (x, multiples): each axis repeated whole, as numpy.tile.
+std::vector<Tensor> read_mindspore_tile(const OnnxReader& n, const std::vector<Tensor>& in) {
+  const Tensor& x = n.input(in, 0);
+  const auto multiples = n.int_values(n.input(in, 1), "multiples");
+  if (static_cast<int64_t>(multiples.size()) < x.dim()) n.fail("multiples needs a value per axis of ", x.meta_str());
+  Shape lifted, target, result;
+  const size_t extra = multiples.size() - static_cast<size_t>(x.dim());
+  for (size_t i = 0; i < multiples.size(); ++i) {
+    const int64_t d = i < extra ? 1 : x.shape()[i - extra];
+    lifted.insert(lifted.end(), {1, d});
+    target.insert(target.end(), {multiples[i], d});
+    result.push_back(multiples[i] * d);
+  }
+  n.check_created_size(result);
+  return {x.reshape(lifted).expand(target).contiguous().reshape(result)};
+}
+
+OpDefiner d_slice(detail::reads_mindspore(detail::reads_onnx(make_op(
     "slice", {"x"}, {"axis:int", "start:int", "end:int", "step:int=1"}, infer_slice,
     [](const GradContext& c, const Grads& g) -> Grads {
       Attrs a = c.attrs;
@@ -304,7 +354,8 @@ OpDefiner d_slice(detail::reads_onnx(make_op(
       return {call("slice_backward", {g[0]}, a)[0]};
     },
     {{"Slice"}, write_slice}, kTagView),
-    onnx_reader({"Slice"}, read_slice, {1, 2, 3, 4}, false)));
+    onnx_reader({"Slice"}, read_slice, {1, 2, 3, 4}, false)),
+    onnx_reader({"StridedSlice"}, read_mindspore_strided_slice, {}, false)));
 
 OpDefiner d_slice_bw(make_op(
     "slice_backward", {"grad"}, {"input_shape:ints", "axis:int", "start:int", "end:int", "step:int=1"},
@@ -313,7 +364,7 @@ OpDefiner d_slice_bw(make_op(
     },
     nullptr, {}, kTagBackward));
 
-OpDefiner d_expand(detail::reads_onnx(make_op(
+OpDefiner d_expand(detail::reads_mindspore(detail::reads_onnx(make_op(
     "expand", {"x"}, {"shape:ints"},
     [](const Metas& in, const Attrs& a) -> Metas {
       Shape target = a.get_ints("shape");
@@ -328,7 +379,8 @@ OpDefiner d_expand(detail::reads_onnx(make_op(
       return {{true, target, in[0].dtype, in[0].device}};
     },
     [](const GradContext& c, const Grads& g) -> Grads { return {sum_to(g[0], c.inputs[0].shape())}; }, {{"Expand"}, write_expand},
-    kTagView), onnx_reader({"Expand"}, read_expand, {1}, false)));
+    kTagView), onnx_reader({"Expand"}, read_expand, {1}, false)),
+    onnx_reader({"Tile"}, read_mindspore_tile, {}, false)));
 
 }  // namespace
 }  // namespace kiln

@@ -185,10 +185,7 @@ class PrimitiveNode : public OnnxReader {
     if (is_int_type(a->type())) return {int_of(*a)};
     if (a->type() != Attribute::TUPLE && a->type() != Attribute::LIST) fail("attribute '", name, "' should be ints");
     std::vector<int64_t> out;
-    for (const auto& v : a->values()) {
-      if (!is_int_type(v.type())) fail("attribute '", name, "' should hold ints only");
-      out.push_back(int_of(v));
-    }
+    append_ints(*a, name, out);
     return out;
   }
   std::vector<double> floats(const std::string& name) const override {
@@ -217,6 +214,14 @@ class PrimitiveNode : public OnnxReader {
   }
 
  private:
+  // The ints of a tuple, nested tuples (Pad's paddings) flattened in order.
+  void append_ints(const Attribute& a, const std::string& name, std::vector<int64_t>& out) const {
+    for (const auto& v : a.values()) {
+      if (v.type() == Attribute::TUPLE || v.type() == Attribute::LIST) append_ints(v, name, out);
+      else if (is_int_type(v.type())) out.push_back(int_of(v));
+      else fail("attribute '", name, "' should hold ints only");
+    }
+  }
   const Attribute* attr(const std::string& name) const {
     for (const Attribute* a : attrs_)
       if (a->name() == name) return a;

@@ -11,8 +11,8 @@ by TupleGetItem. The expected outputs are computed here with NumPy.
     make_fixtures.py OUT_DIR
 
 OUT_DIR/<model>.mindir, <model>.input*.npy, <model>.output*.npy for a LeNet,
-a ResNet block, an MLP, a Transformer encoder layer and an LSTM, and one
-applying primitives Kiln lacks; checkpoints
+a ResNet block, an MLP, a Transformer encoder layer, an LSTM and one of
+assorted primitives, and one applying primitives Kiln lacks; checkpoints
 (weights.ckpt with MindSpore's names and optimizer state, its tensors as
 ckpt_reference/<tag>.npy) and broken files (truncated, encrypted-looking).
 """
@@ -186,7 +186,9 @@ class MindIR:
             a.type = A.TUPLE
             for v in value:  # items of a sequence keep their scalars in the repeated fields
                 item = a.values.add()
-                if isinstance(v, bool):
+                if isinstance(v, tuple):
+                    MindIR.set_value(item, v)
+                elif isinstance(v, bool):
                     item.type = A.BOOL
                     item.ints.append(int(v))
                 elif isinstance(v, int):
@@ -377,6 +379,52 @@ def lstm_model():
             [ys.transpose(1, 0, 2), hn[None]])
 
 
+def more_primitives():
+    """Slicing, padding, activations, adaptive pooling, split and stack, tile, select, arg-max and one-hot."""
+    m = MindIR("primitives_7")
+    x = rand(2, 3, 8, 8, scale=2.0)
+    h = m.input("x", x.shape)
+    s = m.apply("StridedSlice", [h, m.const((0, 0, 1, 0)), m.const((0, 3, 7, 8)), m.const((1, 1, 2, 1))],
+                begin_mask=1, end_mask=1, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)
+    p = m.apply("Pad", [s], paddings=((0, 0), (0, 0), (1, 1), (2, 0)))
+    a = m.apply("ReLU6", [m.apply("Mul", [p, m.const(3.0)])])
+    b = m.apply("LeakyReLU", [p], alpha=0.1)
+    c, d, e = m.apply("HSigmoid", [p]), m.apply("SiLU", [p]), m.apply("Softplus", [p])
+    t = m.apply("Add", [m.apply("Add", [a, b]), m.apply("Add", [c, m.apply("Sub", [d, e])])])
+    g = m.apply("AdaptiveAvgPool2D", [t], output_size=(2, 5))
+    parts = m.apply("Split", [g], outputs=3, axis=1, output_num=3)
+    st = m.apply("Stack", [m.apply("MakeTuple", [m.item(parts, 0), m.item(parts, 2)])], axis=0)
+    tl = m.apply("Tile", [m.apply("Squeeze", [st], axis=(2,)), m.const((1, 1, 2, 1))])
+    sel = m.apply("Select", [m.apply("Greater", [tl, m.const(np.array(0.5, np.float32))]), tl, m.apply("Neg", [tl])])
+    total = m.apply("ReduceSum", [sel, m.const((3,))], keep_dims=True)
+    flat = m.apply("Reshape", [sel, m.const((4, 20))])
+    am = m.apply("Argmax", [flat], axis=-1, output_type=np.int32)
+    oh = m.apply("OneHot", [am, m.const(20), m.const(np.array(1.0, np.float32)), m.const(np.array(0.0, np.float32))],
+                 axis=-1)
+    amv = m.item(m.apply("ArgMaxWithValue", [flat], outputs=2, axis=1, keep_dims=False), 1)
+    row = m.apply("StridedSlice", [oh, m.const((1, 0)), m.const((2, 20)), m.const((1, 1))],
+                  begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=1)
+
+    xs = x[:, 0:3, 1:7:2, 0:8].astype(np.float64)
+    xp = np.pad(xs, ((0, 0), (0, 0), (1, 1), (2, 0)))
+    relu6 = np.clip(xp * 3, 0, 6)
+    r = relu6 + np.where(xp > 0, xp, 0.1 * xp) + (np.clip(xp + 3, 0, 6) / 6 + (xp * sigmoid(xp) - np.log1p(np.exp(xp))))
+    hh, ww = r.shape[2:]
+    pooled = np.zeros(r.shape[:2] + (2, 5))
+    for i in range(2):
+        for j in range(5):
+            pooled[:, :, i, j] = r[:, :, i * hh // 2:-(-(i + 1) * hh // 2), j * ww // 5:-(-(j + 1) * ww // 5)].mean((2, 3))
+    stacked = np.stack([pooled[:, 0:1], pooled[:, 2:3]], 0)[:, :, 0]
+    tiled = np.tile(stacked, (1, 1, 2, 1))
+    chosen = np.where(tiled > 0.5, tiled, -tiled)
+    flat_r = chosen.reshape(4, 20)
+    idx = flat_r.argmax(-1)
+    hot = np.eye(20)[idx]
+    outputs = [chosen.sum(3, keepdims=True), idx.astype(np.int32), hot, flat_r.max(1), hot[1]]
+    model = m.finish(m.apply("MakeTuple", [total, am, oh, amv, row]), [o.shape for o in outputs])
+    return model, [x], outputs
+
+
 def unsupported():
     """Primitives Kiln lacks (two of one, one of another): a load lists them all."""
     m = MindIR("unsupported_6")
@@ -445,7 +493,8 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     for name, make in [("lenet", lenet), ("resnet_block", resnet_block), ("mlp", mlp),
-                       ("transformer_layer", transformer_layer), ("lstm", lstm_model)]:
+                       ("transformer_layer", transformer_layer), ("lstm", lstm_model),
+                       ("primitives", more_primitives)]:
         model, inputs, outputs = make()
         with open(os.path.join(out, name + ".mindir"), "wb") as f:
             f.write(model.SerializeToString())

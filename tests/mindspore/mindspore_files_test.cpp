@@ -72,7 +72,8 @@ TEST_P(MindirModel, MatchesNumPy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MindirModel,
-                         ::testing::Combine(::testing::Values("lenet", "resnet_block", "mlp", "transformer_layer", "lstm"),
+                         ::testing::Combine(::testing::Values("lenet", "resnet_block", "mlp", "transformer_layer", "lstm",
+                                                              "primitives"),
                                             ::testing::Values(0, 2)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_level" + std::to_string(std::get<1>(info.param));
