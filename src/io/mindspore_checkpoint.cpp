@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "checkpoint.pb.h"
@@ -65,6 +66,8 @@ bool is_mindspore_checkpoint(const std::string& path) {
   f.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(f.gcount()));
   if (head.size() > 8 && head[8] == '{') return false;  // safetensors: an 8-byte length, then its JSON header
+  // torch.save's zip and pickle forms (PyTorch Lightning names its files .ckpt too).
+  if (head.compare(0, 4, "PK\x03\x04") == 0 || (!head.empty() && static_cast<uint8_t>(head[0]) == 0x80)) return false;
   const bool named = path.size() >= 5 && path.compare(path.size() - 5, 5, ".ckpt") == 0;
   // Field 1 (value), length-delimited: every Checkpoint message starts so.
   return named || (!head.empty() && static_cast<uint8_t>(head[0]) == 0x0a);
@@ -73,15 +76,15 @@ bool is_mindspore_checkpoint(const std::string& path) {
 MindsporeCheckpoint load_mindspore_checkpoint(const std::string& path) {
   const std::string bytes = read_all(path);
   KILN_CHECK(!bytes.empty(), "'", path, "' is empty: not a MindSpore checkpoint");
-  kiln_mindspore_ckpt::Checkpoint ckpt;
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                            static_cast<int>(std::min<size_t>(bytes.size(), INT32_MAX)));
-  in.SetTotalBytesLimit(INT32_MAX);
   KILN_CHECK(bytes.size() < INT32_MAX, "'", path, "' is larger than 2 GiB, the most a protobuf message may hold; ",
              "save it in MindSpore's safetensors form (save_checkpoint(..., format='safetensors'))");
+  kiln_mindspore_ckpt::Checkpoint ckpt;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()));
+  in.SetTotalBytesLimit(INT32_MAX);
   KILN_CHECK(ckpt.ParseFromCodedStream(&in) && in.ConsumedEntireMessage(), not_a_checkpoint(path, bytes));
 
   MindsporeCheckpoint out;
+  std::set<std::string> seen;
   // A large tensor is saved as consecutive values under one tag, each a
   // slice of its data with the whole tensor's dims: they are joined here.
   for (int i = 0; i < ckpt.value_size();) {
@@ -116,8 +119,7 @@ MindsporeCheckpoint load_mindspore_checkpoint(const std::string& path) {
                data.size() < want ? ": the file is truncated, or the tensor is a slice of a distributed model (merge the "
                                     "slices in MindSpore with merge_sliced_parameter or transform_checkpoints)"
                                   : "");
-    for (const auto& [name, t] : out.tensors)
-      KILN_CHECK(name != tag, "'", path, "': tensor '", tag, "' appears twice, apart");
+    KILN_CHECK(seen.insert(tag).second, "'", path, "': tensor '", tag, "' appears twice, apart");
     Tensor t = Tensor::empty(shape, dtype);
     if (want) std::memcpy(t.raw_data(), data.data(), want);
     out.tensors.emplace_back(tag, t);

@@ -219,6 +219,15 @@ TEST(MindsporeCheckpoint, NameMatchingShowsEachMindSporeName) {
   EXPECT_NE(table.find("reshaped from MindSpore's 2-D form"), std::string::npos) << table;
 }
 
+TEST(MindsporeCheckpoint, APyTorchLightningCkptIsReadAsPyTorch) {
+  // Lightning names its torch.save files .ckpt too: the bytes decide.
+  auto dir = kiln::testing::scratch_dir("lightning_ckpt");
+  std::filesystem::copy_file(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/torch/views.pt", dir / "lightning.ckpt",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(io::load_tensor_file((dir / "lightning.ckpt").string()).size(), 7u);
+  EXPECT_FALSE(io::is_mindspore_checkpoint((dir / "lightning.ckpt").string()));
+}
+
 TEST(MindsporeCheckpoint, BrokenFilesAreNamedWithTheirProblem) {
   std::string e = error_of([] { io::load_mindspore_checkpoint(fixture("truncated.ckpt")); });
   EXPECT_NE(e.find("truncated.ckpt"), std::string::npos) << e;
