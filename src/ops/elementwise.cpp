@@ -273,7 +273,7 @@ OnnxImport mindspore_add_reader() {
     if (b.dtype() != a.dtype()) b = cast(b, a.dtype());
     if (n.op_type() == "Add") return {a + b};
     if (b.dim() != 1 || a.dim() < 2) n.fail("takes x [N, C, ...] and a bias [C], got ", a.meta_str(), " and ", b.meta_str());
-    const std::string format = n.s("format", "NCHW");
+    const std::string format = detail::mindspore_data_format(n);
     if (format == "NHWC" || a.dim() == 2) return {a + b};
     Shape s(a.dim(), 1);
     s[1] = b.shape()[0];

@@ -80,9 +80,18 @@ std::vector<int64_t> same_padding(const Shape& x, const std::vector<int64_t>& ke
   return pads;
 }
 
+std::string mindspore_data_format(const OnnxReader& n) {
+  if (!n.has("format")) return "NCHW";
+  const std::string format = n.s("format", "");
+  if (!format.empty()) return format;
+  static const char* const names[] = {"NCHW", "NHWC"};  // MindSpore's enum, where the export kept it
+  const int64_t i = n.i("format", 0);
+  if (i < 0 || i > 1) n.fail("format ", i, " is not one of 0 (NCHW), 1 (NHWC)");
+  return names[i];
+}
+
 void require_nchw(const OnnxReader& n) {
-  std::string format = n.s("format", "NCHW");
-  if (format.empty()) format = n.i("format", 0) == 0 ? "NCHW" : "NHWC";
+  const std::string format = mindspore_data_format(n);
   if (format != "NCHW") n.unsupported("data format ", format, " (Kiln reads NCHW; export the model with NCHW)");
 }
 

@@ -44,6 +44,8 @@ std::string mindspore_pad_mode(const OnnxReader& n, const std::string& fallback)
 // ceil(input / stride), the odd pixel at the bottom and right.
 std::vector<int64_t> same_padding(const Shape& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                                   const std::vector<int64_t>& dilation);
+// The format attribute ("NCHW", "NHWC", ...; NCHW when absent), from a string or MindSpore's enum.
+std::string mindspore_data_format(const OnnxReader& n);
 // The only data format Kiln's readers take: NCHW (MindSpore's default).
 void require_nchw(const OnnxReader& n);
 

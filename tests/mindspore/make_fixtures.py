@@ -290,8 +290,9 @@ def resnet_block():
     h = m.input("x", x.shape)
     y = m.apply("ReLU", [batch_norm_node(m.apply("Conv2D", [h, m.param("conv1.weight", w1)], **conv), "bn1", p1)])
     y = batch_norm_node(m.apply("Conv2D", [y, m.param("conv2.weight", w2)], **dict(conv, stride=(1, 1, 1, 1))), "bn2", p2)
+    # pad_mode and format as MindSpore's enums (1: same, 0: NCHW), the form a primitive holds in memory.
     s = m.apply("Conv2D", [h, m.param("down.weight", ws)],
-                **dict(conv, kernel_size=(1, 1), pad_mode="same", pad=(0, 0, 0, 0)))
+                **dict(conv, kernel_size=(1, 1), pad_mode=1, pad=(0, 0, 0, 0), format=0))
     s = batch_norm_node(s, "down_bn", ps)
     y = m.apply("ReLU", [m.apply("Add", [y, s])])
     y = m.apply("AvgPool", [y], kernel_size=(1, 1, 2, 2), strides=(1, 1, 2, 2), pad_mode="SAME", format="NCHW")
