@@ -3,6 +3,7 @@
 
 #include "ops/onnx_spatial.h"
 #include "ops/op_helpers.h"
+#include "ops/pool_attrs.h"
 
 namespace kiln {
 namespace {
@@ -19,8 +20,8 @@ std::vector<int64_t> pair_of(const Attrs& a, const char* name, const std::vector
 
 Metas infer_pool(const Metas& in, const Attrs& a) {
   detail::check_rank(in[0], 4, "input", "N, C, H, W");
-  auto k = pair_of(a, "kernel", {});
-  auto s = pair_of(a, "stride", k), p = pair_of(a, "padding", {0, 0}), d = pair_of(a, "dilation", {1, 1});
+  const Pool2dAttrs pool = Pool2dAttrs::of(a);
+  const auto &k = pool.kernel, &s = pool.stride, &p = pool.padding, &d = pool.dilation;
   const Shape& x = in[0].shape;
   Shape y = x;
   for (int i = 0; i < 2; ++i) {
@@ -29,7 +30,7 @@ Metas infer_pool(const Metas& in, const Attrs& a) {
     const int64_t span = x[2 + i] + 2 * p[i] - d[i] * (k[i] - 1) - 1;
     // ceil_mode (max pooling): a last, partial window where one starts
     // inside the input or its left padding, as in PyTorch and ONNX.
-    if (a.get_bool("ceil_mode", false) && span >= 0) {
+    if (pool.ceil_mode && span >= 0) {
       y[2 + i] = (span + s[i] - 1) / s[i] + 1;
       if ((y[2 + i] - 1) * s[i] >= x[2 + i] + p[i]) --y[2 + i];
     } else {
@@ -42,14 +43,17 @@ Metas infer_pool(const Metas& in, const Attrs& a) {
 
 // ONNX pooling: kernel_shape, strides and pads (begin and end alike).
 Attrs onnx_pool_attrs(const OnnxWriter& w) {
-  auto k = pair_of(w.attrs(), "kernel", {}), p = pair_of(w.attrs(), "padding", {0, 0});
-  return {{"kernel_shape", k}, {"strides", pair_of(w.attrs(), "stride", k)}, {"pads", std::vector<int64_t>{p[0], p[1], p[0], p[1]}}};
+  const Pool2dAttrs pool = Pool2dAttrs::of(w.attrs());
+  const auto &k = pool.kernel, &s = pool.stride, &p = pool.padding;
+  return {{"kernel_shape", std::vector<int64_t>{k[0], k[1]}}, {"strides", std::vector<int64_t>{s[0], s[1]}},
+          {"pads", std::vector<int64_t>{p[0], p[1], p[0], p[1]}}};
 }
 void write_max_pool(OnnxWriter& w) {
   w.require_unused_from(1, "the argmax indices");
   Attrs a = onnx_pool_attrs(w);
-  a.set("dilations", pair_of(w.attrs(), "dilation", {1, 1}));
-  if (w.attrs().get_bool("ceil_mode", false)) a.set("ceil_mode", int64_t{1});
+  const Pool2dAttrs pool = Pool2dAttrs::of(w.attrs());
+  a.set("dilations", std::vector<int64_t>{pool.dilation[0], pool.dilation[1]});
+  if (pool.ceil_mode) a.set("ceil_mode", int64_t{1});
   w.node("MaxPool", {w.in(0)}, {w.out()}, a);
 }
 void write_avg_pool(OnnxWriter& w) {

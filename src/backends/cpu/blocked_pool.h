@@ -5,10 +5,15 @@
 // side, so a window's maximum is a vector maximum over its positions.
 #include <cstdint>
 
+#include "ops/pool_attrs.h"
+
 namespace kiln::cpu {
 
 struct PoolWindow {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+  static PoolWindow of(const Pool2dAttrs& p) {
+    return {p.kernel[0], p.kernel[1], p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1]};
+  }
 };
 
 // x: [n, c/block, h, w, block] -> y: [n, c/block, oh, ow, block]. NaN wins, as

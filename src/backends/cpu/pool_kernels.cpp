@@ -1,26 +1,13 @@
 // CPU pooling kernels, parallel over (batch, channel) planes.
 #include <limits>
 
+#include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/kernel_helpers.h"
 
 namespace kiln::cpu {
 namespace {
 
-struct Window {
-  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-};
-
-Window window(const Attrs& a) {
-  auto get = [&](const char* n, std::vector<int64_t> fb) {
-    auto v = a.get_ints(n, fb);
-    if (v.empty()) v = fb;
-    if (v.size() == 1) v.push_back(v[0]);
-    return v;
-  };
-  auto k = get("kernel", {1, 1});
-  auto s = get("stride", k), p = get("padding", {0, 0}), d = get("dilation", {1, 1});
-  return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
-}
+PoolWindow window(const Attrs& a) { return PoolWindow::of(Pool2dAttrs::of(a)); }
 
 // Calls fn(plane_in, plane_out, h, w, oh, ow) for every (n, c) plane.
 template <typename T, typename F>
@@ -34,7 +21,7 @@ void for_planes(const Tensor& x, const Shape& y, F fn) {
 
 // Non-overlapping 2x2 windows without padding (the usual pool): every window
 // lies inside the input, so the loop needs no bounds checks.
-bool two_by_two(const Window& wd) {
+bool two_by_two(const PoolWindow& wd) {
   return wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 && wd.dh == 1 && wd.dw == 1;
 }
 
@@ -43,7 +30,7 @@ bool two_by_two(const Window& wd) {
 template <typename T>
 void max_pool_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = contiguous(in[0]);
-  Window wd = window(a);
+  const PoolWindow wd = window(a);
   const T* px = x.data<T>();
   T* py = out[0].data<T>();
   int64_t* pi = out[1].data<int64_t>();
@@ -126,7 +113,7 @@ void max_pool_backward_kernel(const Ins& in, Outs& out, const Attrs&) {
 template <typename T, bool kBackward>
 void avg_pool_impl(const Ins& in, Outs& out, const Attrs& a) {
   Tensor src_t = contiguous(in[0]);
-  Window wd = window(a);
+  const PoolWindow wd = window(a);
   bool include_pad = a.get_bool("count_include_pad", true);
   const Tensor& x = kBackward ? in[1] : in[0];
   Shape yshape = kBackward ? in[0].shape() : out[0].shape();

@@ -93,12 +93,7 @@ cpu::onednn::ConvShape conv_shape(const Attrs& a, const Shape& x, const Shape& w
           c.dilation[0], c.dilation[1], c.groups};
 }
 
-cpu::PoolWindow pool_window(const Attrs& a) {
-  auto k = spatial_pair(a, "kernel", 1), s = spatial_pair(a, "stride", 0), p = spatial_pair(a, "padding", 0),
-       d = spatial_pair(a, "dilation", 1);
-  if (s[0] == 0) s = k;
-  return {k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1]};
-}
+cpu::PoolWindow pool_window(const Attrs& a) { return cpu::PoolWindow::of(Pool2dAttrs::of(a)); }
 
 }  // namespace
 
