@@ -184,7 +184,6 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   const Device device = graph_device(g, options.name);
   int step = 0;
   dump(g, step++, "traced");
-  g.timed_choices = options.timed_choices;
   if (options.inference)
     for (auto& v : g.values)
       if (v.kind == graph::ValueKind::Param) v.kind = graph::ValueKind::Constant;
@@ -199,11 +198,12 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     add(graph::generic_passes());
     const size_t first_backend_pass = pipeline.size();
     add(graph::backend_passes(device.type));
-    pipeline.push_back({"dead code (final)", graph::eliminate_dead_code});
+    pipeline.push_back({"dead code (final)", graph::plain<graph::eliminate_dead_code>});
+    const graph::PassOptions pass_options{options.timed_choices};
     for (size_t i = 0; i < pipeline.size(); ++i) {
       const auto& [name, pass] = pipeline[i];
       auto ts = std::chrono::steady_clock::now();
-      std::string summary = pass(g);
+      std::string summary = pass(g, pass_options);
       if (i >= first_backend_pass)  // the kernels it made are its backend's
         for (auto& n : g.nodes)
           if (n.custom && !n.made_by) n.made_by = device.type;

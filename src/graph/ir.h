@@ -74,9 +74,6 @@ struct Graph {
   std::vector<Node> nodes;
   std::vector<int> inputs;
   std::vector<int> outputs;
-  // Passes may choose layouts and kernels by timing them on this machine;
-  // off, they follow fixed rules, so the same graph comes out on every run.
-  bool timed_choices = true;
 
   int add_value(Value v);
   // Nodes that must run even when no output is used: writes into captured

@@ -7,16 +7,16 @@ namespace kiln::graph {
 
 const std::vector<Pass>& generic_passes() {
   static const std::vector<Pass> passes = {
-      {"dead code", eliminate_dead_code},
-      {"common subexpressions", eliminate_common_subexpressions},
-      {"constant folding", fold_constants},
-      {"algebraic simplification", simplify_algebra},
-      {"batch norm folding", fold_batch_norm, Pass::Inference},
-      {"matmul + bias to linear", matmul_bias_to_linear, Pass::Inference},
-      {"parallel linear merge", merge_parallel_linears, Pass::Inference},
-      {"attention fusion", fuse_attention, Pass::Inference},
-      {"conv bias gradient", fuse_conv_bias_grad},
-      {"max-pool + relu gradient", fuse_pool_relu_grad},
+      {"dead code", plain<eliminate_dead_code>},
+      {"common subexpressions", plain<eliminate_common_subexpressions>},
+      {"constant folding", plain<fold_constants>},
+      {"algebraic simplification", plain<simplify_algebra>},
+      {"batch norm folding", plain<fold_batch_norm>, Pass::Inference},
+      {"matmul + bias to linear", plain<matmul_bias_to_linear>, Pass::Inference},
+      {"parallel linear merge", plain<merge_parallel_linears>, Pass::Inference},
+      {"attention fusion", plain<fuse_attention>, Pass::Inference},
+      {"conv bias gradient", plain<fuse_conv_bias_grad>},
+      {"max-pool + relu gradient", plain<fuse_pool_relu_grad>},
   };
   return passes;
 }

@@ -18,11 +18,23 @@ std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_b
 std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
 std::string fuse_attention(Graph& g);  // inference: matmul, scale, mask, softmax, matmul -> one attention op
 
+// What a compilation asks of the passes, beside the graph.
+struct PassOptions {
+  // Passes may choose layouts and kernels by timing them on this machine;
+  // off, they follow fixed rules, so the same graph comes out on every run.
+  bool timed_choices = true;
+};
+
 // The passes every graph gets, whatever its backend: they rewrite registry
 // ops into registry ops. Then come the passes of the graph's backend (its
 // fusions, layouts and algorithm choices, which make kernels of its own),
 // and last the dead code pass again.
-using PassFn = std::string (*)(Graph&);
+using PassFn = std::string (*)(Graph&, const PassOptions&);
+// A pass that needs no options, as a PassFn.
+template <std::string (*F)(Graph&)>
+std::string plain(Graph& g, const PassOptions&) {
+  return F(g);
+}
 struct Pass {
   enum When { Always, Inference, Training };
   const char* name;

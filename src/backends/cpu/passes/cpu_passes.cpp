@@ -12,13 +12,13 @@ namespace {
 
 [[maybe_unused]] const bool registered = [] {
   register_backend_passes(DeviceType::CPU, {
-      {"linear + residual", fuse_linear_residual},
-      {"conv + relu", fuse_conv_activation},
+      {"linear + residual", plain<fuse_linear_residual>},
+      {"conv + relu", plain<fuse_conv_activation>},
       {"convolution layouts", choose_conv_layouts, Pass::Inference},
       {"convolution layouts", choose_training_conv_layouts, Pass::Training},
-      {"packed linear weights", use_packed_linear_weights, Pass::Inference},
-      {"max pools without indices", pool_values_only},
-      {"elementwise fusion", fuse_elementwise},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
+      {"packed linear weights", plain<use_packed_linear_weights>, Pass::Inference},
+      {"max pools without indices", plain<pool_values_only>},
+      {"elementwise fusion", plain<fuse_elementwise>},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
   });
   return true;
 }();

@@ -7,14 +7,17 @@
 #include <string>
 
 #include "graph/ir.h"
+#include "graph/passes.h"
 
 namespace kiln::graph {
 
 std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
 std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
 std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
-std::string choose_conv_layouts(Graph& g);     // inference: blocked activations between convolutions
-std::string choose_training_conv_layouts(Graph& g);  // the same in training graphs, gradients included
+// Inference: blocked activations between convolutions; the algorithms timed
+// unless the options say not to.
+std::string choose_conv_layouts(Graph& g, const PassOptions& options);
+std::string choose_training_conv_layouts(Graph& g, const PassOptions& options);  // training graphs, gradients included
 std::string pool_values_only(Graph& g);  // max pools on plain float32 whose indices nobody reads
 
 }  // namespace kiln::graph

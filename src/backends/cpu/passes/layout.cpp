@@ -384,7 +384,7 @@ void LayoutPass::plan_conv(int at) {
   // oneDNN's kernels. (Kiln's 1x1 kernel runs alike in both block sizes.)
   const bool small_block = (p.call.src_block != 0 && p.call.src_block < block_) ||
                            (p.call.dst_block != 0 && p.call.dst_block < block_);
-  if (small_block && !own && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && g_.timed_choices &&
+  if (small_block && !own && !training_ && p.call.kind == cpu::onednn::ConvPass::Forward && timed_ &&
       !cpu::blocked_beats_plain(p.call))
     return;
   std::vector<int> reads{p.call.src_block, 0};
@@ -397,7 +397,7 @@ void LayoutPass::plan_conv(int at) {
 // the patch GEMM): their weights are transformed once, so they must be
 // constant, and the choice among them is timed.
 bool LayoutPass::own_kernels(const Node& conv) const {
-  return !training_ && g_.timed_choices && g_.values[conv.inputs[1]].kind == ValueKind::Constant;
+  return !training_ && timed_ && g_.values[conv.inputs[1]].kind == ValueKind::Constant;
 }
 
 // Whether a call runs fast on blocked layouts: on oneDNN's kernel, or on
@@ -513,7 +513,11 @@ std::string pool_values_only(Graph& g) {
   return rewritten ? std::to_string(rewritten) + " max pools on plain data without indices" : "";
 }
 
-std::string choose_conv_layouts(Graph& g) { return layout::LayoutPass(g, false).run(); }
-std::string choose_training_conv_layouts(Graph& g) { return layout::LayoutPass(g, true).run(); }
+std::string choose_conv_layouts(Graph& g, const PassOptions& options) {
+  return layout::LayoutPass(g, false, options.timed_choices).run();
+}
+std::string choose_training_conv_layouts(Graph& g, const PassOptions& options) {
+  return layout::LayoutPass(g, true, options.timed_choices).run();
+}
 
 }  // namespace kiln::graph

@@ -43,7 +43,8 @@ struct Plan {
 // and inserts the reorders.
 class LayoutPass {
  public:
-  LayoutPass(Graph& g, bool training) : g_(g), training_(training), block_(cpu::onednn::preferred_block()) {}
+  LayoutPass(Graph& g, bool training, bool timed)
+      : g_(g), training_(training), timed_(timed), block_(cpu::onednn::preferred_block()) {}
 
   std::string run();
 
@@ -90,6 +91,7 @@ class LayoutPass {
 
   Graph& g_;
   const bool training_;
+  const bool timed_;  // algorithms chosen by timing them (PassOptions::timed_choices)
   const int block_;
   std::vector<int> uses_;
   std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
