@@ -11,6 +11,7 @@
 // needs "Authorization: Bearer <token>" of a sufficient scope.
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln::studio {
 
@@ -76,10 +77,28 @@ std::string sha256_file(const std::string& path, int64_t offset = 0, int64_t len
 
 // Creates an API token in the studio at data_dir (its database: as in
 // StudioOptions); returns the secret, which is shown once and stored only as
-// its SHA-256.
+// its SHA-256. expires_in_ms > 0: the studio refuses it after that long.
 std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
-                         const std::string& database = "");
+                         const std::string& database = "", int64_t expires_in_ms = 0);
 // Revokes the tokens of that name; returns how many.
 int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database = "");
+// A new token for that name (its scope), expiring after expires_in_ms (0:
+// never); the name's live tokens keep working for grace_ms more (0: revoked
+// at once). Throws when the name has no live token.
+std::string rotate_token(const std::string& data_dir, const std::string& name, int64_t expires_in_ms, int64_t grace_ms,
+                         const std::string& database = "");
+// Every token ever made, without secrets.
+struct TokenListing {
+  std::string name;
+  Scope scope = Scope::Read;
+  int64_t created_ms = 0, expires_ms = 0, revoked_ms = 0;  // 0: never expires, not revoked
+  std::string state(int64_t now_ms) const;                  // "live", "expired" or "revoked"
+};
+std::vector<TokenListing> list_tokens(const std::string& data_dir, const std::string& database = "");
+// "90d", "12h", "30m", "45s" in milliseconds; "never" is 0. Throws on anything else.
+int64_t parse_duration_ms(const std::string& text);
+// Milliseconds since the epoch, and as "2026-12-05T01:02:03Z".
+int64_t now_ms();
+std::string utc_time(int64_t ms);
 
 }  // namespace kiln::studio

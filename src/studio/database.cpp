@@ -152,6 +152,10 @@ const char* const kMigrations[] = {
       PRIMARY KEY (job_id, name)
     );
     )sql",
+    // 11: tokens that expire (NULL: never).
+    R"sql(
+    ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

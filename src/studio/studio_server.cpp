@@ -158,6 +158,13 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
     res.headers.emplace_back("WWW-Authenticate", "Bearer");
     return std::nullopt;
   }
+  if (token->expired(now_ms())) {
+    serve::set_error(res, 401, "token '" + token->name + "' expired at " + utc_time(token->expires_at) +
+                                   "; rotate it (`kiln studio token rotate --name " + token->name +
+                                   "`) or create a new one");
+    res.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
+    return std::nullopt;
+  }
   // Inference through a service is a read, and is not audited (it writes
   // nothing); the instances' repository routes change what serves: admin.
   const bool proxy = is_service_proxy_path(req.path);
@@ -270,10 +277,12 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
                          {"status", s.integer(4)}, {"remote", s.text(5)}});
     reply_json(res, 200, {{"entries", entries}});
   } else if (what == "tokens" && parts.size() == 3 && req.method == "GET") {
-    Statement s(*db, "SELECT name, scope, created_at, revoked_at IS NOT NULL FROM tokens ORDER BY id");
     json tokens = json::array();
-    while (s.step())
-      tokens.push_back({{"name", s.text(0)}, {"scope", s.text(1)}, {"created_ms", s.integer(2)}, {"revoked", s.integer(3) != 0}});
+    const int64_t now = now_ms();
+    for (const TokenListing& t : list_tokens(*db))
+      tokens.push_back({{"name", t.name}, {"scope", scope_name(t.scope)}, {"created_ms", t.created_ms},
+                        {"expires_ms", t.expires_ms > 0 ? json(t.expires_ms) : json(nullptr)},
+                        {"revoked", t.revoked_ms > 0}, {"state", t.state(now)}});
     reply_json(res, 200, {{"tokens", tokens}});
   } else {
     serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
@@ -386,11 +395,9 @@ void StudioServer::Impl::audit(const HttpRequest& req, const HttpResponse& res, 
 
 void StudioServer::Impl::log(const HttpRequest& req, const HttpResponse& res, double seconds) {
   if (!access_log) return;
-  std::time_t now = std::time(nullptr);
-  char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  const std::string when = utc_time(now_ms());
   std::lock_guard<std::mutex> lock(log_mu);
-  std::fprintf(access_log, "%s %s %s %s %d %zu %.3fms\n", when, req.remote_addr.c_str(),
+  std::fprintf(access_log, "%s %s %s %s %d %zu %.3fms\n", when.c_str(), req.remote_addr.c_str(),
                serve::log_field(req.method).c_str(), serve::log_field(req.path).c_str(), res.status, res.body.size(),
                seconds * 1e3);
   std::fflush(access_log);
@@ -503,13 +510,24 @@ int run_studio(const StudioOptions& options) {
 }
 
 std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
-                         const std::string& database) {
+                         const std::string& database, int64_t expires_in_ms) {
   if (database.empty()) std::filesystem::create_directories(data_dir);
-  return create_token(*Database::open(database_location(data_dir, database)), name, scope);
+  return create_token(*Database::open(database_location(data_dir, database)), name, scope,
+                      expires_in_ms > 0 ? now_ms() + expires_in_ms : 0);
 }
 
 int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database) {
   return revoke_tokens(*Database::open(database_location(data_dir, database)), name);
+}
+
+std::string rotate_token(const std::string& data_dir, const std::string& name, int64_t expires_in_ms, int64_t grace_ms,
+                         const std::string& database) {
+  return rotate_tokens(*Database::open(database_location(data_dir, database)), name,
+                       expires_in_ms > 0 ? now_ms() + expires_in_ms : 0, grace_ms);
+}
+
+std::vector<TokenListing> list_tokens(const std::string& data_dir, const std::string& database) {
+  return list_tokens(*Database::open(database_location(data_dir, database)));
 }
 
 }  // namespace kiln::studio

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <ctime>
 #include <fstream>
 
 #include "kiln/error.h"
@@ -32,6 +33,15 @@ Scope parse_scope(const std::string& name) {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+std::string utc_time(int64_t ms) {
+  const std::time_t seconds = static_cast<std::time_t>(ms / 1000);
+  std::tm parts{};
+  gmtime_r(&seconds, &parts);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
 }
 
 namespace {
@@ -89,23 +99,37 @@ std::string random_secret() {
   return hex(secret, sizeof secret);
 }
 
-std::string create_token(Database& db, const std::string& name, Scope scope) {
+std::string create_token(Database& db, const std::string& name, Scope scope, int64_t expires_at) {
   KILN_CHECK(!name.empty() && name.size() <= 100, "a token needs a name of 1 to 100 characters (--name)");
   std::string token = "kst_" + random_secret();
-  Statement(db, "INSERT INTO tokens (name, hash, scope, created_at) VALUES (?, ?, ?, ?)")
-      .bind(1, name)
-      .bind(2, sha256_hex(token.data(), token.size()))
-      .bind(3, std::string(scope_name(scope)))
-      .bind(4, now_ms())
-      .run();
+  Statement insert(db, "INSERT INTO tokens (name, hash, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?)");
+  insert.bind(1, name).bind(2, sha256_hex(token.data(), token.size())).bind(3, std::string(scope_name(scope)));
+  insert.bind(4, now_ms());
+  if (expires_at > 0) insert.bind(5, expires_at);
+  else insert.bind_null(5);
+  insert.run();
   return token;
 }
 
 std::optional<TokenInfo> find_token(Database& db, const std::string& secret) {
-  Statement s(db, "SELECT name, scope FROM tokens WHERE hash = ? AND revoked_at IS NULL");
+  Statement s(db, "SELECT name, scope, expires_at FROM tokens WHERE hash = ? AND revoked_at IS NULL");
   s.bind(1, sha256_hex(secret.data(), secret.size()));
   if (!s.step()) return std::nullopt;
-  return TokenInfo{s.text(0), parse_scope(s.text(1))};
+  return TokenInfo{s.text(0), parse_scope(s.text(1)), s.is_null(2) ? 0 : s.integer(2)};
+}
+
+std::string TokenListing::state(int64_t now) const {
+  if (revoked_ms > 0) return "revoked";
+  return expires_ms > 0 && now >= expires_ms ? "expired" : "live";
+}
+
+std::vector<TokenListing> list_tokens(Database& db) {
+  Statement s(db, "SELECT name, scope, created_at, expires_at, revoked_at FROM tokens ORDER BY id");
+  std::vector<TokenListing> out;
+  while (s.step())
+    out.push_back({s.text(0), parse_scope(s.text(1)), s.integer(2), s.is_null(3) ? 0 : s.integer(3),
+                   s.is_null(4) ? 0 : s.integer(4)});
+  return out;
 }
 
 namespace {
@@ -118,6 +142,43 @@ int revoke_tokens(Database& db, const std::string& name) {
   ++revocations;
   return static_cast<int>(
       Statement(db, "UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL").bind(1, now_ms()).bind(2, name).run());
+}
+
+std::string rotate_tokens(Database& db, const std::string& name, int64_t expires_at, int64_t grace_ms) {
+  Transaction t(db);
+  const int64_t now = now_ms();
+  Statement live(db, "SELECT scope FROM tokens WHERE name = ? AND revoked_at IS NULL AND "
+                     "(expires_at IS NULL OR expires_at > ?) ORDER BY id DESC");
+  live.bind(1, name).bind(2, now);
+  KILN_CHECK(live.step(), "no live token named '", name, "' to rotate; create one with `kiln studio token create --name ",
+             name, "`");
+  const Scope scope = parse_scope(live.text(0));
+  if (grace_ms <= 0) {
+    revoke_tokens(db, name);
+  } else {
+    ++revocations;  // cached lookups learn the new expiry at once
+    Statement(db, "UPDATE tokens SET expires_at = ? WHERE name = ? AND revoked_at IS NULL AND "
+                  "(expires_at IS NULL OR expires_at > ?)")
+        .bind(1, now + grace_ms).bind(2, name).bind(3, now + grace_ms).run();
+  }
+  std::string token = create_token(db, name, scope, expires_at);
+  t.commit();
+  return token;
+}
+
+int64_t parse_duration_ms(const std::string& text) {
+  if (text == "never") return 0;
+  size_t used = 0;
+  double amount = -1;
+  try {
+    amount = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = used < text.size() ? text.substr(used) : "";
+  const double ms = unit == "d" ? 86400e3 : unit == "h" ? 3600e3 : unit == "m" ? 60e3 : unit == "s" ? 1e3 : -1;
+  KILN_CHECK(amount > 0 && ms > 0 && amount * ms < 1e15, "'", text,
+             "' is not a duration: give a positive number with d, h, m or s (90d, 12h, 30m), or never");
+  return static_cast<int64_t>(amount * ms);
 }
 
 }  // namespace kiln::studio

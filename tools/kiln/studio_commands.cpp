@@ -52,19 +52,46 @@ void add_studio_commands(CLI::App& app) {
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 
-  auto* token = studio->add_subcommand("token", "Create or revoke API tokens");
+  auto* token = studio->add_subcommand("token", "Create, list, rotate or revoke API tokens");
   token->require_subcommand(1);
   auto data = std::make_shared<std::string>("studio-data");
   auto db = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   auto scope = std::make_shared<std::string>("read");
+  auto expires = std::make_shared<std::string>("never");
+  auto grace = std::make_shared<std::string>("0s");
   auto* create = token->add_subcommand("create", "Create a token and print it (it is shown once)");
   create->add_option("--data", *data, "The studio's data directory");
   create->add_option("--db", *db, "The studio's database, when not DATA/studio.db")->envname("KILN_STUDIO_DB");
   create->add_option("--name", *name, "A name for the token (in the audit log)")->required();
   create->add_option("--scope", *scope, "read, write or admin")->check(CLI::IsMember({"read", "write", "admin"}));
-  create->callback([data, db, name, scope] {
-    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope), *db).c_str());
+  create->add_option("--expires", *expires, "How long it works: 90d, 12h, 30m, 45s, or never (the default)");
+  create->callback([data, db, name, scope, expires] {
+    const int64_t ms = studio::parse_duration_ms(*expires);
+    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope), *db, ms).c_str());
+  });
+  auto* rotate = token->add_subcommand("rotate", "Give a name a new token (printed once); its old ones stop after --grace");
+  rotate->add_option("--data", *data, "The studio's data directory");
+  rotate->add_option("--db", *db, "The studio's database, when not DATA/studio.db")->envname("KILN_STUDIO_DB");
+  rotate->add_option("--name", *name, "The tokens' name")->required();
+  rotate->add_option("--expires", *expires, "How long the new token works: 90d, 12h, 30m, 45s, or never");
+  rotate->add_option("--grace", *grace, "How long the old tokens keep working (default 0s: revoked at once)");
+  rotate->callback([data, db, name, expires, grace] {
+    const int64_t ms = studio::parse_duration_ms(*expires);
+    const int64_t grace_ms = *grace == "0s" ? 0 : studio::parse_duration_ms(*grace);
+    std::printf("%s\n", studio::rotate_token(*data, *name, ms, grace_ms, *db).c_str());
+  });
+  auto* list = token->add_subcommand("list", "Every token's name, scope, state and times (never the secrets)");
+  list->add_option("--data", *data, "The studio's data directory");
+  list->add_option("--db", *db, "The studio's database, when not DATA/studio.db")->envname("KILN_STUDIO_DB");
+  list->callback([data, db] {
+    const auto tokens = studio::list_tokens(*data, *db);
+    const int64_t now = studio::now_ms();
+    std::printf("%-24s %-6s %-8s %-21s %s\n", "name", "scope", "state", "created", "expires");
+    for (const auto& t : tokens)
+      std::printf("%-24s %-6s %-8s %-21s %s\n", t.name.c_str(), studio::scope_name(t.scope), t.state(now).c_str(),
+                  studio::utc_time(t.created_ms).c_str(), t.expires_ms > 0 ? studio::utc_time(t.expires_ms).c_str() : "never");
+    std::printf("%zu token%s\n", tokens.size(), tokens.size() == 1 ? "" : "s");
   });
   auto* revoke = token->add_subcommand("revoke", "Revoke every token of a name");
   revoke->add_option("--data", *data, "The studio's data directory");
