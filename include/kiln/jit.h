@@ -40,7 +40,12 @@ enum class RecompilePolicy {
 
 struct CompileOptions {
   RecompilePolicy recompile = RecompilePolicy::Log;
-  size_t max_cached_graphs = 8;  // per compiled function; the oldest is dropped
+  // Graphs kept per compiled function (one per input shape, sharing one
+  // arena): the least recently used is dropped when there would be more, or
+  // when their own constants (weights reordered, packed or folded for one
+  // shape) would hold more bytes than max_cached_constant_bytes.
+  size_t max_cached_graphs = 8;
+  int64_t max_cached_constant_bytes = int64_t{1} << 30;
   bool optimize = true;          // run the passes (off: the traced graph as is)
   // Inference only: fold batch norm into convolutions and fold parameters as
   // constants. The graph is rebuilt when a parameter is later changed in place.
@@ -70,6 +75,9 @@ struct CompileReport {
   size_t traced_nodes = 0, final_nodes = 0, kernels = 0;
   int64_t arena_bytes = 0;     // all intermediates, after buffer reuse
   int64_t unshared_bytes = 0;  // the same without reuse
+  // The arena the function's graphs share (one per input shape, run one at
+  // a time): the largest of their arena_bytes, not their sum.
+  int64_t shared_arena_bytes = 0;
   double trace_ms = 0, passes_ms = 0, prepare_ms = 0, total_ms = 0;
   std::vector<PassReport> passes;
   // On a device: the nodes that run on the CPU instead (its backend has no

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <fstream>
 
 #include "graph/compiled.h"
@@ -51,6 +52,11 @@ std::string CompileReport::str() const {
   std::snprintf(line, sizeof line, "  %zu traced ops -> %zu nodes, %zu kernels; arena %.2f MB (%.2f MB without reuse)\n",
                 traced_nodes, final_nodes, kernels, arena_bytes / 1e6, unshared_bytes / 1e6);
   s += line;
+  if (shared_arena_bytes > arena_bytes) {
+    std::snprintf(line, sizeof line, "  on the function's shared arena of %.2f MB (its largest shape's)\n",
+                  shared_arena_bytes / 1e6);
+    s += line;
+  }
   for (const auto& p : passes) {
     std::snprintf(line, sizeof line, "  %-28s %6.2f ms  %4zu nodes  ", p.pass.c_str(), p.ms, p.nodes_after);
     s += line;
@@ -115,6 +121,30 @@ void CompiledFunction::Impl::dump(const graph::Graph& g, int step, const std::st
   write_file(base + ".dot", g.dot());
 }
 
+namespace {
+
+// The storages of a graph's parameters and constants.
+std::set<const StorageImpl*> constant_storages(const graph::Graph& g) {
+  std::set<const StorageImpl*> out;
+  for (const graph::Value& v : g.values)
+    if ((v.kind == graph::ValueKind::Constant || v.kind == graph::ValueKind::Param) && v.tensor.defined())
+      out.insert(v.tensor.impl().storage.get());
+  return out;
+}
+
+// The bytes of the constants the passes made for this graph (weights
+// reordered, packed or folded), which it alone holds: not those it was
+// traced with (parameters, a model's initializers), which outlive it.
+int64_t own_constant_bytes(const graph::Graph& g, const std::set<const StorageImpl*>& traced) {
+  std::set<const StorageImpl*> counted;
+  int64_t bytes = 0;
+  for (const StorageImpl* s : constant_storages(g))
+    if (!traced.count(s) && counted.insert(s).second) bytes += static_cast<int64_t>(s->nbytes);
+  return bytes;
+}
+
+}  // namespace
+
 std::vector<uint32_t> CompiledFunction::Impl::param_versions() const {
   std::vector<uint32_t> v;
   for (const auto& [name, t] : params) v.push_back(t.impl().storage->version.load());
@@ -133,7 +163,8 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
       weights_changed = true;
       break;
     }
-    return *it;
+    cache.splice(cache.end(), cache, it);  // the most recently used last (the list keeps the entry where it is)
+    return cache.back();
   }
   if (!weights_changed && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
@@ -181,6 +212,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   }
   e.report.trace_ms = ms_since(t0);
   e.report.traced_nodes = g.live_nodes();
+  const std::set<const StorageImpl*> traced_constants = constant_storages(g);
   const Device device = graph_device(g, options.name);
   int step = 0;
   dump(g, step++, "traced");
@@ -214,7 +246,9 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   }
   e.report.passes_ms = ms_since(tp);
   auto tq = std::chrono::steady_clock::now();
-  e.exec = std::make_unique<graph::Executable>(std::move(g), device);
+  if (!arena) arena = std::make_shared<graph::SharedArena>(device);
+  e.own_bytes = own_constant_bytes(g, traced_constants);
+  e.exec = std::make_unique<graph::Executable>(std::move(g), device, arena);
   // The trace's intermediates sit in the allocator's cache now; the graph runs
   // from its arena and will not ask for them, so give the memory back.
   cpu_allocator_release_cache();
@@ -227,7 +261,15 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.total_ms = ms_since(t0);
   if (options.inference) e.versions = param_versions();
   ++compiles;
-  if (cache.size() >= options.max_cached_graphs) cache.erase(cache.begin());
+  // Room for the new graph: the least recently used go first, while there are
+  // too many or their own constants outgrow the budget.
+  int64_t own = e.own_bytes;
+  for (const Entry& c : cache) own += c.own_bytes;
+  while (!cache.empty() && (cache.size() >= options.max_cached_graphs || own > options.max_cached_constant_bytes)) {
+    own -= cache.front().own_bytes;
+    if (last == &cache.front()) last = nullptr;
+    cache.pop_front();
+  }
   cache.push_back(std::move(e));
   return cache.back();
 }
@@ -271,6 +313,7 @@ const std::vector<Tensor>& CompiledFunction::run_slots() {
 
 const CompileReport& CompiledFunction::report() const {
   KILN_CHECK(impl_->last, "report(): nothing compiled yet");
+  impl_->last->report.shared_arena_bytes = impl_->arena ? static_cast<int64_t>(impl_->arena->bytes()) : 0;
   return impl_->last->report;
 }
 std::string CompiledFunction::graph_text() const {

@@ -32,6 +32,7 @@ struct CompiledFunction::Impl {
     std::unique_ptr<graph::Executable> exec;
     CompileReport report;
     std::vector<uint32_t> versions;  // inference graphs: the parameters' versions they were built on
+    int64_t own_bytes = 0;           // constants of its own (reordered, packed, folded weights)
   };
   Function fn;
   CompileOptions options;
@@ -39,7 +40,9 @@ struct CompiledFunction::Impl {
   graph::detail::CaptureNames names;
   std::vector<std::pair<std::string, Tensor>> params;
   std::string dump_dir;
-  std::list<Entry> cache;
+  std::list<Entry> cache;  // least recently used first
+  // One arena for every cached graph: they run one at a time.
+  std::shared_ptr<graph::SharedArena> arena;
   Entry* last = nullptr;
   int compiles = 0;
   std::vector<Tensor> traced_results;

@@ -59,13 +59,25 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   return k;
 }
 
-Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(device) {
+Executable::Executable(Graph g, Device device, std::shared_ptr<SharedArena> shared)
+    : graph_(std::move(g)), device_(device), shared_(std::move(shared)) {
   graph_.splice();
   // Where the host cannot read the device's memory, what the device lacks
   // moves to the CPU with its data; elsewhere the CPU's kernels run in place.
   if (!backend(device_.type).host_memory()) on_cpu_ = place_nodes(graph_, device_);
   plan_ = plan_memory(graph_, device_);
-  arena_ = std::make_shared<StorageImpl>(static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64)), device_);
+  const auto arena_bytes = static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64));
+  if (shared_ && !(shared_->device_ == device_)) shared_.reset();
+  if (shared_) {
+    if (shared_->bytes() < arena_bytes) {  // the graphs on it move to a larger one
+      shared_->storage_ = std::make_shared<StorageImpl>(arena_bytes, device_);
+      for (Executable* user : shared_->users_) user->bind(shared_->storage_);
+    }
+    shared_->users_.push_back(this);
+    arena_ = shared_->storage_;
+  } else {
+    arena_ = std::make_shared<StorageImpl>(arena_bytes, device_);
+  }
   MemoryPlan cpu_plan;
   if (!on_cpu_.empty()) {
     cpu_plan = plan_memory(graph_, cpu_device());
@@ -101,6 +113,38 @@ Executable::Executable(Graph g, Device device) : graph_(std::move(g)), device_(d
                graph_.values[n.outputs[0]].meta.device.type == DeviceType::CPU;
     steps_.push_back(std::move(s));
   }
+  for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
+}
+
+Executable::~Executable() {
+  if (shared_) std::erase(shared_->users_, this);
+}
+
+void Executable::bind(const Storage& arena) {
+  arena_ = arena;
+  for (size_t id = 0; id < graph_.values.size(); ++id) {
+    const Value& v = graph_.values[id];
+    if (v.kind != ValueKind::Param && v.kind != ValueKind::Constant && plan_.offset[id] >= 0)
+      tensors_[id] = slot(arena_, plan_.offset[id], v.meta);
+  }
+  input_slots_.clear();
+  for (int id : graph_.inputs) input_slots_.push_back(tensors_[id]);
+  size_t step = 0;
+  for (const Node& n : graph_.nodes) {
+    std::vector<Tensor> in;
+    for (int id : n.inputs) in.push_back(id >= 0 ? tensors_[id] : Tensor());
+    if (n.is_view()) {  // the same geometry over the new storage
+      std::vector<Tensor> out(n.outputs.size());
+      bool fallback = false;
+      kernel_of(n, in, &fallback)(in, out, n.attrs);
+      for (size_t i = 0; i < n.outputs.size(); ++i) tensors_[n.outputs[i]] = out[i];
+      continue;
+    }
+    Step& s = steps_[step++];
+    s.in = std::move(in);
+    for (size_t i = 0; i < n.outputs.size(); ++i) s.out[i] = tensors_[n.outputs[i]];
+  }
+  outputs_.clear();
   for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
 }
 

@@ -14,13 +14,34 @@
 
 namespace kiln::graph {
 
+class Executable;
+
+// One arena for graphs that never run at the same time (those of one
+// compiled function, one per input shape): sized for the largest of them,
+// so keeping a graph per shape costs no more arena than the largest shape's.
+// When a new graph needs more, the arena grows and every graph on it moves.
+class SharedArena {
+ public:
+  explicit SharedArena(Device device) : device_(device) {}
+  size_t bytes() const { return storage_ ? storage_->nbytes : 0; }
+
+ private:
+  friend class Executable;
+  Device device_;
+  Storage storage_;
+  std::vector<Executable*> users_;
+};
+
 class Executable {
  public:
   // Runs on `device`: the arena is its backend's memory and the kernels its
   // kernels; where it has none, the CPU's run (in place on host memory, on
   // copies otherwise), warned about and counted as fallbacks, or refused
-  // under strict_device.
-  Executable(Graph g, Device device);
+  // under strict_device. With `shared`, the arena is that one.
+  Executable(Graph g, Device device, std::shared_ptr<SharedArena> shared = nullptr);
+  ~Executable();
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
   // The outputs alias the arena: valid until the next run.
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
   // The buffers the graph reads its inputs from, and a run on what they hold.
@@ -42,9 +63,13 @@ class Executable {
     std::vector<Tensor> in, out;
   };
   KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr);
+  // Points the values the plan puts in the arena at `arena`, with the views
+  // of them, the steps' operands, the input slots and the outputs.
+  void bind(const Storage& arena);
   Graph graph_;
   Device device_;
   MemoryPlan plan_;
+  std::shared_ptr<SharedArena> shared_;
   Storage arena_;
   Storage cpu_arena_;  // the values of nodes placed on the CPU
   std::vector<Tensor> tensors_;  // per value

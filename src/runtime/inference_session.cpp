@@ -74,7 +74,7 @@ struct InferenceSession::Impl {
     o.inference = true;
     o.optimize = options.optimization_level >= 2;
     o.name = "onnx";
-    o.max_cached_graphs = 16;  // one per batch size in use
+    o.max_cached_graphs = 64;  // one per input shape in use (batch sizes, lengths), on one arena
     if (!(device == cpu_device())) o.device = device;
     // Inputs bound by value are constants of this graph; the others are its inputs.
     std::vector<Tensor> bound;

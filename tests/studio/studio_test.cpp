@@ -73,34 +73,39 @@ TEST(Studio, TokensExpireAndRotateWithAGracePeriod) {
   const std::string admin = kiln::testing::create_token(dir, "ops", studio::Scope::Admin);
   Studio s(dir);
   // Tokens made while the studio runs (as `kiln studio token create` does).
-  const std::string brief = studio::create_token(dir, "brief", studio::Scope::Read, db, 1500);
-  const std::string old_ci = studio::create_token(dir, "ci", studio::Scope::Write, db, studio::parse_duration_ms("90d"));
-  EXPECT_EQ(s.client(brief).Get("/api/v1/buckets")->status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  const std::string brief = studio::create_token(dir, "brief", studio::Scope::Read, db, 1);
+  const std::string ci = studio::create_token(dir, "ci", studio::Scope::Write, db, studio::parse_duration_ms("90d"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
   auto expired = s.client(brief).Get("/api/v1/buckets");
   EXPECT_EQ(expired->status, 401);
   EXPECT_NE(error_of(expired).find("token 'brief' expired at 20"), std::string::npos) << expired->body;
   EXPECT_NE(error_of(expired).find("kiln studio token rotate --name brief"), std::string::npos) << expired->body;
+  EXPECT_EQ(s.client(ci).Get("/api/v1/buckets")->status, 200);
 
-  // Rotating "ci": the new token has the old one's scope; the old works for the grace period.
-  const std::string new_ci = studio::rotate_token(dir, "ci", 0, 1500, db);
-  EXPECT_NE(new_ci, old_ci);
-  EXPECT_EQ(s.client(new_ci).Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
-  EXPECT_EQ(s.client(old_ci).Get("/api/v1/buckets")->status, 200);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
-  EXPECT_EQ(s.client(old_ci).Get("/api/v1/buckets")->status, 401);
-  EXPECT_EQ(s.client(new_ci).Get("/api/v1/buckets")->status, 200);
-  EXPECT_THROW(studio::rotate_token(dir, "brief", 0, 0, db), Error);  // nothing live to rotate
-
+  // Rotating "ci" with an hour's grace: the new token has its scope, and the old one still works.
+  const int64_t before = studio::now_ms();
+  const std::string rotated = studio::rotate_token(dir, "ci", 0, studio::parse_duration_ms("1h"), db);
+  EXPECT_NE(rotated, ci);
+  EXPECT_EQ(s.client(rotated).Put("/api/v1/buckets/data", "", "text/plain")->status, 201);
+  EXPECT_EQ(s.client(ci).Get("/api/v1/buckets")->status, 200);
   auto listed = json::parse(s.client(admin).Get("/api/v1/tokens")->body)["tokens"];
   ASSERT_EQ(listed.size(), 4u);
   EXPECT_EQ(listed[1]["name"], "brief");
   EXPECT_EQ(listed[1]["state"], "expired");
-  EXPECT_EQ(listed[2]["state"], "expired");  // the old "ci", past its grace
-  EXPECT_EQ(listed[3]["state"], "live");
-  EXPECT_TRUE(listed[3]["expires_ms"].is_null());
+  EXPECT_EQ(listed[2]["state"], "live");  // the old "ci", in its grace period
+  const int64_t grace_end = listed[2]["expires_ms"].get<int64_t>();
+  EXPECT_GE(grace_end, before + 3600 * 1000);
+  EXPECT_LE(grace_end, studio::now_ms() + 3600 * 1000);
+  EXPECT_TRUE(listed[3]["expires_ms"].is_null());  // the new one never expires
   const std::string body = s.client(admin).Get("/api/v1/tokens")->body;
-  for (const std::string& secret : {admin, brief, old_ci, new_ci}) EXPECT_EQ(body.find(secret), std::string::npos);
+  for (const std::string& secret : {admin, brief, ci, rotated}) EXPECT_EQ(body.find(secret), std::string::npos);
+
+  // Without a grace period the old tokens are revoked at once.
+  const std::string again = studio::rotate_token(dir, "ci", 0, 0, db);
+  EXPECT_EQ(s.client(ci).Get("/api/v1/buckets")->status, 401);
+  EXPECT_EQ(s.client(rotated).Get("/api/v1/buckets")->status, 401);
+  EXPECT_EQ(s.client(again).Get("/api/v1/buckets")->status, 200);
+  EXPECT_THROW(studio::rotate_token(dir, "brief", 0, 0, db), Error);  // nothing live to rotate
   EXPECT_THROW(studio::parse_duration_ms("5q"), Error);
   EXPECT_EQ(studio::parse_duration_ms("12h"), 12 * 3600 * 1000);
 }

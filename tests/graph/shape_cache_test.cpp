@@ -1,0 +1,60 @@
+// A compiled function called with inputs of many shapes, as a server or a
+// text model calls it: one graph per shape, all on one arena as large as the
+// largest shape's, graphs moved when a larger shape arrives, the least
+// recently used dropped first.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kiln/kiln.h"
+
+namespace {
+using namespace kiln;
+
+Tensor program(const Tensor& x, const Tensor& w) { return relu(matmul(x, w)) * 2.0 + sum(x, {1}, true); }
+
+void expect_close(const Tensor& a, const Tensor& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4 * (1 + std::abs(y[i]))) << "at " << i;
+}
+
+TEST(ShapeCache, GraphsOfEveryShapeShareOneArenaAndStayRight) {
+  manual_seed(3);
+  const Tensor w = randn({16, 32});
+  jit::CompileOptions o;
+  o.recompile = jit::RecompilePolicy::Silent;
+  o.max_cached_graphs = 8;
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; }, {}, o);
+  // Small, then larger (the arena grows and the small graph moves), then small again.
+  const std::vector<int64_t> rows = {3, 40, 7, 3, 40, 7, 12};
+  int64_t largest_arena = 0;
+  for (int64_t n : rows) {
+    const Tensor x = randn({n, 16});
+    expect_close(fn({x})[0], program(x, w));
+    largest_arena = std::max(largest_arena, fn.report().arena_bytes);
+    EXPECT_EQ(fn.report().shared_arena_bytes, largest_arena);  // the largest shape's, not the sum
+  }
+  EXPECT_EQ(fn.compiles(), 4);  // 3, 40, 7 and 12 rows: each shape compiled once
+}
+
+TEST(ShapeCache, TheLeastRecentlyUsedGraphGoesFirst) {
+  const Tensor w = randn({16, 32});
+  jit::CompileOptions o;
+  o.recompile = jit::RecompilePolicy::Silent;
+  o.max_cached_graphs = 2;
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; }, {}, o);
+  auto call = [&](int64_t n) {
+    const Tensor x = randn({n, 16});
+    expect_close(fn({x})[0], program(x, w));
+  };
+  call(2), call(4), call(2);  // 2 used last: 4 is the least recently used
+  call(6);                    // drops 4
+  EXPECT_EQ(fn.compiles(), 3);
+  call(2);
+  EXPECT_EQ(fn.compiles(), 3);  // still cached
+  call(4);
+  EXPECT_EQ(fn.compiles(), 4);  // was dropped
+}
+
+}  // namespace
