@@ -1,6 +1,8 @@
 // Latency of an ONNX model in ONNX Runtime (CPU), the peer figure of `kiln bench`.
 //   node ort_bench.js MODEL INPUT_NAME DIMS [--type float32|int64] [--threads N] [--runs N]
-// DIMS is comma-separated, e.g. 64,1,28,28. Prints one line:
+// DIMS is comma-separated, e.g. 64,1,28,28; one axis may be a range, 1,20..59,64,
+// whose lengths are run in turn (as `kiln bench --shape x=1x20..59x64`).
+// Prints one line:
 //   batch B p50 X p90 Y p99 Z samples/s S
 const ort = require('./load_ort');
 
@@ -13,18 +15,29 @@ async function main() {
   const threads = Number(flag('--threads', 1));
   const runs = Number(flag('--runs', 50));
   const type = flag('--type', 'float32');
-  const dims = dimsText.split(',').map(Number);
-  const count = dims.reduce((a, b) => a * b, 1);
+  // Every shape DIMS stands for: one, or one per length of its range.
+  const parts = dimsText.split(',');
+  const at = parts.findIndex((p) => p.includes('..'));
+  let lengths = [null];
+  if (at >= 0) {
+    const [lo, hi] = parts[at].split('..').map(Number);
+    lengths = Array.from({ length: hi - lo + 1 }, (_, i) => lo + i);
+  }
   const session = await ort.InferenceSession.create(model, {
     intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
   });
-  const data = type === 'int64' ? new BigInt64Array(count) : Float32Array.from({ length: count }, () => Math.random());
-  const feeds = { [inputName]: new ort.Tensor(type, data, dims) };
-  for (let i = 0; i < 5; ++i) await session.run(feeds);
+  const feedsList = lengths.map((length) => {
+    const shape = parts.map((p, i) => (i === at ? length : Number(p)));
+    const count = shape.reduce((a, b) => a * b, 1);
+    const data = type === 'int64' ? new BigInt64Array(count) : Float32Array.from({ length: count }, () => Math.random());
+    return { [inputName]: new ort.Tensor(type, data, shape) };
+  });
+  const dims = parts.map((p, i) => (i === at ? lengths[0] : Number(p)));
+  for (let i = 0; i < Math.max(5, feedsList.length); ++i) await session.run(feedsList[i % feedsList.length]);
   const ms = [];
   for (let i = 0; i < runs; ++i) {
     const t0 = process.hrtime.bigint();
-    await session.run(feeds);
+    await session.run(feedsList[i % feedsList.length]);
     ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
   const mean = ms.reduce((a, b) => a + b, 0) / ms.length;
