@@ -42,8 +42,9 @@ struct CompileOptions {
   RecompilePolicy recompile = RecompilePolicy::Log;
   // Graphs kept per compiled function (one per input shape, sharing one
   // arena): the least recently used is dropped when there would be more, or
-  // when their own constants (weights reordered, packed or folded for one
-  // shape) would hold more bytes than max_cached_constant_bytes.
+  // when the constants the passes derived for them (weights reordered,
+  // packed or folded; shared between shapes where they agree) would hold
+  // more bytes than max_cached_constant_bytes.
   size_t max_cached_graphs = 8;
   int64_t max_cached_constant_bytes = int64_t{1} << 30;
   bool optimize = true;          // run the passes (off: the traced graph as is)

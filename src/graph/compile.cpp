@@ -132,14 +132,22 @@ std::set<const StorageImpl*> constant_storages(const graph::Graph& g) {
   return out;
 }
 
-// The bytes of the constants the passes made for this graph (weights
-// reordered, packed or folded), which it alone holds: not those it was
-// traced with (parameters, a model's initializers), which outlive it.
-int64_t own_constant_bytes(const graph::Graph& g, const std::set<const StorageImpl*>& traced) {
-  std::set<const StorageImpl*> counted;
-  int64_t bytes = 0;
+// The constants the passes made for this graph (weights reordered, packed
+// or folded): not those it was traced with (parameters, a model's
+// initializers), which outlive it.
+std::map<const StorageImpl*, int64_t> derived_constants(const graph::Graph& g, const std::set<const StorageImpl*>& traced) {
+  std::map<const StorageImpl*, int64_t> out;
   for (const StorageImpl* s : constant_storages(g))
-    if (!traced.count(s) && counted.insert(s).second) bytes += static_cast<int64_t>(s->nbytes);
+    if (!traced.count(s)) out[s] = static_cast<int64_t>(s->nbytes);
+  return out;
+}
+
+// The bytes the cached graphs' derived constants hold, each counted once.
+int64_t derived_bytes(const std::list<CompiledFunction::Impl::Entry>& cache) {
+  std::map<const StorageImpl*, int64_t> all;
+  for (const auto& e : cache) all.insert(e.derived.begin(), e.derived.end());
+  int64_t bytes = 0;
+  for (const auto& [storage, n] : all) bytes += n;
   return bytes;
 }
 
@@ -247,7 +255,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.passes_ms = ms_since(tp);
   auto tq = std::chrono::steady_clock::now();
   if (!arena) arena = std::make_shared<graph::SharedArena>(device);
-  e.own_bytes = own_constant_bytes(g, traced_constants);
+  e.derived = derived_constants(g, traced_constants);
   e.exec = std::make_unique<graph::Executable>(std::move(g), device, arena);
   // The trace's intermediates sit in the allocator's cache now; the graph runs
   // from its arena and will not ask for them, so give the memory back.
@@ -262,15 +270,13 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   if (options.inference) e.versions = param_versions();
   ++compiles;
   // Room for the new graph: the least recently used go first, while there are
-  // too many or their own constants outgrow the budget.
-  int64_t own = e.own_bytes;
-  for (const Entry& c : cache) own += c.own_bytes;
-  while (!cache.empty() && (cache.size() >= options.max_cached_graphs || own > options.max_cached_constant_bytes)) {
-    own -= cache.front().own_bytes;
+  // too many or their derived constants outgrow the budget.
+  cache.push_back(std::move(e));
+  while (cache.size() > 1 &&
+         (cache.size() > options.max_cached_graphs || derived_bytes(cache) > options.max_cached_constant_bytes)) {
     if (last == &cache.front()) last = nullptr;
     cache.pop_front();
   }
-  cache.push_back(std::move(e));
   return cache.back();
 }
 

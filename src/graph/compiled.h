@@ -2,6 +2,7 @@
 // The state behind a jit::CompiledFunction (shared with the training step).
 #include <functional>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -32,7 +33,9 @@ struct CompiledFunction::Impl {
     std::unique_ptr<graph::Executable> exec;
     CompileReport report;
     std::vector<uint32_t> versions;  // inference graphs: the parameters' versions they were built on
-    int64_t own_bytes = 0;           // constants of its own (reordered, packed, folded weights)
+    // The constants the passes made for it (reordered, packed, folded
+    // weights): their storages and sizes, some shared with other shapes' graphs.
+    std::map<const StorageImpl*, int64_t> derived;
   };
   Function fn;
   CompileOptions options;

@@ -58,3 +58,31 @@ TEST(ShapeCache, TheLeastRecentlyUsedGraphGoesFirst) {
 }
 
 }  // namespace
+
+namespace {
+
+// Inference graphs fold the weight into a transposed constant of their own
+// (shared between shapes): the cache's byte budget counts it once.
+TEST(ShapeCache, DerivedConstantsCountAgainstTheByteBudget) {
+  const Tensor w = randn({64, 32}), b = randn({32});
+  auto compiled = [&](int64_t budget) {
+    jit::CompileOptions o;
+    o.recompile = jit::RecompilePolicy::Silent;
+    o.inference = true;
+    o.max_cached_constant_bytes = budget;
+    return jit::compile([w, b](const std::vector<Tensor>& in) { return std::vector<Tensor>{matmul(in[0], w) + b}; },
+                        {}, o);
+  };
+  for (int64_t budget : {int64_t{100}, int64_t{1} << 20}) {
+    auto fn = compiled(budget);
+    for (int i = 0; i < 3; ++i)
+      for (int64_t n : {2, 5}) {
+        const Tensor x = randn({n, 64});
+        expect_close(fn({x})[0], matmul(x, w) + b);
+      }
+    // A 100-byte budget keeps only the graph in use; a megabyte keeps both.
+    EXPECT_EQ(fn.compiles(), budget == 100 ? 6 : 2) << "budget " << budget;
+  }
+}
+
+}  // namespace
