@@ -548,6 +548,9 @@ bool HttpServer::Impl::serve_request(Connection& c) {
     c.refused_body = true;
   } else if (file_parser && ec && ec.category() == boost::system::system_category() &&
              (ec.value() == ENOSPC || ec.value() == EDQUOT || ec.value() == EFBIG)) {
+    // The part written goes before the answer does: a client that retries
+    // a smaller request at once finds the space free.
+    ::unlink(req.body_file.c_str());
     set_error(res, 507, "cannot store the request body: the server's disk is full (" + ec.message() +
                             "); nothing was stored");
     keep_alive = false;
