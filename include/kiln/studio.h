@@ -34,6 +34,12 @@ struct StudioOptions {
   // the data directory must be visible at the same path on the nodes).
   std::string executor = "local";
   std::string slurm_partition;  // empty: the cluster's default
+  // What the local executor runs jobs on at once: CPU cores and memory (0:
+  // the machine's) and GPUs. A job waits in the queue until its resources
+  // are free, and one asking for more than these is refused.
+  int cpus = 0;
+  int64_t memory_mb = 0;
+  int gpus = 0;
   // The web console's built files, served at "/" (empty: the ones this
   // build made, when they are there).
   std::string console_dir;

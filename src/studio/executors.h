@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "studio/job_spec.h"
+
 namespace kiln::studio {
 
 struct LaunchRequest {
@@ -22,6 +24,8 @@ struct LaunchRequest {
   std::string workdir;                      // where the launcher starts
   std::string log_path;                     // its output
   double time_limit_s = 0;                  // 0: none
+  Resources resources;                      // per node (Slurm asks for them)
+  std::vector<int> cpu_slots;               // the local executor's cores it holds: the launcher is pinned to them
 };
 
 // One job's launcher, started or found again.

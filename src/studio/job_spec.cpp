@@ -43,13 +43,13 @@ double number_at(const json& j, const std::string& key, double low, double high)
 JobSpec parse_job_spec(const json& j) {
   KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
   static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "nnodes", "env",
-                                "time_limit_s", "sync_every_s"};
+                                "time_limit_s", "sync_every_s", "resources", "priority"};
   for (auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
     KILN_CHECK(ok, "job spec: unknown key '", key,
                "'; the keys are name, recipe or command, code, inputs, output, nproc, nnodes, env, time_limit_s, "
-               "sync_every_s");
+               "sync_every_s, resources, priority");
   }
   JobSpec s;
   KILN_CHECK(j.contains("name"), "job spec: 'name' is required");
@@ -84,6 +84,18 @@ JobSpec parse_job_spec(const json& j) {
   if (j.contains("env")) s.env = strings_map(j["env"], "env");
   if (j.contains("time_limit_s")) s.time_limit_s = number_at(j["time_limit_s"], "time_limit_s", 0, 1e7);
   if (j.contains("sync_every_s")) s.sync_every_s = number_at(j["sync_every_s"], "sync_every_s", 1, 86400);
+  if (j.contains("resources")) {
+    const json& r = j["resources"];
+    KILN_CHECK(r.is_object(), "job spec: 'resources' is a mapping of cpus, memory_mb and gpus");
+    for (auto& [key, value] : r.items())
+      KILN_CHECK(key == "cpus" || key == "memory_mb" || key == "gpus", "job spec: unknown key 'resources.", key,
+                 "'; the keys are cpus, memory_mb and gpus");
+    if (r.contains("cpus")) s.resources.cpus = static_cast<int>(number_at(r["cpus"], "resources.cpus", 1, 1024));
+    if (r.contains("memory_mb"))
+      s.resources.memory_mb = static_cast<int64_t>(number_at(r["memory_mb"], "resources.memory_mb", 1, 1e9));
+    if (r.contains("gpus")) s.resources.gpus = static_cast<int>(number_at(r["gpus"], "resources.gpus", 0, 64));
+  }
+  if (j.contains("priority")) s.priority = static_cast<int>(number_at(j["priority"], "priority", -100, 100));
   return s;
 }
 
@@ -94,6 +106,9 @@ json job_spec_json(const JobSpec& s) {
   if (!s.command.empty()) j["command"] = s.command;
   if (!s.output.empty()) j["output"] = s.output;
   if (!s.code.empty()) j["code"] = s.code;
+  j["resources"] = {{"cpus", s.cores()}, {"gpus", s.resources.gpus}};
+  if (s.resources.memory_mb > 0) j["resources"]["memory_mb"] = s.resources.memory_mb;
+  j["priority"] = s.priority;
   return j;
 }
 

@@ -9,6 +9,13 @@
 
 namespace kiln::studio {
 
+// What a job asks of the machine it runs on (each node, under Slurm).
+struct Resources {
+  int cpus = 0;           // CPU cores; 0: one per rank
+  int64_t memory_mb = 0;  // 0: no claim
+  int gpus = 0;
+};
+
 struct JobSpec {
   std::string name;
   std::string recipe;                          // a recipe YAML (kiln train runs it), or
@@ -21,6 +28,9 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   double time_limit_s = 0;                     // 0: none
   double sync_every_s = 30;                    // output synced this often while running, and at the end
+  Resources resources;
+  int priority = 0;                            // among waiting jobs, higher first (then in submission order)
+  int cores() const { return resources.cpus > 0 ? resources.cpus : nproc; }
 };
 
 JobSpec parse_job_spec(const nlohmann::json& spec);

@@ -13,6 +13,7 @@
 
 #include "kiln/error.h"
 #include "studio/executors.h"
+#include "studio/job_queue.h"
 #include "studio/tokens.h"
 
 namespace kiln::studio {
@@ -83,9 +84,9 @@ std::string failure_reason(const std::string& launcher_log, int exit_code) {
 }  // namespace
 
 Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor,
-           std::string slurm_partition)
+           std::string slurm_partition, Capacity capacity)
     : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)), executor_(std::move(executor)),
-      slurm_partition_(std::move(slurm_partition)) {
+      slurm_partition_(std::move(slurm_partition)), queue_(capacity) {
   KILN_CHECK(executor_ == "local" || executor_ == "slurm", "the job executor is local or slurm, not '", executor_, "'");
   if (executor_ == "slurm") {  // Slurm's tools wait a minute for a missing configuration: say so at once
     const char* conf = std::getenv("SLURM_CONF");
@@ -145,6 +146,7 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
   }
   KILN_CHECK(spec.nnodes == 1 || executor_ == "slurm", "nnodes ", spec.nnodes,
              " needs the Slurm executor (kiln studio serve --executor slurm); this studio runs jobs on its own machine");
+  if (executor_ == "local") queue_.check_fits(spec);  // Slurm judges its own cluster
   int64_t id = 0;
   {
     // The spec keeps the environment's names; their values go to job_env.
@@ -375,6 +377,27 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     set_state(id, "Pending", "scheduling");
     fs::create_directories(dir + "/output");
     fs::create_directories(dir + "/logs");
+    // The local executor runs a job once its cores, memory and GPUs are free.
+    std::optional<JobQueue::Grant> grant;
+    if (executor_ == "local") {
+      grant = queue_.acquire(
+          id, spec, [&] { return running->stop.load() || running->studio_stopping.load(); },
+          [&](const std::string& why) { set_state(id, "Pending", "queued", why); });
+      if (!grant) {
+        end_job(id, spec, synced, running->studio_stopping ? "Abnormal" : "Terminated",
+                "stopped while waiting in the queue", -1);
+        finish_run(id, true);
+        return;
+      }
+    }
+    struct Release {
+      JobQueue& queue;
+      int64_t id;
+      const std::optional<JobQueue::Grant>& grant;
+      ~Release() {
+        if (grant) queue.release(id, *grant);
+      }
+    } release{queue_, id, grant};
     set_state(id, "Running", "preparing");
     stage_inputs(id, spec);
     // Under Slurm it waits for the queue; the monitor says when it runs.
@@ -409,6 +432,17 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     request.workdir = spec.code.empty() ? dir : dir + "/code";  // the ranks run in the job's code
     request.log_path = dir + "/launcher.log";
     request.time_limit_s = spec.time_limit_s;
+    request.resources = spec.resources;
+    request.resources.cpus = spec.cores();
+    if (grant) {
+      request.cpu_slots = grant->cpus;
+      std::string gpus;
+      for (int g : grant->gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+      request.env["CUDA_VISIBLE_DEVICES"] = gpus;  // its GPUs only (none: none visible)
+      // The ranks share the job's cores.
+      if (!request.env.count("OMP_NUM_THREADS"))
+        request.env["OMP_NUM_THREADS"] = std::to_string(std::max(1, spec.cores() / spec.nproc));
+    }
     std::unique_ptr<Execution> execution =
         executor_ == "slurm" ? start_slurm(request, slurm_partition_) : start_local(request);
     if (!execution->external_id().empty())

@@ -17,6 +17,7 @@
 
 #include "studio/database.h"
 #include "studio/executors.h"
+#include "studio/job_queue.h"
 #include "studio/job_spec.h"
 #include "studio/object_store.h"
 
@@ -39,8 +40,10 @@ class Jobs {
   // root: where job folders go; kiln: the kiln executable that runs `kiln
   // launch`; executor: local or slurm (then slurm_partition, empty for the
   // cluster's default). Jobs a previous studio left to Slurm are watched again.
+  // capacity: what the local executor runs jobs on (0: the machine's cores
+  // and memory; no GPUs unless given).
   Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor = "local",
-       std::string slurm_partition = "");
+       std::string slurm_partition = "", Capacity capacity = {});
   // Stops the jobs it runs itself (they end Abnormal, saying the studio
   // stopped); those Slurm runs go on, for the next studio to find.
   ~Jobs();
@@ -85,6 +88,7 @@ class Jobs {
   ObjectStore& store_;
   std::string kiln_;
   std::string executor_, slurm_partition_;
+  JobQueue queue_;  // the local executor's cores, memory and GPUs
   std::string studio_url_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Running>> running_;

@@ -3,6 +3,7 @@
 // own, and those stay in the session: stopping the session reaches every rank
 // and whatever they started.
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -83,11 +84,24 @@ class LocalExecution final : public Execution {
     argv.insert(argv.end(), r.command.begin(), r.command.end());
     std::vector<char*> args = pointers(argv), envp = pointers(environment);
     const std::string log_path = r.log_path, workdir = r.workdir;
+    // The cores it holds, as cores of this machine: slot i is the i-th core
+    // the studio may use (wrapping round when the studio offers more).
+    cpu_set_t pinned;
+    CPU_ZERO(&pinned);
+    cpu_set_t allowed;
+    const bool pin = !r.cpu_slots.empty() && ::sched_getaffinity(0, sizeof allowed, &allowed) == 0;
+    if (pin) {
+      std::vector<int> cores;
+      for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+      for (int slot : r.cpu_slots) CPU_SET(cores[static_cast<size_t>(slot) % cores.size()], &pinned);
+    }
     pid_ = ::fork();
     KILN_CHECK(pid_ >= 0, "cannot start the job: fork failed: ", std::strerror(errno));
     if (pid_ == 0) {
       kiln::detail::reset_signals_for_exec();  // the studio blocks SIGTERM; the job must not
       ::setsid();  // the job's own session: stopping it reaches every rank's process group
+      if (pin) ::sched_setaffinity(0, sizeof pinned, &pinned);  // its ranks inherit it
       int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (log >= 0) {
         ::dup2(log, 1);

@@ -141,6 +141,10 @@ std::unique_ptr<Execution> start_slurm(const LaunchRequest& r, const std::string
          << "#SBATCH --output=" << r.log_path << "\n"
          << "#SBATCH --nodes=" << r.nnodes << "\n#SBATCH --ntasks-per-node=1\n";
   if (r.time_limit_s > 0) script << "#SBATCH --time=" << static_cast<long>(std::ceil(r.time_limit_s / 60)) << "\n";
+  // The job's spec, per node: Slurm queues it until a node has them.
+  if (r.resources.cpus > 0) script << "#SBATCH --cpus-per-task=" << r.resources.cpus << "\n";
+  if (r.resources.memory_mb > 0) script << "#SBATCH --mem=" << r.resources.memory_mb << "M\n";
+  if (r.resources.gpus > 0) script << "#SBATCH --gres=gpu:" << r.resources.gpus << "\n";
   if (!partition.empty()) script << "#SBATCH --partition=" << partition << "\n";
   script << "cd " << shell_quoted(r.workdir) << " || exit 126\n";
   if (r.nnodes == 1) {

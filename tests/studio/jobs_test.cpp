@@ -201,6 +201,51 @@ TEST(StudioJobs, StoppingEndsTerminatedWithNoProcessLeft) {
   EXPECT_EQ(again->status, 400);  // nothing left to stop
 }
 
+// A studio of two cores: three one-core jobs run two at a time, the third
+// waits saying for what and behind whom, and starts when a core frees; a job
+// asking for more than the studio has is refused; a waiting job can be stopped.
+TEST(StudioJobs, JobsWaitForTheirCoresInTurnAndSayWhy) {
+  auto dir = fresh_dir("jobs_queue");
+  Studio s(dir, size_t{1} << 30, "", "local", 2);
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  json one = shell_job("one core", "sleep 1.5", 1);
+  one["resources"] = {{"cpus", 1}};
+  const int64_t a = api.submit(one), b = api.submit(one), c = api.submit(one);
+  json waiting;
+  for (int i = 0; i < 100; ++i) {
+    waiting = api.get("/api/v1/jobs/" + std::to_string(c));
+    if (waiting["stage"] == "queued") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(waiting["state"], "Pending") << waiting.dump();
+  const std::string both = std::to_string(a) + ", " + std::to_string(b);
+  EXPECT_EQ(waiting["reason"], "waiting for 1 CPU core (2 of 2 in use by jobs " + both + ")") << waiting.dump();
+  json ja = api.wait_for(a, {"Completed", "Failed"}), jb = api.wait_for(b, {"Completed", "Failed"});
+  json jc = api.wait_for(c, {"Completed", "Failed"});
+  EXPECT_EQ(jc["state"], "Completed") << jc.dump();
+  EXPECT_GE(jc["started_ms"].get<int64_t>(), std::min(ja["ended_ms"].get<int64_t>(), jb["ended_ms"].get<int64_t>()));
+  EXPECT_EQ(jc["spec"]["resources"]["cpus"], 1);
+
+  json big = shell_job("big", "true", 1);
+  big["resources"] = {{"cpus", 3}};
+  auto refused = api.client.Post("/api/v1/jobs", big.dump(), "application/json");
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("asks for 3 CPU cores; this studio runs jobs on 2"), std::string::npos) << refused->body;
+
+  json two = shell_job("two cores", "exec sleep 30", 1);
+  two["resources"] = {{"cpus", 2}};
+  const int64_t first = api.submit(two), second = api.submit(two);
+  api.wait_for(first, {"Running"});
+  for (int i = 0; i < 100 && api.get("/api/v1/jobs/" + std::to_string(second))["stage"] != "queued"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(api.client.Post("/api/v1/jobs/" + std::to_string(second) + "/stop", "", "application/json")->status, 202);
+  json stopped = api.wait_for(second, {"Terminated", "Failed", "Completed"});
+  EXPECT_EQ(stopped["state"], "Terminated") << stopped.dump();
+  EXPECT_EQ(stopped["reason"], "stopped while waiting in the queue");
+  ASSERT_EQ(api.client.Post("/api/v1/jobs/" + std::to_string(first) + "/stop", "", "application/json")->status, 202);
+  api.wait_for(first, {"Terminated"});
+}
+
 // `kiln studio serve` waits for SIGTERM with it blocked in every thread; the
 // jobs it starts must not inherit that. Stopped on request or at their time
 // limit, all ranks end before the job says so, and soon.

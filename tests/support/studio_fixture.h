@@ -47,8 +47,9 @@ inline std::string create_token(const std::string& dir, const std::string& name,
 
 struct Studio {
   // kiln: the executable that runs jobs and serves (default: the CLI under test).
+  // cpus: the cores the local executor runs jobs on (0: the machine's).
   explicit Studio(const std::string& dir, size_t max_upload_bytes = size_t{1} << 30, const std::string& kiln = "",
-                  const std::string& executor = "local") {
+                  const std::string& executor = "local", int cpus = 0) {
     studio::StudioOptions o;
     o.data_dir = dir;
     o.database = test_database(dir);
@@ -56,6 +57,7 @@ struct Studio {
     o.access_log = "";
     o.max_upload_bytes = max_upload_bytes;
     o.executor = executor;
+    o.cpus = cpus;
 #ifdef KILN_CLI
     o.kiln_executable = KILN_CLI;
 #endif
