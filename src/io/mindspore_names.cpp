@@ -62,7 +62,7 @@ std::string kiln_name_for_mindspore(const std::string& name, const std::vector<T
     if (at == std::string::npos) continue;
     const std::string module = name.substr(0, at);  // "lstm." (with its dot) or ""
     const std::string index = name.substr(at + marker.size() - 1);
-    if (index.empty() || !std::all_of(index.begin(), index.end(), ::isdigit)) break;
+    if (index.empty() || index.size() > 6 || !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; })) break;
     size_t k = std::stoul(index), seen = 0;
     for (const auto& t : targets)
       if (t.name.rfind(module + kiln, 0) == 0 && t.name.find('.', module.size()) == std::string::npos &&

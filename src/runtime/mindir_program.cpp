@@ -397,6 +397,8 @@ MindirProgram::MindirProgram(const std::string& bytes, const std::string& what) 
     step.node = std::make_unique<PrimitiveNode>(type, label, std::move(attrs), tuple_size(node));
     for (const auto& in : node.input()) {
       auto it = slot.find(in);
+      if (it == slot.end() && functions.count(in))  // a branch or a loop body handed to a primitive
+        missing["a function graph as a value (control flow: Switch, Partial, while loops)"].push_back(label);
       KILN_CHECK(it != slot.end() || !missing.empty(), what, ": node '", label, "' reads '", in,
                  "', which nothing before it defines");
       step.inputs.push_back(it == slot.end() ? -1 : it->second);

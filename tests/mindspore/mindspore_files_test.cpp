@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "kiln/io.h"
 #include "kiln/migrate.h"
@@ -235,6 +236,13 @@ TEST(MindsporeCheckpoint, BrokenFilesAreNamedWithTheirProblem) {
   e = error_of([] { io::load_tensor_file(fixture("encrypted.ckpt")); });
   EXPECT_NE(e.find("encrypted.ckpt"), std::string::npos) << e;
   EXPECT_NE(e.find("dec_key"), std::string::npos) << e;
+  // Bytes after the last value that are no value at all.
+  auto dir = kiln::testing::scratch_dir("ckpt_trailing");
+  const std::string trailing = (dir / "trailing.ckpt").string();
+  std::filesystem::copy_file(fixture("weights.ckpt"), trailing, std::filesystem::copy_options::overwrite_existing);
+  { std::ofstream(trailing, std::ios::app | std::ios::binary) << std::string(2, '\0'); }
+  e = error_of([&] { io::load_mindspore_checkpoint(trailing); });
+  EXPECT_NE(e.find("does not parse"), std::string::npos) << e;
 }
 
 }  // namespace
