@@ -73,6 +73,10 @@ struct PassReport {
 };
 struct CompileReport {
   std::string signature;  // input shapes and dtypes
+  int compile = 0;        // which compile of the function built it (1 for the first)
+  // Why it was compiled again: the axis whose size changed ("input 0's axis
+  // 1 went from 37 to 38"), new weights, or "" for the first compile.
+  std::string cause;
   size_t traced_nodes = 0, final_nodes = 0, kernels = 0;
   int64_t arena_bytes = 0;     // all intermediates, after buffer reuse
   int64_t unshared_bytes = 0;  // the same without reuse

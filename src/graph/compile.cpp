@@ -45,7 +45,8 @@ namespace jit {
 
 std::string CompileReport::str() const {
   char line[256];
-  std::string s = "compiled for " + signature + "\n";
+  std::string s = "compiled for " + signature + " (compile " + std::to_string(compile) +
+                  (cause.empty() ? "" : ": " + cause) + ")\n";
   std::snprintf(line, sizeof line, "  trace %.1f ms, passes %.1f ms, prepare %.1f ms, total %.1f ms\n", trace_ms,
                 passes_ms, prepare_ms, total_ms);
   s += line;
@@ -164,6 +165,7 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   std::string extra = cell ? (cell->training() ? "train" : "eval") : "";
   std::string sig = signature_of(inputs, extra);
   bool weights_changed = false;
+  std::string recompile_cause;
   for (auto it = cache.begin(); it != cache.end(); ++it) {
     if (it->signature != sig) continue;
     if (options.inference && it->versions != param_versions()) {
@@ -190,6 +192,17 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
             changed = "input " + std::to_string(i) + "'s axis " + std::to_string(d) + " went from " +
                       std::to_string(was[d]) + " to " + std::to_string(now[d]);
       }
+    // The cause names the first axis that changed, the batch axis included.
+    recompile_cause = changed;
+    if (!cache.empty() && cache.back().shapes.size() == inputs.size())
+      for (size_t i = 0; i < inputs.size() && recompile_cause.empty(); ++i) {
+        const Shape& was = cache.back().shapes[i];
+        const Shape now = inputs[i].defined() ? inputs[i].shape() : Shape{};
+        if (was.size() == now.size() && !now.empty() && was[0] != now[0])
+          recompile_cause = "input " + std::to_string(i) + "'s axis 0 went from " + std::to_string(was[0]) + " to " +
+                            std::to_string(now[0]);
+      }
+    if (recompile_cause.empty()) recompile_cause = "a new input signature (" + sig + ")";
     if (!changed.empty()) {
       why += changed + ": a length that varies compiles once per length, and a loop over it in " +
              std::string(in_caller_language("C++", "Python")) +
@@ -204,9 +217,12 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     KILN_CHECK(options.recompile != RecompilePolicy::Error, why, " (RecompilePolicy::Error turned this into an error)");
     if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
   }
+  if (weights_changed) recompile_cause = "the weights folded into it changed";
   auto t0 = std::chrono::steady_clock::now();
   Entry e;
   e.signature = sig;
+  e.report.compile = compiles + 1;
+  e.report.cause = recompile_cause;
   for (const Tensor& t : inputs) e.shapes.push_back(t.defined() ? t.shape() : Shape{});
   e.report.signature = sig;
   graph::Graph g = graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);

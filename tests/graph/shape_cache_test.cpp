@@ -36,6 +36,10 @@ TEST(ShapeCache, GraphsOfEveryShapeShareOneArenaAndStayRight) {
     EXPECT_EQ(fn.report().shared_arena_bytes, largest_arena);  // the largest shape's, not the sum
   }
   EXPECT_EQ(fn.compiles(), 4);  // 3, 40, 7 and 12 rows: each shape compiled once
+  EXPECT_EQ(fn.report().compile, 4);
+  EXPECT_EQ(fn.report().cause, "input 0's axis 0 went from 7 to 12");  // from the shape used last
+  EXPECT_NE(fn.report().str().find("(compile 4: input 0's axis 0 went from 7 to 12)"), std::string::npos)
+      << fn.report().str();
 }
 
 TEST(ShapeCache, TheLeastRecentlyUsedGraphGoesFirst) {
