@@ -72,13 +72,19 @@ std::string JobQueue::reason_locked(size_t position, const JobSpec& spec) const 
   return why;
 }
 
+void JobQueue::enqueue(int64_t id, int priority) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (std::any_of(queue_.begin(), queue_.end(), [&](const Waiter& w) { return w.id == id; })) return;
+  queue_.insert(std::find_if(queue_.begin(), queue_.end(),
+                             [&](const Waiter& w) { return w.priority < priority || (w.priority == priority && w.id > id); }),
+                Waiter{id, priority});
+  changed_.notify_all();
+}
+
 std::optional<JobQueue::Grant> JobQueue::acquire(int64_t id, const JobSpec& spec, const std::function<bool()>& stopped,
                                                  const std::function<void(const std::string&)>& waiting) {
+  enqueue(id, spec.priority);
   std::unique_lock<std::mutex> lock(mu_);
-  const Waiter me{id, spec.priority};
-  queue_.insert(std::find_if(queue_.begin(), queue_.end(),
-                             [&](const Waiter& w) { return w.priority < me.priority || (w.priority == me.priority && w.id > id); }),
-                me);
   std::string told;
   for (;;) {
     const size_t position = static_cast<size_t>(
@@ -111,6 +117,12 @@ std::optional<JobQueue::Grant> JobQueue::acquire(int64_t id, const JobSpec& spec
     }
     changed_.wait_for(lock, std::chrono::milliseconds(200));  // also to notice a stop
   }
+}
+
+void JobQueue::forget(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(queue_, [&](const Waiter& w) { return w.id == id; });
+  changed_.notify_all();
 }
 
 void JobQueue::release(int64_t id, const Grant& grant) {

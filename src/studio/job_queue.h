@@ -35,11 +35,17 @@ class JobQueue {
     std::vector<int> cpus, gpus;  // the slots it holds: core and GPU numbers
     int64_t memory_mb = 0;
   };
-  // Waits for the job's turn; `waiting(reason)` is called whenever the
-  // reason it waits changes. nullopt when `stopped()` turns true first.
+  // Takes the job's place in the queue, when it is submitted: its turn
+  // follows priority and submission, not when its thread gets to acquire.
+  void enqueue(int64_t id, int priority);
+  // Waits for the job's turn (enqueueing it when it is not yet);
+  // `waiting(reason)` is called whenever the reason it waits changes.
+  // nullopt when `stopped()` turns true first.
   std::optional<Grant> acquire(int64_t id, const JobSpec& spec, const std::function<bool()>& stopped,
                                const std::function<void(const std::string&)>& waiting);
   void release(int64_t id, const Grant& grant);
+  // Leaves the queue without running (nothing when it is not waiting).
+  void forget(int64_t id);
 
  private:
   std::string reason_locked(size_t position, const JobSpec& spec) const;

@@ -177,6 +177,7 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
     }
   }
   running_[id] = running;
+  if (executor_ == "local") queue_.enqueue(id, spec.priority);  // its place in the queue is its submission's
   threads_.emplace(id, std::thread([this, id, running] { run(id, running); }));
   return id;
 }
@@ -470,6 +471,7 @@ void Jobs::adopt(int64_t id, std::shared_ptr<Running> running, const std::string
 }
 
 void Jobs::finish_run(int64_t id, bool over) {
+  queue_.forget(id);  // a job that ended before its turn (an error while staging) holds no place
   if (over) revoke_tokens(db_, "job-" + std::to_string(id));  // a job Slurm still runs keeps its token
   std::lock_guard<std::mutex> lock(mu_);
   running_.erase(id);

@@ -211,15 +211,18 @@ TEST(StudioJobs, JobsWaitForTheirCoresInTurnAndSayWhy) {
   json one = shell_job("one core", "sleep 1.5", 1);
   one["resources"] = {{"cpus", 1}};
   const int64_t a = api.submit(one), b = api.submit(one), c = api.submit(one);
+  // (Until the first two have started, it waits behind them in the queue.)
+  const std::string both = std::to_string(a) + ", " + std::to_string(b);
+  const std::string why = "waiting for 1 CPU core (2 of 2 in use by jobs " + both + ")";
   json waiting;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 200; ++i) {
     waiting = api.get("/api/v1/jobs/" + std::to_string(c));
-    if (waiting["stage"] == "queued") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (waiting["reason"] == why || waiting["state"] == "Running" || waiting["state"] == "Completed") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(waiting["state"], "Pending") << waiting.dump();
-  const std::string both = std::to_string(a) + ", " + std::to_string(b);
-  EXPECT_EQ(waiting["reason"], "waiting for 1 CPU core (2 of 2 in use by jobs " + both + ")") << waiting.dump();
+  EXPECT_EQ(waiting["stage"], "queued") << waiting.dump();
+  EXPECT_EQ(waiting["reason"], why) << waiting.dump();
   json ja = api.wait_for(a, {"Completed", "Failed"}), jb = api.wait_for(b, {"Completed", "Failed"});
   json jc = api.wait_for(c, {"Completed", "Failed"});
   EXPECT_EQ(jc["state"], "Completed") << jc.dump();
