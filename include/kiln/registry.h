@@ -75,12 +75,22 @@ struct KernelCall {
 using KernelAccepts = bool (*)(const KernelCall& call, std::string* why);
 // A registered kernel: the function, what it accepts (null: every call) and
 // those calls it turns away in words, for the op table ("groups other than 1").
+// It is registered for dtypes of the op's dispatch input; `input_dtypes`
+// names, per input in order, the dtypes it takes there (empty: any), and a
+// call with another goes to the CPU as a call it does not accept does.
 struct Kernel {
   Kernel(KernelFn f = nullptr, KernelAccepts a = nullptr, const char* r = "") : fn(f), accepts(a), refuses(r) {}
   operator KernelFn() const { return fn; }  // NOLINT: a kernel is its function where one is wanted
+  // This kernel, taking only these dtypes per input: Kernel(fn).takes({{}, {DType::Int64}}).
+  Kernel takes(std::vector<std::vector<DType>> per_input) const {
+    Kernel k = *this;
+    k.input_dtypes = std::move(per_input);
+    return k;
+  }
   KernelFn fn;
   KernelAccepts accepts;
   const char* refuses;
+  std::vector<std::vector<DType>> input_dtypes;
 };
 
 // An elementwise op's formula on contiguous runs: out[i] = f(in[0][i], ...)

@@ -28,9 +28,8 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
 KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened) {
   const Tensor& d = in[n.op->dispatch_input];
   const DType dtype = d.dtype();
-  std::vector<DType> dtypes;
-  for (const Tensor& t : in)
-    if (t.defined()) dtypes.push_back(t.dtype());
+  std::vector<std::optional<DType>> dtypes;
+  for (const Tensor& t : in) dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
   *fallback = false;
   // A node placed on the CPU (place_nodes) runs the CPU's kernel on its CPU values.
   if (device_.type != DeviceType::CPU && !n.op->has_tag(kTagTransfer) && !n.outputs.empty() &&

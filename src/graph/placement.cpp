@@ -11,9 +11,8 @@ namespace {
 // takes it, with the reason in *why (no kernel there for its dtype, or the
 // kernel's own reason for turning the call away); strict_device refuses that.
 bool runs_on(const Graph& g, const Node& n, Device device, std::string* why) {
-  std::vector<DType> dtypes;
-  for (int id : n.inputs)
-    if (id >= 0) dtypes.push_back(g.values[id].meta.dtype);
+  std::vector<std::optional<DType>> dtypes;
+  for (int id : n.inputs) dtypes.push_back(id >= 0 ? std::optional<DType>(g.values[id].meta.dtype) : std::nullopt);
   const int d = n.op->dispatch_input;
   const DType dtype = d >= 0 && static_cast<size_t>(d) < n.inputs.size() && n.inputs[d] >= 0
                           ? g.values[n.inputs[d]].meta.dtype

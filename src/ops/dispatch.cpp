@@ -189,10 +189,26 @@ void allow_fallback(const OpDef& op, Device device, DType dtype, const std::stri
                op.name.c_str(), missing.c_str());
 }
 
-KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
+KernelFn device_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
                        const Attrs& attrs, std::string* why) {
   const Kernel& k = op.kernels[static_cast<int>(device.type)][static_cast<int>(dtype)];
-  if (k.fn == nullptr || k.accepts == nullptr) return k.fn;
+  if (k.fn == nullptr) return nullptr;
+  for (size_t i = 0; i < inputs.size() && i < k.input_dtypes.size(); ++i) {
+    const auto& takes = k.input_dtypes[i];
+    if (!inputs[i] || takes.empty() || std::find(takes.begin(), takes.end(), *inputs[i]) != takes.end()) continue;
+    if (why) {
+      std::string name = i < op.inputs.size() ? op.inputs[i] : op.inputs.back();
+      while (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
+      std::string list;
+      for (DType d : takes) list += (list.empty() ? "" : " or ") + std::string(dtype_name(d));
+      *why = name + " of dtype " + dtype_name(*inputs[i]) + " (its kernel takes " + list + ")";
+    }
+    return nullptr;
+  }
+  if (k.accepts == nullptr) return k.fn;
+  std::vector<DType> dtypes;
+  for (const auto& d : inputs)
+    if (d) dtypes.push_back(*d);
   return k.accepts(KernelCall{dtypes, attrs}, why) ? k.fn : nullptr;
 }
 
@@ -374,9 +390,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     if (d.device.type == DeviceType::CPU) {
       kernel = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
     } else {
-      std::vector<DType> dtypes;
-      for (const TensorMeta& m : metas)
-        if (m.defined) dtypes.push_back(m.dtype);
+      std::vector<std::optional<DType>> dtypes;
+      for (const TensorMeta& m : metas) dtypes.push_back(m.defined ? std::optional<DType>(m.dtype) : std::nullopt);
       kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
     }
     if (kernel == nullptr && (kernel = widening_kernel(op, d.device.type, d.dtype)) != nullptr) widened = true;

@@ -1,5 +1,6 @@
 #pragma once
 // What the graph executor shares with the eager dispatcher.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,9 @@ void record_profile(const OpDef* op, const std::string& name, Device device, con
 // and reason. count_fallback() counts each such call (fallback_count()).
 void allow_fallback(const OpDef& op, Device device, DType dtype, const std::string& why = {});
 // The device backend's kernel for this call, or null where it has none or
-// its backend does not take the call (the reason in *why).
-KernelFn device_kernel(const OpDef& op, Device device, const std::vector<DType>& dtypes, DType dtype,
+// its backend does not take the call (the reason in *why). `inputs`: each
+// input's dtype, in order, nullopt for an omitted optional one.
+KernelFn device_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
                        const Attrs& attrs, std::string* why);
 void count_fallback();
 // Runs the CPU kernel `cpu` for a call on `device`, whose memory the host

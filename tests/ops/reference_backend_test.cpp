@@ -126,6 +126,34 @@ TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
 // The reference conv2d loop takes groups=1 only: its kernel registers with
 // an acceptance test that says so, so a grouped convolution runs on the
 // CPU, visibly, in eager and compiled runs, and strict_device names the reason.
+// The reference embedding loop declares the dtypes it takes per input: the
+// table of its registered dtype, the indices int64 only. int32 indices run on
+// the CPU, visibly, with the input named in the reason.
+TEST(ReferenceBackend, KernelsDeclareTheDtypesTheyTakePerInput) {
+  const Tensor table = randn({10, 4});
+  const Tensor ids64 = from_vector(std::vector<int64_t>{3, 0, 9, 3}, Shape{2, 2});
+  const Tensor want = embedding(table, ids64);
+  int64_t before = fallback_count();
+  Tensor y = embedding(table.to(kRef), ids64.to(kRef));
+  EXPECT_EQ(fallback_count() - before, 0) << "int64 indices run the reference loop";
+  EXPECT_EQ(compare(y.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
+
+  set_strict_device(true);
+  std::string refused;
+  try {
+    embedding(table.to(kRef), ids64.to(DType::Int32).to(kRef));
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  set_strict_device(false);
+  EXPECT_NE(refused.find("indices of dtype int32 (its kernel takes int64)"), std::string::npos) << refused;
+  before = fallback_count();
+  Tensor y32 = embedding(table.to(kRef), ids64.to(DType::Int32).to(kRef));
+  EXPECT_EQ(fallback_count() - before, 1);
+  EXPECT_EQ(y32.device(), kRef);
+  EXPECT_EQ(compare(y32.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
+}
+
 TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
   Tensor x = randn({2, 4, 6, 6}), w = randn({6, 4, 3, 3}), wg = randn({6, 2, 3, 3}), b = randn({6});
   ConvOptions plain, grouped;

@@ -42,6 +42,14 @@ std::string falls_back_on(const OpDef& op) {
       if (!k.fn) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
       else if (k.accepts && *k.refuses && calls.find(k.refuses) == std::string::npos)
         calls += std::string(calls.empty() ? "" : ", ") + k.refuses;
+      for (size_t i = 0; k.fn && i < k.input_dtypes.size(); ++i) {  // dtypes declared per input
+        if (k.input_dtypes[i].empty() || i >= op.inputs.size()) continue;
+        std::string name = op.inputs[i], list;
+        while (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
+        for (DType t : k.input_dtypes[i]) list += (list.empty() ? "" : " or ") + std::string(dtype_name(t));
+        const std::string call = name + " other than " + list;
+        if (calls.find(call) == std::string::npos) calls += (calls.empty() ? "" : ", ") + call;
+      }
     }
     if (!calls.empty()) missing += (missing.empty() ? "" : ", ") + calls;
     if (missing.empty()) continue;

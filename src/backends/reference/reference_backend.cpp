@@ -217,6 +217,23 @@ void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) { base<T>(y)[offset_at(y, at)] = static_cast<T>(acc[i++]); });
 }
 
+// y[..., :] = weight[indices[...], :]: rows of the table, the indices
+// int64 only (declared per input: an int32 call runs on the CPU, visibly).
+template <typename T>
+void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const Tensor &weight = in[0], &indices = in[1];
+  Tensor& y = out[0];
+  const int64_t rows = weight.shape()[0], dim = weight.shape()[1];
+  int64_t i = 0;
+  for_each_index(indices.shape(), [&](const std::vector<int64_t>& at) {
+    const int64_t row = base<int64_t>(indices)[offset_at(indices, at)];
+    KILN_CHECK(row >= 0 && row < rows, "embedding: index ", row, " is out of range for a table of ", rows, " rows");
+    for (int64_t j = 0; j < dim; ++j)
+      base<T>(y)[y.offset() + i * dim + j] = base<T>(weight)[weight.offset() + row * weight.strides()[0] + j * weight.strides()[1]];
+    ++i;
+  });
+}
+
 // y[n, o, i, j] = b[o] + sum over c, p, q of x[n, c, i*s - pad + p*d, j*s - pad + q*d] w[o, c, p, q],
 // taps outside the input counting as zero; then relu where fused.
 template <typename T>
@@ -274,6 +291,10 @@ KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Floa
                      DType::Int32, DType::Int64, DType::UInt8, DType::Bool, DType::Int8);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<double>, DType::Float64);
+static const KernelRegistrar embedding_f32("embedding", DeviceType::Reference, {DType::Float32},
+                                           Kernel(embedding_kernel<float>).takes({{}, {DType::Int64}}));
+static const KernelRegistrar embedding_f64("embedding", DeviceType::Reference, {DType::Float64},
+                                           Kernel(embedding_kernel<double>).takes({{}, {DType::Int64}}));
 KILN_REGISTER_KERNEL("sum", Reference, sum_kernel<float>, DType::Float32);
 KILN_REGISTER_KERNEL("sum", Reference, sum_kernel<double>, DType::Float64);
 
