@@ -250,7 +250,11 @@ void add_bench(CLI::App& app) {
           Shape s(info.shape.begin(), info.shape.end());
           KILN_CHECK(info.shape_known && !s.empty(), "bench: input '", info.name, "' has no known shape");
           KILN_CHECK(s[0] < 0 || s[0] == batch, "bench: input '", info.name, "' has a fixed batch of ", s[0],
-                     "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch ", batch);
+                     session.opset() > 0
+                         ? "; export with a dynamic batch axis (kiln export --dynamic-batch) to bench batch "
+                         : "; bench it at --batch " + std::to_string(s[0]) +
+                               ", or export it from MindSpore with a dynamic batch (set_inputs with None) for batch ",
+                     batch);
           s[0] = batch;
           for (size_t d = 1; d < s.size(); ++d)
             KILN_CHECK(s[d] >= 0, "bench: input '", info.name, "' axis ", d, " has no fixed size; give it with --shape ",
