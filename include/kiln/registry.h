@@ -149,6 +149,13 @@ struct OpDef {
     return !writes.empty() && (writes_if.empty() || a.get_bool(writes_if, true));
   }
   bool variadic() const { return !inputs.empty() && inputs.back().back() == '*'; }
+  // Input i's name without its mark ("bias?" -> "bias"); past the list, the
+  // last input's (a variadic op's) or "x".
+  std::string input_name(size_t i) const {
+    std::string n = i < inputs.size() ? inputs[i] : inputs.empty() ? "x" : inputs.back();
+    while (!n.empty() && (n.back() == '?' || n.back() == '*')) n.pop_back();
+    return n;
+  }
   std::vector<DType> dtypes(DeviceType backend) const;
 };
 

@@ -27,9 +27,7 @@ std::string describe_inputs(const OpDef& op, const std::vector<TensorMeta>& meta
   std::string s;
   for (size_t i = 0; i < metas.size(); ++i) {
     if (i) s += ", ";
-    std::string name = i < op.inputs.size() ? op.inputs[i] : op.inputs.empty() ? "x" : op.inputs.back();
-    while (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
-    s += name + "=";
+    s += op.input_name(i) + "=";
     s += metas[i].defined ? std::string(dtype_name(metas[i].dtype)) + shape_str(metas[i].shape) : "none";
   }
   return s;
@@ -50,10 +48,7 @@ bool is_context_attached(const std::exception& e) {
 
 // "'x'" for a named input (its optional/variadic mark dropped), "3" past the names.
 std::string input_name(const OpDef& op, size_t i) {
-  if (i >= op.inputs.size()) return std::to_string(i);
-  std::string name = op.inputs[i];
-  if (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
-  return "'" + name + "'";
+  return i >= op.inputs.size() ? std::to_string(i) : "'" + op.input_name(i) + "'";
 }
 
 // Out of line and cold: the check runs on every op, the message almost never.
@@ -197,11 +192,9 @@ KernelFn device_kernel(const OpDef& op, Device device, const std::vector<std::op
     const auto& takes = k.input_dtypes[i];
     if (!inputs[i] || takes.empty() || std::find(takes.begin(), takes.end(), *inputs[i]) != takes.end()) continue;
     if (why) {
-      std::string name = i < op.inputs.size() ? op.inputs[i] : op.inputs.back();
-      while (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
       std::string list;
       for (DType d : takes) list += (list.empty() ? "" : " or ") + std::string(dtype_name(d));
-      *why = name + " of dtype " + dtype_name(*inputs[i]) + " (its kernel takes " + list + ")";
+      *why = op.input_name(i) + " of dtype " + dtype_name(*inputs[i]) + " (its kernel takes " + list + ")";
     }
     return nullptr;
   }

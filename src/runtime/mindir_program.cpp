@@ -9,6 +9,7 @@
 #include "kiln/op_onnx.h"
 #include "kiln/registry.h"
 #include "mind_ir.pb.h"
+#include "runtime/onnx_ops.h"
 
 namespace kiln {
 namespace runtime {
@@ -247,21 +248,11 @@ const std::map<std::string, const OnnxImport*>& primitive_readers() {
   return table;
 }
 
-bool is_half(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
-
-// float16 and bfloat16 inputs computed in float32 and the results rounded
-// once, as the ONNX runtime does (most kernels have no half form).
+// A primitive's reader on its inputs, half floats computed in float32
+// unless the reader only moves data (OnnxImport::widen_half).
 std::vector<Tensor> read_widened(const OnnxImport& reader, const OnnxReader& node, const std::vector<Tensor>& in) {
-  DType half = DType::Float32;
-  for (const Tensor& t : in)
-    if (t.defined() && is_half(t.dtype())) half = t.dtype();
-  if (!reader.widen_half || half == DType::Float32) return reader.read(node, in);
-  std::vector<Tensor> wide;
-  for (const Tensor& t : in) wide.push_back(t.defined() && is_half(t.dtype()) ? t.to(DType::Float32) : t);
-  std::vector<Tensor> out = reader.read(node, wide);
-  for (Tensor& t : out)
-    if (t.defined() && t.dtype() == DType::Float32) t = t.to(half);
-  return out;
+  if (!reader.widen_half) return reader.read(node, in);
+  return computed_in_float32(in, [&](const std::vector<Tensor>& args) { return reader.read(node, args); });
 }
 
 // The graph's names without the graph's own prefix ("net_1:x" -> "x").
@@ -291,14 +282,25 @@ size_t tuple_size(const ::mind_ir::NodeProto& node) {
   return 1;
 }
 
-const std::map<std::string, int>& bookkeeping_primitives();
+// What a node does: applies a primitive's reader, or only routes values.
+enum class StepKind { Apply, MakeTuple, GetItem, Pass, Nothing };
+
+// The primitives that only route values, and what each does.
+const std::map<std::string, StepKind>& bookkeeping_primitives() {
+  using K = StepKind;
+  static const std::map<std::string, StepKind> table = {
+      {"MakeTuple", K::MakeTuple}, {"make_tuple", K::MakeTuple},   {"MakeList", K::MakeTuple},
+      {"make_list", K::MakeTuple}, {"TupleGetItem", K::GetItem},   {"tuple_getitem", K::GetItem},
+      {"ListGetItem", K::GetItem}, {"list_getitem", K::GetItem},   {"Depend", K::Pass},
+      {"Load", K::Pass},           {"Return", K::Pass},            {"UpdateState", K::Nothing}};
+  return table;
+}
 
 }  // namespace
 
 struct MindirProgram::Graph {
-  enum class Kind { Apply, MakeTuple, GetItem, Pass, Nothing };
   struct Step {
-    Kind kind;
+    StepKind kind;
     std::unique_ptr<PrimitiveNode> node;
     const OnnxImport* reader = nullptr;
     std::vector<int> inputs;
@@ -384,9 +386,9 @@ MindirProgram::MindirProgram(const std::string& bytes, const std::string& what) 
     Graph::Step step;
     auto book = bookkeeping_primitives().find(type);
     if (book != bookkeeping_primitives().end()) {
-      step.kind = static_cast<Graph::Kind>(book->second);
+      step.kind = book->second;
     } else {
-      step.kind = Graph::Kind::Apply;
+      step.kind = StepKind::Apply;
       auto r = primitive_readers().find(type);
       if (r == primitive_readers().end()) {
         missing[type].push_back(label);
@@ -438,21 +440,6 @@ MindirProgram::MindirProgram(const std::string& bytes, const std::string& what) 
   bound_by_value_.assign(inputs_.size(), false);
 }
 
-namespace {
-
-// The primitives that only route values, and what each does.
-const std::map<std::string, int>& bookkeeping_primitives() {
-  using K = MindirProgram::Graph::Kind;
-  static const std::map<std::string, int> table = {
-      {"MakeTuple", int(K::MakeTuple)}, {"make_tuple", int(K::MakeTuple)}, {"MakeList", int(K::MakeTuple)},
-      {"make_list", int(K::MakeTuple)}, {"TupleGetItem", int(K::GetItem)}, {"tuple_getitem", int(K::GetItem)},
-      {"ListGetItem", int(K::GetItem)}, {"list_getitem", int(K::GetItem)}, {"Depend", int(K::Pass)},
-      {"Load", int(K::Pass)},           {"Return", int(K::Pass)},          {"UpdateState", int(K::Nothing)}};
-  return table;
-}
-
-}  // namespace
-
 std::vector<Tensor> MindirProgram::run(const std::vector<Tensor>& inputs) const {
   std::vector<Value> values = graph_->constants;
   for (size_t i = 0; i < inputs.size(); ++i) values[graph_->input_slots[i]] = Value::of(inputs[i]);
@@ -460,20 +447,20 @@ std::vector<Tensor> MindirProgram::run(const std::vector<Tensor>& inputs) const 
     const PrimitiveNode& node = *step.node;
     Value& out = values[step.output];
     switch (step.kind) {
-      case Graph::Kind::Pass:
+      case StepKind::Pass:
         if (step.inputs.empty()) node.fail("takes at least one input");
         out = values[step.inputs[0]];
         break;
-      case Graph::Kind::Nothing:
+      case StepKind::Nothing:
         out = Value();
         break;
-      case Graph::Kind::MakeTuple: {
+      case StepKind::MakeTuple: {
         std::vector<Value> items;
         for (int s : step.inputs) items.push_back(values[s]);
         out = Value::tuple(std::move(items));
         break;
       }
-      case Graph::Kind::GetItem: {
+      case StepKind::GetItem: {
         if (step.inputs.size() != 2) node.fail("takes a tuple and an index");
         const Value& tuple = values[step.inputs[0]];
         const Value& index = values[step.inputs[1]];
@@ -488,7 +475,7 @@ std::vector<Tensor> MindirProgram::run(const std::vector<Tensor>& inputs) const 
         out = tuple.items[i];
         break;
       }
-      case Graph::Kind::Apply: {
+      case StepKind::Apply: {
         std::vector<Tensor> args;
         for (int s : step.inputs) values[s].flatten_into(args);
         std::vector<Tensor> results = read_widened(*step.reader, node, args);

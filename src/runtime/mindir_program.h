@@ -27,10 +27,8 @@ class MindirProgram : public Program {
   const std::vector<bool>& bound_by_value() const override { return bound_by_value_; }
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
 
- public:
-  struct Graph;
-
  private:
+  struct Graph;
   std::unique_ptr<Graph> graph_;
   std::string producer_;
   std::map<std::string, std::string> metadata_;

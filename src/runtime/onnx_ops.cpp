@@ -93,25 +93,26 @@ const std::vector<int>& value_inputs(const std::string& op_type) {
   return it == table.end() ? none : it->second;
 }
 
+std::vector<Tensor> computed_in_float32(const std::vector<Tensor>& in,
+                                        const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& compute) {
+  auto is_half = [](DType d) { return d == DType::Float16 || d == DType::BFloat16; };
+  DType half = DType::Float32;
+  for (const Tensor& t : in)
+    if (t.defined() && is_half(t.dtype())) half = t.dtype();
+  if (half == DType::Float32) return compute(in);
+  std::vector<Tensor> wide;
+  for (const Tensor& t : in) wide.push_back(t.defined() && is_half(t.dtype()) ? t.to(DType::Float32) : t);
+  std::vector<Tensor> out = compute(wide);
+  for (Tensor& t : out)
+    if (t.defined() && t.dtype() == DType::Float32) t = t.to(half);
+  return out;
+}
+
 namespace {
 
-bool is_half(DType d) { return d == DType::Float16 || d == DType::BFloat16; }
-
-// float16 and bfloat16 inputs are computed in float32 and the results
-// rounded once at the end, as ONNX's reference does: most Kiln kernels have
-// no half-precision form, and composite ops would round at every step.
 Converter in_float32(Converter f) {
-  return [f](const OnnxNode& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
-    DType half = DType::Float32;
-    for (const Tensor& t : in)
-      if (t.defined() && is_half(t.dtype())) half = t.dtype();
-    if (half == DType::Float32) return f(n, in);
-    std::vector<Tensor> wide;
-    for (const Tensor& t : in) wide.push_back(t.defined() && is_half(t.dtype()) ? t.to(DType::Float32) : t);
-    std::vector<Tensor> out = f(n, wide);
-    for (Tensor& t : out)
-      if (t.defined() && t.dtype() == DType::Float32) t = t.to(half);
-    return out;
+  return [f](const OnnxNode& n, const std::vector<Tensor>& in) {
+    return computed_in_float32(in, [&](const std::vector<Tensor>& args) { return f(n, args); });
   };
 }
 

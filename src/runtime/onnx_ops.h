@@ -78,6 +78,13 @@ void add_attention_converters(ConverterTable& table);
 // bound by value when the graph is compiled.
 const std::vector<int>& value_inputs(const std::string& op_type);
 
+// float16 and bfloat16 inputs computed in float32 and the results rounded
+// once at the end, as ONNX's reference does: most Kiln kernels have no
+// half-precision form, and composite ops would round at every step. For
+// the ONNX converters and MindIR's primitive readers alike.
+std::vector<Tensor> computed_in_float32(const std::vector<Tensor>& in,
+                                        const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& compute);
+
 // Helpers shared by the converter files (the rest are OnnxReader's).
 inline std::vector<int64_t> int_values(const OnnxReader& n, const Tensor& t, const char* what) {
   return n.int_values(t, what);

@@ -44,10 +44,9 @@ std::string falls_back_on(const OpDef& op) {
         calls += std::string(calls.empty() ? "" : ", ") + k.refuses;
       for (size_t i = 0; k.fn && i < k.input_dtypes.size(); ++i) {  // dtypes declared per input
         if (k.input_dtypes[i].empty() || i >= op.inputs.size()) continue;
-        std::string name = op.inputs[i], list;
-        while (!name.empty() && (name.back() == '?' || name.back() == '*')) name.pop_back();
+        std::string list;
         for (DType t : k.input_dtypes[i]) list += (list.empty() ? "" : " or ") + std::string(dtype_name(t));
-        const std::string call = name + " other than " + list;
+        const std::string call = op.input_name(i) + " other than " + list;
         if (calls.find(call) == std::string::npos) calls += (calls.empty() ? "" : ", ") + call;
       }
     }
