@@ -126,6 +126,17 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
               int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1);
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
                         const ConvOptions& o = {});
+// Quantized tensors: a uint8 or int8 value q stands for scale * (q - zero).
+// The integer convolution and matrix product of such an input with int8
+// weights that are symmetric (zero point 0), with one scale or one per output
+// channel (a column of b), requantized to y_scale and y_zero's dtype: ONNX's
+// QLinearConv and QLinearMatMul. bias: int32 in the accumulator's scale
+// (x_scale * w_scale). b is [K, N]; a [..., M, K].
+Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,
+                      const Tensor& w_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias = Tensor(),
+                      const ConvOptions& o = {});
+Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                      const Tensor& b_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias = Tensor());
 // Volumes [N, C, D, H, W] and weights [out, in/groups, kD, kH, kW], with
 // stride, padding and dilation per axis (D, H, W): one 2-D convolution of
 // the depth slices per kernel depth, summed, so it has gradients throughout.

@@ -76,6 +76,9 @@ class InferenceSession {
   const std::map<std::string, std::string>& metadata() const;
   int opset() const;
   const std::string& producer() const;
+  // What the session rewrote in the model before running it, in words ("20
+  // Conv, 1 Gemm on int8 kernels": a quantized model's QDQ groups), "" when nothing.
+  const std::string& rewrites() const;
 
  private:
   struct Impl;

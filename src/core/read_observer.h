@@ -16,6 +16,13 @@ inline void observe_read(const Tensor& t, const char* what) {
 }
 inline bool in_kernel() { return t_kernel_depth > 0; }
 
+// Whether t's values vary from run to run of the program being traced on
+// this thread (false when nothing is traced): code that may read values to
+// choose a faster path asks first, and reads only fixed ones.
+using VaryingQuery = bool (*)(const Tensor& t);
+extern thread_local VaryingQuery t_varying_query;
+inline bool values_vary(const Tensor& t) { return t_varying_query != nullptr && t_varying_query(t); }
+
 // The running kernel's device, and whether the profiler times it
 // (kernel_context() in kiln/backend.h reads them).
 extern thread_local Device t_kernel_device;

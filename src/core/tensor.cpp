@@ -12,6 +12,7 @@
 namespace kiln {
 namespace detail {
 thread_local ReadObserver t_read_observer = nullptr;
+thread_local VaryingQuery t_varying_query = nullptr;
 thread_local int t_kernel_depth = 0;
 thread_local Device t_kernel_device;
 thread_local bool t_kernel_timed = false;

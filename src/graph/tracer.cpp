@@ -35,22 +35,30 @@ void check_read(const Tensor& t, const char* what) {
   throw Error(msg);
 }
 
+bool varies(const Tensor& t) { return t_tracer != nullptr && t.defined() && t_tracer->is_varying(t); }
+
 // Puts a tracer in charge of this thread's ops and reads for its lifetime.
 struct ActiveTracer {
   explicit ActiveTracer(Tracer* t)
-      : prev(t_tracer), prev_ops(kiln::detail::t_op_observer), prev_reads(kiln::detail::t_read_observer) {
+      : prev(t_tracer),
+        prev_ops(kiln::detail::t_op_observer),
+        prev_reads(kiln::detail::t_read_observer),
+        prev_query(kiln::detail::t_varying_query) {
     t_tracer = t;
     kiln::detail::t_op_observer = &trace_call;
     kiln::detail::t_read_observer = &check_read;
+    kiln::detail::t_varying_query = &varies;
   }
   ~ActiveTracer() {
     t_tracer = prev;
     kiln::detail::t_op_observer = prev_ops;
     kiln::detail::t_read_observer = prev_reads;
+    kiln::detail::t_varying_query = prev_query;
   }
   Tracer* prev;
   kiln::detail::OpObserver prev_ops;
   kiln::detail::ReadObserver prev_reads;
+  kiln::detail::VaryingQuery prev_query;
 };
 
 }  // namespace

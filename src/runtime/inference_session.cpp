@@ -270,6 +270,7 @@ const std::vector<TensorInfo>& InferenceSession::outputs() const { return impl_-
 const std::map<std::string, std::string>& InferenceSession::metadata() const { return impl_->program->metadata(); }
 int InferenceSession::opset() const { return impl_->program->opset(); }
 const std::string& InferenceSession::producer() const { return impl_->program->producer(); }
+const std::string& InferenceSession::rewrites() const { return impl_->program->rewrites(); }
 
 std::vector<std::string> supported_onnx_ops() {
   std::vector<std::string> ops;

@@ -131,7 +131,8 @@ const ConverterTable& converters() {
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
                                    "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",
                                    "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike",
-                                   "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"};
+                                   "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
+                                   "com.microsoft::QGemm"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         if (type.find("::") != std::string::npos) continue;  // a custom domain's (find_converter)
@@ -158,6 +159,7 @@ const Converter* find_converter(const std::string& domain, const std::string& op
   static std::mutex mutex;
   static std::map<std::string, Converter> custom;
   const std::string qualified = domain + "::" + op_type;
+  if (auto own = converters().find(qualified); own != converters().end()) return &own->second;  // the runtime's own
   std::lock_guard<std::mutex> lock(mutex);
   auto it = custom.find(qualified);
   if (it != custom.end()) return &it->second;

@@ -1,9 +1,12 @@
 // ONNX quantization and a few creation and pooling ops, as compositions of
 // Kiln ops: QuantizeLinear and DequantizeLinear on uint8 and int8 (and int32
 // for dequantizing), per tensor or per axis; DynamicQuantizeLinear;
-// MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv; EyeLike; LpPool.
+// MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv (on the integer
+// kernels where the weights are symmetric int8) and ONNX Runtime's QGemm;
+// EyeLike; LpPool.
 #include <cmath>
 
+#include "core/read_observer.h"
 #include "kiln/functional.h"
 #include "ops/onnx_spatial.h"
 #include "runtime/onnx_ops.h"
@@ -129,10 +132,33 @@ std::vector<Tensor> conv_integer(const OnnxNode& n, const std::vector<Tensor>& i
   return {cast(acc, DType::Int32)};
 }
 
+// Whether a node's weights are symmetric int8 (zero points absent or 0, and
+// fixed: a model input's may change), which the integer kernels take; others
+// compute in float64.
+bool symmetric_int8(const Tensor& w, const Tensor& w_zero) {
+  if (w.dtype() != DType::Int8) return false;
+  if (!w_zero.defined()) return true;
+  if (w_zero.dtype() != DType::Int8 || kiln::detail::values_vary(w_zero)) return false;
+  for (int8_t v : w_zero.contiguous().to_vector<int8_t>())
+    if (v != 0) return false;
+  return true;
+}
+
+bool one_value(const Tensor& t) { return t.defined() && t.numel() == 1; }
+bool float32_scales(std::initializer_list<Tensor> scales) {
+  for (const Tensor& s : scales)
+    if (s.dtype() != DType::Float32) return false;
+  return true;
+}
+
 // QLinearMatMul: the int32 product of the centered operands, requantized with
 // a_scale * b_scale / y_scale.
 std::vector<Tensor> qlinear_matmul(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor &a = input(n, in, 0), &b = input(n, in, 3);
+  if (a.dim() >= 2 && b.dim() == 2 && symmetric_int8(b, input(n, in, 5)) && one_value(in[1]) && one_value(in[2]) &&
+      one_value(in[6]) && one_value(in[7]) && float32_scales({in[1], in[4], in[6]}) &&
+      (in[4].numel() == 1 || in[4].numel() == b.shape()[1]))
+    return {qlinear_matmul(a, in[1], in[2].reshape({}), b, in[4].reshape({in[4].numel()}), in[6], in[7].reshape({}))};
   const Tensor acc = matmul(centered(n, a, per_row(input(n, in, 2), a)), centered(n, b, input(n, in, 5)));
   const Tensor multiplier = per_row(input(n, in, 1), a) * input(n, in, 4) / input(n, in, 6);
   return {requantize(n, acc, multiplier, input(n, in, 7))};
@@ -141,10 +167,67 @@ std::vector<Tensor> qlinear_matmul(const OnnxNode& n, const std::vector<Tensor>&
 // QLinearConv: the int32 convolution (plus the int32 bias) requantized with
 // x_scale * w_scale / y_scale, w_scale per output channel or one value.
 std::vector<Tensor> qlinear_conv(const OnnxNode& n, const std::vector<Tensor>& in) {
+  using namespace onnx_spatial;
   const Tensor &x = input(n, in, 0), &w = input(n, in, 3);
-  const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), OnnxReader::optional(in, 8));
+  const Tensor bias = OnnxReader::optional(in, 8);
+  if ((x.dim() == 3 || x.dim() == 4) && w.dim() == x.dim() && symmetric_int8(w, input(n, in, 5)) &&
+      one_value(in[1]) && one_value(in[2]) && one_value(in[6]) && one_value(in[7]) &&
+      float32_scales({in[1], in[4], in[6]}) && (in[4].numel() == 1 || in[4].numel() == w.shape()[0]) &&
+      (!bias.defined() || bias.dtype() == DType::Int32)) {
+    const SpatialRank r = spatial_rank(n, x);
+    const size_t dims = static_cast<size_t>(x.dim() - 2);
+    const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+    const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
+    const Tensor x_zero = in[2].reshape({});
+    Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
+    // Uneven pads become a border holding the zero point (the quantized 0.0), where that is fixed.
+    if (p.symmetric() || !kiln::detail::values_vary(x_zero)) {
+      Tensor padded = x;
+      if (!p.symmetric()) {
+        padded = pad_spatial(x, p, cast(x_zero, DType::Float64).item<double>());
+        p = Pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+      }
+      ConvOptions o;
+      o.stride = r.lift(stride, 1);
+      o.dilation = r.lift(dilation, 1);
+      o.padding = r.lift(p.begin, 0);
+      o.groups = n.i("group", 1);
+      return {r.lower(qlinear_conv2d(r.lift(padded), in[1], x_zero, r.lift(w), in[4].reshape({in[4].numel()}), in[6],
+                                     in[7].reshape({}), bias, o))};
+    }
+  }
+  const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), bias);
   const Tensor multiplier = input(n, in, 1).reshape({}) * per_axis(input(n, in, 4), 1, acc.dim()) / input(n, in, 6).reshape({});
   return {requantize(n, acc, multiplier, input(n, in, 7))};
+}
+
+// com.microsoft's QGemm with a quantized output (ONNX Runtime's quantizer
+// writes it for Gemm): A B' (B' = B or its transpose) plus an int32 bias C in
+// the accumulator's scale, requantized with alpha * a_scale * b_scale / y_scale.
+std::vector<Tensor> qgemm(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &a = input(n, in, 0), &b = input(n, in, 3);
+  if (in.size() < 9 || !in[7].defined())
+    n.unsupported("QGemm with a float output (no y_scale) is not supported; quantize its output");
+  if (a.dim() != 2 || b.dim() != 2) n.fail("A and B must be 2-d, got ", shape_str(a.shape()), " and ", shape_str(b.shape()));
+  const bool trans_a = n.i("transA", 0) != 0, trans_b = n.i("transB", 0) != 0;
+  const double alpha = n.f("alpha", 1.0);
+  const Tensor bias = OnnxReader::optional(in, 6);
+  const Tensor bt = trans_b ? b.transpose(0, 1).contiguous() : b;
+  const int64_t columns = bt.shape()[1];
+  if (!trans_a && alpha == 1.0 && symmetric_int8(b, input(n, in, 5)) && one_value(in[1]) && one_value(in[2]) &&
+      one_value(in[7]) && one_value(in[8]) && float32_scales({in[1], in[4], in[7]}) &&
+      (in[4].numel() == 1 || in[4].numel() == columns) &&
+      (!bias.defined() || (bias.dtype() == DType::Int32 && bias.numel() == columns)))
+    return {qlinear_matmul(a, in[1], in[2].reshape({}), bt, in[4].reshape({in[4].numel()}), in[7], in[8].reshape({}),
+                           bias.defined() ? bias.reshape({columns}) : bias)};
+  const Tensor at = trans_a ? a.transpose(0, 1) : a;
+  const Tensor b_zero = OnnxReader::optional(in, 5);
+  Tensor acc = matmul(centered(n, at.contiguous(), OnnxReader::optional(in, 2)),
+                      centered(n, bt, b_zero.defined() && b_zero.numel() > 1 ? b_zero.reshape({1, columns}) : b_zero));
+  if (bias.defined()) acc = acc + cast(bias, DType::Float64);
+  const Tensor b_scale = input(n, in, 4).numel() > 1 ? input(n, in, 4).reshape({1, columns}) : input(n, in, 4).reshape({});
+  const Tensor multiplier = input(n, in, 1).reshape({}) * b_scale * scalar_tensor(alpha, DType::Float32) / input(n, in, 7).reshape({});
+  return {requantize(n, acc, multiplier, input(n, in, 8))};
 }
 
 // The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
@@ -205,6 +288,7 @@ void add_quant_converters(ConverterTable& t) {
   t["ConvInteger"] = conv_integer;
   t["QLinearMatMul"] = qlinear_matmul;
   t["QLinearConv"] = qlinear_conv;
+  t["com.microsoft::QGemm"] = qgemm;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "runtime/onnx_qdq_fusion.h"
+
 namespace kiln::runtime {
 namespace {
 
@@ -60,6 +62,7 @@ OnnxProgram::OnnxProgram(const std::string& bytes, const std::string& what) : wh
     throw Unsupported(detail::concat(what, ": opset ", opset_, " is not supported (Kiln loads opset ", kMinOpset, " to ",
                                      kMaxOpset, "); export with opset_version=17"));
 
+  rewrites_ = fuse_qdq(*model_.mutable_graph()).summary();
   graph_ = std::make_unique<OnnxGraph>(g, opset_, what, nullptr);
   for (const auto* in : graph_->input_protos()) inputs_.push_back(info_of(*in, what + ": input"));
   for (const auto& out : g.output()) outputs_.push_back(info_of(out, what + ": output"));

@@ -29,12 +29,14 @@ class OnnxProgram : public Program {
   const std::vector<bool>& bound_by_value() const override { return bound_by_value_; }
   const std::string& producer() const override { return producer_; }
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override;
+  const std::string& rewrites() const override { return rewrites_; }
 
  private:
   ::onnx::ModelProto model_;
   std::string what_;
   int opset_ = 0;
   std::string producer_;
+  std::string rewrites_;
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> inputs_, outputs_;
   std::vector<bool> bound_by_value_;

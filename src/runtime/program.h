@@ -28,6 +28,12 @@ class Program {
   virtual const std::string& producer() const = 0;
   // Per input: whether a converter reads its values (a shape given as an input).
   virtual const std::vector<bool>& bound_by_value() const = 0;
+  // What was rewritten in the model before it runs ("12 Conv on int8
+  // kernels"), "" when nothing.
+  virtual const std::string& rewrites() const {
+    static const std::string none;
+    return none;
+  }
   // Inputs already passed check_inputs (InferenceSession::run checks them once).
   virtual std::vector<Tensor> run(const std::vector<Tensor>& inputs) const = 0;
 

@@ -15,6 +15,7 @@
 #include "kiln/runtime.h"
 #include "support/close.h"
 #include "support/error_message.h"
+#include "support/onnx_builder.h"
 #include "support/ort_reference.h"
 #include "support/scratch.h"
 
@@ -59,54 +60,7 @@ TEST(Int8, IsADtypeEverywhereTensorsGo) {
   EXPECT_EQ(onnx_io::from_proto(listed, "t").to_vector<int8_t>(), (std::vector<int8_t>{-7, 9}));
 }
 
-// A small model builder for the graphs below.
-struct Builder {
-  ::onnx::ModelProto m;
-  ::onnx::GraphProto* g;
-  Builder() {
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(17);
-    g = m.mutable_graph();
-  }
-  void io(bool input, const std::string& name, int elem, const Shape& shape) {
-    auto* v = input ? g->add_input() : g->add_output();
-    v->set_name(name);
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(elem);
-    for (int64_t d : shape) t->mutable_shape()->add_dim()->set_dim_value(d);
-  }
-  void init(const std::string& name, const Tensor& t) {
-    auto* p = g->add_initializer();
-    onnx_io::to_proto(t, *p);
-    p->set_name(name);
-  }
-  ::onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
-    auto* n = g->add_node();
-    n->set_op_type(op);
-    n->set_name(out[0] + "_node");
-    for (auto& i : in) n->add_input(i);
-    for (auto& o : out) n->add_output(o);
-    return n;
-  }
-  static void ints(::onnx::NodeProto* n, const std::string& name, std::vector<int64_t> values) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(::onnx::AttributeProto::INTS);
-    for (int64_t v : values) a->add_ints(v);
-  }
-  static void integer(::onnx::NodeProto* n, const std::string& name, int64_t value) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(::onnx::AttributeProto::INT);
-    a->set_i(value);
-  }
-  std::string save(const std::string& file) {
-    // A folder per file, as making a scratch folder empties it.
-    std::string path = (kt::scratch_dir("model_" + file) / file).string();
-    std::ofstream(path, std::ios::binary) << m.SerializeAsString();
-    return path;
-  }
-};
+using Builder = kt::OnnxBuilder;
 
 Tensor scalar(float v) { return from_vector<float>({v}, {}); }
 // Weights in 7 bits, as ONNX Runtime's quantizer makes them for x86 (its

@@ -1,0 +1,247 @@
+#include "backends/cpu/onednn_int8.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+
+#include "backends/cpu/onednn_engine.h"
+#include "kiln/tensor.h"
+
+namespace kiln::cpu::onednn {
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dt activation_type(bool is_signed) { return is_signed ? dt::s8 : dt::u8; }
+
+// Zero points are given at run time; an input's only where it has one (with
+// none, oneDNN picks faster kernels). The scales are built into a
+// convolution (oneDNN 2's convolutions take no run-time ones) and given at
+// run time to a matrix product.
+dnnl::primitive_attr quantized_attr(int scale_mask, const std::vector<float>& scales, bool src_zero) {
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_output_scales(scale_mask, scales.empty() ? std::vector<float>{DNNL_RUNTIME_F32_VAL} : scales);
+  if (src_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+  return attr;
+}
+
+struct ConvDescs {
+  memory::desc src, wei, bias, dst;
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+
+// The right padding that makes oneDNN's output size come out exactly (see
+// onednn_conv.cpp); false when oneDNN cannot express it.
+bool conv_descs(const QuantizedConvCall& c, ConvDescs& d) {
+  const ConvShape& s = c.shape;
+  const int64_t pr_h = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph;
+  const int64_t pr_w = (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw;
+  if (pr_h <= -s.sh || pr_w <= -s.sw) return false;
+  d.src = memory::desc({s.n, s.c, s.h, s.w}, activation_type(c.x_signed), tag::nchw);
+  d.dst = memory::desc({s.n, s.o, s.oh, s.ow}, activation_type(c.y_signed), tag::nchw);
+  d.wei = s.groups == 1 ? memory::desc({s.o, s.c, s.kh, s.kw}, dt::s8, tag::oihw)
+                        : memory::desc({s.groups, s.o / s.groups, s.c / s.groups, s.kh, s.kw}, dt::s8, tag::goihw);
+  d.bias = c.bias ? memory::desc({s.o}, dt::s32, tag::x) : memory::desc();
+  d.strides = {s.sh, s.sw};
+  d.dilates = {s.dh - 1, s.dw - 1};
+  d.pad_l = {s.ph, s.pw};
+  d.pad_r = {pr_h, pr_w};
+  return true;
+}
+
+memory::desc any(const memory::desc& plain) { return memory::desc(plain.dims(), plain.data_type(), tag::any); }
+
+struct ConvPrimitive {
+  dnnl::convolution_forward prim;
+  memory::desc src, wei, dst, scratchpad;
+};
+
+// A primitive splits its work for the thread count it was built under, so
+// the count is part of the key.
+using ConvKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int,
+                           std::vector<float>>;
+ConvKey key_of(const QuantizedConvCall& c, const std::vector<float>& scales) {
+  const ConvShape& s = c.shape;
+  return {s.n,  s.c,  s.h,  s.w,  s.o,      s.kh,       s.kw,       s.oh,          s.ow,   s.sh,         s.sw,
+          s.ph, s.pw, s.dh, s.dw, s.groups, c.x_signed, c.y_signed, c.per_channel, c.bias, c.x_zero_point,
+          get_num_threads(), scales};
+}
+
+// Null when oneDNN refuses the geometry.
+const ConvPrimitive* conv_primitive(const QuantizedConvCall& c, const float* scale_values) {
+  const std::vector<float> scales(scale_values, scale_values + (c.per_channel ? c.shape.o : 1));
+  static std::mutex mu;
+  static std::map<ConvKey, ConvPrimitive> cache;
+  const ConvKey key = key_of(c, scales);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
+  ConvPrimitive p;
+  ConvDescs d;
+  if (conv_descs(c, d)) {
+    try {
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           any(d.src), any(d.wei), d.bias, any(d.dst), d.strides, d.dilates, d.pad_l,
+                                           d.pad_r);
+      dnnl::convolution_forward::primitive_desc pd(desc, quantized_attr(c.per_channel ? 2 : 0, scales, c.x_zero_point),
+                                                   engine());
+      p = {dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(), pd.scratchpad_desc()};
+    } catch (const dnnl::error&) {
+      p = {};
+    }
+  }
+  auto& stored = cache.emplace(key, std::move(p)).first->second;
+  return stored.prim ? &stored : nullptr;
+}
+
+// Run-time scalars and vectors as oneDNN memory.
+memory runtime_values(dt type, int64_t n, const void* data) {
+  return wrap(memory::desc({n}, type, tag::x), data);
+}
+
+Tensor scratch_for(const memory::desc& d) {
+  return Tensor::empty({static_cast<int64_t>(std::max<size_t>(d.get_size(), 1))}, DType::UInt8);
+}
+
+}  // namespace
+
+bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
+                            const float* scales, const int32_t* bias, int32_t y_zero, void* y) {
+  const ConvPrimitive* p = conv_primitive(c, scales);
+  if (!p) return false;
+  ConvDescs d;
+  conv_descs(c, d);
+  dnnl::stream s(engine());
+  std::vector<Tensor> scratch;  // blocked copies, from Kiln's caching allocator
+  auto in_layout = [&](const memory::desc& plain, const memory::desc& wanted, const void* data) {
+    memory m = wrap(plain, data);
+    if (plain == wanted) return m;
+    scratch.push_back(scratch_for(wanted));
+    memory blocked = wrap(wanted, scratch.back().raw_data());
+    dnnl::reorder(m, blocked).execute(s, m, blocked);
+    return blocked;
+  };
+  memory src = in_layout(d.src, p->src, x);
+  memory wei = c.prepared_weights ? wrap(p->wei, w) : in_layout(d.wei, p->wei, w);
+  memory dst_plain = wrap(d.dst, y);
+  memory dst = dst_plain;
+  if (!(d.dst == p->dst)) {
+    scratch.push_back(scratch_for(p->dst));
+    dst = wrap(p->dst, scratch.back().raw_data());
+  }
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src},
+      {DNNL_ARG_WEIGHTS, wei},
+      {DNNL_ARG_DST, dst},
+      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero)}};
+  if (c.x_zero_point) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &x_zero));
+  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));
+  if (p->scratchpad.get_size() > 0) {
+    scratch.push_back(scratch_for(p->scratchpad));
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(p->scratchpad, scratch.back().raw_data()));
+  }
+  p->prim.execute(s, args);
+  if (!(dst == dst_plain)) dnnl::reorder(dst, dst_plain).execute(s, dst, dst_plain);
+  s.wait();
+  return true;
+}
+
+int64_t quantized_weights_bytes(const QuantizedConvCall& c, const float* scales) {
+  const ConvPrimitive* p = conv_primitive(c, scales);
+  return p ? static_cast<int64_t>(p->wei.get_size()) : 0;
+}
+
+std::string quantized_weights_layout(const QuantizedConvCall& c, const float* scales) {
+  const ConvPrimitive* p = conv_primitive(c, scales);
+  if (!p) return "";
+  const dnnl_memory_desc_t& d = p->wei.data;
+  std::ostringstream s;
+  s << "int8";
+  for (int i = 0; i < d.ndims; ++i) s << ' ' << d.padded_dims[i] << '/' << d.format_desc.blocking.strides[i];
+  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i)
+    s << " b" << d.format_desc.blocking.inner_idxs[i] << ':' << d.format_desc.blocking.inner_blks[i];
+  s << " x" << d.extra.flags << ':' << d.extra.compensation_mask << ':' << d.extra.asymm_compensation_mask;
+  return s.str();
+}
+
+void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, const int8_t* w, void* out) {
+  const ConvPrimitive* p = conv_primitive(c, scales);
+  KILN_CHECK(p != nullptr, "no int8 convolution primitive for these weights");
+  ConvDescs d;
+  conv_descs(c, d);
+  memory plain = wrap(d.wei, w), prepared = wrap(p->wei, out);
+  dnnl::stream s(engine());
+  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
+  s.wait();
+}
+
+bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const int8_t* b,
+                      const float* scales, const int32_t* bias, int32_t y_zero, void* y) {
+  struct Prepared {
+    dnnl::matmul prim;
+    memory::desc scratchpad;
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, int>;
+  static std::mutex mu;
+  static std::map<Key, Prepared> cache;
+  const memory::desc da({c.m, c.k}, activation_type(c.a_signed), tag::ab), db({c.k, c.n}, dt::s8, tag::ab),
+      dbias = c.bias ? memory::desc({1, c.n}, dt::s32, tag::ab) : memory::desc(),
+      dy({c.m, c.n}, activation_type(c.y_signed), tag::ab);
+  const Prepared* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, get_num_threads()};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      Prepared made;
+      try {
+        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(da, db, dbias, dy),
+                                        quantized_attr(c.per_column ? 2 : 0, {}, true), engine());
+        made = {dnnl::matmul(pd), pd.scratchpad_desc()};
+      } catch (const dnnl::error&) {
+        made = {};
+      }
+      it = cache.emplace(key, std::move(made)).first;
+    }
+    if (!it->second.prim) return false;
+    p = &it->second;
+  }
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, wrap(da, a)},
+      {DNNL_ARG_WEIGHTS, wrap(db, b)},
+      {DNNL_ARG_DST, wrap(dy, y)},
+      {DNNL_ARG_ATTR_OUTPUT_SCALES, runtime_values(dt::f32, c.per_column ? c.n : 1, scales)},
+      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &a_zero)},
+      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero)}};
+  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(dbias, bias));
+  Tensor scratch;
+  if (p->scratchpad.get_size() > 0) {
+    scratch = scratch_for(p->scratchpad);
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(p->scratchpad, scratch.raw_data()));
+  }
+  dnnl::stream s(engine());
+  p->prim.execute(s, args);
+  s.wait();
+  return true;
+}
+
+bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input) {
+  static const bool vnni = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx2_vnni || isa == dnnl::cpu_isa::avx512_core_vnni ||
+           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  if (vnni) return true;
+  if (signed_input) return false;
+  return std::all_of(w, w + n, [](int8_t v) { return v >= -64 && v <= 63; });
+}
+
+}  // namespace kiln::cpu::onednn

@@ -1,0 +1,51 @@
+#pragma once
+// Integer convolutions and matrix products through oneDNN's int8 primitives
+// (u8 or s8 activations, s8 weights, s32 accumulators), requantized in the
+// primitive's epilogue: y = saturate(round((acc + bias) * scale[oc]) + y_zero)
+// with acc the product of (x - x_zero) and w. Cached per geometry.
+#include <cstdint>
+#include <string>
+
+#include "backends/cpu/onednn_conv.h"
+
+namespace kiln::cpu::onednn {
+
+struct QuantizedConvCall {
+  ConvShape shape;
+  bool x_signed = false, y_signed = false;  // int8 rather than uint8
+  bool per_channel = false;                 // one scale per output channel, else one
+  bool bias = false;                        // int32, in the accumulator's scale
+  bool x_zero_point = true;                 // false: the input's zero point is 0
+  // The weights passed are already in the primitive's layout
+  // (prepare_quantized_weights), as constant weights are once, rather than plain [o, c/g, kh, kw].
+  bool prepared_weights = false;
+};
+
+// Each returns false when oneDNN cannot express the call.
+// scales: per output channel (or one), x_scale * w_scale / y_scale.
+bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
+                            const float* scales, const int32_t* bias, int32_t y_zero, void* y);
+// The weights in the primitive's layout (with oneDNN's compensation terms):
+// the size in bytes (0 when there is no primitive), a name for that layout,
+// and the reorder into out.
+int64_t quantized_weights_bytes(const QuantizedConvCall& c, const float* scales);
+std::string quantized_weights_layout(const QuantizedConvCall& c, const float* scales);
+void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, const int8_t* w, void* out);
+
+struct QuantizedMatmulCall {
+  int64_t m, k, n;  // a [m, k], b [k, n] (row-major), y [m, n]
+  bool a_signed = false, y_signed = false;
+  bool per_column = false;  // one scale per column of b, else one
+  bool bias = false;        // int32 [n], in the accumulator's scale
+};
+bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const int8_t* b,
+                      const float* scales, const int32_t* bias, int32_t y_zero, void* y);
+
+// Whether the int8 kernels give the exact integer result for these weights:
+// on CPUs with VNNI always; on the others, whose instructions add pairs of
+// u8 x s8 products in 16 bits with saturation, only for uint8 inputs and
+// weights within [-64, 63] (7 bits, as ONNX Runtime's reduce_range writes
+// them for such CPUs): oneDNN halves the weights for int8 inputs there.
+bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input);
+
+}  // namespace kiln::cpu::onednn

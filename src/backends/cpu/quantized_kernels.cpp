@@ -1,0 +1,138 @@
+// CPU integer convolution and matrix product: oneDNN's int8 primitives
+// (VNNI or AMX where the CPU has them), and a plain int32 loop for what they
+// cannot run exactly (8-bit weights on CPUs without VNNI, geometries oneDNN
+// refuses). Both requantize as oneDNN does: (acc + bias) * scale in float32,
+// rounded half to even, shifted by the zero point and saturated.
+#include <cmath>
+
+#include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/onednn_int8.h"
+#include "ops/conv_attrs.h"
+
+namespace kiln::cpu {
+namespace {
+
+using onednn::ConvShape;
+
+// x_scale * w_scale / y_scale per output channel (one value when w_scale is one).
+std::vector<float> multipliers(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale) {
+  const float xs = x_scale.contiguous().data<float>()[0], ys = y_scale.contiguous().data<float>()[0];
+  const Tensor ws = w_scale.contiguous();
+  std::vector<float> m(static_cast<size_t>(ws.numel()));
+  for (size_t i = 0; i < m.size(); ++i) m[i] = xs * ws.data<float>()[i] / ys;
+  return m;
+}
+
+int32_t zero_point(const Tensor& z) {
+  const Tensor c = z.contiguous();
+  return c.dtype() == DType::Int8 ? c.data<int8_t>()[0] : c.data<uint8_t>()[0];
+}
+
+template <typename TY>
+TY requantize(int32_t acc, int32_t bias, float scale, int32_t zero) {
+  constexpr float lo = std::is_signed_v<TY> ? -128.0f : 0.0f, hi = std::is_signed_v<TY> ? 127.0f : 255.0f;
+  const float v = std::nearbyint((static_cast<float>(acc) + static_cast<float>(bias)) * scale) + static_cast<float>(zero);
+  return static_cast<TY>(std::fmin(std::fmax(v, lo), hi));
+}
+
+template <typename TX, typename TY>
+void conv_loop(const ConvShape& s, const TX* x, int32_t xz, const int8_t* w, const std::vector<float>& scales,
+               const int32_t* bias, int32_t yz, TY* y) {
+  const int64_t cg = s.c / s.groups, og = s.o / s.groups;
+  parallel_for(s.n * s.o, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t no = lo; no < hi; ++no) {
+      const int64_t n = no / s.o, o = no % s.o, g = o / og;
+      const float scale = scales[scales.size() == 1 ? 0 : static_cast<size_t>(o)];
+      for (int64_t oy = 0; oy < s.oh; ++oy)
+        for (int64_t ox = 0; ox < s.ow; ++ox) {
+          int32_t acc = 0;
+          for (int64_t c = 0; c < cg; ++c) {
+            const TX* plane = x + (n * s.c + g * cg + c) * s.h * s.w;
+            const int8_t* taps = w + (o * cg + c) * s.kh * s.kw;
+            for (int64_t i = 0; i < s.kh; ++i) {
+              const int64_t iy = oy * s.sh - s.ph + i * s.dh;
+              if (iy < 0 || iy >= s.h) continue;
+              for (int64_t j = 0; j < s.kw; ++j) {
+                const int64_t ix = ox * s.sw - s.pw + j * s.dw;
+                if (ix >= 0 && ix < s.w) acc += (static_cast<int32_t>(plane[iy * s.w + ix]) - xz) * taps[i * s.kw + j];
+              }
+            }
+          }
+          y[(no * s.oh + oy) * s.ow + ox] = requantize<TY>(acc, bias ? bias[o] : 0, scale, yz);
+        }
+    }
+  });
+}
+
+template <typename TX, typename TY>
+void matmul_loop(int64_t m, int64_t k, int64_t n, const TX* a, int32_t az, const int8_t* b,
+                 const std::vector<float>& scales, const int32_t* bias, int32_t yz, TY* y) {
+  parallel_for(m, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<int32_t> acc(static_cast<size_t>(n));
+    for (int64_t r = lo; r < hi; ++r) {
+      std::fill(acc.begin(), acc.end(), 0);
+      for (int64_t i = 0; i < k; ++i) {
+        const int32_t v = static_cast<int32_t>(a[r * k + i]) - az;
+        for (int64_t j = 0; j < n; ++j) acc[j] += v * b[i * n + j];
+      }
+      for (int64_t j = 0; j < n; ++j)
+        y[r * n + j] = requantize<TY>(acc[j], bias ? bias[j] : 0, scales[scales.size() == 1 ? 0 : j], yz);
+    }
+  });
+}
+
+// Calls f.template operator()<TX, TY>() for the input's and the output's types.
+template <typename F>
+void with_types(DType x, DType y, F&& f) {
+  if (x == DType::UInt8) {
+    if (y == DType::UInt8) f.template operator()<uint8_t, uint8_t>();
+    else f.template operator()<uint8_t, int8_t>();
+  } else {
+    if (y == DType::UInt8) f.template operator()<int8_t, uint8_t>();
+    else f.template operator()<int8_t, int8_t>();
+  }
+}
+
+void qlinear_conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Tensor x = in[0].contiguous(), w = in[3].contiguous();
+  const Tensor bias = in.size() > 7 && in[7].defined() ? in[7].contiguous() : Tensor();
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
+  const Shape &xs = x.shape(), &ws = w.shape(), &ys = out[0].shape();
+  const ConvShape s{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], c.stride[0], c.stride[1],
+                    c.padding[0], c.padding[1], c.dilation[0], c.dilation[1], c.groups};
+  const std::vector<float> scales = multipliers(in[1], in[4], in[5]);
+  const int32_t xz = zero_point(in[2]), yz = zero_point(in[6]);
+  const int32_t* b = bias.defined() ? bias.data<int32_t>() : nullptr;
+  onednn::QuantizedConvCall call{s, x.dtype() == DType::Int8, out[0].dtype() == DType::Int8, scales.size() > 1,
+                                 b != nullptr, xz != 0};
+  if (onednn::int8_products_exact(w.data<int8_t>(), w.numel(), call.x_signed) &&
+      onednn::quantized_conv_forward(call, x.raw_data(), xz, w.raw_data(), scales.data(), b, yz, out[0].raw_data()))
+    return;
+  with_types(x.dtype(), out[0].dtype(), [&]<typename TX, typename TY>() {
+    conv_loop<TX, TY>(s, x.data<TX>(), xz, w.data<int8_t>(), scales, b, yz, out[0].data<TY>());
+  });
+}
+
+void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
+  const Tensor a = in[0].contiguous(), b = in[3].contiguous();
+  const Tensor bias = in.size() > 7 && in[7].defined() ? in[7].contiguous() : Tensor();
+  const int64_t k = b.shape()[0], n = b.shape()[1], m = k > 0 ? a.numel() / k : 0;
+  const std::vector<float> scales = multipliers(in[1], in[4], in[5]);
+  const int32_t az = zero_point(in[2]), yz = zero_point(in[6]);
+  const int32_t* pb = bias.defined() ? bias.data<int32_t>() : nullptr;
+  onednn::QuantizedMatmulCall call{m, k, n, a.dtype() == DType::Int8, out[0].dtype() == DType::Int8, scales.size() > 1,
+                                   pb != nullptr};
+  if (m > 0 && k > 0 && onednn::int8_products_exact(b.data<int8_t>(), b.numel(), call.a_signed) &&
+      onednn::quantized_matmul(call, a.raw_data(), az, b.data<int8_t>(), scales.data(), pb, yz, out[0].raw_data()))
+    return;
+  with_types(a.dtype(), out[0].dtype(), [&]<typename TX, typename TY>() {
+    matmul_loop<TX, TY>(m, k, n, a.data<TX>(), az, b.data<int8_t>(), scales, pb, yz, out[0].data<TY>());
+  });
+}
+
+}  // namespace
+
+KILN_REGISTER_KERNEL("qlinear_conv2d", CPU, qlinear_conv2d_kernel, DType::UInt8, DType::Int8);
+KILN_REGISTER_KERNEL("qlinear_matmul", CPU, qlinear_matmul_kernel, DType::UInt8, DType::Int8);
+
+}  // namespace kiln::cpu

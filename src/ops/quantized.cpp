@@ -1,0 +1,114 @@
+// Integer convolution and matrix product of quantized tensors (a value q of
+// uint8 or int8 stands for scale * (q - zero)), requantized to the output's
+// scale and zero point: ONNX's QLinearConv and QLinearMatMul where the
+// weights are symmetric int8 (zero points 0), as quantizers write them.
+#include "ops/conv_attrs.h"
+#include "ops/op_helpers.h"
+
+namespace kiln {
+namespace {
+using detail::Metas;
+
+bool is_quantized(DType t) { return t == DType::UInt8 || t == DType::Int8; }
+
+void check_scalar(const TensorMeta& m, const char* name) {
+  KILN_CHECK(m.shape.empty() || (m.shape.size() == 1 && m.shape[0] == 1), name, " must be one value, got ",
+             shape_str(m.shape));
+}
+
+// The quantization parameters of an operand x (scale, zero point), of the
+// weights (int8, a scale per output channel or one) and of the output;
+// returns the output's dtype, the zero point's.
+DType check_quantization(const Metas& in, size_t weight, size_t w_scale, int64_t channels) {
+  const TensorMeta &x = in[0], &x_scale = in[1], &x_zero = in[2], &w = in[weight], &ws = in[w_scale],
+                   &y_scale = in[w_scale + 1], &y_zero = in[w_scale + 2];
+  KILN_CHECK(is_quantized(x.dtype), "the input must be uint8 or int8, got ", dtype_name(x.dtype));
+  KILN_CHECK(x_zero.dtype == x.dtype, "the input's zero point is ", dtype_name(x_zero.dtype), " but the input is ",
+             dtype_name(x.dtype));
+  KILN_CHECK(w.dtype == DType::Int8, "the weights must be int8 (symmetric), got ", dtype_name(w.dtype));
+  for (const TensorMeta* s : {&x_scale, &ws, &y_scale})
+    KILN_CHECK(s->dtype == DType::Float32, "scales must be float32, got ", dtype_name(s->dtype));
+  check_scalar(x_scale, "the input's scale");
+  check_scalar(x_zero, "the input's zero point");
+  check_scalar(y_scale, "the output's scale");
+  check_scalar(y_zero, "the output's zero point");
+  const bool per_channel = ws.shape.size() == 1 && ws.shape[0] == channels;
+  KILN_CHECK(per_channel || ws.shape.empty() || ws.shape == Shape{1}, "the weights' scale must be one value or one per ",
+             "output channel (", channels, "), got ", shape_str(ws.shape));
+  KILN_CHECK(is_quantized(y_zero.dtype), "the output's zero point must be uint8 or int8, got ", dtype_name(y_zero.dtype));
+  if (in.size() > w_scale + 3 && in[w_scale + 3].defined) {
+    const TensorMeta& b = in[w_scale + 3];
+    KILN_CHECK(b.dtype == DType::Int32 && b.shape == Shape{channels}, "the bias must be int32 [", channels,
+               "] (in the accumulator's scale, input scale x weight scale), got ", dtype_name(b.dtype), shape_str(b.shape));
+  }
+  return y_zero.dtype;
+}
+
+int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+Metas infer_qlinear_conv2d(const Metas& in, const Attrs& a) {
+  detail::check_rank(in[0], 4, "input", "N, C, H, W");
+  detail::check_rank(in[3], 4, "weight", "out_channels, in_channels/groups, kH, kW");
+  const Shape &x = in[0].shape, &w = in[3].shape;
+  const DType out = check_quantization(in, 3, 4, w[0]);
+  const Conv2dAttrs c = Conv2dAttrs::of(a);
+  for (int i = 0; i < 2; ++i)
+    KILN_CHECK(c.stride[i] > 0 && c.padding[i] >= 0 && c.dilation[i] > 0,
+               "stride and dilation must be positive and padding >= 0");
+  KILN_CHECK(c.groups > 0 && x[1] == w[1] * c.groups && w[0] % c.groups == 0, "input has ", x[1],
+             " channels but weight ", shape_str(w), " with groups=", c.groups, " expects ", w[1] * c.groups);
+  const int64_t oh = conv_out_size(x[2], w[2], c.stride[0], c.padding[0], c.dilation[0]);
+  const int64_t ow = conv_out_size(x[3], w[3], c.stride[1], c.padding[1], c.dilation[1]);
+  KILN_CHECK(oh > 0 && ow > 0, "input ", shape_str(x), " is too small for a ", w[2], "x", w[3], " kernel");
+  return {{true, {x[0], w[0], oh, ow}, out, in[0].device}};
+}
+
+Metas infer_qlinear_matmul(const Metas& in, const Attrs&) {
+  const Shape &a = in[0].shape, &b = in[3].shape;
+  KILN_CHECK(a.size() >= 2, "a must have rank >= 2, got ", shape_str(a));
+  detail::check_rank(in[3], 2, "b", "K, N");
+  KILN_CHECK(a.back() == b[0], "inner dimensions differ: ", shape_str(a), " @ ", shape_str(b));
+  const DType out = check_quantization(in, 3, 4, b[1]);
+  Shape y = a;
+  y.back() = b[1];
+  return {{true, y, out, in[0].device}};
+}
+
+OpDefiner d_qlinear_conv2d([] {
+  OpDef d;
+  d.name = "qlinear_conv2d";
+  d.inputs = {"x", "x_scale", "x_zero", "weight", "w_scale", "y_scale", "y_zero", "bias?"};
+  d.outputs = {"y"};
+  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1"};
+  d.infer = infer_qlinear_conv2d;
+  d.tags = kTagNondifferentiable;
+  d.category = "convolution";
+  return d;
+}());
+
+OpDefiner d_qlinear_matmul([] {
+  OpDef d;
+  d.name = "qlinear_matmul";
+  d.inputs = {"a", "a_scale", "a_zero", "b", "b_scale", "y_scale", "y_zero", "bias?"};
+  d.outputs = {"y"};
+  d.infer = infer_qlinear_matmul;
+  d.tags = kTagNondifferentiable;
+  d.category = "matmul";
+  return d;
+}());
+
+}  // namespace
+
+Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,
+                      const Tensor& w_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias,
+                      const ConvOptions& o) {
+  return call1(KILN_OP("qlinear_conv2d"), {x, x_scale, x_zero, weight, w_scale, y_scale, y_zero, bias},
+               {{"stride", o.stride}, {"padding", o.padding}, {"dilation", o.dilation}, {"groups", o.groups}});
+}
+
+Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                      const Tensor& b_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias) {
+  return call1(KILN_OP("qlinear_matmul"), {a, a_scale, a_zero, b, b_scale, y_scale, y_zero, bias});
+}
+
+}  // namespace kiln

@@ -1,0 +1,304 @@
+#include "runtime/onnx_qdq_fusion.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "io/onnx_tensor.h"
+#include "kiln/functional.h"
+
+namespace kiln::runtime {
+namespace {
+
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+
+const ::onnx::AttributeProto* attr(const NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+int64_t int_attr(const NodeProto& n, const std::string& name, int64_t fallback) {
+  const auto* a = attr(n, name);
+  return a ? a->i() : fallback;
+}
+float float_attr(const NodeProto& n, const std::string& name, float fallback) {
+  const auto* a = attr(n, name);
+  return a ? a->f() : fallback;
+}
+bool is(const NodeProto& n, const char* type) {
+  return n.op_type() == type && (n.domain().empty() || n.domain() == "ai.onnx");
+}
+std::string input(const NodeProto& n, int i) { return i < n.input_size() ? n.input(i) : std::string(); }
+
+class Fuser {
+ public:
+  explicit Fuser(::onnx::GraphProto& g) : g_(g) {
+    for (const auto& t : g.initializer()) init_[t.name()] = &t;
+    for (int i = 0; i < g.node_size(); ++i)
+      for (const auto& o : g.node(i).output()) producer_[o] = i;
+    count_uses();
+    removed_.assign(static_cast<size_t>(g.node_size()), false);
+  }
+
+  QdqFusion run() {
+    QdqFusion done;
+    for (int i = 0; i < g_.node_size(); ++i) {
+      if (!is(g_.node(i), "QuantizeLinear")) continue;
+      std::optional<NodeProto> fused = fuse_at(i, done);
+      if (fused) *g_.mutable_node(i) = std::move(*fused);
+    }
+    if (done.total() == 0) return done;
+    drop_removed();
+    drop_dead_dequantizers();
+    return done;
+  }
+
+ private:
+  struct Quantized {  // a DequantizeLinear'd value: the quantized tensor and its parameters
+    std::string q, scale, zero;
+  };
+
+  // Uses of each value: node inputs here and in subgraphs (read by name), and graph outputs.
+  void count_uses() {
+    uses_.clear();
+    std::function<void(const ::onnx::GraphProto&)> visit = [&](const ::onnx::GraphProto& g) {
+      for (const auto& n : g.node()) {
+        for (const auto& in : n.input()) ++uses_[in];
+        for (const auto& a : n.attribute()) {
+          if (a.has_g()) visit(a.g());
+          for (const auto& sub : a.graphs()) visit(sub);
+        }
+      }
+      for (const auto& o : g.output()) ++uses_[o.name()];
+    };
+    visit(g_);
+  }
+
+  const NodeProto* producer(const std::string& value) const {
+    auto it = producer_.find(value);
+    return it == producer_.end() || removed_[static_cast<size_t>(it->second)] ? nullptr : &g_.node(it->second);
+  }
+  std::optional<Tensor> constant(const std::string& name) const {
+    auto it = init_.find(name);
+    if (it == init_.end()) return std::nullopt;
+    return onnx_io::from_proto(*it->second, "initializer '" + name + "'");
+  }
+  bool used_once(const std::string& value) const {
+    auto it = uses_.find(value);
+    return it != uses_.end() && it->second == 1;
+  }
+
+  // The quantized operand behind `value`: a DequantizeLinear of a uint8 or
+  // int8 tensor with one scale and zero point, both initializers.
+  std::optional<Quantized> activation(const std::string& value) {
+    const NodeProto* dq = producer(value);
+    if (!dq || !is(*dq, "DequantizeLinear") || int_attr(*dq, "block_size", 0) != 0) return std::nullopt;
+    const auto scale = constant(input(*dq, 1));
+    if (!scale || scale->numel() != 1 || scale->dtype() != DType::Float32) return std::nullopt;
+    // Without a zero point the quantized type is not known here: left as it is.
+    Quantized r{dq->input(0), dq->input(1), input(*dq, 2)};
+    const auto zero = constant(r.zero);
+    if (!zero || zero->numel() != 1 || (zero->dtype() != DType::UInt8 && zero->dtype() != DType::Int8)) return std::nullopt;
+    return r;
+  }
+
+  // Symmetric int8 weights behind `value`: an int8 initializer dequantized
+  // with zero points 0 and one scale, or one per index of `axis`.
+  std::optional<Quantized> weights(const std::string& value, int64_t axis, Tensor& scale_out) {
+    const NodeProto* dq = producer(value);
+    if (!dq || !is(*dq, "DequantizeLinear") || int_attr(*dq, "block_size", 0) != 0) return std::nullopt;
+    const auto w = constant(dq->input(0));
+    const auto scale = constant(input(*dq, 1));
+    if (!w || w->dtype() != DType::Int8 || !scale || scale->dtype() != DType::Float32) return std::nullopt;
+    if (!input(*dq, 2).empty()) {
+      const auto zero = constant(input(*dq, 2));
+      if (!zero || zero->dtype() != DType::Int8 || !all_zero(*zero)) return std::nullopt;
+    }
+    if (scale->numel() != 1) {
+      int64_t a = int_attr(*dq, "axis", 1);
+      if (a < 0) a += w->dim();
+      if (a != axis || scale->dim() != 1 || scale->numel() != w->shape()[static_cast<size_t>(axis)]) return std::nullopt;
+    }
+    scale_out = scale->reshape({scale->numel()});
+    return Quantized{dq->input(0), dq->input(1), ""};
+  }
+
+  static bool all_zero(const Tensor& t) {
+    for (int8_t v : t.contiguous().to_vector<int8_t>())
+      if (v != 0) return false;
+    return true;
+  }
+
+  // An int32 bias in the accumulator's scale (x_scale * w_scale per output
+  // channel): a DequantizeLinear'd int32 initializer whose scale is that
+  // already is used as it is; one of another scale, or float32, is
+  // requantized into it. "" when there is none; nullopt when it cannot be had.
+  std::optional<std::string> bias(const std::string& value, float x_scale, const Tensor& w_scale, int64_t channels) {
+    if (value.empty()) return std::string();
+    std::vector<double> acc_scale(static_cast<size_t>(channels));
+    const auto ws = w_scale.to_vector<float>();
+    for (int64_t o = 0; o < channels; ++o) acc_scale[o] = static_cast<double>(x_scale * ws[ws.size() == 1 ? 0 : o]);
+    std::vector<double> real;
+    if (const NodeProto* dq = producer(value); dq && is(*dq, "DequantizeLinear")) {
+      const auto b = constant(dq->input(0)), s = constant(input(*dq, 1));
+      if (!b || b->dtype() != DType::Int32 || b->numel() != channels || !s || s->dtype() != DType::Float32) return std::nullopt;
+      const auto sv = s->to_vector<float>();
+      if (sv.size() != 1 && static_cast<int64_t>(sv.size()) != channels) return std::nullopt;
+      std::vector<double> zero(static_cast<size_t>(channels), 0.0);
+      if (!input(*dq, 2).empty()) {
+        const auto z = constant(input(*dq, 2));
+        if (!z || (z->numel() != 1 && z->numel() != channels)) return std::nullopt;
+        const auto zv = cast(*z, DType::Float64).contiguous().to_vector<double>();
+        for (int64_t o = 0; o < channels; ++o) zero[o] = zv[zv.size() == 1 ? 0 : o];
+      }
+      const auto bv = b->contiguous().to_vector<int32_t>();
+      bool same_scale = true;
+      for (int64_t o = 0; o < channels; ++o) {
+        const double s_o = sv[sv.size() == 1 ? 0 : o];
+        same_scale = same_scale && zero[o] == 0 && std::fabs(s_o - acc_scale[o]) <= 1e-6 * acc_scale[o];
+        real.push_back((bv[o] - zero[o]) * s_o);
+      }
+      if (same_scale) return dq->input(0);
+    } else if (auto b = constant(value); b && b->dtype() == DType::Float32 && b->numel() == channels) {
+      real = cast(*b, DType::Float64).contiguous().to_vector<double>();
+    } else {
+      return std::nullopt;
+    }
+    std::vector<int32_t> q(static_cast<size_t>(channels));
+    for (int64_t o = 0; o < channels; ++o) {
+      const double v = std::nearbyint(real[o] / acc_scale[o]);
+      if (!(std::fabs(v) < 2147483647.0)) return std::nullopt;
+      q[o] = static_cast<int32_t>(v);
+    }
+    return add_initializer(value + "_int32", from_vector<int32_t>(q, {channels}));
+  }
+
+  std::string add_initializer(const std::string& base, const Tensor& t) {
+    std::string name = base;
+    for (int i = 1; init_.count(name) || producer_.count(name); ++i) name = base + "_" + std::to_string(i);
+    TensorProto* p = g_.add_initializer();
+    onnx_io::to_proto(t, *p);
+    p->set_name(name);
+    init_[name] = p;
+    return name;
+  }
+
+  // The fused node that replaces QuantizeLinear node `at`, or nullopt.
+  std::optional<NodeProto> fuse_at(int at, QdqFusion& done) {
+    const NodeProto& q = g_.node(at);
+    if (attr(q, "output_dtype") || int_attr(q, "block_size", 0) != 0 || q.input_size() < 3) return std::nullopt;
+    const auto y_scale = constant(q.input(1)), y_zero = constant(q.input(2));
+    if (!y_scale || y_scale->numel() != 1 || y_scale->dtype() != DType::Float32 || !y_zero || y_zero->numel() != 1 ||
+        (y_zero->dtype() != DType::UInt8 && y_zero->dtype() != DType::Int8))
+      return std::nullopt;
+    std::string y = q.input(0);
+    if (!used_once(y)) return std::nullopt;
+    const NodeProto* op = producer(y);
+    const NodeProto* relu = nullptr;
+    if (op && is(*op, "Relu")) {
+      // Saturation clips at zero only when zero is the lowest value the output holds.
+      const double lowest = y_zero->dtype() == DType::UInt8 ? 0.0 : -128.0;
+      if (cast(*y_zero, DType::Float64).item<double>() != lowest || !used_once(op->input(0))) return std::nullopt;
+      relu = op;
+      op = producer(op->input(0));
+    }
+    if (!op) return std::nullopt;
+    const auto x = activation(input(*op, 0));
+    if (!x) return std::nullopt;
+    const float x_scale = constant(x->scale)->item<float>();
+    NodeProto fused;
+    Tensor w_scale;
+    if (is(*op, "Conv")) {
+      const auto w = weights(input(*op, 1), 0, w_scale);
+      if (!w) return std::nullopt;
+      const int64_t channels = constant(w->q)->shape()[0];
+      const auto b = bias(input(*op, 2), x_scale, w_scale, channels);
+      if (!b) return std::nullopt;
+      fused.set_op_type("QLinearConv");
+      for (const std::string& in : {x->q, x->scale, x->zero, w->q, w->scale, std::string(), q.input(1), q.input(2)})
+        fused.add_input(in);
+      fused.set_input(5, add_initializer(w->q + "_zero", zeros(w_scale.numel() == 1 ? Shape{} : Shape{channels}, DType::Int8)));
+      if (!b->empty()) fused.add_input(*b);
+      for (const auto& a : op->attribute()) *fused.add_attribute() = a;
+      ++done.conv;
+    } else if (is(*op, "MatMul")) {
+      const auto w = weights(input(*op, 1), 1, w_scale);
+      if (!w || constant(w->q)->dim() != 2) return std::nullopt;
+      fused.set_op_type("QLinearMatMul");
+      for (const std::string& in : {x->q, x->scale, x->zero, w->q, w->scale, std::string(), q.input(1), q.input(2)})
+        fused.add_input(in);
+      fused.set_input(5, add_initializer(w->q + "_zero", zeros({}, DType::Int8)));
+      ++done.matmul;
+    } else if (is(*op, "Gemm")) {
+      const bool trans_b = int_attr(*op, "transB", 0) != 0;
+      if (int_attr(*op, "transA", 0) != 0 || float_attr(*op, "alpha", 1.0f) != 1.0f ||
+          float_attr(*op, "beta", 1.0f) != 1.0f)
+        return std::nullopt;
+      const auto w = weights(input(*op, 1), trans_b ? 0 : 1, w_scale);
+      if (!w || constant(w->q)->dim() != 2) return std::nullopt;
+      const int64_t channels = constant(w->q)->shape()[trans_b ? 0 : 1];
+      const auto b = bias(input(*op, 2), x_scale, w_scale, channels);
+      if (!b) return std::nullopt;
+      fused.set_op_type("QGemm");
+      fused.set_domain("com.microsoft");
+      for (const std::string& in : {x->q, x->scale, x->zero, w->q, w->scale, std::string(), *b, q.input(1), q.input(2)})
+        fused.add_input(in);
+      fused.set_input(5, add_initializer(w->q + "_zero", zeros({}, DType::Int8)));
+      auto* a = fused.add_attribute();
+      a->set_name("transB");
+      a->set_type(::onnx::AttributeProto::INT);
+      a->set_i(trans_b ? 1 : 0);
+      ++done.gemm;
+    } else {
+      return std::nullopt;
+    }
+    fused.set_name(op->name().empty() ? q.name() : op->name());
+    fused.add_output(q.output(0));
+    removed_[static_cast<size_t>(producer_.at(op->output(0)))] = true;
+    if (relu) removed_[static_cast<size_t>(producer_.at(relu->output(0)))] = true;
+    return fused;
+  }
+
+  void drop_removed() {
+    ::onnx::GraphProto kept;
+    for (int i = 0; i < g_.node_size(); ++i)
+      if (!removed_[static_cast<size_t>(i)]) *kept.add_node() = std::move(*g_.mutable_node(i));
+    g_.mutable_node()->Swap(kept.mutable_node());
+  }
+
+  // DequantizeLinear nodes nothing reads any more (those of fused weights).
+  void drop_dead_dequantizers() {
+    count_uses();
+    ::onnx::GraphProto kept;
+    for (auto& n : *g_.mutable_node())
+      if (!is(n, "DequantizeLinear") || uses_[n.output(0)] > 0) *kept.add_node() = std::move(n);
+    g_.mutable_node()->Swap(kept.mutable_node());
+  }
+
+  ::onnx::GraphProto& g_;
+  std::map<std::string, const TensorProto*> init_;
+  std::map<std::string, int> producer_;
+  std::map<std::string, int> uses_;
+  std::vector<bool> removed_;
+};
+
+}  // namespace
+
+std::string QdqFusion::summary() const {
+  std::string s;
+  auto part = [&](int n, const char* what) {
+    if (n) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  part(conv, "Conv");
+  part(matmul, "MatMul");
+  part(gemm, "Gemm");
+  return s.empty() ? s : s + " on int8 kernels";
+}
+
+QdqFusion fuse_qdq(::onnx::GraphProto& graph) { return Fuser(graph).run(); }
+
+}  // namespace kiln::runtime

@@ -1,0 +1,24 @@
+#pragma once
+// The QDQ form of a quantized model (QuantizeLinear/DequantizeLinear around
+// float ops, as quantizers write it) turned into integer ops before the
+// model runs: DequantizeLinear'd input and int8 weights -> Conv, MatMul or
+// Gemm -> QuantizeLinear becomes QLinearConv, QLinearMatMul or QGemm
+// (com.microsoft), which run on int8 kernels. A ReLU between the op and the
+// QuantizeLinear goes too where the output's zero point is its type's
+// lowest value (saturation then clips at zero just as ReLU would).
+#include <onnx/onnx_pb.h>
+
+#include <string>
+
+namespace kiln::runtime {
+
+struct QdqFusion {
+  int conv = 0, matmul = 0, gemm = 0;
+  int total() const { return conv + matmul + gemm; }
+  std::string summary() const;  // "3 Conv, 1 Gemm on int8 kernels", "" when none
+};
+
+// Rewrites the main graph in place; subgraphs are left as they are.
+QdqFusion fuse_qdq(::onnx::GraphProto& graph);
+
+}  // namespace kiln::runtime

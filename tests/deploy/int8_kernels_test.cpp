@@ -1,0 +1,220 @@
+// The integer kernels: qlinear_conv2d and qlinear_matmul against the exact
+// integer arithmetic, over the geometries models use; and quantized models
+// in the QDQ form, whose Conv, MatMul and Gemm groups run on those kernels,
+// against ONNX Runtime on the same files. ctest runs these tests a second
+// time with oneDNN held to AVX2 (no VNNI), where 8-bit weights take the
+// plain integer loop and 7-bit ones oneDNN's AVX2 kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/runtime.h"
+#include "support/onnx_builder.h"
+#include "support/ort_reference.h"
+
+namespace kt = kiln::testing;
+using namespace kiln;
+using ::onnx::TensorProto;
+
+namespace {
+
+Tensor scalar(float v) { return from_vector<float>({v}, {}); }
+
+Tensor random_quantized(const Shape& shape, DType dtype, uint64_t seed) {
+  manual_seed(seed);
+  const double lo = dtype == DType::Int8 ? -128 : 0, hi = dtype == DType::Int8 ? 127 : 255;
+  return cast(floor(rand(shape) * (hi - lo + 1) + lo), dtype);
+}
+
+// The answer in exact arithmetic: the product of the centered integers (in
+// float64, exact at these sizes) plus the bias, times the float32
+// multiplier, rounded half to even, shifted by the zero point, saturated.
+Tensor requantized(const Tensor& acc, const Tensor& multiplier, double y_zero, DType out) {
+  const double lo = out == DType::Int8 ? -128 : 0, hi = out == DType::Int8 ? 127 : 255;
+  return cast(clamp(round(acc * cast(multiplier, DType::Float64)) + y_zero, lo, hi), out);
+}
+
+// Equal, but for the float32 rounding of (acc + bias) * scale at a tie now and then.
+void expect_requantized_equal(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), want.dtype());
+  const auto a = cast(got, DType::Float64).contiguous().to_vector<double>();
+  const auto b = cast(want, DType::Float64).contiguous().to_vector<double>();
+  size_t equal = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_LE(std::fabs(a[i] - b[i]), 1.0) << "element " << i << ": " << a[i] << " vs " << b[i];
+    equal += a[i] == b[i];
+  }
+  EXPECT_GE(equal, a.size() * 995 / 1000) << equal << " of " << a.size() << " equal";
+}
+
+struct ConvCase {
+  int64_t n, c, h, w, o, k, stride, pad, dilation, groups;
+  DType x, y;
+  bool per_channel, bias;
+};
+
+TEST(Int8Kernels, ConvolutionsAreExactIntegerArithmetic) {
+  const std::vector<ConvCase> cases = {
+      {2, 8, 12, 12, 16, 3, 1, 1, 1, 1, DType::UInt8, DType::UInt8, true, true},     // a 3x3 layer
+      {1, 16, 11, 9, 8, 3, 2, 0, 1, 1, DType::Int8, DType::Int8, false, false},      // strided, odd sizes
+      {1, 16, 10, 10, 16, 3, 1, 1, 1, 16, DType::UInt8, DType::UInt8, true, true},   // depthwise
+      {2, 12, 7, 7, 24, 1, 1, 0, 1, 2, DType::UInt8, DType::Int8, true, true},       // 1x1, two groups
+      {1, 8, 14, 14, 8, 3, 1, 2, 2, 1, DType::Int8, DType::UInt8, true, false},      // dilated
+      {1, 3, 20, 20, 8, 7, 2, 3, 1, 1, DType::UInt8, DType::UInt8, true, true},      // an image stem
+  };
+  uint64_t seed = 10;
+  // Full-range weights, and 7-bit ones (which CPUs without VNNI run on oneDNN too).
+  for (const bool seven_bit : {false, true})
+  for (const ConvCase& k : cases) {
+    SCOPED_TRACE(::testing::Message() << "conv " << k.c << "->" << k.o << " k" << k.k << " s" << k.stride << " g"
+                                      << k.groups << (seven_bit ? " 7-bit" : ""));
+    const Tensor x = random_quantized({k.n, k.c, k.h, k.w}, k.x, ++seed);
+    Tensor w = random_quantized({k.o, k.c / k.groups, k.k, k.k}, DType::Int8, ++seed);
+    if (seven_bit) w = clamp(w, -64.0, 63.0);
+    manual_seed(++seed);
+    const Tensor w_scale = k.per_channel ? rand({k.o}) * 0.01 + 0.002 : scalar(0.006f);
+    const Tensor bias = k.bias ? cast(round(randn({k.o}) * 3000.0), DType::Int32) : Tensor();
+    const double x_zero = k.x == DType::Int8 ? -3 : 121, y_zero = k.y == DType::Int8 ? 5 : 100;
+    const Tensor xz = cast(scalar_tensor(x_zero), k.x), yz = cast(scalar_tensor(y_zero), k.y);
+    const float x_scale = 0.02f, y_scale = 0.35f;
+    ConvOptions o;
+    o.stride = {k.stride, k.stride};
+    o.padding = {k.pad, k.pad};
+    o.dilation = {k.dilation, k.dilation};
+    o.groups = k.groups;
+    const Tensor got = qlinear_conv2d(x, scalar(x_scale), xz, w, w_scale, scalar(y_scale), yz, bias, o);
+    Tensor acc = conv2d(cast(x, DType::Float64) - x_zero, cast(w, DType::Float64),
+                        k.bias ? cast(bias, DType::Float64) : Tensor(), o);
+    const Tensor multiplier = (scalar(x_scale) * w_scale / scalar(y_scale)).reshape({k.per_channel ? k.o : 1, 1, 1});
+    expect_requantized_equal(got, requantized(acc, multiplier, y_zero, k.y));
+  }
+}
+
+TEST(Int8Kernels, MatrixProductsAreExactIntegerArithmetic) {
+  for (const bool seven_bit : {false, true})
+  for (DType a_type : {DType::UInt8, DType::Int8}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(a_type) << (seven_bit ? " 7-bit" : ""));
+    const Tensor a = random_quantized({3, 5, 40}, a_type, 1);
+    Tensor b = random_quantized({40, 24}, DType::Int8, 2);
+    if (seven_bit) b = clamp(b, -64.0, 63.0);
+    manual_seed(3);
+    const Tensor b_scale = rand({24}) * 0.01 + 0.001;
+    const Tensor bias = cast(round(randn({24}) * 500.0), DType::Int32);
+    const double a_zero = a_type == DType::Int8 ? 7 : 130;
+    const Tensor got = qlinear_matmul(a, scalar(0.05f), cast(scalar_tensor(a_zero), a_type), b, b_scale, scalar(0.9f),
+                                      cast(scalar_tensor(128.0), DType::UInt8), bias);
+    const Tensor acc = matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
+    expect_requantized_equal(got, requantized(acc, scalar(0.05f) * b_scale / scalar(0.9f), 128, DType::UInt8));
+  }
+}
+
+TEST(Int8Kernels, BadOperandsSayWhatIsWrong) {
+  const Tensor x = zeros({1, 4, 5, 5}, DType::UInt8), w = zeros({2, 4, 3, 3}, DType::Int8);
+  const Tensor z8 = zeros({}, DType::UInt8);
+  auto message = [](auto f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, cast(w, DType::UInt8), scalar(1), scalar(1), z8); })
+                .find("weights must be int8 (symmetric)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), zeros({}, DType::Int8), w, scalar(1), scalar(1), z8); })
+                .find("zero point is int8 but the input is uint8"),
+            std::string::npos);
+  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, w, ones({3}), scalar(1), z8); })
+                .find("one per output channel (2)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, w, scalar(1), scalar(1), z8, zeros({2})); })
+                .find("bias must be int32 [2]"),
+            std::string::npos);
+}
+
+// A small CNN in the QDQ form as ONNX Runtime's quantize_static writes it:
+// uint8 activations with a QuantizeLinear/DequantizeLinear pair on every
+// tensor, int8 weights per output channel, int32 biases in the scale of
+// input x weight; a 3x3 convolution with its ReLU, global pooling, a 1x1
+// convolution whose ReLU the output's zero point does not imply (so it
+// stays), and a classifier as Gemm (transB) and as MatMul.
+TEST(Int8Kernels, QdqModelRunsOnIntegerKernelsAndMatchesOnnxRuntime) {
+  kt::OnnxBuilder b;
+  b.io(true, "image", TensorProto::FLOAT, {2, 3, 16, 16});
+  auto qdq = [&](const std::string& value, const std::string& params) {
+    b.node("QuantizeLinear", {value, params + "_scale", params + "_zero"}, {value + "_q"});
+    b.node("DequantizeLinear", {value + "_q", params + "_scale", params + "_zero"}, {value + "_dq"});
+    return value + "_dq";
+  };
+  auto params = [&](const std::string& name, float scale, int zero) {
+    b.init(name + "_scale", scalar(scale));
+    b.init(name + "_zero", from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {}));
+  };
+  auto weights = [&](const std::string& name, const Shape& shape, int axis, float in_scale, uint64_t seed, bool bias) {
+    manual_seed(seed);
+    const int64_t channels = shape[static_cast<size_t>(axis)];
+    const Tensor scale = rand({channels}) * 0.004 + 0.002;
+    b.init(name, cast(round(clamp(randn(shape) * 30.0, -127.0, 127.0)), DType::Int8));
+    b.init(name + "_scale", scale);
+    b.init(name + "_zero", zeros({channels}, DType::Int8));
+    auto* dq = b.node("DequantizeLinear", {name, name + "_scale", name + "_zero"}, {name + "_dq"});
+    kt::OnnxBuilder::integer(dq, "axis", axis);
+    if (!bias) return;
+    b.init(name + "_bias", cast(round(randn({channels}) * 400.0), DType::Int32));
+    b.init(name + "_bias_scale", scale * in_scale);
+    b.init(name + "_bias_zero", zeros({channels}, DType::Int32));
+    auto* bias_dq = b.node("DequantizeLinear", {name + "_bias", name + "_bias_scale", name + "_bias_zero"}, {name + "_bias_dq"});
+    kt::OnnxBuilder::integer(bias_dq, "axis", 0);
+  };
+  params("in", 0.016f, 128);
+  params("c1", 0.03f, 0);
+  params("c2", 0.02f, 10);
+  params("pool", 0.01f, 3);
+  params("logits", 0.05f, 120);
+  weights("w1", {8, 3, 3, 3}, 0, 0.016f, 1, true);
+  weights("w2", {6, 8, 1, 1}, 0, 0.03f, 2, true);
+  weights("fc", {5, 6}, 0, 0.01f, 3, true);
+  weights("proj", {6, 4}, 1, 0.01f, 4, false);
+  auto* c1 = b.node("Conv", {qdq("image", "in"), "w1_dq", "w1_bias_dq"}, {"conv1"});
+  kt::OnnxBuilder::ints(c1, "pads", {1, 1, 1, 1});
+  kt::OnnxBuilder::ints(c1, "strides", {2, 2});
+  b.node("Relu", {"conv1"}, {"relu1"});
+  b.node("Conv", {qdq("relu1", "c1"), "w2_dq", "w2_bias_dq"}, {"conv2"});
+  b.node("Relu", {"conv2"}, {"relu2"});
+  b.node("GlobalAveragePool", {qdq("relu2", "c2")}, {"pooled"});
+  b.node("Flatten", {qdq("pooled", "pool")}, {"flat"});
+  auto* gemm = b.node("Gemm", {qdq("flat", "pool"), "fc_dq", "fc_bias_dq"}, {"logits"});
+  kt::OnnxBuilder::integer(gemm, "transB", 1);
+  b.node("MatMul", {"flat_dq", "proj_dq"}, {"projected"});
+  b.io(false, qdq("logits", "logits"), TensorProto::FLOAT, {2, 5});
+  b.node("QuantizeLinear", {"projected", "logits_scale", "logits_zero"}, {"projected_q"});
+  b.io(false, "projected_q", TensorProto::UINT8, {2, 4});
+  b.io(false, "relu2_q", TensorProto::UINT8, {2, 6, 8, 8});
+  const std::string path = b.save("qdq_cnn.onnx");
+
+  InferenceSession session(path);
+  EXPECT_EQ(session.rewrites(), "1 Conv, 1 MatMul, 1 Gemm on int8 kernels");
+  manual_seed(5);
+  const Tensor image = rand({2, 3, 16, 16}) * 4.0 - 2.0;
+  const auto out = session.run({image});
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  const auto ort = kt::run_ort(path, {{"image", image}});
+  for (size_t i = 0; i < out.size(); ++i) {
+    SCOPED_TRACE(ort.outputs[i].first);
+    const double step = i == 0 ? 0.05 : 1.0;
+    const auto a = cast(out[i], DType::Float64).contiguous().to_vector<double>();
+    const auto r = cast(ort.outputs[i].second, DType::Float64).contiguous().to_vector<double>();
+    ASSERT_EQ(a.size(), r.size());
+    size_t equal = 0;
+    for (size_t j = 0; j < a.size(); ++j) {
+      EXPECT_LE(std::fabs(a[j] - r[j]), step * 1.0001) << "element " << j;
+      equal += a[j] == r[j];
+    }
+    EXPECT_GE(equal, a.size() * 97 / 100);
+  }
+}
+
+}  // namespace
