@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/models.h"
+#include "kiln/quantize.h"
 #include "kiln/train.h"
 
 namespace kiln::recipe {
@@ -156,5 +157,17 @@ Recipe recipe_of_checkpoint(const std::string& resume_path);
 // Evaluates a checkpoint on the recipe's test set (for text: the validation split).
 // Non-strict: loads the weights that match and prints what did not.
 RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict = true);
+
+// A checkpoint exported to ONNX (batch size free) and quantized after
+// training: calibrated on the first `calibration_batches` batches of the
+// recipe's training data (or its validation split), and, for classifiers,
+// the test set's accuracy of the float and of the quantized model.
+struct QuantizedRecipe {
+  QuantizeResult quantized;
+  double float_accuracy = -1, quantized_accuracy = -1;  // -1: not a classifier
+  int64_t test_samples = 0;
+};
+QuantizedRecipe quantize(const Recipe& r, const std::string& checkpoint, const QuantizeOptions& options = {},
+                         int64_t calibration_batches = 8);
 
 }  // namespace kiln::recipe

@@ -4,11 +4,10 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "support/cli_command.h"
 #include "support/scratch.h"
 
 namespace {
@@ -36,17 +35,7 @@ std::string dynamic_model(const std::filesystem::path& dir) {
   return path;
 }
 
-// The command's exit status and what it printed.
-std::pair<int, std::string> bench(const std::string& args) {
-  std::string out, command = KILN_CLI;  // appended: GCC 12 warns falsely (-Wrestrict) on chained +
-  command += " bench ";
-  command += args;
-  command += " 2>&1";
-  FILE* p = ::popen(command.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  return {::pclose(p), out};
-}
+std::pair<int, std::string> bench(const std::string& args) { return kiln::testing::run_kiln("bench " + args); }
 
 TEST(BenchCommand, TimesGivenShapesAndARangeOfLengthsInTurn) {
   const std::string model = dynamic_model(kiln::testing::scratch_dir("bench_shapes"));

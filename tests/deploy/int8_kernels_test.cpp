@@ -10,6 +10,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
+#include "support/error_message.h"
 #include "support/onnx_builder.h"
 #include "support/ort_reference.h"
 
@@ -113,24 +114,16 @@ TEST(Int8Kernels, MatrixProductsAreExactIntegerArithmetic) {
 TEST(Int8Kernels, BadOperandsSayWhatIsWrong) {
   const Tensor x = zeros({1, 4, 5, 5}, DType::UInt8), w = zeros({2, 4, 3, 3}, DType::Int8);
   const Tensor z8 = zeros({}, DType::UInt8);
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, cast(w, DType::UInt8), scalar(1), scalar(1), z8); })
+  EXPECT_NE(kt::message_of([&] { qlinear_conv2d(x, scalar(1), z8, cast(w, DType::UInt8), scalar(1), scalar(1), z8); })
                 .find("weights must be int8 (symmetric)"),
             std::string::npos);
-  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), zeros({}, DType::Int8), w, scalar(1), scalar(1), z8); })
+  EXPECT_NE(kt::message_of([&] { qlinear_conv2d(x, scalar(1), zeros({}, DType::Int8), w, scalar(1), scalar(1), z8); })
                 .find("zero point is int8 but the input is uint8"),
             std::string::npos);
-  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, w, ones({3}), scalar(1), z8); })
+  EXPECT_NE(kt::message_of([&] { qlinear_conv2d(x, scalar(1), z8, w, ones({3}), scalar(1), z8); })
                 .find("one per output channel (2)"),
             std::string::npos);
-  EXPECT_NE(message([&] { qlinear_conv2d(x, scalar(1), z8, w, scalar(1), scalar(1), z8, zeros({2})); })
+  EXPECT_NE(kt::message_of([&] { qlinear_conv2d(x, scalar(1), z8, w, scalar(1), scalar(1), z8, zeros({2})); })
                 .find("bias must be int32 [2]"),
             std::string::npos);
 }

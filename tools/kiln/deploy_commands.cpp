@@ -41,14 +41,14 @@ std::vector<int64_t> parse_ints(const std::string& text, const char* what) {
   return v;
 }
 
-namespace {
-
 Tensor load_input(const std::string& path) {
   auto ext = std::filesystem::path(path).extension().string();
   if (ext == ".npy") return io::load_npy(path);
   if (ext == ".pb") return load_tensor_pb(path);
-  KILN_FAIL("--input '", path, "': use a .npy file (numpy.save) or an ONNX TensorProto .pb file");
+  KILN_FAIL("'", path, "': use a .npy file (numpy.save) or an ONNX TensorProto .pb file");
 }
+
+namespace {
 
 void save_output(const std::string& path, const Tensor& t) {
   auto ext = std::filesystem::path(path).extension().string();
@@ -121,6 +121,7 @@ void add_run(CLI::App& app) {
     SessionOptions so;
     so.optimization_level = a->level;
     InferenceSession session(a->model, so);
+    if (!session.rewrites().empty()) std::printf("%s\n", session.rewrites().c_str());
     std::vector<Tensor> inputs;
     for (const auto& p : a->inputs) inputs.push_back(load_input(p));
     auto t0 = std::chrono::steady_clock::now();
@@ -212,6 +213,7 @@ void add_bench(CLI::App& app) {
     InferenceSession session(a->model, so);
     const std::string format = session.opset() > 0 ? "opset " + std::to_string(session.opset()) : "MindIR";
     std::printf("%s: %s, %s\n", a->model.c_str(), format.c_str(), session.producer().c_str());
+    if (!session.rewrites().empty()) std::printf("%s\n", session.rewrites().c_str());
     KILN_CHECK(a->shapes.empty() || a->input_files.empty(), "bench: give --shape or --input, not both");
     // Each case's inputs are made just before it is timed: a batch's inputs
     // do not count in another's peak memory.

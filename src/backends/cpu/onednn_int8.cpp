@@ -44,8 +44,8 @@ bool conv_descs(const QuantizedConvCall& c, ConvDescs& d) {
   const int64_t pr_h = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph;
   const int64_t pr_w = (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw;
   if (pr_h <= -s.sh || pr_w <= -s.sw) return false;
-  d.src = memory::desc({s.n, s.c, s.h, s.w}, activation_type(c.x_signed), tag::nchw);
-  d.dst = memory::desc({s.n, s.o, s.oh, s.ow}, activation_type(c.y_signed), tag::nchw);
+  d.src = memory::desc({s.n, s.c, s.h, s.w}, activation_type(c.x_signed), c.x_nhwc ? tag::nhwc : tag::nchw);
+  d.dst = memory::desc({s.n, s.o, s.oh, s.ow}, activation_type(c.y_signed), c.y_nhwc ? tag::nhwc : tag::nchw);
   d.wei = s.groups == 1 ? memory::desc({s.o, s.c, s.kh, s.kw}, dt::s8, tag::oihw)
                         : memory::desc({s.groups, s.o / s.groups, s.c / s.groups, s.kh, s.kw}, dt::s8, tag::goihw);
   d.bias = c.bias ? memory::desc({s.o}, dt::s32, tag::x) : memory::desc();

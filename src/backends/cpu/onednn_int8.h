@@ -5,6 +5,7 @@
 // with acc the product of (x - x_zero) and w. Cached per geometry.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/onednn_conv.h"
 
@@ -16,13 +17,24 @@ struct QuantizedConvCall {
   bool per_channel = false;                 // one scale per output channel, else one
   bool bias = false;                        // int32, in the accumulator's scale
   bool x_zero_point = true;                 // false: the input's zero point is 0
+  // Activations stored channels-last ([N, H, W, C] in memory, NCHW by shape),
+  // as graph mode keeps them between int8 layers; else plain NCHW.
+  bool x_nhwc = false, y_nhwc = false;
   // The weights passed are already in the primitive's layout
   // (prepare_quantized_weights), as constant weights are once, rather than plain [o, c/g, kh, kw].
   bool prepared_weights = false;
 };
 
+// The requantization scales x_scale * w_scale / y_scale, per output channel
+// (or one), in float32 as the primitives apply them.
+inline std::vector<float> requantization_scales(float x_scale, const float* w_scale, int64_t n, float y_scale) {
+  std::vector<float> s(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) s[static_cast<size_t>(i)] = x_scale * w_scale[i] / y_scale;
+  return s;
+}
+
 // Each returns false when oneDNN cannot express the call.
-// scales: per output channel (or one), x_scale * w_scale / y_scale.
+// scales: requantization_scales.
 bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
                             const float* scales, const int32_t* bias, int32_t y_zero, void* y);
 // The weights in the primitive's layout (with oneDNN's compensation terms):

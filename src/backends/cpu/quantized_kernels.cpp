@@ -14,13 +14,10 @@ namespace {
 
 using onednn::ConvShape;
 
-// x_scale * w_scale / y_scale per output channel (one value when w_scale is one).
 std::vector<float> multipliers(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale) {
-  const float xs = x_scale.contiguous().data<float>()[0], ys = y_scale.contiguous().data<float>()[0];
   const Tensor ws = w_scale.contiguous();
-  std::vector<float> m(static_cast<size_t>(ws.numel()));
-  for (size_t i = 0; i < m.size(); ++i) m[i] = xs * ws.data<float>()[i] / ys;
-  return m;
+  return onednn::requantization_scales(x_scale.contiguous().data<float>()[0], ws.data<float>(), ws.numel(),
+                                       y_scale.contiguous().data<float>()[0]);
 }
 
 int32_t zero_point(const Tensor& z) {

@@ -1,0 +1,75 @@
+#pragma once
+// Post-training quantization of an ONNX model: calibrated on sample inputs,
+// written in the QDQ form (QuantizeLinear/DequantizeLinear pairs around the
+// float graph, int8 weights per output channel, int32 biases), which
+// ONNX Runtime runs as well, and which Kiln's runtime runs on int8 kernels.
+//
+//   kiln::QuantizeResult q = kiln::quantize_model(bytes, batches);
+//   std::ofstream("model.int8.onnx") << q.model;
+//   std::printf("%s", q.report.str().c_str());
+//
+// Convolutions, matrix products and Gemm layers with constant weights are
+// quantized; an activation's range comes from the calibration batches, its
+// scale and zero point map it onto uint8 (or int8). A ReLU after a layer is
+// kept inside the quantized layer (its output's range starts at zero).
+#include <string>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+struct QuantizeOptions {
+  // How an activation's range is chosen from the calibration values:
+  // "minmax" (all of them), "percentile" (the `percentile` share of them
+  // around the middle, clipping outliers) or "entropy" (the clip that loses
+  // the least information: the smallest KL divergence between the values'
+  // histogram and its quantized form).
+  std::string method = "minmax";
+  double percentile = 99.99;
+  DType activations = DType::UInt8;  // or DType::Int8
+  // Weights in 7 bits ([-63, 63]): what CPUs without VNNI compute exactly
+  // on oneDNN's int8 kernels (and ONNX Runtime's, whose reduce_range this is).
+  bool reduce_range = false;
+  // Layers left in float32, by node name or output name.
+  std::vector<std::string> keep_float;
+  // Also leave in float32 the N quantized layers whose outputs changed most.
+  int keep_sensitive = 0;
+  // The share of calibration batches kept back to compare the quantized
+  // model with the float one (none with a single batch: then it is reused).
+  double held_out = 0.25;
+};
+
+struct QuantizedLayer {
+  std::string name, op;      // the node's name (or its output's) and ONNX type
+  double relative_error = 0; // |q - f| / |f| of its output over the held-out batches
+  bool kept_float = false;
+};
+
+struct QuantizedOutput {
+  std::string name;
+  double relative_error = 0, max_abs_error = 0;
+  double top1_agreement = -1;  // [N, C] outputs: the share of rows whose argmax stayed; -1 otherwise
+};
+
+struct QuantizeReport {
+  std::string method;
+  int64_t calibration_batches = 0, held_out_batches = 0;
+  std::vector<QuantizedLayer> layers;    // most changed first
+  std::vector<QuantizedOutput> outputs;  // in the model's order
+  int quantized() const;
+  std::string str() const;  // several lines, for a terminal
+};
+
+struct QuantizeResult {
+  std::string model;  // the serialized QDQ ModelProto
+  QuantizeReport report;
+};
+
+// `calibration` holds batches of the model's inputs, in its input order.
+// Throws naming the problem: a model without quantizable layers, an opset
+// before 13 (per-channel QDQ needs 13), batches that do not fit the inputs.
+QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<std::vector<Tensor>>& calibration,
+                              const QuantizeOptions& options = {});
+
+}  // namespace kiln

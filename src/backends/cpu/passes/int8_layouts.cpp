@@ -1,0 +1,176 @@
+// Graph mode's int8 convolutions on the CPU: constant weights reordered once
+// into the layout oneDNN's int8 kernels read (with their compensation
+// terms), and activations kept channels-last (NHWC), the layout those kernels
+// read and write, wherever every op that reads or writes them is an int8
+// convolution or an elementwise op over the same shape (the
+// quantize/dequantize arithmetic and residual adds between layers, which
+// compute the same on any memory order). Only at the edges of such a region
+// do values pass through plain NCHW.
+#include <numeric>
+#include <optional>
+#include <set>
+
+#include "backends/cpu/onednn_int8.h"
+#include "backends/cpu/passes/cpu_passes.h"
+#include "graph/derived_constants.h"
+#include "kiln/grad_mode.h"
+#include "ops/conv_attrs.h"
+
+namespace kiln::graph {
+namespace {
+
+struct Int8Conv {
+  int node = 0;
+  cpu::onednn::QuantizedConvCall call;
+  std::vector<float> scales;
+  int32_t x_zero = 0, y_zero = 0;
+};
+
+bool is_constant(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
+
+int32_t zero_point(const Tensor& z) {
+  const Tensor c = z.contiguous();
+  return c.dtype() == DType::Int8 ? c.data<int8_t>()[0] : c.data<uint8_t>()[0];
+}
+
+// A qlinear_conv2d whose weights, scales, zero points and bias are constants
+// and which oneDNN computes exactly.
+std::optional<Int8Conv> int8_conv(const Graph& g, int at) {
+  const Node& n = g.nodes[at];
+  if (n.removed || !n.op || n.op->name != "qlinear_conv2d") return std::nullopt;
+  for (int i = 1; i < 7; ++i)
+    if (!is_constant(g, n.inputs[static_cast<size_t>(i)])) return std::nullopt;
+  const bool bias = n.inputs.size() > 7 && n.inputs[7] >= 0;
+  if (bias && !is_constant(g, n.inputs[7])) return std::nullopt;
+  auto tensor = [&](int i) { return g.values[n.inputs[static_cast<size_t>(i)]].tensor.contiguous(); };
+  const Tensor w = tensor(3), w_scale = tensor(4);
+  const Shape &x = g.values[n.inputs[0]].meta.shape, &ws = w.shape(), &y = g.values[n.outputs[0]].meta.shape;
+  Int8Conv c;
+  c.node = at;
+  c.scales = cpu::onednn::requantization_scales(tensor(1).data<float>()[0], w_scale.data<float>(), w_scale.numel(),
+                                                tensor(5).data<float>()[0]);
+  c.x_zero = zero_point(tensor(2));
+  c.y_zero = zero_point(tensor(6));
+  const Conv2dAttrs a = Conv2dAttrs::of(n.attrs);
+  c.call.shape = {x[0], x[1], x[2], x[3], ws[0], ws[2], ws[3], y[2], y[3], a.stride[0], a.stride[1],
+                  a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups};
+  c.call.x_signed = g.values[n.inputs[0]].meta.dtype == DType::Int8;
+  c.call.y_signed = g.values[n.outputs[0]].meta.dtype == DType::Int8;
+  c.call.per_channel = c.scales.size() > 1;
+  c.call.bias = bias;
+  c.call.x_zero_point = c.x_zero != 0;
+  if (!cpu::onednn::int8_products_exact(w.data<int8_t>(), w.numel(), c.call.x_signed)) return std::nullopt;
+  c.call.prepared_weights = true;
+  if (cpu::onednn::quantized_weights_bytes(c.call, c.scales.data()) == 0) return std::nullopt;
+  return c;
+}
+
+// Which 4-d values may live channels-last: those whose every reader and
+// writer is an int8 convolution or an elementwise op over their shape,
+// grouped so that an elementwise op's operands share one layout.
+class ChannelsLast {
+ public:
+  ChannelsLast(const Graph& g, const std::set<int>& convs) : g_(g), parent_(g.values.size()), plain_(g.values.size()),
+                                                               touched_(g.values.size()) {
+    std::iota(parent_.begin(), parent_.end(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (n.removed) continue;
+      if (convs.count(static_cast<int>(i))) {
+        touched_[n.inputs[0]] = touched_[n.outputs[0]] = true;
+        continue;
+      }
+      if (!same_shape_elementwise(n)) {
+        for (int v : n.inputs) force_plain(v);
+        for (int v : n.outputs) force_plain(v);
+      }
+    }
+    for (int v : g.inputs) force_plain(v);
+    for (int v : g.outputs) force_plain(v);
+    for (size_t v = 0; v < g.values.size(); ++v)
+      if (g.values[v].kind != ValueKind::Result) force_plain(static_cast<int>(v));
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      const int r = find(static_cast<int>(v));
+      plain_[r] = plain_[r] || plain_[v];
+      touched_[r] = touched_[r] || touched_[v];
+    }
+  }
+  bool operator()(int v) {
+    const int r = find(v);
+    return g_.values[v].meta.shape.size() == 4 && touched_[r] && !plain_[r];
+  }
+
+ private:
+  // An elementwise op whose operands all have its output's shape (or hold
+  // one value): its 4-d operands and output join one group.
+  bool same_shape_elementwise(const Node& n) {
+    if (!n.op || !n.op->has_tag(kTagElementwise) || n.outputs.size() != 1 || !n.op->writes.empty()) return false;
+    const Shape& out = g_.values[n.outputs[0]].meta.shape;
+    if (out.size() != 4) return false;
+    for (int v : n.inputs) {
+      if (v < 0) continue;
+      const Shape& s = g_.values[v].meta.shape;
+      if (s != out && numel_of(s) != 1) return false;
+    }
+    for (int v : n.inputs)
+      if (v >= 0 && g_.values[v].meta.shape == out) unite(v, n.outputs[0]);
+    return true;
+  }
+  void force_plain(int v) {
+    if (v >= 0 && g_.values[v].meta.shape.size() == 4) plain_[v] = true;
+  }
+  int find(int v) { return parent_[v] == v ? v : parent_[v] = find(parent_[v]); }
+  void unite(int a, int b) { parent_[find(a)] = find(b); }
+
+  const Graph& g_;
+  std::vector<int> parent_;
+  std::vector<bool> plain_, touched_;
+};
+
+CustomKernel int8_conv_kernel(const Int8Conv& c) {
+  return [c](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const bool ran = cpu::onednn::quantized_conv_forward(
+        c.call, in[0].raw_data(), c.x_zero, in[1].raw_data(), c.scales.data(),
+        c.call.bias ? in[2].data<int32_t>() : nullptr, c.y_zero, out[0].raw_data());
+    KILN_CHECK(ran, "the int8 convolution primitive chosen at compile time is gone");
+  };
+}
+
+}  // namespace
+
+std::string use_int8_layouts(Graph& g) {
+  std::vector<Int8Conv> convs;
+  std::set<int> at;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (auto c = int8_conv(g, static_cast<int>(i))) convs.push_back(*c), at.insert(c->node);
+  if (convs.empty()) return "";
+  ChannelsLast channels_last(g, at);
+  NoGradGuard no_grad;
+  size_t nhwc = 0;
+  for (Int8Conv& c : convs) {
+    Node& n = g.nodes[static_cast<size_t>(c.node)];
+    c.call.x_nhwc = channels_last(n.inputs[0]);
+    c.call.y_nhwc = channels_last(n.outputs[0]);
+    nhwc += c.call.x_nhwc + c.call.y_nhwc;
+    const Tensor source = g.values[n.inputs[3]].tensor;
+    const int64_t bytes = cpu::onednn::quantized_weights_bytes(c.call, c.scales.data());
+    const std::string kind = "onednn " + cpu::onednn::quantized_weights_layout(c.call, c.scales.data());
+    const int prepared = add_derived_constant(g, n.inputs[3], kind, ".prepared", [&] {
+      Tensor t = Tensor::empty({bytes}, DType::UInt8);
+      cpu::onednn::prepare_quantized_weights(c.call, c.scales.data(), source.contiguous().data<int8_t>(), t.raw_data());
+      return t;
+    });
+    std::vector<int> inputs = {n.inputs[0], prepared};
+    if (c.call.bias) inputs.push_back(n.inputs[7]);
+    n.inputs = inputs;
+    n.custom = int8_conv_kernel(c);
+    n.fused_from = n.op;
+    n.op = nullptr;
+    n.attrs = {};
+    n.label = std::string("qlinear_conv2d (int8") + (c.call.x_nhwc || c.call.y_nhwc ? ", channels-last)" : ")");
+  }
+  return "gave " + std::to_string(convs.size()) + " int8 convolutions weights reordered once, " + std::to_string(nhwc) +
+         " of their activations channels-last";
+}
+
+}  // namespace kiln::graph

@@ -1,0 +1,34 @@
+#pragma once
+// What calibration sees of one activation: its extremes over every batch,
+// and a histogram of the values, from which the clipping range is chosen.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln::runtime {
+
+class RangeObserver {
+ public:
+  // First pass: the extremes.
+  void observe_extremes(const Tensor& x);
+  // Second pass (percentile and entropy): a histogram over those extremes.
+  void observe_histogram(const Tensor& x);
+  bool seen() const { return min_ <= max_; }
+  // The range to quantize: [min, max], or clipped by the method.
+  std::pair<double, double> range(const std::string& method, double percentile) const;
+
+ private:
+  static constexpr int kBins = 2048;
+  std::pair<double, double> percentile_range(double percentile) const;
+  // The clip T of |x| with the least KL divergence to its quantized
+  // histogram at `levels` levels (histogram of |x| over [0, max|x|]).
+  double entropy_threshold(int levels) const;
+  double min_ = 1e300, max_ = -1e300;
+  std::vector<double> hist_;      // kBins over [min_, max_]
+  std::vector<double> abs_hist_;  // kBins over [0, max(|min_|, |max_|)]
+};
+
+}  // namespace kiln::runtime

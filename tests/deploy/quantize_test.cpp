@@ -1,0 +1,164 @@
+// Post-training quantization (kiln::quantize_model) of models exported by
+// Kiln: the QDQ file it writes runs on the int8 kernels (channels-last
+// between layers in graph mode), gives ONNX Runtime's answer on the same
+// file, and stays close to the float model.
+#include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "io/onnx_tensor.h"
+#include "kiln/io.h"
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+#include "kiln/onnx.h"
+#include "kiln/quantize.h"
+#include "kiln/runtime.h"
+#include "support/cli_command.h"
+#include "support/error_message.h"
+#include "support/ort_reference.h"
+#include "support/scratch.h"
+
+namespace kt = kiln::testing;
+using namespace kiln;
+
+namespace {
+
+// A ResNet-8 for 28x28 images with random weights, exported with a free
+// batch size, and batches of inputs in its range.
+struct ResNetFixture {
+  std::string model;
+  std::vector<std::vector<Tensor>> batches;
+  ResNetFixture() {
+    manual_seed(0);
+    auto net = models::make_model("resnet8");
+    net->set_train(false);
+    ExportOptions o;
+    o.dynamic_batch = true;
+    model = export_model_bytes(net, {zeros({1, 1, 28, 28})}, o);
+    for (int i = 0; i < 4; ++i) batches.push_back({randn({8, 1, 28, 28})});
+  }
+};
+
+size_t count_ops(const std::string& bytes, const std::string& type) {
+  ::onnx::ModelProto m;
+  m.ParseFromString(bytes);
+  size_t n = 0;
+  for (const auto& node : m.graph().node()) n += node.op_type() == type;
+  return n;
+}
+
+TEST(Quantize, ResNetRunsOnInt8KernelsCloseToFloat) {
+  const ResNetFixture f;
+  const QuantizeResult q = quantize_model(f.model, f.batches);
+  const QuantizeReport& r = q.report;
+  EXPECT_EQ(r.quantized(), 10) << r.str();  // 9 convolutions and the classifier
+  EXPECT_EQ(r.calibration_batches, 3);
+  EXPECT_EQ(r.held_out_batches, 1);
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_LT(r.outputs[0].relative_error, 0.05) << r.str();
+  EXPECT_GE(r.outputs[0].top1_agreement, 0.75) << r.str();
+  EXPECT_EQ(count_ops(q.model, "DequantizeLinear"), count_ops(q.model, "QuantizeLinear") + 10 + 10)
+      << "one dequantizer per activation, weight and bias";
+
+  SessionOptions eager;
+  eager.optimization_level = 0;
+  InferenceSession compiled = InferenceSession::from_bytes(q.model, {}, "resnet8.int8.onnx");
+  InferenceSession node_by_node = InferenceSession::from_bytes(q.model, eager, "resnet8.int8.onnx");
+  EXPECT_EQ(compiled.rewrites(), "9 Conv, 1 Gemm on int8 kernels");
+  // The logits' quantization step: answers one step apart agree.
+  ::onnx::ModelProto m;
+  m.ParseFromString(q.model);
+  float step = 0;
+  for (const auto& t : m.graph().initializer())
+    if (t.name() == "output_scale") step = onnx_io::from_proto(t, t.name()).item<float>();
+  ASSERT_GT(step, 0);
+  const Tensor x = f.batches.back()[0];
+  const Tensor a = compiled.run({x})[0], b = node_by_node.run({x})[0];
+  const Tensor fl = InferenceSession::from_bytes(f.model).run({x})[0];
+  // The int8 path, channels-last in graph mode, computes what it computes node by node.
+  EXPECT_LE(amax(abs(a - b), {}, false).item<float>(), step * 1.001f);
+  EXPECT_LT(std::sqrt(sum((a - fl) * (a - fl)).item<float>() / sum(fl * fl).item<float>()), 0.05);
+
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  const std::string path = (kt::scratch_dir("quantize_resnet") / "resnet8.int8.onnx").string();
+  std::ofstream(path, std::ios::binary) << q.model;
+  const Tensor ort = kt::run_ort(path, {{"input", x}}).outputs.at(0).second;
+  EXPECT_LE(amax(abs(a - ort), {}, false).item<float>(), step * 1.001f);
+}
+
+TEST(Quantize, OptionsChangeWhatIsQuantized) {
+  const ResNetFixture f;
+  QuantizeOptions o;
+  o.keep_float = {"Gemm"};
+  o.keep_sensitive = 2;
+  o.activations = DType::Int8;
+  o.method = "percentile";
+  const QuantizeResult q = quantize_model(f.model, f.batches, o);
+  EXPECT_EQ(q.report.quantized(), 7) << q.report.str();
+  int kept = 0;
+  for (const QuantizedLayer& l : q.report.layers) kept += l.kept_float;
+  EXPECT_EQ(kept, 3);
+  EXPECT_NE(q.report.str().find("kept in float32"), std::string::npos);
+  EXPECT_EQ(InferenceSession::from_bytes(q.model).rewrites(), "7 Conv on int8 kernels");
+  for (const std::string method : {"minmax", "entropy"}) {
+    o = {};
+    o.method = method;
+    const QuantizeResult r = quantize_model(f.model, f.batches, o);
+    EXPECT_LT(r.report.outputs[0].relative_error, 0.1) << method << "\n" << r.report.str();
+  }
+  o = {};
+  o.reduce_range = true;
+  ::onnx::ModelProto m;
+  m.ParseFromString(quantize_model(f.model, f.batches, o).model);
+  for (const auto& t : m.graph().initializer()) {
+    if (t.data_type() != ::onnx::TensorProto::INT8 || t.dims_size() != 4) continue;
+    for (char v : t.raw_data()) ASSERT_LE(std::abs(static_cast<int>(static_cast<int8_t>(v))), 63) << t.name();
+  }
+}
+
+TEST(Quantize, BadRequestsSayWhatIsWrong) {
+  const ResNetFixture f;
+  EXPECT_NE(kt::message_of([&] { quantize_model(f.model, {}); }).find("no calibration batches"), std::string::npos);
+  QuantizeOptions o;
+  o.keep_float = {"no_such_layer"};
+  EXPECT_NE(kt::message_of([&] { quantize_model(f.model, f.batches, o); }).find("--keep 'no_such_layer' names no quantizable layer"),
+            std::string::npos);
+  EXPECT_NE(kt::message_of([&] { quantize_model("not a model", f.batches); }).find("not an ONNX model"), std::string::npos);
+  EXPECT_NE(kt::message_of([&] { quantize_model(f.model, {{zeros({2, 3, 28, 28})}}); }).find("input"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+std::pair<int, std::string> quantize_command(const std::string& args) { return kt::run_kiln("quantize " + args); }
+
+TEST(QuantizeCommand, CalibratesOnAFolderOfInputsAndWritesTheModel) {
+  const ResNetFixture f;
+  const auto dir = kt::scratch_dir("quantize_command");
+  const std::string model = (dir / "resnet8.onnx").string();
+  std::ofstream(model, std::ios::binary) << f.model;
+  std::filesystem::create_directories(dir / "calibration");
+  for (size_t i = 0; i < f.batches.size(); ++i)
+    io::save_npy((dir / "calibration" / ("batch" + std::to_string(i) + ".npy")).string(), f.batches[i][0]);
+  auto [rc, out] = quantize_command(model + " --data " + (dir / "calibration").string() + " --method percentile");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("10 of 10 layers quantized (percentile calibration on 3 batch(es), compared on 1 held-out)"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("wrote " + (dir / "resnet8.int8.onnx").string()), std::string::npos) << out;
+  EXPECT_EQ(InferenceSession((dir / "resnet8.int8.onnx").string()).rewrites(), "9 Conv, 1 Gemm on int8 kernels");
+  // Mistakes say what to do.
+  std::filesystem::create_directories(dir / "empty");
+  std::tie(rc, out) = quantize_command(model + " --data " + (dir / "empty").string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("holds no calibration batches: put .npy or .pb files of the model's input there"), std::string::npos)
+      << out;
+  std::tie(rc, out) = quantize_command(model);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("give a model and --data"), std::string::npos) << out;
+}
+
+}  // namespace
