@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -177,6 +178,23 @@ class Fuser {
     return add_initializer(value + "_int32", from_vector<int32_t>(q, {channels}));
   }
 
+  // The bounds a Relu or Clip keeps values within (constant ones; a Clip
+  // whose bounds are computed keeps none that this can rely on).
+  std::pair<double, double> clip_bounds(const NodeProto& n) const {
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    if (is(n, "Relu")) return {0.0, inf};
+    if (n.input_size() == 1 && (attr(n, "min") || attr(n, "max")))  // before opset 11
+      return {float_attr(n, "min", -INFINITY), float_attr(n, "max", INFINITY)};
+    double lo = -inf, hi = inf;
+    for (int i : {1, 2}) {
+      if (input(n, i).empty()) continue;
+      const auto bound = constant(input(n, i));
+      if (!bound || bound->numel() != 1) return {inf, -inf};  // nothing satisfies these
+      (i == 1 ? lo : hi) = cast(*bound, DType::Float64).item<double>();
+    }
+    return {lo, hi};
+  }
+
   std::string add_initializer(const std::string& base, const Tensor& t) {
     std::string name = base;
     for (int i = 1; init_.count(name) || producer_.count(name); ++i) name = base + "_" + std::to_string(i);
@@ -199,10 +217,17 @@ class Fuser {
     if (!used_once(y)) return std::nullopt;
     const NodeProto* op = producer(y);
     const NodeProto* relu = nullptr;
-    if (op && is(*op, "Relu")) {
-      // Saturation clips at zero only when zero is the lowest value the output holds.
+    if (op && (is(*op, "Relu") || is(*op, "Clip"))) {
+      // Saturation does what a ReLU or a clip does when the values the output
+      // holds lie within the clip's bounds (zero the lowest, for a ReLU).
       const double lowest = y_zero->dtype() == DType::UInt8 ? 0.0 : -128.0;
-      if (cast(*y_zero, DType::Float64).item<double>() != lowest || !used_once(op->input(0))) return std::nullopt;
+      const double zero = cast(*y_zero, DType::Float64).item<double>(), scale = y_scale->item<float>();
+      const auto [lo, hi] = clip_bounds(*op);
+      // Within float32's rounding of the scale: a range calibrated to end at the bound ends there.
+      auto slack = [](double bound) { return std::isfinite(bound) ? 1e-6 * std::max(1.0, std::fabs(bound)) : 0.0; };
+      if ((lowest - zero) * scale < lo - slack(lo) || (lowest + 255 - zero) * scale > hi + slack(hi) ||
+          !used_once(op->input(0)))
+        return std::nullopt;
       relu = op;
       op = producer(op->input(0));
     }

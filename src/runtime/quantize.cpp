@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -61,10 +62,19 @@ class Graph {
       for (const auto& in : g.node(i).input()) consumers_[in].push_back(i);
     }
   }
+  // A float32 initializer named `name`, or reached from it through Identity
+  // nodes (torch.onnx.export shares equal constants that way).
   const TensorProto* float_initializer(const std::string& name) const {
-    auto it = init_.find(name);
-    if (it == init_.end() || inputs_.count(name) || it->second->data_type() != TensorProto::FLOAT) return nullptr;
-    return it->second;
+    std::string at = name;
+    for (int hops = 0; hops < 8; ++hops) {
+      auto it = init_.find(at);
+      if (it != init_.end())
+        return inputs_.count(at) || it->second->data_type() != TensorProto::FLOAT ? nullptr : it->second;
+      const int p = producer(at);
+      if (p < 0 || g_.node(p).op_type() != "Identity" || g_.node(p).input_size() != 1) return nullptr;
+      at = g_.node(p).input(0);
+    }
+    return nullptr;
   }
   bool is_float_activation(const std::string& name) const {
     if (init_.count(name)) return false;
@@ -123,9 +133,11 @@ std::vector<Layer> find_layers(const GraphProto& g, const std::set<std::string>&
       const TensorProto* b = view.float_initializer(l.bias);
       if (!b || b->dims_size() != 1 || b->dims(0) != channels) continue;
     }
-    // A ReLU that alone reads the output joins the layer (its range starts at zero).
+    // A ReLU (or a clip, ReLU6) that alone reads the output joins the layer:
+    // its range is the quantized output's, whose saturation then does its work.
     const auto& readers = view.consumers(l.output);
-    if (readers.size() == 1 && !view.is_output(l.output) && g.node(readers[0]).op_type() == "Relu")
+    if (readers.size() == 1 && !view.is_output(l.output) &&
+        (g.node(readers[0]).op_type() == "Relu" || g.node(readers[0]).op_type() == "Clip"))
       l.output = g.node(readers[0]).output(0);
     layers.push_back(l);
   }
@@ -202,7 +214,7 @@ class QdqWriter {
         for (auto& n : pair) before.push_back(n);
       }
     }
-    std::set<std::string> weights_done, dropped;
+    std::map<std::string, std::string> dequantized_weights;  // a weight -> its DequantizeLinear's output
     for (const Layer& l : layers) {
       NodeProto& n = *g.mutable_node(l.node);
       if (!renamed_inputs.empty())
@@ -210,13 +222,14 @@ class QdqWriter {
           if (renamed_inputs.count(in)) in = renamed_inputs[in];
       const Tensor w = onnx_io::from_proto(*view.float_initializer(l.weight), l.weight);
       const Tensor w_scale = weight_scales(w, l.axis);
-      if (weights_done.insert(l.weight).second) {
+      if (!dequantized_weights.count(l.weight)) {
         const std::string q = add(l.weight + "_quantized", quantized_weights(w, w_scale, l.axis));
         const std::string s = add(l.weight + "_scale", w_scale);
         const std::string z = add(l.weight + "_zero_point", zeros({w_scale.numel()}, DType::Int8));
-        before.push_back(node("DequantizeLinear", {q, s, z}, l.weight, l.axis));
-        dropped.insert(l.weight);
+        dequantized_weights[l.weight] = unique_value(l.weight + "_dequantized");
+        before.push_back(node("DequantizeLinear", {q, s, z}, dequantized_weights[l.weight], l.axis));
       }
+      n.set_input(1, dequantized_weights[l.weight]);
       if (!l.bias.empty()) {
         const Tensor b = onnx_io::from_proto(*view.float_initializer(l.bias), l.bias);
         const Tensor b_scale = w_scale * from_vector<float>({params.at(l.input).scale}, {});
@@ -226,11 +239,9 @@ class QdqWriter {
         const std::string base = l.bias + "_" + l.name;
         const std::string q = add(base + "_quantized", b_q), s = add(base + "_scale", b_scale),
                           z = add(base + "_zero_point", zeros({b_scale.numel()}, DType::Int32));
-        before.push_back(node("DequantizeLinear", {q, s, z}, base + "_dequantized", 0));
-        n.set_input(2, base + "_dequantized");
-        if (std::all_of(view.consumers(l.bias).begin(), view.consumers(l.bias).end(),
-                        [&](int c) { return is_layer(layers, c); }))
-          dropped.insert(l.bias);
+        const std::string dq = unique_value(base + "_dequantized");
+        before.push_back(node("DequantizeLinear", {q, s, z}, dq, 0));
+        n.set_input(2, dq);
       }
     }
     // The graph with the dequantizers first and each activation's pair after its producer.
@@ -241,16 +252,51 @@ class QdqWriter {
       for (auto& n : after[i]) *nodes.Add() = n;
     }
     g.mutable_node()->Swap(&nodes);
-    google::protobuf::RepeatedPtrField<TensorProto> kept;
-    for (auto& t : *g.mutable_initializer())
-      if (!dropped.count(t.name())) *kept.Add() = t;
-    g.mutable_initializer()->Swap(&kept);
+    drop_unused(g);
     return m_.SerializeAsString();
   }
 
  private:
-  static bool is_layer(const std::vector<Layer>& layers, int node) {
-    return std::any_of(layers.begin(), layers.end(), [&](const Layer& l) { return l.node == node; });
+  // The float weights the quantized ones replaced: Identity nodes and
+  // initializers nothing reads any more (names read in subgraphs count).
+  static void drop_unused(GraphProto& g) {
+    std::set<std::string> read;
+    std::function<void(const GraphProto&)> visit = [&](const GraphProto& sub) {
+      for (const auto& n : sub.node()) {
+        for (const auto& in : n.input()) read.insert(in);
+        for (const auto& a : n.attribute()) {
+          if (a.has_g()) visit(a.g());
+          for (const auto& gg : a.graphs()) visit(gg);
+        }
+      }
+      for (const auto& o : sub.output()) read.insert(o.name());
+    };
+    for (bool changed = true; changed;) {
+      read.clear();
+      visit(g);
+      google::protobuf::RepeatedPtrField<NodeProto> nodes;
+      for (auto& n : *g.mutable_node())
+        if (n.op_type() != "Identity" || read.count(n.output(0))) *nodes.Add() = n;
+      changed = nodes.size() != g.node_size();
+      g.mutable_node()->Swap(&nodes);
+    }
+    google::protobuf::RepeatedPtrField<TensorProto> kept;
+    std::set<std::string> dropped;
+    for (auto& t : *g.mutable_initializer()) {
+      if (read.count(t.name())) *kept.Add() = t;
+      else dropped.insert(t.name());
+    }
+    g.mutable_initializer()->Swap(&kept);
+    google::protobuf::RepeatedPtrField<::onnx::ValueInfoProto> inputs;  // initializers listed as inputs (IR < 4)
+    for (auto& in : *g.mutable_input())
+      if (!dropped.count(in.name())) *inputs.Add() = in;
+    g.mutable_input()->Swap(&inputs);
+  }
+  std::string unique_value(const std::string& base) {
+    std::string name = base;
+    for (int i = 1; names_taken(name); ++i) name = base + "_" + std::to_string(i);
+    added_.insert(name);
+    return name;
   }
 
   // Symmetric, per output channel: the largest magnitude maps to 127 (63).
@@ -280,8 +326,14 @@ class QdqWriter {
   }
   bool names_taken(const std::string& name) const {
     if (added_.count(name)) return true;
-    for (const auto& t : m_.graph().initializer())
+    const GraphProto& g = m_.graph();
+    for (const auto& t : g.initializer())
       if (t.name() == name) return true;
+    for (const auto& n : g.node())
+      for (const auto& o : n.output())
+        if (o == name) return true;
+    for (const auto& in : g.input())
+      if (in.name() == name) return true;
     return false;
   }
   static NodeProto node(const char* type, const std::vector<std::string>& in, const std::string& out,

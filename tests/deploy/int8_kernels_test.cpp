@@ -211,3 +211,38 @@ TEST(Int8Kernels, QdqModelRunsOnIntegerKernelsAndMatchesOnnxRuntime) {
 }
 
 }  // namespace
+
+namespace {
+
+// A clip after a layer (ReLU6) goes into the integer layer when the
+// output's quantized values all lie within its bounds, and stays otherwise.
+TEST(Int8Kernels, ClipJoinsTheLayerOnlyWhenTheOutputRangeImpliesIt) {
+  for (const float upper : {6.0f, 2.0f}) {
+    kt::OnnxBuilder b;
+    b.io(true, "x", TensorProto::FLOAT, {1, 4, 6, 6});
+    b.init("s", scalar(0.05f));
+    b.init("z", from_vector<uint8_t>({128}, {}));
+    b.init("w", cast(round(clamp(randn({4, 4, 3, 3}) * 30.0, -127.0, 127.0)), DType::Int8));
+    b.init("w_scale", scalar(0.01f));
+    b.init("w_zero", zeros({}, DType::Int8));
+    b.init("lo", scalar(0.0f));
+    b.init("hi", scalar(upper));
+    b.init("y_scale", scalar(6.0f / 255));  // the output holds [0, 6]
+    b.init("y_zero", from_vector<uint8_t>({0}, {}));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    b.node("DequantizeLinear", {"w", "w_scale", "w_zero"}, {"wd"});
+    b.node("Conv", {"xd", "wd"}, {"c"});
+    b.node("Clip", {"c", "lo", "hi"}, {"clipped"});
+    b.node("QuantizeLinear", {"clipped", "y_scale", "y_zero"}, {"yq"});
+    b.io(false, "yq", TensorProto::UINT8, {1, 4, 4, 4});
+    InferenceSession session = InferenceSession::from_bytes(b.m.SerializeAsString(), {}, "clip.onnx");
+    EXPECT_EQ(session.rewrites(), upper == 6.0f ? "1 Conv on int8 kernels" : "") << upper;
+    manual_seed(3);
+    const auto y = cast(session.run({randn({1, 4, 6, 6}) * 3.0})[0], DType::Float32);
+    // The clip holds either way: nothing above its bound.
+    EXPECT_LE(amax(y, {}, false).item<float>() * 6.0f / 255, upper + 1e-5f);
+  }
+}
+
+}  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,34 @@ TEST(Quantize, ResNetRunsOnInt8KernelsCloseToFloat) {
   std::ofstream(path, std::ios::binary) << q.model;
   const Tensor ort = kt::run_ort(path, {{"input", x}}).outputs.at(0).second;
   EXPECT_LE(amax(abs(a - ort), {}, false).item<float>(), step * 1.001f);
+}
+
+// torch.onnx.export shares equal constants through Identity nodes: weights
+// read that way are quantized too, and the float copies leave the file.
+TEST(Quantize, WeightsBehindIdentityNodesAreQuantized) {
+  const ResNetFixture f;
+  ::onnx::ModelProto m;
+  m.ParseFromString(f.model);
+  auto* g = m.mutable_graph();
+  int routed = 0;
+  for (auto& n : *g->mutable_node()) {
+    if (n.op_type() != "Conv") continue;
+    auto* id = g->add_node();
+    id->set_op_type("Identity");
+    id->add_input(n.input(1));
+    id->add_output(n.input(1) + "_shared");
+    n.set_input(1, n.input(1) + "_shared");
+    ++routed;
+  }
+  // Identity nodes go before their readers.
+  std::rotate(g->mutable_node()->begin(), g->mutable_node()->end() - routed, g->mutable_node()->end());
+  const QuantizeResult q = quantize_model(m.SerializeAsString(), f.batches);
+  EXPECT_EQ(q.report.quantized(), 10) << q.report.str();
+  ::onnx::ModelProto out;
+  out.ParseFromString(q.model);
+  for (const auto& t : out.graph().initializer())
+    EXPECT_FALSE(t.data_type() == ::onnx::TensorProto::FLOAT && t.dims_size() == 4) << t.name() << " is still float";
+  for (const auto& n : out.graph().node()) EXPECT_NE(n.op_type(), "Identity");
 }
 
 TEST(Quantize, OptionsChangeWhatIsQuantized) {

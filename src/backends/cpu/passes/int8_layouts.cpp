@@ -145,6 +145,8 @@ std::string use_int8_layouts(Graph& g) {
     if (auto c = int8_conv(g, static_cast<int>(i))) convs.push_back(*c), at.insert(c->node);
   if (convs.empty()) return "";
   ChannelsLast channels_last(g, at);
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (channels_last(static_cast<int>(v))) g.values[v].layout = "nhwc";
   NoGradGuard no_grad;
   size_t nhwc = 0;
   for (Int8Conv& c : convs) {
