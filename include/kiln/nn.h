@@ -98,11 +98,17 @@ class Dense : public Cell {
   // Applies `activation` to every output (MindSpore's Dense(activation=...));
   // it is registered as the child "activation".
   void set_activation(std::shared_ptr<Cell> activation);
+  // Quantization-aware training (kiln/nn/quantize_aware.h): the input passes
+  // through `input_quantizer` (the child "input_quantizer") and the weights
+  // are fake-quantized per output channel, while enabled.
+  void set_quantize_aware(std::shared_ptr<Cell> input_quantizer, bool reduce_range = false);
+  void enable_fake_quantization(bool enabled) { fake_quantization_ = enabled; }
   Tensor weight, bias;
 
  private:
   int64_t in_, out_;
-  std::shared_ptr<Cell> activation_;
+  std::shared_ptr<Cell> activation_, input_quantizer_;
+  bool fake_quantization_ = false, reduce_range_ = false;
 };
 
 struct Conv2dOptions {
@@ -116,11 +122,16 @@ class Conv2d : public Cell {
   Tensor construct(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
   std::string extra_repr() const override;
+  // Quantization-aware training, as Dense's.
+  void set_quantize_aware(std::shared_ptr<Cell> input_quantizer, bool reduce_range = false);
+  void enable_fake_quantization(bool enabled) { fake_quantization_ = enabled; }
   Tensor weight, bias;
 
  private:
   int64_t in_, out_, k_;
   Conv2dOptions o_;
+  std::shared_ptr<Cell> input_quantizer_;
+  bool fake_quantization_ = false, reduce_range_ = false;
 };
 
 class BatchNorm2d : public Cell {

@@ -105,6 +105,10 @@ struct Recipe {
   bool adapt_threads = true;  // steps measure how many threads pay off (Model::set_adapt_threads)
   std::string output = "runs/default";
   std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
+  // Quantization-aware training: convolutions and dense layers train on
+  // fake-quantized inputs and weights (kiln/nn/quantize_aware.h), for a
+  // checkpoint that `kiln quantize` turns into int8 with less loss.
+  bool quantize_aware = false;
   std::string device = "cpu";  // where training runs: cpu (a device this build lacks is refused by name)
   DistributedSpec distributed;
 };

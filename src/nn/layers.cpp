@@ -6,6 +6,7 @@
 #include "kiln/caller_language.h"
 #include "kiln/generator.h"
 #include "kiln/nn.h"
+#include "kiln/nn/quantize_aware.h"
 
 namespace kiln::nn {
 using init::default_uniform;
@@ -26,8 +27,21 @@ Tensor Dense::construct(const Tensor& x) {
     KILN_FAIL(display_name(), " (", in_, " -> ", out_, ") takes inputs [..., ", in_, "], got ", x.meta_str(), "; ",
               fix);
   }
-  Tensor y = linear(x, weight, bias);
+  Tensor y = fake_quantization_ ? linear((*input_quantizer_)(x), nn::fake_quantize_weights(weight, reduce_range_), bias)
+                                 : linear(x, weight, bias);
   return activation_ ? (*activation_)(y) : y;
+}
+void Dense::set_quantize_aware(std::shared_ptr<Cell> input_quantizer, bool reduce_range) {
+  KILN_CHECK(input_quantizer != nullptr && !input_quantizer_, display_name(), " is quantization-aware already");
+  input_quantizer_ = register_cell("input_quantizer", std::move(input_quantizer));
+  reduce_range_ = reduce_range;
+  fake_quantization_ = true;
+}
+void Conv2d::set_quantize_aware(std::shared_ptr<Cell> input_quantizer, bool reduce_range) {
+  KILN_CHECK(input_quantizer != nullptr && !input_quantizer_, display_name(), " is quantization-aware already");
+  input_quantizer_ = register_cell("input_quantizer", std::move(input_quantizer));
+  reduce_range_ = reduce_range;
+  fake_quantization_ = true;
 }
 void Dense::set_activation(std::shared_ptr<Cell> activation) {
   KILN_CHECK(activation != nullptr, display_name(), ": the activation is empty");
@@ -70,6 +84,7 @@ Tensor Conv2d::construct(const Tensor& x) {
   c.padding = {o_.padding, o_.padding};
   c.dilation = {o_.dilation, o_.dilation};
   c.groups = o_.groups;
+  if (fake_quantization_) return conv2d((*input_quantizer_)(x), nn::fake_quantize_weights(weight, reduce_range_), bias, c);
   return conv2d(x, weight, bias, c);
 }
 

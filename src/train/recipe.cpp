@@ -97,7 +97,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
                "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode", "distributed",
-               "device"},
+               "device", "quantize_aware"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -188,6 +188,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("adapt_threads", r.adapt_threads);
   top.read("output", r.output);
   top.read_choice("mode", r.mode, {"eager", "graph"});
+  top.read("quantize_aware", r.quantize_aware);
   top.read("device", r.device);
   Device device;
   try {

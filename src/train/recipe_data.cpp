@@ -1,5 +1,7 @@
 #include "train/recipe_data.h"
 
+#include "kiln/nn/quantize_aware.h"
+
 #include <filesystem>
 #include <functional>
 
@@ -179,6 +181,12 @@ RecipeData load_data(const Recipe& r, const Shard& shard) {
     d.config = c;
   }
   return d;
+}
+
+std::shared_ptr<nn::Cell> make_model(const Recipe& r, const models::ModelConfig& config) {
+  auto net = models::make_model(r.model, config);
+  if (r.quantize_aware) nn::quantize_aware(*net);
+  return net;
 }
 
 }  // namespace kiln::recipe::detail

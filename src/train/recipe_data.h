@@ -26,4 +26,7 @@ struct RecipeData {
 // data is missing, naming the package or the key to set.
 RecipeData load_data(const Recipe& r, const Shard& shard = {});
 
+// The recipe's model for its data, quantization-aware when the recipe says so.
+std::shared_ptr<nn::Cell> make_model(const Recipe& r, const models::ModelConfig& config);
+
 }  // namespace kiln::recipe::detail

@@ -2,6 +2,7 @@
 // the recipe's own data and scored on its test set, float beside int8.
 #include "kiln/functional.h"
 #include "kiln/io.h"
+#include "kiln/nn/quantize_aware.h"
 #include "kiln/onnx.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
@@ -32,9 +33,10 @@ QuantizedRecipe quantize(const Recipe& r, const std::string& checkpoint, const Q
                          int64_t calibration_batches) {
   KILN_CHECK(calibration_batches > 0, "quantize: calibration_batches must be positive, got ", calibration_batches);
   detail::RecipeData d = detail::load_data(r);
-  auto net = models::make_model(r.model, d.config);
+  auto net = detail::make_model(r, d.config);
   io::load_checkpoint(*net, checkpoint);
   net->set_train(false);
+  if (r.quantize_aware) nn::set_fake_quantization(*net, false);  // exported as the float model its training adapted
   data::BatchSource& source = d.validation ? *d.validation : *d.train;
   std::vector<std::vector<Tensor>> calibration;
   source.start_epoch();

@@ -103,7 +103,7 @@ RunResult train(const Recipe& r, bool progress) {
 }
 
 std::shared_ptr<nn::Cell> build_model(const Recipe& r) {
-  return models::make_model(r.model, detail::load_data(r).config);
+  return detail::make_model(r, detail::load_data(r).config);
 }
 
 Recipe recipe_of_checkpoint(const std::string& resume_path) {
@@ -136,7 +136,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   if (writes) std::filesystem::create_directories(r.output);
 
   manual_seed(r.seed);
-  auto net = models::make_model(r.model, d.config);
+  auto net = detail::make_model(r, d.config);
   if (group && r.distributed.sync_batchnorm) nn::convert_sync_batchnorm(*net, dist::handle_of(group));
   auto opt = make_optimizer(r, net->trainable_params());
   int64_t steps_per_epoch = d.train->batches_per_epoch();
@@ -244,7 +244,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) {
   if (r.threads > 0) set_num_threads(r.threads);
   detail::RecipeData d = detail::load_data(r);
-  auto net = models::make_model(r.model, d.config);
+  auto net = detail::make_model(r, d.config);
   io::load_checkpoint(*net, checkpoint, {.strict = strict});
   std::vector<std::shared_ptr<train::metrics::Metric>> metrics{std::make_shared<train::metrics::Accuracy>()};
   if (d.seq_len == 0) {  // classification: top-5 and macro precision, recall and F1 too
