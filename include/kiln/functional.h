@@ -137,6 +137,9 @@ Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_ze
                       const ConvOptions& o = {});
 Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                       const Tensor& b_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias = Tensor());
+// The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
+Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
+                   const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
 // Volumes [N, C, D, H, W] and weights [out, in/groups, kD, kH, kW], with
 // stride, padding and dilation per axis (D, H, W): one 2-D convolution of
 // the depth slices per kernel depth, summed, so it has gradients throughout.

@@ -81,7 +81,7 @@ from ._tensor_methods import install as _install_methods  # noqa: E402
 from .autograd import no_grad, enable_grad, grad, value_and_grad  # noqa: E402
 from .context import set_context, get_context, GRAPH_MODE, PYNATIVE_MODE, jit  # noqa: E402
 from .serialization import (save_checkpoint, load_checkpoint, load_param_into_net, load_torch_weights,  # noqa: E402
-                            export, InferenceSession, serve)
+                            export, InferenceSession, serve, quantize)
 from . import nn, dataset, train  # noqa: E402
 from .train import Model  # noqa: E402
 

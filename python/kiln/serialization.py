@@ -110,6 +110,57 @@ def export(net, *inputs, file_name, file_format="ONNX", dynamic_batch=False, inp
                              opset)
 
 
+def _batch_inputs(batch, names):
+    """One calibration batch as the model's inputs in order: an array or Tensor
+    (one input), a list or tuple (in order), or a dict by input name."""
+    def tensor(x):
+        return x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x)
+    if isinstance(batch, dict):
+        missing = [n for n in names if n not in batch]
+        if missing:
+            raise ValueError(f"a calibration batch has no input {missing[0]!r}; the model's inputs: {', '.join(names)}")
+        return [tensor(batch[n]) for n in names]
+    if isinstance(batch, (list, tuple)):
+        if len(batch) != len(names):
+            raise ValueError(f"a calibration batch has {len(batch)} tensors but the model has {len(names)} inputs "
+                             f"({', '.join(names)})")
+        return [tensor(x) for x in batch]
+    if len(names) != 1:
+        raise ValueError(f"the model has {len(names)} inputs ({', '.join(names)}): give each calibration batch as a "
+                         "list in that order or a dict by name")
+    return [tensor(batch)]
+
+
+def quantize(model, calibration, file_name=None, method="minmax", percentile=99.99, activations="uint8",
+             reduce_range=False, keep=(), keep_sensitive=0, held_out=0.25):
+    """Quantizes an ONNX model to int8 after training, as ``kiln quantize`` does.
+
+    ``calibration`` is an iterable of batches of typical inputs (NumPy arrays
+    or Tensors; a list or dict per batch for several inputs). Writes the QDQ
+    model (to ``file_name``, by default the model's name with ``.int8.onnx``),
+    which Kiln runs on int8 kernels and ONNX Runtime runs too, and returns the
+    report: ``str(report)`` compares the int8 model with the float one.
+    """
+    path = os.fspath(model)
+    if method not in ("minmax", "percentile", "entropy"):
+        raise ValueError(f"method {method!r}: use 'minmax', 'percentile' or 'entropy'")
+    if activations not in ("uint8", "int8"):
+        raise ValueError(f"activations {activations!r}: use 'uint8' or 'int8'")
+    with open(path, "rb") as f:
+        data = f.read()
+    names = [i.name for i in _kiln.InferenceSession(path).inputs]
+    batches = [_batch_inputs(b, names) for b in calibration]
+    if not batches:
+        raise ValueError("calibration gave no batches: pass a few batches of typical inputs")
+    quantized, report = _kiln.quantize_model(data, batches, method, percentile, activations, reduce_range,
+                                             list(keep), keep_sensitive, held_out)
+    out = os.fspath(file_name) if file_name is not None else os.path.splitext(path)[0] + ".int8.onnx"
+    with open(out + ".partial", "wb") as f:
+        f.write(quantized)
+    os.replace(out + ".partial", out)
+    return report
+
+
 class InferenceSession(_kiln.InferenceSession):
     """Runs an ONNX model (Kiln's or torch.onnx.export's) with Kiln's graph passes and kernels.
 

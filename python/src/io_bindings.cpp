@@ -2,6 +2,8 @@
 // the OIP server.
 #include "bindings.h"
 #include "kiln/migrate.h"
+#include "kiln/nn/quantize_aware.h"
+#include "kiln/quantize.h"
 
 #ifdef KILN_WITH_SERVE
 #include "kiln/serve.h"
@@ -198,6 +200,48 @@ void bind_io(py::module_& m) {
       .def_property_readonly("opset", &InferenceSession::opset)
       .def_property_readonly("producer", &InferenceSession::producer);
   m.def("supported_onnx_ops", &supported_onnx_ops);
+
+  py::class_<QuantizedLayer>(m, "QuantizedLayer")
+      .def_readonly("name", &QuantizedLayer::name)
+      .def_readonly("op", &QuantizedLayer::op)
+      .def_readonly("relative_error", &QuantizedLayer::relative_error)
+      .def_readonly("kept_float", &QuantizedLayer::kept_float);
+  py::class_<QuantizedOutput>(m, "QuantizedOutput")
+      .def_readonly("name", &QuantizedOutput::name)
+      .def_readonly("relative_error", &QuantizedOutput::relative_error)
+      .def_readonly("max_abs_error", &QuantizedOutput::max_abs_error)
+      .def_readonly("top1_agreement", &QuantizedOutput::top1_agreement);
+  py::class_<QuantizeReport>(m, "QuantizeReport")
+      .def_readonly("method", &QuantizeReport::method)
+      .def_readonly("calibration_batches", &QuantizeReport::calibration_batches)
+      .def_readonly("held_out_batches", &QuantizeReport::held_out_batches)
+      .def_readonly("layers", &QuantizeReport::layers)
+      .def_readonly("outputs", &QuantizeReport::outputs)
+      .def_property_readonly("quantized", &QuantizeReport::quantized)
+      .def("__str__", &QuantizeReport::str);
+  m.def("quantize_model", [](py::bytes model, std::vector<std::vector<Tensor>> batches, const std::string& method,
+                             double percentile, const std::string& activations, bool reduce_range,
+                             std::vector<std::string> keep, int keep_sensitive, double held_out) {
+    QuantizeOptions o;
+    o.method = method, o.percentile = percentile, o.reduce_range = reduce_range, o.keep_float = std::move(keep);
+    o.keep_sensitive = keep_sensitive, o.held_out = held_out;
+    o.activations = dtype_from_name(activations);
+    std::string bytes = model;
+    QuantizeResult r;
+    {
+      py::gil_scoped_release release;
+      r = quantize_model(bytes, batches, o);
+    }
+    return py::make_tuple(py::bytes(r.model), r.report);
+  });
+  m.def("quantize_aware", [](std::shared_ptr<nn::Cell> cell, const std::string& activations, bool reduce_range) {
+    nn::QuantizeAwareOptions o;
+    o.activations = dtype_from_name(activations), o.reduce_range = reduce_range;
+    return nn::quantize_aware(*cell, o);
+  }, py::arg("cell"), py::arg("activations") = "uint8", py::arg("reduce_range") = false);
+  m.def("set_fake_quantization", [](std::shared_ptr<nn::Cell> cell, bool enabled) {
+    nn::set_fake_quantization(*cell, enabled);
+  });
 
 #ifdef KILN_WITH_SERVE
   py::class_<Server, std::shared_ptr<Server>>(m, "Server")

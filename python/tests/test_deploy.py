@@ -155,3 +155,39 @@ def test_dlpack_round_trips_with_torch_without_copies(torch):
     for dtype in (torch.int64, torch.int32, torch.uint8, torch.float16, torch.bfloat16):
         x = torch.ones(3, dtype=dtype)
         assert kiln.from_dlpack(x).shape == (3,)
+
+
+def test_quantize_with_a_python_iterable_and_run_the_int8_model(tmp_path):
+    net = trained_net()
+    kiln.export(net, kiln.zeros((1, 1, 8, 8)), file_name=str(tmp_path / "net"), dynamic_batch=True)
+    batches = (np.random.default_rng(i).standard_normal((16, 1, 8, 8)).astype(np.float32) for i in range(8))
+    report = kiln.quantize(tmp_path / "net.onnx", batches, method="percentile")
+    assert report.quantized == 2 and report.calibration_batches == 6 and report.held_out_batches == 2
+    assert "2 of 2 layers quantized" in str(report)
+    x = kiln.randn((8, 1, 8, 8))
+    got = kiln.InferenceSession(str(tmp_path / "net.int8.onnx")).run([x])[0].numpy()
+    expected = net(x).numpy()
+    assert np.linalg.norm(got - expected) < 0.05 * np.linalg.norm(expected)
+    with pytest.raises(ValueError, match="method 'kl'"):
+        kiln.quantize(tmp_path / "net.onnx", [x], method="kl")
+    with pytest.raises(ValueError, match="has 2 tensors but the model has 1 inputs"):
+        kiln.quantize(tmp_path / "net.onnx", [[x, x]])
+    with pytest.raises(ValueError, match="calibration gave no batches"):
+        kiln.quantize(tmp_path / "net.onnx", [])
+
+
+def test_quantization_aware_layers_train_and_turn_back_into_the_float_net():
+    net = trained_net()
+    x = kiln.randn((4, 1, 8, 8))
+    assert kiln.nn.quantize_aware(net) == 2
+    net.set_train(True)
+    net(x)  # the layers see their inputs' range
+    net.set_train(False)
+    quantized = net(x).numpy()
+    kiln.nn.set_fake_quantization(net, False)
+    expected = net(x).numpy()
+    assert 0 < np.abs(quantized - expected).max() < 0.2 * np.abs(expected).max()
+    kiln.nn.set_fake_quantization(net, True)
+    np.testing.assert_array_equal(net(x).numpy(), quantized)
+    with pytest.raises(ValueError, match="activations 'int4'"):
+        kiln.nn.quantize_aware(net, activations="int4")

@@ -49,7 +49,8 @@ Tensor ActivationQuantizer::construct(const Tensor& x) {
   const Tensor lo = minimum(running_min, zeros({})), hi = maximum(running_max, zeros({}));
   const Tensor scale = maximum((hi - lo) / 255.0, scalar_tensor(1e-8));
   const Tensor zero_point = clamp(round(scalar_tensor(qmin_) - lo / scale), qmin_, qmax_);
-  return fake_quantize(x, scale, zero_point, qmin_, qmax_);
+  // Before any batch was seen (a model evaluated before training) there is no range: x passes as it is.
+  return where(gt(observed, scalar_tensor(0.0)), fake_quantize(x, scale, zero_point, qmin_, qmax_), x);
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// Integer convolution and matrix product of quantized tensors (a value q of
+// Integer convolution and matrix product, and the sum, of quantized tensors (a value q of
 // uint8 or int8 stands for scale * (q - zero)), requantized to the output's
 // scale and zero point: ONNX's QLinearConv and QLinearMatMul where the
 // weights are symmetric int8 (zero points 0), as quantizers write them.
@@ -97,7 +97,40 @@ OpDefiner d_qlinear_matmul([] {
   return d;
 }());
 
+// a and b of one shape, dequantized, added and quantized to y's parameters.
+Metas infer_qlinear_add(const Metas& in, const Attrs&) {
+  const TensorMeta &a = in[0], &b = in[3];
+  KILN_CHECK(is_quantized(a.dtype) && b.dtype == a.dtype, "a and b must both be uint8 or both int8, got ",
+             dtype_name(a.dtype), " and ", dtype_name(b.dtype));
+  KILN_CHECK(a.shape == b.shape, "a and b must have one shape (no broadcasting), got ", shape_str(a.shape), " and ",
+             shape_str(b.shape));
+  for (size_t i : {1, 4, 6}) {
+    KILN_CHECK(in[i].dtype == DType::Float32, "scales must be float32, got ", dtype_name(in[i].dtype));
+    check_scalar(in[i], "a scale");
+  }
+  for (size_t i : {2, 5, 7}) check_scalar(in[i], "a zero point");
+  KILN_CHECK(in[2].dtype == a.dtype && in[5].dtype == a.dtype, "the zero points of a and b must be ", dtype_name(a.dtype));
+  KILN_CHECK(is_quantized(in[7].dtype), "the output's zero point must be uint8 or int8, got ", dtype_name(in[7].dtype));
+  return {{true, a.shape, in[7].dtype, a.device}};
+}
+
+OpDefiner d_qlinear_add([] {
+  OpDef d;
+  d.name = "qlinear_add";
+  d.inputs = {"a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"};
+  d.outputs = {"y"};
+  d.infer = infer_qlinear_add;
+  // Element i of the output depends on element i of a and b alone: it runs on any memory order.
+  d.tags = kTagElementwise | kTagNondifferentiable;
+  return d;
+}());
+
 }  // namespace
+
+Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
+                   const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero) {
+  return call1(KILN_OP("qlinear_add"), {a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero});
+}
 
 Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,
                       const Tensor& w_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias,

@@ -132,7 +132,7 @@ const ConverterTable& converters() {
                                    "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",
                                    "DequantizeLinear", "DynamicQuantizeLinear", "EyeLike",
                                    "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
-                                   "com.microsoft::QGemm"};
+                                   "com.microsoft::QGemm", "com.microsoft::QLinearAdd"};
     for (const OpDef* op : OpRegistry::instance().all()) {
       for (const std::string& type : op->onnx_import.types) {
         if (type.find("::") != std::string::npos) continue;  // a custom domain's (find_converter)

@@ -2,7 +2,8 @@
 // Kiln ops: QuantizeLinear and DequantizeLinear on uint8 and int8 (and int32
 // for dequantizing), per tensor or per axis; DynamicQuantizeLinear;
 // MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv (on the integer
-// kernels where the weights are symmetric int8) and ONNX Runtime's QGemm;
+// kernels where the weights are symmetric int8) and ONNX Runtime's QGemm
+// and QLinearAdd;
 // EyeLike; LpPool.
 #include <cmath>
 
@@ -230,6 +231,24 @@ std::vector<Tensor> qgemm(const OnnxNode& n, const std::vector<Tensor>& in) {
   return {requantize(n, acc, multiplier, input(n, in, 8))};
 }
 
+// com.microsoft's QLinearAdd (A, A_scale, A_zero, B, B_scale, B_zero,
+// C_scale, C_zero): the dequantized sum, quantized. Operands of one shape
+// add on the integer kernel; broadcasting ones through float32.
+std::vector<Tensor> qlinear_add(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &a = input(n, in, 0), &b = input(n, in, 3);
+  for (int i : {1, 2, 4, 5, 6, 7})
+    if (input(n, in, i).numel() != 1) n.unsupported("per-axis scales and zero points are not supported here");
+  auto scalar = [&](int i) { return input(n, in, i).reshape({}); };
+  if (a.shape() == b.shape() && a.dtype() == b.dtype() && float32_scales({in[1], in[4], in[6]}))
+    return {qlinear_add(a, scalar(1), scalar(2), b, scalar(4), scalar(5), scalar(6), scalar(7))};
+  check_quantized(n, a.dtype(), false);
+  check_quantized(n, b.dtype(), false);
+  auto real = [&](const Tensor& q, int at) {
+    return (cast(q, DType::Float32) - cast(scalar(at + 1), DType::Float32)) * cast(scalar(at), DType::Float32);
+  };
+  return {quantize(real(a, 1) + real(b, 4), cast(scalar(6), DType::Float32), scalar(7))};
+}
+
 // The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
 std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor x = cast(input(n, in, 0), DType::Float32);
@@ -289,6 +308,7 @@ void add_quant_converters(ConverterTable& t) {
   t["QLinearMatMul"] = qlinear_matmul;
   t["QLinearConv"] = qlinear_conv;
   t["com.microsoft::QGemm"] = qgemm;
+  t["com.microsoft::QLinearAdd"] = qlinear_add;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }

@@ -83,10 +83,14 @@ class Fuser {
     auto it = producer_.find(value);
     return it == producer_.end() || removed_[static_cast<size_t>(it->second)] ? nullptr : &g_.node(it->second);
   }
+  // An initializer, or the tensor of a Constant node (as torch.onnx.export
+  // writes a clip's bounds).
   std::optional<Tensor> constant(const std::string& name) const {
-    auto it = init_.find(name);
-    if (it == init_.end()) return std::nullopt;
-    return onnx_io::from_proto(*it->second, "initializer '" + name + "'");
+    if (auto it = init_.find(name); it != init_.end())
+      return onnx_io::from_proto(*it->second, "initializer '" + name + "'");
+    const NodeProto* p = producer(name);
+    if (!p || !is(*p, "Constant") || p->attribute_size() != 1 || !p->attribute(0).has_t()) return std::nullopt;
+    return onnx_io::from_proto(p->attribute(0).t(), "constant '" + name + "'");
   }
   bool used_once(const std::string& value) const {
     auto it = uses_.find(value);
@@ -234,6 +238,21 @@ class Fuser {
     if (!op) return std::nullopt;
     const auto x = activation(input(*op, 0));
     if (!x) return std::nullopt;
+    if (is(*op, "Add")) {
+      const auto b = activation(input(*op, 1));
+      if (!b) return std::nullopt;
+      NodeProto fused;
+      fused.set_op_type("QLinearAdd");
+      fused.set_domain("com.microsoft");
+      for (const std::string& in : {x->q, x->scale, x->zero, b->q, b->scale, b->zero, q.input(1), q.input(2)})
+        fused.add_input(in);
+      fused.set_name(op->name().empty() ? q.name() : op->name());
+      fused.add_output(q.output(0));
+      removed_[static_cast<size_t>(producer_.at(op->output(0)))] = true;
+      if (relu) removed_[static_cast<size_t>(producer_.at(relu->output(0)))] = true;
+      ++done.add;
+      return fused;
+    }
     const float x_scale = constant(x->scale)->item<float>();
     NodeProto fused;
     Tensor w_scale;
@@ -321,6 +340,7 @@ std::string QdqFusion::summary() const {
   part(conv, "Conv");
   part(matmul, "MatMul");
   part(gemm, "Gemm");
+  part(add, "Add");
   return s.empty() ? s : s + " on int8 kernels";
 }
 

@@ -3,9 +3,10 @@
 // float ops, as quantizers write it) turned into integer ops before the
 // model runs: DequantizeLinear'd input and int8 weights -> Conv, MatMul or
 // Gemm -> QuantizeLinear becomes QLinearConv, QLinearMatMul or QGemm
-// (com.microsoft), which run on int8 kernels. A ReLU between the op and the
-// QuantizeLinear goes too where the output's zero point is its type's
-// lowest value (saturation then clips at zero just as ReLU would).
+// (com.microsoft), and two DequantizeLinear'd operands -> Add ->
+// QuantizeLinear becomes QLinearAdd (com.microsoft); all run on int8
+// kernels. A ReLU or clip before the QuantizeLinear goes too where every
+// value the output holds lies within its bounds (saturation then does its work).
 #include <onnx/onnx_pb.h>
 
 #include <string>
@@ -13,9 +14,9 @@
 namespace kiln::runtime {
 
 struct QdqFusion {
-  int conv = 0, matmul = 0, gemm = 0;
-  int total() const { return conv + matmul + gemm; }
-  std::string summary() const;  // "3 Conv, 1 Gemm on int8 kernels", "" when none
+  int conv = 0, matmul = 0, gemm = 0, add = 0;
+  int total() const { return conv + matmul + gemm + add; }
+  std::string summary() const;  // "3 Conv, 1 Gemm, 2 Add on int8 kernels", "" when none
 };
 
 // Rewrites the main graph in place; subgraphs are left as they are.

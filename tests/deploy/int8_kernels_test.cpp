@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "io/onnx_tensor.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "support/error_message.h"
@@ -225,8 +226,18 @@ TEST(Int8Kernels, ClipJoinsTheLayerOnlyWhenTheOutputRangeImpliesIt) {
     b.init("w", cast(round(clamp(randn({4, 4, 3, 3}) * 30.0, -127.0, 127.0)), DType::Int8));
     b.init("w_scale", scalar(0.01f));
     b.init("w_zero", zeros({}, DType::Int8));
-    b.init("lo", scalar(0.0f));
-    b.init("hi", scalar(upper));
+    if (upper == 6.0f) {  // bounds as torch.onnx.export writes them: Constant nodes
+      for (const auto& [name, value] : {std::pair{"lo", 0.0f}, std::pair{"hi", upper}}) {
+        auto* c = b.node("Constant", {}, {name});
+        auto* a = c->add_attribute();
+        a->set_name("value");
+        a->set_type(::onnx::AttributeProto::TENSOR);
+        onnx_io::to_proto(scalar(value), *a->mutable_t());
+      }
+    } else {
+      b.init("lo", scalar(0.0f));
+      b.init("hi", scalar(upper));
+    }
     b.init("y_scale", scalar(6.0f / 255));  // the output holds [0, 6]
     b.init("y_zero", from_vector<uint8_t>({0}, {}));
     b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
@@ -243,6 +254,26 @@ TEST(Int8Kernels, ClipJoinsTheLayerOnlyWhenTheOutputRangeImpliesIt) {
     // The clip holds either way: nothing above its bound.
     EXPECT_LE(amax(y, {}, false).item<float>() * 6.0f / 255, upper + 1e-5f);
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Int8Kernels, SumsAreDequantizedAddedAndRequantized) {
+  for (DType t : {DType::UInt8, DType::Int8}) {
+    const Tensor a = random_quantized({2, 3, 5, 7}, t, 1), b = random_quantized({2, 3, 5, 7}, t, 2);
+    const double za = t == DType::Int8 ? -5 : 120, zb = t == DType::Int8 ? 9 : 131;
+    const Tensor got = qlinear_add(a, scalar(0.04f), cast(scalar_tensor(za), t), b, scalar(0.07f), cast(scalar_tensor(zb), t),
+                                   scalar(0.09f), from_vector<uint8_t>({17}, {}));
+    const Tensor real = (cast(a, DType::Float64) - za) * 0.04 + (cast(b, DType::Float64) - zb) * 0.07;
+    expect_requantized_equal(got, requantized(real, scalar(1.0f / 0.09f), 17, DType::UInt8));
+  }
+  EXPECT_NE(kt::message_of([] {
+              const Tensor a = zeros({2, 3}, DType::UInt8), z = zeros({}, DType::UInt8);
+              qlinear_add(a, scalar(1), z, zeros({3}, DType::UInt8), scalar(1), z, scalar(1), z);
+            }).find("one shape (no broadcasting)"),
+            std::string::npos);
 }
 
 }  // namespace

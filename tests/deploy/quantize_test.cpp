@@ -68,7 +68,7 @@ TEST(Quantize, ResNetRunsOnInt8KernelsCloseToFloat) {
   eager.optimization_level = 0;
   InferenceSession compiled = InferenceSession::from_bytes(q.model, {}, "resnet8.int8.onnx");
   InferenceSession node_by_node = InferenceSession::from_bytes(q.model, eager, "resnet8.int8.onnx");
-  EXPECT_EQ(compiled.rewrites(), "9 Conv, 1 Gemm on int8 kernels");
+  EXPECT_EQ(compiled.rewrites(), "9 Conv, 1 Gemm, 2 Add on int8 kernels");
   // The logits' quantization step: answers one step apart agree.
   ::onnx::ModelProto m;
   m.ParseFromString(q.model);
@@ -131,7 +131,7 @@ TEST(Quantize, OptionsChangeWhatIsQuantized) {
   for (const QuantizedLayer& l : q.report.layers) kept += l.kept_float;
   EXPECT_EQ(kept, 3);
   EXPECT_NE(q.report.str().find("kept in float32"), std::string::npos);
-  EXPECT_EQ(InferenceSession::from_bytes(q.model).rewrites(), "7 Conv on int8 kernels");
+  EXPECT_EQ(InferenceSession::from_bytes(q.model).rewrites(), "7 Conv, 1 Add on int8 kernels");
   for (const std::string method : {"minmax", "entropy"}) {
     o = {};
     o.method = method;
@@ -178,7 +178,7 @@ TEST(QuantizeCommand, CalibratesOnAFolderOfInputsAndWritesTheModel) {
   EXPECT_NE(out.find("10 of 10 layers quantized (percentile calibration on 3 batch(es), compared on 1 held-out)"),
             std::string::npos) << out;
   EXPECT_NE(out.find("wrote " + (dir / "resnet8.int8.onnx").string()), std::string::npos) << out;
-  EXPECT_EQ(InferenceSession((dir / "resnet8.int8.onnx").string()).rewrites(), "9 Conv, 1 Gemm on int8 kernels");
+  EXPECT_EQ(InferenceSession((dir / "resnet8.int8.onnx").string()).rewrites(), "9 Conv, 1 Gemm, 2 Add on int8 kernels");
   // Mistakes say what to do.
   std::filesystem::create_directories(dir / "empty");
   std::tie(rc, out) = quantize_command(model + " --data " + (dir / "empty").string());

@@ -20,7 +20,8 @@ Tensor fake_quantize_weights(const Tensor& w, bool reduce_range = false);
 
 // Sees the range of the activations that pass (in training, a moving
 // average of each batch's min and max, the first batch's as they are) and
-// passes them fake-quantized to uint8 (or int8) over that range.
+// passes them fake-quantized to uint8 (or int8) over that range (as they
+// are until it has seen a batch).
 class ActivationQuantizer : public Cell {
  public:
   explicit ActivationQuantizer(DType type = DType::UInt8, double momentum = 0.01);

@@ -19,4 +19,21 @@ from .optim import (Optimizer, SGD, Momentum, Adam, AdamW, AdamWeightDecay, RMSP
 from .wrappers import WithLossCell, TrainOneStepCell, WithEvalCell
 from . import init
 
+
+def quantize_aware(net, activations="uint8", reduce_range=False):
+    """Quantization-aware training: every Dense and Conv2d in ``net`` computes on
+    its input and weights fake-quantized to int8 from now on (gradients pass
+    straight through the rounding). Returns how many layers. Train as usual;
+    then export with fake quantization off (``set_fake_quantization(net, False)``)
+    and quantize the file with ``kiln.quantize``."""
+    if activations not in ("uint8", "int8"):
+        raise ValueError(f"activations {activations!r}: use 'uint8' or 'int8'")
+    return _kiln.quantize_aware(net, activations, reduce_range)
+
+
+def set_fake_quantization(net, enabled):
+    """Turns the fake quantization of quantize_aware's layers off (for export) or on again."""
+    _kiln.set_fake_quantization(net, bool(enabled))
+
+
 __all__ = [n for n in dir() if not n.startswith("_")]
