@@ -35,6 +35,17 @@ bool is(const NodeProto& n, const char* type) {
 }
 std::string input(const NodeProto& n, int i) { return i < n.input_size() ? n.input(i) : std::string(); }
 
+// The nodes the patterns name, with the inputs and the one output they read
+// (a malformed model is left to the converters, which say what is wrong).
+bool well_formed(const NodeProto& n) {
+  if (n.output_size() != 1) return false;
+  if (is(n, "QuantizeLinear")) return n.input_size() >= 3;
+  if (is(n, "DequantizeLinear") || is(n, "Conv") || is(n, "MatMul") || is(n, "Gemm") || is(n, "Add"))
+    return n.input_size() >= 2;
+  if (is(n, "Relu") || is(n, "Clip")) return n.input_size() >= 1;
+  return true;
+}
+
 class Fuser {
  public:
   explicit Fuser(::onnx::GraphProto& g) : g_(g) {
@@ -48,7 +59,7 @@ class Fuser {
   QdqFusion run() {
     QdqFusion done;
     for (int i = 0; i < g_.node_size(); ++i) {
-      if (!is(g_.node(i), "QuantizeLinear")) continue;
+      if (!is(g_.node(i), "QuantizeLinear") || !well_formed(g_.node(i))) continue;
       std::optional<NodeProto> fused = fuse_at(i, done);
       if (fused) *g_.mutable_node(i) = std::move(*fused);
     }
@@ -81,7 +92,9 @@ class Fuser {
 
   const NodeProto* producer(const std::string& value) const {
     auto it = producer_.find(value);
-    return it == producer_.end() || removed_[static_cast<size_t>(it->second)] ? nullptr : &g_.node(it->second);
+    if (it == producer_.end() || removed_[static_cast<size_t>(it->second)]) return nullptr;
+    const NodeProto& n = g_.node(it->second);
+    return well_formed(n) ? &n : nullptr;
   }
   // An initializer, or the tensor of a Constant node (as torch.onnx.export
   // writes a clip's bounds).
@@ -319,7 +332,7 @@ class Fuser {
     count_uses();
     ::onnx::GraphProto kept;
     for (auto& n : *g_.mutable_node())
-      if (!is(n, "DequantizeLinear") || uses_[n.output(0)] > 0) *kept.add_node() = std::move(n);
+      if (!is(n, "DequantizeLinear") || n.output_size() != 1 || uses_[n.output(0)] > 0) *kept.add_node() = std::move(n);
     g_.mutable_node()->Swap(kept.mutable_node());
   }
 

@@ -277,3 +277,21 @@ TEST(Int8Kernels, SumsAreDequantizedAddedAndRequantized) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Int8Kernels, EmptyBatchesGiveEmptyOutputs) {
+  const Tensor z = zeros({}, DType::UInt8);
+  EXPECT_EQ(qlinear_conv2d(zeros({0, 2, 5, 5}, DType::UInt8), scalar(1), z, zeros({3, 2, 3, 3}, DType::Int8), scalar(1),
+                           scalar(1), z)
+                .shape(),
+            (Shape{0, 3, 3, 3}));
+  EXPECT_EQ(qlinear_matmul(zeros({0, 4}, DType::UInt8), scalar(1), z, zeros({4, 2}, DType::Int8), scalar(1), scalar(1), z)
+                .shape(),
+            (Shape{0, 2}));
+  EXPECT_EQ(qlinear_add(zeros({0, 3}, DType::UInt8), scalar(1), z, zeros({0, 3}, DType::UInt8), scalar(1), z, scalar(1), z)
+                .shape(),
+            (Shape{0, 3}));
+}
+
+}  // namespace

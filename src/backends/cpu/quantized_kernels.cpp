@@ -91,6 +91,7 @@ void with_types(DType x, DType y, F&& f) {
 }
 
 void qlinear_conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  if (out[0].numel() == 0) return;
   const Tensor x = in[0].contiguous(), w = in[3].contiguous();
   const Tensor bias = in.size() > 7 && in[7].defined() ? in[7].contiguous() : Tensor();
   const Conv2dAttrs c = Conv2dAttrs::of(a);
@@ -111,6 +112,7 @@ void qlinear_conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
 }
 
 void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
+  if (out[0].numel() == 0) return;
   const Tensor a = in[0].contiguous(), b = in[3].contiguous();
   const Tensor bias = in.size() > 7 && in[7].defined() ? in[7].contiguous() : Tensor();
   const int64_t k = b.shape()[0], n = b.shape()[1], m = k > 0 ? a.numel() / k : 0;
