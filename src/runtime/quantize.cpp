@@ -276,7 +276,7 @@ class QdqWriter {
       visit(g);
       google::protobuf::RepeatedPtrField<NodeProto> nodes;
       for (auto& n : *g.mutable_node())
-        if (n.op_type() != "Identity" || read.count(n.output(0))) *nodes.Add() = n;
+        if (n.op_type() != "Identity" || n.output_size() != 1 || read.count(n.output(0))) *nodes.Add() = n;
       changed = nodes.size() != g.node_size();
       g.mutable_node()->Swap(&nodes);
     }
@@ -406,6 +406,9 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
   KILN_CHECK(opset >= 13, "quantize: the model has opset ", opset,
              "; per-channel quantization needs opset 13 or newer (export with opset_version=13 or later)");
   KILN_CHECK(!calibration.empty(), "quantize: no calibration batches; give a few batches of typical inputs");
+  KILN_CHECK(o.method == "minmax" || o.method == "percentile" || o.method == "entropy", "quantize: unknown method '",
+             o.method, "': minmax, percentile or entropy");
+  KILN_CHECK(o.held_out >= 0 && o.held_out < 1, "quantize: held_out is a share of the batches in [0, 1), got ", o.held_out);
   KILN_CHECK(o.activations == DType::UInt8 || o.activations == DType::Int8,
              "quantize: activations are uint8 or int8, not ", dtype_name(o.activations));
   std::set<std::string> keep(o.keep_float.begin(), o.keep_float.end());
