@@ -116,15 +116,9 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
     add_ceil_padding(n, x.shape(), kernel, stride, dilation, p);
     return {max_pool3d(pad_spatial(x, p, -std::numeric_limits<double>::infinity()), kernel, stride, {0, 0, 0}, dilation)};
   }
-  if (x.dtype() == DType::UInt8 || x.dtype() == DType::Int8) {
-    // 8-bit values are exact in float32: pooled there, cast back (indices as they come).
-    std::vector<Tensor> wide = in;
-    wide[0] = cast(x, DType::Float32);
-    std::vector<Tensor> out = read_max_pool(n, wide);
-    out[0] = cast(out[0], x.dtype());
-    return out;
-  }
-  if (!is_floating(x.dtype())) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
+  // 8-bit values (a quantized model's) pool as they are, an explicit border holding their lowest value.
+  const bool eight_bit = x.dtype() == DType::UInt8 || x.dtype() == DType::Int8;
+  if (!is_floating(x.dtype()) && !eight_bit) n.unsupported("MaxPool on ", dtype_name(x.dtype()), " is not supported");
   const PoolGeometry g = pool_geometry(n, x);
   const Pads plain = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
   std::vector<int64_t> padding = g.pads.begin;
@@ -134,7 +128,9 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
     padding = plain.begin;
   } else if (!pads_fit_kernel(g.kernel, g.pads)) {
     if (indices) n.unsupported("the Indices output with pads larger than half the kernel is not supported");
-    x = pad_spatial(x, g.pads, -std::numeric_limits<double>::infinity());
+    const double lowest = x.dtype() == DType::UInt8 ? 0.0 : x.dtype() == DType::Int8 ? -128.0
+                                                                                   : -std::numeric_limits<double>::infinity();
+    x = pad_spatial(x, g.pads, lowest);
     padding.assign(g.kernel.size(), 0);
   }
   const Attrs a{{"kernel", g.rank.lift(g.kernel, 1)},

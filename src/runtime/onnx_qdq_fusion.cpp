@@ -145,6 +145,9 @@ class Fuser {
     return Quantized{dq->input(0), dq->input(1), ""};
   }
 
+  static bool equal_values(const Tensor& a, const Tensor& b) {
+    return cast(a, DType::Float64).item<double>() == cast(b, DType::Float64).item<double>();
+  }
   static bool all_zero(const Tensor& t) {
     for (int8_t v : t.contiguous().to_vector<int8_t>())
       if (v != 0) return false;
@@ -251,6 +254,20 @@ class Fuser {
     if (!op) return std::nullopt;
     const auto x = activation(input(*op, 0));
     if (!x) return std::nullopt;
+    if (is(*op, "MaxPool") && !relu) {
+      // The maximum commutes with dequantizing: with the same scale and zero
+      // point on both sides, the pool runs on the quantized values.
+      const auto x_zero = constant(x->zero);
+      if (op->output_size() != 1 || constant(x->scale)->item<float>() != y_scale->item<float>() ||
+          x_zero->dtype() != y_zero->dtype() || !equal_values(*x_zero, *y_zero))
+        return std::nullopt;
+      NodeProto fused = *op;
+      fused.set_input(0, x->q);
+      fused.set_output(0, q.output(0));
+      removed_[static_cast<size_t>(producer_.at(op->output(0)))] = true;
+      ++done.pool;
+      return fused;
+    }
     if (is(*op, "Add")) {
       const auto b = activation(input(*op, 1));
       if (!b) return std::nullopt;
@@ -354,6 +371,7 @@ std::string QdqFusion::summary() const {
   part(matmul, "MatMul");
   part(gemm, "Gemm");
   part(add, "Add");
+  part(pool, "MaxPool");
   return s.empty() ? s : s + " on int8 kernels";
 }
 

@@ -4,8 +4,9 @@
 // model runs: DequantizeLinear'd input and int8 weights -> Conv, MatMul or
 // Gemm -> QuantizeLinear becomes QLinearConv, QLinearMatMul or QGemm
 // (com.microsoft), and two DequantizeLinear'd operands -> Add ->
-// QuantizeLinear becomes QLinearAdd (com.microsoft); all run on int8
-// kernels. A ReLU or clip before the QuantizeLinear goes too where every
+// QuantizeLinear becomes QLinearAdd (com.microsoft), and a MaxPool between a
+// DequantizeLinear and a QuantizeLinear of the same scale and zero point
+// pools the quantized values; all run on int8 kernels. A ReLU or clip before the QuantizeLinear goes too where every
 // value the output holds lies within its bounds (saturation then does its work).
 #include <onnx/onnx_pb.h>
 
@@ -14,8 +15,8 @@
 namespace kiln::runtime {
 
 struct QdqFusion {
-  int conv = 0, matmul = 0, gemm = 0, add = 0;
-  int total() const { return conv + matmul + gemm + add; }
+  int conv = 0, matmul = 0, gemm = 0, add = 0, pool = 0;
+  int total() const { return conv + matmul + gemm + add + pool; }
   std::string summary() const;  // "3 Conv, 1 Gemm, 2 Add on int8 kernels", "" when none
 };
 

@@ -442,9 +442,18 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
   auto build = [&](const std::set<std::string>& kept) {
     const std::vector<Layer> chosen = find_layers(model.graph(), kept);
     std::map<std::string, Params> params;
-    for (const std::string& t : activations_of(chosen)) {
+    const std::vector<std::string> activations = activations_of(chosen);
+    for (const std::string& t : activations) {
       KILN_CHECK(observers[t].seen(), "quantize: activation '", t, "' held no finite value in calibration");
       params[t] = activation_params(observers[t].range(o.method, o.percentile), o.activations);
+    }
+    // A max pool's output keeps its input's parameters, so that it pools the quantized values as they are.
+    const Graph view(model.graph());
+    for (const std::string& t : activations) {
+      const int p = view.producer(t);
+      if (p < 0) continue;
+      const NodeProto& n = model.graph().node(p);
+      if (n.op_type() == "MaxPool" && n.input_size() > 0 && params.count(n.input(0))) params[t] = params[n.input(0)];
     }
     return QdqWriter(model, o).write(chosen, params);
   };

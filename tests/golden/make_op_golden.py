@@ -225,15 +225,25 @@ case("conv_transpose2d", [("f", [1, 4, 4, 5]), ("f", [4, 3, 3, 3]), ("f", [3])],
      [A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]), A("output_padding", "ints", [1, 1])])
 case("conv_transpose2d", [("f", [2, 4, 3, 3]), ("f", [4, 1, 2, 2]), ("N", [])],
      lambda x, w, b: F.conv_transpose2d(x, w, groups=2), [A("groups", "int", 2)], tag="groups")
+def int_max_pool(*args, **kwargs):
+    """max_pool2d of integers (quantized values; torch pools only floats): through float64, exact for them."""
+    def pool(x):
+        y, i = F.max_pool2d(x.to(torch.float64), *args, return_indices=True, **kwargs)
+        return y.to(x.dtype), i
+    return pool
+
+
 case("max_pool2d", [("f", [2, 3, 7, 7])], lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
-     [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])])
+     [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1])],
+     int_fn=int_max_pool(3, 2, 1))
 case("max_pool2d", [("f", [2, 3, 6, 5])], lambda x: F.max_pool2d(x, 2, return_indices=True),
-     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2])], tag="2x2")
+     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2])], tag="2x2", int_fn=int_max_pool(2))
 case("max_pool2d", [("f", [2, 3, 8, 9])], lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
      [A("kernel", "ints", [3, 3]), A("stride", "ints", [2, 2]), A("padding", "ints", [1, 1]),
-      A("ceil_mode", "bool", True)], tag="ceil")
+      A("ceil_mode", "bool", True)], tag="ceil", only=FLOATS)
 case("max_pool2d", [("f", [1, 2, 7, 5])], lambda x: F.max_pool2d(x, 2, ceil_mode=True, return_indices=True),
-     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2]), A("ceil_mode", "bool", True)], tag="ceil_2x2")
+     [A("kernel", "ints", [2, 2]), A("stride", "ints", [2, 2]), A("ceil_mode", "bool", True)], tag="ceil_2x2",
+     only=FLOATS)
 case("interpolate", [("f", [2, 3, 5, 4])], lambda x: F.interpolate(x, size=(7, 9), mode="nearest"),
      [A("size", "ints", [7, 9]), A("mode", "string", "nearest"), A("coordinates", "string", "asymmetric"),
       A("nearest_mode", "string", "floor")], tag="nearest")

@@ -1,5 +1,5 @@
 #pragma once
-// Max pooling on plain NCHW float32 when nothing reads the argmax indices
+// Max pooling on plain NCHW float32 (or 8-bit quantized values) when nothing reads the argmax indices
 // (inference graphs, and pools whose channels do not fit a blocked layout):
 // the maximum of each window's rows first, a vector max over whole rows,
 // then of its columns. NaN wins and padding never does, as in the plain
@@ -10,8 +10,9 @@
 
 namespace kiln::cpu {
 
-// x: [planes, h, w] -> y: [planes, oh, ow].
-void max_pool_values(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
+// x: [planes, h, w] -> y: [planes, oh, ow]; T is float, uint8_t or int8_t.
+template <typename T>
+void max_pool_values(const T* x, T* y, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
                      const PoolWindow& wd);
 
 }  // namespace kiln::cpu

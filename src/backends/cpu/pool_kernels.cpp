@@ -187,6 +187,9 @@ void adaptive_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { adapti
 }  // namespace
 
 KILN_CPU_F32_F64("max_pool2d", max_pool_kernel);
+// Quantized values pool as they are: the maximum commutes with dequantizing.
+KILN_REGISTER_KERNEL("max_pool2d", CPU, max_pool_kernel<uint8_t>, DType::UInt8);
+KILN_REGISTER_KERNEL("max_pool2d", CPU, max_pool_kernel<int8_t>, DType::Int8);
 KILN_CPU_F32_F64("max_pool2d_backward", max_pool_backward_kernel);
 KILN_CPU_F32_F64("avg_pool2d", avg_pool_kernel);
 KILN_CPU_F32_F64("avg_pool2d_backward", avg_pool_backward_kernel);

@@ -18,9 +18,9 @@ std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: 
 // unless the options say not to.
 std::string choose_conv_layouts(Graph& g, const PassOptions& options);
 std::string choose_training_conv_layouts(Graph& g, const PassOptions& options);  // training graphs, gradients included
-std::string pool_values_only(Graph& g);
+std::string pool_values_only(Graph& g);  // max pools on plain float32 or 8-bit data whose indices nobody reads
 // int8 convolutions on weights reordered once, their activations channels-last where only they and
 // elementwise ops touch them (int8_layouts.cpp).
-std::string use_int8_layouts(Graph& g);  // max pools on plain float32 whose indices nobody reads
+std::string use_int8_layouts(Graph& g);
 
 }  // namespace kiln::graph

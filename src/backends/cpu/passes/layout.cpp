@@ -496,16 +496,23 @@ std::string pool_values_only(Graph& g) {
   for (Node& n : g.nodes) {
     if (!layout::is_op(n, "max_pool2d") || n.outputs.size() < 2 || uses[n.outputs[1]] != 0) continue;
     const Value& x = g.values[n.inputs[0]];
-    if (x.meta.dtype != DType::Float32 || x.meta.shape.size() != 4) continue;
+    const DType dtype = x.meta.dtype;
+    if ((dtype != DType::Float32 && dtype != DType::UInt8 && dtype != DType::Int8) || x.meta.shape.size() != 4) continue;
     const cpu::PoolWindow window = layout::pool_window(n.attrs);
     Node k;
     k.inputs = {n.inputs[0]};
     k.outputs = {n.outputs[0]};
     k.label = "max_pool2d (values)";
-    k.custom = [window](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    k.custom = [window, dtype](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
       const Shape &xs = in[0].shape(), &ys = out[0].shape();
       const Tensor src = in[0].contiguous();
-      cpu::max_pool_values(src.data<float>(), out[0].data<float>(), xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], window);
+      const int64_t planes = xs[0] * xs[1];
+      if (dtype == DType::UInt8)
+        cpu::max_pool_values(src.data<uint8_t>(), out[0].data<uint8_t>(), planes, xs[2], xs[3], ys[2], ys[3], window);
+      else if (dtype == DType::Int8)
+        cpu::max_pool_values(src.data<int8_t>(), out[0].data<int8_t>(), planes, xs[2], xs[3], ys[2], ys[3], window);
+      else
+        cpu::max_pool_values(src.data<float>(), out[0].data<float>(), planes, xs[2], xs[3], ys[2], ys[3], window);
     };
     n = std::move(k);
     ++rewritten;
