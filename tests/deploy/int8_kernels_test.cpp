@@ -295,3 +295,36 @@ TEST(Int8Kernels, EmptyBatchesGiveEmptyOutputs) {
 }
 
 }  // namespace
+
+namespace {
+
+// A max pool between a dequantize and a quantize of the same parameters pools
+// the quantized values (the maximum commutes with dequantizing); with other
+// parameters on its output it stays in float.
+TEST(Int8Kernels, MaxPoolOfOneScaleRunsOnTheQuantizedValues) {
+  for (const float out_scale : {0.05f, 0.04f}) {
+    kt::OnnxBuilder b;
+    b.io(true, "x", TensorProto::FLOAT, {1, 3, 9, 9});
+    b.init("s", scalar(0.05f));
+    b.init("z", from_vector<uint8_t>({100}, {}));
+    b.init("s_out", scalar(out_scale));
+    b.node("QuantizeLinear", {"x", "s", "z"}, {"xq"});
+    b.node("DequantizeLinear", {"xq", "s", "z"}, {"xd"});
+    auto* pool = b.node("MaxPool", {"xd"}, {"p"});
+    kt::OnnxBuilder::ints(pool, "kernel_shape", {3, 3});
+    kt::OnnxBuilder::ints(pool, "strides", {2, 2});
+    kt::OnnxBuilder::ints(pool, "pads", {1, 1, 1, 1});
+    b.node("QuantizeLinear", {"p", "s_out", "z"}, {"pq"});
+    b.io(false, "pq", TensorProto::UINT8, {1, 3, 5, 5});
+    const std::string path = b.save(out_scale == 0.05f ? "qdq_pool.onnx" : "qdq_pool_rescaled.onnx");
+    InferenceSession session(path);
+    EXPECT_EQ(session.rewrites(), out_scale == 0.05f ? "1 MaxPool on int8 kernels" : "") << out_scale;
+    manual_seed(4);
+    const Tensor x = randn({1, 3, 9, 9}) * 2.0;
+    const Tensor got = session.run({x})[0];
+    if (!kt::ort_available()) continue;
+    EXPECT_EQ(got.to_vector<uint8_t>(), kt::run_ort(path, {{"x", x}}).outputs[0].second.to_vector<uint8_t>()) << out_scale;
+  }
+}
+
+}  // namespace
