@@ -118,6 +118,44 @@ TEST(Quantize, WeightsBehindIdentityNodesAreQuantized) {
   for (const auto& n : out.graph().node()) EXPECT_NE(n.op_type(), "Identity");
 }
 
+// A stem as torchvision's ResNets have it (convolution, ReLU, a 3x3 stride-2
+// max pool, convolution): the pool runs on the quantized values,
+// channels-last between the convolutions in graph mode, and gives what it
+// gives node by node and in ONNX Runtime.
+TEST(Quantize, MaxPoolBetweenConvolutionsRunsOnQuantizedValues) {
+  manual_seed(2);
+  nn::Conv2dOptions pad;
+  pad.padding = 1;
+  auto net = std::make_shared<nn::SequentialCell>(std::vector<nn::CellPtr>{
+      std::make_shared<nn::Conv2d>(3, 16, 3, pad), std::make_shared<nn::ReLU>(), std::make_shared<nn::MaxPool2d>(3, 2, 1),
+      std::make_shared<nn::Conv2d>(16, 16, 3, pad), std::make_shared<nn::ReLU>(), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Dense>(16 * 6 * 6, 4)});
+  net->set_train(false);
+  ExportOptions eo;
+  eo.dynamic_batch = true;
+  const std::string model = export_model_bytes(net, {zeros({1, 3, 12, 12})}, eo);
+  std::vector<std::vector<Tensor>> batches;
+  for (int i = 0; i < 4; ++i) batches.push_back({randn({8, 3, 12, 12})});
+  const QuantizeResult q = quantize_model(model, batches);
+  InferenceSession compiled = InferenceSession::from_bytes(q.model, {}, "stem.int8.onnx");
+  EXPECT_EQ(compiled.rewrites(), "2 Conv, 1 Gemm, 1 MaxPool on int8 kernels");
+  SessionOptions eager;
+  eager.optimization_level = 0;
+  const Tensor x = randn({2, 3, 12, 12});
+  const Tensor a = compiled.run({x})[0], b = InferenceSession::from_bytes(q.model, eager, "stem.int8.onnx").run({x})[0];
+  ::onnx::ModelProto m;
+  m.ParseFromString(q.model);
+  float step = 0;
+  for (const auto& t : m.graph().initializer())
+    if (t.name() == "output_scale") step = onnx_io::from_proto(t, t.name()).item<float>();
+  ASSERT_GT(step, 0);
+  EXPECT_LE(amax(abs(a - b), {}, false).item<float>(), step * 1.001f);
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  const std::string path = (kt::scratch_dir("quantize_stem") / "stem.int8.onnx").string();
+  std::ofstream(path, std::ios::binary) << q.model;
+  EXPECT_LE(amax(abs(a - kt::run_ort(path, {{"input", x}}).outputs.at(0).second), {}, false).item<float>(), step * 1.001f);
+}
+
 TEST(Quantize, OptionsChangeWhatIsQuantized) {
   const ResNetFixture f;
   QuantizeOptions o;

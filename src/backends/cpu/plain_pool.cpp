@@ -86,10 +86,37 @@ void max_pool_values(const T* x, T* y, int64_t planes, int64_t h, int64_t w, int
   });
 }
 
+template <typename T>
+void max_pool_values_nhwc(const T* x, T* y, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                          const PoolWindow& wd) {
+  parallel_for(n * oh, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / oh, oy = r % oh;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        T* dst = y + (r * ow + ox) * c;
+        std::fill(dst, dst + c, lowest<T>());
+        for (int64_t i = 0; i < wd.kh; ++i) {
+          const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t j = 0; j < wd.kw; ++j) {
+            const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+            if (ix >= 0 && ix < w) row_max(x + ((b * h + iy) * w + ix) * c, dst, c);
+          }
+        }
+      }
+    }
+  });
+}
+
 template void max_pool_values<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t, int64_t, const PoolWindow&);
 template void max_pool_values<uint8_t>(const uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                        const PoolWindow&);
 template void max_pool_values<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
                                       const PoolWindow&);
+
+template void max_pool_values_nhwc<uint8_t>(const uint8_t*, uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, const PoolWindow&);
+template void max_pool_values_nhwc<int8_t>(const int8_t*, int8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                           const PoolWindow&);
 
 }  // namespace kiln::cpu

@@ -15,4 +15,9 @@ template <typename T>
 void max_pool_values(const T* x, T* y, int64_t planes, int64_t h, int64_t w, int64_t oh, int64_t ow,
                      const PoolWindow& wd);
 
+// The same on channels-last data: x [n, h, w, c] -> y [n, oh, ow, c] (8-bit types, as int8 layers keep them).
+template <typename T>
+void max_pool_values_nhwc(const T* x, T* y, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
+                          const PoolWindow& wd);
+
 }  // namespace kiln::cpu

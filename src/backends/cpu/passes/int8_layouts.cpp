@@ -4,17 +4,20 @@
 // read and write, wherever every op that reads or writes them is an int8
 // convolution or an elementwise op over the same shape (the
 // quantize/dequantize arithmetic and residual adds between layers, which
-// compute the same on any memory order). Only at the edges of such a region
-// do values pass through plain NCHW.
+// compute the same on any memory order), or a max pool of 8-bit values
+// (which runs either way). Only at the edges of such a region do values pass
+// through plain NCHW.
 #include <numeric>
 #include <optional>
 #include <set>
 
 #include "backends/cpu/onednn_int8.h"
+#include "backends/cpu/plain_pool.h"
 #include "backends/cpu/passes/cpu_passes.h"
 #include "graph/derived_constants.h"
 #include "kiln/grad_mode.h"
 #include "ops/conv_attrs.h"
+#include "ops/pool_attrs.h"
 
 namespace kiln::graph {
 namespace {
@@ -65,6 +68,13 @@ std::optional<Int8Conv> int8_conv(const Graph& g, int at) {
   return c;
 }
 
+// A max pool over 8-bit values whose indices nobody reads (pool_values_only made it).
+bool is_eight_bit_pool(const Graph& g, const Node& n) {
+  if (n.removed || !n.custom || !n.computes("max_pool2d") || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const DType t = g.values[n.inputs[0]].meta.dtype;
+  return t == DType::UInt8 || t == DType::Int8;
+}
+
 // Which 4-d values may live channels-last: those whose every reader and
 // writer is an int8 convolution or an elementwise op over their shape,
 // grouped so that an elementwise op's operands share one layout.
@@ -78,6 +88,10 @@ class ChannelsLast {
       if (n.removed) continue;
       if (convs.count(static_cast<int>(i))) {
         touched_[n.inputs[0]] = touched_[n.outputs[0]] = true;
+        continue;
+      }
+      if (is_eight_bit_pool(g, n)) {  // pools channels-last as well as plain: input and output share one
+        unite(n.inputs[0], n.outputs[0]);
         continue;
       }
       if (!same_shape_elementwise(n)) {
@@ -127,6 +141,16 @@ class ChannelsLast {
   std::vector<bool> plain_, touched_;
 };
 
+CustomKernel channels_last_pool(const cpu::PoolWindow& window, DType dtype) {
+  return [window, dtype](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();  // NCHW by shape, NHWC in memory
+    if (dtype == DType::UInt8)
+      cpu::max_pool_values_nhwc(in[0].data<uint8_t>(), out[0].data<uint8_t>(), x[0], x[2], x[3], x[1], y[2], y[3], window);
+    else
+      cpu::max_pool_values_nhwc(in[0].data<int8_t>(), out[0].data<int8_t>(), x[0], x[2], x[3], x[1], y[2], y[3], window);
+  };
+}
+
 CustomKernel int8_conv_kernel(const Int8Conv& c) {
   return [c](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const bool ran = cpu::onednn::quantized_conv_forward(
@@ -171,8 +195,15 @@ std::string use_int8_layouts(Graph& g) {
     n.attrs = {};
     n.label = std::string("qlinear_conv2d (int8") + (c.call.x_nhwc || c.call.y_nhwc ? ", channels-last)" : ")");
   }
+  size_t pools = 0;
+  for (Node& n : g.nodes) {
+    if (!is_eight_bit_pool(g, n) || !channels_last(n.inputs[0])) continue;
+    n.custom = channels_last_pool(cpu::PoolWindow::of(Pool2dAttrs::of(n.attrs)), g.values[n.inputs[0]].meta.dtype);
+    n.label = "max_pool2d (values, channels-last)";
+    ++pools;
+  }
   return "gave " + std::to_string(convs.size()) + " int8 convolutions weights reordered once, " + std::to_string(nhwc) +
-         " of their activations channels-last";
+         " of their activations channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "");
 }
 
 }  // namespace kiln::graph

@@ -503,6 +503,8 @@ std::string pool_values_only(Graph& g) {
     k.inputs = {n.inputs[0]};
     k.outputs = {n.outputs[0]};
     k.label = "max_pool2d (values)";
+    k.fused_from = n.op;  // the int8 layout pass may run it channels-last (int8_layouts.cpp)
+    k.attrs = n.attrs;
     k.custom = [window, dtype](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
       const Shape &xs = in[0].shape(), &ys = out[0].shape();
       const Tensor src = in[0].contiguous();
