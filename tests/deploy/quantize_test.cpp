@@ -43,6 +43,15 @@ struct ResNetFixture {
   }
 };
 
+// The quantization step of a quantized model's output ("output_scale"): answers one step apart agree.
+float output_step(const std::string& model) {
+  ::onnx::ModelProto m;
+  m.ParseFromString(model);
+  for (const auto& t : m.graph().initializer())
+    if (t.name() == "output_scale") return onnx_io::from_proto(t, t.name()).item<float>();
+  return 0;
+}
+
 size_t count_ops(const std::string& bytes, const std::string& type) {
   ::onnx::ModelProto m;
   m.ParseFromString(bytes);
@@ -70,11 +79,7 @@ TEST(Quantize, ResNetRunsOnInt8KernelsCloseToFloat) {
   InferenceSession node_by_node = InferenceSession::from_bytes(q.model, eager, "resnet8.int8.onnx");
   EXPECT_EQ(compiled.rewrites(), "9 Conv, 1 Gemm, 2 Add on int8 kernels");
   // The logits' quantization step: answers one step apart agree.
-  ::onnx::ModelProto m;
-  m.ParseFromString(q.model);
-  float step = 0;
-  for (const auto& t : m.graph().initializer())
-    if (t.name() == "output_scale") step = onnx_io::from_proto(t, t.name()).item<float>();
+  const float step = output_step(q.model);
   ASSERT_GT(step, 0);
   const Tensor x = f.batches.back()[0];
   const Tensor a = compiled.run({x})[0], b = node_by_node.run({x})[0];
@@ -143,11 +148,7 @@ TEST(Quantize, MaxPoolBetweenConvolutionsRunsOnQuantizedValues) {
   eager.optimization_level = 0;
   const Tensor x = randn({2, 3, 12, 12});
   const Tensor a = compiled.run({x})[0], b = InferenceSession::from_bytes(q.model, eager, "stem.int8.onnx").run({x})[0];
-  ::onnx::ModelProto m;
-  m.ParseFromString(q.model);
-  float step = 0;
-  for (const auto& t : m.graph().initializer())
-    if (t.name() == "output_scale") step = onnx_io::from_proto(t, t.name()).item<float>();
+  const float step = output_step(q.model);
   ASSERT_GT(step, 0);
   EXPECT_LE(amax(abs(a - b), {}, false).item<float>(), step * 1.001f);
   if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
