@@ -107,6 +107,18 @@ memory runtime_values(dt type, int64_t n, const void* data) {
   return wrap(memory::desc({n}, type, tag::x), data);
 }
 
+// A layout in words (dimensions, strides, blocks, compensation): equal strings, equal layouts.
+std::string describe(const memory::desc& m) {
+  const dnnl_memory_desc_t& d = m.data;
+  std::ostringstream s;
+  s << "int8";
+  for (int i = 0; i < d.ndims; ++i) s << ' ' << d.padded_dims[i] << '/' << d.format_desc.blocking.strides[i];
+  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i)
+    s << " b" << d.format_desc.blocking.inner_idxs[i] << ':' << d.format_desc.blocking.inner_blks[i];
+  s << " x" << d.extra.flags << ':' << d.extra.compensation_mask << ':' << d.extra.asymm_compensation_mask;
+  return s.str();
+}
+
 Tensor scratch_for(const memory::desc& d) {
   return Tensor::empty({static_cast<int64_t>(std::max<size_t>(d.get_size(), 1))}, DType::UInt8);
 }
@@ -161,15 +173,7 @@ int64_t quantized_weights_bytes(const QuantizedConvCall& c, const float* scales)
 
 std::string quantized_weights_layout(const QuantizedConvCall& c, const float* scales) {
   const ConvPrimitive* p = conv_primitive(c, scales);
-  if (!p) return "";
-  const dnnl_memory_desc_t& d = p->wei.data;
-  std::ostringstream s;
-  s << "int8";
-  for (int i = 0; i < d.ndims; ++i) s << ' ' << d.padded_dims[i] << '/' << d.format_desc.blocking.strides[i];
-  for (int i = 0; i < d.format_desc.blocking.inner_nblks; ++i)
-    s << " b" << d.format_desc.blocking.inner_idxs[i] << ':' << d.format_desc.blocking.inner_blks[i];
-  s << " x" << d.extra.flags << ':' << d.extra.compensation_mask << ':' << d.extra.asymm_compensation_mask;
-  return s.str();
+  return p ? describe(p->wei) : "";
 }
 
 void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, const int8_t* w, void* out) {
@@ -183,45 +187,65 @@ void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, 
   s.wait();
 }
 
-bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const int8_t* b,
-                      const float* scales, const int32_t* bias, int32_t y_zero, void* y) {
-  struct Prepared {
-    dnnl::matmul prim;
-    memory::desc scratchpad;
-  };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, int>;
+namespace {
+
+struct MatmulDescs {
+  memory::desc a, b, bias, y;
+};
+MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
+  return {memory::desc({c.m, c.k}, activation_type(c.a_signed), tag::ab), memory::desc({c.k, c.n}, dt::s8, tag::ab),
+          c.bias ? memory::desc({1, c.n}, dt::s32, tag::ab) : memory::desc(),
+          memory::desc({c.m, c.n}, activation_type(c.y_signed), tag::ab)};
+}
+
+struct MatmulPrimitive {
+  dnnl::matmul prim;
+  memory::desc weights, scratchpad;
+};
+
+// Plain weights with the scales given at run time (one primitive per shape),
+// or, for weights prepared once, the primitive's own weight layout with the
+// scales built in (oneDNN's brgemm kernels, several times faster at one row).
+const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const float* scale_values) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int, std::vector<float>>;
   static std::mutex mu;
-  static std::map<Key, Prepared> cache;
-  const memory::desc da({c.m, c.k}, activation_type(c.a_signed), tag::ab), db({c.k, c.n}, dt::s8, tag::ab),
-      dbias = c.bias ? memory::desc({1, c.n}, dt::s32, tag::ab) : memory::desc(),
-      dy({c.m, c.n}, activation_type(c.y_signed), tag::ab);
-  const Prepared* p = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, get_num_threads()};
-    auto it = cache.find(key);
-    if (it == cache.end()) {
-      Prepared made;
-      try {
-        dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(da, db, dbias, dy),
-                                        quantized_attr(c.per_column ? 2 : 0, {}, true), engine());
-        made = {dnnl::matmul(pd), pd.scratchpad_desc()};
-      } catch (const dnnl::error&) {
-        made = {};
-      }
-      it = cache.emplace(key, std::move(made)).first;
+  static std::map<Key, MatmulPrimitive> cache;
+  std::vector<float> scales;
+  if (c.prepared_weights) scales.assign(scale_values, scale_values + (c.per_column ? c.n : 1));
+  const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, c.prepared_weights, get_num_threads(), scales};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    const MatmulDescs d = matmul_descs(c);
+    MatmulPrimitive made;
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, c.prepared_weights ? any(d.b) : d.b, d.bias, d.y),
+                                      quantized_attr(c.per_column ? 2 : 0, scales, true), engine());
+      made = {dnnl::matmul(pd), pd.weights_desc(), pd.scratchpad_desc()};
+    } catch (const dnnl::error&) {
+      made = {};
     }
-    if (!it->second.prim) return false;
-    p = &it->second;
+    it = cache.emplace(key, std::move(made)).first;
   }
+  return it->second.prim ? &it->second : nullptr;
+}
+
+}  // namespace
+
+bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
+                      const int32_t* bias, int32_t y_zero, void* y) {
+  const MatmulPrimitive* p = matmul_primitive(c, scales);
+  if (!p) return false;
+  const MatmulDescs d = matmul_descs(c);
   std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, wrap(da, a)},
-      {DNNL_ARG_WEIGHTS, wrap(db, b)},
-      {DNNL_ARG_DST, wrap(dy, y)},
-      {DNNL_ARG_ATTR_OUTPUT_SCALES, runtime_values(dt::f32, c.per_column ? c.n : 1, scales)},
+      {DNNL_ARG_SRC, wrap(d.a, a)},
+      {DNNL_ARG_WEIGHTS, wrap(c.prepared_weights ? p->weights : d.b, b)},
+      {DNNL_ARG_DST, wrap(d.y, y)},
       {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &a_zero)},
       {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero)}};
-  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(dbias, bias));
+  if (!c.prepared_weights)
+    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, runtime_values(dt::f32, c.per_column ? c.n : 1, scales));
+  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));
   Tensor scratch;
   if (p->scratchpad.get_size() > 0) {
     scratch = scratch_for(p->scratchpad);
@@ -231,6 +255,25 @@ bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zer
   p->prim.execute(s, args);
   s.wait();
   return true;
+}
+
+int64_t quantized_matmul_weights_bytes(const QuantizedMatmulCall& c, const float* scales) {
+  const MatmulPrimitive* p = matmul_primitive(c, scales);
+  return p ? static_cast<int64_t>(p->weights.get_size()) : 0;
+}
+
+std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const float* scales) {
+  const MatmulPrimitive* p = matmul_primitive(c, scales);
+  return p ? describe(p->weights) : "";
+}
+
+void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float* scales, const int8_t* b, void* out) {
+  const MatmulPrimitive* p = matmul_primitive(c, scales);
+  KILN_CHECK(p != nullptr, "no int8 matmul primitive for these weights");
+  memory plain = wrap(matmul_descs(c).b, b), prepared = wrap(p->weights, out);
+  dnnl::stream s(engine());
+  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
+  s.wait();
 }
 
 bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input) {

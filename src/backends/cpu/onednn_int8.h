@@ -49,9 +49,16 @@ struct QuantizedMatmulCall {
   bool a_signed = false, y_signed = false;
   bool per_column = false;  // one scale per column of b, else one
   bool bias = false;        // int32 [n], in the accumulator's scale
+  // b is already in the primitive's layout (prepare_quantized_matmul_weights),
+  // which then has the scales built in.
+  bool prepared_weights = false;
 };
-bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const int8_t* b,
-                      const float* scales, const int32_t* bias, int32_t y_zero, void* y);
+bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
+                      const int32_t* bias, int32_t y_zero, void* y);
+// As for convolutions: the prepared weights' size (0: no primitive), layout in words, and the reorder.
+int64_t quantized_matmul_weights_bytes(const QuantizedMatmulCall& c, const float* scales);
+std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const float* scales);
+void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float* scales, const int8_t* b, void* out);
 
 // Whether the int8 kernels give the exact integer result for these weights:
 // on CPUs with VNNI always; on the others, whose instructions add pairs of

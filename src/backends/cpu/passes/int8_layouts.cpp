@@ -1,9 +1,9 @@
-// Graph mode's int8 convolutions on the CPU: constant weights reordered once
-// into the layout oneDNN's int8 kernels read (with their compensation
-// terms), and activations kept channels-last (NHWC), the layout those kernels
-// read and write, wherever every op that reads or writes them is an int8
-// convolution or an elementwise op over the same shape (the
-// quantize/dequantize arithmetic and residual adds between layers, which
+// Graph mode's int8 convolutions and matrix products on the CPU: constant
+// weights reordered once into the layout oneDNN's int8 kernels read (with
+// their compensation terms), and activations kept channels-last (NHWC), the
+// layout those kernels read and write, wherever every op that reads or
+// writes them is an int8 convolution or an elementwise op over the same shape
+// (the quantize/dequantize arithmetic and residual adds between layers, which
 // compute the same on any memory order), or a max pool of 8-bit values
 // (which runs either way). Only at the edges of such a region do values pass
 // through plain NCHW.
@@ -73,6 +73,48 @@ bool is_eight_bit_pool(const Graph& g, const Node& n) {
   if (n.removed || !n.custom || !n.computes("max_pool2d") || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
   const DType t = g.values[n.inputs[0]].meta.dtype;
   return t == DType::UInt8 || t == DType::Int8;
+}
+
+struct Int8Matmul {
+  int node = 0;
+  cpu::onednn::QuantizedMatmulCall call;
+  std::vector<float> scales;
+  int32_t a_zero = 0, y_zero = 0;
+};
+
+// A qlinear_matmul whose b, scales, zero points and bias are constants and
+// which oneDNN computes exactly: its b is prepared once too.
+std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
+  const Node& n = g.nodes[at];
+  if (n.removed || !n.op || n.op->name != "qlinear_matmul") return std::nullopt;
+  for (int i = 1; i < 7; ++i)
+    if (!is_constant(g, n.inputs[static_cast<size_t>(i)])) return std::nullopt;
+  const bool bias = n.inputs.size() > 7 && n.inputs[7] >= 0;
+  if (bias && !is_constant(g, n.inputs[7])) return std::nullopt;
+  auto tensor = [&](int i) { return g.values[n.inputs[static_cast<size_t>(i)]].tensor.contiguous(); };
+  const Tensor b = tensor(3), b_scale = tensor(4);
+  const int64_t k = b.shape()[0], cols = b.shape()[1], rows = k ? numel_of(g.values[n.inputs[0]].meta.shape) / k : 0;
+  if (rows == 0 || cols == 0) return std::nullopt;
+  Int8Matmul m;
+  m.node = at;
+  m.scales = cpu::onednn::requantization_scales(tensor(1).data<float>()[0], b_scale.data<float>(), b_scale.numel(),
+                                                tensor(5).data<float>()[0]);
+  m.a_zero = zero_point(tensor(2));
+  m.y_zero = zero_point(tensor(6));
+  m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
+            g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true};
+  if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
+  if (cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data()) == 0) return std::nullopt;
+  return m;
+}
+
+CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
+  return [m](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const bool ran = cpu::onednn::quantized_matmul(m.call, in[0].raw_data(), m.a_zero, in[1].raw_data(), m.scales.data(),
+                                                   m.call.bias ? in[2].data<int32_t>() : nullptr, m.y_zero,
+                                                   out[0].raw_data());
+    KILN_CHECK(ran, "the int8 matmul primitive chosen at compile time is gone");
+  };
 }
 
 // Which 4-d values may live channels-last: those whose every reader and
@@ -164,14 +206,38 @@ CustomKernel int8_conv_kernel(const Int8Conv& c) {
 
 std::string use_int8_layouts(Graph& g) {
   std::vector<Int8Conv> convs;
+  std::vector<Int8Matmul> matmuls;
   std::set<int> at;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (auto c = int8_conv(g, static_cast<int>(i))) convs.push_back(*c), at.insert(c->node);
-  if (convs.empty()) return "";
+    if (auto m = int8_matmul(g, static_cast<int>(i))) matmuls.push_back(*m);
+  }
+  if (convs.empty() && matmuls.empty()) return "";
+  NoGradGuard no_grad;
+  for (const Int8Matmul& m : matmuls) {
+    Node& n = g.nodes[static_cast<size_t>(m.node)];
+    const Tensor source = g.values[n.inputs[3]].tensor;
+    const int64_t bytes = cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data());
+    const std::string kind = "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(m.call, m.scales.data());
+    const int prepared = add_derived_constant(g, n.inputs[3], kind, ".prepared", [&] {
+      Tensor t = Tensor::empty({bytes}, DType::UInt8);
+      cpu::onednn::prepare_quantized_matmul_weights(m.call, m.scales.data(), source.contiguous().data<int8_t>(),
+                                                    t.raw_data());
+      return t;
+    });
+    std::vector<int> inputs = {n.inputs[0], prepared};
+    if (m.call.bias) inputs.push_back(n.inputs[7]);
+    n.inputs = inputs;
+    n.custom = int8_matmul_kernel(m);
+    n.fused_from = n.op;
+    n.op = nullptr;
+    n.attrs = {};
+    n.label = "qlinear_matmul (int8, weights prepared)";
+  }
+  if (convs.empty()) return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once";
   ChannelsLast channels_last(g, at);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (channels_last(static_cast<int>(v))) g.values[v].layout = "nhwc";
-  NoGradGuard no_grad;
   size_t nhwc = 0;
   for (Int8Conv& c : convs) {
     Node& n = g.nodes[static_cast<size_t>(c.node)];
@@ -202,8 +268,9 @@ std::string use_int8_layouts(Graph& g) {
     n.label = "max_pool2d (values, channels-last)";
     ++pools;
   }
-  return "gave " + std::to_string(convs.size()) + " int8 convolutions weights reordered once, " + std::to_string(nhwc) +
-         " of their activations channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "");
+  return "gave " + std::to_string(convs.size()) + " int8 convolutions and " + std::to_string(matmuls.size()) +
+         " matrix products weights reordered once, " + std::to_string(nhwc) + " of the convolutions' activations "
+         "channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "");
 }
 
 }  // namespace kiln::graph
