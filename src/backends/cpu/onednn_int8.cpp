@@ -119,6 +119,14 @@ std::string describe(const memory::desc& m) {
   return s.str();
 }
 
+// Plain int8 weights into a primitive's layout (oneDNN computes the compensation terms on the way).
+void reorder_weights(const memory::desc& plain_desc, const void* plain_data, const memory::desc& layout, void* out) {
+  memory plain = wrap(plain_desc, plain_data), prepared = wrap(layout, out);
+  dnnl::stream s(engine());
+  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
+  s.wait();
+}
+
 Tensor scratch_for(const memory::desc& d) {
   return Tensor::empty({static_cast<int64_t>(std::max<size_t>(d.get_size(), 1))}, DType::UInt8);
 }
@@ -181,10 +189,7 @@ void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, 
   KILN_CHECK(p != nullptr, "no int8 convolution primitive for these weights");
   ConvDescs d;
   conv_descs(c, d);
-  memory plain = wrap(d.wei, w), prepared = wrap(p->wei, out);
-  dnnl::stream s(engine());
-  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
-  s.wait();
+  reorder_weights(d.wei, w, p->wei, out);
 }
 
 namespace {
@@ -270,10 +275,7 @@ std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const 
 void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float* scales, const int8_t* b, void* out) {
   const MatmulPrimitive* p = matmul_primitive(c, scales);
   KILN_CHECK(p != nullptr, "no int8 matmul primitive for these weights");
-  memory plain = wrap(matmul_descs(c).b, b), prepared = wrap(p->weights, out);
-  dnnl::stream s(engine());
-  dnnl::reorder(plain, prepared).execute(s, plain, prepared);
-  s.wait();
+  reorder_weights(matmul_descs(c).b, b, p->weights, out);
 }
 
 bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input) {

@@ -31,6 +31,14 @@ struct Int8Conv {
 
 bool is_constant(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
 
+// A qlinear op's weights, scales and zero points (inputs 1 to 6) and its
+// bias, when it has one, are constants.
+bool fixed_operands(const Graph& g, const Node& n) {
+  for (size_t i = 1; i < n.inputs.size(); ++i)
+    if ((i < 7 || n.inputs[i] >= 0) && !is_constant(g, n.inputs[i])) return false;
+  return n.inputs.size() >= 7;
+}
+
 int32_t zero_point(const Tensor& z) {
   const Tensor c = z.contiguous();
   return c.dtype() == DType::Int8 ? c.data<int8_t>()[0] : c.data<uint8_t>()[0];
@@ -40,11 +48,8 @@ int32_t zero_point(const Tensor& z) {
 // and which oneDNN computes exactly.
 std::optional<Int8Conv> int8_conv(const Graph& g, int at) {
   const Node& n = g.nodes[at];
-  if (n.removed || !n.op || n.op->name != "qlinear_conv2d") return std::nullopt;
-  for (int i = 1; i < 7; ++i)
-    if (!is_constant(g, n.inputs[static_cast<size_t>(i)])) return std::nullopt;
+  if (n.removed || !n.op || n.op->name != "qlinear_conv2d" || !fixed_operands(g, n)) return std::nullopt;
   const bool bias = n.inputs.size() > 7 && n.inputs[7] >= 0;
-  if (bias && !is_constant(g, n.inputs[7])) return std::nullopt;
   auto tensor = [&](int i) { return g.values[n.inputs[static_cast<size_t>(i)]].tensor.contiguous(); };
   const Tensor w = tensor(3), w_scale = tensor(4);
   const Shape &x = g.values[n.inputs[0]].meta.shape, &ws = w.shape(), &y = g.values[n.outputs[0]].meta.shape;
@@ -86,11 +91,8 @@ struct Int8Matmul {
 // which oneDNN computes exactly: its b is prepared once too.
 std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   const Node& n = g.nodes[at];
-  if (n.removed || !n.op || n.op->name != "qlinear_matmul") return std::nullopt;
-  for (int i = 1; i < 7; ++i)
-    if (!is_constant(g, n.inputs[static_cast<size_t>(i)])) return std::nullopt;
+  if (n.removed || !n.op || n.op->name != "qlinear_matmul" || !fixed_operands(g, n)) return std::nullopt;
   const bool bias = n.inputs.size() > 7 && n.inputs[7] >= 0;
-  if (bias && !is_constant(g, n.inputs[7])) return std::nullopt;
   auto tensor = [&](int i) { return g.values[n.inputs[static_cast<size_t>(i)]].tensor.contiguous(); };
   const Tensor b = tensor(3), b_scale = tensor(4);
   const int64_t k = b.shape()[0], cols = b.shape()[1], rows = k ? numel_of(g.values[n.inputs[0]].meta.shape) / k : 0;
