@@ -1,8 +1,9 @@
-// CPU integer convolution and matrix product: oneDNN's int8 primitives
-// (VNNI or AMX where the CPU has them), and a plain int32 loop for what they
-// cannot run exactly (8-bit weights on CPUs without VNNI, geometries oneDNN
-// refuses). Both requantize as oneDNN does: (acc + bias) * scale in float32,
-// rounded half to even, shifted by the zero point and saturated.
+// CPU integer convolution, matrix product and sum. The first two run on
+// oneDNN's int8 primitives (VNNI or AMX where the CPU has them), and on a
+// plain int32 loop where those cannot be exact (8-bit weights, or int8
+// inputs, on CPUs without VNNI; geometries oneDNN refuses). Both requantize
+// as oneDNN does: (acc + bias) * scale in float32, rounded half to even,
+// shifted by the zero point and saturated.
 #include <cmath>
 
 #include "backends/cpu/kernel_helpers.h"
