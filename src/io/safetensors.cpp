@@ -114,7 +114,10 @@ MappedSafetensors::MappedSafetensors(const std::string& path) : path_(path) {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) len = (len << 8) | bytes[i];
-    std::string other = detail::foreign_format_hint(bytes, size_, path);
+    // A header length that fits the file, then the JSON header's brace: safetensors, whatever the length's
+    // bytes resemble (a length of 0x108 starts as an ONNX model does). Otherwise, name the format it is.
+    const bool safetensors_shape = len >= 2 && len <= size_ - 8 && bytes[8] == '{';
+    std::string other = safetensors_shape ? "" : detail::foreign_format_hint(bytes, size_, path);
     KILN_CHECK(other.empty(), "'", path, "' is not a safetensors file: ", other);
     KILN_CHECK(len <= size_ - 8, "'", path, "' is truncated or not safetensors: its header claims ", len,
                " bytes but the file has ", size_ - 8, " after the length");

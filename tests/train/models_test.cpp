@@ -96,6 +96,22 @@ TEST(Checkpoint, OtherFormatsAreRecognisedByTheirMagic) {
   const std::string onnx = std::string(KILN_FIXTURE_DIR) + "/onnx/cnn.onnx";
   msg = message_of([&] { io::load_safetensors(onnx); });
   EXPECT_NE(msg.find("looks like an ONNX model"), std::string::npos) << msg;
+  // A real safetensors file whose header length starts as an ONNX model does
+  // (0x08, then a small byte: lengths 0x108, 0x208, ...) loads as what it is.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kiln_ckpt_len_" + std::to_string(::getpid()) + ".safetensors")).string();
+  bool seen = false;
+  for (size_t name = 1; name < 400 && !seen; ++name) {
+    io::save_safetensors(path, {{std::string(name, 'w'), zeros({2})}});
+    std::ifstream f(path, std::ios::binary);
+    unsigned char head[2];
+    f.read(reinterpret_cast<char*>(head), 2);
+    if (head[0] != 0x08 || head[1] > 0x20) continue;
+    seen = true;
+    EXPECT_EQ(io::load_safetensors(path).tensors.at(0).first, std::string(name, 'w'));
+  }
+  EXPECT_TRUE(seen) << "no header length of the form 0x??08 was made";
+  std::filesystem::remove(path);
 }
 
 TEST(Checkpoint, NonStrictLoadsWhatMatchesAndReportsTheRest) {
