@@ -413,11 +413,15 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
              "quantize: activations are uint8 or int8, not ", dtype_name(o.activations));
   std::set<std::string> keep(o.keep_float.begin(), o.keep_float.end());
   std::vector<Layer> layers = find_layers(model.graph(), {});
-  for (const std::string& k : keep)
-    KILN_CHECK(std::any_of(layers.begin(), layers.end(), [&](const Layer& l) {
-                 return l.name == k || model.graph().node(l.node).output(0) == k;
-               }),
-               "quantize: --keep '", k, "' names no quantizable layer (Conv, MatMul or Gemm with constant weights)");
+  for (const std::string& k : keep) {
+    if (std::any_of(layers.begin(), layers.end(),
+                    [&](const Layer& l) { return l.name == k || model.graph().node(l.node).output(0) == k; }))
+      continue;
+    std::string names;
+    for (size_t i = 0; i < layers.size() && i < 8; ++i) names += (i ? ", " : "") + layers[i].name;
+    KILN_FAIL("quantize: --keep '", k, "' names no quantizable layer (Conv, MatMul or Gemm with constant weights); ",
+              "they are: ", names, layers.size() > 8 ? ", ..." : "");
+  }
   KILN_CHECK(!layers.empty(), "quantize: the model has no Conv, MatMul or Gemm with constant float weights to quantize");
 
   // Calibrate every layer's activations once on the float model.
