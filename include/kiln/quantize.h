@@ -5,7 +5,7 @@
 // ONNX Runtime runs as well, and which Kiln's runtime runs on int8 kernels.
 //
 //   kiln::QuantizeResult q = kiln::quantize_model(bytes, batches);
-//   std::ofstream("model.int8.onnx") << q.model;
+//   q.save("model.int8.onnx");
 //   std::printf("%s", q.report.str().c_str());
 //
 // Convolutions, matrix products and Gemm layers with constant weights are
@@ -64,6 +64,8 @@ struct QuantizeReport {
 struct QuantizeResult {
   std::string model;  // the serialized QDQ ModelProto
   QuantizeReport report;
+  // Writes the model atomically (a temporary file, then a rename).
+  void save(const std::string& path) const;
 };
 
 // `calibration` holds batches of the model's inputs, in its input order.

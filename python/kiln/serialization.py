@@ -152,13 +152,9 @@ def quantize(model, calibration, file_name=None, method="minmax", percentile=99.
     batches = [_batch_inputs(b, names) for b in calibration]
     if not batches:
         raise ValueError("calibration gave no batches: pass a few batches of typical inputs")
-    quantized, report = _kiln.quantize_model(data, batches, method, percentile, activations, reduce_range,
-                                             list(keep), keep_sensitive, held_out)
     out = os.fspath(file_name) if file_name is not None else os.path.splitext(path)[0] + ".int8.onnx"
-    with open(out + ".partial", "wb") as f:
-        f.write(quantized)
-    os.replace(out + ".partial", out)
-    return report
+    return _kiln.quantize_model(data, out, batches, method, percentile, activations, reduce_range, list(keep),
+                                keep_sensitive, held_out)
 
 
 class InferenceSession(_kiln.InferenceSession):

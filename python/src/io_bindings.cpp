@@ -219,7 +219,8 @@ void bind_io(py::module_& m) {
       .def_readonly("outputs", &QuantizeReport::outputs)
       .def_property_readonly("quantized", &QuantizeReport::quantized)
       .def("__str__", &QuantizeReport::str);
-  m.def("quantize_model", [](py::bytes model, std::vector<std::vector<Tensor>> batches, const std::string& method,
+  m.def("quantize_model", [](py::bytes model, const std::string& out, std::vector<std::vector<Tensor>> batches,
+                             const std::string& method,
                              double percentile, const std::string& activations, bool reduce_range,
                              std::vector<std::string> keep, int keep_sensitive, double held_out) {
     QuantizeOptions o;
@@ -231,8 +232,9 @@ void bind_io(py::module_& m) {
     {
       py::gil_scoped_release release;
       r = quantize_model(bytes, batches, o);
+      r.save(out);
     }
-    return py::make_tuple(py::bytes(r.model), r.report);
+    return r.report;
   });
   m.def("quantize_aware", [](std::shared_ptr<nn::Cell> cell, const std::string& activations, bool reduce_range) {
     nn::QuantizeAwareOptions o;

@@ -84,24 +84,12 @@ std::vector<Tensor> read_conv3d(const OnnxReader& n, const std::vector<Tensor>& 
 
 std::vector<Tensor> read_conv(const OnnxReader& n, const std::vector<Tensor>& in) {
   using namespace onnx_spatial;
-  Tensor x = n.input(in, 0), w = n.input(in, 1);
+  Tensor x = n.input(in, 0);
+  const Tensor& w = n.input(in, 1);
   if (x.dim() == 5) return read_conv3d(n, in);
-  const SpatialRank r = spatial_rank(n, x);
-  const size_t dims = static_cast<size_t>(x.dim() - 2);
-  if (w.dim() != x.dim()) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
-  std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-  auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
-  Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
-  if (!p.symmetric()) {
-    x = pad_spatial(x, p, 0.0);
-    p = Pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
-  }
-  ConvOptions o;
-  o.stride = r.lift(stride, 1);
-  o.dilation = r.lift(dilation, 1);
-  o.padding = r.lift(p.begin, 0);
-  o.groups = n.i("group", 1);
-  return {r.lower(conv2d(r.lift(x), r.lift(w), OnnxReader::optional(in, 2), o))};
+  const ConvGeometry g = conv_geometry(n, x, w);
+  if (g.has_border) x = pad_spatial(x, g.border, 0.0);
+  return {g.rank.lower(conv2d(g.rank.lift(x), g.rank.lift(w), OnnxReader::optional(in, 2), g.options))};
 }
 
 // A 5-d Conv: conv3d, with uneven pads as an explicit zero border.

@@ -54,6 +54,26 @@ SpatialRank spatial_rank(const OnnxReader& n, const Tensor& x) {
   return {x.dim() == 3};
 }
 
+ConvGeometry conv_geometry(const OnnxReader& n, const Tensor& x, const Tensor& w) {
+  ConvGeometry g;
+  g.rank = spatial_rank(n, x);
+  if (w.dim() != x.dim()) n.fail("weight ", shape_str(w.shape()), " does not match input ", shape_str(x.shape()));
+  const size_t dims = static_cast<size_t>(x.dim() - 2);
+  const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
+  const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
+  Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
+  if (!p.symmetric()) {
+    g.has_border = true;
+    g.border = p;
+    p = Pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
+  }
+  g.options.stride = g.rank.lift(stride, 1);
+  g.options.dilation = g.rank.lift(dilation, 1);
+  g.options.padding = g.rank.lift(p.begin, 0);
+  g.options.groups = n.i("group", 1);
+  return g;
+}
+
 void add_ceil_padding(const OnnxReader& n, const Shape& x, const std::vector<int64_t>& kernel,
                       const std::vector<int64_t>& stride, const std::vector<int64_t>& dilation, Pads& p) {
   if (!n.i("ceil_mode", 0)) return;

@@ -4,6 +4,7 @@
 // padding, and 1-d nodes lifted to 2-d with a unit height.
 #include <vector>
 
+#include "kiln/functional.h"
 #include "kiln/op_onnx.h"
 #include "kiln/tensor.h"
 
@@ -33,6 +34,18 @@ struct SpatialRank {
   }
 };
 SpatialRank spatial_rank(const OnnxReader& n, const Tensor& x);
+
+// A 1-d or 2-d Conv-like node (strides, dilations, pads or auto_pad, group)
+// for input x and weights w as 2-d convolution options. Kiln's padding is
+// symmetric: uneven pads come back as `border`, for the caller to add to the
+// input explicitly (with the value that stands for zero), the options' padding then 0.
+struct ConvGeometry {
+  SpatialRank rank;
+  ConvOptions options;
+  bool has_border = false;
+  Pads border;
+};
+ConvGeometry conv_geometry(const OnnxReader& n, const Tensor& x, const Tensor& w);
 
 // Extra end padding so that ceil_mode's last, partial window exists (when
 // the node sets ceil_mode).

@@ -175,26 +175,13 @@ std::vector<Tensor> qlinear_conv(const OnnxNode& n, const std::vector<Tensor>& i
       one_value(in[1]) && one_value(in[2]) && one_value(in[6]) && one_value(in[7]) &&
       float32_scales({in[1], in[4], in[6]}) && (in[4].numel() == 1 || in[4].numel() == w.shape()[0]) &&
       (!bias.defined() || bias.dtype() == DType::Int32)) {
-    const SpatialRank r = spatial_rank(n, x);
-    const size_t dims = static_cast<size_t>(x.dim() - 2);
-    const std::vector<int64_t> kernel(w.shape().begin() + 2, w.shape().end());
-    const auto stride = spatial_attr(n, "strides", dims, 1), dilation = spatial_attr(n, "dilations", dims, 1);
+    const ConvGeometry g = conv_geometry(n, x, w);
     const Tensor x_zero = in[2].reshape({});
-    Pads p = resolve_pads(n, x.shape(), kernel, stride, dilation);
     // Uneven pads become a border holding the zero point (the quantized 0.0), where that is fixed.
-    if (p.symmetric() || !kiln::detail::values_vary(x_zero)) {
-      Tensor padded = x;
-      if (!p.symmetric()) {
-        padded = pad_spatial(x, p, cast(x_zero, DType::Float64).item<double>());
-        p = Pads{std::vector<int64_t>(dims, 0), std::vector<int64_t>(dims, 0)};
-      }
-      ConvOptions o;
-      o.stride = r.lift(stride, 1);
-      o.dilation = r.lift(dilation, 1);
-      o.padding = r.lift(p.begin, 0);
-      o.groups = n.i("group", 1);
-      return {r.lower(qlinear_conv2d(r.lift(padded), in[1], x_zero, r.lift(w), in[4].reshape({in[4].numel()}), in[6],
-                                     in[7].reshape({}), bias, o))};
+    if (!g.has_border || !kiln::detail::values_vary(x_zero)) {
+      const Tensor padded = g.has_border ? pad_spatial(x, g.border, cast(x_zero, DType::Float64).item<double>()) : x;
+      return {g.rank.lower(qlinear_conv2d(g.rank.lift(padded), in[1], x_zero, g.rank.lift(w),
+                                          in[4].reshape({in[4].numel()}), in[6], in[7].reshape({}), bias, g.options))};
     }
   }
   const Tensor acc = conv_of_centered(n, x, input(n, in, 2), w, input(n, in, 5), bias);

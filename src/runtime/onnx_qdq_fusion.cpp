@@ -10,6 +10,7 @@
 
 #include "io/onnx_tensor.h"
 #include "kiln/functional.h"
+#include "runtime/onnx_ops.h"
 
 namespace kiln::runtime {
 namespace {
@@ -17,19 +18,8 @@ namespace {
 using ::onnx::NodeProto;
 using ::onnx::TensorProto;
 
-const ::onnx::AttributeProto* attr(const NodeProto& n, const std::string& name) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-int64_t int_attr(const NodeProto& n, const std::string& name, int64_t fallback) {
-  const auto* a = attr(n, name);
-  return a ? a->i() : fallback;
-}
-float float_attr(const NodeProto& n, const std::string& name, float fallback) {
-  const auto* a = attr(n, name);
-  return a ? a->f() : fallback;
-}
+// A node's attributes, with ONNX's defaults.
+OnnxNode attrs(const NodeProto& n) { return OnnxNode(n, 0); }
 bool is(const NodeProto& n, const char* type) {
   return n.op_type() == type && (n.domain().empty() || n.domain() == "ai.onnx");
 }
@@ -114,7 +104,7 @@ class Fuser {
   // int8 tensor with one scale and zero point, both initializers.
   std::optional<Quantized> activation(const std::string& value) {
     const NodeProto* dq = producer(value);
-    if (!dq || !is(*dq, "DequantizeLinear") || int_attr(*dq, "block_size", 0) != 0) return std::nullopt;
+    if (!dq || !is(*dq, "DequantizeLinear") || attrs(*dq).i("block_size", 0) != 0) return std::nullopt;
     const auto scale = constant(input(*dq, 1));
     if (!scale || scale->numel() != 1 || scale->dtype() != DType::Float32) return std::nullopt;
     // Without a zero point the quantized type is not known here: left as it is.
@@ -128,7 +118,7 @@ class Fuser {
   // with zero points 0 and one scale, or one per index of `axis`.
   std::optional<Quantized> weights(const std::string& value, int64_t axis, Tensor& scale_out) {
     const NodeProto* dq = producer(value);
-    if (!dq || !is(*dq, "DequantizeLinear") || int_attr(*dq, "block_size", 0) != 0) return std::nullopt;
+    if (!dq || !is(*dq, "DequantizeLinear") || attrs(*dq).i("block_size", 0) != 0) return std::nullopt;
     const auto w = constant(dq->input(0));
     const auto scale = constant(input(*dq, 1));
     if (!w || w->dtype() != DType::Int8 || !scale || scale->dtype() != DType::Float32) return std::nullopt;
@@ -137,7 +127,7 @@ class Fuser {
       if (!zero || zero->dtype() != DType::Int8 || !all_zero(*zero)) return std::nullopt;
     }
     if (scale->numel() != 1) {
-      int64_t a = int_attr(*dq, "axis", 1);
+      int64_t a = attrs(*dq).i("axis", 1);
       if (a < 0) a += w->dim();
       if (a != axis || scale->dim() != 1 || scale->numel() != w->shape()[static_cast<size_t>(axis)]) return std::nullopt;
     }
@@ -203,8 +193,8 @@ class Fuser {
   std::pair<double, double> clip_bounds(const NodeProto& n) const {
     constexpr double inf = std::numeric_limits<double>::infinity();
     if (is(n, "Relu")) return {0.0, inf};
-    if (n.input_size() == 1 && (attr(n, "min") || attr(n, "max")))  // before opset 11
-      return {float_attr(n, "min", -INFINITY), float_attr(n, "max", INFINITY)};
+    if (n.input_size() == 1 && (attrs(n).has("min") || attrs(n).has("max")))  // before opset 11
+      return {attrs(n).f("min", -inf), attrs(n).f("max", inf)};
     double lo = -inf, hi = inf;
     for (int i : {1, 2}) {
       if (input(n, i).empty()) continue;
@@ -228,7 +218,7 @@ class Fuser {
   // The fused node that replaces QuantizeLinear node `at`, or nullopt.
   std::optional<NodeProto> fuse_at(int at, QdqFusion& done) {
     const NodeProto& q = g_.node(at);
-    if (attr(q, "output_dtype") || int_attr(q, "block_size", 0) != 0 || q.input_size() < 3) return std::nullopt;
+    if (attrs(q).has("output_dtype") || attrs(q).i("block_size", 0) != 0) return std::nullopt;
     const auto y_scale = constant(q.input(1)), y_zero = constant(q.input(2));
     if (!y_scale || y_scale->numel() != 1 || y_scale->dtype() != DType::Float32 || !y_zero || y_zero->numel() != 1 ||
         (y_zero->dtype() != DType::UInt8 && y_zero->dtype() != DType::Int8))
@@ -308,9 +298,8 @@ class Fuser {
       fused.set_input(5, add_initializer(w->q + "_zero", zeros({}, DType::Int8)));
       ++done.matmul;
     } else if (is(*op, "Gemm")) {
-      const bool trans_b = int_attr(*op, "transB", 0) != 0;
-      if (int_attr(*op, "transA", 0) != 0 || float_attr(*op, "alpha", 1.0f) != 1.0f ||
-          float_attr(*op, "beta", 1.0f) != 1.0f)
+      const bool trans_b = attrs(*op).i("transB", 0) != 0;
+      if (attrs(*op).i("transA", 0) != 0 || attrs(*op).f("alpha", 1.0) != 1.0 || attrs(*op).f("beta", 1.0) != 1.0)
         return std::nullopt;
       const auto w = weights(input(*op, 1), trans_b ? 0 : 1, w_scale);
       if (!w || constant(w->q)->dim() != 2) return std::nullopt;

@@ -11,9 +11,11 @@
 #include <set>
 #include <sstream>
 
+#include "io/atomic_file.h"
 #include "io/onnx_tensor.h"
 #include "kiln/functional.h"
 #include "kiln/runtime.h"
+#include "runtime/onnx_ops.h"
 #include "runtime/quantize_observers.h"
 
 namespace kiln {
@@ -36,20 +38,6 @@ struct Params {
   float scale = 1;
   int zero = 0;
 };
-
-const ::onnx::AttributeProto* attr(const NodeProto& n, const char* name) {
-  for (const auto& a : n.attribute())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-int64_t int_attr(const NodeProto& n, const char* name, int64_t fallback) {
-  const auto* a = attr(n, name);
-  return a ? a->i() : fallback;
-}
-float float_attr(const NodeProto& n, const char* name, float fallback) {
-  const auto* a = attr(n, name);
-  return a ? a->f() : fallback;
-}
 
 class Graph {
  public:
@@ -121,10 +109,10 @@ std::vector<Layer> find_layers(const GraphProto& g, const std::set<std::string>&
       if (w->dims_size() != 2) continue;
       l.axis = 1;
     } else if (n.op_type() == "Gemm") {
-      if (w->dims_size() != 2 || int_attr(n, "transA", 0) != 0 || float_attr(n, "alpha", 1) != 1 ||
-          float_attr(n, "beta", 1) != 1)
+      const runtime::OnnxNode attrs(n, 0);
+      if (w->dims_size() != 2 || attrs.i("transA", 0) != 0 || attrs.f("alpha", 1) != 1 || attrs.f("beta", 1) != 1)
         continue;
-      l.axis = int_attr(n, "transB", 0) ? 0 : 1;
+      l.axis = attrs.i("transB", 0) ? 0 : 1;
     } else {
       continue;
     }
@@ -375,6 +363,8 @@ struct Difference {
 };
 
 }  // namespace
+
+void QuantizeResult::save(const std::string& path) const { io::write_file_atomic(path, {{model.data(), model.size()}}); }
 
 int QuantizeReport::quantized() const {
   return static_cast<int>(std::count_if(layers.begin(), layers.end(), [](const QuantizedLayer& l) { return !l.kept_float; }));

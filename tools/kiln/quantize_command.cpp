@@ -49,16 +49,6 @@ std::vector<std::vector<Tensor>> load_batches(const std::string& dir, size_t inp
   return batches;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  const std::string part = path + ".partial";
-  {
-    std::ofstream f(part, std::ios::binary);
-    f << bytes;
-    KILN_CHECK(f.good(), "could not write ", part);
-  }
-  fs::rename(part, path);
-}
-
 }  // namespace
 
 void add_quantize_command(CLI::App& app) {
@@ -112,7 +102,7 @@ void add_quantize_command(CLI::App& app) {
       if (a->out.empty()) a->out = fs::path(a->model).replace_extension(".int8.onnx").string();
       std::printf("%s", result.report.str().c_str());
     }
-    write_file(a->out, result.model);
+    result.save(a->out);
     std::printf("wrote %s\n", a->out.c_str());
   });
 }

@@ -278,6 +278,19 @@ void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float*
   reorder_weights(matmul_descs(c).b, b, p->weights, out);
 }
 
+std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale) {
+  const Tensor ws = w_scale.contiguous();
+  const float xs = x_scale.contiguous().data<float>()[0], ys = y_scale.contiguous().data<float>()[0];
+  std::vector<float> s(static_cast<size_t>(ws.numel()));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = xs * ws.data<float>()[i] / ys;
+  return s;
+}
+
+int32_t zero_point_of(const Tensor& zero_point) {
+  const Tensor z = zero_point.contiguous();
+  return z.dtype() == DType::Int8 ? z.data<int8_t>()[0] : z.data<uint8_t>()[0];
+}
+
 bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input) {
   static const bool vnni = [] {
     const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();

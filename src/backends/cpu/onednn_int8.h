@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/onednn_conv.h"
+#include "kiln/tensor.h"
 
 namespace kiln::cpu::onednn {
 
@@ -26,12 +27,10 @@ struct QuantizedConvCall {
 };
 
 // The requantization scales x_scale * w_scale / y_scale, per output channel
-// (or one), in float32 as the primitives apply them.
-inline std::vector<float> requantization_scales(float x_scale, const float* w_scale, int64_t n, float y_scale) {
-  std::vector<float> s(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) s[static_cast<size_t>(i)] = x_scale * w_scale[i] / y_scale;
-  return s;
-}
+// (or one), in float32 as the primitives apply them, from the scale tensors.
+std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale);
+// A uint8 or int8 zero point (one value) as an int.
+int32_t zero_point_of(const Tensor& zero_point);
 
 // Each returns false when oneDNN cannot express the call.
 // scales: requantization_scales.

@@ -15,16 +15,7 @@ namespace {
 
 using onednn::ConvShape;
 
-std::vector<float> multipliers(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale) {
-  const Tensor ws = w_scale.contiguous();
-  return onednn::requantization_scales(x_scale.contiguous().data<float>()[0], ws.data<float>(), ws.numel(),
-                                       y_scale.contiguous().data<float>()[0]);
-}
-
-int32_t zero_point(const Tensor& z) {
-  const Tensor c = z.contiguous();
-  return c.dtype() == DType::Int8 ? c.data<int8_t>()[0] : c.data<uint8_t>()[0];
-}
+using onednn::zero_point_of;
 
 template <typename TY>
 TY requantize(int32_t acc, int32_t bias, float scale, int32_t zero) {
@@ -99,8 +90,8 @@ void qlinear_conv2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Shape &xs = x.shape(), &ws = w.shape(), &ys = out[0].shape();
   const ConvShape s{xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], c.stride[0], c.stride[1],
                     c.padding[0], c.padding[1], c.dilation[0], c.dilation[1], c.groups};
-  const std::vector<float> scales = multipliers(in[1], in[4], in[5]);
-  const int32_t xz = zero_point(in[2]), yz = zero_point(in[6]);
+  const std::vector<float> scales = onednn::requantization_scales(in[1], in[4], in[5]);
+  const int32_t xz = zero_point_of(in[2]), yz = zero_point_of(in[6]);
   const int32_t* b = bias.defined() ? bias.data<int32_t>() : nullptr;
   onednn::QuantizedConvCall call{s, x.dtype() == DType::Int8, out[0].dtype() == DType::Int8, scales.size() > 1,
                                  b != nullptr, xz != 0};
@@ -117,8 +108,8 @@ void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor a = in[0].contiguous(), b = in[3].contiguous();
   const Tensor bias = in.size() > 7 && in[7].defined() ? in[7].contiguous() : Tensor();
   const int64_t k = b.shape()[0], n = b.shape()[1], m = k > 0 ? a.numel() / k : 0;
-  const std::vector<float> scales = multipliers(in[1], in[4], in[5]);
-  const int32_t az = zero_point(in[2]), yz = zero_point(in[6]);
+  const std::vector<float> scales = onednn::requantization_scales(in[1], in[4], in[5]);
+  const int32_t az = zero_point_of(in[2]), yz = zero_point_of(in[6]);
   const int32_t* pb = bias.defined() ? bias.data<int32_t>() : nullptr;
   onednn::QuantizedMatmulCall call{m, k, n, a.dtype() == DType::Int8, out[0].dtype() == DType::Int8, scales.size() > 1,
                                    pb != nullptr};
@@ -153,8 +144,8 @@ void qlinear_add_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor a = in[0].contiguous(), b = in[3].contiguous();
   auto scalar = [&](size_t i) { return in[i].contiguous().data<float>()[0]; };
   const float ys = scalar(6), ma = scalar(1) / ys, mb = scalar(4) / ys;
-  const float za = static_cast<float>(zero_point(in[2])), zb = static_cast<float>(zero_point(in[5])),
-              zy = static_cast<float>(zero_point(in[7]));
+  const float za = static_cast<float>(zero_point_of(in[2])), zb = static_cast<float>(zero_point_of(in[5])),
+              zy = static_cast<float>(zero_point_of(in[7]));
   with_types(a.dtype(), out[0].dtype(), [&]<typename TX, typename TY>() {
     const TX *pa = a.data<TX>(), *pb = b.data<TX>();
     TY* py = out[0].data<TY>();

@@ -7,6 +7,7 @@
 // compute the same on any memory order), or a max pool of 8-bit values
 // (which runs either way). Only at the edges of such a region do values pass
 // through plain NCHW.
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -39,11 +40,6 @@ bool fixed_operands(const Graph& g, const Node& n) {
   return n.inputs.size() >= 7;
 }
 
-int32_t zero_point(const Tensor& z) {
-  const Tensor c = z.contiguous();
-  return c.dtype() == DType::Int8 ? c.data<int8_t>()[0] : c.data<uint8_t>()[0];
-}
-
 // A qlinear_conv2d whose weights, scales, zero points and bias are constants
 // and which oneDNN computes exactly.
 std::optional<Int8Conv> int8_conv(const Graph& g, int at) {
@@ -55,10 +51,9 @@ std::optional<Int8Conv> int8_conv(const Graph& g, int at) {
   const Shape &x = g.values[n.inputs[0]].meta.shape, &ws = w.shape(), &y = g.values[n.outputs[0]].meta.shape;
   Int8Conv c;
   c.node = at;
-  c.scales = cpu::onednn::requantization_scales(tensor(1).data<float>()[0], w_scale.data<float>(), w_scale.numel(),
-                                                tensor(5).data<float>()[0]);
-  c.x_zero = zero_point(tensor(2));
-  c.y_zero = zero_point(tensor(6));
+  c.scales = cpu::onednn::requantization_scales(tensor(1), w_scale, tensor(5));
+  c.x_zero = cpu::onednn::zero_point_of(tensor(2));
+  c.y_zero = cpu::onednn::zero_point_of(tensor(6));
   const Conv2dAttrs a = Conv2dAttrs::of(n.attrs);
   c.call.shape = {x[0], x[1], x[2], x[3], ws[0], ws[2], ws[3], y[2], y[3], a.stride[0], a.stride[1],
                   a.padding[0], a.padding[1], a.dilation[0], a.dilation[1], a.groups};
@@ -99,10 +94,9 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   if (rows == 0 || cols == 0) return std::nullopt;
   Int8Matmul m;
   m.node = at;
-  m.scales = cpu::onednn::requantization_scales(tensor(1).data<float>()[0], b_scale.data<float>(), b_scale.numel(),
-                                                tensor(5).data<float>()[0]);
-  m.a_zero = zero_point(tensor(2));
-  m.y_zero = zero_point(tensor(6));
+  m.scales = cpu::onednn::requantization_scales(tensor(1), b_scale, tensor(5));
+  m.a_zero = cpu::onednn::zero_point_of(tensor(2));
+  m.y_zero = cpu::onednn::zero_point_of(tensor(6));
   m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
             g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true};
   if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
@@ -204,6 +198,28 @@ CustomKernel int8_conv_kernel(const Int8Conv& c) {
   };
 }
 
+// qlinear op n becomes `kernel` over its input, its constant weights (input
+// 3) reordered once by `prepare` into `bytes` of the primitive's `layout`
+// (shared by every graph of those weights), and its bias.
+void on_prepared_weights(Graph& g, Node& n, int64_t bytes, const std::string& layout,
+                         const std::function<void(const int8_t*, void*)>& prepare, CustomKernel kernel,
+                         std::string label) {
+  const Tensor source = g.values[n.inputs[3]].tensor;
+  const int prepared = add_derived_constant(g, n.inputs[3], layout, ".prepared", [&] {
+    Tensor t = Tensor::empty({bytes}, DType::UInt8);
+    prepare(source.contiguous().data<int8_t>(), t.raw_data());
+    return t;
+  });
+  std::vector<int> inputs = {n.inputs[0], prepared};
+  if (n.inputs.size() > 7 && n.inputs[7] >= 0) inputs.push_back(n.inputs[7]);
+  n.inputs = inputs;
+  n.custom = std::move(kernel);
+  n.fused_from = n.op;
+  n.op = nullptr;
+  n.attrs = {};
+  n.label = std::move(label);
+}
+
 }  // namespace
 
 std::string use_int8_layouts(Graph& g) {
@@ -217,24 +233,13 @@ std::string use_int8_layouts(Graph& g) {
   if (convs.empty() && matmuls.empty()) return "";
   NoGradGuard no_grad;
   for (const Int8Matmul& m : matmuls) {
-    Node& n = g.nodes[static_cast<size_t>(m.node)];
-    const Tensor source = g.values[n.inputs[3]].tensor;
-    const int64_t bytes = cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data());
-    const std::string kind = "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(m.call, m.scales.data());
-    const int prepared = add_derived_constant(g, n.inputs[3], kind, ".prepared", [&] {
-      Tensor t = Tensor::empty({bytes}, DType::UInt8);
-      cpu::onednn::prepare_quantized_matmul_weights(m.call, m.scales.data(), source.contiguous().data<int8_t>(),
-                                                    t.raw_data());
-      return t;
-    });
-    std::vector<int> inputs = {n.inputs[0], prepared};
-    if (m.call.bias) inputs.push_back(n.inputs[7]);
-    n.inputs = inputs;
-    n.custom = int8_matmul_kernel(m);
-    n.fused_from = n.op;
-    n.op = nullptr;
-    n.attrs = {};
-    n.label = "qlinear_matmul (int8, weights prepared)";
+    const cpu::onednn::QuantizedMatmulCall& call = m.call;
+    const float* scales = m.scales.data();
+    on_prepared_weights(g, g.nodes[static_cast<size_t>(m.node)],
+                        cpu::onednn::quantized_matmul_weights_bytes(call, scales),
+                        "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(call, scales),
+                        [&](const int8_t* b, void* out) { cpu::onednn::prepare_quantized_matmul_weights(call, scales, b, out); },
+                        int8_matmul_kernel(m), "qlinear_matmul (int8, weights prepared)");
   }
   if (convs.empty()) return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once";
   ChannelsLast channels_last(g, at);
@@ -246,22 +251,13 @@ std::string use_int8_layouts(Graph& g) {
     c.call.x_nhwc = channels_last(n.inputs[0]);
     c.call.y_nhwc = channels_last(n.outputs[0]);
     nhwc += c.call.x_nhwc + c.call.y_nhwc;
-    const Tensor source = g.values[n.inputs[3]].tensor;
-    const int64_t bytes = cpu::onednn::quantized_weights_bytes(c.call, c.scales.data());
-    const std::string kind = "onednn " + cpu::onednn::quantized_weights_layout(c.call, c.scales.data());
-    const int prepared = add_derived_constant(g, n.inputs[3], kind, ".prepared", [&] {
-      Tensor t = Tensor::empty({bytes}, DType::UInt8);
-      cpu::onednn::prepare_quantized_weights(c.call, c.scales.data(), source.contiguous().data<int8_t>(), t.raw_data());
-      return t;
-    });
-    std::vector<int> inputs = {n.inputs[0], prepared};
-    if (c.call.bias) inputs.push_back(n.inputs[7]);
-    n.inputs = inputs;
-    n.custom = int8_conv_kernel(c);
-    n.fused_from = n.op;
-    n.op = nullptr;
-    n.attrs = {};
-    n.label = std::string("qlinear_conv2d (int8") + (c.call.x_nhwc || c.call.y_nhwc ? ", channels-last)" : ")");
+    const cpu::onednn::QuantizedConvCall& call = c.call;
+    const float* scales = c.scales.data();
+    on_prepared_weights(g, n, cpu::onednn::quantized_weights_bytes(call, scales),
+                        "onednn " + cpu::onednn::quantized_weights_layout(call, scales),
+                        [&](const int8_t* w, void* out) { cpu::onednn::prepare_quantized_weights(call, scales, w, out); },
+                        int8_conv_kernel(c),
+                        std::string("qlinear_conv2d (int8") + (call.x_nhwc || call.y_nhwc ? ", channels-last)" : ")"));
   }
   size_t pools = 0;
   for (Node& n : g.nodes) {
