@@ -53,20 +53,28 @@ class Backend {
   }
   // Within device `index`, without the host (here through it).
   virtual void copy_on_device(void* dst, const void* src, size_t nbytes, int index);
+  // From device `src_index` to device `dst_index` of this backend (a GPU's
+  // peer copy; here through the host).
+  virtual void copy_across(void* dst, int dst_index, const void* src, int src_index, size_t nbytes);
   // Host memory the device copies to and from fastest (page-locked for a
   // GPU); on the host backends, the host's allocator.
   virtual Allocator& pinned_allocator() { return host_allocator(); }
   // Which DeviceType this backend serves (set by register_backend).
   DeviceType type_of_backend() const { return type_; }
 
-  // Creation on the device: element i of `count` elements of `dtype` at dst
-  // becomes start + i * step (step 0: a constant), or number i of the
-  // counter-based draw (seed, first counter) of the given kind (kiln/generator.h:
-  // the same numbers on every backend). Here staged through host memory and
-  // copied; a device backend computes them where they are.
-  enum class Random { Uniform, Normal };
-  virtual void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int index);
-  virtual void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int index);
+  // Creation on the device: element i of `count` elements of `dtype`, at
+  // dst + i * stride elements (the others untouched), becomes start + i * step
+  // (step 0: a constant), or number i of the counter-based draw `draw`
+  // (kiln/generator.h: the same numbers on every backend). Here staged
+  // through host memory and copied; a device backend computes them where they are.
+  enum class Random { Uniform, Normal, Integers };
+  struct Draw {
+    Random kind = Random::Uniform;
+    uint64_t seed = 0, first = 0;  // the generator's seed and the draw's first counter
+    int64_t low = 0, high = 0;     // Integers: in [low, high)
+  };
+  virtual void fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step, int index);
+  virtual void fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int index);
 
   // Runs a compiled graph's `count` steps on device `index` in order;
   // `step(i)` launches step i. Host backends call them one after another on
@@ -103,16 +111,16 @@ class HostMemoryBackend : public Backend {
   bool host_memory() const override { return true; }
   void copy_to_host(void* dst, const void* src, size_t nbytes, int) override;
   void copy_from_host(void* dst, const void* src, size_t nbytes, int) override;
-  void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) override;
-  void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int) override;
+  void fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step, int) override;
+  void fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int) override;
 };
 
 namespace detail {
 // The host's loops behind fill_affine and fill_random, for any backend
 // whose memory the host reaches (the CPU's, or the reference backend's
 // after decoding its handles).
-void host_fill_affine(void* dst, size_t count, DType dtype, double start, double step);
-void host_fill_random(void* dst, size_t count, DType dtype, Backend::Random kind, uint64_t seed, uint64_t first);
+void host_fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step);
+void host_fill_random(void* dst, size_t count, DType dtype, const Backend::Draw& draw);
 }  // namespace detail
 
 // Backends register themselves when their library loads; the CPU is always there.

@@ -10,12 +10,16 @@ namespace kiln {
 struct OpLibrary {
   std::string name;  // the package's name (KILN_PLUGIN's first argument)
   std::string path;  // the file, as resolved
+  // The ops it defines; for a backend library, those it has kernels for.
   std::vector<std::string> ops;
   // Kernels for backends this build lacks ("cuda: rms_norm float32"), kept aside.
   std::vector<std::string> unused_kernels;
+  // The kind of device a backend library (kiln/backend_library.h) brings; "" for an op package.
+  std::string device;
 };
 
-// Loads the package at `path` and registers its ops. A file that is not a
+// Loads the package at `path` and registers its ops; a backend library
+// (kiln/backend_library.h) registers its kind of device, backend and kernels. A file that is not a
 // package, was built for another plugin ABI, clashes with an op that exists
 // or fails its own registration is refused with an error naming the file,
 // the op and the fix, and nothing of it stays registered. Loading a file

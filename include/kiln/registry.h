@@ -168,7 +168,7 @@ class OpRegistry {
   void register_kernel(const std::string& op, DeviceType backend, DType dtype, Kernel kernel);
   // A backend's runner of block math, for the given dtypes: every op with
   // `math` gets math.kernel there unless it registers a kernel of its own.
-  void register_block_runner(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes);
+  void register_block_runner(DeviceType backend, BlockRunner runner, const std::vector<DType>& dtypes);
   BlockRunner block_runner(DeviceType backend) const;
   std::vector<const OpDef*> all() const;  // sorted by name
 

@@ -57,6 +57,11 @@ class Tensor {
 
   // Raw access to the first element (honours the storage offset).
   void* raw_data() const;
+  // The first element's address in its device's memory, for that backend's
+  // kernels and copies (a backend library's too): on a device whose memory
+  // is not host memory, an address the host must not follow. Host code
+  // reads through raw_data(), which checks.
+  void* device_data() const;
   template <typename T>
   T* data() const {
     KILN_CHECK(DTypeOf<T>::value == dtype(), "Tensor::data<", dtype_name(DTypeOf<T>::value),
@@ -131,12 +136,12 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::Float32, Device device = {});
 Tensor arange(int64_t end, DType dtype = DType::Int64, Device device = {});
-Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::Float32);
-Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = DType::Float32);
+Tensor linspace(double start, double end, int64_t steps, DType dtype = DType::Float32, Device device = {});
+Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, DType dtype = DType::Float32, Device device = {});
 Tensor rand(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr, Device device = {});
 Tensor randn(const Shape& shape, DType dtype = DType::Float32, Generator* gen = nullptr, Device device = {});
 Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = DType::Int64,
-               Generator* gen = nullptr);
+               Generator* gen = nullptr, Device device = {});
 // Copies `nbytes` of host memory holding elements of `dtype`.
 Tensor from_buffer(const void* data, const Shape& shape, DType dtype);
 template <typename T>

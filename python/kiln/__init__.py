@@ -50,12 +50,12 @@ def _shape_and_dtype(fn, args, shape, dtype):
 
 
 def _shaped(name, make):
-    def create(*shape, dtype=None, **kwargs):
+    def create(*shape, dtype=None, device=None, **kwargs):
         given = kwargs.pop("shape", kwargs.pop("size", None))
         if kwargs:
             raise TypeError(f"kiln.{name}() got an unexpected keyword argument {next(iter(kwargs))!r}")
         s, d = _shape_and_dtype(name, shape, given, dtype)
-        return make(s, d)
+        return make(s, d, device)
     create.__name__ = create.__qualname__ = name
     create.__doc__ = getattr(_kiln, name).__doc__
     return create

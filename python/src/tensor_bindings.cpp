@@ -616,33 +616,41 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
     return x;
   }, py::arg("data"), py::arg("dtype") = py::none(), py::arg("requires_grad") = false,
         "A new tensor holding a copy of data (NumPy array, numbers, nested lists or a Tensor).");
-  m.def("zeros", [](py::object s, py::object d) { return zeros(shape_of(s), d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("dtype") = py::none());
-  m.def("ones", [](py::object s, py::object d) { return ones(shape_of(s), d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("dtype") = py::none());
-  m.def("full", [](py::object s, double v, py::object d) { return full(shape_of(s), v, d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("fill_value"), py::arg("dtype") = py::none());
-  m.def("empty", [](py::object s, py::object d) { return Tensor::empty(shape_of(s), d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("dtype") = py::none());
+  // Creation: a dtype (float32 unless given; int64 for randint) and a
+  // device ("cpu" unless given: "reference", "cuda:1", a loaded backend's).
+  auto dt = [](const py::object& d, DType fallback) { return d.is_none() ? fallback : dtype_of(d); };
+  auto dev = [](const py::object& d) { return d.is_none() ? cpu_device() : parse_device(py::cast<std::string>(d)); };
+  m.def("zeros", [=](py::object s, py::object d, py::object v) { return zeros(shape_of(s), dt(d, DType::Float32), dev(v)); },
+        py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("ones", [=](py::object s, py::object d, py::object v) { return ones(shape_of(s), dt(d, DType::Float32), dev(v)); },
+        py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("full", [=](py::object s, double x, py::object d, py::object v) {
+    return full(shape_of(s), x, dt(d, DType::Float32), dev(v));
+  }, py::arg("shape"), py::arg("fill_value"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("empty", [=](py::object s, py::object d, py::object v) {
+    return Tensor::empty(shape_of(s), dt(d, DType::Float32), dev(v));
+  }, py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
   m.def("zeros_like", [](const Tensor& x) { return zeros_like(x); });
   m.def("ones_like", [](const Tensor& x) { return ones_like(x); });
-  m.def("arange", [](double start, py::object end, double step, py::object d) {
-    DType dt = d.is_none() ? DType::Float32 : dtype_of(d);
-    if (end.is_none()) return arange(0, start, step, dt);
-    return arange(start, py::cast<double>(end), step, dt);
+  m.def("arange", [=](double start, py::object end, double step, py::object d, py::object v) {
+    if (end.is_none()) return arange(0, start, step, dt(d, DType::Float32), dev(v));
+    return arange(start, py::cast<double>(end), step, dt(d, DType::Float32), dev(v));
   }, py::arg("start"), py::arg("end") = py::none(), py::arg("step") = 1.0, py::arg("dtype") = py::none(),
+        py::arg("device") = py::none(),
         "Values from start (0 with one argument) up to end, step apart; float32 unless dtype says otherwise.");
-  m.def("linspace", [](double a, double b, int64_t n, py::object d) { return linspace(a, b, n, d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("start"), py::arg("end"), py::arg("steps"), py::arg("dtype") = py::none());
-  m.def("eye", [](int64_t n, std::optional<int64_t> mm, py::object d) { return eye(n, mm, d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("n"), py::arg("m") = py::none(), py::arg("dtype") = py::none());
-  m.def("rand", [](py::object s, py::object d) { return rand(shape_of(s), d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("dtype") = py::none());
-  m.def("randn", [](py::object s, py::object d) { return randn(shape_of(s), d.is_none() ? DType::Float32 : dtype_of(d)); },
-        py::arg("shape"), py::arg("dtype") = py::none());
-  m.def("randint", [](int64_t low, int64_t high, py::object s, py::object d) {
-    return randint(low, high, shape_of(s), d.is_none() ? DType::Int64 : dtype_of(d));
-  }, py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype") = py::none());
+  m.def("linspace", [=](double a, double b, int64_t n, py::object d, py::object v) {
+    return linspace(a, b, n, dt(d, DType::Float32), dev(v));
+  }, py::arg("start"), py::arg("end"), py::arg("steps"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("eye", [=](int64_t n, std::optional<int64_t> mm, py::object d, py::object v) {
+    return eye(n, mm, dt(d, DType::Float32), dev(v));
+  }, py::arg("n"), py::arg("m") = py::none(), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("rand", [=](py::object s, py::object d, py::object v) { return rand(shape_of(s), dt(d, DType::Float32), nullptr, dev(v)); },
+        py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("randn", [=](py::object s, py::object d, py::object v) { return randn(shape_of(s), dt(d, DType::Float32), nullptr, dev(v)); },
+        py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
+  m.def("randint", [=](int64_t low, int64_t high, py::object s, py::object d, py::object v) {
+    return randint(low, high, shape_of(s), dt(d, DType::Int64), nullptr, dev(v));
+  }, py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype") = py::none(), py::arg("device") = py::none());
   m.def("manual_seed", [](uint64_t seed) { manual_seed(seed); }, py::arg("seed"),
         "Seeds the default generator (random tensors, dropout, initialisers).");
   m.def("is_grad_enabled", &autograd::grad_enabled);

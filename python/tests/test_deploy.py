@@ -141,6 +141,23 @@ def test_tensors_on_a_device_the_host_cannot_read_report_it_and_copy_for_numpy()
     assert "[3.0000, 4.0000, 5.0000]" in repr(t)
 
 
+def test_creation_takes_a_device_and_makes_the_tensor_there():
+    kiln.manual_seed(4)
+    on_cpu = [kiln.rand(2, 3), kiln.randint(0, 7, (5,))]
+    kiln.manual_seed(4)
+    there = [kiln.rand(2, 3, device="reference"), kiln.randint(0, 7, (5,), device="reference")]
+    for a, b in zip(on_cpu, there):
+        assert b.device == "reference:0"
+        np.testing.assert_array_equal(a.asnumpy(), b.asnumpy())  # one seed, the same numbers on every device
+    np.testing.assert_array_equal(kiln.eye(3, 2, device="reference").asnumpy(), np.eye(3, 2, dtype=np.float32))
+    np.testing.assert_allclose(kiln.linspace(0, 1, 5, device="reference").asnumpy(), np.linspace(0, 1, 5))
+    assert kiln.zeros(2, 3, dtype=kiln.int64, device="reference").device == "reference:0"
+    assert kiln.full((2,), 1.5, device="reference").asnumpy().tolist() == [1.5, 1.5]
+    assert kiln.arange(4, device="reference").device == "reference:0"
+    with pytest.raises(kiln.Error, match=r"unknown device 'tpu'.*cpu, cuda\[:N\], reference\[:N\]"):
+        kiln.zeros(2, device="tpu")
+
+
 def test_dlpack_round_trips_with_torch_without_copies(torch):
     t = kiln.arange(6).reshape(2, 3)
     as_torch = torch.from_dlpack(t)

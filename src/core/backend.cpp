@@ -32,36 +32,41 @@ std::atomic<Backend*>* table() {
 
 void HostMemoryBackend::copy_to_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
 void HostMemoryBackend::copy_from_host(void* dst, const void* src, size_t n, int) { std::memcpy(dst, src, n); }
-void HostMemoryBackend::fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) {
-  detail::host_fill_affine(dst, count, dtype, start, step);
-}
-void HostMemoryBackend::fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first,
+void HostMemoryBackend::fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step,
                                     int) {
-  detail::host_fill_random(dst, count, dtype, kind, seed, first);
+  detail::host_fill_affine(dst, count, stride, dtype, start, step);
+}
+void HostMemoryBackend::fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int) {
+  detail::host_fill_random(dst, count, dtype, draw);
 }
 
-void Backend::fill_affine(void* dst, size_t count, DType dtype, double start, double step, int index) {
-  std::unique_ptr<char[]> staging(new char[count * dtype_size(dtype)]);
-  detail::host_fill_affine(staging.get(), count, dtype, start, step);
-  copy_from_host(dst, staging.get(), count * dtype_size(dtype), index);
+// The span the elements cover goes through the host, read first where the
+// stride leaves elements between them untouched.
+void Backend::fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step, int index) {
+  if (count == 0) return;
+  const size_t nbytes = ((count - 1) * static_cast<size_t>(stride) + 1) * dtype_size(dtype);
+  std::unique_ptr<char[]> staging(new char[nbytes]);
+  if (stride != 1) copy_to_host(staging.get(), dst, nbytes, index);
+  detail::host_fill_affine(staging.get(), count, stride, dtype, start, step);
+  copy_from_host(dst, staging.get(), nbytes, index);
 }
 
-void Backend::fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int index) {
+void Backend::fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int index) {
   std::unique_ptr<char[]> staging(new char[count * dtype_size(dtype)]);
-  detail::host_fill_random(staging.get(), count, dtype, kind, seed, first);
+  detail::host_fill_random(staging.get(), count, dtype, draw);
   copy_from_host(dst, staging.get(), count * dtype_size(dtype), index);
 }
 
 namespace detail {
 
-void host_fill_affine(void* dst, size_t count, DType dtype, double start, double step) {
+void host_fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step) {
   KILN_DISPATCH_ALL(dtype, {
     auto* p = static_cast<scalar_t*>(dst);
-    if (step == 0) {
+    if (step == 0 && stride == 1) {
       std::fill(p, p + count, static_cast<scalar_t>(start));
     } else {
       parallel_for(static_cast<int64_t>(count), 1 << 15, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) p[i] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
+        for (int64_t i = lo; i < hi; ++i) p[i * stride] = static_cast<scalar_t>(start + static_cast<double>(i) * step);
       });
     }
   });
@@ -78,19 +83,26 @@ T below_one() {
 }
 }  // namespace
 
-// Floating dtypes only (creation checks): in float64 first, so that one seed
-// gives the same numbers in every dtype, and a uniform number in a narrower
-// dtype stays below 1.
-void host_fill_random(void* dst, size_t count, DType dtype, Backend::Random kind, uint64_t seed, uint64_t first) {
+// Floating draws in float64 first, so that one seed gives the same numbers
+// in every dtype, and a uniform number in a narrower dtype stays below 1.
+// Integer draws into any dtype (randint checks that the range fits).
+void host_fill_random(void* dst, size_t count, DType dtype, const Backend::Draw& draw) {
   KILN_DISPATCH_ALL(dtype, {
     auto* p = static_cast<scalar_t*>(dst);
     parallel_for(static_cast<int64_t>(count), 1 << 13, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const uint64_t at = static_cast<uint64_t>(i);
-        double v = kind == Backend::Random::Uniform ? philox::uniform(seed, first, at) : philox::normal(seed, first, at);
-        scalar_t x = static_cast<scalar_t>(v);
-        if (kind == Backend::Random::Uniform && static_cast<double>(x) >= 1.0) x = below_one<scalar_t>();
-        p[i] = x;
+        switch (draw.kind) {
+          case Backend::Random::Uniform: {
+            auto x = static_cast<scalar_t>(philox::uniform(draw.seed, draw.first, at));
+            p[i] = static_cast<double>(x) >= 1.0 ? below_one<scalar_t>() : x;
+            break;
+          }
+          case Backend::Random::Normal: p[i] = static_cast<scalar_t>(philox::normal(draw.seed, draw.first, at)); break;
+          case Backend::Random::Integers:
+            p[i] = static_cast<scalar_t>(static_cast<double>(philox::integer(draw.seed, draw.first, at, draw.low, draw.high)));
+            break;
+        }
       }
     });
   });
@@ -116,6 +128,12 @@ void Backend::copy_on_device(void* dst, const void* src, size_t nbytes, int inde
   std::unique_ptr<char[]> staging(new char[nbytes]);
   copy_to_host(staging.get(), src, nbytes, index);
   copy_from_host(dst, staging.get(), nbytes, index);
+}
+
+void Backend::copy_across(void* dst, int dst_index, const void* src, int src_index, size_t nbytes) {
+  std::unique_ptr<char[]> staging(new char[nbytes]);
+  copy_to_host(staging.get(), src, nbytes, src_index);
+  copy_from_host(dst, staging.get(), nbytes, dst_index);
 }
 
 KernelContext kernel_context() {
@@ -149,7 +167,9 @@ void copy_between(Device dst_device, void* dst, Device src_device, const void* s
     from.copy_to_host(dst, src, nbytes, src_device.index);
   } else if (src_device == dst_device) {
     from.copy_on_device(dst, src, nbytes, src_device.index);
-  } else {  // between two devices: through the host
+  } else if (src_device.type == dst_device.type) {
+    from.copy_across(dst, dst_device.index, src, src_device.index, nbytes);
+  } else {  // between two kinds of device: through the host
     std::unique_ptr<char[]> staging(new char[nbytes]);
     from.copy_to_host(staging.get(), src, nbytes, src_device.index);
     to.copy_from_host(dst, staging.get(), nbytes, dst_device.index);

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "core/device_memory.h"
-#include "core/philox.h"
 #include "kiln/backend.h"
 #include "kiln/generator.h"
 #include "kiln/tensor.h"
@@ -12,36 +11,37 @@
 namespace kiln {
 namespace {
 
-template <typename F>
-Tensor fill_with(const Shape& shape, DType dtype, F&& value_at) {
-  Tensor t = Tensor::empty(shape, dtype);
-  int64_t n = t.numel();
-  KILN_DISPATCH_ALL(dtype, {
-    auto* p = static_cast<scalar_t*>(t.raw_data());
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<scalar_t>(value_at(i));
-  });
+// Every `stride`-th element of t from element `first`, `count` of them,
+// becomes start + i * step, by the device's backend.
+void fill_affine(const Tensor& t, int64_t first, size_t count, int64_t stride, double start, double step) {
+  if (count == 0) return;
+  auto* at = static_cast<char*>(detail::device_address(t)) + first * static_cast<int64_t>(t.element_size());
+  backend(t.device().type).fill_affine(at, count, stride, t.dtype(), start, step, t.device().index);
+}
+
+// start + i * step in every element.
+Tensor affine(const Shape& shape, DType dtype, Device device, double start, double step) {
+  Tensor t = Tensor::empty(shape, dtype, device);
+  fill_affine(t, 0, static_cast<size_t>(t.numel()), 1, start, step);
   return t;
 }
 
-// start + i * step in every element, by the device's backend.
-Tensor affine(const Shape& shape, DType dtype, Device device, double start, double step) {
+// Number i of element i comes from the generator's next numel() counters.
+Tensor random_tensor(const Shape& shape, DType dtype, Generator* gen, Device device, Backend::Draw draw) {
+  Generator& g = gen ? *gen : default_generator();
   Tensor t = Tensor::empty(shape, dtype, device);
+  draw.first = g.take(static_cast<uint64_t>(t.numel()));
+  draw.seed = g.initial_seed();
   if (t.numel() > 0)
-    backend(device.type).fill_affine(detail::device_address(t), static_cast<size_t>(t.numel()), dtype, start, step,
+    backend(device.type).fill_random(detail::device_address(t), static_cast<size_t>(t.numel()), dtype, draw,
                                      device.index);
   return t;
 }
 
-Tensor random_tensor(const Shape& shape, DType dtype, Generator* gen, Device device, Backend::Random kind) {
+Tensor floating_random(const Shape& shape, DType dtype, Generator* gen, Device device, Backend::Random kind) {
   KILN_CHECK(is_floating(dtype), kind == Backend::Random::Normal ? "randn" : "rand", " makes floating-point tensors, not ",
              dtype_name(dtype), "; use randint for integers");
-  Generator& g = gen ? *gen : default_generator();
-  Tensor t = Tensor::empty(shape, dtype, device);
-  const uint64_t first = g.take(static_cast<uint64_t>(t.numel()));
-  if (t.numel() > 0)
-    backend(device.type).fill_random(detail::device_address(t), static_cast<size_t>(t.numel()), dtype, kind,
-                                     g.initial_seed(), first, device.index);
-  return t;
+  return random_tensor(shape, dtype, gen, device, {kind});
 }
 
 }  // namespace
@@ -64,34 +64,38 @@ Tensor arange(double start, double end, double step, DType dtype, Device device)
 }
 Tensor arange(int64_t end, DType dtype, Device device) { return arange(0.0, static_cast<double>(end), 1.0, dtype, device); }
 
-Tensor linspace(double start, double end, int64_t steps, DType dtype) {
+// The last value is `end` itself, not start + (steps - 1) * delta rounded.
+Tensor linspace(double start, double end, int64_t steps, DType dtype, Device device) {
   KILN_CHECK(steps >= 0, "linspace: steps must be >= 0, got ", steps);
-  double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
-  return fill_with({steps}, dtype, [&](int64_t i) { return i == steps - 1 ? end : start + static_cast<double>(i) * delta; });
+  const double delta = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
+  Tensor t = Tensor::empty({steps}, dtype, device);
+  if (steps == 0) return t;
+  fill_affine(t, 0, static_cast<size_t>(steps - 1), 1, start, delta);
+  fill_affine(t, steps - 1, 1, 1, steps == 1 ? start : end, 0.0);
+  return t;
 }
 
-Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype) {
-  int64_t cols = m.value_or(n);
+Tensor eye(int64_t n, std::optional<int64_t> m, DType dtype, Device device) {
+  const int64_t cols = m.value_or(n);
   KILN_CHECK(n >= 0 && cols >= 0, "eye: sizes must be >= 0, got ", n, "x", cols);
-  return fill_with({n, cols}, dtype, [&](int64_t i) { return (i / cols == i % cols) ? 1.0 : 0.0; });
+  Tensor t = zeros({n, cols}, dtype, device);
+  fill_affine(t, 0, static_cast<size_t>(std::min(n, cols)), cols + 1, 1.0, 0.0);  // the diagonal
+  return t;
 }
 
 Tensor rand(const Shape& shape, DType dtype, Generator* gen, Device device) {
-  return random_tensor(shape, dtype, gen, device, Backend::Random::Uniform);
+  return floating_random(shape, dtype, gen, device, Backend::Random::Uniform);
 }
 Tensor randn(const Shape& shape, DType dtype, Generator* gen, Device device) {
-  return random_tensor(shape, dtype, gen, device, Backend::Random::Normal);
+  return floating_random(shape, dtype, gen, device, Backend::Random::Normal);
 }
 
-Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Generator* gen) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype, Generator* gen, Device device) {
   KILN_CHECK(low < high, "randint: low (", low, ") must be below high (", high, ")");
-  Generator& g = gen ? *gen : default_generator();
-  const uint64_t first = g.take(static_cast<uint64_t>(numel_of(shape))), seed = g.initial_seed();
-  const double span = static_cast<double>(high) - static_cast<double>(low);
-  return fill_with(shape, dtype, [&](int64_t i) {
-    const double u = philox::uniform(seed, first, static_cast<uint64_t>(i));
-    return static_cast<double>(std::min<int64_t>(low + static_cast<int64_t>(u * span), high - 1));
-  });
+  Backend::Draw draw{Backend::Random::Integers};
+  draw.low = low;
+  draw.high = high;
+  return random_tensor(shape, dtype, gen, device, draw);
 }
 
 Tensor from_buffer(const void* data, const Shape& shape, DType dtype) {

@@ -58,6 +58,14 @@ KILN_HOST_DEVICE inline double normal(uint64_t seed, uint64_t first, uint64_t i)
   return i % 2 == 0 ? r * std::cos(angle) : r * std::sin(angle);
 }
 
+// Number i of the integer draw in [low, high) starting at counter `first`:
+// the uniform number scaled, so randint takes the counters rand does.
+KILN_HOST_DEVICE inline int64_t integer(uint64_t seed, uint64_t first, uint64_t i, int64_t low, int64_t high) {
+  const double span = static_cast<double>(high) - static_cast<double>(low);
+  const int64_t v = low + static_cast<int64_t>(uniform(seed, first, i) * span);
+  return v < high ? v : high - 1;
+}
+
 // Whether dropout keeps element i of a tensor whose mask draw starts at
 // `first`: the same mask on every backend for one seed.
 KILN_HOST_DEVICE inline bool keeps(uint64_t seed, uint64_t first, uint64_t i, double keep_probability) {

@@ -78,6 +78,8 @@ void* Tensor::raw_data() const {
   return detail::device_address(*this);
 }
 
+void* Tensor::device_data() const { return detail::device_address(*this); }
+
 std::string Tensor::meta_str() const {
   if (!defined()) return "undefined";
   return std::string(dtype_name(dtype())) + shape_str(shape());

@@ -18,6 +18,7 @@
 
 #include "kiln/backend.h"
 #include "kiln/registry.h"
+#include "ops/backend_library_loader.h"
 #include "ops/elementwise_math.h"
 #include "ops/plugin_host.h"
 
@@ -302,10 +303,10 @@ OpDef stage_op(Load& load, const kiln_op_def* d) {
 }
 
 DeviceType backend_named(const std::string& name, bool* known) {
-  for (int b = 0; b < kNumDeviceTypes; ++b) {
-    if (name == device_type_name(static_cast<DeviceType>(b))) {
+  for (DeviceType t : device_types()) {
+    if (name == device_type_name(t)) {
       *known = true;
-      return static_cast<DeviceType>(b);
+      return t;
     }
   }
   *known = false;
@@ -339,7 +340,8 @@ int register_kernel(kiln_registrar* r, const char* op_name, const char* backend,
     const std::string b = backend ? backend : "";
     bool known = false;
     DeviceType type = backend_named(b, &known);
-    KILN_CHECK(known, where, " registers a kernel for backend '", b, "'; Kiln's backends are cpu, cuda and reference");
+    KILN_CHECK(known, where, " registers a kernel for backend '", b, "', which is no kind of device of this process; ",
+               "Kiln's are cpu, cuda and reference, and a backend library loaded before the package adds its own");
     if (!find_backend(type)) {
       load.unused_kernels.push_back(detail::concat(b, ": ", op, " ", dtype_name(static_cast<DType>(dtype))));
       return KILN_OK;
@@ -369,7 +371,7 @@ OpLibrary commit(Load& load) {
   KILN_CHECK(kernel_slots_used + static_cast<int>(load.kernels.size()) <= kKernelSlots, "package ", load.package,
              " (", load.path, ") has ", load.kernels.size(), " kernels; this process holds at most ", kKernelSlots,
              " package kernels and ", kernel_slots_used, " are taken");
-  OpLibrary lib{load.package, load.path, {}, load.unused_kernels};
+  OpLibrary lib{load.package, load.path, {}, load.unused_kernels, ""};
   for (OpDef& op : load.ops) {
     lib.ops.push_back(op.name);
     op_owner()[op.name] = load.package;
@@ -409,6 +411,14 @@ const OpLibrary& load_op_library(const std::string& path) {
     dlclose(handle);
     KILN_FAIL(parts...);
   };
+  if (detail::is_backend_library(handle)) {
+    try {
+      libraries().push_back(detail::load_backend_library(handle, real));
+    } catch (const std::exception& e) {
+      refuse(e.what());
+    }
+    return libraries().back();
+  }
   auto abi = symbol<kiln_plugin_abi_version_fn>(handle, KILN_PLUGIN_ABI_SYMBOL);
   auto name_fn = symbol<kiln_plugin_name_fn>(handle, KILN_PLUGIN_NAME_SYMBOL);
   auto reg = symbol<kiln_plugin_register_fn>(handle, KILN_PLUGIN_REGISTER_SYMBOL);

@@ -103,7 +103,7 @@ void OpRegistry::give_math_kernel(OpDef& op, DeviceType backend) {
   }
 }
 
-void OpRegistry::register_block_runner(DeviceType backend, BlockRunner runner, std::initializer_list<DType> dtypes) {
+void OpRegistry::register_block_runner(DeviceType backend, BlockRunner runner, const std::vector<DType>& dtypes) {
   runners_[static_cast<int>(backend)] = runner;
   runner_dtypes_[static_cast<int>(backend)] = dtypes;
   for (auto& [_, op] : ops_) give_math_kernel(*op, backend);

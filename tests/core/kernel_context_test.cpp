@@ -89,6 +89,10 @@ TEST(KernelContext, HostBackendsGiveStreamsEventsAndStreamOrderedCopies) {
   EXPECT_GE(ref.elapsed_seconds(a, b), 0.0);
   EXPECT_EQ(std::vector<float>(back, back + 64), x.to_vector<float>());
   pinned.deallocate(back, 64 * sizeof(float));
+  // Between two devices of one backend: the backend's copy_across.
+  Tensor w = z.to(Device{DeviceType::Reference, 1});
+  EXPECT_EQ(w.device(), (Device{DeviceType::Reference, 1}));
+  EXPECT_EQ(w.to_vector<float>(), x.to_vector<float>());
 }
 
 TEST(KernelContext, AllocatorStatisticsArePerDevice) {

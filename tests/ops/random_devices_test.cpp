@@ -3,6 +3,8 @@
 // on every backend, so a run can move between devices and keep them.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/philox.h"
 #include "kiln/backend.h"
 #include "kiln/functional.h"
@@ -48,6 +50,18 @@ TEST(RandomDevices, OneSeedGivesTheSameNumbersOnEveryBackend) {
     EXPECT_EQ(u.to_vector<double>(), ur.to_vector<double>()) << dtype_name(dtype);
     EXPECT_EQ(n.to_vector<double>(), nr.to_vector<double>()) << dtype_name(dtype);
   }
+  // Integers too, in any dtype, and in range.
+  for (DType dtype : {DType::Int64, DType::Int32, DType::Float32}) {
+    Generator g(5), h(5);
+    Tensor i = randint(-3, 9, {2, 129}, dtype, &g), ir = randint(-3, 9, {2, 129}, dtype, &h, kRef);
+    EXPECT_EQ(ir.device(), kRef);
+    EXPECT_EQ(i.to(DType::Float64).to_vector<double>(), ir.to(cpu_device()).to(DType::Float64).to_vector<double>());
+    std::set<double> seen;
+    for (double v : i.to(DType::Float64).to_vector<double>()) seen.insert(v);
+    EXPECT_EQ(seen.size(), 12u) << "every value of [-3, 9) drawn, none outside";
+    EXPECT_EQ(*seen.begin(), -3);
+    EXPECT_EQ(*seen.rbegin(), 8);
+  }
   // Uniform in [0, 1), normal with mean 0 and variance 1.
   manual_seed(3);
   std::vector<double> u = rand({20000}, DType::Float64).to_vector<double>(), z = randn({20000}, DType::Float64).to_vector<double>();
@@ -68,6 +82,7 @@ TEST(RandomDevices, CreationHappensOnTheDeviceWithNoTransfer) {
   profiler::start();
   Tensor z = zeros({4, 3}, DType::Float32, kRef), f = full({2}, 2.5, DType::Float64, kRef);
   Tensor r = arange(0.0, 3.0, 0.5, DType::Float32, kRef), o = ones_like(z);
+  Tensor e = eye(3, 4, DType::Float64, kRef), l = linspace(0, 1, 4, DType::Float32, kRef);
   profiler::stop();
   for (const auto& rec : profiler::records()) EXPECT_NE(rec.name, "to_device") << "creation went through the host";
   EXPECT_EQ(o.device(), kRef);
@@ -75,6 +90,11 @@ TEST(RandomDevices, CreationHappensOnTheDeviceWithNoTransfer) {
   EXPECT_EQ(f.to_vector<double>(), (std::vector<double>{2.5, 2.5}));
   EXPECT_EQ(r.to_vector<float>(), (std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f}));
   EXPECT_EQ(o.to_vector<float>(), std::vector<float>(12, 1.0f));
+  EXPECT_EQ(e.to_vector<double>(), (std::vector<double>{1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(l.to_vector<float>(), (std::vector<float>{0, 1.0f / 3, 2.0f / 3, 1}));
+  EXPECT_EQ(eye(4, 2, DType::Float32, kRef).to_vector<float>(), (std::vector<float>{1, 0, 0, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(linspace(2, 5, 1, DType::Float32, kRef).to_vector<float>(), std::vector<float>{2});
+  EXPECT_EQ(linspace(2, 5, 0, DType::Float32, kRef).numel(), 0);
 }
 
 // Both outputs of dropout: y and its mask.

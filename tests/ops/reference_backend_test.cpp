@@ -355,7 +355,7 @@ TEST(ReferenceBackend, DevicesParseFromText) {
   EXPECT_EQ(parse_device("reference"), kRef);
   EXPECT_EQ(parse_device("cuda:1"), (Device{DeviceType::CUDA, 1}));
   EXPECT_EQ(parse_device("cpu"), cpu_device());
-  EXPECT_NE(message_of([] { parse_device("tpu"); }).find("devices are cpu, cuda[:N] and reference[:N]"), std::string::npos);
+  EXPECT_NE(message_of([] { parse_device("tpu"); }).find("devices are cpu, cuda[:N], reference[:N]"), std::string::npos);
   EXPECT_NE(message_of([] { parse_device("cuda:x"); }).find("must be a number"), std::string::npos);
   EXPECT_NE(message_of([] { Tensor::empty({2}, DType::Float32, Device{DeviceType::CUDA, 0}); }).find("no cuda backend"),
             std::string::npos);

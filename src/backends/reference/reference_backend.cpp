@@ -74,11 +74,11 @@ class ReferenceBackend : public Backend {
     std::memcpy(from_handle(dst), src, nbytes);
   }
   // Creation where the tensor lives, as a device does it: no host staging.
-  void fill_affine(void* dst, size_t count, DType dtype, double start, double step, int) override {
-    detail::host_fill_affine(from_handle(dst), count, dtype, start, step);
+  void fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step, int) override {
+    detail::host_fill_affine(from_handle(dst), count, stride, dtype, start, step);
   }
-  void fill_random(void* dst, size_t count, DType dtype, Random kind, uint64_t seed, uint64_t first, int) override {
-    detail::host_fill_random(from_handle(dst), count, dtype, kind, seed, first);
+  void fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int) override {
+    detail::host_fill_random(from_handle(dst), count, dtype, draw);
   }
 
  private:
