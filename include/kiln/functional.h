@@ -140,6 +140,20 @@ Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_ze
 // The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
+// A quantized tensor with its scale and zero point (one value each).
+struct QuantizedTensor {
+  Tensor values, scale, zero;
+};
+// Quantized tensors of one dtype joined along axis, each requantized to
+// y_scale and y_zero: ONNX Runtime's QLinearConcat.
+Tensor qlinear_concat(const std::vector<QuantizedTensor>& inputs, const Tensor& y_scale, const Tensor& y_zero,
+                      int64_t axis = 1);
+// The average of each window of x [N, C, H, W], requantized to y's
+// parameters: ONNX Runtime's QLinearAveragePool (symmetric padding, counted
+// in the average or not). stride defaults to the kernel.
+Tensor qlinear_avg_pool2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& y_scale,
+                          const Tensor& y_zero, std::vector<int64_t> kernel, std::vector<int64_t> stride = {},
+                          std::vector<int64_t> padding = {0, 0}, bool count_include_pad = true);
 // Volumes [N, C, D, H, W] and weights [out, in/groups, kD, kH, kW], with
 // stride, padding and dilation per axis (D, H, W): one 2-D convolution of
 // the depth slices per kernel depth, summed, so it has gradients throughout.

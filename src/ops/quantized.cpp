@@ -1,9 +1,11 @@
-// Integer convolution and matrix product, and the sum, of quantized tensors (a value q of
+// Integer convolution and matrix product, the sum, the concatenation and the
+// average pool of quantized tensors (a value q of
 // uint8 or int8 stands for scale * (q - zero)), requantized to the output's
 // scale and zero point: ONNX's QLinearConv and QLinearMatMul where the
 // weights are symmetric int8 (zero points 0), as quantizers write them.
 #include "ops/conv_attrs.h"
 #include "ops/op_helpers.h"
+#include "ops/pool_attrs.h"
 
 namespace kiln {
 namespace {
@@ -14,6 +16,20 @@ bool is_quantized(DType t) { return t == DType::UInt8 || t == DType::Int8; }
 void check_scalar(const TensorMeta& m, const char* name) {
   KILN_CHECK(m.shape.empty() || (m.shape.size() == 1 && m.shape[0] == 1), name, " must be one value, got ",
              shape_str(m.shape));
+}
+
+// An integer op: no gradient, outputs "y".
+OpDef quantized_op(std::string name, std::vector<std::string> inputs, std::vector<std::string> attrs, InferFn infer,
+                   std::string category, uint32_t tags = 0) {
+  OpDef d;
+  d.name = std::move(name);
+  d.inputs = std::move(inputs);
+  d.outputs = {"y"};
+  d.attrs = std::move(attrs);
+  d.infer = std::move(infer);
+  d.tags = kTagNondifferentiable | tags;
+  d.category = std::move(category);
+  return d;
 }
 
 // The quantization parameters of an operand x (scale, zero point), of the
@@ -74,28 +90,13 @@ Metas infer_qlinear_matmul(const Metas& in, const Attrs&) {
   return {{true, y, out, in[0].device}};
 }
 
-OpDefiner d_qlinear_conv2d([] {
-  OpDef d;
-  d.name = "qlinear_conv2d";
-  d.inputs = {"x", "x_scale", "x_zero", "weight", "w_scale", "y_scale", "y_zero", "bias?"};
-  d.outputs = {"y"};
-  d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1"};
-  d.infer = infer_qlinear_conv2d;
-  d.tags = kTagNondifferentiable;
-  d.category = "convolution";
-  return d;
-}());
+OpDefiner d_qlinear_conv2d(quantized_op("qlinear_conv2d",
+                                         {"x", "x_scale", "x_zero", "weight", "w_scale", "y_scale", "y_zero", "bias?"},
+                                         {"stride:ints=[1,1]", "padding:ints=[0,0]", "dilation:ints=[1,1]", "groups:int=1"},
+                                         infer_qlinear_conv2d, "convolution"));
 
-OpDefiner d_qlinear_matmul([] {
-  OpDef d;
-  d.name = "qlinear_matmul";
-  d.inputs = {"a", "a_scale", "a_zero", "b", "b_scale", "y_scale", "y_zero", "bias?"};
-  d.outputs = {"y"};
-  d.infer = infer_qlinear_matmul;
-  d.tags = kTagNondifferentiable;
-  d.category = "matmul";
-  return d;
-}());
+OpDefiner d_qlinear_matmul(quantized_op("qlinear_matmul", {"a", "a_scale", "a_zero", "b", "b_scale", "y_scale", "y_zero", "bias?"},
+                                         {}, infer_qlinear_matmul, "matmul"));
 
 // a and b of one shape, dequantized, added and quantized to y's parameters.
 Metas infer_qlinear_add(const Metas& in, const Attrs&) {
@@ -114,18 +115,101 @@ Metas infer_qlinear_add(const Metas& in, const Attrs&) {
   return {{true, a.shape, in[7].dtype, a.device}};
 }
 
-OpDefiner d_qlinear_add([] {
-  OpDef d;
-  d.name = "qlinear_add";
-  d.inputs = {"a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"};
-  d.outputs = {"y"};
-  d.infer = infer_qlinear_add;
-  // Element i of the output depends on element i of a and b alone: it runs on any memory order.
-  d.tags = kTagElementwise | kTagNondifferentiable;
+// Element i of the output depends on element i of a and b alone: it runs on any memory order.
+OpDefiner d_qlinear_add(quantized_op("qlinear_add", {"a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"},
+                                     {}, infer_qlinear_add, "", kTagElementwise));
+
+// Quantized tensors of one dtype joined along `axis`, each requantized from
+// its own parameters to y's: ONNX Runtime's QLinearConcat, with y's scale and
+// zero point first and then (x, scale, zero) per input.
+Metas infer_qlinear_concat(const Metas& in, const Attrs& a) {
+  KILN_CHECK(in.size() >= 5 && (in.size() - 2) % 3 == 0, "takes y_scale, y_zero, then (x, x_scale, x_zero) for each ",
+             "input; got ", in.size(), " tensors");
+  const TensorMeta& first = in[2];
+  const DType t = in[1].dtype;
+  KILN_CHECK(is_quantized(t), "the output's zero point must be uint8 or int8, got ", dtype_name(t));
+  KILN_CHECK(in[0].dtype == DType::Float32, "scales must be float32, got ", dtype_name(in[0].dtype));
+  check_scalar(in[0], "the output's scale");
+  check_scalar(in[1], "the output's zero point");
+  const int64_t rank = static_cast<int64_t>(first.shape.size());
+  KILN_CHECK(rank > 0, "cannot concatenate 0-d tensors");
+  int64_t axis = a.get_int("axis", 1);
+  KILN_CHECK(axis >= -rank && axis < rank, "axis ", axis, " is out of range for rank ", rank);
+  if (axis < 0) axis += rank;
+  Shape y = first.shape;
+  y[static_cast<size_t>(axis)] = 0;
+  for (size_t i = 2; i < in.size(); i += 3) {
+    const TensorMeta &x = in[i], &scale = in[i + 1], &zero = in[i + 2];
+    KILN_CHECK(x.dtype == t && zero.dtype == t, "every input and zero point must be ", dtype_name(t),
+               " (the output's), got ", dtype_name(x.dtype), " and ", dtype_name(zero.dtype), " for input ", (i - 2) / 3);
+    KILN_CHECK(scale.dtype == DType::Float32, "scales must be float32, got ", dtype_name(scale.dtype));
+    check_scalar(scale, "an input's scale");
+    check_scalar(zero, "an input's zero point");
+    KILN_CHECK(static_cast<int64_t>(x.shape.size()) == rank, "input ", (i - 2) / 3, " has rank ", x.shape.size(),
+               ", not ", rank);
+    for (int64_t d = 0; d < rank; ++d)
+      KILN_CHECK(d == axis || x.shape[static_cast<size_t>(d)] == first.shape[static_cast<size_t>(d)], "input ",
+                 (i - 2) / 3, " is ", shape_str(x.shape), " but input 0 is ", shape_str(first.shape),
+                 "; they may differ along axis ", axis, " only");
+    y[static_cast<size_t>(axis)] += x.shape[static_cast<size_t>(axis)];
+  }
+  return {{true, y, t, first.device}};
+}
+
+OpDefiner d_qlinear_concat([] {
+  OpDef d = quantized_op("qlinear_concat", {"y_scale", "y_zero", "inputs*"}, {"axis:int=1"}, infer_qlinear_concat, "shape");
+  d.dispatch_input = 2;  // the first operand
   return d;
 }());
 
+// The average of each window of x [N, C, H, W] (padding symmetric, counted
+// or not), requantized from x's parameters to y's: ONNX Runtime's
+// QLinearAveragePool, and QLinearGlobalAveragePool with the whole plane as
+// the window.
+Metas infer_qlinear_avg_pool2d(const Metas& in, const Attrs& a) {
+  detail::check_rank(in[0], 4, "input", "N, C, H, W");
+  const TensorMeta& x = in[0];
+  KILN_CHECK(is_quantized(x.dtype) && in[2].dtype == x.dtype && in[4].dtype == x.dtype,
+             "x and both zero points must be uint8, or int8, alike; got ", dtype_name(x.dtype), ", ",
+             dtype_name(in[2].dtype), " and ", dtype_name(in[4].dtype));
+  for (size_t i : {1, 3}) {
+    KILN_CHECK(in[i].dtype == DType::Float32, "scales must be float32, got ", dtype_name(in[i].dtype));
+    check_scalar(in[i], "a scale");
+  }
+  for (size_t i : {2, 4}) check_scalar(in[i], "a zero point");
+  const Pool2dAttrs p = Pool2dAttrs::of(a);
+  KILN_CHECK(!p.ceil_mode && p.dilation[0] == 1 && p.dilation[1] == 1, "ceil_mode and dilation are not supported");
+  Shape y = x.shape;
+  for (int i = 0; i < 2; ++i) {
+    KILN_CHECK(p.kernel[i] > 0 && p.stride[i] > 0 && p.padding[i] >= 0 && p.padding[i] < p.kernel[i],
+               "kernel and stride must be positive, and padding between 0 and kernel - 1");
+    y[2 + i] = (x.shape[2 + i] + 2 * p.padding[i] - p.kernel[i]) / p.stride[i] + 1;
+    KILN_CHECK(y[2 + i] > 0, "input ", shape_str(x.shape), " is too small for a ", p.kernel[0], "x", p.kernel[1], " window");
+  }
+  return {{true, y, x.dtype, x.device}};
+}
+
+OpDefiner d_qlinear_avg_pool2d(quantized_op("qlinear_avg_pool2d", {"x", "x_scale", "x_zero", "y_scale", "y_zero"},
+                                             {"kernel:ints", "stride:ints=kernel", "padding:ints=[0,0]",
+                                              "count_include_pad:bool=true"},
+                                             infer_qlinear_avg_pool2d, "pooling"));
+
 }  // namespace
+
+Tensor qlinear_concat(const std::vector<QuantizedTensor>& inputs, const Tensor& y_scale, const Tensor& y_zero,
+                      int64_t axis) {
+  std::vector<Tensor> in = {y_scale, y_zero};
+  for (const QuantizedTensor& q : inputs) in.insert(in.end(), {q.values, q.scale, q.zero});
+  return call1(KILN_OP("qlinear_concat"), in, {{"axis", axis}});
+}
+
+Tensor qlinear_avg_pool2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& y_scale,
+                          const Tensor& y_zero, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                          std::vector<int64_t> padding, bool count_include_pad) {
+  if (stride.empty()) stride = kernel;
+  return call1(KILN_OP("qlinear_avg_pool2d"), {x, x_scale, x_zero, y_scale, y_zero},
+               {{"kernel", kernel}, {"stride", stride}, {"padding", padding}, {"count_include_pad", count_include_pad}});
+}
 
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero) {

@@ -2,8 +2,8 @@
 // Kiln ops: QuantizeLinear and DequantizeLinear on uint8 and int8 (and int32
 // for dequantizing), per tensor or per axis; DynamicQuantizeLinear;
 // MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv (on the integer
-// kernels where the weights are symmetric int8) and ONNX Runtime's QGemm
-// and QLinearAdd;
+// kernels where the weights are symmetric int8) and ONNX Runtime's QGemm,
+// QLinearAdd, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool;
 // EyeLike; LpPool.
 #include <cmath>
 
@@ -236,6 +236,54 @@ std::vector<Tensor> qlinear_add(const OnnxNode& n, const std::vector<Tensor>& in
   return {quantize(real(a, 1) + real(b, 4), cast(scalar(6), DType::Float32), scalar(7))};
 }
 
+// com.microsoft's QLinearConcat (Y_scale, Y_zero_point, then X, X_scale,
+// X_zero_point per input; axis): each input requantized to Y's parameters.
+std::vector<Tensor> qlinear_concat(const OnnxNode& n, const std::vector<Tensor>& in) {
+  if (in.size() < 5 || (in.size() - 2) % 3 != 0)
+    n.fail("takes Y_scale, Y_zero_point, then X, X_scale and X_zero_point for each input; got ", in.size(), " inputs");
+  if (!n.has("axis")) n.fail("has no axis attribute");
+  std::vector<QuantizedTensor> parts;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (i % 3 != 2 && input(n, in, static_cast<int>(i)).numel() != 1)
+      n.unsupported("per-axis scales and zero points are not supported here");
+  for (size_t i = 2; i < in.size(); i += 3) {
+    const int at = static_cast<int>(i);
+    parts.push_back({input(n, in, at), input(n, in, at + 1).reshape({}), input(n, in, at + 2).reshape({})});
+  }
+  return {qlinear_concat(parts, input(n, in, 0).reshape({}), input(n, in, 1).reshape({}),
+                         normalize_axis(n, n.i("axis", 1), parts[0].values.dim()))};
+}
+
+// com.microsoft's QLinearAveragePool and QLinearGlobalAveragePool (X,
+// X_scale, X_zero_point, Y_scale, Y_zero_point): on the integer kernel for
+// 2-d windows with symmetric padding; a global pool of another rank as the
+// mean of the dequantized values, quantized.
+std::vector<Tensor> qlinear_average_pool(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  check_quantized(n, x.dtype(), false);
+  for (int i : {1, 2, 3, 4})
+    if (input(n, in, i).numel() != 1) n.unsupported("per-axis scales and zero points are not supported here");
+  if (n.i("channels_last", 0) != 0) n.unsupported("channels_last=1 is not supported (channels-first inputs are)");
+  auto scalar = [&](int i) { return input(n, in, i).reshape({}); };
+  const bool global = n.op_type() == "QLinearGlobalAveragePool";
+  if (x.dim() == 4 && global)
+    return {qlinear_avg_pool2d(x, scalar(1), scalar(2), scalar(3), scalar(4), {x.shape()[2], x.shape()[3]})};
+  if (x.dim() == 4) {
+    const onnx_spatial::PoolGeometry g = onnx_spatial::pool_geometry(n, x);
+    bool plain = g.kernel.size() == 2 && n.i("ceil_mode", 0) == 0 && onnx_spatial::pads_fit_kernel(g.kernel, g.pads);
+    for (int64_t d : g.dilation) plain = plain && d == 1;
+    if (plain)
+      return {qlinear_avg_pool2d(x, scalar(1), scalar(2), scalar(3), scalar(4), g.kernel, g.stride, g.pads.begin,
+                                 n.i("count_include_pad", 0) != 0)};
+  }
+  if (!global)
+    n.unsupported("windows other than 2-d ones with symmetric padding, no ceil_mode and no dilations are not supported");
+  std::vector<int64_t> spatial;
+  for (int64_t d = 2; d < x.dim(); ++d) spatial.push_back(d);
+  const Tensor real = (cast(x, DType::Float32) - cast(scalar(2), DType::Float32)) * scalar(1);
+  return {quantize(mean(real, spatial, true), scalar(3), scalar(4))};
+}
+
 // The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
 std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor x = cast(input(n, in, 0), DType::Float32);
@@ -296,6 +344,9 @@ void add_quant_converters(ConverterTable& t) {
   t["QLinearConv"] = qlinear_conv;
   t["com.microsoft::QGemm"] = qgemm;
   t["com.microsoft::QLinearAdd"] = qlinear_add;
+  t["com.microsoft::QLinearConcat"] = qlinear_concat;
+  t["com.microsoft::QLinearAveragePool"] = qlinear_average_pool;
+  t["com.microsoft::QLinearGlobalAveragePool"] = qlinear_average_pool;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }

@@ -32,7 +32,9 @@ bool well_formed(const NodeProto& n) {
   if (is(n, "QuantizeLinear")) return n.input_size() >= 3;
   if (is(n, "DequantizeLinear") || is(n, "Conv") || is(n, "MatMul") || is(n, "Gemm") || is(n, "Add"))
     return n.input_size() >= 2;
-  if (is(n, "Relu") || is(n, "Clip")) return n.input_size() >= 1;
+  if (is(n, "Relu") || is(n, "Clip") || is(n, "Flatten") || is(n, "AveragePool") || is(n, "GlobalAveragePool") ||
+      is(n, "Concat"))
+    return n.input_size() >= 1;
   return true;
 }
 
@@ -242,6 +244,12 @@ class Fuser {
       op = producer(op->input(0));
     }
     if (!op) return std::nullopt;
+    if (is(*op, "Concat") && !relu) return fuse_concat(*op, q, done);
+    if (is(*op, "Flatten") && !relu && used_once(op->input(0))) {
+      const NodeProto* pool = producer(op->input(0));
+      if (pool && (is(*pool, "AveragePool") || is(*pool, "GlobalAveragePool"))) return fuse_average_pool(*pool, op, q, done);
+    }
+    if ((is(*op, "AveragePool") || is(*op, "GlobalAveragePool")) && !relu) return fuse_average_pool(*op, nullptr, q, done);
     const auto x = activation(input(*op, 0));
     if (!x) return std::nullopt;
     if (is(*op, "MaxPool") && !relu) {
@@ -326,6 +334,75 @@ class Fuser {
     return fused;
   }
 
+  // Concat of DequantizeLinear'd operands -> QuantizeLinear `q`: QLinearConcat.
+  std::optional<NodeProto> fuse_concat(const NodeProto& op, const NodeProto& q, QdqFusion& done) {
+    NodeProto fused;
+    fused.set_op_type("QLinearConcat");
+    fused.set_domain("com.microsoft");
+    fused.add_input(q.input(1));
+    fused.add_input(q.input(2));
+    const auto y_zero = constant(q.input(2));
+    for (const std::string& value : op.input()) {
+      const auto x = activation(value);
+      if (!x || constant(x->zero)->dtype() != y_zero->dtype()) return std::nullopt;
+      for (const std::string& in : {x->q, x->scale, x->zero}) fused.add_input(in);
+    }
+    for (const auto& a : op.attribute()) *fused.add_attribute() = a;
+    fused.set_name(op.name().empty() ? q.name() : op.name());
+    fused.add_output(q.output(0));
+    removed_[static_cast<size_t>(producer_.at(op.output(0)))] = true;
+    ++done.concat;
+    return fused;
+  }
+
+  // Whether an AveragePool's window is one the integer kernel takes: 2-d,
+  // explicit symmetric padding below the window, no ceil_mode or dilations.
+  static bool plain_window(const NodeProto& n) {
+    const OnnxNode a = attrs(n);
+    if (a.s("auto_pad", "NOTSET") != "NOTSET" || a.i("ceil_mode", 0) != 0) return false;
+    const auto kernel = a.ints("kernel_shape", {}), pads = a.ints("pads", {0, 0, 0, 0});
+    if (kernel.size() != 2 || pads.size() != 4) return false;
+    for (int64_t d : a.ints("dilations", {1, 1}))
+      if (d != 1) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (pads[i] != pads[i + 2] || pads[i] < 0 || pads[i] >= kernel[i]) return false;
+    return true;
+  }
+
+  // AveragePool or GlobalAveragePool `pool` of a DequantizeLinear'd value ->
+  // (Flatten `flatten`) -> QuantizeLinear `q`: the QLinear pool, and the
+  // Flatten of its quantized output where the QuantizeLinear was.
+  std::optional<NodeProto> fuse_average_pool(const NodeProto& pool, const NodeProto* flatten, const NodeProto& q,
+                                             QdqFusion& done) {
+    const auto x = activation(input(pool, 0));
+    if (!x || pool.output_size() != 1 || (is(pool, "AveragePool") && !plain_window(pool))) return std::nullopt;
+    if (constant(x->zero)->dtype() != constant(q.input(2))->dtype()) return std::nullopt;
+    NodeProto fused;
+    fused.set_op_type(is(pool, "AveragePool") ? "QLinearAveragePool" : "QLinearGlobalAveragePool");
+    fused.set_domain("com.microsoft");
+    for (const std::string& in : {x->q, x->scale, x->zero, q.input(1), q.input(2)}) fused.add_input(in);
+    for (const auto& a : pool.attribute()) *fused.add_attribute() = a;
+    fused.set_name(pool.name().empty() ? q.name() : pool.name());
+    ++done.average_pool;
+    const int at = producer_.at(pool.output(0));
+    if (!flatten) {
+      fused.add_output(q.output(0));
+      removed_[static_cast<size_t>(at)] = true;
+      return fused;
+    }
+    std::string quantized = pool.output(0) + "_quantized";
+    for (int i = 1; producer_.count(quantized) || init_.count(quantized); ++i)
+      quantized = pool.output(0) + "_quantized_" + std::to_string(i);
+    NodeProto flat = *flatten;
+    flat.set_input(0, quantized);
+    flat.set_output(0, q.output(0));
+    removed_[static_cast<size_t>(producer_.at(flatten->output(0)))] = true;
+    fused.add_output(quantized);
+    producer_[quantized] = at;
+    *g_.mutable_node(at) = std::move(fused);  // the pool's node, earlier than the QuantizeLinear's
+    return flat;
+  }
+
   void drop_removed() {
     ::onnx::GraphProto kept;
     for (int i = 0; i < g_.node_size(); ++i)
@@ -361,6 +438,8 @@ std::string QdqFusion::summary() const {
   part(gemm, "Gemm");
   part(add, "Add");
   part(pool, "MaxPool");
+  part(concat, "Concat");
+  part(average_pool, "average pool");
   return s.empty() ? s : s + " on int8 kernels";
 }
 

@@ -6,7 +6,11 @@
 // (com.microsoft), and two DequantizeLinear'd operands -> Add ->
 // QuantizeLinear becomes QLinearAdd (com.microsoft), and a MaxPool between a
 // DequantizeLinear and a QuantizeLinear of the same scale and zero point
-// pools the quantized values; all run on int8 kernels. A ReLU or clip before the QuantizeLinear goes too where every
+// pools the quantized values; DequantizeLinear'd operands -> Concat,
+// AveragePool or GlobalAveragePool (a Flatten after a pool may come before
+// the QuantizeLinear) -> QuantizeLinear become QLinearConcat,
+// QLinearAveragePool or QLinearGlobalAveragePool (com.microsoft); all run on
+// int8 kernels. A ReLU or clip before the QuantizeLinear goes too where every
 // value the output holds lies within its bounds (saturation then does its work).
 #include <onnx/onnx_pb.h>
 
@@ -15,8 +19,8 @@
 namespace kiln::runtime {
 
 struct QdqFusion {
-  int conv = 0, matmul = 0, gemm = 0, add = 0, pool = 0;
-  int total() const { return conv + matmul + gemm + add + pool; }
+  int conv = 0, matmul = 0, gemm = 0, add = 0, pool = 0, concat = 0, average_pool = 0;
+  int total() const { return conv + matmul + gemm + add + pool + concat + average_pool; }
   std::string summary() const;  // "3 Conv, 1 Gemm, 2 Add on int8 kernels", "" when none
 };
 

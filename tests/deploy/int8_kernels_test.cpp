@@ -190,7 +190,7 @@ TEST(Int8Kernels, QdqModelRunsOnIntegerKernelsAndMatchesOnnxRuntime) {
   const std::string path = b.save("qdq_cnn.onnx");
 
   InferenceSession session(path);
-  EXPECT_EQ(session.rewrites(), "1 Conv, 1 MatMul, 1 Gemm on int8 kernels");
+  EXPECT_EQ(session.rewrites(), "1 Conv, 1 MatMul, 1 Gemm, 1 average pool on int8 kernels");
   manual_seed(5);
   const Tensor image = rand({2, 3, 16, 16}) * 4.0 - 2.0;
   const auto out = session.run({image});
@@ -325,6 +325,129 @@ TEST(Int8Kernels, MaxPoolOfOneScaleRunsOnTheQuantizedValues) {
     if (!kt::ort_available()) continue;
     EXPECT_EQ(got.to_vector<uint8_t>(), kt::run_ort(path, {{"x", x}}).outputs[0].second.to_vector<uint8_t>()) << out_scale;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Dequantized (float64), as the reference computes on.
+Tensor real_of(const Tensor& q, double scale, double zero) { return (cast(q, DType::Float64) - zero) * scale; }
+
+TEST(Int8Kernels, ConcatenationsRequantizeEachOperandToTheOutputsParameters) {
+  for (DType t : {DType::UInt8, DType::Int8}) {
+    const double za = t == DType::Int8 ? -3 : 128, zb = t == DType::Int8 ? 7 : 100, zy = t == DType::Int8 ? 1 : 120;
+    const Tensor a = random_quantized({2, 3, 4, 5}, t, 1), b = random_quantized({2, 2, 4, 5}, t, 2);
+    auto zero = [&](double z) { return cast(scalar_tensor(z), t); };
+    // b already in the output's parameters: copied as it is.
+    const Tensor got = qlinear_concat({{a, scalar(0.05f), zero(za)}, {b, scalar(0.08f), zero(zy)}, {b, scalar(0.06f), zero(zb)}},
+                                      scalar(0.08f), zero(zy));
+    ASSERT_EQ(got.shape(), (Shape{2, 7, 4, 5}));
+    // In float32, as dequantizing and quantizing again computes (ONNX Runtime's QDQ path).
+    auto real32 = [](const Tensor& q, float scale, double zero) {
+      return (cast(q, DType::Float32) - scalar_tensor(zero)) * scalar(scale);
+    };
+    const Tensor real = concat({real32(a, 0.05f, za), real32(b, 0.08f, zy), real32(b, 0.06f, zb)}, 1);
+    const Tensor want = cast(clamp(round(real / scalar(0.08f)) + zy,
+                                   t == DType::Int8 ? -128 : 0, t == DType::Int8 ? 127 : 255),
+                             t);
+    expect_requantized_equal(got, want);
+    EXPECT_EQ(cast(got.slice(1, 3, 5), DType::Float64).contiguous().to_vector<double>(),
+              cast(b, DType::Float64).to_vector<double>());
+    // Along another axis.
+    const Tensor rows = qlinear_concat({{a, scalar(0.05f), zero(za)}, {a, scalar(0.05f), zero(za)}}, scalar(0.05f), zero(za), 0);
+    EXPECT_EQ(rows.shape(), (Shape{4, 3, 4, 5}));
+    EXPECT_EQ(cast(rows, DType::Float64).to_vector<double>(), cast(concat({a, a}, 0), DType::Float64).to_vector<double>());
+  }
+  const Tensor z = zeros({}, DType::UInt8);
+  EXPECT_NE(kt::message_of([&] {
+              qlinear_concat({{zeros({1, 2, 3}, DType::UInt8), scalar(1), z}, {zeros({1, 2, 4}, DType::UInt8), scalar(1), z}},
+                             scalar(1), z, 1);
+            }).find("may differ along axis 1 only"),
+            std::string::npos);
+  EXPECT_NE(kt::message_of([&] {
+              qlinear_concat({{zeros({1, 2}, DType::UInt8), scalar(1), z}, {zeros({1, 2}, DType::Int8), scalar(1), z}},
+                             scalar(1), z, 1);
+            }).find("must be uint8"),
+            std::string::npos);
+}
+
+TEST(Int8Kernels, AveragePoolsAverageTheDequantizedValues) {
+  for (DType t : {DType::UInt8, DType::Int8})
+    for (bool count_pad : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (count_pad ? " counting padding" : ""));
+      const double zx = t == DType::Int8 ? -4 : 130, zy = t == DType::Int8 ? 3 : 110;
+      const Tensor x = random_quantized({2, 3, 9, 8}, t, 5);
+      auto zero = [&](double z) { return cast(scalar_tensor(z), t); };
+      const Tensor got = qlinear_avg_pool2d(x, scalar(0.04f), zero(zx), scalar(0.03f), zero(zy), {3, 3}, {2, 2}, {1, 1}, count_pad);
+      const Tensor real = avg_pool2d(real_of(x, 0.04f, zx), {3, 3}, {2, 2}, {1, 1}, count_pad);
+      const double lo = t == DType::Int8 ? -128 : 0, hi = t == DType::Int8 ? 127 : 255;
+      expect_requantized_equal(got, cast(clamp(round(real / static_cast<double>(0.03f)) + zy, lo, hi), t));
+      // The whole plane as the window: a global average pool.
+      const Tensor global = qlinear_avg_pool2d(x, scalar(0.04f), zero(zx), scalar(0.03f), zero(zy), {9, 8});
+      EXPECT_EQ(global.shape(), (Shape{2, 3, 1, 1}));
+      expect_requantized_equal(
+          global, cast(clamp(round(mean(real_of(x, 0.04f, zx), {2, 3}, true) / static_cast<double>(0.03f)) + zy, lo, hi), t));
+    }
+}
+
+// Concat, AveragePool and GlobalAveragePool (with a Flatten before its
+// QuantizeLinear) between DequantizeLinear and QuantizeLinear nodes run on
+// the integer kernels, in graph mode channels-last between int8
+// convolutions, and agree with ONNX Runtime on the same file.
+TEST(Int8Kernels, QdqConcatenationsAndAveragePoolsRunOnIntegerKernels) {
+  kt::OnnxBuilder b;
+  b.io(true, "image", TensorProto::FLOAT, {1, 4, 12, 12});
+  auto params = [&](const std::string& name, float scale, int zero) {
+    b.init(name + "_scale", scalar(scale));
+    b.init(name + "_zero", from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {}));
+  };
+  auto qdq = [&](const std::string& value, const std::string& p) {
+    b.node("QuantizeLinear", {value, p + "_scale", p + "_zero"}, {value + "_q"});
+    b.node("DequantizeLinear", {value + "_q", p + "_scale", p + "_zero"}, {value + "_dq"});
+    return value + "_dq";
+  };
+  auto conv = [&](const std::string& name, const std::string& in, int64_t out, int64_t channels, uint64_t seed) {
+    manual_seed(seed);
+    b.init(name, cast(round(clamp(randn({out, channels, 3, 3}) * 30.0, -127.0, 127.0)), DType::Int8));
+    b.init(name + "_scale", scalar(0.003f));
+    b.node("DequantizeLinear", {name, name + "_scale"}, {name + "_dq"});
+    auto* c = b.node("Conv", {in, name + "_dq"}, {name + "_out"});
+    kt::OnnxBuilder::ints(c, "pads", {1, 1, 1, 1});
+    return name + "_out";
+  };
+  params("in", 0.02f, 128);
+  params("c1", 0.03f, 100);
+  params("c2", 0.025f, 90);
+  params("cat", 0.03f, 100);
+  params("avg", 0.02f, 110);
+  params("gap", 0.015f, 120);
+  const std::string x = qdq("image", "in");
+  const std::string c1 = qdq(conv("w1", x, 8, 4, 1), "c1"), c2 = qdq(conv("w2", x, 8, 4, 2), "c2");
+  auto* cat = b.node("Concat", {c1, c2}, {"joined"});
+  kt::OnnxBuilder::integer(cat, "axis", 1);
+  const std::string c3 = qdq(conv("w3", qdq("joined", "cat"), 8, 16, 3), "c1");
+  auto* avg = b.node("AveragePool", {c3}, {"averaged"});
+  kt::OnnxBuilder::ints(avg, "kernel_shape", {3, 3});
+  kt::OnnxBuilder::ints(avg, "strides", {2, 2});
+  kt::OnnxBuilder::ints(avg, "pads", {1, 1, 1, 1});
+  const std::string c4 = qdq(conv("w4", qdq("averaged", "avg"), 8, 8, 4), "c2");
+  b.node("GlobalAveragePool", {c4}, {"pooled"});
+  b.node("Flatten", {"pooled"}, {"flat"});
+  b.node("QuantizeLinear", {"flat", "gap_scale", "gap_zero"}, {"flat_q"});
+  b.io(false, "flat_q", TensorProto::UINT8, {1, 8});
+  const std::string path = b.save("qdq_concat_pool.onnx");
+
+  InferenceSession session(path);
+  EXPECT_EQ(session.rewrites(), "4 Conv, 1 Concat, 2 average pool on int8 kernels");
+  manual_seed(8);
+  const Tensor image = rand({1, 4, 12, 12}) * 4.0 - 2.0;
+  const Tensor got = session.run({image})[0];
+  ASSERT_EQ(got.shape(), (Shape{1, 8}));
+  if (!kt::ort_available()) GTEST_SKIP() << "onnxruntime-node is not installed (scripts/install-deps.sh)";
+  const auto want = cast(kt::run_ort(path, {{"image", image}}).outputs[0].second, DType::Float64).to_vector<double>();
+  const auto have = cast(got, DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < have.size(); ++i) EXPECT_LE(std::fabs(have[i] - want[i]), 1.0) << "element " << i;
 }
 
 }  // namespace

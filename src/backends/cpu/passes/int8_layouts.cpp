@@ -4,8 +4,9 @@
 // layout those kernels read and write, wherever every op that reads or
 // writes them is an int8 convolution or an elementwise op over the same shape
 // (the quantize/dequantize arithmetic and residual adds between layers, which
-// compute the same on any memory order), or a max pool of 8-bit values
-// (which runs either way). Only at the edges of such a region do values pass
+// compute the same on any memory order), a max pool of 8-bit values (which
+// runs either way), or an int8 average pool or channel concatenation (which
+// have channels-last forms). Only at the edges of such a region do values pass
 // through plain NCHW.
 #include <functional>
 #include <numeric>
@@ -14,6 +15,7 @@
 
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/plain_pool.h"
+#include "backends/cpu/quantized_concat_pool.h"
 #include "backends/cpu/passes/cpu_passes.h"
 #include "graph/derived_constants.h"
 #include "kiln/grad_mode.h"
@@ -75,6 +77,15 @@ bool is_eight_bit_pool(const Graph& g, const Node& n) {
   return t == DType::UInt8 || t == DType::Int8;
 }
 
+bool is_node_of(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op; }
+
+// A qlinear_concat of 4-d values along their channels.
+bool is_channel_concat(const Graph& g, const Node& n) {
+  if (!is_node_of(n, "qlinear_concat") || g.values[n.outputs[0]].meta.shape.size() != 4) return false;
+  const int64_t axis = n.attrs.get_int("axis", 1);
+  return axis == 1 || axis == -3;
+}
+
 struct Int8Matmul {
   int node = 0;
   cpu::onednn::QuantizedMatmulCall call;
@@ -128,8 +139,12 @@ class ChannelsLast {
         touched_[n.inputs[0]] = touched_[n.outputs[0]] = true;
         continue;
       }
-      if (is_eight_bit_pool(g, n)) {  // pools channels-last as well as plain: input and output share one
+      if (is_eight_bit_pool(g, n) || is_node_of(n, "qlinear_avg_pool2d")) {  // pools either way: input and output share one
         unite(n.inputs[0], n.outputs[0]);
+        continue;
+      }
+      if (is_channel_concat(g, n)) {  // its operands and output share one
+        for (size_t i = 2; i < n.inputs.size(); i += 3) unite(n.inputs[i], n.outputs[0]);
         continue;
       }
       if (!same_shape_elementwise(n)) {
@@ -187,6 +202,36 @@ CustomKernel channels_last_pool(const cpu::PoolWindow& window, DType dtype) {
     else
       cpu::max_pool_values_nhwc(in[0].data<int8_t>(), out[0].data<int8_t>(), x[0], x[2], x[3], x[1], y[2], y[3], window);
   };
+}
+
+// A scale, given as a float32 tensor of one value.
+float scale_of(const Tensor& t) { return t.contiguous().data<float>()[0]; }
+
+CustomKernel channels_last_average_pool(const cpu::PoolWindow& window, bool count_include_pad) {
+  return [window, count_include_pad](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();  // NCHW by shape, NHWC in memory
+    const cpu::QuantizedPool p{window, x[0], x[1], x[2], x[3], y[2], y[3], count_include_pad,
+                               cpu::onednn::zero_point_of(in[2]), cpu::onednn::zero_point_of(in[4]),
+                               scale_of(in[1]) / scale_of(in[3])};
+    if (in[0].dtype() == DType::UInt8) cpu::avg_pool_quantized_nhwc(p, in[0].data<uint8_t>(), out[0].data<uint8_t>());
+    else cpu::avg_pool_quantized_nhwc(p, in[0].data<int8_t>(), out[0].data<int8_t>());
+  };
+}
+
+// Channels-last concatenation of channels: each pixel's channels from every operand in turn.
+template <typename T>
+void concat_channels_last(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  const Shape& y = out[0].shape();
+  const float ys = scale_of(in[0]);
+  const int32_t yz = cpu::onednn::zero_point_of(in[1]);
+  std::vector<cpu::Requantizer> requantizers;
+  requantizers.reserve(in.size() / 3);
+  std::vector<cpu::ConcatPart<T>> parts;
+  for (size_t i = 2; i < in.size(); i += 3) {
+    requantizers.emplace_back(scale_of(in[i + 1]), cpu::onednn::zero_point_of(in[i + 2]), ys, yz, std::is_signed_v<T>);
+    parts.push_back({in[i].data<T>(), in[i].shape()[1], &requantizers.back()});
+  }
+  cpu::concat_rows<T>(parts, y[0] * y[2] * y[3], out[0].data<T>());
 }
 
 CustomKernel int8_conv_kernel(const Int8Conv& c) {
@@ -266,9 +311,28 @@ std::string use_int8_layouts(Graph& g) {
     n.label = "max_pool2d (values, channels-last)";
     ++pools;
   }
+  size_t others = 0;  // average pools and concatenations
+  for (Node& n : g.nodes) {
+    if (is_node_of(n, "qlinear_avg_pool2d") && channels_last(n.inputs[0])) {
+      n.custom = channels_last_average_pool(cpu::PoolWindow::of(Pool2dAttrs::of(n.attrs)),
+                                            n.attrs.get_bool("count_include_pad", true));
+      n.label = "qlinear_avg_pool2d (channels-last)";
+    } else if (is_channel_concat(g, n) && channels_last(n.outputs[0])) {
+      n.custom = g.values[n.outputs[0]].meta.dtype == DType::UInt8 ? CustomKernel(concat_channels_last<uint8_t>)
+                                                                    : CustomKernel(concat_channels_last<int8_t>);
+      n.label = "qlinear_concat (channels-last)";
+    } else {
+      continue;
+    }
+    n.fused_from = n.op;
+    n.op = nullptr;
+    n.attrs = {};
+    ++others;
+  }
   return "gave " + std::to_string(convs.size()) + " int8 convolutions and " + std::to_string(matmuls.size()) +
          " matrix products weights reordered once, " + std::to_string(nhwc) + " of the convolutions' activations "
-         "channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "");
+         "channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "") +
+         (others ? ", " + std::to_string(others) + " average pools and concatenations channels-last" : "");
 }
 
 }  // namespace kiln::graph
