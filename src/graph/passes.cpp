@@ -1,5 +1,6 @@
 #include "graph/passes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -112,6 +113,12 @@ std::string simplify_algebra(Graph& g) {
       };
       if (scalar_value(g, b) == identity && same_meta(a)) keep = a;
       else if ((op == "add" || op == "mul") && scalar_value(g, a) == identity && same_meta(b)) keep = b;
+    } else if (op == "pad") {
+      // Padding by nothing (torch.onnx.export writes one before each pool of DenseNet's transitions).
+      const auto pads = n.attrs.get_ints("pads", {});
+      if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
+          g.values[n.inputs[0]].meta.shape == g.values[out].meta.shape)
+        keep = n.inputs[0];
     } else if (op == "copy") {
       // A copy of a buffer that nothing else reads or writes is the buffer itself.
       const int x = n.inputs[0];
@@ -124,7 +131,7 @@ std::string simplify_algebra(Graph& g) {
     n.removed = true;
     ++simplified;
   }
-  return simplified ? "removed " + count_of(simplified, "identity ops (x+0, x*1, copies of temporaries)") : "";
+  return simplified ? "removed " + count_of(simplified, "identity ops (x+0, x*1, copies of temporaries, pads by 0)") : "";
 }
 
 std::string fold_batch_norm(Graph& g) {

@@ -308,3 +308,59 @@ TEST(BlockedLayout, AUNetsConcatenationIsWrittenInPlaceAndItsSkipReadAsAView) {
 }
 
 }  // namespace
+
+namespace {
+
+// A DenseNet block and transition: each layer's batch norm and ReLU read
+// the concatenation of everything before it, the block's plain input among
+// blocked convolution outputs; the transition pads by nothing before its
+// pool, as torch.onnx.export writes it. The block stays blocked: the batch
+// norms are per-channel scales on the blocks with their ReLU folded in, the
+// plain input is reordered once for all the concatenations, the pool runs
+// on blocks and the pad goes.
+TEST(BlockedLayout, DenseBlocksStayBlockedThroughBatchNormsConcatenationsAndPools) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(31);
+  const int64_t c0 = 2 * b, growth = b;
+  struct Norm {
+    Tensor weight, bias, mean, var;
+  };
+  auto norm = [](int64_t c) { return Norm{rand({c}) + 0.5, randn({c}) * 0.1, randn({c}) * 0.1, rand({c}) + 0.5}; };
+  std::vector<Norm> norms;
+  std::vector<Tensor> convs;
+  for (int layer = 0; layer < 3; ++layer) {
+    norms.push_back(norm(c0 + layer * growth));
+    convs.push_back(randn({growth, c0 + layer * growth, 3, 3}) * 0.1);
+  }
+  const Norm last = norm(c0 + 3 * growth);
+  Tensor transition = randn({c0, c0 + 3 * growth, 1, 1}) * 0.1;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    std::vector<Tensor> features = {in[0]};
+    auto joined = [&] { return features.size() == 1 ? features[0] : concat(features, 1); };
+    for (size_t layer = 0; layer < convs.size(); ++layer) {
+      const Norm& n = norms[layer];
+      Tensor x = relu(batch_norm(joined(), n.weight, n.bias, n.mean, n.var, false, 0.1, 1e-5));
+      features.push_back(conv2d(x, convs[layer], Tensor(), pad1));
+    }
+    Tensor x = relu(batch_norm(joined(), last.weight, last.bias, last.mean, last.var, false, 0.1, 1e-5));
+    x = pad(conv2d(x, transition, Tensor()), {0, 0, 0, 0});
+    return std::vector<Tensor>{avg_pool2d(x, {2, 2}, {2, 2}, {1, 1}, false)};
+  };
+  Tensor x = randn({1, c0, 10, 10});
+  const Compared run = compile_and_run(program, x);
+  const std::string& graph = run.graph;
+  EXPECT_EQ(count(graph, "batch_norm[nChw"), 3u) << graph;
+  EXPECT_EQ(count(graph, "] + relu"), 3u) << graph;
+  EXPECT_EQ(count(graph, "concat[nChw"), 3u) << graph;
+  // The block's input, once for every concatenation, and the first layer's
+  // plain ReLU output for its convolution.
+  EXPECT_EQ(count(graph, "reorder[nchw ->"), 2u) << graph;
+  EXPECT_EQ(count(graph, "avg_pool2d[nChw"), 1u) << graph;
+  EXPECT_EQ(count(graph, "pad("), 0u) << graph;
+  expect_close(run.got[0], run.want[0]);
+}
+
+}  // namespace

@@ -42,6 +42,10 @@ void max_pool_backward_blocked(const MaxPoolGrad& a, float* gx);
 // into out [h, w, block]: for a consumer that uses it where it is made.
 void max_pool_grad_plane(const MaxPoolGrad& a, int64_t plane, float* out);
 // The mean over h and w per channel: [n, c/block, h, w, block] -> y: [n, c] (plain).
+// x: [n, c/block, h, w, block] -> y: [n, c/block, oh, ow, block], the
+// average of each window (no dilation), padding counted in it or not.
+void avg_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                      int block, const PoolWindow& wd, bool count_include_pad);
 void global_avg_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int block);
 
 }  // namespace kiln::cpu

@@ -171,6 +171,13 @@ void LayoutPass::plan_node(int at) {
     p.block = b0;
     set(at, p, {b0});
     block_of_[n.outputs[0]] = b0;
+  } else if (is_op(n, "avg_pool2d") && b0 && !training_) {  // (its gradient reads plain values)
+    Plan p{Plan::AvgPool};
+    p.window = pool_window(n.attrs);
+    p.block = b0;
+    p.count_include_pad = n.attrs.get_bool("count_include_pad", true);
+    set(at, p, {b0});
+    block_of_[n.outputs[0]] = b0;
   } else if (is_op(n, "max_pool2d_backward") && pools_.count(g_.values[n.inputs[1]].producer)) {
     plan_pool_grad(at);
   } else if (global_average(g_, n) && b0) {
@@ -178,6 +185,7 @@ void LayoutPass::plan_node(int at) {
     p.block = b0;
     set(at, p, {b0});
   } else if (plan_channel_shuffle(at)) {  // planned, and its views removed, there
+  } else if (b0 && plan_channel_affine(at, b0)) {
   } else if (b0 && blocked_slice(n, b0)) {
     Plan p{Plan::Slice};
     p.block = b0;
@@ -239,6 +247,39 @@ void LayoutPass::plan_elementwise(int at) {
   set(at, p, reads);
 }
 
+// Inference: a batch norm (its statistics fixed) of blocked activations is
+// a scale and shift per channel, run on them as they are, with the ReLU
+// after it folded in: DenseNet's BN-ReLU-convolution layers, whose batch
+// norms no convolution before them absorbs, so stay blocked from one
+// convolution through the concatenation to the next.
+bool LayoutPass::plan_channel_affine(int at, int block) {
+  Node& n = g_.nodes[at];
+  if (training_ || !is_op(n, "batch_norm") || n.attrs.get_bool("training", true) || n.inputs.size() < 5 ||
+      n.inputs[3] < 0 || n.inputs[4] < 0 || g_.values[n.outputs[0]].meta.dtype != DType::Float32)
+    return false;
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (uses_[n.outputs[k]] != 0) return false;
+  for (size_t k = 1; k < n.inputs.size(); ++k) {  // the kernel reads float32 parameters as they lie
+    if (n.inputs[k] < 0) continue;
+    const Value& v = g_.values[n.inputs[k]];
+    if (v.meta.dtype != DType::Float32 || v.meta.shape.size() != 1) return false;
+  }
+  Plan p{Plan::ChannelAffine};
+  p.block = block;
+  n.outputs.resize(1);
+  const int y = n.outputs[0];
+  if (uses_[y] == 1 && readers_[y].size() == 1 && is_op(g_.nodes[readers_[y][0].first], "relu")) {
+    Node& relu = g_.nodes[readers_[y][0].first];
+    relu.removed = true;
+    n.outputs[0] = relu.outputs[0];
+    g_.values[n.outputs[0]].producer = at;
+    p.relu = true;
+  }
+  set(at, p, {block, 0, 0, 0, 0});
+  block_of_[n.outputs[0]] = block;
+  return true;
+}
+
 // Inference: an upsampling (or other resize) of blocked activations runs on
 // them as they are, so the convolutions and concatenation around it (a
 // U-Net's decoder) need no reorder. tf_crop_and_resize, which can map a
@@ -251,15 +292,19 @@ bool LayoutPass::blocked_interpolate(const Node& n) const {
 
 // Inference: channels of blocked values, each a whole number of blocks of
 // one size, concatenate as blocks (SqueezeNet's and Inception's branches
-// meet so). The block, or 0.
+// meet so); a plain part (DenseNet's block input, from an average pool) is
+// reordered to the block once, however many concatenations read it. The
+// block, or 0.
 int LayoutPass::concat_block(const Node& n) const {
   if (training_ || !is_op(n, "concat") || n.inputs.size() < 2) return 0;
   const TensorMeta& y = g_.values[n.outputs[0]].meta;
   const int64_t axis = n.attrs.get_int("axis", 0);
   if (y.dtype != DType::Float32 || y.shape.size() != 4 || (axis != 1 && axis != -3)) return 0;
-  const int b = n.inputs[0] < 0 ? 0 : block_of_[n.inputs[0]];
+  int b = 0;  // the block of the first blocked part; the others are reordered to it once each
   for (int id : n.inputs)
-    if (id < 0 || b == 0 || block_of_[id] != b || g_.values[id].meta.shape[1] % b != 0) return 0;
+    if (id >= 0 && block_of_[id] != 0 && b == 0) b = block_of_[id];
+  for (int id : n.inputs)
+    if (id < 0 || b == 0 || g_.values[id].meta.shape[1] % b != 0) return 0;
   return b;
 }
 

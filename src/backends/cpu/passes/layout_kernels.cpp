@@ -1,6 +1,7 @@
 #include "backends/cpu/passes/layout_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backends/cpu/few_channel_conv.h"
@@ -124,6 +125,14 @@ CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands) 
   };
 }
 
+CustomKernel avg_pool_kernel(cpu::PoolWindow window, int block, bool count_include_pad) {
+  return [window, block, count_include_pad](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape &x = in[0].shape(), &y = out[0].shape();
+    cpu::avg_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], y[2], y[3], block, window,
+                          count_include_pad);
+  };
+}
+
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block) {
   return [window, block, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     cpu::max_pool_backward_blocked(pool_grad_of(in, 0, window, block, gy_block), out[0].data<float>());
@@ -175,6 +184,38 @@ void scale_or_shift_blocks(bool multiply, const Tensor& x, const Tensor& v, Tens
   });
 }
 }  // namespace
+
+CustomKernel channel_affine_kernel(double eps, int block, bool relu) {
+  return [eps, block, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& s = in[0].shape();
+    const int64_t c = s[1], blocks = c / block, plane = s[2] * s[3] * block;
+    // The scale and shift per channel (float32 parameters, contiguous), in double.
+    std::vector<float> scale(static_cast<size_t>(c)), shift(static_cast<size_t>(c));
+    const Tensor wt = in[1].defined() ? in[1].contiguous() : Tensor(), bt = in[2].defined() ? in[2].contiguous() : Tensor();
+    const Tensor mt = in[3].contiguous(), vt = in[4].contiguous();
+    const float *w = wt.defined() ? wt.data<float>() : nullptr, *b = bt.defined() ? bt.data<float>() : nullptr;
+    const float *mean = mt.data<float>(), *var = vt.data<float>();
+    for (int64_t i = 0; i < c; ++i) {
+      const double a = (w ? w[i] : 1.0) / std::sqrt(static_cast<double>(var[i]) + eps);
+      scale[i] = static_cast<float>(a);
+      shift[i] = static_cast<float>((b ? b[i] : 0.0) - mean[i] * a);
+    }
+    const float* xp = in[0].data<float>();
+    float* yp = out[0].data<float>();
+    parallel_for(s[0] * blocks, std::max<int64_t>(1, 16384 / plane), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const float *a = scale.data() + (i % blocks) * block, *t = shift.data() + (i % blocks) * block;
+        const float* src = xp + i * plane;
+        float* dst = yp + i * plane;
+        for (int64_t p = 0; p < plane; p += block)
+          for (int k = 0; k < block; ++k) {
+            const float v = src[p + k] * a[k] + t[k];
+            dst[p + k] = relu && v < 0 ? 0.0f : v;
+          }
+      }
+    });
+  };
+}
 
 CustomKernel per_channel_elementwise_kernel(const OpDef& op, const Attrs& attrs, int block, std::vector<bool> per_channel) {
   const KernelFn kernel = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];

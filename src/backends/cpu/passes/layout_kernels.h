@@ -31,6 +31,8 @@ CustomKernel conv_weight_grad_kernel(const cpu::onednn::LayoutCall& call, bool f
 CustomKernel conv_weight_grad_from_pool_kernel(const cpu::onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block);
 // in: x (blocked) -> y (blocked); no argmax indices.
 CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands);
+// in: x (blocked) -> y (blocked), each window's average.
+CustomKernel avg_pool_kernel(cpu::PoolWindow window, int block, bool count_include_pad);
 // in: gy (blocked when gy_block), x (the pool's input, blocked), [mask] -> gx (blocked).
 CustomKernel max_pool_backward_kernel(cpu::PoolWindow window, int block, int gy_block);
 // in: x (blocked) -> [N, C] plain.
@@ -55,6 +57,10 @@ CustomKernel reorder_kernel(int from_block, int to_block);
 // vector as [N, C / block, 1, 1, block], the same memory in either layout),
 // where the op's own broadcasting does the rest. A squeeze-and-excitation
 // scale so stays on the blocked activations.
+// in: x (blocked), weight?, bias?, running mean, running variance (plain
+// [C]) -> y = (x - mean) / sqrt(var + eps) * weight + bias (blocked), then
+// max(y, 0) with relu: an inference batch norm as one pass.
+CustomKernel channel_affine_kernel(double eps, int block, bool relu);
 CustomKernel per_channel_elementwise_kernel(const OpDef& op, const Attrs& attrs, int block, std::vector<bool> per_channel);
 
 }  // namespace kiln::graph

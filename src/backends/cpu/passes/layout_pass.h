@@ -20,13 +20,14 @@ bool fast(const cpu::onednn::LayoutCall& c);
 
 // What the pass does with one node.
 struct Plan {
-  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice, Resize } kind;
+  enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice, Resize,
+              ChannelAffine, AvgPool } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
   bool pooled = false;        // Conv (inference, few channels): the max pool after it is computed inside it
-  cpu::PoolWindow window = {};  // MaxPool, MaxPoolGrad, WeightGrad from_pool
-  int block = 0;  // MaxPool, MaxPoolGrad, GlobalAverage, Concat, Resize, WeightGrad from_pool: the channel block of x
+  cpu::PoolWindow window = {};  // MaxPool, AvgPool, MaxPoolGrad, WeightGrad from_pool
+  int block = 0;  // MaxPool, AvgPool, MaxPoolGrad, GlobalAverage, Concat, Resize, WeightGrad from_pool: the channel block of x
   std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
   int residual = -1;  // Conv: value id of the shortcut added to the output
@@ -36,6 +37,8 @@ struct Plan {
   int carry = -1;
   int64_t groups = 0;  // Shuffle
   int64_t start = 0;   // Slice: the first channel
+  bool relu = false;   // ChannelAffine: a ReLU after it, folded in
+  bool count_include_pad = true;  // AvgPool
 };
 
 // The pass over one graph: decides each node's plan in order (a value's
@@ -59,6 +62,7 @@ class LayoutPass {
   int concat_block(const Node& n) const;
   bool blocked_interpolate(const Node& n) const;
   bool plan_channel_shuffle(int at);
+  bool plan_channel_affine(int at, int block);
   std::vector<int> concatenated_parts(int x, int64_t groups);
   std::vector<int> channel_slices(int y, int block);
   bool blocked_slice(const Node& n, int block) const;

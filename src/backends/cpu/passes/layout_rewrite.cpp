@@ -354,6 +354,10 @@ void LayoutPass::rewrite_nodes() {
         k.label = "max_pool2d[" + blocked + "]";
         k.custom = max_pool_kernel(plan.window, plan.block, row_banded_.count(n.inputs[0]) > 0);
         break;
+      case Plan::AvgPool:
+        k.label = "avg_pool2d[" + blocked + "]";
+        k.custom = avg_pool_kernel(plan.window, plan.block, plan.count_include_pad);
+        break;
       case Plan::MaxPoolGrad:
         k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
                   (n.inputs.size() > 2 ? " + relu" : "");
@@ -382,6 +386,10 @@ void LayoutPass::rewrite_nodes() {
       case Plan::Slice:
         k.label = "slice[" + blocked + "]";
         k.custom = blocked_channel_slice_kernel(plan.start);
+        break;
+      case Plan::ChannelAffine:
+        k.label = "batch_norm[" + blocked + "]" + (plan.relu ? " + relu" : "");
+        k.custom = channel_affine_kernel(n.attrs.get_float("eps", 1e-5), plan.block, plan.relu);
         break;
       case Plan::PerChannel:
         k.label = n.op->name + "[" + blocked + ", per channel]";
@@ -444,7 +452,7 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
   for (const auto& [at, plan] : plans_) {
     convs += plan.kind == Plan::Conv;
     grads += plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad || plan.kind == Plan::MaxPoolGrad;
-    pools += plan.kind == Plan::MaxPool || plan.kind == Plan::GlobalAverage;
+    pools += plan.kind == Plan::MaxPool || plan.kind == Plan::AvgPool || plan.kind == Plan::GlobalAverage;
     concats += plan.kind == Plan::Concat || plan.concat_at > 0;
     shuffles += plan.kind == Plan::Shuffle;
   }
