@@ -6,6 +6,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln::graph {
 namespace {
@@ -132,6 +133,53 @@ std::string simplify_algebra(Graph& g) {
     ++simplified;
   }
   return simplified ? "removed " + count_of(simplified, "identity ops (x+0, x*1, copies of temporaries, pads by 0)") : "";
+}
+
+// The kernel taps of one spatial axis that read the input at some output
+// position: a contiguous range [first, last] (a tap reads input row
+// o * stride - padding + tap * dilation). Empty (first > last) when none does.
+std::pair<int64_t, int64_t> taps_inside(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                        int64_t dilation) {
+  int64_t first = kernel, last = -1;
+  for (int64_t t = 0; t < kernel; ++t) {
+    const int64_t lowest = t * dilation - padding, highest = (out - 1) * stride + lowest;
+    if (highest >= 0 && lowest <= in - 1) first = std::min(first, t), last = std::max(last, t);
+  }
+  return {first, last};
+}
+
+std::string drop_taps_in_padding(Graph& g) {
+  size_t dropped = 0;
+  NoGradGuard no_grad;
+  for (Node& n : g.nodes) {
+    if (n.removed || !n.op || n.op->name != "conv2d" || n.inputs.size() < 2 || !is_const(g, n.inputs[1])) continue;
+    const Shape &x = g.values[n.inputs[0]].meta.shape, &y = g.values[n.outputs[0]].meta.shape;
+    const Tensor& w = g.values[n.inputs[1]].tensor;
+    if (x.size() != 4 || w.dim() != 4) continue;
+    const Conv2dAttrs a = Conv2dAttrs::of(n.attrs);
+    std::array<std::pair<int64_t, int64_t>, 2> kept;
+    bool fewer = false, possible = true;
+    for (int i = 0; i < 2; ++i) {
+      kept[i] = taps_inside(x[2 + i], y[2 + i], w.shape()[2 + i], a.stride[i], a.padding[i], a.dilation[i]);
+      // The smaller kernel's padding: the taps dropped in front took that much of it.
+      const int64_t padding = a.padding[i] - kept[i].first * a.dilation[i], k = kept[i].second - kept[i].first + 1;
+      possible = possible && kept[i].first <= kept[i].second && padding >= 0 &&
+                 (x[2 + i] + 2 * padding - a.dilation[i] * (k - 1) - 1) / a.stride[i] + 1 == y[2 + i];
+      fewer = fewer || k < w.shape()[2 + i];
+    }
+    if (!possible || !fewer) continue;
+    Tensor sub = w.slice(2, kept[0].first, kept[0].second + 1).slice(3, kept[1].first, kept[1].second + 1).contiguous();
+    n.inputs[1] = add_constant(g, sub, "taps_inside");
+    std::vector<int64_t> padding(2), dilation(2);
+    for (int i = 0; i < 2; ++i) {
+      padding[i] = a.padding[i] - kept[i].first * a.dilation[i];
+      dilation[i] = kept[i].first == kept[i].second ? 1 : a.dilation[i];
+    }
+    n.attrs.set("padding", padding);
+    n.attrs.set("dilation", dilation);
+    ++dropped;
+  }
+  return dropped ? "narrowed " + count_of(dropped, "dilated convolutions to the taps that reach the input") : "";
 }
 
 std::string fold_batch_norm(Graph& g) {

@@ -12,6 +12,10 @@ std::string eliminate_common_subexpressions(Graph& g);
 std::string fold_constants(Graph& g);
 std::string simplify_algebra(Graph& g);
 std::string fold_batch_norm(Graph& g);       // inference graphs only
+// Inference: a convolution (constant weights) whose outer kernel taps read
+// only padding at every output position (a dilation as large as the input:
+// DeepLab's atrous pyramid at small sizes) keeps the taps that reach the input.
+std::string drop_taps_in_padding(Graph& g);
 std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass

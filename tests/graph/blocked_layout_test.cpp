@@ -364,3 +364,32 @@ TEST(BlockedLayout, DenseBlocksStayBlockedThroughBatchNormsConcatenationsAndPool
 }
 
 }  // namespace
+
+namespace {
+
+// Atrous convolutions whose dilation reaches past a small input (DeepLab's
+// pyramid on 14x14 features): the taps that only ever read padding go, and
+// the convolution computes the same with the ones left (a 1x1 where only
+// the centre reaches), while one whose every tap reads the input keeps them.
+TEST(DilatedConvolutions, TapsThatOnlyReadPaddingGo) {
+  manual_seed(37);
+  Tensor far = randn({8, 6, 3, 3}), near = randn({8, 6, 3, 3}), strided = randn({8, 6, 5, 5});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions o24, o4, o9;
+    o24.padding = {24, 24};
+    o24.dilation = {24, 24};
+    o4.padding = {4, 4};
+    o4.dilation = {4, 4};
+    o9.padding = {18, 18};
+    o9.dilation = {9, 9};
+    o9.stride = {2, 2};
+    return std::vector<Tensor>{conv2d(in[0], far, Tensor(), o24), conv2d(in[0], near, Tensor(), o4),
+                               conv2d(in[0], strided, Tensor(), o9)};
+  };
+  Tensor x = randn({1, 6, 14, 13});
+  const Compared run = compile_and_run(program, x);
+  EXPECT_NE(run.report.find("narrowed 2 dilated convolutions"), std::string::npos) << run.report;
+  for (size_t i = 0; i < run.got.size(); ++i) expect_close(run.got[i], run.want[i]);
+}
+
+}  // namespace
