@@ -393,3 +393,29 @@ TEST(DilatedConvolutions, TapsThatOnlyReadPaddingGo) {
 }
 
 }  // namespace
+
+namespace {
+
+// SiLU after a convolution, as exported (y * sigmoid(y)), becomes the
+// convolution's swish epilogue; one whose y is read elsewhere too stays.
+TEST(BlockedLayout, SiluAfterAConvolutionIsItsEpilogue) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(41);
+  Tensor w1 = randn({2 * b, b, 3, 3}) * 0.2, w2 = randn({2 * b, 2 * b, 1, 1}) * 0.2, w3 = randn({b, 2 * b, 1, 1}) * 0.2;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = conv2d(in[0], w1, Tensor(), pad1);
+    y = y * sigmoid(y);
+    Tensor z = conv2d(y, w2, Tensor());
+    Tensor shared = z * sigmoid(z) + z;  // z is read by the sum too
+    return std::vector<Tensor>{conv2d(shared, w3, Tensor())};
+  };
+  Tensor x = randn({1, b, 9, 9});
+  const Compared run = compile_and_run(program, x);
+  EXPECT_EQ(count(run.graph, " + silu"), 1u) << run.graph;
+  expect_close(run.got[0], run.want[0]);
+}
+
+}  // namespace

@@ -242,8 +242,8 @@ memory::desc activation_desc(int64_t n, int64_t c, int64_t h, int64_t w, int blo
   return memory::desc({n, c, h, w}, dt::f32, t);
 }
 
-using LayoutKey = std::tuple<Key, int, int, bool, bool, bool>;  // ReLU is a pass after the primitive; hard-swish
-                                                               // and hard-sigmoid are post-ops
+// ReLU is a pass after the primitive; hard-swish, hard-sigmoid and SiLU are post-ops.
+using LayoutKey = std::tuple<Key, int, int, bool, bool, bool, bool>;
 std::map<LayoutKey, Prepared>& layout_cache() {
   static std::map<LayoutKey, Prepared> c;
   return c;
@@ -277,7 +277,7 @@ const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
   g.src = activation_desc(s.n, s.c, s.h, s.w, c.src_block);
   g.dst = activation_desc(s.n, s.o, s.oh, s.ow, c.dst_block);
   LayoutKey key{key_of(4 + static_cast<int>(c.kind), c.bias, s), c.src_block, c.dst_block, c.residual, c.hardswish,
-                c.hardsigmoid};
+                c.hardsigmoid, c.swish};
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = layout_cache().find(key);
   if (it != layout_cache().end()) return it->second.prim ? &it->second : nullptr;
@@ -290,6 +290,7 @@ const Prepared* layout_primitive(const LayoutCall& c, Geometry& g) {
       dnnl::post_ops ops;
       if (c.residual) ops.append_sum(1.0f);  // y = conv + y
       if (c.hardswish) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_hardswish, 0.0f, 0.0f);
+      if (c.swish) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);  // x * sigmoid(1 * x)
       if (c.hardsigmoid) {  // PyTorch's: clip(x / 6 + 1/2, 0, 1) (oneDNN 2 has no hard-sigmoid of its own)
         ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, 1.0f / 6, 0.5f);
         ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip, 0.0f, 1.0f);

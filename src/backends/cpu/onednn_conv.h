@@ -38,6 +38,7 @@ struct LayoutCall {
   bool relu = false;      // forward only: ReLU on the output
   bool hardswish = false; // forward only: hard-swish on the output (oneDNN's post-op), without a residual
   bool hardsigmoid = false;  // forward only: PyTorch's hard-sigmoid on the output, likewise
+  bool swish = false;        // forward only: x * sigmoid(x) on the output (SiLU), likewise
   bool residual = false;  // forward only: y holds a tensor to add (a shortcut) and receives conv + y, before the ReLU
   // forward only: the weights passed are already in the primitive's layout
   // (prepare_weights), as constant weights are once, rather than plain.

@@ -296,7 +296,8 @@ bool gathered(const onednn::LayoutCall& call) {
 bool patch_gemm_applies(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   const int src_block = call.src_block, dst_block = call.dst_block;
-  if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || s.groups != 1 || s.oh < 1 || s.ow < 1) return false;
+  if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || call.swish || s.groups != 1 || s.oh < 1 || s.ow < 1)
+    return false;
   const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
   if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
   if (src_block == 0)

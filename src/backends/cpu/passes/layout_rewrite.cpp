@@ -56,6 +56,38 @@ size_t LayoutPass::fold_residuals() {
   return folded;
 }
 
+// Inference: y * sigmoid(y) (SiLU, as exported: a sigmoid and a product)
+// over a blocked convolution's output y, read by nothing else, becomes the
+// primitive's swish post-op (EfficientNet has one after most convolutions).
+bool LayoutPass::fold_silu(int at, Plan& plan) {
+  Node& conv = g_.nodes[at];
+  const int y = conv.outputs[0];
+  if (uses_[y] != 2 || readers_[y].size() != 2) return false;
+  int sigmoid = -1, product = -1;
+  for (auto [node, k] : readers_[y]) {
+    if (is_op(g_.nodes[node], "sigmoid")) sigmoid = node;
+    else if (is_op(g_.nodes[node], "mul")) product = node;
+  }
+  if (sigmoid < 0 || product < 0) return false;
+  const int s = g_.nodes[sigmoid].outputs[0];
+  const Node& mul = g_.nodes[product];
+  if (uses_[s] != 1 || !((mul.inputs[0] == y && mul.inputs[1] == s) || (mul.inputs[0] == s && mul.inputs[1] == y)))
+    return false;
+  cpu::onednn::LayoutCall with = plan.call;
+  with.swish = true;
+  if (!runs_fast(with, conv)) return false;
+  plan.call = with;
+  const int result = mul.outputs[0];
+  for (int node : {sigmoid, product}) {
+    g_.nodes[node].removed = true;
+    reads_.erase(node);
+  }
+  conv.outputs[0] = result;
+  g_.values[result].producer = at;
+  block_of_[result] = plan.call.dst_block;
+  return true;
+}
+
 // Inference: a hard-swish or hard-sigmoid read only from a blocked
 // convolution's output becomes that primitive's post-op (MobileNetV3 has a
 // hard-swish after most of its convolutions and a hard-sigmoid after each
@@ -66,6 +98,10 @@ size_t LayoutPass::fold_hard_activations() {
     if (plan.kind != Plan::Conv || plan.call.relu || plan.call.residual || plan.call.dst_block == 0) continue;
     Node& conv = g_.nodes[at];
     const int y = conv.outputs[0];
+    if (fold_silu(at, plan)) {
+      ++folded;
+      continue;
+    }
     if (uses_[y] != 1 || readers_[y].size() != 1) continue;
     Node& hs = g_.nodes[readers_[y][0].first];
     if (hs.removed || !(is_op(hs, "hardswish") || is_op(hs, "hardsigmoid"))) continue;
@@ -304,7 +340,7 @@ void LayoutPass::rewrite_nodes() {
         }
         k.label = "conv2d[" + from + " -> " + to + "]" + (plan.residual >= 0 ? " + residual" : "") +
                   (plan.call.relu ? " + relu" : "") + (plan.call.hardswish ? " + hardswish" : "") +
-                  (plan.call.hardsigmoid ? " + hardsigmoid" : "") +
+                  (plan.call.hardsigmoid ? " + hardsigmoid" : "") + (plan.call.swish ? " + silu" : "") +
                   (plan.concat_at >= 0 ? " into concat" : "");
         if (plan.pooled) {
           k.outputs = {n.outputs[0]};  // the pool's output
