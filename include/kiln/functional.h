@@ -140,6 +140,11 @@ Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_ze
 // The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
+// x (float32) as 8-bit values: saturate(round(x / scale) + zero), rounding
+// half to even, in zero's dtype; and back: (q - zero) * scale. One scale and
+// zero point each: ONNX's QuantizeLinear and DequantizeLinear per tensor.
+Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor& zero);
+Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const Tensor& zero);
 // A quantized tensor with its scale and zero point (one value each).
 struct QuantizedTensor {
   Tensor values, scale, zero;

@@ -194,7 +194,40 @@ OpDefiner d_qlinear_avg_pool2d(quantized_op("qlinear_avg_pool2d", {"x", "x_scale
                                               "count_include_pad:bool=true"},
                                              infer_qlinear_avg_pool2d, "pooling"));
 
+// x (float32) to the 8-bit values of scale and zero (one each), and back:
+// ONNX's QuantizeLinear and DequantizeLinear per tensor, as one pass each.
+Metas infer_quantize_linear(const Metas& in, const Attrs&) {
+  KILN_CHECK(in[0].dtype == DType::Float32, "x must be float32, got ", dtype_name(in[0].dtype));
+  KILN_CHECK(in[1].dtype == DType::Float32, "the scale must be float32, got ", dtype_name(in[1].dtype));
+  KILN_CHECK(is_quantized(in[2].dtype), "the zero point must be uint8 or int8, got ", dtype_name(in[2].dtype));
+  check_scalar(in[1], "the scale");
+  check_scalar(in[2], "the zero point");
+  return {{true, in[0].shape, in[2].dtype, in[0].device}};
+}
+
+Metas infer_dequantize_linear(const Metas& in, const Attrs&) {
+  KILN_CHECK(is_quantized(in[0].dtype) && in[2].dtype == in[0].dtype, "q and its zero point must be uint8, or int8, ",
+             "alike; got ", dtype_name(in[0].dtype), " and ", dtype_name(in[2].dtype));
+  KILN_CHECK(in[1].dtype == DType::Float32, "the scale must be float32, got ", dtype_name(in[1].dtype));
+  check_scalar(in[1], "the scale");
+  check_scalar(in[2], "the zero point");
+  return {{true, in[0].shape, DType::Float32, in[0].device}};
+}
+
+// Element i of the output depends on element i of the input alone: they run on any memory order.
+OpDefiner d_quantize_linear(quantized_op("quantize_linear", {"x", "scale", "zero"}, {}, infer_quantize_linear, "",
+                                         kTagElementwise));
+OpDefiner d_dequantize_linear(quantized_op("dequantize_linear", {"q", "scale", "zero"}, {}, infer_dequantize_linear, "",
+                                           kTagElementwise));
+
 }  // namespace
+
+Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor& zero) {
+  return call1(KILN_OP("quantize_linear"), {x, scale, zero});
+}
+Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const Tensor& zero) {
+  return call1(KILN_OP("dequantize_linear"), {q, scale, zero});
+}
 
 Tensor qlinear_concat(const std::vector<QuantizedTensor>& inputs, const Tensor& y_scale, const Tensor& y_zero,
                       int64_t axis) {

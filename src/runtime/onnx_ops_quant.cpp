@@ -42,6 +42,10 @@ void check_quantized(const OnnxNode& n, DType t, bool int32_too) {
 std::vector<Tensor> dequantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor &x = input(n, in, 0), &scale = input(n, in, 1);
   check_quantized(n, x.dtype(), true);
+  const bool has_zero = in.size() > 2 && in[2].defined();
+  if ((x.dtype() == DType::UInt8 || x.dtype() == DType::Int8) && scale.dtype() == DType::Float32 &&
+      scale.numel() == 1 && n.i("block_size", 0) == 0 && (!has_zero || (in[2].numel() == 1 && in[2].dtype() == x.dtype())))
+    return {kiln::dequantize_linear(x, scale.reshape({}), has_zero ? in[2].reshape({}) : zeros({}, x.dtype()))};
   Tensor centered = cast(x, scale.dtype());
   if (in.size() > 2 && in[2].defined()) centered = centered - cast(along_axis(n, in[2], x), scale.dtype());
   return {centered * along_axis(n, scale, x)};
@@ -67,6 +71,9 @@ std::vector<Tensor> quantize_linear(const OnnxNode& n, const std::vector<Tensor>
   }
   check_quantized(n, out, false);
   const Tensor zero = has_zero ? in[2] : zeros({}, out);
+  if (x.dtype() == DType::Float32 && scale.dtype() == DType::Float32 && scale.numel() == 1 && zero.numel() == 1 &&
+      n.i("block_size", 0) == 0)
+    return {kiln::quantize_linear(x, scale.reshape({}), zero.reshape({}))};
   const Tensor wide = cast(x, DType::Float32);
   return {quantize(wide, cast(along_axis(n, scale, x), DType::Float32), along_axis(n, zero, x))};
 }

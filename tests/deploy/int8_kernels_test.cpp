@@ -451,3 +451,32 @@ TEST(Int8Kernels, QdqConcatenationsAndAveragePoolsRunOnIntegerKernels) {
 }
 
 }  // namespace
+
+namespace {
+
+// Quantizing rounds x / scale half to even, shifts and saturates; dequantizing
+// is (q - zero) * scale: the values ONNX's QuantizeLinear and
+// DequantizeLinear define, in one pass each.
+TEST(Int8Kernels, QuantizeAndDequantizeAreTheOnnxFormulas) {
+  const float scale = 0.5f;
+  // Ties either way, values past both ends, and a random run long enough for the vector loop.
+  std::vector<float> xs = {0.25f, 0.75f, -0.25f, -0.75f, 1.25f, 300.0f, -300.0f, 63.75f, -64.25f};
+  manual_seed(3);
+  for (float v : (randn({1000}) * 40.0).to_vector<float>()) xs.push_back(v);
+  const Tensor x = from_vector<float>(xs, {static_cast<int64_t>(xs.size())});
+  for (DType t : {DType::UInt8, DType::Int8}) {
+    const double zero = t == DType::Int8 ? -3 : 128;
+    const Tensor z = cast(scalar_tensor(zero), t);
+    const Tensor q = quantize_linear(x, scalar(scale), z);
+    const double lo = t == DType::Int8 ? -128 : 0, hi = t == DType::Int8 ? 127 : 255;
+    const Tensor want = cast(clamp(round(x / scalar(scale)) + zero, lo, hi), t);
+    EXPECT_EQ(cast(q, DType::Float64).to_vector<double>(), cast(want, DType::Float64).to_vector<double>()) << dtype_name(t);
+    const Tensor back = dequantize_linear(q, scalar(scale), z);
+    EXPECT_EQ(back.dtype(), DType::Float32);
+    EXPECT_EQ(back.to_vector<float>(), ((cast(q, DType::Float32) - zero) * scalar(scale)).to_vector<float>());
+  }
+  EXPECT_NE(kt::message_of([&] { quantize_linear(x, scalar(scale), zeros({}, DType::Int32)); }).find("uint8 or int8"),
+            std::string::npos);
+}
+
+}  // namespace

@@ -155,8 +155,50 @@ void qlinear_add_kernel(const Ins& in, Outs& out, const Attrs&) {
   });
 }
 
+// saturate(round(x / scale) + zero), in float32 as ONNX Runtime computes it
+// (a division), rounded half to even by the 1.5 * 2^23 trick after
+// clipping to the output's range (NaN goes to the lowest value).
+template <typename TY>
+void quantize_block(const float* __restrict x, TY* __restrict y, int64_t n, float scale, float zy) {
+  constexpr float lo = std::is_signed_v<TY> ? -128.0f : 0.0f, hi = std::is_signed_v<TY> ? 127.0f : 255.0f;
+  constexpr float magic = 12582912.0f;
+  const float below = lo - zy - 1, above = hi - zy + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i] / scale;
+    v = !(v >= below) ? below : v > above ? above : v;
+    v = (v + magic) - magic + zy;
+    y[i] = static_cast<TY>(static_cast<int32_t>(v < lo ? lo : v > hi ? hi : v));
+  }
+}
+
+void quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
+  const Tensor x = in[0].contiguous();
+  const float scale = in[1].contiguous().data<float>()[0], zy = static_cast<float>(zero_point_of(in[2]));
+  const float* px = x.data<float>();
+  auto run = [&]<typename TY>(TY* py) {
+    parallel_for(x.numel(), 1 << 15, [=](int64_t b, int64_t e) { quantize_block<TY>(px + b, py + b, e - b, scale, zy); });
+  };
+  if (out[0].dtype() == DType::UInt8) run(out[0].data<uint8_t>());
+  else run(out[0].data<int8_t>());
+}
+
+void dequantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
+  const Tensor q = in[0].contiguous();
+  const float scale = in[1].contiguous().data<float>()[0], zero = static_cast<float>(zero_point_of(in[2]));
+  float* py = out[0].data<float>();
+  auto run = [&]<typename TX>(const TX* px) {
+    parallel_for(q.numel(), 1 << 15, [=](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) py[i] = (static_cast<float>(px[i]) - zero) * scale;
+    });
+  };
+  if (q.dtype() == DType::UInt8) run(q.data<uint8_t>());
+  else run(q.data<int8_t>());
+}
+
 }  // namespace
 
+KILN_REGISTER_KERNEL("quantize_linear", CPU, quantize_linear_kernel, DType::Float32);
+KILN_REGISTER_KERNEL("dequantize_linear", CPU, dequantize_linear_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_add", CPU, qlinear_add_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_conv2d", CPU, qlinear_conv2d_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_matmul", CPU, qlinear_matmul_kernel, DType::UInt8, DType::Int8);
