@@ -7,7 +7,8 @@
 //
 // A graph is specialised on the shapes and dtypes of its inputs; a call with
 // new ones compiles again (with a log line, or an error under
-// RecompilePolicy::Error). Set KILN_DUMP_GRAPH=DIR to write the graph before
+// RecompilePolicy::Error), except on the axes CompileOptions::dynamic
+// declares, which may also be padded to a few bucket sizes. Set KILN_DUMP_GRAPH=DIR to write the graph before
 // and after every pass, as text and Graphviz.
 #include <functional>
 #include <memory>
@@ -38,8 +39,27 @@ enum class RecompilePolicy {
   Error,  // throw instead of compiling again
 };
 
+// An input axis whose size varies from call to call (a batch, a sequence
+// length). A new size there compiles a graph for it as expected: no log
+// line, and allowed under RecompilePolicy::Error, which then refuses other
+// changes only. With `buckets` (ascending sizes), a call pads the axis with
+// `pad_value` up to the smallest bucket that holds it, so the function
+// compiles at most once per bucket, and cuts its outputs back: the output
+// axes in `outputs` ({output, axis}), or, when that is empty, axis `axis` of
+// every output whose size there is the bucket's. Padding suits positions
+// that cannot reach the real ones: the rows of a batch in inference, or
+// sequence positions a mask hides. A size past the last bucket is refused.
+struct DynamicAxis {
+  int input = 0;
+  int axis = 0;
+  std::vector<int64_t> buckets = {};
+  double pad_value = 0;
+  std::vector<std::pair<int, int>> outputs = {};
+};
+
 struct CompileOptions {
   RecompilePolicy recompile = RecompilePolicy::Log;
+  std::vector<DynamicAxis> dynamic;
   // Graphs kept per compiled function (one per input shape, sharing one
   // arena): the least recently used is dropped when there would be more, or
   // when the constants the passes derived for them (weights reordered,
@@ -110,7 +130,7 @@ class CompiledFunction {
   // when needed (tracing on zeros) and returns the buffers the graph reads its
   // inputs from; the caller writes them and calls run_slots(), whose results
   // are borrowed as with run_borrowed. Not for functions whose graph depends
-  // on their inputs' values.
+  // on their inputs' values; the shapes are taken as given (no bucket padding).
   const std::vector<Tensor>& input_slots(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes);
   const std::vector<Tensor>& run_slots();
 

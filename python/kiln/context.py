@@ -38,9 +38,10 @@ def get_context(key):
 class _Compiled:
     """A function or Cell traced on its first call and run as a compiled graph after."""
 
-    def __init__(self, target, inference):
+    def __init__(self, target, inference, dynamic=None):
         self._target = target
         self._inference = inference
+        self._dynamic = dynamic
         self._compiled = None
         functools.update_wrapper(self, target if callable(target) and hasattr(target, "__name__") else self.__call__)
 
@@ -48,7 +49,7 @@ class _Compiled:
         inputs = [a if isinstance(a, _kiln.Tensor) else _kiln.tensor(a) for a in args]
         if self._compiled is None:
             if isinstance(self._target, _kiln.Cell) and len(inputs) == 1:
-                self._compiled = _kiln.compile_cell(self._target, inputs, self._inference)
+                self._compiled = _kiln.compile_cell(self._target, inputs, self._inference, self._dynamic)
             elif isinstance(self._target, _kiln.Cell):
                 # A Python cell of several inputs, traced through its call; its
                 # parameters and buffers are read live, as a one-input cell's.
@@ -57,10 +58,10 @@ class _Compiled:
                 def call(*xs):
                     with no_grad():
                         return cell(*xs)
-                self._compiled = _kiln.compile_function(call, inputs, cell.type_name())
+                self._compiled = _kiln.compile_function(call, inputs, cell.type_name(), self._dynamic)
             else:
                 name = getattr(self._target, "__name__", "function")
-                self._compiled = _kiln.compile_function(self._target, inputs, name)
+                self._compiled = _kiln.compile_function(self._target, inputs, name, self._dynamic)
         outputs = self._compiled(inputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -74,14 +75,21 @@ class _Compiled:
         return self._compiled.compiles if self._compiled else 0
 
 
-def jit(fn=None, *, inference=False):
+def jit(fn=None, *, inference=False, dynamic=None):
     """Compiles a function of tensors, or a Cell, into a graph on its first call.
 
     The function is traced at the op level: Python control flow on shapes and
     constants runs while tracing, and reading a tensor's value (``.item()``,
     ``if x.sum() > 0``) fails naming the cell, the line and the way out. A new
     input shape compiles again. Use as ``@kiln.jit`` or ``kiln.jit(net)``.
+
+    ``dynamic`` declares input axes whose size varies (a batch, a length):
+    ``[(0, 0)]``, or ``[{'input': 0, 'axis': 1, 'buckets': [32, 64, 128]}]``
+    to pad that axis up to the next bucket (with ``pad_value``, 0 unless
+    given) and cut the outputs back, so that at most one graph per bucket is
+    compiled. Pad only axes whose padded positions cannot reach the real
+    ones (a batch in inference, a masked sequence).
     """
     if fn is None:
-        return lambda f: _Compiled(f, inference)
-    return _Compiled(fn, inference)
+        return lambda f: _Compiled(f, inference, dynamic)
+    return _Compiled(fn, inference, dynamic)

@@ -47,6 +47,36 @@ py::list named(const std::vector<std::pair<std::string, Tensor>>& items) {
   return out;
 }
 
+// kiln.jit's dynamic=: (input, axis) pairs, or dicts with input, axis and
+// optionally buckets, pad_value and outputs ([(output, axis), ...]).
+std::vector<jit::DynamicAxis> dynamic_axes(const py::object& spec) {
+  std::vector<jit::DynamicAxis> axes;
+  if (spec.is_none()) return axes;
+  const char* form = "dynamic= takes a list of (input, axis) pairs or dicts such as "
+                     "{'input': 0, 'axis': 1, 'buckets': [32, 64, 128]}";
+  if (!py::isinstance<py::list>(spec) && !py::isinstance<py::tuple>(spec)) throw py::type_error(form);
+  for (py::handle item : spec) {
+    jit::DynamicAxis a;
+    if (py::isinstance<py::dict>(item)) {
+      for (auto [key, value] : item.cast<py::dict>()) {
+        const std::string k = py::str(key);
+        if (k == "input") a.input = value.cast<int>();
+        else if (k == "axis") a.axis = value.cast<int>();
+        else if (k == "buckets") a.buckets = value.cast<std::vector<int64_t>>();
+        else if (k == "pad_value") a.pad_value = value.cast<double>();
+        else if (k == "outputs") a.outputs = value.cast<std::vector<std::pair<int, int>>>();
+        else throw py::value_error("dynamic=: unknown key '" + k + "'; the keys are input, axis, buckets, pad_value and outputs");
+      }
+    } else if ((py::isinstance<py::tuple>(item) || py::isinstance<py::list>(item)) && py::len(item) == 2) {
+      std::tie(a.input, a.axis) = item.cast<std::pair<int, int>>();
+    } else {
+      throw py::type_error(std::string(form) + "; got " + std::string(py::repr(item)));
+    }
+    axes.push_back(std::move(a));
+  }
+  return axes;
+}
+
 }  // namespace
 
 void bind_nn(py::module_& m) {
@@ -328,14 +358,18 @@ void bind_nn(py::module_& m) {
       .def_property_readonly("graph", &jit::CompiledFunction::graph_text)
       .def_property_readonly("compiles", &jit::CompiledFunction::compiles)
       .def_property_readonly("report", [](const jit::CompiledFunction& f) { return f.report().str(); });
-  m.def("compile_cell", [](std::shared_ptr<nn::Cell> cell, std::vector<Tensor> examples, bool inference) {
+  m.def("compile_cell", [](std::shared_ptr<nn::Cell> cell, std::vector<Tensor> examples, bool inference,
+                           py::object dynamic) {
     jit::CompileOptions o;
     o.inference = inference;
+    o.dynamic = dynamic_axes(dynamic);
     return jit::compile(std::move(cell), examples, o);
-  }, py::arg("cell"), py::arg("example_inputs"), py::arg("inference") = false, py::keep_alive<0, 1>());
-  m.def("compile_function", [](py::function fn, std::vector<Tensor> examples, std::string name) {
+  }, py::arg("cell"), py::arg("example_inputs"), py::arg("inference") = false, py::arg("dynamic") = py::none(),
+        py::keep_alive<0, 1>());
+  m.def("compile_function", [](py::function fn, std::vector<Tensor> examples, std::string name, py::object dynamic) {
     jit::CompileOptions o;
     o.name = std::move(name);
+    o.dynamic = dynamic_axes(dynamic);
     jit::Function f = [fn](const std::vector<Tensor>& inputs) {
       py::gil_scoped_acquire gil;
       py::object r = fn(*py::cast(inputs));
@@ -343,7 +377,7 @@ void bind_nn(py::module_& m) {
       return py::cast<std::vector<Tensor>>(r);
     };
     return jit::compile(f, examples, o);
-  }, py::arg("fn"), py::arg("example_inputs"), py::arg("name") = "function");
+  }, py::arg("fn"), py::arg("example_inputs"), py::arg("name") = "function", py::arg("dynamic") = py::none());
 }
 
 }  // namespace kiln::python

@@ -1,5 +1,6 @@
 """Graph mode on cells and functions written in Python."""
 import numpy as np
+import pytest
 
 import kiln
 from kiln import nn
@@ -36,6 +37,24 @@ def test_jit_function_of_tensors():
     a, b = kiln.randn((3, 5)), kiln.randn((3, 5))
     eager = (kiln.ops.gelu(a) * b).sum(axis=1)
     np.testing.assert_allclose(gelu_sum(a, b).numpy(), eager.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_jit_pads_a_dynamic_axis_to_buckets_and_cuts_the_outputs_back():
+    net = nn.Dense(6, 3)
+    net.set_train(False)
+    compiled = kiln.jit(net, dynamic=[{"input": 0, "axis": 0, "buckets": [4, 8]}])
+    for batch in range(1, 9):
+        x = kiln.randn((batch, 6))
+        y = compiled(x)
+        assert y.shape == (batch, 3)
+        np.testing.assert_allclose(y.numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.compiles == 2  # one graph per bucket
+    with pytest.raises(kiln.Error, match="past its largest bucket"):
+        compiled(kiln.randn((9, 6)))
+    with pytest.raises(ValueError, match="unknown key 'bucket'"):
+        kiln.jit(net, dynamic=[{"input": 0, "bucket": [4]}])(kiln.randn((2, 6)))
+    with pytest.raises(TypeError, match=r"\(input, axis\) pairs"):
+        kiln.jit(net, dynamic=0)(kiln.randn((2, 6)))
 
 
 def test_generator_dataset_reads_a_generator_function():

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "graph/compiled.h"
+#include "graph/dynamic_axes.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
@@ -176,7 +177,11 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     cache.splice(cache.end(), cache, it);  // the most recently used last (the list keeps the entry where it is)
     return cache.back();
   }
-  if (!weights_changed && (!cache.empty() || compiles > 0)) {
+  std::string dynamic_change;
+  const bool expected = !weights_changed && !cache.empty() &&
+                        detail::only_dynamic_axes_differ(options.dynamic, cache.back().shapes, inputs, &dynamic_change);
+  if (expected) recompile_cause = dynamic_change;
+  if (!weights_changed && !expected && (!cache.empty() || compiles > 0)) {
     std::string why = "graph '" + options.name + "' is compiled again, for " + sig;
     if (!cache.empty()) why += " (cached: " + cache.back().signature + ")";
     why += "; each input shape needs its own graph. ";
@@ -296,16 +301,22 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   return cache.back();
 }
 
-const std::vector<Tensor>& CompiledFunction::Impl::run(const std::vector<Tensor>& inputs) {
+const std::vector<Tensor>& CompiledFunction::Impl::run(const std::vector<Tensor>& given) {
+  const detail::Bucketed call = detail::pad_to_buckets(options.dynamic, given);
   std::vector<Tensor> eager;
-  Entry& e = entry_for(inputs, &eager);
+  Entry& e = entry_for(call.inputs, &eager);
   last = &e;
+  const std::vector<Tensor>* results = nullptr;
   if (!eager.empty()) {  // this call traced the program, which computed the results eagerly
     traced_results = std::move(eager);
-    return traced_results;
+    results = &traced_results;
+  } else {
+    traced_results.clear();
+    results = &e.exec->run(call.inputs);
   }
-  traced_results.clear();
-  return e.exec->run(inputs);
+  if (call.padded.empty()) return *results;
+  cut_results = detail::cut_to_sizes(call, *results);
+  return cut_results;
 }
 
 std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) {

@@ -49,6 +49,7 @@ struct CompiledFunction::Impl {
   Entry* last = nullptr;
   int compiles = 0;
   std::vector<Tensor> traced_results;
+  std::vector<Tensor> cut_results;  // a padded call's outputs, cut back to its sizes (views)
 
   Entry& entry_for(const std::vector<Tensor>& inputs, std::vector<Tensor>* eager_outputs);
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);

@@ -90,3 +90,72 @@ TEST(ShapeCache, DerivedConstantsCountAgainstTheByteBudget) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// A declared dynamic axis compiles each new size as expected, even under
+// RecompilePolicy::Error, which still refuses a change anywhere else.
+TEST(DynamicAxes, ANewSizeOnADeclaredAxisIsExpected) {
+  manual_seed(5);
+  const Tensor w = randn({16, 8});
+  jit::CompileOptions o;
+  o.recompile = jit::RecompilePolicy::Error;
+  o.dynamic = {{0, 0}};
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; },
+                         {randn({4, 16})}, o);
+  const Tensor x = randn({7, 16});
+  expect_close(fn({x})[0], program(x, w));
+  EXPECT_EQ(fn.compiles(), 2);
+  EXPECT_EQ(fn.report().cause, "input 0's dynamic axis 0 went from 4 to 7");
+  const std::string refused = message_of([&] { fn({randn({7, 12})}); });
+  EXPECT_NE(refused.find("RecompilePolicy::Error"), std::string::npos) << refused;
+}
+
+// With buckets, sizes 1..8 pad up to 4 or 8: two compiles, and every output
+// cut back to the call's size and equal to the eager result.
+TEST(DynamicAxes, BucketsBoundTheCompilesAndOutputsAreCutBack) {
+  manual_seed(6);
+  const Tensor w = randn({16, 8});
+  jit::CompileOptions o;
+  o.recompile = jit::RecompilePolicy::Error;
+  o.dynamic = {{0, 0, {4, 8}}};
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; }, {}, o);
+  for (int64_t n = 1; n <= 8; ++n) {
+    const Tensor x = randn({n, 16});
+    const Tensor y = fn({x})[0];
+    ASSERT_EQ(y.shape(), (Shape{n, 8}));
+    expect_close(y, program(x, w));
+  }
+  EXPECT_EQ(fn.compiles(), 2);
+  const std::string past = message_of([&] { fn({randn({9, 16})}); });
+  EXPECT_NE(past.find("input 0's axis 0 has size 9, past its largest bucket (8)"), std::string::npos) << past;
+  o.dynamic = {{0, 0, {8, 4}}};
+  const std::string unordered = message_of([&] { jit::compile([](const std::vector<Tensor>& in) { return in; }, {randn({2})}, o); });
+  EXPECT_NE(unordered.find("do not ascend"), std::string::npos) << unordered;
+}
+
+// Outputs that carry the padded axis elsewhere are named: a transposed one.
+TEST(DynamicAxes, OutputsNamedForAnAxisAreCutThere) {
+  jit::CompileOptions o;
+  o.dynamic = {{0, 1, {16}, -1.0, {{0, 1}, {1, 0}}}};
+  auto fn = jit::compile([](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0] * 2.0, in[0].transpose(0, 1).contiguous()};
+  }, {}, o);
+  const Tensor x = randn({2, 11});
+  const auto out = fn({x});
+  ASSERT_EQ(out[0].shape(), (Shape{2, 11}));
+  ASSERT_EQ(out[1].shape(), (Shape{11, 2}));
+  expect_close(out[0], x * 2.0);
+  expect_close(out[1], x.transpose(0, 1).contiguous());
+}
+
+}  // namespace
