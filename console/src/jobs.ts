@@ -39,11 +39,13 @@ export async function jobsPage(page: HTMLElement, _s: Session) {
     h("a", { class: `row state-${j.state}`, href: `#/jobs/${j.id}`, "data-job": j.id },
       h("span", { class: "id" }, j.id), h("span", { class: "name" }, j.name),
       h("span", { class: "state" }, j.state), h("span", { class: "dur" }, duration(j.started_ms, j.ended_ms)),
-      h("span", { class: "metrics" }, metricsText(j.final_metrics))), "vlist jobs");
+      // A queued job says where it stands instead ("position 2 in the queue, after job 5").
+      j.stage === "queued" ? h("span", { class: "metrics queued muted" }, j.reason)
+        : h("span", { class: "metrics" }, metricsText(j.final_metrics))), "vlist jobs");
   page.append(h("h2", {}, "Jobs"), h("div", { class: "tools" }, filter, count),
     h("div", { class: "row head" }, h("span", { class: "id" }, "id"), h("span", { class: "name" }, "name"),
       h("span", { class: "state" }, "state"), h("span", { class: "dur" }, "ran"),
-      h("span", { class: "metrics" }, "final metrics")), list.element);
+      h("span", { class: "metrics" }, "final metrics, or place in the queue")), list.element);
   let jobs: any[] = [];
   const show = () => {
     const words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);

@@ -285,8 +285,11 @@ test("a reader sees the same pages without the controls that write", async () =>
 test("a thousand jobs stay quick to list and filter", async () => {
   // The list as the API would give it for 1,000 jobs (made up here: running
   // a thousand real jobs would take minutes).
+  // The two newest after the first wait in the queue.
   const jobs = Array.from({ length: 1000 }, (_, i) => ({
-    id: 1000 - i, name: `sweep-${1000 - i}`, state: i % 7 ? "Completed" : "Failed", stage: "end", reason: "",
+    id: 1000 - i, name: `sweep-${1000 - i}`, state: i === 1 || i === 2 ? "Pending" : i % 7 ? "Completed" : "Failed",
+    stage: i === 1 || i === 2 ? "queued" : "end",
+    reason: i === 1 || i === 2 ? `position ${3 - i} in the queue, waiting for 2 CPU cores (2 of 2 in use by jobs 1000)` : "",
     created_ms: Date.now() - i * 60000, started_ms: Date.now() - i * 60000, ended_ms: Date.now() - i * 60000 + 42000,
     final_metrics: { loss: 0.3 + i / 1e4, accuracy: 0.9 - i / 1e5 }, tags: { team: i % 2 ? "vision" : "speech" },
   }));
@@ -302,6 +305,8 @@ test("a thousand jobs stay quick to list and filter", async () => {
       console.log(`# 1,000 jobs listed in ${Date.now() - started} ms`);
       const rows = await page.locator("[data-job]").count();
       assert.ok(rows > 0 && rows < 100, `${rows} job rows in the page at once`);
+      assert.match(await page.locator("[data-job='999'] .queued").textContent(), /position 2 in the queue, waiting for 2 CPU cores/);
+      assert.match(await page.locator("[data-job='998'] .queued").textContent(), /position 1 in the queue/);
       const typed = Date.now();
       await page.fill("#job-filter", "failed team=speech");
       await page.waitForFunction(() => document.querySelector("#job-count")?.textContent === "72 of 1000");
