@@ -133,12 +133,31 @@ std::vector<Layer> find_layers(const GraphProto& g, const std::set<std::string>&
 }
 
 // The activations to observe or quantize, in a fixed order.
-std::vector<std::string> activations_of(const std::vector<Layer>& layers) {
+// Besides the layers' inputs and outputs, the float inputs of each pool
+// and concatenation whose result is quantized (a layer reads it, through a
+// Flatten after a pool), so that the runtime runs those on int8 values too
+// (QLinearAveragePool, QLinearGlobalAveragePool, QLinearConcat).
+std::vector<std::string> activations_of(const GraphProto& g, const std::vector<Layer>& layers) {
   std::vector<std::string> names;
   std::set<std::string> seen;
   for (const Layer& l : layers)
     for (const std::string& t : {l.input, l.output})
       if (seen.insert(t).second) names.push_back(t);
+  const Graph view(g);
+  for (bool grew = true; grew;) {  // until a chain of them (a concatenation before a pool) is all in
+    grew = false;
+    for (const NodeProto& n : g.node()) {
+      const bool pool = n.op_type() == "GlobalAveragePool" || n.op_type() == "AveragePool";
+      if ((!n.domain().empty() && n.domain() != "ai.onnx") || (!pool && n.op_type() != "Concat") || n.output_size() != 1)
+        continue;
+      std::string result = n.output(0);
+      const auto& readers = view.consumers(result);
+      if (pool && readers.size() == 1 && g.node(readers[0]).op_type() == "Flatten") result = g.node(readers[0]).output(0);
+      if (!seen.count(result)) continue;  // its result stays float
+      for (const std::string& in : n.input())
+        if (view.is_float_activation(in) && seen.insert(in).second) names.push_back(in), grew = true;
+    }
+  }
   return names;
 }
 
@@ -422,7 +441,7 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
   const std::vector<std::vector<Tensor>> calibrate(calibration.begin(), calibration.end() - static_cast<long>(held));
   const std::vector<std::vector<Tensor>> compare =
       held ? std::vector<std::vector<Tensor>>(calibration.end() - static_cast<long>(held), calibration.end()) : calibrate;
-  const std::vector<std::string> all = activations_of(layers);
+  const std::vector<std::string> all = activations_of(model.graph(), layers);
   InferenceSession float_session = InferenceSession::from_bytes(with_outputs(model, all), {}, "the float model");
   std::map<std::string, runtime::RangeObserver> observers;
   for (const auto& batch : calibrate)
@@ -436,7 +455,7 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
   auto build = [&](const std::set<std::string>& kept) {
     const std::vector<Layer> chosen = find_layers(model.graph(), kept);
     std::map<std::string, Params> params;
-    const std::vector<std::string> activations = activations_of(chosen);
+    const std::vector<std::string> activations = activations_of(model.graph(), chosen);
     for (const std::string& t : activations) {
       KILN_CHECK(observers[t].seen(), "quantize: activation '", t, "' held no finite value in calibration");
       params[t] = activation_params(observers[t].range(o.method, o.percentile), o.activations);
