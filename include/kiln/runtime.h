@@ -46,6 +46,18 @@ struct SessionOptions {
   // 0: run node by node (eager); 1: compiled graph, no optimizing passes;
   // 2: compiled and optimized (constant folding, batch-norm folding, fusion, layouts).
   int optimization_level = 2;
+  // Input axes padded up to a few sizes, so that a model called with many
+  // lengths compiles once per bucket: {"input_ids", 1, {32, 64, 128}}. The
+  // outputs are cut back to the call's size (jit::DynamicAxis says how).
+  // For axes whose padded positions cannot change the real ones' results:
+  // a batch, or a sequence a mask hides. run_in_place takes shapes as given.
+  struct Bucket {
+    std::string input;
+    int axis = 0;
+    std::vector<int64_t> sizes;
+    double pad_value = 0;
+  };
+  std::vector<Bucket> buckets;
 };
 
 class InferenceSession {
@@ -79,6 +91,9 @@ class InferenceSession {
   // What the session rewrote in the model before running it, in words ("20
   // Conv, 1 Gemm on int8 kernels": a quantized model's QDQ groups), "" when nothing.
   const std::string& rewrites() const;
+  // Graphs compiled so far (one per input signature, or per bucket), by the
+  // compiled functions not running at the moment.
+  int compiles() const;
 
  private:
   struct Impl;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "kiln/caller_language.h"
 #include "kiln/error.h"
 #include "kiln/functional.h"
 
@@ -35,8 +34,7 @@ Bucketed pad_to_buckets(const std::vector<DynamicAxis>& axes, const std::vector<
     const int64_t size = x.shape()[a.axis];
     auto it = std::lower_bound(a.buckets.begin(), a.buckets.end(), size);
     KILN_CHECK(it != a.buckets.end(), axis_name(a), " has size ", size, ", past its largest bucket (",
-               a.buckets.back(), "); add a larger bucket to the ",
-               in_caller_language("CompileOptions::dynamic", "dynamic= argument"), " or split the input");
+               a.buckets.back(), "); add a larger bucket, or split the input");
     if (*it == size) continue;
     std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - a.axis)), 0);  // last axis first, (before, after)
     pads.back() = *it - size;

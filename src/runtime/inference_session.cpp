@@ -47,6 +47,27 @@ struct InferenceSession::Impl {
   }
   static constexpr size_t kMaxBoundKeys = 16;
 
+  // SessionOptions::buckets as the compiled functions' dynamic axes (their
+  // inputs are the model's, less those bound by value).
+  std::vector<jit::DynamicAxis> dynamic;
+  void set_buckets() {
+    const auto& infos = program->inputs();
+    const auto& by_value = program->bound_by_value();
+    for (const SessionOptions::Bucket& b : options.buckets) {
+      int free = 0;
+      size_t i = 0;
+      for (; i < infos.size() && infos[i].name != b.input; ++i) free += by_value[i] ? 0 : 1;
+      std::string names;
+      for (const auto& info : infos) names += (names.empty() ? "" : ", ") + info.name;
+      KILN_CHECK(i < infos.size(), "InferenceSession: buckets name input '", b.input, "', which the model lacks; its inputs are ",
+                 names);
+      KILN_CHECK(!by_value[i], "InferenceSession: input '", b.input,
+                 "' decides the model's shapes by its values (a shape or size input), so it cannot be padded to buckets");
+      KILN_CHECK(!b.sizes.empty(), "InferenceSession: the buckets of input '", b.input, "' give no sizes");
+      dynamic.push_back({free, b.axis, b.sizes, b.pad_value, {}});
+    }
+  }
+
   std::string key_of(const std::vector<Tensor>& inputs) const {
     std::string key;
     const auto& bound = program->bound_by_value();
@@ -75,6 +96,7 @@ struct InferenceSession::Impl {
     o.optimize = options.optimization_level >= 2;
     o.name = "onnx";
     o.max_cached_graphs = 64;  // one per input shape in use (batch sizes, lengths), on one arena
+    o.dynamic = dynamic;
     if (!(device == cpu_device())) o.device = device;
     // Inputs bound by value are constants of this graph; the others are its inputs.
     std::vector<Tensor> bound;
@@ -159,6 +181,7 @@ InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionO
   impl->program = runtime::load_program(bytes, name);
   impl->options = options;
   impl->device = device;
+  impl->set_buckets();
   return InferenceSession(impl);
 }
 
@@ -168,6 +191,14 @@ InferenceSession::InferenceSession(const std::string& path, SessionOptions optio
   std::stringstream buffer;
   buffer << f.rdbuf();
   impl_ = from_bytes(buffer.str(), options, "'" + path + "'").impl_;
+}
+
+int InferenceSession::compiles() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  int n = 0;
+  for (const auto& [key, functions] : impl_->idle)
+    for (const auto& f : functions) n += f->compiles();
+  return n;
 }
 
 std::vector<Tensor> InferenceSession::run(const std::vector<Tensor>& inputs) {

@@ -60,4 +60,21 @@ TEST(BenchCommand, TimesGivenShapesAndARangeOfLengthsInTurn) {
   EXPECT_NE(out.find("'ten' is not a size"), std::string::npos) << out;
 }
 
+// --bucket pads the lengths up to a few sizes; the mistakes are named.
+TEST(BenchCommand, BucketsPadTheLengthsAndTheMistakesAreNamed) {
+  const std::string model = dynamic_model(kiln::testing::scratch_dir("bench_buckets"));
+  auto [rc, out] = bench(model + " --shape tokens=1x20..29 --runs 2 --bucket tokens:1=24,32");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("tokens=1x20..29"), std::string::npos) << out;
+  std::tie(rc, out) = bench(model + " --shape tokens=1x20..29 --runs 2 --bucket tokens:1=24");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("has size 25, past its largest bucket (24)"), std::string::npos) << out;
+  std::tie(rc, out) = bench(model + " --shape tokens=1x20 --bucket words:1=24");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("buckets name input 'words', which the model lacks; its inputs are tokens"), std::string::npos) << out;
+  std::tie(rc, out) = bench(model + " --shape tokens=1x20 --bucket tokens=24");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("write NAME:AXIS=S1,S2,..."), std::string::npos) << out;
+}
+
 }  // namespace

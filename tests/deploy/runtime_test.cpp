@@ -92,6 +92,29 @@ TEST(InferenceSession, DynamicBatchCompilesPerShape) {
   }
 }
 
+// Batch sizes 1..8 padded to buckets of 4 and 8: two graphs, and each call's
+// rows are its own, cut back from the padded batch.
+TEST(InferenceSession, BucketsBoundTheGraphsAndCutTheOutputsBack) {
+  SessionOptions o;
+  o.buckets = {{"input", 0, {4, 8}}};
+  InferenceSession bucketed(fixture("cnn.onnx"), o), plain(fixture("cnn.onnx"));
+  manual_seed(9);
+  for (int64_t batch = 1; batch <= 8; ++batch) {
+    const Tensor x = rand({batch, 1, 28, 28});
+    const Tensor y = bucketed.run({x})[0];
+    ASSERT_EQ(y.shape(), (Shape{batch, 10}));
+    EXPECT_TRUE(kt::all_close(y, plain.run({x})[0], 1e-5, 1e-5)) << "batch " << batch;
+  }
+  EXPECT_EQ(bucketed.compiles(), 2);
+  EXPECT_EQ(plain.compiles(), 8);
+  const std::string past = kt::message_of([&] { bucketed.run({rand({9, 1, 28, 28})}); });
+  EXPECT_NE(past.find("past its largest bucket (8)"), std::string::npos) << past;
+  o.buckets = {{"images", 0, {4}}};
+  const std::string unknown = kt::message_of([&] { InferenceSession(fixture("cnn.onnx"), o); });
+  EXPECT_NE(unknown.find("buckets name input 'images', which the model lacks; its inputs are input"), std::string::npos)
+      << unknown;
+}
+
 std::map<std::string, int>* g_ops_seen = nullptr;
 void note_op(const OpDef& op, const std::vector<Tensor>&) {
   if (g_ops_seen) ++(*g_ops_seen)[op.name];

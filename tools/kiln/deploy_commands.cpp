@@ -181,10 +181,25 @@ void time_runs(InferenceSession& session, const std::vector<std::vector<Tensor>>
               static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
 }
 
+// --bucket NAME:AXIS=S1,S2,...
+SessionOptions::Bucket parse_bucket(const std::string& spec) {
+  const size_t colon = spec.rfind(':', spec.find('=')), equals = spec.find('=');
+  KILN_CHECK(colon != std::string::npos && equals != std::string::npos && colon > 0 && equals > colon + 1,
+             "--bucket '", spec, "': write NAME:AXIS=S1,S2,..., such as in0:1=32,64,128");
+  SessionOptions::Bucket b;
+  b.input = spec.substr(0, colon);
+  const std::string axis = spec.substr(colon + 1, equals - colon - 1);
+  KILN_CHECK(axis.find_first_not_of("0123456789") == std::string::npos && axis.size() < 4, "--bucket '", spec,
+             "': the axis after ':' must be a number, as in in0:1=32,64");
+  b.axis = std::stoi(axis);
+  b.sizes = parse_ints(spec.substr(equals + 1), "--bucket");
+  return b;
+}
+
 void add_bench(CLI::App& app) {
   struct Args {
     std::string model, batches = "1,64", profile;
-    std::vector<std::string> shapes, input_files;
+    std::vector<std::string> shapes, input_files, buckets;
     int runs = 50, threads = 0, level = 2;
     bool fixed_threads = false;
   };
@@ -198,6 +213,9 @@ void add_bench(CLI::App& app) {
       ->excludes(batch_option);
   cmd->add_option("--input", a->input_files, "Time these inputs: one .npy or .pb file per model input, in order")
       ->excludes(batch_option);
+  cmd->add_option("--bucket", a->buckets,
+                  "Pad an input's axis up to one of these sizes, NAME:AXIS=S1,S2,... such as in0:1=32,64 (one graph "
+                  "per bucket; for axes whose padding cannot change the results, repeat for several)");
   cmd->add_option("--runs", a->runs, "Timed runs per batch size or shape (after 10 warm-up runs)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
@@ -210,6 +228,7 @@ void add_bench(CLI::App& app) {
     so.threads = a->threads;
     so.adapt_threads = !a->fixed_threads;
     so.optimization_level = a->level;
+    for (const std::string& spec : a->buckets) so.buckets.push_back(parse_bucket(spec));
     InferenceSession session(a->model, so);
     const std::string format = session.opset() > 0 ? "opset " + std::to_string(session.opset()) : "MindIR";
     std::printf("%s: %s, %s\n", a->model.c_str(), format.c_str(), session.producer().c_str());
