@@ -8,8 +8,9 @@
 // A graph is specialised on the shapes and dtypes of its inputs; a call with
 // new ones compiles again (with a log line, or an error under
 // RecompilePolicy::Error), except on the axes CompileOptions::dynamic
-// declares, which may also be padded to a few bucket sizes. Set KILN_DUMP_GRAPH=DIR to write the graph before
-// and after every pass, as text and Graphviz.
+// declares, which may also be padded to a few bucket sizes. Set
+// KILN_DUMP_GRAPH=DIR to write the graph before and after every pass, as
+// text and Graphviz.
 #include <functional>
 #include <memory>
 #include <optional>
