@@ -182,6 +182,56 @@ std::string drop_taps_in_padding(Graph& g) {
   return dropped ? "narrowed " + count_of(dropped, "dilated convolutions to the taps that reach the input") : "";
 }
 
+namespace {
+bool is_view_op(const Node& n) { return !n.removed && n.op && n.op->name == "view" && n.inputs.size() == 1; }
+}  // namespace
+
+std::string fold_views(Graph& g) {
+  auto uses = g.use_counts();
+  auto mutated = g.mutated_values();
+  size_t folded = 0;
+  auto shape = [&](int id) -> const Shape& { return g.values[id].meta.shape; };
+  // The value a view node reads, when that is a view's output read by nothing else.
+  auto view_source = [&](int id) -> int {
+    const Value& v = g.values[id];
+    if (v.kind != ValueKind::Result || uses[id] != 1 || mutated[id]) return -1;
+    const Node& p = g.nodes[v.producer];
+    return is_view_op(p) && !mutated[p.inputs[0]] ? p.inputs[0] : -1;
+  };
+  for (Node& n : g.nodes) {
+    if (!is_view_op(n) || mutated[n.outputs[0]]) continue;
+    const int out = n.outputs[0];
+    // view(view(z)) back to z's shape is z.
+    const int z = view_source(n.inputs[0]);
+    if (z >= 0 && shape(z) == shape(out)) {
+      replace_uses(g, out, z);
+      n.removed = true;
+      ++folded;
+      continue;
+    }
+    // view(e(view(z), scalars...)) back to z's shape, e elementwise: e(z).
+    const Value& ev = g.values[n.inputs[0]];
+    if (ev.kind != ValueKind::Result || uses[n.inputs[0]] != 1 || mutated[n.inputs[0]]) continue;
+    Node& e = g.nodes[ev.producer];
+    if (e.removed || !e.op || !e.op->has_tag(kTagElementwise) || e.outputs.size() != 1 || !e.op->writes.empty()) continue;
+    int at = -1, source = -1;
+    bool others_scalar = true;
+    for (size_t k = 0; k < e.inputs.size(); ++k) {
+      const int id = e.inputs[k];
+      if (id < 0 || numel_of(shape(id)) == 1) continue;
+      if (at >= 0) others_scalar = false;
+      at = static_cast<int>(k);
+    }
+    if (at < 0 || !others_scalar || (source = view_source(e.inputs[at])) < 0 || shape(source) != shape(out)) continue;
+    e.inputs[at] = source;
+    g.values[e.outputs[0]].meta.shape = shape(source);
+    replace_uses(g, out, e.outputs[0]);
+    n.removed = true;
+    ++folded;
+  }
+  return folded ? "removed " + count_of(folded, "pairs of views around elementwise ops or each other") : "";
+}
+
 std::string fold_batch_norm(Graph& g) {
   auto uses = g.use_counts();
   size_t folded = 0;

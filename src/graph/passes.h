@@ -12,6 +12,10 @@ std::string eliminate_common_subexpressions(Graph& g);
 std::string fold_constants(Graph& g);
 std::string simplify_algebra(Graph& g);
 std::string fold_batch_norm(Graph& g);       // inference graphs only
+// Inference: a view back to the shape a view came from is gone, also around
+// an elementwise op (the rank lift of a 1-d convolution's ReLU), so the
+// 4-d values between convolutions keep their layouts.
+std::string fold_views(Graph& g);
 // Inference: a convolution (constant weights) whose outer kernel taps read
 // only padding at every output position (a dilation as large as the input:
 // DeepLab's atrous pyramid at small sizes) keeps the taps that reach the input.

@@ -419,3 +419,40 @@ TEST(BlockedLayout, SiluAfterAConvolutionIsItsEpilogue) {
 }
 
 }  // namespace
+
+namespace {
+
+// A 1-d convolution network as the runtime reads one (each convolution and
+// pool lifted to 2-d between views, its ReLU on the 3-d value): the views
+// around the ReLUs and each other fold away, so the convolutions, ReLUs and
+// pool stay blocked from one convolution to the next.
+TEST(BlockedLayout, OneDimensionalConvolutionsStayBlockedAcrossTheirViews) {
+  const int64_t b = cpu::onednn::preferred_block();
+  if (b == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(43);
+  Tensor w1 = randn({b, 1, 1, 9}) * 0.3, w2 = randn({2 * b, b, 1, 3}) * 0.2, w3 = randn({2 * b, 2 * b, 1, 3}) * 0.2;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad;
+    pad.padding = {0, 1};
+    auto conv1d = [&](const Tensor& x, const Tensor& w, const ConvOptions& o) {
+      const Shape& s = x.shape();
+      Tensor y = conv2d(x.view({s[0], s[1], 1, s[2]}), w, Tensor(), o);
+      return y.view({y.shape()[0], y.shape()[1], y.shape()[3]});
+    };
+    Tensor x = relu(conv1d(in[0], w1, ConvOptions{}));
+    x = relu(conv1d(x, w2, pad));
+    const Shape& s = x.shape();
+    x = max_pool2d(x.view({s[0], s[1], 1, s[2]}), {1, 4});
+    x = x.view({x.shape()[0], x.shape()[1], x.shape()[3]});
+    return std::vector<Tensor>{relu(conv1d(x, w3, pad))};
+  };
+  Tensor x = randn({1, 1, 200});
+  const Compared run = compile_and_run(program, x);
+  EXPECT_NE(run.report.find("pairs of views"), std::string::npos) << run.report;
+  EXPECT_EQ(count(run.graph, "reorder[nChw"), 1u) << "only the output goes back to plain: " << run.graph;
+  EXPECT_EQ(count(run.graph, "reorder[nchw"), 0u) << run.graph;
+  EXPECT_EQ(count(run.graph, "= view("), 2u) << "the input's and the output's: " << run.graph;
+  expect_close(run.got[0], run.want[0]);
+}
+
+}  // namespace
