@@ -26,7 +26,7 @@ Tensor affine(const Shape& shape, DType dtype, Device device, double start, doub
   return t;
 }
 
-// Number i of element i comes from the generator's next numel() counters.
+// Element i is number i of a draw that takes the generator's next numel() numbers.
 Tensor random_tensor(const Shape& shape, DType dtype, Generator* gen, Device device, Backend::Draw draw) {
   Generator& g = gen ? *gen : default_generator();
   Tensor t = Tensor::empty(shape, dtype, device);
