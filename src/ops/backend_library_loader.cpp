@@ -6,6 +6,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include "kiln/backend_library.h"
 
 namespace kiln::detail {
@@ -32,7 +34,7 @@ DeviceType slot_for(const std::string& name, const std::string& path) {
   }
   for (int i = 0; i < kNumDeviceTypes; ++i) {
     const auto t = static_cast<DeviceType>(i);
-    if (std::string(device_type_name(t)) == "?") return t;
+    if (std::find(named.begin(), named.end(), t) == named.end()) return t;
   }
   KILN_FAIL("backend library ", path, " brings device kind '", name, "', but all ", kNumDeviceTypes,
             " device slots are taken");

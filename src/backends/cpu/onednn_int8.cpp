@@ -286,6 +286,8 @@ std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_
   return s;
 }
 
+float scale_of(const Tensor& scale) { return scale.contiguous().data<float>()[0]; }
+
 int32_t zero_point_of(const Tensor& zero_point) {
   const Tensor z = zero_point.contiguous();
   return z.dtype() == DType::Int8 ? z.data<int8_t>()[0] : z.data<uint8_t>()[0];

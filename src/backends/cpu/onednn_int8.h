@@ -31,6 +31,8 @@ struct QuantizedConvCall {
 std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_scale, const Tensor& y_scale);
 // A uint8 or int8 zero point (one value) as an int.
 int32_t zero_point_of(const Tensor& zero_point);
+// The value of a scale given as a float32 tensor of one value.
+float scale_of(const Tensor& scale);
 
 // Each returns false when oneDNN cannot express the call.
 // scales: requantization_scales.

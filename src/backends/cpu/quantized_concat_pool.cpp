@@ -129,8 +129,6 @@ KILN_INSTANTIATE(int8_t)
 
 namespace {
 
-float scalar_of(const Tensor& t) { return t.contiguous().data<float>()[0]; }
-
 template <typename T>
 void concat_kernel_typed(const Ins& in, Outs& out, const Attrs& a) {
   Tensor& y = out[0];
@@ -138,7 +136,7 @@ void concat_kernel_typed(const Ins& in, Outs& out, const Attrs& a) {
   if (axis < 0) axis += y.dim();
   int64_t rows = 1;
   for (int64_t d = 0; d < axis; ++d) rows *= y.shape()[static_cast<size_t>(d)];
-  const float ys = scalar_of(in[0]);
+  const float ys = onednn::scale_of(in[0]);
   const int32_t yz = onednn::zero_point_of(in[1]);
   std::vector<Tensor> held;  // contiguous copies, alive while the parts point into them
   std::vector<Requantizer> requantizers;
@@ -146,7 +144,7 @@ void concat_kernel_typed(const Ins& in, Outs& out, const Attrs& a) {
   std::vector<ConcatPart<T>> parts;
   for (size_t i = 2; i < in.size(); i += 3) {
     held.push_back(in[i].contiguous());
-    requantizers.emplace_back(scalar_of(in[i + 1]), onednn::zero_point_of(in[i + 2]), ys, yz, std::is_signed_v<T>);
+    requantizers.emplace_back(onednn::scale_of(in[i + 1]), onednn::zero_point_of(in[i + 2]), ys, yz, std::is_signed_v<T>);
     const int64_t width = rows ? held.back().numel() / rows : 0;
     parts.push_back({held.back().template data<T>(), width, &requantizers.back()});
   }
@@ -164,7 +162,7 @@ void qlinear_avg_pool2d_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Shape &xs = x.shape(), &ys = out[0].shape();
   const QuantizedPool p{PoolWindow::of(Pool2dAttrs::of(a)), xs[0], xs[1], xs[2], xs[3], ys[2], ys[3],
                         a.get_bool("count_include_pad", true), onednn::zero_point_of(in[2]),
-                        onednn::zero_point_of(in[4]), scalar_of(in[1]) / scalar_of(in[3])};
+                        onednn::zero_point_of(in[4]), onednn::scale_of(in[1]) / onednn::scale_of(in[3])};
   if (x.dtype() == DType::UInt8) avg_pool_quantized_nchw(p, x.data<uint8_t>(), out[0].data<uint8_t>());
   else avg_pool_quantized_nchw(p, x.data<int8_t>(), out[0].data<int8_t>());
 }

@@ -15,6 +15,7 @@ namespace {
 
 using onednn::ConvShape;
 
+using onednn::scale_of;
 using onednn::zero_point_of;
 
 template <typename TY>
@@ -121,29 +122,32 @@ void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   });
 }
 
-// y = saturate(round((a - za) * ma + (b - zb) * mb) + zy) over a block, in
-// float32, in a loop the compiler vectorizes: the rounding adds and takes
-// away 1.5 * 2^23, which rounds half to even (values are clipped to the
-// output's range first), where std::nearbyint, fmin and fmax are library calls.
-template <typename TX, typename TY>
-void add_block(const TX* __restrict a, const TX* __restrict b, TY* __restrict y, int64_t n, float za, float ma, float zb,
-               float mb, float zy) {
+// saturate(round(v) + zy) for an 8-bit output, in float32 and branch-free,
+// so the loops around it vectorize: v is clipped to the output's range (NaN
+// to its lowest value), then rounded half to even by adding and taking away
+// 1.5 * 2^23, where std::nearbyint, fmin and fmax are library calls.
+template <typename TY>
+inline TY round_saturate(float v, float zy) {
   constexpr float lo = std::is_signed_v<TY> ? -128.0f : 0.0f, hi = std::is_signed_v<TY> ? 127.0f : 255.0f;
   constexpr float magic = 12582912.0f;
   const float below = lo - zy - 1, above = hi - zy + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    float v = (static_cast<float>(a[i]) - za) * ma + (static_cast<float>(b[i]) - zb) * mb;
-    v = v < below ? below : v > above ? above : v;
-    v = (v + magic) - magic + zy;
-    y[i] = static_cast<TY>(static_cast<int32_t>(v < lo ? lo : v > hi ? hi : v));
-  }
+  v = !(v >= below) ? below : v > above ? above : v;
+  v = (v + magic) - magic + zy;
+  return static_cast<TY>(static_cast<int32_t>(v < lo ? lo : v > hi ? hi : v));
+}
+
+// y = saturate(round((a - za) * ma + (b - zb) * mb) + zy) over a block.
+template <typename TX, typename TY>
+void add_block(const TX* __restrict a, const TX* __restrict b, TY* __restrict y, int64_t n, float za, float ma, float zb,
+               float mb, float zy) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = round_saturate<TY>((static_cast<float>(a[i]) - za) * ma + (static_cast<float>(b[i]) - zb) * mb, zy);
 }
 
 // The dequantized sum, requantized: (a - a_zero) * a_scale / y_scale + (b - b_zero) * b_scale / y_scale.
 void qlinear_add_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor a = in[0].contiguous(), b = in[3].contiguous();
-  auto scalar = [&](size_t i) { return in[i].contiguous().data<float>()[0]; };
-  const float ys = scalar(6), ma = scalar(1) / ys, mb = scalar(4) / ys;
+  const float ys = scale_of(in[6]), ma = scale_of(in[1]) / ys, mb = scale_of(in[4]) / ys;
   const float za = static_cast<float>(zero_point_of(in[2])), zb = static_cast<float>(zero_point_of(in[5])),
               zy = static_cast<float>(zero_point_of(in[7]));
   with_types(a.dtype(), out[0].dtype(), [&]<typename TX, typename TY>() {
@@ -155,25 +159,15 @@ void qlinear_add_kernel(const Ins& in, Outs& out, const Attrs&) {
   });
 }
 
-// saturate(round(x / scale) + zero), in float32 as ONNX Runtime computes it
-// (a division), rounded half to even by the 1.5 * 2^23 trick after
-// clipping to the output's range (NaN goes to the lowest value).
+// saturate(round(x / scale) + zero), in float32 as ONNX Runtime computes it (a division).
 template <typename TY>
 void quantize_block(const float* __restrict x, TY* __restrict y, int64_t n, float scale, float zy) {
-  constexpr float lo = std::is_signed_v<TY> ? -128.0f : 0.0f, hi = std::is_signed_v<TY> ? 127.0f : 255.0f;
-  constexpr float magic = 12582912.0f;
-  const float below = lo - zy - 1, above = hi - zy + 1;
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i] / scale;
-    v = !(v >= below) ? below : v > above ? above : v;
-    v = (v + magic) - magic + zy;
-    y[i] = static_cast<TY>(static_cast<int32_t>(v < lo ? lo : v > hi ? hi : v));
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = round_saturate<TY>(x[i] / scale, zy);
 }
 
 void quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor x = in[0].contiguous();
-  const float scale = in[1].contiguous().data<float>()[0], zy = static_cast<float>(zero_point_of(in[2]));
+  const float scale = scale_of(in[1]), zy = static_cast<float>(zero_point_of(in[2]));
   const float* px = x.data<float>();
   auto run = [&]<typename TY>(TY* py) {
     parallel_for(x.numel(), 1 << 15, [=](int64_t b, int64_t e) { quantize_block<TY>(px + b, py + b, e - b, scale, zy); });
@@ -184,7 +178,7 @@ void quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
 
 void dequantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor q = in[0].contiguous();
-  const float scale = in[1].contiguous().data<float>()[0], zero = static_cast<float>(zero_point_of(in[2]));
+  const float scale = scale_of(in[1]), zero = static_cast<float>(zero_point_of(in[2]));
   float* py = out[0].data<float>();
   auto run = [&]<typename TX>(const TX* px) {
     parallel_for(q.numel(), 1 << 15, [=](int64_t b, int64_t e) {

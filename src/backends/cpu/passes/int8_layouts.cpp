@@ -17,6 +17,7 @@
 #include "backends/cpu/plain_pool.h"
 #include "backends/cpu/quantized_concat_pool.h"
 #include "backends/cpu/passes/cpu_passes.h"
+#include "backends/cpu/passes/layout_pass.h"
 #include "graph/derived_constants.h"
 #include "kiln/grad_mode.h"
 #include "ops/conv_attrs.h"
@@ -77,11 +78,9 @@ bool is_eight_bit_pool(const Graph& g, const Node& n) {
   return t == DType::UInt8 || t == DType::Int8;
 }
 
-bool is_node_of(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op; }
-
 // A qlinear_concat of 4-d values along their channels.
 bool is_channel_concat(const Graph& g, const Node& n) {
-  if (!is_node_of(n, "qlinear_concat") || g.values[n.outputs[0]].meta.shape.size() != 4) return false;
+  if (!layout::is_op(n, "qlinear_concat") || g.values[n.outputs[0]].meta.shape.size() != 4) return false;
   const int64_t axis = n.attrs.get_int("axis", 1);
   return axis == 1 || axis == -3;
 }
@@ -139,7 +138,8 @@ class ChannelsLast {
         touched_[n.inputs[0]] = touched_[n.outputs[0]] = true;
         continue;
       }
-      if (is_eight_bit_pool(g, n) || is_node_of(n, "qlinear_avg_pool2d")) {  // pools either way: input and output share one
+      // Pools run either way: input and output share one.
+      if (is_eight_bit_pool(g, n) || layout::is_op(n, "qlinear_avg_pool2d")) {
         unite(n.inputs[0], n.outputs[0]);
         continue;
       }
@@ -204,15 +204,12 @@ CustomKernel channels_last_pool(const cpu::PoolWindow& window, DType dtype) {
   };
 }
 
-// A scale, given as a float32 tensor of one value.
-float scale_of(const Tensor& t) { return t.contiguous().data<float>()[0]; }
-
 CustomKernel channels_last_average_pool(const cpu::PoolWindow& window, bool count_include_pad) {
   return [window, count_include_pad](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const Shape &x = in[0].shape(), &y = out[0].shape();  // NCHW by shape, NHWC in memory
     const cpu::QuantizedPool p{window, x[0], x[1], x[2], x[3], y[2], y[3], count_include_pad,
                                cpu::onednn::zero_point_of(in[2]), cpu::onednn::zero_point_of(in[4]),
-                               scale_of(in[1]) / scale_of(in[3])};
+                               cpu::onednn::scale_of(in[1]) / cpu::onednn::scale_of(in[3])};
     if (in[0].dtype() == DType::UInt8) cpu::avg_pool_quantized_nhwc(p, in[0].data<uint8_t>(), out[0].data<uint8_t>());
     else cpu::avg_pool_quantized_nhwc(p, in[0].data<int8_t>(), out[0].data<int8_t>());
   };
@@ -222,13 +219,14 @@ CustomKernel channels_last_average_pool(const cpu::PoolWindow& window, bool coun
 template <typename T>
 void concat_channels_last(const std::vector<Tensor>& in, std::vector<Tensor>& out) {
   const Shape& y = out[0].shape();
-  const float ys = scale_of(in[0]);
+  const float ys = cpu::onednn::scale_of(in[0]);
   const int32_t yz = cpu::onednn::zero_point_of(in[1]);
   std::vector<cpu::Requantizer> requantizers;
   requantizers.reserve(in.size() / 3);
   std::vector<cpu::ConcatPart<T>> parts;
   for (size_t i = 2; i < in.size(); i += 3) {
-    requantizers.emplace_back(scale_of(in[i + 1]), cpu::onednn::zero_point_of(in[i + 2]), ys, yz, std::is_signed_v<T>);
+    requantizers.emplace_back(cpu::onednn::scale_of(in[i + 1]), cpu::onednn::zero_point_of(in[i + 2]), ys, yz,
+                              std::is_signed_v<T>);
     parts.push_back({in[i].data<T>(), in[i].shape()[1], &requantizers.back()});
   }
   cpu::concat_rows<T>(parts, y[0] * y[2] * y[3], out[0].data<T>());
@@ -313,7 +311,7 @@ std::string use_int8_layouts(Graph& g) {
   }
   size_t others = 0;  // average pools and concatenations
   for (Node& n : g.nodes) {
-    if (is_node_of(n, "qlinear_avg_pool2d") && channels_last(n.inputs[0])) {
+    if (layout::is_op(n, "qlinear_avg_pool2d") && channels_last(n.inputs[0])) {
       n.custom = channels_last_average_pool(cpu::PoolWindow::of(Pool2dAttrs::of(n.attrs)),
                                             n.attrs.get_bool("count_include_pad", true));
       n.label = "qlinear_avg_pool2d (channels-last)";
