@@ -137,6 +137,11 @@ class Fuser {
     return Quantized{dq->input(0), dq->input(1), ""};
   }
 
+  // Ops that only move elements, as quantizers put QDQ pairs around them.
+  static bool moves_data(const NodeProto& n) {
+    return is(n, "Reshape") || is(n, "Flatten") || is(n, "Transpose") || is(n, "Squeeze") || is(n, "Unsqueeze");
+  }
+
   static bool equal_values(const Tensor& a, const Tensor& b) {
     return cast(a, DType::Float64).item<double>() == cast(b, DType::Float64).item<double>();
   }
@@ -252,9 +257,10 @@ class Fuser {
     if ((is(*op, "AveragePool") || is(*op, "GlobalAveragePool")) && !relu) return fuse_average_pool(*op, nullptr, q, done);
     const auto x = activation(input(*op, 0));
     if (!x) return std::nullopt;
-    if (is(*op, "MaxPool") && !relu) {
-      // The maximum commutes with dequantizing: with the same scale and zero
-      // point on both sides, the pool runs on the quantized values.
+    const bool pool = is(*op, "MaxPool");
+    if ((pool || moves_data(*op)) && !relu) {
+      // The maximum and data movement commute with dequantizing: with the same
+      // scale and zero point on both sides, they run on the quantized values.
       const auto x_zero = constant(x->zero);
       if (op->output_size() != 1 || constant(x->scale)->item<float>() != y_scale->item<float>() ||
           x_zero->dtype() != y_zero->dtype() || !equal_values(*x_zero, *y_zero))
@@ -263,7 +269,7 @@ class Fuser {
       fused.set_input(0, x->q);
       fused.set_output(0, q.output(0));
       removed_[static_cast<size_t>(producer_.at(op->output(0)))] = true;
-      ++done.pool;
+      ++(pool ? done.pool : done.moved);
       return fused;
     }
     if (is(*op, "Add")) {
@@ -440,6 +446,7 @@ std::string QdqFusion::summary() const {
   part(pool, "MaxPool");
   part(concat, "Concat");
   part(average_pool, "average pool");
+  part(moved, "Reshape/Flatten/Transpose");
   return s.empty() ? s : s + " on int8 kernels";
 }
 

@@ -4,14 +4,15 @@
 // model runs: DequantizeLinear'd input and int8 weights -> Conv, MatMul or
 // Gemm -> QuantizeLinear becomes QLinearConv, QLinearMatMul or QGemm
 // (com.microsoft), and two DequantizeLinear'd operands -> Add ->
-// QuantizeLinear becomes QLinearAdd (com.microsoft), and a MaxPool between a
-// DequantizeLinear and a QuantizeLinear of the same scale and zero point
-// pools the quantized values; DequantizeLinear'd operands -> Concat,
-// AveragePool or GlobalAveragePool (a Flatten after a pool may come before
-// the QuantizeLinear) -> QuantizeLinear become QLinearConcat,
-// QLinearAveragePool or QLinearGlobalAveragePool (com.microsoft); all run on
-// int8 kernels. A ReLU or clip before the QuantizeLinear goes too where every
-// value the output holds lies within its bounds (saturation then does its work).
+// QuantizeLinear becomes QLinearAdd (com.microsoft). A MaxPool, Reshape,
+// Flatten, Transpose, Squeeze or Unsqueeze between a DequantizeLinear and a
+// QuantizeLinear of the same scale and zero point runs on the quantized
+// values. DequantizeLinear'd operands -> Concat, AveragePool or
+// GlobalAveragePool (a Flatten after a pool may come before the
+// QuantizeLinear) -> QuantizeLinear become QLinearConcat, QLinearAveragePool
+// or QLinearGlobalAveragePool (com.microsoft); all run on int8 kernels. A
+// ReLU or clip before the QuantizeLinear goes too where every value the
+// output holds lies within its bounds (saturation then does its work).
 #include <onnx/onnx_pb.h>
 
 #include <string>
@@ -20,7 +21,8 @@ namespace kiln::runtime {
 
 struct QdqFusion {
   int conv = 0, matmul = 0, gemm = 0, add = 0, pool = 0, concat = 0, average_pool = 0;
-  int total() const { return conv + matmul + gemm + add + pool + concat + average_pool; }
+  int moved = 0;  // Reshape, Flatten, Transpose, Squeeze, Unsqueeze on the quantized values
+  int total() const { return conv + matmul + gemm + add + pool + concat + average_pool + moved; }
   std::string summary() const;  // "3 Conv, 1 Gemm, 2 Add on int8 kernels", "" when none
 };
 

@@ -202,4 +202,43 @@ TEST(QuantizedModels, BadQuantizedInputsSayWhatIsWrong) {
   EXPECT_NE(msg.find("zero point is int8 but its tensor is uint8"), std::string::npos) << msg;
 }
 
+// QDQ files laid out as ONNX Runtime's quantize_static writes them
+// (tests/fixtures/onnx/qdq, made by make_qdq_fixtures.py with ONNX Runtime's
+// outputs): uint8 and int8 activations, per-tensor and per-channel weights,
+// ReLUs removed into the ranges, biases in int32, QDQ pairs around pools,
+// reshapes and transposes. Every Conv, MatMul, Gemm, Add, pool and move runs
+// on the integer kernels, and the answer is ONNX Runtime's to one output step.
+struct QuantizerFile {
+  const char* name;
+  const char* rewrites;
+};
+
+class OnnxRuntimeQuantizerFiles : public ::testing::TestWithParam<QuantizerFile> {};
+
+TEST_P(OnnxRuntimeQuantizerFiles, RunOnIntegerKernelsWithOnnxRuntimesAnswer) {
+  const std::string base = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/qdq/" + GetParam().name;
+  ::onnx::ModelProto model;
+  std::ifstream file(base + ".onnx", std::ios::binary);
+  ASSERT_TRUE(model.ParseFromIstream(&file)) << base << ".onnx";
+  double step = 0;
+  for (const auto& init : model.graph().initializer())
+    if (init.name() == "y_scale") step = onnx_io::from_proto(init, "y_scale").item<float>();
+  ASSERT_GT(step, 0) << "the output's scale";
+  InferenceSession session(base + ".onnx");
+  EXPECT_EQ(session.rewrites(), GetParam().rewrites);
+  const Tensor want = io::load_npy(base + ".output.npy");
+  expect_same_quantized(session.run({io::load_npy(base + ".input.npy")})[0], want, step);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    QuantizedModels, OnnxRuntimeQuantizerFiles,
+    ::testing::Values(
+        QuantizerFile{"cnn_uint8_per_tensor",
+                      "3 Conv, 1 Gemm, 1 Add, 1 MaxPool, 1 average pool, 1 Reshape/Flatten/Transpose on int8 kernels"},
+        QuantizerFile{"cnn_int8_per_channel",
+                      "3 Conv, 1 Gemm, 1 Add, 1 MaxPool, 1 average pool, 1 Reshape/Flatten/Transpose on int8 kernels"},
+        QuantizerFile{"mlp_uint8_per_channel", "2 MatMul, 2 Add, 4 Reshape/Flatten/Transpose on int8 kernels"},
+        QuantizerFile{"mlp_int8_per_tensor", "2 MatMul, 2 Add, 4 Reshape/Flatten/Transpose on int8 kernels"}),
+    [](const ::testing::TestParamInfo<QuantizerFile>& info) { return std::string(info.param.name); });
+
 }  // namespace
