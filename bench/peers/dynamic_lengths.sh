@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A Transformer encoder with dynamic batch and sequence axes, called at batch
-# 1 with lengths 20..59 in turn (as a server sees them) and at one fixed
-# length, in Kiln and in ONNX Runtime (onnxruntime-node) in the same run:
-# p50 and p90 of each, and Kiln's ratio to ONNX Runtime and to its own
-# fixed-length figure. Needs Debian's python3-onnx to write the model.
+# Transformer encoders with dynamic batch and sequence axes (a pre-norm layer
+# on float input, and a BERT-style model on token ids), called at batch 1 with
+# lengths 20..59 in turn (as a server sees them), in Kiln and in ONNX Runtime
+# (onnxruntime-node) in the same run: p50 and p90 of each, Kiln's ratio to
+# ONNX Runtime, and to Kiln's own fixed-shape figures (the median over the
+# lengths of each length's p50 timed alone). Needs Debian's python3-onnx to
+# write the models.
 # Usage: bench/peers/dynamic_lengths.sh [THREADS] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,15 +13,28 @@ threads="${1:-2}"
 runs="${2:-400}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads"
+# model input tail(kiln dims after the length) tail(ORT) type
+measure() {
+  local model="$1" input="$2" ktail="$3" otail="$4" type="$5"
+  read -r k_p50 k_p90 < <(./build/kiln bench "$model" --shape "$input=1x20..59$ktail" --threads "$threads" \
+    --runs "$runs" | awk -v n="$input=" 'index($1, n) == 1 {print $2, $3}')
+  read -r o_p50 o_p90 < <(node tools/ort/ort_bench.js "$model" "$input" "1,20..59$otail" --type "$type" \
+    --threads "$threads" --runs $((runs * 40)) | awk '{print $4, $6}')
+  local fixed=()
+  for length in $(seq 20 59); do
+    fixed+=("$(./build/kiln bench "$model" --shape "$input=1x$length$ktail" --threads "$threads" --runs "$runs" |
+      awk -v n="$input=" 'index($1, n) == 1 {print $2}')")
+  done
+  f_p50="$(printf '%s\n' "${fixed[@]}" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')"
+  printf "%-34s %10s %10s %10s %10s %12s\n" "$(basename "$model" .onnx), lengths 20..59 in turn" "$k_p50" "$o_p50" \
+    "$k_p90" "$o_p90" "$f_p50"
+  awk -v k="$k_p50" -v o="$o_p50" -v k9="$k_p90" -v o9="$o_p90" -v f="$f_p50" 'BEGIN {
+    printf "  Kiln/ORT p50 %.2fx, p90 %.2fx (target: at most 1.0); Kiln fixed/in turn %.2f (target: at least 0.9)\n",
+      k / o, k9 / o9, f / k }'
+}
 /usr/bin/python3 bench/peers/make_dynamic_encoder.py "$work/encoder.onnx"
-kiln() { ./build/kiln bench "$work/encoder.onnx" --shape "x=$1" --threads "$threads" --runs "$runs" | awk '$1 ~ /^x=/ {print $2, $3}'; }
-ort() { node tools/ort/ort_bench.js "$work/encoder.onnx" x "$1" --threads "$threads" --runs "$runs" | awk '{print $4, $6}'; }
-read -r k_p50 k_p90 <<< "$(kiln 1x20..59x64)"
-read -r o_p50 o_p90 <<< "$(ort 1,20..59,64)"
-read -r f_p50 f_p90 <<< "$(kiln 1x37x64)"
-read -r of_p50 of_p90 <<< "$(ort 1,37,64)"
-printf "%-28s %10s %10s %10s %10s\n" "" "Kiln p50" "ORT p50" "Kiln p90" "ORT p90"
-printf "%-28s %10s %10s %10s %10s\n" "lengths 20..59 in turn" "$k_p50" "$o_p50" "$k_p90" "$o_p90"
-printf "%-28s %10s %10s %10s %10s\n" "length 37" "$f_p50" "$of_p50" "$f_p90" "$of_p90"
-awk -v k="$k_p50" -v o="$o_p50" -v k9="$k_p90" -v o9="$o_p90" -v f="$f_p50" 'BEGIN {
-  printf "lengths in turn: Kiln/ORT p50 %.2fx, p90 %.2fx; Kiln fixed/in turn %.2f (target: at least 0.9)\n", k / o, k9 / o9, f / k }'
+/usr/bin/python3 bench/peers/make_dynamic_encoder.py "$work/bert.onnx" --bert
+printf "%-34s %10s %10s %10s %10s %12s\n" "ms" "Kiln p50" "ORT p50" "Kiln p90" "ORT p90" "Kiln fixed"
+measure "$work/encoder.onnx" x x64 ,64 float32
+measure "$work/bert.onnx" ids "" "" int64

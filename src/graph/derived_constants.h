@@ -6,20 +6,26 @@
 // batch sizes), and each would otherwise hold its own copy of every weight.
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "graph/ir.h"
 #include "kiln/tensor.h"
 
 namespace kiln::graph {
 
-// The tensor make() returns for (source, kind), made once while some graph
-// still holds it and the source has not been written since. kind names the
-// derivation and everything it depends on besides the source.
+// The tensor make() returns for (sources, kind), made once while some graph
+// still holds it and no source has been written since. kind names the
+// derivation and everything it depends on besides the sources.
+Tensor shared_derived_constant(const std::vector<Tensor>& sources, const std::string& kind,
+                               const std::function<Tensor()>& make);
 Tensor shared_derived_constant(const Tensor& source, const std::string& kind, const std::function<Tensor()>& make);
 
-// The same for constant value `source` of g: adds the derived tensor as a
-// constant named after the source ("<name><suffix>") and returns its id.
-// When `source` was itself derived, the derivations chain from its root.
+// The same for constant values `sources` of g (a weight, or the weights a
+// pass merges): adds the derived tensor as a constant named after the first
+// ("<name><suffix>") and returns its id. Where a source was itself derived,
+// the derivations chain from its roots.
+int add_derived_constant(Graph& g, const std::vector<int>& sources, const std::string& kind, const std::string& suffix,
+                         const std::function<Tensor()>& make);
 int add_derived_constant(Graph& g, int source, const std::string& kind, const std::string& suffix,
                          const std::function<Tensor()>& make);
 

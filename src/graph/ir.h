@@ -25,10 +25,10 @@ struct Value {
   int producer = -1;    // Result: index of the node
   int output_index = 0;
   std::string name;     // parameter name, "input0", ... (for dumps)
-  // A constant a pass derived from a captured tensor: that tensor (not kept
-  // alive for this) and the derivations from it, so that deriving again
+  // A constant a pass derived from captured tensors: those tensors (not kept
+  // alive for this) and the derivations from them, so that deriving again
   // from this one is shared between graphs too (see derived_constants.h).
-  std::weak_ptr<TensorImpl> derived_root;
+  std::vector<std::weak_ptr<TensorImpl>> derived_roots;
   std::string derivation;
   // How its bytes are arranged when not as the plain row-major tensor its
   // shape says: a backend's layout ("nChw16c": channels in blocks of 16),

@@ -121,28 +121,26 @@ std::string merge_parallel_linears(Graph& g) {
     bool same = true;
     for (int i : members) same = same && has_bias(i) == has_bias(members[0]);
     if (!same) continue;
-    std::vector<Tensor> ws, bs;
+    // Merged once for every graph of these weights (one per input shape).
+    std::vector<int> ws, bs;
     for (int i : members) {
-      ws.push_back(g.values[g.nodes[i].inputs[1]].tensor);
-      if (has_bias(i)) bs.push_back(g.values[g.nodes[i].inputs[2]].tensor);
+      ws.push_back(g.nodes[i].inputs[1]);
+      if (has_bias(i)) bs.push_back(g.nodes[i].inputs[2]);
     }
+    auto merge = [&](const std::vector<int>& values, const char* name) {
+      const int id = add_derived_constant(g, values, "rows concatenated", "", [&] {
+        std::vector<Tensor> parts;
+        for (int v : values) parts.push_back(g.values[v].tensor);
+        return concat(parts, 0).contiguous();
+      });
+      g.values[id].name = name;
+      return id;
+    };
     Node fused;
     fused.op = g.nodes[members[0]].op;
-    Value w;
-    w.kind = ValueKind::Constant;
-    w.tensor = concat(ws, 0).contiguous();
-    w.meta = {true, w.tensor.shape(), w.tensor.dtype(), w.tensor.device()};
-    w.name = "merged_weight";
-    const int64_t merged_width = w.tensor.shape()[0];
-    fused.inputs = {x, g.add_value(std::move(w))};
-    if (!bs.empty()) {
-      Value b;
-      b.kind = ValueKind::Constant;
-      b.tensor = concat(bs, 0).contiguous();
-      b.meta = {true, b.tensor.shape(), b.tensor.dtype(), b.tensor.device()};
-      b.name = "merged_bias";
-      fused.inputs.push_back(g.add_value(std::move(b)));
-    }
+    fused.inputs = {x, merge(ws, "merged_weight")};
+    const int64_t merged_width = g.values[fused.inputs[1]].meta.shape[0];
+    if (!bs.empty()) fused.inputs.push_back(merge(bs, "merged_bias"));
     Value y;
     y.meta = g.values[g.nodes[members[0]].outputs[0]].meta;
     const int64_t last_axis = static_cast<int64_t>(y.meta.shape.size()) - 1;
