@@ -4,8 +4,10 @@
 # lengths 20..59 in turn (as a server sees them), in Kiln and in ONNX Runtime
 # (onnxruntime-node) in the same run: p50 and p90 of each, Kiln's ratio to
 # ONNX Runtime, and to Kiln's own fixed-shape figures (the median over the
-# lengths of each length's p50 timed alone). Needs Debian's python3-onnx to
-# write the models.
+# lengths of each length's p50 timed alone). Then the W2 CNN exported with a
+# dynamic batch (tests/fixtures/onnx/cnn.onnx), called with batch sizes 1..16
+# in turn: each batch size's p50 in both, and the largest ratio. Needs
+# Debian's python3-onnx to write the encoders.
 # Usage: bench/peers/dynamic_lengths.sh [THREADS] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,3 +40,15 @@ measure() {
 printf "%-34s %10s %10s %10s %10s %12s\n" "ms" "Kiln p50" "ORT p50" "Kiln p90" "ORT p90" "Kiln fixed"
 measure "$work/encoder.onnx" x x64 ,64 float32
 measure "$work/bert.onnx" ids "" "" int64
+
+# The CNN at batch sizes 1..16 in turn: one line per batch size from the same runs.
+cnn=tests/fixtures/onnx/cnn.onnx
+./build/kiln bench "$cnn" --shape input=1..16x1x28x28 --each --threads "$threads" --runs "$runs" |
+  awk '$1 ~ /^input=[0-9]+x/ {split($1, d, /[=x]/); print d[2], $2}' > "$work/kiln_cnn"
+node tools/ort/ort_bench.js "$cnn" input 1..16,1,28,28 --each --threads "$threads" --runs $((runs * 16)) |
+  awk '$1 == "shape" {split($2, d, ","); print d[1], $4}' > "$work/ort_cnn"
+echo "cnn, batch sizes 1..16 in turn (p50 ms):"
+join "$work/kiln_cnn" "$work/ort_cnn" | awk '{
+  r = $2 / $3; if (r > worst) { worst = r; at = $1 }
+  line = line sprintf(" %s:%.2fx", $1, r) }
+  END { printf "  Kiln/ORT by batch size%s\n  largest %.2fx at batch %s (target: at most 1.0 at each)\n", line, worst, at }'

@@ -84,6 +84,12 @@ BenchShapes parse_bench_shapes(const std::vector<std::string>& specs, const std:
   for (int64_t v = lo; v <= hi; ++v) {
     auto set = fixed;
     set[ranged->first][ranged->second] = v;
+    std::string label = ranged->first;
+    for (size_t d = 0; d < set[ranged->first].size(); ++d) {
+      label += d == 0 ? '=' : 'x';
+      label += std::to_string(set[ranged->first][d]);
+    }
+    out.set_labels.push_back(std::move(label));
     out.sets.push_back(std::move(set));
   }
   return out;

@@ -13,6 +13,7 @@ namespace kiln::cli {
 struct BenchShapes {
   std::vector<std::map<std::string, Shape>> sets;  // every input's shape, one set per length of the range
   std::string label;                               // the specs as given, for the report
+  std::vector<std::string> set_labels;             // each set's ranged input, "in0=1x37" (empty without a range)
 };
 
 // Checks every spec against the model's inputs (names, ranks, fixed sizes);

@@ -156,16 +156,18 @@ void write_profile(const std::string& dir, int64_t batch) {
 }
 
 // Times runs over the input sets in turn (a range of lengths as a server
-// sees them) and prints one line: p50/p90/p99, samples/s and peak memory.
-// width: the label's column (negative: left-aligned).
+// sees them) and prints one line: p50/p90/p99, samples/s and peak memory;
+// with set_labels, then one line per set from the same runs. width: the
+// label's column (negative: left-aligned).
 void time_runs(InferenceSession& session, const std::vector<std::vector<Tensor>>& sets, int runs,
-               const std::string& label, int width, bool profile) {
+               const std::string& label, int width, bool profile, const std::vector<std::string>& set_labels = {}) {
   // Warm-up: compiling each shape, first touches, and the thread governor's first measurements.
   for (const auto& inputs : sets) session.run(inputs);
   for (int i = 0; i < 10; ++i) session.run(sets[static_cast<size_t>(i) % sets.size()]);
   cpu_allocator_reset_peak();
   if (profile) profiler::start();
   std::vector<double> ms;
+  std::vector<std::vector<double>> ms_of_set(sets.size());
   double rows = 0, total_ms = 0;
   const size_t total = static_cast<size_t>(runs) * sets.size();  // --runs per shape
   for (size_t i = 0; i < total; ++i) {
@@ -174,11 +176,20 @@ void time_runs(InferenceSession& session, const std::vector<std::vector<Tensor>>
     session.run(inputs);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     total_ms += ms.back();
+    ms_of_set[i % sets.size()].push_back(ms.back());
     rows += inputs.empty() || inputs[0].dim() == 0 ? 1.0 : static_cast<double>(inputs[0].shape()[0]);
   }
+  const double peak_mb = static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6;
   std::printf("%*s %10.3f %10.3f %10.3f %14.0f %12.2f\n", width, label.c_str(), percentile(ms, 0.5),
-              percentile(ms, 0.9), percentile(ms, 0.99), rows * 1000.0 / total_ms,
-              static_cast<double>(cpu_allocator_stats().peak_bytes_in_use) / 1e6);
+              percentile(ms, 0.9), percentile(ms, 0.99), rows * 1000.0 / total_ms, peak_mb);
+  for (size_t s = 0; s < set_labels.size() && s < sets.size(); ++s) {
+    const auto& t = ms_of_set[s];
+    double sum = 0;
+    for (double v : t) sum += v;
+    const double batch = sets[s].empty() || sets[s][0].dim() == 0 ? 1.0 : static_cast<double>(sets[s][0].shape()[0]);
+    std::printf("  %*s %10.3f %10.3f %10.3f %14.0f\n", width < 0 ? width + 2 : width, set_labels[s].c_str(),
+                percentile(t, 0.5), percentile(t, 0.9), percentile(t, 0.99), batch * 1000.0 * t.size() / sum);
+  }
 }
 
 // --bucket NAME:AXIS=S1,S2,...
@@ -201,7 +212,7 @@ void add_bench(CLI::App& app) {
     std::string model, batches = "1,64", profile;
     std::vector<std::string> shapes, input_files, buckets;
     int runs = 50, threads = 0, level = 2;
-    bool fixed_threads = false;
+    bool fixed_threads = false, each = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("bench", "Latency and throughput of an ONNX or MindIR model");
@@ -211,6 +222,7 @@ void add_bench(CLI::App& app) {
                   "An input's shape, NAME=DIMS such as in0=1x37; one axis may be a range, in0=1x20..59, whose "
                   "lengths are timed in turn (repeat for several inputs)")
       ->excludes(batch_option);
+  cmd->add_flag("--each", a->each, "With a range in --shape, also one line per shape, from the same runs in turn");
   cmd->add_option("--input", a->input_files, "Time these inputs: one .npy or .pb file per model input, in order")
       ->excludes(batch_option);
   cmd->add_option("--bucket", a->buckets,
@@ -234,12 +246,15 @@ void add_bench(CLI::App& app) {
     std::printf("%s: %s, %s\n", a->model.c_str(), format.c_str(), session.producer().c_str());
     if (!session.rewrites().empty()) std::printf("%s\n", session.rewrites().c_str());
     KILN_CHECK(a->shapes.empty() || a->input_files.empty(), "bench: give --shape or --input, not both");
+    KILN_CHECK(!a->each || !a->shapes.empty(), "bench: --each needs a range in --shape, such as ",
+               session.inputs().empty() ? std::string("in0") : session.inputs()[0].name, "=1x20..59");
     // Each case's inputs are made just before it is timed: a batch's inputs
     // do not count in another's peak memory.
     struct Case {
       std::string label;
       int64_t batch;  // names the profile's folder
       std::function<std::vector<std::vector<Tensor>>()> make;
+      std::vector<std::string> set_labels;  // --each: a line per set
     };
     std::vector<Case> cases;
     if (!a->input_files.empty()) {
@@ -249,9 +264,12 @@ void add_bench(CLI::App& app) {
                          std::vector<Tensor> inputs;
                          for (const auto& p : a->input_files) inputs.push_back(load_input(p));
                          return std::vector<std::vector<Tensor>>{inputs};
-                       }});
+                       },
+                       {}});
     } else if (!a->shapes.empty()) {
       BenchShapes shapes = parse_bench_shapes(a->shapes, session.inputs());
+      KILN_CHECK(!a->each || !shapes.set_labels.empty(), "bench: --each needs a range in --shape, such as ",
+                 session.inputs()[0].name, "=1x20..59");
       const Shape& first = shapes.sets[0].at(session.inputs()[0].name);
       cases.push_back({shapes.label, first.empty() ? 1 : first[0], [&session, shapes] {
                          std::vector<std::vector<Tensor>> sets;
@@ -263,7 +281,8 @@ void add_bench(CLI::App& app) {
                            }
                          }
                          return sets;
-                       }});
+                       },
+                       a->each ? shapes.set_labels : std::vector<std::string>{}});
     } else {
       for (int64_t batch : parse_ints(a->batches, "--batch")) {
         std::vector<Shape> shapes;
@@ -289,7 +308,8 @@ void add_bench(CLI::App& app) {
                              inputs.push_back(is_floating(d) ? rand(shapes[i], d) : zeros(shapes[i], d));
                            }
                            return std::vector<std::vector<Tensor>>{inputs};
-                         }});
+                         },
+                         {}});
       }
     }
     const bool by_batch = a->shapes.empty() && a->input_files.empty();
@@ -297,7 +317,7 @@ void add_bench(CLI::App& app) {
     std::printf("%*s %10s %10s %10s %14s %12s\n", width, by_batch ? "batch" : "shape", "p50 ms", "p90 ms", "p99 ms",
                 "samples/s", "peak MB");
     for (const auto& c : cases) {
-      time_runs(session, c.make(), a->runs, c.label, width, !a->profile.empty());
+      time_runs(session, c.make(), a->runs, c.label, width, !a->profile.empty(), c.set_labels);
       if (!a->profile.empty()) write_profile(a->profile, c.batch);
     }
     struct rusage u {};
