@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int instance_port = service["versions"][0]["instances"][0]["port"];
+  // Instances want their version's token, which only the studio holds: the
+  // direct requests read it from the version's folder.
+  std::string instance_token;
+  std::ifstream(dir + "/services/bench/v1-g1/token") >> instance_token;
+  const std::string instance_auth = "Authorization: Bearer " + instance_token + "\r\n";
 
   InferenceSession session(argv[2]);
   const auto& in = session.inputs()[0];
@@ -74,7 +79,7 @@ int main(int argc, char** argv) {
   json body = {{"inputs", {{{"name", in.name}, {"shape", shape}, {"datatype", "FP32"},
                             {"data", std::vector<float>(static_cast<size_t>(count), 0.5f)}}}}};
   const std::string direct_request =
-      RawClient::request("POST", "/v2/models/bench/infer", "Content-Type: application/json\r\n", body.dump());
+      RawClient::request("POST", "/v2/models/bench/infer", instance_auth + "Content-Type: application/json\r\n", body.dump());
   const std::string proxy_request = RawClient::request(
       "POST", "/api/v1/services/bench/v2/models/bench/infer", auth + "Content-Type: application/json\r\n", body.dump());
   RawClient direct(instance_port), proxied(port);
@@ -95,7 +100,7 @@ int main(int argc, char** argv) {
   // request with no model run, direct and forwarded.
   const std::string health = RawClient::request("GET", "/api/v1/health", "", "");
   const std::string with_token = RawClient::request("GET", "/api/v1/services/bench", auth, "");
-  const std::string live = RawClient::request("GET", "/v2/health/live", "", "");
+  const std::string live = RawClient::request("GET", "/v2/health/live", instance_auth, "");
   const std::string live_proxied = RawClient::request("GET", "/api/v1/services/bench/v2/health/live", auth, "");
   std::printf("  studio GET /api/v1/health (transport):        %6.1f us\n", p50(time_requests(proxied, health, n / 4)));
   std::printf("  studio GET a service (token check, route):    %6.1f us\n", p50(time_requests(proxied, with_token, n / 4)));

@@ -1,6 +1,7 @@
 // Services: their states; a service's versions with traffic weights (editable),
-// instances and their health, request and error counts, latency, and a
-// try-it form that sends an infer request through the studio.
+// instances and their health, autoscaling and its decisions, request and
+// error counts, latency, the request log, and a try-it form that sends an
+// infer request through the studio.
 import { Chart, BarController, BarElement, CategoryScale, LinearScale, Legend } from "chart.js";
 import { call, get } from "./api";
 import { errorBox, h } from "./dom";
@@ -37,7 +38,7 @@ async function imageTensor(file: File, shape: number[]): Promise<number[]> {
   return out;
 }
 
-function tryIt(name: string, signature: any): HTMLElement {
+function tryIt(name: string, signature: any, onSent: () => void): HTMLElement {
   const input = signature?.inputs?.[0];
   const shape: number[] = (input?.shape ?? [1]).map((d: any) => (typeof d === "number" && d > 0 ? d : 1));
   const file = h("input", { type: "file", id: "try-file", accept: "image/*" });
@@ -71,6 +72,7 @@ function tryIt(name: string, signature: any): HTMLElement {
         h("p", {}, "prediction: ", h("strong", { id: "prediction" }, label ? `${label} (class ${best})` : `class ${best}`),
           ` (${ms.toFixed(1)} ms, model version ${reply.model_version ?? "?"})`),
         h("pre", {}, JSON.stringify(out ?? reply, null, 1).slice(0, 2000)));
+      onSent();
     } catch (err) {
       result.replaceChildren(errorBox(err));
     }
@@ -96,16 +98,19 @@ export async function servicePage(page: HTMLElement, s: Session, name: string) {
   const head = h("div");
   const versions = h("div", { id: "service-versions" });
   const stats = h("canvas", { id: "service-latency" });
+  const events = h("div", { id: "service-events" });
+  const requests = h("div", { id: "service-requests" });
   let chart: Chart | null = null;
   const draw = async () => {
     const sv = await get(`/services/${encodeURIComponent(name)}`);
     const metrics = await get(`/services/${encodeURIComponent(name)}/metrics`).catch(() => null);
+    const log = await get(`/services/${encodeURIComponent(name)}/requests?limit=20`).catch(() => null);
     head.replaceChildren(h("h2", {}, `Service ${name}`),
       h("p", {}, "state ", h("strong", { id: "service-state" }, sv.state), sv.reason ? ` (${sv.reason})` : ""),
       h("p", { class: "muted" }, "endpoint ", h("code", {}, sv.endpoint ?? "")));
     versions.replaceChildren(h("table", { class: "grid" },
       h("tr", {}, h("th", {}, "version"), h("th", {}, "model"), h("th", {}, "weight"), h("th", {}, "instances"),
-        h("th", {}, "requests"), h("th", {}, "errors")),
+        h("th", {}, "scaling"), h("th", {}, "requests"), h("th", {}, "errors")),
       (sv.versions ?? []).map((v: any) => {
         const m = metrics?.versions?.[v.name] ?? {};
         const weight = h("input", { type: "number", min: 0, max: 100, value: v.weight, size: 4, class: "weight",
@@ -122,8 +127,21 @@ export async function servicePage(page: HTMLElement, s: Session, name: string) {
         return h("tr", {}, h("td", {}, v.name), h("td", {}, v.model), h("td", {}, weight),
           h("td", {}, (v.instances ?? []).map((i: any) =>
             h("span", { class: `instance ${i.ready ? "ready" : "down"}`, title: `port ${i.port}` }, `#${i.id} ${i.ready ? "ready" : "starting"}`))),
+          h("td", { class: "scaling" }, v.autoscale
+            ? `${v.autoscale.min_instances}..${v.autoscale.max_instances}, ${Number(v.load?.in_flight ?? 0).toFixed(1)} in flight`
+            : "fixed"),
           h("td", {}, m.requests ?? ""), h("td", {}, m.errors ?? ""));
       })));
+    events.replaceChildren(...(sv.events ?? []).slice().reverse().map((e: any) =>
+      h("p", { class: "muted" }, `${new Date(e.time_ms).toLocaleTimeString()}: ${e.version} from ${e.from} to ${e.to} instances (${e.reason})`)));
+    const logged: any[] = log?.requests ?? [];
+    requests.replaceChildren(logged.length
+      ? h("table", { class: "grid" },
+        h("tr", {}, h("th", {}, "time"), h("th", {}, "version"), h("th", {}, "instance"), h("th", {}, "status"), h("th", {}, "ms")),
+        logged.map((r) => h("tr", { class: "request" }, h("td", {}, new Date(r.time_ms).toLocaleTimeString()), h("td", {}, r.version),
+          h("td", {}, `#${r.instance}`), h("td", { class: r.status >= 400 ? "state-Failed" : "" }, r.status),
+          h("td", {}, Number(r.ms).toFixed(2)))))
+      : h("p", { class: "muted" }, "No requests yet."));
     const byVersion = Object.entries(metrics?.versions ?? {}) as [string, any][];
     if (!chart) {
       chart = new Chart(stats, {
@@ -149,8 +167,9 @@ export async function servicePage(page: HTMLElement, s: Session, name: string) {
   } catch {
     /* the form takes JSON then */
   }
-  page.append(head, h("h3", {}, "Versions"), versions, h("h3", {}, "Latency and errors by version"), h("div", { class: "small-chart" }, stats),
-    tryIt(name, signature));
+  page.append(head, h("h3", {}, "Versions"), versions, events,
+    h("h3", {}, "Latency and errors by version"), h("div", { class: "small-chart" }, stats),
+    tryIt(name, signature, () => { draw().catch(() => {}); }), h("h3", {}, "Recent requests"), requests);
   const timer = setInterval(() => draw().catch(() => {}), 5000);
   return () => {
     clearInterval(timer);

@@ -222,6 +222,10 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
     await page.waitForSelector("#prediction");
     const classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"];
     assert.equal(await page.textContent("#prediction"), `${classes[label]} (class ${label})`);
+    // The request shows in the service's request log on the page.
+    await page.waitForSelector("#service-requests tr.request");
+    assert.match(await page.textContent("#service-requests tr.request"), /v1.*#\d+.*200/);
+    assert.equal(await page.textContent("td.scaling"), "fixed");
   });
   await step("failed-version", async () => {
     // A version that fails its check shows why, on the page.

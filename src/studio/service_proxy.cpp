@@ -8,10 +8,12 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <random>
 
+#include "kiln/studio.h"
 #include "studio/service_state.h"
 
 namespace kiln::studio {
@@ -87,14 +89,48 @@ void Services::Instance::give(std::unique_ptr<InstanceConnection> c) {
   pool.push_back(std::move(c));
 }
 
+namespace {
+
+// A body as the request log keeps it: JSON as JSON, anything else (binary
+// tensors) by its size; at most 64 KiB of it.
+nlohmann::json logged_body(const std::string& body, const std::string* content_type) {
+  constexpr size_t kMaxLogged = 64 << 10;
+  const bool is_json = !content_type || content_type->find("json") != std::string::npos;
+  if (is_json && body.size() <= kMaxLogged) {
+    auto parsed = nlohmann::json::parse(body, nullptr, false);
+    if (!parsed.is_discarded()) return parsed;
+  }
+  return {{"bytes", body.size()}, {"kept", false}};
+}
+
+}  // namespace
+
+void Services::log_request(Service& s, const Version& v, const Instance& i, const serve::HttpRequest& req, int status,
+                           double ms, const std::string* answer) {
+  nlohmann::json entry = {{"time_ms", now_ms()}, {"version", v.spec.name}, {"instance", i.id},
+                          {"path", req.path},     {"status", status},      {"ms", std::round(ms * 1000) / 1000}};
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const bool sampled = s.log_payloads > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < s.log_payloads;
+  if (sampled) {
+    entry["request"] = logged_body(req.body, req.header("Content-Type"));
+    if (answer) entry["response"] = logged_body(*answer, nullptr);
+  }
+  std::lock_guard<std::mutex> lock(s.log_mu);
+  s.request_log.push_back(std::move(entry));
+  ++s.logged;
+  while (s.request_log.size() > kRequestLogSize) s.request_log.pop_front();
+}
+
 void Services::forward(const std::string& name, const std::string& rest, const serve::HttpRequest& req,
                        serve::HttpResponse& res) {
   const auto start = std::chrono::steady_clock::now();
+  std::shared_ptr<Service> service;
   std::shared_ptr<Version> version;
   std::shared_ptr<Instance> instance;
   auto pick = [&](const Instance* avoid) {
     std::lock_guard<std::mutex> lock(mu_);
     auto s = find(name);
+    service = s;
     std::vector<std::shared_ptr<Version>> live;
     int total = 0;
     for (auto& v : s->versions) {
@@ -161,6 +197,9 @@ void Services::forward(const std::string& name, const std::string& rest, const s
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   VersionStats& stats = *version->stats;
   ++stats.requests;
+  stats.latency_us += static_cast<int64_t>(ms * 1000.0);
+  log_request(*service, *version, *instance, req, r ? static_cast<int>(r->result_int()) : 502, ms,
+              r ? &r->body() : nullptr);
   for (size_t b = 0; b < kBucketsMs.size(); ++b)
     if (ms <= kBucketsMs[b]) {
       ++stats.buckets[b];

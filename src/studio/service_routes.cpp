@@ -6,6 +6,7 @@
 // POST   /api/v1/services/NAME/stop
 // DELETE /api/v1/services/NAME                         a stopped service
 // GET    /api/v1/services/NAME/metrics                 requests, errors, latency per version
+// GET    /api/v1/services/NAME/requests?limit=N        the last N requests forwarded (sampled payloads)
 // GET    /api/v1/services/NAME/instances/ID/logs       an instance's log (?grep=REGEX: matching lines)
 // GET    /api/v1/services/NAME/v2[/health/...|/models/M[/versions/V][/ready]]   metadata, forwarded to an instance
 // POST   /api/v1/services/NAME/v2/models/M[/versions/V]/infer                    inference, forwarded
@@ -74,6 +75,11 @@ void handle_services(Services& services, const serve::HttpRequest& req, serve::H
     reply_json(res, 202, services.get(name));
   } else if (n == 5 && parts[4] == "metrics" && method == "GET") {
     reply_json(res, 200, services.metrics(name));
+  } else if (n == 5 && parts[4] == "requests" && method == "GET") {
+    const std::string limit = serve::query_param(req.query, "limit").value_or("100");
+    KILN_CHECK(!limit.empty() && limit.size() < 6 && limit.find_first_not_of("0123456789") == std::string::npos,
+               "?limit= takes a whole number of requests, such as 100, not '", serve::printable(limit), "'");
+    reply_json(res, 200, services.requests(name, std::stoi(limit)));
   } else if (n == 6 && parts[4] == "versions" && method == "PUT") {
     reply_json(res, 200, services.set_version(name, parts[5], parse_json_body(req)));
   } else if (n == 6 && parts[4] == "versions" && method == "DELETE") {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,8 @@ struct Services::Instance {
   int64_t probed_ms = 0;         // the last readiness probe
   int64_t unready_since_ms = 0;  // when a ready instance stopped answering its probe
   std::string model, secret;     // what it serves, and the token it wants (the version's)
+  std::string probe;             // an inference request its probe sends ("": the ready endpoint only)
+  int64_t inferred_ms = 0;       // the last inference probe that was answered
   std::atomic<int> outstanding{0};
   std::string log;
   size_t log_from = 0;  // where this start's output begins in the log
@@ -52,6 +55,7 @@ struct Services::Instance {
 // What the proxy saw of one version name, across its rolling updates.
 struct VersionStats {
   std::atomic<int64_t> requests{0}, errors{0};
+  std::atomic<int64_t> latency_us{0};  // summed over the requests
   std::array<std::atomic<int64_t>, kBucketsMs.size()> buckets{};
 };
 
@@ -64,7 +68,14 @@ struct Services::Version {
   bool batch_axis = false;
   std::string repo, logs;
   std::string secret;  // its instances' bearer token: only the proxy reaches them
+  std::string probe;   // the inference its instances' probes send, from the model's signature
   std::vector<std::shared_ptr<Instance>> instances;
+  // The autoscaler's view (the supervisor's alone): requests in flight, one
+  // sample per sweep over the last 2 s; the latency since the last decision.
+  std::deque<int> in_flight;
+  int64_t seen_requests = 0, seen_latency_us = 0, sampled_ms = 0;
+  double mean_in_flight = 0, mean_latency_ms = 0;
+  int64_t fewer_since_ms = 0;  // since when fewer instances would have done (0: not now)
   bool all_ready() const {
     for (const auto& i : instances)
       if (!i->ready) return false;
@@ -81,6 +92,15 @@ struct Services::Service {
   std::vector<std::shared_ptr<Version>> warming;   // new models of a rolling update, not routed yet
   std::vector<std::shared_ptr<Version>> draining;  // replaced ones, finishing their requests
   std::map<std::string, std::shared_ptr<VersionStats>> stats;  // by version name
+  std::deque<nlohmann::json> events;  // the last scaling decisions, newest last
+  // The request log: every forwarded request, newest last (the last
+  // kRequestLogSize); log_payloads of them keep their bodies.
+  double log_payloads = 0;
+  std::mutex log_mu;
+  std::deque<nlohmann::json> request_log;
+  int64_t logged = 0;
 };
+
+constexpr size_t kRequestLogSize = 1000;
 
 }  // namespace kiln::studio

@@ -8,13 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "core/child_process.h"
@@ -33,6 +36,12 @@ constexpr int kMaxStartFailures = 3;
 // long (unloaded, frozen) is killed and started again.
 constexpr int64_t kProbeEveryMs = 1000;
 constexpr int64_t kRestartUnreadyAfterMs = 10000;
+// A ready instance answers an inference this often, besides its ready endpoint.
+constexpr int64_t kInferEveryMs = 5000;
+// The autoscaler averages requests in flight over this many sweeps (2 s) and decides once a second.
+constexpr size_t kLoadSamples = 20;
+constexpr int64_t kDecideEveryMs = 1000;
+constexpr size_t kEventsKept = 20;
 
 std::string last_line(const std::string& text) {
   std::string t = text;
@@ -49,13 +58,57 @@ int int_field(const json& j, const char* key, int fallback, int lo, int hi) {
   return v;
 }
 
+double number_field(const json& j, const char* key, double fallback, double lo, double hi) {
+  if (!j.contains(key)) return fallback;
+  KILN_CHECK(j[key].is_number(), "\"", key, "\" must be a number");
+  const double v = j[key].get<double>();
+  KILN_CHECK(v >= lo && v <= hi, "\"", key, "\" must be from ", lo, " to ", hi, ", not ", v);
+  return v;
+}
+
+// OIP's name of a dtype, as kiln serve takes it ("" where it has none).
+std::string oip_datatype(const std::string& dtype) {
+  static const std::map<std::string, std::string> names = {
+      {"float32", "FP32"}, {"float64", "FP64"}, {"float16", "FP16"}, {"bfloat16", "BF16"}, {"int32", "INT32"},
+      {"int64", "INT64"},  {"uint8", "UINT8"},  {"int8", "INT8"},    {"bool", "BOOL"}};
+  auto it = names.find(dtype);
+  return it == names.end() ? "" : it->second;
+}
+
+// An inference request of zeros from a model's signature (named, dynamic
+// dimensions 1): what a probe sends. "" where an input's shape or type is
+// not known, or the request would be large.
+std::string probe_request(const json& signature) {
+  json inputs = json::array();
+  for (const auto& in : signature.value("inputs", json::array())) {
+    const std::string datatype = oip_datatype(in.value("dtype", ""));
+    if (datatype.empty() || !in["shape"].is_array()) return "";
+    json shape = json::array();
+    int64_t count = 1;
+    for (const auto& d : in["shape"]) {
+      const int64_t n = d.is_number_integer() && d.get<int64_t>() > 0 ? d.get<int64_t>() : 1;
+      shape.push_back(n);
+      count *= n;
+    }
+    if (count > (1 << 16)) return "";
+    json data = json::array();
+    for (int64_t k = 0; k < count; ++k) data.push_back(datatype == "BOOL" ? json(false) : json(0));
+    inputs.push_back({{"name", in["name"]}, {"shape", shape}, {"datatype", datatype}, {"data", data}});
+  }
+  return inputs.empty() ? "" : json({{"inputs", inputs}}).dump();
+}
+
 }  // namespace
 
 ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec& base) {
   KILN_CHECK(j.is_object(), "a service version is {\"model\": ..., \"weight\": ..., \"instances\": ...}");
+  static const std::set<std::string> fields = {"name",          "model",         "weight",
+                                               "instances",     "threads",       "max_batch",
+                                               "min_instances", "max_instances", "target_outstanding",
+                                               "target_latency_ms", "scale_down_after_s"};
   for (auto& [k, v] : j.items())
-    KILN_CHECK(k == "name" || k == "model" || k == "weight" || k == "instances" || k == "threads" || k == "max_batch",
-               "unknown field '", k, "' of a service version (name, model, weight, instances, threads, max_batch)");
+    KILN_CHECK(fields.count(k), "unknown field '", k, "' of a service version (name, model, weight, instances, threads, "
+               "max_batch, min_instances, max_instances, target_outstanding, target_latency_ms, scale_down_after_s)");
   ServiceVersionSpec s = base;
   if (j.contains("name")) {
     KILN_CHECK(j["name"].is_string(), "a version's \"name\" is text");
@@ -71,8 +124,39 @@ ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec
   s.instances = int_field(j, "instances", s.instances, 1, 64);
   s.threads = int_field(j, "threads", s.threads, 1, 256);
   s.max_batch = int_field(j, "max_batch", s.max_batch, 0, 4096);
+  if (j.contains("min_instances") || j.contains("max_instances")) {
+    s.min_instances = int_field(j, "min_instances", s.autoscaled() ? s.min_instances : 1, 1, 64);
+    s.max_instances = int_field(j, "max_instances", s.autoscaled() ? s.max_instances : s.min_instances, 1, 64);
+    KILN_CHECK(s.max_instances >= s.min_instances, "\"max_instances\" (", s.max_instances,
+               ") must be at least \"min_instances\" (", s.min_instances, ")");
+    if (!s.autoscaled()) s.min_instances = s.max_instances = 0;  // equal bounds: a fixed count
+  }
+  s.target_outstanding = number_field(j, "target_outstanding", s.target_outstanding, 0.1, 1e6);
+  s.target_latency_ms = number_field(j, "target_latency_ms", s.target_latency_ms, 0, 1e6);
+  s.scale_down_after_s = int_field(j, "scale_down_after_s", s.scale_down_after_s, 0, 86400);
+  if (s.autoscaled()) {  // starts at its minimum unless told otherwise, and stays within its bounds
+    if (!j.contains("instances") && (j.contains("min_instances") || j.contains("max_instances")))
+      s.instances = s.min_instances;
+    s.instances = std::clamp(s.instances, s.min_instances, s.max_instances);
+  }
   return s;
 }
+
+namespace {
+
+json version_json(const ServiceVersionSpec& v) {
+  json j = {{"name", v.name},         {"model", v.model},        {"weight", v.weight},
+            {"instances", v.instances}, {"threads", v.threads}, {"max_batch", v.max_batch}};
+  if (v.autoscaled())
+    j.update({{"min_instances", v.min_instances},
+              {"max_instances", v.max_instances},
+              {"target_outstanding", v.target_outstanding},
+              {"target_latency_ms", v.target_latency_ms},
+              {"scale_down_after_s", v.scale_down_after_s}});
+  return j;
+}
+
+}  // namespace
 
 Services::Services(Database& db, Models& models, std::string kiln, std::string root)
     : db_(db), models_(models), kiln_(std::move(kiln)), root_(std::move(root)) {
@@ -133,6 +217,7 @@ std::shared_ptr<Services::Version> Services::start_version(Service& s, const Ser
   v->stats = stats;
   v->model_name = mv.model;
   v->model_version = mv.version;
+  v->probe = probe_request(mv.signature);
   const auto& inputs = mv.signature["inputs"];
   v->batch_axis = !inputs.empty() && inputs[0]["shape"].is_array() && !inputs[0]["shape"].empty() &&
                   inputs[0]["shape"][0].is_string();
@@ -188,6 +273,8 @@ void Services::start_instance(Service& s, Version& v, Instance& i) {
   i.unready_since_ms = 0;
   i.model = s.name;
   i.secret = v.secret;
+  i.probe = v.probe;
+  i.inferred_ms = 0;
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   KILN_CHECK(pid >= 0, "cannot start an instance of service ", s.name, ": fork failed");
@@ -213,6 +300,10 @@ json Services::deploy(const json& spec) {
              "a service is {\"name\": ..., \"versions\": [{\"model\": \"fmnist@production\", ...}]}");
   const std::string name = spec["name"];
   check_model_name(name, "service name");
+  for (auto& [k, v] : spec.items())
+    KILN_CHECK(k == "name" || k == "versions" || k == "log_payloads", "unknown field '", k,
+               "' of a service (name, versions, log_payloads)");
+  const double log_payloads = number_field(spec, "log_payloads", 0, 0, 1);
   std::vector<ServiceVersionSpec> versions;
   for (const auto& v : spec["versions"]) {
     ServiceVersionSpec base;
@@ -226,6 +317,7 @@ json Services::deploy(const json& spec) {
   auto s = std::make_shared<Service>();
   s->name = name;
   s->created_ms = now_ms();
+  s->log_payloads = log_payloads;
   try {
     for (const auto& v : versions) s->versions.push_back(start_version(*s, v, ++s->generation));
   } catch (...) {
@@ -239,12 +331,12 @@ json Services::deploy(const json& spec) {
 
 void Services::save(const Service& s) {
   json versions = json::array();
-  for (const auto& v : s.versions)
-    versions.push_back({{"name", v->spec.name}, {"model", v->spec.model}, {"weight", v->spec.weight},
-                        {"instances", v->spec.instances}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch}});
+  for (const auto& v : s.versions) versions.push_back(version_json(v->spec));
+  json spec = {{"name", s.name}, {"versions", versions}};
+  if (s.log_payloads > 0) spec["log_payloads"] = s.log_payloads;
   Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at) VALUES (?, ?, ?, ?, ?) "
                  "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, state = excluded.state, reason = excluded.reason")
-      .bind(1, s.name).bind(2, json({{"name", s.name}, {"versions", versions}}).dump()).bind(3, s.state)
+      .bind(1, s.name).bind(2, spec.dump()).bind(3, s.state)
       .bind(4, s.reason).bind(5, s.created_ms)
       .run();
 }
@@ -263,13 +355,27 @@ json Services::describe(const Service& s) {
     for (const auto& w : s.warming)
       if (w->spec.name == v->spec.name)
         for (auto& i : instances_of(*w, "warming")) instances.push_back(i);
-    versions.push_back({{"name", v->spec.name}, {"model", v->spec.model},
-                        {"model_version", v->model_name + "/" + std::to_string(v->model_version)},
-                        {"weight", v->spec.weight}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch},
-                        {"instances", instances}});
+    json version = {{"name", v->spec.name}, {"model", v->spec.model},
+                    {"model_version", v->model_name + "/" + std::to_string(v->model_version)},
+                    {"weight", v->spec.weight}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch},
+                    {"instances", instances}, {"probe", v->probe.empty() ? "ready endpoint" : "inference"},
+                    {"load", {{"in_flight", v->mean_in_flight}, {"latency_ms", v->mean_latency_ms}}}};
+    if (v->spec.autoscaled())
+      version["autoscale"] = {{"min_instances", v->spec.min_instances},
+                              {"max_instances", v->spec.max_instances},
+                              {"target_outstanding", v->spec.target_outstanding},
+                              {"target_latency_ms", v->spec.target_latency_ms},
+                              {"scale_down_after_s", v->spec.scale_down_after_s}};
+    versions.push_back(std::move(version));
   }
-  return {{"name", s.name}, {"state", s.state}, {"reason", s.reason}, {"created_ms", s.created_ms},
-          {"versions", versions}, {"endpoint", "/api/v1/services/" + s.name + "/v2/models/" + s.name + "/infer"}};
+  return {{"name", s.name},
+          {"state", s.state},
+          {"reason", s.reason},
+          {"created_ms", s.created_ms},
+          {"versions", versions},
+          {"events", json(std::vector<json>(s.events.begin(), s.events.end()))},
+          {"log_payloads", s.log_payloads},
+          {"endpoint", "/api/v1/services/" + s.name + "/v2/models/" + s.name + "/infer"}};
 }
 
 json Services::list() {
@@ -315,28 +421,34 @@ json Services::set_version(const std::string& name, const std::string& version, 
     // A rolling update: the new instances warm up while the old ones serve.
     s->warming.push_back(start_version(*s, next, ++s->generation));
   } else {
-    current->spec.weight = next.weight;
-    while (static_cast<int>(current->instances.size()) < next.instances) {
-      auto i = std::make_shared<Instance>();
-      i->id = next_instance_++;
-      i->log = current->logs + "/instance-" + std::to_string(i->id) + ".log";
-      current->instances.push_back(i);
-    }
-    if (static_cast<int>(current->instances.size()) > next.instances) {
-      auto gone = std::make_shared<Version>();  // drained like a replaced version
-      gone->spec = current->spec;
-      gone->stats = current->stats;
-      gone->instances.assign(current->instances.begin() + next.instances, current->instances.end());
-      current->instances.resize(static_cast<size_t>(next.instances));
-      for (auto& i : gone->instances) i->draining = true, i->drain_since_ms = now_ms();
-      s->draining.push_back(gone);
-    }
-    current->spec.instances = next.instances;
+    const int instances = next.instances;
+    next.instances = current->spec.instances;
+    current->spec = next;  // weight and the autoscaling bounds change in place
+    resize(*s, *current, instances);
   }
   update_state(*s);
   save(*s);
   wake_.notify_all();
   return describe(*s);
+}
+
+void Services::resize(Service& s, Version& v, int instances) {
+  while (static_cast<int>(v.instances.size()) < instances) {
+    auto i = std::make_shared<Instance>();
+    i->id = next_instance_++;
+    i->log = v.logs + "/instance-" + std::to_string(i->id) + ".log";
+    v.instances.push_back(i);
+  }
+  if (static_cast<int>(v.instances.size()) > instances) {
+    auto gone = std::make_shared<Version>();  // drained like a replaced version
+    gone->spec = v.spec;
+    gone->stats = v.stats;
+    gone->instances.assign(v.instances.begin() + instances, v.instances.end());
+    v.instances.resize(static_cast<size_t>(instances));
+    for (auto& i : gone->instances) i->draining = true, i->drain_since_ms = now_ms();
+    s.draining.push_back(gone);
+  }
+  v.spec.instances = instances;
 }
 
 void Services::remove_version(const std::string& name, const std::string& version) {
@@ -447,6 +559,74 @@ std::string Services::logs(const std::string& name, int instance, const std::str
   for (std::string line; std::getline(lines, line);)
     if (std::regex_search(line, pattern)) out += line + "\n";
   return out;
+}
+
+void Services::autoscale(Service& s) {
+  const int64_t now = now_ms();
+  for (auto& v : s.versions) {
+    int in_flight = 0, starting = 0;
+    for (const auto& i : v->instances) {
+      in_flight += i->outstanding;
+      starting += i->ready ? 0 : 1;
+    }
+    v->in_flight.push_back(in_flight);
+    while (v->in_flight.size() > kLoadSamples) v->in_flight.pop_front();
+    if (now - v->sampled_ms < kDecideEveryMs) continue;
+    const int64_t requests = v->stats->requests, latency_us = v->stats->latency_us;
+    const int64_t answered = requests - v->seen_requests;
+    v->mean_latency_ms = answered > 0 ? static_cast<double>(latency_us - v->seen_latency_us) / 1000.0 / answered : 0;
+    v->seen_requests = requests, v->seen_latency_us = latency_us, v->sampled_ms = now;
+    double sum = 0;
+    for (int n : v->in_flight) sum += n;
+    v->mean_in_flight = sum / static_cast<double>(v->in_flight.size());
+    const ServiceVersionSpec& spec = v->spec;
+    bool rolling = false;
+    for (const auto& w : s.warming) rolling |= w->spec.name == spec.name;
+    if (!spec.autoscaled() || rolling) continue;
+    const int current = static_cast<int>(v->instances.size());
+    int wanted = static_cast<int>(std::ceil(v->mean_in_flight / spec.target_outstanding - 1e-9));
+    char why[160];
+    std::snprintf(why, sizeof why, "%.1f requests in flight on average, %g per instance wanted", v->mean_in_flight,
+                  spec.target_outstanding);
+    if (spec.target_latency_ms > 0 && answered > 0 && v->mean_latency_ms > spec.target_latency_ms / 2) {
+      // Over the target: one more; within half of it: none fewer.
+      const bool over = v->mean_latency_ms > spec.target_latency_ms;
+      wanted = std::max(wanted, over ? current + 1 : current);
+      if (over)
+        std::snprintf(why, sizeof why, "mean latency %.1f ms over the %g ms wanted", v->mean_latency_ms,
+                      spec.target_latency_ms);
+    }
+    wanted = std::clamp(wanted, spec.min_instances, spec.max_instances);
+    int next = current;
+    if (wanted > current && starting == 0) {  // up at once, once the last ones started are ready
+      next = wanted;
+    } else if (wanted < current) {  // down one at a time, after fewer have done for a while
+      if (v->fewer_since_ms == 0) v->fewer_since_ms = now;
+      if (now - v->fewer_since_ms >= spec.scale_down_after_s * 1000LL) next = current - 1, v->fewer_since_ms = now;
+    } else {
+      v->fewer_since_ms = 0;
+    }
+    if (next == current) continue;
+    std::fprintf(stderr, "kiln studio: service %s: version %s from %d to %d instances: %s\n", s.name.c_str(),
+                 spec.name.c_str(), current, next, why);
+    s.events.push_back({{"time_ms", now}, {"version", spec.name}, {"from", current}, {"to", next}, {"reason", why}});
+    while (s.events.size() > kEventsKept) s.events.pop_front();
+    resize(s, *v, next);
+    save(s);
+  }
+}
+
+json Services::requests(const std::string& name, int limit) {
+  std::shared_ptr<Service> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = find(name);
+  }
+  std::lock_guard<std::mutex> lock(s->log_mu);
+  json out = json::array();
+  for (auto it = s->request_log.rbegin(); it != s->request_log.rend() && static_cast<int>(out.size()) < limit; ++it)
+    out.push_back(*it);
+  return {{"service", name}, {"logged", s->logged}, {"log_payloads", s->log_payloads}, {"requests", out}};
 }
 
 void Services::update_state(Service& s) {
@@ -565,19 +745,36 @@ void Services::supervise() {
           save(*s);
         }
         update_state(*s);
+        if (s->state == "Running" || s->state == "Concerning") autoscale(*s);
       }
     }
     // Instance fields other than `ready` belong to this thread alone.
     // The probe asks for the served model, not the process: an instance
     // whose model was unloaded, or that is frozen, is taken out of routing.
+    // A ready instance must also answer an inference (zeros, from the
+    // model's signature) before it takes traffic and every few seconds after;
+    // one that refuses the request itself (400) is judged on its ready
+    // endpoint alone, since the probe, not the instance, is then at fault.
     for (auto& i : probes) {
       httplib::Client probe("127.0.0.1", i->port);
       probe.set_connection_timeout(0, 200000);
       probe.set_read_timeout(1);
       probe.set_bearer_token_auth(i->secret);
       auto r = probe.Get("/v2/models/" + i->model + "/ready");
+      bool ok = r && r->status == 200;
+      if (ok && !i->probe.empty() && (!i->ready || now_ms() - i->inferred_ms >= kInferEveryMs)) {
+        probe.set_read_timeout(10);
+        auto answer = probe.Post("/v2/models/" + i->model + "/infer", i->probe, "application/json");
+        ok = answer && (answer->status == 200 || answer->status == 400);
+        if (answer && answer->status == 400) {
+          std::fprintf(stderr, "kiln studio: instance %d refused its inference probe (%s); probing its ready endpoint "
+                       "only\n", i->id, answer->body.substr(0, 200).c_str());
+          i->probe.clear();
+        }
+        if (ok) i->inferred_ms = now_ms();
+      }
       i->probed_ms = now_ms();
-      if (r && r->status == 200) {
+      if (ok) {
         i->ever_ready = true, i->start_failures = 0, i->ready = true, i->unready_since_ms = 0;
       } else if (i->ready || (i->ever_ready && i->unready_since_ms == 0)) {
         i->ready = false;

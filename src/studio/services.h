@@ -5,7 +5,11 @@
 // outstanding requests first, over kept-alive connections. A service has
 // one or more named versions with integer traffic weights; changing a
 // version's model rolls it over (the new instances warm up before the old
-// ones drain). A supervisor restarts instances that die.
+// ones drain). A supervisor restarts instances that die, probes each ready
+// instance with an inference (a model that answers, not only a live
+// process), and scales versions that ask for it between their minimum and
+// maximum instances on the requests in flight or the latency the proxy sees.
+// The proxy logs every request (payloads of a sampled share on request).
 // States: Deploying, Running, Concerning, Failed, Stopping, Stopped.
 #include <atomic>
 #include <condition_variable>
@@ -31,6 +35,16 @@ struct ServiceVersionSpec {
   int instances = 1;
   int threads = 1;    // KILN_NUM_THREADS of each instance
   int max_batch = 16; // dynamic batching up to this many samples
+  // Autoscaling, when max_instances > min_instances: instances stays within
+  // them, one more per target_outstanding requests in flight (averaged over
+  // the last 2 s), or one more while the mean latency is over
+  // target_latency_ms (0: latency is not a signal); one fewer once fewer
+  // would have done for scale_down_after_s.
+  int min_instances = 0, max_instances = 0;
+  double target_outstanding = 4;
+  double target_latency_ms = 0;
+  int scale_down_after_s = 30;
+  bool autoscaled() const { return max_instances > min_instances; }
 };
 
 class Services {
@@ -51,6 +65,9 @@ class Services {
   void remove(const std::string& name);
   // Requests, errors and a latency histogram per version, as the proxy saw them.
   nlohmann::json metrics(const std::string& name);
+  // The last `limit` requests the proxy forwarded, newest first: time,
+  // version, instance, status, milliseconds, and the sampled ones' payloads.
+  nlohmann::json requests(const std::string& name, int limit);
   // An instance's log (its kiln serve's stderr), or its lines that match
   // `grep` (a regular expression; a plain word matches itself).
   std::string logs(const std::string& name, int instance, const std::string& grep = "");
@@ -67,6 +84,13 @@ class Services {
   std::shared_ptr<Version> start_version(Service& s, const ServiceVersionSpec& spec, int generation);
   void start_instance(Service& s, Version& v, Instance& i);
   void supervise();
+  // Sets a version's instance count: new ones start, extra ones drain.
+  void resize(Service& s, Version& v, int instances);
+  // One autoscaling decision per version that asks for it.
+  void autoscale(Service& s);
+  // Adds a forwarded request to the service's request log.
+  void log_request(Service& s, const Version& v, const Instance& i, const serve::HttpRequest& req, int status,
+                   double ms, const std::string* answer);
   void update_state(Service& s);
   void save(const Service& s);
   nlohmann::json describe(const Service& s);

@@ -339,3 +339,94 @@ TEST(StudioServices, InstancesThatCannotStartFailTheServiceWithTheirLog) {
   EXPECT_NE(svc["reason"].get<std::string>().find("exited 3 times before it was ready"), std::string::npos) << svc.dump();
   EXPECT_EQ(c.http.Post("/api/v1/services/fm/v2/models/fm/infer", infer_body(1).dump(), "application/json")->status, 503);
 }
+
+// A version that scales with its load: up under concurrent clients (requests
+// in flight), back down once they stop, up again on latency alone; probes
+// that run an inference; the request log with the sampled payloads.
+TEST(StudioServices, VersionsScaleWithTheirLoadAndRequestsAreLogged) {
+  auto dir = fresh_dir("services_autoscale");
+  Studio s(dir);
+  const std::string token = kiln::testing::create_token(dir, "ci", studio::Scope::Write);
+  Client c(s.port, token);
+  register_model(c, cnn_onnx(1));
+  // Bounds that cannot hold, and a share of payloads that is not one, are refused.
+  auto bad = c.call_json("POST", "/api/v1/services",
+                         {{"name", "fm"}, {"versions", {{{"model", "m/1"}, {"min_instances", 3}, {"max_instances", 2}}}}});
+  EXPECT_EQ(bad.first, 400);
+  EXPECT_NE(bad.second.dump().find("must be at least \\\"min_instances\\\" (3)"), std::string::npos) << bad.second.dump();
+  bad = c.call_json("POST", "/api/v1/services", {{"name", "fm"}, {"log_payloads", 2}, {"versions", {{{"model", "m/1"}}}}});
+  EXPECT_EQ(bad.first, 400);
+  EXPECT_NE(bad.second.dump().find("log_payloads"), std::string::npos) << bad.second.dump();
+
+  auto deployed = s.kiln(token, dir, "service deploy fm --model m/1 --min-instances 1 --max-instances 3 "
+                                     "--target-outstanding 1 --scale-down-after 1 --log-payloads 1");
+  ASSERT_EQ(deployed.first, 0) << deployed.second;
+  EXPECT_NE(deployed.second.find("autoscale 1..3 instances"), std::string::npos) << deployed.second;
+  auto instances = [](const json& j) { return j["versions"][0]["instances"].size(); };
+  json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
+  ASSERT_EQ(instances(svc), 1u);
+  EXPECT_EQ(svc["versions"][0]["probe"], "inference");
+  // Its probe ran an inference before any client sent one.
+  json metrics = c.call("GET", "/api/v1/services/fm/metrics").second;
+  double probed = 0;
+  for (auto& [series, value] : metrics["instances"].items())
+    if (series.rfind("kiln_inference_requests_total", 0) == 0) probed += value.get<double>();
+  EXPECT_GT(probed, 0) << metrics.dump();
+  EXPECT_EQ(metrics["versions"]["v1"]["requests"], 0);
+
+  // Six clients at once: more requests in flight than one instance wants.
+  const std::string infer = "/api/v1/services/fm/v2/models/fm/infer";
+  const std::string one = infer_body(1).dump();
+  std::atomic<bool> done{false};
+  std::atomic<int> failed{0}, answered{0};
+  auto clients = [&](int n) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < n; ++t)
+      threads.emplace_back([&] {
+        Client own(s.port, token);
+        const auto stop_at = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!done && std::chrono::steady_clock::now() < stop_at) {
+          auto a = own.http.Post(infer, one, "application/json");
+          (a && a->status == 200 ? answered : failed)++;
+        }
+      });
+    return threads;
+  };
+  auto load = clients(6);
+  svc = c.wait_for("fm", [&](const json& j) { return in_state(j, "Running") && instances(j) == 3; });
+  done = true;
+  for (auto& t : load) t.join();
+  EXPECT_EQ(failed, 0) << answered << " answered";
+  ASSERT_FALSE(svc["events"].empty()) << svc.dump();
+  EXPECT_NE(svc["events"][0]["reason"].get<std::string>().find("requests in flight"), std::string::npos) << svc.dump();
+  // Idle, it goes back to its minimum, one instance a second.
+  svc = c.wait_for("fm", [&](const json& j) { return in_state(j, "Running") && instances(j) == 1; });
+  EXPECT_GE(svc["events"].size(), 3u) << svc.dump();
+
+  // On latency alone: a target no request can meet adds instances one at a
+  // time under a single client.
+  ASSERT_EQ(c.call_json("PUT", "/api/v1/services/fm/versions/v1",
+                        {{"target_outstanding", 1000}, {"target_latency_ms", 0.001}}).first, 200);
+  done = false;
+  load = clients(1);
+  svc = c.wait_for("fm", [&](const json& j) { return in_state(j, "Running") && instances(j) == 3; });
+  done = true;
+  for (auto& t : load) t.join();
+  EXPECT_NE(svc["events"].back()["reason"].get<std::string>().find("mean latency"), std::string::npos) << svc.dump();
+  EXPECT_EQ(failed, 0);
+
+  // The request log: newest first, with the payloads (all of them sampled here).
+  json log = c.call("GET", "/api/v1/services/fm/requests?limit=5").second;
+  ASSERT_EQ(log["requests"].size(), 5u) << log.dump().substr(0, 500);
+  EXPECT_EQ(log["logged"].get<int64_t>(), answered.load());
+  const json& last = log["requests"][0];
+  EXPECT_EQ(last["status"], 200);
+  EXPECT_EQ(last["path"], infer);
+  EXPECT_EQ(last["request"]["inputs"][0]["shape"], json({1, 1, 28, 28}));
+  EXPECT_EQ(last["response"]["outputs"][0]["shape"], json({1, 10}));
+  EXPECT_GE(log["requests"][0]["time_ms"].get<int64_t>(), log["requests"][4]["time_ms"].get<int64_t>());
+  auto listed = s.kiln(token, dir, "service requests fm --limit 3");
+  ASSERT_EQ(listed.first, 0) << listed.second;
+  EXPECT_NE(listed.second.find("(payloads)"), std::string::npos) << listed.second;
+  EXPECT_EQ(c.call("GET", "/api/v1/services/fm/requests?limit=many").first, 400);
+}

@@ -1,4 +1,4 @@
-// `kiln service deploy | list | show | set | remove-version | stop | delete | metrics | logs`:
+// `kiln service deploy | list | show | set | remove-version | stop | delete | metrics | requests | logs`:
 // online services in a studio.
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -18,11 +18,47 @@ void print_service(const json& s) {
   for (const auto& v : s["versions"]) {
     std::printf("  version %-8s weight %3d  model %s (%s)\n", v["name"].get<std::string>().c_str(), v["weight"].get<int>(),
                 v["model"].get<std::string>().c_str(), v["model_version"].get<std::string>().c_str());
+    if (v.contains("autoscale")) {
+      const json& a = v["autoscale"];
+      std::printf("    autoscale %d..%d instances, %g requests in flight each", a["min_instances"].get<int>(),
+                  a["max_instances"].get<int>(), a["target_outstanding"].get<double>());
+      if (a["target_latency_ms"].get<double>() > 0) std::printf(", latency under %g ms", a["target_latency_ms"].get<double>());
+      std::printf("; now %.1f in flight, %.1f ms\n", v["load"]["in_flight"].get<double>(),
+                  v["load"]["latency_ms"].get<double>());
+    }
     for (const auto& i : v["instances"])
       std::printf("    instance %-4d %-8s port %-6d %s  restarts %d\n", i["id"].get<int>(),
                   i["role"].get<std::string>().c_str(), i["port"].get<int>(), i["ready"].get<bool>() ? "ready" : "not ready",
                   i["restarts"].get<int>());
   }
+  for (const auto& e : s.value("events", json::array()))
+    std::printf("  scaled %s from %d to %d instances: %s\n", e["version"].get<std::string>().c_str(), e["from"].get<int>(),
+                e["to"].get<int>(), e["reason"].get<std::string>().c_str());
+}
+
+// Autoscaling options, given to deploy and set alike.
+struct Scaling {
+  int min_instances = 0, max_instances = 0, scale_down_after_s = 30;
+  double target_outstanding = 4, target_latency_ms = 0;
+};
+
+void add_scaling_options(CLI::App* cmd, Scaling& s) {
+  cmd->add_option("--min-instances", s.min_instances, "Autoscaling: at least this many instances");
+  cmd->add_option("--max-instances", s.max_instances, "Autoscaling: at most this many instances");
+  cmd->add_option("--target-outstanding", s.target_outstanding,
+                  "Autoscaling: requests in flight per instance (default 4)");
+  cmd->add_option("--target-latency-ms", s.target_latency_ms, "Autoscaling: one more instance while latency is over this");
+  cmd->add_option("--scale-down-after", s.scale_down_after_s,
+                  "Autoscaling: seconds fewer instances must have done before one goes (default 30)");
+}
+
+// The autoscaling fields the command line gave.
+void put_scaling(const CLI::App* cmd, const Scaling& s, json& version) {
+  if (cmd->count("--min-instances")) version["min_instances"] = s.min_instances;
+  if (cmd->count("--max-instances")) version["max_instances"] = s.max_instances;
+  if (cmd->count("--target-outstanding")) version["target_outstanding"] = s.target_outstanding;
+  if (cmd->count("--target-latency-ms")) version["target_latency_ms"] = s.target_latency_ms;
+  if (cmd->count("--scale-down-after")) version["scale_down_after_s"] = s.scale_down_after_s;
 }
 
 }  // namespace
@@ -34,7 +70,10 @@ void add_service_commands(CLI::App& app) {
   auto token = std::make_shared<std::string>();
   struct Args {
     std::string name, version = "v1", model, grep;
-    int instances = 1, threads = 1, max_batch = 16, weight = -1, instance = 0;
+    int instances = 1, threads = 1, max_batch = 16, weight = -1, instance = 0, limit = 20;
+    double log_payloads = 0;
+    bool json_out = false;
+    Scaling scaling;
   };
   auto a = std::make_shared<Args>();
   auto base = [](const std::string& name) { return "/api/v1/services/" + encode(name, false); };
@@ -45,10 +84,16 @@ void add_service_commands(CLI::App& app) {
   deploy->add_option("--instances", a->instances, "kiln serve processes (default 1)");
   deploy->add_option("--threads", a->threads, "Threads of each instance (default 1)");
   deploy->add_option("--max-batch", a->max_batch, "Dynamic batching up to this many samples (default 16; 0: none)");
+  deploy->add_option("--log-payloads", a->log_payloads,
+                     "Share of requests whose bodies the request log keeps, 0 to 1 (default 0: none)");
+  add_scaling_options(deploy, a->scaling);
   deploy->callback([=] {
-    json spec = {{"name", a->name},
-                 {"versions", {{{"name", "v1"}, {"model", a->model}, {"weight", 100}, {"instances", a->instances},
-                                {"threads", a->threads}, {"max_batch", a->max_batch}}}}};
+    json version = {{"name", "v1"}, {"model", a->model}, {"weight", 100}, {"threads", a->threads},
+                    {"max_batch", a->max_batch}};
+    if (deploy->count("--instances")) version["instances"] = a->instances;
+    put_scaling(deploy, a->scaling, version);
+    json spec = {{"name", a->name}, {"versions", {version}}};
+    if (a->log_payloads > 0) spec["log_payloads"] = a->log_payloads;
     print_service(Remote(*server, *token).post_json("/api/v1/services", spec, 201));
   });
 
@@ -58,11 +103,13 @@ void add_service_commands(CLI::App& app) {
   set->add_option("--model", a->model, "A registered model for this version");
   set->add_option("--weight", a->weight, "Traffic weight, 0 to 100");
   set->add_option("--instances", a->instances, "Instances of this version");
+  add_scaling_options(set, a->scaling);
   set->callback([=] {
     json body = json::object();
     if (!a->model.empty()) body["model"] = a->model;
     if (a->weight >= 0) body["weight"] = a->weight;
     if (set->count("--instances")) body["instances"] = a->instances;
+    put_scaling(set, a->scaling, body);
     print_service(Remote(*server, *token).send("PUT", base(a->name) + "/versions/" + encode(a->version, false),
                                                body.dump(), "application/json", 200));
   });
@@ -107,6 +154,24 @@ void add_service_commands(CLI::App& app) {
     }
   });
 
+  auto* requests = service->add_subcommand("requests", "The last requests the service answered, newest first");
+  requests->add_option("name", a->name, "Service name")->required();
+  requests->add_option("--limit", a->limit, "How many (default 20)")->check(CLI::Range(1, 1000));
+  requests->add_flag("--json", a->json_out, "The log as JSON, with the sampled payloads");
+  requests->callback([=] {
+    json r = Remote(*server, *token).get_json(base(a->name) + "/requests?limit=" + std::to_string(a->limit));
+    if (a->json_out) {
+      std::printf("%s\n", r.dump(2).c_str());
+      return;
+    }
+    std::printf("%lld requests logged; payloads kept for %g of them\n", r["logged"].get<long long>(),
+                r["log_payloads"].get<double>());
+    for (const auto& e : r["requests"])
+      std::printf("  %lld  %-8s instance %-4d %d  %8.3f ms  %s%s\n", e["time_ms"].get<long long>(),
+                  e["version"].get<std::string>().c_str(), e["instance"].get<int>(), e["status"].get<int>(),
+                  e["ms"].get<double>(), e["path"].get<std::string>().c_str(), e.contains("request") ? "  (payloads)" : "");
+  });
+
   auto* logs = service->add_subcommand("logs", "An instance's log");
   logs->add_option("name", a->name, "Service name")->required();
   logs->add_option("instance", a->instance, "Instance id (kiln service show lists them)")->required();
@@ -117,7 +182,7 @@ void add_service_commands(CLI::App& app) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   });
 
-  for (auto* sub : {deploy, set, remove_version, list, show, stop, remove, metrics, logs}) {
+  for (auto* sub : {deploy, set, remove_version, list, show, stop, remove, metrics, requests, logs}) {
     sub->add_option("--server", *server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", *token, "API token (default: KILN_STUDIO_TOKEN)");
   }
