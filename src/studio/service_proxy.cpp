@@ -1,6 +1,7 @@
 // The service proxy: a request for a service goes to a ready instance of a
 // version picked by weight, over a kept-alive connection, and is sent once
-// more to another instance when the first gives no answer.
+// more to another instance when the first gives no answer; each request goes
+// in the service's request log.
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
@@ -119,6 +120,19 @@ void Services::log_request(Service& s, const Version& v, const Instance& i, cons
   s.request_log.push_back(std::move(entry));
   ++s.logged;
   while (s.request_log.size() > kRequestLogSize) s.request_log.pop_front();
+}
+
+nlohmann::json Services::requests(const std::string& name, int limit) {
+  std::shared_ptr<Service> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = find(name);
+  }
+  std::lock_guard<std::mutex> lock(s->log_mu);
+  nlohmann::json out = nlohmann::json::array();
+  for (auto it = s->request_log.rbegin(); it != s->request_log.rend() && static_cast<int>(out.size()) < limit; ++it)
+    out.push_back(*it);
+  return {{"service", name}, {"logged", s->logged}, {"log_payloads", s->log_payloads}, {"requests", out}};
 }
 
 void Services::forward(const std::string& name, const std::string& rest, const serve::HttpRequest& req,
