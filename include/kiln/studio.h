@@ -84,8 +84,10 @@ std::string sha256_file(const std::string& path, int64_t offset = 0, int64_t len
 // Creates an API token in the studio at data_dir (its database: as in
 // StudioOptions); returns the secret, which is shown once and stored only as
 // its SHA-256. expires_in_ms > 0: the studio refuses it after that long.
+// With a user, the token acts for that user, with the user's role in each
+// project (below); without, it is studio-wide and acts by its scope alone.
 std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
-                         const std::string& database = "", int64_t expires_in_ms = 0);
+                         const std::string& database = "", int64_t expires_in_ms = 0, const std::string& user = "");
 // Revokes the tokens of that name; returns how many.
 int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database = "");
 // A new token for that name (its scope), expiring after expires_in_ms (0:
@@ -98,9 +100,24 @@ struct TokenListing {
   std::string name;
   Scope scope = Scope::Read;
   int64_t created_ms = 0, expires_ms = 0, revoked_ms = 0;  // 0: never expires, not revoked
+  std::string user;                                         // empty: studio-wide
   std::string state(int64_t now_ms) const;                  // "live", "expired" or "revoked"
 };
 std::vector<TokenListing> list_tokens(const std::string& data_dir, const std::string& database = "");
+
+// People and projects (docs/studio.md, "Users and projects"): local users
+// with passwords (8 characters or more, stored salted and stretched),
+// projects that own buckets, jobs, models and services, and a role per user
+// and project: viewer (reads), developer (writes), admin (also manages the
+// project's members and secrets). Every studio has the project "default".
+void create_user(const std::string& data_dir, const std::string& name, const std::string& password,
+                 const std::string& database = "");
+void set_user_password(const std::string& data_dir, const std::string& name, const std::string& password,
+                       const std::string& database = "");
+void create_project(const std::string& data_dir, const std::string& name, const std::string& database = "");
+// role: viewer, developer, admin, or none (takes the user out of the project).
+void set_project_role(const std::string& data_dir, const std::string& project, const std::string& user,
+                      const std::string& role, const std::string& database = "");
 // "90d", "12h", "30m", "45s" in milliseconds; "never" is 0. Throws on anything else.
 int64_t parse_duration_ms(const std::string& text);
 // Milliseconds since the epoch, and as "2026-12-05T01:02:03Z".

@@ -156,6 +156,38 @@ const char* const kMigrations[] = {
     R"sql(
     ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
     )sql",
+    // 12: users, projects and roles; what each resource belongs to; tokens
+    // and audit entries that name their user (NULL: a studio-wide token).
+    R"sql(
+    CREATE TABLE users (
+      name TEXT PRIMARY KEY,
+      password_hash TEXT NOT NULL,        -- pbkdf2-sha256$iterations$salt$key
+      created_at INTEGER NOT NULL
+    );
+    CREATE TABLE projects (
+      name TEXT PRIMARY KEY,
+      created_at INTEGER NOT NULL
+    );
+    INSERT INTO projects (name, created_at) VALUES ('default', 0);
+    CREATE TABLE project_members (
+      project TEXT NOT NULL REFERENCES projects(name),
+      user_name TEXT NOT NULL REFERENCES users(name),
+      role TEXT NOT NULL CHECK (role IN ('viewer', 'developer', 'admin')),
+      PRIMARY KEY (project, user_name)
+    );
+    CREATE TABLE project_secrets (
+      project TEXT NOT NULL REFERENCES projects(name),
+      name TEXT NOT NULL,
+      value TEXT NOT NULL,
+      PRIMARY KEY (project, name)
+    );
+    ALTER TABLE tokens ADD COLUMN user_name TEXT;
+    ALTER TABLE audit_log ADD COLUMN user_name TEXT;
+    ALTER TABLE buckets ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE jobs ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE models ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+    ALTER TABLE services ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

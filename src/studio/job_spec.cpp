@@ -1,6 +1,9 @@
 #include "studio/job_spec.h"
 
+#include <cctype>
+
 #include "kiln/error.h"
+#include "studio/models.h"
 #include "studio/object_store.h"
 
 namespace kiln::studio {
@@ -31,6 +34,13 @@ std::map<std::string, std::string> strings_map(const json& j, const std::string&
   return out;
 }
 
+bool valid_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
 double number_at(const json& j, const std::string& key, double low, double high) {
   KILN_CHECK(j.is_number(), "job spec: '", key, "' must be a number, not ", j.type_name());
   double v = j.get<double>();
@@ -43,13 +53,13 @@ double number_at(const json& j, const std::string& key, double low, double high)
 JobSpec parse_job_spec(const json& j) {
   KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
   static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "nnodes", "env",
-                                "time_limit_s", "sync_every_s", "resources", "priority"};
+                                "time_limit_s", "sync_every_s", "resources", "priority", "project", "secrets"};
   for (auto& [key, value] : j.items()) {
     bool ok = false;
     for (const char* k : known) ok = ok || key == k;
     KILN_CHECK(ok, "job spec: unknown key '", key,
                "'; the keys are name, recipe or command, code, inputs, output, nproc, nnodes, env, time_limit_s, "
-               "sync_every_s, resources, priority");
+               "sync_every_s, resources, priority, project, secrets");
   }
   JobSpec s;
   KILN_CHECK(j.contains("name"), "job spec: 'name' is required");
@@ -96,6 +106,18 @@ JobSpec parse_job_spec(const json& j) {
     if (r.contains("gpus")) s.resources.gpus = static_cast<int>(number_at(r["gpus"], "resources.gpus", 0, 64));
   }
   if (j.contains("priority")) s.priority = static_cast<int>(number_at(j["priority"], "priority", -100, 100));
+  if (j.contains("project")) {
+    s.project = string_at(j["project"], "project");
+    check_model_name(s.project, "job spec: project");
+  }
+  if (j.contains("secrets")) {
+    KILN_CHECK(j["secrets"].is_array(), "job spec: 'secrets' is a list of the project's secret names");
+    for (const auto& name : j["secrets"]) {
+      s.secrets.push_back(string_at(name, "secrets"));
+      KILN_CHECK(valid_env_name(s.secrets.back()), "job spec: secret '", s.secrets.back(),
+                 "' is not an environment variable's name (letters, digits and '_', not starting with a digit)");
+    }
+  }
   return s;
 }
 
@@ -109,6 +131,8 @@ json job_spec_json(const JobSpec& s) {
   j["resources"] = {{"cpus", s.cores()}, {"gpus", s.resources.gpus}};
   if (s.resources.memory_mb > 0) j["resources"]["memory_mb"] = s.resources.memory_mb;
   j["priority"] = s.priority;
+  j["project"] = s.project;
+  if (!s.secrets.empty()) j["secrets"] = s.secrets;
   return j;
 }
 

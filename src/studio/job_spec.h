@@ -30,6 +30,8 @@ struct JobSpec {
   double sync_every_s = 30;                    // output synced this often while running, and at the end
   Resources resources;
   int priority = 0;                            // among waiting jobs, higher first (then in submission order)
+  std::string project = "default";             // the project it belongs to (projects.h)
+  std::vector<std::string> secrets;            // the project's secrets set in its environment, by name
   int cores() const { return resources.cpus > 0 ? resources.cpus : nproc; }
 };
 

@@ -14,6 +14,7 @@
 #include "kiln/error.h"
 #include "studio/executors.h"
 #include "studio/job_queue.h"
+#include "studio/projects.h"
 #include "studio/tokens.h"
 
 namespace kiln::studio {
@@ -32,7 +33,7 @@ json JobRecord::json() const {
   nlohmann::json j = {{"id", id}, {"name", spec.name}, {"state", state}, {"stage", stage}, {"reason", reason},
                       {"submitted_by", submitted_by}, {"created_ms", created_ms}, {"started_ms", started_ms},
                       {"ended_ms", ended_ms}, {"spec", shown}, {"executor", executor},
-                      {"stage_times", stages}};
+                      {"stage_times", stages}, {"project", spec.project}};
   if (!external_id.empty()) j["external_id"] = external_id;
   j["exit_code"] = exit_code >= 0 ? nlohmann::json(exit_code) : nlohmann::json(nullptr);
   return j;
@@ -147,6 +148,18 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
   KILN_CHECK(spec.nnodes == 1 || executor_ == "slurm", "nnodes ", spec.nnodes,
              " needs the Slurm executor (kiln studio serve --executor slurm); this studio runs jobs on its own machine");
   if (executor_ == "local") queue_.check_fits(spec);  // Slurm judges its own cluster
+  KILN_CHECK(project_exists(db_, spec.project), "job spec: no project '", spec.project,
+             "' (an operator makes one: kiln studio project create ", spec.project, ")");
+  // The project's secrets the job names join its environment's values.
+  std::map<std::string, std::string> values = spec.env;
+  for (const std::string& name : spec.secrets) {
+    KILN_CHECK(!spec.env.count(name), "job spec: '", name, "' is both in env and in secrets; give it once");
+    Statement secret(db_, "SELECT value FROM project_secrets WHERE project = ? AND name = ?");
+    secret.bind(1, spec.project).bind(2, name);
+    KILN_CHECK(secret.step(), "job spec: project '", spec.project, "' has no secret '", name,
+               "' (a project admin sets it: kiln project secret set ", spec.project, " ", name, ")");
+    values[name] = secret.text(0);
+  }
   int64_t id = 0;
   {
     // The spec keeps the environment's names; their values go to job_env.
@@ -154,15 +167,15 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
     for (auto& [name, value] : stored.env) value.clear();
     Transaction t(db_);
     {
-      Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at, stages) VALUES (?, "
-                            "'Creating', 'scheduling', '', ?, ?, ?) RETURNING id");
+      Statement insert(db_, "INSERT INTO jobs (spec, state, stage, reason, submitted_by, created_at, stages, project) "
+                            "VALUES (?, 'Creating', 'scheduling', '', ?, ?, ?, ?) RETURNING id");
       const int64_t now = now_ms();
       insert.bind(1, job_spec_json(stored).dump()).bind(2, submitted_by).bind(3, now)
-          .bind(4, json{{"scheduling", now}}.dump());
+          .bind(4, json{{"scheduling", now}}.dump()).bind(5, spec.project);
       KILN_CHECK(insert.step(), "studio database: a new job has no id");
       id = insert.integer(0);
     }
-    for (const auto& [name, value] : spec.env)
+    for (const auto& [name, value] : values)
       Statement(db_, "INSERT INTO job_env (job_id, name, value) VALUES (?, ?, ?)").bind(1, id).bind(2, name).bind(3, value).run();
     t.commit();
   }
@@ -192,7 +205,11 @@ JobSpec Jobs::spec_of(int64_t id) {
   return spec;
 }
 
-int64_t Jobs::retry(int64_t id, const std::string& submitted_by) { return submit(spec_of(id), submitted_by); }
+int64_t Jobs::retry(int64_t id, const std::string& submitted_by) {
+  JobSpec spec = spec_of(id);
+  for (const std::string& name : spec.secrets) spec.env.erase(name);  // read again: their values of now
+  return submit(spec, submitted_by);
+}
 
 std::optional<JobRecord> Jobs::get(int64_t id) {
   Statement s(db_, std::string(kSelect) + " WHERE id = ?");

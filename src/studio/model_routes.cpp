@@ -12,6 +12,8 @@
 // DELETE /api/v1/models/NAME/aliases/ALIAS
 #include "studio/model_routes.h"
 
+#include "studio/projects.h"
+
 #include "studio/job_routes.h"
 
 namespace kiln::studio {
@@ -32,14 +34,16 @@ RegisterRequest register_request(const serve::HttpRequest& req) {
     KILN_CHECK(!req.body.empty(), "the request body holds no ONNX file");
     r.bytes = req.body;
     r.description = serve::query_param(req.query, "description").value_or("");
+    r.project = requested_project(req);
     return r;
   }
   json body = parse_json_body(req);
   KILN_CHECK(body.is_object(), "a registration is {\"job\": ID} or {\"url\": \"studio://bucket/key.onnx\"}, or an "
                                "ONNX file sent as application/octet-stream");
   for (auto& [k, v] : body.items())
-    KILN_CHECK(k == "job" || k == "url" || k == "input_shape" || k == "description" || k == "tags", "unknown field '",
-               k, "' (job, url, input_shape, description, tags)");
+    KILN_CHECK(k == "job" || k == "url" || k == "input_shape" || k == "description" || k == "tags" || k == "project",
+               "unknown field '", k, "' (job, url, input_shape, description, tags, project)");
+  r.project = requested_project(req);
   if (body.contains("job")) {
     KILN_CHECK(body["job"].is_number_integer(), "\"job\" must be a job id");
     r.job = body["job"];

@@ -155,8 +155,14 @@ ModelVersion Models::register_version(const std::string& name, RegisterRequest r
   int64_t version = 0;
   {
     Transaction t(db_);
-    Statement(db_, "INSERT INTO models (name, description, created_at) VALUES (?, '', ?) ON CONFLICT DO NOTHING")
-        .bind(1, name).bind(2, now_ms())
+    {
+      Statement known(db_, "SELECT 1 FROM projects WHERE name = ?");
+      known.bind(1, request.project);
+      KILN_CHECK(known.step(), "no project '", request.project, "'");
+    }
+    Statement(db_, "INSERT INTO models (name, description, created_at, project) VALUES (?, '', ?, ?) "
+                   "ON CONFLICT DO NOTHING")
+        .bind(1, name).bind(2, now_ms()).bind(3, request.project)
         .run();
     Statement next(db_, "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE model = ?");
     next.bind(1, name);
@@ -313,8 +319,9 @@ std::optional<ModelVersion> Models::find(const std::string& name, int64_t versio
 }
 
 json Models::list() {
-  Statement s(db_, "SELECT m.name, m.description, m.created_at, COUNT(v.version), MAX(v.version) FROM models m "
-                   "LEFT JOIN model_versions v ON v.model = m.name GROUP BY m.name ORDER BY m.name");
+  Statement s(db_, "SELECT m.name, m.description, m.created_at, COUNT(v.version), MAX(v.version), m.project "
+                   "FROM models m LEFT JOIN model_versions v ON v.model = m.name GROUP BY m.name, m.description, "
+                   "m.created_at, m.project ORDER BY m.name");
   json out = json::array();
   while (s.step()) {
     json aliases = json::object();
@@ -323,20 +330,21 @@ json Models::list() {
     while (a.step()) aliases[a.text(0)] = a.integer(1);
     out.push_back({{"name", s.text(0)}, {"description", s.text(1)}, {"created_ms", s.integer(2)},
                    {"versions", s.integer(3)}, {"latest_version", s.is_null(4) ? json(nullptr) : json(s.integer(4))},
-                   {"aliases", aliases}});
+                   {"aliases", aliases}, {"project", s.text(5)}});
   }
   return {{"models", out}};
 }
 
 json Models::model(const std::string& name) {
-  Statement m(db_, "SELECT description, created_at FROM models WHERE name = ?");
+  Statement m(db_, "SELECT description, created_at, project FROM models WHERE name = ?");
   m.bind(1, name);
   if (!m.step()) throw NotFound("no model '" + name + "' (`kiln model list` shows them)");
   json versions = json::array();
   Statement s(db_, "SELECT version FROM model_versions WHERE model = ? ORDER BY version");
   s.bind(1, name);
   while (s.step()) versions.push_back(find(name, s.integer(0))->json());
-  return {{"name", name}, {"description", m.text(0)}, {"created_ms", m.integer(1)}, {"versions", versions}};
+  return {{"name", name}, {"description", m.text(0)}, {"created_ms", m.integer(1)}, {"project", m.text(2)},
+          {"versions", versions}};
 }
 
 ModelVersion Models::version(const std::string& name, const std::string& which) {

@@ -45,6 +45,7 @@ struct RegisterRequest {
   std::vector<int64_t> input_shape;  // a job's export: the sample's shape (default: from its recipe)
   std::string description;
   nlohmann::json tags = nlohmann::json::object();
+  std::string project = "default";  // a new model's; an existing one keeps its own
 };
 
 class Models {

@@ -52,10 +52,16 @@ void ObjectStore::require_bucket(const std::string& bucket) {
   if (!s.step()) throw NotFound("no bucket '" + bucket + "'; create it first (PUT /api/v1/buckets/" + bucket + ")");
 }
 
-void ObjectStore::create_bucket(const std::string& bucket) {
+void ObjectStore::create_bucket(const std::string& bucket, const std::string& project) {
   check_bucket_name(bucket);
+  {
+    Statement known(db_, "SELECT 1 FROM projects WHERE name = ?");
+    known.bind(1, project);
+    KILN_CHECK(known.step(), "no project '", project, "' (an operator makes one: kiln studio project create ", project, ")");
+  }
   fs::create_directories(root_ + "/" + bucket + "/.incoming");
-  Statement(db_, "INSERT INTO buckets (name, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING").bind(1, bucket).bind(2, now_ms()).run();
+  Statement(db_, "INSERT INTO buckets (name, created_at, project) VALUES (?, ?, ?) ON CONFLICT DO NOTHING")
+      .bind(1, bucket).bind(2, now_ms()).bind(3, project).run();
 }
 
 void ObjectStore::delete_bucket(const std::string& bucket) {

@@ -41,7 +41,8 @@ class ObjectStore {
  public:
   ObjectStore(std::string root, Database& db);
 
-  void create_bucket(const std::string& bucket);
+  // In a project's name (it must exist); an existing bucket keeps its own.
+  void create_bucket(const std::string& bucket, const std::string& project = "default");
   // Refuses a bucket that still holds objects.
   void delete_bucket(const std::string& bucket);
   std::vector<std::string> buckets();

@@ -85,6 +85,7 @@ struct Services::Version {
 
 struct Services::Service {
   std::string name, state = "Deploying", reason;
+  std::string project = "default";
   int64_t created_ms = 0;
   int generation = 0;
   bool was_running = false;

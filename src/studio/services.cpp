@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "core/child_process.h"
+#include "studio/projects.h"
 #include "studio/runs.h"
 #include "studio/service_state.h"
 #include "studio/tokens.h"
@@ -169,12 +170,12 @@ Services::Services(Database& db, Models& models, std::string kiln, std::string r
       Statement(db_, "DELETE FROM services WHERE name = ?").bind(1, spec["name"].get<std::string>()).run();
       deploy(spec);
     } catch (const std::exception& e) {
-      Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at) VALUES (?, ?, 'Failed', ?, ?) "
-                     "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, state = excluded.state, "
-                     "reason = excluded.reason")
+      Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at, project) "
+                     "VALUES (?, ?, 'Failed', ?, ?, ?) ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
+                     "state = excluded.state, reason = excluded.reason")
           .bind(1, spec["name"].get<std::string>()).bind(2, spec.dump())
           .bind(3, std::string("it could not be started again when the studio restarted: ") + e.what())
-          .bind(4, created)
+          .bind(4, created).bind(5, spec.value("project", std::string(kDefaultProject)))
           .run();
     }
   }
@@ -298,9 +299,15 @@ json Services::deploy(const json& spec) {
   const std::string name = spec["name"];
   check_model_name(name, "service name");
   for (auto& [k, v] : spec.items())
-    KILN_CHECK(k == "name" || k == "versions" || k == "log_payloads", "unknown field '", k,
-               "' of a service (name, versions, log_payloads)");
+    KILN_CHECK(k == "name" || k == "versions" || k == "log_payloads" || k == "project", "unknown field '", k,
+               "' of a service (name, project, versions, log_payloads)");
   const double log_payloads = number_field(spec, "log_payloads", 0, 0, 1);
+  std::string project = kDefaultProject;
+  if (spec.contains("project")) {
+    KILN_CHECK(spec["project"].is_string(), "\"project\" is a project's name");
+    project = spec["project"];
+    KILN_CHECK(project_exists(db_, project), "no project '", project, "'");
+  }
   std::vector<ServiceVersionSpec> versions;
   for (const auto& v : spec["versions"]) {
     ServiceVersionSpec base;
@@ -315,6 +322,7 @@ json Services::deploy(const json& spec) {
   s->name = name;
   s->created_ms = now_ms();
   s->log_payloads = log_payloads;
+  s->project = project;
   try {
     for (const auto& v : versions) s->versions.push_back(start_version(*s, v, ++s->generation));
   } catch (...) {
@@ -329,12 +337,12 @@ json Services::deploy(const json& spec) {
 void Services::save(const Service& s) {
   json versions = json::array();
   for (const auto& v : s.versions) versions.push_back(version_json(v->spec));
-  json spec = {{"name", s.name}, {"versions", versions}};
+  json spec = {{"name", s.name}, {"project", s.project}, {"versions", versions}};
   if (s.log_payloads > 0) spec["log_payloads"] = s.log_payloads;
-  Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at) VALUES (?, ?, ?, ?, ?) "
+  Statement(db_, "INSERT INTO services (name, spec, state, reason, created_at, project) VALUES (?, ?, ?, ?, ?, ?) "
                  "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, state = excluded.state, reason = excluded.reason")
       .bind(1, s.name).bind(2, spec.dump()).bind(3, s.state)
-      .bind(4, s.reason).bind(5, s.created_ms)
+      .bind(4, s.reason).bind(5, s.created_ms).bind(6, s.project)
       .run();
 }
 
@@ -366,6 +374,7 @@ json Services::describe(const Service& s) {
     versions.push_back(std::move(version));
   }
   return {{"name", s.name},
+          {"project", s.project},
           {"state", s.state},
           {"reason", s.reason},
           {"created_ms", s.created_ms},
@@ -379,10 +388,11 @@ json Services::list() {
   std::lock_guard<std::mutex> lock(mu_);
   json out = json::array();
   for (auto& [name, s] : services_) out.push_back(describe(*s));
-  Statement st(db_, "SELECT name, state, reason FROM services WHERE state IN ('Stopped', 'Failed') ORDER BY name");
+  Statement st(db_, "SELECT name, state, reason, project FROM services WHERE state IN ('Stopped', 'Failed') ORDER BY name");
   while (st.step())
     if (!services_.count(st.text(0)))
-      out.push_back({{"name", st.text(0)}, {"state", st.text(1)}, {"reason", st.text(2)}, {"versions", json::array()}});
+      out.push_back({{"name", st.text(0)}, {"project", st.text(3)}, {"state", st.text(1)}, {"reason", st.text(2)},
+                     {"versions", json::array()}});
   return {{"services", out}};
 }
 
@@ -390,10 +400,11 @@ json Services::get(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = services_.find(name);
   if (it != services_.end()) return describe(*it->second);
-  Statement st(db_, "SELECT state, reason FROM services WHERE name = ?");
+  Statement st(db_, "SELECT state, reason, project FROM services WHERE name = ?");
   st.bind(1, name);
   if (!st.step()) throw NotFound("no service '" + name + "' (`kiln service list` shows them)");
-  return {{"name", name}, {"state", st.text(0)}, {"reason", st.text(1)}, {"versions", json::array()}};
+  return {{"name", name}, {"project", st.text(2)}, {"state", st.text(0)}, {"reason", st.text(1)},
+          {"versions", json::array()}};
 }
 
 json Services::set_version(const std::string& name, const std::string& version, const json& body) {

@@ -18,10 +18,12 @@
 
 #include "kiln/studio.h"
 #include "serve/http_server.h"
+#include "studio/access.h"
 #include "studio/job_routes.h"
 #include "studio/model_routes.h"
 #include "studio/service_routes.h"
 #include "studio/object_store.h"
+#include "studio/projects.h"
 #include "studio/tokens.h"
 #include "studio/console_files.h"
 #include "studio/uploads.h"
@@ -36,18 +38,6 @@ using json = nlohmann::json;
 // StudioOptions::database as Database::open takes it.
 std::string database_location(const std::string& data_dir, const std::string& database) {
   return database.empty() ? data_dir + "/studio.db" : database;
-}
-
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  size_t start = 1;
-  while (start <= path.size()) {
-    size_t end = path.find('/', start);
-    parts.push_back(path.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return parts;
 }
 
 json object_json(const ObjectInfo& o) {
@@ -118,11 +108,19 @@ struct StudioServer::Impl {
   std::optional<TokenInfo> admit(const HttpRequest& req, HttpResponse& res, bool& audited);
   // HttpOptions::check_head: tokens and scopes judged before a body is read.
   bool check_head(HttpRequest& head, HttpResponse& res);
+  // For a user's token: whether its user's role lets the request go on in
+  // the project it acts in (access.h); otherwise res has the 403. In the
+  // head, a creation whose project its body names is judged later.
+  bool authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head);
+  // POST /api/v1/login: a user's name and password for a token of the user's.
+  void login(const HttpRequest& req, HttpResponse& res);
+  // /api/v1/projects: the caller's projects, their members and secrets.
+  void projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, const std::vector<std::string>& parts);
   void handle(const HttpRequest& req, HttpResponse& res);
   void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
   void objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket, const std::string& key);
   void upload_parts(const HttpRequest& req, HttpResponse& res, const std::vector<std::string>& parts);
-  void audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name);
+  void audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name, const std::string& user = "");
   void log(const HttpRequest& req, const HttpResponse& res, double seconds);
 };
 
@@ -172,6 +170,10 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
   Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
   if (forwarded) needed = forwarded->needed;
   if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
+  // A project's members change, and its secrets, are its admins' business.
+  if (req.path.rfind("/api/v1/projects/", 0) == 0 &&
+      (needed == Scope::Write || req.path.find("/secrets") != std::string::npos))
+    needed = Scope::Admin;
   audited = proxy ? forwarded && forwarded->audited : req.method != "GET" && req.method != "HEAD";
   if (proxy && !forwarded) {
     serve::set_error(res, 404, "the service proxy forwards inference and metadata only (GET .../v2/models/M, "
@@ -183,16 +185,59 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
   if (static_cast<int>(token->scope) < static_cast<int>(needed)) {
     serve::set_error(res, 403, "token '" + token->name + "' has scope " + scope_name(token->scope) + "; " + req.method +
                                    " " + serve::printable(req.path) + " needs " + scope_name(needed));
-    if (audited) audit(req, res, token->name);  // a refused write is on record too
+    if (audited) audit(req, res, token->name, token->user);  // a refused write is on record too
     return std::nullopt;
   }
   return token;
 }
 
+bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head) {
+  if (token.user.empty()) return true;
+  const Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  const bool creation_in_body = req.method == "POST" && (req.path == "/api/v1/jobs" || req.path == "/api/v1/services");
+  if (head && creation_in_body) return true;
+  RequestTarget target;
+  try {
+    target = request_target(*db, req, needed);
+  } catch (const Error& e) {  // a bad project name
+    serve::set_error(res, 400, e.what());
+    return false;
+  }
+  if (target.kind == RequestTarget::StudioOnly) {
+    serve::set_error(res, 403, "token '" + token.name + "' is user " + token.user + "'s; " + req.method + " " +
+                                   serve::printable(req.path) + " needs a studio-wide token (`kiln studio token create`)");
+    return false;
+  }
+  if (target.kind != RequestTarget::InProject) return true;
+  // A creation in a project that is not there: the route says so.
+  if (!project_exists(*db, target.project)) return true;
+  std::vector<Reference> needs = {{target.project, req.method + " " + serve::printable(req.path), target.role}};
+  if (!head)
+    for (auto& r : request_references(*db, req)) needs.push_back(std::move(r));
+  for (const Reference& need : needs) {
+    const Role role = role_of(*db, token.user, need.project);
+    if (static_cast<int>(role) >= static_cast<int>(need.role)) continue;
+    serve::set_error(res, 403, "user " + token.user +
+                                   (role == Role::None ? " has no role" : " is a " + std::string(role_name(role))) +
+                                   " in project '" + need.project + "'; " + need.what + " needs " + role_name(need.role) +
+                                   " there (a project admin grants it: kiln project grant " + need.project + " " +
+                                   token.user + " " + role_name(need.role) + ")");
+    return false;
+  }
+  return true;
+}
+
 bool StudioServer::Impl::check_head(HttpRequest& head, HttpResponse& res) {
-  if (head.path == "/api/v1/health" || (head.path.rfind("/api/", 0) != 0 && head.path != "/api")) return true;
+  if (head.path == "/api/v1/health" || head.path == "/api/v1/login" ||
+      (head.path.rfind("/api/", 0) != 0 && head.path != "/api"))
+    return true;
   bool audited = false;
-  if (!admit(head, res, audited)) return false;
+  const std::optional<TokenInfo> token = admit(head, res, audited);
+  if (!token) return false;
+  if (!authorize(head, res, *token, true)) {
+    if (audited) audit(head, res, token->name, token->user);
+    return false;
+  }
   // An object or a part goes to a file in its bucket, not into memory.
   const std::vector<std::string> parts = split_path(head.path);
   const bool object = parts.size() >= 6 && parts[4] == "objects";
@@ -216,11 +261,21 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
     serve_console(options.console_dir, req, res);  // the web console: files anyone may load; its data needs a token
     return;
   }
+  if (req.path == "/api/v1/login") {
+    login(req, res);
+    return;
+  }
   bool audited = false;
   std::optional<TokenInfo> token = admit(req, res, audited);
   if (!token) return;
   try {
-    route(req, res, *token);
+    if (authorize(req, res, *token, false)) {
+      route(req, res, *token);
+      if (!token->user.empty() && (req.method == "GET" || req.method == "HEAD")) {
+        const RequestTarget target = request_target(*db, req, Scope::Read);
+        if (target.kind == RequestTarget::List) keep_users_items(*db, res, target.what, token->user);
+      }
+    }
   } catch (const NotFound& e) {
     serve::set_error(res, 404, e.what());
   } catch (const Conflict& e) {
@@ -230,7 +285,95 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   } catch (const Error& e) {
     serve::set_error(res, 400, e.what());
   }
-  if (audited) audit(req, res, token->name);
+  if (audited) audit(req, res, token->name, token->user);
+}
+
+void StudioServer::Impl::login(const HttpRequest& req, HttpResponse& res) {
+  if (req.method != "POST") {
+    serve::set_error(res, 405, "log in with POST /api/v1/login {\"user\": ..., \"password\": ...}");
+    return;
+  }
+  const json body = json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("user") || !body["user"].is_string() || !body.contains("password") ||
+      !body["password"].is_string()) {
+    serve::set_error(res, 400, "log in with {\"user\": NAME, \"password\": ..., \"expires\": \"12h\"}");
+    return;
+  }
+  const std::string user = body["user"];
+  int64_t expires_ms = 12 * 3600 * 1000LL;
+  try {
+    if (body.contains("expires")) {
+      KILN_CHECK(body["expires"].is_string() && body["expires"] != "never",
+                 "\"expires\" is a duration such as 12h or 30d (a login's token always expires)");
+      expires_ms = parse_duration_ms(body["expires"]);
+    }
+  } catch (const Error& e) {
+    serve::set_error(res, 400, e.what());
+    return;
+  }
+  if (!check_password(*db, user, body["password"].get<std::string>())) {
+    serve::set_error(res, 401, "wrong user name or password");
+    audit(req, res, "(login)", user.size() <= 64 ? user : user.substr(0, 64));
+    return;
+  }
+  const int64_t expires_at = now_ms() + expires_ms;
+  // A login's token may do what the user's roles allow: scope admin, held back by the roles.
+  const std::string token = create_token(*db, "login:" + user, Scope::Admin, expires_at, user);
+  reply_json(res, 200, {{"token", token}, {"user", user}, {"expires_ms", expires_at}});
+  audit(req, res, "login:" + user, user);
+}
+
+void StudioServer::Impl::projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
+                                  const std::vector<std::string>& parts) {
+  const size_t n = parts.size();
+  auto project_json = [](const ProjectInfo& p) {
+    json members = json::array();
+    for (const auto& m : p.members) members.push_back({{"user", m.user}, {"role", role_name(m.role)}});
+    return json{{"name", p.name}, {"created_ms", p.created_ms}, {"members", members}};
+  };
+  const std::string project = n > 3 ? parts[3] : "";
+  if (n > 3 && !project_exists(*db, project)) throw NotFound("no project '" + project + "'");
+  if (n == 3 && req.method == "GET") {
+    json out = json::array();
+    for (const auto& p : list_projects(*db, token.user)) out.push_back(project_json(p));
+    reply_json(res, 200, {{"projects", out}});
+  } else if (n == 4 && req.method == "GET") {
+    for (const auto& p : list_projects(*db))
+      if (p.name == project) reply_json(res, 200, project_json(p));
+  } else if (n == 6 && parts[4] == "members" && req.method == "PUT") {
+    const json body = parse_json_body(req);
+    KILN_CHECK(body.is_object() && body.contains("role") && body["role"].is_string(),
+               "a member is {\"role\": \"viewer\" | \"developer\" | \"admin\"}");
+    set_member(*db, project, parts[5], parse_role(body["role"]));
+    reply_json(res, 200, {{"project", project}, {"user", parts[5]}, {"role", body["role"]}});
+  } else if (n == 6 && parts[4] == "members" && req.method == "DELETE") {
+    set_member(*db, project, parts[5], Role::None);
+    res.status = 204;
+  } else if (n == 5 && parts[4] == "secrets" && req.method == "GET") {
+    // Names only: a secret's value is never shown back.
+    Statement s(*db, "SELECT name FROM project_secrets WHERE project = ? ORDER BY name");
+    s.bind(1, project);
+    json names = json::array();
+    while (s.step()) names.push_back(s.text(0));
+    reply_json(res, 200, {{"project", project}, {"secrets", names}});
+  } else if (n == 6 && parts[4] == "secrets" && req.method == "PUT") {
+    const std::string& name = parts[5];
+    KILN_CHECK(!name.empty() && name.size() <= 128 && name.find_first_not_of(
+                   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos &&
+                   !std::isdigit(static_cast<unsigned char>(name[0])),
+               "a secret's name is an environment variable's: letters, digits and '_', not starting with a digit");
+    KILN_CHECK(req.body.size() <= 64 * 1024, "a secret holds at most 64 KiB");
+    Statement(*db, "INSERT INTO project_secrets (project, name, value) VALUES (?, ?, ?) "
+                   "ON CONFLICT (project, name) DO UPDATE SET value = excluded.value")
+        .bind(1, project).bind(2, name).bind(3, req.body).run();
+    reply_json(res, 200, {{"project", project}, {"secret", name}});
+  } else if (n == 6 && parts[4] == "secrets" && req.method == "DELETE") {
+    if (Statement(*db, "DELETE FROM project_secrets WHERE project = ? AND name = ?").bind(1, project).bind(2, parts[5]).run() == 0)
+      throw NotFound("project '" + project + "' has no secret '" + parts[5] + "'");
+    res.status = 204;
+  } else {
+    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
+  }
 }
 
 void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token) {
@@ -239,7 +382,7 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
   if (what == "buckets" && parts.size() == 3 && req.method == "GET") {
     reply_json(res, 200, {{"buckets", store->buckets()}});
   } else if (what == "buckets" && parts.size() == 4 && req.method == "PUT") {
-    store->create_bucket(parts[3]);
+    store->create_bucket(parts[3], requested_project(req));
     reply_json(res, 201, {{"bucket", parts[3]}});
   } else if (what == "buckets" && parts.size() == 4 && req.method == "DELETE") {
     store->delete_bucket(parts[3]);
@@ -258,7 +401,18 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
   } else if (what == "services") {
     handle_services(*services, req, res, parts);
   } else if (what == "whoami" && parts.size() == 3 && req.method == "GET") {
-    reply_json(res, 200, {{"name", token.name}, {"scope", scope_name(token.scope)}});
+    json me = {{"name", token.name}, {"scope", scope_name(token.scope)}};
+    if (!token.user.empty()) {
+      me["user"] = token.user;
+      json roles = json::object();
+      for (const auto& p : list_projects(*db, token.user))
+        for (const auto& m : p.members)
+          if (m.user == token.user) roles[p.name] = role_name(m.role);
+      me["projects"] = roles;
+    }
+    reply_json(res, 200, me);
+  } else if (what == "projects") {
+    projects(req, res, token, parts);
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = 100;
     if (auto text = serve::query_param(req.query, "limit")) {
@@ -269,12 +423,14 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
       }
       KILN_CHECK(limit >= 1 && limit <= 10000, "limit must be from 1 to 10000, not ", limit);
     }
-    Statement s(*db, "SELECT at, token_name, method, path, status, remote FROM audit_log ORDER BY id DESC LIMIT ?");
+    Statement s(*db, "SELECT at, token_name, method, path, status, remote, user_name FROM audit_log "
+                     "ORDER BY id DESC LIMIT ?");
     s.bind(1, limit);
     json entries = json::array();
     while (s.step())
       entries.push_back({{"at_ms", s.integer(0)}, {"token", s.text(1)}, {"method", s.text(2)}, {"path", s.text(3)},
-                         {"status", s.integer(4)}, {"remote", s.text(5)}});
+                         {"status", s.integer(4)}, {"remote", s.text(5)},
+                         {"user", s.is_null(6) ? json(nullptr) : json(s.text(6))}});
     reply_json(res, 200, {{"entries", entries}});
   } else if (what == "tokens" && parts.size() == 3 && req.method == "GET") {
     json tokens = json::array();
@@ -282,7 +438,8 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     for (const TokenListing& t : list_tokens(*db))
       tokens.push_back({{"name", t.name}, {"scope", scope_name(t.scope)}, {"created_ms", t.created_ms},
                         {"expires_ms", t.expires_ms > 0 ? json(t.expires_ms) : json(nullptr)},
-                        {"revoked", t.revoked_ms > 0}, {"state", t.state(now)}});
+                        {"revoked", t.revoked_ms > 0}, {"state", t.state(now)},
+                        {"user", t.user.empty() ? json(nullptr) : json(t.user)}});
     reply_json(res, 200, {{"tokens", tokens}});
   } else {
     serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
@@ -382,12 +539,16 @@ void StudioServer::Impl::upload_parts(const HttpRequest& req, HttpResponse& res,
   }
 }
 
-void StudioServer::Impl::audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name) {
+void StudioServer::Impl::audit(const HttpRequest& req, const HttpResponse& res, const std::string& token_name,
+                               const std::string& user) {
   try {
-    Statement(*db, "INSERT INTO audit_log (at, token_name, method, path, status, remote) VALUES (?, ?, ?, ?, ?, ?)")
-        .bind(1, now_ms()).bind(2, token_name).bind(3, req.method).bind(4, serve::printable(req.path))
-        .bind(5, int64_t{res.status}).bind(6, req.remote_addr)
-        .run();
+    Statement insert(*db, "INSERT INTO audit_log (at, token_name, method, path, status, remote, user_name) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?)");
+    insert.bind(1, now_ms()).bind(2, token_name).bind(3, req.method).bind(4, serve::printable(req.path))
+        .bind(5, int64_t{res.status}).bind(6, req.remote_addr);
+    if (user.empty()) insert.bind_null(7);
+    else insert.bind(7, user);
+    insert.run();
   } catch (const Error& e) {
     std::fprintf(stderr, "kiln studio: could not write the audit log: %s\n", e.what());
   }
@@ -511,10 +672,36 @@ int run_studio(const StudioOptions& options) {
 }
 
 std::string create_token(const std::string& data_dir, const std::string& name, Scope scope,
-                         const std::string& database, int64_t expires_in_ms) {
+                         const std::string& database, int64_t expires_in_ms, const std::string& user) {
   if (database.empty()) std::filesystem::create_directories(data_dir);
   return create_token(*Database::open(database_location(data_dir, database)), name, scope,
-                      expires_in_ms > 0 ? now_ms() + expires_in_ms : 0);
+                      expires_in_ms > 0 ? now_ms() + expires_in_ms : 0, user);
+}
+
+namespace {
+std::unique_ptr<Database> open_studio_database(const std::string& data_dir, const std::string& database) {
+  if (database.empty()) std::filesystem::create_directories(data_dir);
+  return Database::open(database_location(data_dir, database));
+}
+}  // namespace
+
+void create_user(const std::string& data_dir, const std::string& name, const std::string& password,
+                 const std::string& database) {
+  create_user(*open_studio_database(data_dir, database), name, password);
+}
+
+void set_user_password(const std::string& data_dir, const std::string& name, const std::string& password,
+                       const std::string& database) {
+  set_password(*open_studio_database(data_dir, database), name, password);
+}
+
+void create_project(const std::string& data_dir, const std::string& name, const std::string& database) {
+  create_project(*open_studio_database(data_dir, database), name);
+}
+
+void set_project_role(const std::string& data_dir, const std::string& project, const std::string& user,
+                      const std::string& role, const std::string& database) {
+  set_member(*open_studio_database(data_dir, database), project, user, parse_role(role));
 }
 
 int revoke_tokens(const std::string& data_dir, const std::string& name, const std::string& database) {

@@ -99,23 +99,31 @@ std::string random_secret() {
   return hex(secret, sizeof secret);
 }
 
-std::string create_token(Database& db, const std::string& name, Scope scope, int64_t expires_at) {
+std::string create_token(Database& db, const std::string& name, Scope scope, int64_t expires_at,
+                         const std::string& user) {
   KILN_CHECK(!name.empty() && name.size() <= 100, "a token needs a name of 1 to 100 characters (--name)");
+  if (!user.empty()) {
+    Statement known(db, "SELECT 1 FROM users WHERE name = ?");
+    known.bind(1, user);
+    KILN_CHECK(known.step(), "no user '", user, "' (`kiln studio user create ", user, "`)");
+  }
   std::string token = "kst_" + random_secret();
-  Statement insert(db, "INSERT INTO tokens (name, hash, scope, created_at, expires_at) VALUES (?, ?, ?, ?, ?)");
+  Statement insert(db, "INSERT INTO tokens (name, hash, scope, created_at, expires_at, user_name) VALUES (?, ?, ?, ?, ?, ?)");
   insert.bind(1, name).bind(2, sha256_hex(token.data(), token.size())).bind(3, std::string(scope_name(scope)));
   insert.bind(4, now_ms());
   if (expires_at > 0) insert.bind(5, expires_at);
   else insert.bind_null(5);
+  if (!user.empty()) insert.bind(6, user);
+  else insert.bind_null(6);
   insert.run();
   return token;
 }
 
 std::optional<TokenInfo> find_token(Database& db, const std::string& secret) {
-  Statement s(db, "SELECT name, scope, expires_at FROM tokens WHERE hash = ? AND revoked_at IS NULL");
+  Statement s(db, "SELECT name, scope, expires_at, user_name FROM tokens WHERE hash = ? AND revoked_at IS NULL");
   s.bind(1, sha256_hex(secret.data(), secret.size()));
   if (!s.step()) return std::nullopt;
-  return TokenInfo{s.text(0), parse_scope(s.text(1)), s.is_null(2) ? 0 : s.integer(2)};
+  return TokenInfo{s.text(0), parse_scope(s.text(1)), s.is_null(2) ? 0 : s.integer(2), s.is_null(3) ? "" : s.text(3)};
 }
 
 std::string TokenListing::state(int64_t now) const {
@@ -124,11 +132,11 @@ std::string TokenListing::state(int64_t now) const {
 }
 
 std::vector<TokenListing> list_tokens(Database& db) {
-  Statement s(db, "SELECT name, scope, created_at, expires_at, revoked_at FROM tokens ORDER BY id");
+  Statement s(db, "SELECT name, scope, created_at, expires_at, revoked_at, user_name FROM tokens ORDER BY id");
   std::vector<TokenListing> out;
   while (s.step())
     out.push_back({s.text(0), parse_scope(s.text(1)), s.integer(2), s.is_null(3) ? 0 : s.integer(3),
-                   s.is_null(4) ? 0 : s.integer(4)});
+                   s.is_null(4) ? 0 : s.integer(4), s.is_null(5) ? "" : s.text(5)});
   return out;
 }
 
@@ -147,12 +155,13 @@ int revoke_tokens(Database& db, const std::string& name) {
 std::string rotate_tokens(Database& db, const std::string& name, int64_t expires_at, int64_t grace_ms) {
   Transaction t(db);
   const int64_t now = now_ms();
-  Statement live(db, "SELECT scope FROM tokens WHERE name = ? AND revoked_at IS NULL AND "
+  Statement live(db, "SELECT scope, user_name FROM tokens WHERE name = ? AND revoked_at IS NULL AND "
                      "(expires_at IS NULL OR expires_at > ?) ORDER BY id DESC");
   live.bind(1, name).bind(2, now);
   KILN_CHECK(live.step(), "no live token named '", name, "' to rotate; create one with `kiln studio token create --name ",
              name, "`");
   const Scope scope = parse_scope(live.text(0));
+  const std::string user = live.is_null(1) ? "" : live.text(1);
   if (grace_ms <= 0) {
     revoke_tokens(db, name);
   } else {
@@ -161,7 +170,7 @@ std::string rotate_tokens(Database& db, const std::string& name, int64_t expires
                   "(expires_at IS NULL OR expires_at > ?)")
         .bind(1, now + grace_ms).bind(2, name).bind(3, now + grace_ms).run();
   }
-  std::string token = create_token(db, name, scope, expires_at);
+  std::string token = create_token(db, name, scope, expires_at, user);
   t.commit();
   return token;
 }

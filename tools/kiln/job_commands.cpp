@@ -58,16 +58,19 @@ void upload_code(Remote& remote, json& spec) {
   for (char c : name) slug += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '-';
   const std::string prefix = "code/" + slug + "-" +
                              std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "/";
-  remote.make_bucket("studio-jobs");
+  // The code goes to a bucket of the job's project.
+  const std::string project = spec.value("project", std::string("default"));
+  const std::string bucket = project == "default" ? "studio-jobs" : project + "-jobs";
+  remote.make_bucket(bucket, project);
   int files = 0;
   for (auto& entry : fs::recursive_directory_iterator(dir)) {
     if (!entry.is_regular_file()) continue;
-    remote.upload(entry.path().string(), {"studio-jobs", prefix + fs::relative(entry.path(), dir).generic_string()});
+    remote.upload(entry.path().string(), {bucket, prefix + fs::relative(entry.path(), dir).generic_string()});
     ++files;
   }
   KILN_CHECK(files > 0, "job spec: code_dir ", dir, " holds no files");
   spec.erase("code_dir");
-  spec["code"] = "studio://studio-jobs/" + prefix;
+  spec["code"] = "studio://" + bucket + "/" + prefix;
 }
 
 json read_spec(const std::string& path) {
@@ -147,9 +150,12 @@ void add_job_commands(CLI::App& app) {
   auto* submit = job->add_subcommand("submit", "Submit a job spec (YAML or JSON); prints the job id");
   submit->add_option("spec", *arg, "The job spec file")->required();
   submit->add_flag("--wait", *wait, "Wait for the job to end; exit 0 only if it completed");
+  auto project = std::make_shared<std::string>();
+  submit->add_option("--project", *project, "The project it runs in (default: the spec's project:, or default)");
   submit->callback([=] {
     Remote remote(*server, *token);
     json spec = read_spec(*arg);
+    if (!project->empty() && spec.is_object()) spec["project"] = *project;
     upload_code(remote, spec);
     int64_t id = remote.post_json("/api/v1/jobs", spec, 201)["id"];
     std::printf("%lld\n", static_cast<long long>(id));

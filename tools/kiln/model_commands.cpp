@@ -79,17 +79,21 @@ void add_model_commands(CLI::App& app) {
   reg->add_option("--description", a->description, "What this version is");
   reg->add_option("--tag", a->tags, "KEY=VALUE, any number of times");
   reg->add_flag("--wait", a->wait, "Wait for the check; exit 0 only if the version is READY");
+  auto project = std::make_shared<std::string>();
+  reg->add_option("--project", *project, "A new model's project (default: default)");
   reg->callback([=] {
     Remote remote(*server, *token);
     const std::string path = "/api/v1/models/" + encode(a->name, false) + "/versions";
+    const std::string in_project = project->empty() ? "" : "project=" + encode(*project, false);
     json v;
     if (!a->file.empty()) {
       std::ifstream f(a->file, std::ios::binary);
       KILN_CHECK(f, "cannot read ", a->file);
       std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
       KILN_CHECK(a->tags.empty(), "--tag goes with --job or --url; tag an uploaded version afterwards (PATCH)");
-      v = remote.send("POST", path + "?description=" + encode(a->description, false), bytes,
-                      "application/octet-stream", 201);
+      v = remote.send("POST", path + "?description=" + encode(a->description, false) +
+                                  (in_project.empty() ? "" : "&" + in_project),
+                      bytes, "application/octet-stream", 201);
     } else {
       json body = {{"description", a->description}, {"tags", json::object()}};
       if (a->job) body["job"] = a->job;
@@ -100,6 +104,7 @@ void add_model_commands(CLI::App& app) {
         KILN_CHECK(eq != std::string::npos && eq > 0, "--tag takes KEY=VALUE, not '", t, "'");
         body["tags"][t.substr(0, eq)] = t.substr(eq + 1);
       }
+      if (!project->empty()) body["project"] = *project;
       v = remote.post_json(path, body, 201);
     }
     std::printf("%s version %lld: %s\n", a->name.c_str(), v["version"].get<long long>(),

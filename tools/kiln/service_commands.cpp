@@ -69,7 +69,7 @@ void add_service_commands(CLI::App& app) {
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
   struct Args {
-    std::string name, version = "v1", model, grep;
+    std::string name, version = "v1", model, grep, project;
     int instances = 1, threads = 1, max_batch = 16, weight = -1, instance = 0, limit = 20;
     double log_payloads = 0;
     bool json_out = false;
@@ -87,6 +87,7 @@ void add_service_commands(CLI::App& app) {
   deploy->add_option("--log-payloads", a->log_payloads,
                      "Share of requests whose bodies the request log keeps, 0 to 1 (default 0: none)");
   add_scaling_options(deploy, a->scaling);
+  deploy->add_option("--project", a->project, "The project it belongs to (default: default)");
   deploy->callback([=] {
     json version = {{"name", "v1"}, {"model", a->model}, {"weight", 100}, {"threads", a->threads},
                     {"max_batch", a->max_batch}};
@@ -94,6 +95,7 @@ void add_service_commands(CLI::App& app) {
     put_scaling(deploy, a->scaling, version);
     json spec = {{"name", a->name}, {"versions", {version}}};
     if (a->log_payloads > 0) spec["log_payloads"] = a->log_payloads;
+    if (!a->project.empty()) spec["project"] = a->project;
     print_service(Remote(*server, *token).post_json("/api/v1/services", spec, 201));
   });
 

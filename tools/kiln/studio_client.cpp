@@ -85,13 +85,14 @@ fs::path upload_state(const std::string& server, const StoreUrl& dst, const std:
 
 std::string file_sha256(const std::string& path) { return studio::sha256_file(path); }
 
-Remote::Remote(std::string server, std::string token) {
+Remote::Remote(std::string server, std::string token, bool anonymous) {
   if (server.empty()) server = std::getenv("KILN_STUDIO_URL") ? std::getenv("KILN_STUDIO_URL") : "http://127.0.0.1:8080";
   if (token.empty() && std::getenv("KILN_STUDIO_TOKEN")) token = std::getenv("KILN_STUDIO_TOKEN");
-  KILN_CHECK(!token.empty(), "the studio needs a token: --token or KILN_STUDIO_TOKEN (`kiln studio token create`)");
+  KILN_CHECK(anonymous || !token.empty(), "the studio needs a token: --token or KILN_STUDIO_TOKEN (`kiln studio login` "
+             "or `kiln studio token create`)");
   server_ = server;
   client_ = std::make_unique<httplib::Client>(server);
-  client_->set_bearer_token_auth(token);
+  if (!anonymous) client_->set_bearer_token_auth(token);
   client_->set_url_encode(false);  // keys are percent-encoded here, once
   client_->set_connection_timeout(10);
   client_->set_read_timeout(300);
@@ -304,8 +305,8 @@ void Remote::download(const StoreUrl& src, const std::string& local) {
   fs::rename(tmp, local);  // complete or not there at all
 }
 
-void Remote::make_bucket(const std::string& bucket) {
-  std::string path = "/api/v1/buckets/" + encode(bucket, false);
+void Remote::make_bucket(const std::string& bucket, const std::string& project) {
+  std::string path = "/api/v1/buckets/" + encode(bucket, false) + (project.empty() ? "" : "?project=" + encode(project, false));
   auto r = client_->Put(path, "", "text/plain");
   check(r, "PUT", path, 201);
 }

@@ -21,7 +21,8 @@ std::string file_sha256(const std::string& path);
 
 class Remote {
  public:
-  Remote(std::string server, std::string token);
+  // anonymous: no token (logging in).
+  Remote(std::string server, std::string token, bool anonymous = false);
   nlohmann::json get_json(const std::string& path);
   std::string get_text(const std::string& path);
   nlohmann::json post_json(const std::string& path, const nlohmann::json& body, int expected);
@@ -34,7 +35,8 @@ class Remote {
   void download(const StoreUrl& src, const std::string& local);
   // An object's bytes, checked against its SHA-256.
   std::string read(const StoreUrl& src);
-  void make_bucket(const std::string& bucket);
+  // In a project (empty: the default one); an existing bucket is left as it is.
+  void make_bucket(const std::string& bucket, const std::string& project = "");
   // Follows a stream of server-sent events, calling on_event(name, data)
   // for each until it returns false or the server ends the stream. A stream
   // cut short (the studio restarted, the network dropped) is opened again

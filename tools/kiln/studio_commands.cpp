@@ -71,9 +71,11 @@ void add_studio_commands(CLI::App& app) {
   create->add_option("--name", *name, "A name for the token (in the audit log)")->required();
   create->add_option("--scope", *scope, "read, write or admin")->check(CLI::IsMember({"read", "write", "admin"}));
   create->add_option("--expires", *expires, "How long it works: 90d, 12h, 30m, 45s, or never (the default)");
-  create->callback([data, db, name, scope, expires] {
+  auto user = std::make_shared<std::string>();
+  create->add_option("--user", *user, "The user it acts for, with the user's roles (default: studio-wide)");
+  create->callback([data, db, name, scope, expires, user] {
     const int64_t ms = studio::parse_duration_ms(*expires);
-    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope), *db, ms).c_str());
+    std::printf("%s\n", studio::create_token(*data, *name, studio::parse_scope(*scope), *db, ms, *user).c_str());
   });
   auto* rotate = token->add_subcommand("rotate", "Give a name a new token (printed once); its old ones stop after --grace");
   rotate->add_option("--data", *data, "The studio's data directory");
@@ -92,9 +94,10 @@ void add_studio_commands(CLI::App& app) {
   list->callback([data, db] {
     const auto tokens = studio::list_tokens(*data, *db);
     const int64_t now = studio::now_ms();
-    std::printf("%-24s %-6s %-8s %-21s %s\n", "name", "scope", "state", "created", "expires");
+    std::printf("%-24s %-6s %-8s %-16s %-21s %s\n", "name", "scope", "state", "user", "created", "expires");
     for (const auto& t : tokens)
-      std::printf("%-24s %-6s %-8s %-21s %s\n", t.name.c_str(), studio::scope_name(t.scope), t.state(now).c_str(),
+      std::printf("%-24s %-6s %-8s %-16s %-21s %s\n", t.name.c_str(), studio::scope_name(t.scope),
+                  t.state(now).c_str(), t.user.empty() ? "(studio-wide)" : t.user.c_str(),
                   studio::utc_time(t.created_ms).c_str(), t.expires_ms > 0 ? studio::utc_time(t.expires_ms).c_str() : "never");
     std::printf("%zu token%s\n", tokens.size(), tokens.size() == 1 ? "" : "s");
   });
@@ -139,11 +142,13 @@ void add_studio_commands(CLI::App& app) {
   });
   auto* mb = store->add_subcommand("mb", "Make a bucket");
   mb->add_option("url", *args, "studio://BUCKET")->required();
-  mb->callback([server, secret, args] {
+  auto project = std::make_shared<std::string>();
+  mb->add_option("--project", *project, "The project it belongs to (default: default)");
+  mb->callback([server, secret, args, project] {
     Remote remote(*server, *secret);
     StoreUrl u = parse_store_url(args->at(0));
     KILN_CHECK(u.key.empty(), "mb takes a bucket (studio://BUCKET), not a key");
-    remote.make_bucket(u.bucket);
+    remote.make_bucket(u.bucket, *project);
     std::printf("made bucket studio://%s\n", u.bucket.c_str());
   });
   auto jobs = std::make_shared<int>(4);

@@ -1,0 +1,172 @@
+// People and projects: users who log in with a password, projects that own
+// buckets and jobs, roles checked on every route (and on what a job reads),
+// lists that show a user's projects only, project admins who manage members
+// and secrets, secrets that reach a job's environment and are never shown,
+// and an audit log that names the user.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kiln/studio.h"
+#include "support/job_api.h"
+#include "support/job_files.h"
+#include "support/studio_fixture.h"
+
+using namespace kiln;
+using json = nlohmann::json;
+using kiln::testing::fresh_dir;
+using kiln::testing::Studio;
+using kiln::testing::StudioApi;
+
+namespace {
+
+std::string login(int port, const std::string& user, const std::string& password, int expected = 200) {
+  httplib::Client c("127.0.0.1", port);
+  auto r = c.Post("/api/v1/login", json({{"user", user}, {"password", password}}).dump(), "application/json");
+  EXPECT_EQ(r->status, expected) << r->body;
+  return r->status == 200 ? json::parse(r->body)["token"].get<std::string>() : r->body;
+}
+
+}  // namespace
+
+TEST(StudioProjects, RolesPerProjectOnEveryRouteSecretsAndTheAuditNamesTheUser) {
+  auto dir = fresh_dir("projects");
+  const std::string db = kiln::testing::test_database(dir);
+  // The operator, on the data directory: users, a project, roles.
+  studio::create_user(dir, "ann", "correct horse battery", db);
+  studio::create_user(dir, "bob", "bob's long password", db);
+  EXPECT_THROW(studio::create_user(dir, "eve", "short", db), Error);
+  EXPECT_THROW(studio::create_user(dir, "ann", "another password", db), Error);
+  studio::create_project(dir, "vision", db);
+  studio::set_project_role(dir, "vision", "ann", "admin", db);
+  studio::set_project_role(dir, "vision", "bob", "viewer", db);
+  EXPECT_THROW(studio::set_project_role(dir, "vision", "bob", "owner", db), Error);
+  EXPECT_THROW(studio::set_project_role(dir, "speech", "bob", "viewer", db), Error);
+  Studio s(dir);
+  const std::string ops_token = kiln::testing::create_token(dir, "ops", studio::Scope::Admin);
+  StudioApi ops(s.port, ops_token);
+
+  // Logging in: a wrong password is refused and recorded; the right one gives a token of the user's.
+  EXPECT_NE(login(s.port, "ann", "wrong password", 401).find("wrong user name or password"), std::string::npos);
+  login(s.port, "nobody", "whatever it is", 401);
+  StudioApi ann(s.port, login(s.port, "ann", "correct horse battery"));
+  json me = ann.call("GET", "/api/v1/whoami").second;
+  EXPECT_EQ(me["user"], "ann");
+  EXPECT_EQ(me["projects"], json({{"vision", "admin"}}));
+  StudioApi bob(s.port, studio::create_token(dir, "bob-laptop", studio::Scope::Write, db, 0, "bob"));
+
+  // Buckets belong to projects; a viewer reads, a developer writes.
+  ASSERT_EQ(ann.call("PUT", "/api/v1/buckets/vdata?project=vision").first, 201);
+  ASSERT_EQ(ann.call("PUT", "/api/v1/buckets/vdata/objects/a.txt", "seen", "text/plain").first, 201);
+  ASSERT_EQ(ops.call("PUT", "/api/v1/buckets/other").first, 201);
+  ASSERT_EQ(ops.call("PUT", "/api/v1/buckets/other/objects/b.txt", "hidden", "text/plain").first, 201);
+  EXPECT_EQ(bob.call("GET", "/api/v1/buckets/vdata/objects/a.txt").first, 200);
+  auto refused = bob.call("PUT", "/api/v1/buckets/vdata/objects/c.txt", "mine", "text/plain");
+  EXPECT_EQ(refused.first, 403);
+  EXPECT_NE(refused.second.dump().find("user bob is a viewer in project 'vision'"), std::string::npos)
+      << refused.second.dump();
+  EXPECT_NE(refused.second.dump().find("kiln project grant vision bob developer"), std::string::npos);
+  EXPECT_EQ(ann.call("GET", "/api/v1/buckets/other/objects/b.txt").first, 403);
+  EXPECT_EQ(ann.call("PUT", "/api/v1/buckets/mine?project=speech").first, 400) << "no such project";
+  // Lists hold the user's projects' items only.
+  EXPECT_EQ(ann.call("GET", "/api/v1/buckets").second["buckets"], json({"vdata"}));
+  EXPECT_EQ(ops.call("GET", "/api/v1/buckets").second["buckets"].size(), 2u);
+  // The studio's own routes are for studio-wide tokens.
+  auto tokens = ann.call("GET", "/api/v1/tokens");
+  EXPECT_EQ(tokens.first, 403);
+  EXPECT_NE(tokens.second.dump().find("needs a studio-wide token"), std::string::npos) << tokens.second.dump();
+
+  // A project admin manages its members; a developer may not.
+  ASSERT_EQ(ann.call("PUT", "/api/v1/projects/vision/members/bob", R"({"role": "developer"})").first, 200);
+  EXPECT_EQ(bob.call("PUT", "/api/v1/buckets/vdata/objects/c.txt", "mine", "text/plain").first, 201);
+  EXPECT_EQ(bob.call("PUT", "/api/v1/projects/vision/members/bob", R"({"role": "admin"})").first, 403);
+  json project = bob.call("GET", "/api/v1/projects/vision").second;
+  EXPECT_EQ(project["members"].size(), 2u) << project.dump();
+  EXPECT_EQ(bob.call("GET", "/api/v1/projects").second["projects"].size(), 1u);
+
+  // Secrets: set by the admin, listed by name only, given to the jobs that name them.
+  ASSERT_EQ(ann.call("PUT", "/api/v1/projects/vision/secrets/API_KEY", "s3cret-value", "application/octet-stream").first,
+            200);
+  json secrets = ann.call("GET", "/api/v1/projects/vision/secrets").second;
+  EXPECT_EQ(secrets["secrets"], json({"API_KEY"}));
+  EXPECT_EQ(secrets.dump().find("s3cret"), std::string::npos);
+  EXPECT_EQ(bob.call("GET", "/api/v1/projects/vision/secrets").first, 403) << "a developer sees no secrets";
+  kiln::testing::JobApi bob_jobs(s.port, studio::create_token(dir, "bob-ci", studio::Scope::Write, db, 0, "bob"));
+  json spec = kiln::testing::shell_job("with a key", "echo key=$API_KEY", 1);
+  spec["project"] = "vision";
+  spec["secrets"] = {"API_KEY"};
+  const int64_t id = bob_jobs.submit(spec);
+  json done = bob_jobs.wait_for(id, {"Completed", "Failed", "Abnormal"});
+  ASSERT_EQ(done["state"], "Completed") << done.dump();
+  EXPECT_EQ(done["project"], "vision");
+  EXPECT_EQ(done.dump().find("s3cret"), std::string::npos) << done.dump();
+  json logs = bob_jobs.get("/api/v1/jobs/" + std::to_string(id) + "/logs");
+  EXPECT_NE(logs.dump().find("key=s3cret-value"), std::string::npos) << logs.dump();
+  // A job may not read a bucket of a project its user has no role in, nor name a secret that is not there.
+  json sneaky = kiln::testing::shell_job("sneaky", "cat $KILN_X_URL/b.txt", 1);
+  sneaky["project"] = "vision";
+  sneaky["inputs"] = {{"x_url", "studio://other"}};
+  auto r = bob_jobs.client.Post("/api/v1/jobs", sneaky.dump(), "application/json");
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(r->body.find("input studio://other needs viewer"), std::string::npos) << r->body;
+  spec["secrets"] = {"NOT_THERE"};
+  r = bob_jobs.client.Post("/api/v1/jobs", spec.dump(), "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("project 'vision' has no secret 'NOT_THERE'"), std::string::npos) << r->body;
+  // Bob's job is in the list of a user of its project, not in one of the default project's only.
+  const int64_t ops_job = kiln::testing::JobApi(s.port, ops_token).submit(kiln::testing::shell_job("ops", "true", 1));
+  json ann_jobs = ann.call("GET", "/api/v1/jobs").second["jobs"];
+  ASSERT_EQ(ann_jobs.size(), 1u) << ann_jobs.dump();
+  EXPECT_EQ(ann_jobs[0]["id"], id);
+  EXPECT_EQ(ann.call("GET", "/api/v1/jobs/" + std::to_string(ops_job)).first, 403);
+  EXPECT_EQ(ops.call("GET", "/api/v1/jobs").second["jobs"].size(), 2u);
+
+  // The audit log names the user of each write, and the failed logins.
+  json audit = ops.call("GET", "/api/v1/audit?limit=100").second["entries"];
+  bool bob_wrote = false, ann_granted = false, failed_login = false, refused_write = false;
+  for (const auto& e : audit) {
+    bob_wrote |= e["user"] == "bob" && e["path"] == "/api/v1/buckets/vdata/objects/c.txt" && e["status"] == 201;
+    refused_write |= e["user"] == "bob" && e["path"] == "/api/v1/buckets/vdata/objects/c.txt" && e["status"] == 403;
+    ann_granted |= e["user"] == "ann" && e["path"] == "/api/v1/projects/vision/members/bob";
+    failed_login |= e["token"] == "(login)" && e["user"] == "ann" && e["status"] == 401;
+  }
+  EXPECT_TRUE(bob_wrote && refused_write && ann_granted && failed_login) << audit.dump();
+}
+
+TEST(StudioProjects, TheCommandLineCreatesUsersLogsInAndManagesAProject) {
+  auto dir = fresh_dir("projects_cli");
+  const std::string db = kiln::testing::test_database(dir);
+  Studio s(dir);
+  const std::string password_file = dir + "/password";
+  std::ofstream(password_file) << "carol's password\n";
+  const std::string local = " --data " + dir + (db.empty() ? "" : " --db " + db);
+  auto created = s.kiln("", dir, "studio user create carol --password-file " + password_file + local);
+  ASSERT_EQ(created.first, 0) << created.second;
+  ASSERT_EQ(s.kiln("", dir, "studio user create dan --password-file " + password_file + local).first, 0);
+  ASSERT_EQ(s.kiln("", dir, "studio project create nlp" + local).first, 0);
+  auto granted = s.kiln("", dir, "studio project grant nlp carol admin" + local);
+  ASSERT_EQ(granted.first, 0) << granted.second;
+  auto bad = s.kiln("", dir, "studio project grant nlp carol owner" + local);
+  EXPECT_NE(bad.first, 0);
+  EXPECT_NE(bad.second.find("the roles are viewer, developer and admin"), std::string::npos) << bad.second;
+  auto logged_in = s.kiln("", dir, "studio login --user carol --password-file " + password_file);
+  ASSERT_EQ(logged_in.first, 0) << logged_in.second;
+  const std::string token = logged_in.second.substr(0, logged_in.second.find('\n'));
+  ASSERT_EQ(token.rfind("kst_", 0), 0u) << logged_in.second;
+  auto grant = s.kiln(token, dir, "project grant nlp dan viewer");
+  ASSERT_EQ(grant.first, 0) << grant.second;
+  auto shown = s.kiln(token, dir, "project show nlp");
+  ASSERT_EQ(shown.first, 0) << shown.second;
+  EXPECT_NE(shown.second.find("dan"), std::string::npos) << shown.second;
+  EXPECT_NE(shown.second.find("viewer"), std::string::npos) << shown.second;
+  auto secret = s.kiln(token, dir, "project secret set nlp HF_TOKEN --value-file " + password_file);
+  ASSERT_EQ(secret.first, 0) << secret.second;
+  auto names = s.kiln(token, dir, "project secret list nlp");
+  EXPECT_EQ(names.second, "HF_TOKEN\n") << names.first;
+  auto wrong = s.kiln("", dir, "studio login --user carol --password-file /dev/null");
+  EXPECT_NE(wrong.first, 0);
+  EXPECT_NE(wrong.second.find("wrong user name or password"), std::string::npos) << wrong.second;
+}
