@@ -67,6 +67,21 @@ bool parse_range(const std::string& header, int64_t size, int64_t& offset, int64
   return offset >= 0 && offset < size && length > 0;
 }
 
+// The scope a request asks of a token: read for GET, write otherwise.
+// Inference through a service is a read, and is not audited (it writes
+// nothing); the instances' repository routes change what serves: admin.
+// The audit log, the tokens, and a project's members and secrets: admin.
+Scope needed_scope(const HttpRequest& req) {
+  Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  if (is_service_proxy_path(req.path))
+    if (const std::optional<ProxyAccess> forwarded = proxy_access(req.method, req.path)) needed = forwarded->needed;
+  if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
+  if (req.path.rfind("/api/v1/projects/", 0) == 0 &&
+      (needed == Scope::Write || req.path.find("/secrets") != std::string::npos))
+    needed = Scope::Admin;
+  return needed;
+}
+
 }  // namespace
 
 // The data directory's lock (flock on DATA/studio.lock), held while the
@@ -163,17 +178,9 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
     res.headers.emplace_back("WWW-Authenticate", "Bearer error=\"invalid_token\"");
     return std::nullopt;
   }
-  // Inference through a service is a read, and is not audited (it writes
-  // nothing); the instances' repository routes change what serves: admin.
   const bool proxy = is_service_proxy_path(req.path);
   const std::optional<ProxyAccess> forwarded = proxy ? proxy_access(req.method, req.path) : std::nullopt;
-  Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
-  if (forwarded) needed = forwarded->needed;
-  if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
-  // A project's members change, and its secrets, are its admins' business.
-  if (req.path.rfind("/api/v1/projects/", 0) == 0 &&
-      (needed == Scope::Write || req.path.find("/secrets") != std::string::npos))
-    needed = Scope::Admin;
+  const Scope needed = needed_scope(req);
   audited = proxy ? forwarded && forwarded->audited : req.method != "GET" && req.method != "HEAD";
   if (proxy && !forwarded) {
     serve::set_error(res, 404, "the service proxy forwards inference and metadata only (GET .../v2/models/M, "
@@ -193,7 +200,7 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
 
 bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head) {
   if (token.user.empty()) return true;
-  const Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  const Scope needed = needed_scope(req);
   const bool creation_in_body = req.method == "POST" && (req.path == "/api/v1/jobs" || req.path == "/api/v1/services");
   if (head && creation_in_body) return true;
   RequestTarget target;

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kiln/studio.h"
 #include "support/job_api.h"
@@ -123,6 +126,40 @@ TEST(StudioProjects, RolesPerProjectOnEveryRouteSecretsAndTheAuditNamesTheUser) 
   EXPECT_EQ(ann_jobs[0]["id"], id);
   EXPECT_EQ(ann.call("GET", "/api/v1/jobs/" + std::to_string(ops_job)).first, 403);
   EXPECT_EQ(ops.call("GET", "/api/v1/jobs").second["jobs"].size(), 2u);
+
+  // Models and services: registered and deployed in the project; a viewer may
+  // send inferences but not stop the service; a service may not serve a model
+  // of a project its user has no role in.
+  std::ifstream onnx(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/cnn.onnx", std::ios::binary);
+  const std::string model((std::istreambuf_iterator<char>(onnx)), std::istreambuf_iterator<char>());
+  auto registered = ann.call("POST", "/api/v1/models/fm/versions?project=vision", model, "application/octet-stream");
+  ASSERT_EQ(registered.first, 201) << registered.second.dump();
+  ASSERT_EQ(ops.call("POST", "/api/v1/models/other/versions", model, "application/octet-stream").first, 201);
+  for (int i = 0; i < 300 && ann.call("GET", "/api/v1/models/fm/versions/1").second["state"] == "PENDING"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(ann.call("GET", "/api/v1/models").second["models"].size(), 1u);
+  auto foreign = ann.call("POST", "/api/v1/services",
+                          json({{"name", "x"}, {"project", "vision"}, {"versions", {{{"model", "other/1"}}}}}).dump());
+  EXPECT_EQ(foreign.first, 403);
+  EXPECT_NE(foreign.second.dump().find("model other/1 needs viewer"), std::string::npos) << foreign.second.dump();
+  ASSERT_EQ(ann.call("POST", "/api/v1/services",
+                     json({{"name", "vs"}, {"project", "vision"}, {"versions", {{{"model", "fm/1"}, {"max_batch", 0}}}}})
+                         .dump()).first, 201);
+  studio::create_user(dir, "vic", "vic's long password", db);
+  studio::set_project_role(dir, "vision", "vic", "viewer", db);
+  StudioApi vic(s.port, studio::create_token(dir, "vic", studio::Scope::Write, db, 0, "vic"));
+  json service = json::object();
+  for (int i = 0; i < 600 && service.value("state", "") != "Running"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    service = vic.call("GET", "/api/v1/services/vs").second;
+  }
+  ASSERT_EQ(service["state"], "Running") << service.dump();
+  EXPECT_EQ(service["project"], "vision");
+  const json input = {{"inputs", {{{"name", "input"}, {"shape", {1, 1, 28, 28}}, {"datatype", "FP32"},
+                                   {"data", std::vector<float>(784, 0.5f)}}}}};
+  EXPECT_EQ(vic.call("POST", "/api/v1/services/vs/v2/models/vs/infer", input.dump()).first, 200);
+  EXPECT_EQ(vic.call("POST", "/api/v1/services/vs/stop").first, 403);
+  EXPECT_EQ(ann.call("POST", "/api/v1/services/vs/stop").first, 202);
 
   // The audit log names the user of each write, and the failed logins.
   json audit = ops.call("GET", "/api/v1/audit?limit=100").second["entries"];
