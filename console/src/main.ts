@@ -1,7 +1,8 @@
-// Kiln Studio's web console: sign in with a token, then jobs, the store,
-// models and services, all through the public REST API.
+// Kiln Studio's web console: sign in as a user (name and password) or with
+// a token, then jobs, the store, models and services, all through the public
+// REST API.
 import "./style.css";
-import { ApiError, get, setToken, token, type Scope } from "./api";
+import { ApiError, call, get, setToken, token, type Scope } from "./api";
 import { h, mount, errorBox } from "./dom";
 import { jobsPage, jobPage } from "./jobs";
 import { storePage } from "./store";
@@ -12,6 +13,7 @@ export interface Session {
   name: string;
   scope: Scope;
   canWrite: boolean;
+  roles?: Record<string, string>;  // a user's role in each project
 }
 
 const app = document.getElementById("app")!;
@@ -20,21 +22,35 @@ let session: Session | null = null;
 let leaving: (() => void) | null = null;  // what the page shown last must stop (a log follow, a timer)
 
 function signIn(message = "") {
+  const user = h("input", { type: "text", id: "user", autocomplete: "username", size: 24 });
+  const password = h("input", { type: "password", id: "password", autocomplete: "current-password", size: 24 });
   const input = h("input", { type: "password", id: "token", placeholder: "kst_...", autocomplete: "off", size: 48 });
   const form = h("form", { class: "signin", id: "signin" },
     h("h1", {}, "Kiln Studio"),
-    h("label", { for: "token" }, "API token"), input,
+    h("label", { for: "user" }, "User"), user,
+    h("label", { for: "password" }, "Password"), password,
+    h("label", { for: "token" }, "or an API token"), input,
     h("button", { type: "submit" }, "Sign in"),
     message ? h("p", { class: "error", role: "alert" }, message) : null,
-    h("p", { class: "hint" }, "Create one with ", h("code", {}, "kiln studio token create --scope read|write|admin"), "."));
+    h("p", { class: "hint" }, "Users come from ", h("code", {}, "kiln studio user create"), "; tokens from ",
+      h("code", {}, "kiln studio token create --scope read|write|admin"), "."));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
-    setToken(input.value.trim());
+    if (user.value.trim()) {
+      try {
+        const reply = await call<{ token: string }>("POST", "/login", { user: user.value.trim(), password: password.value });
+        setToken(reply.token);
+      } catch (err) {
+        return signIn(err instanceof ApiError ? err.message : String(err));
+      }
+    } else {
+      setToken(input.value.trim());
+    }
     await start();
   });
   bar.replaceChildren();
   mount(app, form);
-  input.focus();
+  user.focus();
 }
 
 function navigation(s: Session) {
@@ -42,7 +58,9 @@ function navigation(s: Session) {
   bar.replaceChildren(
     h("strong", {}, "Kiln Studio"),
     h("nav", {}, link("#/jobs", "Jobs"), link("#/store", "Store"), link("#/models", "Models"), link("#/services", "Services")),
-    h("span", { class: "who", id: "who" }, `${s.name} (${s.scope})`),
+    h("span", { class: "who", id: "who" }, s.roles
+      ? `${s.name} (${Object.entries(s.roles).map(([p, r]) => `${r} in ${p}`).join(", ") || "no projects"})`
+      : `${s.name} (${s.scope})`),
     h("button", { id: "signout", onclick: () => { setToken(null); session = null; signIn(); } }, "Sign out"));
 }
 
@@ -72,8 +90,12 @@ async function route() {
 async function start() {
   if (!token()) return signIn();
   try {
-    const me = await get<{ name: string; scope: Scope }>("/whoami");
-    session = { ...me, canWrite: me.scope !== "read" };
+    const me = await get<{ name: string; scope: Scope; user?: string; projects?: Record<string, string> }>("/whoami");
+    // A user's token writes where the user is a developer or an admin.
+    const roles = Object.values(me.projects ?? {});
+    session = me.user
+      ? { name: me.user, scope: me.scope, canWrite: roles.some((r) => r !== "viewer"), roles: me.projects }
+      : { name: me.name, scope: me.scope, canWrite: me.scope !== "read" };
   } catch (e) {
     setToken(null);
     return signIn(e instanceof ApiError && e.status === 401 ? "That token is unknown or revoked." : String(e));

@@ -33,6 +33,10 @@ before(async () => {
   const data = join(work, "studio");
   writer = execFileSync(kiln, ["studio", "token", "create", "--data", data, "--name", "ci", "--scope", "write"], { encoding: "utf8" }).trim();
   reader = execFileSync(kiln, ["studio", "token", "create", "--data", data, "--name", "viewer", "--scope", "read"], { encoding: "utf8" }).trim();
+  // A user who views the default project, where everything here is made.
+  writeFileSync(join(work, "password"), "ann's password\n");
+  execFileSync(kiln, ["studio", "user", "create", "ann", "--data", data, "--password-file", join(work, "password")]);
+  execFileSync(kiln, ["studio", "project", "grant", "default", "ann", "viewer", "--data", data]);
   studio = spawn(kiln, ["studio", "serve", "--data", data, "--port", "0", "--access-log", ""], { stdio: ["ignore", "ignore", "pipe"] });
   url = await new Promise((resolve, reject) => {
     let text = "";
@@ -283,6 +287,24 @@ test("a reader sees the same pages without the controls that write", async () =>
     await page.goto(url + "/#/services/fmnist");
     await page.waitForSelector("input.weight");
     assert.equal(await page.locator("input.weight").first().isDisabled(), true);
+  });
+  await step("user", async () => {
+    // A user signs in with a password: a wrong one is refused on the form, the right one shows the user's role.
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(url + "/");
+    await page.fill("#user", "ann");
+    await page.fill("#password", "not the password");
+    await page.click("#signin button[type=submit]");
+    await page.waitForSelector("#signin .error");
+    assert.match(await page.textContent("#signin .error"), /wrong user name or password/);
+    await page.fill("#user", "ann");
+    await page.fill("#password", "ann's password");
+    await page.click("#signin button[type=submit]");
+    await page.waitForSelector("#who");
+    assert.equal(await page.textContent("#who"), "ann (viewer in default)");
+    await page.goto(url + "/#/jobs/1");
+    await page.waitForSelector("#job-state");
+    assert.equal(await page.locator("#retry").count(), 0);
   });
 });
 
