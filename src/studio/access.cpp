@@ -56,6 +56,8 @@ RequestTarget request_target(Database& db, const serve::HttpRequest& req, Scope 
   } else if (what == "buckets") {
     const std::string created = n == 4 && req.method == "PUT" ? requested_project(req) : std::string(kDefaultProject);
     t.project = project_in(db, "SELECT project FROM buckets WHERE name = ?", name, created);
+  } else if (what == "projects" && n == 5 && parts[4] == "quota" && !get) {
+    t.kind = RequestTarget::StudioOnly;  // an operator's decision, not the project's
   } else if (what == "projects" && n >= 4) {
     // The project and its members are shown to its viewers; its secrets'
     // names, and every change, are for its admins.

@@ -188,6 +188,12 @@ const char* const kMigrations[] = {
     ALTER TABLE models ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
     ALTER TABLE services ADD COLUMN project TEXT NOT NULL DEFAULT 'default';
     )sql",
+    // 13: what a project's running jobs may hold at once (0: no limit).
+    R"sql(
+    ALTER TABLE projects ADD COLUMN quota_cpus INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE projects ADD COLUMN quota_memory_mb INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE projects ADD COLUMN quota_gpus INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

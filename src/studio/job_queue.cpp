@@ -40,7 +40,50 @@ JobQueue::JobQueue(Capacity capacity)
     : capacity_(capacity.resolved()), cpu_taken_(static_cast<size_t>(capacity_.cpus)),
       gpu_taken_(static_cast<size_t>(capacity_.gpus)) {}
 
+void JobQueue::set_quota(const std::string& project, const Capacity& quota) {
+  std::lock_guard<std::mutex> lock(mu_);
+  quotas_[project] = quota;
+  changed_.notify_all();
+}
+
+std::string JobQueue::quota_reason_locked(const JobSpec& spec) const {
+  auto it = quotas_.find(spec.project);
+  if (it == quotas_.end()) return "";
+  const Capacity& quota = it->second;
+  int cpus = 0, gpus = 0;
+  int64_t memory_mb = 0;
+  std::string held;
+  for (const auto& [id, s] : holders_)
+    if (s.project == spec.project) {
+      cpus += s.cores(), gpus += s.resources.gpus, memory_mb += s.resources.memory_mb;
+      held += (held.empty() ? "" : ", ") + std::to_string(id);
+    }
+  std::string over;
+  if (quota.cpus > 0 && cpus + spec.cores() > quota.cpus)
+    over = std::to_string(cpus) + " of its " + plural(quota.cpus, "CPU core", "CPU cores");
+  else if (quota.memory_mb > 0 && memory_mb + spec.resources.memory_mb > quota.memory_mb)
+    over = std::to_string(memory_mb) + " of its " + std::to_string(quota.memory_mb) + " MB";
+  else if (quota.gpus > 0 && gpus + spec.resources.gpus > quota.gpus)
+    over = std::to_string(gpus) + " of its " + plural(quota.gpus, "GPU", "GPUs");
+  if (over.empty()) return "";
+  return "waiting for project " + spec.project + "'s quota (" + over + " in use by job" +
+         (held.find(',') == std::string::npos ? " " : "s ") + held + ")";
+}
+
 void JobQueue::check_fits(const JobSpec& spec) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = quotas_.find(spec.project);
+    if (it != quotas_.end()) {
+      const Capacity& q = it->second;
+      KILN_CHECK(q.cpus <= 0 || spec.cores() <= q.cpus, "the job asks for ", plural(spec.cores(), "CPU core", "CPU cores"),
+                 "; project ", spec.project, "'s quota is ", q.cpus);
+      KILN_CHECK(q.memory_mb <= 0 || spec.resources.memory_mb <= q.memory_mb, "the job asks for ",
+                 spec.resources.memory_mb, " MB of memory; project ", spec.project, "'s quota is ", q.memory_mb, " MB");
+      KILN_CHECK(q.gpus <= 0 || spec.resources.gpus <= q.gpus, "the job asks for ",
+                 plural(spec.resources.gpus, "GPU", "GPUs"), "; project ", spec.project, "'s quota is ", q.gpus);
+    }
+  }
   KILN_CHECK(spec.cores() <= capacity_.cpus, "the job asks for ", plural(spec.cores(), "CPU core", "CPU cores"),
              "; this studio runs jobs on ", capacity_.cpus, " (kiln studio serve --cpus): ask for at most ",
              capacity_.cpus);
@@ -66,24 +109,34 @@ std::string JobQueue::reason_locked(size_t position, const JobSpec& spec) const 
     why = "waiting for " + plural(spec.resources.gpus, "GPU", "GPUs") + " (" + std::to_string(capacity_.gpus - free_gpus) +
           " of " + std::to_string(capacity_.gpus) + " in use";
   if (!why.empty()) why += held.empty() ? ")" : " by job" + std::string(holders_.size() == 1 ? " " : "s ") + held + ")";
-  if (position > 0)
-    why += (why.empty() ? "" : "; ") + std::string("position ") + std::to_string(position + 1) + " in the queue, after job " +
-           std::to_string(queue_[position - 1].id);
+  // Its own project's quota first; jobs ahead that only their quota holds back do not count.
+  const std::string quota = quota_reason_locked(spec);
+  if (!quota.empty()) why = quota;
+  size_t ahead = 0;
+  int64_t after = 0;
+  for (size_t i = 0; i < position; ++i)
+    if (quota_reason_locked(queue_[i].spec).empty()) ++ahead, after = queue_[i].id;
+  if (ahead > 0)
+    why += (why.empty() ? "" : "; ") + std::string("position ") + std::to_string(ahead + 1) + " in the queue, after job " +
+           std::to_string(after);
   return why;
 }
 
-void JobQueue::enqueue(int64_t id, int priority) {
+void JobQueue::enqueue(int64_t id, const JobSpec& spec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (std::any_of(queue_.begin(), queue_.end(), [&](const Waiter& w) { return w.id == id; })) return;
+  const int priority = spec.priority;
   queue_.insert(std::find_if(queue_.begin(), queue_.end(),
-                             [&](const Waiter& w) { return w.priority < priority || (w.priority == priority && w.id > id); }),
-                Waiter{id, priority});
+                             [&](const Waiter& w) {
+                               return w.spec.priority < priority || (w.spec.priority == priority && w.id > id);
+                             }),
+                Waiter{id, spec});
   changed_.notify_all();
 }
 
 std::optional<JobQueue::Grant> JobQueue::acquire(int64_t id, const JobSpec& spec, const std::function<bool()>& stopped,
                                                  const std::function<void(const std::string&)>& waiting) {
-  enqueue(id, spec.priority);
+  enqueue(id, spec);
   std::unique_lock<std::mutex> lock(mu_);
   std::string told;
   for (;;) {

@@ -96,6 +96,12 @@ Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln,
                "; set SLURM_CONF to the cluster's slurm.conf (sinfo must work on this machine)");
   }
   fs::create_directories(root_);
+  {
+    Statement quotas(db_, "SELECT name, quota_cpus, quota_memory_mb, quota_gpus FROM projects");
+    while (quotas.step())
+      queue_.set_quota(quotas.text(0), {static_cast<int>(quotas.integer(1)), quotas.integer(2),
+                                        static_cast<int>(quotas.integer(3))});
+  }
   // Jobs the last studio process left to Slurm go on: watch them again.
   std::vector<std::pair<int64_t, std::string>> queued;
   {
@@ -190,7 +196,7 @@ int64_t Jobs::submit(const JobSpec& spec, const std::string& submitted_by) {
     }
   }
   running_[id] = running;
-  if (executor_ == "local") queue_.enqueue(id, spec.priority);  // its place in the queue is its submission's
+  if (executor_ == "local") queue_.enqueue(id, spec);  // its place in the queue is its submission's
   threads_.emplace(id, std::thread([this, id, running] { run(id, running); }));
   return id;
 }
@@ -203,6 +209,15 @@ JobSpec Jobs::spec_of(int64_t id) {
   s.bind(1, id);
   while (s.step()) spec.env[s.text(0)] = s.text(1);  // jobs from before job_env keep theirs in the spec
   return spec;
+}
+
+void Jobs::set_quota(const std::string& project, const Capacity& quota) {
+  KILN_CHECK(quota.cpus >= 0 && quota.memory_mb >= 0 && quota.gpus >= 0, "a quota is zero (no limit) or more");
+  KILN_CHECK(Statement(db_, "UPDATE projects SET quota_cpus = ?, quota_memory_mb = ?, quota_gpus = ? WHERE name = ?")
+                     .bind(1, int64_t{quota.cpus}).bind(2, quota.memory_mb).bind(3, int64_t{quota.gpus}).bind(4, project)
+                     .run() == 1,
+             "no project '", project, "'");
+  queue_.set_quota(project, quota);
 }
 
 int64_t Jobs::retry(int64_t id, const std::string& submitted_by) {

@@ -55,6 +55,8 @@ class Jobs {
   std::vector<JobRecord> list(int limit);
   // Asks a job to stop: Terminating, then Terminated once its ranks are gone.
   void stop(int64_t id);
+  // What a project's running jobs may hold at once on the local executor (0: no limit).
+  void set_quota(const std::string& project, const Capacity& quota);
   std::string folder(int64_t id) const { return root_ + "/" + std::to_string(id); }
   // Where jobs send their metrics (KILN_STUDIO_URL), with a token of their
   // own that lives as long as the job.

@@ -137,11 +137,17 @@ Role role_of(Database& db, const std::string& user, const std::string& project) 
 std::vector<ProjectInfo> list_projects(Database& db, const std::string& user) {
   std::vector<ProjectInfo> out;
   {
-    Statement s(db, user.empty() ? "SELECT name, created_at FROM projects ORDER BY name"
-                                 : "SELECT p.name, p.created_at FROM projects p JOIN project_members m ON "
-                                   "m.project = p.name WHERE m.user_name = ? ORDER BY p.name");
+    Statement s(db, user.empty() ? "SELECT name, created_at, quota_cpus, quota_memory_mb, quota_gpus FROM projects "
+                                   "ORDER BY name"
+                                 : "SELECT p.name, p.created_at, p.quota_cpus, p.quota_memory_mb, p.quota_gpus FROM "
+                                   "projects p JOIN project_members m ON m.project = p.name WHERE m.user_name = ? "
+                                   "ORDER BY p.name");
     if (!user.empty()) s.bind(1, user);
-    while (s.step()) out.push_back({s.text(0), s.integer(1), {}});
+    while (s.step()) {
+      ProjectInfo p{s.text(0), s.integer(1), {}, {}};
+      p.quota = {static_cast<int>(s.integer(2)), s.integer(3), static_cast<int>(s.integer(4))};
+      out.push_back(std::move(p));
+    }
   }
   for (auto& p : out) {
     Statement m(db, "SELECT user_name, role FROM project_members WHERE project = ? ORDER BY user_name");

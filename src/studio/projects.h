@@ -43,6 +43,11 @@ struct ProjectInfo {
   std::string name;
   int64_t created_ms = 0;
   std::vector<ProjectMember> members;
+  struct {
+    int cpus = 0;
+    int64_t memory_mb = 0;
+    int gpus = 0;
+  } quota;  // what its running jobs may hold at once (0: no limit)
 };
 // Every project, or those `user` has a role in.
 std::vector<ProjectInfo> list_projects(Database& db, const std::string& user = "");

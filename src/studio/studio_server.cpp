@@ -336,7 +336,10 @@ void StudioServer::Impl::projects(const HttpRequest& req, HttpResponse& res, con
   auto project_json = [](const ProjectInfo& p) {
     json members = json::array();
     for (const auto& m : p.members) members.push_back({{"user", m.user}, {"role", role_name(m.role)}});
-    return json{{"name", p.name}, {"created_ms", p.created_ms}, {"members", members}};
+    return json{{"name", p.name},
+                {"created_ms", p.created_ms},
+                {"members", members},
+                {"quota", {{"cpus", p.quota.cpus}, {"memory_mb", p.quota.memory_mb}, {"gpus", p.quota.gpus}}}};
   };
   const std::string project = n > 3 ? parts[3] : "";
   if (n > 3 && !project_exists(*db, project)) throw NotFound("no project '" + project + "'");
@@ -345,6 +348,16 @@ void StudioServer::Impl::projects(const HttpRequest& req, HttpResponse& res, con
     for (const auto& p : list_projects(*db, token.user)) out.push_back(project_json(p));
     reply_json(res, 200, {{"projects", out}});
   } else if (n == 4 && req.method == "GET") {
+    for (const auto& p : list_projects(*db))
+      if (p.name == project) reply_json(res, 200, project_json(p));
+  } else if (n == 5 && parts[4] == "quota" && req.method == "PUT") {
+    const json body = parse_json_body(req);
+    KILN_CHECK(body.is_object(), "a quota is {\"cpus\": N, \"memory_mb\": N, \"gpus\": N} (0: no limit)");
+    for (auto& [k, v] : body.items())
+      KILN_CHECK((k == "cpus" || k == "memory_mb" || k == "gpus") && v.is_number_integer() && v.get<int64_t>() >= 0,
+                 "a quota is {\"cpus\": N, \"memory_mb\": N, \"gpus\": N}, whole numbers from 0 (no limit); not '", k,
+                 "': ", v.dump());
+    jobs->set_quota(project, {body.value("cpus", 0), body.value("memory_mb", int64_t{0}), body.value("gpus", 0)});
     for (const auto& p : list_projects(*db))
       if (p.name == project) reply_json(res, 200, project_json(p));
   } else if (n == 6 && parts[4] == "members" && req.method == "PUT") {

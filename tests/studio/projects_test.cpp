@@ -207,3 +207,48 @@ TEST(StudioProjects, TheCommandLineCreatesUsersLogsInAndManagesAProject) {
   EXPECT_NE(wrong.first, 0);
   EXPECT_NE(wrong.second.find("wrong user name or password"), std::string::npos) << wrong.second;
 }
+
+TEST(StudioProjects, AProjectsQuotaHoldsBackItsJobsAndNotOtherProjects) {
+  auto dir = fresh_dir("projects_quota");
+  const std::string db = kiln::testing::test_database(dir);
+  studio::create_project(dir, "small", db);
+  studio::create_user(dir, "sam", "sam's long password", db);
+  studio::set_project_role(dir, "small", "sam", "admin", db);
+  Studio s(dir, size_t{1} << 30, "", "local", 4);
+  const std::string ops_token = kiln::testing::create_token(dir, "ops", studio::Scope::Admin);
+  StudioApi ops(s.port, ops_token);
+  // The quota is the operator's: not even the project's admin sets it.
+  StudioApi sam(s.port, studio::create_token(dir, "sam", studio::Scope::Admin, db, 0, "sam"));
+  EXPECT_EQ(sam.call("PUT", "/api/v1/projects/small/quota", R"({"cpus": 4})").first, 403);
+  auto set = ops.call("PUT", "/api/v1/projects/small/quota", R"({"cpus": 1})");
+  ASSERT_EQ(set.first, 200) << set.second.dump();
+  EXPECT_EQ(set.second["quota"]["cpus"], 1);
+  EXPECT_EQ(ops.call("PUT", "/api/v1/projects/small/quota", R"({"cpus": -1})").first, 400);
+
+  kiln::testing::JobApi jobs(s.port, ops_token);
+  json big = kiln::testing::shell_job("big", "true", 2);
+  big["project"] = "small";
+  auto refused = jobs.client.Post("/api/v1/jobs", big.dump(), "application/json");
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("project small's quota is 1"), std::string::npos) << refused->body;
+  auto in_small = [](const char* name, const char* script) {
+    json j = kiln::testing::shell_job(name, script, 1);
+    j["project"] = "small";
+    return j;
+  };
+  const int64_t a = jobs.submit(in_small("a", "sleep 3"));
+  jobs.wait_for(a, {"Running"});
+  const int64_t b = jobs.submit(in_small("b", "true"));
+  const int64_t c = jobs.submit(kiln::testing::shell_job("c", "true", 1));
+  // c, behind b in the queue but of another project, runs while a holds small's one core.
+  json done_c = jobs.wait_for(c, {"Completed", "Failed"});
+  EXPECT_EQ(done_c["state"], "Completed");
+  json waiting = jobs.get("/api/v1/jobs/" + std::to_string(b));
+  EXPECT_EQ(waiting["state"], "Pending") << waiting.dump();
+  EXPECT_NE(waiting["reason"].get<std::string>().find("waiting for project small's quota (1 of its 1 CPU core in use by job " +
+                                                      std::to_string(a) + ")"),
+            std::string::npos)
+      << waiting.dump();
+  EXPECT_EQ(jobs.wait_for(b, {"Completed", "Failed"})["state"], "Completed");
+  EXPECT_EQ(jobs.get("/api/v1/jobs/" + std::to_string(a))["state"], "Completed");
+}

@@ -2,8 +2,9 @@
 //   kiln studio user create | password        (the operator, on the studio's data directory)
 //   kiln studio project create | grant
 //   kiln studio login --user NAME             (a user's token, from the password)
-//   kiln project list | show | grant | remove | secret set | secret list | secret delete   (over the API)
+//   kiln project list | show | grant | remove | quota | secret set | secret list | secret delete   (over the API)
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -47,6 +48,10 @@ std::string read_password(const std::string& file, const char* prompt) {
 
 void print_project(const json& p) {
   std::printf("project %s\n", p["name"].get<std::string>().c_str());
+  const json& q = p["quota"];
+  if (q["cpus"] > 0 || q["memory_mb"] > 0 || q["gpus"] > 0)
+    std::printf("  quota: %lld CPU cores, %lld MB, %lld GPUs (0: no limit)\n", q["cpus"].get<long long>(),
+                q["memory_mb"].get<long long>(), q["gpus"].get<long long>());
   for (const auto& m : p["members"])
     std::printf("  %-24s %s\n", m["user"].get<std::string>().c_str(), m["role"].get<std::string>().c_str());
 }
@@ -142,6 +147,19 @@ void add_project_api_commands(CLI::App& app) {
   remove->callback([a, base] {
     Remote(a->server, a->token).send("DELETE", base(a->name) + "/members/" + encode(a->user, false), "", "", 204);
   });
+  auto quota = std::make_shared<std::array<int64_t, 3>>();
+  auto* set_quota = project->add_subcommand("quota", "Limit what the project's running jobs hold at once (a studio-wide "
+                                                     "admin token; 0: no limit)");
+  set_quota->add_option("name", a->name, "The project")->required();
+  set_quota->add_option("--cpus", (*quota)[0], "CPU cores")->check(CLI::NonNegativeNumber);
+  set_quota->add_option("--memory-mb", (*quota)[1], "Memory in MB")->check(CLI::NonNegativeNumber);
+  set_quota->add_option("--gpus", (*quota)[2], "GPUs")->check(CLI::NonNegativeNumber);
+  set_quota->callback([a, base, quota] {
+    json reply = Remote(a->server, a->token).send(
+        "PUT", base(a->name) + "/quota",
+        json({{"cpus", (*quota)[0]}, {"memory_mb", (*quota)[1]}, {"gpus", (*quota)[2]}}).dump(), "application/json", 200);
+    std::printf("project %s: %s\n", a->name.c_str(), reply["quota"].dump().c_str());
+  });
   auto* secret = project->add_subcommand("secret", "The project's secrets, which its jobs name under secrets:");
   secret->require_subcommand(1);
   auto* set = secret->add_subcommand("set", "Set a secret; its value comes from stdin or --value-file");
@@ -173,7 +191,7 @@ void add_project_api_commands(CLI::App& app) {
   unset->callback([a, base] {
     Remote(a->server, a->token).send("DELETE", base(a->name) + "/secrets/" + encode(a->secret, false), "", "", 204);
   });
-  for (auto* sub : {list, show, grant, remove, set, secrets, unset}) {
+  for (auto* sub : {list, show, grant, remove, set_quota, set, secrets, unset}) {
     sub->add_option("--server", a->server, "Studio URL (default: KILN_STUDIO_URL, or http://127.0.0.1:8080)");
     sub->add_option("--token", a->token, "API token (default: KILN_STUDIO_TOKEN)");
   }
