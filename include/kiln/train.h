@@ -125,6 +125,11 @@ class Model {
   // process takes a core. Off, every step runs on all of them; a run and its
   // resumption in one process then give the same bits.
   void set_adapt_threads(bool on) { adapt_threads_ = on; }
+  // Graph mode: input axes whose size varies (a short last batch, text of
+  // any length), as jit::CompileOptions::dynamic: a new size there compiles
+  // as expected, and a change anywhere else is the unexpected recompile the
+  // compile report names. Axis 0 of input 0 varies the labels' too.
+  void set_dynamic_axes(std::vector<jit::DynamicAxis> axes) { dynamic_ = std::move(axes); }
   // Trains as one rank of a data-parallel job (kiln/data_parallel.h):
   // gradients averaged over the ranks in eager and graph mode, the step's
   // loss, the epoch's mean loss and eval()'s loss and metrics reduced over
@@ -179,6 +184,7 @@ class Model {
   int64_t resume_batches_ = 0;
   bool stop_requested_ = false;
   bool adapt_threads_ = true;
+  std::vector<jit::DynamicAxis> dynamic_;
   std::shared_ptr<DataParallel> dp_;
   jit::CompiledFunction* inference();
   // Graph mode: the compiled training step and inference.

@@ -78,6 +78,7 @@ del _name
 
 from ._kiln import add, sub, mul, div, matmul, relu, concat, stack, einsum, cross_entropy  # noqa: E402,F811
 from ._tensor_methods import install as _install_methods  # noqa: E402
+from ._placeholders import install as _install_placeholders  # noqa: E402
 from .autograd import no_grad, enable_grad, grad, value_and_grad  # noqa: E402
 from .context import set_context, get_context, GRAPH_MODE, PYNATIVE_MODE, jit  # noqa: E402
 from .serialization import (save_checkpoint, load_checkpoint, load_param_into_net, load_torch_weights,  # noqa: E402
@@ -86,6 +87,7 @@ from . import nn, dataset, train  # noqa: E402
 from .train import Model  # noqa: E402
 
 _install_methods()
+_install_placeholders()
 
 
 def load_op_library(path):

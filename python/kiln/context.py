@@ -47,9 +47,15 @@ class _Compiled:
 
     def __call__(self, *args):
         inputs = [a if isinstance(a, _kiln.Tensor) else _kiln.tensor(a) for a in args]
+        dynamic = self._dynamic
+        if isinstance(self._target, _kiln.Cell):
+            from .nn.cell import dynamic_axes
+            declared = dynamic_axes(self._target, inputs)  # checks the call against set_inputs
+            if dynamic is None:
+                dynamic = declared
         if self._compiled is None:
             if isinstance(self._target, _kiln.Cell) and len(inputs) == 1:
-                self._compiled = _kiln.compile_cell(self._target, inputs, self._inference, self._dynamic)
+                self._compiled = _kiln.compile_cell(self._target, inputs, self._inference, dynamic)
             elif isinstance(self._target, _kiln.Cell):
                 # A Python cell of several inputs, traced through its call; its
                 # parameters and buffers are read live, as a one-input cell's.
@@ -58,10 +64,10 @@ class _Compiled:
                 def call(*xs):
                     with no_grad():
                         return cell(*xs)
-                self._compiled = _kiln.compile_function(call, inputs, cell.type_name(), self._dynamic)
+                self._compiled = _kiln.compile_function(call, inputs, cell.type_name(), dynamic)
             else:
                 name = getattr(self._target, "__name__", "function")
-                self._compiled = _kiln.compile_function(self._target, inputs, name, self._dynamic)
+                self._compiled = _kiln.compile_function(self._target, inputs, name, dynamic)
         outputs = self._compiled(inputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
@@ -88,7 +94,10 @@ def jit(fn=None, *, inference=False, dynamic=None):
     to pad that axis up to the next bucket (with ``pad_value``, 0 unless
     given) and cut the outputs back, so that at most one graph per bucket is
     compiled. Pad only axes whose padded positions cannot reach the real
-    ones (a batch in inference, a masked sequence).
+    ones (a batch in inference, a masked sequence). A Cell given
+    ``set_inputs`` with ``None`` dimensions has those axes dynamic unless
+    ``dynamic`` says otherwise, and calls that do not fit the declaration
+    are refused.
     """
     if fn is None:
         return lambda f: _Compiled(f, inference, dynamic)

@@ -106,6 +106,14 @@ def export(net, *inputs, file_name, file_format="ONNX", dynamic_batch=False, inp
     if not path.endswith(".onnx"):
         path += ".onnx"
     samples = [x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x) for x in inputs]
+    from .nn.cell import dynamic_axes
+    declared = dynamic_axes(net)  # set_inputs' None dimensions: a None batch exports as a dynamic batch
+    if declared:
+        other = [(i, a) for i, a in declared if a != 0]
+        if other:
+            raise ValueError(f"set_inputs leaves input {other[0][0]}'s axis {other[0][1]} unknown; Kiln exports a dynamic "
+                             "batch (axis 0) only, so give that axis its size in set_inputs before exporting")
+        dynamic_batch = True
     return _kiln.export_onnx(net, samples, path, dynamic_batch, list(input_names or []), list(output_names or []),
                              opset)
 

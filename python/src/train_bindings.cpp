@@ -281,7 +281,12 @@ void bind_train(py::module_& m) {
         auto g = model.compiled_graphs();
         return py::make_tuple(g.train_step, g.inference);
       })
-      .def("set_adapt_threads", &Model::set_adapt_threads);
+      .def("set_adapt_threads", &Model::set_adapt_threads)
+      .def("set_dynamic_axes", [](Model& m, const std::vector<std::pair<int, int>>& axes) {
+        std::vector<jit::DynamicAxis> dynamic;
+        for (const auto& [input, axis] : axes) dynamic.push_back({input, axis});
+        m.set_dynamic_axes(std::move(dynamic));
+      }, "Graph mode: (input, axis) pairs whose size varies (Cell.set_inputs' None dimensions).");
 
   m.def("set_num_threads", &set_num_threads, py::arg("threads"));
   m.def("get_num_threads", &get_num_threads);

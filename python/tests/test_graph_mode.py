@@ -67,3 +67,50 @@ def test_generator_dataset_reads_a_generator_function():
     assert [b[0].shape for b in batches] == [(4, 2), (4, 2), (2, 2)]
     assert batches[0][1].numpy().tolist() == [0, 1, 0, 1]
     assert data.get_dataset_size() == 3
+
+
+def test_set_inputs_with_none_dims_makes_those_axes_dynamic(capfd, tmp_path):
+    # MindSpore's form: a None dimension varies; the rest are fixed.
+    net = nn.SequentialCell(nn.Dense(4, 3))
+    net.set_train(False)
+    net.set_inputs(kiln.Tensor(shape=[None, 4], dtype=kiln.float32))
+    declared = net.get_inputs()[0]
+    assert declared.shape == (1, 4) and declared.dtype == kiln.float32
+    compiled = kiln.jit(net)
+    for batch in (2, 5, 3):
+        x = kiln.randn((batch, 4))
+        np.testing.assert_allclose(compiled(x).numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert compiled.compiles == 3
+    assert "compiled again" not in capfd.readouterr().err  # expected sizes, not a mistake
+    with pytest.raises(ValueError, match=r"input 0 is kiln.float32 \[2, 5\]; set_inputs declared kiln.float32 \[None, 4\]"):
+        compiled(kiln.randn((2, 5)))
+    with pytest.raises(TypeError, match="set_inputs takes Tensors"):
+        net.set_inputs([None, 4])
+
+    # Graph-mode training with a short last batch: declared, it compiles as expected.
+    x = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    kiln.set_context(mode=kiln.GRAPH_MODE)
+    try:
+        for declare in (False, True):
+            net = nn.SequentialCell(nn.Dense(4, 2))
+            if declare:
+                net.set_inputs(kiln.Tensor(shape=[None, 4], dtype=kiln.float32))
+            model = kiln.train.Model(net, loss_fn=nn.CrossEntropyLoss(), optimizer=nn.SGD(net.trainable_params(), 0.1))
+            capfd.readouterr()
+            model.train(1, kiln.dataset.NumpySlicesDataset((x, y), shuffle=False).batch(4))
+            err = capfd.readouterr().err
+            assert model.compiled_graphs[0] == 2  # batches of 4, then the last one of 2
+            assert ("compiled again" in err) != declare, err
+    finally:
+        kiln.set_context(mode=kiln.PYNATIVE_MODE)
+
+    # Exported with a None batch, the model takes any batch.
+    path = kiln.export(net, kiln.randn((2, 4)), file_name=str(tmp_path / "net"))
+    session = kiln.InferenceSession(str(tmp_path / "net.onnx"))
+    assert session.run([kiln.randn((7, 4))])[0].shape == (7, 2)
+    del path
+    wide = nn.SequentialCell(nn.Dense(4, 2))
+    wide.set_inputs(kiln.Tensor(shape=[2, None], dtype=kiln.float32))
+    with pytest.raises(ValueError, match="exports a dynamic batch \\(axis 0\\) only"):
+        kiln.export(wide, kiln.randn((2, 4)), file_name=str(tmp_path / "wide"))

@@ -112,6 +112,9 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!train_step_) {
           jit::CompileOptions o;
           o.name = "train_step";
+          o.dynamic = dynamic_;
+          for (const auto& d : dynamic_)  // the labels' batch follows the inputs'
+            if (d.input == 0 && d.axis == 0) o.dynamic.push_back({1, 0});
           train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o, dp_);
         }
         loss = (*train_step_)(batch.inputs, batch.labels).loss;
@@ -212,6 +215,7 @@ jit::CompiledFunction* Model::inference() {
     o.name = "inference";
     o.inference = true;                            // batch norm folded; rebuilt after the weights change
     o.recompile = jit::RecompilePolicy::Silent;  // a smaller last batch is expected here
+    o.dynamic = dynamic_;
     inference_ = jit::compile(net_, {}, o);
   }
   return &inference_;

@@ -1,4 +1,5 @@
 """``Cell``: subclass it, assign parameters and cells as attributes, write ``construct``."""
+import weakref
 from collections import OrderedDict
 
 from .. import _kiln
@@ -144,6 +145,62 @@ def _state_dict(self):
     return out
 
 
+_input_specs = {}  # id(cell) -> [(shape with None for dimensions that vary, dtype)], from set_inputs
+
+
+def _set_inputs(self, *inputs):
+    """Declares the inputs the Cell is called with, as MindSpore's ``set_inputs``:
+    ``net.set_inputs(Tensor(shape=[None, 784], dtype=kiln.float32))``. A ``None``
+    dimension varies: ``kiln.jit(net)`` and graph-mode ``Model`` compile a new
+    size there as expected, not as a mistake, and ``kiln.export`` writes a
+    ``None`` batch as a dynamic batch. Calls with another rank, dtype or size
+    of a fixed dimension are refused."""
+    from .._placeholders import shape_with_unknowns
+    specs = []
+    for i, t in enumerate(inputs):
+        if not isinstance(t, _kiln.Tensor):
+            raise TypeError(f"set_inputs takes Tensors, such as Tensor(shape=[None, 784], dtype=kiln.float32); "
+                            f"input {i} is {type(t).__name__}")
+        specs.append((shape_with_unknowns(t), t.dtype))
+    if id(self) not in _input_specs:
+        weakref.finalize(self, _input_specs.pop, id(self), None)
+    _input_specs[id(self)] = specs
+
+
+def _get_inputs(self):
+    """The inputs set_inputs declared (zeros, unknown dimensions 1), or None."""
+    specs = _input_specs.get(id(self))
+    if specs is None:
+        return None
+    from .. import Tensor
+    return [Tensor(shape=shape, dtype=dtype) for shape, dtype in specs]
+
+
+def input_specs(cell):
+    """set_inputs' declaration of a cell: [(shape with None, dtype)], or None."""
+    return _input_specs.get(id(cell))
+
+
+def dynamic_axes(cell, inputs=None):
+    """The (input, axis) pairs set_inputs left unknown; with `inputs`, checked against the declaration."""
+    specs = _input_specs.get(id(cell))
+    if specs is None:
+        return None
+    if inputs is not None:
+        if len(inputs) != len(specs):
+            raise ValueError(f"{type(cell).__name__} was given {len(inputs)} inputs; set_inputs declared {len(specs)}")
+        for i, (x, (shape, dtype)) in enumerate(zip(inputs, specs)):
+            fits = x.dtype == dtype and len(x.shape) == len(shape) and all(
+                d is None or d == n for d, n in zip(shape, x.shape))
+            if not fits:
+                declared = "[" + ", ".join("None" if d is None else str(d) for d in shape) + "]"
+                raise ValueError(f"{type(cell).__name__}'s input {i} is {x.dtype} {list(x.shape)}; set_inputs declared "
+                                 f"{dtype} {declared} (None: any size)")
+    return [(i, a) for i, (shape, _) in enumerate(specs) for a, d in enumerate(shape) if d is None]
+
+
+_kiln.Cell.set_inputs = _set_inputs
+_kiln.Cell.get_inputs = _get_inputs
 _kiln.Cell.__call__ = _cell_call
 _kiln.Cell.__repr__ = _cell_repr
 _kiln.Cell.parameters_dict = _parameters_dict

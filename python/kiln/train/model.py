@@ -77,6 +77,10 @@ class Model:
         else:
             self._columns = None
             self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
+        from ..nn.cell import dynamic_axes
+        declared = dynamic_axes(network)
+        if declared:  # graph mode: a short last batch, text of any length, compile as expected
+            self._model.set_dynamic_axes(declared)
         self.epochs_planned = 0
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, valid_dataset=None, **options):
