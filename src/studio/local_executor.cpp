@@ -10,15 +10,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "core/child_process.h"
 #include "kiln/error.h"
 #include "studio/executors.h"
+#include "studio/memory_cgroup.h"
 
 extern char** environ;
 
@@ -35,6 +39,16 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
 }
 
 namespace {
+
+namespace fs = std::filesystem;
+
+// Said once per studio: jobs' memory is then only what admission counts.
+void warn_once_unenforced(const std::string& why) {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true))
+    std::fprintf(stderr, "kiln studio: jobs' memory (resources.memory_mb) is a claim for admission only, not a "
+                 "limit: %s\n", why.c_str());
+}
 
 std::vector<char*> pointers(std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -84,6 +98,14 @@ class LocalExecution final : public Execution {
     argv.insert(argv.end(), r.command.begin(), r.command.end());
     std::vector<char*> args = pointers(argv), envp = pointers(environment);
     const std::string log_path = r.log_path, workdir = r.workdir;
+    // Its memory claim becomes a limit the kernel enforces, where it can.
+    if (r.resources.memory_mb > 0) {
+      std::string why;
+      memory_ = MemoryCgroup::create("kiln-job-" + std::to_string(::getpid()) + "-" + fs::path(r.job_dir).filename().string(),
+                                     r.resources.memory_mb, &why);
+      if (!memory_) warn_once_unenforced(why);
+    }
+    const std::string procs = memory_ ? memory_->procs_file() : "";
     // The cores it holds, as cores of this machine: slot i is the i-th core
     // the studio may use (wrapping round when the studio offers more).
     cpu_set_t pinned;
@@ -102,6 +124,16 @@ class LocalExecution final : public Execution {
       kiln::detail::reset_signals_for_exec();  // the studio blocks SIGTERM; the job must not
       ::setsid();  // the job's own session: stopping it reaches every rank's process group
       if (pin) ::sched_setaffinity(0, sizeof pinned, &pinned);  // its ranks inherit it
+      if (!procs.empty()) {  // into its memory cgroup before it runs anything (its ranks follow)
+        char pid[24];
+        int n = 0;
+        for (long v = ::getpid(); v > 0; v /= 10) pid[n++] = static_cast<char>('0' + v % 10);
+        char text[24];
+        for (int i = 0; i < n; ++i) text[i] = pid[n - 1 - i];
+        const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || ::write(fd, text, static_cast<size_t>(n)) != n) _exit(125);
+        ::close(fd);
+      }
       int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (log >= 0) {
         ::dup2(log, 1);
@@ -137,6 +169,11 @@ class LocalExecution final : public Execution {
     }
     return code_;
   }
+  std::string ended_because() override {
+    if (!memory_ || !memory_->out_of_memory()) return "";
+    return "a process of the job went past its " + std::to_string(memory_->limit_mb()) +
+           " MB of memory (resources.memory_mb) and the kernel killed it; ask for more memory, or use less";
+  }
   // The launcher forwards it to its ranks and exits when they have.
   void terminate() override { ::kill(pid_, SIGTERM); }
   void kill() override {
@@ -145,6 +182,7 @@ class LocalExecution final : public Execution {
   }
 
  private:
+  std::unique_ptr<MemoryCgroup> memory_;  // declared first: removed after the job's processes are gone
   pid_t pid_ = -1;
   std::optional<int> code_;
 };

@@ -17,6 +17,7 @@
 #include "kiln/studio.h"
 #include "support/job_api.h"
 #include "support/job_files.h"
+#include "studio/memory_cgroup.h"
 #include "support/studio_fixture.h"
 
 using namespace kiln;
@@ -431,4 +432,26 @@ TEST(StudioJobs, CodeIsUploadedAtSubmissionAndRetriesRunItAgain) {
   EXPECT_EQ(done["state"], "Completed") << done.dump();
   auto logs = run("logs 2 --rank 1");
   EXPECT_EQ(logs.second, "[rank 1] running code rank 1\n");
+}
+
+// resources.memory_mb is a limit the kernel enforces (a memory cgroup per
+// job), where the machine gives the studio one: a job that goes past it is
+// killed, and its reason says why; one within it completes.
+TEST(StudioJobs, AJobPastItsMemoryIsKilledAndSaysSo) {
+  std::string why;
+  if (!studio::MemoryCgroup::create("kiln-test-probe-" + std::to_string(::getpid()), 64, &why))
+    GTEST_SKIP() << "memory is not enforced on this machine: " << why;
+  auto dir = fresh_dir("jobs_memory");
+  Studio s(dir);
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  // tail keeps the whole line it is reading: 300 MB of zeros without a newline.
+  json greedy = shell_job("greedy", "head -c 300M /dev/zero | tail > /dev/null", 1);
+  greedy["resources"] = {{"memory_mb", 64}};
+  json modest = shell_job("modest", "head -c 10M /dev/zero | tail > /dev/null", 1);
+  modest["resources"] = {{"memory_mb", 256}};
+  const int64_t a = api.submit(greedy), b = api.submit(modest);
+  json killed = api.wait_for(a, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(killed["state"], "Failed") << killed.dump();
+  EXPECT_NE(killed["reason"].get<std::string>().find("went past its 64 MB of memory"), std::string::npos) << killed.dump();
+  EXPECT_EQ(api.wait_for(b, {"Completed", "Failed", "Abnormal"})["state"], "Completed");
 }
