@@ -25,8 +25,9 @@ PACKAGES=(
   # and the server its tests start), token and object hashes (OpenSSL), the
   # web console's build (nodejs, npm).
   libsqlite3-dev libpq-dev postgresql libssl-dev nodejs
-  # Its Slurm executor, and the single-node cluster its tests start.
-  slurmctld slurmd slurm-client munge
+  # Its Slurm executor, and the single-node cluster its tests start; the
+  # sandbox its local executor runs each job in.
+  slurmctld slurmd slurm-client munge bubblewrap
   # The web console's browser tests (Playwright drives it headless).
   chromium
   # The Python package: pybind11 bindings for Debian's Python, its tests

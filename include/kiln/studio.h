@@ -40,6 +40,12 @@ struct StudioOptions {
   int cpus = 0;
   int64_t memory_mb = 0;
   int gpus = 0;
+  // The local executor's sandbox for each job (bubblewrap): "auto" where it
+  // works on this machine, "bwrap" to refuse to start without it, "off".
+  // Inside, a job writes its own folder and sees the rest of the machine
+  // read-only, but nothing of the studio's data (other jobs, the store, the
+  // database) nor other processes.
+  std::string sandbox = "auto";
   // The web console's built files, served at "/" (empty: the ones this
   // build made, when they are there).
   std::string console_dir;

@@ -26,7 +26,15 @@ struct LaunchRequest {
   double time_limit_s = 0;                  // 0: none
   Resources resources;                      // per node (Slurm asks for them)
   std::vector<int> cpu_slots;               // the local executor's cores it holds: the launcher is pinned to them
+  // The local executor's sandbox (bubblewrap's program; "": none): the job's
+  // folder writable, the rest of the machine read-only but `hidden` (the
+  // studio's data), a /tmp and /dev/shm of its own, its own process ids.
+  std::string sandbox;
+  std::vector<std::string> hidden;
 };
+
+// The sandbox program (bubblewrap), when it works here; "" with *why otherwise.
+std::string sandbox_program(std::string* why);
 
 // One job's launcher, started or found again.
 class Execution {

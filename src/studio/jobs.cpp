@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -85,10 +86,19 @@ std::string failure_reason(const std::string& launcher_log, int exit_code) {
 }  // namespace
 
 Jobs::Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor,
-           std::string slurm_partition, Capacity capacity)
+           std::string slurm_partition, Capacity capacity, const std::string& sandbox, std::string data_dir)
     : root_(std::move(root)), db_(db), store_(store), kiln_(std::move(kiln)), executor_(std::move(executor)),
-      slurm_partition_(std::move(slurm_partition)), queue_(capacity) {
+      slurm_partition_(std::move(slurm_partition)), queue_(capacity), data_dir_(std::move(data_dir)) {
   KILN_CHECK(executor_ == "local" || executor_ == "slurm", "the job executor is local or slurm, not '", executor_, "'");
+  KILN_CHECK(sandbox == "auto" || sandbox == "bwrap" || sandbox == "off", "the sandbox is auto, bwrap or off, not '",
+             sandbox, "'");
+  if (executor_ == "local" && sandbox != "off") {
+    std::string why;
+    bwrap_ = sandbox_program(&why);
+    KILN_CHECK(!bwrap_.empty() || sandbox == "auto", "--sandbox bwrap: ", why);
+    if (bwrap_.empty())
+      std::fprintf(stderr, "kiln studio: jobs run without a sandbox (%s); they can read the studio's data\n", why.c_str());
+  }
   if (executor_ == "slurm") {  // Slurm's tools wait a minute for a missing configuration: say so at once
     const char* conf = std::getenv("SLURM_CONF");
     const std::string path = conf && *conf ? conf : "/etc/slurm/slurm.conf";
@@ -440,7 +450,15 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     std::vector<std::string> command;
     std::string data_url = spec.inputs.size() == 1 ? dir + "/inputs/" + spec.inputs.begin()->first : dir + "/inputs";
     if (!spec.recipe.empty()) {
-      command = {kiln_, "train", spec.recipe, "--output", dir + "/output"};
+      // A recipe the sandbox would hide (in the studio's data) is read from a copy in the job's folder.
+      std::string recipe = spec.recipe;
+      if (!bwrap_.empty() && !data_dir_.empty() &&
+          fs::weakly_canonical(recipe).string().rfind(fs::weakly_canonical(data_dir_).string() + "/", 0) == 0) {
+        std::error_code ec;
+        fs::copy_file(recipe, dir + "/recipe.yaml", fs::copy_options::overwrite_existing, ec);
+        if (!ec) recipe = dir + "/recipe.yaml";
+      }
+      command = {kiln_, "train", recipe, "--output", dir + "/output"};
       if (!spec.inputs.empty()) command.insert(command.end(), {"--data", data_url});
     } else {
       command = spec.command;
@@ -465,6 +483,10 @@ void Jobs::run(int64_t id, std::shared_ptr<Running> running) {
     request.workdir = spec.code.empty() ? dir : dir + "/code";  // the ranks run in the job's code
     request.log_path = dir + "/launcher.log";
     request.time_limit_s = spec.time_limit_s;
+    if (!bwrap_.empty()) {
+      request.sandbox = bwrap_;
+      request.hidden = {data_dir_.empty() ? root_ : data_dir_};
+    }
     request.resources = spec.resources;
     request.resources.cpus = spec.cores();
     if (grant) {

@@ -43,7 +43,8 @@ class Jobs {
   // capacity: what the local executor runs jobs on (0: the machine's cores
   // and memory; no GPUs unless given).
   Jobs(std::string root, Database& db, ObjectStore& store, std::string kiln, std::string executor = "local",
-       std::string slurm_partition = "", Capacity capacity = {});
+       std::string slurm_partition = "", Capacity capacity = {}, const std::string& sandbox = "auto",
+       std::string data_dir = "");
   // Stops the jobs it runs itself (they end Abnormal, saying the studio
   // stopped); those Slurm runs go on, for the next studio to find.
   ~Jobs();
@@ -91,6 +92,8 @@ class Jobs {
   std::string kiln_;
   std::string executor_, slurm_partition_;
   JobQueue queue_;  // the local executor's cores, memory and GPUs
+  std::string bwrap_;     // the sandbox program each local job runs in ("": none)
+  std::string data_dir_;  // what the sandbox hides from jobs
   std::string studio_url_;
   std::mutex mu_;
   std::map<int64_t, std::shared_ptr<Running>> running_;

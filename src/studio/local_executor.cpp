@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "core/child_process.h"
@@ -32,7 +33,9 @@ std::vector<std::string> environment_with(const std::map<std::string, std::strin
   std::vector<std::string> out;
   for (char** e = environ; *e; ++e) {
     std::string entry = *e;
-    if (!extra.count(entry.substr(0, entry.find('=')))) out.push_back(entry);
+    const std::string name = entry.substr(0, entry.find('='));
+    // The studio's database URL may hold its password: no job gets it.
+    if (!extra.count(name) && name != "KILN_STUDIO_DB") out.push_back(entry);
   }
   for (auto& [k, v] : extra) out.push_back(k + "=" + v);
   return out;
@@ -59,12 +62,10 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 int status_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-// Sends `sig` to every live process of session `sid` (zombies are already
-// gone for this purpose); returns how many there were.
-int signal_session(pid_t sid, int sig) {
-  int found = 0;
+// Calls visit(pid, ppid, session) for every live process (zombies left out).
+void for_each_process(const std::function<void(long pid, long ppid, long session)>& visit) {
   DIR* proc = ::opendir("/proc");
-  if (!proc) return 0;
+  if (!proc) return;
   while (dirent* entry = ::readdir(proc)) {
     char* end = nullptr;
     const long pid = std::strtol(entry->d_name, &end, 10);
@@ -78,11 +79,20 @@ int signal_session(pid_t sid, int sig) {
     char state = 0;
     long ppid = 0, pgrp = 0, session = 0;
     if (std::sscanf(line.c_str() + close + 1, " %c %ld %ld %ld", &state, &ppid, &pgrp, &session) != 4) continue;
-    if (session != sid || state == 'Z' || state == 'X') continue;
-    ++found;
-    ::kill(static_cast<pid_t>(pid), sig);
+    if (state == 'Z' || state == 'X') continue;
+    visit(pid, ppid, session);
   }
   ::closedir(proc);
+}
+
+// Sends `sig` to every live process of session `sid`; returns how many there were.
+int signal_session(pid_t sid, int sig) {
+  int found = 0;
+  for_each_process([&](long pid, long, long session) {
+    if (session != sid) return;
+    ++found;
+    ::kill(static_cast<pid_t>(pid), sig);
+  });
   return found;
 }
 
@@ -93,7 +103,24 @@ class LocalExecution final : public Execution {
     // a child of a threaded process may only make system calls.
     KILN_CHECK(r.nnodes == 1, "the local executor runs a job on this machine only; nnodes ", r.nnodes,
                " needs the Slurm executor (kiln studio serve --executor slurm)");
-    std::vector<std::string> argv = r.launcher, environment = environment_with(r.env);
+    std::vector<std::string> argv, environment = environment_with(r.env);
+    if (!r.sandbox.empty()) {
+      // The job's folder writable, the machine read-only (a recipe given by
+      // its path is read where it is), the studio's data out of sight, and
+      // a /dev/shm and process ids of its own. Its HOME and TMPDIR are in
+      // its folder, where it may write.
+      sandboxed_ = true;
+      argv = {r.sandbox, "--die-with-parent", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm",
+              "--proc", "/proc", "--unshare-pid"};
+      for (const std::string& h : r.hidden) argv.insert(argv.end(), {"--tmpfs", h});
+      const std::string home = r.job_dir + "/home", tmp = r.job_dir + "/tmp";
+      std::error_code ec;
+      fs::create_directories(home, ec);
+      fs::create_directories(tmp, ec);
+      argv.insert(argv.end(), {"--bind", r.job_dir, r.job_dir, "--setenv", "HOME", home, "--setenv", "TMPDIR", tmp,
+                               "--chdir", r.workdir, "--"});
+    }
+    argv.insert(argv.end(), r.launcher.begin(), r.launcher.end());
     argv.push_back("--");
     argv.insert(argv.end(), r.command.begin(), r.command.end());
     std::vector<char*> args = pointers(argv), envp = pointers(environment);
@@ -174,8 +201,19 @@ class LocalExecution final : public Execution {
     return "a process of the job went past its " + std::to_string(memory_->limit_mb()) +
            " MB of memory (resources.memory_mb) and the kernel killed it; ask for more memory, or use less";
   }
-  // The launcher forwards it to its ranks and exits when they have.
-  void terminate() override { ::kill(pid_, SIGTERM); }
+  // The launcher forwards it to its ranks and exits when they have. In the
+  // sandbox it is the child of bubblewrap's own child (which reaps inside),
+  // and bubblewrap would end everything at once on a SIGTERM of its own.
+  void terminate() override {
+    pid_t target = pid_;
+    if (sandboxed_) {
+      long inner = 0, launcher = 0;
+      for_each_process([&](long pid, long ppid, long) { if (ppid == pid_) inner = pid; });
+      if (inner > 0) for_each_process([&](long pid, long ppid, long) { if (ppid == inner) launcher = pid; });
+      if (launcher > 0) target = static_cast<pid_t>(launcher);
+    }
+    ::kill(target, SIGTERM);
+  }
   void kill() override {
     if (!code_) ::kill(pid_, SIGKILL);
     signal_session(pid_, SIGKILL);
@@ -183,6 +221,7 @@ class LocalExecution final : public Execution {
 
  private:
   std::unique_ptr<MemoryCgroup> memory_;  // declared first: removed after the job's processes are gone
+  bool sandboxed_ = false;
   pid_t pid_ = -1;
   std::optional<int> code_;
 };
@@ -191,6 +230,20 @@ class LocalExecution final : public Execution {
 
 std::unique_ptr<Execution> start_local(const LaunchRequest& request) {
   return std::make_unique<LocalExecution>(request);
+}
+
+std::string sandbox_program(std::string* why) {
+  for (const char* path : {"/usr/bin/bwrap", "/usr/local/bin/bwrap"}) {
+    if (::access(path, X_OK) != 0) continue;
+    // It must work here too: a container may forbid the namespaces it makes.
+    const auto [rc, output] = run_program({path, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+                                           "--unshare-pid", "--", "true"});
+    if (rc == 0) return path;
+    *why = std::string(path) + " cannot make a sandbox here: " + output.substr(0, output.find('\n'));
+    return "";
+  }
+  *why = "bubblewrap is not installed (apt-get install bubblewrap)";
+  return "";
 }
 
 std::pair<int, std::string> run_program(const std::vector<std::string>& argv, const std::vector<std::string>* env) {

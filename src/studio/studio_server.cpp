@@ -627,7 +627,8 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   if (kiln.empty()) kiln = fs::read_symlink("/proc/self/exe").string();
   impl_->jobs = std::make_unique<Jobs>(dir + "/jobs", *impl_->db, *impl_->store, kiln, impl_->options.executor,
                                        impl_->options.slurm_partition,
-                                       Capacity{impl_->options.cpus, impl_->options.memory_mb, impl_->options.gpus});
+                                       Capacity{impl_->options.cpus, impl_->options.memory_mb, impl_->options.gpus},
+                                       impl_->options.sandbox, dir);
   impl_->runs = std::make_unique<Runs>(*impl_->db);
   impl_->uploads = std::make_unique<Uploads>(*impl_->db, *impl_->store);
   impl_->models = std::make_unique<Models>(*impl_->db, *impl_->store, *impl_->jobs, *impl_->runs, kiln, dir + "/work");

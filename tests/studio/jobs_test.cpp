@@ -17,6 +17,7 @@
 #include "kiln/studio.h"
 #include "support/job_api.h"
 #include "support/job_files.h"
+#include "studio/executors.h"
 #include "studio/memory_cgroup.h"
 #include "support/studio_fixture.h"
 
@@ -454,4 +455,38 @@ TEST(StudioJobs, AJobPastItsMemoryIsKilledAndSaysSo) {
   EXPECT_EQ(killed["state"], "Failed") << killed.dump();
   EXPECT_NE(killed["reason"].get<std::string>().find("went past its 64 MB of memory"), std::string::npos) << killed.dump();
   EXPECT_EQ(api.wait_for(b, {"Completed", "Failed", "Abnormal"})["state"], "Completed");
+}
+
+// Each local job runs in a sandbox (bubblewrap, where it works here): its
+// folder, HOME and TMPDIR writable, the machine read-only, the studio's data
+// (the database, the store, other jobs' folders) and other processes out of sight.
+TEST(StudioJobs, AJobRunsInASandboxThatHidesTheStudiosData) {
+  std::string why;
+  if (studio::sandbox_program(&why).empty()) GTEST_SKIP() << why;
+  auto dir = fresh_dir("jobs_sandbox");
+  Studio s(dir);
+  Api api(s.port, kiln::testing::create_token(dir, "ci", studio::Scope::Write));
+  const int64_t first = api.submit(shell_job("first", "echo mine > mine.txt", 1));
+  ASSERT_EQ(api.wait_for(first, {"Completed", "Failed"})["state"], "Completed");
+  const std::string data = std::filesystem::canonical(dir).string();
+  json spec = shell_job("curious",
+                        "ls " + data + "/studio.db " + data + "/jobs/" + std::to_string(first) + "/mine.txt 2>&1 | "
+                        "sed 's/^/seen: /'; echo processes $(ls /proc | grep -c '^[0-9]*$'); "
+                        "touch $HOME/x $TMPDIR/x && echo home writable; touch /usr/kiln-sandbox 2>/dev/null || echo root read-only; "
+                        "echo here > here.txt && echo folder writable",
+                        1);
+  const int64_t id = api.submit(spec);
+  ASSERT_EQ(api.wait_for(id, {"Completed", "Failed"})["state"], "Completed");
+  const json logs = api.get("/api/v1/jobs/" + std::to_string(id) + "/logs");
+  std::string out;
+  for (const auto& line : logs["lines"]) out += line["text"].get<std::string>() + "\n";
+  EXPECT_NE(out.find("studio.db': No such file or directory"), std::string::npos) << out;
+  EXPECT_NE(out.find("mine.txt': No such file or directory"), std::string::npos) << out;
+  EXPECT_NE(out.find("home writable"), std::string::npos) << out;
+  EXPECT_NE(out.find("root read-only"), std::string::npos) << out;
+  EXPECT_NE(out.find("folder writable"), std::string::npos) << out;
+  // The sandbox's init, the launcher, its rank's shell and the commands it runs: not the machine's processes.
+  const size_t at = out.find("processes ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_LT(std::stoi(out.substr(at + 10)), 12) << out;
 }

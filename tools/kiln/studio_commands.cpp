@@ -47,6 +47,10 @@ void add_studio_commands(CLI::App& app) {
   serve->add_option("--memory-mb", o->memory_mb, "Memory the local executor's jobs may claim, in MB (default: the machine's)")
       ->check(CLI::NonNegativeNumber);
   serve->add_option("--gpus", o->gpus, "GPUs the local executor hands out (default 0)")->check(CLI::NonNegativeNumber);
+  serve->add_option("--sandbox", o->sandbox,
+                    "Each local job in a sandbox (bubblewrap) that hides the studio's data: auto (where it works), "
+                    "bwrap (required) or off")
+      ->check(CLI::IsMember({"auto", "bwrap", "off"}));
   serve->add_option("--console-dir", o->console_dir, "The web console's built files, served at / (default: this build's)");
   auto upload_mb = std::make_shared<double>(1024);
   serve->add_option("--max-upload-mb", *upload_mb, "Largest object one upload may carry, in MiB (default 1024)")
