@@ -26,8 +26,8 @@ PACKAGES=(
   # web console's build (nodejs, npm).
   libsqlite3-dev libpq-dev postgresql libssl-dev nodejs
   # Its Slurm executor, and the single-node cluster its tests start; the
-  # sandbox its local executor runs each job in.
-  slurmctld slurmd slurm-client munge bubblewrap
+  # sandbox its local executor runs each job in; its notebooks' Jupyter.
+  slurmctld slurmd slurm-client munge bubblewrap jupyter-notebook
   # The web console's browser tests (Playwright drives it headless).
   chromium
   # The Python package: pybind11 bindings for Debian's Python, its tests

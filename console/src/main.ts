@@ -8,6 +8,7 @@ import { jobsPage, jobPage } from "./jobs";
 import { storePage } from "./store";
 import { modelsPage, modelPage } from "./models";
 import { servicesPage, servicePage } from "./services";
+import { notebooksPage } from "./notebooks";
 
 export interface Session {
   name: string;
@@ -57,7 +58,8 @@ function navigation(s: Session) {
   const link = (hash: string, text: string) => h("a", { href: hash, "data-nav": text.toLowerCase() }, text);
   bar.replaceChildren(
     h("strong", {}, "Kiln Studio"),
-    h("nav", {}, link("#/jobs", "Jobs"), link("#/store", "Store"), link("#/models", "Models"), link("#/services", "Services")),
+    h("nav", {}, link("#/jobs", "Jobs"), link("#/store", "Store"), link("#/models", "Models"), link("#/services", "Services"),
+      link("#/notebooks", "Notebooks")),
     h("span", { class: "who", id: "who" }, s.roles
       ? `${s.name} (${Object.entries(s.roles).map(([p, r]) => `${r} in ${p}`).join(", ") || "no projects"})`
       : `${s.name} (${s.scope})`),
@@ -80,6 +82,7 @@ async function route() {
     else if (parts[0] === "models") await modelsPage(page);
     else if (parts[0] === "services" && parts[1]) leaving = await servicePage(page, session, parts[1]);
     else if (parts[0] === "services") await servicesPage(page);
+    else if (parts[0] === "notebooks") await notebooksPage(page);
     else page.append(h("p", {}, "No such page."));
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) return signIn("The token is unknown or revoked.");

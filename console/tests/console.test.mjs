@@ -231,6 +231,18 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
     assert.match(await page.textContent("#service-requests tr.request"), /v1.*#\d+.*200/);
     assert.equal(await page.textContent("td.scaling"), "fixed");
   });
+  await step("notebooks", async () => {
+    // A notebook listed with its spec and a link that opens it with the signed-in token.
+    if (!existsSync("/usr/bin/jupyter-notebook")) return;
+    await api("/notebooks", { method: "POST", body: JSON.stringify({ name: "scratch", spec: "cpu-1" }),
+                              headers: { "Content-Type": "application/json" } });
+    for (let i = 0; i < 300 && (await api("/notebooks/scratch")).state !== "Running"; i++) await new Promise((r) => setTimeout(r, 100));
+    await page.goto(url + "/#/notebooks");
+    await page.waitForSelector("[data-notebook='scratch'] a.open");
+    assert.match(await page.textContent("[data-notebook='scratch']"), /default.*1 CPU core, 4096 MB.*Running/);
+    assert.match(await page.getAttribute("[data-notebook='scratch'] a.open", "href"), /\/api\/v1\/notebooks\/scratch\/open\?token=kst_/);
+    await api("/notebooks/scratch/stop", { method: "POST" });
+  });
   await step("failed-version", async () => {
     // A version that fails its check shows why, on the page.
     await fetch(url + "/api/v1/models/broken/versions", { method: "POST", body: "not a model",

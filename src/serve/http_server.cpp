@@ -602,6 +602,18 @@ bool HttpServer::Impl::serve_request(Connection& c) {
       set_error(res, 500, "internal error while answering this request");
     }
   }
+  if (res.takeover) {
+    const auto early = c.buffer.data();
+    try {
+      res.takeover(c.fd, std::string_view(static_cast<const char*>(early.data()), early.size()));
+    } catch (const std::exception& e) {
+      std::string detail = "kiln serve: internal error in a tunnel: " + printable(e.what()) + "\n";
+      std::fwrite(detail.data(), 1, detail.size(), stderr);
+    }
+    c.buffer.consume(c.buffer.size());
+    if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());
+    return false;
+  }
   if (res.stream) {
     stream_answer(stream, res);
     if (logger) logger(req, res, std::chrono::duration<double>(std::chrono::steady_clock::now() - read_at).count());

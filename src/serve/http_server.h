@@ -45,6 +45,11 @@ struct HttpResponse {
   // piece writes nothing and only asks). The connection closes after it.
   using Send = std::function<bool(std::string_view piece)>;
   std::function<void(const Send& send)> stream;
+  // Set to take the connection over (a WebSocket upgrade tunnelled to
+  // another server): the server writes nothing, runs `takeover` on the
+  // request's worker thread with the socket (non-blocking) and whatever the
+  // client sent past the request, and closes the connection after it.
+  std::function<void(int fd, std::string_view early)> takeover;
 };
 
 // The value of name=value in a query string, percent-decoded ('+' is a

@@ -40,7 +40,8 @@ RequestTarget request_target(Database& db, const serve::HttpRequest& req, Scope 
   t.role = role_for(needed);
   if (what == "whoami" || (what == "projects" && n == 3 && get)) {
     t.kind = RequestTarget::Anyone;
-  } else if ((what == "jobs" || what == "models" || what == "services" || what == "buckets") && n == 3 && get) {
+  } else if ((what == "jobs" || what == "models" || what == "services" || what == "buckets" || what == "notebooks") &&
+             n == 3 && get) {
     t.kind = RequestTarget::List;
     t.what = what;
   } else if (what == "jobs") {
@@ -50,6 +51,9 @@ RequestTarget request_target(Database& db, const serve::HttpRequest& req, Scope 
         name == "resolve" ? model_of_uri(serve::query_param(req.query, "uri").value_or("")) : name;
     const std::string created = n == 5 && req.method == "POST" ? requested_project(req) : std::string(kDefaultProject);
     t.project = project_in(db, "SELECT project FROM models WHERE name = ?", model, created);
+  } else if (what == "notebooks") {
+    t.project = n == 3 ? requested_project(req)
+                       : project_in(db, "SELECT project FROM notebooks WHERE name = ?", name, kDefaultProject);
   } else if (what == "services") {
     t.project = n == 3 ? requested_project(req)
                        : project_in(db, "SELECT project FROM services WHERE name = ?", name, kDefaultProject);

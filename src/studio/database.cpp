@@ -194,6 +194,18 @@ const char* const kMigrations[] = {
     ALTER TABLE projects ADD COLUMN quota_memory_mb INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE projects ADD COLUMN quota_gpus INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 14: notebooks (Jupyter servers whose working folder lives in the store).
+    R"sql(
+    CREATE TABLE notebooks (
+      name TEXT PRIMARY KEY,
+      project TEXT NOT NULL REFERENCES projects(name),
+      owner TEXT NOT NULL,                -- the user (or the token's name) that made it
+      spec TEXT NOT NULL,                 -- JSON: cpus, memory_mb, idle_timeout_s, save_every_s
+      state TEXT NOT NULL,
+      reason TEXT NOT NULL,
+      created_at INTEGER NOT NULL
+    );
+    )sql",
 };
 constexpr int kVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 

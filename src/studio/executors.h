@@ -16,7 +16,7 @@ namespace kiln::studio {
 
 struct LaunchRequest {
   std::vector<std::string> launcher;        // kiln launch and its options (before "--")
-  std::vector<std::string> command;         // what each rank runs (after "--")
+  std::vector<std::string> command;         // what each rank runs (after "--"; none: the launcher alone)
   int nnodes = 1;                           // more than one: kiln launch on each node (Slurm)
   std::map<std::string, std::string> env;   // added to the studio's environment
   std::string name;                         // the job's name, for Slurm's queue

@@ -14,6 +14,7 @@
 
 #include "kiln/error.h"
 #include "studio/executors.h"
+#include "studio/folder_sync.h"
 #include "studio/job_queue.h"
 #include "studio/projects.h"
 #include "studio/tokens.h"
@@ -293,25 +294,7 @@ void Jobs::finish(int64_t id, const std::string& state, const std::string& reaso
 
 void Jobs::stage(const std::string& url, const std::string& what, const std::string& dir) {
   auto [bucket, prefix] = split_store_url(url, what);
-  fs::create_directories(dir);
-  // One object named exactly, or every object under the prefix.
-  if (auto one = prefix.empty() ? std::nullopt : store_.stat(bucket, prefix)) {
-    std::ofstream(dir + "/" + fs::path(prefix).filename().string(), std::ios::binary) << store_.read(bucket, *one);
-    return;
-  }
-  std::string under = prefix.empty() || prefix.back() == '/' ? prefix : prefix + "/";
-  std::string after;
-  do {
-    Listing page = store_.list(bucket, under, after, 1000);
-    for (const auto& o : page.objects) {
-      fs::path target = fs::path(dir) / o.key.substr(under.size());
-      fs::create_directories(target.parent_path());
-      std::ofstream out(target, std::ios::binary);
-      out << store_.read(bucket, o);
-      KILN_CHECK(out.good(), "staging ", url, ": cannot write ", target.string(), " (is the disk full?)");
-    }
-    after = page.next_start_after;
-  } while (!after.empty());
+  copy_store_to_folder(store_, bucket, prefix, dir, url);
 }
 
 void Jobs::stage_inputs(int64_t id, const JobSpec& spec) {
@@ -323,23 +306,10 @@ void Jobs::sync_output(int64_t id, const JobSpec& spec, Synced& synced) {
   if (spec.output.empty()) return;
   auto [bucket, prefix] = split_store_url(spec.output, "output");
   if (!prefix.empty() && prefix.back() != '/') prefix += "/";
-  store_.create_bucket(bucket);
+  store_.create_bucket(bucket, spec.project);
   // The output directory as it is, and the ranks' logs under logs/.
-  for (auto [dir, under] : {std::pair<std::string, std::string>{folder(id) + "/output", prefix},
-                            {folder(id) + "/logs", prefix + "logs/"}}) {
-    if (!fs::exists(dir)) continue;
-    for (auto& entry : fs::recursive_directory_iterator(dir)) {
-      if (!entry.is_regular_file()) continue;
-      const std::pair<uintmax_t, fs::file_time_type> seen{entry.file_size(), entry.last_write_time()};
-      auto it = synced.find(entry.path().string());
-      if (it != synced.end() && it->second == seen) continue;  // a checkpoint is not read again every sync
-      std::string key = under + fs::relative(entry.path(), dir).generic_string();
-      std::string bytes = read_text(entry.path().string());
-      auto there = store_.stat(bucket, key);
-      if (!there || there->sha256 != sha256_hex(bytes.data(), bytes.size())) store_.put(bucket, key, bytes);
-      synced[entry.path().string()] = seen;
-    }
-  }
+  copy_folder_to_store(store_, folder(id) + "/output", bucket, prefix, synced);
+  copy_folder_to_store(store_, folder(id) + "/logs", bucket, prefix + "logs/", synced);
 }
 
 void Jobs::end_job(int64_t id, const JobSpec& spec, Synced& synced, const std::string& state,

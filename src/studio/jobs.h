@@ -17,6 +17,7 @@
 
 #include "studio/database.h"
 #include "studio/executors.h"
+#include "studio/folder_sync.h"
 #include "studio/job_queue.h"
 #include "studio/job_spec.h"
 #include "studio/object_store.h"
@@ -56,6 +57,8 @@ class Jobs {
   std::vector<JobRecord> list(int limit);
   // Asks a job to stop: Terminating, then Terminated once its ranks are gone.
   void stop(int64_t id);
+  // The sandbox program local jobs run in ("": none), for what else runs like a job.
+  const std::string& sandbox() const { return bwrap_; }
   // What a project's running jobs may hold at once on the local executor (0: no limit).
   void set_quota(const std::string& project, const Capacity& quota);
   std::string folder(int64_t id) const { return root_ + "/" + std::to_string(id); }
@@ -78,7 +81,7 @@ class Jobs {
   void stage(const std::string& url, const std::string& what, const std::string& dir);
   // Uploads what changed in the output folder and logs since the last call
   // (`synced`: size and time of each file as last uploaded).
-  using Synced = std::map<std::string, std::pair<uintmax_t, std::filesystem::file_time_type>>;
+  using Synced = SyncedFiles;
   void sync_output(int64_t id, const JobSpec& spec, Synced& synced);
   // Watches a started job to its end (false: the studio is stopping and
   // leaves it to Slurm).

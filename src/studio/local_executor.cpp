@@ -121,8 +121,10 @@ class LocalExecution final : public Execution {
                                "--chdir", r.workdir, "--"});
     }
     argv.insert(argv.end(), r.launcher.begin(), r.launcher.end());
-    argv.push_back("--");
-    argv.insert(argv.end(), r.command.begin(), r.command.end());
+    if (!r.command.empty()) {
+      argv.push_back("--");
+      argv.insert(argv.end(), r.command.begin(), r.command.end());
+    }
     std::vector<char*> args = pointers(argv), envp = pointers(environment);
     const std::string log_path = r.log_path, workdir = r.workdir;
     // Its memory claim becomes a limit the kernel enforces, where it can.

@@ -21,6 +21,7 @@
 #include "studio/access.h"
 #include "studio/job_routes.h"
 #include "studio/model_routes.h"
+#include "studio/notebooks.h"
 #include "studio/service_routes.h"
 #include "studio/object_store.h"
 #include "studio/projects.h"
@@ -71,8 +72,16 @@ bool parse_range(const std::string& header, int64_t size, int64_t& offset, int64
 // Inference through a service is a read, and is not audited (it writes
 // nothing); the instances' repository routes change what serves: admin.
 // The audit log, the tokens, and a project's members and secrets: admin.
+// Whether the path goes to a notebook's Jupyter server (or opens it in a browser).
+bool notebook_proxy_path(const std::string& path) {
+  if (path.rfind("/api/v1/notebooks/", 0) != 0) return false;
+  const size_t slash = path.find('/', std::string("/api/v1/notebooks/").size());
+  return slash != std::string::npos && (path.compare(slash, 7, "/proxy/") == 0 || path.compare(slash, 6, "/open") == 0);
+}
+
 Scope needed_scope(const HttpRequest& req) {
   Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
+  if (notebook_proxy_path(req.path)) needed = Scope::Write;  // a notebook runs code, whatever the method
   if (is_service_proxy_path(req.path))
     if (const std::optional<ProxyAccess> forwarded = proxy_access(req.method, req.path)) needed = forwarded->needed;
   if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
@@ -103,6 +112,7 @@ struct StudioServer::Impl {
   std::unique_ptr<Uploads> uploads;
   std::unique_ptr<Models> models;
   std::unique_ptr<Services> services;
+  std::unique_ptr<Notebooks> notebooks;  // before http: its tunnels end with the server's workers
   std::unique_ptr<serve::HttpServer> http;
   std::FILE* access_log = nullptr;
   std::mutex log_mu;
@@ -129,6 +139,9 @@ struct StudioServer::Impl {
   bool authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head);
   // POST /api/v1/login: a user's name and password for a token of the user's.
   void login(const HttpRequest& req, HttpResponse& res);
+  // /api/v1/notebooks: create, list, start, stop, delete, open, and the proxy to each.
+  void notebook_routes(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
+                       const std::vector<std::string>& parts);
   // /api/v1/projects: the caller's projects, their members and secrets.
   void projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, const std::vector<std::string>& parts);
   void handle(const HttpRequest& req, HttpResponse& res);
@@ -164,8 +177,21 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
   const std::string* auth = req.header("Authorization");
   std::optional<TokenInfo> token;
   if (auth && auth->rfind("Bearer ", 0) == 0) token = lookup_token(auth->substr(7));
+  bool presented = auth != nullptr;
+  // A browser in a notebook sends no header: its token came as ?token= to
+  // .../open, which set it as a cookie for that notebook's paths.
+  if (!auth && req.path.rfind("/api/v1/notebooks/", 0) == 0) {
+    std::optional<std::string> secret;
+    if (req.path.size() > 5 && req.path.compare(req.path.size() - 5, 5, "/open") == 0) {
+      secret = serve::query_param(req.query, "token");
+    } else if (const std::string* cookies = req.header("Cookie")) {
+      const size_t at = cookies->find("kiln_token=");
+      if (at != std::string::npos) secret = cookies->substr(at + 11, cookies->find(';', at) - at - 11);
+    }
+    if (secret) token = lookup_token(*secret), presented = true;
+  }
   if (!token) {
-    serve::set_error(res, 401, auth ? "the token is unknown or revoked; create one with `kiln studio token create`"
+    serve::set_error(res, 401, presented ? "the token is unknown or revoked; create one with `kiln studio token create`"
                                     : "every endpoint but /api/v1/health needs \"Authorization: Bearer <token>\" "
                                       "(`kiln studio token create --scope read|write|admin`)");
     res.headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -182,6 +208,7 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
   const std::optional<ProxyAccess> forwarded = proxy ? proxy_access(req.method, req.path) : std::nullopt;
   const Scope needed = needed_scope(req);
   audited = proxy ? forwarded && forwarded->audited : req.method != "GET" && req.method != "HEAD";
+  if (notebook_proxy_path(req.path)) audited = false;  // a notebook's own traffic (saves, kernels): not the studio's writes
   if (proxy && !forwarded) {
     serve::set_error(res, 404, "the service proxy forwards inference and metadata only (GET .../v2/models/M, "
                                "POST .../v2/models/M/infer); " + req.method + " " + serve::printable(req.path) +
@@ -330,6 +357,39 @@ void StudioServer::Impl::login(const HttpRequest& req, HttpResponse& res) {
   audit(req, res, "login:" + user, user);
 }
 
+void StudioServer::Impl::notebook_routes(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
+                                         const std::vector<std::string>& parts) {
+  const size_t n = parts.size();
+  const std::string name = n > 3 ? parts[3] : "";
+  if (n >= 5 && parts[4] == "proxy") {
+    notebooks->forward(name, req, res);
+  } else if (n == 3 && req.method == "GET") {
+    reply_json(res, 200, notebooks->list());
+  } else if (n == 3 && req.method == "POST") {
+    reply_json(res, 201, notebooks->create(parse_json_body(req), token.user));
+  } else if (n == 4 && req.method == "GET") {
+    reply_json(res, 200, notebooks->get(name));
+  } else if (n == 4 && req.method == "DELETE") {
+    notebooks->remove(name);
+    res.status = 204;
+  } else if (n == 5 && parts[4] == "start" && req.method == "POST") {
+    reply_json(res, 202, notebooks->start(name));
+  } else if (n == 5 && parts[4] == "stop" && req.method == "POST") {
+    reply_json(res, 202, notebooks->stop(name));
+  } else if (n == 5 && parts[4] == "open" && req.method == "GET") {
+    // A browser's way in: the token (from ?token=) becomes a cookie for this notebook's paths only.
+    notebooks->get(name);
+    const std::string secret = serve::query_param(req.query, "token").value_or("");
+    res.status = 302;
+    res.headers.emplace_back("Set-Cookie", "kiln_token=" + secret + "; Path=/api/v1/notebooks/" + name +
+                                               "/; HttpOnly; SameSite=Strict");
+    res.headers.emplace_back("Location", "/api/v1/notebooks/" + name + "/proxy/tree");
+    res.body = "";
+  } else {
+    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
+  }
+}
+
 void StudioServer::Impl::projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
                                   const std::vector<std::string>& parts) {
   const size_t n = parts.size();
@@ -433,6 +493,8 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     reply_json(res, 200, me);
   } else if (what == "projects") {
     projects(req, res, token, parts);
+  } else if (what == "notebooks") {
+    notebook_routes(req, res, token, parts);
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = 100;
     if (auto text = serve::query_param(req.query, "limit")) {
@@ -633,6 +695,8 @@ StudioServer::StudioServer(StudioOptions options) : impl_(std::make_unique<Impl>
   impl_->uploads = std::make_unique<Uploads>(*impl_->db, *impl_->store);
   impl_->models = std::make_unique<Models>(*impl_->db, *impl_->store, *impl_->jobs, *impl_->runs, kiln, dir + "/work");
   impl_->services = std::make_unique<Services>(*impl_->db, *impl_->models, kiln, dir + "/services");
+  impl_->notebooks = std::make_unique<Notebooks>(*impl_->db, *impl_->store, dir + "/notebooks", kiln,
+                                                 impl_->jobs->sandbox(), dir);
   if (impl_->options.access_log == "-") {
     impl_->access_log = stderr;
   } else if (!impl_->options.access_log.empty()) {
@@ -655,8 +719,10 @@ int StudioServer::start() {
   int port = impl_->http->listen();
   // Jobs reach the studio on this machine, whatever address it listens on.
   const std::string& host = impl_->options.host;
-  impl_->jobs->set_studio_url("http://" + (host == "0.0.0.0" || host.empty() ? std::string("127.0.0.1") : host) + ":" +
-                              std::to_string(port));
+  const std::string url =
+      "http://" + (host == "0.0.0.0" || host.empty() ? std::string("127.0.0.1") : host) + ":" + std::to_string(port);
+  impl_->jobs->set_studio_url(url);
+  impl_->notebooks->set_studio_url(url);
   return port;
 }
 

@@ -22,6 +22,7 @@ void add_job_commands(CLI::App& app);
 void add_model_commands(CLI::App& app);
 void add_service_commands(CLI::App& app);
 void add_project_commands(CLI::App& app);
+void add_notebook_commands(CLI::App& app);
 }
 
 namespace {
@@ -82,8 +83,9 @@ int main(int argc, char** argv) {
   kiln::cli::add_model_commands(app);
   kiln::cli::add_service_commands(app);
   kiln::cli::add_project_commands(app);
+  kiln::cli::add_notebook_commands(app);
 #else
-  for (const char* name : {"studio", "store", "job", "model", "service", "project"})
+  for (const char* name : {"studio", "store", "job", "model", "service", "project", "notebook"})
     add_missing_command(app, name, std::string("Kiln Studio's ") + name + " commands", "KILN_BUILD_STUDIO");
 #endif
   try {

@@ -91,6 +91,7 @@ Remote::Remote(std::string server, std::string token, bool anonymous) {
   KILN_CHECK(anonymous || !token.empty(), "the studio needs a token: --token or KILN_STUDIO_TOKEN (`kiln studio login` "
              "or `kiln studio token create`)");
   server_ = server;
+  token_ = token;
   client_ = std::make_unique<httplib::Client>(server);
   if (!anonymous) client_->set_bearer_token_auth(token);
   client_->set_url_encode(false);  // keys are percent-encoded here, once

@@ -23,6 +23,8 @@ class Remote {
  public:
   // anonymous: no token (logging in).
   Remote(std::string server, std::string token, bool anonymous = false);
+  const std::string& server() const { return server_; }
+  const std::string& token() const { return token_; }
   nlohmann::json get_json(const std::string& path);
   std::string get_text(const std::string& path);
   nlohmann::json post_json(const std::string& path, const nlohmann::json& body, int expected);
@@ -51,7 +53,7 @@ class Remote {
   // as an upload in parts, which a later run resumes.
   void upload_in_parts(const std::string& local, const StoreUrl& dst, int64_t size);
   void check(const httplib::Result& r, const char* method, const std::string& path, int expected);
-  std::string server_;
+  std::string server_, token_;
   std::unique_ptr<httplib::Client> client_;
 };
 
