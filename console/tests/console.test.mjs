@@ -240,7 +240,17 @@ test("a writer signs in, reads the job, its curve and logs, sets an alias, chang
     await page.goto(url + "/#/notebooks");
     await page.waitForSelector("[data-notebook='scratch'] a.open");
     assert.match(await page.textContent("[data-notebook='scratch']"), /default.*1 CPU core, 4096 MB.*Running/);
-    assert.match(await page.getAttribute("[data-notebook='scratch'] a.open", "href"), /\/api\/v1\/notebooks\/scratch\/open\?token=kst_/);
+    const href = await page.getAttribute("[data-notebook='scratch'] a.open", "href");
+    assert.match(href, /\/api\/v1\/notebooks\/scratch\/open\?token=kst_/);
+    // The link opens Jupyter itself, through the studio, in the browser.
+    const jupyter = await browser.newPage();
+    try {
+      await jupyter.goto(url + href);
+      await jupyter.waitForSelector("#notebook_list");
+      assert.match(jupyter.url(), /\/api\/v1\/notebooks\/scratch\/proxy\/tree/);
+    } finally {
+      await jupyter.close();
+    }
     await api("/notebooks/scratch/stop", { method: "POST" });
   });
   await step("failed-version", async () => {

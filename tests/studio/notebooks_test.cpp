@@ -106,13 +106,27 @@ TEST(StudioNotebooks, CodeRunsThroughTheStudioAndTheWorkOutlivesTheNotebook) {
   httplib::Client anonymous("127.0.0.1", s.port);
   EXPECT_EQ(anonymous.Get(base + "contents")->status, 401);
 
-  // Code, through the kernel's WebSocket tunnelled by the studio; kiln is importable there.
+  // Code, through the kernel's WebSocket tunnelled by the studio: a cell that trains W1 for one epoch
+  // with kiln and saves the weights in the notebook's folder.
   auto kernel = api.call("POST", base + "kernels", "{}");
   ASSERT_EQ(kernel.first, 201) << kernel.second.dump();
+  const std::string cell =
+      "import kiln, os\n"
+      "from kiln import nn\n"
+      "from kiln.dataset import vision\n"
+      "data = kiln.dataset.FashionMnistDataset('/usr/share/datasets/fashion-mnist', 'train').map(\n"
+      "    [vision.Rescale(1 / 255), vision.HWC2CHW()], 'image').batch(64)\n"
+      "net = nn.SequentialCell(nn.Flatten(), nn.Dense(784, 512), nn.ReLU(), nn.Dense(512, 256), nn.ReLU(),\n"
+      "                        nn.Dense(256, 10))\n"
+      "model = kiln.train.Model(net, loss_fn=nn.CrossEntropyLoss(),\n"
+      "                         optimizer=nn.SGD(net.trainable_params(), learning_rate=0.05, momentum=0.9))\n"
+      "history = model.train(1, data)\n"
+      "kiln.save_checkpoint(net, 'w1.safetensors')\n"
+      "print('epochs', len(history), 'loss below 1:', history[0]['loss'] < 1.0, os.environ['KILN_STUDIO_URL'])";
   const std::string printed =
-      run_in_kernel(s.port, token, base + "kernels/" + kernel.second["id"].get<std::string>() + "/channels",
-                    "import kiln, os\nprint(int(kiln.ones((2,)).sum().item() * 21), os.environ['KILN_STUDIO_URL'])");
-  EXPECT_NE(printed.find("42 http://127.0.0.1:" + std::to_string(s.port)), std::string::npos) << printed;
+      run_in_kernel(s.port, token, base + "kernels/" + kernel.second["id"].get<std::string>() + "/channels", cell);
+  EXPECT_NE(printed.find("epochs 1 loss below 1: True http://127.0.0.1:" + std::to_string(s.port)), std::string::npos)
+      << printed;
 
   // Stopped, its work is in the store; started again, it is back in the folder.
   ASSERT_EQ(api.call("POST", "/api/v1/notebooks/nb/stop").first, 202);
@@ -121,12 +135,16 @@ TEST(StudioNotebooks, CodeRunsThroughTheStudioAndTheWorkOutlivesTheNotebook) {
   auto saved = api.http.Get("/api/v1/buckets/default-notebooks/objects/nb/hello.txt");
   ASSERT_EQ(saved->status, 200);
   EXPECT_EQ(saved->body, "hi");
+  EXPECT_EQ(api.call("GET", "/api/v1/buckets/default-notebooks/objects/nb/w1.safetensors").first, 200);
   EXPECT_EQ(api.call("GET", base + "contents").first, 503);
   ASSERT_EQ(api.call("POST", "/api/v1/notebooks/nb/start").first, 202);
   wait_for(api, "nb", [](const json& j) { return j["state"] == "Running"; });
   auto back = api.call("GET", base + "contents/hello.txt");
   ASSERT_EQ(back.first, 200) << back.second.dump();
   EXPECT_EQ(back.second["content"], "hi");
+  auto weights = api.call("GET", base + "contents/w1.safetensors?content=0");
+  ASSERT_EQ(weights.first, 200) << weights.second.dump();
+  EXPECT_GT(weights.second["size"].get<int64_t>(), (784 * 512 + 512 * 256) * 4);
   EXPECT_EQ(api.call("DELETE", "/api/v1/notebooks/nb").first, 409) << "a running notebook is not deleted";
 
   // A browser's way in: `kiln notebook open` gives a URL that sets the token as a cookie for this notebook.

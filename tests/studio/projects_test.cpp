@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -251,4 +254,86 @@ TEST(StudioProjects, AProjectsQuotaHoldsBackItsJobsAndNotOtherProjects) {
       << waiting.dump();
   EXPECT_EQ(jobs.wait_for(b, {"Completed", "Failed"})["state"], "Completed");
   EXPECT_EQ(jobs.get("/api/v1/jobs/" + std::to_string(a))["state"], "Completed");
+}
+
+// Every role on every kind of route of a project: what each role may do,
+// the next role down refused, a member of another project refused
+// everything, and a secret's value in no answer and no audit entry.
+TEST(StudioProjects, EachRoleOnEachRouteAndAnOutsiderOnNone) {
+  auto dir = fresh_dir("projects_roles");
+  const std::string db = kiln::testing::test_database(dir);
+  studio::create_project(dir, "a", db);
+  studio::create_project(dir, "b", db);
+  const std::vector<std::string> roles = {"viewer", "developer", "admin"};
+  for (const auto& role : roles) {
+    studio::create_user(dir, role, role + "'s password", db);
+    studio::set_project_role(dir, "a", role, role, db);
+  }
+  studio::create_user(dir, "outsider", "outsider's password", db);
+  studio::set_project_role(dir, "b", "outsider", "admin", db);
+  Studio s(dir);
+  StudioApi admin(s.port, studio::create_token(dir, "admin-token", studio::Scope::Admin, db, 0, "admin"));
+  // Project a's things: a bucket with an object, a completed job with logs, a model, a secret.
+  ASSERT_EQ(admin.call("PUT", "/api/v1/buckets/adata?project=a").first, 201);
+  ASSERT_EQ(admin.call("PUT", "/api/v1/buckets/adata/objects/x.txt", "x", "text/plain").first, 201);
+  kiln::testing::JobApi jobs(s.port, studio::create_token(dir, "admin-jobs", studio::Scope::Admin, db, 0, "admin"));
+  json spec = kiln::testing::shell_job("a-job", "echo logged", 1);
+  spec["project"] = "a";
+  const int64_t job = jobs.submit(spec);
+  ASSERT_EQ(jobs.wait_for(job, {"Completed", "Failed"})["state"], "Completed");
+  std::ifstream onnx(std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/mlp.onnx", std::ios::binary);
+  const std::string model((std::istreambuf_iterator<char>(onnx)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(admin.call("POST", "/api/v1/models/am/versions?project=a", model, "application/octet-stream").first, 201);
+  ASSERT_EQ(admin.call("PUT", "/api/v1/projects/a/secrets/TOKEN", "very-secret-value", "application/octet-stream").first,
+            200);
+
+  struct Route {
+    std::string method, path, body;
+    std::string least;  // the least role that may
+  };
+  const std::string j = "/api/v1/jobs/" + std::to_string(job);
+  const std::vector<Route> routes = {
+      {"GET", "/api/v1/buckets/adata/objects", "", "viewer"},
+      {"GET", "/api/v1/buckets/adata/objects/x.txt", "", "viewer"},
+      {"PUT", "/api/v1/buckets/adata/objects/y.txt", "y", "developer"},
+      {"DELETE", "/api/v1/buckets/adata/objects/y.txt", "", "developer"},
+      {"GET", j, "", "viewer"},
+      {"GET", j + "/logs", "", "viewer"},
+      {"GET", j + "/metrics", "", "viewer"},
+      {"POST", j + "/stop", "", "developer"},
+      {"GET", "/api/v1/models/am", "", "viewer"},
+      {"GET", "/api/v1/models/am/versions/1/file", "", "viewer"},
+      {"PUT", "/api/v1/models/am/aliases/prod", R"({"version": 1})", "developer"},
+      {"GET", "/api/v1/projects/a", "", "viewer"},
+      {"GET", "/api/v1/projects/a/secrets", "", "admin"},
+      {"PUT", "/api/v1/projects/a/secrets/OTHER", "v", "admin"},
+      {"PUT", "/api/v1/projects/a/members/outsider", R"({"role": "none"})", "admin"},
+  };
+  std::map<std::string, std::unique_ptr<StudioApi>> as;
+  for (const auto& user : {"viewer", "developer", "admin", "outsider"})
+    as[user] = std::make_unique<StudioApi>(s.port, studio::create_token(dir, std::string(user) + "-t",
+                                                                        studio::Scope::Admin, db, 0, user));
+  auto rank = [&](const std::string& role) { return std::find(roles.begin(), roles.end(), role) - roles.begin(); };
+  for (const auto& r : routes) {
+    for (const auto& [user, api] : as) {
+      const bool may = user != "outsider" && rank(user) >= rank(r.least);
+      const auto [status, answer] = api->call(r.method, r.path, r.body, r.body.empty() || r.body[0] == '{' ?
+                                                                            "application/json" : "text/plain");
+      if (may)
+        EXPECT_NE(status, 403) << user << " " << r.method << " " << r.path << ": " << answer.dump();
+      else
+        EXPECT_EQ(status, 403) << user << " " << r.method << " " << r.path << ": " << answer.dump();
+    }
+  }
+  // The lists of the outsider hold nothing of project a.
+  for (const char* list : {"jobs", "models", "buckets"}) {
+    const json items = as["outsider"]->call("GET", std::string("/api/v1/") + list).second[list];
+    EXPECT_TRUE(items.empty()) << list << ": " << items.dump();
+  }
+  // The secret's value is in no answer and no audit entry.
+  const json audit = StudioApi(s.port, kiln::testing::create_token(dir, "ops", studio::Scope::Admin))
+                         .call("GET", "/api/v1/audit?limit=1000").second;
+  EXPECT_EQ(audit.dump().find("very-secret-value"), std::string::npos);
+  EXPECT_EQ(as["admin"]->call("GET", "/api/v1/projects/a/secrets").second.dump().find("very-secret"), std::string::npos);
+  EXPECT_EQ(as["admin"]->call("GET", j).second.dump().find("very-secret"), std::string::npos);
 }
