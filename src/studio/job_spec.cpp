@@ -1,6 +1,7 @@
 #include "studio/job_spec.h"
 
 #include <cctype>
+#include <cstdio>
 
 #include "kiln/error.h"
 #include "studio/models.h"
@@ -50,6 +51,34 @@ double number_at(const json& j, const std::string& key, double low, double high)
 
 }  // namespace
 
+Resources parse_flavour(const std::string& flavour) {
+  int n = 0;
+  char kind[4] = {};
+  const bool named = std::sscanf(flavour.c_str(), "%3[a-z]-%d", kind, &n) == 2 && n >= 1 && n <= 1024 &&
+                     flavour == std::string(kind) + "-" + std::to_string(n) &&
+                     (std::string(kind) == "cpu" || (std::string(kind) == "gpu" && n <= 64));
+  KILN_CHECK(named, "'", flavour, "' is not a flavour: the studio offers cpu-N (N CPU cores, 4 GB of memory each) and "
+             "gpu-N (N GPUs, each with 8 cores and 32 GB), or give {cpus, memory_mb, gpus}");
+  Resources r;
+  if (std::string(kind) == "cpu") r.cpus = n, r.memory_mb = 4096LL * n;
+  else r.gpus = n, r.cpus = 8 * n, r.memory_mb = 32768LL * n;
+  return r;
+}
+
+Resources parse_resources(const json& r, const std::string& what) {
+  if (r.is_string()) return parse_flavour(r.get<std::string>());
+  KILN_CHECK(r.is_object(), what, " is a flavour (cpu-2, gpu-1) or a mapping of cpus, memory_mb and gpus");
+  for (auto& [key, value] : r.items())
+    KILN_CHECK(key == "cpus" || key == "memory_mb" || key == "gpus", what, ": unknown key '", key,
+               "'; the keys are cpus, memory_mb and gpus");
+  Resources out;
+  if (r.contains("cpus")) out.cpus = static_cast<int>(number_at(r["cpus"], "resources.cpus", 1, 1024));
+  if (r.contains("memory_mb"))
+    out.memory_mb = static_cast<int64_t>(number_at(r["memory_mb"], "resources.memory_mb", 1, 1e9));
+  if (r.contains("gpus")) out.gpus = static_cast<int>(number_at(r["gpus"], "resources.gpus", 0, 64));
+  return out;
+}
+
 JobSpec parse_job_spec(const json& j) {
   KILN_CHECK(j.is_object(), "a job spec is a mapping (YAML or a JSON object)");
   static const char* known[] = {"name", "recipe", "command", "code", "inputs", "output", "nproc", "nnodes", "env",
@@ -94,17 +123,7 @@ JobSpec parse_job_spec(const json& j) {
   if (j.contains("env")) s.env = strings_map(j["env"], "env");
   if (j.contains("time_limit_s")) s.time_limit_s = number_at(j["time_limit_s"], "time_limit_s", 0, 1e7);
   if (j.contains("sync_every_s")) s.sync_every_s = number_at(j["sync_every_s"], "sync_every_s", 1, 86400);
-  if (j.contains("resources")) {
-    const json& r = j["resources"];
-    KILN_CHECK(r.is_object(), "job spec: 'resources' is a mapping of cpus, memory_mb and gpus");
-    for (auto& [key, value] : r.items())
-      KILN_CHECK(key == "cpus" || key == "memory_mb" || key == "gpus", "job spec: unknown key 'resources.", key,
-                 "'; the keys are cpus, memory_mb and gpus");
-    if (r.contains("cpus")) s.resources.cpus = static_cast<int>(number_at(r["cpus"], "resources.cpus", 1, 1024));
-    if (r.contains("memory_mb"))
-      s.resources.memory_mb = static_cast<int64_t>(number_at(r["memory_mb"], "resources.memory_mb", 1, 1e9));
-    if (r.contains("gpus")) s.resources.gpus = static_cast<int>(number_at(r["gpus"], "resources.gpus", 0, 64));
-  }
+  if (j.contains("resources")) s.resources = parse_resources(j["resources"], "job spec: resources");
   if (j.contains("priority")) s.priority = static_cast<int>(number_at(j["priority"], "priority", -100, 100));
   if (j.contains("project")) {
     s.project = string_at(j["project"], "project");

@@ -35,6 +35,13 @@ struct JobSpec {
   int cores() const { return resources.cpus > 0 ? resources.cpus : nproc; }
 };
 
+// The flavours the studio offers: "cpu-N" (N cores, 4 GB of memory each)
+// and "gpu-N" (N GPUs, with 8 cores and 32 GB each); throws naming them.
+Resources parse_flavour(const std::string& flavour);
+// A flavour's name, or {"cpus", "memory_mb", "gpus"}: jobs' resources,
+// notebooks' and services' specs. `what` names it in errors.
+Resources parse_resources(const nlohmann::json& j, const std::string& what);
+
 JobSpec parse_job_spec(const nlohmann::json& spec);
 nlohmann::json job_spec_json(const JobSpec& spec);
 

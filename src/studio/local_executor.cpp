@@ -153,16 +153,8 @@ class LocalExecution final : public Execution {
       kiln::detail::reset_signals_for_exec();  // the studio blocks SIGTERM; the job must not
       ::setsid();  // the job's own session: stopping it reaches every rank's process group
       if (pin) ::sched_setaffinity(0, sizeof pinned, &pinned);  // its ranks inherit it
-      if (!procs.empty()) {  // into its memory cgroup before it runs anything (its ranks follow)
-        char pid[24];
-        int n = 0;
-        for (long v = ::getpid(); v > 0; v /= 10) pid[n++] = static_cast<char>('0' + v % 10);
-        char text[24];
-        for (int i = 0; i < n; ++i) text[i] = pid[n - 1 - i];
-        const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-        if (fd < 0 || ::write(fd, text, static_cast<size_t>(n)) != n) _exit(125);
-        ::close(fd);
-      }
+      // Into its memory cgroup before it runs anything (its ranks follow).
+      if (!procs.empty() && !MemoryCgroup::join(procs.c_str())) _exit(125);
       int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (log >= 0) {
         ::dup2(log, 1);

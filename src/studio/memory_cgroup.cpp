@@ -1,5 +1,6 @@
 #include "studio/memory_cgroup.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -89,6 +90,18 @@ std::unique_ptr<MemoryCgroup> MemoryCgroup::create(const std::string& name, int6
 MemoryCgroup::~MemoryCgroup() {
   // A cgroup goes once its last process has; the kernel may take a moment to see that.
   for (int attempt = 0; attempt < 50 && ::rmdir(dir_.c_str()) != 0; ++attempt) ::usleep(20000);
+}
+
+bool MemoryCgroup::join(const char* procs_file) {
+  char digits[24], text[24];
+  int n = 0;
+  for (long v = ::getpid(); v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  const int fd = ::open(procs_file, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool written = ::write(fd, text, static_cast<size_t>(n)) == n;
+  ::close(fd);
+  return written;
 }
 
 bool MemoryCgroup::out_of_memory() const {

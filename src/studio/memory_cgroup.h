@@ -20,6 +20,9 @@ class MemoryCgroup {
   MemoryCgroup& operator=(const MemoryCgroup&) = delete;
   // The file a process joins it by writing its pid.
   const std::string& procs_file() const { return procs_; }
+  // Puts the calling process in the cgroup whose procs_file() this is: for a
+  // child between fork and exec (system calls only). False when it cannot.
+  static bool join(const char* procs_file);
   // Whether the kernel has killed a process of it for going past its limit.
   bool out_of_memory() const;
   int64_t limit_mb() const { return limit_mb_; }

@@ -13,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/studio.h"
 #include "studio/executors.h"
+#include "studio/job_spec.h"
 #include "studio/models.h"
 #include "studio/projects.h"
 #include "studio/tokens.h"
@@ -63,24 +64,10 @@ int int_of(const json& j, const char* key, int fallback, int lo, int hi) {
 
 NotebookSpec parse_notebook_spec(const json& body) {
   NotebookSpec s;
-  const json spec = body.value("spec", json("cpu-2"));
-  if (spec.is_string()) {
-    const std::string flavour = spec;
-    int cores = 0;
-    KILN_CHECK(flavour.rfind("cpu-", 0) == 0 && std::sscanf(flavour.c_str() + 4, "%d", &cores) == 1 && cores >= 1 &&
-                   cores <= 256 && flavour == "cpu-" + std::to_string(cores),
-               "spec '", flavour, "': the flavours are cpu-N (N cores, 4 GB of memory each), or give "
-               "{\"cpus\": N, \"memory_mb\": M}");
-    s.cpus = cores;
-    s.memory_mb = 4096LL * cores;
-  } else {
-    KILN_CHECK(spec.is_object(), "\"spec\" is a flavour such as cpu-2, or {\"cpus\": N, \"memory_mb\": M}");
-    for (auto& [k, v] : spec.items())
-      KILN_CHECK(k == "cpus" || k == "memory_mb", "unknown field '", k, "' of a notebook's spec (cpus, memory_mb)");
-    s.cpus = int_of(spec, "cpus", s.cpus, 1, 256);
-    s.memory_mb = spec.value("memory_mb", int64_t{0});
-    KILN_CHECK(s.memory_mb >= 0, "\"memory_mb\" is 0 (no limit) or more");
-  }
+  const Resources r = parse_resources(body.value("spec", json("cpu-2")), "a notebook's spec");
+  KILN_CHECK(r.gpus == 0, "a notebook's spec: notebooks run on CPU cores (a cpu-N flavour)");
+  s.cpus = std::max(1, r.cpus);
+  s.memory_mb = r.memory_mb;
   s.idle_timeout_s = int_of(body, "idle_timeout_s", s.idle_timeout_s, 1, 7 * 86400);
   s.save_every_s = int_of(body, "save_every_s", s.save_every_s, 1, 86400);
   return s;

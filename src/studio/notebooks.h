@@ -29,7 +29,7 @@ struct NotebookSpec {
   int save_every_s = 60;
 };
 
-// "cpu-N" (N cores, 4 GB each), or {"cpus", "memory_mb"}, with idle_timeout_s and save_every_s.
+// A flavour ("cpu-N": N cores, 4 GB each) or {"cpus", "memory_mb"}, with idle_timeout_s and save_every_s.
 NotebookSpec parse_notebook_spec(const nlohmann::json& body);
 
 class Notebooks {

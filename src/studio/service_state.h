@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "studio/memory_cgroup.h"
 #include "studio/services.h"
 
 namespace kiln::studio {
@@ -39,6 +40,7 @@ struct Services::Instance {
   int64_t unready_since_ms = 0;  // when a ready instance stopped answering its probe
   std::string model, secret;     // what it serves, and the token it wants (the version's)
   std::string probe;             // an inference request its probe sends ("": the ready endpoint only)
+  std::unique_ptr<MemoryCgroup> memory;  // its memory limit, where the machine allows one
   int64_t inferred_ms = 0;       // the last inference probe that was answered
   std::atomic<int> outstanding{0};
   std::string log;

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "core/child_process.h"
+#include "studio/job_spec.h"
 #include "studio/projects.h"
 #include "studio/runs.h"
 #include "studio/service_state.h"
@@ -103,10 +104,11 @@ ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec
   static const std::set<std::string> fields = {"name",          "model",         "weight",
                                                "instances",     "threads",       "max_batch",
                                                "min_instances", "max_instances", "target_outstanding",
-                                               "target_latency_ms", "scale_down_after_s"};
+                                               "target_latency_ms", "scale_down_after_s", "spec", "memory_mb"};
   for (auto& [k, v] : j.items())
-    KILN_CHECK(fields.count(k), "unknown field '", k, "' of a service version (name, model, weight, instances, threads, "
-               "max_batch, min_instances, max_instances, target_outstanding, target_latency_ms, scale_down_after_s)");
+    KILN_CHECK(fields.count(k), "unknown field '", k, "' of a service version (name, model, weight, instances, spec, "
+               "threads, memory_mb, max_batch, min_instances, max_instances, target_outstanding, target_latency_ms, "
+               "scale_down_after_s)");
   ServiceVersionSpec s = base;
   if (j.contains("name")) {
     KILN_CHECK(j["name"].is_string(), "a version's \"name\" is text");
@@ -120,7 +122,18 @@ ServiceVersionSpec parse_service_version(const json& j, const ServiceVersionSpec
   KILN_CHECK(!s.model.empty(), "a service version needs \"model\": a registry URI such as fmnist@production");
   s.weight = int_field(j, "weight", s.weight, 0, 100);
   s.instances = int_field(j, "instances", s.instances, 1, 64);
+  if (j.contains("spec")) {  // each instance's: a flavour's cores as its threads, and its memory as a limit
+    const Resources r = parse_resources(j["spec"], "a service version's spec");
+    KILN_CHECK(r.gpus == 0, "a service version's spec: instances run on CPU cores (a cpu-N flavour)");
+    s.threads = std::max(1, r.cpus);
+    s.memory_mb = r.memory_mb;
+  }
   s.threads = int_field(j, "threads", s.threads, 1, 256);
+  if (j.contains("memory_mb")) {
+    KILN_CHECK(j["memory_mb"].is_number_integer() && j["memory_mb"].get<int64_t>() >= 0,
+               "\"memory_mb\" is 0 (no limit) or more");
+    s.memory_mb = j["memory_mb"];
+  }
   s.max_batch = int_field(j, "max_batch", s.max_batch, 0, 4096);
   if (j.contains("min_instances") || j.contains("max_instances")) {
     s.min_instances = int_field(j, "min_instances", s.autoscaled() ? s.min_instances : 1, 1, 64);
@@ -145,6 +158,7 @@ namespace {
 json version_json(const ServiceVersionSpec& v) {
   json j = {{"name", v.name},         {"model", v.model},        {"weight", v.weight},
             {"instances", v.instances}, {"threads", v.threads}, {"max_batch", v.max_batch}};
+  if (v.memory_mb > 0) j["memory_mb"] = v.memory_mb;
   if (v.autoscaled())
     j.update({{"min_instances", v.min_instances},
               {"max_instances", v.max_instances},
@@ -273,12 +287,22 @@ void Services::start_instance(Service& s, Version& v, Instance& i) {
   i.secret = v.secret;
   i.probe = v.probe;
   i.inferred_ms = 0;
+  i.memory.reset();
+  if (v.spec.memory_mb > 0) {
+    std::string why;
+    i.memory = MemoryCgroup::create("kiln-service-" + s.name + "-" + std::to_string(i.id), v.spec.memory_mb, &why);
+    if (!i.memory)
+      std::fprintf(stderr, "kiln studio: service %s: instance %d's memory is not limited: %s\n", s.name.c_str(), i.id,
+                   why.c_str());
+  }
+  const std::string procs = i.memory ? i.memory->procs_file() : "";
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   KILN_CHECK(pid >= 0, "cannot start an instance of service ", s.name, ": fork failed");
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // an instance does not outlive its studio
     if (::getppid() != parent) ::_exit(1);
+    if (!procs.empty() && !MemoryCgroup::join(procs.c_str())) ::_exit(125);
     kiln::detail::reset_signals_for_exec();  // drained with SIGTERM, which the studio blocks
     ::setpgid(0, 0);
     int fd = ::open(i.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -362,7 +386,8 @@ json Services::describe(const Service& s) {
         for (auto& i : instances_of(*w, "warming")) instances.push_back(i);
     json version = {{"name", v->spec.name}, {"model", v->spec.model},
                     {"model_version", v->model_name + "/" + std::to_string(v->model_version)},
-                    {"weight", v->spec.weight}, {"threads", v->spec.threads}, {"max_batch", v->spec.max_batch},
+                    {"weight", v->spec.weight}, {"threads", v->spec.threads}, {"memory_mb", v->spec.memory_mb},
+                    {"max_batch", v->spec.max_batch},
                     {"instances", instances}, {"probe", v->probe.empty() ? "ready endpoint" : "inference"},
                     {"load", {{"in_flight", v->mean_in_flight}, {"latency_ms", v->mean_latency_ms}}}};
     if (v->spec.autoscaled())
@@ -425,6 +450,7 @@ json Services::set_version(const std::string& name, const std::string& version, 
   if (!current) {  // a new version
     s->versions.push_back(start_version(*s, next, ++s->generation));
   } else if (next.model != current->spec.model || next.threads != current->spec.threads ||
+             next.memory_mb != current->spec.memory_mb ||
              next.max_batch != current->spec.max_batch || models_.resolve(next.model).version != current->model_version) {
     // A rolling update: the new instances warm up while the old ones serve.
     s->warming.push_back(start_version(*s, next, ++s->generation));

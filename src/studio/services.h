@@ -34,6 +34,7 @@ struct ServiceVersionSpec {
   int weight = 100;   // 0 to 100; all zero splits evenly
   int instances = 1;
   int threads = 1;    // KILN_NUM_THREADS of each instance
+  int64_t memory_mb = 0;  // each instance's memory limit, enforced where the machine allows (0: none)
   int max_batch = 16; // dynamic batching up to this many samples
   // Autoscaling, when max_instances > min_instances: instances stays within
   // them, one more per target_outstanding requests in flight (averaged over

@@ -449,12 +449,19 @@ TEST(StudioJobs, AJobPastItsMemoryIsKilledAndSaysSo) {
   json greedy = shell_job("greedy", "head -c 300M /dev/zero | tail > /dev/null", 1);
   greedy["resources"] = {{"memory_mb", 64}};
   json modest = shell_job("modest", "head -c 10M /dev/zero | tail > /dev/null", 1);
-  modest["resources"] = {{"memory_mb", 256}};
+  modest["resources"] = "cpu-1";  // a flavour: 1 core, 4 GB
   const int64_t a = api.submit(greedy), b = api.submit(modest);
   json killed = api.wait_for(a, {"Completed", "Failed", "Abnormal"});
   EXPECT_EQ(killed["state"], "Failed") << killed.dump();
   EXPECT_NE(killed["reason"].get<std::string>().find("went past its 64 MB of memory"), std::string::npos) << killed.dump();
-  EXPECT_EQ(api.wait_for(b, {"Completed", "Failed", "Abnormal"})["state"], "Completed");
+  const json done = api.wait_for(b, {"Completed", "Failed", "Abnormal"});
+  EXPECT_EQ(done["state"], "Completed");
+  EXPECT_EQ(done["spec"]["resources"], json({{"cpus", 1}, {"gpus", 0}, {"memory_mb", 4096}}));
+  json odd = shell_job("odd", "true", 1);
+  odd["resources"] = "tpu-2";
+  auto refused = api.client.Post("/api/v1/jobs", odd.dump(), "application/json");
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_NE(refused->body.find("'tpu-2' is not a flavour: the studio offers cpu-N"), std::string::npos) << refused->body;
 }
 
 // Each local job runs in a sandbox (bubblewrap, where it works here): its

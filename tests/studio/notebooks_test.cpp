@@ -87,9 +87,9 @@ TEST(StudioNotebooks, CodeRunsThroughTheStudioAndTheWorkOutlivesTheNotebook) {
   Studio s(dir);
   const std::string token = kiln::testing::create_token(dir, "ann", studio::Scope::Write);
   StudioApi api(s.port, token);
-  auto bad = api.call("POST", "/api/v1/notebooks", R"({"name": "x", "spec": "gpu-9"})");
+  auto bad = api.call("POST", "/api/v1/notebooks", R"({"name": "x", "spec": "tpu-1"})");
   EXPECT_EQ(bad.first, 400);
-  EXPECT_NE(bad.second.dump().find("the flavours are cpu-N"), std::string::npos) << bad.second.dump();
+  EXPECT_NE(bad.second.dump().find("is not a flavour: the studio offers cpu-N"), std::string::npos) << bad.second.dump();
 
   auto made = api.call("POST", "/api/v1/notebooks", R"({"name": "nb", "spec": "cpu-1", "idle_timeout_s": 600})");
   ASSERT_EQ(made.first, 201) << made.second.dump();

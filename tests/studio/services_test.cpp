@@ -19,6 +19,7 @@
 #include "kiln/onnx.h"
 #include "kiln/runtime.h"
 #include "kiln/studio.h"
+#include "studio/memory_cgroup.h"
 #include "support/job_files.h"
 #include "support/studio_fixture.h"
 
@@ -359,13 +360,22 @@ TEST(StudioServices, VersionsScaleWithTheirLoadAndRequestsAreLogged) {
   EXPECT_NE(bad.second.dump().find("log_payloads"), std::string::npos) << bad.second.dump();
 
   auto deployed = s.kiln(token, dir, "service deploy fm --model m/1 --min-instances 1 --max-instances 3 "
-                                     "--target-outstanding 1 --scale-down-after 1 --log-payloads 1");
+                                     "--target-outstanding 1 --scale-down-after 1 --log-payloads 1 --spec cpu-1");
   ASSERT_EQ(deployed.first, 0) << deployed.second;
   EXPECT_NE(deployed.second.find("autoscale 1..3 instances"), std::string::npos) << deployed.second;
   auto instances = [](const json& j) { return j["versions"][0]["instances"].size(); };
   json svc = c.wait_for("fm", [](const json& j) { return in_state(j, "Running"); });
   ASSERT_EQ(instances(svc), 1u);
   EXPECT_EQ(svc["versions"][0]["probe"], "inference");
+  // Its instances start on the spec: one thread each, in a memory cgroup of 4 GB where the machine has them.
+  EXPECT_EQ(svc["versions"][0]["threads"], 1);
+  EXPECT_EQ(svc["versions"][0]["memory_mb"], 4096);
+  std::string why;
+  if (studio::MemoryCgroup::create("kiln-test-probe-" + std::to_string(::getpid()), 64, &why)) {
+    const int pid = svc["versions"][0]["instances"][0]["pid"];
+    EXPECT_NE(kiln::testing::text_of("/proc/" + std::to_string(pid) + "/cgroup").find("kiln-service-fm-"),
+              std::string::npos);
+  }
   // Its probe ran an inference before any client sent one.
   json metrics = c.call("GET", "/api/v1/services/fm/metrics").second;
   double probed = 0;

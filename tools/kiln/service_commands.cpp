@@ -69,7 +69,7 @@ void add_service_commands(CLI::App& app) {
   auto server = std::make_shared<std::string>();
   auto token = std::make_shared<std::string>();
   struct Args {
-    std::string name, version = "v1", model, grep, project;
+    std::string name, version = "v1", model, grep, project, spec;
     int instances = 1, threads = 1, max_batch = 16, weight = -1, instance = 0, limit = 20;
     double log_payloads = 0;
     bool json_out = false;
@@ -83,14 +83,16 @@ void add_service_commands(CLI::App& app) {
   deploy->add_option("--model", a->model, "A registered model: NAME@ALIAS, NAME/VERSION or NAME")->required();
   deploy->add_option("--instances", a->instances, "kiln serve processes (default 1)");
   deploy->add_option("--threads", a->threads, "Threads of each instance (default 1)");
+  deploy->add_option("--spec", a->spec, "Each instance's flavour: cpu-N (N threads, a 4 GB memory limit each)");
   deploy->add_option("--max-batch", a->max_batch, "Dynamic batching up to this many samples (default 16; 0: none)");
   deploy->add_option("--log-payloads", a->log_payloads,
                      "Share of requests whose bodies the request log keeps, 0 to 1 (default 0: none)");
   add_scaling_options(deploy, a->scaling);
   deploy->add_option("--project", a->project, "The project it belongs to (default: default)");
   deploy->callback([=] {
-    json version = {{"name", "v1"}, {"model", a->model}, {"weight", 100}, {"threads", a->threads},
-                    {"max_batch", a->max_batch}};
+    json version = {{"name", "v1"}, {"model", a->model}, {"weight", 100}, {"max_batch", a->max_batch}};
+    if (!a->spec.empty()) version["spec"] = a->spec;
+    if (a->spec.empty() || deploy->count("--threads")) version["threads"] = a->threads;
     if (deploy->count("--instances")) version["instances"] = a->instances;
     put_scaling(deploy, a->scaling, version);
     json spec = {{"name", a->name}, {"versions", {version}}};
