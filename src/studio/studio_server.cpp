@@ -68,10 +68,6 @@ bool parse_range(const std::string& header, int64_t size, int64_t& offset, int64
   return offset >= 0 && offset < size && length > 0;
 }
 
-// The scope a request asks of a token: read for GET, write otherwise.
-// Inference through a service is a read, and is not audited (it writes
-// nothing); the instances' repository routes change what serves: admin.
-// The audit log, the tokens, and a project's members and secrets: admin.
 // Whether the path goes to a notebook's Jupyter server (or opens it in a browser).
 bool notebook_proxy_path(const std::string& path) {
   if (path.rfind("/api/v1/notebooks/", 0) != 0) return false;
@@ -79,9 +75,14 @@ bool notebook_proxy_path(const std::string& path) {
   return slash != std::string::npos && (path.compare(slash, 7, "/proxy/") == 0 || path.compare(slash, 6, "/open") == 0);
 }
 
+// The scope a request asks of a token: read for GET, write otherwise.
+// Inference through a service is a read, and is not audited (it writes
+// nothing); the instances' repository routes change what serves: admin.
+// A notebook runs code: write. The audit log, the tokens, and a project's
+// members and secrets: admin.
 Scope needed_scope(const HttpRequest& req) {
   Scope needed = req.method == "GET" || req.method == "HEAD" ? Scope::Read : Scope::Write;
-  if (notebook_proxy_path(req.path)) needed = Scope::Write;  // a notebook runs code, whatever the method
+  if (notebook_proxy_path(req.path)) needed = Scope::Write;
   if (is_service_proxy_path(req.path))
     if (const std::optional<ProxyAccess> forwarded = proxy_access(req.method, req.path)) needed = forwarded->needed;
   if (req.path.rfind("/api/v1/audit", 0) == 0 || req.path.rfind("/api/v1/tokens", 0) == 0) needed = Scope::Admin;
@@ -262,9 +263,15 @@ bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, co
 }
 
 bool StudioServer::Impl::check_head(HttpRequest& head, HttpResponse& res) {
-  if (head.path == "/api/v1/health" || head.path == "/api/v1/login" ||
-      (head.path.rfind("/api/", 0) != 0 && head.path != "/api"))
+  if (head.path == "/api/v1/login") {  // no token: a body no larger than a name and a password
+    const std::string* length = head.header("Content-Length");
+    if (length && (length->size() > 6 || std::stol("0" + *length) > 64 * 1024)) {
+      serve::set_error(res, 413, "a login is a name and a password, at most 64 KiB");
+      return false;
+    }
     return true;
+  }
+  if (head.path == "/api/v1/health" || (head.path.rfind("/api/", 0) != 0 && head.path != "/api")) return true;
   bool audited = false;
   const std::optional<TokenInfo> token = admit(head, res, audited);
   if (!token) return false;

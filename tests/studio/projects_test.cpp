@@ -58,6 +58,8 @@ TEST(StudioProjects, RolesPerProjectOnEveryRouteSecretsAndTheAuditNamesTheUser) 
   // Logging in: a wrong password is refused and recorded; the right one gives a token of the user's.
   EXPECT_NE(login(s.port, "ann", "wrong password", 401).find("wrong user name or password"), std::string::npos);
   login(s.port, "nobody", "whatever it is", 401);
+  httplib::Client flood("127.0.0.1", s.port);
+  EXPECT_EQ(flood.Post("/api/v1/login", std::string(100 * 1024, 'x'), "application/json")->status, 413);
   StudioApi ann(s.port, login(s.port, "ann", "correct horse battery"));
   json me = ann.call("GET", "/api/v1/whoami").second;
   EXPECT_EQ(me["user"], "ann");
