@@ -12,6 +12,7 @@
 // quantized; an activation's range comes from the calibration batches, its
 // scale and zero point map it onto uint8 (or int8). A ReLU after a layer is
 // kept inside the quantized layer (its output's range starts at zero).
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct QuantizeOptions {
   // The share of calibration batches kept back to compare the quantized
   // model with the float one (none with a single batch: then it is reused).
   double held_out = 0.25;
+  // Layers' input ranges given, not calibrated: by the layer's weight (its
+  // initializer's name in the model, "fc1.weight"), the range a
+  // quantization-aware training learned for that layer's input.
+  std::map<std::string, std::pair<double, double>> input_ranges;
 };
 
 struct QuantizedLayer {
@@ -55,6 +60,7 @@ struct QuantizedOutput {
 struct QuantizeReport {
   std::string method;
   int64_t calibration_batches = 0, held_out_batches = 0;
+  int learned_input_ranges = 0;          // layers whose input range came from QuantizeOptions::input_ranges
   std::vector<QuantizedLayer> layers;    // most changed first
   std::vector<QuantizedOutput> outputs;  // in the model's order
   int quantized() const;

@@ -393,6 +393,8 @@ std::string QuantizeReport::str() const {
   std::ostringstream s;
   s << quantized() << " of " << layers.size() << " layers quantized (" << method << " calibration on "
     << calibration_batches << " batch(es), compared on " << held_out_batches << " held-out)\n";
+  if (learned_input_ranges > 0)
+    s << "  " << learned_input_ranges << " layers keep the input ranges learned in quantization-aware training\n";
   for (const QuantizedOutput& o : outputs) {
     s << "  output " << o.name << ": relative error " << o.relative_error << ", largest " << o.max_abs_error;
     if (o.top1_agreement >= 0) s << ", top-1 agreement " << 100.0 * o.top1_agreement << "%";
@@ -452,11 +454,20 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
       for (auto& [name, t] : run_named(float_session, batch))
         if (observers.count(name)) observers[name].observe_histogram(t);
 
+  int learned = 0;  // layers of the last model built that keep a learned input range
   auto build = [&](const std::set<std::string>& kept) {
     const std::vector<Layer> chosen = find_layers(model.graph(), kept);
     std::map<std::string, Params> params;
     const std::vector<std::string> activations = activations_of(model.graph(), chosen);
+    std::map<std::string, std::pair<double, double>> given;  // by tensor: the ranges learned in training
+    for (const Layer& l : chosen)
+      if (auto r = o.input_ranges.find(l.weight); r != o.input_ranges.end()) given[l.input] = r->second;
+    learned = static_cast<int>(given.size());
     for (const std::string& t : activations) {
+      if (auto r = given.find(t); r != given.end()) {
+        params[t] = activation_params(r->second, o.activations);
+        continue;
+      }
       KILN_CHECK(observers[t].seen(), "quantize: activation '", t, "' held no finite value in calibration");
       params[t] = activation_params(observers[t].range(o.method, o.percentile), o.activations);
     }
@@ -517,6 +528,7 @@ QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<
       for (const QuantizedLayer& f : first)
         if (f.name == l.name && keep.count(l.name)) l.relative_error = f.relative_error, l.kept_float = true;
   }
+  result.report.learned_input_ranges = learned;
   return result;
 }
 

@@ -1,5 +1,7 @@
 // A trained recipe's checkpoint quantized: exported to ONNX, calibrated on
 // the recipe's own data and scored on its test set, float beside int8.
+#include <map>
+
 #include "kiln/functional.h"
 #include "kiln/io.h"
 #include "kiln/nn/quantize_aware.h"
@@ -44,13 +46,28 @@ QuantizedRecipe quantize(const Recipe& r, const std::string& checkpoint, const Q
   while (static_cast<int64_t>(calibration.size()) < calibration_batches && source.next(b))
     calibration.push_back({b.inputs.contiguous()});
   KILN_CHECK(!calibration.empty(), "quantize: the recipe's data gave no batches");
+  // A quantization-aware training's layers keep the input ranges they learned.
+  QuantizeOptions o = options;
+  if (r.quantize_aware) {
+    std::map<std::string, Tensor> buffers;
+    for (auto& [name, t] : net->buffers_and_names()) buffers[name] = t;
+    const std::string suffix = ".input_quantizer.observed";
+    for (const auto& [name, seen] : buffers) {
+      if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+          seen.item<double>() == 0)
+        continue;
+      const std::string layer = name.substr(0, name.size() - suffix.size());
+      o.input_ranges[layer + ".weight"] = {buffers.at(layer + ".input_quantizer.running_min").item<double>(),
+                                           buffers.at(layer + ".input_quantizer.running_max").item<double>()};
+    }
+  }
   ExportOptions eo;
   eo.dynamic_batch = true;
   eo.graph_name = r.model;
   const Tensor sample = calibration[0][0].slice(0, 0, 1);
   const std::string float_model = export_model_bytes(net, {sample}, eo);
   QuantizedRecipe out;
-  out.quantized = quantize_model(float_model, calibration, options);
+  out.quantized = quantize_model(float_model, calibration, o);
   if (d.seq_len == 0) {
     InferenceSession f = InferenceSession::from_bytes(float_model, {}, "the float model");
     InferenceSession q = InferenceSession::from_bytes(out.quantized.model, {}, "the quantized model");
