@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -14,6 +15,16 @@ namespace kiln::bench {
 // Shared machines swing from minute to minute: interleave the runs of Kiln and
 // its peer and compare medians. Flags given on the command line still win.
 inline void initialize(int* argc, char** argv) {
+  // The CPU the figures come from: runs on other machines are not comparable.
+  if (std::FILE* info = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, info))
+      if (std::string(line).rfind("model name", 0) == 0) {
+        std::printf("CPU: %s", std::strchr(line, ':') ? std::strchr(line, ':') + 2 : line);
+        break;
+      }
+    std::fclose(info);
+  }
   static std::vector<std::string> storage;
   static std::vector<char*> args;
   storage = {argv[0], "--benchmark_repetitions=5", "--benchmark_enable_random_interleaving=true",

@@ -8,6 +8,7 @@
 # Usage: bench/peers/contended_latency.sh [THREADS] [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 threads="${1:-2}"
 runs="${2:-60}"
 work="$(mktemp -d)"

@@ -6,6 +6,7 @@
 # and Debian's python3-torch. Arguments: workloads (default w1 w2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 out=$(mktemp -d)
 busy=""
 cleanup() { [[ -n "$busy" ]] && kill "$busy" 2> /dev/null; rm -rf "$out"; }

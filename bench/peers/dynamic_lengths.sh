@@ -15,7 +15,7 @@ threads="${1:-2}"
 runs="${2:-400}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $threads threads"
+bench/peers/cpu_model.sh
 # model input tail(kiln dims after the length) tail(ORT) type
 measure() {
   local model="$1" input="$2" ktail="$3" otail="$4" type="$5"

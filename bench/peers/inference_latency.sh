@@ -13,6 +13,7 @@
 #   rounds steady the medians on a machine whose load comes and goes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 w2="$1"
 threads="${2:-2}"
 rounds="${3:-3}"

@@ -9,6 +9,7 @@
 # Usage: bench/peers/int8_latency.sh [THREADS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 threads="${1:-2}"
 rounds="${2:-3}"
 work="$(mktemp -d)"

@@ -7,6 +7,7 @@
 # Needs wrk (apt install wrk).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 model="$1"
 seconds="${2:-10}"
 work="$(mktemp -d)"

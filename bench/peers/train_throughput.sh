@@ -6,6 +6,7 @@
 # and Debian's python3-torch. Arguments: workloads (default w1 w2 w3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bench/peers/cpu_model.sh
 out=$(mktemp -d)
 metric() { python3 -c "import json; print(round(json.load(open('$1/metrics.json'))['$2']))"; }
 printf "%-4s %12s %12s %12s %12s %12s %10s %10s\n" workload "eager samp/s" "graph samp/s" "torch samp/s" \
