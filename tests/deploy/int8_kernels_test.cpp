@@ -6,7 +6,9 @@
 // plain integer loop and 7-bit ones oneDNN's AVX2 kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "io/onnx_tensor.h"
 #include "kiln/kiln.h"
@@ -259,6 +261,29 @@ TEST(Int8Kernels, ClipJoinsTheLayerOnlyWhenTheOutputRangeImpliesIt) {
 }  // namespace
 
 namespace {
+
+// Quantizing rounds x / scale half to even, adds the zero point and
+// saturates, for every value (the vector loop and its tail alike): halves,
+// values past the range, infinities, and NaN (to the lowest value).
+TEST(Int8Kernels, QuantizingRoundsHalfToEvenAndSaturatesEveryValue) {
+  std::vector<float> x = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, 127.5f, 254.5f, 255.5f, -127.5f, -128.5f, 1e30f,
+                          -1e30f, 3e9f, -3e9f, std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  manual_seed(4);
+  for (float v : randn({45}).to_vector<float>()) x.push_back(v * 200);
+  const Tensor t = from_vector<float>(x, {static_cast<int64_t>(x.size())});
+  for (const auto& [zero, signed_type] : std::vector<std::pair<int, bool>>{{0, false}, {128, false}, {0, true}, {-5, true}}) {
+    const Tensor z = signed_type ? from_vector<int8_t>({static_cast<int8_t>(zero)}, {})
+                                 : from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {});
+    const Tensor q = cast(quantize_linear(t, scalar(1.0f), z), DType::Float64);
+    const double lo = signed_type ? -128 : 0, hi = signed_type ? 127 : 255;
+    const auto got = q.to_vector<double>();
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = std::isnan(x[i]) ? lo : std::clamp(std::nearbyint(std::clamp<double>(x[i], -4e9, 4e9)) + zero, lo, hi);
+      EXPECT_EQ(got[i], want) << x[i] << " with zero point " << zero;
+    }
+  }
+}
 
 TEST(Int8Kernels, SumsAreDequantizedAddedAndRequantized) {
   for (DType t : {DType::UInt8, DType::Int8}) {

@@ -4,6 +4,14 @@
 // inputs, on CPUs without VNNI; geometries oneDNN refuses). Both requantize
 // as oneDNN does: (acc + bias) * scale in float32, rounded half to even,
 // shifted by the zero point and saturated.
+// GCC 12 warns that AVX-512 intrinsics' undefined source vectors may be
+// used uninitialized (they are fully masked over); the warning is about the
+// header's code, so it is silenced around the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
 #include <cmath>
 
 #include "backends/cpu/kernel_helpers.h"
@@ -159,10 +167,28 @@ void qlinear_add_kernel(const Ins& in, Outs& out, const Attrs&) {
   });
 }
 
-// saturate(round(x / scale) + zero), in float32 as ONNX Runtime computes it (a division).
+// saturate(round(x / scale) + zero), in float32 as ONNX Runtime computes it
+// (a division, rounded half to even). With AVX-512 sixteen at a time through
+// the hardware's own rounding conversion and saturating clamps: about twice
+// the rate of the portable loop, whose float clamps come first.
 template <typename TY>
 void quantize_block(const float* __restrict x, TY* __restrict y, int64_t n, float scale, float zy) {
-  for (int64_t i = 0; i < n; ++i) y[i] = round_saturate<TY>(x[i] / scale, zy);
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  constexpr int lo = std::is_signed_v<TY> ? -128 : 0, hi = std::is_signed_v<TY> ? 127 : 255;
+  const __m512 s = _mm512_set1_ps(scale);
+  // Past ±2^30 the conversion's answer is undefined: values are clipped first (NaN to the lowest, as below).
+  const __m512 big = _mm512_set1_ps(1073741824.0f), small = _mm512_set1_ps(-1073741824.0f);
+  const __m512i z = _mm512_set1_epi32(static_cast<int>(zy)), vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+  for (; i + 16 <= n; i += 16) {
+    __m512 q = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+    q = _mm512_min_ps(_mm512_max_ps(q, small), big);  // the max of NaN and small is small
+    __m512i v = _mm512_cvt_roundps_epi32(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, z), vlo), vhi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm512_cvtepi32_epi8(v));
+  }
+#endif
+  for (; i < n; ++i) y[i] = round_saturate<TY>(x[i] / scale, zy);
 }
 
 void quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
