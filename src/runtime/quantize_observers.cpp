@@ -29,9 +29,17 @@ void add_to(std::vector<double>& hist, double lo, double hi, const std::vector<f
 }  // namespace
 
 void RangeObserver::observe_extremes(const Tensor& x) {
+  constexpr size_t kSample = 1 << 16;
   for (float f : finite_values(x)) {
     min_ = std::min(min_, static_cast<double>(f));
     max_ = std::max(max_, static_cast<double>(f));
+    if (f == 0.0f || counted_++ % stride_ != 0) continue;
+    sample_.push_back(std::fabs(f));
+    if (sample_.size() == 2 * kSample) {  // full: keep every other one, and take half as many from now on
+      for (size_t i = 0; i < kSample; ++i) sample_[i] = sample_[2 * i];
+      sample_.resize(kSample);
+      stride_ *= 2;
+    }
   }
 }
 
@@ -40,6 +48,13 @@ void RangeObserver::observe_histogram(const Tensor& x) {
   if (hist_.empty()) {
     hist_.assign(kBins, 0.0);
     abs_hist_.assign(kBins, 0.0);
+    abs_top_ = std::max(std::fabs(min_), std::fabs(max_));
+    if (!sample_.empty()) {
+      std::vector<float> s = sample_;
+      const size_t at = std::min(s.size() - 1, static_cast<size_t>(0.999 * static_cast<double>(s.size())));
+      std::nth_element(s.begin(), s.begin() + static_cast<long>(at), s.end());
+      if (s[at] > 0) abs_top_ = std::min(abs_top_, 16.0 * s[at]);
+    }
   }
   const std::vector<float> values = finite_values(x);
   add_to(hist_, min_, max_, values, false);
@@ -49,7 +64,7 @@ void RangeObserver::observe_histogram(const Tensor& x) {
   nonzero.reserve(values.size());
   for (float f : values)
     if (f != 0.0f) nonzero.push_back(f);
-  add_to(abs_hist_, 0.0, std::max(std::fabs(min_), std::fabs(max_)), nonzero, true);
+  add_to(abs_hist_, 0.0, abs_top_, nonzero, true);  // values past the top fall in the last bin
 }
 
 std::pair<double, double> RangeObserver::range(const std::string& method, double percentile) const {
@@ -87,16 +102,29 @@ std::pair<double, double> RangeObserver::percentile_range(double percentile) con
 }
 
 double RangeObserver::entropy_threshold(int levels) const {
-  const double amax = std::max(std::fabs(min_), std::fabs(max_));
+  // The search of TensorRT's calibrator (as MXNet and ONNX Runtime write it):
+  // for each clip of i bins, p is the histogram up to it with the clipped
+  // tail added to its last bin, q the first i bins alone merged into
+  // `levels` groups and spread back over p's nonzero bins; both smoothed so
+  // that a bin one has and the other lacks costs a bounded amount.
+  const double amax = abs_top_;
   double best_kl = std::numeric_limits<double>::infinity();
   int best = kBins;
   std::vector<double> p, q;
+  auto smooth = [](std::vector<double>& d) {  // normalized, zero bins given eps taken evenly from the rest
+    constexpr double eps = 1e-4;
+    double sum = 0;
+    int zeros = 0;
+    for (double v : d) sum += v, zeros += v <= 0;
+    const int nonzero = static_cast<int>(d.size()) - zeros;
+    if (sum <= 0 || nonzero == 0) return false;
+    const double take = eps * zeros / nonzero;
+    for (double& v : d) v = v <= 0 ? eps : std::max(v / sum - take, eps / 10);  // a tiny bin stays above zero
+    return true;
+  };
   for (int i = levels; i <= kBins; i += 8) {
-    // p: the first i bins, with everything beyond clipped into the last.
     p.assign(abs_hist_.begin(), abs_hist_.begin() + i);
     for (int k = i; k < kBins; ++k) p.back() += abs_hist_[k];
-    // q: the first i bins merged into `levels` groups, each group's count
-    // spread over its nonzero bins (what quantizing keeps of p).
     q.assign(static_cast<size_t>(i), 0.0);
     for (int g = 0; g < levels; ++g) {
       const int start = g * i / levels, stop = (g + 1) * i / levels;
@@ -104,20 +132,14 @@ double RangeObserver::entropy_threshold(int levels) const {
       int nonzero = 0;
       for (int k = start; k < stop; ++k) {
         sum += abs_hist_[k];
-        nonzero += abs_hist_[k] > 0;
+        nonzero += p[k] > 0;
       }
       for (int k = start; k < stop; ++k)
-        if (abs_hist_[k] > 0) q[k] = sum / nonzero;
+        if (p[k] > 0) q[k] = sum / nonzero;
     }
-    double p_sum = 0, q_sum = 0;
-    for (int k = 0; k < i; ++k) p_sum += p[k], q_sum += q[k];
-    if (p_sum <= 0 || q_sum <= 0) continue;
+    if (!smooth(p) || !smooth(q)) continue;
     double kl = 0;
-    for (int k = 0; k < i; ++k) {
-      if (p[k] <= 0) continue;
-      const double pk = p[k] / p_sum, qk = std::max(q[k] / q_sum, 1e-12);
-      kl += pk * std::log(pk / qk);
-    }
+    for (int k = 0; k < i; ++k) kl += p[k] * std::log(p[k] / q[k]);
     if (kl < best_kl) best_kl = kl, best = i;
   }
   return amax * static_cast<double>(best) / kBins;

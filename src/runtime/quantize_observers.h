@@ -28,7 +28,13 @@ class RangeObserver {
   double entropy_threshold(int levels) const;
   double min_ = 1e300, max_ = -1e300;
   std::vector<double> hist_;      // kBins over [min_, max_]
-  std::vector<double> abs_hist_;  // kBins over [0, max(|min_|, |max_|)]
+  std::vector<double> abs_hist_;  // kBins over [0, abs_top_]
+  // The entropy histogram's top: max |x|, or, where a few spikes lie far
+  // out, 16 times |x|'s 99.9th percentile, so that the bulk of the values
+  // spans enough bins for the search to clip close to it.
+  double abs_top_ = 0;
+  std::vector<float> sample_;  // |x| of every stride_-th nonzero value seen by observe_extremes
+  int64_t stride_ = 1, counted_ = 0;
 };
 
 }  // namespace kiln::runtime

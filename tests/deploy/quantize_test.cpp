@@ -17,6 +17,7 @@
 #include "kiln/onnx.h"
 #include "kiln/quantize.h"
 #include "kiln/runtime.h"
+#include "runtime/quantize_observers.h"
 #include "support/cli_command.h"
 #include "support/error_message.h"
 #include "support/ort_reference.h"
@@ -184,6 +185,31 @@ TEST(Quantize, OptionsChangeWhatIsQuantized) {
   for (const auto& t : m.graph().initializer()) {
     if (t.data_type() != ::onnx::TensorProto::INT8 || t.dims_size() != 4) continue;
     for (char v : t.raw_data()) ASSERT_LE(std::abs(static_cast<int>(static_cast<int8_t>(v))), 63) << t.name();
+  }
+}
+
+// Entropy calibration on spiky activations: a few values a thousand times
+// out (0.02% of them) leave the bulk a handful of histogram bins over their
+// whole range, where the search could not clip below them; the histogram's
+// top follows the bulk (16 times its 99.9th percentile) and the clip lands
+// near it, where min-max keeps the spikes and loses the bulk's resolution.
+TEST(Quantize, EntropyClipsPastSpikesThatMinMaxKeeps) {
+  manual_seed(1);
+  for (const double spike : {20.0, 1000.0}) {
+    std::vector<float> v = randn({200000}).to_vector<float>();
+    for (size_t i = 0; i < v.size(); i += 5000) v[i] = static_cast<float>((i / 5000) % 2 ? spike : -spike);
+    const Tensor x = from_vector<float>(v, {static_cast<int64_t>(v.size())});
+    for (const bool after_relu : {false, true}) {
+      const Tensor t = after_relu ? relu(x) : x;
+      runtime::RangeObserver o;
+      o.observe_extremes(t);
+      o.observe_histogram(t);
+      EXPECT_EQ(o.range("minmax", 0).second, spike);
+      const auto [lo, hi] = o.range("entropy", 0);
+      EXPECT_GT(hi, 2.5) << "spike " << spike << (after_relu ? " after ReLU" : "");
+      EXPECT_LT(hi, 8.0) << "spike " << spike << (after_relu ? " after ReLU" : "");
+      EXPECT_EQ(lo, after_relu ? 0.0 : -hi);
+    }
   }
 }
 
