@@ -127,6 +127,15 @@ struct StudioServer::Impl {
   };
   std::mutex token_mu;
   std::unordered_map<std::string, CachedToken> token_cache;
+  // Failed logins by client address in the current minute: past 10, the
+  // address is refused until the minute is over (each check costs 0.15 s of
+  // CPU, and guessing passwords should cost more than that).
+  struct Failures {
+    int count = 0;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::mutex login_mu;
+  std::unordered_map<std::string, Failures> login_failures;
   std::optional<TokenInfo> lookup_token(const std::string& secret);
 
   // The token of a request to the API, when it may go on; otherwise res has
@@ -341,6 +350,21 @@ void StudioServer::Impl::login(const HttpRequest& req, HttpResponse& res) {
     return;
   }
   const std::string user = body["user"];
+  constexpr int kMaxFailures = 10;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(login_mu);
+    Failures& f = login_failures[req.remote_addr];
+    if (now - f.since > std::chrono::minutes(1)) f = {0, now};
+    if (f.count >= kMaxFailures) {
+      const auto wait = std::chrono::duration_cast<std::chrono::seconds>(f.since + std::chrono::minutes(1) - now).count() + 1;
+      serve::set_error(res, 429, std::to_string(kMaxFailures) + " failed logins from this address in a minute; try again in " +
+                                     std::to_string(wait) + " s");
+      res.headers.emplace_back("Retry-After", std::to_string(wait));
+      return;
+    }
+    if (login_failures.size() > 100000) login_failures.clear();  // bounded: addresses are cheap to come by
+  }
   int64_t expires_ms = 12 * 3600 * 1000LL;
   try {
     if (body.contains("expires")) {
@@ -353,6 +377,10 @@ void StudioServer::Impl::login(const HttpRequest& req, HttpResponse& res) {
     return;
   }
   if (!check_password(*db, user, body["password"].get<std::string>())) {
+    {
+      std::lock_guard<std::mutex> lock(login_mu);
+      ++login_failures[req.remote_addr].count;
+    }
     serve::set_error(res, 401, "wrong user name or password");
     audit(req, res, "(login)", user.size() <= 64 ? user : user.substr(0, 64));
     return;

@@ -166,6 +166,11 @@ TEST(StudioProjects, RolesPerProjectOnEveryRouteSecretsAndTheAuditNamesTheUser) 
   EXPECT_EQ(vic.call("POST", "/api/v1/services/vs/stop").first, 403);
   EXPECT_EQ(ann.call("POST", "/api/v1/services/vs/stop").first, 202);
 
+  // Guessing passwords: past 10 failures in a minute from one address, it is refused at once.
+  for (int i = 0; i < 8; ++i) login(s.port, "ann", "guess " + std::to_string(i), 401);
+  EXPECT_NE(login(s.port, "ann", "correct horse battery", 429).find("10 failed logins from this address in a minute"),
+            std::string::npos);
+
   // The audit log names the user of each write, and the failed logins.
   json audit = ops.call("GET", "/api/v1/audit?limit=100").second["entries"];
   bool bob_wrote = false, ann_granted = false, failed_login = false, refused_write = false;
