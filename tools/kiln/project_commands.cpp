@@ -151,9 +151,9 @@ void add_project_api_commands(CLI::App& app) {
   auto* set_quota = project->add_subcommand("quota", "Limit what the project's running jobs hold at once (a studio-wide "
                                                      "admin token; 0: no limit)");
   set_quota->add_option("name", a->name, "The project")->required();
-  set_quota->add_option("--cpus", (*quota)[0], "CPU cores")->check(CLI::NonNegativeNumber);
-  set_quota->add_option("--memory-mb", (*quota)[1], "Memory in MB")->check(CLI::NonNegativeNumber);
-  set_quota->add_option("--gpus", (*quota)[2], "GPUs")->check(CLI::NonNegativeNumber);
+  set_quota->add_option("--cpus", (*quota)[0], "CPU cores")->check(CLI::Range(0, 100000));
+  set_quota->add_option("--memory-mb", (*quota)[1], "Memory in MB")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  set_quota->add_option("--gpus", (*quota)[2], "GPUs")->check(CLI::Range(0, 10000));
   set_quota->callback([a, base, quota] {
     json reply = Remote(a->server, a->token).send(
         "PUT", base(a->name) + "/quota",
