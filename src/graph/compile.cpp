@@ -15,6 +15,7 @@
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
 #include "kiln/caller_language.h"
+#include "kiln/profiler.h"
 #include "kiln/backend.h"
 #include "kiln/autograd.h"
 
@@ -290,6 +291,15 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.total_ms = ms_since(t0);
   if (options.inference) e.versions = param_versions();
   ++compiles;
+  if (profiler::detail::active()) {  // the profile counts the compiles it saw, and says what caused each
+    profiler::Record r;
+    r.name = options.name;
+    r.type = "compile";
+    r.shapes = e.report.cause.empty() ? "its first call, for " + sig : e.report.cause;
+    r.duration_ns = static_cast<int64_t>(e.report.total_ms * 1e6);
+    r.start_ns = profiler::detail::now_ns() - r.duration_ns;
+    profiler::detail::record_op(std::move(r));
+  }
   // Room for the new graph: the least recently used go first, while there are
   // too many or their derived constants outgrow the budget.
   cache.push_back(std::move(e));

@@ -59,7 +59,7 @@ struct Stats {
 std::vector<std::pair<std::string, Stats>> grouped(const std::vector<Record>& records, bool by_type, bool ranges) {
   std::map<std::string, Stats> m;
   for (const auto& r : records)
-    if ((r.type == "range") == ranges) m[by_type ? r.type : r.name].add(r);
+    if (r.type != "compile" && (r.type == "range") == ranges) m[by_type ? r.type : r.name].add(r);
   std::vector<std::pair<std::string, Stats>> out(m.begin(), m.end());
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.second.total > b.second.total; });
   return out;
@@ -163,6 +163,26 @@ std::string summary() {
       std::snprintf(line, sizeof(line), "waiting for data: %.1f%% of the training loop (%.3f ms of %.3f ms)\n",
                     100.0 * static_cast<double>(data) / static_cast<double>(data + step), data / 1e6,
                     (data + step) / 1e6);
+      out += line;
+    }
+  }
+  // Graphs compiled while profiling (a new shape, a changed weight), with what caused each.
+  std::map<std::pair<std::string, std::string>, std::pair<int, int64_t>> compiles;  // (graph, cause) -> count, ns
+  int count = 0;
+  int64_t total = 0;
+  for (const auto& r : recs)
+    if (r.type == "compile") {
+      auto& [n, ns] = compiles[{r.name, r.shapes}];
+      ++n, ns += r.duration_ns, ++count, total += r.duration_ns;
+    }
+  if (count > 0) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "\ncompiles: %d, %.1f ms\n", count, total / 1e6);
+    out += line;
+    for (const auto& [what, c] : compiles) {
+      std::snprintf(line, sizeof(line), "  %4d x graph '", c.first);
+      out += line + what.first + "': " + what.second;
+      std::snprintf(line, sizeof(line), " (%.1f ms)\n", c.second / 1e6);
       out += line;
     }
   }

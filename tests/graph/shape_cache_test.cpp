@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kiln/kiln.h"
+#include "kiln/profiler.h"
 
 namespace {
 using namespace kiln;
@@ -118,6 +119,26 @@ TEST(DynamicAxes, ANewSizeOnADeclaredAxisIsExpected) {
   EXPECT_EQ(fn.report().cause, "input 0's dynamic axis 0 went from 4 to 7");
   const std::string refused = message_of([&] { fn({randn({7, 12})}); });
   EXPECT_NE(refused.find("RecompilePolicy::Error"), std::string::npos) << refused;
+}
+
+// The profile counts the compiles it saw, each with what caused it.
+TEST(DynamicAxes, TheProfileCountsCompilesAndTheirCauses) {
+  manual_seed(5);
+  const Tensor w = randn({16, 8});
+  jit::CompileOptions o;
+  o.name = "program";
+  o.dynamic = {{0, 0}};
+  profiler::start();
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; }, {}, o);
+  fn({randn({4, 16})});
+  fn({randn({7, 16})});
+  fn({randn({7, 16})});
+  profiler::stop();
+  const std::string summary = profiler::summary();
+  EXPECT_NE(summary.find("compiles: 2,"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("1 x graph 'program': input 0's dynamic axis 0 went from 4 to 7"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("1 x graph 'program': its first call, for "), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("program   "), std::string::npos) << "compiles are not ops: " << summary;
 }
 
 // With buckets, sizes 1..8 pad up to 4 or 8: two compiles, and every output
