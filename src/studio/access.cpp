@@ -79,7 +79,6 @@ std::vector<Reference> request_references(Database& db, const serve::HttpRequest
   if (req.method != "POST") return out;
   const std::vector<std::string> parts = split_path(req.path);
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
-  if (!body.is_object()) return out;
   auto bucket_of = [&](const nlohmann::json& url, Role role, const std::string& what) {
     if (!url.is_string()) return;
     const std::string u = url;
@@ -88,11 +87,25 @@ std::vector<Reference> request_references(Database& db, const serve::HttpRequest
     out.push_back({project_in(db, "SELECT project FROM buckets WHERE name = ?", bucket, kDefaultProject),
                    what + " " + u, role});
   };
-  if (parts.size() == 3 && parts[2] == "jobs") {
-    const nlohmann::json inputs = body.value("inputs", nlohmann::json::object());
+  auto job_reaches = [&](const nlohmann::json& spec) {
+    const nlohmann::json inputs = spec.value("inputs", nlohmann::json::object());
     for (const auto& [name, url] : inputs.items()) bucket_of(url, Role::Viewer, "input");
-    bucket_of(body.value("code", nlohmann::json()), Role::Viewer, "code");
-    bucket_of(body.value("output", nlohmann::json()), Role::Developer, "output");
+    bucket_of(spec.value("code", nlohmann::json()), Role::Viewer, "code");
+    bucket_of(spec.value("output", nlohmann::json()), Role::Developer, "output");
+  };
+  if (parts.size() == 5 && parts[2] == "jobs" && parts[4] == "retry") {
+    // A retry reaches what the job reaches, judged again now.
+    const std::string& id = parts[3];
+    if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) return out;
+    Statement job(db, "SELECT spec FROM jobs WHERE id = ?");
+    job.bind(1, static_cast<int64_t>(std::stoll(id)));
+    if (!job.step()) return out;
+    const auto spec = nlohmann::json::parse(job.text(0), nullptr, false);
+    if (spec.is_object()) job_reaches(spec);
+  } else if (!body.is_object()) {
+    return out;
+  } else if (parts.size() == 3 && parts[2] == "jobs") {
+    job_reaches(body);
   } else if (parts.size() == 5 && parts[2] == "models" && parts[4] == "versions") {
     if (body.contains("job") && body["job"].is_number_integer())
       out.push_back({job_project(db, std::to_string(body["job"].get<int64_t>())),

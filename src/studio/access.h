@@ -33,9 +33,9 @@ std::vector<std::string> split_path(const std::string& path);
 RequestTarget request_target(Database& db, const serve::HttpRequest& req, Scope needed);
 
 // What else a creation reaches, beyond its own project: the buckets a job
-// reads (viewer) and writes (developer), the job or object a model version
-// comes from, the models a service serves (viewer). Each as its project and
-// the role it needs there, with what it is, for messages.
+// (or a retry of one) reads (viewer) and writes (developer), the job or
+// object a model version comes from, the models a service serves (viewer).
+// Each as its project and the role it needs there, with what it is, for messages.
 struct Reference {
   std::string project, what;
   Role role = Role::Viewer;
