@@ -35,13 +35,6 @@ std::map<std::string, std::string> strings_map(const json& j, const std::string&
   return out;
 }
 
-bool valid_env_name(const std::string& name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  for (char c : name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
-  return true;
-}
-
 double number_at(const json& j, const std::string& key, double low, double high) {
   KILN_CHECK(j.is_number(), "job spec: '", key, "' must be a number, not ", j.type_name());
   double v = j.get<double>();
@@ -50,6 +43,13 @@ double number_at(const json& j, const std::string& key, double low, double high)
 }
 
 }  // namespace
+
+bool valid_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
 
 Resources parse_flavour(const std::string& flavour) {
   int n = 0;

@@ -42,6 +42,9 @@ Resources parse_flavour(const std::string& flavour);
 // notebooks' and services' specs. `what` names it in errors.
 Resources parse_resources(const nlohmann::json& j, const std::string& what);
 
+// An environment variable's name: letters, digits and '_', not starting with a digit.
+bool valid_env_name(const std::string& name);
+
 JobSpec parse_job_spec(const nlohmann::json& spec);
 nlohmann::json job_spec_json(const JobSpec& spec);
 

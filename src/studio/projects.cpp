@@ -9,6 +9,8 @@
 
 #include "kiln/error.h"
 #include "studio/models.h"
+#include "studio/object_store.h"
+#include "studio/tokens.h"
 
 namespace kiln::studio {
 namespace {
@@ -16,13 +18,6 @@ namespace {
 // OWASP's 2023 figure for PBKDF2-HMAC-SHA256: slow enough to make guessing
 // costly, about 0.1 s per check here.
 constexpr int kIterations = 600000;
-
-std::string hex(const unsigned char* bytes, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) out += digits[bytes[i] >> 4], out += digits[bytes[i] & 15];
-  return out;
-}
 
 std::string pbkdf2(const std::string& password, const std::string& salt, int iterations) {
   unsigned char key[32];
@@ -134,27 +129,48 @@ Role role_of(Database& db, const std::string& user, const std::string& project) 
   return s.step() ? parse_role(s.text(0)) : Role::None;
 }
 
+namespace {
+
+constexpr const char* kProjectColumns = "p.name, p.created_at, p.quota_cpus, p.quota_memory_mb, p.quota_gpus";
+
+ProjectInfo project_of_row(const Statement& s) {
+  ProjectInfo p{s.text(0), s.integer(1), {}, {}};
+  p.quota = {static_cast<int>(s.integer(2)), s.integer(3), static_cast<int>(s.integer(4))};
+  return p;
+}
+
+void add_members(Database& db, ProjectInfo& p) {
+  Statement m(db, "SELECT user_name, role FROM project_members WHERE project = ? ORDER BY user_name");
+  m.bind(1, p.name);
+  while (m.step()) p.members.push_back({m.text(0), parse_role(m.text(1))});
+}
+
+}  // namespace
+
 std::vector<ProjectInfo> list_projects(Database& db, const std::string& user) {
   std::vector<ProjectInfo> out;
   {
-    Statement s(db, user.empty() ? "SELECT name, created_at, quota_cpus, quota_memory_mb, quota_gpus FROM projects "
-                                   "ORDER BY name"
-                                 : "SELECT p.name, p.created_at, p.quota_cpus, p.quota_memory_mb, p.quota_gpus FROM "
-                                   "projects p JOIN project_members m ON m.project = p.name WHERE m.user_name = ? "
-                                   "ORDER BY p.name");
+    Statement s(db, std::string("SELECT ") + kProjectColumns +
+                        (user.empty() ? " FROM projects p ORDER BY p.name"
+                                      : " FROM projects p JOIN project_members m ON m.project = p.name "
+                                        "WHERE m.user_name = ? ORDER BY p.name"));
     if (!user.empty()) s.bind(1, user);
-    while (s.step()) {
-      ProjectInfo p{s.text(0), s.integer(1), {}, {}};
-      p.quota = {static_cast<int>(s.integer(2)), s.integer(3), static_cast<int>(s.integer(4))};
-      out.push_back(std::move(p));
-    }
+    while (s.step()) out.push_back(project_of_row(s));
   }
-  for (auto& p : out) {
-    Statement m(db, "SELECT user_name, role FROM project_members WHERE project = ? ORDER BY user_name");
-    m.bind(1, p.name);
-    while (m.step()) p.members.push_back({m.text(0), parse_role(m.text(1))});
-  }
+  for (auto& p : out) add_members(db, p);
   return out;
+}
+
+ProjectInfo project_info(Database& db, const std::string& name) {
+  ProjectInfo p;
+  {
+    Statement s(db, std::string("SELECT ") + kProjectColumns + " FROM projects p WHERE p.name = ?");
+    s.bind(1, name);
+    if (!s.step()) throw NotFound("no project '" + name + "'");
+    p = project_of_row(s);
+  }
+  add_members(db, p);
+  return p;
 }
 
 std::string requested_project(const serve::HttpRequest& req) {

@@ -51,6 +51,8 @@ struct ProjectInfo {
 };
 // Every project, or those `user` has a role in.
 std::vector<ProjectInfo> list_projects(Database& db, const std::string& user = "");
+// One project; NotFound when there is none.
+ProjectInfo project_info(Database& db, const std::string& name);
 
 // The project a request names for what it creates: "project" in a JSON
 // body's object (jobs, services), else ?project= (buckets, models), else the

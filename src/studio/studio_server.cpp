@@ -22,6 +22,7 @@
 #include "studio/job_routes.h"
 #include "studio/model_routes.h"
 #include "studio/notebooks.h"
+#include "studio/project_routes.h"
 #include "studio/service_routes.h"
 #include "studio/object_store.h"
 #include "studio/projects.h"
@@ -145,15 +146,12 @@ struct StudioServer::Impl {
   bool check_head(HttpRequest& head, HttpResponse& res);
   // For a user's token: whether its user's role lets the request go on in
   // the project it acts in (access.h); otherwise res has the 403. In the
-  // head, a creation whose project its body names is judged later.
-  bool authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head);
+  // head, a creation whose project its body names is judged later. `judged`,
+  // when given, gets what the request was judged to act on.
+  bool authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head,
+                 RequestTarget* judged = nullptr);
   // POST /api/v1/login: a user's name and password for a token of the user's.
   void login(const HttpRequest& req, HttpResponse& res);
-  // /api/v1/notebooks: create, list, start, stop, delete, open, and the proxy to each.
-  void notebook_routes(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
-                       const std::vector<std::string>& parts);
-  // /api/v1/projects: the caller's projects, their members and secrets.
-  void projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, const std::vector<std::string>& parts);
   void handle(const HttpRequest& req, HttpResponse& res);
   void route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token);
   void objects(const HttpRequest& req, HttpResponse& res, const std::string& bucket, const std::string& key);
@@ -235,7 +233,8 @@ std::optional<TokenInfo> StudioServer::Impl::admit(const HttpRequest& req, HttpR
   return token;
 }
 
-bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head) {
+bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, const TokenInfo& token, bool head,
+                                   RequestTarget* judged) {
   if (token.user.empty()) return true;
   const Scope needed = needed_scope(req);
   const bool creation_in_body = req.method == "POST" && (req.path == "/api/v1/jobs" || req.path == "/api/v1/services");
@@ -247,6 +246,7 @@ bool StudioServer::Impl::authorize(const HttpRequest& req, HttpResponse& res, co
     serve::set_error(res, 400, e.what());
     return false;
   }
+  if (judged) *judged = target;
   if (target.kind == RequestTarget::StudioOnly) {
     serve::set_error(res, 403, "token '" + token.name + "' is user " + token.user + "'s; " + req.method + " " +
                                    serve::printable(req.path) + " needs a studio-wide token (`kiln studio token create`)");
@@ -319,12 +319,11 @@ void StudioServer::Impl::handle(const HttpRequest& req, HttpResponse& res) {
   std::optional<TokenInfo> token = admit(req, res, audited);
   if (!token) return;
   try {
-    if (authorize(req, res, *token, false)) {
+    RequestTarget target;
+    if (authorize(req, res, *token, false, &target)) {
       route(req, res, *token);
-      if (!token->user.empty() && (req.method == "GET" || req.method == "HEAD")) {
-        const RequestTarget target = request_target(*db, req, Scope::Read);
-        if (target.kind == RequestTarget::List) keep_users_items(*db, res, target.what, token->user);
-      }
+      if (!token->user.empty() && target.kind == RequestTarget::List)
+        keep_users_items(*db, res, target.what, token->user);
     }
   } catch (const NotFound& e) {
     serve::set_error(res, 404, e.what());
@@ -392,105 +391,6 @@ void StudioServer::Impl::login(const HttpRequest& req, HttpResponse& res) {
   audit(req, res, "login:" + user, user);
 }
 
-void StudioServer::Impl::notebook_routes(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
-                                         const std::vector<std::string>& parts) {
-  const size_t n = parts.size();
-  const std::string name = n > 3 ? parts[3] : "";
-  if (n >= 5 && parts[4] == "proxy") {
-    notebooks->forward(name, req, res);
-  } else if (n == 3 && req.method == "GET") {
-    reply_json(res, 200, notebooks->list());
-  } else if (n == 3 && req.method == "POST") {
-    reply_json(res, 201, notebooks->create(parse_json_body(req), token.user));
-  } else if (n == 4 && req.method == "GET") {
-    reply_json(res, 200, notebooks->get(name));
-  } else if (n == 4 && req.method == "DELETE") {
-    notebooks->remove(name);
-    res.status = 204;
-  } else if (n == 5 && parts[4] == "start" && req.method == "POST") {
-    reply_json(res, 202, notebooks->start(name));
-  } else if (n == 5 && parts[4] == "stop" && req.method == "POST") {
-    reply_json(res, 202, notebooks->stop(name));
-  } else if (n == 5 && parts[4] == "open" && req.method == "GET") {
-    // A browser's way in: the token (from ?token=) becomes a cookie for this notebook's paths only.
-    notebooks->get(name);
-    const std::string secret = serve::query_param(req.query, "token").value_or("");
-    res.status = 302;
-    res.headers.emplace_back("Set-Cookie", "kiln_token=" + secret + "; Path=/api/v1/notebooks/" + name +
-                                               "/; HttpOnly; SameSite=Strict");
-    res.headers.emplace_back("Location", "/api/v1/notebooks/" + name + "/proxy/tree");
-    res.body = "";
-  } else {
-    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
-  }
-}
-
-void StudioServer::Impl::projects(const HttpRequest& req, HttpResponse& res, const TokenInfo& token,
-                                  const std::vector<std::string>& parts) {
-  const size_t n = parts.size();
-  auto project_json = [](const ProjectInfo& p) {
-    json members = json::array();
-    for (const auto& m : p.members) members.push_back({{"user", m.user}, {"role", role_name(m.role)}});
-    return json{{"name", p.name},
-                {"created_ms", p.created_ms},
-                {"members", members},
-                {"quota", {{"cpus", p.quota.cpus}, {"memory_mb", p.quota.memory_mb}, {"gpus", p.quota.gpus}}}};
-  };
-  const std::string project = n > 3 ? parts[3] : "";
-  if (n > 3 && !project_exists(*db, project)) throw NotFound("no project '" + project + "'");
-  if (n == 3 && req.method == "GET") {
-    json out = json::array();
-    for (const auto& p : list_projects(*db, token.user)) out.push_back(project_json(p));
-    reply_json(res, 200, {{"projects", out}});
-  } else if (n == 4 && req.method == "GET") {
-    for (const auto& p : list_projects(*db))
-      if (p.name == project) reply_json(res, 200, project_json(p));
-  } else if (n == 5 && parts[4] == "quota" && req.method == "PUT") {
-    const json body = parse_json_body(req);
-    KILN_CHECK(body.is_object(), "a quota is {\"cpus\": N, \"memory_mb\": N, \"gpus\": N} (0: no limit)");
-    for (auto& [k, v] : body.items())
-      KILN_CHECK((k == "cpus" || k == "memory_mb" || k == "gpus") && v.is_number_integer() && v.get<int64_t>() >= 0,
-                 "a quota is {\"cpus\": N, \"memory_mb\": N, \"gpus\": N}, whole numbers from 0 (no limit); not '", k,
-                 "': ", v.dump());
-    jobs->set_quota(project, {body.value("cpus", 0), body.value("memory_mb", int64_t{0}), body.value("gpus", 0)});
-    for (const auto& p : list_projects(*db))
-      if (p.name == project) reply_json(res, 200, project_json(p));
-  } else if (n == 6 && parts[4] == "members" && req.method == "PUT") {
-    const json body = parse_json_body(req);
-    KILN_CHECK(body.is_object() && body.contains("role") && body["role"].is_string(),
-               "a member is {\"role\": \"viewer\" | \"developer\" | \"admin\"}");
-    set_member(*db, project, parts[5], parse_role(body["role"]));
-    reply_json(res, 200, {{"project", project}, {"user", parts[5]}, {"role", body["role"]}});
-  } else if (n == 6 && parts[4] == "members" && req.method == "DELETE") {
-    set_member(*db, project, parts[5], Role::None);
-    res.status = 204;
-  } else if (n == 5 && parts[4] == "secrets" && req.method == "GET") {
-    // Names only: a secret's value is never shown back.
-    Statement s(*db, "SELECT name FROM project_secrets WHERE project = ? ORDER BY name");
-    s.bind(1, project);
-    json names = json::array();
-    while (s.step()) names.push_back(s.text(0));
-    reply_json(res, 200, {{"project", project}, {"secrets", names}});
-  } else if (n == 6 && parts[4] == "secrets" && req.method == "PUT") {
-    const std::string& name = parts[5];
-    KILN_CHECK(!name.empty() && name.size() <= 128 && name.find_first_not_of(
-                   "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos &&
-                   !std::isdigit(static_cast<unsigned char>(name[0])),
-               "a secret's name is an environment variable's: letters, digits and '_', not starting with a digit");
-    KILN_CHECK(req.body.size() <= 64 * 1024, "a secret holds at most 64 KiB");
-    Statement(*db, "INSERT INTO project_secrets (project, name, value) VALUES (?, ?, ?) "
-                   "ON CONFLICT (project, name) DO UPDATE SET value = excluded.value")
-        .bind(1, project).bind(2, name).bind(3, req.body).run();
-    reply_json(res, 200, {{"project", project}, {"secret", name}});
-  } else if (n == 6 && parts[4] == "secrets" && req.method == "DELETE") {
-    if (Statement(*db, "DELETE FROM project_secrets WHERE project = ? AND name = ?").bind(1, project).bind(2, parts[5]).run() == 0)
-      throw NotFound("project '" + project + "' has no secret '" + parts[5] + "'");
-    res.status = 204;
-  } else {
-    serve::set_error(res, 404, "no endpoint " + req.method + " " + serve::printable(req.path) + " (see docs/studio.md)");
-  }
-}
-
 void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const TokenInfo& token) {
   std::vector<std::string> parts = split_path(req.path);  // "api", "v1", ...
   const std::string what = parts.size() > 2 ? parts[2] : "";
@@ -527,9 +427,9 @@ void StudioServer::Impl::route(const HttpRequest& req, HttpResponse& res, const 
     }
     reply_json(res, 200, me);
   } else if (what == "projects") {
-    projects(req, res, token, parts);
+    handle_projects(*db, *jobs, req, res, parts, token.user);
   } else if (what == "notebooks") {
-    notebook_routes(req, res, token, parts);
+    handle_notebooks(*notebooks, req, res, parts, token.user);
   } else if (what == "audit" && req.method == "GET") {
     int64_t limit = 100;
     if (auto text = serve::query_param(req.query, "limit")) {

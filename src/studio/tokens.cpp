@@ -44,7 +44,6 @@ std::string utc_time(int64_t ms) {
   return text;
 }
 
-namespace {
 std::string hex(const unsigned char* bytes, size_t n) {
   static const char* digits = "0123456789abcdef";
   std::string out(2 * n, '0');
@@ -54,7 +53,6 @@ std::string hex(const unsigned char* bytes, size_t n) {
   }
   return out;
 }
-}  // namespace
 
 std::string sha256_hex(const void* data, size_t size) {
   unsigned char digest[EVP_MAX_MD_SIZE];

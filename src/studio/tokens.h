@@ -21,6 +21,8 @@ struct TokenInfo {
   bool expired(int64_t now) const { return expires_at > 0 && now >= expires_at; }
 };
 
+// Bytes as lowercase hex digits.
+std::string hex(const unsigned char* bytes, size_t n);
 // 48 random hex digits (OpenSSL's generator).
 std::string random_secret();
 // Creates a token and returns its secret ("kst_" and 48 hex digits);
