@@ -8,10 +8,12 @@ namespace {
 }  // namespace
 
 std::vector<int> written_inputs(const Node& n) {
-  if (!n.op) return {};
+  // A kernel standing for an op (fused_from) keeps that op's inputs in place and writes what it writes.
+  const OpDef* op = n.op ? n.op : n.fused_from;
+  if (!op) return {};
   std::vector<int> ids;
-  if (n.op->writes_with(n.attrs))
-    for (int i : n.op->writes)
+  if (op->writes_with(n.attrs))
+    for (int i : op->writes)
       if (static_cast<size_t>(i) < n.inputs.size() && n.inputs[i] >= 0) ids.push_back(n.inputs[i]);
   return ids;
 }

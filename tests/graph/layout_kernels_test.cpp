@@ -335,3 +335,49 @@ TEST(LayoutKernels, ChannelShuffleMatchesTheViewTransposeView) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+// Training batch norm on blocked activations against the plain op and its
+// gradient: the normalized output (with a residual and a ReLU after it), the
+// saved statistics, the running statistics and all three gradients (with a
+// ReLU's backward before it), on activations far from zero mean, for both
+// block sizes and image counts below and above the thread count.
+TEST(LayoutKernels, BlockedBatchNormTrainsAsThePlainOpDoes) {
+  manual_seed(4);
+  struct Case {
+    int64_t n, c, h, w;
+    int block;
+  };
+  for (const Case& k : {Case{1, 16, 5, 7, 16}, Case{3, 32, 6, 6, 16}, Case{5, 8, 9, 4, 8}, Case{2, 24, 3, 3, 8}}) {
+    const std::string what = "n " + std::to_string(k.n) + " c " + std::to_string(k.c) + " block " + std::to_string(k.block);
+    Tensor x = randn({k.n, k.c, k.h, k.w}) * 3.0 + 40.0, residual = randn({k.n, k.c, k.h, k.w});
+    Tensor weight = randn({k.c}), bias = randn({k.c}), gy = randn({k.n, k.c, k.h, k.w});
+    Tensor rm_plain = randn({k.c}), rv_plain = rand({k.c}) + 0.5;
+    Tensor rm = rm_plain.clone(), rv = rv_plain.clone();
+    auto plain = call("batch_norm", {x, weight, bias, rm_plain, rv_plain}, {{"training", true}, {"momentum", 0.2}, {"eps", 1e-5}});
+    Tensor a_plain = relu(plain[0] + residual);
+    // Blocked: y = relu(bn(x) + residual) in one pass.
+    std::vector<Tensor> in = {to_blocked(x, k.block), weight, bias, rm, rv, to_blocked(residual, k.block)};
+    std::vector<Tensor> out = {Tensor::empty(x.shape()), Tensor::empty({k.c}), Tensor::empty({k.c})};
+    graph::batch_norm_train_kernel(0.2, 1e-5, k.block, true)(in, out);
+    expect_near_all(out[0], to_blocked(a_plain, k.block), 1e-6, what + ", y");
+    expect_near_all(out[1], plain[1], 1e-6, what + ", mean");
+    expect_near_all(out[2], plain[2], 1e-5, what + ", rstd");
+    expect_near_all(rm, rm_plain, 1e-6, what + ", running mean");
+    expect_near_all(rv, rv_plain, 1e-5, what + ", running variance");
+    // Backward with the ReLU's mask: g = relu_backward(gy, a).
+    Tensor g = call("relu_backward", {gy, a_plain})[0];
+    auto want = call("batch_norm_backward", {g, x, weight, plain[1], plain[2]}, {{"training", true}});
+    std::vector<Tensor> bin = {to_blocked(gy, k.block), to_blocked(x, k.block), weight, out[1], out[2],
+                               to_blocked(a_plain, k.block)};
+    std::vector<Tensor> bout = {Tensor::empty(x.shape()), Tensor::empty({k.c}), Tensor::empty({k.c})};
+    graph::batch_norm_grad_kernel(k.block)(bin, bout);
+    expect_near_all(bout[0], to_blocked(want[0], k.block), 1e-6, what + ", gx");
+    expect_near_all(bout[1], want[1], 1e-5, what + ", gw");
+    expect_near_all(bout[2], want[2], 1e-5, what + ", gb");
+  }
+}
+
+}  // namespace

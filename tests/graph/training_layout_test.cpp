@@ -96,4 +96,26 @@ TEST(TrainingLayouts, BlockedConvolutionsPoolsAndGradientsTrainAsEagerDoes) {
   }
 }
 
+// A ResNet trains on blocked activations from the first convolution to the
+// global pool and back: batch norms with their ReLUs and residual adds, and
+// their gradients with the ReLUs' backward, run blocked, and nothing is
+// reordered.
+TEST(TrainingLayouts, AResNetTrainsBlockedFromEndToEnd) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(5);
+  auto net = models::make_model("resnet8", {});
+  auto opt = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  jit::TrainStep step(net, [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); }, opt);
+  Generator gen(3);
+  step(randn({8, 1, 28, 28}, DType::Float32, &gen), randint(0, 10, {8}, DType::Int64, &gen));
+  const std::string text = step.compiled().graph_text(), block = "nChw" + std::to_string(cpu::onednn::preferred_block()) + "c";
+  EXPECT_EQ(count(text, "reorder["), 0u) << text;
+  EXPECT_EQ(count(text, "batch_norm[" + block + "] + relu("), 4u) << text;        // stem and each block's first
+  EXPECT_EQ(count(text, "batch_norm[" + block + "] + add + relu("), 3u) << text;  // each block's end
+  EXPECT_EQ(count(text, "relu_backward + batch_norm_backward[" + block + "]"), 4u) << text;
+  EXPECT_EQ(count(text, "global_avg_pool_backward[nchw -> " + block + "]"), 1u) << text;
+  EXPECT_EQ(count(text, " = batch_norm("), 0u) << text;
+  EXPECT_EQ(count(text, "= batch_norm_backward("), 0u) << text;
+}
+
 }  // namespace

@@ -51,6 +51,13 @@ bool global_average(const Graph& g, const Node& n) {
   return axes == std::vector<int64_t>{2, 3} || axes == std::vector<int64_t>{-2, -1};
 }
 
+// The gradient of global_average: gy [N, C, 1, 1] spread over H and W.
+bool global_average_grad(const Graph& g, const Node& n) {
+  if (!is_op(n, "adaptive_avg_pool2d_backward") || n.inputs.size() != 2) return false;
+  const Shape& gy = g.values[n.inputs[0]].meta.shape;
+  return gy.size() == 4 && gy[2] == 1 && gy[3] == 1 && g.values[n.outputs[0]].meta.dtype == DType::Float32;
+}
+
 // A linear layer after flatten(reorder to NCHW(x)) reads the blocked x
 // directly, flattened in its own order, with the weight's columns permuted
 // to match: the reorder disappears (the final dead-code pass drops it).
@@ -140,6 +147,9 @@ bool LayoutPass::reads_blocked_natively(int node, int k) const {
   if (is_op(m, "conv2d") || is_op(m, "max_pool2d") || is_op(m, "conv2d_input_grad")) return k == 0;
   if (is_op(m, "conv2d_weight_grad")) return k <= 1;
   if (is_op(m, "max_pool2d_backward")) return k == 0 || k == 2;
+  if (training_ && is_op(m, "batch_norm")) return k == 0;
+  if (training_ && is_op(m, "batch_norm_backward")) return k <= 1;
+  if (global_average_grad(g_, m)) return k == 1;  // (x only for its shape)
   return global_average(g_, m) || layout_free(g_, m);
 }
 
@@ -147,14 +157,15 @@ bool LayoutPass::reads_blocked_natively(int node, int k) const {
 // graphs block every convolution output (the readers that cannot take it
 // pay one reorder, as eager mode does inside the convolution). In training
 // graphs the value must also be read by the backward pass, so it is blocked
-// only when every reader takes it as it is: a batch norm after a
-// convolution keeps it plain.
+// only when every reader takes it as it is: convolutions and their
+// gradients, pools, batch norms and their gradients, elementwise ops (a
+// ResNet's blocks stay blocked from end to end).
 bool LayoutPass::wants_blocked(int id) const {
   if (!blockable(id)) return false;
   if (!training_) return true;
   if (std::find(g_.outputs.begin(), g_.outputs.end(), id) != g_.outputs.end()) return false;
   for (auto [node, k] : readers_[id])
-    if (!reads_blocked_natively(node, k) || layout_free(g_, g_.nodes[node])) return false;
+    if (!reads_blocked_natively(node, k)) return false;
   return true;
 }
 
@@ -184,6 +195,13 @@ void LayoutPass::plan_node(int at) {
     Plan p{Plan::GlobalAverage};
     p.block = b0;
     set(at, p, {b0});
+  } else if (global_average_grad(g_, n) && block_of_[n.inputs[1]]) {
+    Plan p{Plan::GlobalAverageGrad};  // gy is [N, C, 1, 1]: the same memory in either layout
+    p.block = block_of_[n.inputs[1]];
+    set(at, p, {0, p.block});
+    block_of_[n.outputs[0]] = p.block;
+  } else if (b0 && plan_batch_norm(at, b0)) {
+  } else if (plan_batch_norm_grad(at)) {
   } else if (plan_channel_shuffle(at)) {  // planned, and its views removed, there
   } else if (b0 && plan_channel_affine(at, b0)) {
   } else if (b0 && blocked_slice(n, b0)) {
@@ -276,6 +294,104 @@ bool LayoutPass::plan_channel_affine(int at, int block) {
     p.relu = true;
   }
   set(at, p, {block, 0, 0, 0, 0});
+  block_of_[n.outputs[0]] = block;
+  return true;
+}
+
+// Float32 vectors of one value per channel (a batch norm's parameters and
+// statistics), read as they lie.
+static bool channel_vectors(const Graph& g, const Node& n, size_t first) {
+  for (size_t k = first; k < n.inputs.size(); ++k) {
+    if (n.inputs[k] < 0) continue;
+    const Value& v = g.values[n.inputs[k]];
+    if (v.meta.dtype != DType::Float32 || v.meta.shape.size() != 1) return false;
+    if (v.tensor.defined() && !v.tensor.is_contiguous()) return false;
+  }
+  return true;
+}
+
+// Training: a batch norm of blocked activations takes its statistics and
+// normalizes on them as they are (blocked_batch_norm.h). The ReLU after it,
+// or a residual add and the ReLU after that, are folded in: a ResNet block's
+// convolutions, batch norms, shortcut and ReLUs read and write no value
+// through a reorder, and the normalized value before the ReLU, which
+// nothing else reads, is never written.
+bool LayoutPass::plan_batch_norm(int at, int block) {
+  Node& n = g_.nodes[at];
+  if (!training_ || !is_op(n, "batch_norm") || !n.attrs.get_bool("training", true) ||
+      g_.values[n.outputs[0]].meta.dtype != DType::Float32 || !channel_vectors(g_, n, 1))
+    return false;
+  const bool mean_given = n.inputs.size() > 3 && n.inputs[3] >= 0, var_given = n.inputs.size() > 4 && n.inputs[4] >= 0;
+  if (mean_given != var_given) return false;  // (the plain kernel updates neither then)
+  n.inputs.resize(5, -1);
+  Plan p{Plan::BatchNorm};
+  p.block = block;
+  const int y = fold_into_batch_norm(n.outputs[0], p, at);
+  n.outputs[0] = y;
+  g_.values[y].producer = at;
+  std::vector<int> reads = {block, 0, 0, 0, 0};
+  if (p.residual >= 0) {
+    n.inputs.push_back(p.residual);
+    reads.push_back(block);
+  }
+  set(at, p, reads);
+  block_of_[y] = block;
+  return true;
+}
+
+// The value a blocked training batch norm at `at` writes: its own result, or
+// that of the ops it takes over (in p): a ReLU reading it alone, or an add of
+// a blocked shortcut computed before it and the ReLU after that add.
+int LayoutPass::fold_into_batch_norm(int y, Plan& p, int at) {
+  auto sole_reader = [&](int id) -> Node* {
+    return uses_[id] == 1 && readers_[id].size() == 1 ? &g_.nodes[readers_[id][0].first] : nullptr;
+  };
+  Node* next = sole_reader(y);
+  if (next && is_op(*next, "add") && next->inputs.size() == 2) {
+    const int other = next->inputs[0] == y ? next->inputs[1] : next->inputs[0];
+    const Value& o = g_.values[other];
+    const bool before = o.kind != ValueKind::Result || o.producer < at;
+    if (other != y && before && block_of_[other] == p.block && o.meta.shape == g_.values[y].meta.shape &&
+        o.meta.dtype == DType::Float32) {
+      next->removed = true;
+      p.residual = other;
+      y = next->outputs[0];
+      next = sole_reader(y);
+    }
+  }
+  if (next && is_op(*next, "relu")) {
+    next->removed = true;
+    p.relu = true;
+    y = next->outputs[0];
+  }
+  return y;
+}
+
+// Training: the gradient of a blocked batch norm, on the blocked gradient
+// and input; a ReLU's backward that only it reads (the layer's gy) is
+// folded in, as a mask on gy.
+bool LayoutPass::plan_batch_norm_grad(int at) {
+  Node& n = g_.nodes[at];
+  if (!training_ || !is_op(n, "batch_norm_backward") || !n.attrs.get_bool("training", true)) return false;
+  const int block = block_of_[n.inputs[1]];
+  if (!block || g_.values[n.outputs[0]].meta.dtype != DType::Float32 || !channel_vectors(g_, n, 2)) return false;
+  Plan p{Plan::BatchNormGrad};
+  p.block = block;
+  std::vector<int> reads = {block, block, 0, 0, 0};
+  const Value& gy = g_.values[n.inputs[0]];
+  if (gy.kind == ValueKind::Result && uses_[n.inputs[0]] == 1) {
+    Node& relu_grad = g_.nodes[gy.producer];
+    if (is_op(relu_grad, "relu_backward") && block_of_[relu_grad.inputs[0]] == block &&
+        block_of_[relu_grad.inputs[1]] == block && reads_.count(gy.producer) && !plans_.count(gy.producer)) {
+      relu_grad.removed = true;
+      reads_.erase(gy.producer);
+      n.inputs[0] = relu_grad.inputs[0];
+      p.mask = relu_grad.inputs[1];
+      n.inputs.push_back(p.mask);
+      reads.push_back(block);
+    }
+  }
+  set(at, p, reads);
   block_of_[n.outputs[0]] = block;
   return true;
 }

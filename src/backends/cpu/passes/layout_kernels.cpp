@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/blocked_batch_norm.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/interpolate_pixels.h"
 #include "backends/cpu/patch_gemm_conv.h"
@@ -184,6 +185,58 @@ void scale_or_shift_blocks(bool multiply, const Tensor& x, const Tensor& v, Tens
   });
 }
 }  // namespace
+
+namespace {
+// A batch norm's optional [C] input as a float pointer (planned contiguous float32), or null.
+float* channel_vector(const std::vector<Tensor>& in, size_t k) {
+  return k < in.size() && in[k].defined() ? in[k].data<float>() : nullptr;
+}
+cpu::BlockedBatchNorm blocked_shape(const Tensor& x, int block) {
+  const Shape& s = x.shape();
+  return {s[0], s[1], s[2] * s[3], block};
+}
+}  // namespace
+
+CustomKernel batch_norm_train_kernel(double momentum, double eps, int block, bool relu) {
+  return [momentum, eps, block, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    cpu::BatchNormForward a{in[0].data<float>(), channel_vector(in, 1), channel_vector(in, 2), channel_vector(in, 5),
+                            channel_vector(in, 3), channel_vector(in, 4), momentum, eps, relu};
+    cpu::batch_norm_train_blocked(blocked_shape(in[0], block), a, out[0].data<float>(), out[1].data<float>(),
+                                  out[2].data<float>());
+    if (a.running_mean) {  // graphs that read them see them change
+      in[3].impl().storage->version++;
+      in[4].impl().storage->version++;
+    }
+  };
+}
+
+CustomKernel batch_norm_grad_kernel(int block) {
+  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    cpu::BatchNormBackward a{in[0].data<float>(), channel_vector(in, 5), in[1].data<float>(), channel_vector(in, 2),
+                             in[3].data<float>(), in[4].data<float>()};
+    cpu::batch_norm_backward_blocked(blocked_shape(in[1], block), a, out[0].data<float>(), out[1].data<float>(),
+                                     out[2].data<float>());
+  };
+}
+
+CustomKernel global_avg_grad_kernel(int block) {
+  return [block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const Shape& x = in[1].shape();
+    const int64_t blocks = x[1] / block, hw = x[2] * x[3];
+    const Tensor g = in[0].contiguous();
+    const float* gy = g.data<float>();  // [N, C]: channel cb * block + k of image i at (i * blocks + cb) * block + k
+    float* gx = out[0].data<float>();
+    const float scale = 1.0f / static_cast<float>(hw);
+    parallel_for(x[0] * blocks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float v[16];
+        for (int k = 0; k < block; ++k) v[k] = gy[i * block + k] * scale;
+        float* dst = gx + i * hw * block;
+        for (int64_t p = 0; p < hw; ++p) std::memcpy(dst + p * block, v, sizeof(float) * static_cast<size_t>(block));
+      }
+    });
+  };
+}
 
 CustomKernel channel_affine_kernel(double eps, int block, bool relu) {
   return [eps, block, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {

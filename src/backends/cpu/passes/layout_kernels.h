@@ -61,6 +61,16 @@ CustomKernel reorder_kernel(int from_block, int to_block);
 // [C]) -> y = (x - mean) / sqrt(var + eps) * weight + bias (blocked), then
 // max(y, 0) with relu: an inference batch norm as one pass.
 CustomKernel channel_affine_kernel(double eps, int block, bool relu);
+// Training: in: x (blocked), weight?, bias?, running mean?, running
+// variance? (plain [C], updated), [residual (blocked)] -> y (blocked), the
+// batch's mean and 1 / sqrt(var + eps) ([C]); y gets the residual added and
+// the ReLU applied when asked (blocked_batch_norm.h).
+CustomKernel batch_norm_train_kernel(double momentum, double eps, int block, bool relu);
+// in: gy (blocked), x (blocked), weight?, saved mean, saved rstd, [mask
+// (blocked): gy counts where it is > 0] -> gx (blocked), gw, gb ([C]).
+CustomKernel batch_norm_grad_kernel(int block);
+// in: gy [N, C, 1, 1], x (blocked; read for its shape) -> gx (blocked), gy / (H * W) everywhere.
+CustomKernel global_avg_grad_kernel(int block);
 CustomKernel per_channel_elementwise_kernel(const OpDef& op, const Attrs& attrs, int block, std::vector<bool> per_channel);
 
 }  // namespace kiln::graph

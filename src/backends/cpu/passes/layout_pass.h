@@ -21,7 +21,7 @@ bool fast(const cpu::onednn::LayoutCall& c);
 // What the pass does with one node.
 struct Plan {
   enum Kind { Conv, InputGrad, WeightGrad, MaxPool, MaxPoolGrad, GlobalAverage, Concat, PerChannel, Shuffle, Slice, Resize,
-              ChannelAffine, AvgPool } kind;
+              ChannelAffine, AvgPool, BatchNorm, BatchNormGrad, GlobalAverageGrad } kind;
   cpu::onednn::LayoutCall call = {};
   bool few_channels = false;  // WeightGrad: the direct kernel for a plain x with few channels
   bool from_pool = false;     // WeightGrad, few channels: gy is a max-pool gradient made inside it
@@ -30,14 +30,15 @@ struct Plan {
   int block = 0;  // MaxPool, AvgPool, MaxPoolGrad, GlobalAverage, Concat, Resize, WeightGrad from_pool: the channel block of x
   std::vector<bool> per_channel = {};  // PerChannel: which inputs are [N, C, 1, 1] vectors
   int gy_block = 0;  // MaxPoolGrad, WeightGrad from_pool: the layout of the pool's incoming gradient
-  int residual = -1;  // Conv: value id of the shortcut added to the output
+  int residual = -1;  // Conv, BatchNorm: value id of the shortcut added to the output
+  int mask = -1;      // BatchNormGrad: the ReLU output whose backward is fused (gy counts where it is > 0)
   // Conv, Resize: writes channels [concat_at, ...) of a concatenation's
   // buffer (one image), taking that buffer over from the part before it (carry).
   int64_t concat_at = -1;
   int carry = -1;
   int64_t groups = 0;  // Shuffle
   int64_t start = 0;   // Slice: the first channel
-  bool relu = false;   // ChannelAffine: a ReLU after it, folded in
+  bool relu = false;   // ChannelAffine, BatchNorm: a ReLU after it, folded in
   bool count_include_pad = true;  // AvgPool
 };
 
@@ -63,6 +64,9 @@ class LayoutPass {
   bool blocked_interpolate(const Node& n) const;
   bool plan_channel_shuffle(int at);
   bool plan_channel_affine(int at, int block);
+  bool plan_batch_norm(int at, int block);
+  bool plan_batch_norm_grad(int at);
+  int fold_into_batch_norm(int y, Plan& p, int at);
   std::vector<int> concatenated_parts(int x, int64_t groups);
   std::vector<int> channel_slices(int y, int block);
   bool blocked_slice(const Node& n, int block) const;

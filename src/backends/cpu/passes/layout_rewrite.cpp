@@ -427,6 +427,21 @@ void LayoutPass::rewrite_nodes() {
         k.label = "batch_norm[" + blocked + "]" + (plan.relu ? " + relu" : "");
         k.custom = channel_affine_kernel(n.attrs.get_float("eps", 1e-5), plan.block, plan.relu);
         break;
+      case Plan::BatchNorm:
+        k.attrs = n.attrs;
+        k.fused_from = n.op;  // it updates the running statistics (inputs 3 and 4) as batch_norm does
+        k.label = "batch_norm[" + blocked + "]" + (plan.residual >= 0 ? " + add" : "") + (plan.relu ? " + relu" : "");
+        k.custom = batch_norm_train_kernel(n.attrs.get_float("momentum", 0.1), n.attrs.get_float("eps", 1e-5),
+                                           plan.block, plan.relu);
+        break;
+      case Plan::BatchNormGrad:
+        k.label = (plan.mask >= 0 ? "relu_backward + " : "") + std::string("batch_norm_backward[") + blocked + "]";
+        k.custom = batch_norm_grad_kernel(plan.block);
+        break;
+      case Plan::GlobalAverageGrad:
+        k.label = "global_avg_pool_backward[nchw -> " + blocked + "]";
+        k.custom = global_avg_grad_kernel(plan.block);
+        break;
       case Plan::PerChannel:
         k.label = n.op->name + "[" + blocked + ", per channel]";
         k.custom = per_channel_elementwise_kernel(*n.op, n.attrs, plan.block, plan.per_channel);
