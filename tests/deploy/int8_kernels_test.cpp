@@ -10,8 +10,10 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/onednn_int8.h"
 #include "io/onnx_tensor.h"
 #include "kiln/kiln.h"
+#include "kiln/profiler.h"
 #include "kiln/runtime.h"
 #include "support/error_message.h"
 #include "support/onnx_builder.h"
@@ -112,6 +114,97 @@ TEST(Int8Kernels, MatrixProductsAreExactIntegerArithmetic) {
     const Tensor acc = matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
     expect_requantized_equal(got, requantized(acc, scalar(0.05f) * b_scale / scalar(0.9f), 128, DType::UInt8));
   }
+}
+
+// A matrix product with prepared weights that writes float32, dequantized
+// in its epilogue, gives what the quantized product and a dequantize_linear
+// after it give, bit for bit; then with a vector added and a ReLU.
+TEST(Int8Kernels, ADequantizingEpilogueEqualsQuantizingThenDequantizing) {
+  namespace dnn = cpu::onednn;
+  for (const bool y_signed : {false, true})
+  for (const bool bias : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << (y_signed ? "int8" : "uint8") << " output" << (bias ? ", int32 bias" : ""));
+    const int64_t m = 37, k = 64, n = 48;
+    const Tensor a = random_quantized({m, k}, DType::UInt8, 4), b = random_quantized({k, n}, DType::Int8, 5);
+    manual_seed(6);
+    const Tensor b_scale = rand({n}) * 0.01 + 0.001, vector = randn({n});
+    const Tensor bias_values = cast(round(randn({n}) * 300.0), DType::Int32);
+    const float y_scale = 0.37f;
+    const int32_t a_zero = 131, y_zero = y_signed ? -5 : 119;
+    const std::vector<float> scales = dnn::requantization_scales(scalar(0.05f), b_scale, scalar(y_scale));
+    dnn::QuantizedMatmulCall call{m, k, n, false, y_signed, true, bias, true, {}};
+    Tensor prepared = Tensor::empty({dnn::quantized_matmul_weights_bytes(call, scales.data())}, DType::UInt8);
+    dnn::prepare_quantized_matmul_weights(call, scales.data(), b.data<int8_t>(), prepared.raw_data());
+    Tensor q = Tensor::empty({m, n}, y_signed ? DType::Int8 : DType::UInt8);
+    ASSERT_TRUE(dnn::quantized_matmul(call, a.raw_data(), a_zero, prepared.raw_data(), scales.data(),
+                                      bias ? bias_values.data<int32_t>() : nullptr, y_zero, q.raw_data()));
+    const Tensor zero = cast(scalar_tensor(static_cast<double>(y_zero)), q.dtype());
+    const Tensor want = dequantize_linear(q, scalar(y_scale), zero);
+    for (const bool add_relu : {false, true}) {
+      dnn::QuantizedMatmulCall f = call;
+      f.dequantized = {true, y_scale, y_zero, add_relu, add_relu};
+      Tensor own = Tensor::empty({dnn::quantized_matmul_weights_bytes(f, scales.data())}, DType::UInt8);
+      ASSERT_GT(own.numel(), 0);
+      dnn::prepare_quantized_matmul_weights(f, scales.data(), b.data<int8_t>(), own.raw_data());
+      Tensor got = Tensor::empty({m, n});
+      ASSERT_TRUE(dnn::quantized_matmul(f, a.raw_data(), a_zero, own.raw_data(), scales.data(),
+                                        bias ? bias_values.data<int32_t>() : nullptr, y_zero, got.raw_data(),
+                                        add_relu ? vector.data<float>() : nullptr));
+      const Tensor expected = add_relu ? relu(want + vector) : want;
+      const auto g = got.to_vector<float>(), e = expected.contiguous().to_vector<float>();
+      size_t equal = 0;
+      for (size_t i = 0; i < g.size(); ++i) equal += g[i] == e[i];
+      EXPECT_EQ(equal, g.size()) << (add_relu ? "with the vector and the ReLU" : "dequantized") << ": element 0 "
+                                 << g[0] << " vs " << e[0];
+    }
+  }
+}
+
+// The layout `kiln quantize` writes for a linear layer: the product's
+// output quantized and dequantized, the bias added and the ReLU applied in
+// float after it. The compiled graph runs the product, the dequantization,
+// the bias and the ReLU as one kernel (no dequantize_linear of its own), with
+// the answer of the graph without passes.
+TEST(Int8Kernels, ALinearLayersDequantizationBiasAndReluRunInItsEpilogue) {
+  kt::OnnxBuilder b;
+  b.io(true, "x", TensorProto::FLOAT, {8, 16});
+  b.init("x_scale", scalar(0.03f));
+  b.init("x_zero", from_vector<uint8_t>({120}, {}));
+  b.init("y_scale", scalar(0.2f));
+  b.init("y_zero", from_vector<uint8_t>({100}, {}));
+  b.init("w", clamp(random_quantized({16, 12}, DType::Int8, 8), -64.0, 63.0));  // exact without VNNI too
+  manual_seed(9);
+  b.init("w_scale", rand({12}) * 0.01 + 0.002);
+  b.init("w_zero", zeros({12}, DType::Int8));
+  b.init("bias", randn({12}));
+  b.node("QuantizeLinear", {"x", "x_scale", "x_zero"}, {"x_q"});
+  b.node("DequantizeLinear", {"x_q", "x_scale", "x_zero"}, {"x_dq"});
+  kt::OnnxBuilder::integer(b.node("DequantizeLinear", {"w", "w_scale", "w_zero"}, {"w_dq"}), "axis", 1);
+  b.node("MatMul", {"x_dq", "w_dq"}, {"y"});
+  b.node("QuantizeLinear", {"y", "y_scale", "y_zero"}, {"y_q"});
+  b.node("DequantizeLinear", {"y_q", "y_scale", "y_zero"}, {"y_dq"});
+  b.node("Add", {"y_dq", "bias"}, {"biased"});
+  b.node("Relu", {"biased"}, {"out"});
+  b.io(false, "out", TensorProto::FLOAT, {8, 12});
+  const std::string path = b.save("qdq_linear.onnx");
+  manual_seed(10);
+  const Tensor x = randn({8, 16}) * 2.0;
+  SessionOptions plain;
+  plain.optimization_level = 1;
+  const Tensor want = InferenceSession(path, plain).run({x})[0];
+  InferenceSession session(path);
+  session.run({x});
+  profiler::start();
+  const Tensor got = session.run({x})[0];
+  profiler::stop();
+  std::vector<std::string> names;
+  for (const auto& r : profiler::records()) names.push_back(r.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "qlinear_matmul (int8, weights prepared) + dequantize + add + relu"),
+            names.end()) << ::testing::PrintToString(names);
+  EXPECT_EQ(std::find(names.begin(), names.end(), "dequantize_linear"), names.end()) << ::testing::PrintToString(names);
+  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 0.2 * 1.001) << "element " << i;  // one output step
 }
 
 TEST(Int8Kernels, BadOperandsSayWhatIsWrong) {

@@ -195,12 +195,59 @@ void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, 
 namespace {
 
 struct MatmulDescs {
-  memory::desc a, b, bias, y;
+  memory::desc a, b, bias, y, vector;
 };
 MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
+  const auto& dq = c.dequantized;
   return {memory::desc({c.m, c.k}, activation_type(c.a_signed), tag::ab), memory::desc({c.k, c.n}, dt::s8, tag::ab),
           c.bias ? memory::desc({1, c.n}, dt::s32, tag::ab) : memory::desc(),
-          memory::desc({c.m, c.n}, activation_type(c.y_signed), tag::ab)};
+          memory::desc({c.m, c.n}, dq.on ? dt::f32 : activation_type(c.y_signed), tag::ab),
+          dq.add_vector ? memory::desc({1, c.n}, dt::f32, tag::ab) : memory::desc()};
+}
+
+// The attributes of a matmul: its requantization, and for a dequantized
+// output the integer output's own steps as post-ops on the float result:
+// the zero point added as the integer epilogue adds it, rounding to nearest
+// even, saturation, the zero point taken off again (exact on integers), the
+// scale; then the vector and the ReLU. oneDNN 2.7 gives every eltwise_linear
+// of one chain the first one's constants, so past the first the steps are
+// binary ops with one-value operands (dequantize_operands gives them).
+struct DequantizeSteps {
+  int minus_zero = -1, scale = -1, vector = -1;  // post-op indices of the binary steps
+};
+DequantizeSteps dequantize_steps(const QuantizedMatmulCall& c, dnnl::post_ops* ops) {
+  using alg = dnnl::algorithm;
+  const auto& dq = c.dequantized;
+  const memory::desc one({1, 1}, dt::f32, tag::ab);
+  DequantizeSteps at;
+  int next = 0;
+  auto eltwise = [&](alg a, float alpha, float beta) {
+    if (ops) ops->append_eltwise(1.0f, a, alpha, beta);
+    ++next;
+  };
+  auto binary = [&](alg a, const memory::desc& d) {
+    if (ops) ops->append_binary(a, d);
+    return next++;
+  };
+  if (dq.y_zero != 0) eltwise(alg::eltwise_linear, 1.0f, static_cast<float>(dq.y_zero));
+  eltwise(alg::eltwise_round, 0.0f, 0.0f);
+  eltwise(alg::eltwise_clip, c.y_signed ? -128.0f : 0.0f, c.y_signed ? 127.0f : 255.0f);
+  if (dq.y_zero != 0) at.minus_zero = binary(alg::binary_add, one);
+  at.scale = binary(alg::binary_mul, one);
+  if (dq.add_vector) at.vector = binary(alg::binary_add, memory::desc({1, c.n}, dt::f32, tag::ab));
+  if (dq.relu) eltwise(alg::eltwise_relu, 0.0f, 0.0f);
+  return at;
+}
+
+dnnl::primitive_attr matmul_attr(const QuantizedMatmulCall& c, const std::vector<float>& scales) {
+  if (!c.dequantized.on) return quantized_attr(c.per_column ? 2 : 0, scales, true);
+  dnnl::primitive_attr attr = base_attr();
+  attr.set_output_scales(c.per_column ? 2 : 0, scales.empty() ? std::vector<float>{DNNL_RUNTIME_F32_VAL} : scales);
+  attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+  dnnl::post_ops ops;
+  dequantize_steps(c, &ops);
+  attr.set_post_ops(ops);
+  return attr;
 }
 
 struct MatmulPrimitive {
@@ -212,12 +259,15 @@ struct MatmulPrimitive {
 // or, for weights prepared once, the primitive's own weight layout with the
 // scales built in (oneDNN's brgemm kernels, several times faster at one row).
 const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const float* scale_values) {
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int, std::vector<float>>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int, std::vector<float>,
+                         std::tuple<bool, float, int32_t, bool, bool>>;
   static std::mutex mu;
   static std::map<Key, MatmulPrimitive> cache;
   std::vector<float> scales;
   if (c.prepared_weights) scales.assign(scale_values, scale_values + (c.per_column ? c.n : 1));
-  const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, c.prepared_weights, get_num_threads(), scales};
+  const auto& dq = c.dequantized;
+  const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, c.prepared_weights, get_num_threads(), scales,
+                {dq.on, dq.y_scale, dq.y_zero, dq.add_vector, dq.relu}};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -225,7 +275,7 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
     MatmulPrimitive made;
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.a, c.prepared_weights ? any(d.b) : d.b, d.bias, d.y),
-                                      quantized_attr(c.per_column ? 2 : 0, scales, true), engine());
+                                      matmul_attr(c, scales), engine());
       made = {dnnl::matmul(pd), pd.weights_desc(), pd.scratchpad_desc()};
     } catch (const dnnl::error&) {
       made = {};
@@ -238,7 +288,7 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
 }  // namespace
 
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
-                      const int32_t* bias, int32_t y_zero, void* y) {
+                      const int32_t* bias, int32_t y_zero, void* y, const float* vector) {
   const MatmulPrimitive* p = matmul_primitive(c, scales);
   if (!p) return false;
   const MatmulDescs d = matmul_descs(c);
@@ -246,8 +296,20 @@ bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zer
       {DNNL_ARG_SRC, wrap(d.a, a)},
       {DNNL_ARG_WEIGHTS, wrap(c.prepared_weights ? p->weights : d.b, b)},
       {DNNL_ARG_DST, wrap(d.y, y)},
-      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &a_zero)},
-      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero)}};
+      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &a_zero)}};
+  if (!c.dequantized.on) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero));
+  // The dequantization's one-value operands, and the vector.
+  const float minus_zero = -static_cast<float>(c.dequantized.y_zero), y_scale = c.dequantized.y_scale;
+  if (c.dequantized.on) {
+    const DequantizeSteps at = dequantize_steps(c, nullptr);
+    const memory::desc one({1, 1}, dt::f32, tag::ab);
+    auto operand = [&](int post_op, const memory::desc& md, const void* p) {
+      if (post_op >= 0) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, wrap(md, p));
+    };
+    operand(at.minus_zero, one, &minus_zero);
+    operand(at.scale, one, &y_scale);
+    operand(at.vector, d.vector, vector);
+  }
   if (!c.prepared_weights)
     args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, runtime_values(dt::f32, c.per_column ? c.n : 1, scales));
   if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));

@@ -53,9 +53,21 @@ struct QuantizedMatmulCall {
   // b is already in the primitive's layout (prepare_quantized_matmul_weights),
   // which then has the scales built in.
   bool prepared_weights = false;
+  // Float32 y: the quantized result dequantized in the epilogue, bit for bit
+  // what a dequantize_linear after it gives, (q - y_zero) * y_scale, with q
+  // rounded and saturated as the quantized output is; then plus a float32
+  // [n] vector (a bias added after the dequantization) and a ReLU when asked.
+  // y_zero is then fixed here rather than given at run time.
+  struct Dequantized {
+    bool on = false;
+    float y_scale = 1;
+    int32_t y_zero = 0;
+    bool add_vector = false, relu = false;
+  } dequantized;
 };
+// vector: the float32 [n] vector of c.dequantized.add_vector, else null.
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
-                      const int32_t* bias, int32_t y_zero, void* y);
+                      const int32_t* bias, int32_t y_zero, void* y, const float* vector = nullptr);
 // As for convolutions: the prepared weights' size (0: no primitive), layout in words, and the reorder.
 int64_t quantized_matmul_weights_bytes(const QuantizedMatmulCall& c, const float* scales);
 std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const float* scales);

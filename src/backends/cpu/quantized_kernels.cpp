@@ -121,7 +121,7 @@ void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   const int32_t az = zero_point_of(in[2]), yz = zero_point_of(in[6]);
   const int32_t* pb = bias.defined() ? bias.data<int32_t>() : nullptr;
   onednn::QuantizedMatmulCall call{m, k, n, a.dtype() == DType::Int8, out[0].dtype() == DType::Int8, scales.size() > 1,
-                                   pb != nullptr};
+                                   pb != nullptr, false, {}};
   if (m > 0 && k > 0 && onednn::int8_products_exact(b.data<int8_t>(), b.numel(), call.a_signed) &&
       onednn::quantized_matmul(call, a.raw_data(), az, b.data<int8_t>(), scales.data(), pb, yz, out[0].raw_data()))
     return;

@@ -8,6 +8,7 @@
 // runs either way), or an int8 average pool or channel concatenation (which
 // have channels-last forms). Only at the edges of such a region do values pass
 // through plain NCHW.
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -108,7 +109,7 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   m.a_zero = cpu::onednn::zero_point_of(tensor(2));
   m.y_zero = cpu::onednn::zero_point_of(tensor(6));
   m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
-            g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true};
+            g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true, {}};
   if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
   if (cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data()) == 0) return std::nullopt;
   return m;
@@ -118,9 +119,72 @@ CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
   return [m](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const bool ran = cpu::onednn::quantized_matmul(m.call, in[0].raw_data(), m.a_zero, in[1].raw_data(), m.scales.data(),
                                                    m.call.bias ? in[2].data<int32_t>() : nullptr, m.y_zero,
-                                                   out[0].raw_data());
+                                                   out[0].raw_data(),
+                                                   m.call.dequantized.add_vector ? in.back().data<float>() : nullptr);
     KILN_CHECK(ran, "the int8 matmul primitive chosen at compile time is gone");
   };
+}
+
+// The float ops after a quantized matmul that its epilogue can take over
+// (QuantizedMatmulCall::Dequantized), each the sole reader of the one before:
+// a dequantize_linear by the matmul's own output scale and zero point, then
+// an add of a constant float32 vector along the last axis (a bias the
+// quantizer left after the dequantization), then a ReLU.
+struct DequantizeFold {
+  cpu::onednn::QuantizedMatmulCall::Dequantized epilogue;
+  std::vector<int> nodes;  // taken over
+  int vector = -1;         // the added vector's value
+  int y = -1;              // the last one's result, which the matmul then writes
+};
+
+DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m) {
+  const std::vector<int> uses = g.use_counts();
+  auto sole_reader = [&](int v) -> int {
+    if (uses[v] != 1) return -1;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& r = g.nodes[i];
+      if (!r.removed && std::find(r.inputs.begin(), r.inputs.end(), v) != r.inputs.end()) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  auto value_of = [&](int id) { return g.values[id].tensor.contiguous(); };
+  const Node& n = g.nodes[static_cast<size_t>(m.node)];
+  DequantizeFold f;
+  const int dq_at = sole_reader(n.outputs[0]);
+  if (dq_at < 0) return f;
+  const Node& dq = g.nodes[dq_at];
+  if (!layout::is_op(dq, "dequantize_linear") || dq.inputs.size() < 3 || dq.inputs[0] != n.outputs[0] ||
+      !is_constant(g, dq.inputs[1]) || !is_constant(g, dq.inputs[2]) || value_of(dq.inputs[1]).numel() != 1 ||
+      value_of(dq.inputs[2]).numel() != 1)
+    return f;
+  const float y_scale = cpu::onednn::scale_of(value_of(n.inputs[5]));
+  if (cpu::onednn::scale_of(value_of(dq.inputs[1])) != y_scale ||
+      cpu::onednn::zero_point_of(value_of(dq.inputs[2])) != m.y_zero)
+    return f;
+  f.epilogue = {true, y_scale, m.y_zero, false, false};
+  f.nodes.push_back(dq_at);
+  f.y = dq.outputs[0];
+  const int add_at = sole_reader(f.y);
+  if (add_at >= 0 && layout::is_op(g.nodes[add_at], "add")) {
+    const Node& add = g.nodes[add_at];
+    const int other = add.inputs.size() != 2 ? -1 : add.inputs[0] == f.y ? add.inputs[1] : add.inputs[0];
+    if (other >= 0 && other != f.y && is_constant(g, other) && g.values[other].meta.dtype == DType::Float32 &&
+        !g.values[other].meta.shape.empty() && g.values[other].meta.shape.back() == m.call.n &&
+        numel_of(g.values[other].meta.shape) == m.call.n &&
+        g.values[add.outputs[0]].meta.shape == g.values[f.y].meta.shape) {
+      f.epilogue.add_vector = true;
+      f.vector = other;
+      f.nodes.push_back(add_at);
+      f.y = add.outputs[0];
+    }
+  }
+  const int relu_at = sole_reader(f.y);
+  if (relu_at >= 0 && layout::is_op(g.nodes[relu_at], "relu")) {
+    f.epilogue.relu = true;
+    f.nodes.push_back(relu_at);
+    f.y = g.nodes[relu_at].outputs[0];
+  }
+  return f;
 }
 
 // Which 4-d values may live channels-last: those whose every reader and
@@ -275,16 +339,36 @@ std::string use_int8_layouts(Graph& g) {
   }
   if (convs.empty() && matmuls.empty()) return "";
   NoGradGuard no_grad;
-  for (const Int8Matmul& m : matmuls) {
+  size_t dequantized = 0;
+  for (Int8Matmul& m : matmuls) {
+    // The dequantization after it, and what follows that, in its epilogue
+    // where oneDNN has a primitive for it.
+    const DequantizeFold fold = dequantize_fold(g, m);
+    Int8Matmul folded = m;
+    folded.call.dequantized = fold.epilogue;
+    const bool fused = fold.epilogue.on && cpu::onednn::quantized_matmul_weights_bytes(folded.call, m.scales.data()) != 0;
+    if (fused) m = folded;
+    Node& n = g.nodes[static_cast<size_t>(m.node)];
     const cpu::onednn::QuantizedMatmulCall& call = m.call;
     const float* scales = m.scales.data();
-    on_prepared_weights(g, g.nodes[static_cast<size_t>(m.node)],
-                        cpu::onednn::quantized_matmul_weights_bytes(call, scales),
+    std::string label = "qlinear_matmul (int8, weights prepared)";
+    if (fused) label += std::string(" + dequantize") + (call.dequantized.add_vector ? " + add" : "") +
+                        (call.dequantized.relu ? " + relu" : "");
+    on_prepared_weights(g, n, cpu::onednn::quantized_matmul_weights_bytes(call, scales),
                         "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(call, scales),
                         [&](const int8_t* b, void* out) { cpu::onednn::prepare_quantized_matmul_weights(call, scales, b, out); },
-                        int8_matmul_kernel(m), "qlinear_matmul (int8, weights prepared)");
+                        int8_matmul_kernel(m), label);
+    if (!fused) continue;
+    for (int at : fold.nodes) g.nodes[static_cast<size_t>(at)].removed = true;
+    if (fold.vector >= 0) n.inputs.push_back(fold.vector);
+    n.outputs[0] = fold.y;
+    g.values[fold.y].producer = m.node;
+    ++dequantized;
   }
-  if (convs.empty()) return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once";
+  const std::string dequantized_note =
+      dequantized ? ", " + std::to_string(dequantized) + " of them dequantized in their epilogue" : "";
+  if (convs.empty())
+    return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once" + dequantized_note;
   ChannelsLast channels_last(g, at);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (channels_last(static_cast<int>(v))) g.values[v].layout = "nhwc";
@@ -328,7 +412,7 @@ std::string use_int8_layouts(Graph& g) {
     ++others;
   }
   return "gave " + std::to_string(convs.size()) + " int8 convolutions and " + std::to_string(matmuls.size()) +
-         " matrix products weights reordered once, " + std::to_string(nhwc) + " of the convolutions' activations "
+         " matrix products weights reordered once" + dequantized_note + ", " + std::to_string(nhwc) + " of the convolutions' activations "
          "channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "") +
          (others ? ", " + std::to_string(others) + " average pools and concatenations channels-last" : "");
 }
