@@ -202,9 +202,11 @@ class ChannelsLast {
         touched_[n.inputs[0]] = touched_[n.outputs[0]] = true;
         continue;
       }
-      // Pools run either way: input and output share one.
+      // Pools run either way: input and output share one. A global pool's
+      // output (one pixel) is the same memory in both, so whatever reads it
+      // (a flatten) leaves the pool's input as it is.
       if (is_eight_bit_pool(g, n) || layout::is_op(n, "qlinear_avg_pool2d")) {
-        unite(n.inputs[0], n.outputs[0]);
+        if (!one_pixel(n.outputs[0])) unite(n.inputs[0], n.outputs[0]);
         continue;
       }
       if (is_channel_concat(g, n)) {  // its operands and output share one
@@ -246,6 +248,10 @@ class ChannelsLast {
     for (int v : n.inputs)
       if (v >= 0 && g_.values[v].meta.shape == out) unite(v, n.outputs[0]);
     return true;
+  }
+  bool one_pixel(int v) const {
+    const Shape& s = g_.values[v].meta.shape;
+    return s.size() == 4 && s[2] == 1 && s[3] == 1;
   }
   void force_plain(int v) {
     if (v >= 0 && g_.values[v].meta.shape.size() == 4) plain_[v] = true;
