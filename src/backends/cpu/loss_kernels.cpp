@@ -1,7 +1,10 @@
 // CPU kernels of the fused losses.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/softmax_row.h"
 #include "ops/shape_rules.h"
 
 namespace kiln::cpu {
@@ -60,64 +63,80 @@ struct ClassLoss {
   }
 };
 
-// log(sum(exp(row))) over c values, computed from the row's maximum.
+// log(sum(exp(row))) over c values, from the row's maximum (exp_sum_row:
+// vectorized for float), the exponentials going to `scratch`.
 template <typename T>
-double row_logsumexp(const T* row, int64_t c) {
-  double m = row[0];
-  for (int64_t k = 1; k < c; ++k) m = std::max(m, static_cast<double>(row[k]));
-  double s = 0;
-  for (int64_t k = 0; k < c; ++k) s += std::exp(row[k] - m);
-  return m + std::log(s);
+double row_logsumexp(const T* row, int64_t c, T* scratch) {
+  compute_t<T> m;
+  const compute_t<T> s = exp_sum_row(row, scratch, c, &m);
+  return static_cast<double>(m) + std::log(static_cast<double>(s));
 }
+
+// Rows per task: enough values to be worth a thread.
+int64_t row_grain(int64_t c) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(c, 1)); }
 
 template <typename T>
 void cross_entropy_kernel(const Ins& in, Outs& out, const Attrs& a) {
   ClassLoss<T> p(in, 0, a);
+  const double denominator = p.denominator();  // (checks every target, before the threads start)
   const T* px = p.x.template data<T>();
   std::vector<double> loss(p.n, 0.0);
-  for (int64_t i = 0; i < p.n; ++i) {
-    int64_t t = p.target_of(i);
-    if (t < 0) continue;
-    const T* row = px + i * p.c;
-    double lse = row_logsumexp(row, p.c);
-    double l = -(1 - p.smoothing) * p.weight(t) * (row[t] - lse);
-    if (p.smoothing > 0) {
-      double acc = 0;
-      for (int64_t k = 0; k < p.c; ++k) acc += p.weight(k) * (row[k] - lse);
-      l -= p.smoothing / static_cast<double>(p.c) * acc;
+  parallel_for(p.n, row_grain(p.c), [&](int64_t lo, int64_t hi) {
+    std::vector<T> scratch(static_cast<size_t>(p.c));
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t t = p.target[i];
+      if (t == p.ignore) continue;
+      const T* row = px + i * p.c;
+      const double lse = row_logsumexp(row, p.c, scratch.data());
+      double l = -(1 - p.smoothing) * p.weight(t) * (row[t] - lse);
+      if (p.smoothing > 0) {
+        double acc = 0;
+        for (int64_t k = 0; k < p.c; ++k) acc += p.weight(k) * (row[k] - lse);
+        l -= p.smoothing / static_cast<double>(p.c) * acc;
+      }
+      loss[i] = l;
     }
-    loss[i] = l;
-  }
-  write_reduced<T>(out[0], loss, p.reduction, p.denominator());
+  });
+  write_reduced<T>(out[0], loss, p.reduction, denominator);
 }
 
 template <typename T>
 void cross_entropy_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor g = contiguous(in[0]);
   ClassLoss<T> p(in, 1, a);
+  const double denom = p.denominator();  // (checks every target, before the threads start)
   const T* px = p.x.template data<T>();
   const T* pg = g.data<T>();
   T* po = out[0].data<T>();
-  double denom = p.denominator();
-  std::vector<double> coeff(p.c);
-  for (int64_t i = 0; i < p.n; ++i) {
-    T* orow = po + i * p.c;
-    int64_t t = p.target_of(i);
-    if (t < 0) {
-      std::fill(orow, orow + p.c, T(0));
-      continue;
+  parallel_for(p.n, row_grain(p.c), [&](int64_t lo, int64_t hi) {
+    std::vector<double> coeff(static_cast<size_t>(p.smoothing > 0 ? p.c : 0));
+    for (int64_t i = lo; i < hi; ++i) {
+      T* orow = po + i * p.c;
+      const int64_t t = p.target[i];
+      if (t == p.ignore) {
+        std::fill(orow, orow + p.c, T(0));
+        continue;
+      }
+      const double scale = p.reduction == "none" ? pg[i] : (p.reduction == "sum" ? pg[0] : pg[0] / denom);
+      const T* row = px + i * p.c;
+      if (p.smoothing == 0) {  // weight_t * scale * (softmax - one_hot(t)), from the exponentials in place
+        compute_t<T> m;
+        const double s = exp_sum_row(row, orow, p.c, &m);
+        const auto k = static_cast<compute_t<T>>(scale * p.weight(t) / s);
+        for (int64_t j = 0; j < p.c; ++j) orow[j] = static_cast<T>(static_cast<compute_t<T>>(orow[j]) * k);
+        orow[t] = static_cast<T>(static_cast<double>(orow[t]) - scale * p.weight(t));
+        continue;
+      }
+      const double lse = row_logsumexp(row, p.c, orow);
+      // d loss / d x_k = sum_j coeff_j (softmax_k - [j == k]).
+      double total_coeff = 0;
+      for (int64_t k = 0; k < p.c; ++k) {
+        coeff[k] = p.smoothing / static_cast<double>(p.c) * p.weight(k) + (k == t ? (1 - p.smoothing) * p.weight(k) : 0.0);
+        total_coeff += coeff[k];
+      }
+      for (int64_t k = 0; k < p.c; ++k) orow[k] = static_cast<T>(scale * (total_coeff * std::exp(row[k] - lse) - coeff[k]));
     }
-    double scale = p.reduction == "none" ? pg[i] : (p.reduction == "sum" ? pg[0] : pg[0] / denom);
-    const T* row = px + i * p.c;
-    double lse = row_logsumexp(row, p.c);
-    // d loss / d x_k = sum_j coeff_j (softmax_k - [j == k]).
-    double total_coeff = 0;
-    for (int64_t k = 0; k < p.c; ++k) {
-      coeff[k] = p.smoothing / static_cast<double>(p.c) * p.weight(k) + (k == t ? (1 - p.smoothing) * p.weight(k) : 0.0);
-      total_coeff += coeff[k];
-    }
-    for (int64_t k = 0; k < p.c; ++k) orow[k] = static_cast<T>(scale * (total_coeff * std::exp(row[k] - lse) - coeff[k]));
-  }
+  });
 }
 
 template <typename T>

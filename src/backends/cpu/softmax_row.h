@@ -10,11 +10,11 @@
 
 namespace kiln::cpu {
 
-// One softmax (or log-softmax) over n contiguous values: three passes the
-// compiler vectorizes. px may be py. Returns the maximum (-inf: every value
-// was -inf, and the row holds NaN).
-template <typename T, bool kLog>
-inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
+// The exponentials of one contiguous row shifted by its maximum, written to
+// py (px may be py; for float16/bfloat16 only with `write`), and their sum;
+// *max gets the maximum (-inf: every value was -inf).
+template <typename T>
+inline compute_t<T> exp_sum_row(const T* px, T* py, int64_t n, compute_t<T>* max, bool write = true) {
   using C = compute_t<T>;
   C m = -std::numeric_limits<C>::infinity();
   int64_t first = 0;
@@ -32,6 +32,7 @@ inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
     for (float v : lane) m = std::max(m, v);
   }
   for (int64_t r = first; r < n; ++r) m = std::max(m, static_cast<C>(px[r]));
+  *max = m;
   C s = 0;
   if constexpr (std::is_same_v<T, C>) {
     // exp in a loop of its own so it vectorizes (libmvec); a running sum in the
@@ -62,9 +63,20 @@ inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
     for (int64_t r = 0; r < n; ++r) {
       C ev = std::exp(static_cast<C>(px[r]) - m);
       s += ev;
-      if (!kLog) py[r] = static_cast<T>(ev);
+      if (write) py[r] = static_cast<T>(ev);
     }
   }
+  return s;
+}
+
+// One softmax (or log-softmax) over n contiguous values: three passes the
+// compiler vectorizes. px may be py. Returns the maximum (-inf: every value
+// was -inf, and the row holds NaN).
+template <typename T, bool kLog>
+inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
+  using C = compute_t<T>;
+  C m;
+  const C s = exp_sum_row(px, py, n, &m, !kLog);
   if (kLog) {
     C lse = m + std::log(s);
     for (int64_t r = 0; r < n; ++r) py[r] = static_cast<T>(static_cast<C>(px[r]) - lse);
