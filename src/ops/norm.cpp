@@ -208,6 +208,23 @@ OpDefiner d_batch_norm_backward([] {
   return d;
 }());
 
+// One pass per row for the input gradient, the parameter gradients summed
+// over the rows alongside.
+OpDefiner d_layer_norm_backward([] {
+  OpDef d = detail::make_op(
+      "layer_norm_backward", {"grad", "x", "weight?", "saved_mean", "saved_rstd"}, {"normalized_ndim:int"},
+      [](const Metas& in, const Attrs& a) -> Metas {
+        const Shape& x = in[1].shape;
+        const int64_t k = a.get_int("normalized_ndim");
+        KILN_CHECK(k >= 1 && k <= static_cast<int64_t>(x.size()), "normalized_ndim ", k, " for input ", shape_str(x));
+        TensorMeta p{true, Shape(x.end() - k, x.end()), in[1].dtype, in[1].device};
+        return {in[1], p, p};
+      },
+      nullptr, {}, kTagBackward, {"grad_x", "grad_weight", "grad_bias"});
+  d.category = "normalization";
+  return d;
+}());
+
 OpDefiner d_layer_norm([] {
   OpDef d;
   d.name = "layer_norm";
@@ -230,19 +247,13 @@ OpDefiner d_layer_norm([] {
     return {in[0], {true, stat, in[0].dtype, in[0].device}, {true, stat, in[0].dtype, in[0].device}};
   };
   d.grad = [](const GradContext& c, const Grads& g) -> Grads {
-    const Tensor& x = c.inputs[0];
-    int64_t k = c.attrs.get_int("normalized_ndim");
-    std::vector<int64_t> axes, outer;
-    for (int64_t i = x.dim() - k; i < x.dim(); ++i) axes.push_back(i);
-    for (int64_t i = 0; i < x.dim() - k; ++i) outer.push_back(i);
-    Tensor xhat = (x - c.outputs[1]) * c.outputs[2];
-    bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
-    Tensor gxhat = has_w ? g[0] * c.inputs[1] : g[0];
+    const bool has_w = c.inputs.size() > 1 && c.inputs[1].defined();
+    auto outs = call("layer_norm_backward", {g[0], c.inputs[0], has_w ? c.inputs[1] : Tensor(), c.outputs[1], c.outputs[2]},
+                     {{"normalized_ndim", c.attrs.get_int("normalized_ndim")}});
     Grads r(c.inputs.size());
-    if (c.needs_grad[0]) r[0] = normalized_input_grad(gxhat, xhat, c.outputs[2], axes);
-    auto reduce_outer = [&](const Tensor& t) { return outer.empty() ? t : sum(t, outer); };
-    if (has_w && c.needs_grad[1]) r[1] = reduce_outer(g[0] * xhat);
-    if (c.inputs.size() > 2 && c.needs_grad[2]) r[2] = reduce_outer(g[0]);
+    r[0] = outs[0];
+    if (has_w) r[1] = outs[1];
+    if (c.inputs.size() > 2 && c.inputs[2].defined()) r[2] = outs[2];
     return r;
   };
   d.onnx = {{"LayerNormalization"}, write_layer_norm};

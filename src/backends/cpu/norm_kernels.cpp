@@ -225,6 +225,81 @@ void layer_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
                     w, b, std::max<int64_t>(m, 1), 1, 1);
 }
 
+// Sums over one row of m values of gh = g * w and gh * xhat, xhat = (x -
+// mean) * rstd; 8 lanes at a time for float (a single accumulator is a
+// serial chain that does not vectorize).
+template <typename T>
+void layer_norm_row_sums(const T* g, const T* x, const T* w, int64_t m, T mean, T rstd, T& s1, T& s2) {
+  int64_t j = 0;
+  s1 = s2 = T(0);
+  if constexpr (std::is_same_v<T, float>) {
+    vec8::vf a{}, b{};
+    const vec8::vf mu = vec8::splat(mean), rs = vec8::splat(rstd);
+    for (; j + 8 <= m; j += 8) {
+      const vec8::vf gh = w ? vec8::load(g + j) * vec8::load(w + j) : vec8::load(g + j);
+      a += gh;
+      b += gh * ((vec8::load(x + j) - mu) * rs);
+    }
+    float la[8], lb[8];
+    vec8::store(la, a);
+    vec8::store(lb, b);
+    for (int k = 0; k < 8; ++k) s1 += la[k], s2 += lb[k];
+  }
+  for (; j < m; ++j) {
+    const T gh = w ? g[j] * w[j] : g[j];
+    s1 += gh;
+    s2 += gh * ((x[j] - mean) * rstd);
+  }
+}
+
+// The gradient of layer_norm over rows of m values: per row, gx = rstd *
+// (gh - mean(gh) - xhat * mean(gh * xhat)); gw = sum over rows of g * xhat and
+// gb = sum of g, each thread summing its rows in double, the threads' sums
+// added in order.
+template <typename T>
+void layer_norm_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  Tensor g = contiguous(in[0]), x = contiguous(in[1]), wk;
+  const T* w = opt_data<T>(in, 2, wk);
+  Tensor mk = contiguous(in[3]), rk = contiguous(in[4]);
+  const int64_t k = a.get_int("normalized_ndim");
+  int64_t m = 1;
+  for (int64_t i = x.dim() - k; i < x.dim(); ++i) m *= x.shape()[i];
+  const int64_t rows = m == 0 ? 0 : x.numel() / m;
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), rows));
+  std::vector<double> part_w(static_cast<size_t>(parts * m), 0.0), part_b(part_w.size(), 0.0);
+  const T *pg = g.data<T>(), *px = x.data<T>(), *pm = mk.data<T>(), *pr = rk.data<T>();
+  T* pgx = out[0].data<T>();
+  parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      double* sw = part_w.data() + t * m;
+      double* sb = part_b.data() + t * m;
+      for (int64_t r = t * rows / parts; r < (t + 1) * rows / parts; ++r) {
+        const T *gr = pg + r * m, *xr = px + r * m;
+        const T mean = pm[r], rstd = pr[r];
+        T s1, s2;
+        layer_norm_row_sums(gr, xr, w, m, mean, rstd, s1, s2);
+        const T k1 = s1 / static_cast<T>(m), k2 = s2 / static_cast<T>(m);
+        T* o = pgx + r * m;
+        for (int64_t j = 0; j < m; ++j) {
+          const T xh = (xr[j] - mean) * rstd;
+          const T gh = w ? gr[j] * w[j] : gr[j];
+          o[j] = rstd * (gh - k1 - xh * k2);
+          sw[j] += static_cast<double>(gr[j] * xh);
+          sb[j] += static_cast<double>(gr[j]);
+        }
+      }
+    }
+  });
+  T* pgw = out[1].data<T>();
+  T* pgb = out[2].data<T>();
+  for (int64_t j = 0; j < m; ++j) {
+    double a_w = 0, a_b = 0;
+    for (int64_t t = 0; t < parts; ++t) a_w += part_w[t * m + j], a_b += part_b[t * m + j];
+    pgw[j] = static_cast<T>(a_w);
+    pgb[j] = static_cast<T>(a_b);
+  }
+}
+
 template <typename T>
 void group_norm_kernel(const Ins& in, Outs& out, const Attrs& a) {
   Tensor x = contiguous(in[0]), wk, bk;
@@ -262,6 +337,7 @@ void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
 
 KILN_CPU_F32_F64("batch_norm", batch_norm_kernel);
 KILN_CPU_F32_F64("batch_norm_backward", batch_norm_backward_kernel);
+KILN_CPU_F32_F64("layer_norm_backward", layer_norm_backward_kernel);
 KILN_CPU_F32_F64("layer_norm", layer_norm_kernel);
 KILN_CPU_F32_F64("group_norm", group_norm_kernel);
 KILN_CPU_F32_F64("dropout", dropout_kernel);
