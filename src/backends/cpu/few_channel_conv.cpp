@@ -1,6 +1,7 @@
 #include "backends/cpu/few_channel_conv.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -113,24 +114,59 @@ void weight_grad_from_pool(const onednn::ConvShape& s, const float* x, const Max
   weight_grad<B>(s, x, plane, gw, gb);
 }
 
+// L floats as one value: 8 (vec8's), or 16, which AVX-512 holds in one
+// register and other CPUs in two.
+template <int L>
+struct LaneTypes;
+template <>
+struct LaneTypes<8> {
+  typedef float vf __attribute__((vector_size(32)));
+  typedef int32_t vi __attribute__((vector_size(32)));
+};
+template <>
+struct LaneTypes<16> {
+  typedef float vf __attribute__((vector_size(64)));
+  typedef int32_t vi __attribute__((vector_size(64)));
+};
+template <int L>
+struct Lanes {
+  using vf = typename LaneTypes<L>::vf;
+  using vi = typename LaneTypes<L>::vi;
+  static vf load(const float* p) {
+    vf v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+  static vf splat(float x) { return vf{} + x; }
+  static vf select(vi mask, vf a, vf b) {
+    return reinterpret_cast<vf>((reinterpret_cast<vi>(a) & mask) | (reinterpret_cast<vi>(b) & ~mask));
+  }
+  // As vec8's: a NaN beats a number; max(v, 0) lets NaN through.
+  static vi beats(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
+  static vf relu(vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & ~(v < vf{})); }
+};
+
 // Plane (n, cb) of the pooled output: for each 2x2 window, the four
-// convolution outputs (eight channels to a vector), their maximum, then the
-// bias and the ReLU once (both commute with the maximum).
-template <int B>
+// convolution outputs (L channels to a vector: the whole block of 16 in
+// one where the block is 16), their maximum, then the bias and the ReLU once
+// (both commute with the maximum).
+template <int B, int L>
 void conv_relu_pool_plane(const onednn::ConvShape& s, const float* w, const float* bias, float* y, int64_t n,
                           int64_t cb, int64_t pooled_h, int64_t pooled_w, const std::vector<float>& padded,
                           const std::vector<int64_t>& offsets) {
-  using vec8::vf;
+  using V = Lanes<L>;
+  using vf = typename V::vf;
   const int64_t taps = static_cast<int64_t>(offsets.size()), ph_w = padded_width(s);
-  for (int half = 0; half < B; half += 8) {
-    std::vector<vf> wv(static_cast<size_t>(taps));  // tap t's weights for eight output channels
+  for (int part = 0; part < B; part += L) {
+    std::vector<vf> wv(static_cast<size_t>(taps));  // tap t's weights for L output channels
     for (int64_t t = 0; t < taps; ++t) {
-      float lanes[8];
-      for (int k = 0; k < 8; ++k) lanes[k] = w[(cb * B + half + k) * taps + t];
-      wv[t] = vec8::load(lanes);
+      float lanes[L];
+      for (int k = 0; k < L; ++k) lanes[k] = w[(cb * B + part + k) * taps + t];
+      wv[t] = V::load(lanes);
     }
-    const vf b = bias ? vec8::load(bias + cb * B + half) : vf{};
-    float* out = y + (n * (s.o / B) + cb) * pooled_h * pooled_w * B + half;
+    const vf b = bias ? V::load(bias + cb * B + part) : vf{};
+    float* out = y + (n * (s.o / B) + cb) * pooled_h * pooled_w * B + part;
     // Q pooled outputs at a time, each from four convolution outputs: 4Q
     // independent sums, so the multiply-adds do not wait on one another.
     auto pooled = [&](auto q_count, int64_t py, int64_t px) {
@@ -144,13 +180,13 @@ void conv_relu_pool_plane(const onednn::ConvShape& s, const float* w, const floa
         const vf wt = wv[t];
         const int64_t off = offsets[t];
         for (int q = 0; q < Q; ++q)
-          for (int d = 0; d < 4; ++d) acc[q][d] += vec8::splat(origin[q][d][off]) * wt;
+          for (int d = 0; d < 4; ++d) acc[q][d] += V::splat(origin[q][d][off]) * wt;
       }
       for (int q = 0; q < Q; ++q) {
         vf best = acc[q][0];
-        for (int d = 1; d < 4; ++d) best = vec8::select(vec8::beats(acc[q][d], best), acc[q][d], best);
+        for (int d = 1; d < 4; ++d) best = V::select(V::beats(acc[q][d], best), acc[q][d], best);
         best += b;
-        vec8::store(out + (py * pooled_w + px + q) * B, vec8::relu(best));
+        V::store(out + (py * pooled_w + px + q) * B, V::relu(best));
       }
     };
     for (int64_t py = 0; py < pooled_h; ++py) {
@@ -179,9 +215,9 @@ void conv_relu_pool_few_channels(const onednn::ConvShape& s, int block, const fl
       const int64_t n = plane / blocks, cb = plane % blocks;
       if (n != copied) copy_padded(s, x, n, padded), copied = n;
       if (block == 16)
-        conv_relu_pool_plane<16>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
+        conv_relu_pool_plane<16, 16>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
       else
-        conv_relu_pool_plane<8>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
+        conv_relu_pool_plane<8, 8>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
     }
   });
 }
