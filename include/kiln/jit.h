@@ -109,6 +109,12 @@ struct CompileReport {
   // On a device: the nodes that run on the CPU instead (its backend has no
   // kernel for them, or its kernel does not take the call), "name (why)".
   std::vector<std::string> on_cpu;
+  // Dynamic axes (CompileOptions::dynamic without buckets): whether this
+  // graph was made from an earlier compile for new sizes of them, with no
+  // tracing or passes ("instantiated"); and, for a compile, whether it
+  // serves every size of them ("symbolic: ...") or why not.
+  bool instantiated = false;
+  std::string symbolic;
   std::string str() const;
 };
 

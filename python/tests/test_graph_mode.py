@@ -80,7 +80,7 @@ def test_set_inputs_with_none_dims_makes_those_axes_dynamic(capfd, tmp_path):
     for batch in (2, 5, 3):
         x = kiln.randn((batch, 4))
         np.testing.assert_allclose(compiled(x).numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
-    assert compiled.compiles == 3
+    assert compiled.compiles == 1  # the graph is symbolic in the None axis: each batch size reuses it
     assert "compiled again" not in capfd.readouterr().err  # expected sizes, not a mistake
     with pytest.raises(ValueError, match=r"input 0 is kiln.float32 \[2, 5\]; set_inputs declared kiln.float32 \[None, 4\]"):
         compiled(kiln.randn((2, 5)))

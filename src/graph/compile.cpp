@@ -47,8 +47,9 @@ namespace jit {
 
 std::string CompileReport::str() const {
   char line[256];
-  std::string s = "compiled for " + signature + " (compile " + std::to_string(compile) +
-                  (cause.empty() ? "" : ": " + cause) + ")\n";
+  std::string s = std::string(instantiated ? "instantiated" : "compiled") + " for " + signature + " (compile " +
+                  std::to_string(compile) + (cause.empty() ? "" : ": " + cause) + ")\n";
+  if (!symbolic.empty()) s += "  " + symbolic + "\n";
   std::snprintf(line, sizeof line, "  trace %.1f ms, passes %.1f ms, prepare %.1f ms, total %.1f ms\n", trace_ms,
                 passes_ms, prepare_ms, total_ms);
   s += line;
@@ -224,6 +225,8 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
     if (options.recompile == RecompilePolicy::Log) std::fprintf(stderr, "kiln: %s\n", why.c_str());
   }
   if (weights_changed) recompile_cause = "the weights folded into it changed";
+  if (!weights_changed)
+    if (Entry* made = instantiated(inputs, sig, extra)) return *made;
   auto t0 = std::chrono::steady_clock::now();
   Entry e;
   e.signature = sig;
@@ -231,6 +234,53 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.cause = recompile_cause;
   for (const Tensor& t : inputs) e.shapes.push_back(t.defined() ? t.shape() : Shape{});
   e.report.signature = sig;
+  graph::Graph g = optimized(inputs, eager_outputs, e.report, &e.derived, true);
+  const Device device = graph_device(g, options.name);
+  generalize(g, device, inputs, extra, e);
+  auto tq = std::chrono::steady_clock::now();
+  if (!arena) arena = std::make_shared<graph::SharedArena>(device);
+  e.exec = std::make_unique<graph::Executable>(std::move(g), device, arena);
+  // The trace's intermediates sit in the allocator's cache now; the graph runs
+  // from its arena and will not ask for them, so give the memory back.
+  cpu_allocator_release_cache();
+  e.report.prepare_ms = ms_since(tq);
+  e.report.final_nodes = e.exec->graph().nodes.size();
+  e.report.kernels = e.exec->kernels();
+  e.report.on_cpu = e.exec->on_cpu();
+  e.report.arena_bytes = e.exec->plan().arena_bytes;
+  e.report.unshared_bytes = e.exec->plan().unshared_bytes;
+  e.report.total_ms = ms_since(t0);
+  if (options.inference) e.versions = param_versions();
+  ++compiles;
+  if (symbolic && symbolic->report.compile == e.report.compile) symbolic->report = e.report;
+  if (profiler::detail::active()) {  // the profile counts the compiles it saw, and says what caused each
+    profiler::Record r;
+    r.name = options.name;
+    r.type = "compile";
+    r.shapes = e.report.cause.empty() ? "its first call, for " + sig : e.report.cause;
+    r.duration_ns = static_cast<int64_t>(e.report.total_ms * 1e6);
+    r.start_ns = profiler::detail::now_ns() - r.duration_ns;
+    profiler::detail::record_op(std::move(r));
+  }
+  return keep(std::move(e));
+}
+
+// Room for a new graph: the least recently used go first, while there are
+// too many or their derived constants outgrow the budget.
+CompiledFunction::Impl::Entry& CompiledFunction::Impl::keep(Entry e) {
+  cache.push_back(std::move(e));
+  while (cache.size() > 1 &&
+         (cache.size() > options.max_cached_graphs || derived_bytes(cache) > options.max_cached_constant_bytes)) {
+    if (last == &cache.front()) last = nullptr;
+    cache.pop_front();
+  }
+  return cache.back();
+}
+
+graph::Graph CompiledFunction::Impl::optimized(const std::vector<Tensor>& inputs, std::vector<Tensor>* eager_outputs,
+                                               CompileReport& report, std::map<const StorageImpl*, int64_t>* derived,
+                                               bool dumps) {
+  auto t0 = std::chrono::steady_clock::now();
   graph::Graph g = graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);
   if (options.device) {
     KILN_CHECK(options.inference || std::none_of(g.values.begin(), g.values.end(), [](const graph::Value& v) {
@@ -240,12 +290,13 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
                options.name, " on ", options.device->str(), ", move its Cell there with Cell::to and its inputs with Tensor::to");
     place_on(g, *options.device);
   }
-  e.report.trace_ms = ms_since(t0);
-  e.report.traced_nodes = g.live_nodes();
+  report.trace_ms = ms_since(t0);
+  report.traced_nodes = g.live_nodes();
   const std::set<const StorageImpl*> traced_constants = constant_storages(g);
   const Device device = graph_device(g, options.name);
   int step = 0;
-  dump(g, step++, "traced");
+  if (dumps) dump(g, step, "traced");
+  ++step;
   if (options.inference)
     for (auto& v : g.values)
       if (v.kind == graph::ValueKind::Param) v.kind = graph::ValueKind::Constant;
@@ -269,46 +320,14 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
       if (i >= first_backend_pass)  // the kernels it made are its backend's
         for (auto& n : g.nodes)
           if (n.custom && !n.made_by) n.made_by = device.type;
-      e.report.passes.push_back({name, summary, g.live_nodes(), ms_since(ts)});
-      if (!summary.empty()) dump(g, step, name);
+      report.passes.push_back({name, summary, g.live_nodes(), ms_since(ts)});
+      if (dumps && !summary.empty()) dump(g, step, name);
       ++step;
     }
   }
-  e.report.passes_ms = ms_since(tp);
-  auto tq = std::chrono::steady_clock::now();
-  if (!arena) arena = std::make_shared<graph::SharedArena>(device);
-  e.derived = derived_constants(g, traced_constants);
-  e.exec = std::make_unique<graph::Executable>(std::move(g), device, arena);
-  // The trace's intermediates sit in the allocator's cache now; the graph runs
-  // from its arena and will not ask for them, so give the memory back.
-  cpu_allocator_release_cache();
-  e.report.prepare_ms = ms_since(tq);
-  e.report.final_nodes = e.exec->graph().nodes.size();
-  e.report.kernels = e.exec->kernels();
-  e.report.on_cpu = e.exec->on_cpu();
-  e.report.arena_bytes = e.exec->plan().arena_bytes;
-  e.report.unshared_bytes = e.exec->plan().unshared_bytes;
-  e.report.total_ms = ms_since(t0);
-  if (options.inference) e.versions = param_versions();
-  ++compiles;
-  if (profiler::detail::active()) {  // the profile counts the compiles it saw, and says what caused each
-    profiler::Record r;
-    r.name = options.name;
-    r.type = "compile";
-    r.shapes = e.report.cause.empty() ? "its first call, for " + sig : e.report.cause;
-    r.duration_ns = static_cast<int64_t>(e.report.total_ms * 1e6);
-    r.start_ns = profiler::detail::now_ns() - r.duration_ns;
-    profiler::detail::record_op(std::move(r));
-  }
-  // Room for the new graph: the least recently used go first, while there are
-  // too many or their derived constants outgrow the budget.
-  cache.push_back(std::move(e));
-  while (cache.size() > 1 &&
-         (cache.size() > options.max_cached_graphs || derived_bytes(cache) > options.max_cached_constant_bytes)) {
-    if (last == &cache.front()) last = nullptr;
-    cache.pop_front();
-  }
-  return cache.back();
+  report.passes_ms = ms_since(tp);
+  if (derived) *derived = derived_constants(g, traced_constants);
+  return g;
 }
 
 const std::vector<Tensor>& CompiledFunction::Impl::run(const std::vector<Tensor>& given) {

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "graph/executor.h"
+#include "graph/symbolic_shapes.h"
 #include "graph/tracer.h"
 #include "kiln/jit.h"
 
@@ -48,10 +49,35 @@ struct CompiledFunction::Impl {
   std::shared_ptr<graph::SharedArena> arena;
   Entry* last = nullptr;
   int compiles = 0;
+  // The last compile generalized over the dynamic axes (symbolic_shapes.h):
+  // a new size of them instantiates this graph instead of compiling.
+  struct Symbolic {
+    std::vector<std::pair<int, int>> axes;    // per symbol: (input, axis)
+    std::vector<std::optional<DType>> dtypes;  // the compile's inputs' (none: an omitted one)
+    std::vector<Shape> base_shapes;           // and their shapes
+    std::string extra;                        // train/eval
+    graph::Graph graph;                       // as optimized, before the executor took it
+    graph::SymbolicShapes shapes;
+    Device device;
+    CompileReport report;
+    std::vector<uint32_t> versions;
+    std::map<const StorageImpl*, int64_t> derived;
+  };
+  std::optional<Symbolic> symbolic;
   std::vector<Tensor> traced_results;
   std::vector<Tensor> cut_results;  // a padded call's outputs, cut back to its sizes (views)
 
   Entry& entry_for(const std::vector<Tensor>& inputs, std::vector<Tensor>* eager_outputs);
+  // Traces and optimizes a graph for these inputs (compile.cpp).
+  graph::Graph optimized(const std::vector<Tensor>& inputs, std::vector<Tensor>* eager_outputs, CompileReport& report,
+                         std::map<const StorageImpl*, int64_t>* derived, bool dumps);
+  Entry& keep(Entry e);
+  // compile_symbolic.cpp: the symbols of options.dynamic; generalizing a
+  // fresh compile by probing other sizes; a graph for new sizes from it.
+  std::vector<std::pair<int, int>> symbols() const;
+  void generalize(const graph::Graph& g, Device device, const std::vector<Tensor>& inputs, const std::string& extra,
+                  Entry& e);
+  Entry* instantiated(const std::vector<Tensor>& inputs, const std::string& sig, const std::string& extra);
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
   void dump(const graph::Graph& g, int step, const std::string& stage) const;
   std::vector<uint32_t> param_versions() const;

@@ -127,6 +127,7 @@ std::string fuse_elementwise(Graph& g) {
     fused.inputs = external;
     fused.outputs = last.outputs;
     fused.custom = lower(expression);
+    fused.any_shape = true;  // a lowering's kernel takes its sizes from its tensors
     fused.label = label;
     for (int idx : grp.nodes) g.nodes[idx].removed = true;
     const int at = grp.nodes.back();

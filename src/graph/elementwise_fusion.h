@@ -31,7 +31,8 @@ struct ElementwiseExpression {
   std::vector<Step> steps;  // in order; the last gives the output
 };
 
-// How a backend runs an expression: a kernel from the fused node's inputs to its output.
+// How a backend runs an expression: a kernel from the fused node's inputs to
+// its output, which takes every size from those tensors when it runs.
 using ElementwiseLowering = CustomKernel (*)(const ElementwiseExpression& expression);
 void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower);
 

@@ -57,6 +57,10 @@ struct Node {
   // A custom kernel is some backend's code: the backend whose passes made it
   // (a registry op runs on whichever backend the graph is placed on).
   std::optional<DeviceType> made_by;
+  // A custom kernel that takes every size from its tensors when it runs, so
+  // that it runs on other shapes of them too (symbolic_shapes.h); false for
+  // one built for a shape (a library primitive made at compile time).
+  bool any_shape = false;
   bool removed = false;
 
   std::string name() const { return op ? op->name : label; }

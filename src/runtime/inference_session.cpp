@@ -68,6 +68,23 @@ struct InferenceSession::Impl {
     }
   }
 
+  // The axes the model leaves free (dim_param or no size), of the inputs
+  // not bound by value: dynamic axes, over which a compile may generalize.
+  std::vector<jit::DynamicAxis> free_axes() const {
+    std::vector<jit::DynamicAxis> axes;
+    const auto& infos = program->inputs();
+    const auto& by_value = program->bound_by_value();
+    int free = 0;
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (by_value[i]) continue;
+      if (infos[i].shape_known)
+        for (size_t d = 0; d < infos[i].shape.size(); ++d)
+          if (infos[i].shape[d] < 0) axes.push_back({free, static_cast<int>(d)});
+      ++free;
+    }
+    return axes;
+  }
+
   std::string key_of(const std::vector<Tensor>& inputs) const {
     std::string key;
     const auto& bound = program->bound_by_value();
@@ -96,7 +113,7 @@ struct InferenceSession::Impl {
     o.optimize = options.optimization_level >= 2;
     o.name = "onnx";
     o.max_cached_graphs = 64;  // one per input shape in use (batch sizes, lengths), on one arena
-    o.dynamic = dynamic;
+    o.dynamic = dynamic.empty() ? free_axes() : dynamic;
     if (!(device == cpu_device())) o.device = device;
     // Inputs bound by value are constants of this graph; the others are its inputs.
     std::vector<Tensor> bound;

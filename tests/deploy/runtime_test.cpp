@@ -20,12 +20,14 @@
 #include "kiln/runtime.h"
 #include "support/close.h"
 #include "support/error_message.h"
+#include "support/onnx_builder.h"
 #include "support/ort_reference.h"
 #include "support/scratch.h"
 
 namespace {
 using namespace kiln;
 namespace kt = kiln::testing;
+using ::onnx::TensorProto;
 
 std::string fixture(const std::string& name) { return std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/" + name; }
 
@@ -113,6 +115,37 @@ TEST(InferenceSession, BucketsBoundTheGraphsAndCutTheOutputsBack) {
   const std::string unknown = kt::message_of([&] { InferenceSession(fixture("cnn.onnx"), o); });
   EXPECT_NE(unknown.find("buckets name input 'images', which the model lacks; its inputs are input"), std::string::npos)
       << unknown;
+}
+
+// A model whose length is a named dimension: the first call compiles, and
+// every other length runs that graph with its sizes worked out (its
+// projection, softmax and mean over the length), with the answers of the
+// model run node by node.
+TEST(InferenceSession, ANamedLengthCompilesOnce) {
+  kt::OnnxBuilder b;
+  b.io(true, "x", TensorProto::FLOAT, {1, -1, 8});
+  manual_seed(10);
+  b.init("w", randn({8, 8}) * 0.5);
+  b.init("bias", randn({8}));
+  b.init("axes", from_vector<int64_t>({1}, {1}));  // (an initializer: fixed, not bound by value)
+  b.node("MatMul", {"x", "w"}, {"h"});
+  b.node("Add", {"h", "bias"}, {"hb"});
+  b.node("Relu", {"hb"}, {"r"});
+  kt::OnnxBuilder::integer(b.node("Softmax", {"r"}, {"p"}), "axis", -1);
+  b.node("ReduceMean", {"p", "axes"}, {"m"});
+  b.node("Sub", {"p", "m"}, {"y"});
+  b.io(false, "y", TensorProto::FLOAT, {1, -1, 8});
+  const std::string path = b.save("named_length.onnx");
+  SessionOptions node_by_node;
+  node_by_node.optimization_level = 0;
+  InferenceSession session(path), eager(path, node_by_node);
+  for (int64_t n : {6, 11, 3, 20}) {
+    const Tensor x = randn({1, n, 8});
+    const Tensor y = session.run({x})[0];
+    ASSERT_EQ(y.shape(), (Shape{1, n, 8}));
+    EXPECT_TRUE(kt::all_close(y, eager.run({x})[0], 1e-5, 1e-5)) << "length " << n;
+  }
+  EXPECT_EQ(session.compiles(), 1);
 }
 
 std::map<std::string, int>* g_ops_seen = nullptr;

@@ -115,11 +115,16 @@ TEST(DynamicAxes, ANewSizeOnADeclaredAxisIsExpected) {
                          {randn({4, 16})}, o);
   const Tensor x = randn({7, 16});
   expect_close(fn({x})[0], program(x, w));
-  EXPECT_EQ(fn.compiles(), 2);
+  EXPECT_EQ(fn.compiles(), 1);  // the first graph serves every size of the axis
+  EXPECT_TRUE(fn.report().instantiated);
   EXPECT_EQ(fn.report().cause, "input 0's dynamic axis 0 went from 4 to 7");
   const std::string refused = message_of([&] { fn({randn({7, 12})}); });
   EXPECT_NE(refused.find("RecompilePolicy::Error"), std::string::npos) << refused;
 }
+
+// The first half of the rows: its slice ends at n / 2, which no line
+// through the probed sizes gives, so each size compiles a graph.
+Tensor first_half(const Tensor& x, const Tensor& w) { return program(x.slice(0, 0, x.shape()[0] / 2), w); }
 
 // The profile counts the compiles it saw, each with what caused it.
 TEST(DynamicAxes, TheProfileCountsCompilesAndTheirCauses) {
@@ -129,7 +134,7 @@ TEST(DynamicAxes, TheProfileCountsCompilesAndTheirCauses) {
   o.name = "program";
   o.dynamic = {{0, 0}};
   profiler::start();
-  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{program(in[0], w)}; }, {}, o);
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{first_half(in[0], w)}; }, {}, o);
   fn({randn({4, 16})});
   fn({randn({7, 16})});
   fn({randn({7, 16})});
@@ -139,6 +144,55 @@ TEST(DynamicAxes, TheProfileCountsCompilesAndTheirCauses) {
   EXPECT_NE(summary.find("1 x graph 'program': input 0's dynamic axis 0 went from 4 to 7"), std::string::npos) << summary;
   EXPECT_NE(summary.find("1 x graph 'program': its first call, for "), std::string::npos) << summary;
   EXPECT_EQ(summary.find("program   "), std::string::npos) << "compiles are not ops: " << summary;
+  EXPECT_NE(fn.report().symbolic.find("does not follow the sizes linearly"), std::string::npos) << fn.report().symbolic;
+}
+
+// A block of a Transformer over a dynamic length (views by the length, a
+// projection, attention, layer norm, an elementwise chain, a mean over the
+// length): compiled once, then every other length runs the same graph with
+// its sizes worked out, and gives eager mode's answer.
+Tensor encoder_block(const Tensor& x, const Tensor& w) {
+  const int64_t n = x.shape()[1];
+  Tensor h = matmul(x.reshape({n, 16}), w).reshape({1, n, 2, 8}).permute({0, 2, 1, 3});
+  Tensor a = scaled_dot_product_attention(h, h, h).permute({0, 2, 1, 3}).reshape({1, n, 16});
+  Tensor y = layer_norm(relu(a + x) * 0.5, {16});
+  return y - mean(y, {1}, true);
+}
+
+TEST(DynamicAxes, ANewLengthReusesTheSymbolicGraph) {
+  manual_seed(6);
+  const Tensor w = randn({16, 16}) * 0.3;
+  jit::CompileOptions o;
+  o.recompile = jit::RecompilePolicy::Error;
+  o.dynamic = {{0, 1}};
+  auto fn = jit::compile([w](const std::vector<Tensor>& in) { return std::vector<Tensor>{encoder_block(in[0], w)}; },
+                         {}, o);
+  for (int64_t n : {5, 9, 13, 6, 1}) {
+    SCOPED_TRACE("length " + std::to_string(n));
+    const Tensor x = randn({1, n, 16});
+    expect_close(fn({x})[0], encoder_block(x, w));
+    EXPECT_EQ(fn.report().instantiated, n != 5) << fn.report().str();
+  }
+  EXPECT_EQ(fn.compiles(), 1);
+  EXPECT_NE(fn.report().symbolic.find("instantiated from compile 1 at sizes 1"), std::string::npos) << fn.report().str();
+}
+
+// Positions made from the length inside the function are constants of its
+// graph, other at each length: it compiles per length, and says why.
+TEST(DynamicAxes, ShapesFoldedIntoConstantsCompilePerLength) {
+  jit::CompileOptions o;
+  o.dynamic = {{0, 1}};
+  auto fn = jit::compile(
+      [](const std::vector<Tensor>& in) {
+        return std::vector<Tensor>{in[0] + arange(0, static_cast<double>(in[0].shape()[1])).reshape({1, -1})};
+      },
+      {}, o);
+  for (int64_t n : {4, 6}) {
+    const Tensor x = randn({1, n});
+    expect_close(fn({x})[0], x + arange(0, static_cast<double>(n)).reshape({1, -1}));
+  }
+  EXPECT_EQ(fn.compiles(), 2);
+  EXPECT_NE(fn.report().symbolic.find("is computed from the sizes"), std::string::npos) << fn.report().symbolic;
 }
 
 // With buckets, sizes 1..8 pad up to 4 or 8: two compiles, and every output

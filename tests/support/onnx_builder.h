@@ -26,7 +26,16 @@ struct OnnxBuilder {
     v->set_name(name);
     auto* t = v->mutable_type()->mutable_tensor_type();
     t->set_elem_type(elem);
-    for (int64_t d : shape) t->mutable_shape()->add_dim()->set_dim_value(d);
+    for (int64_t d : shape) {  // a negative size: a named dimension of any size
+      auto* dim = t->mutable_shape()->add_dim();
+      if (d < 0) {
+        std::string name = "d";  // (appended: GCC 12 warns falsely about "d" + std::string)
+        name += std::to_string(-d);
+        dim->set_dim_param(name);
+      } else {
+        dim->set_dim_value(d);
+      }
+    }
   }
   void init(const std::string& name, const Tensor& t) {
     auto* p = g->add_initializer();

@@ -113,6 +113,7 @@ std::string fuse_linear_residual(Graph& g) {
       k.fused_from = linear.op;
       k.attrs = {{"fused_residual", true}, {"fused_relu", relu != nullptr}};
       k.custom = fused_linear_kernel(gemm, true, relu != nullptr);
+      k.any_shape = true;
       linear = std::move(k);
       g.values[result].producer = at;
       g.values[result].output_index = 0;
@@ -149,6 +150,7 @@ std::string fuse_conv_activation(Graph& g) {
       k.fused_from = producer.op;
       k.attrs = {{"fused_relu", true}};
       k.custom = fused_linear_kernel(gemm, false, true);
+      k.any_shape = true;
       producer = std::move(k);
       ++linears;
     } else {
@@ -206,6 +208,7 @@ std::string use_packed_linear_weights(Graph& g) {
       return t;
     });
     n.custom = packed_linear_kernel(out_features, in_features, residual, relu);
+    n.any_shape = true;  // (its rows from x)
     if (plain) n.label = "linear";
     n.label += " (packed)";
     if (plain) n.fused_from = n.op;
