@@ -126,9 +126,11 @@ class Model {
   // resumption in one process then give the same bits.
   void set_adapt_threads(bool on) { adapt_threads_ = on; }
   // Graph mode: input axes whose size varies (a short last batch, text of
-  // any length), as jit::CompileOptions::dynamic: a new size there compiles
-  // as expected, and a change anywhere else is the unexpected recompile the
-  // compile report names. Axis 0 of input 0 varies the labels' too.
+  // any length), as jit::CompileOptions::dynamic: a new size there runs the
+  // step's graph generalized over it, or compiles as expected where it
+  // cannot be, and a change anywhere else is the unexpected recompile the
+  // compile report names. Axis 0 of input 0 varies the labels' too. None
+  // declared: the batch axis.
   void set_dynamic_axes(std::vector<jit::DynamicAxis> axes) { dynamic_ = std::move(axes); }
   // Trains as one rank of a data-parallel job (kiln/data_parallel.h):
   // gradients averaged over the ranks in eager and graph mode, the step's

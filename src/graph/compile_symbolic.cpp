@@ -5,16 +5,22 @@
 // compile for every size.
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "graph/compiled.h"
 #include "graph/dynamic_axes.h"
+#include "kiln/allocator.h"
+#include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "kiln/generator.h"
 
 namespace kiln::jit {
 namespace {
 
-// x with axis `axis` grown by `more`, the new positions copies of its first.
-Tensor grown(const Tensor& x, int axis, int64_t more) {
+// x with axis `axis` resized by `more`: cut (its first positions kept), or
+// grown (the new positions copies of its first).
+Tensor resized(const Tensor& x, int axis, int64_t more) {
+  if (more < 0) return x.slice(axis, 0, x.shape()[static_cast<size_t>(axis)] + more).contiguous();
   std::vector<Tensor> parts = {x};
   for (int64_t i = 0; i < more; ++i) parts.push_back(x.slice(axis, 0, 1));
   return concat(parts, axis);
@@ -28,46 +34,95 @@ std::string sizes_str(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-std::vector<std::pair<int, int>> CompiledFunction::Impl::symbols() const {
-  std::vector<std::pair<int, int>> out;
+std::vector<std::vector<std::pair<int, int>>> CompiledFunction::Impl::symbols(const std::vector<Tensor>& inputs) const {
+  std::vector<std::vector<std::pair<int, int>>> out;
+  std::vector<int64_t> sizes;
   for (const DynamicAxis& a : options.dynamic) {
     if (!a.buckets.empty()) return {};  // padded to buckets: a graph per bucket, as asked
     const std::pair<int, int> axis{a.input, a.axis};
-    if (std::find(out.begin(), out.end(), axis) == out.end()) out.push_back(axis);
+    const int64_t size = inputs[static_cast<size_t>(a.input)].shape()[static_cast<size_t>(a.axis)];
+    auto same = std::find(sizes.begin(), sizes.end(), size);
+    if (same == sizes.end()) {
+      sizes.push_back(size);
+      out.push_back({axis});
+    } else if (auto& group = out[static_cast<size_t>(same - sizes.begin())];
+               std::find(group.begin(), group.end(), axis) == group.end()) {
+      group.push_back(axis);
+    }
   }
   return out;
 }
 
 void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, const std::vector<Tensor>& inputs,
                                         const std::string& extra, Entry& e) {
-  const std::vector<std::pair<int, int>> axes = symbols();
-  if (axes.empty() || options.device) return;
+  if (options.device) return;
+  // Axes of one size are one symbol (a batch's inputs and labels), probed
+  // together, and later sizes must keep them equal.
+  const std::vector<std::vector<std::pair<int, int>>> axes = symbols(inputs);
+  if (axes.empty()) return;
   auto refuse = [&](const std::string& why) { e.report.symbolic = "compiled for these sizes only: " + why; };
+  // Probing runs the function: what it writes (a training step's weights,
+  // optimizer state and running statistics) is copied first and put back
+  // after, and so is the random stream; a collective would talk to other
+  // processes, so such a graph is not probed.
+  std::vector<std::pair<Tensor, Tensor>> written;  // (the live tensor, its copy)
+  std::set<const StorageImpl*> seen;
   for (const graph::Node& n : g.nodes) {
-    if (g.has_side_effects(n))  // probing runs the function: it must change nothing
-      return refuse("it writes state (" + n.name() + "), so other sizes are not probed");
-    if (!n.removed && n.custom && !n.any_shape)  // known before probing: spare the probes' compiles
+    if (n.removed) continue;
+    const OpDef* op = n.op ? n.op : n.fused_from;
+    if (op && op->has_tag(kTagCollective)) return refuse("it talks to other processes (" + n.name() + ")");
+    if (n.custom && !n.any_shape)  // known before probing: spare the probes' compiles
       return refuse("the kernel of " + n.name() + " is built for one shape");
+    for (int id : graph::written_inputs(n)) {
+      const graph::Value& v = g.values[static_cast<size_t>(id)];
+      if (v.kind != graph::ValueKind::Param || !v.tensor.defined())
+        return refuse(n.name() + " writes into a value of its own graph");
+      if (seen.insert(v.tensor.impl().storage.get()).second) written.push_back({v.tensor, v.tensor.detach().clone()});
+    }
   }
+  Generator& generator = default_generator();
+  const uint64_t seed = generator.initial_seed(), offset = generator.offset();
+  struct PutBack {  // also when a probe throws
+    std::vector<std::pair<Tensor, Tensor>>& written;
+    Generator& generator;
+    uint64_t seed, offset;
+    ~PutBack() {
+      NoGradGuard no_grad;
+      for (auto& [live, copy] : written) live.copy_(copy);
+      generator.set_state(seed, offset);
+    }
+  } put_back{written, generator, seed, offset};
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> base;
-  for (auto [input, axis] : axes) base.push_back(inputs[static_cast<size_t>(input)].shape()[static_cast<size_t>(axis)]);
-  // One probe per symbol, that symbol one larger; a check with all of them two larger.
+  for (const auto& group : axes)
+    base.push_back(inputs[static_cast<size_t>(group[0].first)].shape()[static_cast<size_t>(group[0].second)]);
+  // One probe per symbol, that symbol one smaller (larger where it is 2 or
+  // less); a check with all of them moved twice as far. Smaller, a probe's
+  // trace fits in the memory the compile's own took.
+  const int64_t step = *std::min_element(base.begin(), base.end()) > 2 ? -1 : 1;
   auto probe = [&](int symbol, int64_t more) {
     std::vector<Tensor> at = inputs;
     for (size_t i = 0; i < axes.size(); ++i)
       if (symbol < 0 || static_cast<size_t>(symbol) == i)
-        at[static_cast<size_t>(axes[i].first)] = grown(at[static_cast<size_t>(axes[i].first)], axes[i].second, more);
+        for (auto [input, axis] : axes[i]) at[static_cast<size_t>(input)] = resized(at[static_cast<size_t>(input)], axis, more);
     CompileReport ignored;
+    // The trace before it left its intermediates in the allocator's cache:
+    // give them back, so that probing adds no more than one trace to the peak.
+    cpu_allocator_release_cache();
     return optimized(at, nullptr, ignored, nullptr, false);
   };
   std::vector<graph::Graph> probes;
-  for (size_t i = 0; i < axes.size(); ++i) probes.push_back(probe(static_cast<int>(i), 1));
-  const graph::Graph check = probe(-1, 2);
+  graph::Graph check;
+  try {
+    for (size_t i = 0; i < axes.size(); ++i) probes.push_back(probe(static_cast<int>(i), step));
+    check = probe(-1, 2 * step);
+  } catch (const std::exception& error) {  // the function refuses other sizes: it stays as compiled
+    return refuse(std::string("it does not run at other sizes of them: ") + error.what());
+  }
   std::vector<const graph::Graph*> views;
   for (const graph::Graph& p : probes) views.push_back(&p);
   std::string why;
-  std::optional<graph::SymbolicShapes> shapes = graph::generalize(g, base, views, check, &why);
+  std::optional<graph::SymbolicShapes> shapes = graph::generalize(g, base, step, views, check, &why);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!shapes) return refuse(why);
   Symbolic made;
@@ -103,8 +158,14 @@ CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated(const std::v
   if (!detail::only_dynamic_axes_differ(options.dynamic, symbolic->base_shapes, inputs, &change)) return nullptr;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> sizes;
-  for (auto [input, axis] : symbolic->axes)
-    sizes.push_back(inputs[static_cast<size_t>(input)].shape()[static_cast<size_t>(axis)]);
+  for (const auto& group : symbolic->axes) {
+    const auto size_of = [&](std::pair<int, int> a) {
+      return inputs[static_cast<size_t>(a.first)].shape()[static_cast<size_t>(a.second)];
+    };
+    for (const auto& a : group)
+      if (size_of(a) != size_of(group[0])) return nullptr;  // axes that were one symbol differ now: compile
+    sizes.push_back(size_of(group[0]));
+  }
   std::string why;
   std::optional<graph::Graph> g = graph::instantiate(symbolic->graph, symbolic->shapes, sizes, &why);
   if (!g) {

@@ -52,7 +52,7 @@ struct CompiledFunction::Impl {
   // The last compile generalized over the dynamic axes (symbolic_shapes.h):
   // a new size of them instantiates this graph instead of compiling.
   struct Symbolic {
-    std::vector<std::pair<int, int>> axes;    // per symbol: (input, axis)
+    std::vector<std::vector<std::pair<int, int>>> axes;  // per symbol: its (input, axis), all of one size
     std::vector<std::optional<DType>> dtypes;  // the compile's inputs' (none: an omitted one)
     std::vector<Shape> base_shapes;           // and their shapes
     std::string extra;                        // train/eval
@@ -74,7 +74,7 @@ struct CompiledFunction::Impl {
   Entry& keep(Entry e);
   // compile_symbolic.cpp: the symbols of options.dynamic; generalizing a
   // fresh compile by probing other sizes; a graph for new sizes from it.
-  std::vector<std::pair<int, int>> symbols() const;
+  std::vector<std::vector<std::pair<int, int>>> symbols(const std::vector<Tensor>& inputs) const;
   void generalize(const graph::Graph& g, Device device, const std::vector<Tensor>& inputs, const std::string& extra,
                   Entry& e);
   Entry* instantiated(const std::vector<Tensor>& inputs, const std::string& sig, const std::string& extra);

@@ -18,17 +18,19 @@ bool AffineDim::fixed() const {
 
 namespace {
 
-// Fits c + sum k_i s_i to the base and probe values, and checks it against
-// the check graph's value (every symbol two larger).
+// Fits c + sum k_i s_i to the base and probe values (symbol i moved by
+// `step`), and checks it against the check graph's value (every symbol
+// moved by 2 step).
 bool fit(int64_t at_base, const std::vector<int64_t>& at_probe, int64_t at_check, const std::vector<int64_t>& base,
-         AffineDim* out) {
+         int64_t step, AffineDim* out) {
   AffineDim d;
   d.c = at_base;
   int64_t moved = 0;
   for (size_t i = 0; i < base.size(); ++i) {
-    d.k.push_back(at_probe[i] - at_base);
+    if ((at_probe[i] - at_base) % step != 0) return false;
+    d.k.push_back((at_probe[i] - at_base) / step);
     d.c -= d.k.back() * base[i];
-    moved += 2 * d.k.back();
+    moved += 2 * step * d.k.back();
   }
   if (at_base + moved != at_check) return false;
   *out = std::move(d);
@@ -52,7 +54,7 @@ std::string node_ref(const Graph& g, int at) { return "node " + std::to_string(a
 
 }  // namespace
 
-std::optional<SymbolicShapes> generalize(const Graph& base, const std::vector<int64_t>& base_sizes,
+std::optional<SymbolicShapes> generalize(const Graph& base, const std::vector<int64_t>& base_sizes, int64_t step,
                                          const std::vector<const Graph*>& probes, const Graph& check, std::string* why) {
   auto fail = [&](std::string reason) -> std::optional<SymbolicShapes> {
     *why = std::move(reason);
@@ -69,7 +71,7 @@ std::optional<SymbolicShapes> generalize(const Graph& base, const std::vector<in
   auto fit_all = [&](auto value_of, AffineDim* out) {
     std::vector<int64_t> at_probe;
     for (const Graph* p : probes) at_probe.push_back(value_of(*p));
-    return fit(value_of(base), at_probe, value_of(check), base_sizes, out);
+    return fit(value_of(base), at_probe, value_of(check), base_sizes, step, out);
   };
   s.dims.resize(base.values.size());
   for (size_t v = 0; v < base.values.size(); ++v) {

@@ -38,10 +38,10 @@ struct SymbolicShapes {
 };
 
 // The graph `base` (compiled at sizes base_sizes) generalized from probes:
-// probes[i] compiled with symbol i one larger, and `check` with every
-// symbol two larger, which the result must predict. Null, with the reason in
-// *why, when they are not one graph.
-std::optional<SymbolicShapes> generalize(const Graph& base, const std::vector<int64_t>& base_sizes,
+// probes[i] compiled with symbol i moved by `step` (1 or -1), and `check`
+// with every symbol moved by 2 step, which the result must predict. Null,
+// with the reason in *why, when they are not one graph.
+std::optional<SymbolicShapes> generalize(const Graph& base, const std::vector<int64_t>& base_sizes, int64_t step,
                                          const std::vector<const Graph*>& probes, const Graph& check, std::string* why);
 
 // The generalized graph at these sizes: every value's shape and every

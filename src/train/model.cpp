@@ -112,9 +112,13 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
         if (!train_step_) {
           jit::CompileOptions o;
           o.name = "train_step";
+          // The batch axis varies (a short last batch) unless axes were
+          // declared: the step's graph is then symbolic in it where it can be.
           o.dynamic = dynamic_;
-          for (const auto& d : dynamic_)  // the labels' batch follows the inputs'
-            if (d.input == 0 && d.axis == 0) o.dynamic.push_back({1, 0});
+          if (o.dynamic.empty() && batch.inputs.dim() > 0) o.dynamic.push_back({0, 0});
+          const bool labels_follow = batch.labels.defined() && batch.labels.dim() > 0;
+          for (const auto& d : std::vector<jit::DynamicAxis>(o.dynamic))  // the labels' batch follows the inputs'
+            if (d.input == 0 && d.axis == 0 && labels_follow) o.dynamic.push_back({1, 0});
           train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o, dp_);
         }
         loss = (*train_step_)(batch.inputs, batch.labels).loss;

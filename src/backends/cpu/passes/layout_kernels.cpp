@@ -33,6 +33,15 @@ void copy_residual(const Tensor& r, float* y) {
   if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
 }
 
+// The call for the images this run has: a graph symbolic in its batch runs
+// its convolutions at other batch sizes, each on a primitive of its own
+// (made on first use, then cached). Prepared weights keep the batch they
+// were laid out for (the layout oneDNN chooses may depend on it).
+onednn::LayoutCall at_batch(onednn::LayoutCall call, const Tensor& images) {
+  if (!call.prepared_weights) call.shape.n = images.shape()[0];
+  return call;
+}
+
 }  // namespace
 
 CustomKernel conv_kernel(const onednn::LayoutCall& call) {
@@ -41,7 +50,7 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
     const float* w = call.prepared_weights ? static_cast<const float*>(in[1].raw_data()) : in[1].data<float>();
-    bool ok = onednn::conv_forward_layout(call, in[0].data<float>(), w, bias, y);
+    bool ok = onednn::conv_forward_layout(at_batch(call, in[0]), in[0].data<float>(), w, bias, y);
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
   };
 }
@@ -85,14 +94,15 @@ CustomKernel into_concat_kernel(CustomKernel conv, int64_t first, int64_t channe
 CustomKernel conv_relu_pool_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::conv_relu_pool_few_channels(call.shape, call.dst_block, in[0].data<float>(), in[1].data<float>(), bias,
-                                     out[0].data<float>());
+    cpu::conv_relu_pool_few_channels(at_batch(call, in[0]).shape, call.dst_block, in[0].data<float>(),
+                                     in[1].data<float>(), bias, out[0].data<float>());
   };
 }
 
 CustomKernel conv_input_grad_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    bool ok = onednn::conv_backward_data_layout(call, in[0].data<float>(), in[1].data<float>(), out[0].data<float>());
+    bool ok = onednn::conv_backward_data_layout(at_batch(call, out[0]), in[0].data<float>(), in[1].data<float>(),
+                                                out[0].data<float>());
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution gradient it accepted when the graph was built");
   };
 }
@@ -100,12 +110,13 @@ CustomKernel conv_input_grad_kernel(const onednn::LayoutCall& call) {
 CustomKernel conv_weight_grad_kernel(const onednn::LayoutCall& call, bool few_channels) {
   return [call, few_channels](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* gb = call.bias ? out[1].data<float>() : nullptr;
+    const onednn::LayoutCall c = at_batch(call, in[0]);
     if (few_channels) {
-      cpu::conv_weight_grad_few_channels(call.shape, call.dst_block, in[0].data<float>(), in[1].data<float>(),
+      cpu::conv_weight_grad_few_channels(c.shape, call.dst_block, in[0].data<float>(), in[1].data<float>(),
                                          out[0].data<float>(), gb);
       return;
     }
-    bool ok = onednn::conv_backward_weights_layout(call, in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), gb);
+    bool ok = onednn::conv_backward_weights_layout(c, in[0].data<float>(), in[1].data<float>(), out[0].data<float>(), gb);
     KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution gradient it accepted when the graph was built");
   };
 }
@@ -113,8 +124,8 @@ CustomKernel conv_weight_grad_kernel(const onednn::LayoutCall& call, bool few_ch
 CustomKernel conv_weight_grad_from_pool_kernel(const onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block) {
   return [call, window, gy_block](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* gb = call.bias ? out[1].data<float>() : nullptr;
-    cpu::conv_weight_grad_few_channels(call.shape, in[0].data<float>(), pool_grad_of(in, 1, window, call.dst_block, gy_block),
-                                       out[0].data<float>(), gb);
+    cpu::conv_weight_grad_few_channels(at_batch(call, in[0]).shape, in[0].data<float>(),
+                                       pool_grad_of(in, 1, window, call.dst_block, gy_block), out[0].data<float>(), gb);
   };
 }
 

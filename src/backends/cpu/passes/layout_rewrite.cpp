@@ -346,6 +346,7 @@ void LayoutPass::rewrite_nodes() {
           k.outputs = {n.outputs[0]};  // the pool's output
           k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
           k.custom = conv_relu_pool_kernel(plan.call);
+          k.any_shape = true;  // (the images from its input: at_batch in layout_kernels.cpp)
         } else {
           switch (own_algorithm(plan, k)) {
             case cpu::ConvAlgorithm::Winograd2x2:
@@ -366,6 +367,7 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Direct:
               prepare_constant_weights(plan, k);
               k.custom = conv_kernel(plan.call);
+              k.any_shape = !plan.call.prepared_weights && plan.concat_at < 0;
               break;
           }
           if (plan.concat_at >= 0)
@@ -375,10 +377,12 @@ void LayoutPass::rewrite_nodes() {
       case Plan::InputGrad:
         k.label = "conv2d_input_grad[" + to + " -> " + from + "]";
         k.custom = conv_input_grad_kernel(plan.call);
+        k.any_shape = true;
         break;
       case Plan::WeightGrad:
         k.label = "conv2d_weight_grad[" + from + ", " + to + (plan.few_channels ? ", few channels]" : "]");
         k.custom = conv_weight_grad_kernel(plan.call, plan.few_channels);
+        k.any_shape = true;  // (so is the form with the pool's gradient below)
         if (plan.from_pool) {
           k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
                     (n.inputs.size() > 3 ? " + relu" : "") + " + conv2d_weight_grad[" + from + ", few channels]";
@@ -389,19 +393,23 @@ void LayoutPass::rewrite_nodes() {
         k.outputs = {n.outputs[0]};  // no argmax indices
         k.label = "max_pool2d[" + blocked + "]";
         k.custom = max_pool_kernel(plan.window, plan.block, row_banded_.count(n.inputs[0]) > 0);
+        k.any_shape = true;
         break;
       case Plan::AvgPool:
         k.label = "avg_pool2d[" + blocked + "]";
         k.custom = avg_pool_kernel(plan.window, plan.block, plan.count_include_pad);
+        k.any_shape = true;
         break;
       case Plan::MaxPoolGrad:
         k.label = "max_pool2d_backward[" + layout_name(plan.gy_block) + " -> " + blocked + "]" +
                   (n.inputs.size() > 2 ? " + relu" : "");
         k.custom = max_pool_backward_kernel(plan.window, plan.block, plan.gy_block);
+        k.any_shape = true;
         break;
       case Plan::GlobalAverage:
         k.label = "global_avg_pool[" + blocked + " -> nchw]";
         k.custom = global_avg_kernel(plan.block);
+        k.any_shape = true;
         break;
       case Plan::Concat:
         k.label = "concat[" + blocked + "]";
@@ -426,6 +434,7 @@ void LayoutPass::rewrite_nodes() {
       case Plan::ChannelAffine:
         k.label = "batch_norm[" + blocked + "]" + (plan.relu ? " + relu" : "");
         k.custom = channel_affine_kernel(n.attrs.get_float("eps", 1e-5), plan.block, plan.relu);
+        k.any_shape = true;
         break;
       case Plan::BatchNorm:
         k.attrs = n.attrs;
@@ -433,14 +442,17 @@ void LayoutPass::rewrite_nodes() {
         k.label = "batch_norm[" + blocked + "]" + (plan.residual >= 0 ? " + add" : "") + (plan.relu ? " + relu" : "");
         k.custom = batch_norm_train_kernel(n.attrs.get_float("momentum", 0.1), n.attrs.get_float("eps", 1e-5),
                                            plan.block, plan.relu);
+        k.any_shape = true;
         break;
       case Plan::BatchNormGrad:
         k.label = (plan.mask >= 0 ? "relu_backward + " : "") + std::string("batch_norm_backward[") + blocked + "]";
         k.custom = batch_norm_grad_kernel(plan.block);
+        k.any_shape = true;
         break;
       case Plan::GlobalAverageGrad:
         k.label = "global_avg_pool_backward[nchw -> " + blocked + "]";
         k.custom = global_avg_grad_kernel(plan.block);
+        k.any_shape = true;
         break;
       case Plan::PerChannel:
         k.label = n.op->name + "[" + blocked + ", per channel]";
@@ -465,6 +477,7 @@ int LayoutPass::reorder_copy(int id, int to) {
   r.outputs = {copy};
   r.label = "reorder[" + layout_name(from) + " -> " + layout_name(to) + "]";
   r.custom = reorder_kernel(from, to);
+  r.any_shape = true;
   const Value& src = g_.values[id];
   (src.kind == ValueKind::Result ? insert_after_[src.producer] : prologue_).push_back(std::move(r));
   copies_[{id, to}] = copy;
