@@ -60,7 +60,14 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
   // together, and later sizes must keep them equal.
   const std::vector<std::vector<std::pair<int, int>>> axes = symbols(inputs);
   if (axes.empty()) return;
-  auto refuse = [&](const std::string& why) { e.report.symbolic = "compiled for these sizes only: " + why; };
+  auto refuse = [&](const std::string& why) {
+    symbolic_refusal = why;
+    e.report.symbolic = "compiled for these sizes only: " + why;
+  };
+  if (!symbolic_refusal.empty()) {
+    e.report.symbolic = "compiled for these sizes only (as an earlier compile found): " + symbolic_refusal;
+    return;
+  }
   // Probing runs the function: what it writes (a training step's weights,
   // optimizer state and running statistics) is copied first and put back
   // after, and so is the random stream; a collective would talk to other

@@ -64,6 +64,9 @@ struct CompiledFunction::Impl {
     std::map<const StorageImpl*, int64_t> derived;
   };
   std::optional<Symbolic> symbolic;
+  // Why an earlier compile could not be generalized: later ones are not
+  // probed again (a graph whose constants follow the sizes keeps doing so).
+  std::string symbolic_refusal;
   std::vector<Tensor> traced_results;
   std::vector<Tensor> cut_results;  // a padded call's outputs, cut back to its sizes (views)
 
