@@ -60,8 +60,11 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
   // together, and later sizes must keep them equal.
   const std::vector<std::vector<std::pair<int, int>>> axes = symbols(inputs);
   if (axes.empty()) return;
-  auto refuse = [&](const std::string& why) {
-    symbolic_refusal = why;
+  // A refusal found by probing twice is kept (later compiles would find it
+  // again, at the price of their probes); the first may be the compile's own
+  // sizes' (a slice that is all of what it slices traces as that whole).
+  auto refuse = [&](const std::string& why, bool probed = false) {
+    if (probed && ++probed_refusals >= 2) symbolic_refusal = why;
     e.report.symbolic = "compiled for these sizes only: " + why;
   };
   if (!symbolic_refusal.empty()) {
@@ -81,6 +84,10 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
     if (n.custom && !n.any_shape)  // known before probing: spare the probes' compiles
       return refuse("the kernel of " + n.name() + " is built for one shape");
     for (int id : graph::written_inputs(n)) {
+      // Through views to what they view (a slice of a parameter that is all of it).
+      while (g.values[static_cast<size_t>(id)].kind == graph::ValueKind::Result &&
+             g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(id)].producer)].is_view())
+        id = g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(id)].producer)].inputs[0];
       const graph::Value& v = g.values[static_cast<size_t>(id)];
       if (v.kind != graph::ValueKind::Param || !v.tensor.defined())
         return refuse(n.name() + " writes into a value of its own graph");
@@ -124,14 +131,14 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
     for (size_t i = 0; i < axes.size(); ++i) probes.push_back(probe(static_cast<int>(i), step));
     check = probe(-1, 2 * step);
   } catch (const std::exception& error) {  // the function refuses other sizes: it stays as compiled
-    return refuse(std::string("it does not run at other sizes of them: ") + error.what());
+    return refuse(std::string("it does not run at other sizes of them: ") + error.what(), true);
   }
   std::vector<const graph::Graph*> views;
   for (const graph::Graph& p : probes) views.push_back(&p);
   std::string why;
   std::optional<graph::SymbolicShapes> shapes = graph::generalize(g, base, step, views, check, &why);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (!shapes) return refuse(why);
+  if (!shapes) return refuse(why, true);
   Symbolic made;
   made.axes = axes;
   for (const Tensor& t : inputs) made.dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);

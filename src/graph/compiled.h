@@ -67,6 +67,7 @@ struct CompiledFunction::Impl {
   // Why an earlier compile could not be generalized: later ones are not
   // probed again (a graph whose constants follow the sizes keeps doing so).
   std::string symbolic_refusal;
+  int probed_refusals = 0;
   std::vector<Tensor> traced_results;
   std::vector<Tensor> cut_results;  // a padded call's outputs, cut back to its sizes (views)
 

@@ -95,7 +95,10 @@ class CharTransformer : public Cell {
   Tensor construct(const Tensor& ids) override {
     KILN_CHECK(ids.dim() == 2 && ids.size(1) <= seq_len_, "char_transformer expects int64 [N, T] with T <= ", seq_len_,
                ", got ", ids.meta_str());
-    Tensor h = tokens->construct(ids) + positions->construct(arange(ids.size(1)));
+    // The first T rows of the position table: a view whose end follows the
+    // length, so a graph of this model is symbolic in T (an arange of T
+    // would be a constant of each length's graph).
+    Tensor h = tokens->construct(ids) + positions->weight.slice(0, 0, ids.size(1));
     AttentionMasks causal;
     causal.causal = true;
     for (size_t i = 0; i < layers->size(); ++i) h = static_cast<TransformerEncoderLayer&>((*layers)[i]).forward(h, causal);

@@ -214,3 +214,58 @@ TEST(TrainStep, NonFiniteLossSkipsTheUpdateAndIsNotCounted) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+// W4 on text batches of other lengths, the length declared dynamic: one
+// compile, every other length on that graph (the position table's rows by
+// a slice whose end is the length, the full length included), and eager
+// mode's losses and weights.
+TEST(TrainStep, W4OnVariableLengthBatchesCompilesOnce) {
+  const Workload w = w4();
+  const std::vector<int64_t> lengths = {11, 7, 16, 13, 11};
+  auto run = [&](bool graph) {
+    manual_seed(3);
+    auto net = models::make_model(w.model, w.config);
+    auto opt = make_optimizer(w, *net);
+    net->set_train(true);
+    jit::CompileOptions o;
+    o.dynamic = {{0, 1}, {1, 1}};
+    jit::TrainStep step(net, loss_of, opt, o);
+    Generator gen(7);
+    ::Run r;
+    for (int64_t n : lengths) {
+      const Tensor x = randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen);
+      const Tensor y = randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen);
+      if (graph) {
+        r.losses.push_back(step(x, y).loss.item<double>());
+        continue;
+      }
+      Tensor loss = loss_of(net->construct(x), y);
+      r.losses.push_back(loss.item<double>());
+      opt->zero_grad();
+      loss.backward();
+      opt->step();
+    }
+    if (graph) {
+      EXPECT_EQ(step.compiled().compiles(), 1) << step.compiled().report().str();
+    }
+    for (auto& [name, t] : net->parameters_and_names()) r.params.emplace_back(name, t.detach().clone());
+    return r;
+  };
+  const ::Run eager = run(false), graph = run(true);
+  for (size_t i = 0; i < lengths.size(); ++i)
+    EXPECT_NEAR(graph.losses[i], eager.losses[i], 1e-5 * std::abs(eager.losses[i])) << "batch " << i;
+  for (size_t k = 0; k < eager.params.size(); ++k) {
+    auto a = graph.params[k].second.to_vector<float>(), b = eager.params[k].second.to_vector<float>();
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(b[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale + 1e-6) << eager.params[k].first;
+  }
+}
+
+}  // namespace
