@@ -52,15 +52,17 @@ struct Run {
   std::vector<std::pair<std::string, Tensor>> params;
 };
 
-Run train(const Workload& w, bool graph, int steps) {
+// Trains on `data`, eagerly or by the compiled step (with `options`); the
+// compiles it took in *compiles.
+Run train(const Workload& w, bool graph, const std::vector<Batch>& data, jit::CompileOptions options = {},
+          int* compiles = nullptr) {
   manual_seed(3);
   auto net = models::make_model(w.model, w.config);
   auto opt = make_optimizer(w, *net);
   net->set_train(true);
   Run r;
-  auto data = batches(w, steps);
-  jit::TrainStep step(net, loss_of, opt);
-  for (auto& b : data) {
+  jit::TrainStep step(net, loss_of, opt, options);
+  for (const auto& b : data) {
     if (graph) {
       r.losses.push_back(step(b.x, b.y).loss.item<double>());
     } else {
@@ -72,14 +74,17 @@ Run train(const Workload& w, bool graph, int steps) {
     }
   }
   EXPECT_TRUE(!graph || step.fused_update());
+  if (compiles) *compiles = graph ? step.compiled().compiles() : 0;
   for (auto& [name, t] : net->parameters_and_names()) r.params.emplace_back(name, t.detach().clone());
   for (auto& [name, t] : net->buffers_and_names()) r.params.emplace_back(name, t.detach().clone());
   return r;
 }
 
-void expect_same_training(const Workload& w, bool check_params = true, int steps = 10) {
-  Run eager = train(w, false, steps), graph = train(w, true, steps);
-  for (int i = 0; i < steps; ++i) EXPECT_NEAR(graph.losses[i], eager.losses[i], 1e-5 * std::abs(eager.losses[i]) + 1e-6) << "step " << i;
+// The same losses step by step, and (with check_params) the same parameters at the end.
+void expect_same_run(const Run& eager, const Run& graph, bool check_params) {
+  const size_t steps = eager.losses.size();
+  ASSERT_EQ(graph.losses.size(), steps);
+  for (size_t i = 0; i < steps; ++i) EXPECT_NEAR(graph.losses[i], eager.losses[i], 1e-5 * std::abs(eager.losses[i]) + 1e-6) << "step " << i;
   ASSERT_EQ(graph.params.size(), eager.params.size());
   if (!check_params) return;
   for (size_t k = 0; k < eager.params.size(); ++k) {
@@ -92,6 +97,11 @@ void expect_same_training(const Workload& w, bool check_params = true, int steps
     }
     EXPECT_LE(worst, 1e-5 * scale + 1e-6) << eager.params[k].first;
   }
+}
+
+void expect_same_training(const Workload& w, bool check_params = true, int steps = 10) {
+  const std::vector<Batch> data = batches(w, steps);
+  expect_same_run(train(w, false, data), train(w, true, data), check_params);
 }
 
 Workload image_workload(const std::string& model, int64_t batch) {
@@ -224,48 +234,17 @@ using namespace kiln;
 // mode's losses and weights.
 TEST(TrainStep, W4OnVariableLengthBatchesCompilesOnce) {
   const Workload w = w4();
-  const std::vector<int64_t> lengths = {11, 7, 16, 13, 11};
-  auto run = [&](bool graph) {
-    manual_seed(3);
-    auto net = models::make_model(w.model, w.config);
-    auto opt = make_optimizer(w, *net);
-    net->set_train(true);
-    jit::CompileOptions o;
-    o.dynamic = {{0, 1}, {1, 1}};
-    jit::TrainStep step(net, loss_of, opt, o);
-    Generator gen(7);
-    ::Run r;
-    for (int64_t n : lengths) {
-      const Tensor x = randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen);
-      const Tensor y = randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen);
-      if (graph) {
-        r.losses.push_back(step(x, y).loss.item<double>());
-        continue;
-      }
-      Tensor loss = loss_of(net->construct(x), y);
-      r.losses.push_back(loss.item<double>());
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
-    }
-    if (graph) {
-      EXPECT_EQ(step.compiled().compiles(), 1) << step.compiled().report().str();
-    }
-    for (auto& [name, t] : net->parameters_and_names()) r.params.emplace_back(name, t.detach().clone());
-    return r;
-  };
-  const ::Run eager = run(false), graph = run(true);
-  for (size_t i = 0; i < lengths.size(); ++i)
-    EXPECT_NEAR(graph.losses[i], eager.losses[i], 1e-5 * std::abs(eager.losses[i])) << "batch " << i;
-  for (size_t k = 0; k < eager.params.size(); ++k) {
-    auto a = graph.params[k].second.to_vector<float>(), b = eager.params[k].second.to_vector<float>();
-    double worst = 0, scale = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(b[i])));
-    }
-    EXPECT_LE(worst, 1e-5 * scale + 1e-6) << eager.params[k].first;
-  }
+  Generator gen(7);
+  std::vector<Batch> data;
+  for (int64_t n : {11, 7, 16, 13, 11})
+    data.push_back({randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen),
+                    randint(0, w.config.vocab_size, {4, n}, DType::Int64, &gen)});
+  jit::CompileOptions o;
+  o.dynamic = {{0, 1}, {1, 1}};
+  int compiles = 0;
+  const ::Run graph = train(w, true, data, o, &compiles);
+  EXPECT_EQ(compiles, 1);
+  expect_same_run(train(w, false, data), graph, true);
 }
 
 }  // namespace
