@@ -177,6 +177,26 @@ TEST(DynamicAxes, ANewLengthReusesTheSymbolicGraph) {
   EXPECT_NE(fn.report().symbolic.find("instantiated from compile 1 at sizes 1"), std::string::npos) << fn.report().str();
 }
 
+// Two symbols whose product sizes a view (batch x length rows) are not
+// affine in them: the check probe shows it, and each shape compiles.
+TEST(DynamicAxes, AProductOfTwoSymbolsCompilesPerShape) {
+  manual_seed(7);
+  const Tensor w = randn({16, 4});
+  auto rows = [w](const Tensor& x) {
+    const int64_t b = x.shape()[0], n = x.shape()[1];
+    return matmul(x.reshape({b * n, 16}), w).reshape({b, n, 4});
+  };
+  jit::CompileOptions o;
+  o.dynamic = {{0, 0}, {0, 1}};
+  auto fn = jit::compile([rows](const std::vector<Tensor>& in) { return std::vector<Tensor>{rows(in[0])}; }, {}, o);
+  for (auto [b, n] : std::vector<std::pair<int64_t, int64_t>>{{4, 6}, {3, 9}}) {
+    const Tensor x = randn({b, n, 16});
+    expect_close(fn({x})[0], rows(x));
+  }
+  EXPECT_EQ(fn.compiles(), 2);
+  EXPECT_NE(fn.report().symbolic.find("does not follow the sizes linearly"), std::string::npos) << fn.report().symbolic;
+}
+
 // Positions made from the length inside the function are constants of its
 // graph, other at each length: it compiles per length, and says why.
 TEST(DynamicAxes, ShapesFoldedIntoConstantsCompilePerLength) {
