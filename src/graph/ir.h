@@ -61,6 +61,9 @@ struct Node {
   // that it runs on other shapes of them too (symbolic_shapes.h); false for
   // one built for a shape (a library primitive made at compile time).
   bool any_shape = false;
+  // With any_shape, where it holds only at some shapes: whether it runs at
+  // these (checked when a symbolic graph is instantiated; null: at any).
+  std::function<bool(const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out)> runs_at;
   bool removed = false;
 
   std::string name() const { return op ? op->name : label; }

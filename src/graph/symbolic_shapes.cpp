@@ -164,9 +164,18 @@ std::optional<Graph> instantiate(const Graph& base, const SymbolicShapes& s, con
   // told (a dimension that is not affine after all) shows here.
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const Node& node = g.nodes[n];
-    if (node.removed || !node.op || !node.op->infer) continue;
+    if (node.removed) continue;
     std::vector<TensorMeta> in;
     for (int id : node.inputs) in.push_back(id >= 0 ? g.values[id].meta : TensorMeta{false, {}, DType::Float32, {}});
+    if (node.runs_at) {
+      std::vector<TensorMeta> out;
+      for (int id : node.outputs) out.push_back(g.values[id].meta);
+      if (!node.runs_at(in, out)) {
+        *why = node_ref(g, static_cast<int>(n)) + "'s kernel does not run at these shapes";
+        return std::nullopt;
+      }
+    }
+    if (!node.op || !node.op->infer) continue;
     std::vector<TensorMeta> out;
     try {
       out = node.op->infer(in, node.attrs);

@@ -77,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchExport,
                                            "text_lstm", "text_gru", "shufflenet_v2", "squeezenet", "mobilenet_v3"),
                          [](const auto& info) { return std::string(info.param); });
 
-TEST(InferenceSession, DynamicBatchCompilesPerShape) {
+TEST(InferenceSession, DynamicBatchRowsAreTheirOwn) {
   InferenceSession session(fixture("cnn.onnx"));
   ASSERT_EQ(session.inputs().size(), 1u);
   EXPECT_EQ(session.inputs()[0].str(), "input: float32 [batch, 1, 28, 28]");
@@ -108,7 +108,6 @@ TEST(InferenceSession, BucketsBoundTheGraphsAndCutTheOutputsBack) {
     EXPECT_TRUE(kt::all_close(y, plain.run({x})[0], 1e-5, 1e-5)) << "batch " << batch;
   }
   EXPECT_EQ(bucketed.compiles(), 2);
-  EXPECT_EQ(plain.compiles(), 8);
   const std::string past = kt::message_of([&] { bucketed.run({rand({9, 1, 28, 28})}); });
   EXPECT_NE(past.find("past its largest bucket (8)"), std::string::npos) << past;
   o.buckets = {{"images", 0, {4}}};

@@ -456,3 +456,44 @@ TEST(BlockedLayout, OneDimensionalConvolutionsStayBlockedAcrossTheirViews) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+// An inference CNN with a dynamic batch (fixed rules, so every compile makes
+// the same choices): blocked convolutions on weights prepared once, the
+// first layer's convolution with its ReLU and pool, a pool and a classifier
+// read blocked. One graph serves every batch size, each with eager mode's
+// answer.
+TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(23);
+  const Tensor w1 = randn({16, 1, 3, 3}) * 0.3, b1 = randn({16}) * 0.1, w2 = randn({32, 16, 3, 3}) * 0.1,
+               b2 = randn({32}) * 0.1, w3 = randn({10, 32 * 4 * 4}) * 0.05;
+  auto program = [=](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = max_pool2d(relu(conv2d(in[0], w1, b1, pad1)), {2, 2});  // 16 -> 8
+    y = max_pool2d(relu(conv2d(y, w2, b2, pad1)), {2, 2});              // 8 -> 4
+    return std::vector<Tensor>{linear(y.flatten(1), w3)};
+  };
+  jit::CompileOptions o;
+  o.inference = true;
+  o.timed_choices = false;
+  o.dynamic = {{0, 0}};
+  auto fn = jit::compile(program, {}, o);
+  for (int64_t n : {5, 3, 9, 1, 6}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const Tensor x = randn({n, 1, 16, 16});
+    const Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    const Tensor want = program({x})[0];
+    auto a = got.to_vector<float>(), b = want.to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << "element " << i;
+  }
+  EXPECT_EQ(fn.compiles(), 1) << fn.report().str();
+  EXPECT_TRUE(fn.report().instantiated) << fn.report().str();
+}
+
+}  // namespace

@@ -33,16 +33,12 @@ void copy_residual(const Tensor& r, float* y) {
   if (r.data<float>() != y) std::memcpy(y, r.data<float>(), static_cast<size_t>(r.numel()) * sizeof(float));
 }
 
-// The call for the images this run has: a graph symbolic in its batch runs
-// its convolutions at other batch sizes, each on a primitive of its own
-// (made on first use, then cached). Prepared weights keep the batch they
-// were laid out for (the layout oneDNN chooses may depend on it).
+}  // namespace
+
 onednn::LayoutCall at_batch(onednn::LayoutCall call, const Tensor& images) {
-  if (!call.prepared_weights) call.shape.n = images.shape()[0];
+  call.shape.n = images.shape()[0];
   return call;
 }
-
-}  // namespace
 
 CustomKernel conv_kernel(const onednn::LayoutCall& call) {
   return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
@@ -60,8 +56,8 @@ CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::winograd_conv(call.shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(), bias, y, call.relu,
-                       call.residual);
+    cpu::winograd_conv(at_batch(call, in[0]).shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(),
+                       bias, y, call.relu, call.residual);
   };
 }
 
@@ -70,7 +66,7 @@ CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::patch_gemm_conv(call, in[0].data<float>(), in[1].data<float>(), bias, y);
+    cpu::patch_gemm_conv(at_batch(call, in[0]), in[0].data<float>(), in[1].data<float>(), bias, y);
   };
 }
 

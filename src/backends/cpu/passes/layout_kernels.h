@@ -7,6 +7,10 @@
 
 namespace kiln::graph {
 
+// The call for the images this run has: a graph symbolic in its batch runs
+// its convolutions at other batch sizes, each on a primitive of its own
+// (made on first use, then cached). The kernels below take their batch so.
+cpu::onednn::LayoutCall at_batch(cpu::onednn::LayoutCall call, const Tensor& images);
 // in: x, w, [bias], [residual (also the output's buffer)] -> y.
 CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
 // The same by Winograd's F(tile x tile, 3x3), w replaced by its transform (winograd_weights).

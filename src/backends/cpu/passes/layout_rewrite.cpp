@@ -352,14 +352,17 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Winograd2x2:
               k.label += " (winograd 2x2)";
               k.custom = winograd_conv_kernel(plan.call, 2);
+              k.any_shape = plan.concat_at < 0;
               break;
             case cpu::ConvAlgorithm::Winograd4x4:
               k.label += " (winograd 4x4)";
               k.custom = winograd_conv_kernel(plan.call, 4);
+              k.any_shape = plan.concat_at < 0;
               break;
             case cpu::ConvAlgorithm::PatchGemm:
               k.label += " (patch gemm)";
               k.custom = patch_gemm_conv_kernel(plan.call);
+              k.any_shape = plan.concat_at < 0;
               // (Into a concatenation, the parts before it must have split alike.)
               if (cpu::patch_gemm_splits_rows(plan.call) && (plan.carry < 0 || row_banded_.count(plan.carry)))
                 row_banded_.insert(n.outputs[0]);
@@ -367,7 +370,14 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Direct:
               prepare_constant_weights(plan, k);
               k.custom = conv_kernel(plan.call);
-              k.any_shape = !plan.call.prepared_weights && plan.concat_at < 0;
+              k.any_shape = plan.concat_at < 0;
+              if (plan.call.prepared_weights)  // laid out for the primitive of one batch size: others must read it alike
+                k.runs_at = [call = plan.call, layout = cpu::onednn::prepared_weights_layout(plan.call)](
+                                const std::vector<TensorMeta>& in, const std::vector<TensorMeta>&) {
+                  cpu::onednn::LayoutCall c = call;
+                  c.shape.n = in[0].shape[0];
+                  return cpu::onednn::prepared_weights_layout(c) == layout;
+                };
               break;
           }
           if (plan.concat_at >= 0)
