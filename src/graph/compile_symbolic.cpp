@@ -18,12 +18,13 @@ namespace kiln::jit {
 namespace {
 
 // x with axis `axis` resized by `more`: cut (its first positions kept), or
-// grown (the new positions copies of its first).
+// grown (the new positions copies of its last, real values as the function
+// expects them).
 Tensor resized(const Tensor& x, int axis, int64_t more) {
   if (more < 0) return x.slice(axis, 0, x.shape()[static_cast<size_t>(axis)] + more).contiguous();
-  std::vector<Tensor> parts = {x};
-  for (int64_t i = 0; i < more; ++i) parts.push_back(x.slice(axis, 0, 1));
-  return concat(parts, axis);
+  std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - axis)), 0);  // last axis first, (before, after)
+  pads.back() = more;
+  return pad(x, pads, "replicate");
 }
 
 std::string sizes_str(const std::vector<int64_t>& sizes) {
