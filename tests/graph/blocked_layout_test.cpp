@@ -497,3 +497,37 @@ TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
 }
 
 }  // namespace
+
+namespace {
+using namespace kiln;
+
+// A dynamic image height: the convolutions' geometry is fixed in their
+// plans, so each height compiles a graph of its own, with the right answer.
+TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(24);
+  const Tensor w1 = randn({16, 3, 3, 3}) * 0.3, w2 = randn({16, 16, 3, 3}) * 0.1;
+  auto program = [=](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    return std::vector<Tensor>{relu(conv2d(relu(conv2d(in[0], w1, Tensor(), pad1)), w2, Tensor(), pad1))};
+  };
+  jit::CompileOptions o;
+  o.inference = true;
+  o.timed_choices = false;
+  o.dynamic = {{0, 2}};
+  auto fn = jit::compile(program, {}, o);
+  for (int64_t h : {12, 9, 15}) {
+    SCOPED_TRACE("height " + std::to_string(h));
+    const Tensor x = randn({2, 3, h, 10});
+    const Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    const Tensor want = program({x})[0];
+    auto a = got.to_vector<float>(), b = want.to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << "element " << i;
+  }
+  EXPECT_EQ(fn.compiles(), 3) << fn.report().str();
+}
+
+}  // namespace

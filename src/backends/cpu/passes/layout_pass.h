@@ -93,6 +93,7 @@ class LayoutPass {
   void prepare_constant_weights(Plan& plan, Node& k);
   void read_in_place(int at, Node& k, int id, int block);
   void rewrite_nodes();
+  void batch_only(Node& k) const;
   int reorder_copy(int id, int to);
   bool same_memory_in_both(int id, int want) const;
   void insert_reorders();

@@ -469,8 +469,31 @@ void LayoutPass::rewrite_nodes() {
         k.custom = per_channel_elementwise_kernel(*n.op, n.attrs, plan.block, plan.per_channel);
         break;
     }
+    if (k.any_shape && (plan.kind == Plan::Conv || plan.kind == Plan::InputGrad || plan.kind == Plan::WeightGrad))
+      batch_only(k);
     n = std::move(k);
   }
+}
+
+// Convolutions and their gradients take their batch from their tensors and
+// the rest of their geometry from the plan: they run at other batch sizes,
+// not at other image sizes (a dynamic spatial axis compiles per size).
+void LayoutPass::batch_only(Node& k) const {
+  std::vector<Shape> in_shapes, out_shapes;
+  for (int id : k.inputs) in_shapes.push_back(id >= 0 ? g_.values[id].meta.shape : Shape{});
+  for (int id : k.outputs) out_shapes.push_back(g_.values[id].meta.shape);
+  auto also = std::move(k.runs_at);
+  k.runs_at = [in_shapes, out_shapes, also](const std::vector<TensorMeta>& in, const std::vector<TensorMeta>& out) {
+    auto same_but_batch = [](const std::vector<TensorMeta>& now, const std::vector<Shape>& was) {
+      for (size_t i = 0; i < now.size() && i < was.size(); ++i) {
+        const Shape& a = now[i].shape;
+        if (a.size() != was[i].size() || (!a.empty() && !std::equal(a.begin() + 1, a.end(), was[i].begin() + 1)))
+          return false;
+      }
+      return true;
+    };
+    return same_but_batch(in, in_shapes) && same_but_batch(out, out_shapes) && (!also || also(in, out));
+  };
 }
 
 // The copy of value `id` in another layout, made once, right after its producer.
