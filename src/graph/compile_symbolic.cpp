@@ -86,13 +86,12 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
       return refuse("the kernel of " + n.name() + " is built for one shape");
     for (int id : graph::written_inputs(n)) {
       // Through views to what they view (a slice of a parameter that is all of it).
-      while (g.values[static_cast<size_t>(id)].kind == graph::ValueKind::Result &&
-             g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(id)].producer)].is_view())
-        id = g.nodes[static_cast<size_t>(g.values[static_cast<size_t>(id)].producer)].inputs[0];
-      const graph::Value& v = g.values[static_cast<size_t>(id)];
-      if (v.kind != graph::ValueKind::Param || !v.tensor.defined())
+      const graph::Value* v = &g.values[static_cast<size_t>(id)];
+      while (v->kind == graph::ValueKind::Result && g.nodes[static_cast<size_t>(v->producer)].is_view())
+        v = &g.values[static_cast<size_t>(g.nodes[static_cast<size_t>(v->producer)].inputs[0])];
+      if (v->kind != graph::ValueKind::Param || !v->tensor.defined())
         return refuse(n.name() + " writes into a value of its own graph");
-      if (seen.insert(v.tensor.impl().storage.get()).second) written.push_back({v.tensor, v.tensor.detach().clone()});
+      if (seen.insert(v->tensor.impl().storage.get()).second) written.push_back({v->tensor, v->tensor.detach().clone()});
     }
   }
   Generator& generator = default_generator();

@@ -460,11 +460,28 @@ TEST(BlockedLayout, OneDimensionalConvolutionsStayBlockedAcrossTheirViews) {
 namespace {
 using namespace kiln;
 
-// An inference CNN with a dynamic batch (fixed rules, so every compile makes
-// the same choices): blocked convolutions on weights prepared once, the
-// first layer's convolution with its ReLU and pool, a pool and a classifier
-// read blocked. One graph serves every batch size, each with eager mode's
-// answer.
+// An inference program compiled with fixed rules (so every compile makes
+// the same choices) and these dynamic axes, called on each input with eager
+// mode's answer; the compiled function, for its compiles and report.
+jit::CompiledFunction run_like_eager(const jit::Function& program, std::vector<jit::DynamicAxis> dynamic,
+                                     const std::vector<Tensor>& inputs) {
+  jit::CompileOptions o;
+  o.inference = true;
+  o.timed_choices = false;
+  o.dynamic = std::move(dynamic);
+  auto fn = jit::compile(program, {}, o);
+  for (const Tensor& x : inputs) {
+    SCOPED_TRACE("input " + x.meta_str());
+    const Tensor got = fn({x})[0];
+    NoGradGuard no_grad;
+    expect_close(got, program({x})[0]);
+  }
+  return fn;
+}
+
+// An inference CNN with a dynamic batch: blocked convolutions on weights
+// prepared once, the first layer's convolution with its ReLU and pool, a
+// pool and a classifier read blocked. One graph serves every batch size.
 TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
   if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
   manual_seed(23);
@@ -477,29 +494,12 @@ TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
     y = max_pool2d(relu(conv2d(y, w2, b2, pad1)), {2, 2});              // 8 -> 4
     return std::vector<Tensor>{linear(y.flatten(1), w3)};
   };
-  jit::CompileOptions o;
-  o.inference = true;
-  o.timed_choices = false;
-  o.dynamic = {{0, 0}};
-  auto fn = jit::compile(program, {}, o);
-  for (int64_t n : {5, 3, 9, 1, 6}) {
-    SCOPED_TRACE("batch " + std::to_string(n));
-    const Tensor x = randn({n, 1, 16, 16});
-    const Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    const Tensor want = program({x})[0];
-    auto a = got.to_vector<float>(), b = want.to_vector<float>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << "element " << i;
-  }
+  std::vector<Tensor> inputs;
+  for (int64_t n : {5, 3, 9, 1, 6}) inputs.push_back(randn({n, 1, 16, 16}));
+  const auto fn = run_like_eager(program, {{0, 0}}, inputs);
   EXPECT_EQ(fn.compiles(), 1) << fn.report().str();
   EXPECT_TRUE(fn.report().instantiated) << fn.report().str();
 }
-
-}  // namespace
-
-namespace {
-using namespace kiln;
 
 // A dynamic image height: the convolutions' geometry is fixed in their
 // plans, so each height compiles a graph of its own, with the right answer.
@@ -512,21 +512,9 @@ TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {
     pad1.padding = {1, 1};
     return std::vector<Tensor>{relu(conv2d(relu(conv2d(in[0], w1, Tensor(), pad1)), w2, Tensor(), pad1))};
   };
-  jit::CompileOptions o;
-  o.inference = true;
-  o.timed_choices = false;
-  o.dynamic = {{0, 2}};
-  auto fn = jit::compile(program, {}, o);
-  for (int64_t h : {12, 9, 15}) {
-    SCOPED_TRACE("height " + std::to_string(h));
-    const Tensor x = randn({2, 3, h, 10});
-    const Tensor got = fn({x})[0];
-    NoGradGuard no_grad;
-    const Tensor want = program({x})[0];
-    auto a = got.to_vector<float>(), b = want.to_vector<float>();
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::abs(b[i]))) << "element " << i;
-  }
+  std::vector<Tensor> inputs;
+  for (int64_t h : {12, 9, 15}) inputs.push_back(randn({2, 3, h, 10}));
+  const auto fn = run_like_eager(program, {{0, 2}}, inputs);
   EXPECT_EQ(fn.compiles(), 3) << fn.report().str();
 }
 

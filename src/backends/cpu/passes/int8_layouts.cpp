@@ -137,8 +137,8 @@ struct DequantizeFold {
   int y = -1;              // the last one's result, which the matmul then writes
 };
 
-DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m) {
-  const std::vector<int> uses = g.use_counts();
+// uses: the graph's use counts (a fold changes only its own chain's).
+DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::vector<int>& uses) {
   auto sole_reader = [&](int v) -> int {
     if (uses[v] != 1) return -1;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -346,10 +346,11 @@ std::string use_int8_layouts(Graph& g) {
   if (convs.empty() && matmuls.empty()) return "";
   NoGradGuard no_grad;
   size_t dequantized = 0;
+  const std::vector<int> uses = g.use_counts();
   for (Int8Matmul& m : matmuls) {
     // The dequantization after it, and what follows that, in its epilogue
     // where oneDNN has a primitive for it.
-    const DequantizeFold fold = dequantize_fold(g, m);
+    const DequantizeFold fold = dequantize_fold(g, m, uses);
     Int8Matmul folded = m;
     folded.call.dequantized = fold.epilogue;
     const bool fused = fold.epilogue.on && cpu::onednn::quantized_matmul_weights_bytes(folded.call, m.scales.data()) != 0;
