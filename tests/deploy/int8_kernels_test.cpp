@@ -116,6 +116,52 @@ TEST(Int8Kernels, MatrixProductsAreExactIntegerArithmetic) {
   }
 }
 
+// A call site keeps its oneDNN arguments between calls: calls that move to
+// other buffers, come back, or change a zero point each get the answer of a
+// exact answer, as do two sites sharing one primitive in turn.
+TEST(Int8Kernels, CallSitesRebindTheirBuffersAndZeroPoints) {
+  namespace dnn = cpu::onednn;
+  const ConvCase k{1, 32, 14, 14, 32, 3, 1, 1, 1, 32, DType::UInt8, DType::UInt8, true, true};  // depthwise
+  const dnn::QuantizedConvCall call{{k.n, k.c, k.h, k.w, k.o, 3, 3, 14, 14, 1, 1, 1, 1, 1, 1, k.groups},
+                                    false, false, true, true, true, true, true, true};
+  const Tensor w = random_quantized({k.o, 1, 3, 3}, DType::Int8, 21);
+  manual_seed(22);
+  const std::vector<float> scales = dnn::requantization_scales(scalar(0.02f), rand({k.o}) * 0.01 + 0.002, scalar(0.3f));
+  const Tensor bias = cast(round(randn({k.o}) * 2000.0), DType::Int32);
+  Tensor prepared = Tensor::empty({dnn::quantized_weights_bytes(call, scales.data())}, DType::UInt8);
+  ASSERT_GT(prepared.numel(), 0);
+  dnn::prepare_quantized_weights(call, scales.data(), w.data<int8_t>(), prepared.raw_data());
+  // The exact answer for channels-last input x and the zero points, channels-last.
+  ConvOptions o;
+  o.padding = {1, 1};
+  o.groups = k.groups;
+  const Tensor multiplier = from_vector<float>(scales, {k.o, 1, 1});
+  auto exact = [&](const Tensor& x, int32_t x_zero, int32_t y_zero) {
+    const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64) - x_zero, cast(w, DType::Float64),
+                              cast(bias, DType::Float64), o);
+    return requantized(acc, multiplier, y_zero, DType::UInt8).permute({0, 2, 3, 1}).contiguous();
+  };
+  Tensor x1 = random_quantized({1, 14, 14, 32}, DType::UInt8, 23), x2 = random_quantized({1, 14, 14, 32}, DType::UInt8, 24);
+  Tensor y1 = Tensor::empty(x1.shape(), DType::UInt8), y2 = Tensor::empty(x1.shape(), DType::UInt8);
+  dnn::PrimitiveMemo site1, site2;
+  struct Step {
+    Tensor* x;
+    Tensor* y;
+    dnn::PrimitiveMemo* site;
+    int32_t x_zero, y_zero;
+  };
+  const std::vector<Step> steps = {{&x1, &y1, &site1, 120, 100}, {&x2, &y2, &site2, 3, 7},  {&x1, &y1, &site1, 120, 100},
+                                   {&x1, &y1, &site1, 90, 140},  {&x2, &y1, &site2, 3, 7},  {&x1, &y2, &site1, 120, 100}};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    if (i == 2) *s.x = random_quantized(s.x->shape(), DType::UInt8, 25);  // new contents, new buffer
+    ASSERT_TRUE(dnn::quantized_conv_forward(call, s.x->raw_data(), s.x_zero, prepared.raw_data(), scales.data(),
+                                            bias.data<int32_t>(), s.y_zero, s.y->raw_data(), s.site));
+    SCOPED_TRACE(::testing::Message() << "step " << i);
+    expect_requantized_equal(*s.y, exact(*s.x, s.x_zero, s.y_zero));
+  }
+}
+
 // A matrix product with prepared weights that writes float32, dequantized
 // in its epilogue, gives what the quantized product and a dequantize_linear
 // after it give, bit for bit; then with a vector added and a ReLU.

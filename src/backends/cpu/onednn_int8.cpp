@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/onednn_call.h"
 #include "backends/cpu/onednn_engine.h"
 #include "kiln/tensor.h"
 
@@ -134,11 +135,28 @@ Tensor scratch_for(const memory::desc& d) {
 }  // namespace
 
 bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
-                            const float* scales, const int32_t* bias, int32_t y_zero, void* y) {
-  const ConvPrimitive* p = conv_primitive(c, scales);
-  if (!p) return false;
+                            const float* scales, const int32_t* bias, int32_t y_zero, void* y, PrimitiveMemo* memo) {
+  const int threads = get_num_threads();
+  auto* p = static_cast<const ConvPrimitive*>(memo ? memo->find(threads) : nullptr);
+  if (!p) {
+    p = conv_primitive(c, scales);
+    if (!p) return false;
+    if (memo) memo->keep(threads, p);
+  }
   ConvDescs d;
   conv_descs(c, d);
+  const bool blocked_weights = !c.prepared_weights && !(d.wei == p->wei);
+  if (d.src == p->src && d.dst == p->dst && !blocked_weights) {
+    static const memory::desc one_s32({1}, dt::s32, tag::x);
+    CallArgs args;
+    args.buffer(DNNL_ARG_SRC, d.src, x).buffer(DNNL_ARG_WEIGHTS, p->wei, w).buffer(DNNL_ARG_DST, d.dst, y);
+    args.value(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, one_s32, y_zero);
+    if (c.x_zero_point) args.value(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, one_s32, x_zero);
+    if (c.bias) args.buffer(DNNL_ARG_BIAS, d.bias, bias);
+    execute(p->prim, args.scratchpad(p->scratchpad));
+    return true;
+  }
+  // Plain activations for a primitive that wants them blocked: reordered on the way.
   dnnl::stream s(engine());
   std::vector<Tensor> scratch;  // blocked copies, from Kiln's caching allocator
   auto in_layout = [&](const memory::desc& plain, const memory::desc& wanted, const void* data) {
@@ -288,39 +306,32 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
 }  // namespace
 
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
-                      const int32_t* bias, int32_t y_zero, void* y, const float* vector) {
-  const MatmulPrimitive* p = matmul_primitive(c, scales);
-  if (!p) return false;
+                      const int32_t* bias, int32_t y_zero, void* y, const float* vector, PrimitiveMemo* memo) {
+  const int threads = get_num_threads();
+  auto* p = static_cast<const MatmulPrimitive*>(memo ? memo->find(threads) : nullptr);
+  if (!p) {
+    p = matmul_primitive(c, scales);
+    if (!p) return false;
+    if (memo) memo->keep(threads, p);
+  }
   const MatmulDescs d = matmul_descs(c);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, wrap(d.a, a)},
-      {DNNL_ARG_WEIGHTS, wrap(c.prepared_weights ? p->weights : d.b, b)},
-      {DNNL_ARG_DST, wrap(d.y, y)},
-      {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, runtime_values(dt::s32, 1, &a_zero)}};
-  if (!c.dequantized.on) args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, runtime_values(dt::s32, 1, &y_zero));
-  // The dequantization's one-value operands, and the vector.
-  const float minus_zero = -static_cast<float>(c.dequantized.y_zero), y_scale = c.dequantized.y_scale;
+  static const memory::desc one_s32({1}, dt::s32, tag::x), one_f32({1, 1}, dt::f32, tag::ab);
+  const memory::desc column_scales({c.per_column ? c.n : 1}, dt::f32, tag::x);
+  CallArgs args;
+  args.buffer(DNNL_ARG_SRC, d.a, a).buffer(DNNL_ARG_WEIGHTS, c.prepared_weights ? p->weights : d.b, b);
+  args.buffer(DNNL_ARG_DST, d.y, y).value(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, one_s32, a_zero);
+  if (!c.dequantized.on) args.value(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, one_s32, y_zero);
   if (c.dequantized.on) {
+    // The dequantization's one-value operands, and the vector.
     const DequantizeSteps at = dequantize_steps(c, nullptr);
-    const memory::desc one({1, 1}, dt::f32, tag::ab);
-    auto operand = [&](int post_op, const memory::desc& md, const void* p) {
-      if (post_op >= 0) args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1, wrap(md, p));
-    };
-    operand(at.minus_zero, one, &minus_zero);
-    operand(at.scale, one, &y_scale);
-    operand(at.vector, d.vector, vector);
+    auto operand = [&](int post_op) { return DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1; };
+    if (at.minus_zero >= 0) args.value(operand(at.minus_zero), one_f32, -static_cast<float>(c.dequantized.y_zero));
+    if (at.scale >= 0) args.value(operand(at.scale), one_f32, c.dequantized.y_scale);
+    if (at.vector >= 0) args.buffer(operand(at.vector), d.vector, vector);
   }
-  if (!c.prepared_weights)
-    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, runtime_values(dt::f32, c.per_column ? c.n : 1, scales));
-  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));
-  Tensor scratch;
-  if (p->scratchpad.get_size() > 0) {
-    scratch = scratch_for(p->scratchpad);
-    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(p->scratchpad, scratch.raw_data()));
-  }
-  dnnl::stream s(engine());
-  p->prim.execute(s, args);
-  s.wait();
+  if (!c.prepared_weights) args.buffer(DNNL_ARG_ATTR_OUTPUT_SCALES, column_scales, scales);
+  if (c.bias) args.buffer(DNNL_ARG_BIAS, d.bias, bias);
+  execute(p->prim, args.scratchpad(p->scratchpad));
   return true;
 }
 

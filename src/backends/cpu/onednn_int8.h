@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/onednn_call.h"
 #include "backends/cpu/onednn_conv.h"
 #include "kiln/tensor.h"
 
@@ -35,9 +36,10 @@ int32_t zero_point_of(const Tensor& zero_point);
 float scale_of(const Tensor& scale);
 
 // Each returns false when oneDNN cannot express the call.
-// scales: requantization_scales.
+// scales: requantization_scales. memo: the call site's, where it has one.
 bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
-                            const float* scales, const int32_t* bias, int32_t y_zero, void* y);
+                            const float* scales, const int32_t* bias, int32_t y_zero, void* y,
+                            PrimitiveMemo* memo = nullptr);
 // The weights in the primitive's layout (with oneDNN's compensation terms):
 // the size in bytes (0 when there is no primitive), a name for that layout,
 // and the reorder into out.
@@ -67,7 +69,8 @@ struct QuantizedMatmulCall {
 };
 // vector: the float32 [n] vector of c.dequantized.add_vector, else null.
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
-                      const int32_t* bias, int32_t y_zero, void* y, const float* vector = nullptr);
+                      const int32_t* bias, int32_t y_zero, void* y, const float* vector = nullptr,
+                      PrimitiveMemo* memo = nullptr);
 // As for convolutions: the prepared weights' size (0: no primitive), layout in words, and the reorder.
 int64_t quantized_matmul_weights_bytes(const QuantizedMatmulCall& c, const float* scales);
 std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const float* scales);

@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
+#include "backends/cpu/onednn_call.h"
 #include "backends/cpu/onednn_engine.h"
 #include "kiln/tensor.h"
 
@@ -64,17 +65,10 @@ bool linear_forward(const LinearCall& c, const float* x, const float* w, const f
   const Prepared* p = prepared(c);
   if (!p) return false;
   Descs d = descs(c);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(d.x, x)}, {DNNL_ARG_WEIGHTS, wrap(d.w, w)},
-                                       {DNNL_ARG_DST, wrap(d.y, y)}};
-  if (c.bias) args.emplace(DNNL_ARG_BIAS, wrap(d.bias, bias));
-  Tensor scratch;
-  if (p->scratchpad.get_size() > 0) {
-    scratch = Tensor::empty({static_cast<int64_t>(p->scratchpad.get_size())}, DType::UInt8);
-    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(p->scratchpad, scratch.raw_data()));
-  }
-  dnnl::stream s(engine());
-  p->prim.execute(s, args);
-  s.wait();
+  CallArgs args;
+  args.buffer(DNNL_ARG_SRC, d.x, x).buffer(DNNL_ARG_WEIGHTS, d.w, w).buffer(DNNL_ARG_DST, d.y, y);
+  if (c.bias) args.buffer(DNNL_ARG_BIAS, d.bias, bias);
+  execute(p->prim, args.scratchpad(p->scratchpad));
   if (c.relu) relu_after_primitive(y, c.rows * c.out);
   return true;
 }

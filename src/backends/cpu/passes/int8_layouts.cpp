@@ -116,11 +116,13 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
 }
 
 CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
-  return [m](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  auto memo = std::make_shared<cpu::onednn::PrimitiveMemo>();
+  return [m, memo](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const bool ran = cpu::onednn::quantized_matmul(m.call, in[0].raw_data(), m.a_zero, in[1].raw_data(), m.scales.data(),
                                                    m.call.bias ? in[2].data<int32_t>() : nullptr, m.y_zero,
                                                    out[0].raw_data(),
-                                                   m.call.dequantized.add_vector ? in.back().data<float>() : nullptr);
+                                                   m.call.dequantized.add_vector ? in.back().data<float>() : nullptr,
+                                                   memo.get());
     KILN_CHECK(ran, "the int8 matmul primitive chosen at compile time is gone");
   };
 }
@@ -303,10 +305,11 @@ void concat_channels_last(const std::vector<Tensor>& in, std::vector<Tensor>& ou
 }
 
 CustomKernel int8_conv_kernel(const Int8Conv& c) {
-  return [c](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+  auto memo = std::make_shared<cpu::onednn::PrimitiveMemo>();
+  return [c, memo](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const bool ran = cpu::onednn::quantized_conv_forward(
         c.call, in[0].raw_data(), c.x_zero, in[1].raw_data(), c.scales.data(),
-        c.call.bias ? in[2].data<int32_t>() : nullptr, c.y_zero, out[0].raw_data());
+        c.call.bias ? in[2].data<int32_t>() : nullptr, c.y_zero, out[0].raw_data(), memo.get());
     KILN_CHECK(ran, "the int8 convolution primitive chosen at compile time is gone");
   };
 }
