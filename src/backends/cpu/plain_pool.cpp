@@ -30,7 +30,7 @@ void interior(int64_t w, int64_t ow, const PoolWindow& wd, int64_t& lo, int64_t&
 // col = max(col, in) elementwise. Restrict pointers: 8-bit types may alias
 // anything, and without the promise the loop does not vectorize.
 template <typename T>
-void row_max(const T* __restrict in, T* __restrict col, int64_t w) {
+inline void row_max(const T* __restrict in, T* __restrict col, int64_t w) {
   for (int64_t c = 0; c < w; ++c) col[c] = take(in[c], col[c]);
 }
 
@@ -86,22 +86,28 @@ void max_pool_values(const T* x, T* y, int64_t planes, int64_t h, int64_t w, int
   });
 }
 
+// Separably, one output row at a time: the maximum over the window's rows
+// of each input pixel's channels (whole rows at once), then over the
+// window's columns of those, for each output pixel.
 template <typename T>
 void max_pool_values_nhwc(const T* x, T* y, int64_t n, int64_t h, int64_t w, int64_t c, int64_t oh, int64_t ow,
                           const PoolWindow& wd) {
   parallel_for(n * oh, 4, [&](int64_t begin, int64_t end) {
+    std::vector<T> rows(static_cast<size_t>(w * c));
+    T* col = rows.data();
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / oh, oy = r % oh;
+      std::fill(col, col + w * c, lowest<T>());
+      for (int64_t i = 0; i < wd.kh; ++i) {
+        const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
+        if (iy >= 0 && iy < h) row_max(x + (b * h + iy) * w * c, col, w * c);
+      }
       for (int64_t ox = 0; ox < ow; ++ox) {
         T* dst = y + (r * ow + ox) * c;
         std::fill(dst, dst + c, lowest<T>());
-        for (int64_t i = 0; i < wd.kh; ++i) {
-          const int64_t iy = oy * wd.sh - wd.ph + i * wd.dh;
-          if (iy < 0 || iy >= h) continue;
-          for (int64_t j = 0; j < wd.kw; ++j) {
-            const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
-            if (ix >= 0 && ix < w) row_max(x + ((b * h + iy) * w + ix) * c, dst, c);
-          }
+        for (int64_t j = 0; j < wd.kw; ++j) {
+          const int64_t ix = ox * wd.sw - wd.pw + j * wd.dw;
+          if (ix >= 0 && ix < w) row_max(col + ix * c, dst, c);
         }
       }
     }
