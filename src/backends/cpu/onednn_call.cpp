@@ -1,5 +1,6 @@
 #include "backends/cpu/onednn_call.h"
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,7 @@ namespace {
 // One call site's arguments as oneDNN memory. The one-value operands' memory
 // wraps `values`, which each call overwrites.
 struct Bound {
+  const void* prim = nullptr;
   std::array<std::pair<int, const void*>, 10> buffers{};
   int buffers_count = 0;
   std::array<int, 6> value_ids{};
@@ -54,24 +56,37 @@ void* thread_scratch(size_t bytes) {
   return buffer.get();
 }
 
-// Call sites kept per primitive: more than the layers of one geometry in the
-// models seen (a BERT's twelve), few enough to search each call.
-constexpr size_t kSitesPerPrimitive = 32;
+// A call's identity: its primitive and buffers, hashed.
+size_t call_hash(const void* prim, const CallArgs& a, const void* scratch) {
+  size_t h = std::hash<const void*>()(prim);
+  auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
+  for (int i = 0; i < a.buffers_count_; ++i) {
+    mix(static_cast<size_t>(a.buffers_[static_cast<size_t>(i)].id));
+    mix(std::hash<const void*>()(a.buffers_[static_cast<size_t>(i)].data));
+  }
+  for (int i = 0; i < a.values_count_; ++i) mix(static_cast<size_t>(a.values_[static_cast<size_t>(i)].id));
+  mix(std::hash<const void*>()(scratch));
+  return h;
+}
+
+// Calls kept per thread: every layer of the models run, many times over; past
+// that (models loaded and dropped for long) they are all let go and bound anew.
+constexpr size_t kKeptCalls = 1 << 14;
 
 }  // namespace
 
 void execute(const dnnl::primitive& prim, const CallArgs& a) {
   thread_local dnnl::stream stream(engine());
-  thread_local std::unordered_map<const void*, std::vector<std::unique_ptr<Bound>>> sites;
+  thread_local std::unordered_multimap<size_t, std::unique_ptr<Bound>> calls;
   void* scratch = a.scratchpad_ && a.scratchpad_->get_size() > 0 ? thread_scratch(a.scratchpad_->get_size()) : nullptr;
-  std::vector<std::unique_ptr<Bound>>& of_prim = sites[prim.get()];
+  const size_t key = call_hash(prim.get(), a, scratch);
   Bound* bound = nullptr;
-  for (auto& b : of_prim)
-    if (b->same_buffers(a, scratch)) bound = b.get();
+  for (auto [it, end] = calls.equal_range(key); it != end && !bound; ++it)
+    if (it->second->prim == prim.get() && it->second->same_buffers(a, scratch)) bound = it->second.get();
   if (!bound) {
-    if (of_prim.size() == kSitesPerPrimitive) of_prim.erase(of_prim.begin());
-    of_prim.push_back(std::make_unique<Bound>());
-    bound = of_prim.back().get();
+    if (calls.size() == kKeptCalls) calls.clear();
+    bound = calls.emplace(key, std::make_unique<Bound>())->second.get();
+    bound->prim = prim.get();
     bound->buffers_count = a.buffers_count_;
     for (int i = 0; i < a.buffers_count_; ++i) {
       const CallArgs::Buffer& b = a.buffers_[static_cast<size_t>(i)];

@@ -2,10 +2,11 @@
 // Running a oneDNN primitive with few host costs per call. Making the oneDNN
 // memory objects of a call's arguments, their map and a stream costs about
 // 2 us, a sixth of a batch-1 depthwise convolution's whole time. So each
-// thread keeps, per primitive, the bound arguments of its recent call sites
-// (layers of one geometry share a primitive); a call with the same buffers
-// runs on them as they are. The primitives run here must live as long as the
-// process, as the callers' primitive caches keep them.
+// thread keeps the bound arguments of its calls by primitive and buffers
+// (layers of one geometry share a primitive, each with buffers of its own);
+// a call with the same buffers as an earlier one runs on them as they are.
+// The primitives run here must live as long as the process, as the callers'
+// primitive caches keep them.
 #include <array>
 #include <cstdint>
 #include <cstring>
