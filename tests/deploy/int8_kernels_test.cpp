@@ -8,9 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backends/cpu/onednn_int8.h"
+#include "backends/cpu/quantize_layout.h"
 #include "io/onnx_tensor.h"
 #include "kiln/kiln.h"
 #include "kiln/profiler.h"
@@ -159,6 +161,29 @@ TEST(Int8Kernels, CallSitesRebindTheirBuffersAndZeroPoints) {
                                             bias.data<int32_t>(), s.y_zero, s.y->raw_data(), s.site));
     SCOPED_TRACE(::testing::Message() << "step " << i);
     expect_requantized_equal(*s.y, exact(*s.x, s.x_zero, s.y_zero));
+  }
+}
+
+// A model's input quantized straight into channels-last memory holds what
+// quantize_linear gives, pixel by pixel: one to five channels (the vector
+// path takes up to four), rows not a multiple of sixteen, values past the
+// range and NaN, uint8 and int8.
+TEST(Int8Kernels, QuantizingIntoChannelsLastEqualsQuantizingThenPermuting) {
+  for (const DType type : {DType::UInt8, DType::Int8})
+  for (const int64_t c : {1, 2, 3, 4, 5}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(type) << ", " << c << " channels");
+    manual_seed(30 + c);
+    Tensor x = randn({2, c, 5, 37}) * 4.0;
+    x.data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+    x.data<float>()[40] = 1e12f;
+    x.data<float>()[41] = -1e12f;
+    const Tensor zero = cast(scalar_tensor(type == DType::Int8 ? -7.0 : 121.0), type);
+    const Tensor want = quantize_linear(x, scalar(0.031f), zero).permute({0, 2, 3, 1}).contiguous();
+    Tensor got = Tensor::empty({2, c, 5, 37}, type);
+    cpu::quantize_to_channels_last(x, 0.031f, type == DType::Int8 ? -7 : 121, got);
+    const Tensor as_nhwc = Tensor::empty({2, 5, 37, c}, type);
+    std::memcpy(as_nhwc.raw_data(), got.raw_data(), static_cast<size_t>(got.numel()));
+    EXPECT_EQ(cast(as_nhwc, DType::Int32).to_vector<int32_t>(), cast(want, DType::Int32).to_vector<int32_t>());
   }
 }
 

@@ -13,9 +13,11 @@
 #pragma GCC diagnostic pop
 
 #include <cmath>
+#include <vector>
 
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/onednn_int8.h"
+#include "backends/cpu/quantize_layout.h"
 #include "ops/conv_attrs.h"
 
 namespace kiln::cpu {
@@ -156,13 +158,17 @@ inline __m512 load_sixteen(const T* p) {
 // conversion (half to even) of values first clipped to +-2^30 (NaN to the
 // lowest), then the zero point and the output's range.
 template <typename TY>
-inline void store_sixteen(TY* p, __m512 v, float zy) {
+inline __m128i round_saturate_sixteen(__m512 v, float zy) {
   constexpr int lo = std::is_signed_v<TY> ? -128 : 0, hi = std::is_signed_v<TY> ? 127 : 255;
   v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-1073741824.0f)), _mm512_set1_ps(1073741824.0f));
   __m512i q = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   q = _mm512_add_epi32(q, _mm512_set1_epi32(static_cast<int>(zy)));
   q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(lo)), _mm512_set1_epi32(hi));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(q));
+  return _mm512_cvtepi32_epi8(q);
+}
+template <typename TY>
+inline void store_sixteen(TY* p, __m512 v, float zy) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), round_saturate_sixteen<TY>(v, zy));
 }
 #endif
 
@@ -222,6 +228,66 @@ void quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   if (out[0].dtype() == DType::UInt8) run(out[0].data<uint8_t>());
   else run(out[0].data<int8_t>());
 }
+
+// One quantized row of each channel in turn, spread into the pixels' channels.
+template <typename TY>
+void spread(const TY* __restrict row, TY* __restrict dst, int64_t w, int64_t stride) {
+  for (int64_t i = 0; i < w; ++i) dst[i * stride] = row[i];
+}
+
+// Row `line` of image b, channels-last, from c plain planes of w floats.
+template <typename TY>
+void quantize_row_to_channels_last(const float* x, TY* y, int64_t c, int64_t h, int64_t w, float scale, float zy,
+                                   TY* row) {
+  int64_t i = 0;
+#if defined(__AVX512VBMI__)
+  // Up to four channels of sixteen pixels fill one vector: each channel's
+  // sixteen bytes quantized into their quarter, then interleaved by one byte
+  // permutation (byte k of the output: channel k % c of pixel k / c).
+  if (c <= 4) {
+    alignas(64) uint8_t order[64];
+    for (int k = 0; k < 64; ++k) order[k] = static_cast<uint8_t>(k < 16 * c ? (k % c) * 16 + k / c : 0);
+    const __m512i perm = _mm512_load_si512(order);
+    const __mmask64 bytes = c == 4 ? ~__mmask64{0} : (__mmask64{1} << (16 * c)) - 1;
+    const __m512 s = _mm512_set1_ps(scale);
+    for (; i + 16 <= w; i += 16) {
+      __m512i v = _mm512_setzero_si512();
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const __m128i q = round_saturate_sixteen<TY>(_mm512_div_ps(_mm512_loadu_ps(x + ch * h * w + i), s), zy);
+        v = _mm512_mask_blend_epi32(__mmask16(0xF) << (4 * ch), v, _mm512_broadcast_i32x4(q));
+      }
+      _mm512_mask_storeu_epi8(y + i * c, bytes, _mm512_permutexvar_epi8(perm, v));
+    }
+  }
+#endif
+  for (int64_t ch = 0; ch < c; ++ch) {
+    quantize_block<TY>(x + ch * h * w + i, row, w - i, scale, zy);
+    spread(row, y + i * c + ch, w - i, c);
+  }
+}
+
+}  // namespace
+
+void quantize_to_channels_last(const Tensor& x, float scale, int32_t zero, Tensor& y) {
+  const Tensor xc = x.contiguous();
+  const Shape& s = xc.shape();
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  const float* px = xc.data<float>();
+  const float zy = static_cast<float>(zero);
+  auto run = [&]<typename TY>(TY* py) {
+    parallel_for(n * h, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<TY> row(static_cast<size_t>(w));
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t b = r / h, line = r % h;
+        quantize_row_to_channels_last<TY>(px + (b * c * h + line) * w, py + r * w * c, c, h, w, scale, zy, row.data());
+      }
+    });
+  };
+  if (y.dtype() == DType::UInt8) run(y.data<uint8_t>());
+  else run(y.data<int8_t>());
+}
+
+namespace {
 
 void dequantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor q = in[0].contiguous();

@@ -16,6 +16,7 @@
 
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/plain_pool.h"
+#include "backends/cpu/quantize_layout.h"
 #include "backends/cpu/quantized_concat_pool.h"
 #include "backends/cpu/passes/cpu_passes.h"
 #include "backends/cpu/passes/layout_pass.h"
@@ -189,6 +190,15 @@ DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::v
   return f;
 }
 
+// A quantize_linear of a 4-d graph input by one scale and zero point.
+bool quantizes_image_input(const Graph& g, const Node& n) {
+  if (!layout::is_op(n, "quantize_linear") || n.inputs.size() < 3 || n.outputs.size() != 1) return false;
+  const int x = n.inputs[0];
+  return g.values[x].meta.shape.size() == 4 && std::count(g.inputs.begin(), g.inputs.end(), x) > 0 &&
+         numel_of(g.values[n.inputs[1]].meta.shape) == 1 && n.inputs[2] >= 0 &&
+         numel_of(g.values[n.inputs[2]].meta.shape) == 1;
+}
+
 // Which 4-d values may live channels-last: those whose every reader and
 // writer is an int8 convolution or an elementwise op over their shape,
 // grouped so that an elementwise op's operands share one layout.
@@ -215,6 +225,9 @@ class ChannelsLast {
         for (size_t i = 2; i < n.inputs.size(); i += 3) unite(n.inputs[i], n.outputs[0]);
         continue;
       }
+      // The quantization of a graph input (plain) may write channels-last
+      // (quantize_to_channels_last): the two need not share a layout.
+      if (quantizes_image_input(g, n)) continue;
       if (!same_shape_elementwise(n)) {
         for (int v : n.inputs) force_plain(v);
         for (int v : n.outputs) force_plain(v);
@@ -402,6 +415,16 @@ std::string use_int8_layouts(Graph& g) {
     n.custom = channels_last_pool(cpu::PoolWindow::of(Pool2dAttrs::of(n.attrs)), g.values[n.inputs[0]].meta.dtype);
     n.label = "max_pool2d (values, channels-last)";
     ++pools;
+  }
+  for (Node& n : g.nodes) {
+    if (n.removed || !quantizes_image_input(g, n) || !channels_last(n.outputs[0])) continue;
+    n.custom = [](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+      cpu::quantize_to_channels_last(in[0], cpu::onednn::scale_of(in[1]), cpu::onednn::zero_point_of(in[2]), out[0]);
+    };
+    n.fused_from = n.op;
+    n.op = nullptr;
+    n.attrs = {};
+    n.label = "quantize_linear (to channels-last)";
   }
   size_t others = 0;  // average pools and concatenations
   for (Node& n : g.nodes) {
