@@ -164,6 +164,52 @@ TEST(Int8Kernels, CallSitesRebindTheirBuffersAndZeroPoints) {
   }
 }
 
+// Weights prepared once (under one thread count, for the implementation
+// timed fastest there) give the exact answer when run under other thread
+// counts too, whose primitives must read the same layout; for layers where
+// oneDNN has several implementations (1x1 of few channels, strided, 3x3).
+TEST(Int8Kernels, PreparedWeightsRunExactlyUnderAnyThreadCount) {
+  namespace dnn = cpu::onednn;
+  const int threads = get_num_threads();
+  struct Layer {
+    int64_t c, o, k, stride, pad;
+    bool x_zero;
+  };
+  uint64_t seed = 40;
+  for (const Layer l : {Layer{16, 96, 1, 1, 0, true}, Layer{8, 16, 1, 2, 0, true}, Layer{16, 16, 3, 1, 1, false}}) {
+    SCOPED_TRACE(::testing::Message() << l.c << "->" << l.o << " k" << l.k << " s" << l.stride);
+    const int64_t h = 14, oh = (h + 2 * l.pad - l.k) / l.stride + 1;
+    const dnn::QuantizedConvCall call{{2, l.c, h, h, l.o, l.k, l.k, oh, oh, l.stride, l.stride, l.pad, l.pad, 1, 1, 1},
+                                      false, false, true, true, l.x_zero, true, true, true};
+    // 7-bit weights, which oneDNN multiplies exactly without VNNI too.
+    const Tensor w = clamp(random_quantized({l.o, l.c, l.k, l.k}, DType::Int8, ++seed), -64.0, 63.0);
+    manual_seed(++seed);
+    const std::vector<float> scales = dnn::requantization_scales(scalar(0.02f), rand({l.o}) * 0.01 + 0.002, scalar(0.3f));
+    const Tensor bias = cast(round(randn({l.o}) * 2000.0), DType::Int32);
+    const int32_t x_zero = l.x_zero ? 117 : 0, y_zero = 90;
+    set_num_threads(2);
+    Tensor prepared = Tensor::empty({dnn::quantized_weights_bytes(call, scales.data())}, DType::UInt8);
+    ASSERT_GT(prepared.numel(), 0);
+    dnn::prepare_quantized_weights(call, scales.data(), w.data<int8_t>(), prepared.raw_data());
+    const Tensor x = random_quantized({2, h, h, l.c}, DType::UInt8, ++seed);  // channels-last
+    ConvOptions o;
+    o.stride = {l.stride, l.stride};
+    o.padding = {l.pad, l.pad};
+    const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64) - x_zero, cast(w, DType::Float64),
+                              cast(bias, DType::Float64), o);
+    const Tensor want = requantized(acc, from_vector<float>(scales, {l.o, 1, 1}), y_zero, DType::UInt8);
+    for (const int t : {1, 2, 3}) {
+      set_num_threads(t);
+      Tensor y = Tensor::empty({2, oh, oh, l.o}, DType::UInt8);
+      ASSERT_TRUE(dnn::quantized_conv_forward(call, x.raw_data(), x_zero, prepared.raw_data(), scales.data(),
+                                              bias.data<int32_t>(), y_zero, y.raw_data()));
+      SCOPED_TRACE(::testing::Message() << t << " threads");
+      expect_requantized_equal(y.permute({0, 3, 1, 2}), want);
+    }
+  }
+  set_num_threads(threads);
+}
+
 // A model's input quantized straight into channels-last memory holds what
 // quantize_linear gives, pixel by pixel: one to five channels (the vector
 // path takes up to four), rows not a multiple of sixteen, values past the
