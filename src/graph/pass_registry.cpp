@@ -14,6 +14,7 @@ const std::vector<Pass>& generic_passes() {
       {"batch norm folding", plain<fold_batch_norm>, Pass::Inference},
       {"views folded", plain<fold_views>, Pass::Inference},
       {"convolution taps in padding", plain<drop_taps_in_padding>, Pass::Inference},
+      {"padding into pools", plain<fold_padding_into_pools>, Pass::Inference},
       {"matmul + bias to linear", plain<matmul_bias_to_linear>, Pass::Inference},
       {"parallel linear merge", plain<merge_parallel_linears>, Pass::Inference},
       {"attention fusion", plain<fuse_attention>, Pass::Inference},

@@ -367,6 +367,29 @@ TEST(BlockedLayout, DenseBlocksStayBlockedThroughBatchNormsConcatenationsAndPool
 
 namespace {
 
+// An Inception branch as PyTorch exports it: avg_pool2d(padding=1) as a zero
+// pad, then a pool without padding. The pad becomes the pool's padding,
+// counted in its averages, and the pool runs blocked between the
+// convolutions; a pad of another value, or one read elsewhere too, stays.
+TEST(PaddedPools, AZeroPadBeforeAnAveragePoolBecomesItsPadding) {
+  manual_seed(38);
+  Tensor w1 = randn({16, 8, 3, 3}), w2 = randn({16, 16, 1, 1});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    const Tensor x = relu(conv2d(in[0], w1, Tensor(), pad1));
+    const Tensor pooled = avg_pool2d(pad(x, {1, 1, 1, 1}), {3, 3}, {1, 1});
+    const Tensor other = avg_pool2d(pad(x, {1, 1, 1, 1}, "constant", 1.0), {3, 3}, {1, 1});
+    const Tensor shared = pad(x, {2, 2, 2, 2});
+    return std::vector<Tensor>{conv2d(pooled, w2, Tensor()), other, avg_pool2d(shared, {5, 5}, {1, 1}), shared};
+  };
+  Tensor x = randn({1, 8, 12, 11});
+  const Compared run = compile_and_run(program, x);
+  EXPECT_NE(run.report.find("1 zero paddings into the average pools after them"), std::string::npos) << run.report;
+  EXPECT_EQ(count(run.graph, "avg_pool2d[nChw"), 1u) << run.graph;
+  for (size_t i = 0; i < run.got.size(); ++i) expect_close(run.got[i], run.want[i]);
+}
+
 // Atrous convolutions whose dilation reaches past a small input (DeepLab's
 // pyramid on 14x14 features): the taps that only ever read padding go, and
 // the convolution computes the same with the ones left (a 1x1 where only

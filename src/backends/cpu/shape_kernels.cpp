@@ -1,5 +1,6 @@
 // Kernels of the shape ops. View kernels only compute new shape/strides/offset
 // over the same storage; the rest copy through strided_copy.
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -156,6 +157,8 @@ int64_t pad_source(int64_t i, int64_t before, int64_t size, PadMode mode) {
   return -1;
 }
 
+// Row by row of the last axis: a row whose source row is padding is filled;
+// another copies the source row's middle and maps only its edges.
 template <typename T>
 void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor x = contiguous(in[0]);
@@ -164,25 +167,44 @@ void pad_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const PadMode mode = pad_mode(a);
   T fill = static_cast<T>(a.get_float("value", 0.0));
   int64_t r = x.dim();
+  if (o.numel() == 0) return;
+  if (r == 0) {
+    o.data<T>()[0] = x.data<T>()[0];
+    return;
+  }
   std::vector<int64_t> before(r, 0);
   for (size_t i = 0; i < pads.size() / 2; ++i) before[r - 1 - i] = pads[2 * i];
   const T* src = x.data<T>();
   T* dst = o.data<T>();
   Strides xs = contiguous_strides(x.shape());
-  int64_t n = o.numel();
-  parallel_for(n, kGrainElements, [&](int64_t b, int64_t e) {
-    std::vector<int64_t> idx(r);
-    for (int64_t lin = b; lin < e; ++lin) {
-      int64_t rem = lin, off = 0;
+  const int64_t w = o.shape()[r - 1], xw = x.shape()[r - 1], lead = before[r - 1];
+  // The output columns that copy source columns lead.., in one run.
+  const int64_t mid0 = std::clamp<int64_t>(lead, 0, w), mid1 = std::clamp<int64_t>(lead + xw, mid0, w);
+  const int64_t rows = o.numel() / w;
+  parallel_for(rows, std::max<int64_t>(1, kGrainElements / std::max<int64_t>(w, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      int64_t rem = row, off = 0;
       bool inside = true;
-      for (int64_t d = r - 1; d >= 0; --d) {
+      for (int64_t d = r - 2; d >= 0; --d) {
         int64_t i = rem % o.shape()[d];
         rem /= o.shape()[d];
         int64_t s = pad_source(i, before[d], x.shape()[d], mode);
         if (s < 0) inside = false;
         else off += s * xs[d];
       }
-      dst[lin] = inside ? src[off] : fill;
+      T* out_row = dst + row * w;
+      if (!inside) {
+        std::fill(out_row, out_row + w, fill);
+        continue;
+      }
+      const T* in_row = src + off;
+      auto edge = [&](int64_t i) {
+        const int64_t s = pad_source(i, lead, xw, mode);
+        out_row[i] = s < 0 ? fill : in_row[s];
+      };
+      for (int64_t i = 0; i < mid0; ++i) edge(i);
+      std::copy(in_row + (mid0 - lead), in_row + (mid1 - lead), out_row + mid0);
+      for (int64_t i = mid1; i < w; ++i) edge(i);
     }
   });
 }
