@@ -367,6 +367,46 @@ TEST(BlockedLayout, DenseBlocksStayBlockedThroughBatchNormsConcatenationsAndPool
 
 namespace {
 
+// Depthwise 3x3 convolutions on plain planes (ShuffleNet x1.0's 58 and 116
+// channels fill no block): every plane size from under one vector to over
+// two, strides 1 and 2, paddings 0 to 2, with and without bias, against
+// float64; compiled with a ReLU after, NaN passes it.
+TEST(PlainDepthwise, ThreeByThreeMatchesFloat64) {
+  manual_seed(39);
+  for (const int64_t size : {3, 14, 16, 17, 33})
+  for (const int64_t stride : {1, 2})
+  for (const int64_t padding : {0, 1, 2}) {
+    if (size + 2 * padding < 3) continue;
+    SCOPED_TRACE(::testing::Message() << size << "x" << size + 1 << " stride " << stride << " padding " << padding);
+    const Tensor x = randn({2, 5, size, size + 1}), w = randn({5, 1, 3, 3}), b = randn({5});
+    ConvOptions o;
+    o.stride = {stride, stride};
+    o.padding = {padding, padding};
+    o.groups = 5;
+    for (const bool bias : {false, true}) {
+      const Tensor got = conv2d(x, w, bias ? b : Tensor(), o);
+      const Tensor want = conv2d(x.to(DType::Float64), w.to(DType::Float64), bias ? b.to(DType::Float64) : Tensor(), o);
+      expect_close(got, want);
+    }
+  }
+  const Tensor w = randn({58, 1, 3, 3}), b = randn({58});
+  ConvOptions o;
+  o.padding = {1, 1};
+  o.groups = 58;
+  auto program = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{relu(conv2d(in[0], w, b, o))}; };
+  Tensor x = randn({1, 58, 14, 14});
+  x.data<float>()[15] = std::nanf("");
+  const Compared run = compile_and_run(program, x);
+  const std::vector<float> got = run.got[0].to_vector<float>(), want = run.want[0].to_vector<float>();
+  EXPECT_TRUE(std::isnan(got[0])) << "the NaN's window";
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "at " << i;
+    if (!std::isnan(want[i])) {
+      ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "at " << i;
+    }
+  }
+}
+
 // An Inception branch as PyTorch exports it: avg_pool2d(padding=1) as a zero
 // pad, then a pool without padding. The pad becomes the pool's padding,
 // counted in its averages, and the pool runs blocked between the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/depthwise_vector.h"
 #include "backends/cpu/gemm.h"
 #include "kiln/parallel.h"
 
@@ -70,6 +71,7 @@ void depthwise_row(const PlainConv& g, const float* src, const float* k, float b
 
 void depthwise_conv(const PlainConv& g, const float* x, const float* w, const float* bias, float* y, bool relu) {
   using Row = void (*)(const PlainConv&, const float*, const float*, float, int64_t, float*);
+  const bool vector = depthwise_3x3_vector_applies(g);
   Row fast = nullptr;
   if (g.kw == 3 && g.sw == 1) fast = depthwise_row<3, 1>;
   if (g.kw == 3 && g.sw == 2) fast = depthwise_row<3, 2>;
@@ -82,6 +84,10 @@ void depthwise_conv(const PlainConv& g, const float* x, const float* w, const fl
       const float* k = w + ch * g.kh * g.kw;
       float* dst = y + plane * g.oh * g.ow;
       const float b = bias ? bias[ch] : 0.0f;
+      if (vector) {
+        depthwise_3x3_plane(g, src, k, b, relu, dst);
+        continue;
+      }
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         float* out = dst + oy * g.ow;
         if (fast) {
