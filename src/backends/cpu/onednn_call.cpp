@@ -69,9 +69,11 @@ size_t call_hash(const void* prim, const CallArgs& a, const void* scratch) {
   return h;
 }
 
-// Calls kept per thread: every layer of the models run, many times over; past
-// that (models loaded and dropped for long) they are all let go and bound anew.
-constexpr size_t kKeptCalls = 1 << 14;
+// Calls kept per thread: more than the oneDNN layers of the models run (a
+// ResNet-152 has 155); past that (eager calls on ever new buffers, models
+// loaded and dropped) they are all let go and bound anew. Each holds a few
+// memory objects of about 1 KB, so this bounds them at a few MB a thread.
+constexpr size_t kKeptCalls = 1024;
 
 }  // namespace
 
