@@ -407,6 +407,39 @@ TEST(PlainDepthwise, ThreeByThreeMatchesFloat64) {
   }
 }
 
+// MobileNetV2's inverted residual with ReLU6 (exported as Clip(0, 6)): the
+// clamps after the expansion and the depthwise convolution become their
+// ReLU and cap, with no clamp of their own; NaN passes as through the ops.
+TEST(Relu6, ClampsAfterConvolutionsBecomeTheirEpilogue) {
+  manual_seed(40);
+  const int64_t c = 16, e = 96;
+  Tensor expand = randn({e, c, 1, 1}) * 0.5, depthwise = randn({e, 1, 3, 3}) * 0.5, project = randn({c, e, 1, 1}) * 0.2;
+  Tensor b1 = randn({e}), b2 = randn({e});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions dw;
+    dw.padding = {1, 1};
+    dw.groups = e;
+    Tensor y = clamp(conv2d(in[0], expand, b1), 0.0, 6.0);
+    y = clamp(conv2d(y, depthwise, b2, dw), 0.0, 6.0);
+    return std::vector<Tensor>{in[0] + conv2d(y, project, Tensor())};
+  };
+  Tensor x = randn({1, c, 14, 14}) * 3.0;
+  x.data<float>()[20] = std::nanf("");
+  const Compared run = compile_and_run(program, x);
+  EXPECT_EQ(count(run.graph, "+ relu6"), 2u) << run.graph;
+  EXPECT_EQ(count(run.graph, "clamp"), 0u) << run.graph;
+  const std::vector<float> got = run.got[0].to_vector<float>(), want = run.want[0].to_vector<float>();
+  size_t nans = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "at " << i;
+    nans += std::isnan(got[i]);
+    if (!std::isnan(want[i])) {
+      ASSERT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "at " << i;
+    }
+  }
+  EXPECT_GT(nans, 0u) << "the NaN reaches the output";
+}
+
 // An Inception branch as PyTorch exports it: avg_pool2d(padding=1) as a zero
 // pad, then a pool without padding. The pad becomes the pool's padding,
 // counted in its averages, and the pool runs blocked between the

@@ -103,9 +103,9 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
                              PatchCase{1, 16, 64, 55, 55, 3, 1, 1, 1, 16}, PatchCase{2, 32, 48, 13, 47, 3, 2, 1, 1, 16},
                              PatchCase{1, 16, 32, 12, 33, 5, 1, 2, 1, 16}, PatchCase{1, 16, 32, 10, 24, 3, 1, 0, 1, 16},
                              PatchCase{1, 16, 40, 9, 35, 3, 1, 2, 2, 16}, PatchCase{1, 8, 24, 20, 23, 3, 1, 1, 1, 8}}) {
-    for (int cell = 0; cell < 8; ++cell) {
-      // epilogue 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + hard-swish
-      const int epilogue = cell % 4, dst_block = cell < 4 ? 8 : 16;
+    for (int cell = 0; cell < 10; ++cell) {
+      // epilogue 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + hard-swish, 4: bias + relu capped
+      const int epilogue = cell % 5, dst_block = cell < 5 ? 8 : 16;
       if (k.o % dst_block) continue;
       std::string what = "n c o h w k stride pad dilation src_block epilogue dst_block:";
       for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
@@ -117,7 +117,9 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       opts.padding = {k.pad, k.pad};
       opts.dilation = {k.dilation, k.dilation};
       Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
-      Tensor want = epilogue == 3 ? hardswish(conv2d(x, w, b, opts)) : expected_conv(x, w, b, opts, epilogue, residual);
+      Tensor want = epilogue == 3   ? hardswish(conv2d(x, w, b, opts))
+                    : epilogue == 4 ? clamp(conv2d(x, w, b, opts), 0.0, 1.5)
+                                    : expected_conv(x, w, b, opts, epilogue, residual);
       const Shape& ys = want.shape();
       onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
                           ys[3],    k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, 1};
@@ -125,7 +127,8 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       call.shape = s;
       call.src_block = k.src_block;
       call.dst_block = dst_block;
-      call.relu = epilogue == 1 || epilogue == 2;
+      call.relu = epilogue == 1 || epilogue == 2 || epilogue == 4;
+      call.cap = epilogue == 4 ? 1.5f : 0.0f;
       call.residual = epilogue == 2;
       call.hardswish = epilogue == 3;
       if (!cpu::patch_gemm_applies(call)) {  // only the gathered GEMM runs few pixels from nChw8c
@@ -209,19 +212,22 @@ TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
                         Case{1, 320, 136, 5, 7}})
     for (int src_block : {8, 16})
       for (int dst_block : {8, 16})
-        for (int epilogue = 0; epilogue < 4; ++epilogue) {  // none; bias + relu; bias + residual + relu; bias + hardswish
+        for (int epilogue = 0; epilogue < 5; ++epilogue) {  // none; bias + relu; + residual; hardswish; relu capped
           if (k.c % src_block || k.o % dst_block) continue;
           std::string what = "n c o h w src dst epilogue:";
           for (int64_t v : {k.n, k.c, k.o, k.h, k.w, int64_t{src_block}, int64_t{dst_block}, int64_t{epilogue}})
             what.append(" ").append(std::to_string(v));
           Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 1, 1}) * 0.2, b = randn({k.o});
           Tensor residual = randn({k.n, k.o, k.h, k.w});
-          Tensor want = epilogue == 3 ? hardswish(conv2d(x, w, b)) : expected_conv(x, w, b, {}, epilogue, residual);
+          Tensor want = epilogue == 3   ? hardswish(conv2d(x, w, b))
+                        : epilogue == 4 ? clamp(conv2d(x, w, b), 0.0, 1.5)
+                                        : expected_conv(x, w, b, {}, epilogue, residual);
           onednn::LayoutCall call;
           call.shape = {k.n, k.c, k.h, k.w, k.o, 1, 1, k.h, k.w, 1, 1, 0, 0, 1, 1, 1};
           call.src_block = src_block;
           call.dst_block = dst_block;
-          call.relu = epilogue == 1 || epilogue == 2;
+          call.relu = epilogue == 1 || epilogue == 2 || epilogue == 4;
+          call.cap = epilogue == 4 ? 1.5f : 0.0f;
           call.residual = epilogue == 2;
           call.hardswish = epilogue == 3;
           ASSERT_TRUE(cpu::patch_gemm_applies(call)) << what;

@@ -32,6 +32,7 @@ struct Epilogue {
   bool last;          // the last pass over k: bias and ReLU
   bool relu;
   bool hardswish = false;  // x * min(max(x + 3, 0), 6) / 6 after the bias, as the eager hardswish
+  float cap = 0;           // with relu, above 0: the output capped at it too (ReLU6), NaN passing
 };
 
 // Where the tile goes: row r's first 8 columns at c + r * row_stride, its
@@ -67,6 +68,10 @@ struct Output {
     if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
     // max(v, 0) with NaN passed through, as the eager relu does.
     if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
+    if (e.cap > 0) {  // min(v, cap), NaN passing
+      const __m512 cap = _mm512_set1_ps(e.cap);
+      v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, cap, _CMP_GT_OQ), v, cap);
+    }
     if (e.hardswish) {  // (vector operators: GCC 12 warns falsely on _mm512_max_ps here)
       const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
       __m512 gate = v + _mm512_set1_ps(3.0f);
@@ -140,6 +145,7 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
     if (e.last) {
       if (e.bias) v0 += vec8::load(e.bias), v1 += vec8::load(e.bias + 8);
       if (e.relu) v0 = vec8::relu(v0), v1 = vec8::relu(v1);
+      if (e.cap > 0) v0 = vec8::cap_at(v0, vec8::splat(e.cap)), v1 = vec8::cap_at(v1, vec8::splat(e.cap));
       if (e.hardswish) v0 = vec8::hardswish(v0), v1 = vec8::hardswish(v1);
     }
     vec8::store(p0, v0);

@@ -385,7 +385,7 @@ bool conv_forward_layout(const LayoutCall& c, const float* x, const float* w, co
   std::vector<Arg> args{{DNNL_ARG_SRC, g.src, x, false}, {DNNL_ARG_WEIGHTS, weights, w, false}, {DNNL_ARG_DST, g.dst, y, true}};
   if (bias) args.push_back({DNNL_ARG_BIAS, g.bias, bias, false});
   run(*p, args);
-  if (c.relu) relu_after_primitive(y, static_cast<int64_t>(g.dst.get_size() / sizeof(float)));
+  if (c.relu) relu_after_primitive(y, static_cast<int64_t>(g.dst.get_size() / sizeof(float)), c.cap);
   return true;
 }
 

@@ -36,6 +36,7 @@ struct LayoutCall {
   int src_block = 0, dst_block = 0;
   bool bias = false;
   bool relu = false;      // forward only: ReLU on the output
+  float cap = 0;          // forward only, with relu: above 0, the output capped at it too (ReLU6: 6), NaN passing
   bool hardswish = false; // forward only: hard-swish on the output (oneDNN's post-op), without a residual
   bool hardsigmoid = false;  // forward only: PyTorch's hard-sigmoid on the output, likewise
   bool swish = false;        // forward only: x * sigmoid(x) on the output (SiLU), likewise

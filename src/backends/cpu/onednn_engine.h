@@ -30,8 +30,12 @@ inline dnnl::primitive_attr base_attr() {
 // post-op: its ReLU (and binary max, and clip) turn NaN into 0 where the eager
 // relu lets it through, and graph and eager must agree (a poisoned batch must
 // reach the loss as NaN).
-inline void relu_after_primitive(float* y, int64_t n) {
-  parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) { vec8::relu_in_place(y + lo, hi - lo); });
+// A cap above 0 also caps the output at it (ReLU6: 6), NaN passing too.
+inline void relu_after_primitive(float* y, int64_t n, float cap = 0) {
+  parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) {
+    if (cap > 0) vec8::relu_capped_in_place(y + lo, hi - lo, cap);
+    else vec8::relu_in_place(y + lo, hi - lo);
+  });
 }
 
 }  // namespace kiln::cpu::onednn

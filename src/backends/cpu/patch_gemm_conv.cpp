@@ -105,7 +105,8 @@ void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const
           const float* corner = direct ? image + iy0 * s.w + ix0 : nullptr;
           const auto a_at = [corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; };
           const auto epilogue = [&](int64_t j) {
-            return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
+            return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish,
+                                  call.cap};
           };
           const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p); };
           for (int64_t j = 0; j < panels; j += 2) {
@@ -139,7 +140,7 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
                int64_t first, float* out, int64_t pixels, int64_t p0) {
   const int64_t o = call.shape.o, length = patch_length(call.shape), panels = (o + kCols - 1) / kCols;
   const auto epilogue = [&](int64_t j) {
-    return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish};
+    return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish, call.cap};
   };
   const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p0); };
   const auto whole = [&](int64_t j) { return (j + 1) * kCols <= o; };
@@ -361,7 +362,7 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
         for (int64_t k0 = 0; k0 < length; k0 += kDepth) {
           const int64_t depth = std::min(kDepth, length - k0);
           const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, k0 > 0 || residual, k0 + depth >= length,
-                                 relu};
+                                 relu, false, call.cap};
           const float* b = packed + (panel * length + k0) * kCols;
           float* c = out + 2 * panel * pixels * 8;
           for (int64_t r = 0; r < pixels; r += kRows)

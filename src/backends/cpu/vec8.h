@@ -34,10 +34,19 @@ inline vf hardswish(vf v) {
   gate = gate < splat(6.0f) ? gate : splat(6.0f);
   return v * (gate / splat(6.0f));
 }
+// min(v, cap) as the eager clamp computes it: NaN passes through.
+inline vf cap_at(vf v, vf cap) { return select(v > cap, cap, v); }
 inline void relu_in_place(float* p, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) store(p + i, relu(load(p + i)));
   for (; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i];
+}
+// The ReLU, then the cap (ReLU6: 6), in one pass.
+inline void relu_capped_in_place(float* p, int64_t n, float cap) {
+  const vf c = splat(cap);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store(p + i, cap_at(relu(load(p + i)), c));
+  for (; i < n; ++i) p[i] = p[i] < 0.0f ? 0.0f : p[i] > cap ? cap : p[i];
 }
 // Per lane: whether v replaces best as a window's running maximum: a larger
 // value, or the first NaN (the eager max-pool's rule, so NaN propagates).

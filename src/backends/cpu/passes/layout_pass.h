@@ -83,6 +83,7 @@ class LayoutPass {
   // layout_rewrite.cpp: the folds, the rewrite and the reorders
   size_t fold_residuals();
   size_t fold_hard_activations();
+  bool fold_relu6(int at, Plan& plan, Node& clamp);
   bool fold_silu(int at, Plan& plan);
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
