@@ -7,6 +7,7 @@
 
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
@@ -103,10 +104,11 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
                              PatchCase{1, 16, 64, 55, 55, 3, 1, 1, 1, 16}, PatchCase{2, 32, 48, 13, 47, 3, 2, 1, 1, 16},
                              PatchCase{1, 16, 32, 12, 33, 5, 1, 2, 1, 16}, PatchCase{1, 16, 32, 10, 24, 3, 1, 0, 1, 16},
                              PatchCase{1, 16, 40, 9, 35, 3, 1, 2, 2, 16}, PatchCase{1, 8, 24, 20, 23, 3, 1, 1, 1, 8}}) {
-    for (int cell = 0; cell < 10; ++cell) {
-      // epilogue 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + hard-swish, 4: bias + relu capped
-      const int epilogue = cell % 5, dst_block = cell < 5 ? 8 : 16;
-      if (k.o % dst_block) continue;
+    for (int cell = 0; cell < 12; ++cell) {
+      // epilogue 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + hard-swish, 4: bias + relu capped,
+      // 5: bias + SiLU (with AVX-512)
+      const int epilogue = cell % 6, dst_block = cell < 6 ? 8 : 16;
+      if (k.o % dst_block || (epilogue == 5 && !cpu::gemm::swish_in_epilogue)) continue;
       std::string what = "n c o h w k stride pad dilation src_block epilogue dst_block:";
       for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
                         int64_t{epilogue}, int64_t{dst_block}})
@@ -117,8 +119,10 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       opts.padding = {k.pad, k.pad};
       opts.dilation = {k.dilation, k.dilation};
       Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
-      Tensor want = epilogue == 3   ? hardswish(conv2d(x, w, b, opts))
-                    : epilogue == 4 ? clamp(conv2d(x, w, b, opts), 0.0, 1.5)
+      const Tensor biased = conv2d(x, w, b, opts);
+      Tensor want = epilogue == 3   ? hardswish(biased)
+                    : epilogue == 4 ? clamp(biased, 0.0, 1.5)
+                    : epilogue == 5 ? biased * sigmoid(biased)
                                     : expected_conv(x, w, b, opts, epilogue, residual);
       const Shape& ys = want.shape();
       onednn::ConvShape s{k.n,      k.c,      k.h,   k.w,   k.o,        k.k,        k.k,        ys[2],
@@ -131,6 +135,7 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       call.cap = epilogue == 4 ? 1.5f : 0.0f;
       call.residual = epilogue == 2;
       call.hardswish = epilogue == 3;
+      call.swish = epilogue == 5;
       if (!cpu::patch_gemm_applies(call)) {  // only the gathered GEMM runs few pixels from nChw8c
         ASSERT_TRUE(k.src_block == 8 && (epilogue == 3 || dst_block == 16)) << what;
         continue;
@@ -212,15 +217,17 @@ TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
                         Case{1, 320, 136, 5, 7}})
     for (int src_block : {8, 16})
       for (int dst_block : {8, 16})
-        for (int epilogue = 0; epilogue < 5; ++epilogue) {  // none; bias + relu; + residual; hardswish; relu capped
-          if (k.c % src_block || k.o % dst_block) continue;
+        for (int epilogue = 0; epilogue < 6; ++epilogue) {  // none; bias + relu; + residual; hardswish; relu capped; silu
+          if (k.c % src_block || k.o % dst_block || (epilogue == 5 && !cpu::gemm::swish_in_epilogue)) continue;
           std::string what = "n c o h w src dst epilogue:";
           for (int64_t v : {k.n, k.c, k.o, k.h, k.w, int64_t{src_block}, int64_t{dst_block}, int64_t{epilogue}})
             what.append(" ").append(std::to_string(v));
           Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 1, 1}) * 0.2, b = randn({k.o});
           Tensor residual = randn({k.n, k.o, k.h, k.w});
-          Tensor want = epilogue == 3   ? hardswish(conv2d(x, w, b))
-                        : epilogue == 4 ? clamp(conv2d(x, w, b), 0.0, 1.5)
+          const Tensor biased = conv2d(x, w, b);
+          Tensor want = epilogue == 3   ? hardswish(biased)
+                        : epilogue == 4 ? clamp(biased, 0.0, 1.5)
+                        : epilogue == 5 ? biased * sigmoid(biased)
                                         : expected_conv(x, w, b, {}, epilogue, residual);
           onednn::LayoutCall call;
           call.shape = {k.n, k.c, k.h, k.w, k.o, 1, 1, k.h, k.w, 1, 1, 0, 0, 1, 1, 1};
@@ -230,6 +237,7 @@ TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
           call.cap = epilogue == 4 ? 1.5f : 0.0f;
           call.residual = epilogue == 2;
           call.hardswish = epilogue == 3;
+          call.swish = epilogue == 5;
           ASSERT_TRUE(cpu::patch_gemm_applies(call)) << what;
           Tensor packed = Tensor::empty({cpu::patch_gemm_weights_size(call.shape)});
           cpu::patch_gemm_weights(call.shape, src_block, w.contiguous().data<float>(), packed.data<float>());
@@ -387,3 +395,32 @@ TEST(LayoutKernels, BlockedBatchNormTrainsAsThePlainOpDoes) {
 }
 
 }  // namespace
+
+#if defined(__AVX512F__)
+namespace {
+
+// The patch GEMM's SiLU epilogue: x * sigmoid(x) as the eager ops compute
+// it, within float32 rounding, at the ends of its range and through NaN.
+TEST(LayoutKernels, SiluEpilogueMatchesTheOpsEverywhere) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  alignas(64) float in[16] = {nan, -inf, inf, 0.0f, -0.0f, 1.0f, -1.0f, 20.0f, -20.0f, 87.0f, -87.0f, 100.0f, -100.0f,
+                              0.3f, -5.5f, 1e-30f};
+  alignas(64) float out[16];
+  _mm512_store_ps(out, cpu::gemm::silu16(_mm512_load_ps(in)));
+  const Tensor x = from_vector<float>(std::vector<float>(in, in + 16), {16});
+  const std::vector<float> want = (x * sigmoid(x)).to_vector<float>();
+  for (int i = 0; i < 16; ++i) {
+    SCOPED_TRACE(::testing::Message() << "x = " << in[i]);
+    if (std::isnan(want[i]) || std::isinf(want[i])) {
+      EXPECT_EQ(std::isnan(out[i]), std::isnan(want[i])) << out[i];
+      if (std::isinf(want[i])) {
+        EXPECT_EQ(out[i], want[i]);
+      }
+    } else {
+      EXPECT_NEAR(out[i], want[i], 4e-7 * std::abs(want[i]) + 1e-37) << out[i];
+    }
+  }
+}
+
+}  // namespace
+#endif

@@ -9,7 +9,14 @@
 #include <type_traits>
 
 #if defined(__AVX512F__)
+// GCC 12 warns that AVX-512 intrinsics' undefined source vectors are or may
+// be used uninitialized (they are fully masked over); the warning is about
+// the header's code, so it is silenced around the header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 #include "backends/cpu/vec8.h"
@@ -33,7 +40,14 @@ struct Epilogue {
   bool relu;
   bool hardswish = false;  // x * min(max(x + 3, 0), 6) / 6 after the bias, as the eager hardswish
   float cap = 0;           // with relu, above 0: the output capped at it too (ReLU6), NaN passing
+  bool swish = false;      // x * sigmoid(x) after the bias (SiLU); AVX-512 only (swish_in_epilogue)
 };
+
+#if defined(__AVX512F__)
+constexpr bool swish_in_epilogue = true;
+#else
+constexpr bool swish_in_epilogue = false;
+#endif
 
 // Where the tile goes: row r's first 8 columns at c + r * row_stride, its
 // last 8 at that + half_offset (8 for row-major output; a channel block's
@@ -45,6 +59,32 @@ struct Output {
 };
 
 #if defined(__AVX512F__)
+// exp(x) for 16 floats (Cephes' single-precision polynomial, within 2 ulp):
+// 2^n times exp(r) with r = x - n ln 2 in [-ln 2 / 2, ln 2 / 2], x clipped
+// to [-87.3, 89] first: below, exp would be subnormal; above, the scaling
+// overflows to infinity, as exp does.
+[[gnu::always_inline]] inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(89.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+// x * sigmoid(x) = x / (1 + exp(-x)), NaN passing (the clip in exp16 would
+// lose it); -inf gives NaN and a large negative x -0, as the eager ops do.
+[[gnu::always_inline]] inline __m512 silu16(__m512 x) {
+  const __m512 y = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
 // 16 floats whose second 8 sit half_offset after the first (8: contiguous),
 // as two masked halves (lanes masked out are not touched in memory).
 [[gnu::always_inline]] inline __m512 load16(const float* p, int64_t half_offset) {
@@ -68,6 +108,7 @@ struct Output {
     if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
     // max(v, 0) with NaN passed through, as the eager relu does.
     if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
+    if (e.swish) v = silu16(v);
     if (e.cap > 0) {  // min(v, cap), NaN passing
       const __m512 cap = _mm512_set1_ps(e.cap);
       v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, cap, _CMP_GT_OQ), v, cap);

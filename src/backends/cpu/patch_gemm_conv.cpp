@@ -106,7 +106,7 @@ void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const
           const auto a_at = [corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; };
           const auto epilogue = [&](int64_t j) {
             return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish,
-                                  call.cap};
+                                  call.cap, call.swish};
           };
           const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p); };
           for (int64_t j = 0; j < panels; j += 2) {
@@ -140,7 +140,8 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
                int64_t first, float* out, int64_t pixels, int64_t p0) {
   const int64_t o = call.shape.o, length = patch_length(call.shape), panels = (o + kCols - 1) / kCols;
   const auto epilogue = [&](int64_t j) {
-    return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish, call.cap};
+    return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish, call.cap,
+                          call.swish};
   };
   const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p0); };
   const auto whole = [&](int64_t j) { return (j + 1) * kCols <= o; };
@@ -297,7 +298,8 @@ bool gathered(const onednn::LayoutCall& call) {
 bool patch_gemm_applies(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   const int src_block = call.src_block, dst_block = call.dst_block;
-  if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || call.swish || s.groups != 1 || s.oh < 1 || s.ow < 1)
+  if (call.kind != onednn::ConvPass::Forward || call.hardsigmoid || (call.swish && !gemm::swish_in_epilogue) ||
+      s.groups != 1 || s.oh < 1 || s.ow < 1)
     return false;
   const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
   if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
@@ -362,7 +364,7 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
         for (int64_t k0 = 0; k0 < length; k0 += kDepth) {
           const int64_t depth = std::min(kDepth, length - k0);
           const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, k0 > 0 || residual, k0 + depth >= length,
-                                 relu, false, call.cap};
+                                 relu, false, call.cap, call.swish};
           const float* b = packed + (panel * length + k0) * kCols;
           float* c = out + 2 * panel * pixels * 8;
           for (int64_t r = 0; r < pixels; r += kRows)

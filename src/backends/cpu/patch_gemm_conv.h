@@ -9,8 +9,8 @@
 // MobileNetV3's 24-, 40-, 72-, 88- and 120-channel layers sit in 8-channel
 // blocks between 16-channel ones, which oneDNN has no kernel for (and its
 // 8-channel 1x1 kernels ran slower than plain ones on an AVX-512 machine).
-// Bias, a residual, a ReLU and (1x1) a hard-swish are applied as each
-// output tile leaves the registers.
+// Bias, a residual, a ReLU (capped, for ReLU6), (1x1) a hard-swish and,
+// with AVX-512, a SiLU are applied as each output tile leaves the registers.
 #include <cstdint>
 
 #include "backends/cpu/onednn_conv.h"
@@ -18,7 +18,7 @@
 namespace kiln::cpu {
 
 // Whether patch_gemm_conv handles this forward call: one group, no
-// hard-sigmoid, and either
+// hard-sigmoid, no SiLU without AVX-512, and either
 // - a 1x1 convolution (stride 1, no padding) from 8- or 16-channel blocks
 //   to 8- or 16-channel blocks, any pixel count; or, with output channels
 //   in whole 16-column panels,
