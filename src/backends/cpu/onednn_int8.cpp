@@ -246,7 +246,6 @@ std::string describe(const memory::desc& m) {
   return s.str();
 }
 
-
 Tensor scratch_for(const memory::desc& d) {
   return Tensor::empty({static_cast<int64_t>(std::max<size_t>(d.get_size(), 1))}, DType::UInt8);
 }
