@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/packed_linear.h"
@@ -424,3 +425,25 @@ TEST(LayoutKernels, SiluEpilogueMatchesTheOpsEverywhere) {
 
 }  // namespace
 #endif
+
+namespace {
+
+// A capped ReLU (ReLU6) is applied by the direct kernel's pass and the patch
+// GEMM's epilogue; Winograd's epilogue has no cap, so a call with one is
+// never given Winograd, even where Winograd is the fastest without it.
+TEST(LayoutKernels, CappedCallsAreNeverGivenWinograd) {
+  const int block = static_cast<int>(onednn::preferred_block());
+  if (block == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  onednn::LayoutCall call;
+  call.shape = {1, 64, 56, 56, 64, 3, 3, 56, 56, 1, 1, 1, 1, 1, 1, 1};
+  call.src_block = call.dst_block = block;
+  call.bias = call.relu = true;
+  const cpu::ConvAlgorithm uncapped = cpu::fastest_conv_algorithm(call);
+  call.cap = 6.0f;
+  const cpu::ConvAlgorithm capped = cpu::fastest_conv_algorithm(call);
+  EXPECT_NE(capped, cpu::ConvAlgorithm::Winograd2x2);
+  EXPECT_NE(capped, cpu::ConvAlgorithm::Winograd4x4);
+  RecordProperty("uncapped_algorithm", static_cast<int>(uncapped));
+}
+
+}  // namespace

@@ -44,20 +44,21 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   // Winograd keeps the layout, and its epilogue does bias, residual and
-  // ReLU only; the patch GEMM says what it takes (patch_gemm_applies).
+  // ReLU only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
   const bool winograd = call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block &&
-                        !call.hardswish && !call.hardsigmoid && !call.swish && winograd_applies(s, call.src_block);
+                        !call.hardswish && !call.hardsigmoid && !call.swish && call.cap <= 0 &&
+                        winograd_applies(s, call.src_block);
   const bool patch_gemm = patch_gemm_applies(call);
   if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
   // From one block size to the other oneDNN has no fast kernel.
   if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool>;
+                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool>;
   static std::map<Key, ConvAlgorithm> decided;
   const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
                 s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
-                call.swish};
+                call.swish, call.cap > 0};
   std::lock_guard<std::mutex> lock(mu);
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
