@@ -53,6 +53,17 @@ class CallArgs {
 // by its whole geometry (and scales) on every call: one memo per call site.
 class PrimitiveMemo {
  public:
+  // The primitive of memo (null: none) for the calling thread count, else
+  // make()'s, kept there when not null.
+  template <typename P, typename Make>
+  static const P* find_or_make(PrimitiveMemo* memo, int threads, Make make) {
+    if (const void* kept = memo ? memo->find(threads) : nullptr) return static_cast<const P*>(kept);
+    const P* p = make();
+    if (memo && p) memo->keep(threads, p);
+    return p;
+  }
+
+ private:
   const void* find(int threads) const {
     std::lock_guard<std::mutex> lock(mu_);
     return threads == threads_ ? primitive_ : nullptr;
@@ -63,7 +74,6 @@ class PrimitiveMemo {
     primitive_ = primitive;
   }
 
- private:
   mutable std::mutex mu_;
   int threads_ = 0;
   const void* primitive_ = nullptr;

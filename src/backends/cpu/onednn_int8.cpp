@@ -254,13 +254,9 @@ Tensor scratch_for(const memory::desc& d) {
 
 bool quantized_conv_forward(const QuantizedConvCall& c, const void* x, int32_t x_zero, const void* w,
                             const float* scales, const int32_t* bias, int32_t y_zero, void* y, PrimitiveMemo* memo) {
-  const int threads = get_num_threads();
-  auto* p = static_cast<const ConvPrimitive*>(memo ? memo->find(threads) : nullptr);
-  if (!p) {
-    p = conv_primitive(c, scales);
-    if (!p) return false;
-    if (memo) memo->keep(threads, p);
-  }
+  const ConvPrimitive* p = PrimitiveMemo::find_or_make<ConvPrimitive>(memo, get_num_threads(),
+                                                                       [&] { return conv_primitive(c, scales); });
+  if (!p) return false;
   ConvDescs d;
   conv_descs(c, d);
   const bool blocked_weights = !c.prepared_weights && !(d.wei == p->wei);
@@ -425,13 +421,9 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
 
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
                       const int32_t* bias, int32_t y_zero, void* y, const float* vector, PrimitiveMemo* memo) {
-  const int threads = get_num_threads();
-  auto* p = static_cast<const MatmulPrimitive*>(memo ? memo->find(threads) : nullptr);
-  if (!p) {
-    p = matmul_primitive(c, scales);
-    if (!p) return false;
-    if (memo) memo->keep(threads, p);
-  }
+  const MatmulPrimitive* p = PrimitiveMemo::find_or_make<MatmulPrimitive>(memo, get_num_threads(),
+                                                                           [&] { return matmul_primitive(c, scales); });
+  if (!p) return false;
   const MatmulDescs d = matmul_descs(c);
   static const memory::desc one_s32({1}, dt::s32, tag::x), one_f32({1, 1}, dt::f32, tag::ab);
   const memory::desc column_scales({c.per_column ? c.n : 1}, dt::f32, tag::x);

@@ -2,6 +2,7 @@
 // The convolution layout pass over one graph, shared by its two files:
 // layout.cpp decides each node's plan, layout_rewrite.cpp folds neighbours
 // into the plans, rewrites the nodes and inserts the reorders.
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -83,6 +84,7 @@ class LayoutPass {
   // layout_rewrite.cpp: the folds, the rewrite and the reorders
   size_t fold_residuals();
   size_t fold_hard_activations();
+  void absorb(int at, Plan& plan, const cpu::onednn::LayoutCall& with, std::initializer_list<int> nodes);
   bool fold_relu6(int at, Plan& plan, Node& clamp);
   bool fold_silu(int at, Plan& plan);
   size_t write_concats_in_place();

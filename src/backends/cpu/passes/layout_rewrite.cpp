@@ -56,6 +56,20 @@ size_t LayoutPass::fold_residuals() {
   return folded;
 }
 
+// The convolution at `at` takes over `nodes` (the ops after it, in order),
+// computing them as `with` says, and writes the last one's output.
+void LayoutPass::absorb(int at, Plan& plan, const cpu::onednn::LayoutCall& with, std::initializer_list<int> nodes) {
+  plan.call = with;
+  const int result = g_.nodes[*(nodes.end() - 1)].outputs[0];
+  for (int node : nodes) {
+    g_.nodes[node].removed = true;
+    reads_.erase(node);
+  }
+  g_.nodes[at].outputs[0] = result;
+  g_.values[result].producer = at;
+  block_of_[result] = plan.call.dst_block;
+}
+
 // Inference: y * sigmoid(y) (SiLU, as exported: a sigmoid and a product)
 // over a blocked convolution's output y, read by nothing else, becomes the
 // primitive's swish post-op (EfficientNet has one after most convolutions).
@@ -76,15 +90,7 @@ bool LayoutPass::fold_silu(int at, Plan& plan) {
   cpu::onednn::LayoutCall with = plan.call;
   with.swish = true;
   if (!runs_fast(with, conv)) return false;
-  plan.call = with;
-  const int result = mul.outputs[0];
-  for (int node : {sigmoid, product}) {
-    g_.nodes[node].removed = true;
-    reads_.erase(node);
-  }
-  conv.outputs[0] = result;
-  g_.values[result].producer = at;
-  block_of_[result] = plan.call.dst_block;
+  absorb(at, plan, with, {sigmoid, product});
   return true;
 }
 
@@ -106,13 +112,7 @@ bool LayoutPass::fold_relu6(int at, Plan& plan, Node& clamp) {
   if (!runs_fast(with, conv) || algorithm == cpu::ConvAlgorithm::Winograd2x2 ||
       algorithm == cpu::ConvAlgorithm::Winograd4x4)
     return false;
-  plan.call = with;
-  const int result = clamp.outputs[0];
-  clamp.removed = true;
-  reads_.erase(readers_[conv.outputs[0]][0].first);
-  conv.outputs[0] = result;
-  g_.values[result].producer = at;
-  block_of_[result] = plan.call.dst_block;
+  absorb(at, plan, with, {readers_[conv.outputs[0]][0].first});
   return true;
 }
 
@@ -146,13 +146,7 @@ size_t LayoutPass::fold_hard_activations() {
     // 1x1 convolutions took twice as long on oneDNN. A hard-swish on a
     // whole feature map is worth folding in any case.
     if (!runs_fast(with, conv) || (!swish && chosen_algorithm(plan, conv) != cpu::ConvAlgorithm::Direct)) continue;
-    plan.call = with;
-    const int result = hs.outputs[0];
-    hs.removed = true;
-    reads_.erase(readers_[y][0].first);
-    conv.outputs[0] = result;
-    g_.values[result].producer = at;
-    block_of_[result] = plan.call.dst_block;
+    absorb(at, plan, with, {readers_[y][0].first});
     ++folded;
   }
   return folded;
