@@ -154,10 +154,12 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
 
 // Rows that are not whole register tiles, more than one pass over k (in >
 // 256), a last panel of fewer than 16 columns, pairs of panels (and a group
-// of panels that ends in an odd one), and every epilogue.
+// of panels that ends in an odd one), several row blocks (whose threads
+// prefetch the next slice of weights), and every epilogue.
 TEST(LayoutKernels, PackedLinearMatchesLinear) {
   manual_seed(5);
-  for (const Shape& dims : {Shape{7, 300, 20}, Shape{1, 64, 16}, Shape{150, 40, 33}, Shape{13, 520, 100}}) {
+  for (const Shape& dims :
+       {Shape{7, 300, 20}, Shape{1, 64, 16}, Shape{150, 40, 33}, Shape{13, 520, 100}, Shape{300, 600, 200}}) {
     const int64_t rows = dims[0], in = dims[1], out = dims[2];
     for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
       const std::string what = "rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " +

@@ -33,13 +33,17 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
   const int64_t panels = (out + kCols - 1) / kCols, groups = (panels + kPanelsPerItem - 1) / kPanelsPerItem;
   const int64_t blocks = std::max<int64_t>(1, (rows + kBlockRows - 1) / kBlockRows);
   const int64_t block_rows = (rows + blocks - 1) / blocks;
-  // Work items are (row block, group of panels): a batch of one splits by columns.
+  // Work items are (group of panels, row block), row blocks fastest: each
+  // thread takes whole groups, so it reads only its share of the weights
+  // (which, at a few hundred rows, come from memory: 9 MB for a 768x3072
+  // layer) and its row blocks' x stays in its L2. Taken the other way, every
+  // thread read all the weights; 196x384x1536 went from 610 to 560 us.
   parallel_for(blocks * groups, 1, [&](int64_t lo, int64_t hi) {
     alignas(32) float tail[kRows * kCols];  // the last panel's tile, when out is not a multiple of 16
     alignas(32) float tail_bias[kCols];
     for (int64_t item = lo; item < hi; ++item) {
-      const int64_t r0 = item / groups * block_rows, r1 = std::min(rows, r0 + block_rows);
-      const int64_t g = item % groups;
+      const int64_t r0 = item % blocks * block_rows, r1 = std::min(rows, r0 + block_rows);
+      const int64_t g = item / blocks;
       for (int64_t k0 = 0; k0 < in; k0 += kDepth) {
         const int64_t depth = std::min(kDepth, in - k0);
         const int64_t last_panel = std::min(panels, (g + 1) * kPanelsPerItem);
@@ -51,9 +55,21 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             const bool accumulate = k0 > 0 || residual, last = k0 + depth >= in;
             const gemm::Epilogue e0{bias ? bias + col : nullptr, accumulate, last, relu};
             const gemm::Epilogue e1{bias ? bias + col + kCols : nullptr, accumulate, last, relu};
-            for (int64_t r = r0; r < r1; r += kRows)
+            // The slice taken next (the next pair, or the first pair at the
+            // next k), fetched into L2 a part per tile while this one runs:
+            // else the first tile of each slice waits on memory. 49x768x3072
+            // (weights from memory) went from 740 to 645 us.
+            const bool more = panel + 3 < last_panel;
+            const float* n0 = more ? b1 + in * kCols : packed + (g * kPanelsPerItem * in + k0 + kDepth) * kCols;
+            const int64_t lines = more || k0 + kDepth < in ? 2 * std::min(kDepth, more ? depth : in - k0 - kDepth) : 0;
+            const int64_t tiles = (r1 - r0 + kRows - 1) / kRows;
+            for (int64_t r = r0, t = 0; r < r1; r += kRows, ++t) {
+              for (int64_t l = t * lines / tiles; l < (t + 1) * lines / tiles; ++l) {
+                __builtin_prefetch(reinterpret_cast<const char*>(n0 + (l & 1) * in * kCols) + (l >> 1) * 64, 0, 2);
+              }
               gemm::tile2_rows(std::min(kRows, r1 - r), x + r * in + k0, in, b0, b1, depth,
                                {y + r * out + col, out, 8}, {y + r * out + col + kCols, out, 8}, e0, e1);
+            }
             ++panel;
             continue;
           }
