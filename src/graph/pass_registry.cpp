@@ -11,6 +11,7 @@ const std::vector<Pass>& generic_passes() {
       {"common subexpressions", plain<eliminate_common_subexpressions>},
       {"constant folding", plain<fold_constants>},
       {"algebraic simplification", plain<simplify_algebra>},
+      {"GELU recognition", plain<recognize_gelu>, Pass::Inference},
       {"batch norm folding", plain<fold_batch_norm>, Pass::Inference},
       {"views folded", plain<fold_views>, Pass::Inference},
       {"convolution taps in padding", plain<drop_taps_in_padding>, Pass::Inference},

@@ -23,6 +23,8 @@ std::string drop_taps_in_padding(Graph& g);
 // Inference: a zero pad of H and W read only by an average pool becomes the
 // pool's padding (counted in its averages), as PyTorch's exports split it.
 std::string fold_padding_into_pools(Graph& g);
+// Inference: x * 0.5 * (1 + erf(x / √2)), as exports write GELU, is one gelu.
+std::string recognize_gelu(Graph& g);
 std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass

@@ -41,6 +41,7 @@ struct Epilogue {
   bool hardswish = false;  // x * min(max(x + 3, 0), 6) / 6 after the bias, as the eager hardswish
   float cap = 0;           // with relu, above 0: the output capped at it too (ReLU6), NaN passing
   bool swish = false;      // x * sigmoid(x) after the bias (SiLU); AVX-512 only (swish_in_epilogue)
+  bool gelu = false;       // x * Φ(x) after the bias (GELU, erf form); AVX-512 only (swish_in_epilogue)
 };
 
 #if defined(__AVX512F__)
@@ -85,6 +86,32 @@ struct Output {
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
+// GELU, x * Φ(x) with Φ(x) = erfc(-x / √2) / 2, erfc by Abramowitz and
+// Stegun's 7.1.26 (absolute error under 1.5e-7, as oneDNN's gelu_erf):
+// erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z),
+// for z >= 0; Φ(x) for x > 0 is 1 minus it at |x|. Past z = 9.3 erfc(z) / 2
+// is below the smallest float: 0, so that a large negative x gives -0 and
+// -inf NaN, as the eager gelu does; NaN passes, +inf gives itself.
+[[gnu::always_inline]] inline __m512 gelu16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
+  // t by a 14-bit reciprocal and a Newton step (a division took half the
+  // epilogue's time); z capped so that d stays finite.
+  const __m512 d = _mm512_fmadd_ps(_mm512_min_ps(z, _mm512_set1_ps(10.0f)), _mm512_set1_ps(0.3275911f), one);
+  __m512 t = _mm512_rcp14_ps(d);
+  t = _mm512_mul_ps(t, _mm512_fnmadd_ps(d, t, _mm512_set1_ps(2.0f)));
+  __m512 p = _mm512_set1_ps(1.061405429f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+  const __m512 e = exp16(_mm512_mul_ps(z, _mm512_sub_ps(zero, z)));
+  __m512 q = _mm512_mul_ps(_mm512_mul_ps(p, t), _mm512_mul_ps(_mm512_set1_ps(0.5f), e));  // Φ(-|x|)
+  q = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(z, _mm512_set1_ps(9.3f), _CMP_GT_OQ), q, zero);
+  const __m512 phi = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), q, one - q);
+  return _mm512_mul_ps(x, phi);
+}
+
 // 16 floats whose second 8 sit half_offset after the first (8: contiguous),
 // as two masked halves (lanes masked out are not touched in memory).
 [[gnu::always_inline]] inline __m512 load16(const float* p, int64_t half_offset) {
@@ -109,6 +136,7 @@ struct Output {
     // max(v, 0) with NaN passed through, as the eager relu does.
     if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
     if (e.swish) v = silu16(v);
+    if (e.gelu) v = gelu16(v);
     if (e.cap > 0) {  // min(v, cap), NaN passing
       const __m512 cap = _mm512_set1_ps(e.cap);
       v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, cap, _CMP_GT_OQ), v, cap);

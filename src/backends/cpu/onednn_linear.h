@@ -1,5 +1,5 @@
 #pragma once
-// A linear layer with its bias, a residual add and a ReLU in one oneDNN
+// A linear layer with its bias, a residual add and a ReLU or GELU in one oneDNN
 // matmul call (bias and post-ops applied while the output tile is still in
 // registers), cached per shape. float32.
 #include <cstdint>
@@ -11,6 +11,7 @@ struct LinearCall {
   bool bias = false;
   bool residual = false;  // y holds a tensor to add and receives x w^T + b + y, before the ReLU
   bool relu = false;
+  bool gelu = false;  // GELU (erf form) after the bias, as a post-op
 };
 
 // False when oneDNN cannot express the call (the caller then runs its own path).

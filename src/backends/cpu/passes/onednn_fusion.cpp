@@ -1,9 +1,11 @@
 // The CPU's fusions into vendor calls and its own kernels: convolution +
-// ReLU, and linear + bias (+ residual add) (+ ReLU) as oneDNN post-ops, and
-// linear layers on weights packed once for small GEMMs.
+// ReLU, and linear + bias (+ residual add) (+ ReLU or GELU) as oneDNN
+// post-ops, and linear layers on weights packed once for small GEMMs.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
+#include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/onednn_linear.h"
 #include "backends/cpu/packed_linear.h"
 #include "graph/derived_constants.h"
@@ -19,10 +21,10 @@ namespace {
 bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 // in: x, w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when
-// relu: one oneDNN matmul with post-ops, or, where oneDNN refuses the shape,
-// the registry's GEMM (`gemm`) and a pass over the output.
-CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu) {
-  return [gemm, residual, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+// relu (GELU'd when gelu): one oneDNN matmul with post-ops, or, where oneDNN
+// refuses the shape, the registry's GEMM (`gemm`) and a pass over the output.
+CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool gelu = false) {
+  return [gemm, residual, relu, gelu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const size_t operands = in.size() - (residual ? 1 : 0);
     const bool bias = operands > 2 && in[2].defined();
     const Tensor x = in[0].contiguous(), w = in[1].contiguous(), b = bias ? in[2].contiguous() : Tensor();
@@ -30,7 +32,8 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu) {
     const int64_t features = w.shape()[1], n = out[0].numel();
     Tensor r = residual ? in.back().contiguous() : Tensor();
     if (residual && r.data<float>() != y) std::copy_n(r.data<float>(), n, y);
-    cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, residual, relu};
+    cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, residual, relu,
+                                 gelu};
     if (features > 0 && call.rows > 0 &&
         cpu::onednn::linear_forward(call, x.data<float>(), w.data<float>(), bias ? b.data<float>() : nullptr, y))
       return;
@@ -40,6 +43,7 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu) {
     parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         float v = pr ? y[i] + pr[i] : y[i];
+        if (gelu) v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
         y[i] = relu && v < 0.0f ? 0.0f : v;
       }
     });
@@ -131,14 +135,16 @@ std::string fuse_linear_residual(Graph& g) {
 std::string fuse_conv_activation(Graph& g) {
   auto uses = g.use_counts();
   auto mutated = g.mutated_values();
-  size_t convs = 0, linears = 0;
-  for (Node& relu : g.nodes) {
-    if (!is_op(relu, "relu")) continue;
-    const int y = relu.inputs[0];
+  size_t convs = 0, linears = 0, gelus = 0;
+  for (Node& act : g.nodes) {
+    // (A GELU of the erf form goes into a linear layer only.)
+    const bool gelu = is_op(act, "gelu") && act.attrs.get_string("approximate", "none") == "none";
+    if (!is_op(act, "relu") && !gelu) continue;
+    const int y = act.inputs[0];
     if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
     const int at = g.values[y].producer;
     Node& producer = g.nodes[at];
-    if (is_op(producer, "conv2d") && producer.attrs.get_string("activation", "none") == "none") {
+    if (!gelu && is_op(producer, "conv2d") && producer.attrs.get_string("activation", "none") == "none") {
       producer.attrs.set("activation", std::string("relu"));  // a oneDNN post-op
       ++convs;
     } else if (is_op(producer, "linear") && g.values[y].meta.dtype == DType::Float32) {
@@ -146,30 +152,33 @@ std::string fuse_conv_activation(Graph& g) {
       if (!gemm) continue;
       Node k;
       k.inputs = producer.inputs;
-      k.label = "linear + relu";
+      k.label = gelu ? "linear + gelu" : "linear + relu";
       k.fused_from = producer.op;
-      k.attrs = {{"fused_relu", true}};
-      k.custom = fused_linear_kernel(gemm, false, true);
+      k.attrs = {{"fused_relu", !gelu}, {"fused_gelu", gelu}};
+      k.custom = fused_linear_kernel(gemm, false, !gelu, gelu);
+      gelus += gelu;
       k.any_shape = true;
       producer = std::move(k);
       ++linears;
     } else {
       continue;
     }
-    producer.outputs = {relu.outputs[0]};
-    g.values[relu.outputs[0]].producer = at;
-    relu.removed = true;
+    producer.outputs = {act.outputs[0]};
+    g.values[act.outputs[0]].producer = at;
+    act.removed = true;
   }
   std::string s;
   if (convs) s = "fused " + std::to_string(convs) + " conv2d + relu pairs";
-  if (linears) s += (s.empty() ? "fused " : ", ") + std::to_string(linears) + " linear + relu pairs";
+  if (linears > gelus) s += (s.empty() ? "fused " : ", ") + std::to_string(linears - gelus) + " linear + relu pairs";
+  if (gelus) s += (s.empty() ? "fused " : ", ") + std::to_string(gelus) + " linear + gelu pairs";
   return s;
 }
 
 namespace {
 
-// in: x, packed w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when relu.
-CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, bool residual, bool relu) {
+// in: x, packed w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd
+// when relu, GELU'd when gelu.
+CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, bool residual, bool relu, bool gelu) {
   return [=](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const size_t operands = in.size() - (residual ? 1 : 0);
     const Tensor x = in[0].contiguous();
@@ -177,7 +186,7 @@ CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, boo
     float* y = out[0].data<float>();
     if (residual && in.back().data<float>() != y) std::copy_n(in.back().contiguous().data<float>(), out[0].numel(), y);
     cpu::packed_linear(x.data<float>(), x.numel() / in_features, in_features, out_features, in[1].data<float>(),
-                       b.defined() ? b.data<float>() : nullptr, y, residual, relu);
+                       b.defined() ? b.data<float>() : nullptr, y, residual, relu, gelu);
   };
 }
 
@@ -193,7 +202,8 @@ std::string use_packed_linear_weights(Graph& g) {
     if (w.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 ||
         g.values[n.outputs[0]].meta.dtype != DType::Float32)
       continue;
-    const bool residual = n.fused("fused_residual"), relu = n.fused("fused_relu");
+    const bool residual = n.fused("fused_residual"), relu = n.fused("fused_relu"), gelu = n.fused("fused_gelu");
+    if (gelu && !cpu::gemm::swish_in_epilogue) continue;  // (the tile's epilogue has no GELU without AVX-512)
     const int64_t out_features = w.meta.shape[0], in_features = w.meta.shape[1];
     // Packing once saves most where each call has few rows to amortize a
     // library GEMM's packing over; from about 1000 rows oneDNN is faster.
@@ -207,13 +217,13 @@ std::string use_packed_linear_weights(Graph& g) {
       cpu::pack_linear_weights(source.contiguous().data<float>(), out_features, in_features, t.data<float>());
       return t;
     });
-    n.custom = packed_linear_kernel(out_features, in_features, residual, relu);
+    n.custom = packed_linear_kernel(out_features, in_features, residual, relu, gelu);
     n.any_shape = true;  // (its rows from x)
     if (plain) n.label = "linear";
     n.label += " (packed)";
     if (plain) n.fused_from = n.op;
     n.op = nullptr;
-    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}};
+    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}, {"fused_gelu", gelu}};
     ++packed;
   }
   return packed ? "gave " + std::to_string(packed) + " linear layers weights packed into panels" : "";

@@ -1,0 +1,140 @@
+// Inference: GELU written out in elementary ops, x * 0.5 * (1 + erf(x / √2))
+// in any of its usual orders, becomes one gelu. ONNX has no Gelu before
+// opset 20, so PyTorch exports F.gelu so (ConvNeXt, ViT, Swin, BERT), and
+// five ops, even fused into one loop, are a pass over the activations
+// that a linear layer's epilogue can do instead once they are one op.
+#include <cmath>
+
+#include "graph/passes.h"
+#include "kiln/registry.h"
+
+namespace kiln::graph {
+namespace {
+
+bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op && n.outputs.size() == 1; }
+
+// The one-element constant's value, or NaN.
+double scalar_of(const Graph& g, int id) {
+  if (id < 0 || g.values[id].kind != ValueKind::Constant || g.values[id].tensor.numel() != 1) return std::nan("");
+  return g.values[id].tensor.item<double>();
+}
+
+bool near(double v, double want) { return std::abs(v - want) <= 1e-6 * want; }
+
+class GeluMatcher {
+ public:
+  explicit GeluMatcher(Graph& g) : g_(g), uses_(g.use_counts()), mutated_(g.mutated_values()) {}
+
+  // The node whose output is gelu(x), when `erf` is the erf of such a
+  // pattern; the nodes it replaces are listed in `inner`.
+  int match(int erf) {
+    inner_.clear();
+    const Node& e = g_.nodes[erf];
+    const int scaled = e.inputs[0];
+    const int x = scaled_input(scaled);
+    if (x < 0 || !inner(scaled) || !inner(e.outputs[0])) return -1;
+    // 1 + erf(...)
+    const int add = only_reader(e.outputs[0]);
+    if (add < 0 || !is(g_.nodes[add], "add") || other_input(add, e.outputs[0]) < 0 ||
+        scalar_of(g_, other_input(add, e.outputs[0])) != 1.0 || !inner(g_.nodes[add].outputs[0]))
+      return -1;
+    const int sum = g_.nodes[add].outputs[0];
+    // Times x and 0.5, in one of three orders: (x * sum) * 0.5,
+    // (sum * 0.5) * x, or (x * 0.5) * sum.
+    const int first = only_reader(sum);
+    if (first < 0 || !is(g_.nodes[first], "mul")) return -1;
+    const int other = other_input(first, sum);
+    if (other == x || scalar_of(g_, other) == 0.5) {
+      const int partial = g_.nodes[first].outputs[0];
+      const int second = only_reader(partial);
+      if (second < 0 || !is(g_.nodes[second], "mul") || !inner(partial)) return -1;
+      const int last = other_input(second, partial);
+      const bool factors = other == x ? scalar_of(g_, last) == 0.5 : last == x;
+      return factors ? finish(second, x) : -1;
+    }
+    const int half_at = other >= 0 ? g_.values[other].producer : -1;
+    if (half_at < 0 || !is(g_.nodes[half_at], "mul") || !inner(other)) return -1;
+    const Node& half = g_.nodes[half_at];
+    const bool halves_x = (half.inputs[0] == x && scalar_of(g_, half.inputs[1]) == 0.5) ||
+                          (half.inputs[1] == x && scalar_of(g_, half.inputs[0]) == 0.5);
+    return halves_x ? finish(first, x) : -1;
+  }
+
+  const std::vector<int>& inner_nodes() const { return inner_; }
+  int input() const { return x_; }
+
+ private:
+  // x, when `scaled` is x / √2 or x * (1/√2).
+  int scaled_input(int scaled) const {
+    const int at = g_.values[scaled].producer;
+    if (at < 0) return -1;
+    const Node& n = g_.nodes[at];
+    if (is(n, "div") && near(scalar_of(g_, n.inputs[1]), std::sqrt(2.0))) return n.inputs[0];
+    if (!is(n, "mul")) return -1;
+    if (near(scalar_of(g_, n.inputs[1]), std::sqrt(0.5))) return n.inputs[0];
+    if (near(scalar_of(g_, n.inputs[0]), std::sqrt(0.5))) return n.inputs[1];
+    return -1;
+  }
+
+  // A value inside the pattern: read once (by the pattern's next op), never
+  // written in place; its producer is then replaced.
+  bool inner(int id) {
+    if (uses_[id] != 1 || mutated_[id] || g_.values[id].producer < 0) return false;
+    inner_.push_back(g_.values[id].producer);
+    return true;
+  }
+
+  int only_reader(int id) const {
+    if (uses_[id] != 1) return -1;
+    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+      const Node& n = g_.nodes[i];
+      if (n.removed) continue;
+      for (int in : n.inputs)
+        if (in == id) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  // The binary node's input beside `id`, or -1.
+  int other_input(int node, int id) const {
+    const Node& n = g_.nodes[node];
+    if (n.inputs.size() != 2) return -1;
+    return n.inputs[0] == id ? n.inputs[1] : n.inputs[1] == id ? n.inputs[0] : -1;
+  }
+
+  int finish(int last, int x) {
+    const Value &in = g_.values[x], &out = g_.values[g_.nodes[last].outputs[0]];
+    if (in.meta.shape != out.meta.shape || in.meta.dtype != out.meta.dtype) return -1;
+    x_ = x;
+    return last;
+  }
+
+  Graph& g_;
+  const std::vector<int> uses_;
+  const std::vector<bool> mutated_;
+  std::vector<int> inner_;
+  int x_ = -1;
+};
+
+}  // namespace
+
+std::string recognize_gelu(Graph& g) {
+  const OpDef& gelu = OpRegistry::instance().get("gelu");
+  size_t found = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!is(g.nodes[i], "erf")) continue;
+    GeluMatcher m(g);  // (use counts change with each rewrite)
+    const int last = m.match(static_cast<int>(i));
+    if (last < 0) continue;
+    for (int n : m.inner_nodes()) g.nodes[n].removed = true;
+    Node& n = g.nodes[last];
+    n.op = &gelu;
+    n.inputs = {m.input()};
+    n.attrs = Attrs{};
+    n.attrs.set("approximate", std::string("none"));
+    ++found;
+  }
+  return found ? std::to_string(found) + " GELUs written out in erf, add and mul ops into gelu" : "";
+}
+
+}  // namespace kiln::graph
