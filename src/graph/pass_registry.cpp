@@ -17,6 +17,7 @@ const std::vector<Pass>& generic_passes() {
       {"convolution taps in padding", plain<drop_taps_in_padding>, Pass::Inference},
       {"padding into pools", plain<fold_padding_into_pools>, Pass::Inference},
       {"matmul + bias to linear", plain<matmul_bias_to_linear>, Pass::Inference},
+      {"scales into linear layers", plain<fold_scales_into_linears>, Pass::Inference},
       {"parallel linear merge", plain<merge_parallel_linears>, Pass::Inference},
       {"attention fusion", plain<fuse_attention>, Pass::Inference},
       {"conv bias gradient", plain<fuse_conv_bias_grad>},

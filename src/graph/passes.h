@@ -26,6 +26,9 @@ std::string fold_padding_into_pools(Graph& g);
 // Inference: x * 0.5 * (1 + erf(x / √2)), as exports write GELU, is one gelu.
 std::string recognize_gelu(Graph& g);
 std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
+// Inference: a constant factor per output feature (or one for all) times a
+// linear layer's output, also through permutes, goes into its weights and bias.
+std::string fold_scales_into_linears(Graph& g);
 std::string fuse_conv_bias_grad(Graph& g);   // sum(grad, N/H/W) into conv2d_weight_grad
 std::string fuse_pool_relu_grad(Graph& g);   // relu_backward after max_pool2d_backward: one pass
 std::string merge_parallel_linears(Graph& g);  // inference: Q/K/V-style projections of one input, one GEMM
