@@ -615,3 +615,44 @@ TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {
 }
 
 }  // namespace
+
+namespace {
+
+// EfficientNet's squeeze-and-excitation before a 1x1 projection with a
+// residual (24 channels: 8-channel blocks, Kiln's own 1x1 GEMM): the
+// projection reads the activations unscaled and scales its weights per
+// image. A constant per-channel factor goes in alike (one for every
+// image); a product that is also read elsewhere stays.
+TEST(BlockedLayout, SqueezeAndExcitationScalesGoIntoTheProjection) {
+  if (cpu::onednn::preferred_block() != 16) GTEST_SKIP() << "the 1x1 GEMM between block sizes is AVX-512's";
+  manual_seed(44);
+  Tensor expand = randn({48, 24, 1, 1}) * 0.3, depthwise = randn({48, 1, 3, 3}) * 0.3;
+  Tensor squeeze = randn({8, 48, 1, 1}) * 0.3, excite = randn({48, 8, 1, 1}) * 0.3;
+  Tensor project = randn({24, 48, 1, 1}) * 0.3, other = randn({24, 48, 1, 1}) * 0.3, factor = randn({1, 48, 1, 1});
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions dw;
+    dw.padding = {1, 1};
+    dw.groups = 48;
+    const Tensor y = silu(conv2d(silu(conv2d(in[0], expand, Tensor())), depthwise, Tensor(), dw));
+    const Tensor s = sigmoid(conv2d(silu(conv2d(adaptive_avg_pool2d(y, {1, 1}), squeeze, Tensor())), excite, Tensor()));
+    const Tensor excited = conv2d(y * s, project, Tensor()) + in[0];
+    const Tensor constant = conv2d(y * factor, other, Tensor());
+    const Tensor shared = y * (s + 1.0);
+    return std::vector<Tensor>{excited, constant, conv2d(shared, project, Tensor()), shared};
+  };
+  for (int64_t batch : {1, 3}) {
+    Tensor x = randn({batch, 24, 10, 9});
+    jit::CompileOptions o;
+    o.inference = true;  // (timed choices on: Kiln's own kernels are chosen by timing; 48 -> 24 has no other)
+    auto fn = jit::compile(program, {x}, o);
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(count(graph, "(patch gemm, input scaled)"), 2u) << graph;
+    EXPECT_EQ(count(graph, "per channel]"), 1u) << graph;
+    const std::vector<Tensor> got = fn({x});
+    NoGradGuard no_grad;
+    const std::vector<Tensor> want = program({x});
+    for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i]);
+  }
+}
+
+}  // namespace

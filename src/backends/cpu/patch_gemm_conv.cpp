@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm_tile.h"
+#include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
@@ -197,9 +198,11 @@ bool pointwise(const onednn::ConvShape& s) {
 // addresses took two integer operations per broadcast, and the loop ran 15%
 // slower.)
 template <int src_block>
-void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed,
-                               const float* bias, float* y) {
+void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* weights,
+                               const float* bias, float* y, const float* channel_scale, int64_t scale_stride) {
   const onednn::ConvShape& s = call.shape;
+  Tensor scratch = channel_scale ? Tensor::empty({patch_gemm_weights_size(s)}) : Tensor();  // (Kiln's caching allocator)
+  const float* packed = channel_scale ? scratch.data<float>() : weights;
   const int shift = src_block == 16 ? 4 : 3;
   const int64_t pixels = s.h * s.w, tiles = (pixels + kRows - 1) / kRows;
   const int64_t plane = pixels * src_block, mask = src_block - 1;
@@ -209,6 +212,14 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   for (int64_t img = 0; img < s.n; ++img) {
     const float* image = x + img * s.c * pixels;
     float* out = y + img * s.o * pixels;
+    if (channel_scale) {  // panel rows (k = the channel) times that channel's factor
+      const float* factor = channel_scale + img * scale_stride;
+      float* scaled = scratch.data<float>();
+      parallel_for(patch_gemm_weights_size(s) / kCols, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t row = lo; row < hi; ++row)
+          for (int64_t j = 0; j < kCols; ++j) scaled[row * kCols + j] = weights[row * kCols + j] * factor[row % s.c];
+      });
+    }
     for_pairs_and_tiles(s.o, tiles, [&](int64_t first, int64_t tile) {
       const int64_t p0 = tile * tile_rows, rows = std::min(tile_rows, pixels - p0);
       const float* corner = image + p0 * src_block;
@@ -337,11 +348,21 @@ void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* 
       }
 }
 
-void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y) {
+bool patch_gemm_scales_input(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  return (call.src_block == 8 || call.src_block == 16) && pointwise(s) &&
+         (s.o + kCols - 1) / kCols * kCols < s.h * s.w;
+}
+
+void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y,
+                     const float* channel_scale, int64_t scale_stride) {
   const onednn::ConvShape& s = call.shape;
   const bool relu = call.relu, residual = call.residual;
-  if (call.src_block == 8 && pointwise(s)) return pointwise_patch_gemm_conv<8>(call, x, packed, bias, y);
-  if (call.src_block == 16 && pointwise(s)) return pointwise_patch_gemm_conv<16>(call, x, packed, bias, y);
+  KILN_CHECK(!channel_scale || (pointwise(s) && call.src_block != 0), "a channel scale goes with a 1x1 convolution only");
+  if (call.src_block == 8 && pointwise(s))
+    return pointwise_patch_gemm_conv<8>(call, x, packed, bias, y, channel_scale, scale_stride);
+  if (call.src_block == 16 && pointwise(s))
+    return pointwise_patch_gemm_conv<16>(call, x, packed, bias, y, channel_scale, scale_stride);
   if (call.src_block == 0 && s.sw == 1) return plain_patch_gemm_conv<1>(call, x, packed, bias, y);
   if (call.src_block == 0 && s.sw == 2) return plain_patch_gemm_conv<2>(call, x, packed, bias, y);
   if (call.src_block == 0) return plain_patch_gemm_conv<0>(call, x, packed, bias, y);

@@ -48,7 +48,15 @@ int64_t patch_gemm_weights_size(const onednn::ConvShape& s);
 void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* w, float* packed);
 // x: [n, c/S, h, w, S] (or [n, c, h, w] plain), S = call.src_block;
 // y: [n, o/D, oh, ow, D], D = call.dst_block. bias: [o] or null. With
-// call.residual, y holds a tensor to add before the ReLU.
-void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y);
+// call.residual, y holds a tensor to add before the ReLU. channel_scale
+// (1x1 only, patch_gemm_scales_input): x's channels are taken times
+// channel_scale[i * scale_stride + c] in image i, by scaling the weights
+// per image (a squeeze-and-excitation scale, without a pass over x).
+void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y,
+                     const float* channel_scale = nullptr, int64_t scale_stride = 0);
+// Whether patch_gemm_conv takes a channel_scale for this call, and scaling
+// the weights per image (o rounded up to 16, times c) is less work than a
+// pass over the image (c x h x w).
+bool patch_gemm_scales_input(const onednn::LayoutCall& call);
 
 }  // namespace kiln::cpu

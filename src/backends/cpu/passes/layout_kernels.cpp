@@ -61,12 +61,16 @@ CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile) {
   };
 }
 
-CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call) {
-  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call, bool channel_scale) {
+  return [call, channel_scale](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
-    if (call.residual) copy_residual(in.back(), y);
+    const size_t operands = in.size() - (channel_scale ? 1 : 0);  // (the scale comes last)
+    if (call.residual) copy_residual(in[operands - 1], y);
     const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::patch_gemm_conv(at_batch(call, in[0]), in[0].data<float>(), in[1].data<float>(), bias, y);
+    const onednn::LayoutCall c = at_batch(call, in[0]);
+    const float* scale = channel_scale ? in.back().data<float>() : nullptr;
+    const int64_t stride = channel_scale && in.back().shape()[0] > 1 ? c.shape.c : 0;  // [N or 1, C, 1, 1]
+    cpu::patch_gemm_conv(c, in[0].data<float>(), in[1].data<float>(), bias, y, scale, stride);
   };
 }
 

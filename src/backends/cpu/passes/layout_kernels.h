@@ -15,8 +15,10 @@ cpu::onednn::LayoutCall at_batch(cpu::onednn::LayoutCall call, const Tensor& ima
 CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
 // The same by Winograd's F(tile x tile, 3x3), w replaced by its transform (winograd_weights).
 CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile);
-// The same as one GEMM per image over its patches, w replaced by its panels (patch_gemm_weights).
-CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call);
+// The same as one GEMM per image over its patches, w replaced by its panels
+// (patch_gemm_weights). channel_scale: a last input [N or 1, C, 1, 1] that
+// x's channels are taken times (patch_gemm_scales_input).
+CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call, bool channel_scale = false);
 // A convolution kernel (one of the above, no residual) that writes its
 // `channels` at `first` of a blocked one-image concatenation: out is the
 // whole concatenation; with `carry`, the last input is the concatenation so

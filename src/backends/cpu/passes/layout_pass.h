@@ -87,6 +87,7 @@ class LayoutPass {
   void absorb(int at, Plan& plan, const cpu::onednn::LayoutCall& with, std::initializer_list<int> nodes);
   bool fold_relu6(int at, Plan& plan, Node& clamp);
   bool fold_silu(int at, Plan& plan);
+  bool fold_channel_scale(int at, const Plan& plan, Node& k);
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
   void fuse_first_layer_pools();
