@@ -62,8 +62,11 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             // (weights from memory) went from 740 to 645 us.
             const bool more = panel + 3 < last_panel;
             const float* n0 = more ? b1 + in * kCols : packed + (g * kPanelsPerItem * in + k0 + kDepth) * kCols;
-            const int64_t lines = more || k0 + kDepth < in ? 2 * std::min(kDepth, more ? depth : in - k0 - kDepth) : 0;
+            // (A single tile streams its slice once: there the hardware's
+            // prefetcher does as well, and more requests only slowed it.)
             const int64_t tiles = (r1 - r0 + kRows - 1) / kRows;
+            const int64_t lines =
+                tiles > 1 && (more || k0 + kDepth < in) ? 2 * std::min(kDepth, more ? depth : in - k0 - kDepth) : 0;
             for (int64_t r = r0, t = 0; r < r1; r += kRows, ++t) {
               for (int64_t l = t * lines / tiles; l < (t + 1) * lines / tiles; ++l) {
                 __builtin_prefetch(reinterpret_cast<const char*>(n0 + (l & 1) * in * kCols) + (l >> 1) * 64, 0, 2);
