@@ -6,6 +6,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "kiln/registry.h"
 #include "ops/conv_attrs.h"
 
 namespace kiln::graph {
@@ -73,15 +74,45 @@ std::string eliminate_common_subexpressions(Graph& g) {
   return merged ? "merged " + count_of(merged, "repeated ops") : "";
 }
 
+namespace {
+
+// The first of a constant's values, when they are first, first + 1, ... (a
+// run of consecutive integers, 1-D); else -1.
+int64_t consecutive_from(const Tensor& t) {
+  if (t.dim() != 1 || t.numel() == 0 || (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)) return -1;
+  const std::vector<int64_t> v = t.to(DType::Int64).to_vector<int64_t>();
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] != v[0] + static_cast<int64_t>(i)) return -1;
+  return v[0];
+}
+
+}  // namespace
+
 std::string fold_constants(Graph& g) {
   auto mutated = g.mutated_values();
   size_t folded = 0;
   NoGradGuard no_grad;
+  const OpDef& slice = OpRegistry::instance().get("slice");
   for (Node& n : g.nodes) {
     if (n.removed || !n.op || n.outputs.empty() || g.has_side_effects(n)) continue;
     bool all_const = true;
     for (int id : n.inputs) all_const = all_const && (id < 0 || (is_const(g, id) && !mutated[id]));
     if (!all_const) continue;
+    // Rows first..first + n of a table (positions from a sequence's length,
+    // as exports compute them: Shape, Gather, Range) are a slice of it: a
+    // view whose end a graph generalized over lengths follows, where the
+    // rows copied out would be a constant of each length.
+    if (n.op->name == "embedding" && n.attrs.get_int("padding_idx", -1) < 0) {
+      const Tensor& table = g.values[n.inputs[0]].tensor;
+      const int64_t first = consecutive_from(g.values[n.inputs[1]].tensor);
+      const int64_t count = g.values[n.inputs[1]].tensor.numel();
+      if (first >= 0 && table.dim() == 2 && first + count <= table.shape()[0]) {
+        n.op = &slice;
+        n.inputs = {n.inputs[0]};
+        n.attrs = Attrs{{"axis", int64_t{0}}, {"start", first}, {"end", first + count}, {"step", int64_t{1}}};
+        continue;
+      }
+    }
     std::vector<Tensor> ins;
     for (int id : n.inputs) ins.push_back(id >= 0 ? g.values[id].tensor : Tensor());
     std::vector<Tensor> outs = call(*n.op, ins, n.attrs);

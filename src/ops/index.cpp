@@ -52,8 +52,11 @@ std::vector<Tensor> read_gather(const OnnxReader& n, const std::vector<Tensor>& 
   Shape out(x.shape().begin(), x.shape().begin() + axis);
   out.insert(out.end(), idx.shape().begin(), idx.shape().end());
   out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
+  // Rows of a table by indices of any shape: one embedding, not flattened
+  // ([B, L] -> [B * L] and back is not a function of B and L that a graph
+  // generalized over both can follow).
+  if (axis == 0 && x.dim() == 2 && is_floating(x.dtype())) return {embedding(x, wrap_indices(idx, x.shape()[0]))};
   const Tensor flat = wrap_indices(idx, x.shape()[axis]).reshape({idx.numel()});
-  if (axis == 0 && x.dim() == 2 && is_floating(x.dtype())) return {embedding(x, flat).reshape(out)};
   return {index_select(x, axis, flat).reshape(out)};
 }
 

@@ -147,6 +147,42 @@ TEST(InferenceSession, ANamedLengthCompilesOnce) {
   EXPECT_EQ(session.compiles(), 1);
 }
 
+// A text model's positions computed from its input's length, as exports
+// write them (Shape, Gather, Range, then the rows of a position table), and
+// its tokens looked up by [batch, length] indices: one graph serves every
+// batch size and length (the positions are a slice of the table whose end
+// is the length), with the answers of the model run node by node.
+TEST(InferenceSession, PositionsFromTheLengthCompileOnce) {
+  kt::OnnxBuilder b;
+  b.io(true, "ids", TensorProto::INT64, {-1, -2});
+  manual_seed(11);
+  b.init("tokens", randn({50, 8}));
+  b.init("positions", randn({64, 8}));
+  b.init("w", randn({8, 4}) * 0.5);
+  b.init("one", from_vector<int64_t>({1}, Shape{}));
+  b.init("zero", from_vector<int64_t>({0}, Shape{}));
+  b.node("Gather", {"tokens", "ids"}, {"t"});
+  b.node("Shape", {"ids"}, {"shape"});
+  b.node("Gather", {"shape", "one"}, {"length"});
+  b.node("Range", {"zero", "length", "one"}, {"at"});
+  b.node("Gather", {"positions", "at"}, {"p"});
+  b.node("Add", {"t", "p"}, {"e"});
+  b.node("MatMul", {"e", "w"}, {"y"});
+  b.io(false, "y", TensorProto::FLOAT, {-1, -2, 4});
+  const std::string path = b.save("positions_from_length.onnx");
+  SessionOptions node_by_node;
+  node_by_node.optimization_level = 0;
+  InferenceSession session(path), eager(path, node_by_node);
+  for (auto [batch, length] : std::vector<std::pair<int64_t, int64_t>>{{1, 20}, {1, 7}, {3, 12}, {2, 33}, {1, 64}}) {
+    Tensor ids = Tensor::empty({batch, length}, DType::Int64);
+    for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 7 + length) % 50;
+    const Tensor y = session.run({ids})[0];
+    ASSERT_EQ(y.shape(), (Shape{batch, length, 4}));
+    EXPECT_TRUE(kt::all_close(y, eager.run({ids})[0], 1e-5, 1e-5)) << batch << "x" << length;
+  }
+  EXPECT_EQ(session.compiles(), 1);
+}
+
 std::map<std::string, int>* g_ops_seen = nullptr;
 void note_op(const OpDef& op, const std::vector<Tensor>&) {
   if (g_ops_seen) ++(*g_ops_seen)[op.name];
