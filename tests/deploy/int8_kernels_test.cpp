@@ -235,7 +235,8 @@ TEST(Int8Kernels, QuantizingIntoChannelsLastEqualsQuantizingThenPermuting) {
 
 // A matrix product with prepared weights that writes float32, dequantized
 // in its epilogue, gives what the quantized product and a dequantize_linear
-// after it give, bit for bit; then with a vector added and a ReLU.
+// after it give, bit for bit; then with a vector added and a ReLU; then
+// quantized again.
 TEST(Int8Kernels, ADequantizingEpilogueEqualsQuantizingThenDequantizing) {
   namespace dnn = cpu::onednn;
   for (const bool y_signed : {false, true})
@@ -273,17 +274,61 @@ TEST(Int8Kernels, ADequantizingEpilogueEqualsQuantizingThenDequantizing) {
       for (size_t i = 0; i < g.size(); ++i) equal += g[i] == e[i];
       EXPECT_EQ(equal, g.size()) << (add_relu ? "with the vector and the ReLU" : "dequantized") << ": element 0 "
                                  << g[0] << " vs " << e[0];
+      // Quantized again (for the next product), into either 8-bit type:
+      // what quantize_linear gives on that float result, bit for bit.
+      for (const bool q_signed : {false, true}) {
+        dnn::QuantizedMatmulCall r = f;
+        r.dequantized.requantize = true;
+        r.dequantized.q_scale = 0.023f;
+        r.dequantized.q_zero = q_signed ? 3 : 77;
+        r.dequantized.q_signed = q_signed;
+        Tensor rw = Tensor::empty({dnn::quantized_matmul_weights_bytes(r, scales.data())}, DType::UInt8);
+        ASSERT_GT(rw.numel(), 0);
+        dnn::prepare_quantized_matmul_weights(r, scales.data(), b.data<int8_t>(), rw.raw_data());
+        Tensor requantized = Tensor::empty({m, n}, q_signed ? DType::Int8 : DType::UInt8);
+        ASSERT_TRUE(dnn::quantized_matmul(r, a.raw_data(), a_zero, rw.raw_data(), scales.data(),
+                                          bias ? bias_values.data<int32_t>() : nullptr, y_zero, requantized.raw_data(),
+                                          add_relu ? vector.data<float>() : nullptr));
+        const Tensor q_zero = cast(scalar_tensor(q_signed ? 3.0 : 77.0), requantized.dtype());
+        EXPECT_EQ(cast(requantized, DType::Int32).to_vector<int32_t>(),
+                  cast(quantize_linear(expected, scalar(0.023f), q_zero), DType::Int32).to_vector<int32_t>())
+            << (q_signed ? "int8" : "uint8") << " requantized";
+      }
     }
   }
 }
 
-// The layout `kiln quantize` writes for a linear layer: the product's
-// output quantized and dequantized, the bias added and the ReLU applied in
-// float after it. The compiled graph runs the product, the dequantization,
-// the bias and the ReLU as one kernel (no dequantize_linear of its own), with
-// the answer of the graph without passes.
-TEST(Int8Kernels, ALinearLayersDequantizationBiasAndReluRunInItsEpilogue) {
-  kt::OnnxBuilder b;
+// A model's answer compiled (with the kernels its second run ran, by name)
+// and from the graph without passes (optimization level 1).
+struct CompiledAndPlain {
+  Tensor got, want;
+  std::vector<std::string> kernels;
+};
+CompiledAndPlain compiled_and_plain(const std::string& path, const Tensor& x) {
+  SessionOptions plain;
+  plain.optimization_level = 1;
+  CompiledAndPlain r;
+  r.want = InferenceSession(path, plain).run({x})[0];
+  InferenceSession session(path);
+  session.run({x});
+  profiler::start();
+  r.got = session.run({x})[0];
+  profiler::stop();
+  for (const auto& record : profiler::records()) r.kernels.push_back(record.name);
+  return r;
+}
+
+// Equal within one step of the output's quantization.
+void expect_within_one_step(const CompiledAndPlain& r, double step) {
+  const auto g = r.got.to_vector<float>(), w = r.want.to_vector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], step * 1.001) << "element " << i;
+}
+
+// x [8, 16] quantized, times int8 weights [16, 12] (per column), the
+// product quantized and dequantized, a float bias added and the ReLU: the
+// layout `kiln quantize` writes for a linear layer, into `out`.
+void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out) {
   b.io(true, "x", TensorProto::FLOAT, {8, 16});
   b.init("x_scale", scalar(0.03f));
   b.init("x_zero", from_vector<uint8_t>({120}, {}));
@@ -301,27 +346,54 @@ TEST(Int8Kernels, ALinearLayersDequantizationBiasAndReluRunInItsEpilogue) {
   b.node("QuantizeLinear", {"y", "y_scale", "y_zero"}, {"y_q"});
   b.node("DequantizeLinear", {"y_q", "y_scale", "y_zero"}, {"y_dq"});
   b.node("Add", {"y_dq", "bias"}, {"biased"});
-  b.node("Relu", {"biased"}, {"out"});
+  b.node("Relu", {"biased"}, {out});
+}
+
+// The layout `kiln quantize` writes for a linear layer: the product's
+// output quantized and dequantized, the bias added and the ReLU applied in
+// float after it. The compiled graph runs the product, the dequantization,
+// the bias and the ReLU as one kernel (no dequantize_linear of its own), with
+// the answer of the graph without passes.
+TEST(Int8Kernels, ALinearLayersDequantizationBiasAndReluRunInItsEpilogue) {
+  kt::OnnxBuilder b;
+  qdq_linear_layer(b, "out");
   b.io(false, "out", TensorProto::FLOAT, {8, 12});
-  const std::string path = b.save("qdq_linear.onnx");
   manual_seed(10);
-  const Tensor x = randn({8, 16}) * 2.0;
-  SessionOptions plain;
-  plain.optimization_level = 1;
-  const Tensor want = InferenceSession(path, plain).run({x})[0];
-  InferenceSession session(path);
-  session.run({x});
-  profiler::start();
-  const Tensor got = session.run({x})[0];
-  profiler::stop();
-  std::vector<std::string> names;
-  for (const auto& r : profiler::records()) names.push_back(r.name);
+  const CompiledAndPlain run = compiled_and_plain(b.save("qdq_linear.onnx"), randn({8, 16}) * 2.0);
+  const std::vector<std::string>& names = run.kernels;
   EXPECT_NE(std::find(names.begin(), names.end(), "qlinear_matmul (int8, weights prepared) + dequantize + add + relu"),
             names.end()) << ::testing::PrintToString(names);
   EXPECT_EQ(std::find(names.begin(), names.end(), "dequantize_linear"), names.end()) << ::testing::PrintToString(names);
-  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
-  ASSERT_EQ(g.size(), w.size());
-  for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 0.2 * 1.001) << "element " << i;  // one output step
+  expect_within_one_step(run, 0.2);
+}
+
+// A transformer's feed-forward layer as `kiln quantize` writes it: the
+// first product's float result (bias, ReLU) quantized again for the second.
+// The first product's kernel writes the 8-bit input of the second (no
+// quantize_linear of its own), with the answer of the graph without passes.
+TEST(Int8Kernels, AFeedForwardLayersFirstProductWritesTheSecondsInput) {
+  kt::OnnxBuilder b;
+  qdq_linear_layer(b, "h");
+  b.init("h_scale", scalar(0.05f));
+  b.init("h_zero", from_vector<uint8_t>({3}, {}));
+  b.init("w2", clamp(random_quantized({12, 6}, DType::Int8, 9), -64.0, 63.0));
+  manual_seed(11);
+  b.init("w2_scale", rand({6}) * 0.01 + 0.002);
+  b.init("w2_zero", zeros({6}, DType::Int8));
+  kt::OnnxBuilder::integer(b.node("DequantizeLinear", {"w2", "w2_scale", "w2_zero"}, {"w2_dq"}), "axis", 1);
+  b.node("QuantizeLinear", {"h", "h_scale", "h_zero"}, {"h_q"});
+  b.node("DequantizeLinear", {"h_q", "h_scale", "h_zero"}, {"h_dq"});
+  b.node("MatMul", {"h_dq", "w2_dq"}, {"z"});
+  b.node("QuantizeLinear", {"z", "y_scale", "y_zero"}, {"z_q"});
+  b.node("DequantizeLinear", {"z_q", "y_scale", "y_zero"}, {"out"});
+  b.io(false, "out", TensorProto::FLOAT, {8, 6});
+  manual_seed(12);
+  const CompiledAndPlain run = compiled_and_plain(b.save("qdq_feed_forward.onnx"), randn({8, 16}) * 2.0);
+  const std::vector<std::string>& names = run.kernels;
+  const std::string first = "qlinear_matmul (int8, weights prepared) + dequantize + add + relu + quantize";
+  EXPECT_NE(std::find(names.begin(), names.end(), first), names.end()) << ::testing::PrintToString(names);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "quantize_linear"), 1) << ::testing::PrintToString(names);
+  expect_within_one_step(run, 0.2);
 }
 
 TEST(Int8Kernels, BadOperandsSayWhatIsWrong) {

@@ -333,7 +333,9 @@ MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
   const auto& dq = c.dequantized;
   return {memory::desc({c.m, c.k}, activation_type(c.a_signed), tag::ab), memory::desc({c.k, c.n}, dt::s8, tag::ab),
           c.bias ? memory::desc({1, c.n}, dt::s32, tag::ab) : memory::desc(),
-          memory::desc({c.m, c.n}, dq.on ? dt::f32 : activation_type(c.y_signed), tag::ab),
+          memory::desc({c.m, c.n},
+                       dq.requantize ? activation_type(dq.q_signed) : dq.on ? dt::f32 : activation_type(c.y_signed),
+                       tag::ab),
           dq.add_vector ? memory::desc({1, c.n}, dt::f32, tag::ab) : memory::desc()};
 }
 
@@ -341,11 +343,13 @@ MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
 // output the integer output's own steps as post-ops on the float result:
 // the zero point added as the integer epilogue adds it, rounding to nearest
 // even, saturation, the zero point taken off again (exact on integers), the
-// scale; then the vector and the ReLU. oneDNN 2.7 gives every eltwise_linear
-// of one chain the first one's constants, so past the first the steps are
-// binary ops with one-value operands (dequantize_operands gives them).
+// scale; then the vector and the ReLU; to requantize, the division by the
+// next scale, rounding, and that zero point (the 8-bit output's conversion
+// saturates). oneDNN 2.7 gives every eltwise_linear of one chain the first
+// one's constants, so past the first the steps are binary ops with one-value
+// operands (quantized_matmul gives them).
 struct DequantizeSteps {
-  int minus_zero = -1, scale = -1, vector = -1;  // post-op indices of the binary steps
+  int minus_zero = -1, scale = -1, vector = -1, divide = -1, plus_zero = -1;  // post-op indices of the binary steps
 };
 DequantizeSteps dequantize_steps(const QuantizedMatmulCall& c, dnnl::post_ops* ops) {
   using alg = dnnl::algorithm;
@@ -368,6 +372,11 @@ DequantizeSteps dequantize_steps(const QuantizedMatmulCall& c, dnnl::post_ops* o
   at.scale = binary(alg::binary_mul, one);
   if (dq.add_vector) at.vector = binary(alg::binary_add, memory::desc({1, c.n}, dt::f32, tag::ab));
   if (dq.relu) eltwise(alg::eltwise_relu, 0.0f, 0.0f);
+  if (dq.requantize) {
+    at.divide = binary(alg::binary_div, one);
+    eltwise(alg::eltwise_round, 0.0f, 0.0f);
+    if (dq.q_zero != 0) at.plus_zero = binary(alg::binary_add, one);
+  }
   return at;
 }
 
@@ -392,14 +401,15 @@ struct MatmulPrimitive {
 // scales built in (oneDNN's brgemm kernels, several times faster at one row).
 const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const float* scale_values) {
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int, std::vector<float>,
-                         std::tuple<bool, float, int32_t, bool, bool>>;
+                         std::tuple<bool, float, int32_t, bool, bool, bool, float, int32_t, bool>>;
   static std::mutex mu;
   static std::map<Key, MatmulPrimitive> cache;
   std::vector<float> scales;
   if (c.prepared_weights) scales.assign(scale_values, scale_values + (c.per_column ? c.n : 1));
   const auto& dq = c.dequantized;
   const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, c.prepared_weights, get_num_threads(), scales,
-                {dq.on, dq.y_scale, dq.y_zero, dq.add_vector, dq.relu}};
+                {dq.on, dq.y_scale, dq.y_zero, dq.add_vector, dq.relu, dq.requantize, dq.q_scale, dq.q_zero,
+                 dq.q_signed}};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -438,6 +448,8 @@ bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zer
     if (at.minus_zero >= 0) args.value(operand(at.minus_zero), one_f32, -static_cast<float>(c.dequantized.y_zero));
     if (at.scale >= 0) args.value(operand(at.scale), one_f32, c.dequantized.y_scale);
     if (at.vector >= 0) args.buffer(operand(at.vector), d.vector, vector);
+    if (at.divide >= 0) args.value(operand(at.divide), one_f32, c.dequantized.q_scale);
+    if (at.plus_zero >= 0) args.value(operand(at.plus_zero), one_f32, static_cast<float>(c.dequantized.q_zero));
   }
   if (!c.prepared_weights) args.buffer(DNNL_ARG_ATTR_OUTPUT_SCALES, column_scales, scales);
   if (c.bias) args.buffer(DNNL_ARG_BIAS, d.bias, bias);

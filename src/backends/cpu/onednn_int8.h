@@ -59,12 +59,20 @@ struct QuantizedMatmulCall {
   // what a dequantize_linear after it gives, (q - y_zero) * y_scale, with q
   // rounded and saturated as the quantized output is; then plus a float32
   // [n] vector (a bias added after the dequantization) and a ReLU when asked.
-  // y_zero is then fixed here rather than given at run time.
+  // y_zero is then fixed here rather than given at run time. With requantize,
+  // that float result quantized again (a quantize_linear after it: the
+  // matmul that reads it next takes 8-bit input), bit for bit as
+  // quantize_linear does, saturate(round(v / q_scale) + q_zero), and y is
+  // 8-bit (int8 when q_signed).
   struct Dequantized {
     bool on = false;
     float y_scale = 1;
     int32_t y_zero = 0;
     bool add_vector = false, relu = false;
+    bool requantize = false;
+    float q_scale = 1;
+    int32_t q_zero = 0;
+    bool q_signed = false;
   } dequantized;
 };
 // vector: the float32 [n] vector of c.dequantized.add_vector, else null.

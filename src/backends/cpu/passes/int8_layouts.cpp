@@ -132,7 +132,9 @@ CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
 // (QuantizedMatmulCall::Dequantized), each the sole reader of the one before:
 // a dequantize_linear by the matmul's own output scale and zero point, then
 // an add of a constant float32 vector along the last axis (a bias the
-// quantizer left after the dequantization), then a ReLU.
+// quantizer left after the dequantization), then a ReLU, then a
+// quantize_linear by one constant scale and zero point (a transformer's
+// feed-forward layer: its first product's result quantized for the second).
 struct DequantizeFold {
   cpu::onednn::QuantizedMatmulCall::Dequantized epilogue;
   std::vector<int> nodes;  // taken over
@@ -164,7 +166,9 @@ DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::v
   if (cpu::onednn::scale_of(value_of(dq.inputs[1])) != y_scale ||
       cpu::onednn::zero_point_of(value_of(dq.inputs[2])) != m.y_zero)
     return f;
-  f.epilogue = {true, y_scale, m.y_zero, false, false};
+  f.epilogue.on = true;
+  f.epilogue.y_scale = y_scale;
+  f.epilogue.y_zero = m.y_zero;
   f.nodes.push_back(dq_at);
   f.y = dq.outputs[0];
   const int add_at = sole_reader(f.y);
@@ -186,6 +190,21 @@ DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::v
     f.epilogue.relu = true;
     f.nodes.push_back(relu_at);
     f.y = g.nodes[relu_at].outputs[0];
+  }
+  const int q_at = sole_reader(f.y);
+  if (q_at >= 0 && layout::is_op(g.nodes[q_at], "quantize_linear")) {
+    const Node& q = g.nodes[q_at];
+    const DType out = g.values[q.outputs[0]].meta.dtype;
+    if (q.inputs.size() >= 3 && q.inputs[0] == f.y && is_constant(g, q.inputs[1]) && is_constant(g, q.inputs[2]) &&
+        value_of(q.inputs[1]).numel() == 1 && value_of(q.inputs[2]).numel() == 1 &&
+        (out == DType::UInt8 || out == DType::Int8)) {
+      f.epilogue.requantize = true;
+      f.epilogue.q_scale = cpu::onednn::scale_of(value_of(q.inputs[1]));
+      f.epilogue.q_zero = cpu::onednn::zero_point_of(value_of(q.inputs[2]));
+      f.epilogue.q_signed = out == DType::Int8;
+      f.nodes.push_back(q_at);
+      f.y = q.outputs[0];
+    }
   }
   return f;
 }
@@ -376,7 +395,7 @@ std::string use_int8_layouts(Graph& g) {
     const float* scales = m.scales.data();
     std::string label = "qlinear_matmul (int8, weights prepared)";
     if (fused) label += std::string(" + dequantize") + (call.dequantized.add_vector ? " + add" : "") +
-                        (call.dequantized.relu ? " + relu" : "");
+                        (call.dequantized.relu ? " + relu" : "") + (call.dequantized.requantize ? " + quantize" : "");
     on_prepared_weights(g, n, cpu::onednn::quantized_matmul_weights_bytes(call, scales),
                         "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(call, scales),
                         [&](const int8_t* b, void* out) { cpu::onednn::prepare_quantized_matmul_weights(call, scales, b, out); },
