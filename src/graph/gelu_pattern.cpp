@@ -1,8 +1,10 @@
-// Inference: GELU written out in elementary ops, x * 0.5 * (1 + erf(x / √2))
-// in any of its usual orders, becomes one gelu. ONNX has no Gelu before
-// opset 20, so PyTorch exports F.gelu so (ConvNeXt, ViT, Swin, BERT), and
-// five ops, even fused into one loop, are a pass over the activations
-// that a linear layer's epilogue can do instead once they are one op.
+// Inference: GELU written out in elementary ops becomes one gelu: the erf
+// form, x * 0.5 * (1 + erf(x / √2)), and the tanh form, x * 0.5 *
+// (1 + tanh(√(2/π) (x + 0.044715 x³))), in any of their usual orders. ONNX
+// has no Gelu before opset 20, so PyTorch exports F.gelu so (ConvNeXt, ViT,
+// Swin, BERT; GPT-2's the tanh one), and five to nine ops, even fused into
+// one loop, are a pass over the activations that a linear layer's epilogue
+// can do instead once they are one op.
 #include <cmath>
 
 #include "graph/passes.h"
@@ -25,13 +27,14 @@ class GeluMatcher {
  public:
   explicit GeluMatcher(Graph& g) : g_(g), uses_(g.use_counts()), mutated_(g.mutated_values()) {}
 
-  // The node whose output is gelu(x), when `erf` is the erf of such a
-  // pattern; the nodes it replaces are listed in `inner`.
-  int match(int erf) {
+  // The node whose output is gelu(x), when `at` is the erf or tanh of such
+  // a pattern; the nodes it replaces are listed in `inner`.
+  int match(int at) {
     inner_.clear();
-    const Node& e = g_.nodes[erf];
+    const Node& e = g_.nodes[at];
+    tanh_ = is(e, "tanh");
     const int scaled = e.inputs[0];
-    const int x = scaled_input(scaled);
+    const int x = tanh_ ? tanh_argument(scaled) : scaled_input(scaled);
     if (x < 0 || !inner(scaled) || !inner(e.outputs[0])) return -1;
     // 1 + erf(...)
     const int add = only_reader(e.outputs[0]);
@@ -62,8 +65,52 @@ class GeluMatcher {
 
   const std::vector<int>& inner_nodes() const { return inner_; }
   int input() const { return x_; }
+  bool tanh_form() const { return tanh_; }
 
  private:
+  // The node producing id when it is op, else null.
+  const Node* producer(int id, const char* op) const {
+    const int at = id >= 0 ? g_.values[id].producer : -1;
+    return at >= 0 && is(g_.nodes[at], op) ? &g_.nodes[at] : nullptr;
+  }
+
+  // Of a binary node, the input other than a one-value constant near `c`
+  // (either side), or -1.
+  int times_constant(const Node* n, double c) const {
+    if (!n || n->inputs.size() != 2) return -1;
+    if (near(scalar_of(g_, n->inputs[1]), c)) return n->inputs[0];
+    if (near(scalar_of(g_, n->inputs[0]), c)) return n->inputs[1];
+    return -1;
+  }
+
+  // Whether id is x³: pow(x, 3), x * (x * x) or (x * x) * x.
+  bool cube_of(int id, int x) {
+    if (const Node* p = producer(id, "pow")) {
+      if (p->inputs.size() == 2 && p->inputs[0] == x && scalar_of(g_, p->inputs[1]) == 3.0) return inner(id);
+      return false;
+    }
+    const Node* m = producer(id, "mul");
+    if (!m || m->inputs.size() != 2) return false;
+    const int square = m->inputs[0] == x ? m->inputs[1] : m->inputs[1] == x ? m->inputs[0] : -1;
+    const Node* sq = producer(square, "mul");
+    return sq && sq->inputs[0] == x && sq->inputs[1] == x && inner(square) && inner(id);
+  }
+
+  // x, when `arg` is √(2/π) (x + 0.044715 x³).
+  int tanh_argument(int arg) {
+    const int sum = times_constant(producer(arg, "mul"), std::sqrt(2.0 / M_PI));
+    const Node* add = producer(sum, "add");
+    if (!add || add->inputs.size() != 2 || !inner(sum)) return -1;
+    const size_t taken = inner_.size();
+    for (int side = 0; side < 2; ++side) {
+      const int x = add->inputs[side], term = add->inputs[1 - side];
+      const int cube = times_constant(producer(term, "mul"), 0.044715);
+      if (cube >= 0 && inner(term) && cube_of(cube, x)) return x;
+      inner_.resize(taken);  // (that side was not it)
+    }
+    return -1;
+  }
+
   // x, when `scaled` is x / √2 or x * (1/√2).
   int scaled_input(int scaled) const {
     const int at = g_.values[scaled].producer;
@@ -114,6 +161,7 @@ class GeluMatcher {
   const std::vector<bool> mutated_;
   std::vector<int> inner_;
   int x_ = -1;
+  bool tanh_ = false;
 };
 
 }  // namespace
@@ -122,7 +170,7 @@ std::string recognize_gelu(Graph& g) {
   const OpDef& gelu = OpRegistry::instance().get("gelu");
   size_t found = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!is(g.nodes[i], "erf")) continue;
+    if (!is(g.nodes[i], "erf") && !is(g.nodes[i], "tanh")) continue;
     GeluMatcher m(g);  // (use counts change with each rewrite)
     const int last = m.match(static_cast<int>(i));
     if (last < 0) continue;
@@ -131,10 +179,10 @@ std::string recognize_gelu(Graph& g) {
     n.op = &gelu;
     n.inputs = {m.input()};
     n.attrs = Attrs{};
-    n.attrs.set("approximate", std::string("none"));
+    n.attrs.set("approximate", std::string(m.tanh_form() ? "tanh" : "none"));
     ++found;
   }
-  return found ? std::to_string(found) + " GELUs written out in erf, add and mul ops into gelu" : "";
+  return found ? std::to_string(found) + " GELUs written out in erf or tanh, add and mul ops into gelu" : "";
 }
 
 }  // namespace kiln::graph

@@ -1,12 +1,13 @@
-// GELU as exports write it, x * 0.5 * (1 + erf(x / √2)) in elementary ops:
-// an inference graph makes it one gelu and runs it in the epilogue of the
-// linear layer before it, with the eager ops' answers (NaN and infinities
-// included).
+// GELU as exports write it, x * 0.5 * (1 + erf(x / √2)) or its tanh form in
+// elementary ops: an inference graph makes it one gelu and runs it in the
+// epilogue of the linear layer before it, with the eager ops' answers (NaN
+// and infinities included).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/gemm_tile.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -52,7 +53,13 @@ TEST(GeluFusion, WrittenOutGelusRunInTheLinearLayersBeforeThem) {
     const Tensor c = (erf(h2 * (1.0 / r2)) + 1.0) * 0.5 * h2;  // ((erf + 1) * 0.5) * x
     const Tensor d = h3 * 0.5 * (1.0 + erf(h3 / r2));          // (x * 0.5) * (1 + erf)
     const Tensor sum = 1.0 + erf(h4 / r2);                     // read twice: stays as it is
-    return std::vector<Tensor>{a, c, d, h4 * sum * 0.5, sum};
+    // The tanh form, as F.gelu(approximate="tanh") exports it and as GPT-2's
+    // code writes it (pow).
+    const double k = std::sqrt(2.0 / M_PI);
+    const Tensor h5 = linear(in[0] * 0.5, w, b), h6 = linear(in[1] * 4.0, w, b);
+    const Tensor e = 0.5 * (h5 * (1.0 + tanh(k * (h5 + 0.044715 * (h5 * (h5 * h5))))));
+    const Tensor f = (0.5 * h6) * (tanh((h6 + pow(h6, 3.0) * 0.044715) * k) + 1.0);
+    return std::vector<Tensor>{a, c, d, h4 * sum * 0.5, sum, e, f};
   };
   // 600 rows (a library GEMM's size) and 30 (weights packed into panels),
   // the last rows NaN.
@@ -65,9 +72,15 @@ TEST(GeluFusion, WrittenOutGelusRunInTheLinearLayersBeforeThem) {
   auto fn = jit::compile(program, {many, few}, o);
   const std::vector<Tensor> got = fn({many, few});
   const std::string report = fn.report().str(), graph = fn.graph_text();
-  EXPECT_NE(report.find("3 GELUs written out in erf, add and mul ops into gelu"), std::string::npos) << report;
-  EXPECT_EQ(count(graph, "linear + gelu"), 3u) << graph;
+  EXPECT_NE(report.find("5 GELUs written out in erf or tanh, add and mul ops into gelu"), std::string::npos) << report;
+  EXPECT_EQ(count(graph, "linear + gelu"), 5u) << graph;
+  EXPECT_EQ(count(graph, "fused_gelu_tanh=true"), 2u) << graph;
+  // 30 rows on packed weights (where the tile's epilogue has GELU), 600 on oneDNN's post-op.
+  if (cpu::gemm::swish_in_epilogue) {
+    EXPECT_EQ(count(graph, "linear + gelu (packed)"), 3u) << graph;
+  }
   EXPECT_EQ(count(graph, "erf"), 1u) << graph;
+  EXPECT_EQ(count(graph, "tanh("), 0u) << graph;
   NoGradGuard no_grad;
   const std::vector<Tensor> want = program({many, few});
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i], "output " + std::to_string(i));

@@ -42,6 +42,7 @@ struct Epilogue {
   float cap = 0;           // with relu, above 0: the output capped at it too (ReLU6), NaN passing
   bool swish = false;      // x * sigmoid(x) after the bias (SiLU); AVX-512 only (swish_in_epilogue)
   bool gelu = false;       // x * Φ(x) after the bias (GELU, erf form); AVX-512 only (swish_in_epilogue)
+  bool gelu_tanh = false;  // with gelu: its tanh form
 };
 
 #if defined(__AVX512F__)
@@ -112,6 +113,18 @@ struct Output {
   return _mm512_mul_ps(x, phi);
 }
 
+// GELU's tanh form, 0.5 x (1 + tanh(u)) with u = √(2/π) (x + 0.044715 x³),
+// as x / (1 + exp(-2u)). Past -2u = 88 the eager form's 1 + tanh(u) is 0:
+// x times 0 there (-0; -inf gives NaN); NaN passes, +inf gives itself.
+[[gnu::always_inline]] inline __m512 gelu_tanh16(__m512 x) {
+  const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 u = _mm512_mul_ps(_mm512_fmadd_ps(x3, _mm512_set1_ps(0.044715f), x), _mm512_set1_ps(0.79788456080286536f));
+  const __m512 minus_2u = _mm512_mul_ps(u, _mm512_set1_ps(-2.0f));
+  const __m512 y = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(minus_2u)));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(minus_2u, _mm512_set1_ps(88.0f), _CMP_GT_OQ), y,
+                              _mm512_mul_ps(x, _mm512_setzero_ps()));
+}
+
 // 16 floats whose second 8 sit half_offset after the first (8: contiguous),
 // as two masked halves (lanes masked out are not touched in memory).
 [[gnu::always_inline]] inline __m512 load16(const float* p, int64_t half_offset) {
@@ -136,7 +149,7 @@ struct Output {
     // max(v, 0) with NaN passed through, as the eager relu does.
     if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
     if (e.swish) v = silu16(v);
-    if (e.gelu) v = gelu16(v);
+    if (e.gelu) v = e.gelu_tanh ? gelu_tanh16(v) : gelu16(v);
     if (e.cap > 0) {  // min(v, cap), NaN passing
       const __m512 cap = _mm512_set1_ps(e.cap);
       v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, cap, _CMP_GT_OQ), v, cap);

@@ -35,14 +35,14 @@ struct Prepared {
 
 // ReLU is a pass after the primitive (oneDNN's makes NaN a number); GELU is
 // a post-op (NaN passes). The thread count is the primitive's own.
-using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, int>;
 
 // Null when oneDNN refuses the shape.
 const Prepared* prepared(const LinearCall& c) {
   static std::mutex mu;
   static std::map<Key, Prepared> cache;
   std::lock_guard<std::mutex> lock(mu);
-  Key key{c.rows, c.in, c.out, c.bias, c.residual, c.gelu, get_num_threads()};
+  Key key{c.rows, c.in, c.out, c.bias, c.residual, c.gelu, c.gelu_tanh, get_num_threads()};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.prim ? &it->second : nullptr;
   Prepared p;
@@ -50,7 +50,9 @@ const Prepared* prepared(const LinearCall& c) {
     Descs d = descs(c);
     dnnl::post_ops ops;
     if (c.residual) ops.append_sum(1.0f);
-    if (c.gelu) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+    if (c.gelu)
+      ops.append_eltwise(1.0f, c.gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf, 0.0f,
+                         0.0f);
     dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(ops);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.x, d.w, d.bias, d.y), attr, engine());

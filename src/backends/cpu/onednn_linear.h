@@ -11,7 +11,8 @@ struct LinearCall {
   bool bias = false;
   bool residual = false;  // y holds a tensor to add and receives x w^T + b + y, before the ReLU
   bool relu = false;
-  bool gelu = false;  // GELU (erf form) after the bias, as a post-op
+  bool gelu = false;       // GELU (erf form) after the bias, as a post-op
+  bool gelu_tanh = false;  // with gelu: its tanh form
 };
 
 // False when oneDNN cannot express the call (the caller then runs its own path).

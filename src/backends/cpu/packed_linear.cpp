@@ -29,7 +29,7 @@ void pack_linear_weights(const float* w, int64_t out, int64_t in, float* packed)
 }
 
 void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const float* packed, const float* bias,
-                   float* y, bool residual, bool relu, bool gelu) {
+                   float* y, bool residual, bool relu, bool gelu, bool gelu_tanh) {
   const int64_t panels = (out + kCols - 1) / kCols, groups = (panels + kPanelsPerItem - 1) / kPanelsPerItem;
   const int64_t blocks = std::max<int64_t>(1, (rows + kBlockRows - 1) / kBlockRows);
   const int64_t block_rows = (rows + blocks - 1) / blocks;
@@ -56,6 +56,7 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             gemm::Epilogue e0{bias ? bias + col : nullptr, accumulate, last, relu};
             gemm::Epilogue e1{bias ? bias + col + kCols : nullptr, accumulate, last, relu};
             e0.gelu = e1.gelu = gelu;
+            e0.gelu_tanh = e1.gelu_tanh = gelu_tanh;
             // The slice taken next (the next pair, or the first pair at the
             // next k), fetched into L2 a part per tile while this one runs:
             // else the first tile of each slice waits on memory. 49x768x3072
@@ -80,6 +81,7 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
           const float* b = packed + (panel * in + k0) * kCols;
           gemm::Epilogue e{bias ? bias + col : nullptr, k0 > 0 || residual, k0 + depth >= in, relu};
           e.gelu = gelu;
+          e.gelu_tanh = gelu_tanh;
           if (bias && cols < kCols) {
             std::memset(tail_bias, 0, sizeof tail_bias);
             std::memcpy(tail_bias, bias + col, static_cast<size_t>(cols) * sizeof(float));

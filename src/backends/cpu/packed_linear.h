@@ -13,8 +13,8 @@ int64_t packed_linear_weights_size(int64_t out, int64_t in);
 void pack_linear_weights(const float* w, int64_t out, int64_t in, float* packed);
 // x: [rows, in]; y: [rows, out]; bias: [out] or null. residual: y holds a
 // tensor to add before the ReLU. gelu (AVX-512 only, gemm::swish_in_epilogue):
-// GELU after the bias, in place of the ReLU.
+// GELU after the bias, in place of the ReLU (its tanh form with gelu_tanh).
 void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const float* packed, const float* bias,
-                   float* y, bool residual, bool relu, bool gelu = false);
+                   float* y, bool residual, bool relu, bool gelu = false, bool gelu_tanh = false);
 
 }  // namespace kiln::cpu

@@ -23,8 +23,8 @@ bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op-
 // in: x, w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when
 // relu (GELU'd when gelu): one oneDNN matmul with post-ops, or, where oneDNN
 // refuses the shape, the registry's GEMM (`gemm`) and a pass over the output.
-CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool gelu = false) {
-  return [gemm, residual, relu, gelu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool gelu = false, bool gelu_tanh = false) {
+  return [gemm, residual, relu, gelu, gelu_tanh](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const size_t operands = in.size() - (residual ? 1 : 0);
     const bool bias = operands > 2 && in[2].defined();
     const Tensor x = in[0].contiguous(), w = in[1].contiguous(), b = bias ? in[2].contiguous() : Tensor();
@@ -33,7 +33,7 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool g
     Tensor r = residual ? in.back().contiguous() : Tensor();
     if (residual && r.data<float>() != y) std::copy_n(r.data<float>(), n, y);
     cpu::onednn::LinearCall call{features ? x.numel() / features : 0, features, w.shape()[0], bias, residual, relu,
-                                 gelu};
+                                 gelu, gelu_tanh};
     if (features > 0 && call.rows > 0 &&
         cpu::onednn::linear_forward(call, x.data<float>(), w.data<float>(), bias ? b.data<float>() : nullptr, y))
       return;
@@ -43,7 +43,8 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool g
     parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         float v = pr ? y[i] + pr[i] : y[i];
-        if (gelu) v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+        if (gelu && gelu_tanh) v = 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
+        if (gelu && !gelu_tanh) v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
         y[i] = relu && v < 0.0f ? 0.0f : v;
       }
     });
@@ -137,8 +138,9 @@ std::string fuse_conv_activation(Graph& g) {
   auto mutated = g.mutated_values();
   size_t convs = 0, linears = 0, gelus = 0;
   for (Node& act : g.nodes) {
-    // (A GELU of the erf form goes into a linear layer only.)
-    const bool gelu = is_op(act, "gelu") && act.attrs.get_string("approximate", "none") == "none";
+    // (A GELU goes into a linear layer only.)
+    const bool gelu = is_op(act, "gelu");
+    const bool gelu_tanh = gelu && act.attrs.get_string("approximate", "none") == "tanh";
     if (!is_op(act, "relu") && !gelu) continue;
     const int y = act.inputs[0];
     if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
@@ -154,8 +156,8 @@ std::string fuse_conv_activation(Graph& g) {
       k.inputs = producer.inputs;
       k.label = gelu ? "linear + gelu" : "linear + relu";
       k.fused_from = producer.op;
-      k.attrs = {{"fused_relu", !gelu}, {"fused_gelu", gelu}};
-      k.custom = fused_linear_kernel(gemm, false, !gelu, gelu);
+      k.attrs = {{"fused_relu", !gelu}, {"fused_gelu", gelu}, {"fused_gelu_tanh", gelu_tanh}};
+      k.custom = fused_linear_kernel(gemm, false, !gelu, gelu, gelu_tanh);
       gelus += gelu;
       k.any_shape = true;
       producer = std::move(k);
@@ -177,8 +179,9 @@ std::string fuse_conv_activation(Graph& g) {
 namespace {
 
 // in: x, packed w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd
-// when relu, GELU'd when gelu.
-CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, bool residual, bool relu, bool gelu) {
+// when relu, GELU'd when gelu (its tanh form with gelu_tanh).
+CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, bool residual, bool relu, bool gelu,
+                                  bool gelu_tanh) {
   return [=](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const size_t operands = in.size() - (residual ? 1 : 0);
     const Tensor x = in[0].contiguous();
@@ -186,7 +189,7 @@ CustomKernel packed_linear_kernel(int64_t out_features, int64_t in_features, boo
     float* y = out[0].data<float>();
     if (residual && in.back().data<float>() != y) std::copy_n(in.back().contiguous().data<float>(), out[0].numel(), y);
     cpu::packed_linear(x.data<float>(), x.numel() / in_features, in_features, out_features, in[1].data<float>(),
-                       b.defined() ? b.data<float>() : nullptr, y, residual, relu, gelu);
+                       b.defined() ? b.data<float>() : nullptr, y, residual, relu, gelu, gelu_tanh);
   };
 }
 
@@ -203,6 +206,7 @@ std::string use_packed_linear_weights(Graph& g) {
         g.values[n.outputs[0]].meta.dtype != DType::Float32)
       continue;
     const bool residual = n.fused("fused_residual"), relu = n.fused("fused_relu"), gelu = n.fused("fused_gelu");
+    const bool gelu_tanh = n.fused("fused_gelu_tanh");
     if (gelu && !cpu::gemm::swish_in_epilogue) continue;  // (the tile's epilogue has no GELU without AVX-512)
     const int64_t out_features = w.meta.shape[0], in_features = w.meta.shape[1];
     // Packing once saves most where each call has few rows to amortize a
@@ -217,13 +221,13 @@ std::string use_packed_linear_weights(Graph& g) {
       cpu::pack_linear_weights(source.contiguous().data<float>(), out_features, in_features, t.data<float>());
       return t;
     });
-    n.custom = packed_linear_kernel(out_features, in_features, residual, relu, gelu);
+    n.custom = packed_linear_kernel(out_features, in_features, residual, relu, gelu, gelu_tanh);
     n.any_shape = true;  // (its rows from x)
     if (plain) n.label = "linear";
     n.label += " (packed)";
     if (plain) n.fused_from = n.op;
     n.op = nullptr;
-    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}, {"fused_gelu", gelu}};
+    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}, {"fused_gelu", gelu}, {"fused_gelu_tanh", gelu_tanh}};
     ++packed;
   }
   return packed ? "gave " + std::to_string(packed) + " linear layers weights packed into panels" : "";
