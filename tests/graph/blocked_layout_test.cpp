@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "backends/cpu/onednn_conv.h"
 #include "kiln/kiln.h"
@@ -652,6 +653,51 @@ TEST(BlockedLayout, SqueezeAndExcitationScalesGoIntoTheProjection) {
     NoGradGuard no_grad;
     const std::vector<Tensor> want = program({x});
     for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i]);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// A convolution's ReLU before a max pool runs on the pooled output (max and
+// ReLU commute, NaN passing alike): the convolution writes its raw result,
+// the pool applies the ReLU to the quarter it keeps. With a cap (ReLU6), or
+// when the convolution's output is read elsewhere too, the ReLU stays.
+TEST(BlockedLayout, AReluBeforeAMaxPoolRunsOnWhatThePoolKeeps) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(45);
+  Tensor w1 = randn({32, 16, 3, 3}) * 0.2 - 0.05, w2 = randn({32, 16, 3, 3}) * 0.2, w3 = randn({16, 32, 1, 1}) * 0.3;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    const Tensor pooled = max_pool2d(relu(conv2d(in[0], w1, Tensor(), pad1)), {2, 2}, {2, 2});
+    const Tensor shared = relu(conv2d(in[0], w2, Tensor(), pad1));
+    return std::vector<Tensor>{conv2d(pooled, w3, Tensor()), max_pool2d(shared, {2, 2}, {2, 2}), shared};
+  };
+  Tensor x = randn({2, 16, 10, 9});
+  x.data<float>()[77] = std::numeric_limits<float>::quiet_NaN();
+  jit::CompileOptions o;
+  o.inference = true;
+  o.timed_choices = false;
+  auto fn = jit::compile(program, {x}, o);
+  const std::vector<Tensor> got = fn({x});
+  const std::string graph = fn.graph_text();
+  // The first pool's ReLU, and the second convolution's (its output read twice).
+  EXPECT_EQ(count(graph, "+ relu("), 2u) << graph;
+  EXPECT_EQ(count(graph, "max_pool2d[nChw" + std::to_string(cpu::onednn::preferred_block()) + "c] + relu("), 1u) << graph;
+  NoGradGuard no_grad;
+  const std::vector<Tensor> want = program({x});
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto a = got[i].to_vector<float>(), b = want[i].contiguous().to_vector<float>();
+    ASSERT_EQ(a.size(), b.size());
+    size_t nans = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+      nans += std::isnan(b[k]);
+      if (std::isnan(b[k])) ASSERT_TRUE(std::isnan(a[k])) << "output " << i << " at " << k;
+      else ASSERT_NEAR(a[k], b[k], 1e-4 + 1e-4 * std::abs(b[k])) << "output " << i << " at " << k;
+    }
+    EXPECT_GT(nans, 0u) << "output " << i << ": the NaN reaches it";
   }
 }
 

@@ -277,7 +277,7 @@ void avg_pool_rows(const float* x, float* y, int64_t h, int64_t w, int64_t oh, i
 }  // namespace
 
 void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                      int block, const PoolWindow& wd, bool row_bands) {
+                      int block, const PoolWindow& wd, bool row_bands, bool relu) {
   const int64_t planes = n * (c / block);
   // (ceil_mode's partial last windows take the general path.)
   const bool two_by_two = wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 &&
@@ -296,6 +296,7 @@ void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h,
       max_pool_rows<16>(x, y, h, w, oh, ow, wd, b, e);
     else
       max_pool_rows<8>(x, y, h, w, oh, ow, wd, b, e);
+    if (relu) vec8::relu_in_place(y + b * ow * block, (e - b) * ow * block);  // (rows just written, in cache)
   };
   if (!row_bands) return parallel_for(planes * oh, 4, rows);
   // (SqueezeNet's first pool, after a stem whose threads split the pixels:

@@ -20,9 +20,12 @@ struct PoolWindow {
 // in the plain kernel; padding never does. Threads take runs of channel
 // blocks; with row_bands, each a band of rows across every channel block:
 // where the layer before split its output that way, each thread then reads
-// what it wrote, from its own cache.
+// what it wrote, from its own cache. relu: the ReLU of the convolution
+// before it, taken over (it commutes with the maximum, NaN passing alike),
+// on the pooled output as it is written: a quarter of the values for a 2x2
+// pool.
 void max_pool_blocked(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                      int block, const PoolWindow& wd, bool row_bands = false);
+                      int block, const PoolWindow& wd, bool row_bands = false, bool relu = false);
 // The gradient of max_pool_blocked: each window's gradient goes to the
 // position of its maximum, found again in x (the first maximum in scan order,
 // NaN first) rather than read from stored indices, so the forward pool need

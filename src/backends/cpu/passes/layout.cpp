@@ -118,6 +118,7 @@ std::string LayoutPass::run() {
   const size_t residuals = training_ ? 0 : fold_residuals();
   const size_t hard_activations = training_ ? 0 : fold_hard_activations();
   if (!training_) fuse_first_layer_pools();
+  if (!training_) move_relus_past_pools();
   const size_t concats_in_place = training_ ? 0 : write_concats_in_place();
   fuse_pool_grads_into_first_layers();
   rewrite_nodes();

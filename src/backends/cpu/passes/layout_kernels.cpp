@@ -129,11 +129,11 @@ CustomKernel conv_weight_grad_from_pool_kernel(const onednn::LayoutCall& call, c
   };
 }
 
-CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands) {
-  return [window, block, row_bands](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands, bool relu) {
+  return [window, block, row_bands, relu](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     const Shape &x = in[0].shape(), &y = out[0].shape();
     cpu::max_pool_blocked(in[0].data<float>(), out[0].data<float>(), x[0], x[1], x[2], x[3], y[2], y[3], block, window,
-                          row_bands);
+                          row_bands, relu);
   };
 }
 

@@ -36,7 +36,7 @@ CustomKernel conv_weight_grad_kernel(const cpu::onednn::LayoutCall& call, bool f
 // gradient fused with that max-pool gradient.
 CustomKernel conv_weight_grad_from_pool_kernel(const cpu::onednn::LayoutCall& call, cpu::PoolWindow window, int gy_block);
 // in: x (blocked) -> y (blocked); no argmax indices.
-CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands);
+CustomKernel max_pool_kernel(cpu::PoolWindow window, int block, bool row_bands, bool relu);
 // in: x (blocked) -> y (blocked), each window's average.
 CustomKernel avg_pool_kernel(cpu::PoolWindow window, int block, bool count_include_pad);
 // in: gy (blocked when gy_block), x (the pool's input, blocked), [mask] -> gx (blocked).

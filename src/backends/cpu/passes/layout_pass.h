@@ -39,7 +39,7 @@ struct Plan {
   int carry = -1;
   int64_t groups = 0;  // Shuffle
   int64_t start = 0;   // Slice: the first channel
-  bool relu = false;   // ChannelAffine, BatchNorm: a ReLU after it, folded in
+  bool relu = false;   // ChannelAffine, BatchNorm: a ReLU after it, folded in; MaxPool: the convolution's before it
   bool count_include_pad = true;  // AvgPool
 };
 
@@ -91,6 +91,7 @@ class LayoutPass {
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
   void fuse_first_layer_pools();
+  void move_relus_past_pools();
   void fuse_pool_grads_into_first_layers();
   cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const;
   cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k);

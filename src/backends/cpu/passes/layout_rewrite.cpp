@@ -259,6 +259,24 @@ void LayoutPass::fuse_first_layer_pools() {
     it = g_.nodes[it->first].removed ? plans_.erase(it) : std::next(it);
 }
 
+// Inference: the ReLU of a convolution whose output only a max pool reads
+// runs on the pool's output instead (max and ReLU commute), a quarter of
+// the values for a 2x2 pool: after oneDNN's kernel the ReLU is a pass of
+// its own (its post-op would turn NaN into 0). Not with a cap (ReLU6).
+void LayoutPass::move_relus_past_pools() {
+  for (auto& [at, plan] : plans_) {
+    if (plan.kind != Plan::MaxPool) continue;
+    const int x = g_.nodes[at].inputs[0];
+    if (g_.values[x].kind != ValueKind::Result || uses_[x] != 1) continue;
+    auto conv = plans_.find(g_.values[x].producer);
+    if (conv == plans_.end() || conv->second.kind != Plan::Conv || conv->second.pooled || !conv->second.call.relu ||
+        conv->second.call.cap > 0 || conv->second.concat_at >= 0)
+      continue;
+    conv->second.call.relu = false;
+    plan.relu = true;
+  }
+}
+
 // A max-pool gradient read only by a first layer's few-channel weight
 // gradient is made there, plane by plane, instead of written in full (the
 // largest activation of a CNN stem) and read back.
@@ -457,8 +475,8 @@ void LayoutPass::rewrite_nodes() {
         break;
       case Plan::MaxPool:
         k.outputs = {n.outputs[0]};  // no argmax indices
-        k.label = "max_pool2d[" + blocked + "]";
-        k.custom = max_pool_kernel(plan.window, plan.block, row_banded_.count(n.inputs[0]) > 0);
+        k.label = "max_pool2d[" + blocked + "]" + (plan.relu ? " + relu" : "");
+        k.custom = max_pool_kernel(plan.window, plan.block, row_banded_.count(n.inputs[0]) > 0, plan.relu);
         k.any_shape = true;
         break;
       case Plan::AvgPool:
