@@ -1,6 +1,7 @@
 // Inference: attention written as separate ops (what torch.onnx.export and
 // other exporters write: MatMul(Q, K^T), a scale, an additive mask or a
-// masked_fill with -inf, Softmax, MatMul with V) becomes one attention op,
+// masked_fill with -inf, Softmax, MatMul with V; Swin's two constant masks
+// with views between) becomes one attention op,
 // whose kernel never writes the [L, S] scores. A masked_fill of the upper
 // triangle (GPT-style decoders) becomes the op's causal flag.
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <limits>
 
 #include "graph/passes.h"
+#include "kiln/functional.h"
 #include "kiln/grad_mode.h"
 
 namespace kiln::graph {
@@ -106,6 +108,44 @@ bool blocks_a_whole_row(const Tensor& blocked) {
   return false;
 }
 
+// The constant added to x by n (x + c or c + x): c's id, x in `x`; -1 when n adds no constant.
+int constant_addend(const Graph& g, const Node& n, int& x) {
+  if (!is(n, "add") || n.inputs.size() != 2) return -1;
+  for (int side = 0; side < 2; ++side)
+    if (g.values[n.inputs[1 - side]].kind == ValueKind::Constant) {
+      x = n.inputs[side];
+      return n.inputs[1 - side];
+    }
+  return -1;
+}
+
+// Swin's shifted windows: the scores plus a constant bias (relative
+// positions), viewed with the windows apart from the batch, plus a constant
+// mask (the shift's), viewed back: one constant mask of the scores' shape,
+// made here. `back` is the view back; on success `scores` is the scores'
+// id, the four ops join `chain`, and the mask's id is returned; else -1.
+int two_constant_masks(Graph& g, const std::vector<int>& uses, const std::vector<bool>& mutated, Node& back,
+                       int& scores, std::vector<Node*>& chain) {
+  if (!is(back, "view")) return -1;
+  Node* outer = sole_producer(g, uses, mutated, back.inputs[0]);
+  int viewed = -1, inner_sum = -1, x = -1;
+  const int shift = outer ? constant_addend(g, *outer, viewed) : -1;
+  Node* split = shift >= 0 ? sole_producer(g, uses, mutated, viewed) : nullptr;
+  Node* inner = split && is(*split, "view") ? sole_producer(g, uses, mutated, split->inputs[0]) : nullptr;
+  const int bias = inner ? constant_addend(g, *inner, x) : -1;
+  if (bias < 0 || !sole_producer(g, uses, mutated, x)) return -1;
+  inner_sum = inner->outputs[0];
+  const Shape &s = g.values[inner_sum].meta.shape, &v = g.values[viewed].meta.shape;
+  if (g.values[back.outputs[0]].meta.shape != s || g.values[x].meta.shape != s ||
+      g.values[bias].meta.dtype != DType::Float32 || g.values[shift].meta.dtype != DType::Float32)
+    return -1;
+  NoGradGuard no_grad;
+  const Tensor sum = g.values[bias].tensor.expand(s) + g.values[shift].tensor.expand(v).contiguous().reshape(s);
+  scores = x;
+  chain.insert(chain.end(), {&back, outer, split, inner});
+  return add_constant(g, sum.contiguous(), "window_mask");
+}
+
 }  // namespace
 
 std::string fuse_attention(Graph& g) {
@@ -127,7 +167,9 @@ std::string fuse_attention(Graph& g) {
     bool causal = false;
     Node* n = sole_producer(g, uses, mutated, scores);
     Tensor blocked;
-    if (n && masked_fill(g, *n, scores, blocked)) {
+    if (n && (mask = two_constant_masks(g, uses, mutated, *n, scores, chain)) >= 0) {
+      n = sole_producer(g, uses, mutated, scores);
+    } else if (n && masked_fill(g, *n, scores, blocked)) {
       const Shape& shape = g.values[scores].meta.shape;
       if (shape.size() < 2 || blocks_a_whole_row(blocked)) continue;
       causal = blocks_later_keys(blocked, shape[shape.size() - 2], shape.back());

@@ -27,6 +27,16 @@ double scalar_value(const Graph& g, int id) {
   return g.values[id].tensor.item<double>();
 }
 
+// The first of a constant's values, when they are first, first + 1, ... (a
+// run of consecutive integers, 1-D); else -1.
+int64_t consecutive_from(const Tensor& t) {
+  if (t.dim() != 1 || t.numel() == 0 || (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)) return -1;
+  const std::vector<int64_t> v = t.to(DType::Int64).to_vector<int64_t>();
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] != v[0] + static_cast<int64_t>(i)) return -1;
+  return v[0];
+}
+
 }  // namespace
 
 std::string eliminate_dead_code(Graph& g) {
@@ -73,20 +83,6 @@ std::string eliminate_common_subexpressions(Graph& g) {
   }
   return merged ? "merged " + count_of(merged, "repeated ops") : "";
 }
-
-namespace {
-
-// The first of a constant's values, when they are first, first + 1, ... (a
-// run of consecutive integers, 1-D); else -1.
-int64_t consecutive_from(const Tensor& t) {
-  if (t.dim() != 1 || t.numel() == 0 || (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)) return -1;
-  const std::vector<int64_t> v = t.to(DType::Int64).to_vector<int64_t>();
-  for (size_t i = 1; i < v.size(); ++i)
-    if (v[i] != v[0] + static_cast<int64_t>(i)) return -1;
-  return v[0];
-}
-
-}  // namespace
 
 std::string fold_constants(Graph& g) {
   auto mutated = g.mutated_values();
@@ -151,6 +147,22 @@ std::string simplify_algebra(Graph& g) {
       if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
           g.values[n.inputs[0]].meta.shape == g.values[out].meta.shape)
         keep = n.inputs[0];
+    } else if (op == "index_select" && n.inputs.size() == 2 && is_const(g, n.inputs[1]) && !mutated[out] &&
+               !mutated[n.inputs[0]]) {
+      // Taking a run of consecutive entries along an axis (PyTorch exports
+      // `qkv[0]` as a Gather by one index: Swin's query, key and value, a
+      // copy each) is a slice, a view.
+      const Tensor& index = g.values[n.inputs[1]].tensor;
+      const Shape& x = g.values[n.inputs[0]].meta.shape;
+      const int64_t axis = n.attrs.get_int("axis"), first = consecutive_from(index);
+      const int64_t at = axis < 0 ? axis + static_cast<int64_t>(x.size()) : axis;
+      if (first >= 0 && at >= 0 && at < static_cast<int64_t>(x.size()) && first + index.numel() <= x[at]) {
+        n.op = &OpRegistry::instance().get("slice");
+        n.inputs = {n.inputs[0]};
+        n.attrs = Attrs{{"axis", at}, {"start", first}, {"end", first + index.numel()}, {"step", int64_t{1}}};
+        ++simplified;
+      }
+      continue;
     } else if (op == "copy") {
       // A copy of a buffer that nothing else reads or writes is the buffer itself.
       const int x = n.inputs[0];
@@ -163,7 +175,7 @@ std::string simplify_algebra(Graph& g) {
     n.removed = true;
     ++simplified;
   }
-  return simplified ? "removed " + count_of(simplified, "identity ops (x+0, x*1, copies of temporaries, pads by 0)") : "";
+  return simplified ? "simplified " + count_of(simplified, "ops (x+0, x*1, copies of temporaries, pads by 0; runs of indices taken as slices)") : "";
 }
 
 // The kernel taps of one spatial axis that read the input at some output

@@ -131,3 +131,28 @@ TEST(AttentionFusion, ScoresNeededElsewhereStaySeparate) {
 }
 
 }  // namespace
+
+namespace {
+
+// Swin's shifted windows, as torchvision exports them: q and k of 4 windows
+// by 2 heads, the scores plus a relative-position bias [heads, L, L], viewed
+// with the windows apart from the batch [1, windows, heads, L, L], plus the
+// shift's mask [1, windows, 1, L, L] (-100 where a window's parts come from
+// different sides), viewed back. One attention op with one mask.
+TEST(AttentionFusion, SwinsTwoConstantMasksBecomeOne) {
+  manual_seed(23);
+  const Tensor q = randn({4, 2, 7, 8}), k = randn({4, 2, 7, 8}), v = randn({4, 2, 7, 8});
+  const Tensor bias = randn({2, 7, 7});
+  const Tensor shift = where(gt(rand({1, 4, 1, 7, 7}), scalar_tensor(0.7)), scalar_tensor(-100.0), zeros({1, 4, 1, 7, 7}));
+  auto windows = [&](const std::vector<Tensor>& in) {
+    Tensor scores = matmul(in[0] * scalar_tensor(0.35), in[1].transpose(-1, -2)) + bias;
+    scores = (scores.reshape({1, 4, 2, 7, 7}) + shift).reshape({4, 2, 7, 7});
+    return std::vector<Tensor>{matmul(softmax(scores, -1), in[2])};
+  };
+  auto fn = compile_inference(windows, {q, k, v});
+  EXPECT_NE(fn.report().str().find("fused 1 attention patterns"), std::string::npos) << fn.report().str();
+  EXPECT_TRUE(fused_as(fn).masked) << fn.graph_text();
+  EXPECT_TRUE(kt::all_close(fn({q, k, v})[0], windows({q, k, v})[0], 1e-5, 1e-5));
+}
+
+}  // namespace
