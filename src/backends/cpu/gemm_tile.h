@@ -125,17 +125,20 @@ struct Output {
                               _mm512_mul_ps(x, _mm512_setzero_ps()));
 }
 
-// 16 floats whose second 8 sit half_offset after the first (8: contiguous),
-// as two masked halves (lanes masked out are not touched in memory).
+// 16 floats whose second 8 sit half_offset after the first (8: contiguous;
+// 0: there is no second 8), as two 8-float halves: with masked 16-float
+// loads and stores instead, MobileNetV2's 144 -> 24 projection into
+// 8-channel blocks took 82 us rather than 75.
 [[gnu::always_inline]] inline __m512 load16(const float* p, int64_t half_offset) {
   if (half_offset == 8) return _mm512_loadu_ps(p);
-  if (half_offset == 0) return _mm512_maskz_loadu_ps(0x00ff, p);
-  return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(0x00ff, p), 0xff00, p + half_offset - 8);
+  const __m512 lo = _mm512_castps256_ps512(_mm256_loadu_ps(p));
+  if (half_offset == 0) return _mm512_insertf32x8(lo, _mm256_setzero_ps(), 1);
+  return _mm512_insertf32x8(lo, _mm256_loadu_ps(p + half_offset), 1);
 }
 [[gnu::always_inline]] inline void store16(float* p, int64_t half_offset, __m512 v) {
   if (half_offset == 8) return _mm512_storeu_ps(p, v);
-  _mm512_mask_storeu_ps(p, 0x00ff, v);
-  if (half_offset != 0) _mm512_mask_storeu_ps(p + half_offset - 8, 0xff00, v);
+  _mm256_storeu_ps(p, _mm512_castps512_ps256(v));
+  if (half_offset != 0) _mm256_storeu_ps(p + half_offset, _mm512_extractf32x8_ps(v, 1));
 }
 
 // Row r of a tile leaves the registers: the epilogue, then the store.
