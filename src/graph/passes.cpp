@@ -175,7 +175,9 @@ std::string simplify_algebra(Graph& g) {
     n.removed = true;
     ++simplified;
   }
-  return simplified ? "simplified " + count_of(simplified, "ops (x+0, x*1, copies of temporaries, pads by 0; runs of indices taken as slices)") : "";
+  if (!simplified) return "";
+  return "simplified " +
+         count_of(simplified, "ops (x+0, x*1, copies of temporaries, pads by 0; runs of indices taken as slices)");
 }
 
 // The kernel taps of one spatial axis that read the input at some output

@@ -68,10 +68,12 @@ std::string fold_scales_into_linears(Graph& g) {
       }
       const Tensor& w = g.values[linear.inputs[1]].tensor;
       const int64_t features = w.shape()[0];
-      const Tensor scale = axis < 0 ? Tensor() : per_feature(g.values[s].tensor, g.values[v].meta.shape, axis, features);
+      const Tensor scale =
+          axis < 0 ? Tensor() : per_feature(g.values[s].tensor, g.values[v].meta.shape, axis, features);
       if (!scale.defined()) continue;
       linear.inputs[1] = add_constant(g, (w * scale.reshape({features, 1})).contiguous(), "scaled_weight");
-      if (bias) linear.inputs[2] = add_constant(g, (g.values[linear.inputs[2]].tensor * scale).contiguous(), "scaled_bias");
+      if (bias)
+        linear.inputs[2] = add_constant(g, (g.values[linear.inputs[2]].tensor * scale).contiguous(), "scaled_bias");
       replace_uses(g, out, v);
       mul.removed = true;
       ++folded;

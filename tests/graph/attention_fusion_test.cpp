@@ -143,7 +143,8 @@ TEST(AttentionFusion, SwinsTwoConstantMasksBecomeOne) {
   manual_seed(23);
   const Tensor q = randn({4, 2, 7, 8}), k = randn({4, 2, 7, 8}), v = randn({4, 2, 7, 8});
   const Tensor bias = randn({2, 7, 7});
-  const Tensor shift = where(gt(rand({1, 4, 1, 7, 7}), scalar_tensor(0.7)), scalar_tensor(-100.0), zeros({1, 4, 1, 7, 7}));
+  const Tensor shift =
+      where(gt(rand({1, 4, 1, 7, 7}), scalar_tensor(0.7)), scalar_tensor(-100.0), zeros({1, 4, 1, 7, 7}));
   auto windows = [&](const std::vector<Tensor>& in) {
     Tensor scores = matmul(in[0] * scalar_tensor(0.35), in[1].transpose(-1, -2)) + bias;
     scores = (scores.reshape({1, 4, 2, 7, 7}) + shift).reshape({4, 2, 7, 7});

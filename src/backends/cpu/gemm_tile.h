@@ -118,7 +118,8 @@ struct Output {
 // x times 0 there (-0; -inf gives NaN); NaN passes, +inf gives itself.
 [[gnu::always_inline]] inline __m512 gelu_tanh16(__m512 x) {
   const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  const __m512 u = _mm512_mul_ps(_mm512_fmadd_ps(x3, _mm512_set1_ps(0.044715f), x), _mm512_set1_ps(0.79788456080286536f));
+  const __m512 inner = _mm512_fmadd_ps(x3, _mm512_set1_ps(0.044715f), x);
+  const __m512 u = _mm512_mul_ps(inner, _mm512_set1_ps(0.79788456080286536f));
   const __m512 minus_2u = _mm512_mul_ps(u, _mm512_set1_ps(-2.0f));
   const __m512 y = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(minus_2u)));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(minus_2u, _mm512_set1_ps(88.0f), _CMP_GT_OQ), y,

@@ -50,9 +50,10 @@ const Prepared* prepared(const LinearCall& c) {
     Descs d = descs(c);
     dnnl::post_ops ops;
     if (c.residual) ops.append_sum(1.0f);
-    if (c.gelu)
-      ops.append_eltwise(1.0f, c.gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf, 0.0f,
-                         0.0f);
+    if (c.gelu) {
+      const auto form = c.gelu_tanh ? dnnl::algorithm::eltwise_gelu_tanh : dnnl::algorithm::eltwise_gelu_erf;
+      ops.append_eltwise(1.0f, form, 0.0f, 0.0f);
+    }
     dnnl::primitive_attr attr = base_attr();
     attr.set_post_ops(ops);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(d.x, d.w, d.bias, d.y), attr, engine());

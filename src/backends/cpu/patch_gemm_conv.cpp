@@ -201,7 +201,8 @@ template <int src_block>
 void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* weights,
                                const float* bias, float* y, const float* channel_scale, int64_t scale_stride) {
   const onednn::ConvShape& s = call.shape;
-  Tensor scratch = channel_scale ? Tensor::empty({patch_gemm_weights_size(s)}) : Tensor();  // (Kiln's caching allocator)
+  // The weights scaled for one image (from Kiln's caching allocator).
+  Tensor scratch = channel_scale ? Tensor::empty({patch_gemm_weights_size(s)}) : Tensor();
   const float* packed = channel_scale ? scratch.data<float>() : weights;
   const int shift = src_block == 16 ? 4 : 3;
   const int64_t pixels = s.h * s.w, tiles = (pixels + kRows - 1) / kRows;
@@ -358,7 +359,8 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
                      const float* channel_scale, int64_t scale_stride) {
   const onednn::ConvShape& s = call.shape;
   const bool relu = call.relu, residual = call.residual;
-  KILN_CHECK(!channel_scale || (pointwise(s) && call.src_block != 0), "a channel scale goes with a 1x1 convolution only");
+  KILN_CHECK(!channel_scale || (pointwise(s) && call.src_block != 0),
+             "a channel scale goes with a 1x1 convolution only");
   if (call.src_block == 8 && pointwise(s))
     return pointwise_patch_gemm_conv<8>(call, x, packed, bias, y, channel_scale, scale_stride);
   if (call.src_block == 16 && pointwise(s))

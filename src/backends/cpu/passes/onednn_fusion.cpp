@@ -227,7 +227,8 @@ std::string use_packed_linear_weights(Graph& g) {
     n.label += " (packed)";
     if (plain) n.fused_from = n.op;
     n.op = nullptr;
-    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}, {"fused_gelu", gelu}, {"fused_gelu_tanh", gelu_tanh}};
+    n.attrs = {{"fused_residual", residual}, {"fused_relu", relu}, {"fused_gelu", gelu},
+               {"fused_gelu_tanh", gelu_tanh}};
     ++packed;
   }
   return packed ? "gave " + std::to_string(packed) + " linear layers weights packed into panels" : "";
