@@ -8,6 +8,7 @@
 
 #include "backends/cpu/onednn_conv.h"
 #include "kiln/kiln.h"
+#include "support/text_count.h"
 
 namespace {
 using namespace kiln;
@@ -25,11 +26,7 @@ Tensor channel_shuffle(const Tensor& x, int64_t groups) {
   return x.view({s[0], groups, s[1] / groups, s[2], s[3]}).permute({0, 2, 1, 3, 4}).contiguous().view(s);
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using kiln::testing::count;
 
 // A program compiled for inference (fixed rules, no timed choices) and run
 // next to its eager run on the same input.

@@ -9,15 +9,12 @@
 
 #include "backends/cpu/gemm_tile.h"
 #include "kiln/kiln.h"
+#include "support/text_count.h"
 
 namespace {
 using namespace kiln;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using kiln::testing::count;
 
 // Equal within float rounding, NaN where the other has NaN.
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {

@@ -8,15 +8,12 @@
 #include <cmath>
 
 #include "kiln/kiln.h"
+#include "support/text_count.h"
 
 namespace {
 using namespace kiln;
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using kiln::testing::count;
 
 TEST(ScaleFolding, ConstantFactorsGoIntoTheLinearLayersBeforeThem) {
   manual_seed(43);

@@ -4,6 +4,7 @@
 
 #include "backends/cpu/onednn_conv.h"
 #include "kiln/kiln.h"
+#include "support/text_count.h"
 
 namespace {
 using namespace kiln;
@@ -66,11 +67,7 @@ TrainingRun train(bool graph) {
   return r;
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using kiln::testing::count;
 
 TEST(TrainingLayouts, BlockedConvolutionsPoolsAndGradientsTrainAsEagerDoes) {
   if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
