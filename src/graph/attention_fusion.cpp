@@ -23,14 +23,6 @@ Node* sole_producer(Graph& g, const std::vector<int>& uses, const std::vector<bo
   return &g.nodes[g.values[value].producer];
 }
 
-// A scalar constant's value, or NaN.
-double constant_scalar(const Graph& g, int value) {
-  const Value& v = g.values[value];
-  if (v.kind != ValueKind::Constant || v.tensor.numel() != 1) return std::nan("");
-  NoGradGuard no_grad;
-  return v.tensor.to(DType::Float64).reshape({}).item<double>();
-}
-
 // n scales x by a constant scalar (x * c, c * x or x / c): x's id and the factor.
 bool scales(const Graph& g, const Node& n, int& x, double& factor) {
   if (n.inputs.size() != 2 || !(is(n, "mul") || is(n, "div"))) return false;

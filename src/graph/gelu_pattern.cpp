@@ -15,12 +15,6 @@ namespace {
 
 bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op && n.outputs.size() == 1; }
 
-// The one-element constant's value, or NaN.
-double scalar_of(const Graph& g, int id) {
-  if (id < 0 || g.values[id].kind != ValueKind::Constant || g.values[id].tensor.numel() != 1) return std::nan("");
-  return g.values[id].tensor.item<double>();
-}
-
 bool near(double v, double want) { return std::abs(v - want) <= 1e-6 * want; }
 
 class GeluMatcher {
@@ -39,7 +33,7 @@ class GeluMatcher {
     // 1 + erf(...)
     const int add = only_reader(e.outputs[0]);
     if (add < 0 || !is(g_.nodes[add], "add") || other_input(add, e.outputs[0]) < 0 ||
-        scalar_of(g_, other_input(add, e.outputs[0])) != 1.0 || !inner(g_.nodes[add].outputs[0]))
+        constant_scalar(g_, other_input(add, e.outputs[0])) != 1.0 || !inner(g_.nodes[add].outputs[0]))
       return -1;
     const int sum = g_.nodes[add].outputs[0];
     // Times x and 0.5, in one of three orders: (x * sum) * 0.5,
@@ -47,19 +41,19 @@ class GeluMatcher {
     const int first = only_reader(sum);
     if (first < 0 || !is(g_.nodes[first], "mul")) return -1;
     const int other = other_input(first, sum);
-    if (other == x || scalar_of(g_, other) == 0.5) {
+    if (other == x || constant_scalar(g_, other) == 0.5) {
       const int partial = g_.nodes[first].outputs[0];
       const int second = only_reader(partial);
       if (second < 0 || !is(g_.nodes[second], "mul") || !inner(partial)) return -1;
       const int last = other_input(second, partial);
-      const bool factors = other == x ? scalar_of(g_, last) == 0.5 : last == x;
+      const bool factors = other == x ? constant_scalar(g_, last) == 0.5 : last == x;
       return factors ? finish(second, x) : -1;
     }
     const int half_at = other >= 0 ? g_.values[other].producer : -1;
     if (half_at < 0 || !is(g_.nodes[half_at], "mul") || !inner(other)) return -1;
     const Node& half = g_.nodes[half_at];
-    const bool halves_x = (half.inputs[0] == x && scalar_of(g_, half.inputs[1]) == 0.5) ||
-                          (half.inputs[1] == x && scalar_of(g_, half.inputs[0]) == 0.5);
+    const bool halves_x = (half.inputs[0] == x && constant_scalar(g_, half.inputs[1]) == 0.5) ||
+                          (half.inputs[1] == x && constant_scalar(g_, half.inputs[0]) == 0.5);
     return halves_x ? finish(first, x) : -1;
   }
 
@@ -78,15 +72,15 @@ class GeluMatcher {
   // (either side), or -1.
   int times_constant(const Node* n, double c) const {
     if (!n || n->inputs.size() != 2) return -1;
-    if (near(scalar_of(g_, n->inputs[1]), c)) return n->inputs[0];
-    if (near(scalar_of(g_, n->inputs[0]), c)) return n->inputs[1];
+    if (near(constant_scalar(g_, n->inputs[1]), c)) return n->inputs[0];
+    if (near(constant_scalar(g_, n->inputs[0]), c)) return n->inputs[1];
     return -1;
   }
 
   // Whether id is x³: pow(x, 3), x * (x * x) or (x * x) * x.
   bool cube_of(int id, int x) {
     if (const Node* p = producer(id, "pow")) {
-      if (p->inputs.size() == 2 && p->inputs[0] == x && scalar_of(g_, p->inputs[1]) == 3.0) return inner(id);
+      if (p->inputs.size() == 2 && p->inputs[0] == x && constant_scalar(g_, p->inputs[1]) == 3.0) return inner(id);
       return false;
     }
     const Node* m = producer(id, "mul");
@@ -116,10 +110,10 @@ class GeluMatcher {
     const int at = g_.values[scaled].producer;
     if (at < 0) return -1;
     const Node& n = g_.nodes[at];
-    if (is(n, "div") && near(scalar_of(g_, n.inputs[1]), std::sqrt(2.0))) return n.inputs[0];
+    if (is(n, "div") && near(constant_scalar(g_, n.inputs[1]), std::sqrt(2.0))) return n.inputs[0];
     if (!is(n, "mul")) return -1;
-    if (near(scalar_of(g_, n.inputs[1]), std::sqrt(0.5))) return n.inputs[0];
-    if (near(scalar_of(g_, n.inputs[0]), std::sqrt(0.5))) return n.inputs[1];
+    if (near(constant_scalar(g_, n.inputs[1]), std::sqrt(0.5))) return n.inputs[0];
+    if (near(constant_scalar(g_, n.inputs[0]), std::sqrt(0.5))) return n.inputs[1];
     return -1;
   }
 

@@ -1,6 +1,9 @@
 #include "graph/ir.h"
 
+#include <cmath>
 #include <sstream>
+
+#include "kiln/grad_mode.h"
 
 namespace kiln::graph {
 namespace {
@@ -47,6 +50,14 @@ const char* kind_name(ValueKind k) {
 int Graph::add_value(Value v) {
   values.push_back(std::move(v));
   return static_cast<int>(values.size()) - 1;
+}
+
+bool is_constant(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
+
+double constant_scalar(const Graph& g, int id) {
+  if (!is_constant(g, id) || g.values[id].tensor.numel() != 1) return std::nan("");
+  NoGradGuard no_grad;
+  return g.values[id].tensor.to(DType::Float64).reshape({}).item<double>();
 }
 
 int add_constant(Graph& g, const Tensor& t, std::string name) {

@@ -103,6 +103,12 @@ struct Graph {
 // statistics in training mode).
 std::vector<int> written_inputs(const Node& n);
 
+// Whether value id is a constant (false for -1, an omitted input).
+bool is_constant(const Graph& g, int id);
+// A one-element constant's value, whatever its dtype and device; NaN for
+// any other value.
+double constant_scalar(const Graph& g, int id);
+
 // Adds a constant value holding t; returns its id.
 int add_constant(Graph& g, const Tensor& t, std::string name = "");
 

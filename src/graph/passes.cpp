@@ -19,14 +19,6 @@ std::string count_of(size_t n, const char* what) {
   return s;
 }
 
-bool is_const(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
-
-// A one-element constant's value, or NaN.
-double scalar_value(const Graph& g, int id) {
-  if (!is_const(g, id) || g.values[id].tensor.numel() != 1) return std::nan("");
-  return g.values[id].tensor.item<double>();
-}
-
 // The first of a constant's values, when they are first, first + 1, ... (a
 // run of consecutive integers, 1-D); else -1.
 int64_t consecutive_from(const Tensor& t) {
@@ -92,7 +84,7 @@ std::string fold_constants(Graph& g) {
   for (Node& n : g.nodes) {
     if (n.removed || !n.op || n.outputs.empty() || g.has_side_effects(n)) continue;
     bool all_const = true;
-    for (int id : n.inputs) all_const = all_const && (id < 0 || (is_const(g, id) && !mutated[id]));
+    for (int id : n.inputs) all_const = all_const && (id < 0 || (is_constant(g, id) && !mutated[id]));
     if (!all_const) continue;
     // Rows first..first + n of a table (positions from a sequence's length,
     // as exports compute them: Shape, Gather, Range) are a slice of it: a
@@ -139,15 +131,15 @@ std::string simplify_algebra(Graph& g) {
       auto same_meta = [&](int id) {
         return g.values[id].meta.shape == g.values[out].meta.shape && g.values[id].meta.dtype == g.values[out].meta.dtype;
       };
-      if (scalar_value(g, b) == identity && same_meta(a)) keep = a;
-      else if ((op == "add" || op == "mul") && scalar_value(g, a) == identity && same_meta(b)) keep = b;
+      if (constant_scalar(g, b) == identity && same_meta(a)) keep = a;
+      else if ((op == "add" || op == "mul") && constant_scalar(g, a) == identity && same_meta(b)) keep = b;
     } else if (op == "pad") {
       // Padding by nothing (torch.onnx.export writes one before each pool of DenseNet's transitions).
       const auto pads = n.attrs.get_ints("pads", {});
       if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; }) &&
           g.values[n.inputs[0]].meta.shape == g.values[out].meta.shape)
         keep = n.inputs[0];
-    } else if (op == "index_select" && n.inputs.size() == 2 && is_const(g, n.inputs[1]) && !mutated[out] &&
+    } else if (op == "index_select" && n.inputs.size() == 2 && is_constant(g, n.inputs[1]) && !mutated[out] &&
                !mutated[n.inputs[0]]) {
       // Taking a run of consecutive entries along an axis (PyTorch exports
       // `qkv[0]` as a Gather by one index: Swin's query, key and value, a
@@ -197,7 +189,7 @@ std::string drop_taps_in_padding(Graph& g) {
   size_t dropped = 0;
   NoGradGuard no_grad;
   for (Node& n : g.nodes) {
-    if (n.removed || !n.op || n.op->name != "conv2d" || n.inputs.size() < 2 || !is_const(g, n.inputs[1])) continue;
+    if (n.removed || !n.op || n.op->name != "conv2d" || n.inputs.size() < 2 || !is_constant(g, n.inputs[1])) continue;
     const Shape &x = g.values[n.inputs[0]].meta.shape, &y = g.values[n.outputs[0]].meta.shape;
     const Tensor& w = g.values[n.inputs[1]].tensor;
     if (x.size() != 4 || w.dim() != 4) continue;
@@ -288,8 +280,8 @@ std::string fold_batch_norm(Graph& g) {
     Node& conv = g.nodes[g.values[y].producer];
     if (conv.removed || !conv.op || conv.op->name != "conv2d")
       continue;
-    bool consts = is_const(g, conv.inputs[1]) && (conv.inputs.size() < 3 || conv.inputs[2] < 0 || is_const(g, conv.inputs[2]));
-    for (size_t i = 1; i < bn.inputs.size(); ++i) consts = consts && (bn.inputs[i] < 0 || is_const(g, bn.inputs[i]));
+    bool consts = is_constant(g, conv.inputs[1]) && (conv.inputs.size() < 3 || conv.inputs[2] < 0 || is_constant(g, conv.inputs[2]));
+    for (size_t i = 1; i < bn.inputs.size(); ++i) consts = consts && (bn.inputs[i] < 0 || is_constant(g, bn.inputs[i]));
     if (!consts || bn.inputs.size() < 5 || bn.inputs[3] < 0 || bn.inputs[4] < 0) continue;
     if (uses[bn.outputs[1]] || uses[bn.outputs[2]]) continue;
     // y = (conv(x, w) + b - mean) * gamma / sqrt(var + eps) + beta

@@ -12,8 +12,6 @@ namespace {
 
 bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op && n.outputs.size() == 1; }
 
-bool is_const(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
-
 // The factor as one value per output feature of the linear layer ([O]),
 // when `s` broadcast over `v` varies along `axis` only (the axis the
 // features went to) or not at all; else undefined.
@@ -41,7 +39,7 @@ std::string fold_scales_into_linears(Graph& g) {
     const int out = mul.outputs[0];
     for (int side = 0; side < 2; ++side) {
       const int v = mul.inputs[side], s = mul.inputs[1 - side];
-      if (!is_const(g, s) || g.values[v].meta.shape != g.values[out].meta.shape ||
+      if (!is_constant(g, s) || g.values[v].meta.shape != g.values[out].meta.shape ||
           g.values[s].meta.dtype != g.values[out].meta.dtype)
         continue;
       // Back through permutes to the linear layer, following where its
@@ -56,9 +54,9 @@ std::string fold_scales_into_linears(Graph& g) {
       }
       if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
       Node& linear = g.nodes[g.values[y].producer];
-      if (!is(linear, "linear") || linear.inputs.size() < 2 || !is_const(g, linear.inputs[1])) continue;
+      if (!is(linear, "linear") || linear.inputs.size() < 2 || !is_constant(g, linear.inputs[1])) continue;
       const bool bias = linear.inputs.size() > 2 && linear.inputs[2] >= 0;
-      if (bias && !is_const(g, linear.inputs[2])) continue;
+      if (bias && !is_constant(g, linear.inputs[2])) continue;
       int64_t axis = static_cast<int64_t>(g.values[y].meta.shape.size()) - 1;
       for (auto o = orders.rbegin(); o != orders.rend(); ++o) {
         int64_t moved = -1;

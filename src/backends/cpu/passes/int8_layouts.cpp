@@ -35,8 +35,6 @@ struct Int8Conv {
   int32_t x_zero = 0, y_zero = 0;
 };
 
-bool is_constant(const Graph& g, int id) { return id >= 0 && g.values[id].kind == ValueKind::Constant; }
-
 // A qlinear op's weights, scales and zero points (inputs 1 to 6) and its
 // bias, when it has one, are constants.
 bool fixed_operands(const Graph& g, const Node& n) {
