@@ -120,14 +120,13 @@ int two_constant_masks(Graph& g, const std::vector<int>& uses, const std::vector
                        int& scores, std::vector<Node*>& chain) {
   if (!is(back, "view")) return -1;
   Node* outer = sole_producer(g, uses, mutated, back.inputs[0]);
-  int viewed = -1, inner_sum = -1, x = -1;
+  int viewed = -1, x = -1;
   const int shift = outer ? constant_addend(g, *outer, viewed) : -1;
   Node* split = shift >= 0 ? sole_producer(g, uses, mutated, viewed) : nullptr;
   Node* inner = split && is(*split, "view") ? sole_producer(g, uses, mutated, split->inputs[0]) : nullptr;
   const int bias = inner ? constant_addend(g, *inner, x) : -1;
   if (bias < 0 || !sole_producer(g, uses, mutated, x)) return -1;
-  inner_sum = inner->outputs[0];
-  const Shape &s = g.values[inner_sum].meta.shape, &v = g.values[viewed].meta.shape;
+  const Shape &s = g.values[inner->outputs[0]].meta.shape, &v = g.values[viewed].meta.shape;
   if (g.values[back.outputs[0]].meta.shape != s || g.values[x].meta.shape != s ||
       g.values[bias].meta.dtype != DType::Float32 || g.values[shift].meta.dtype != DType::Float32)
     return -1;

@@ -163,9 +163,11 @@ class GeluMatcher {
 std::string recognize_gelu(Graph& g) {
   const OpDef& gelu = OpRegistry::instance().get("gelu");
   size_t found = 0;
+  // (Use counts computed once: a rewrite changes only those of its own
+  // values, which no later pattern reads, and of x, whose count no pattern checks.)
+  GeluMatcher m(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!is(g.nodes[i], "erf") && !is(g.nodes[i], "tanh")) continue;
-    GeluMatcher m(g);  // (use counts change with each rewrite)
     const int last = m.match(static_cast<int>(i));
     if (last < 0) continue;
     for (int n : m.inner_nodes()) g.nodes[n].removed = true;
