@@ -7,6 +7,7 @@
 
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/packed_linear.h"
@@ -176,6 +177,36 @@ TEST(LayoutKernels, PackedLinearMatchesLinear) {
       expect_near_all(y, want, 1e-4, what);
     }
   }
+}
+
+// The kernels' block sizes follow the caches: a pair of weight panels' slice
+// and a tile's rows of x fit in L1, x's block takes a seventh of L2, a
+// convolution panel's slice a quarter; where the CPU reports no caches (or
+// sizes no core has), sizes every x86 core has.
+TEST(LayoutKernels, BlockSizesFollowTheCaches) {
+  const int64_t per_term = (2 * cpu::gemm::kCols + cpu::gemm::kRows) * 4;
+  for (auto [l1, l2] : std::vector<std::pair<int64_t, int64_t>>{{48 << 10, 1 << 20}, {32 << 10, 256 << 10},
+                                                                 {48 << 10, 2 << 20}, {64 << 10, 512 << 10}}) {
+    const cpu::CpuCaches caches = cpu::caches_from_reports(l1, l2);
+    const std::string what = "L1 " + std::to_string(l1 >> 10) + " KB, L2 " + std::to_string(l2 >> 10) + " KB";
+    const int64_t depth = cpu::linear_pass_depth(caches), rows = cpu::linear_block_rows(caches, depth);
+    EXPECT_LE(depth * per_term, l1) << what;
+    EXPECT_GT(2 * depth * per_term, l1) << what << ": twice the depth fits too";
+    EXPECT_EQ(rows % cpu::gemm::kRows, 0) << what;
+    EXPECT_LE(rows * depth * 4, l2 / 7) << what;
+    EXPECT_GT((rows + cpu::gemm::kRows) * depth * 4, l2 / 7) << what;
+    EXPECT_EQ(cpu::patch_pass_depth(caches) * cpu::gemm::kCols * 4, l2 / 4) << what;
+  }
+  EXPECT_EQ(cpu::linear_pass_depth(cpu::caches_from_reports(48 << 10, 1 << 20)), 256);
+  EXPECT_EQ(cpu::linear_block_rows(cpu::caches_from_reports(48 << 10, 1 << 20), 256), 144);
+  const cpu::CpuCaches unknown = cpu::caches_from_reports(0, -1), absurd = cpu::caches_from_reports(1, int64_t{1} << 40);
+  EXPECT_EQ(unknown.l1d_bytes, 32 << 10);
+  EXPECT_EQ(unknown.l2_bytes, 512 << 10);
+  EXPECT_EQ(absurd.l1d_bytes, 16 << 10);
+  EXPECT_EQ(absurd.l2_bytes, 4 << 20);
+  const cpu::CpuCaches& here = cpu::cpu_caches();
+  EXPECT_GE(here.l1d_bytes, 16 << 10);
+  EXPECT_LE(here.l2_bytes, 4 << 20);
 }
 
 // A strided, dilated first layer with 3 channels: the weight and bias

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/gemm_tile.h"
 #include "kiln/parallel.h"
 
@@ -11,9 +12,7 @@ namespace {
 
 using gemm::kCols;
 using gemm::kRows;
-constexpr int64_t kDepth = 256;         // k per pass: a panel's slice (16 KB) stays in L1
-constexpr int64_t kBlockRows = 144;     // rows per block: their slice of x (144 KB per pass) stays in L2
-constexpr int64_t kPanelsPerItem = 4;   // 64 output columns per work item
+constexpr int64_t kPanelsPerItem = 4;  // 64 output columns per work item
 
 }  // namespace
 
@@ -31,7 +30,11 @@ void pack_linear_weights(const float* w, int64_t out, int64_t in, float* packed)
 void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const float* packed, const float* bias,
                    float* y, bool residual, bool relu, bool gelu, bool gelu_tanh) {
   const int64_t panels = (out + kCols - 1) / kCols, groups = (panels + kPanelsPerItem - 1) / kPanelsPerItem;
-  const int64_t blocks = std::max<int64_t>(1, (rows + kBlockRows - 1) / kBlockRows);
+  // k per pass (a pair of panels' slice stays in L1) and rows per block
+  // (their slice of x stays in L2), from this CPU's caches.
+  static const int64_t pass_depth = linear_pass_depth(cpu_caches());
+  static const int64_t max_block_rows = linear_block_rows(cpu_caches(), pass_depth);
+  const int64_t blocks = std::max<int64_t>(1, (rows + max_block_rows - 1) / max_block_rows);
   const int64_t block_rows = (rows + blocks - 1) / blocks;
   // Work items are (group of panels, row block), row blocks fastest: each
   // thread takes whole groups, so it reads only its share of the weights
@@ -44,8 +47,8 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t r0 = item % blocks * block_rows, r1 = std::min(rows, r0 + block_rows);
       const int64_t g = item / blocks;
-      for (int64_t k0 = 0; k0 < in; k0 += kDepth) {
-        const int64_t depth = std::min(kDepth, in - k0);
+      for (int64_t k0 = 0; k0 < in; k0 += pass_depth) {
+        const int64_t depth = std::min(pass_depth, in - k0);
         const int64_t last_panel = std::min(panels, (g + 1) * kPanelsPerItem);
         for (int64_t panel = g * kPanelsPerItem; panel < last_panel; ++panel) {
           const int64_t col = panel * kCols, cols = std::min(kCols, out - col);
@@ -62,12 +65,12 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             // else the first tile of each slice waits on memory. 49x768x3072
             // (weights from memory) went from 740 to 645 us.
             const bool more = panel + 3 < last_panel;
-            const float* n0 = more ? b1 + in * kCols : packed + (g * kPanelsPerItem * in + k0 + kDepth) * kCols;
+            const float* n0 = more ? b1 + in * kCols : packed + (g * kPanelsPerItem * in + k0 + pass_depth) * kCols;
             // (A single tile streams its slice once: there the hardware's
             // prefetcher does as well, and more requests only slowed it.)
             const int64_t tiles = (r1 - r0 + kRows - 1) / kRows;
-            const int64_t lines =
-                tiles > 1 && (more || k0 + kDepth < in) ? 2 * std::min(kDepth, more ? depth : in - k0 - kDepth) : 0;
+            const int64_t next_depth = std::min(pass_depth, more ? depth : in - k0 - pass_depth);
+            const int64_t lines = tiles > 1 && (more || k0 + pass_depth < in) ? 2 * next_depth : 0;
             for (int64_t r = r0, t = 0; r < r1; r += kRows, ++t) {
               for (int64_t l = t * lines / tiles; l < (t + 1) * lines / tiles; ++l) {
                 __builtin_prefetch(reinterpret_cast<const char*>(n0 + (l & 1) * in * kCols) + (l >> 1) * 64, 0, 2);

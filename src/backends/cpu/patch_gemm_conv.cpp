@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/gemm_tile.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
@@ -14,7 +15,6 @@ namespace {
 using vec8::vf;
 using gemm::kCols;
 using gemm::kRows;
-constexpr int64_t kDepth = 4096;  // patch values per pass: a panel's slice (256 KB) stays in L2
 
 int64_t patch_length(const onednn::ConvShape& s) { return s.c * s.kh * s.kw; }
 
@@ -376,6 +376,8 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
                      : spatial_patch_gemm_conv<16, 2>(call, x, packed, bias, y);
   }
   const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
+  // Patch values per pass: a panel's slice stays in L2.
+  static const int64_t pass_depth = patch_pass_depth(cpu_caches());
   Tensor scratch = Tensor::empty({pixels * length});  // from Kiln's caching allocator
   float* patches = scratch.data<float>();
   for (int64_t img = 0; img < s.n; ++img) {
@@ -384,8 +386,8 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
     // Threads take panels: each reads its weights once and the patches (in L2) once per pass.
     parallel_for(panels, 1, [&](int64_t first, int64_t last) {
       for (int64_t panel = first; panel < last; ++panel) {
-        for (int64_t k0 = 0; k0 < length; k0 += kDepth) {
-          const int64_t depth = std::min(kDepth, length - k0);
+        for (int64_t k0 = 0; k0 < length; k0 += pass_depth) {
+          const int64_t depth = std::min(pass_depth, length - k0);
           const gemm::Epilogue e{bias ? bias + panel * kCols : nullptr, k0 > 0 || residual, k0 + depth >= length,
                                  relu, false, call.cap, call.swish};
           const float* b = packed + (panel * length + k0) * kCols;
