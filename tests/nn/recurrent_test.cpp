@@ -182,7 +182,8 @@ TEST(Recurrent, CompiledTrainingStepMatchesEager) {
 }
 
 // At a few rows (batch-1 inference) the kernels split the hidden units over
-// the threads for all the steps; at more rows they run a GEMM a step. Both
+// the threads for all the steps (on W_hh regrouped per call, the sequence
+// being longer than 8 steps); at more rows they run a GEMM a step. Both
 // give the same sequence, for every kind, direction and initial state, with
 // hidden sizes that leave uneven shares and partial vectors, and one that
 // does not.
