@@ -177,11 +177,9 @@ void pack_row_groups(const float* w, int64_t ld, int64_t rows, int64_t len, floa
     }
 }
 
-inline v16 load16(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
+// (Through a reference: a 64-byte vector returned by value changes the
+// calling convention between AVX2 and AVX-512 builds.)
+inline void load16(v16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 // out[i] = w[i, :] . x for the `rows` rows pack_row_groups packed.
 void grouped_matvec(const float* packed, int64_t rows, const float* x, int64_t len, float* out) {
@@ -193,14 +191,21 @@ void grouped_matvec(const float* packed, int64_t rows, const float* x, int64_t l
       const v16 x0 = v16{} + x[k], x1 = v16{} + x[k + 1];
 #pragma GCC unroll 4
       for (int j = 0; j < 4; ++j) {
-        even[j] += load16(b + 16 * j) * x0;
-        odd[j] += load16(b + kGroupRows + 16 * j) * x1;
+        v16 w0, w1;
+        load16(w0, b + 16 * j);
+        load16(w1, b + kGroupRows + 16 * j);
+        even[j] += w0 * x0;
+        odd[j] += w1 * x1;
       }
     }
     if (k < len) {
       const v16 x0 = v16{} + x[k];
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) even[j] += load16(b + 16 * j) * x0;
+      for (int j = 0; j < 4; ++j) {
+        v16 w0;
+        load16(w0, b + 16 * j);
+        even[j] += w0 * x0;
+      }
     }
     alignas(64) float sums[kGroupRows];
 #pragma GCC unroll 4
