@@ -145,14 +145,15 @@ void add_run(CLI::App& app) {
   });
 }
 
-// The profile of one batch size's timed runs, in dir/batch<N>/.
-void write_profile(const std::string& dir, int64_t batch) {
+// The profile of one case's timed runs, in dir/<folder>/: batch<N> for a
+// batch size, the --shape text (in0=1x20..59) for shapes, inputs for files.
+void write_profile(const std::string& dir, const std::string& folder, const std::string& title) {
   profiler::stop();
-  const std::string out = dir + "/batch" + std::to_string(batch);
+  const std::string out = dir + "/" + folder;
   std::filesystem::create_directories(out);
   std::ofstream(out + "/profile.txt") << profiler::summary();
   profiler::write_chrome_trace(out + "/trace.json");
-  profiler::write_html_report(out + "/report.html", "kiln bench, batch " + std::to_string(batch));
+  profiler::write_html_report(out + "/report.html", "kiln bench, " + title);
 }
 
 // Times runs over the input sets in turn (a range of lengths as a server
@@ -252,7 +253,7 @@ void add_bench(CLI::App& app) {
     // do not count in another's peak memory.
     struct Case {
       std::string label;
-      int64_t batch;  // names the profile's folder
+      std::string folder;  // the profile's
       std::function<std::vector<std::vector<Tensor>>()> make;
       std::vector<std::string> set_labels;  // --each: a line per set
     };
@@ -260,7 +261,7 @@ void add_bench(CLI::App& app) {
     if (!a->input_files.empty()) {
       KILN_CHECK(a->input_files.size() == session.inputs().size(), "bench: the model has ", session.inputs().size(),
                  " inputs; give one --input file for each, in order");
-      cases.push_back({"the --input files", 1, [a] {
+      cases.push_back({"the --input files", "inputs", [a] {
                          std::vector<Tensor> inputs;
                          for (const auto& p : a->input_files) inputs.push_back(load_input(p));
                          return std::vector<std::vector<Tensor>>{inputs};
@@ -270,8 +271,12 @@ void add_bench(CLI::App& app) {
       BenchShapes shapes = parse_bench_shapes(a->shapes, session.inputs());
       KILN_CHECK(!a->each || !shapes.set_labels.empty(), "bench: --each needs a range in --shape, such as ",
                  session.inputs()[0].name, "=1x20..59");
-      const Shape& first = shapes.sets[0].at(session.inputs()[0].name);
-      cases.push_back({shapes.label, first.empty() ? 1 : first[0], [&session, shapes] {
+      // (A folder name: the shapes' text, the inputs separated by commas and
+      // any slash in an input's name made an underscore.)
+      std::string folder = shapes.label;
+      std::replace(folder.begin(), folder.end(), ' ', ',');
+      std::replace(folder.begin(), folder.end(), '/', '_');
+      cases.push_back({shapes.label, folder, [&session, shapes] {
                          std::vector<std::vector<Tensor>> sets;
                          for (const auto& set : shapes.sets) {
                            sets.emplace_back();
@@ -301,7 +306,7 @@ void add_bench(CLI::App& app) {
                        info.name, "=DIMS, such as --shape ", info.name, "=1x37 (or a range of lengths, 1x20..59)");
           shapes.push_back(s);
         }
-        cases.push_back({std::to_string(batch), batch, [&session, shapes] {
+        cases.push_back({std::to_string(batch), "batch" + std::to_string(batch), [&session, shapes] {
                            std::vector<Tensor> inputs;
                            for (size_t i = 0; i < shapes.size(); ++i) {
                              const DType d = session.inputs()[i].dtype;
@@ -318,7 +323,7 @@ void add_bench(CLI::App& app) {
                 "samples/s", "peak MB");
     for (const auto& c : cases) {
       time_runs(session, c.make(), a->runs, c.label, width, !a->profile.empty(), c.set_labels);
-      if (!a->profile.empty()) write_profile(a->profile, c.batch);
+      if (!a->profile.empty()) write_profile(a->profile, c.folder, by_batch ? "batch " + c.label : c.label);
     }
     struct rusage u {};
     getrusage(RUSAGE_SELF, &u);
