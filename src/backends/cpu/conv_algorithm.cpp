@@ -119,18 +119,19 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   });
   for (size_t i = 0; i < candidates.size(); ++i) candidates[i].best = best_times[i];
   // The others must beat oneDNN's kernel by 3% (they need scratch, and
-  // Winograd rounds differently). Weights larger than the direct kernel's
-  // are charged the time to read the extra bytes from memory (at 10 GB/s):
-  // timed warm, that read is missing; timed cold, it is there, yet in a
-  // network such layers still ran slower than the cold timing said
-  // (ResNet-18's 512-channel F(2x2) at batch 1: 2.4 ms timed, 2.9-3.3 ms
-  // in the network, where the patch GEMM's smaller weights took 2.2).
+  // Winograd rounds differently). Timed warm, weights larger than the
+  // direct kernel's are charged the time to read the extra bytes from
+  // memory (at 10 GB/s), which that timing misses; timed cold, the read is
+  // in the time already. (Charged there too, against oneDNN timed on plain
+  // weights, it kept ResNet-18's 512-channel 3x3s off Winograd; with
+  // oneDNN timed as it runs, ResNet-18 and -34 went 10.2 -> 9.1 and
+  // 17.5 -> 15.5 ms.)
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;
   for (const Candidate& c : candidates) {
     double score = c.best;
     if (c.algorithm != ConvAlgorithm::Direct) score *= 1.03;
-    score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
+    if (!cold) score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
     if (score < best) choice = c.algorithm, best = score;
   }
   return decided[key] = choice;
