@@ -10,9 +10,10 @@ namespace kiln::cpu {
 
 enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 
-// For a forward call. The others must beat the direct kernel by 3%, and
-// larger weights count as the time it takes to read them from memory (16/9
-// the size for F(2x2), 4x for F(4x4)). A call from one block size to the
+// For a forward call. The others must beat the direct kernel by 3%; large
+// weights are timed coming from memory, and smaller ones, timed warm, count
+// the time it would take to read their extra bytes (16/9 the size for
+// F(2x2), 4x for F(4x4)). A call from one block size to the
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call);
 
