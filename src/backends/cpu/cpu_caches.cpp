@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -21,7 +22,7 @@ int64_t sysfs_cache_bytes(int level) {
     std::string type, size;
     if (!(level_file >> at) || !(type_file >> type) || !(size_file >> size)) break;
     if (at != level || type == "Instruction" || size.empty()) continue;
-    const int64_t number = std::stoll(size);
+    const int64_t number = std::strtoll(size.c_str(), nullptr, 10);  // (0 for text that is no number)
     const char unit = size.back();
     return unit == 'K' ? number << 10 : unit == 'M' ? number << 20 : number;
   }
@@ -61,6 +62,8 @@ int64_t linear_block_rows(const CpuCaches& caches, int64_t depth) {
   return std::max<int64_t>(1, rows / gemm::kRows) * gemm::kRows;
 }
 
-int64_t patch_pass_depth(const CpuCaches& caches) { return std::max<int64_t>(256, caches.l2_bytes / 4 / (gemm::kCols * 4)); }
+int64_t patch_pass_depth(const CpuCaches& caches) {
+  return std::max<int64_t>(256, caches.l2_bytes / 4 / (gemm::kCols * 4));
+}
 
 }  // namespace kiln::cpu
