@@ -199,7 +199,8 @@ TEST(LayoutKernels, BlockSizesFollowTheCaches) {
   }
   EXPECT_EQ(cpu::linear_pass_depth(cpu::caches_from_reports(48 << 10, 1 << 20)), 256);
   EXPECT_EQ(cpu::linear_block_rows(cpu::caches_from_reports(48 << 10, 1 << 20), 256), 144);
-  const cpu::CpuCaches unknown = cpu::caches_from_reports(0, -1), absurd = cpu::caches_from_reports(1, int64_t{1} << 40);
+  const cpu::CpuCaches unknown = cpu::caches_from_reports(0, -1);
+  const cpu::CpuCaches absurd = cpu::caches_from_reports(1, int64_t{1} << 40);
   EXPECT_EQ(unknown.l1d_bytes, 32 << 10);
   EXPECT_EQ(unknown.l2_bytes, 512 << 10);
   EXPECT_EQ(absurd.l1d_bytes, 16 << 10);
