@@ -104,7 +104,7 @@ bool blocks_a_whole_row(const Tensor& blocked) {
 int constant_addend(const Graph& g, const Node& n, int& x) {
   if (!is(n, "add") || n.inputs.size() != 2) return -1;
   for (int side = 0; side < 2; ++side)
-    if (g.values[n.inputs[1 - side]].kind == ValueKind::Constant) {
+    if (is_constant(g, n.inputs[1 - side])) {
       x = n.inputs[side];
       return n.inputs[1 - side];
     }

@@ -13,8 +13,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op && n.outputs.size() == 1; }
-
 bool near(double v, double want) { return std::abs(v - want) <= 1e-6 * want; }
 
 class GeluMatcher {
@@ -26,31 +24,31 @@ class GeluMatcher {
   int match(int at) {
     inner_.clear();
     const Node& e = g_.nodes[at];
-    tanh_ = is(e, "tanh");
+    tanh_ = e.is_op("tanh");
     const int scaled = e.inputs[0];
     const int x = tanh_ ? tanh_argument(scaled) : scaled_input(scaled);
     if (x < 0 || !inner(scaled) || !inner(e.outputs[0])) return -1;
     // 1 + erf(...)
     const int add = only_reader(e.outputs[0]);
-    if (add < 0 || !is(g_.nodes[add], "add") || other_input(add, e.outputs[0]) < 0 ||
+    if (add < 0 || !g_.nodes[add].is_op("add") || other_input(add, e.outputs[0]) < 0 ||
         constant_scalar(g_, other_input(add, e.outputs[0])) != 1.0 || !inner(g_.nodes[add].outputs[0]))
       return -1;
     const int sum = g_.nodes[add].outputs[0];
     // Times x and 0.5, in one of three orders: (x * sum) * 0.5,
     // (sum * 0.5) * x, or (x * 0.5) * sum.
     const int first = only_reader(sum);
-    if (first < 0 || !is(g_.nodes[first], "mul")) return -1;
+    if (first < 0 || !g_.nodes[first].is_op("mul")) return -1;
     const int other = other_input(first, sum);
     if (other == x || constant_scalar(g_, other) == 0.5) {
       const int partial = g_.nodes[first].outputs[0];
       const int second = only_reader(partial);
-      if (second < 0 || !is(g_.nodes[second], "mul") || !inner(partial)) return -1;
+      if (second < 0 || !g_.nodes[second].is_op("mul") || !inner(partial)) return -1;
       const int last = other_input(second, partial);
       const bool factors = other == x ? constant_scalar(g_, last) == 0.5 : last == x;
       return factors ? finish(second, x) : -1;
     }
     const int half_at = other >= 0 ? g_.values[other].producer : -1;
-    if (half_at < 0 || !is(g_.nodes[half_at], "mul") || !inner(other)) return -1;
+    if (half_at < 0 || !g_.nodes[half_at].is_op("mul") || !inner(other)) return -1;
     const Node& half = g_.nodes[half_at];
     const bool halves_x = (half.inputs[0] == x && constant_scalar(g_, half.inputs[1]) == 0.5) ||
                           (half.inputs[1] == x && constant_scalar(g_, half.inputs[0]) == 0.5);
@@ -65,7 +63,7 @@ class GeluMatcher {
   // The node producing id when it is op, else null.
   const Node* producer(int id, const char* op) const {
     const int at = id >= 0 ? g_.values[id].producer : -1;
-    return at >= 0 && is(g_.nodes[at], op) ? &g_.nodes[at] : nullptr;
+    return at >= 0 && g_.nodes[at].is_op(op) ? &g_.nodes[at] : nullptr;
   }
 
   // Of a binary node, the input other than a one-value constant near `c`
@@ -110,8 +108,8 @@ class GeluMatcher {
     const int at = g_.values[scaled].producer;
     if (at < 0) return -1;
     const Node& n = g_.nodes[at];
-    if (is(n, "div") && near(constant_scalar(g_, n.inputs[1]), std::sqrt(2.0))) return n.inputs[0];
-    if (!is(n, "mul")) return -1;
+    if (n.is_op("div") && near(constant_scalar(g_, n.inputs[1]), std::sqrt(2.0))) return n.inputs[0];
+    if (!n.is_op("mul")) return -1;
     if (near(constant_scalar(g_, n.inputs[1]), std::sqrt(0.5))) return n.inputs[0];
     if (near(constant_scalar(g_, n.inputs[0]), std::sqrt(0.5))) return n.inputs[1];
     return -1;
@@ -167,7 +165,7 @@ std::string recognize_gelu(Graph& g) {
   // values, which no later pattern reads, and of x, whose count no pattern checks.)
   GeluMatcher m(g);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!is(g.nodes[i], "erf") && !is(g.nodes[i], "tanh")) continue;
+    if (!g.nodes[i].is_op("erf") && !g.nodes[i].is_op("tanh")) continue;
     const int last = m.match(static_cast<int>(i));
     if (last < 0) continue;
     for (int n : m.inner_nodes()) g.nodes[n].removed = true;

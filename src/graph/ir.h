@@ -67,6 +67,8 @@ struct Node {
   bool removed = false;
 
   std::string name() const { return op ? op->name : label; }
+  // Whether this is the registry op op_name itself (not a custom kernel).
+  bool is_op(const char* op_name) const { return !removed && op && op->name == op_name; }
   bool is_view() const { return op && op->has_tag(kTagView); }
   // The op itself, or a custom kernel standing for it (see fused_from).
   bool computes(const char* op_name) const {

@@ -10,7 +10,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op; }
 
 // The pad's [before, after] amounts of H and W, when it pads those two axes of
 // a 4-d value only, with zeros, as much before as after; else empty.
@@ -33,10 +32,10 @@ std::string fold_padding_into_pools(Graph& g) {
   const std::vector<int> uses = g.use_counts();
   size_t folded = 0;
   for (Node& pool : g.nodes) {
-    if (!is(pool, "avg_pool2d") || pool.inputs.empty()) continue;
+    if (!pool.is_op("avg_pool2d") || pool.inputs.empty()) continue;
     const int padded = pool.inputs[0];
     const int at = g.values[padded].producer;
-    if (at < 0 || uses[padded] != 1 || !is(g.nodes[at], "pad")) continue;
+    if (at < 0 || uses[padded] != 1 || !g.nodes[at].is_op("pad")) continue;
     const std::vector<int64_t> amount = spatial_zero_padding(g, g.nodes[at]);
     const Pool2dAttrs a = Pool2dAttrs::of(pool.attrs);
     // A pool's padding is at most half its window (as PyTorch and ONNX have it).

@@ -13,7 +13,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 }  // namespace
 
@@ -23,13 +22,13 @@ std::string matmul_bias_to_linear(Graph& g) {
   const OpDef& linear = OpRegistry::instance().get("linear");
   size_t rewritten = 0;
   for (Node& add : g.nodes) {
-    if (!is_op(add, "add") || add.inputs.size() != 2) continue;
+    if (!add.is_op("add") || add.inputs.size() != 2) continue;
     for (int side = 0; side < 2; ++side) {
       const int y = add.inputs[side], b = add.inputs[1 - side];
       if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
       const int at = g.values[y].producer;
       Node& mm = g.nodes[at];
-      if (!is_op(mm, "matmul")) continue;
+      if (!mm.is_op("matmul")) continue;
       const Value &w = g.values[mm.inputs[1]], &bias = g.values[b];
       if (w.kind != ValueKind::Constant || bias.kind != ValueKind::Constant || w.meta.dtype != DType::Float32 ||
           bias.meta.dtype != DType::Float32 || w.meta.shape.size() != 2 || g.values[mm.inputs[0]].meta.shape.size() < 2)
@@ -64,12 +63,12 @@ std::string fuse_conv_bias_grad(Graph& g) {
   size_t fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& s = g.nodes[i];
-    if (!is_op(s, "sum") || s.attrs.get_bool("keepdim", false) || s.attrs.get_ints("axes", {}) != std::vector<int64_t>{0, 2, 3})
+    if (!s.is_op("sum") || s.attrs.get_bool("keepdim", false) || s.attrs.get_ints("axes", {}) != std::vector<int64_t>{0, 2, 3})
       continue;
     const int gy = s.inputs[0];
     for (size_t j = 0; j < i; ++j) {
       Node& wg = g.nodes[j];
-      if (!is_op(wg, "conv2d_weight_grad") || wg.inputs[1] != gy || wg.attrs.get_bool("with_bias", false)) continue;
+      if (!wg.is_op("conv2d_weight_grad") || wg.inputs[1] != gy || wg.attrs.get_bool("with_bias", false)) continue;
       wg.attrs.set("with_bias", true);
       wg.outputs.push_back(s.outputs[0]);
       g.values[s.outputs[0]].producer = static_cast<int>(j);
@@ -86,12 +85,12 @@ std::string fuse_pool_relu_grad(Graph& g) {
   auto uses = g.use_counts();
   size_t fused = 0;
   for (Node& rb : g.nodes) {
-    if (!is_op(rb, "relu_backward")) continue;
+    if (!rb.is_op("relu_backward")) continue;
     const int gx = rb.inputs[0], y = rb.inputs[1];
     if (g.values[gx].kind != ValueKind::Result || uses[gx] != 1) continue;
     const int at = g.values[gx].producer;
     Node& pb = g.nodes[at];
-    if (!is_op(pb, "max_pool2d_backward") || pb.inputs.size() > 2) continue;
+    if (!pb.is_op("max_pool2d_backward") || pb.inputs.size() > 2) continue;
     if (g.values[y].meta.shape != g.values[gx].meta.shape) continue;
     pb.inputs.push_back(y);
     pb.outputs[0] = rb.outputs[0];
@@ -107,7 +106,7 @@ std::string merge_parallel_linears(Graph& g) {
   std::map<int, std::vector<int>> by_input;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
-    if (!is_op(n, "linear") || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
+    if (!n.is_op("linear") || g.values[n.inputs[1]].kind != ValueKind::Constant) continue;
     const bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
     if (bias && g.values[n.inputs[2]].kind != ValueKind::Constant) continue;
     by_input[n.inputs[0]].push_back(static_cast<int>(i));

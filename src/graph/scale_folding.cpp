@@ -10,8 +10,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is(const Node& n, const char* op) { return !n.removed && n.op && n.op->name == op && n.outputs.size() == 1; }
-
 // The factor as one value per output feature of the linear layer ([O]),
 // when `s` broadcast over `v` varies along `axis` only (the axis the
 // features went to) or not at all; else undefined.
@@ -35,7 +33,7 @@ std::string fold_scales_into_linears(Graph& g) {
   size_t folded = 0;
   NoGradGuard no_grad;
   for (Node& mul : g.nodes) {
-    if (!is(mul, "mul") || mul.inputs.size() != 2) continue;
+    if (!mul.is_op("mul") || mul.inputs.size() != 2) continue;
     const int out = mul.outputs[0];
     for (int side = 0; side < 2; ++side) {
       const int v = mul.inputs[side], s = mul.inputs[1 - side];
@@ -47,14 +45,14 @@ std::string fold_scales_into_linears(Graph& g) {
       int y = v;
       std::vector<std::vector<int64_t>> orders;
       while (g.values[y].kind == ValueKind::Result && uses[y] == 1 && !mutated[y] &&
-             is(g.nodes[g.values[y].producer], "permute")) {
+             g.nodes[g.values[y].producer].is_op("permute")) {
         const Node& p = g.nodes[g.values[y].producer];
         orders.push_back(p.attrs.get_ints("order", {}));
         y = p.inputs[0];
       }
       if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
       Node& linear = g.nodes[g.values[y].producer];
-      if (!is(linear, "linear") || linear.inputs.size() < 2 || !is_constant(g, linear.inputs[1])) continue;
+      if (!linear.is_op("linear") || linear.inputs.size() < 2 || !is_constant(g, linear.inputs[1])) continue;
       const bool bias = linear.inputs.size() > 2 && linear.inputs[2] >= 0;
       if (bias && !is_constant(g, linear.inputs[2])) continue;
       int64_t axis = static_cast<int64_t>(g.values[y].meta.shape.size()) - 1;

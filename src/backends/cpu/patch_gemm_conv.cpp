@@ -213,7 +213,7 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   for (int64_t img = 0; img < s.n; ++img) {
     const float* image = x + img * s.c * pixels;
     float* out = y + img * s.o * pixels;
-    if (channel_scale) {  // panel rows (k = the channel) times that channel's factor
+    if (channel_scale && (img == 0 || scale_stride != 0)) {  // rows (k: the channel) times its factor, once if shared
       const float* factor = channel_scale + img * scale_stride;
       float* scaled = scratch.data<float>();
       parallel_for(patch_gemm_weights_size(s) / kCols, 64, [&](int64_t lo, int64_t hi) {

@@ -25,7 +25,7 @@ namespace layout {
 
 std::string layout_name(int block) { return block ? "nChw" + std::to_string(block) + "c" : std::string("nchw"); }
 
-bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
+bool is_op(const Node& n, const char* name) { return n.is_op(name); }
 
 bool fast(const cpu::onednn::LayoutCall& c) { return cpu::onednn::conv_layout_is_fast(c); }
 

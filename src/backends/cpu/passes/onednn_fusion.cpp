@@ -2,7 +2,6 @@
 // ReLU, and linear + bias (+ residual add) (+ ReLU or GELU) as oneDNN
 // post-ops, and linear layers on weights packed once for small GEMMs.
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "backends/cpu/gemm_tile.h"
@@ -18,7 +17,6 @@
 namespace kiln::graph {
 namespace {
 
-bool is_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 // in: x, w, [bias], [residual] -> y = x w^T + bias (+ residual), ReLU'd when
 // relu (GELU'd when gelu): one oneDNN matmul with post-ops, or, where oneDNN
@@ -42,12 +40,11 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool g
     const float* pr = residual ? r.data<float>() : nullptr;
     parallel_for(n, 1 << 14, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        float v = pr ? y[i] + pr[i] : y[i];
-        if (gelu && gelu_tanh) v = 0.5f * v * (1.0f + std::tanh(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-        if (gelu && !gelu_tanh) v = 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
+        const float v = pr ? y[i] + pr[i] : y[i];
         y[i] = relu && v < 0.0f ? 0.0f : v;
       }
     });
+    if (gelu) out[0].copy_(kiln::gelu(out[0], gelu_tanh));  // (the op's own kernel)
   };
 }
 
@@ -56,8 +53,8 @@ CustomKernel fused_linear_kernel(KernelFn gemm, bool residual, bool relu, bool g
 // A view, or a permute that moves only axes of size 1 (a sequence-first
 // [L, 1, D] read as [1, L, D]), keeps its input's elements in their order.
 bool keeps_element_order(const Graph& g, const Node& n) {
-  if (is_op(n, "view")) return true;
-  if (!is_op(n, "permute")) return false;
+  if (n.is_op("view")) return true;
+  if (!n.is_op("permute")) return false;
   const Shape& in = g.values[n.inputs[0]].meta.shape;
   int64_t last = -1;
   for (int64_t axis : n.attrs.get_ints("order", {})) {
@@ -73,7 +70,7 @@ std::string fuse_linear_residual(Graph& g) {
   auto mutated = g.mutated_values();
   size_t fused = 0, relus = 0;
   for (Node& add : g.nodes) {
-    if (!is_op(add, "add") || add.inputs.size() != 2) continue;
+    if (!add.is_op("add") || add.inputs.size() != 2) continue;
     const int sum = add.outputs[0];
     if (g.values[sum].meta.dtype != DType::Float32) continue;
     for (int side = 0; side < 2; ++side) {
@@ -91,7 +88,7 @@ std::string fuse_linear_residual(Graph& g) {
       if (y == r || g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
       const int at = g.values[y].producer;
       Node& linear = g.nodes[at];
-      if (!is_op(linear, "linear") || g.values[r].meta.shape != g.values[sum].meta.shape ||
+      if (!linear.is_op("linear") || g.values[r].meta.shape != g.values[sum].meta.shape ||
           g.values[add.inputs[side]].meta.shape != g.values[sum].meta.shape ||
           numel_of(g.values[y].meta.shape) != numel_of(g.values[sum].meta.shape))
         continue;
@@ -103,7 +100,7 @@ std::string fuse_linear_residual(Graph& g) {
       Node* relu = nullptr;
       if (uses[sum] == 1)
         for (Node& m : g.nodes)
-          if (is_op(m, "relu") && m.inputs[0] == sum) relu = &m;
+          if (m.is_op("relu") && m.inputs[0] == sum) relu = &m;
       if (relu) {
         result = relu->outputs[0];
         relu->removed = true;
@@ -139,17 +136,17 @@ std::string fuse_conv_activation(Graph& g) {
   size_t convs = 0, linears = 0, gelus = 0;
   for (Node& act : g.nodes) {
     // (A GELU goes into a linear layer only.)
-    const bool gelu = is_op(act, "gelu");
+    const bool gelu = act.is_op("gelu");
     const bool gelu_tanh = gelu && act.attrs.get_string("approximate", "none") == "tanh";
-    if (!is_op(act, "relu") && !gelu) continue;
+    if (!act.is_op("relu") && !gelu) continue;
     const int y = act.inputs[0];
     if (g.values[y].kind != ValueKind::Result || uses[y] != 1 || mutated[y]) continue;
     const int at = g.values[y].producer;
     Node& producer = g.nodes[at];
-    if (!gelu && is_op(producer, "conv2d") && producer.attrs.get_string("activation", "none") == "none") {
+    if (!gelu && producer.is_op("conv2d") && producer.attrs.get_string("activation", "none") == "none") {
       producer.attrs.set("activation", std::string("relu"));  // a oneDNN post-op
       ++convs;
-    } else if (is_op(producer, "linear") && g.values[y].meta.dtype == DType::Float32) {
+    } else if (producer.is_op("linear") && g.values[y].meta.dtype == DType::Float32) {
       const KernelFn gemm = producer.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
       if (!gemm) continue;
       Node k;
