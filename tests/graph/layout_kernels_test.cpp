@@ -49,12 +49,15 @@ struct WinogradCase {
 // Both tile sizes; partial edge tiles (output sizes not a multiple of the
 // tile), no padding, both block sizes, and every epilogue: bias, residual,
 // ReLU; few tiles (one chunk, the GEMMs spread over threads) and many (a
-// chunk per thread at a time).
+// chunk per thread at a time); products on Kiln's register tiles with an
+// odd number of 16-channel panels and a last half panel (24 channels), and
+// on oneDNN's sgemm (256 x 256 channels).
 TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
   manual_seed(2);
   for (const WinogradCase& k : {WinogradCase{2, 8, 16, 9, 9, 1}, WinogradCase{1, 16, 8, 6, 11, 0},
                                 WinogradCase{3, 16, 16, 7, 7, 1}, WinogradCase{4, 8, 8, 31, 30, 1},
-                                WinogradCase{2, 32, 16, 58, 57, 1}}) {
+                                WinogradCase{2, 32, 16, 58, 57, 1}, WinogradCase{2, 8, 24, 20, 19, 1},
+                                WinogradCase{1, 256, 256, 6, 5, 1}}) {
     for (int tile : {2, 4})
     for (int block : {8, 16}) {
       if (k.c % block || k.o % block) continue;
@@ -75,7 +78,8 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(ys);
         cpu::winograd_conv(s, tile, block, to_blocked(x, block).data<float>(), u.data<float>(),
                            epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
-        expect_near_all(y, to_blocked(want, block), 1e-4, what);
+        // Rounding grows with the channels summed (F(4x4)'s the most).
+        expect_near_all(y, to_blocked(want, block), 1e-4 * std::max(1.0, std::sqrt(k.c / 32.0)), what);
       }
     }
   }

@@ -3,8 +3,9 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
+#include <cstring>
 
-#include "backends/cpu/vec8.h"
+#include "backends/cpu/gemm_tile.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
@@ -12,16 +13,41 @@
 namespace kiln::cpu {
 namespace {
 
-using vec8::vf;
+// W floats as one value: the transforms run on a whole channel block where
+// the CPU's vectors are that wide (16 with AVX-512), else on 8 channels.
+// (An alias template with the size as a parameter would lose the attribute.)
+template <int W>
+struct LanesOf;
+template <>
+struct LanesOf<8> {
+  using type = float __attribute__((vector_size(32)));
+};
+template <>
+struct LanesOf<16> {
+  using type = float __attribute__((vector_size(64)));
+};
+template <int W>
+using Lanes = typename LanesOf<W>::type;
+template <int W>
+Lanes<W> load(const float* p) {
+  Lanes<W> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int W>
+void store(float* p, Lanes<W> v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// Where eight channels starting at channel group g (channels 8g..8g+7) sit in
-// a blocked tensor [n, c/block, h, w, block], at (n, ., y, x).
+// Where W channels starting at channel group g (channels W g .. W g + W - 1)
+// sit in a blocked tensor [n, c/block, h, w, block], at (n, ., y, x).
+template <int W>
 struct Blocked {
   const float* base;
   int64_t c, h, w;
   int block;
   int64_t at(int64_t n, int64_t g, int64_t y, int64_t x) const {
-    const int64_t ch = g * 8;
+    const int64_t ch = g * W;
     return (((n * (c / block) + ch / block) * h + y) * w + x) * block + ch % block;
   }
 };
@@ -35,12 +61,14 @@ struct Transforms;
 template <>
 struct Transforms<2> {
   static constexpr int A = 4;
+  template <typename vf>
   static void in(const vf d[4], vf r[4]) {
     r[0] = d[0] - d[2];
     r[1] = d[1] + d[2];
     r[2] = d[2] - d[1];
     r[3] = d[1] - d[3];
   }
+  template <typename vf>
   static void out(const vf m[4], vf r[2]) {
     r[0] = m[0] + m[1] + m[2];
     r[1] = m[1] - m[2] - m[3];
@@ -57,8 +85,9 @@ struct Transforms<2> {
 template <>
 struct Transforms<4> {
   static constexpr int A = 6;
+  template <typename vf>
   static void in(const vf d[6], vf r[6]) {
-    const vf two = vec8::splat(2.0f), four = vec8::splat(4.0f), five = vec8::splat(5.0f);
+    const vf two = vf{} + 2.0f, four = vf{} + 4.0f, five = vf{} + 5.0f;
     r[0] = four * d[0] - five * d[2] + d[4];
     r[1] = d[3] + d[4] - four * (d[1] + d[2]);
     r[2] = four * (d[1] - d[2]) + d[4] - d[3];
@@ -66,8 +95,9 @@ struct Transforms<4> {
     r[4] = two * (d[1] - d[3]) + d[4] - d[2];
     r[5] = four * d[1] - five * d[3] + d[5];
   }
+  template <typename vf>
   static void out(const vf m[6], vf r[4]) {
-    const vf two = vec8::splat(2.0f), four = vec8::splat(4.0f), eight = vec8::splat(8.0f);
+    const vf two = vf{} + 2.0f, four = vf{} + 4.0f, eight = vf{} + 8.0f;
     const vf sum12 = m[1] + m[2], diff12 = m[1] - m[2], sum34 = m[3] + m[4], diff34 = m[3] - m[4];
     r[0] = m[0] + sum12 + sum34;
     r[1] = diff12 + two * diff34;
@@ -86,26 +116,27 @@ struct Transforms<4> {
 
 struct Geometry {
   int64_t tiles_h, tiles_w, tiles;  // tiles per image along h and w; in all
-  int64_t groups_in, groups_out;    // channels / 8
+  int64_t groups_in, groups_out;    // channels / W
 };
 
-template <int M>
+template <int M, int W>
 Geometry geometry_of(const onednn::ConvShape& s) {
   Geometry g;
   g.tiles_h = (s.oh + M - 1) / M;
   g.tiles_w = (s.ow + M - 1) / M;
   g.tiles = s.n * g.tiles_h * g.tiles_w;
-  g.groups_in = s.c / 8;
-  g.groups_out = s.o / 8;
+  g.groups_in = s.c / W;
+  g.groups_out = s.o / W;
   return g;
 }
 
 // V = B^T d B: v[t][tile][c], t the A*A positions.
 // Tiles [first, first + count) make a chunk; this transforms its tiles
 // [lo, hi) (chunk positions).
-template <int M>
-void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked& x, int64_t first, int64_t count,
+template <int M, int W>
+void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked<W>& x, int64_t first, int64_t count,
                      int64_t lo, int64_t hi, float* v) {
+  using vf = Lanes<W>;
   constexpr int A = Transforms<M>::A;
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.c;
   for (int64_t i = lo; i < hi; ++i) {
@@ -118,7 +149,8 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
       for (int r = 0; r < A; ++r)
         for (int c = 0; c < A; ++c) {
           const int64_t iy = y0 + r, ix = x0 + c;
-          d[r][c] = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w) ? vec8::load(x.base + x.at(n, g, iy, ix)) : vf{};
+          const bool in_image = inside || (iy >= 0 && iy < s.h && ix >= 0 && ix < s.w);
+          d[r][c] = in_image ? load<W>(x.base + x.at(n, g, iy, ix)) : vf{};
         }
       vf t[A][A];  // B^T d, column by column
       for (int c = 0; c < A; ++c) {
@@ -127,36 +159,37 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
         Transforms<M>::in(column, transformed);
         for (int r = 0; r < A; ++r) t[r][c] = transformed[r];
       }
-      float* out = v + i * s.c + g * 8;
+      float* out = v + i * s.c + g * W;
       for (int r = 0; r < A; ++r) {  // (B^T d) B, row by row
         vf row[A];
         Transforms<M>::in(t[r], row);
-        for (int c = 0; c < A; ++c) vec8::store(out + (r * A + c) * stride_t, row[c]);
+        for (int c = 0; c < A; ++c) store<W>(out + (r * A + c) * stride_t, row[c]);
       }
     }
   }
 }
 
 // Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU.
-template <int M>
+template <int M, int W>
 void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
                       int64_t lo, int64_t hi, const float* bias, float* y_base, int block, bool relu, bool residual) {
+  using vf = Lanes<W>;
   constexpr int A = Transforms<M>::A;
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
-  const Blocked y{y_base, s.o, s.oh, s.ow, block};
+  const Blocked<W> y{y_base, s.o, s.oh, s.ow, block};
   for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
     for (int64_t g = 0; g < geo.groups_out; ++g) {
-      const float* in = m + i * s.o + g * 8;
+      const float* in = m + i * s.o + g * W;
       vf t[M][A];  // A^T m, column by column
       for (int c = 0; c < A; ++c) {
         vf column[A], transformed[M];
-        for (int r = 0; r < A; ++r) column[r] = vec8::load(in + (r * A + c) * stride_t);
+        for (int r = 0; r < A; ++r) column[r] = load<W>(in + (r * A + c) * stride_t);
         Transforms<M>::out(column, transformed);
         for (int r = 0; r < M; ++r) t[r][c] = transformed[r];
       }
-      const vf b = bias ? vec8::load(bias + g * 8) : vf{};
+      const vf b = bias ? load<W>(bias + g * W) : vf{};
       for (int a = 0; a < M; ++a) {
         vf row[M];
         Transforms<M>::out(t[a], row);
@@ -165,19 +198,33 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
           if (oy >= s.oh || ox >= s.ow) continue;
           float* p = y_base + y.at(n, g, oy, ox);
           vf v = row[c] + b;
-          if (residual) v += vec8::load(p);
-          if (relu) v = vec8::relu(v);
-          vec8::store(p, v);
+          if (residual) v += load<W>(p);
+          if (relu) v = v < vf{} ? vf{} : v;  // NaN passes
+          store<W>(p, v);
         }
       }
     }
   }
 }
 
+// Each patch position's [c, o] matrix is stored in one of two forms. Below
+// 256 x 256 channels, in panels of 16 output channels (for each channel c,
+// the panel's 16 values side by side, zeros past o), which Kiln's register
+// tiles read (gemm_tile.h): the products are small, and oneDNN's sgemm,
+// packing U again on every call, cost more than their arithmetic (a 32 -> 64
+// layer at 14x14 ran slower by Winograd than directly). Larger ones are
+// megabytes that arrive from memory, which sgemm streams faster (ResNet-18's
+// 512-channel layers at 7x7: 0.42 ms against 0.54): plain row-major.
+bool in_panels(const onednn::ConvShape& s) { return s.c * s.o < 256 * 256; }
+int64_t panels_of(const onednn::ConvShape& s) { return (s.o + gemm::kCols - 1) / gemm::kCols; }
+int64_t columns_of(const onednn::ConvShape& s) { return in_panels(s) ? panels_of(s) * gemm::kCols : s.o; }
+
 template <int M>
 void weights(const onednn::ConvShape& s, const float* w, float* u) {
   constexpr int A = Transforms<M>::A;
-  const int64_t co = s.c * s.o;
+  const int64_t panel = s.c * gemm::kCols, position = s.c * columns_of(s);
+  const bool panels = in_panels(s);
+  std::fill(u, u + A * A * position, 0.0f);
   for (int64_t o = 0; o < s.o; ++o)
     for (int64_t c = 0; c < s.c; ++c) {
       const float* g = w + (o * s.c + c) * 9;
@@ -191,16 +238,51 @@ void weights(const onednn::ConvShape& s, const float* w, float* u) {
       for (int i = 0; i < A; ++i) {  // (G g) G^T, row by row
         float row[A];
         Transforms<M>::weight(t[i], row);
-        for (int j = 0; j < A; ++j) u[(i * A + j) * co + c * s.o + o] = row[j];
+        for (int j = 0; j < A; ++j)
+          u[(i * A + j) * position + (panels ? o / gemm::kCols * panel + c * gemm::kCols + o % gemm::kCols
+                                             : c * s.o + o)] = row[j];
       }
     }
 }
 
-template <int M>
+// M = V U at patch positions [t_lo, t_hi): [count, c] times [c, o].
+void products(const onednn::ConvShape& s, int64_t count, int64_t t_lo, int64_t t_hi, const float* v, const float* u,
+              float* m) {
+  if (!in_panels(s)) {
+    for (int64_t t = t_lo; t < t_hi; ++t) {
+      const dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c,
+                                          u + t * s.c * s.o, s.o, 0.0f, m + t * count * s.o, s.o);
+      KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
+    }
+    return;
+  }
+  const int64_t panels = panels_of(s), panel = s.c * gemm::kCols;
+  const gemm::Epilogue plain{nullptr, false, true, false};
+  for (int64_t t = t_lo; t < t_hi; ++t) {
+    const float *vt = v + t * count * s.c, *ut = u + t * panels * panel;
+    float* mt = m + t * count * s.o;
+    // Row `row` of panel q's columns in M (the last panel's second half may not exist).
+    auto out = [&](int64_t q, int64_t row) {
+      return gemm::Output{mt + row * s.o + q * gemm::kCols, s.o, (q + 1) * gemm::kCols <= s.o ? 8 : 0};
+    };
+    for (int64_t q = 0; q < panels; q += 2)
+      for (int64_t row = 0; row < count; row += gemm::kRows) {
+        const int64_t rows = std::min(gemm::kRows, count - row);
+        const float* a = vt + row * s.c;
+        if (q + 1 < panels)
+          gemm::tile2_rows(rows, a, s.c, ut + q * panel, ut + (q + 1) * panel, s.c, out(q, row), out(q + 1, row), plain,
+                           plain);
+        else
+          gemm::tile_rows(rows, a, s.c, ut + q * panel, s.c, out(q, row), plain);
+      }
+  }
+}
+
+template <int M, int W>
 void convolve(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
               bool relu, bool residual) {
   constexpr int T = Transforms<M>::A * Transforms<M>::A;  // GEMMs per chunk
-  const Geometry geo = geometry_of<M>(s);
+  const Geometry geo = geometry_of<M, W>(s);
   // Tiles per chunk: each thread transforms a chunk, runs its T GEMMs and
   // transforms it back while it is still in its own cache. Its buffers take
   // 4 T (c + o) bytes per tile. Each chunk's GEMMs read all T c x o
@@ -217,23 +299,17 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
     chunk = (geo.tiles + chunks - 1) / chunks;
     chunks = (geo.tiles + chunk - 1) / chunk;  // none empty
   }
-  const Blocked xb{x, s.c, s.h, s.w, block};
-  auto gemm = [&](int t, int64_t count, const float* v, float* m) {
-    dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c, u + t * s.c * s.o, s.o,
-                                  0.0f, m + t * count * s.o, s.o);
-    KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
-  };
+  const Blocked<W> xb{x, s.c, s.h, s.w, block};
   if (chunks < 2 * get_num_threads()) {
     // Few tiles (deep layers at batch 1): one chunk of them all, each phase
     // spread over the threads, the T GEMMs too.
     Tensor v_buffer = Tensor::empty({T * geo.tiles * s.c}), m_buffer = Tensor::empty({T * geo.tiles * s.o});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
-    parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) { transform_input<M>(s, geo, xb, 0, geo.tiles, lo, hi, v); });
-    parallel_for(T, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t t = lo; t < hi; ++t) gemm(static_cast<int>(t), geo.tiles, v, m);
-    });
+    parallel_for(geo.tiles, 1,
+                 [&](int64_t lo, int64_t hi) { transform_input<M, W>(s, geo, xb, 0, geo.tiles, lo, hi, v); });
+    parallel_for(T, 1, [&](int64_t lo, int64_t hi) { products(s, geo.tiles, lo, hi, v, u, m); });
     parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) {
-      transform_output<M>(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
+      transform_output<M, W>(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
     });
     return;
   }
@@ -243,9 +319,9 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
     for (int64_t k = begin; k < end; ++k) {
       const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
-      transform_input<M>(s, geo, xb, first, count, 0, count, v);
-      for (int t = 0; t < T; ++t) gemm(t, count, v, m);
-      transform_output<M>(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
+      transform_input<M, W>(s, geo, xb, first, count, 0, count, v);
+      products(s, count, 0, T, v, u, m);
+      transform_output<M, W>(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
     }
   });
 }
@@ -257,7 +333,9 @@ bool winograd_applies(const onednn::ConvShape& s, int block) {
          s.groups == 1 && s.ph <= 1 && s.pw <= 1 && s.c % block == 0 && s.o % block == 0 && s.oh >= 1 && s.ow >= 1;
 }
 
-int64_t winograd_weights_size(const onednn::ConvShape& s, int tile) { return (tile + 2) * (tile + 2) * s.c * s.o; }
+int64_t winograd_weights_size(const onednn::ConvShape& s, int tile) {
+  return (tile + 2) * (tile + 2) * s.c * columns_of(s);
+}
 
 void winograd_weights(const onednn::ConvShape& s, int tile, const float* w, float* u) {
   KILN_CHECK(tile == 2 || tile == 4, "Winograd output tiles are 2x2 or 4x4, not ", tile, "x", tile);
@@ -267,7 +345,16 @@ void winograd_weights(const onednn::ConvShape& s, int tile, const float* w, floa
 void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, const float* bias,
                    float* y, bool relu, bool residual) {
   KILN_CHECK(tile == 2 || tile == 4, "Winograd output tiles are 2x2 or 4x4, not ", tile, "x", tile);
-  tile == 2 ? convolve<2>(s, block, x, u, bias, y, relu, residual) : convolve<4>(s, block, x, u, bias, y, relu, residual);
+  // A whole 16-channel block per vector where the CPU has 16-float vectors.
+#if defined(__AVX512F__)
+  if (block == 16) {
+    tile == 2 ? convolve<2, 16>(s, block, x, u, bias, y, relu, residual)
+              : convolve<4, 16>(s, block, x, u, bias, y, relu, residual);
+    return;
+  }
+#endif
+  tile == 2 ? convolve<2, 8>(s, block, x, u, bias, y, relu, residual)
+            : convolve<4, 8>(s, block, x, u, bias, y, relu, residual);
 }
 
 }  // namespace kiln::cpu
