@@ -258,21 +258,26 @@ TEST(Int8Kernels, ADequantizingEpilogueEqualsQuantizingThenDequantizing) {
                                       bias ? bias_values.data<int32_t>() : nullptr, y_zero, q.raw_data()));
     const Tensor zero = cast(scalar_tensor(static_cast<double>(y_zero)), q.dtype());
     const Tensor want = dequantize_linear(q, scalar(y_scale), zero);
+    const Tensor residual = randn({m, n});
     for (const bool add_relu : {false, true}) {
+      // With the vector and the ReLU, a residual added between them too.
       dnn::QuantizedMatmulCall f = call;
       f.dequantized = {true, y_scale, y_zero, add_relu, add_relu};
+      f.dequantized.add_residual = add_relu;
       Tensor own = Tensor::empty({dnn::quantized_matmul_weights_bytes(f, scales.data())}, DType::UInt8);
       ASSERT_GT(own.numel(), 0);
       dnn::prepare_quantized_matmul_weights(f, scales.data(), b.data<int8_t>(), own.raw_data());
       Tensor got = Tensor::empty({m, n});
       ASSERT_TRUE(dnn::quantized_matmul(f, a.raw_data(), a_zero, own.raw_data(), scales.data(),
                                         bias ? bias_values.data<int32_t>() : nullptr, y_zero, got.raw_data(),
-                                        add_relu ? vector.data<float>() : nullptr));
-      const Tensor expected = add_relu ? relu(want + vector) : want;
+                                        add_relu ? vector.data<float>() : nullptr,
+                                        add_relu ? residual.data<float>() : nullptr));
+      const Tensor expected = add_relu ? relu(want + vector + residual) : want;
       const auto g = got.to_vector<float>(), e = expected.contiguous().to_vector<float>();
       size_t equal = 0;
       for (size_t i = 0; i < g.size(); ++i) equal += g[i] == e[i];
-      EXPECT_EQ(equal, g.size()) << (add_relu ? "with the vector and the ReLU" : "dequantized") << ": element 0 "
+      EXPECT_EQ(equal, g.size()) << (add_relu ? "with the vector, the residual and the ReLU" : "dequantized")
+                                 << ": element 0 "
                                  << g[0] << " vs " << e[0];
       // Quantized again (for the next product), into either 8-bit type:
       // what quantize_linear gives on that float result, bit for bit.
@@ -288,7 +293,8 @@ TEST(Int8Kernels, ADequantizingEpilogueEqualsQuantizingThenDequantizing) {
         Tensor requantized = Tensor::empty({m, n}, q_signed ? DType::Int8 : DType::UInt8);
         ASSERT_TRUE(dnn::quantized_matmul(r, a.raw_data(), a_zero, rw.raw_data(), scales.data(),
                                           bias ? bias_values.data<int32_t>() : nullptr, y_zero, requantized.raw_data(),
-                                          add_relu ? vector.data<float>() : nullptr));
+                                          add_relu ? vector.data<float>() : nullptr,
+                                          add_relu ? residual.data<float>() : nullptr));
         const Tensor q_zero = cast(scalar_tensor(q_signed ? 3.0 : 77.0), requantized.dtype());
         EXPECT_EQ(cast(requantized, DType::Int32).to_vector<int32_t>(),
                   cast(quantize_linear(expected, scalar(0.023f), q_zero), DType::Int32).to_vector<int32_t>())
@@ -327,8 +333,10 @@ void expect_within_one_step(const CompiledAndPlain& r, double step) {
 
 // x [8, 16] quantized, times int8 weights [16, 12] (per column), the
 // product quantized and dequantized, a float bias added and the ReLU: the
-// layout `kiln quantize` writes for a linear layer, into `out`.
-void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out) {
+// layout `kiln quantize` writes for a linear layer, into `out`. With
+// `residual`, that float [8, 12] value is added before the ReLU (a residual
+// block's second layer).
+void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out, const std::string& residual = "") {
   b.io(true, "x", TensorProto::FLOAT, {8, 16});
   b.init("x_scale", scalar(0.03f));
   b.init("x_zero", from_vector<uint8_t>({120}, {}));
@@ -346,7 +354,8 @@ void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out) {
   b.node("QuantizeLinear", {"y", "y_scale", "y_zero"}, {"y_q"});
   b.node("DequantizeLinear", {"y_q", "y_scale", "y_zero"}, {"y_dq"});
   b.node("Add", {"y_dq", "bias"}, {"biased"});
-  b.node("Relu", {"biased"}, {out});
+  if (!residual.empty()) b.node("Add", {residual, "biased"}, {"summed"});
+  b.node("Relu", {residual.empty() ? "biased" : "summed"}, {out});
 }
 
 // The layout `kiln quantize` writes for a linear layer: the product's
@@ -364,6 +373,29 @@ TEST(Int8Kernels, ALinearLayersDequantizationBiasAndReluRunInItsEpilogue) {
   EXPECT_NE(std::find(names.begin(), names.end(), "qlinear_matmul (int8, weights prepared) + dequantize + add + relu"),
             names.end()) << ::testing::PrintToString(names);
   EXPECT_EQ(std::find(names.begin(), names.end(), "dequantize_linear"), names.end()) << ::testing::PrintToString(names);
+  expect_within_one_step(run, 0.2);
+}
+
+// A residual block's second linear layer: the product dequantized, its
+// bias added, then the block's input added back (a float value the graph
+// made earlier), then the ReLU. The product's kernel adds the residual in
+// its epilogue (no add of its own), with the answer of the graph without
+// passes.
+TEST(Int8Kernels, AResidualAddedAfterALinearLayerRunsInItsEpilogue) {
+  kt::OnnxBuilder b;
+  manual_seed(11);
+  b.init("skip_w", randn({16, 12}));
+  b.node("MatMul", {"x", "skip_w"}, {"skip"});  // a float value made before the product runs
+  qdq_linear_layer(b, "out", "skip");
+  b.io(false, "out", TensorProto::FLOAT, {8, 12});
+  manual_seed(12);
+  const CompiledAndPlain run = compiled_and_plain(b.save("qdq_residual.onnx"), randn({8, 16}) * 2.0);
+  const std::vector<std::string>& names = run.kernels;
+  EXPECT_NE(std::find(names.begin(), names.end(),
+                      "qlinear_matmul (int8, weights prepared) + dequantize + add + residual + relu"),
+            names.end())
+      << ::testing::PrintToString(names);
+  EXPECT_EQ(std::find(names.begin(), names.end(), "add"), names.end()) << ::testing::PrintToString(names);
   expect_within_one_step(run, 0.2);
 }
 

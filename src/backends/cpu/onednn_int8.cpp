@@ -327,7 +327,7 @@ void prepare_quantized_weights(const QuantizedConvCall& c, const float* scales, 
 namespace {
 
 struct MatmulDescs {
-  memory::desc a, b, bias, y, vector;
+  memory::desc a, b, bias, y, vector, residual;
 };
 MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
   const auto& dq = c.dequantized;
@@ -336,20 +336,22 @@ MatmulDescs matmul_descs(const QuantizedMatmulCall& c) {
           memory::desc({c.m, c.n},
                        dq.requantize ? activation_type(dq.q_signed) : dq.on ? dt::f32 : activation_type(c.y_signed),
                        tag::ab),
-          dq.add_vector ? memory::desc({1, c.n}, dt::f32, tag::ab) : memory::desc()};
+          dq.add_vector ? memory::desc({1, c.n}, dt::f32, tag::ab) : memory::desc(),
+          dq.add_residual ? memory::desc({c.m, c.n}, dt::f32, tag::ab) : memory::desc()};
 }
 
 // The attributes of a matmul: its requantization, and for a dequantized
 // output the integer output's own steps as post-ops on the float result:
 // the zero point added as the integer epilogue adds it, rounding to nearest
 // even, saturation, the zero point taken off again (exact on integers), the
-// scale; then the vector and the ReLU; to requantize, the division by the
+// scale; then the vector, the residual and the ReLU; to requantize, the division by the
 // next scale, rounding, and that zero point (the 8-bit output's conversion
 // saturates). oneDNN 2.7 gives every eltwise_linear of one chain the first
 // one's constants, so past the first the steps are binary ops with one-value
 // operands (quantized_matmul gives them).
 struct DequantizeSteps {
-  int minus_zero = -1, scale = -1, vector = -1, divide = -1, plus_zero = -1;  // post-op indices of the binary steps
+  // post-op indices of the binary steps
+  int minus_zero = -1, scale = -1, vector = -1, residual = -1, divide = -1, plus_zero = -1;
 };
 DequantizeSteps dequantize_steps(const QuantizedMatmulCall& c, dnnl::post_ops* ops) {
   using alg = dnnl::algorithm;
@@ -371,6 +373,7 @@ DequantizeSteps dequantize_steps(const QuantizedMatmulCall& c, dnnl::post_ops* o
   if (dq.y_zero != 0) at.minus_zero = binary(alg::binary_add, one);
   at.scale = binary(alg::binary_mul, one);
   if (dq.add_vector) at.vector = binary(alg::binary_add, memory::desc({1, c.n}, dt::f32, tag::ab));
+  if (dq.add_residual) at.residual = binary(alg::binary_add, memory::desc({c.m, c.n}, dt::f32, tag::ab));
   if (dq.relu) eltwise(alg::eltwise_relu, 0.0f, 0.0f);
   if (dq.requantize) {
     at.divide = binary(alg::binary_div, one);
@@ -401,7 +404,7 @@ struct MatmulPrimitive {
 // scales built in (oneDNN's brgemm kernels, several times faster at one row).
 const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const float* scale_values) {
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool, bool, bool, int, std::vector<float>,
-                         std::tuple<bool, float, int32_t, bool, bool, bool, float, int32_t, bool>>;
+                         std::tuple<bool, float, int32_t, bool, bool, bool, float, int32_t, bool, bool>>;
   static std::mutex mu;
   static std::map<Key, MatmulPrimitive> cache;
   std::vector<float> scales;
@@ -409,7 +412,7 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
   const auto& dq = c.dequantized;
   const Key key{c.m, c.k, c.n, c.a_signed, c.y_signed, c.per_column, c.bias, c.prepared_weights, get_num_threads(), scales,
                 {dq.on, dq.y_scale, dq.y_zero, dq.add_vector, dq.relu, dq.requantize, dq.q_scale, dq.q_zero,
-                 dq.q_signed}};
+                 dq.q_signed, dq.add_residual}};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -430,7 +433,8 @@ const MatmulPrimitive* matmul_primitive(const QuantizedMatmulCall& c, const floa
 }  // namespace
 
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
-                      const int32_t* bias, int32_t y_zero, void* y, const float* vector, PrimitiveMemo* memo) {
+                      const int32_t* bias, int32_t y_zero, void* y, const float* vector, const float* residual,
+                      PrimitiveMemo* memo) {
   const MatmulPrimitive* p = PrimitiveMemo::find_or_make<MatmulPrimitive>(memo, get_num_threads(),
                                                                            [&] { return matmul_primitive(c, scales); });
   if (!p) return false;
@@ -448,6 +452,7 @@ bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zer
     if (at.minus_zero >= 0) args.value(operand(at.minus_zero), one_f32, -static_cast<float>(c.dequantized.y_zero));
     if (at.scale >= 0) args.value(operand(at.scale), one_f32, c.dequantized.y_scale);
     if (at.vector >= 0) args.buffer(operand(at.vector), d.vector, vector);
+    if (at.residual >= 0) args.buffer(operand(at.residual), d.residual, residual);
     if (at.divide >= 0) args.value(operand(at.divide), one_f32, c.dequantized.q_scale);
     if (at.plus_zero >= 0) args.value(operand(at.plus_zero), one_f32, static_cast<float>(c.dequantized.q_zero));
   }

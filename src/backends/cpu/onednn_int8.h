@@ -58,7 +58,8 @@ struct QuantizedMatmulCall {
   // Float32 y: the quantized result dequantized in the epilogue, bit for bit
   // what a dequantize_linear after it gives, (q - y_zero) * y_scale, with q
   // rounded and saturated as the quantized output is; then plus a float32
-  // [n] vector (a bias added after the dequantization) and a ReLU when asked.
+  // [n] vector (a bias added after the dequantization), a residual and a
+  // ReLU when asked.
   // y_zero is then fixed here rather than given at run time. With requantize,
   // that float result quantized again (a quantize_linear after it: the
   // matmul that reads it next takes 8-bit input), bit for bit as
@@ -73,12 +74,16 @@ struct QuantizedMatmulCall {
     float q_scale = 1;
     int32_t q_zero = 0;
     bool q_signed = false;
+    // After the vector, plus a float32 [m, n] tensor (a residual), before the
+    // ReLU: the sum a separate add would give, bit for bit.
+    bool add_residual = false;
   } dequantized;
 };
-// vector: the float32 [n] vector of c.dequantized.add_vector, else null.
+// vector: the float32 [n] vector of c.dequantized.add_vector, else null;
+// residual: the float32 [m, n] tensor of c.dequantized.add_residual, else null.
 bool quantized_matmul(const QuantizedMatmulCall& c, const void* a, int32_t a_zero, const void* b, const float* scales,
                       const int32_t* bias, int32_t y_zero, void* y, const float* vector = nullptr,
-                      PrimitiveMemo* memo = nullptr);
+                      const float* residual = nullptr, PrimitiveMemo* memo = nullptr);
 // As for convolutions: the prepared weights' size (0: no primitive), layout in words, and the reorder.
 int64_t quantized_matmul_weights_bytes(const QuantizedMatmulCall& c, const float* scales);
 std::string quantized_matmul_weights_layout(const QuantizedMatmulCall& c, const float* scales);
