@@ -130,6 +130,58 @@ TEST(AttentionFusion, ScoresNeededElsewhereStaySeparate) {
   EXPECT_TRUE(kt::all_close(other({q, k, v})[0], across_queries({q, k, v})[0], 1e-5, 1e-5));
 }
 
+// A multi-head layer's end: the heads' outputs [N, H, L, Dv] transposed to
+// [N, L, H, Dv] and made contiguous for the output projection. The attention
+// kernel writes that layout itself, so the graph has no copy; the values are
+// eager's, in float32 and float64, with and without the causal flag. Where
+// the heads are read in their own layout too, the copy stays.
+TEST(AttentionFusion, HeadsComeOutInterleavedWithoutACopy) {
+  manual_seed(24);
+  for (const DType dtype : {DType::Float32, DType::Float64})
+  for (const bool causal : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(dtype) << (causal ? ", causal" : ""));
+    const Tensor q = cast(randn({2, 3, 5, 4}), dtype), k = cast(randn({2, 3, 6, 4}), dtype);
+    const Tensor v = cast(randn({2, 3, 6, 3}), dtype), w = cast(randn({9, 7}), dtype);
+    auto layer = [&](const std::vector<Tensor>& in) {
+      const Tensor heads = scaled_dot_product_attention(in[0], in[1], in[2], Tensor(), causal);
+      return std::vector<Tensor>{matmul(heads.transpose(1, 2).contiguous().reshape({2, 5, 9}), w)};
+    };
+    auto fn = compile_inference(layer, {q, k, v});
+    EXPECT_NE(fn.report().str().find("1 attention layers write their heads interleaved"), std::string::npos)
+        << fn.report().str();
+    EXPECT_EQ(fn.graph_text().find(" copy("), std::string::npos) << fn.graph_text();
+    EXPECT_TRUE(kt::all_close(fn({q, k, v})[0], layer({q, k, v})[0], 1e-5, 1e-5));
+  }
+  // Compiled once for every length: the kernel takes its sizes from its tensors.
+  const Tensor w = randn({16, 5});
+  auto by_length = [&](const std::vector<Tensor>& in) {
+    const int64_t n = in[0].size(2);
+    const Tensor heads = scaled_dot_product_attention(in[0], in[0], in[0]);
+    return std::vector<Tensor>{matmul(heads.transpose(1, 2).contiguous().reshape({1, n, 16}), w)};
+  };
+  jit::CompileOptions o;
+  o.inference = true;
+  o.recompile = jit::RecompilePolicy::Error;
+  o.dynamic = {{0, 2}};
+  auto dynamic = jit::compile(by_length, {}, o);
+  for (int64_t n : {5, 9, 3}) {
+    const Tensor x = randn({1, 2, n, 8});
+    EXPECT_TRUE(kt::all_close(dynamic({x})[0], by_length({x})[0], 1e-5, 1e-5)) << "length " << n;
+  }
+  EXPECT_EQ(dynamic.compiles(), 1);
+  EXPECT_NE(dynamic.report().str().find("write their heads interleaved"), std::string::npos) << dynamic.report().str();
+  const Tensor q = randn({1, 2, 4, 8}), k = randn({1, 2, 4, 8}), v = randn({1, 2, 4, 8});
+  auto also_returned = [&](const std::vector<Tensor>& in) {
+    const Tensor heads = scaled_dot_product_attention(in[0], in[1], in[2]);
+    return std::vector<Tensor>{heads.transpose(1, 2).contiguous().reshape({1, 4, 16}), heads * scalar_tensor(2.0)};
+  };
+  auto fn = compile_inference(also_returned, {q, k, v});
+  EXPECT_EQ(fn.report().str().find("write their heads interleaved"), std::string::npos) << fn.report().str();
+  const auto got = fn({q, k, v}), want = also_returned({q, k, v});
+  EXPECT_TRUE(kt::all_close(got[0], want[0], 1e-5, 1e-5));
+  EXPECT_TRUE(kt::all_close(got[1], want[1], 1e-5, 1e-5));
+}
+
 }  // namespace
 
 namespace {

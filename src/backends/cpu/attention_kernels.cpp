@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/cpu/attention_forward.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/softmax_row.h"
@@ -66,7 +67,7 @@ Operand operand(const Tensor& x) {
 }
 
 template <typename T>
-void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
+void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved) {
   const Operand oq = operand(in[0]), ok = operand(in[1]), ov = operand(in[2]);
   const Tensor &q = oq.t, &k = ok.t, &v = ov.t;
   const int64_t r = q.dim(), l = q.size(-2), d = q.size(-1), s = k.size(-2), dv = v.size(-1);
@@ -87,6 +88,11 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const T* pm = mask.defined() ? mask.data<T>() : nullptr;
   const T *pq = q.data<T>(), *pk = k.data<T>(), *pv = v.data<T>();
   T* py = y.data<T>();
+  // Where matrix b's rows go: [.., H, L, Dv], or [.., L, H, Dv] with the heads interleaved.
+  const int64_t heads = heads_interleaved ? q.size(-3) : 1, y_stride = heads * dv;
+  auto y_rows = [&](int64_t b, int64_t r0) {
+    return py + ((b / heads * l + r0) * heads + b % heads) * dv;
+  };
   const int64_t block = rows_per_item(batch, l, causal), blocks = (l + block - 1) / block;
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(weights ? 0 : block * s));
@@ -117,13 +123,28 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
         }
         std::fill(row + visible, row + s, T(0));
       }
-      gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + ov.offsets[b], ov.row_stride, T(0),
-              py + (b * l + r0) * dv, dv);
+      gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + ov.offsets[b], ov.row_stride, T(0), y_rows(b, r0),
+              y_stride);
     }
   });
 }
 
+template <typename T>
+void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  attention<T>(in, out, a, false);
+}
+
 }  // namespace
+
+void attention_forward(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a,
+                       bool heads_interleaved) {
+  KILN_CHECK(!heads_interleaved || (in[0].dim() >= 3 && out[1].numel() == 0),
+             "attention with its heads interleaved needs heads (q of rank 3 or more) and no weights kept");
+  if (in[0].dtype() == DType::Float64)
+    attention<double>(in, out, a, heads_interleaved);
+  else
+    attention<float>(in, out, a, heads_interleaved);
+}
 
 KILN_CPU_F32_F64("attention", attention_kernel);
 
