@@ -212,9 +212,10 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
 // the panel's 16 values side by side, zeros past o), which Kiln's register
 // tiles read (gemm_tile.h): the products are small, and oneDNN's sgemm,
 // packing U again on every call, cost more than their arithmetic (a 32 -> 64
-// layer at 14x14 ran slower by Winograd than directly). Larger ones are
-// megabytes that arrive from memory, which sgemm streams faster (ResNet-18's
-// 512-channel layers at 7x7: 0.42 ms against 0.54): plain row-major.
+// layer at 14x14 ran slower by Winograd than directly). From 256 x 256 the
+// matrices are 4 MB and more, read from memory on every call, which sgemm
+// streams faster (ResNet-18's 512-channel layers at 7x7 ran slower on the
+// tiles): plain row-major.
 bool in_panels(const onednn::ConvShape& s) { return s.c * s.o < 256 * 256; }
 int64_t panels_of(const onednn::ConvShape& s) { return (s.o + gemm::kCols - 1) / gemm::kCols; }
 int64_t columns_of(const onednn::ConvShape& s) { return in_panels(s) ? panels_of(s) * gemm::kCols : s.o; }

@@ -136,9 +136,9 @@ CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
 // quantizer left after the dequantization), then an add of a float32 value
 // of the result's shape made before the matmul runs (a residual, which a
 // separate add reads back with the result: the int8 BERT-style encoder ran
-// 2% faster), then a ReLU, then a quantize_linear by
-// one constant scale and zero point (a transformer's feed-forward layer: its
-// first product's result quantized for the second).
+// 2% faster), then a ReLU, then a quantize_linear by one constant scale and
+// zero point (a transformer's feed-forward layer: its first product's result
+// quantized for the second).
 struct DequantizeFold {
   cpu::onednn::QuantizedMatmulCall::Dequantized epilogue;
   std::vector<int> nodes;  // taken over
