@@ -123,16 +123,7 @@ class GeluMatcher {
     return true;
   }
 
-  int only_reader(int id) const {
-    if (uses_[id] != 1) return -1;
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      const Node& n = g_.nodes[i];
-      if (n.removed) continue;
-      for (int in : n.inputs)
-        if (in == id) return static_cast<int>(i);
-    }
-    return -1;
-  }
+  int only_reader(int id) const { return g_.sole_reader(id, uses_); }
 
   // The binary node's input beside `id`, or -1.
   int other_input(int node, int id) const {

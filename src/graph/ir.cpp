@@ -1,5 +1,6 @@
 #include "graph/ir.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -91,6 +92,15 @@ std::vector<int> Graph::use_counts() const {
         if (id >= 0) ++uses[id];
   for (int id : outputs) ++uses[id];
   return uses;
+}
+
+int Graph::sole_reader(int id, const std::vector<int>& uses) const {
+  if (uses[id] != 1) return -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (!n.removed && std::find(n.inputs.begin(), n.inputs.end(), id) != n.inputs.end()) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 void Graph::splice(std::vector<Node> prologue, std::vector<std::vector<Node>> after) {

@@ -3,24 +3,11 @@
 // output projection (what torch.onnx.export writes, and Kiln's own
 // MultiheadAttention). The attention kernel writes that layout itself, and
 // the copy goes (18 us a layer at 8 x 128 x 32 on two cores).
-#include <algorithm>
-
 #include "backends/cpu/attention_forward.h"
 #include "backends/cpu/passes/cpu_passes.h"
-#include "backends/cpu/passes/layout_pass.h"
 
 namespace kiln::graph {
 namespace {
-
-// The node that reads value v, when v has exactly one reader.
-int sole_reader(const Graph& g, const std::vector<int>& uses, int v) {
-  if (uses[v] != 1) return -1;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    if (!n.removed && std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end()) return static_cast<int>(i);
-  }
-  return -1;
-}
 
 // Whether `order` swaps axes rank - 3 and rank - 2 and keeps the others.
 bool swaps_heads_and_positions(const std::vector<int64_t>& order, size_t rank) {
@@ -40,18 +27,18 @@ std::string write_attention_heads_interleaved(Graph& g) {
   size_t rewritten = 0;
   for (size_t at = 0; at < g.nodes.size(); ++at) {
     Node& a = g.nodes[at];
-    if (!layout::is_op(a, "attention") || a.attrs.get_bool("save_weights", false) || a.outputs.empty()) continue;
+    if (!a.is_op("attention") || a.attrs.get_bool("save_weights", false) || a.outputs.empty()) continue;
     const int y = a.outputs[0];
     const size_t rank = g.values[y].meta.shape.size();
     const DType dtype = g.values[y].meta.dtype;
     if (rank < 3 || (dtype != DType::Float32 && dtype != DType::Float64) || mutated[y]) continue;
-    const int p_at = sole_reader(g, uses, y);
-    if (p_at < 0 || !layout::is_op(g.nodes[p_at], "permute") ||
+    const int p_at = g.sole_reader(y, uses);
+    if (p_at < 0 || !g.nodes[p_at].is_op("permute") ||
         !swaps_heads_and_positions(g.nodes[p_at].attrs.get_ints("order", {}), rank))
       continue;
     const int permuted = g.nodes[p_at].outputs[0];
-    const int c_at = mutated[permuted] ? -1 : sole_reader(g, uses, permuted);
-    if (c_at < 0 || !layout::is_op(g.nodes[c_at], "copy")) continue;
+    const int c_at = mutated[permuted] ? -1 : g.sole_reader(permuted, uses);
+    if (c_at < 0 || !g.nodes[c_at].is_op("copy")) continue;
     const int z = g.nodes[c_at].outputs[0];
     if (mutated[z] || g.values[z].meta.shape != g.values[permuted].meta.shape || g.values[z].meta.dtype != dtype)
       continue;

@@ -149,14 +149,7 @@ struct DequantizeFold {
 
 // uses: the graph's use counts (a fold changes only its own chain's).
 DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::vector<int>& uses) {
-  auto sole_reader = [&](int v) -> int {
-    if (uses[v] != 1) return -1;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-      const Node& r = g.nodes[i];
-      if (!r.removed && std::find(r.inputs.begin(), r.inputs.end(), v) != r.inputs.end()) return static_cast<int>(i);
-    }
-    return -1;
-  };
+  auto sole_reader = [&](int v) { return g.sole_reader(v, uses); };
   auto value_of = [&](int id) { return g.values[id].tensor.contiguous(); };
   const Node& n = g.nodes[static_cast<size_t>(m.node)];
   DequantizeFold f;
