@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "backends/cpu/onednn_conv.h"
@@ -697,6 +698,69 @@ TEST(BlockedLayout, AReluBeforeAMaxPoolRunsOnWhatThePoolKeeps) {
     }
     EXPECT_GT(nans, 0u) << "output " << i << ": the NaN reaches it";
   }
+}
+
+// A 2x2, stride-2 max pool that alone reads a Winograd convolution's output
+// runs inside it, with the convolution's ReLU (moved onto the pool) or none;
+// a pool of another window, and a convolution read twice, keep their own
+// pool. KILN_CONV_ALGORITHM pins both tile sizes, so the test does not
+// depend on what timing chooses; a value it does not know is an error.
+TEST(BlockedLayout, AMaxPoolAfterAWinogradConvolutionRunsInsideIt) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(46);
+  Tensor w1 = randn({32, 16, 3, 3}) * 0.2, b1 = randn({32}), w2 = randn({16, 32, 3, 3}) * 0.2,
+         w3 = randn({16, 16, 3, 3}) * 0.2, w4 = randn({16, 16, 3, 3}) * 0.2;
+  auto program = [&](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    Tensor y = max_pool2d(relu(conv2d(in[0], w1, b1, pad1)), {2, 2}, {2, 2});  // 11x9 -> 5x4
+    y = max_pool2d(conv2d(y, w2, Tensor(), pad1), {2, 2}, {2, 2});            // no ReLU: 5x4 -> 2x2
+    const Tensor other = max_pool2d(conv2d(in[0], w3, Tensor(), pad1), {3, 3}, {2, 2});
+    const Tensor shared = relu(conv2d(in[0], w4, Tensor(), pad1));
+    return std::vector<Tensor>{y, other, max_pool2d(shared, {2, 2}, {2, 2}), shared};
+  };
+  Tensor x = randn({3, 16, 11, 9});
+  x.data<float>()[2 * 16 * 99 + 40] = std::numeric_limits<float>::quiet_NaN();  // image 2
+  NoGradGuard no_grad;
+  const std::vector<Tensor> want = program({x});
+  for (const char* algorithm : {"winograd2x2", "winograd4x4"}) {
+    SCOPED_TRACE(algorithm);
+    ::setenv("KILN_CONV_ALGORITHM", algorithm, 1);
+    jit::CompileOptions o;
+    o.inference = true;
+    auto fn = jit::compile(program, {x}, o);
+    const std::vector<Tensor> got = fn({x});
+    ::unsetenv("KILN_CONV_ALGORITHM");
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(count(graph, "] + relu + max_pool2d (winograd"), 1u) << graph;
+    EXPECT_EQ(count(graph, "] + max_pool2d (winograd"), 1u) << graph;
+    EXPECT_EQ(count(graph, "max_pool2d[nChw"), 2u) << "the 3x3 pool and the shared one stay:\n" << graph;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
+      const auto a = got[i].to_vector<float>(), b = want[i].contiguous().to_vector<float>();
+      const size_t per_image = a.size() / 3;
+      for (size_t k = 0; k < a.size(); ++k) {
+        if (k / per_image == 2) continue;  // (Winograd spreads a NaN over whole tiles)
+        ASSERT_FALSE(std::isnan(a[k])) << "output " << i << " at " << k;
+        ASSERT_NEAR(a[k], b[k], 1e-4 + 1e-4 * std::abs(b[k])) << "output " << i << " at " << k;
+      }
+      size_t nans = 0;
+      for (size_t k = 2 * per_image; k < a.size(); ++k) nans += std::isnan(a[k]);
+      EXPECT_GT(nans, 0u) << "output " << i << ": the NaN reaches it through ReLU and pool";
+    }
+  }
+  ::setenv("KILN_CONV_ALGORITHM", "fastest", 1);
+  jit::CompileOptions o;
+  o.inference = true;
+  try {
+    jit::compile(program, {x}, o);
+    ADD_FAILURE() << "an unknown KILN_CONV_ALGORITHM compiled";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_CONV_ALGORITHM=fastest is not an algorithm"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("KILN_CONV_ALGORITHM");
 }
 
 }  // namespace

@@ -48,7 +48,8 @@ struct WinogradCase {
 
 // Both tile sizes; partial edge tiles (output sizes not a multiple of the
 // tile), no padding, both block sizes, and every epilogue: bias, residual,
-// ReLU; few tiles (one chunk, the GEMMs spread over threads) and many (a
+// ReLU, a 2x2 max pool after the ReLU (odd output sizes: the last row or
+// column is left out of it); few tiles (one chunk, the GEMMs spread over threads) and many (a
 // chunk per thread at a time); products on Kiln's register tiles with an
 // odd number of 16-channel panels and a last half panel (24 channels), and
 // on oneDNN's sgemm (256 x 256 channels).
@@ -61,7 +62,8 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
     for (int tile : {2, 4})
     for (int block : {8, 16}) {
       if (k.c % block || k.o % block) continue;
-      for (int epilogue = 0; epilogue < 3; ++epilogue) {  // 0: none, 1: bias + relu, 2: bias + residual + relu
+      // 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + relu + 2x2 max pool
+      for (int epilogue = 0; epilogue < 4; ++epilogue) {
         std::string what = "n c o h w pad tile block epilogue:";
         for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{tile}, int64_t{block}, int64_t{epilogue}})
           what.append(" ").append(std::to_string(v));
@@ -69,15 +71,17 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         ConvOptions opts;
         opts.padding = {k.pad, k.pad};
         Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
-        Tensor want = expected_conv(x, w, b, opts, epilogue, residual);
-        const Shape& ys = want.shape();
+        const bool pool = epilogue == 3;
+        Tensor full = expected_conv(x, w, b, opts, pool ? 1 : epilogue, residual);
+        Tensor want = pool ? max_pool2d(full, {2, 2}, {2, 2}) : full;
+        const Shape& ys = full.shape();
         onednn::ConvShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, ys[2], ys[3], 1, 1, k.pad, k.pad, 1, 1, 1};
         ASSERT_TRUE(cpu::winograd_applies(s, block)) << what;
         Tensor u = Tensor::empty({cpu::winograd_weights_size(s, tile)});
         cpu::winograd_weights(s, tile, w.contiguous().data<float>(), u.data<float>());
-        Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(ys);
-        cpu::winograd_conv(s, tile, block, to_blocked(x, block).data<float>(), u.data<float>(),
-                           epilogue ? b.data<float>() : nullptr, y.data<float>(), epilogue > 0, epilogue == 2);
+        Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(want.shape());
+        cpu::winograd_conv(s, tile, block, to_blocked(x, block).data<float>(), u.data<float>(), y.data<float>(),
+                           {epilogue ? b.data<float>() : nullptr, epilogue > 0, epilogue == 2, pool});
         // Rounding grows with the channels summed (F(4x4)'s the most).
         expect_near_all(y, to_blocked(want, block), 1e-4 * std::max(1.0, std::sqrt(k.c / 32.0)), what);
       }

@@ -1,15 +1,21 @@
 #include "backends/cpu/conv_algorithm.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
+#include "kiln/error.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
@@ -39,29 +45,34 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
   return best;
 }
 
-}  // namespace
+// KILN_CONV_ALGORITHM: the algorithm asked for, or none (timing decides).
+std::optional<ConvAlgorithm> pinned_algorithm() {
+  const char* env = std::getenv("KILN_CONV_ALGORITHM");
+  if (!env || !*env) return std::nullopt;
+  const std::string v = env;
+  if (v == "direct") return ConvAlgorithm::Direct;
+  if (v == "winograd2x2") return ConvAlgorithm::Winograd2x2;
+  if (v == "winograd4x4") return ConvAlgorithm::Winograd4x4;
+  if (v == "patch_gemm") return ConvAlgorithm::PatchGemm;
+  KILN_FAIL("KILN_CONV_ALGORITHM=", v,
+            " is not an algorithm: set direct, winograd2x2, winograd4x4 or patch_gemm, or unset it to time them");
+}
 
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
+// Each candidate's time for this call, in seconds, with what it costs
+// beyond that counted in (below), timed once per geometry and batch size.
+std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call, bool pooled, bool winograd,
+                                                 bool patch_gemm) {
   const onednn::ConvShape& s = call.shape;
-  // Winograd keeps the layout, and its epilogue does bias, residual and
-  // ReLU only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
-  const bool winograd = call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block &&
-                        !call.hardswish && !call.hardsigmoid && !call.swish && call.cap <= 0 &&
-                        winograd_applies(s, call.src_block);
-  const bool patch_gemm = patch_gemm_applies(call);
-  if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
-  // From one block size to the other oneDNN has no fast kernel.
-  if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool>;
-  static std::map<Key, ConvAlgorithm> decided;
+                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
+  static std::map<Key, std::map<ConvAlgorithm, double>> timed;
   const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
                 s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
-                call.swish, call.cap > 0};
+                call.swish, call.cap > 0, pooled};
   std::lock_guard<std::mutex> lock(mu);
-  auto it = decided.find(key);
-  if (it != decided.end()) return it->second;
+  auto it = timed.find(key);
+  if (it != timed.end()) return it->second;
   // Each on the real sizes (any values: the time does not depend on them).
   // In a network, megabytes of weights arrive from memory, the other layers
   // having pushed them out of the caches; timed warm, Winograd's larger
@@ -79,11 +90,22 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
     double best = 1e30;
   };
   std::vector<Candidate> candidates;
+  // With a 2x2 max pool after it (pooled), Winograd takes the pool into its
+  // output transform, and the others are timed with the pool's pass after
+  // them, the ReLU moved onto it: each as the graph will run it.
+  onednn::LayoutCall unpooled = call;
+  unpooled.relu = call.relu && !pooled;
+  Tensor pool_out = pooled ? zeros({s.n * s.o * (s.oh / 2) * (s.ow / 2)}) : Tensor();
+  auto pool_after = [&] {
+    if (pooled)
+      max_pool_blocked(y.data<float>(), pool_out.data<float>(), s.n, s.o, s.oh, s.ow, s.oh / 2, s.ow / 2,
+                       call.dst_block, PoolWindow{2, 2, 2, 2, 0, 0, 1, 1}, false, call.relu);
+  };
   // oneDNN's kernel as the graph runs it: on weights reordered once into its
   // own layout (LayoutPass::prepare_constant_weights). Given them plain, it
   // reorders them on every call, and that time made it lose where it was
   // the fastest (a 32 -> 64 3x3 at 14x14: 25 us in the network, 32 timed).
-  onednn::LayoutCall direct = call;
+  onednn::LayoutCall direct = unpooled;
   const int64_t prepared_bytes = onednn::prepared_weights_bytes(call);
   Tensor prepared = prepared_bytes > 0 ? Tensor::empty({prepared_bytes}, DType::UInt8) : Tensor();
   if (prepared_bytes > 0) {
@@ -93,11 +115,13 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   const float* direct_weights = prepared_bytes > 0 ? static_cast<const float*>(prepared.raw_data()) : w.data<float>();
   candidates.push_back({ConvAlgorithm::Direct, w.numel() * 4, [&] {
                           onednn::conv_forward_layout(direct, x.data<float>(), direct_weights, bias, y.data<float>());
+                          pool_after();
                         }});
   Tensor packed = patch_gemm ? zeros({patch_gemm_weights_size(s)}) : Tensor();
   if (patch_gemm)
     candidates.push_back({ConvAlgorithm::PatchGemm, packed.numel() * 4, [&] {
-                            patch_gemm_conv(call, x.data<float>(), packed.data<float>(), bias, y.data<float>());
+                            patch_gemm_conv(unpooled, x.data<float>(), packed.data<float>(), bias, y.data<float>());
+                            pool_after();
                           }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
   // F(4x4) on an output under 8x8 computes at least a third of its tiles'
@@ -110,7 +134,8 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
       candidates.push_back({tile == 2 ? ConvAlgorithm::Winograd2x2 : ConvAlgorithm::Winograd4x4,
                             (tile == 2 ? u2 : u4).numel() * 4, [&, tile] {
                               winograd_conv(s, tile, call.src_block, x.data<float>(), (tile == 2 ? u2 : u4).data<float>(),
-                                            bias, y.data<float>(), call.relu, call.residual);
+                                            (pooled ? pool_out : y).data<float>(),
+                                            {bias, call.relu, call.residual, pooled});
                             }});
   std::vector<std::function<void()>> runs;
   for (const Candidate& c : candidates) runs.push_back(c.run);
@@ -126,15 +151,66 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call) {
   // weights, it kept ResNet-18's 512-channel 3x3s off Winograd; with
   // oneDNN timed as it runs, ResNet-18 and -34 went 10.2 -> 9.1 and
   // 17.5 -> 15.5 ms.)
-  ConvAlgorithm choice = ConvAlgorithm::Direct;
-  double best = 1e30;
+  std::map<ConvAlgorithm, double> scores;
   for (const Candidate& c : candidates) {
     double score = c.best;
     if (c.algorithm != ConvAlgorithm::Direct) score *= 1.03;
     if (!cold) score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
-    if (score < best) choice = c.algorithm, best = score;
+    scores[c.algorithm] = score;
   }
-  return decided[key] = choice;
+  return timed[key] = scores;
+}
+
+}  // namespace
+
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled,
+                                     const std::vector<int64_t>& other_batches) {
+  const onednn::ConvShape& s = call.shape;
+  // Winograd keeps the layout, and its epilogue does bias, residual and
+  // ReLU only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
+  const bool winograd = call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block &&
+                        !call.hardswish && !call.hardsigmoid && !call.swish && call.cap <= 0 &&
+                        winograd_applies(s, call.src_block);
+  const bool patch_gemm = patch_gemm_applies(call);
+  if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
+  // From one block size to the other oneDNN has no fast kernel.
+  if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
+  if (const std::optional<ConvAlgorithm> pinned = pinned_algorithm()) {
+    const bool applies = *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm ? patch_gemm : winograd);
+    if (applies) return *pinned;
+  }
+  // At each batch size, how much slower each candidate is than that size's
+  // fastest; the choice is the one whose worst such ratio is smallest. At
+  // one size that is the fastest; over several, a candidate a few percent
+  // behind at batch 1 and a quarter ahead at 16 wins over one the other way
+  // round (a graph that runs at any batch size runs all of them with one).
+  // The other sizes are timed only where the call's own size leaves it
+  // close (within 25%), and at most 0.4 GFLOP a run (fewer images for wide
+  // layers), which keeps a dynamic ResNet's compile from timing seconds.
+  auto ratios_at = [&](int64_t n) {
+    onednn::LayoutCall at = call;
+    at.shape.n = n;
+    std::map<ConvAlgorithm, double> times = timed_candidates(at, pooled, winograd, patch_gemm);
+    double fastest = 1e30;
+    for (const auto& [algorithm, t] : times) fastest = std::min(fastest, t);
+    for (auto& [algorithm, t] : times) t /= fastest;
+    return times;
+  };
+  std::map<ConvAlgorithm, double> worst = ratios_at(s.n);
+  size_t close = 0;
+  for (const auto& [algorithm, ratio] : worst) close += ratio < 1.25;
+  const double per_image = 2.0 * s.o * s.oh * s.ow * (s.c / s.groups) * s.kh * s.kw;
+  std::vector<int64_t> timed{s.n};
+  for (int64_t n : other_batches) {
+    while (n > 1 && n * per_image > 4e8) n /= 2;
+    if (close < 2 || std::find(timed.begin(), timed.end(), n) != timed.end()) continue;
+    timed.push_back(n);
+    for (const auto& [algorithm, ratio] : ratios_at(n)) worst[algorithm] = std::max(worst[algorithm], ratio);
+  }
+  ConvAlgorithm choice = ConvAlgorithm::Direct;
+  for (const auto& [algorithm, ratio] : worst)
+    if (ratio < worst[choice]) choice = algorithm;
+  return choice;
 }
 
 bool blocked_beats_plain(const onednn::LayoutCall& call) {

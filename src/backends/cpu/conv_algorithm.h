@@ -4,18 +4,30 @@
 // F(4x4, 3x3), or the patch GEMM. Chosen by timing all that apply, once per geometry, on the
 // real sizes: which wins depends on the layer's width, its output size and
 // the batch, and on this CPU.
+#include <cstdint>
+#include <vector>
+
 #include "backends/cpu/onednn_conv.h"
 
 namespace kiln::cpu {
 
 enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 
-// For a forward call. The others must beat the direct kernel by 3%; large
+// For a forward call. KILN_CONV_ALGORITHM (direct, winograd2x2, winograd4x4
+// or patch_gemm) pins the choice wherever that algorithm applies: results
+// then round alike from one compile to the next (timing on a busy machine
+// can choose differently), and tests reach each kernel. Otherwise the
+// others must beat the direct kernel by 3%; large
 // weights are timed coming from memory, and smaller ones, timed warm, count
 // the time it would take to read their extra bytes (16/9 the size for
 // F(2x2), 4x for F(4x4)). A call from one block size to the
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call);
+// pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
+// ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
+// other_batches: the graph runs at these batch sizes too, with the same
+// choice: the one least behind the fastest at any of them.
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false,
+                                     const std::vector<int64_t>& other_batches = {});
 
 // Whether oneDNN's kernel for this blocked forward call runs faster than on
 // plain layouts, timed once per geometry: on a machine whose block is 16,

@@ -169,14 +169,18 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
   }
 }
 
-// Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU.
+// Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU;
+// or the maxima of each tile's 2x2 windows (M is even, so tiles hold whole
+// windows; a window past the floor of the output is not written).
 template <int M, int W>
 void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
-                      int64_t lo, int64_t hi, const float* bias, float* y_base, int block, bool relu, bool residual) {
+                      int64_t lo, int64_t hi, float* y_base, int block, const WinogradEpilogue& e) {
   using vf = Lanes<W>;
   constexpr int A = Transforms<M>::A;
   const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
-  const Blocked<W> y{y_base, s.o, s.oh, s.ow, block};
+  const Blocked<W> y = e.max_pool ? Blocked<W>{y_base, s.o, s.oh / 2, s.ow / 2, block}
+                                  : Blocked<W>{y_base, s.o, s.oh, s.ow, block};
+  auto larger = [](vf a, vf b) -> vf { return (b > a) | (b != b) ? b : a; };  // NaN wins
   for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
@@ -189,18 +193,31 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
         Transforms<M>::out(column, transformed);
         for (int r = 0; r < M; ++r) t[r][c] = transformed[r];
       }
-      const vf b = bias ? load<W>(bias + g * W) : vf{};
+      const vf b = e.bias ? load<W>(e.bias + g * W) : vf{};
+      auto finish = [&](vf v, float* p) {
+        v += b;
+        if (e.residual) v += load<W>(p);
+        if (e.relu) v = v < vf{} ? vf{} : v;  // NaN passes
+        store<W>(p, v);
+      };
+      if (e.max_pool) {  // (the bias after the maximum: adding it is monotonic, so the result is the same)
+        vf out[M][M];
+        for (int a = 0; a < M; ++a) Transforms<M>::out(t[a], out[a]);
+        for (int a = 0; a < M; a += 2)
+          for (int c = 0; c < M; c += 2) {
+            const int64_t py = (M * ty + a) / 2, px = (M * tx + c) / 2;
+            if (py < y.h && px < y.w)
+              finish(larger(larger(out[a][c], out[a][c + 1]), larger(out[a + 1][c], out[a + 1][c + 1])),
+                     y_base + y.at(n, g, py, px));
+          }
+        continue;
+      }
       for (int a = 0; a < M; ++a) {
         vf row[M];
         Transforms<M>::out(t[a], row);
         for (int c = 0; c < M; ++c) {
           const int64_t oy = M * ty + a, ox = M * tx + c;
-          if (oy >= s.oh || ox >= s.ow) continue;
-          float* p = y_base + y.at(n, g, oy, ox);
-          vf v = row[c] + b;
-          if (residual) v += load<W>(p);
-          if (relu) v = v < vf{} ? vf{} : v;  // NaN passes
-          store<W>(p, v);
+          if (oy < s.oh && ox < s.ow) finish(row[c], y_base + y.at(n, g, oy, ox));
         }
       }
     }
@@ -280,8 +297,8 @@ void products(const onednn::ConvShape& s, int64_t count, int64_t t_lo, int64_t t
 }
 
 template <int M, int W>
-void convolve(const onednn::ConvShape& s, int block, const float* x, const float* u, const float* bias, float* y,
-              bool relu, bool residual) {
+void convolve(const onednn::ConvShape& s, int block, const float* x, const float* u, float* y,
+              const WinogradEpilogue& e) {
   constexpr int T = Transforms<M>::A * Transforms<M>::A;  // GEMMs per chunk
   const Geometry geo = geometry_of<M, W>(s);
   // Tiles per chunk: each thread transforms a chunk, runs its T GEMMs and
@@ -310,7 +327,7 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
                  [&](int64_t lo, int64_t hi) { transform_input<M, W>(s, geo, xb, 0, geo.tiles, lo, hi, v); });
     parallel_for(T, 1, [&](int64_t lo, int64_t hi) { products(s, geo.tiles, lo, hi, v, u, m); });
     parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) {
-      transform_output<M, W>(s, geo, m, 0, geo.tiles, lo, hi, bias, y, block, relu, residual);
+      transform_output<M, W>(s, geo, m, 0, geo.tiles, lo, hi, y, block, e);
     });
     return;
   }
@@ -322,7 +339,7 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
       const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
       transform_input<M, W>(s, geo, xb, first, count, 0, count, v);
       products(s, count, 0, T, v, u, m);
-      transform_output<M, W>(s, geo, m, first, count, 0, count, bias, y, block, relu, residual);
+      transform_output<M, W>(s, geo, m, first, count, 0, count, y, block, e);
     }
   });
 }
@@ -343,19 +360,18 @@ void winograd_weights(const onednn::ConvShape& s, int tile, const float* w, floa
   tile == 2 ? weights<2>(s, w, u) : weights<4>(s, w, u);
 }
 
-void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, const float* bias,
-                   float* y, bool relu, bool residual) {
+void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, float* y,
+                   const WinogradEpilogue& e) {
   KILN_CHECK(tile == 2 || tile == 4, "Winograd output tiles are 2x2 or 4x4, not ", tile, "x", tile);
+  KILN_CHECK(!(e.max_pool && e.residual), "a Winograd convolution takes a max pool or a residual, not both");
   // A whole 16-channel block per vector where the CPU has 16-float vectors.
 #if defined(__AVX512F__)
   if (block == 16) {
-    tile == 2 ? convolve<2, 16>(s, block, x, u, bias, y, relu, residual)
-              : convolve<4, 16>(s, block, x, u, bias, y, relu, residual);
+    tile == 2 ? convolve<2, 16>(s, block, x, u, y, e) : convolve<4, 16>(s, block, x, u, y, e);
     return;
   }
 #endif
-  tile == 2 ? convolve<2, 8>(s, block, x, u, bias, y, relu, residual)
-            : convolve<4, 8>(s, block, x, u, bias, y, relu, residual);
+  tile == 2 ? convolve<2, 8>(s, block, x, u, y, e) : convolve<4, 8>(s, block, x, u, y, e);
 }
 
 }  // namespace kiln::cpu

@@ -51,13 +51,13 @@ CustomKernel conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
-CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile) {
-  return [call, tile](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile, bool max_pool) {
+  return [call, tile, max_pool](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
-    const float* bias = call.bias ? in[2].data<float>() : nullptr;
-    cpu::winograd_conv(at_batch(call, in[0]).shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(),
-                       bias, y, call.relu, call.residual);
+    const cpu::WinogradEpilogue e{call.bias ? in[2].data<float>() : nullptr, call.relu, call.residual, max_pool};
+    cpu::winograd_conv(at_batch(call, in[0]).shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(), y,
+                       e);
   };
 }
 

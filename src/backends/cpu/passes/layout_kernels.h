@@ -13,8 +13,9 @@ namespace kiln::graph {
 cpu::onednn::LayoutCall at_batch(cpu::onednn::LayoutCall call, const Tensor& images);
 // in: x, w, [bias], [residual (also the output's buffer)] -> y.
 CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
-// The same by Winograd's F(tile x tile, 3x3), w replaced by its transform (winograd_weights).
-CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile);
+// The same by Winograd's F(tile x tile, 3x3), w replaced by its transform
+// (winograd_weights); max_pool: y is the 2x2, stride-2 max pool of that.
+CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile, bool max_pool);
 // The same as one GEMM per image over its patches, w replaced by its panels
 // (patch_gemm_weights). channel_scale: a last input [N or 1, C, 1, 1] that
 // x's channels are taken times (patch_gemm_scales_input).

@@ -48,8 +48,9 @@ struct Plan {
 // and inserts the reorders.
 class LayoutPass {
  public:
-  LayoutPass(Graph& g, bool training, bool timed)
-      : g_(g), training_(training), timed_(timed), block_(cpu::onednn::preferred_block()) {}
+  LayoutPass(Graph& g, bool training, bool timed, bool dynamic_batch)
+      : g_(g), training_(training), timed_(timed), dynamic_batch_(dynamic_batch),
+        block_(cpu::onednn::preferred_block()) {}
 
   std::string run();
 
@@ -91,10 +92,13 @@ class LayoutPass {
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
   void fuse_first_layer_pools();
+  void drop_removed_plans();
   void move_relus_past_pools();
   void fuse_pool_grads_into_first_layers();
-  cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k) const;
-  cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k);
+  cpu::ConvAlgorithm chosen_algorithm(const Plan& plan, const Node& k, int pool = -1) const;
+  cpu::ConvAlgorithm own_algorithm(const Plan& plan, Node& k, int pool);
+  int winograd_pool(const Plan& plan, const Node& k) const;
+  void take_pool(int at, Plan& plan, Node& k, int pool);
   void prepare_constant_weights(Plan& plan, Node& k);
   void read_in_place(int at, Node& k, int id, int block);
   void rewrite_nodes();
@@ -107,6 +111,7 @@ class LayoutPass {
   Graph& g_;
   const bool training_;
   const bool timed_;  // algorithms chosen by timing them (PassOptions::timed_choices)
+  const bool dynamic_batch_;  // PassOptions::dynamic_batch
   const int block_;
   std::vector<int> uses_;
   std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)

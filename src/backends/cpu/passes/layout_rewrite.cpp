@@ -255,6 +255,10 @@ void LayoutPass::fuse_first_layer_pools() {
     g_.values[g_.nodes[at].outputs[0]].producer = x.producer;
     g_.nodes[at].removed = true;
   }
+  drop_removed_plans();
+}
+
+void LayoutPass::drop_removed_plans() {
   for (auto it = plans_.begin(); it != plans_.end();)
     it = g_.nodes[it->first].removed ? plans_.erase(it) : std::next(it);
 }
@@ -275,6 +279,36 @@ void LayoutPass::move_relus_past_pools() {
     conv->second.call.relu = false;
     plan.relu = true;
   }
+}
+
+// Inference: a 2x2, stride-2 max pool that alone reads a convolution's
+// output, which Winograd can take into its output transform (tiles of 2x2
+// and 4x4 hold whole windows) and write only the pooled quarter: the pool's
+// pass over the full output goes (the W2 CNN's second one took 20 of 380 us
+// at batch 16). The pool's node, or -1.
+int LayoutPass::winograd_pool(const Plan& plan, const Node& k) const {
+  const int y = k.outputs[0];
+  if (training_ || plan.concat_at >= 0 || plan.call.residual || uses_[y] != 1 || readers_[y].size() != 1) return -1;
+  const int reader = readers_[y][0].first;
+  auto pool = plans_.find(reader);
+  const Node& p = g_.nodes[reader];
+  if (pool == plans_.end() || pool->second.kind != Plan::MaxPool || p.removed || p.inputs[0] != y ||
+      pool->second.block != plan.call.dst_block || p.attrs.get_bool("ceil_mode", false))
+    return -1;
+  const cpu::PoolWindow& w = pool->second.window;
+  const bool two_by_two =
+      w.kh == 2 && w.kw == 2 && w.sh == 2 && w.sw == 2 && w.ph == 0 && w.pw == 0 && w.dh == 1 && w.dw == 1;
+  return two_by_two ? reader : -1;
+}
+
+// The convolution k (a Winograd one) writes the output of that pool, with
+// the ReLU that had moved onto the pool; the pool's node goes.
+void LayoutPass::take_pool(int at, Plan& plan, Node& k, int pool) {
+  Node& p = g_.nodes[pool];
+  plan.call.relu = plan.call.relu || plans_.at(pool).relu;
+  k.outputs = {p.outputs[0]};
+  g_.values[p.outputs[0]].producer = at;
+  p.removed = true;
 }
 
 // A max-pool gradient read only by a first layer's few-channel weight
@@ -305,18 +339,24 @@ void LayoutPass::fuse_pool_grads_into_first_layers() {
   }
 }
 
-// The algorithm a convolution will run by (timed once per shape).
-cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k) const {
+// The algorithm a convolution will run by (timed once per shape), with the
+// pool after it where winograd_pool found one. Where the batch size may
+// change, also timed at 1 and 16: one batch size's near tie can be another's
+// clear win (the W2 CNN's 32 -> 64 layer: direct and Winograd alike at
+// batch 1, Winograd a quarter faster at 16).
+cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k, int pool) const {
   if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
-  return cpu::fastest_conv_algorithm(plan.call);
+  cpu::onednn::LayoutCall call = plan.call;
+  if (pool >= 0) call.relu = call.relu || plans_.at(pool).relu;
+  return cpu::fastest_conv_algorithm(call, pool >= 0, dynamic_batch_ ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{});
 }
 
 // An inference convolution with constant weights runs by Winograd's
 // algorithm or as a patch GEMM where that measured faster; its weight
 // input becomes the transformed or packed weights, made here once.
-cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k) {
+cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k, int pool) {
   const int w = k.inputs[1];
-  const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k);
+  const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k, pool);
   if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
   NoGradGuard no_grad;
   const Tensor& source = g_.values[w].tensor;
@@ -396,6 +436,7 @@ void LayoutPass::read_in_place(int at, Node& k, int id, int block) {
 void LayoutPass::rewrite_nodes() {
   for (auto& [at, plan] : plans_) {
     Node& n = g_.nodes[at];
+    if (n.removed) continue;  // (a pool taken into the convolution before it)
     Node k;
     k.inputs = n.inputs;
     k.outputs = n.outputs;
@@ -420,17 +461,21 @@ void LayoutPass::rewrite_nodes() {
           k.custom = conv_relu_pool_kernel(plan.call);
           k.any_shape = true;  // (the images from its input: at_batch in layout_kernels.cpp)
         } else {
-          switch (own_algorithm(plan, k)) {
+          const int pool = winograd_pool(plan, k);
+          const cpu::ConvAlgorithm algorithm = own_algorithm(plan, k, pool);
+          switch (algorithm) {
             case cpu::ConvAlgorithm::Winograd2x2:
-              k.label += " (winograd 2x2)";
-              k.custom = winograd_conv_kernel(plan.call, 2);
+            case cpu::ConvAlgorithm::Winograd4x4: {
+              const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
+              if (pool >= 0) {
+                take_pool(at, plan, k, pool);
+                k.label = "conv2d[" + from + " -> " + to + "]" + (plan.call.relu ? " + relu" : "") + " + max_pool2d";
+              }
+              k.label += tile == 2 ? " (winograd 2x2)" : " (winograd 4x4)";
+              k.custom = winograd_conv_kernel(plan.call, tile, pool >= 0);
               k.any_shape = plan.concat_at < 0;
               break;
-            case cpu::ConvAlgorithm::Winograd4x4:
-              k.label += " (winograd 4x4)";
-              k.custom = winograd_conv_kernel(plan.call, 4);
-              k.any_shape = plan.concat_at < 0;
-              break;
+            }
             case cpu::ConvAlgorithm::PatchGemm: {
               const bool scaled = fold_channel_scale(at, plan, k);
               k.label += scaled ? " (patch gemm, input scaled)" : " (patch gemm)";
@@ -548,6 +593,7 @@ void LayoutPass::rewrite_nodes() {
       batch_only(k);
     n = std::move(k);
   }
+  drop_removed_plans();
 }
 
 // Convolutions and their gradients take their batch from their tensors and
