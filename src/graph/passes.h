@@ -39,9 +39,6 @@ struct PassOptions {
   // Passes may choose layouts and kernels by timing them on this machine;
   // off, they follow fixed rules, so the same graph comes out on every run.
   bool timed_choices = true;
-  // The graph will also run at other batch sizes (a dynamic axis 0): a
-  // choice timed at its own batch size should hold up at others too.
-  bool dynamic_batch = false;
 };
 
 // The passes every graph gets, whatever its backend: they rewrite registry

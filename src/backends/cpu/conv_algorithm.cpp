@@ -1,6 +1,5 @@
 #include "backends/cpu/conv_algorithm.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -163,8 +162,7 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
 
 }  // namespace
 
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled,
-                                     const std::vector<int64_t>& other_batches) {
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled) {
   const onednn::ConvShape& s = call.shape;
   // Winograd keeps the layout, and its epilogue does bias, residual and
   // ReLU only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
@@ -179,37 +177,10 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
     const bool applies = *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm ? patch_gemm : winograd);
     if (applies) return *pinned;
   }
-  // At each batch size, how much slower each candidate is than that size's
-  // fastest; the choice is the one whose worst such ratio is smallest. At
-  // one size that is the fastest; over several, a candidate a few percent
-  // behind at batch 1 and a quarter ahead at 16 wins over one the other way
-  // round (a graph that runs at any batch size runs all of them with one).
-  // The other sizes are timed only where the call's own size leaves it
-  // close (within 25%), and at most 0.4 GFLOP a run (fewer images for wide
-  // layers), which keeps a dynamic ResNet's compile from timing seconds.
-  auto ratios_at = [&](int64_t n) {
-    onednn::LayoutCall at = call;
-    at.shape.n = n;
-    std::map<ConvAlgorithm, double> times = timed_candidates(at, pooled, winograd, patch_gemm);
-    double fastest = 1e30;
-    for (const auto& [algorithm, t] : times) fastest = std::min(fastest, t);
-    for (auto& [algorithm, t] : times) t /= fastest;
-    return times;
-  };
-  std::map<ConvAlgorithm, double> worst = ratios_at(s.n);
-  size_t close = 0;
-  for (const auto& [algorithm, ratio] : worst) close += ratio < 1.25;
-  const double per_image = 2.0 * s.o * s.oh * s.ow * (s.c / s.groups) * s.kh * s.kw;
-  std::vector<int64_t> timed{s.n};
-  for (int64_t n : other_batches) {
-    while (n > 1 && n * per_image > 4e8) n /= 2;
-    if (close < 2 || std::find(timed.begin(), timed.end(), n) != timed.end()) continue;
-    timed.push_back(n);
-    for (const auto& [algorithm, ratio] : ratios_at(n)) worst[algorithm] = std::max(worst[algorithm], ratio);
-  }
   ConvAlgorithm choice = ConvAlgorithm::Direct;
-  for (const auto& [algorithm, ratio] : worst)
-    if (ratio < worst[choice]) choice = algorithm;
+  double best = 1e30;
+  for (const auto& [algorithm, score] : timed_candidates(call, pooled, winograd, patch_gemm))
+    if (score < best) choice = algorithm, best = score;
   return choice;
 }
 

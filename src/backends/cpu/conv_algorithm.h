@@ -4,9 +4,6 @@
 // F(4x4, 3x3), or the patch GEMM. Chosen by timing all that apply, once per geometry, on the
 // real sizes: which wins depends on the layer's width, its output size and
 // the batch, and on this CPU.
-#include <cstdint>
-#include <vector>
-
 #include "backends/cpu/onednn_conv.h"
 
 namespace kiln::cpu {
@@ -24,10 +21,7 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
 // pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
 // ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
-// other_batches: the graph runs at these batch sizes too, with the same
-// choice: the one least behind the fastest at any of them.
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false,
-                                     const std::vector<int64_t>& other_batches = {});
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false);
 
 // Whether oneDNN's kernel for this blocked forward call runs faster than on
 // plain layouts, timed once per geometry: on a machine whose block is 16,

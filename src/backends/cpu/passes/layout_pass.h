@@ -48,9 +48,8 @@ struct Plan {
 // and inserts the reorders.
 class LayoutPass {
  public:
-  LayoutPass(Graph& g, bool training, bool timed, bool dynamic_batch)
-      : g_(g), training_(training), timed_(timed), dynamic_batch_(dynamic_batch),
-        block_(cpu::onednn::preferred_block()) {}
+  LayoutPass(Graph& g, bool training, bool timed)
+      : g_(g), training_(training), timed_(timed), block_(cpu::onednn::preferred_block()) {}
 
   std::string run();
 
@@ -111,7 +110,6 @@ class LayoutPass {
   Graph& g_;
   const bool training_;
   const bool timed_;  // algorithms chosen by timing them (PassOptions::timed_choices)
-  const bool dynamic_batch_;  // PassOptions::dynamic_batch
   const int block_;
   std::vector<int> uses_;
   std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)

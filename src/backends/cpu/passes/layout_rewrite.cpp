@@ -340,15 +340,12 @@ void LayoutPass::fuse_pool_grads_into_first_layers() {
 }
 
 // The algorithm a convolution will run by (timed once per shape), with the
-// pool after it where winograd_pool found one. Where the batch size may
-// change, also timed at 1 and 16: one batch size's near tie can be another's
-// clear win (the W2 CNN's 32 -> 64 layer: direct and Winograd alike at
-// batch 1, Winograd a quarter faster at 16).
+// pool after it where winograd_pool found one.
 cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k, int pool) const {
   if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
   cpu::onednn::LayoutCall call = plan.call;
   if (pool >= 0) call.relu = call.relu || plans_.at(pool).relu;
-  return cpu::fastest_conv_algorithm(call, pool >= 0, dynamic_batch_ ? std::vector<int64_t>{1, 16} : std::vector<int64_t>{});
+  return cpu::fastest_conv_algorithm(call, pool >= 0);
 }
 
 // An inference convolution with constant weights runs by Winograd's
