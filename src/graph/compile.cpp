@@ -312,7 +312,9 @@ graph::Graph CompiledFunction::Impl::optimized(const std::vector<Tensor>& inputs
     const size_t first_backend_pass = pipeline.size();
     add(graph::backend_passes(device.type));
     pipeline.push_back({"dead code (final)", graph::plain<graph::eliminate_dead_code>});
-    const graph::PassOptions pass_options{options.timed_choices};
+    const bool dynamic_batch = std::any_of(options.dynamic.begin(), options.dynamic.end(),
+                                           [](const DynamicAxis& a) { return a.axis == 0 && a.buckets.empty(); });
+    const graph::PassOptions pass_options{options.timed_choices, dynamic_batch};
     for (size_t i = 0; i < pipeline.size(); ++i) {
       const auto& [name, pass] = pipeline[i];
       auto ts = std::chrono::steady_clock::now();

@@ -39,6 +39,9 @@ struct PassOptions {
   // Passes may choose layouts and kernels by timing them on this machine;
   // off, they follow fixed rules, so the same graph comes out on every run.
   bool timed_choices = true;
+  // The graph also runs at other batch sizes (a dynamic axis 0): choices
+  // that depend on the batch size are made per size class as it runs.
+  bool dynamic_batch = false;
 };
 
 // The passes every graph gets, whatever its backend: they rewrite registry

@@ -596,6 +596,47 @@ TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
   EXPECT_TRUE(fn.report().instantiated) << fn.report().str();
 }
 
+// With a dynamic batch, convolutions that have algorithms to choose from
+// choose per size class of the batch as they run (timed there; pinned here
+// to each algorithm in turn by KILN_CONV_ALGORITHM, so that every path runs):
+// a 3x3 with its ReLU and 2x2 pool, one with a residual add, a 1x1. One
+// compile serves every batch size, each with eager mode's answer.
+TEST(BlockedLayout, ADynamicBatchChoosesConvolutionAlgorithmsAsItRuns) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(47);
+  const Tensor w1 = randn({32, 16, 3, 3}) * 0.1, b1 = randn({32}) * 0.1, w2 = randn({32, 32, 3, 3}) * 0.1,
+               w3 = randn({16, 32, 1, 1}) * 0.2;
+  auto program = [=](const std::vector<Tensor>& in) {
+    ConvOptions pad1;
+    pad1.padding = {1, 1};
+    const Tensor y = max_pool2d(relu(conv2d(in[0], w1, b1, pad1)), {2, 2}, {2, 2});  // 24 -> 12
+    const Tensor z = relu(conv2d(y, w2, Tensor(), pad1) + y);
+    return std::vector<Tensor>{conv2d(z, w3, Tensor())};
+  };
+  std::vector<Tensor> inputs;
+  for (int64_t n : {1, 5, 2, 16, 1}) inputs.push_back(randn({n, 16, 24, 24}));
+  for (const char* algorithm : {"", "direct", "winograd2x2", "winograd4x4", "patch_gemm"}) {
+    SCOPED_TRACE(std::string("KILN_CONV_ALGORITHM=") + algorithm);
+    ::setenv("KILN_CONV_ALGORITHM", algorithm, 1);
+    jit::CompileOptions o;
+    o.inference = true;
+    o.dynamic = {{0, 0}};
+    auto fn = jit::compile(program, {}, o);
+    for (const Tensor& x : inputs) {
+      const Tensor got = fn({x})[0];
+      NoGradGuard no_grad;
+      expect_close(got, program({x})[0]);
+    }
+    ::unsetenv("KILN_CONV_ALGORITHM");
+    const std::string graph = fn.graph_text();
+    EXPECT_EQ(fn.compiles(), 1) << fn.report().str();
+    EXPECT_EQ(count(graph, "(algorithm by batch size)"), 3u) << graph;
+    EXPECT_EQ(count(graph, "+ relu + max_pool2d (algorithm by batch size)"), 1u) << graph;
+    EXPECT_EQ(count(graph, "+ residual + relu (algorithm by batch size)"), 1u) << graph;
+    EXPECT_EQ(count(graph, "max_pool2d[nChw"), 0u) << "the pool runs in the convolution:\n" << graph;
+  }
+}
+
 // A dynamic image height: the convolutions' geometry is fixed in their
 // plans, so each height compiles a graph of its own, with the right answer.
 TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {

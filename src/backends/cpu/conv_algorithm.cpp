@@ -15,6 +15,7 @@
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
+#include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
@@ -58,17 +59,18 @@ std::optional<ConvAlgorithm> pinned_algorithm() {
 }
 
 // Each candidate's time for this call, in seconds, with what it costs
-// beyond that counted in (below), timed once per geometry and batch size.
+// beyond that counted in (below), timed once per geometry, batch size and
+// thread count.
 std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call, bool pooled, bool winograd,
                                                  bool patch_gemm) {
   const onednn::ConvShape& s = call.shape;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
+                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool, int>;
   static std::map<Key, std::map<ConvAlgorithm, double>> timed;
   const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
                 s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
-                call.swish, call.cap > 0, pooled};
+                call.swish, call.cap > 0, pooled, get_num_threads()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = timed.find(key);
   if (it != timed.end()) return it->second;
@@ -160,16 +162,21 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
   return timed[key] = scores;
 }
 
+// Winograd keeps the layout, and its epilogue does bias, residual and ReLU
+// only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
+bool winograd_takes(const onednn::LayoutCall& call) {
+  return call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block && !call.hardswish &&
+         !call.hardsigmoid && !call.swish && call.cap <= 0 && winograd_applies(call.shape, call.src_block);
+}
+
 }  // namespace
 
+bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
+  return (winograd_takes(call) || patch_gemm_applies(call)) && onednn::conv_layout_is_fast(call);
+}
+
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled) {
-  const onednn::ConvShape& s = call.shape;
-  // Winograd keeps the layout, and its epilogue does bias, residual and
-  // ReLU only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
-  const bool winograd = call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block &&
-                        !call.hardswish && !call.hardsigmoid && !call.swish && call.cap <= 0 &&
-                        winograd_applies(s, call.src_block);
-  const bool patch_gemm = patch_gemm_applies(call);
+  const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
   // From one block size to the other oneDNN has no fast kernel.
   if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;

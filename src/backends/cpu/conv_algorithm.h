@@ -22,6 +22,9 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
 // pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
 // ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false);
+// Whether fastest_conv_algorithm times candidates for this call (more than
+// one applies); otherwise its answer follows from the call alone.
+bool conv_algorithm_is_timed(const onednn::LayoutCall& call);
 
 // Whether oneDNN's kernel for this blocked forward call runs faster than on
 // plain layouts, timed once per geometry: on a machine whose block is 16,

@@ -685,10 +685,10 @@ std::string pool_values_only(Graph& g) {
 }
 
 std::string choose_conv_layouts(Graph& g, const PassOptions& options) {
-  return layout::LayoutPass(g, false, options.timed_choices).run();
+  return layout::LayoutPass(g, false, options.timed_choices, options.dynamic_batch).run();
 }
 std::string choose_training_conv_layouts(Graph& g, const PassOptions& options) {
-  return layout::LayoutPass(g, true, options.timed_choices).run();
+  return layout::LayoutPass(g, true, options.timed_choices, false).run();
 }
 
 }  // namespace kiln::graph

@@ -13,6 +13,10 @@ namespace kiln::graph {
 cpu::onednn::LayoutCall at_batch(cpu::onednn::LayoutCall call, const Tensor& images);
 // in: x, w, [bias], [residual (also the output's buffer)] -> y.
 CustomKernel conv_kernel(const cpu::onednn::LayoutCall& call);
+// The same by the algorithm timed fastest at each size class of the batch,
+// the first time it runs at one (adaptive_conv.cpp); w stays plain.
+// pooled: y is the 2x2, stride-2 max pool of that, call.relu the ReLU before it.
+CustomKernel adaptive_conv_kernel(const cpu::onednn::LayoutCall& call, bool pooled);
 // The same by Winograd's F(tile x tile, 3x3), w replaced by its transform
 // (winograd_weights); max_pool: y is the 2x2, stride-2 max pool of that.
 CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile, bool max_pool);

@@ -48,8 +48,9 @@ struct Plan {
 // and inserts the reorders.
 class LayoutPass {
  public:
-  LayoutPass(Graph& g, bool training, bool timed)
-      : g_(g), training_(training), timed_(timed), block_(cpu::onednn::preferred_block()) {}
+  LayoutPass(Graph& g, bool training, bool timed, bool dynamic_batch)
+      : g_(g), training_(training), timed_(timed), dynamic_batch_(dynamic_batch),
+        block_(cpu::onednn::preferred_block()) {}
 
   std::string run();
 
@@ -88,6 +89,7 @@ class LayoutPass {
   bool fold_relu6(int at, Plan& plan, Node& clamp);
   bool fold_silu(int at, Plan& plan);
   bool fold_channel_scale(int at, const Plan& plan, Node& k);
+  int scaling_mul(const Plan& plan, const Node& k) const;
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
   void fuse_first_layer_pools();
@@ -110,6 +112,7 @@ class LayoutPass {
   Graph& g_;
   const bool training_;
   const bool timed_;  // algorithms chosen by timing them (PassOptions::timed_choices)
+  const bool dynamic_batch_;  // PassOptions::dynamic_batch: convolutions choose per batch size class
   const int block_;
   std::vector<int> uses_;
   std::vector<std::vector<std::pair<int, int>>> readers_;  // value -> (node, input index)
@@ -123,6 +126,7 @@ class LayoutPass {
   size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)
   size_t winograd4_ = 0;        // and F(4x4, 3x3)
   size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
+  size_t adaptive_ = 0;         // convolutions that choose per batch size class as they run
   // Values whose producers' threads each wrote a band of rows across all
   // channels (patch_gemm_splits_rows): a max pool of one is split alike.
   std::set<int> row_banded_;

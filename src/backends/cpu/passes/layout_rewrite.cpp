@@ -401,24 +401,34 @@ void LayoutPass::prepare_constant_weights(Plan& plan, Node& k) {
 // B0's took 300 us of its 2.95 ms). Where the weights outnumber the
 // activations (7x7 stages) the multiplication stays.
 bool LayoutPass::fold_channel_scale(int at, const Plan& plan, Node& k) {
-  if (training_ || plan.concat_at >= 0 || plan.carry >= 0 || !cpu::patch_gemm_scales_input(plan.call)) return false;
-  const int x = k.inputs[0];
-  if (g_.values[x].kind != ValueKind::Result || uses_[x] != 1) return false;
-  const int product = g_.values[x].producer;
-  auto it = plans_.find(product);
-  Node& mul = g_.nodes[product];  // (rewritten already: plans_ go in the graph's order)
-  if (it == plans_.end() || it->second.kind != Plan::PerChannel || !mul.computes("mul") || mul.inputs.size() != 2 ||
-      it->second.per_channel[0] == it->second.per_channel[1])
-    return false;
-  const int scale = mul.inputs[it->second.per_channel[0] ? 0 : 1], full = mul.inputs[it->second.per_channel[0] ? 1 : 0];
-  if (block_of_[full] != plan.call.src_block) return false;
+  const int product = scaling_mul(plan, k);
+  if (product < 0) return false;
+  const Node& mul = g_.nodes[product];
+  const std::vector<bool>& per_channel = plans_.at(product).per_channel;
+  const int scale = mul.inputs[per_channel[0] ? 0 : 1], full = mul.inputs[per_channel[0] ? 1 : 0];
   k.inputs[0] = full;
   k.inputs.push_back(scale);
   reads_[at].resize(k.inputs.size(), 0);
   reads_[at][0] = plan.call.src_block;
   reads_[at].back() = block_of_[scale];  // (one value per channel: the same memory in either layout)
-  mul.removed = true;
+  g_.nodes[product].removed = true;
   return true;
+}
+
+// The squeeze-and-excitation multiplication fold_channel_scale would take
+// into this convolution, or -1.
+int LayoutPass::scaling_mul(const Plan& plan, const Node& k) const {
+  if (training_ || plan.concat_at >= 0 || plan.carry >= 0 || !cpu::patch_gemm_scales_input(plan.call)) return -1;
+  const int x = k.inputs[0];
+  if (g_.values[x].kind != ValueKind::Result || uses_[x] != 1) return -1;
+  const int product = g_.values[x].producer;
+  auto it = plans_.find(product);
+  const Node& mul = g_.nodes[product];  // (rewritten already: plans_ go in the graph's order)
+  if (it == plans_.end() || it->second.kind != Plan::PerChannel || !mul.computes("mul") || mul.inputs.size() != 2 ||
+      it->second.per_channel[0] == it->second.per_channel[1])
+    return -1;
+  const int full = mul.inputs[it->second.per_channel[0] ? 1 : 0];
+  return block_of_[full] == plan.call.src_block ? product : -1;
 }
 
 // A last input whose buffer the output takes over, read in `block` (the
@@ -457,6 +467,20 @@ void LayoutPass::rewrite_nodes() {
           k.label = "conv2d + relu + max_pool2d[nchw -> " + blocked + "]";
           k.custom = conv_relu_pool_kernel(plan.call);
           k.any_shape = true;  // (the images from its input: at_batch in layout_kernels.cpp)
+        } else if (dynamic_batch_ && own_kernels(k) && plan.concat_at < 0 && cpu::conv_algorithm_is_timed(plan.call) &&
+                   scaling_mul(plan, k) < 0) {
+          // The graph runs at other batch sizes: the algorithm is chosen per
+          // size class as it runs (a squeeze-and-excitation scale is folded
+          // into a patch GEMM where that was timed fastest, below, instead).
+          const int pool = winograd_pool(plan, k);
+          if (pool >= 0) {
+            take_pool(at, plan, k, pool);
+            k.label = "conv2d[" + from + " -> " + to + "]" + (plan.call.relu ? " + relu" : "") + " + max_pool2d";
+          }
+          k.label += " (algorithm by batch size)";
+          k.custom = adaptive_conv_kernel(plan.call, pool >= 0);
+          k.any_shape = true;
+          ++adaptive_;
         } else {
           const int pool = winograd_pool(plan, k);
           const cpu::ConvAlgorithm algorithm = own_algorithm(plan, k, pool);
@@ -689,6 +713,7 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
   if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
   if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
   if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
+  if (adaptive_) s += ", " + std::to_string(adaptive_) + " choosing their algorithm per batch size as they run";
   s += ", " + std::to_string(copies_.size()) + " reorders";
   return s;
 }

@@ -1,0 +1,141 @@
+// An inference convolution in a graph that runs at any batch size chooses
+// its algorithm per size class of the batch (1, 2-3, 4-7, 8-15, ...) the
+// first time it runs at one, timed there as the layout pass times it at the
+// compile's own size, and keeps it. What wins at one image can lose at
+// sixteen: the W2 CNN's 32 -> 64 layer with its pool takes 28 us on
+// oneDNN's direct kernel and 34 by Winograd at batch 1, but 303 and 200 us
+// at batch 16. Each algorithm's weights are made from the plain ones when
+// it is first chosen, so a class costs memory only for what it runs.
+#include <bit>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/conv_algorithm.h"
+#include "backends/cpu/passes/layout_kernels.h"
+#include "backends/cpu/patch_gemm_conv.h"
+#include "backends/cpu/winograd_conv.h"
+#include "kiln/error.h"
+#include "kiln/parallel.h"
+#include "kiln/profiler.h"
+
+namespace kiln::graph {
+
+namespace onednn = cpu::onednn;
+
+namespace {
+
+struct AdaptiveConv {
+  onednn::LayoutCall call;  // where pooled, its relu is the one before the pool
+  bool pooled = false;
+  std::mutex mu;
+  // (bit width of the batch size, threads) -> algorithm: which wins depends
+  // on the threads too, and a session may try several counts before it settles.
+  std::map<std::pair<int, int>, cpu::ConvAlgorithm> by_class;
+  std::map<std::string, Tensor> forms;         // the weights each algorithm reads, by form
+
+  // The weights `algorithm` reads at call c, from the plain [o, c, kh, kw]
+  // ones; an undefined tensor where it reads them plain. (Under mu.)
+  Tensor weights(cpu::ConvAlgorithm algorithm, const onednn::LayoutCall& c, const Tensor& plain) {
+    const onednn::ConvShape& s = c.shape;
+    const float* w = plain.data<float>();
+    std::string form;
+    int64_t size = 0;
+    switch (algorithm) {
+      case cpu::ConvAlgorithm::Direct:
+        if (onednn::prepared_weights_bytes(c) == 0) return Tensor();
+        form = "onednn " + onednn::prepared_weights_layout(c);  // (the layout may depend on the batch size)
+        break;
+      case cpu::ConvAlgorithm::Winograd2x2:
+      case cpu::ConvAlgorithm::Winograd4x4:
+        form = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? "winograd2" : "winograd4";
+        size = cpu::winograd_weights_size(s, form == "winograd2" ? 2 : 4);
+        break;
+      case cpu::ConvAlgorithm::PatchGemm:
+        form = "panels";
+        size = cpu::patch_gemm_weights_size(s);
+        break;
+    }
+    auto it = forms.find(form);
+    if (it != forms.end()) return it->second;
+    Tensor t;
+    if (algorithm == cpu::ConvAlgorithm::Direct) {
+      t = Tensor::empty({onednn::prepared_weights_bytes(c)}, DType::UInt8);
+      onednn::prepare_weights(c, w, t.raw_data());
+    } else if (algorithm == cpu::ConvAlgorithm::PatchGemm) {
+      t = Tensor::empty({size});
+      cpu::patch_gemm_weights(s, c.src_block, w, t.data<float>());
+    } else {
+      t = Tensor::empty({size});
+      cpu::winograd_weights(s, form == "winograd2" ? 2 : 4, w, t.data<float>());
+    }
+    return forms[form] = t;
+  }
+};
+
+// Profiles show each call's algorithm as a range of this name.
+const char* range_name(cpu::ConvAlgorithm algorithm) {
+  switch (algorithm) {
+    case cpu::ConvAlgorithm::Direct: return "conv: onednn direct";
+    case cpu::ConvAlgorithm::Winograd2x2: return "conv: winograd 2x2";
+    case cpu::ConvAlgorithm::Winograd4x4: return "conv: winograd 4x4";
+    case cpu::ConvAlgorithm::PatchGemm: return "conv: patch gemm";
+  }
+  return "convolution";
+}
+
+}  // namespace
+
+CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
+  auto state = std::make_shared<AdaptiveConv>();
+  state->call = call;
+  state->pooled = pooled;
+  return [state](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    AdaptiveConv& a = *state;
+    const onednn::LayoutCall c = at_batch(a.call, in[0]);
+    const onednn::ConvShape& s = c.shape;
+    cpu::ConvAlgorithm algorithm;
+    Tensor w;
+    {
+      std::lock_guard<std::mutex> lock(a.mu);
+      const std::pair<int, int> size_class{std::bit_width(static_cast<uint64_t>(s.n)), get_num_threads()};
+      auto it = a.by_class.find(size_class);
+      algorithm = it != a.by_class.end() ? it->second
+                                         : a.by_class[size_class] = cpu::fastest_conv_algorithm(c, a.pooled);
+      w = a.weights(algorithm, c, in[1]);
+    }
+    profiler::Range shown(range_name(algorithm));
+    const float* x = in[0].data<float>();
+    const float* bias = c.bias ? in[2].data<float>() : nullptr;
+    float* y = out[0].data<float>();
+    if (c.residual && in.back().data<float>() != y)  // (not with a pool: winograd_pool)
+      std::memcpy(y, in.back().data<float>(), static_cast<size_t>(in.back().numel()) * sizeof(float));
+    if (algorithm == cpu::ConvAlgorithm::Winograd2x2 || algorithm == cpu::ConvAlgorithm::Winograd4x4) {
+      cpu::winograd_conv(s, algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4, c.src_block, x, w.data<float>(), y,
+                         {bias, c.relu, c.residual, a.pooled});
+      return;
+    }
+    // The others write the whole output and pool it after, the ReLU there.
+    onednn::LayoutCall unpooled = c;
+    unpooled.relu = c.relu && !a.pooled;
+    Tensor full = a.pooled ? Tensor::empty({s.n * s.o * s.oh * s.ow}) : Tensor();
+    float* target = a.pooled ? full.data<float>() : y;
+    if (algorithm == cpu::ConvAlgorithm::PatchGemm) {
+      cpu::patch_gemm_conv(unpooled, x, w.data<float>(), bias, target);
+    } else {
+      unpooled.prepared_weights = w.defined();
+      const float* weights = w.defined() ? static_cast<const float*>(w.raw_data()) : in[1].data<float>();
+      const bool ok = onednn::conv_forward_layout(unpooled, x, weights, bias, target);
+      KILN_CHECK(ok, "oneDNN refused a blocked-layout convolution it accepted when the graph was built");
+    }
+    if (a.pooled)
+      cpu::max_pool_blocked(target, y, s.n, s.o, s.oh, s.ow, s.oh / 2, s.ow / 2, c.dst_block,
+                            cpu::PoolWindow{2, 2, 2, 2, 0, 0, 1, 1}, false, c.relu);
+  };
+}
+
+}  // namespace kiln::graph
