@@ -29,14 +29,31 @@ namespace onednn = cpu::onednn;
 
 namespace {
 
+// 1, 2-3, 4-7, 8-15, ... images: 1, 2, 3, 4, ...
+int size_class_of(int64_t n) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(n))); }
+
 struct AdaptiveConv {
   onednn::LayoutCall call;  // where pooled, its relu is the one before the pool
   bool pooled = false;
   std::mutex mu;
-  // (bit width of the batch size, threads) -> algorithm: which wins depends
+  // (size class, threads) -> algorithm: which wins depends
   // on the threads too, and a session may try several counts before it settles.
   std::map<std::pair<int, int>, cpu::ConvAlgorithm> by_class;
-  std::map<std::string, Tensor> forms;         // the weights each algorithm reads, by form
+  std::map<std::string, Tensor> forms;  // the weights each algorithm reads, by form
+
+  // Timed at c's batch size; but past a GFLOP a run (a wide layer at a
+  // large batch: ResNet-50's at 16 would time for seconds in the middle of
+  // a call), the choice of the largest smaller class timed at this thread
+  // count, where there is one, is kept: such sizes keep their ranking.
+  cpu::ConvAlgorithm choose(const onednn::LayoutCall& c) {
+    const onednn::ConvShape& s = c.shape;
+    const double work = 2.0 * s.n * s.o * s.oh * s.ow * (s.c / s.groups) * s.kh * s.kw;
+    if (work > 1e9)
+      for (auto it = by_class.rbegin(); it != by_class.rend(); ++it)
+        if (it->first.second == get_num_threads() && it->first.first < size_class_of(s.n))
+          return it->second;
+    return cpu::fastest_conv_algorithm(c, pooled);
+  }
 
   // The weights `algorithm` reads at call c, from the plain [o, c, kh, kw]
   // ones; an undefined tensor where it reads them plain. (Under mu.)
@@ -102,10 +119,9 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     Tensor w;
     {
       std::lock_guard<std::mutex> lock(a.mu);
-      const std::pair<int, int> size_class{std::bit_width(static_cast<uint64_t>(s.n)), get_num_threads()};
+      const std::pair<int, int> size_class{size_class_of(s.n), get_num_threads()};
       auto it = a.by_class.find(size_class);
-      algorithm = it != a.by_class.end() ? it->second
-                                         : a.by_class[size_class] = cpu::fastest_conv_algorithm(c, a.pooled);
+      algorithm = it != a.by_class.end() ? it->second : a.by_class[size_class] = a.choose(c);
       w = a.weights(algorithm, c, in[1]);
     }
     profiler::Range shown(range_name(algorithm));
