@@ -130,15 +130,15 @@ Geometry geometry_of(const onednn::ConvShape& s) {
   return g;
 }
 
-// V = B^T d B: v[t][tile][c], t the A*A positions.
-// Tiles [first, first + count) make a chunk; this transforms its tiles
-// [lo, hi) (chunk positions).
+// V = B^T d B: v[t][tile][c], t the A*A positions, stride_t floats apart.
+// A chunk's tiles start at `first`; this transforms its tiles [lo, hi)
+// (chunk positions).
 template <int M, int W>
-void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked<W>& x, int64_t first, int64_t count,
-                     int64_t lo, int64_t hi, float* v) {
+void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Blocked<W>& x, int64_t first,
+                     int64_t lo, int64_t hi, float* v, int64_t stride_t) {
   using vf = Lanes<W>;
   constexpr int A = Transforms<M>::A;
-  const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.c;
+  const int64_t per_image = geo.tiles_h * geo.tiles_w;
   for (int64_t i = lo; i < hi; ++i) {
     const int64_t tile = first + i, n = tile / per_image, ty = tile % per_image / geo.tiles_w,
                   tx = tile % geo.tiles_w;
@@ -169,15 +169,16 @@ void transform_input(const onednn::ConvShape& s, const Geometry& geo, const Bloc
   }
 }
 
-// Y = A^T M A for a chunk's tiles [lo, hi), with bias, residual and ReLU;
+// Y = A^T M A for a chunk's tiles [lo, hi) (m's matrices stride_t floats
+// apart), with bias, residual and ReLU;
 // or the maxima of each tile's 2x2 windows (M is even, so tiles hold whole
 // windows; a window past the floor of the output is not written).
 template <int M, int W>
-void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t first, int64_t count,
+void transform_output(const onednn::ConvShape& s, const Geometry& geo, const float* m, int64_t stride_t, int64_t first,
                       int64_t lo, int64_t hi, float* y_base, int block, const WinogradEpilogue& e) {
   using vf = Lanes<W>;
   constexpr int A = Transforms<M>::A;
-  const int64_t per_image = geo.tiles_h * geo.tiles_w, stride_t = count * s.o;
+  const int64_t per_image = geo.tiles_h * geo.tiles_w;
   const Blocked<W> y = e.max_pool ? Blocked<W>{y_base, s.o, s.oh / 2, s.ow / 2, block}
                                   : Blocked<W>{y_base, s.o, s.oh, s.ow, block};
   auto larger = [](vf a, vf b) -> vf { return (b > a) | (b != b) ? b : a; };  // NaN wins
@@ -264,12 +265,12 @@ void weights(const onednn::ConvShape& s, const float* w, float* u) {
 }
 
 // M = V U at patch positions [t_lo, t_hi): [count, c] times [c, o].
-void products(const onednn::ConvShape& s, int64_t count, int64_t t_lo, int64_t t_hi, const float* v, const float* u,
-              float* m) {
+void products(const onednn::ConvShape& s, int64_t count, int64_t t_lo, int64_t t_hi, const float* v, int64_t stride_v,
+              const float* u, float* m, int64_t stride_m) {
   if (!in_panels(s)) {
     for (int64_t t = t_lo; t < t_hi; ++t) {
-      const dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * count * s.c, s.c,
-                                          u + t * s.c * s.o, s.o, 0.0f, m + t * count * s.o, s.o);
+      const dnnl_status_t st = dnnl_sgemm('N', 'N', count, s.o, s.c, 1.0f, v + t * stride_v, s.c,
+                                          u + t * s.c * s.o, s.o, 0.0f, m + t * stride_m, s.o);
       KILN_CHECK(st == dnnl_success, "oneDNN sgemm failed in a Winograd convolution");
     }
     return;
@@ -277,8 +278,8 @@ void products(const onednn::ConvShape& s, int64_t count, int64_t t_lo, int64_t t
   const int64_t panels = panels_of(s), panel = s.c * gemm::kCols;
   const gemm::Epilogue plain{nullptr, false, true, false};
   for (int64_t t = t_lo; t < t_hi; ++t) {
-    const float *vt = v + t * count * s.c, *ut = u + t * panels * panel;
-    float* mt = m + t * count * s.o;
+    const float *vt = v + t * stride_v, *ut = u + t * panels * panel;
+    float* mt = m + t * stride_m;
     // Row `row` of panel q's columns in M (the last panel's second half may not exist).
     auto out = [&](int64_t q, int64_t row) {
       return gemm::Output{mt + row * s.o + q * gemm::kCols, s.o, (q + 1) * gemm::kCols <= s.o ? 8 : 0};
@@ -318,28 +319,34 @@ void convolve(const onednn::ConvShape& s, int block, const float* x, const float
     chunks = (geo.tiles + chunk - 1) / chunk;  // none empty
   }
   const Blocked<W> xb{x, s.c, s.h, s.w, block};
+  // The T matrices of a buffer sit one cache line further apart than their
+  // size: a tile's T values are T matrices apart, and at a multiple of 4 KB
+  // (32 tiles of 32 channels) they all fell in one set of the L1 cache.
+  auto padded = [](int64_t floats) { return floats + 16; };
   if (chunks < 2 * get_num_threads()) {
     // Few tiles (deep layers at batch 1): one chunk of them all, each phase
     // spread over the threads, the T GEMMs too.
-    Tensor v_buffer = Tensor::empty({T * geo.tiles * s.c}), m_buffer = Tensor::empty({T * geo.tiles * s.o});
+    const int64_t sv = padded(geo.tiles * s.c), sm = padded(geo.tiles * s.o);
+    Tensor v_buffer = Tensor::empty({T * sv}), m_buffer = Tensor::empty({T * sm});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
     parallel_for(geo.tiles, 1,
-                 [&](int64_t lo, int64_t hi) { transform_input<M, W>(s, geo, xb, 0, geo.tiles, lo, hi, v); });
-    parallel_for(T, 1, [&](int64_t lo, int64_t hi) { products(s, geo.tiles, lo, hi, v, u, m); });
+                 [&](int64_t lo, int64_t hi) { transform_input<M, W>(s, geo, xb, 0, lo, hi, v, sv); });
+    parallel_for(T, 1, [&](int64_t lo, int64_t hi) { products(s, geo.tiles, lo, hi, v, sv, u, m, sm); });
     parallel_for(geo.tiles, 1, [&](int64_t lo, int64_t hi) {
-      transform_output<M, W>(s, geo, m, 0, geo.tiles, lo, hi, y, block, e);
+      transform_output<M, W>(s, geo, m, sm, 0, lo, hi, y, block, e);
     });
     return;
   }
   parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
     // From Kiln's caching allocator: no page faults or zeroing per call.
-    Tensor v_buffer = Tensor::empty({T * chunk * s.c}), m_buffer = Tensor::empty({T * chunk * s.o});
+    const int64_t sv = padded(chunk * s.c), sm = padded(chunk * s.o);
+    Tensor v_buffer = Tensor::empty({T * sv}), m_buffer = Tensor::empty({T * sm});
     float *v = v_buffer.data<float>(), *m = m_buffer.data<float>();
     for (int64_t k = begin; k < end; ++k) {
       const int64_t first = k * chunk, count = std::min(chunk, geo.tiles - first);
-      transform_input<M, W>(s, geo, xb, first, count, 0, count, v);
-      products(s, count, 0, T, v, u, m);
-      transform_output<M, W>(s, geo, m, first, count, 0, count, y, block, e);
+      transform_input<M, W>(s, geo, xb, first, 0, count, v, sv);
+      products(s, count, 0, T, v, sv, u, m, sm);
+      transform_output<M, W>(s, geo, m, sm, first, 0, count, y, block, e);
     }
   });
 }
