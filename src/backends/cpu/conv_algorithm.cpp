@@ -15,7 +15,6 @@
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
-#include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
 namespace kiln::cpu {
@@ -59,18 +58,19 @@ std::optional<ConvAlgorithm> pinned_algorithm() {
 }
 
 // Each candidate's time for this call, in seconds, with what it costs
-// beyond that counted in (below), timed once per geometry, batch size and
-// thread count.
+// beyond that counted in (below), timed once per geometry and batch size
+// (not per thread count: one shape gets one algorithm, so its answers round
+// alike whichever thread runs it).
 std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call, bool pooled, bool winograd,
                                                  bool patch_gemm) {
   const onednn::ConvShape& s = call.shape;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool, int>;
+                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
   static std::map<Key, std::map<ConvAlgorithm, double>> timed;
   const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
                 s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
-                call.swish, call.cap > 0, pooled, get_num_threads()};
+                call.swish, call.cap > 0, pooled};
   std::lock_guard<std::mutex> lock(mu);
   auto it = timed.find(key);
   if (it != timed.end()) return it->second;

@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/conv_algorithm.h"
@@ -20,7 +19,6 @@
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
-#include "kiln/parallel.h"
 #include "kiln/profiler.h"
 
 namespace kiln::graph {
@@ -36,22 +34,21 @@ struct AdaptiveConv {
   onednn::LayoutCall call;  // where pooled, its relu is the one before the pool
   bool pooled = false;
   std::mutex mu;
-  // (size class, threads) -> algorithm: which wins depends
-  // on the threads too, and a session may try several counts before it settles.
-  std::map<std::pair<int, int>, cpu::ConvAlgorithm> by_class;
+  // size class -> algorithm (one for every thread count, as
+  // fastest_conv_algorithm's timing, so that the answers round alike)
+  std::map<int, cpu::ConvAlgorithm> by_class;
   std::map<std::string, Tensor> forms;  // the weights each algorithm reads, by form
 
   // Timed at c's batch size; but past a GFLOP a run (a wide layer at a
   // large batch: ResNet-50's at 16 would time for seconds in the middle of
-  // a call), the choice of the largest smaller class timed at this thread
-  // count, where there is one, is kept: such sizes keep their ranking.
+  // a call), the choice of the largest smaller class, where there is one,
+  // is kept: such sizes keep their ranking.
   cpu::ConvAlgorithm choose(const onednn::LayoutCall& c) {
     const onednn::ConvShape& s = c.shape;
     const double work = 2.0 * s.n * s.o * s.oh * s.ow * (s.c / s.groups) * s.kh * s.kw;
     if (work > 1e9)
       for (auto it = by_class.rbegin(); it != by_class.rend(); ++it)
-        if (it->first.second == get_num_threads() && it->first.first < size_class_of(s.n))
-          return it->second;
+        if (it->first < size_class_of(s.n)) return it->second;
     return cpu::fastest_conv_algorithm(c, pooled);
   }
 
@@ -119,7 +116,7 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     Tensor w;
     {
       std::lock_guard<std::mutex> lock(a.mu);
-      const std::pair<int, int> size_class{size_class_of(s.n), get_num_threads()};
+      const int size_class = size_class_of(s.n);
       auto it = a.by_class.find(size_class);
       algorithm = it != a.by_class.end() ? it->second : a.by_class[size_class] = a.choose(c);
       w = a.weights(algorithm, c, in[1]);
