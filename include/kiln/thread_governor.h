@@ -101,15 +101,18 @@ class ThreadGovernor {
 // One run under the count its governor chooses (every thread when there is
 // none), timed for it by finished(); a run that throws is not counted. With
 // `measure` false it takes the governor's best count and records nothing
-// (a run of another size, such as an epoch's smaller last batch).
+// (a run of another size, such as an epoch's smaller last batch). `work`:
+// how much work the run does relative to the others its governor times
+// (runs of several sizes sharing one governor), its time recorded per unit.
 class GovernedRun {
  public:
-  explicit GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure = true);
+  explicit GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure = true, double work = 1);
   void finished();
 
  private:
   std::shared_ptr<ThreadGovernor> governor_;
   bool measure_;
+  double work_;
   int threads_;
   ThreadLimit limit_;
   std::chrono::steady_clock::time_point start_;

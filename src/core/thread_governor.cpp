@@ -200,13 +200,14 @@ int threads_for(ThreadGovernor* g, bool measure) {
 }
 }  // namespace
 
-GovernedRun::GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure)
-    : governor_(std::move(governor)), measure_(measure), threads_(threads_for(governor_.get(), measure)),
-      limit_(threads_), start_(std::chrono::steady_clock::now()) {}
+GovernedRun::GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure, double work)
+    : governor_(std::move(governor)), measure_(measure), work_(work > 0 ? work : 1),
+      threads_(threads_for(governor_.get(), measure)), limit_(threads_), start_(std::chrono::steady_clock::now()) {}
 
 void GovernedRun::finished() {
   if (governor_ && measure_)
-    governor_->record(threads_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    governor_->record(threads_,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() / work_);
 }
 
 }  // namespace kiln

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -176,6 +178,29 @@ TEST(ThreadGovernor, RunsFromManyThreadsAtOnce) {
   for (int c = 0; c < 4; ++c) callers.emplace_back([&] { drive(g, 200, quiet); });
   for (auto& t : callers) t.join();
   EXPECT_EQ(g.best(), 4);
+}
+
+// Runs of several sizes under one governor (a class of lengths) are timed
+// per unit of their work: a run of 4 units that takes 8 ms counts as 2 ms,
+// as long as one unit alone would.
+TEST(GovernedRun, RunsOfSeveralSizesAreComparedPerUnitOfWork) {
+  Machine m{2};
+  auto g = std::make_shared<ThreadGovernor>(2, m.reader());
+  for (int i = 0; i < 12; ++i) {
+    const double work = i % 2 ? 4.0 : 1.0;
+    GovernedRun run(g, true, work);
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int>(2000 * work)));
+    run.finished();
+  }
+  int measured = 0;
+  for (int threads : g->candidates()) {
+    const double per_unit = g->estimate(threads);
+    if (per_unit < 0) continue;
+    ++measured;
+    EXPECT_GT(per_unit, 0.0019) << threads << " threads";
+    EXPECT_LT(per_unit, 0.0045) << threads << " threads: the runs of 4 units were not counted per unit";
+  }
+  EXPECT_GT(measured, 0);
 }
 
 TEST(ThreadLimit, CapsTheCountOnThisThreadOnly) {
