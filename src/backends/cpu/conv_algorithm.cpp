@@ -181,7 +181,8 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
   // From one block size to the other oneDNN has no fast kernel.
   if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
   if (const std::optional<ConvAlgorithm> pinned = pinned_algorithm()) {
-    const bool applies = *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm ? patch_gemm : winograd);
+    const bool applies =
+        *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm ? patch_gemm : winograd);
     if (applies) return *pinned;
   }
   ConvAlgorithm choice = ConvAlgorithm::Direct;
