@@ -30,14 +30,33 @@ namespace {
 // 1, 2-3, 4-7, 8-15, ... images: 1, 2, 3, 4, ...
 int size_class_of(int64_t n) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(n))); }
 
+// Winograd's output tile for its two algorithms.
+int tile_of(cpu::ConvAlgorithm algorithm) { return algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4; }
+
 struct AdaptiveConv {
   onednn::LayoutCall call;  // where pooled, its relu is the one before the pool
   bool pooled = false;
+  // What a batch size runs: the algorithm and its weights (undefined where
+  // it reads them plain).
+  struct Choice {
+    cpu::ConvAlgorithm algorithm;
+    Tensor weights;
+  };
   std::mutex mu;
   // size class -> algorithm (one for every thread count, as
   // fastest_conv_algorithm's timing, so that the answers round alike)
   std::map<int, cpu::ConvAlgorithm> by_class;
+  std::map<int64_t, Choice> by_batch;   // each batch size seen, so that a call looks up nothing else
   std::map<std::string, Tensor> forms;  // the weights each algorithm reads, by form
+
+  const Choice& choice(const onednn::LayoutCall& c, const Tensor& plain) {
+    auto known = by_batch.find(c.shape.n);
+    if (known != by_batch.end()) return known->second;
+    const int size_class = size_class_of(c.shape.n);
+    auto it = by_class.find(size_class);
+    const cpu::ConvAlgorithm algorithm = it != by_class.end() ? it->second : by_class[size_class] = choose(c);
+    return by_batch[c.shape.n] = {algorithm, weights(algorithm, c, plain)};
+  }
 
   // Timed at c's batch size; but past a GFLOP a run (a wide layer at a
   // large batch: ResNet-50's at 16 would time for seconds in the middle of
@@ -53,39 +72,27 @@ struct AdaptiveConv {
   }
 
   // The weights `algorithm` reads at call c, from the plain [o, c, kh, kw]
-  // ones; an undefined tensor where it reads them plain. (Under mu.)
+  // ones, made once per form; undefined where it reads them plain.
   Tensor weights(cpu::ConvAlgorithm algorithm, const onednn::LayoutCall& c, const Tensor& plain) {
     const onednn::ConvShape& s = c.shape;
-    const float* w = plain.data<float>();
-    std::string form;
-    int64_t size = 0;
-    switch (algorithm) {
-      case cpu::ConvAlgorithm::Direct:
-        if (onednn::prepared_weights_bytes(c) == 0) return Tensor();
-        form = "onednn " + onednn::prepared_weights_layout(c);  // (the layout may depend on the batch size)
-        break;
-      case cpu::ConvAlgorithm::Winograd2x2:
-      case cpu::ConvAlgorithm::Winograd4x4:
-        form = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? "winograd2" : "winograd4";
-        size = cpu::winograd_weights_size(s, form == "winograd2" ? 2 : 4);
-        break;
-      case cpu::ConvAlgorithm::PatchGemm:
-        form = "panels";
-        size = cpu::patch_gemm_weights_size(s);
-        break;
-    }
+    const bool direct = algorithm == cpu::ConvAlgorithm::Direct, patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
+    if (direct && onednn::prepared_weights_bytes(c) == 0) return Tensor();
+    const std::string form = direct  ? "onednn " + onednn::prepared_weights_layout(c)  // (it may depend on the batch)
+                             : patch ? "panels"
+                                     : "winograd " + std::to_string(tile_of(algorithm));
     auto it = forms.find(form);
     if (it != forms.end()) return it->second;
+    const float* w = plain.data<float>();
     Tensor t;
-    if (algorithm == cpu::ConvAlgorithm::Direct) {
+    if (direct) {
       t = Tensor::empty({onednn::prepared_weights_bytes(c)}, DType::UInt8);
       onednn::prepare_weights(c, w, t.raw_data());
-    } else if (algorithm == cpu::ConvAlgorithm::PatchGemm) {
-      t = Tensor::empty({size});
+    } else if (patch) {
+      t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
       cpu::patch_gemm_weights(s, c.src_block, w, t.data<float>());
     } else {
-      t = Tensor::empty({size});
-      cpu::winograd_weights(s, form == "winograd2" ? 2 : 4, w, t.data<float>());
+      t = Tensor::empty({cpu::winograd_weights_size(s, tile_of(algorithm))});
+      cpu::winograd_weights(s, tile_of(algorithm), w, t.data<float>());
     }
     return forms[form] = t;
   }
@@ -112,15 +119,13 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     AdaptiveConv& a = *state;
     const onednn::LayoutCall c = at_batch(a.call, in[0]);
     const onednn::ConvShape& s = c.shape;
-    cpu::ConvAlgorithm algorithm;
-    Tensor w;
+    AdaptiveConv::Choice chosen;
     {
       std::lock_guard<std::mutex> lock(a.mu);
-      const int size_class = size_class_of(s.n);
-      auto it = a.by_class.find(size_class);
-      algorithm = it != a.by_class.end() ? it->second : a.by_class[size_class] = a.choose(c);
-      w = a.weights(algorithm, c, in[1]);
+      chosen = a.choice(c, in[1]);
     }
+    const cpu::ConvAlgorithm algorithm = chosen.algorithm;
+    const Tensor& w = chosen.weights;
     profiler::Range shown(range_name(algorithm));
     const float* x = in[0].data<float>();
     const float* bias = c.bias ? in[2].data<float>() : nullptr;
@@ -128,8 +133,7 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     if (c.residual && in.back().data<float>() != y)  // (not with a pool: winograd_pool)
       std::memcpy(y, in.back().data<float>(), static_cast<size_t>(in.back().numel()) * sizeof(float));
     if (algorithm == cpu::ConvAlgorithm::Winograd2x2 || algorithm == cpu::ConvAlgorithm::Winograd4x4) {
-      cpu::winograd_conv(s, algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4, c.src_block, x, w.data<float>(), y,
-                         {bias, c.relu, c.residual, a.pooled});
+      cpu::winograd_conv(s, tile_of(algorithm), c.src_block, x, w.data<float>(), y, {bias, c.relu, c.residual, a.pooled});
       return;
     }
     // The others write the whole output and pool it after, the ReLU there.

@@ -301,11 +301,13 @@ int LayoutPass::winograd_pool(const Plan& plan, const Node& k) const {
   return two_by_two ? reader : -1;
 }
 
-// The convolution k (a Winograd one) writes the output of that pool, with
-// the ReLU that had moved onto the pool; the pool's node goes.
+// The convolution k writes the output of that pool, with the ReLU that
+// had moved onto the pool, and is named for both; the pool's node goes.
 void LayoutPass::take_pool(int at, Plan& plan, Node& k, int pool) {
   Node& p = g_.nodes[pool];
   plan.call.relu = plan.call.relu || plans_.at(pool).relu;
+  k.label = "conv2d[" + layout_name(plan.call.src_block) + " -> " + layout_name(plan.call.dst_block) + "]" +
+            (plan.call.relu ? " + relu" : "") + " + max_pool2d";
   k.outputs = {p.outputs[0]};
   g_.values[p.outputs[0]].producer = at;
   p.removed = true;
@@ -473,10 +475,7 @@ void LayoutPass::rewrite_nodes() {
           // size class as it runs (a squeeze-and-excitation scale is folded
           // into a patch GEMM where that was timed fastest, below, instead).
           const int pool = winograd_pool(plan, k);
-          if (pool >= 0) {
-            take_pool(at, plan, k, pool);
-            k.label = "conv2d[" + from + " -> " + to + "]" + (plan.call.relu ? " + relu" : "") + " + max_pool2d";
-          }
+          if (pool >= 0) take_pool(at, plan, k, pool);
           k.label += " (algorithm by batch size)";
           k.custom = adaptive_conv_kernel(plan.call, pool >= 0);
           k.any_shape = true;
@@ -488,10 +487,7 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Winograd2x2:
             case cpu::ConvAlgorithm::Winograd4x4: {
               const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
-              if (pool >= 0) {
-                take_pool(at, plan, k, pool);
-                k.label = "conv2d[" + from + " -> " + to + "]" + (plan.call.relu ? " + relu" : "") + " + max_pool2d";
-              }
+              if (pool >= 0) take_pool(at, plan, k, pool);
               k.label += tile == 2 ? " (winograd 2x2)" : " (winograd 4x4)";
               k.custom = winograd_conv_kernel(plan.call, tile, pool >= 0);
               k.any_shape = plan.concat_at < 0;
