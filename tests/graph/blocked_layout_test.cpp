@@ -637,6 +637,45 @@ TEST(BlockedLayout, ADynamicBatchChoosesConvolutionAlgorithmsAsItRuns) {
   }
 }
 
+// A MobileNet block (a 1x1 expansion, a 3x3 depthwise layer with its ReLU6,
+// a 1x1 projection and the residual add) with the depthwise layer on Kiln's
+// blocked kernel (pinned, as timing may choose oneDNN's): eager mode's
+// answer at a fixed batch and, with a dynamic one, at each batch size, the
+// kernel chosen there by size class.
+TEST(BlockedLayout, ADepthwiseConvolutionRunsOnKilnsBlockedKernel) {
+  if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
+  manual_seed(48);
+  const Tensor w1 = randn({64, 16, 1, 1}) * 0.2, b1 = randn({64}) * 0.1, wd = randn({64, 1, 3, 3}) * 0.3,
+               bd = randn({64}) * 0.1, w2 = randn({16, 64, 1, 1}) * 0.1;
+  auto program = [=](const std::vector<Tensor>& in) {
+    ConvOptions depthwise;
+    depthwise.padding = {1, 1};
+    depthwise.groups = 64;
+    const Tensor e = relu(conv2d(in[0], w1, b1));
+    const Tensor d = clamp(conv2d(e, wd, bd, depthwise), 0.0, 6.0);
+    return std::vector<Tensor>{conv2d(d, w2, Tensor()) + in[0]};
+  };
+  ::setenv("KILN_CONV_ALGORITHM", "depthwise", 1);
+  jit::CompileOptions o;
+  o.inference = true;
+  const Tensor x = randn({2, 16, 40, 36});
+  auto fixed = jit::compile(program, {x}, o);
+  const Tensor got = fixed({x})[0];
+  o.dynamic = {{0, 0}};
+  auto dynamic = jit::compile(program, {}, o);
+  std::vector<Tensor> inputs, outputs;
+  for (int64_t n : {1, 3, 1}) inputs.push_back(randn({n, 16, 14, 14}));
+  for (const Tensor& input : inputs) outputs.push_back(dynamic({input})[0]);
+  ::unsetenv("KILN_CONV_ALGORITHM");
+  NoGradGuard no_grad;
+  expect_close(got, program({x})[0]);
+  const std::string graph = fixed.graph_text();
+  EXPECT_EQ(count(graph, "+ relu6 (depthwise)"), 1u) << graph;
+  EXPECT_NE(fixed.report().str().find("1 on the blocked depthwise kernel"), std::string::npos) << fixed.report().str();
+  for (size_t i = 0; i < inputs.size(); ++i) expect_close(outputs[i], program({inputs[i]})[0]);
+  EXPECT_EQ(dynamic.compiles(), 1) << dynamic.report().str();
+}
+
 // A dynamic image height: the convolutions' geometry is fixed in their
 // plans, so each height compiles a graph of its own, with the right answer.
 TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/cpu_caches.h"
@@ -159,6 +160,82 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       expect_near_all(y, to_blocked(want, dst_block), 1e-4, what);
     }
   }
+}
+
+struct DepthwiseCase {
+  int64_t n, c, h, w, k, stride, pad, dilation;
+  int block;
+};
+
+// Kiln's blocked depthwise kernel against the plain grouped convolution:
+// 3x3, 5x5 and 7x7 windows (its unrolled forms), dilated ones (its general
+// form), strides 1 and 2, windows past every edge, wide images
+// (split by rows: 32 columns and more with AVX-512) and narrow ones (whole
+// channel blocks, padding copied in), several images, both block sizes and
+// each epilogue: none, bias + ReLU, bias + ReLU capped (ReLU6), bias +
+// hard-swish. NaN passes the ReLU and the cap as in the eager ops.
+TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
+  manual_seed(11);
+  for (const DepthwiseCase& k :
+       {DepthwiseCase{1, 32, 40, 37, 3, 1, 1, 1, 16}, DepthwiseCase{2, 16, 34, 35, 3, 2, 1, 1, 16},
+        DepthwiseCase{1, 24, 36, 33, 5, 1, 2, 1, 8}, DepthwiseCase{1, 48, 7, 7, 5, 1, 2, 1, 16},
+        DepthwiseCase{1, 16, 14, 14, 3, 1, 1, 1, 16}, DepthwiseCase{2, 24, 13, 11, 5, 2, 2, 1, 8},
+        DepthwiseCase{1, 16, 9, 40, 7, 1, 3, 1, 16}, DepthwiseCase{1, 8, 6, 5, 3, 1, 0, 1, 8},
+        DepthwiseCase{1, 16, 12, 36, 3, 1, 2, 2, 16}, DepthwiseCase{1, 8, 3, 3, 5, 1, 2, 1, 8}}) {
+    for (int epilogue = 0; epilogue < 4; ++epilogue) {
+      std::string what = "n c h w k stride pad dilation block epilogue:";
+      for (int64_t v : {k.n, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.block}, int64_t{epilogue}})
+        what.append(" ").append(std::to_string(v));
+      Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.c, 1, k.k, k.k}) * 0.3, b = randn({k.c});
+      if (epilogue == 1) x.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+      ConvOptions opts;
+      opts.stride = {k.stride, k.stride};
+      opts.padding = {k.pad, k.pad};
+      opts.dilation = {k.dilation, k.dilation};
+      opts.groups = k.c;
+      const Tensor biased = conv2d(x, w, epilogue ? b : Tensor(), opts);
+      Tensor want = epilogue == 1   ? relu(biased)
+                    : epilogue == 2 ? clamp(biased, 0.0, 1.5)
+                    : epilogue == 3 ? hardswish(biased)
+                                    : biased;
+      const Shape& ys = want.shape();
+      onednn::LayoutCall call;
+      call.shape = {k.n,   k.c,      k.h,      k.w,   k.c,   k.k,        k.k,        ys[2],
+                    ys[3], k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, k.c};
+      call.src_block = call.dst_block = k.block;
+      call.bias = epilogue > 0;
+      call.relu = epilogue == 1 || epilogue == 2;
+      call.cap = epilogue == 2 ? 1.5f : 0.0f;
+      call.hardswish = epilogue == 3;
+      ASSERT_TRUE(cpu::blocked_depthwise_applies(call)) << what;
+      Tensor taps = Tensor::empty({cpu::blocked_depthwise_weights_size(call)});
+      cpu::blocked_depthwise_weights(call, w.contiguous().data<float>(), taps.data<float>());
+      Tensor input = to_blocked(x, k.block), y = Tensor::empty(ys);
+      cpu::blocked_depthwise_conv(call, input.data<float>(), taps.data<float>(), epilogue ? b.data<float>() : nullptr,
+                                  y.data<float>());
+      auto got = y.to_vector<float>(), expected = to_blocked(want, k.block).to_vector<float>();
+      ASSERT_EQ(got.size(), expected.size()) << what;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(expected[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << what << ", element " << i;
+          continue;
+        }
+        ASSERT_NEAR(got[i], expected[i], 1e-4 * (1 + std::abs(expected[i]))) << what << ", element " << i;
+      }
+    }
+  }
+  // Not for it: a channel multiplier, a residual, another block out.
+  onednn::LayoutCall call;
+  call.shape = {1, 16, 8, 8, 32, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 16};
+  call.src_block = call.dst_block = 16;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call));
+  call.shape.o = 16;
+  EXPECT_TRUE(cpu::blocked_depthwise_applies(call));
+  call.residual = true;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call));
+  call.residual = false;
+  call.dst_block = 8;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call));
 }
 
 // Rows that are not whole register tiles, more than one pass over k (in >

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
@@ -53,8 +54,10 @@ std::optional<ConvAlgorithm> pinned_algorithm() {
   if (v == "winograd2x2") return ConvAlgorithm::Winograd2x2;
   if (v == "winograd4x4") return ConvAlgorithm::Winograd4x4;
   if (v == "patch_gemm") return ConvAlgorithm::PatchGemm;
+  if (v == "depthwise") return ConvAlgorithm::Depthwise;
   KILN_FAIL("KILN_CONV_ALGORITHM=", v,
-            " is not an algorithm: set direct, winograd2x2, winograd4x4 or patch_gemm, or unset it to time them");
+            " is not an algorithm: set direct, winograd2x2, winograd4x4, patch_gemm or depthwise, or unset it to time "
+            "them");
 }
 
 // Each candidate's time for this call, in seconds, with what it costs
@@ -62,15 +65,16 @@ std::optional<ConvAlgorithm> pinned_algorithm() {
 // (not per thread count: one shape gets one algorithm, so its answers round
 // alike whichever thread runs it).
 std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call, bool pooled, bool winograd,
-                                                 bool patch_gemm) {
+                                                 bool patch_gemm, bool depthwise) {
   const onednn::ConvShape& s = call.shape;
   static std::mutex mu;
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
+                         int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
   static std::map<Key, std::map<ConvAlgorithm, double>> timed;
-  const Key key{s.n,  s.c,  s.h,  s.w,  s.o,  s.kh,           s.kw,           s.sh,      s.sw,          s.ph,
-                s.pw, s.dh, s.dw, call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
-                call.swish, call.cap > 0, pooled};
+  // clang-format off
+  const Key key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups, call.src_block,
+                call.dst_block, call.bias, call.relu, call.residual, call.hardswish, call.swish, call.cap > 0, pooled};
+  // clang-format on
   std::lock_guard<std::mutex> lock(mu);
   auto it = timed.find(key);
   if (it != timed.end()) return it->second;
@@ -79,7 +83,7 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
   // having pushed them out of the caches; timed warm, Winograd's larger
   // transformed weights would look cheaper than they are. So where the
   // weights are large, the caches are flushed before each run.
-  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * s.c * s.kh * s.kw}), b = zeros({s.o});
+  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * (s.c / s.groups) * s.kh * s.kw}), b = zeros({s.o});
   Tensor y = zeros({s.n * s.o * s.oh * s.ow});
   const float* bias = call.bias ? b.data<float>() : nullptr;
   const bool cold = w.numel() * 4 >= (2 << 20);
@@ -124,6 +128,13 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
                             patch_gemm_conv(unpooled, x.data<float>(), packed.data<float>(), bias, y.data<float>());
                             pool_after();
                           }});
+  Tensor taps = depthwise ? zeros({blocked_depthwise_weights_size(call)}) : Tensor();
+  if (depthwise)
+    candidates.push_back({ConvAlgorithm::Depthwise, taps.numel() * 4, [&] {
+                            const float* t = taps.data<float>();
+                            blocked_depthwise_conv(unpooled, x.data<float>(), t, bias, y.data<float>());
+                            pool_after();
+                          }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
   // F(4x4) on an output under 8x8 computes at least a third of its tiles'
   // outputs for nothing, and its buffers and weights, 36/16 and 4x the
@@ -155,7 +166,7 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
   std::map<ConvAlgorithm, double> scores;
   for (const Candidate& c : candidates) {
     double score = c.best;
-    if (c.algorithm != ConvAlgorithm::Direct) score *= 1.03;
+    if (c.algorithm != ConvAlgorithm::Direct && c.algorithm != ConvAlgorithm::Depthwise) score *= 1.03;
     if (!cold) score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
     scores[c.algorithm] = score;
   }
@@ -172,22 +183,25 @@ bool winograd_takes(const onednn::LayoutCall& call) {
 }  // namespace
 
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
-  return (winograd_takes(call) || patch_gemm_applies(call)) && onednn::conv_layout_is_fast(call);
+  return (winograd_takes(call) || patch_gemm_applies(call) || blocked_depthwise_applies(call)) &&
+         onednn::conv_layout_is_fast(call);
 }
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled) {
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
-  if (!(winograd || patch_gemm)) return ConvAlgorithm::Direct;
+  const bool depthwise = blocked_depthwise_applies(call);
+  if (!(winograd || patch_gemm || depthwise)) return ConvAlgorithm::Direct;
   // From one block size to the other oneDNN has no fast kernel.
   if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
   if (const std::optional<ConvAlgorithm> pinned = pinned_algorithm()) {
-    const bool applies =
-        *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm ? patch_gemm : winograd);
+    const bool applies = *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm   ? patch_gemm
+                                                              : *pinned == ConvAlgorithm::Depthwise ? depthwise
+                                                                                                    : winograd);
     if (applies) return *pinned;
   }
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;
-  for (const auto& [algorithm, score] : timed_candidates(call, pooled, winograd, patch_gemm))
+  for (const auto& [algorithm, score] : timed_candidates(call, pooled, winograd, patch_gemm, depthwise))
     if (score < best) choice = algorithm, best = score;
   return choice;
 }

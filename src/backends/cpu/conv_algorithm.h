@@ -1,20 +1,21 @@
 #pragma once
 // Which kernel runs an inference convolution on blocked activations with
 // constant weights: oneDNN's direct kernel, Winograd's F(2x2, 3x3) or
-// F(4x4, 3x3), or the patch GEMM. Chosen by timing all that apply, once per geometry, on the
+// F(4x4, 3x3), the patch GEMM, or Kiln's depthwise kernel. Chosen by timing all that apply, once per geometry, on the
 // real sizes: which wins depends on the layer's width, its output size and
 // the batch, and on this CPU.
 #include "backends/cpu/onednn_conv.h"
 
 namespace kiln::cpu {
 
-enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm };
+enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwise };
 
-// For a forward call. KILN_CONV_ALGORITHM (direct, winograd2x2, winograd4x4
-// or patch_gemm) pins the choice wherever that algorithm applies: results
+// For a forward call. KILN_CONV_ALGORITHM (direct, winograd2x2, winograd4x4,
+// patch_gemm or depthwise) pins the choice wherever that algorithm applies: results
 // then round alike from one compile to the next (timing on a busy machine
 // can choose differently), and tests reach each kernel. Otherwise the
-// others must beat the direct kernel by 3%; large
+// others must beat the direct kernel by 3% (the depthwise kernel need only
+// match it: in a network it keeps its neighbours' split of rows); large
 // weights are timed coming from memory, and smaller ones, timed warm, count
 // the time it would take to read their extra bytes (16/9 the size for
 // F(2x2), 4x for F(4x4)). A call from one block size to the

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cpu/lanes.h"
 #include "backends/cpu/vec8.h"
 #include "kiln/parallel.h"
 
@@ -113,39 +114,6 @@ void weight_grad_from_pool(const onednn::ConvShape& s, const float* x, const Max
   };
   weight_grad<B>(s, x, plane, gw, gb);
 }
-
-// L floats as one value: 8 (vec8's), or 16, which AVX-512 holds in one
-// register and other CPUs in two.
-template <int L>
-struct LaneTypes;
-template <>
-struct LaneTypes<8> {
-  typedef float vf __attribute__((vector_size(32)));
-  typedef int32_t vi __attribute__((vector_size(32)));
-};
-template <>
-struct LaneTypes<16> {
-  typedef float vf __attribute__((vector_size(64)));
-  typedef int32_t vi __attribute__((vector_size(64)));
-};
-template <int L>
-struct Lanes {
-  using vf = typename LaneTypes<L>::vf;
-  using vi = typename LaneTypes<L>::vi;
-  static vf load(const float* p) {
-    vf v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  }
-  static void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-  static vf splat(float x) { return vf{} + x; }
-  static vf select(vi mask, vf a, vf b) {
-    return reinterpret_cast<vf>((reinterpret_cast<vi>(a) & mask) | (reinterpret_cast<vi>(b) & ~mask));
-  }
-  // As vec8's: a NaN beats a number; max(v, 0) lets NaN through.
-  static vi beats(vf v, vf best) { return (v > best) | ((v != v) & (best == best)); }
-  static vf relu(vf v) { return reinterpret_cast<vf>(reinterpret_cast<vi>(v) & ~(v < vf{})); }
-};
 
 // Plane (n, cb) of the pooled output: for each 2x2 window, the four
 // convolution outputs (L channels to a vector: the whole block of 16 in

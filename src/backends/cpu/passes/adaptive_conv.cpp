@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/passes/layout_kernels.h"
@@ -76,10 +77,13 @@ struct AdaptiveConv {
   Tensor weights(cpu::ConvAlgorithm algorithm, const onednn::LayoutCall& c, const Tensor& plain) {
     const onednn::ConvShape& s = c.shape;
     const bool direct = algorithm == cpu::ConvAlgorithm::Direct, patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
+    const bool depthwise = algorithm == cpu::ConvAlgorithm::Depthwise;
     if (direct && onednn::prepared_weights_bytes(c) == 0) return Tensor();
-    const std::string form = direct  ? "onednn " + onednn::prepared_weights_layout(c)  // (it may depend on the batch)
-                             : patch ? "panels"
-                                     : "winograd " + std::to_string(tile_of(algorithm));
+    // (oneDNN's layout may depend on the batch)
+    const std::string form = direct      ? "onednn " + onednn::prepared_weights_layout(c)
+                             : patch     ? "panels"
+                             : depthwise ? "taps"
+                                         : "winograd " + std::to_string(tile_of(algorithm));
     auto it = forms.find(form);
     if (it != forms.end()) return it->second;
     const float* w = plain.data<float>();
@@ -90,6 +94,9 @@ struct AdaptiveConv {
     } else if (patch) {
       t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
       cpu::patch_gemm_weights(s, c.src_block, w, t.data<float>());
+    } else if (depthwise) {
+      t = Tensor::empty({cpu::blocked_depthwise_weights_size(c)});
+      cpu::blocked_depthwise_weights(c, w, t.data<float>());
     } else {
       t = Tensor::empty({cpu::winograd_weights_size(s, tile_of(algorithm))});
       cpu::winograd_weights(s, tile_of(algorithm), w, t.data<float>());
@@ -105,6 +112,8 @@ const char* range_name(cpu::ConvAlgorithm algorithm) {
     case cpu::ConvAlgorithm::Winograd2x2: return "conv: winograd 2x2";
     case cpu::ConvAlgorithm::Winograd4x4: return "conv: winograd 4x4";
     case cpu::ConvAlgorithm::PatchGemm: return "conv: patch gemm";
+    case cpu::ConvAlgorithm::Depthwise:
+      return "conv: depthwise";
   }
   return "convolution";
 }
@@ -143,6 +152,8 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     float* target = a.pooled ? full.data<float>() : y;
     if (algorithm == cpu::ConvAlgorithm::PatchGemm) {
       cpu::patch_gemm_conv(unpooled, x, w.data<float>(), bias, target);
+    } else if (algorithm == cpu::ConvAlgorithm::Depthwise) {
+      cpu::blocked_depthwise_conv(unpooled, x, w.data<float>(), bias, target);
     } else {
       unpooled.prepared_weights = w.defined();
       const float* weights = w.defined() ? static_cast<const float*>(w.raw_data()) : in[1].data<float>();

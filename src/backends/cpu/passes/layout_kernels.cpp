@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/blocked_batch_norm.h"
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/interpolate_pixels.h"
 #include "backends/cpu/patch_gemm_conv.h"
@@ -71,6 +72,13 @@ CustomKernel patch_gemm_conv_kernel(const onednn::LayoutCall& call, bool channel
     const float* scale = channel_scale ? in.back().data<float>() : nullptr;
     const int64_t stride = channel_scale && in.back().shape()[0] > 1 ? c.shape.c : 0;  // [N or 1, C, 1, 1]
     cpu::patch_gemm_conv(c, in[0].data<float>(), in[1].data<float>(), bias, y, scale, stride);
+  };
+}
+
+CustomKernel depthwise_conv_kernel(const onednn::LayoutCall& call) {
+  return [call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    cpu::blocked_depthwise_conv(at_batch(call, in[0]), in[0].data<float>(), in[1].data<float>(),
+                                call.bias ? in[2].data<float>() : nullptr, out[0].data<float>());
   };
 }
 

@@ -24,6 +24,9 @@ CustomKernel winograd_conv_kernel(const cpu::onednn::LayoutCall& call, int tile,
 // (patch_gemm_weights). channel_scale: a last input [N or 1, C, 1, 1] that
 // x's channels are taken times (patch_gemm_scales_input).
 CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call, bool channel_scale = false);
+// A depthwise convolution on Kiln's blocked kernel, w replaced by its taps
+// (blocked_depthwise_weights).
+CustomKernel depthwise_conv_kernel(const cpu::onednn::LayoutCall& call);
 // A convolution kernel (one of the above, no residual) that writes its
 // `channels` at `first` of a blocked one-image concatenation: out is the
 // whole concatenation; with `carry`, the last input is the concatenation so

@@ -126,6 +126,7 @@ class LayoutPass {
   size_t winograd2_ = 0;        // convolutions run by Winograd's F(2x2, 3x3)
   size_t winograd4_ = 0;        // and F(4x4, 3x3)
   size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
+  size_t depthwise_ = 0;        // depthwise convolutions run on Kiln's kernel
   size_t adaptive_ = 0;         // convolutions that choose per batch size class as they run
   // Values whose producers' threads each wrote a band of rows across all
   // channels (patch_gemm_splits_rows): a max pool of one is split alike.

@@ -4,12 +4,13 @@
 // reorders inserted where a reader takes another layout than its value's.
 #include <algorithm>
 
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/passes/layout_kernels.h"
+#include "backends/cpu/passes/layout_pass.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "graph/derived_constants.h"
-#include "backends/cpu/passes/layout_kernels.h"
-#include "backends/cpu/passes/layout_pass.h"
 #include "kiln/autograd.h"
 
 namespace kiln::graph::layout {
@@ -351,28 +352,37 @@ cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k,
 }
 
 // An inference convolution with constant weights runs by Winograd's
-// algorithm or as a patch GEMM where that measured faster; its weight
-// input becomes the transformed or packed weights, made here once.
+// algorithm, as a patch GEMM or on Kiln's depthwise kernel where that
+// measured faster; its weight input becomes the transformed or packed
+// weights, made here once.
 cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k, int pool) {
   const int w = k.inputs[1];
   const cpu::ConvAlgorithm algorithm = chosen_algorithm(plan, k, pool);
   if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
   NoGradGuard no_grad;
   const Tensor& source = g_.values[w].tensor;
-  const cpu::onednn::ConvShape& s = plan.call.shape;
-  const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
+  const cpu::onednn::LayoutCall& call = plan.call;
+  const cpu::onednn::ConvShape& s = call.shape;
+  const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm, depthwise = algorithm == cpu::ConvAlgorithm::Depthwise;
   const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
-  const std::string kind = patch ? "patch panels" : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
-  k.inputs[1] = add_derived_constant(g_, w, kind, patch ? ".panels" : ".winograd" + std::to_string(tile), [&] {
-    Tensor t = Tensor::empty({patch ? cpu::patch_gemm_weights_size(s) : cpu::winograd_weights_size(s, tile)});
+  const std::string kind = patch       ? "patch panels"
+                           : depthwise ? "depthwise taps"
+                                       : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
+  const std::string suffix = patch ? ".panels" : depthwise ? ".taps" : ".winograd" + std::to_string(tile);
+  k.inputs[1] = add_derived_constant(g_, w, kind, suffix, [&] {
+    Tensor t = Tensor::empty({patch       ? cpu::patch_gemm_weights_size(s)
+                              : depthwise ? cpu::blocked_depthwise_weights_size(call)
+                                          : cpu::winograd_weights_size(s, tile)});
     const Tensor from = source.contiguous();
     if (patch)
-      cpu::patch_gemm_weights(s, plan.call.src_block, from.data<float>(), t.data<float>());
+      cpu::patch_gemm_weights(s, call.src_block, from.data<float>(), t.data<float>());
+    else if (depthwise)
+      cpu::blocked_depthwise_weights(call, from.data<float>(), t.data<float>());
     else
       cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
     return t;
   });
-  ++(patch ? patch_gemm_ : tile == 2 ? winograd2_ : winograd4_);
+  ++(patch ? patch_gemm_ : depthwise ? depthwise_ : tile == 2 ? winograd2_ : winograd4_);
   block_of_.push_back(0);
   return algorithm;
 }
@@ -503,6 +513,12 @@ void LayoutPass::rewrite_nodes() {
                 row_banded_.insert(n.outputs[0]);
               break;
             }
+            case cpu::ConvAlgorithm::Depthwise:
+              k.label += " (depthwise)";
+              k.custom = depthwise_conv_kernel(plan.call);
+              k.any_shape = plan.concat_at < 0;
+              if (cpu::blocked_depthwise_splits_rows(plan.call)) row_banded_.insert(n.outputs[0]);
+              break;
             case cpu::ConvAlgorithm::Direct:
               prepare_constant_weights(plan, k);
               k.custom = conv_kernel(plan.call);
@@ -709,6 +725,7 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
   if (winograd2_) s += ", " + std::to_string(winograd2_) + " by Winograd's F(2x2, 3x3)";
   if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
   if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
+  if (depthwise_) s += ", " + std::to_string(depthwise_) + " on the blocked depthwise kernel";
   if (adaptive_) s += ", " + std::to_string(adaptive_) + " choosing their algorithm per batch size as they run";
   s += ", " + std::to_string(copies_.size()) + " reorders";
   return s;

@@ -1,0 +1,251 @@
+#include "backends/cpu/blocked_depthwise.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "backends/cpu/lanes.h"
+#include "kiln/error.h"
+#include "kiln/parallel.h"
+#include "kiln/tensor.h"
+
+namespace kiln::cpu {
+namespace {
+
+// Output pixels computed together: independent chains of multiply-adds
+// whose windows share their loads (32 vector registers with AVX-512, 16 without).
+#if defined(__AVX512F__)
+constexpr int kPixels = 8;
+#else
+constexpr int kPixels = 4;
+#endif
+
+template <int B>
+struct Kernel : Lanes<B> {
+  using typename Lanes<B>::vf;
+  using Lanes<B>::load;
+  using Lanes<B>::store;
+  using Lanes<B>::splat;
+  using Lanes<B>::select;
+
+  // The epilogue as the eager ops compute it: ReLU and the cap pass NaN.
+  struct Epilogue {
+    bool relu, hardswish;
+    float cap;
+    vf apply(vf v) const {
+      if (relu) v = select(v < vf{}, vf{}, v);
+      if (cap > 0) v = select(v > splat(cap), splat(cap), v);
+      if (hardswish) {
+        vf gate = v + splat(3.0f);
+        gate = select(gate > vf{}, gate, vf{});
+        gate = select(gate < splat(6.0f), gate, splat(6.0f));
+        v = v * (gate / splat(6.0f));
+      }
+      return v;
+    }
+  };
+
+  // The input rows one output row reads (those inside the image) and the
+  // taps of each: rows[k] is the input row's first column, taps[k] its
+  // kernel row's first tap.
+  struct Window {
+    const float* rows[16];
+    const float* taps[16];
+    int count = 0;
+  };
+
+  // Output pixels [ox, ox + U) whose windows lie inside the input's columns:
+  // each input column a row of them reads is loaded once. Under four
+  // pixels, the kernel rows alternate between two sets of sums, so that
+  // each chain of multiply-adds waits on the one before half as often.
+  template <int KW, int SW, int U>
+  static void inside(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t ox, float* y) {
+    constexpr int kColumns = (U - 1) * SW + KW, kSets = U < 4 ? 2 : 1;
+    vf acc[kSets][U];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      acc[0][u] = bias;
+      if constexpr (kSets == 2) acc[kSets - 1][u] = vf{};
+    }
+    for (int k = 0; k < win.count; ++k) {
+      vf(&sum)[U] = acc[k & (kSets - 1)];
+      const float* r = win.rows[k] + (ox * SW - s.pw) * B;
+      vf col[kColumns];
+#pragma GCC unroll 24
+      for (int j = 0; j < kColumns; ++j) col[j] = load(r + j * B);
+#pragma GCC unroll 8
+      for (int kx = 0; kx < KW; ++kx) {
+        const vf tap = load(win.taps[k] + kx * B);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) sum[u] += col[u * SW + kx] * tap;
+      }
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      if constexpr (kSets == 2) acc[0][u] += acc[1][u];
+      store(y + (ox + u) * B, e.apply(acc[0][u]));
+    }
+  }
+
+  // One output pixel of any geometry, the columns checked.
+  static void any(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t ox, float* y) {
+    vf acc = bias;
+    for (int k = 0; k < win.count; ++k)
+      for (int64_t kx = 0; kx < s.kw; ++kx) {
+        const int64_t ix = ox * s.sw - s.pw + kx * s.dw;
+        if (ix >= 0 && ix < s.w) acc += load(win.rows[k] + ix * B) * load(win.taps[k] + kx * B);
+      }
+    store(y + ox * B, e.apply(acc));
+  }
+
+  // One output row. KW, SW: the kernel's width and stride where fixed at
+  // compile time (dilation 1), 0 where not.
+  template <int KW, int SW>
+  static void row(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t first,
+                  int64_t last, float* y) {
+    int64_t ox = 0;
+    for (; ox < first; ++ox) any(s, win, bias, e, ox, y);
+    if constexpr (KW > 0) {
+      for (; ox + kPixels <= last; ox += kPixels) inside<KW, SW, kPixels>(s, win, bias, e, ox, y);
+      if constexpr (kPixels > 4)
+        if (ox + 4 <= last) inside<KW, SW, 4>(s, win, bias, e, ox, y), ox += 4;
+      if (ox + 2 <= last) inside<KW, SW, 2>(s, win, bias, e, ox, y), ox += 2;
+      if (ox < last) inside<KW, SW, 1>(s, win, bias, e, ox, y), ++ox;
+    }
+    for (; ox < s.ow; ++ox) any(s, win, bias, e, ox, y);
+  }
+
+  using Row = void (*)(const onednn::ConvShape&, const Window&, vf, const Epilogue&, int64_t, int64_t, float*);
+  static Row row_for(const onednn::ConvShape& s) {
+    if (s.dw != 1) return row<0, 0>;
+    if (s.kw == 3 && s.sw == 1) return row<3, 1>;
+    if (s.kw == 3 && s.sw == 2) return row<3, 2>;
+    if (s.kw == 5 && s.sw == 1) return row<5, 1>;
+    if (s.kw == 5 && s.sw == 2) return row<5, 2>;
+    if (s.kw == 7 && s.sw == 1) return row<7, 1>;
+    return row<0, 0>;
+  }
+
+  struct Call {
+    const onednn::ConvShape& s;
+    const float *x, *packed, *bias;
+    float* y;
+    Epilogue e;
+    Row compute;
+    int64_t first, last;  // the output columns whose windows lie inside the input's
+    // Narrow images (7x7, 14x14), where most columns are near an edge: the
+    // rows are copied into a buffer with their padding made zeros, so that
+    // every window lies inside; `padded` is the geometry in that buffer.
+    bool narrow;
+    onednn::ConvShape padded;
+  };
+
+  // Output rows [oy0, oy1) of channel block cb of image img.
+  static void rows_of(const Call& c, int64_t img, int64_t cb, int64_t oy0, int64_t oy1, std::vector<float>& buffer) {
+    const onednn::ConvShape& s = c.s;
+    const int64_t blocks = s.c / B, taps = s.kh * s.kw;
+    const float* tap0 = c.packed + cb * taps * B;
+    const vf b = c.bias ? load(c.bias + cb * B) : vf{};
+    const float* plane = c.x + (img * blocks + cb) * s.h * s.w * B;
+    float* out = c.y + (img * blocks + cb) * s.oh * s.ow * B;
+    int64_t iy0 = 0, width = s.w * B;
+    if (c.narrow) {
+      iy0 = oy0 * s.sh - s.ph;
+      const int64_t iy1 = (oy1 - 1) * s.sh - s.ph + (s.kh - 1) * s.dh + 1;
+      width = c.padded.w * B;
+      const int64_t left = std::min(s.pw, c.padded.w) * B, inside = std::clamp<int64_t>(c.padded.w - s.pw, 0, s.w) * B;
+      buffer.resize(static_cast<size_t>((iy1 - iy0) * width));
+      for (int64_t iy = iy0; iy < iy1; ++iy) {
+        float* dst = buffer.data() + (iy - iy0) * width;
+        std::fill(dst, dst + width, 0.0f);
+        if (iy >= 0 && iy < s.h) std::copy_n(plane + iy * s.w * B, inside, dst + left);
+      }
+      plane = buffer.data();
+    }
+    for (int64_t oy = oy0; oy < oy1; ++oy) {
+      Window win;
+      for (int64_t ky = 0; ky < s.kh; ++ky) {
+        const int64_t iy = oy * s.sh - s.ph + ky * s.dh;
+        if (!c.narrow && (iy < 0 || iy >= s.h)) continue;
+        win.rows[win.count] = plane + (iy - iy0) * width;
+        win.taps[win.count++] = tap0 + ky * s.kw * B;
+      }
+      if (c.narrow)
+        c.compute(c.padded, win, b, c.e, 0, s.ow, out + oy * s.ow * B);
+      else
+        c.compute(s, win, b, c.e, c.first, c.last, out + oy * s.ow * B);
+    }
+  }
+
+  static void run(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y) {
+    const onednn::ConvShape& s = call.shape;
+    const int64_t blocks = s.c / B;
+    const int64_t reach = (s.kw - 1) * s.dw;  // a window's width less one
+    const int64_t first = std::min<int64_t>(s.ow, (s.pw + s.sw - 1) / s.sw);
+    const int64_t last =
+        s.w - 1 - reach + s.pw < 0 ? first : std::clamp((s.w - 1 - reach + s.pw) / s.sw + 1, first, s.ow);
+    Call c{s,          x,
+           packed,     bias,
+           y,          {call.relu, call.hardswish, call.relu ? call.cap : 0.0f},
+           row_for(s), first,
+           last,       !blocked_depthwise_splits_rows(call),
+           s};
+    c.padded.w = (s.ow - 1) * s.sw + reach + 1;
+    c.padded.pw = 0;
+    // A thread's share is worth its start from about 2^15 multiply-adds.
+    const int64_t row_work = std::max<int64_t>(1, s.ow * s.kh * s.kw * B);
+    if (c.narrow) {
+      // Whole planes: a band of a narrow plane's rows costs nearly the copy
+      // of the whole, and its values are few (14x14: 12 KB a block).
+      parallel_for(s.n * blocks, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work * s.oh)),
+                   [&](int64_t lo, int64_t hi) {
+                     thread_local std::vector<float> buffer;
+                     for (int64_t at = lo; at < hi; ++at) rows_of(c, at / blocks, at % blocks, 0, s.oh, buffer);
+                   });
+      return;
+    }
+    parallel_for(s.n * s.oh, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work * blocks)),
+                 [&](int64_t lo, int64_t hi) {
+                   std::vector<float> unused;
+                   for (int64_t cb = 0; cb < blocks; ++cb)
+                     for (int64_t r = lo; r < hi;) {  // a run of rows of one image at a time
+                       const int64_t img = r / s.oh, oy0 = r % s.oh, oy1 = std::min(s.oh, oy0 + (hi - r));
+                       rows_of(c, img, cb, oy0, oy1, unused);
+                       r += oy1 - oy0;
+                     }
+                 });
+  }
+};
+
+}  // namespace
+
+bool blocked_depthwise_applies(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || call.src_block == 16) &&
+         call.dst_block == call.src_block && s.groups == s.c && s.o == s.c && s.c % call.src_block == 0 && s.kh <= 16 &&
+         s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 && s.ow >= 1 && !call.residual &&
+         !call.hardsigmoid && !call.swish;
+}
+
+int64_t blocked_depthwise_weights_size(const onednn::LayoutCall& call) {
+  return call.shape.c * call.shape.kh * call.shape.kw;
+}
+
+void blocked_depthwise_weights(const onednn::LayoutCall& call, const float* w, float* packed) {
+  const onednn::ConvShape& s = call.shape;
+  const int64_t block = call.src_block, taps = s.kh * s.kw;
+  for (int64_t c = 0; c < s.c; ++c)
+    for (int64_t t = 0; t < taps; ++t) packed[((c / block) * taps + t) * block + c % block] = w[c * taps + t];
+}
+
+bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call) { return call.shape.ow >= 4 * kPixels; }
+
+void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
+                            float* y) {
+  KILN_CHECK(blocked_depthwise_applies(call), "blocked_depthwise_conv: not a blocked depthwise convolution");
+  if (call.src_block == 16)
+    Kernel<16>::run(call, x, packed, bias, y);
+  else
+    Kernel<8>::run(call, x, packed, bias, y);
+}
+
+}  // namespace kiln::cpu

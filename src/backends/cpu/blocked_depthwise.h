@@ -1,0 +1,34 @@
+#pragma once
+// Depthwise convolutions on channel-blocked activations (nChw8c / nChw16c),
+// for graph mode's layout pass: each of a block's channels sits in one lane,
+// so a window is a run of vector multiply-adds over its positions.
+//
+// Threads take bands of output rows across every channel block, as the
+// patch GEMM's 1x1 layers around them split their pixels: each thread then
+// reads what it wrote, from its own cache. oneDNN's kernel splits by channel
+// blocks, so in a MobileNet block half of every layer's input came from the
+// other core: a 24 -> 72 1x1 layer took 66 us after it against 47 alone.
+#include "backends/cpu/onednn_conv.h"
+
+namespace kiln::cpu {
+
+// Whether blocked_depthwise_conv runs call: forward, groups == c == o,
+// the same block (8 or 16) in and out, an epilogue of bias, ReLU, a cap and
+// hard-swish at most (no residual).
+bool blocked_depthwise_applies(const onednn::LayoutCall& call);
+
+// The weights as the kernel reads them: [c / block, kh * kw, block], from
+// plain [c, 1, kh, kw].
+int64_t blocked_depthwise_weights_size(const onednn::LayoutCall& call);
+void blocked_depthwise_weights(const onednn::LayoutCall& call, const float* w, float* packed);
+
+// Whether its threads take bands of rows across every channel block (on
+// narrow images, under 32 columns with AVX-512, 16 without, they take whole
+// channel blocks instead).
+bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call);
+
+// x [n, c / block, h, w, block] -> y [n, c / block, oh, ow, block].
+void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
+                            float* y);
+
+}  // namespace kiln::cpu
