@@ -173,7 +173,8 @@ struct DepthwiseCase {
 // (split by rows: 32 columns and more with AVX-512) and narrow ones (whole
 // channel blocks, padding copied in), several images, both block sizes and
 // each epilogue: none, bias + ReLU, bias + ReLU capped (ReLU6), bias +
-// hard-swish. NaN passes the ReLU and the cap as in the eager ops.
+// hard-swish, bias + SiLU (16-channel blocks, with AVX-512). NaN passes the
+// ReLU and the cap as in the eager ops.
 TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
   manual_seed(11);
   for (const DepthwiseCase& k :
@@ -182,7 +183,8 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
         DepthwiseCase{1, 16, 14, 14, 3, 1, 1, 1, 16}, DepthwiseCase{2, 24, 13, 11, 5, 2, 2, 1, 8},
         DepthwiseCase{1, 16, 9, 40, 7, 1, 3, 1, 16}, DepthwiseCase{1, 8, 6, 5, 3, 1, 0, 1, 8},
         DepthwiseCase{1, 16, 12, 36, 3, 1, 2, 2, 16}, DepthwiseCase{1, 8, 3, 3, 5, 1, 2, 1, 8}}) {
-    for (int epilogue = 0; epilogue < 4; ++epilogue) {
+    for (int epilogue = 0; epilogue < 5; ++epilogue) {
+      if (epilogue == 4 && (k.block != 16 || !cpu::gemm::swish_in_epilogue)) continue;
       std::string what = "n c h w k stride pad dilation block epilogue:";
       for (int64_t v : {k.n, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.block}, int64_t{epilogue}})
         what.append(" ").append(std::to_string(v));
@@ -197,6 +199,7 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
       Tensor want = epilogue == 1   ? relu(biased)
                     : epilogue == 2 ? clamp(biased, 0.0, 1.5)
                     : epilogue == 3 ? hardswish(biased)
+                    : epilogue == 4 ? biased * sigmoid(biased)
                                     : biased;
       const Shape& ys = want.shape();
       onednn::LayoutCall call;
@@ -207,6 +210,7 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
       call.relu = epilogue == 1 || epilogue == 2;
       call.cap = epilogue == 2 ? 1.5f : 0.0f;
       call.hardswish = epilogue == 3;
+      call.swish = epilogue == 4;
       ASSERT_TRUE(cpu::blocked_depthwise_applies(call)) << what;
       Tensor taps = Tensor::empty({cpu::blocked_depthwise_weights_size(call)});
       cpu::blocked_depthwise_weights(call, w.contiguous().data<float>(), taps.data<float>());
@@ -224,7 +228,7 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
       }
     }
   }
-  // Not for it: a channel multiplier, a residual, another block out.
+  // Not for it: a channel multiplier, a residual, another block out, a SiLU on 8-channel blocks.
   onednn::LayoutCall call;
   call.shape = {1, 16, 8, 8, 32, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 16};
   call.src_block = call.dst_block = 16;
@@ -236,6 +240,9 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
   call.residual = false;
   call.dst_block = 8;
   EXPECT_FALSE(cpu::blocked_depthwise_applies(call));
+  call.src_block = 8;
+  call.swish = true;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "a SiLU on 8-channel blocks";
 }
 
 // Rows that are not whole register tiles, more than one pass over k (in >

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/lanes.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
@@ -29,7 +30,7 @@ struct Kernel : Lanes<B> {
 
   // The epilogue as the eager ops compute it: ReLU and the cap pass NaN.
   struct Epilogue {
-    bool relu, hardswish;
+    bool relu, hardswish, swish;
     float cap;
     vf apply(vf v) const {
       if (relu) v = select(v < vf{}, vf{}, v);
@@ -40,6 +41,10 @@ struct Kernel : Lanes<B> {
         gate = select(gate < splat(6.0f), gate, splat(6.0f));
         v = v * (gate / splat(6.0f));
       }
+#if defined(__AVX512F__)
+      if constexpr (B == 16)  // (blocked_depthwise_applies: a SiLU only on 16-channel blocks, with AVX-512)
+        if (swish) v = reinterpret_cast<vf>(gemm::silu16(reinterpret_cast<__m512>(v)));
+#endif
       return v;
     }
   };
@@ -185,7 +190,7 @@ struct Kernel : Lanes<B> {
         s.w - 1 - reach + s.pw < 0 ? first : std::clamp((s.w - 1 - reach + s.pw) / s.sw + 1, first, s.ow);
     Call c{s,          x,
            packed,     bias,
-           y,          {call.relu, call.hardswish, call.relu ? call.cap : 0.0f},
+           y,          {call.relu, call.hardswish, call.swish, call.relu ? call.cap : 0.0f},
            row_for(s), first,
            last,       !blocked_depthwise_splits_rows(call),
            s};
@@ -223,7 +228,7 @@ bool blocked_depthwise_applies(const onednn::LayoutCall& call) {
   return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || call.src_block == 16) &&
          call.dst_block == call.src_block && s.groups == s.c && s.o == s.c && s.c % call.src_block == 0 && s.kh <= 16 &&
          s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 && s.ow >= 1 && !call.residual &&
-         !call.hardsigmoid && !call.swish;
+         !call.hardsigmoid && (!call.swish || (call.src_block == 16 && gemm::swish_in_epilogue));
 }
 
 int64_t blocked_depthwise_weights_size(const onednn::LayoutCall& call) {

@@ -166,7 +166,10 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
   std::map<ConvAlgorithm, double> scores;
   for (const Candidate& c : candidates) {
     double score = c.best;
-    if (c.algorithm != ConvAlgorithm::Direct && c.algorithm != ConvAlgorithm::Depthwise) score *= 1.03;
+    // (The depthwise kernel on a wide image need only match oneDNN's: it
+    // splits its rows as the layers around it do, which oneDNN's does not.)
+    const bool rows_alike = c.algorithm == ConvAlgorithm::Depthwise && blocked_depthwise_splits_rows(call);
+    if (c.algorithm != ConvAlgorithm::Direct && !rows_alike) score *= 1.03;
     if (!cold) score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
     scores[c.algorithm] = score;
   }

@@ -14,8 +14,9 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwis
 // patch_gemm or depthwise) pins the choice wherever that algorithm applies: results
 // then round alike from one compile to the next (timing on a busy machine
 // can choose differently), and tests reach each kernel. Otherwise the
-// others must beat the direct kernel by 3% (the depthwise kernel need only
-// match it: in a network it keeps its neighbours' split of rows); large
+// others must beat the direct kernel by 3% (the depthwise kernel on a wide
+// image need only match it: in a network it keeps its neighbours' split of
+// rows); large
 // weights are timed coming from memory, and smaller ones, timed warm, count
 // the time it would take to read their extra bytes (16/9 the size for
 // F(2x2), 4x for F(4x4)). A call from one block size to the
