@@ -12,6 +12,12 @@
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 
+// Eight doubles, one AVX-512 register: without AVX-512, GCC warns that such
+// a value passed or returned by value changes the calling convention
+// (-Wpsabi). Every function here is internal to this file, compiled with one
+// set of flags, so no caller can disagree with it.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace kiln::cpu {
 namespace {
 

@@ -28,6 +28,17 @@ struct Kernel : Lanes<B> {
   using Lanes<B>::splat;
   using Lanes<B>::select;
 
+  // Keeps v in a register: GCC would fold each use of a loaded column into
+  // its multiply-add as a load of its own, kw loads per column instead of
+  // one (the loads, not the arithmetic, then bound the kernel).
+  [[gnu::always_inline]] static void hold(vf& v) {
+#if defined(__AVX512F__)
+    asm("" : "+v"(v));
+#elif defined(__AVX__)
+    if constexpr (sizeof(vf) == 32) asm("" : "+x"(v));
+#endif
+  }
+
   // The epilogue as the eager ops compute it: ReLU and the cap pass NaN.
   struct Epilogue {
     bool relu, hardswish, swish;
@@ -63,7 +74,8 @@ struct Kernel : Lanes<B> {
   // pixels, the kernel rows alternate between two sets of sums, so that
   // each chain of multiply-adds waits on the one before half as often.
   template <int KW, int SW, int U>
-  static void inside(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t ox, float* y) {
+  static void inside(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e, int64_t ox,
+                     float* y) {
     constexpr int kColumns = (U - 1) * SW + KW, kSets = U < 4 ? 2 : 1;
     vf acc[kSets][U];
 #pragma GCC unroll 8
@@ -78,9 +90,7 @@ struct Kernel : Lanes<B> {
 #pragma GCC unroll 24
       for (int j = 0; j < kColumns; ++j) {
         col[j] = load(r + j * B);
-        // Held in a register: GCC would fold each use into its multiply-add
-        // as a load of its own, kw loads per column instead of one.
-        asm("" : "+v"(col[j]));
+        hold(col[j]);
       }
 #pragma GCC unroll 8
       for (int kx = 0; kx < KW; ++kx) {
@@ -97,7 +107,8 @@ struct Kernel : Lanes<B> {
   }
 
   // One output pixel of any geometry, the columns checked.
-  static void any(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t ox, float* y) {
+  static void any(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e, int64_t ox,
+                  float* y) {
     vf acc = bias;
     for (int k = 0; k < win.count; ++k)
       for (int64_t kx = 0; kx < s.kw; ++kx) {
@@ -110,7 +121,7 @@ struct Kernel : Lanes<B> {
   // One output row. KW, SW: the kernel's width and stride where fixed at
   // compile time (dilation 1), 0 where not.
   template <int KW, int SW, int U>
-  static void row(const onednn::ConvShape& s, const Window& win, vf bias, const Epilogue& e, int64_t first,
+  static void row(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e, int64_t first,
                   int64_t last, float* y) {
     int64_t ox = 0;
     for (; ox < first; ++ox) any(s, win, bias, e, ox, y);
@@ -124,7 +135,7 @@ struct Kernel : Lanes<B> {
     for (; ox < s.ow; ++ox) any(s, win, bias, e, ox, y);
   }
 
-  using Row = void (*)(const onednn::ConvShape&, const Window&, vf, const Epilogue&, int64_t, int64_t, float*);
+  using Row = void (*)(const onednn::ConvShape&, const Window&, const vf&, const Epilogue&, int64_t, int64_t, float*);
   // Rows of a width that is a multiple of 7 and not of 8 (the 7x7, 14x14
   // and 28x28 stages) go 7 pixels at a time, without the tails' short
   // chains (a 7x7 layer took twice oneDNN's time in 4 + 2 + 1 pixels).
@@ -242,9 +253,11 @@ struct Kernel : Lanes<B> {
 
 }  // namespace
 
+// 16-channel blocks with AVX-512 only (lanes.h's kSixteenLanes): they are
+// its block size; oneDNN's nChw8c is the block without it.
 bool blocked_depthwise_applies(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
-  return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || call.src_block == 16) &&
+  return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || (call.src_block == 16 && kSixteenLanes)) &&
          call.dst_block == call.src_block && s.groups == s.c && s.o == s.c && s.c % call.src_block == 0 && s.kh <= 16 &&
          s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 && s.ow >= 1 && !call.residual &&
          !call.hardsigmoid && (!call.swish || (call.src_block == 16 && gemm::swish_in_epilogue));
@@ -266,10 +279,9 @@ bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call) { return call
 void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                             float* y) {
   KILN_CHECK(blocked_depthwise_applies(call), "blocked_depthwise_conv: not a blocked depthwise convolution");
-  if (call.src_block == 16)
-    Kernel<16>::run(call, x, packed, bias, y);
-  else
-    Kernel<8>::run(call, x, packed, bias, y);
+  if constexpr (kSixteenLanes)
+    if (call.src_block == 16) return Kernel < kSixteenLanes ? 16 : 8 > ::run(call, x, packed, bias, y);
+  Kernel<8>::run(call, x, packed, bias, y);
 }
 
 }  // namespace kiln::cpu

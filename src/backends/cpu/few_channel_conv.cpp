@@ -182,8 +182,8 @@ void conv_relu_pool_few_channels(const onednn::ConvShape& s, int block, const fl
     for (int64_t plane = begin; plane < end; ++plane) {
       const int64_t n = plane / blocks, cb = plane % blocks;
       if (n != copied) copy_padded(s, x, n, padded), copied = n;
-      if (block == 16)
-        conv_relu_pool_plane<16, 16>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
+      if (block == 16)  // (in two halves of 8 without AVX-512: lanes.h's 16 would change the calling convention)
+        conv_relu_pool_plane<16, kSixteenLanes ? 16 : 8>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
       else
         conv_relu_pool_plane<8, 8>(s, w, bias, y, n, cb, pooled_h, pooled_w, padded, offsets);
     }

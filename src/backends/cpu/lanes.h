@@ -8,6 +8,15 @@
 #include <cstring>
 
 namespace kiln::cpu {
+// Whether 16 lanes are one register here. Without AVX-512, code that takes
+// a 16-lane value through a function it does not inline changes the calling
+// convention (GCC: -Werror=psabi): such code uses 8 lanes there.
+constexpr bool kSixteenLanes =
+#if defined(__AVX512F__)
+    true;
+#else
+    false;
+#endif
 
 template <int L>
 struct LaneTypes;
