@@ -13,12 +13,13 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwis
 // For a forward call. KILN_CONV_ALGORITHM (direct, winograd2x2, winograd4x4,
 // patch_gemm or depthwise) pins the choice wherever that algorithm applies: results
 // then round alike from one compile to the next (timing on a busy machine
-// can choose differently), and tests reach each kernel. Otherwise the
-// others must beat the direct kernel by 3% (the depthwise kernel on a wide
-// image need only match it: in a network it keeps its neighbours' split of
-// rows); large
-// weights are timed coming from memory, and smaller ones, timed warm, count
-// the time it would take to read their extra bytes (16/9 the size for
+// can choose differently), and tests reach each kernel. Otherwise each is
+// timed between a write of its input and a read of its output by threads
+// taking bands of rows, as its neighbours in a network mostly split their
+// work, and the others must beat the direct kernel by 3% (the depthwise
+// kernel on a wide image need only match it: it keeps that split too);
+// large weights are timed coming from memory, and smaller ones, timed warm,
+// count the time it would take to read their extra bytes (16/9 the size for
 // F(2x2), 4x for F(4x4)). A call from one block size to the
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
 // pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
