@@ -189,17 +189,24 @@ namespace {
 // broadcasting took four times as long).
 void scale_or_shift_blocks(bool multiply, const Tensor& x, const Tensor& v, Tensor& y, int block) {
   const Shape& s = x.shape();
-  const int64_t n = s[0], blocks = s[1] / block, plane = s[2] * s[3] * block, vn = v.shape()[0];
+  const int64_t n = s[0], blocks = s[1] / block, h = s[2], row = s[3] * block, vn = v.shape()[0];
   const float* xp = x.data<float>();
   const float* vp = v.data<float>();
   float* yp = y.data<float>();
-  parallel_for(n * blocks, std::max<int64_t>(1, 16384 / plane), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float* c = vp + ((vn == 1 ? 0 : i / blocks) * blocks + i % blocks) * block;
-      const float* src = xp + i * plane;
-      float* dst = yp + i * plane;
-      for (int64_t p = 0; p < plane; p += block)
-        for (int k = 0; k < block; ++k) dst[p + k] = multiply ? src[p + k] * c[k] : src[p + k] + c[k];
+  // Threads take bands of rows across every channel block, as the
+  // convolutions around it split theirs (a squeeze-and-excitation scale
+  // between a depthwise layer and a 1x1 one), so each reads what it wrote.
+  parallel_for(n * h, std::max<int64_t>(1, 16384 / (row * blocks)), [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t image = r / h;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float* c = vp + ((vn == 1 ? 0 : image) * blocks + b) * block;
+        const int64_t at = ((image * blocks + b) * h + r % h) * row;
+        const float* src = xp + at;
+        float* dst = yp + at;
+        for (int64_t p = 0; p < row; p += block)
+          for (int k = 0; k < block; ++k) dst[p + k] = multiply ? src[p + k] * c[k] : src[p + k] + c[k];
+      }
     }
   });
 }
