@@ -218,6 +218,28 @@ bool winograd_takes(const onednn::LayoutCall& call) {
 
 }  // namespace
 
+int64_t own_weights_size(ConvAlgorithm algorithm, const onednn::LayoutCall& call) {
+  switch (algorithm) {
+    case ConvAlgorithm::Winograd2x2: return winograd_weights_size(call.shape, 2);
+    case ConvAlgorithm::Winograd4x4: return winograd_weights_size(call.shape, 4);
+    case ConvAlgorithm::PatchGemm: return patch_gemm_weights_size(call.shape);
+    case ConvAlgorithm::Depthwise: return blocked_depthwise_weights_size(call);
+    case ConvAlgorithm::Direct: break;
+  }
+  KILN_FAIL("own_weights_size: oneDNN's direct kernel reads its own weight layout (onednn::prepare_weights)");
+}
+
+void own_weights(ConvAlgorithm algorithm, const onednn::LayoutCall& call, const float* w, float* out) {
+  switch (algorithm) {
+    case ConvAlgorithm::Winograd2x2: return winograd_weights(call.shape, 2, w, out);
+    case ConvAlgorithm::Winograd4x4: return winograd_weights(call.shape, 4, w, out);
+    case ConvAlgorithm::PatchGemm: return patch_gemm_weights(call.shape, call.src_block, w, out);
+    case ConvAlgorithm::Depthwise: return blocked_depthwise_weights(call, w, out);
+    case ConvAlgorithm::Direct: break;
+  }
+  KILN_FAIL("own_weights: oneDNN's direct kernel reads its own weight layout (onednn::prepare_weights)");
+}
+
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
   return (winograd_takes(call) || patch_gemm_applies(call) || blocked_depthwise_applies(call)) &&
          onednn::conv_layout_is_fast(call);

@@ -29,6 +29,12 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
 // one applies); otherwise its answer follows from the call alone.
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call);
 
+// The weights Kiln's own algorithms read (Winograd's transform, the patch
+// GEMM's panels, the depthwise kernel's taps), made from the plain
+// [o, c / groups, kh, kw] ones: their size in floats, and the making.
+int64_t own_weights_size(ConvAlgorithm algorithm, const onednn::LayoutCall& call);
+void own_weights(ConvAlgorithm algorithm, const onednn::LayoutCall& call, const float* w, float* out);
+
 // Whether oneDNN's kernel for this blocked forward call runs faster than on
 // plain layouts, timed once per geometry: on a machine whose block is 16,
 // 8-channel blocks make depthwise layers many times faster but some wide 1x1

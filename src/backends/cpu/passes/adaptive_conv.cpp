@@ -34,6 +34,18 @@ int size_class_of(int64_t n) { return static_cast<int>(std::bit_width(static_cas
 // Winograd's output tile for its two algorithms.
 int tile_of(cpu::ConvAlgorithm algorithm) { return algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4; }
 
+// Profiles show each call's algorithm as a range of this name.
+const char* range_name(cpu::ConvAlgorithm algorithm) {
+  switch (algorithm) {
+    case cpu::ConvAlgorithm::Direct: return "conv: onednn direct";
+    case cpu::ConvAlgorithm::Winograd2x2: return "conv: winograd 2x2";
+    case cpu::ConvAlgorithm::Winograd4x4: return "conv: winograd 4x4";
+    case cpu::ConvAlgorithm::PatchGemm: return "conv: patch gemm";
+    case cpu::ConvAlgorithm::Depthwise: return "conv: depthwise";
+  }
+  return "convolution";
+}
+
 struct AdaptiveConv {
   onednn::LayoutCall call;  // where pooled, its relu is the one before the pool
   bool pooled = false;
@@ -75,48 +87,24 @@ struct AdaptiveConv {
   // The weights `algorithm` reads at call c, from the plain [o, c, kh, kw]
   // ones, made once per form; undefined where it reads them plain.
   Tensor weights(cpu::ConvAlgorithm algorithm, const onednn::LayoutCall& c, const Tensor& plain) {
-    const onednn::ConvShape& s = c.shape;
-    const bool direct = algorithm == cpu::ConvAlgorithm::Direct, patch = algorithm == cpu::ConvAlgorithm::PatchGemm;
-    const bool depthwise = algorithm == cpu::ConvAlgorithm::Depthwise;
+    const bool direct = algorithm == cpu::ConvAlgorithm::Direct;
     if (direct && onednn::prepared_weights_bytes(c) == 0) return Tensor();
-    // (oneDNN's layout may depend on the batch)
-    const std::string form = direct      ? "onednn " + onednn::prepared_weights_layout(c)
-                             : patch     ? "panels"
-                             : depthwise ? "taps"
-                                         : "winograd " + std::to_string(tile_of(algorithm));
+    // (oneDNN's layout may depend on the batch; the others' do not)
+    const std::string form = direct ? "onednn " + onednn::prepared_weights_layout(c) : range_name(algorithm);
     auto it = forms.find(form);
     if (it != forms.end()) return it->second;
-    const float* w = plain.data<float>();
     Tensor t;
     if (direct) {
       t = Tensor::empty({onednn::prepared_weights_bytes(c)}, DType::UInt8);
-      onednn::prepare_weights(c, w, t.raw_data());
-    } else if (patch) {
-      t = Tensor::empty({cpu::patch_gemm_weights_size(s)});
-      cpu::patch_gemm_weights(s, c.src_block, w, t.data<float>());
-    } else if (depthwise) {
-      t = Tensor::empty({cpu::blocked_depthwise_weights_size(c)});
-      cpu::blocked_depthwise_weights(c, w, t.data<float>());
+      onednn::prepare_weights(c, plain.data<float>(), t.raw_data());
     } else {
-      t = Tensor::empty({cpu::winograd_weights_size(s, tile_of(algorithm))});
-      cpu::winograd_weights(s, tile_of(algorithm), w, t.data<float>());
+      t = Tensor::empty({cpu::own_weights_size(algorithm, c)});
+      cpu::own_weights(algorithm, c, plain.data<float>(), t.data<float>());
     }
     return forms[form] = t;
   }
 };
 
-// Profiles show each call's algorithm as a range of this name.
-const char* range_name(cpu::ConvAlgorithm algorithm) {
-  switch (algorithm) {
-    case cpu::ConvAlgorithm::Direct: return "conv: onednn direct";
-    case cpu::ConvAlgorithm::Winograd2x2: return "conv: winograd 2x2";
-    case cpu::ConvAlgorithm::Winograd4x4: return "conv: winograd 4x4";
-    case cpu::ConvAlgorithm::PatchGemm: return "conv: patch gemm";
-    case cpu::ConvAlgorithm::Depthwise:
-      return "conv: depthwise";
-  }
-  return "convolution";
-}
 
 }  // namespace
 

@@ -361,8 +361,6 @@ cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k, int pool
   if (algorithm == cpu::ConvAlgorithm::Direct) return algorithm;
   NoGradGuard no_grad;
   const Tensor& source = g_.values[w].tensor;
-  const cpu::onednn::LayoutCall& call = plan.call;
-  const cpu::onednn::ConvShape& s = call.shape;
   const bool patch = algorithm == cpu::ConvAlgorithm::PatchGemm, depthwise = algorithm == cpu::ConvAlgorithm::Depthwise;
   const int tile = algorithm == cpu::ConvAlgorithm::Winograd2x2 ? 2 : 4;
   const std::string kind = patch       ? "patch panels"
@@ -370,16 +368,8 @@ cpu::ConvAlgorithm LayoutPass::own_algorithm(const Plan& plan, Node& k, int pool
                                        : "winograd " + std::to_string(tile) + "x" + std::to_string(tile);
   const std::string suffix = patch ? ".panels" : depthwise ? ".taps" : ".winograd" + std::to_string(tile);
   k.inputs[1] = add_derived_constant(g_, w, kind, suffix, [&] {
-    Tensor t = Tensor::empty({patch       ? cpu::patch_gemm_weights_size(s)
-                              : depthwise ? cpu::blocked_depthwise_weights_size(call)
-                                          : cpu::winograd_weights_size(s, tile)});
-    const Tensor from = source.contiguous();
-    if (patch)
-      cpu::patch_gemm_weights(s, call.src_block, from.data<float>(), t.data<float>());
-    else if (depthwise)
-      cpu::blocked_depthwise_weights(call, from.data<float>(), t.data<float>());
-    else
-      cpu::winograd_weights(s, tile, from.data<float>(), t.data<float>());
+    Tensor t = Tensor::empty({cpu::own_weights_size(algorithm, plan.call)});
+    cpu::own_weights(algorithm, plan.call, source.contiguous().data<float>(), t.data<float>());
     return t;
   });
   ++(patch ? patch_gemm_ : depthwise ? depthwise_ : tile == 2 ? winograd2_ : winograd4_);
