@@ -1,5 +1,7 @@
 // The kernels behind graph mode's blocked layouts, against Kiln's plain
 // convolution and its gradients.
+#include "backends/cpu/passes/layout_kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,10 +13,10 @@
 #include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/few_channel_conv.h"
 #include "backends/cpu/gemm_tile.h"
+#include "backends/cpu/lanes.h"
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
-#include "backends/cpu/passes/layout_kernels.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -243,6 +245,83 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
   call.src_block = 8;
   call.swish = true;
   EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "a SiLU on 8-channel blocks";
+}
+
+struct ExpansionCase {
+  int64_t n, c_in, c, h, w, k, stride, pad, dilation;
+  int src_block, block;
+};
+
+// A 1x1 expansion made inside the depthwise layer that reads it, a few rows
+// at a time, against the two kernels one after the other: windows past the
+// top and bottom, strides 1 and 2, a dilated window (a ring of 5 rows), 3x3
+// and 5x5, several images, both block sizes in and out, with and without
+// biases, and the epilogues (ReLU6, hard-swish, SiLU where the CPU has it).
+TEST(LayoutKernels, AnExpansionMadeInsideItsDepthwiseLayerMatchesTheTwoLayers) {
+  manual_seed(12);
+  for (const ExpansionCase& k :
+       {ExpansionCase{2, 16, 32, 9, 36, 3, 1, 1, 1, 16, 16}, ExpansionCase{1, 24, 48, 11, 40, 5, 2, 2, 1, 8, 16},
+        ExpansionCase{1, 16, 24, 8, 33, 3, 2, 1, 1, 16, 8}, ExpansionCase{1, 8, 16, 7, 34, 3, 1, 2, 2, 8, 8}}) {
+    for (int epilogue = 0; epilogue < 4; ++epilogue) {
+      if (epilogue == 3 && (k.block != 16 || !cpu::gemm::swish_in_epilogue)) continue;
+      if (k.block == 16 && !cpu::kSixteenLanes) continue;
+      std::string what = "n c_in c h w k stride pad dilation src_block block epilogue:";
+      for (int64_t v : {k.n, k.c_in, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
+                        int64_t{k.block}, int64_t{epilogue}})
+        what.append(" ").append(std::to_string(v));
+      const int64_t oh = (k.h + 2 * k.pad - k.dilation * (k.k - 1) - 1) / k.stride + 1;
+      const int64_t ow = (k.w + 2 * k.pad - k.dilation * (k.k - 1) - 1) / k.stride + 1;
+      onednn::LayoutCall expand, depthwise;
+      expand.shape = {k.n, k.c_in, k.h, k.w, k.c, 1, 1, k.h, k.w, 1, 1, 0, 0, 1, 1, 1};
+      expand.src_block = k.src_block;
+      depthwise.shape = {k.n, k.c,      k.h,      k.w,   k.c,   k.k,        k.k,        oh,
+                         ow,  k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, k.c};
+      expand.dst_block = depthwise.src_block = depthwise.dst_block = k.block;
+      for (onednn::LayoutCall* call : {&expand, &depthwise}) {
+        call->bias = epilogue > 0;
+        call->relu = epilogue == 1;
+        call->cap = epilogue == 1 ? 6.0f : 0.0f;
+        call->hardswish = epilogue == 2;
+        call->swish = epilogue == 3;
+      }
+      ASSERT_TRUE(cpu::pointwise_depthwise_applies(expand, depthwise)) << what;
+      Tensor x = to_blocked(randn({k.n, k.c_in, k.h, k.w}), k.src_block);
+      Tensor we = randn({k.c, k.c_in, 1, 1}) * 0.3, be = randn({k.c}), wd = randn({k.c, 1, k.k, k.k}) * 0.3,
+             bd = randn({k.c});
+      Tensor panels = Tensor::empty({cpu::patch_gemm_weights_size(expand.shape)});
+      cpu::patch_gemm_weights(expand.shape, k.src_block, we.data<float>(), panels.data<float>());
+      Tensor taps = Tensor::empty({cpu::blocked_depthwise_weights_size(depthwise)});
+      cpu::blocked_depthwise_weights(depthwise, wd.data<float>(), taps.data<float>());
+      const float* eb = epilogue ? be.data<float>() : nullptr;
+      const float* db = epilogue ? bd.data<float>() : nullptr;
+      Tensor middle = Tensor::empty({k.n, k.c, k.h, k.w}), want = Tensor::empty({k.n, k.c, oh, ow});
+      cpu::patch_gemm_conv(expand, x.data<float>(), panels.data<float>(), eb, middle.data<float>());
+      cpu::blocked_depthwise_conv(depthwise, middle.data<float>(), taps.data<float>(), db, want.data<float>());
+      Tensor got = Tensor::empty({k.n, k.c, oh, ow});
+      cpu::pointwise_depthwise_conv(expand, depthwise, x.data<float>(), panels.data<float>(), eb, taps.data<float>(),
+                                    db, got.data<float>());
+      expect_near_all(got, want, 1e-5, what);
+    }
+  }
+  // Not for it: narrow rows (the depthwise kernel takes whole channel
+  // blocks there), a 1x1 layer with a residual, or into another block, or a 3x3.
+  onednn::LayoutCall expand, depthwise;
+  expand.shape = {1, 16, 8, 40, 32, 1, 1, 8, 40, 1, 1, 0, 0, 1, 1, 1};
+  depthwise.shape = {1, 32, 8, 40, 32, 3, 3, 8, 40, 1, 1, 1, 1, 1, 1, 32};
+  expand.src_block = expand.dst_block = depthwise.src_block = depthwise.dst_block = 8;
+  EXPECT_TRUE(cpu::pointwise_depthwise_applies(expand, depthwise));
+  expand.shape.w = expand.shape.ow = depthwise.shape.w = depthwise.shape.ow = 14;
+  EXPECT_FALSE(cpu::pointwise_depthwise_applies(expand, depthwise)) << "14 columns";
+  expand.shape.w = expand.shape.ow = depthwise.shape.w = depthwise.shape.ow = 40;
+  expand.residual = true;
+  EXPECT_FALSE(cpu::pointwise_depthwise_applies(expand, depthwise)) << "a residual";
+  expand.residual = false;
+  expand.dst_block = 16;
+  EXPECT_FALSE(cpu::pointwise_depthwise_applies(expand, depthwise)) << "another block";
+  expand.dst_block = 8;
+  expand.shape.kh = expand.shape.kw = 3;
+  expand.shape.ph = expand.shape.pw = 1;
+  EXPECT_FALSE(cpu::pointwise_depthwise_applies(expand, depthwise)) << "a 3x3";
 }
 
 // Rows that are not whole register tiles, more than one pass over k (in >

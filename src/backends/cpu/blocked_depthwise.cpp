@@ -5,6 +5,7 @@
 
 #include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/lanes.h"
+#include "backends/cpu/patch_gemm_conv.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
@@ -211,9 +212,9 @@ struct Kernel : Lanes<B> {
     }
   }
 
-  static void run(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y) {
+  static Call call_of(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
+                      float* y) {
     const onednn::ConvShape& s = call.shape;
-    const int64_t blocks = s.c / B;
     const int64_t reach = (s.kw - 1) * s.dw;  // a window's width less one
     const int64_t first = std::min<int64_t>(s.ow, (s.pw + s.sw - 1) / s.sw);
     const int64_t last =
@@ -226,19 +227,27 @@ struct Kernel : Lanes<B> {
            s};
     c.padded.w = (s.ow - 1) * s.sw + reach + 1;
     c.padded.pw = 0;
-    // A thread's share is worth its start from about 2^15 multiply-adds.
-    const int64_t row_work = std::max<int64_t>(1, s.ow * s.kh * s.kw * B);
+    return c;
+  }
+
+  // A thread's share is worth its start from about 2^15 multiply-adds.
+  static int64_t row_work(const onednn::ConvShape& s) { return std::max<int64_t>(1, s.ow * s.kh * s.kw * B); }
+
+  static void run(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias, float* y) {
+    const onednn::ConvShape& s = call.shape;
+    const int64_t blocks = s.c / B;
+    const Call c = call_of(call, x, packed, bias, y);
     if (c.narrow) {
       // Whole planes: a band of a narrow plane's rows costs nearly the copy
       // of the whole, and its values are few (14x14: 12 KB a block).
-      parallel_for(s.n * blocks, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work * s.oh)),
+      parallel_for(s.n * blocks, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work(s) * s.oh)),
                    [&](int64_t lo, int64_t hi) {
                      thread_local std::vector<float> buffer;
                      for (int64_t at = lo; at < hi; ++at) rows_of(c, at / blocks, at % blocks, 0, s.oh, buffer);
                    });
       return;
     }
-    parallel_for(s.n * s.oh, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work * blocks)),
+    parallel_for(s.n * s.oh, std::max<int64_t>(1, (int64_t{1} << 15) / (row_work(s) * blocks)),
                  [&](int64_t lo, int64_t hi) {
                    std::vector<float> unused;
                    for (int64_t cb = 0; cb < blocks; ++cb)
@@ -248,6 +257,49 @@ struct Kernel : Lanes<B> {
                        r += oy1 - oy0;
                      }
                  });
+  }
+
+  // The 1x1 layer's output rows, made as the windows reach them into a ring
+  // of `span` rows per thread (slot iy mod span; one row holds every
+  // channel block, [c / B, w, B]), read from there while in L1 or L2.
+  static void after_pointwise(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
+                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
+                              float* y) {
+    const onednn::ConvShape& s = call.shape;
+    const int64_t blocks = s.c / B, span = (s.kh - 1) * s.dh + 1, row_floats = blocks * s.w * B;
+    const int64_t image_floats = expand.shape.c * s.h * s.w;
+    const Call c = call_of(call, nullptr, packed, bias, y);
+    // A band's first rows repeat the 1x1 work of the band above: worth it
+    // from about 2^16 multiply-adds of both layers a thread.
+    const int64_t work = row_work(s) * blocks + s.sh * s.w * expand.shape.c * s.c;
+    parallel_for(s.n * s.oh, std::max<int64_t>(1, (int64_t{1} << 16) / work), [&](int64_t lo, int64_t hi) {
+      thread_local std::vector<float> ring;
+      ring.resize(static_cast<size_t>(span * row_floats));
+      const auto slot = [&](int64_t iy) { return ring.data() + (iy % span) * row_floats; };
+      for (int64_t r = lo; r < hi;) {  // a run of rows of one image at a time
+        const int64_t img = r / s.oh, oy0 = r % s.oh, oy1 = std::min(s.oh, oy0 + (hi - r));
+        const float* image = x + img * image_floats;
+        int64_t next = 0;  // the next 1x1 row to make
+        for (int64_t oy = oy0; oy < oy1; ++oy) {
+          const int64_t top = oy * s.sh - s.ph;
+          next = std::max(next, top);
+          for (; next < std::min(s.h, top + span); ++next)
+            pointwise_patch_gemm_run(expand, image, panels, expand_bias, next * s.w, s.w, slot(next), s.w, 0);
+          for (int64_t cb = 0; cb < blocks; ++cb) {
+            Window win;
+            for (int64_t ky = 0; ky < s.kh; ++ky) {
+              const int64_t iy = top + ky * s.dh;
+              if (iy < 0 || iy >= s.h) continue;
+              win.rows[win.count] = slot(iy) + cb * s.w * B;
+              win.taps[win.count++] = packed + (cb * s.kh + ky) * s.kw * B;
+            }
+            const vf b = bias ? load(bias + cb * B) : vf{};
+            c.compute(s, win, b, c.e, c.first, c.last, y + ((img * blocks + cb) * s.oh + oy) * s.ow * B);
+          }
+        }
+        r += oy1 - oy0;
+      }
+    });
   }
 };
 
@@ -282,6 +334,29 @@ void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, cons
   if constexpr (kSixteenLanes)
     if (call.src_block == 16) return Kernel < kSixteenLanes ? 16 : 8 > ::run(call, x, packed, bias, y);
   Kernel<8>::run(call, x, packed, bias, y);
+}
+
+}  // namespace kiln::cpu
+
+namespace kiln::cpu {
+
+bool pointwise_depthwise_applies(const onednn::LayoutCall& expand, const onednn::LayoutCall& call) {
+  const onednn::ConvShape &e = expand.shape, &s = call.shape;
+  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && patch_gemm_applies(expand) && e.kh == 1 &&
+         e.kw == 1 && e.sh == 1 && e.sw == 1 && e.ph == 0 && e.pw == 0 && !expand.residual &&
+         (expand.src_block == 8 || expand.src_block == 16) && expand.dst_block == call.src_block && e.n == s.n &&
+         e.o == s.c && e.h == s.h && e.w == s.w;
+}
+
+void pointwise_depthwise_conv(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
+                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
+                              float* y) {
+  KILN_CHECK(pointwise_depthwise_applies(expand, call),
+             "pointwise_depthwise_conv: not a 1x1 convolution read by a blocked depthwise one");
+  if constexpr (kSixteenLanes)
+    if (call.src_block == 16)
+      return Kernel < kSixteenLanes ? 16 : 8 > ::after_pointwise(expand, call, x, panels, expand_bias, packed, bias, y);
+  Kernel<8>::after_pointwise(expand, call, x, panels, expand_bias, packed, bias, y);
 }
 
 }  // namespace kiln::cpu

@@ -31,4 +31,17 @@ bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call);
 void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                             float* y);
 
+// A 1x1 convolution (a patch GEMM from blocked input, no residual) whose
+// output only this depthwise one reads, as in a MobileNet block's expansion:
+// each thread makes the rows of the 1x1 layer's output its band of
+// depthwise rows reads, as it reaches them, into a ring of a window's
+// height, instead of the whole (MobileNetV2's 16 -> 96 at 112x112 wrote
+// 4.8 MB that the depthwise layer then read back from the caches below).
+bool pointwise_depthwise_applies(const onednn::LayoutCall& expand, const onednn::LayoutCall& call);
+// x [n, c_in / S, h, w, S] -> y [n, c / B, oh, ow, B]; panels, expand_bias:
+// the 1x1's (patch_gemm_weights); packed, bias: the depthwise layer's.
+void pointwise_depthwise_conv(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
+                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
+                              float* y);
+
 }  // namespace kiln::cpu

@@ -245,7 +245,8 @@ bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
          onednn::conv_layout_is_fast(call);
 }
 
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled) {
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled,
+                                     const onednn::LayoutCall* pointwise_before) {
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   const bool depthwise = blocked_depthwise_applies(call);
   if (!(winograd || patch_gemm || depthwise)) return ConvAlgorithm::Direct;
@@ -257,6 +258,7 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
                                                                                                     : winograd);
     if (applies) return *pinned;
   }
+  if (pointwise_before && pointwise_depthwise_applies(*pointwise_before, call)) return ConvAlgorithm::Depthwise;
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;
   for (const auto& [algorithm, score] : timed_candidates(call, pooled, winograd, patch_gemm, depthwise))

@@ -24,7 +24,12 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwis
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
 // pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
 // ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false);
+// pointwise_before: a 1x1 patch GEMM whose output only this call reads;
+// where Kiln's depthwise kernel can make that output inside it
+// (pointwise_depthwise_applies), it is taken untimed, as the saving is in
+// the 1x1 layer's writes, which timing this call alone does not see.
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false,
+                                     const onednn::LayoutCall* pointwise_before = nullptr);
 // Whether fastest_conv_algorithm times candidates for this call (more than
 // one applies); otherwise its answer follows from the call alone.
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call);

@@ -232,6 +232,28 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   }
 }
 
+// Pixels [p0, p0 + count) of one image on the calling thread, into y (of
+// y_pixels pixels per channel block) from its pixel y0: tiles of equal
+// height along the run, each through every pair of panels while its
+// patches are in L1.
+template <int src_block>
+void pointwise_run(const onednn::LayoutCall& call, const float* image, const float* packed, const float* bias,
+                   int64_t p0, int64_t count, float* y, int64_t y_pixels, int64_t y0) {
+  const onednn::ConvShape& s = call.shape;
+  const int shift = src_block == 16 ? 4 : 3;
+  const int64_t plane = s.h * s.w * src_block, mask = src_block - 1, panels = (s.o + kCols - 1) / kCols;
+  const int64_t tiles = (count + kRows - 1) / kRows, tile_rows = (count + tiles - 1) / tiles;
+  for (int64_t q = 0; q < count; q += tile_rows) {
+    const int64_t rows = std::min(tile_rows, count - q);
+    const float* corner = image + (p0 + q) * src_block;
+    const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
+      return corner[(k >> shift) * plane + r * src_block + (k & mask)];
+    };
+    for (int64_t first = 0; first < panels; first += 2)
+      pair_tile(call, rows, a_at, packed, bias, first, y, y_pixels, y0 + q);
+  }
+}
+
 // One image with its padding made real: [c / S, hp, wp, S], hp x wp being
 // the rows and columns the windows reach from (-ph, -pw), zeros outside the
 // image.
@@ -347,6 +369,14 @@ void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* 
           packed[(panel * length + k) * kCols + j] = o < s.o ? w[(o * s.c + c) * taps + t] : 0.0f;
         }
       }
+}
+
+void pointwise_patch_gemm_run(const onednn::LayoutCall& call, const float* image, const float* packed,
+                              const float* bias, int64_t p0, int64_t count, float* y, int64_t y_pixels, int64_t y0) {
+  KILN_CHECK(pointwise(call.shape) && !call.residual && (call.src_block == 8 || call.src_block == 16),
+             "pointwise_patch_gemm_run: not a 1x1 convolution from blocked input without a residual");
+  if (call.src_block == 8) return pointwise_run<8>(call, image, packed, bias, p0, count, y, y_pixels, y0);
+  pointwise_run<16>(call, image, packed, bias, p0, count, y, y_pixels, y0);
 }
 
 bool patch_gemm_scales_input(const onednn::LayoutCall& call) {

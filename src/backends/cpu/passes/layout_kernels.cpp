@@ -82,6 +82,14 @@ CustomKernel depthwise_conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
+CustomKernel pointwise_depthwise_kernel(const onednn::LayoutCall& expand, const onednn::LayoutCall& call) {
+  return [expand, call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const auto data = [&](size_t k) { return in[k].defined() ? in[k].data<float>() : nullptr; };
+    cpu::pointwise_depthwise_conv(at_batch(expand, in[0]), at_batch(call, in[0]), in[0].data<float>(), data(1), data(2),
+                                  data(3), data(4), out[0].data<float>());
+  };
+}
+
 CustomKernel into_concat_kernel(CustomKernel conv, int64_t first, int64_t channels, bool carry) {
   return [conv = std::move(conv), first, channels, carry](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     KILN_CHECK(out[0].shape()[0] == 1, "a part written into a concatenation in place is one image");

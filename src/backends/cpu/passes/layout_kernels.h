@@ -27,6 +27,10 @@ CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call, bool ch
 // A depthwise convolution on Kiln's blocked kernel, w replaced by its taps
 // (blocked_depthwise_weights).
 CustomKernel depthwise_conv_kernel(const cpu::onednn::LayoutCall& call);
+// in: x, the 1x1 layer's panels and [bias], the depthwise layer's taps and
+// [bias] (absent: no value) -> the depthwise layer's output, the 1x1 layer
+// made inside it (pointwise_depthwise_conv).
+CustomKernel pointwise_depthwise_kernel(const cpu::onednn::LayoutCall& expand, const cpu::onednn::LayoutCall& call);
 // A convolution kernel (one of the above, no residual) that writes its
 // `channels` at `first` of a blocked one-image concatenation: out is the
 // whole concatenation; with `carry`, the last input is the concatenation so

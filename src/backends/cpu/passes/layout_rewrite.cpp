@@ -348,7 +348,7 @@ cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k,
   if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
   cpu::onednn::LayoutCall call = plan.call;
   if (pool >= 0) call.relu = call.relu || plans_.at(pool).relu;
-  return cpu::fastest_conv_algorithm(call, pool >= 0);
+  return cpu::fastest_conv_algorithm(call, pool >= 0, pointwise_before(plan, k));
 }
 
 // An inference convolution with constant weights runs by Winograd's
@@ -414,6 +414,30 @@ bool LayoutPass::fold_channel_scale(int at, const Plan& plan, Node& k) {
   reads_[at][0] = plan.call.src_block;
   reads_[at].back() = block_of_[scale];  // (one value per channel: the same memory in either layout)
   g_.nodes[product].removed = true;
+  return true;
+}
+
+// The 1x1 patch GEMM whose output only this convolution reads, or null.
+const cpu::onednn::LayoutCall* LayoutPass::pointwise_before(const Plan& plan, const Node& k) const {
+  const int x = k.inputs[0];
+  auto it = pointwise_outputs_.find(x);
+  return it == pointwise_outputs_.end() || uses_[x] != 1 || plan.concat_at >= 0 ? nullptr : &it->second;
+}
+
+// Inference: a 1x1 patch GEMM whose output only this depthwise convolution
+// reads (a MobileNet block's expansion) runs inside it, a few rows at a
+// time as the windows reach them (pointwise_depthwise_conv): k takes the
+// 1x1 layer's inputs first, x, panels and bias, then its own taps and bias.
+bool LayoutPass::fuse_pointwise(int at, const Plan& plan, Node& k) {
+  const cpu::onednn::LayoutCall* before = pointwise_before(plan, k);
+  if (!before || !cpu::pointwise_depthwise_applies(*before, plan.call)) return false;
+  Node& expand = g_.nodes[g_.values[k.inputs[0]].producer];
+  const int bias = plan.call.bias ? k.inputs[2] : -1;
+  k.inputs = {expand.inputs[0], expand.inputs[1], before->bias ? expand.inputs[2] : -1, k.inputs[1], bias};
+  reads_[at] = {before->src_block, 0, 0, 0, 0};
+  k.label = expand.label + " + " + k.label;
+  expand.removed = true;
+  ++pointwise_in_depthwise_;
   return true;
 }
 
@@ -498,6 +522,7 @@ void LayoutPass::rewrite_nodes() {
               k.label += scaled ? " (patch gemm, input scaled)" : " (patch gemm)";
               k.custom = patch_gemm_conv_kernel(plan.call, scaled);
               k.any_shape = plan.concat_at < 0;
+              if (!scaled && plan.concat_at < 0 && !plan.call.residual) pointwise_outputs_[n.outputs[0]] = plan.call;
               // (Into a concatenation, the parts before it must have split alike.)
               if (cpu::patch_gemm_splits_rows(plan.call) && (plan.carry < 0 || row_banded_.count(plan.carry)))
                 row_banded_.insert(n.outputs[0]);
@@ -506,6 +531,8 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Depthwise:
               k.label += " (depthwise)";
               k.custom = depthwise_conv_kernel(plan.call);
+              if (const cpu::onednn::LayoutCall* before = pointwise_before(plan, k); fuse_pointwise(at, plan, k))
+                k.custom = pointwise_depthwise_kernel(*before, plan.call);
               k.any_shape = plan.concat_at < 0;
               if (cpu::blocked_depthwise_splits_rows(plan.call)) row_banded_.insert(n.outputs[0]);
               break;
@@ -697,6 +724,7 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
     concats += plan.kind == Plan::Concat || plan.concat_at > 0;
     shuffles += plan.kind == Plan::Shuffle;
   }
+  convs += pointwise_in_depthwise_;  // (their plans went with their nodes)
   if (convs == 0) return "";
   std::set<int> blocks;
   for (int b : block_of_)
@@ -716,6 +744,8 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
   if (winograd4_) s += ", " + std::to_string(winograd4_) + " by Winograd's F(4x4, 3x3)";
   if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
   if (depthwise_) s += ", " + std::to_string(depthwise_) + " on the blocked depthwise kernel";
+  if (pointwise_in_depthwise_)
+    s += ", " + std::to_string(pointwise_in_depthwise_) + " 1x1 layers made inside the depthwise layer that reads them";
   if (adaptive_) s += ", " + std::to_string(adaptive_) + " choosing their algorithm per batch size as they run";
   s += ", " + std::to_string(copies_.size()) + " reorders";
   return s;
