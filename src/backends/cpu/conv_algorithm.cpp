@@ -246,7 +246,8 @@ bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
 }
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled,
-                                     const onednn::LayoutCall* pointwise_before) {
+                                     const onednn::LayoutCall* pointwise_before,
+                                     const onednn::LayoutCall* depthwise_after) {
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   const bool depthwise = blocked_depthwise_applies(call);
   if (!(winograd || patch_gemm || depthwise)) return ConvAlgorithm::Direct;
@@ -259,6 +260,8 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
     if (applies) return *pinned;
   }
   if (pointwise_before && pointwise_depthwise_applies(*pointwise_before, call)) return ConvAlgorithm::Depthwise;
+  if (depthwise_after && patch_gemm && pointwise_depthwise_applies(call, *depthwise_after))
+    return ConvAlgorithm::PatchGemm;
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;
   for (const auto& [algorithm, score] : timed_candidates(call, pooled, winograd, patch_gemm, depthwise))

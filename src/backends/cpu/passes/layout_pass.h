@@ -90,6 +90,7 @@ class LayoutPass {
   bool fold_silu(int at, Plan& plan);
   bool fold_channel_scale(int at, const Plan& plan, Node& k);
   const cpu::onednn::LayoutCall* pointwise_before(const Plan& plan, const Node& k) const;
+  const cpu::onednn::LayoutCall* depthwise_after(const Plan& plan, const Node& k) const;
   bool fuse_pointwise(int at, const Plan& plan, Node& k);
   int scaling_mul(const Plan& plan, const Node& k) const;
   size_t write_concats_in_place();

@@ -348,7 +348,7 @@ cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k,
   if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
   cpu::onednn::LayoutCall call = plan.call;
   if (pool >= 0) call.relu = call.relu || plans_.at(pool).relu;
-  return cpu::fastest_conv_algorithm(call, pool >= 0, pointwise_before(plan, k));
+  return cpu::fastest_conv_algorithm(call, pool >= 0, pointwise_before(plan, k), depthwise_after(plan, k));
 }
 
 // An inference convolution with constant weights runs by Winograd's
@@ -422,6 +422,22 @@ const cpu::onednn::LayoutCall* LayoutPass::pointwise_before(const Plan& plan, co
   const int x = k.inputs[0];
   auto it = pointwise_outputs_.find(x);
   return it == pointwise_outputs_.end() || uses_[x] != 1 || plan.concat_at >= 0 ? nullptr : &it->second;
+}
+
+// The depthwise convolution with constant weights that alone reads this
+// convolution's output (a 1x1 layer with no residual, scale or
+// concatenation), or null.
+const cpu::onednn::LayoutCall* LayoutPass::depthwise_after(const Plan& plan, const Node& k) const {
+  const int y = k.outputs[0];
+  if (plan.concat_at >= 0 || plan.residual >= 0 || plan.call.residual || uses_[y] != 1 || readers_[y].size() != 1 ||
+      scaling_mul(plan, k) >= 0)
+    return nullptr;
+  const int reader = readers_[y][0].first;
+  auto it = plans_.find(reader);
+  if (it == plans_.end() || it->second.kind != Plan::Conv || it->second.concat_at >= 0 ||
+      !own_kernels(g_.nodes[reader]) || readers_[y][0].second != 0)
+    return nullptr;
+  return &it->second.call;
 }
 
 // Inference: a 1x1 patch GEMM whose output only this depthwise convolution
