@@ -678,15 +678,17 @@ TEST(BlockedLayout, ADepthwiseConvolutionRunsOnKilnsBlockedKernel) {
 
 // MobileNet blocks: each 1x1 expansion that only its depthwise layer reads
 // is made inside that layer, untimed (a 3x3 at stride 1 with ReLU6, a 5x5 at
-// stride 2 with hard-swish); one also read by another layer stays a layer of
-// its own, and so does each where KILN_CONV_ALGORITHM pins oneDNN's kernel.
-// Eager mode's answers either way.
-TEST(BlockedLayout, AnExpansionOnlyItsDepthwiseLayerReadsIsMadeInsideIt) {
+// stride 2 with hard-swish), and so is a projection (with its residual) that
+// alone reads the depthwise output; one also read by another layer stays a
+// layer of its own, and so does each where KILN_CONV_ALGORITHM pins oneDNN's
+// kernel. Eager mode's answers either way.
+TEST(BlockedLayout, OneByOneLayersNextToADepthwiseLayerAreMadeInsideIt) {
   if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
   manual_seed(49);
   const Tensor w1 = randn({64, 16, 1, 1}) * 0.2, b1 = randn({64}) * 0.1, wd = randn({64, 1, 3, 3}) * 0.3,
                bd = randn({64}) * 0.1, w2 = randn({16, 64, 1, 1}) * 0.1, w3 = randn({32, 16, 1, 1}) * 0.2,
-               wd5 = randn({32, 1, 5, 5}) * 0.2, w4 = randn({32, 16, 1, 1}) * 0.2, wd4 = randn({32, 1, 3, 3}) * 0.3;
+               wd5 = randn({32, 1, 5, 5}) * 0.2, w4 = randn({32, 16, 1, 1}) * 0.2, wd4 = randn({32, 1, 3, 3}) * 0.3,
+               w0 = randn({16, 16, 1, 1}) * 0.3;
   auto program = [=](const std::vector<Tensor>& in) {
     ConvOptions dw3, dw5, dw4;
     dw3.padding = {1, 1};
@@ -696,9 +698,10 @@ TEST(BlockedLayout, AnExpansionOnlyItsDepthwiseLayerReadsIsMadeInsideIt) {
     dw5.groups = 32;
     dw4.padding = {1, 1};
     dw4.groups = 32;
-    const Tensor e = clamp(conv2d(in[0], w1, b1), 0.0, 6.0);
+    const Tensor x = relu(conv2d(in[0], w0, Tensor()));  // (blocked, so that the residual add folds)
+    const Tensor e = clamp(conv2d(x, w1, b1), 0.0, 6.0);
     const Tensor d = clamp(conv2d(e, wd, bd, dw3), 0.0, 6.0);
-    const Tensor y = conv2d(d, w2, Tensor()) + in[0];
+    const Tensor y = conv2d(d, w2, Tensor()) + x;
     const Tensor strided = hardswish(conv2d(hardswish(conv2d(y, w3, Tensor())), wd5, Tensor(), dw5));
     const Tensor shared = relu(conv2d(y, w4, Tensor()));  // read twice: stays
     return std::vector<Tensor>{strided, relu(conv2d(shared, wd4, Tensor(), dw4)) + shared};
@@ -716,8 +719,9 @@ TEST(BlockedLayout, AnExpansionOnlyItsDepthwiseLayerReadsIsMadeInsideIt) {
   const std::string graph = fn.graph_text();
   EXPECT_EQ(count(graph, "(patch gemm) + conv2d["), 2u) << graph;
   EXPECT_EQ(count(graph, "+ relu6 (patch gemm) + conv2d[nChw16c -> nChw16c] + relu6 (depthwise)"), 1u) << graph;
+  EXPECT_EQ(count(graph, "+ relu6 (depthwise) + conv2d[nChw16c -> nChw16c] + residual (patch gemm)"), 1u) << graph;
   EXPECT_EQ(count(graph, "+ hardswish (patch gemm) + conv2d[nChw16c -> nChw16c] + hardswish (depthwise)"), 1u) << graph;
-  EXPECT_NE(fn.report().str().find("2 1x1 layers made inside the depthwise layer that reads them"), std::string::npos)
+  EXPECT_NE(fn.report().str().find("3 1x1 layers made inside the depthwise layer next to them"), std::string::npos)
       << fn.report().str();
 }
 

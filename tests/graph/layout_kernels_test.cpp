@@ -253,11 +253,12 @@ struct ExpansionCase {
 };
 
 // A 1x1 expansion made inside the depthwise layer that reads it, a few rows
-// at a time, against the two kernels one after the other: windows past the
-// top and bottom, strides 1 and 2, a dilated window (a ring of 5 rows), 3x3
-// and 5x5, several images, both block sizes in and out, with and without
-// biases, and the epilogues (ReLU6, hard-swish, SiLU where the CPU has it).
-TEST(LayoutKernels, AnExpansionMadeInsideItsDepthwiseLayerMatchesTheTwoLayers) {
+// at a time, and a 1x1 projection of each output row, against the kernels
+// one after the other: windows past the top and bottom, strides 1 and 2, a
+// dilated window (a ring of 5 rows), 3x3 and 5x5, several images, both
+// block sizes in and out, with and without biases, the epilogues (ReLU6,
+// hard-swish with a residual on the projection, SiLU where the CPU has it).
+TEST(LayoutKernels, OneByOneLayersMadeInsideTheirDepthwiseLayerMatchTheLayers) {
   manual_seed(12);
   for (const ExpansionCase& k :
        {ExpansionCase{2, 16, 32, 9, 36, 3, 1, 1, 1, 16, 16}, ExpansionCase{1, 24, 48, 11, 40, 5, 2, 2, 1, 8, 16},
@@ -298,9 +299,34 @@ TEST(LayoutKernels, AnExpansionMadeInsideItsDepthwiseLayerMatchesTheTwoLayers) {
       cpu::patch_gemm_conv(expand, x.data<float>(), panels.data<float>(), eb, middle.data<float>());
       cpu::blocked_depthwise_conv(depthwise, middle.data<float>(), taps.data<float>(), db, want.data<float>());
       Tensor got = Tensor::empty({k.n, k.c, oh, ow});
-      cpu::pointwise_depthwise_conv(expand, depthwise, x.data<float>(), panels.data<float>(), eb, taps.data<float>(),
-                                    db, got.data<float>());
+      cpu::depthwise_chain_conv({depthwise, taps.data<float>(), db, &expand, panels.data<float>(), eb}, x.data<float>(),
+                                got.data<float>());
       expect_near_all(got, want, 1e-5, what);
+      // The projection (into 8-channel blocks, a residual on the second
+      // epilogue) made inside too, after the expansion and without it.
+      onednn::LayoutCall project;
+      project.shape = {k.n, k.c, oh, ow, 24, 1, 1, oh, ow, 1, 1, 0, 0, 1, 1, 1};
+      project.src_block = k.block;
+      project.dst_block = 8;
+      project.bias = epilogue > 0;
+      project.residual = epilogue == 2;
+      ASSERT_TRUE(cpu::depthwise_pointwise_applies(depthwise, project)) << what;
+      Tensor wp = randn({24, k.c, 1, 1}) * 0.3, bp = randn({24}), residual = randn({k.n, 24, oh, ow});
+      Tensor projected = Tensor::empty({cpu::patch_gemm_weights_size(project.shape)});
+      cpu::patch_gemm_weights(project.shape, k.block, wp.data<float>(), projected.data<float>());
+      const float* pb = epilogue ? bp.data<float>() : nullptr;
+      Tensor want_projected = epilogue == 2 ? residual.clone() : Tensor::empty({k.n, 24, oh, ow});
+      cpu::patch_gemm_conv(project, want.data<float>(), projected.data<float>(), pb, want_projected.data<float>());
+      Tensor whole = epilogue == 2 ? residual.clone() : Tensor::empty({k.n, 24, oh, ow});
+      cpu::depthwise_chain_conv(
+          {depthwise, taps.data<float>(), db, &expand, panels.data<float>(), eb, &project, projected.data<float>(), pb},
+          x.data<float>(), whole.data<float>());
+      expect_near_all(whole, want_projected, 1e-5, what + ", projected");
+      Tensor alone = epilogue == 2 ? residual.clone() : Tensor::empty({k.n, 24, oh, ow});
+      cpu::depthwise_chain_conv(
+          {depthwise, taps.data<float>(), db, nullptr, nullptr, nullptr, &project, projected.data<float>(), pb},
+          middle.data<float>(), alone.data<float>());
+      expect_near_all(alone, want_projected, 1e-5, what + ", projected without the expansion");
     }
   }
   // Not for it: narrow rows (the depthwise kernel takes whole channel
@@ -322,6 +348,14 @@ TEST(LayoutKernels, AnExpansionMadeInsideItsDepthwiseLayerMatchesTheTwoLayers) {
   expand.shape.kh = expand.shape.kw = 3;
   expand.shape.ph = expand.shape.pw = 1;
   EXPECT_FALSE(cpu::pointwise_depthwise_applies(expand, depthwise)) << "a 3x3";
+  onednn::LayoutCall project;
+  project.shape = {1, 32, 8, 40, 16, 1, 1, 8, 40, 1, 1, 0, 0, 1, 1, 1};
+  project.src_block = project.dst_block = 8;
+  EXPECT_TRUE(cpu::depthwise_pointwise_applies(depthwise, project));
+  project.src_block = 16;
+  EXPECT_FALSE(cpu::depthwise_pointwise_applies(depthwise, project)) << "another block";
+  EXPECT_THROW(cpu::depthwise_chain_conv({depthwise, nullptr, nullptr}, nullptr, nullptr), Error)
+      << "a chain of one layer";
 }
 
 // Rows that are not whole register tiles, more than one pass over k (in >

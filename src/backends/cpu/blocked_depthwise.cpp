@@ -259,43 +259,60 @@ struct Kernel : Lanes<B> {
                  });
   }
 
-  // The 1x1 layer's output rows, made as the windows reach them into a ring
-  // of `span` rows per thread (slot iy mod span; one row holds every
-  // channel block, [c / B, w, B]), read from there while in L1 or L2.
-  static void after_pointwise(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
-                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
-                              float* y) {
-    const onednn::ConvShape& s = call.shape;
+  // The chain by bands of output rows. With an expansion, its rows are made
+  // as the windows reach them into a ring of `span` rows per thread (slot
+  // iy mod span; a row holds every channel block, [c / B, w, B]) and read
+  // from there while in L1 or L2; with a projection, each depthwise output
+  // row (every block) goes to a line buffer, which the 1x1 layer reads.
+  static void chain(const DepthwiseChain& d, const float* x, float* y) {
+    const onednn::ConvShape& s = d.call.shape;
     const int64_t blocks = s.c / B, span = (s.kh - 1) * s.dh + 1, row_floats = blocks * s.w * B;
-    const int64_t image_floats = expand.shape.c * s.h * s.w;
-    const Call c = call_of(call, nullptr, packed, bias, y);
+    const int64_t image_floats = (d.expand ? d.expand->shape.c : s.c) * s.h * s.w;
+    const int64_t out_floats = (d.project ? d.project->shape.o : s.c) * s.oh * s.ow;
+    const Call c = call_of(d.call, nullptr, d.taps, d.bias, y);
+    onednn::LayoutCall line_call;  // the projection of one output row
+    if (d.project) {
+      line_call = *d.project;
+      line_call.shape.h = line_call.shape.oh = 1;
+    }
     // A band's first rows repeat the 1x1 work of the band above: worth it
-    // from about 2^16 multiply-adds of both layers a thread.
-    const int64_t work = row_work(s) * blocks + s.sh * s.w * expand.shape.c * s.c;
+    // from about 2^16 multiply-adds of the layers a thread.
+    int64_t work = row_work(s) * blocks;
+    if (d.expand) work += s.sh * s.w * d.expand->shape.c * s.c;
+    if (d.project) work += s.ow * s.c * d.project->shape.o;
     parallel_for(s.n * s.oh, std::max<int64_t>(1, (int64_t{1} << 16) / work), [&](int64_t lo, int64_t hi) {
-      thread_local std::vector<float> ring;
-      ring.resize(static_cast<size_t>(span * row_floats));
+      thread_local std::vector<float> ring, line;
+      if (d.expand) ring.resize(static_cast<size_t>(span * row_floats));
+      if (d.project) line.resize(static_cast<size_t>(blocks * s.ow * B));
       const auto slot = [&](int64_t iy) { return ring.data() + (iy % span) * row_floats; };
       for (int64_t r = lo; r < hi;) {  // a run of rows of one image at a time
         const int64_t img = r / s.oh, oy0 = r % s.oh, oy1 = std::min(s.oh, oy0 + (hi - r));
         const float* image = x + img * image_floats;
+        float* out = y + img * out_floats;
         int64_t next = 0;  // the next 1x1 row to make
         for (int64_t oy = oy0; oy < oy1; ++oy) {
           const int64_t top = oy * s.sh - s.ph;
-          next = std::max(next, top);
-          for (; next < std::min(s.h, top + span); ++next)
-            pointwise_patch_gemm_run(expand, image, panels, expand_bias, next * s.w, s.w, slot(next), s.w, 0);
+          if (d.expand) {
+            next = std::max(next, top);
+            for (; next < std::min(s.h, top + span); ++next)
+              pointwise_patch_gemm_run(*d.expand, image, d.expand_panels, d.expand_bias, next * s.w, s.w, slot(next),
+                                       s.w, 0);
+          }
           for (int64_t cb = 0; cb < blocks; ++cb) {
             Window win;
             for (int64_t ky = 0; ky < s.kh; ++ky) {
               const int64_t iy = top + ky * s.dh;
               if (iy < 0 || iy >= s.h) continue;
-              win.rows[win.count] = slot(iy) + cb * s.w * B;
-              win.taps[win.count++] = packed + (cb * s.kh + ky) * s.kw * B;
+              win.rows[win.count] = d.expand ? slot(iy) + cb * s.w * B : image + (cb * s.h + iy) * s.w * B;
+              win.taps[win.count++] = d.taps + (cb * s.kh + ky) * s.kw * B;
             }
-            const vf b = bias ? load(bias + cb * B) : vf{};
-            c.compute(s, win, b, c.e, c.first, c.last, y + ((img * blocks + cb) * s.oh + oy) * s.ow * B);
+            const vf b = d.bias ? load(d.bias + cb * B) : vf{};
+            float* to = d.project ? line.data() + cb * s.ow * B : out + (cb * s.oh + oy) * s.ow * B;
+            c.compute(s, win, b, c.e, c.first, c.last, to);
           }
+          if (d.project)
+            pointwise_patch_gemm_run(line_call, line.data(), d.project_panels, d.project_bias, 0, s.ow, out,
+                                     s.oh * s.ow, oy * s.ow);
         }
         r += oy1 - oy0;
       }
@@ -340,23 +357,35 @@ void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, cons
 
 namespace kiln::cpu {
 
+namespace {
+bool pointwise_call(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  return patch_gemm_applies(call) && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 &&
+         (call.src_block == 8 || call.src_block == 16);
+}
+}  // namespace
+
 bool pointwise_depthwise_applies(const onednn::LayoutCall& expand, const onednn::LayoutCall& call) {
   const onednn::ConvShape &e = expand.shape, &s = call.shape;
-  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && patch_gemm_applies(expand) && e.kh == 1 &&
-         e.kw == 1 && e.sh == 1 && e.sw == 1 && e.ph == 0 && e.pw == 0 && !expand.residual &&
-         (expand.src_block == 8 || expand.src_block == 16) && expand.dst_block == call.src_block && e.n == s.n &&
-         e.o == s.c && e.h == s.h && e.w == s.w;
+  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && pointwise_call(expand) && !expand.residual &&
+         expand.dst_block == call.src_block && e.n == s.n && e.o == s.c && e.h == s.h && e.w == s.w;
 }
 
-void pointwise_depthwise_conv(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
-                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
-                              float* y) {
-  KILN_CHECK(pointwise_depthwise_applies(expand, call),
-             "pointwise_depthwise_conv: not a 1x1 convolution read by a blocked depthwise one");
+bool depthwise_pointwise_applies(const onednn::LayoutCall& call, const onednn::LayoutCall& project) {
+  const onednn::ConvShape &s = call.shape, &p = project.shape;
+  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && pointwise_call(project) &&
+         project.src_block == call.dst_block && p.n == s.n && p.c == s.c && p.h == s.oh && p.w == s.ow;
+}
+
+void depthwise_chain_conv(const DepthwiseChain& chain, const float* x, float* y) {
+  KILN_CHECK(chain.expand || chain.project, "depthwise_chain_conv: no 1x1 layer to make inside the depthwise one");
+  KILN_CHECK(!chain.expand || pointwise_depthwise_applies(*chain.expand, chain.call),
+             "depthwise_chain_conv: the expansion is not a 1x1 convolution the depthwise kernel can make");
+  KILN_CHECK(!chain.project || depthwise_pointwise_applies(chain.call, *chain.project),
+             "depthwise_chain_conv: the projection is not a 1x1 convolution of the depthwise output");
   if constexpr (kSixteenLanes)
-    if (call.src_block == 16)
-      return Kernel < kSixteenLanes ? 16 : 8 > ::after_pointwise(expand, call, x, panels, expand_bias, packed, bias, y);
-  Kernel<8>::after_pointwise(expand, call, x, panels, expand_bias, packed, bias, y);
+    if (chain.call.src_block == 16) return Kernel < kSixteenLanes ? 16 : 8 > ::chain(chain, x, y);
+  Kernel<8>::chain(chain, x, y);
 }
 
 }  // namespace kiln::cpu

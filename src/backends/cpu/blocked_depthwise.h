@@ -31,17 +31,27 @@ bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call);
 void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                             float* y);
 
-// A 1x1 convolution (a patch GEMM from blocked input, no residual) whose
-// output only this depthwise one reads, as in a MobileNet block's expansion:
-// each thread makes the rows of the 1x1 layer's output its band of
-// depthwise rows reads, as it reaches them, into a ring of a window's
-// height, instead of the whole (MobileNetV2's 16 -> 96 at 112x112 wrote
-// 4.8 MB that the depthwise layer then read back from the caches below).
+// A depthwise layer with the 1x1 layers next to it made inside it, as in a
+// MobileNet block: an expansion (a patch GEMM from blocked input, no
+// residual) whose output only it reads, and a projection (the same, a
+// residual allowed: y then holds it) that alone reads its output. Threads
+// take bands of output rows; each makes the expansion's rows its windows
+// read, as they reach them, into a ring of a window's height, and projects
+// each output row as it is made, so neither the expansion's output
+// (MobileNetV2's 16 -> 96 at 112x112: 4.8 MB) nor the depthwise layer's is
+// ever written whole. Rows of 32 columns and more (16 without AVX-512).
+struct DepthwiseChain {
+  onednn::LayoutCall call;                                       // the depthwise layer
+  const float *taps, *bias;                                      // blocked_depthwise_weights, [c] or null
+  const onednn::LayoutCall* expand = nullptr;                    // or null
+  const float *expand_panels = nullptr, *expand_bias = nullptr;  // patch_gemm_weights, [c] or null
+  const onednn::LayoutCall* project = nullptr;                   // or null
+  const float *project_panels = nullptr, *project_bias = nullptr;
+};
 bool pointwise_depthwise_applies(const onednn::LayoutCall& expand, const onednn::LayoutCall& call);
-// x [n, c_in / S, h, w, S] -> y [n, c / B, oh, ow, B]; panels, expand_bias:
-// the 1x1's (patch_gemm_weights); packed, bias: the depthwise layer's.
-void pointwise_depthwise_conv(const onednn::LayoutCall& expand, const onednn::LayoutCall& call, const float* x,
-                              const float* panels, const float* expand_bias, const float* packed, const float* bias,
-                              float* y);
+bool depthwise_pointwise_applies(const onednn::LayoutCall& call, const onednn::LayoutCall& project);
+// x: the chain's input (blocked, the expansion's or the depthwise layer's);
+// y: its output (the projection's, or the depthwise layer's).
+void depthwise_chain_conv(const DepthwiseChain& chain, const float* x, float* y);
 
 }  // namespace kiln::cpu

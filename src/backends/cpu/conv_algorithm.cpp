@@ -245,9 +245,7 @@ bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
          onednn::conv_layout_is_fast(call);
 }
 
-ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled,
-                                     const onednn::LayoutCall* pointwise_before,
-                                     const onednn::LayoutCall* depthwise_after) {
+ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled, const ConvNeighbours& neighbours) {
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   const bool depthwise = blocked_depthwise_applies(call);
   if (!(winograd || patch_gemm || depthwise)) return ConvAlgorithm::Direct;
@@ -259,8 +257,10 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
                                                                                                     : winograd);
     if (applies) return *pinned;
   }
-  if (pointwise_before && pointwise_depthwise_applies(*pointwise_before, call)) return ConvAlgorithm::Depthwise;
-  if (depthwise_after && patch_gemm && pointwise_depthwise_applies(call, *depthwise_after))
+  const ConvNeighbours& n = neighbours;
+  if (n.pointwise_before && pointwise_depthwise_applies(*n.pointwise_before, call)) return ConvAlgorithm::Depthwise;
+  if (patch_gemm && ((n.depthwise_after && pointwise_depthwise_applies(call, *n.depthwise_after)) ||
+                     (n.depthwise_before && depthwise_pointwise_applies(*n.depthwise_before, call))))
     return ConvAlgorithm::PatchGemm;
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;

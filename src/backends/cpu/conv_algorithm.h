@@ -24,15 +24,18 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwis
 // other, which oneDNN has no fast kernel for, takes the patch GEMM untimed.
 // pooled: a 2x2, stride-2 max pool (floor) follows, and call.relu is the
 // ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
-// pointwise_before: a 1x1 patch GEMM whose output only this call reads;
-// depthwise_after: the depthwise call that alone reads this one's output.
-// Where Kiln's depthwise kernel can make the 1x1 layer's output inside it
-// (pointwise_depthwise_applies), the patch GEMM and that kernel are taken
-// untimed, as the saving is in the 1x1 layer's writes, which timing either
-// call alone does not see.
+// neighbours: the depthwise chains (blocked_depthwise.h) this call could
+// be part of; where Kiln's depthwise kernel can make a 1x1 neighbour inside
+// it, the patch GEMM and that kernel are taken untimed, as the saving is in
+// the writes between the layers, which timing either call alone does not see.
+struct ConvNeighbours {
+  const onednn::LayoutCall* pointwise_before = nullptr;  // a 1x1 layer whose output only this one reads
+  const onednn::LayoutCall* depthwise_after = nullptr;   // the depthwise layer that alone reads this one's output
+  const onednn::LayoutCall* depthwise_before =
+      nullptr;  // a depthwise layer on Kiln's kernel whose output only this reads
+};
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false,
-                                     const onednn::LayoutCall* pointwise_before = nullptr,
-                                     const onednn::LayoutCall* depthwise_after = nullptr);
+                                     const ConvNeighbours& neighbours = {});
 // Whether fastest_conv_algorithm times candidates for this call (more than
 // one applies); otherwise its answer follows from the call alone.
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call);

@@ -373,8 +373,8 @@ void patch_gemm_weights(const onednn::ConvShape& s, int src_block, const float* 
 
 void pointwise_patch_gemm_run(const onednn::LayoutCall& call, const float* image, const float* packed,
                               const float* bias, int64_t p0, int64_t count, float* y, int64_t y_pixels, int64_t y0) {
-  KILN_CHECK(pointwise(call.shape) && !call.residual && (call.src_block == 8 || call.src_block == 16),
-             "pointwise_patch_gemm_run: not a 1x1 convolution from blocked input without a residual");
+  KILN_CHECK(pointwise(call.shape) && (call.src_block == 8 || call.src_block == 16),
+             "pointwise_patch_gemm_run: not a 1x1 convolution from blocked input");
   if (call.src_block == 8) return pointwise_run<8>(call, image, packed, bias, p0, count, y, y_pixels, y0);
   pointwise_run<16>(call, image, packed, bias, p0, count, y, y_pixels, y0);
 }

@@ -56,8 +56,8 @@ void patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float
                      const float* channel_scale = nullptr, int64_t scale_stride = 0);
 // A 1x1 call's pixels [p0, p0 + count) of one image (x's image, blocked),
 // on the calling thread only, into y: blocked [o / dst_block, y_pixels,
-// dst_block] from its pixel y0. No residual. For kernels that make a 1x1
-// layer's output a few rows at a time, as they read it.
+// dst_block] from its pixel y0 (with call.residual, y holds it). For
+// kernels that make a 1x1 layer's output a few rows at a time.
 void pointwise_patch_gemm_run(const onednn::LayoutCall& call, const float* image, const float* packed,
                               const float* bias, int64_t p0, int64_t count, float* y, int64_t y_pixels, int64_t y0);
 // Whether patch_gemm_conv takes a channel_scale for this call, and scaling

@@ -82,11 +82,18 @@ CustomKernel depthwise_conv_kernel(const onednn::LayoutCall& call) {
   };
 }
 
-CustomKernel pointwise_depthwise_kernel(const onednn::LayoutCall& expand, const onednn::LayoutCall& call) {
-  return [expand, call](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const auto data = [&](size_t k) { return in[k].defined() ? in[k].data<float>() : nullptr; };
-    cpu::pointwise_depthwise_conv(at_batch(expand, in[0]), at_batch(call, in[0]), in[0].data<float>(), data(1), data(2),
-                                  data(3), data(4), out[0].data<float>());
+CustomKernel depthwise_chain_kernel(const onednn::LayoutCall& call, std::optional<onednn::LayoutCall> expand,
+                                    std::optional<onednn::LayoutCall> project) {
+  return [call, expand, project](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const auto data = [&](size_t k) { return k < in.size() && in[k].defined() ? in[k].data<float>() : nullptr; };
+    const onednn::LayoutCall depthwise = at_batch(call, in[0]);
+    std::optional<onednn::LayoutCall> e, p;
+    if (expand) e = at_batch(*expand, in[0]);
+    if (project) p = at_batch(*project, in[0]);
+    if (p && p->residual) copy_residual(in[7], out[0].data<float>());
+    const cpu::DepthwiseChain chain{depthwise,         data(3), data(4), e ? &*e : nullptr, data(1), data(2),
+                                    p ? &*p : nullptr, data(5), data(6)};
+    cpu::depthwise_chain_conv(chain, in[0].data<float>(), out[0].data<float>());
   };
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The kernels graph mode's layout pass puts in place of convolutions, pools
 // and their gradients when they read or write channel-blocked activations.
+#include <optional>
+
 #include "backends/cpu/blocked_pool.h"
 #include "backends/cpu/onednn_conv.h"
 #include "graph/ir.h"
@@ -27,10 +29,13 @@ CustomKernel patch_gemm_conv_kernel(const cpu::onednn::LayoutCall& call, bool ch
 // A depthwise convolution on Kiln's blocked kernel, w replaced by its taps
 // (blocked_depthwise_weights).
 CustomKernel depthwise_conv_kernel(const cpu::onednn::LayoutCall& call);
-// in: x, the 1x1 layer's panels and [bias], the depthwise layer's taps and
-// [bias] (absent: no value) -> the depthwise layer's output, the 1x1 layer
-// made inside it (pointwise_depthwise_conv).
-CustomKernel pointwise_depthwise_kernel(const cpu::onednn::LayoutCall& expand, const cpu::onednn::LayoutCall& call);
+// A depthwise layer with the 1x1 layers next to it that it makes inside it
+// (depthwise_chain_conv). in: x, the expansion's panels and bias, the
+// depthwise layer's taps and bias, the projection's panels and bias, [the
+// projection's residual (also the output's buffer)]; what a chain lacks is
+// no value (-1).
+CustomKernel depthwise_chain_kernel(const cpu::onednn::LayoutCall& call, std::optional<cpu::onednn::LayoutCall> expand,
+                                    std::optional<cpu::onednn::LayoutCall> project);
 // A convolution kernel (one of the above, no residual) that writes its
 // `channels` at `first` of a blocked one-image concatenation: out is the
 // whole concatenation; with `carry`, the last input is the concatenation so

@@ -4,6 +4,7 @@
 // into the plans, rewrites the nodes and inserts the reorders.
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,7 +92,9 @@ class LayoutPass {
   bool fold_channel_scale(int at, const Plan& plan, Node& k);
   const cpu::onednn::LayoutCall* pointwise_before(const Plan& plan, const Node& k) const;
   const cpu::onednn::LayoutCall* depthwise_after(const Plan& plan, const Node& k) const;
+  const cpu::onednn::LayoutCall* depthwise_before(const Plan& plan, const Node& k) const;
   bool fuse_pointwise(int at, const Plan& plan, Node& k);
+  bool join_depthwise(int at, const Plan& plan, Node& k);
   int scaling_mul(const Plan& plan, const Node& k) const;
   size_t write_concats_in_place();
   void view_concat_part(int part, int concat, int whole, int64_t first);
@@ -131,10 +134,18 @@ class LayoutPass {
   size_t patch_gemm_ = 0;       // convolutions run as patch GEMMs
   size_t depthwise_ = 0;        // depthwise convolutions run on Kiln's kernel
   size_t adaptive_ = 0;         // convolutions that choose per batch size class as they run
-  size_t pointwise_in_depthwise_ = 0;  // 1x1 layers made inside the depthwise layer that reads them
+  size_t pointwise_in_depthwise_ = 0;  // 1x1 layers made inside the depthwise layer next to them
   // Outputs of 1x1 patch GEMMs (no residual, scale or concatenation), by
   // value: a depthwise layer reading one may make it (fuse_pointwise).
   std::map<int, cpu::onednn::LayoutCall> pointwise_outputs_;
+  // Outputs of depthwise layers on Kiln's kernel, by value: a 1x1 patch
+  // GEMM reading one may join it (join_depthwise).
+  struct DepthwiseOutput {
+    int node;
+    cpu::onednn::LayoutCall call;
+    std::optional<cpu::onednn::LayoutCall> expand;  // made inside it already
+  };
+  std::map<int, DepthwiseOutput> depthwise_outputs_;
   // Values whose producers' threads each wrote a band of rows across all
   // channels (patch_gemm_splits_rows): a max pool of one is split alike.
   std::set<int> row_banded_;

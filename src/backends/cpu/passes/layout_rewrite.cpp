@@ -348,7 +348,8 @@ cpu::ConvAlgorithm LayoutPass::chosen_algorithm(const Plan& plan, const Node& k,
   if (!own_kernels(k)) return cpu::ConvAlgorithm::Direct;
   cpu::onednn::LayoutCall call = plan.call;
   if (pool >= 0) call.relu = call.relu || plans_.at(pool).relu;
-  return cpu::fastest_conv_algorithm(call, pool >= 0, pointwise_before(plan, k), depthwise_after(plan, k));
+  return cpu::fastest_conv_algorithm(call, pool >= 0,
+                                     {pointwise_before(plan, k), depthwise_after(plan, k), depthwise_before(plan, k)});
 }
 
 // An inference convolution with constant weights runs by Winograd's
@@ -440,10 +441,51 @@ const cpu::onednn::LayoutCall* LayoutPass::depthwise_after(const Plan& plan, con
   return &it->second.call;
 }
 
+// The depthwise layer on Kiln's kernel whose output only this convolution
+// reads, or null.
+const cpu::onednn::LayoutCall* LayoutPass::depthwise_before(const Plan& plan, const Node& k) const {
+  const int x = k.inputs[0];
+  auto it = depthwise_outputs_.find(x);
+  return it == depthwise_outputs_.end() || uses_[x] != 1 || plan.concat_at >= 0 || scaling_mul(plan, k) >= 0
+             ? nullptr
+             : &it->second.call;
+}
+
+// Inference: a 1x1 patch GEMM that alone reads a depthwise layer's output
+// on Kiln's kernel (a MobileNet block's projection, with its residual)
+// joins that layer's node (depthwise_chain_conv), which k becomes: the
+// chain's inputs (depthwise_chain_kernel), the depthwise node removed.
+bool LayoutPass::join_depthwise(int at, const Plan& plan, Node& k) {
+  const cpu::onednn::LayoutCall* before = depthwise_before(plan, k);
+  if (!before || !cpu::depthwise_pointwise_applies(*before, plan.call)) return false;
+  const DepthwiseOutput& d = depthwise_outputs_.at(k.inputs[0]);
+  Node& depthwise = g_.nodes[d.node];
+  std::vector<int> inputs = depthwise.inputs;
+  if (!d.expand) inputs = {inputs[0], -1, -1, inputs[1], d.call.bias ? inputs[2] : -1};
+  inputs.push_back(k.inputs[1]);
+  inputs.push_back(plan.call.bias ? k.inputs[2] : -1);
+  std::vector<int> reads(inputs.size(), 0);
+  reads[0] = d.expand ? d.expand->src_block : d.call.src_block;
+  if (plan.residual >= 0) {  // (read_in_place put it last: it moves with its reading)
+    inputs.push_back(plan.residual);
+    reads.push_back(plan.call.dst_block);
+    k.inplace_input = static_cast<int>(inputs.size()) - 1;
+  }
+  k.inputs = std::move(inputs);
+  reads_[at] = std::move(reads);
+  k.label = depthwise.label + " + " + k.label + " (patch gemm)";
+  k.custom = depthwise_chain_kernel(d.call, d.expand, plan.call);
+  k.any_shape = true;
+  depthwise.removed = true;
+  row_banded_.insert(k.outputs[0]);
+  ++pointwise_in_depthwise_;
+  return true;
+}
+
 // Inference: a 1x1 patch GEMM whose output only this depthwise convolution
 // reads (a MobileNet block's expansion) runs inside it, a few rows at a
-// time as the windows reach them (pointwise_depthwise_conv): k takes the
-// 1x1 layer's inputs first, x, panels and bias, then its own taps and bias.
+// time as the windows reach them (depthwise_chain_conv): k takes the 1x1
+// layer's inputs first, x, panels and bias, then its own taps and bias.
 bool LayoutPass::fuse_pointwise(int at, const Plan& plan, Node& k) {
   const cpu::onednn::LayoutCall* before = pointwise_before(plan, k);
   if (!before || !cpu::pointwise_depthwise_applies(*before, plan.call)) return false;
@@ -534,6 +576,7 @@ void LayoutPass::rewrite_nodes() {
               break;
             }
             case cpu::ConvAlgorithm::PatchGemm: {
+              if (join_depthwise(at, plan, k)) break;
               const bool scaled = fold_channel_scale(at, plan, k);
               k.label += scaled ? " (patch gemm, input scaled)" : " (patch gemm)";
               k.custom = patch_gemm_conv_kernel(plan.call, scaled);
@@ -547,8 +590,12 @@ void LayoutPass::rewrite_nodes() {
             case cpu::ConvAlgorithm::Depthwise:
               k.label += " (depthwise)";
               k.custom = depthwise_conv_kernel(plan.call);
-              if (const cpu::onednn::LayoutCall* before = pointwise_before(plan, k); fuse_pointwise(at, plan, k))
-                k.custom = pointwise_depthwise_kernel(*before, plan.call);
+              if (const cpu::onednn::LayoutCall* before = pointwise_before(plan, k); fuse_pointwise(at, plan, k)) {
+                k.custom = depthwise_chain_kernel(plan.call, *before, std::nullopt);
+                depthwise_outputs_[n.outputs[0]] = {at, plan.call, *before};
+              } else {
+                depthwise_outputs_[n.outputs[0]] = {at, plan.call, std::nullopt};
+              }
               k.any_shape = plan.concat_at < 0;
               if (cpu::blocked_depthwise_splits_rows(plan.call)) row_banded_.insert(n.outputs[0]);
               break;
@@ -761,7 +808,7 @@ std::string LayoutPass::summary(size_t residuals, size_t hard_activations, size_
   if (patch_gemm_) s += ", " + std::to_string(patch_gemm_) + " as patch GEMMs";
   if (depthwise_) s += ", " + std::to_string(depthwise_) + " on the blocked depthwise kernel";
   if (pointwise_in_depthwise_)
-    s += ", " + std::to_string(pointwise_in_depthwise_) + " 1x1 layers made inside the depthwise layer that reads them";
+    s += ", " + std::to_string(pointwise_in_depthwise_) + " 1x1 layers made inside the depthwise layer next to them";
   if (adaptive_) s += ", " + std::to_string(adaptive_) + " choosing their algorithm per batch size as they run";
   s += ", " + std::to_string(copies_.size()) + " reorders";
   return s;
