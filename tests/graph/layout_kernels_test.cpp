@@ -36,6 +36,34 @@ void expect_near_all(const Tensor& got, const Tensor& want, double tol, const st
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::abs(b[i]))) << what << ", element " << i;
 }
 
+// "names: v1 v2 ...", a case's description in a failure message.
+std::string describe(const std::string& names, std::initializer_list<int64_t> values) {
+  std::string what = names + ":";
+  for (int64_t v : values) what.append(" ").append(std::to_string(v));
+  return what;
+}
+
+ConvOptions conv_options(int64_t stride, int64_t pad, int64_t dilation, int64_t groups = 1) {
+  ConvOptions opts;
+  opts.stride = {stride, stride};
+  opts.padding = {pad, pad};
+  opts.dilation = {dilation, dilation};
+  opts.groups = groups;
+  return opts;
+}
+
+// Kiln's blocked depthwise (or few-channel grouped) kernel on plain x and
+// w, its output blocked as the call's; bias undefined: none.
+Tensor blocked_depthwise(const onednn::LayoutCall& call, const Tensor& x, const Tensor& w, const Tensor& bias,
+                         const Shape& y_shape) {
+  Tensor taps = Tensor::empty({cpu::blocked_depthwise_weights_size(call)});
+  cpu::blocked_depthwise_weights(call, w.contiguous().data<float>(), taps.data<float>());
+  Tensor input = to_blocked(x, call.src_block), y = Tensor::empty(y_shape);
+  cpu::blocked_depthwise_conv(call, input.data<float>(), taps.data<float>(),
+                              bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  return y;
+}
+
 // What a fused convolution kernel must produce: conv2d, then for epilogue 1
 // the bias and a ReLU, for epilogue 2 the bias, `residual` and a ReLU.
 Tensor expected_conv(const Tensor& x, const Tensor& w, const Tensor& b, const ConvOptions& opts, int epilogue,
@@ -214,11 +242,7 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
       call.hardswish = epilogue == 3;
       call.swish = epilogue == 4;
       ASSERT_TRUE(cpu::blocked_depthwise_applies(call)) << what;
-      Tensor taps = Tensor::empty({cpu::blocked_depthwise_weights_size(call)});
-      cpu::blocked_depthwise_weights(call, w.contiguous().data<float>(), taps.data<float>());
-      Tensor input = to_blocked(x, k.block), y = Tensor::empty(ys);
-      cpu::blocked_depthwise_conv(call, input.data<float>(), taps.data<float>(), epilogue ? b.data<float>() : nullptr,
-                                  y.data<float>());
+      const Tensor y = blocked_depthwise(call, x, w, epilogue ? b : Tensor(), ys);
       auto got = y.to_vector<float>(), expected = to_blocked(want, k.block).to_vector<float>();
       ASSERT_EQ(got.size(), expected.size()) << what;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -247,6 +271,56 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
   EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "a SiLU on 8-channel blocks";
 }
 
+struct GroupedCase {
+  int64_t n, c, h, w, gw, k, stride, pad, dilation;
+  int block;
+};
+
+// Grouped convolutions of 2, 4 and 8 channels a group (ResNeXt's 4 and 8,
+// RegNetY's 8) on the same kernel, each input channel of a group taken in
+// turn through a permutation of the block's lanes: 3x3 at strides 1 and 2
+// (the unrolled forms), a dilated and a 5x5 window (the general form), wide
+// and narrow images, both block sizes, with and without bias and ReLU.
+TEST(LayoutKernels, BlockedGroupedConvolutionsOfFewChannelsMatchConv2d) {
+  manual_seed(13);
+  for (const GroupedCase& k :
+       {GroupedCase{1, 32, 40, 37, 4, 3, 1, 1, 1, 16}, GroupedCase{2, 32, 34, 35, 8, 3, 2, 1, 1, 16},
+        GroupedCase{1, 16, 14, 14, 2, 3, 1, 1, 1, 8}, GroupedCase{1, 32, 12, 36, 4, 3, 1, 2, 2, 16},
+        GroupedCase{1, 16, 9, 40, 8, 3, 1, 1, 1, 8}, GroupedCase{1, 32, 11, 13, 4, 5, 2, 2, 1, 16},
+        GroupedCase{1, 64, 7, 7, 8, 3, 1, 1, 1, 16}}) {
+    if (k.block == 16 && !cpu::kSixteenLanes) continue;
+    for (int epilogue = 0; epilogue < 2; ++epilogue) {
+      const std::string what =
+          describe("n c h w gw k stride pad dilation block epilogue",
+                   {k.n, k.c, k.h, k.w, k.gw, k.k, k.stride, k.pad, k.dilation, k.block, epilogue});
+      Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.c, k.gw, k.k, k.k}) * 0.3, b = randn({k.c});
+      const ConvOptions opts = conv_options(k.stride, k.pad, k.dilation, k.c / k.gw);
+      const Tensor want = epilogue ? relu(conv2d(x, w, b, opts)) : conv2d(x, w, Tensor(), opts);
+      const Shape& ys = want.shape();
+      onednn::LayoutCall call;
+      call.shape = {k.n,   k.c,      k.h,      k.w,   k.c,   k.k,        k.k,        ys[2],
+                    ys[3], k.stride, k.stride, k.pad, k.pad, k.dilation, k.dilation, k.c / k.gw};
+      call.src_block = call.dst_block = k.block;
+      call.bias = call.relu = epilogue == 1;
+      ASSERT_TRUE(cpu::blocked_depthwise_applies(call)) << what;
+      expect_near_all(blocked_depthwise(call, x, w, epilogue ? b : Tensor(), ys), to_blocked(want, k.block), 1e-4,
+                      what);
+    }
+  }
+  // Not for it: 16 channels a group (oneDNN's blocked kernels take those),
+  // groups that straddle a block (12 channels), more output channels than input.
+  onednn::LayoutCall call;
+  call.shape = {1, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 4};
+  call.src_block = call.dst_block = 8;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "16 channels a group";
+  call.shape.c = call.shape.o = 48;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "12 channels a group";
+  call.shape.groups = 12;
+  EXPECT_TRUE(cpu::blocked_depthwise_applies(call));
+  call.shape.o = 96;
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "two outputs a channel";
+}
+
 struct ExpansionCase {
   int64_t n, c_in, c, h, w, k, stride, pad, dilation;
   int src_block, block;
@@ -266,10 +340,9 @@ TEST(LayoutKernels, OneByOneLayersMadeInsideTheirDepthwiseLayerMatchTheLayers) {
     for (int epilogue = 0; epilogue < 4; ++epilogue) {
       if (epilogue == 3 && (k.block != 16 || !cpu::gemm::swish_in_epilogue)) continue;
       if (k.block == 16 && !cpu::kSixteenLanes) continue;
-      std::string what = "n c_in c h w k stride pad dilation src_block block epilogue:";
-      for (int64_t v : {k.n, k.c_in, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
-                        int64_t{k.block}, int64_t{epilogue}})
-        what.append(" ").append(std::to_string(v));
+      const std::string what =
+          describe("n c_in c h w k stride pad dilation src_block block epilogue",
+                   {k.n, k.c_in, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, k.src_block, k.block, epilogue});
       const int64_t oh = (k.h + 2 * k.pad - k.dilation * (k.k - 1) - 1) / k.stride + 1;
       const int64_t ow = (k.w + 2 * k.pad - k.dilation * (k.k - 1) - 1) / k.stride + 1;
       onednn::LayoutCall expand, depthwise;

@@ -66,9 +66,29 @@ struct Kernel : Lanes<B> {
   // kernel row's first tap.
   struct Window {
     const float* rows[16];
-    const float* taps[16];
+    const float* taps[16];  // (input channel 0 of each group's taps)
     int count = 0;
+    // Groups of gw channels (1: depthwise): lane l reads input channel
+    // (l / gw) * gw + j of its block for j < gw, through the taps
+    // j * tap_stride floats on.
+    int gw = 1;
+    int64_t tap_stride = 0;
   };
+
+  // The lanes of v that input channel j of each lane's group takes.
+  using vi = typename Lanes<B>::vi;
+  struct GroupLanes {
+    vi index[9][8];  // [gw][j], gw 1, 2, 4 or 8
+    GroupLanes() {
+      for (int gw = 1; gw <= 8; gw *= 2)
+        for (int j = 0; j < gw; ++j)
+          for (int l = 0; l < B; ++l) index[gw][j][l] = (l / gw) * gw + j;
+    }
+  };
+  static const vi& group_index(int gw, int j) {
+    static const GroupLanes lanes;
+    return lanes.index[gw][j];
+  }
 
   // Output pixels [ox, ox + U) whose windows lie inside the input's columns:
   // each input column a row of them reads is loaded once. Under four
@@ -77,6 +97,7 @@ struct Kernel : Lanes<B> {
   template <int KW, int SW, int U>
   static void inside(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e, int64_t ox,
                      float* y) {
+    if (win.gw > 1) return inside_groups<KW, SW, U>(s, win, bias, e, ox, y);
     constexpr int kColumns = (U - 1) * SW + KW, kSets = U < 4 ? 2 : 1;
     vf acc[kSets][U];
 #pragma GCC unroll 8
@@ -107,6 +128,64 @@ struct Kernel : Lanes<B> {
     }
   }
 
+  // Lane l's value from lane (l / GW) * GW + J: a constant permutation,
+  // within 128-bit lanes where GW <= 4 (an in-lane shuffle).
+  template <int GW, int J>
+  static vf take(vf v) {
+    if constexpr (B == 16)
+      return __builtin_shuffle(
+          v, vi{0 / GW * GW + J, 1 / GW * GW + J, 2 / GW * GW + J, 3 / GW * GW + J, 4 / GW * GW + J, 5 / GW * GW + J,
+                6 / GW * GW + J, 7 / GW * GW + J, 8 / GW * GW + J, 9 / GW * GW + J, 10 / GW * GW + J, 11 / GW * GW + J,
+                12 / GW * GW + J, 13 / GW * GW + J, 14 / GW * GW + J, 15 / GW * GW + J});
+    else
+      return __builtin_shuffle(v, vi{0 / GW * GW + J, 1 / GW * GW + J, 2 / GW * GW + J, 3 / GW * GW + J,
+                                     4 / GW * GW + J, 5 / GW * GW + J, 6 / GW * GW + J, 7 / GW * GW + J});
+  }
+
+  // Input channel J of each group, then the next: the columns' lanes moved
+  // to the lanes that read them, each column loaded once per channel.
+  template <int KW, int SW, int U, int GW, int J>
+  static void group_channel(const Window& win, int k, const float* r, vf (&acc)[U]) {
+    if constexpr (J < GW) {
+      constexpr int kColumns = (U - 1) * SW + KW;
+      vf col[kColumns];
+#pragma GCC unroll 24
+      for (int c = 0; c < kColumns; ++c) {
+        col[c] = take<GW, J>(load(r + c * B));
+        hold(col[c]);
+      }
+      const float* taps = win.taps[k] + J * win.tap_stride;
+#pragma GCC unroll 8
+      for (int kx = 0; kx < KW; ++kx) {
+        const vf tap = load(taps + kx * B);
+#pragma GCC unroll 8
+        for (int u = 0; u < U; ++u) acc[u] += col[u * SW + kx] * tap;
+      }
+      group_channel<KW, SW, U, GW, J + 1>(win, k, r, acc);
+    }
+  }
+
+  template <int KW, int SW, int U, int GW>
+  static void inside_groups_of(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e,
+                               int64_t ox, float* y) {
+    vf acc[U];
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) acc[u] = bias;
+    for (int k = 0; k < win.count; ++k)
+      group_channel<KW, SW, U, GW, 0>(win, k, win.rows[k] + (ox * SW - s.pw) * B, acc);
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) store(y + (ox + u) * B, e.apply(acc[u]));
+  }
+
+  // The same for groups (gw 2, 4 or 8 channels).
+  template <int KW, int SW, int U>
+  static void inside_groups(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e,
+                            int64_t ox, float* y) {
+    if (win.gw == 2) return inside_groups_of<KW, SW, U, 2>(s, win, bias, e, ox, y);
+    if (win.gw == 4) return inside_groups_of<KW, SW, U, 4>(s, win, bias, e, ox, y);
+    inside_groups_of<KW, SW, U, 8>(s, win, bias, e, ox, y);
+  }
+
   // One output pixel of any geometry, the columns checked.
   static void any(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e, int64_t ox,
                   float* y) {
@@ -114,7 +193,14 @@ struct Kernel : Lanes<B> {
     for (int k = 0; k < win.count; ++k)
       for (int64_t kx = 0; kx < s.kw; ++kx) {
         const int64_t ix = ox * s.sw - s.pw + kx * s.dw;
-        if (ix >= 0 && ix < s.w) acc += load(win.rows[k] + ix * B) * load(win.taps[k] + kx * B);
+        if (ix < 0 || ix >= s.w) continue;
+        const vf v = load(win.rows[k] + ix * B);
+        if (win.gw == 1) {
+          acc += v * load(win.taps[k] + kx * B);
+          continue;
+        }
+        for (int j = 0; j < win.gw; ++j)
+          acc += __builtin_shuffle(v, group_index(win.gw, j)) * load(win.taps[k] + j * win.tap_stride + kx * B);
       }
     store(y + ox * B, e.apply(acc));
   }
@@ -173,8 +259,8 @@ struct Kernel : Lanes<B> {
   // Output rows [oy0, oy1) of channel block cb of image img.
   static void rows_of(const Call& c, int64_t img, int64_t cb, int64_t oy0, int64_t oy1, std::vector<float>& buffer) {
     const onednn::ConvShape& s = c.s;
-    const int64_t blocks = s.c / B, taps = s.kh * s.kw;
-    const float* tap0 = c.packed + cb * taps * B;
+    const int64_t blocks = s.c / B, taps = s.kh * s.kw, gw = s.c / s.groups;
+    const float* tap0 = c.packed + cb * gw * taps * B;
     const vf b = c.bias ? load(c.bias + cb * B) : vf{};
     const float* plane = c.x + (img * blocks + cb) * s.h * s.w * B;
     float* out = c.y + (img * blocks + cb) * s.oh * s.ow * B;
@@ -199,6 +285,8 @@ struct Kernel : Lanes<B> {
     }
     for (int64_t oy = oy0; oy < oy1; ++oy) {
       Window win;
+      win.gw = static_cast<int>(gw);
+      win.tap_stride = taps * B;
       for (int64_t ky = 0; ky < s.kh; ++ky) {
         const int64_t iy = oy * s.sh - s.ph + ky * s.dh;
         if (!c.narrow && (iy < 0 || iy >= s.h)) continue;
@@ -326,21 +414,25 @@ struct Kernel : Lanes<B> {
 // its block size; oneDNN's nChw8c is the block without it.
 bool blocked_depthwise_applies(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
+  const int64_t gw = s.groups >= 1 && s.c % s.groups == 0 ? s.c / s.groups : 0;  // channels a group
   return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || (call.src_block == 16 && kSixteenLanes)) &&
-         call.dst_block == call.src_block && s.groups == s.c && s.o == s.c && s.c % call.src_block == 0 && s.kh <= 16 &&
-         s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 && s.ow >= 1 && !call.residual &&
-         !call.hardsigmoid && (!call.swish || (call.src_block == 16 && gemm::swish_in_epilogue));
+         call.dst_block == call.src_block && gw >= 1 && gw <= 8 && call.src_block % gw == 0 && s.o == s.c &&
+         s.c % call.src_block == 0 && s.kh <= 16 && s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 &&
+         s.ow >= 1 && !call.residual && !call.hardsigmoid &&
+         (!call.swish || (call.src_block == 16 && gemm::swish_in_epilogue));
 }
 
 int64_t blocked_depthwise_weights_size(const onednn::LayoutCall& call) {
-  return call.shape.c * call.shape.kh * call.shape.kw;
+  return call.shape.c * (call.shape.c / call.shape.groups) * call.shape.kh * call.shape.kw;
 }
 
 void blocked_depthwise_weights(const onednn::LayoutCall& call, const float* w, float* packed) {
   const onednn::ConvShape& s = call.shape;
-  const int64_t block = call.src_block, taps = s.kh * s.kw;
-  for (int64_t c = 0; c < s.c; ++c)
-    for (int64_t t = 0; t < taps; ++t) packed[((c / block) * taps + t) * block + c % block] = w[c * taps + t];
+  const int64_t block = call.src_block, taps = s.kh * s.kw, gw = s.c / s.groups;
+  for (int64_t o = 0; o < s.c; ++o)
+    for (int64_t j = 0; j < gw; ++j)
+      for (int64_t t = 0; t < taps; ++t)
+        packed[(((o / block) * gw + j) * taps + t) * block + o % block] = w[(o * gw + j) * taps + t];
 }
 
 bool blocked_depthwise_splits_rows(const onednn::LayoutCall& call) { return call.shape.ow >= 4 * kPixels; }
@@ -367,13 +459,13 @@ bool pointwise_call(const onednn::LayoutCall& call) {
 
 bool pointwise_depthwise_applies(const onednn::LayoutCall& expand, const onednn::LayoutCall& call) {
   const onednn::ConvShape &e = expand.shape, &s = call.shape;
-  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && pointwise_call(expand) && !expand.residual &&
-         expand.dst_block == call.src_block && e.n == s.n && e.o == s.c && e.h == s.h && e.w == s.w;
+  return blocked_depthwise_applies(call) && s.groups == s.c && s.w >= 4 * kPixels && pointwise_call(expand) &&
+         !expand.residual && expand.dst_block == call.src_block && e.n == s.n && e.o == s.c && e.h == s.h && e.w == s.w;
 }
 
 bool depthwise_pointwise_applies(const onednn::LayoutCall& call, const onednn::LayoutCall& project) {
   const onednn::ConvShape &s = call.shape, &p = project.shape;
-  return blocked_depthwise_applies(call) && s.w >= 4 * kPixels && pointwise_call(project) &&
+  return blocked_depthwise_applies(call) && s.groups == s.c && s.w >= 4 * kPixels && pointwise_call(project) &&
          project.src_block == call.dst_block && p.n == s.n && p.c == s.c && p.h == s.oh && p.w == s.ow;
 }
 

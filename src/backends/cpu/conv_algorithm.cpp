@@ -249,8 +249,10 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   const bool depthwise = blocked_depthwise_applies(call);
   if (!(winograd || patch_gemm || depthwise)) return ConvAlgorithm::Direct;
-  // From one block size to the other oneDNN has no fast kernel.
-  if (!onednn::conv_layout_is_fast(call)) return patch_gemm ? ConvAlgorithm::PatchGemm : ConvAlgorithm::Direct;
+  // From one block size to the other, or for groups of a few channels,
+  // oneDNN has no fast kernel.
+  if (!onednn::conv_layout_is_fast(call))
+    return patch_gemm ? ConvAlgorithm::PatchGemm : depthwise ? ConvAlgorithm::Depthwise : ConvAlgorithm::Direct;
   if (const std::optional<ConvAlgorithm> pinned = pinned_algorithm()) {
     const bool applies = *pinned == ConvAlgorithm::Direct || (*pinned == ConvAlgorithm::PatchGemm   ? patch_gemm
                                                               : *pinned == ConvAlgorithm::Depthwise ? depthwise

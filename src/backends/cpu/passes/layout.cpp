@@ -10,15 +10,16 @@
 // This file plans each node; layout_rewrite.cpp carries the plans out.
 #include <algorithm>
 
+#include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/few_channel_conv.h"
+#include "backends/cpu/passes/cpu_passes.h"
+#include "backends/cpu/passes/layout_pass.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/plain_pool.h"
-#include "ops/conv_attrs.h"
 #include "graph/derived_constants.h"
-#include "backends/cpu/passes/layout_pass.h"
-#include "backends/cpu/passes/cpu_passes.h"
 #include "graph/passes.h"
 #include "kiln/autograd.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln::graph {
 namespace layout {
@@ -540,7 +541,7 @@ void LayoutPass::plan_conv(int at) {
   p.call.relu = n.attrs.get_string("activation", "none") == "relu";
   p.call.bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
   if (p.call.src_block == 0 && p.call.dst_block == 0) return;
-  const bool own = own_kernels(n) && cpu::patch_gemm_applies(p.call);
+  const bool own = own_kernels(n) && own_kernel_applies(p.call);
   if (!own && !fast(p.call) && !fast_variant(p.call, x, y)) return;  // stays a plain convolution
   // Blocks smaller than the machine's pay off for some layers only, on
   // oneDNN's kernels. (Kiln's 1x1 kernel runs alike in both block sizes.)
@@ -563,9 +564,14 @@ bool LayoutPass::own_kernels(const Node& conv) const {
 }
 
 // Whether a call runs fast on blocked layouts: on oneDNN's kernel, or on
-// Kiln's patch GEMM where the convolution may use it.
+// Kiln's patch GEMM or depthwise kernel (groups of up to 8 channels too,
+// which oneDNN's kernels run slowly) where the convolution may use them.
 bool LayoutPass::runs_fast(const cpu::onednn::LayoutCall& call, const Node& conv) const {
-  return fast(call) || (own_kernels(conv) && cpu::patch_gemm_applies(call));
+  return fast(call) || (own_kernels(conv) && own_kernel_applies(call));
+}
+
+bool own_kernel_applies(const cpu::onednn::LayoutCall& call) {
+  return cpu::patch_gemm_applies(call) || cpu::blocked_depthwise_applies(call);
 }
 
 // A layout oneDNN runs fast, when the planned one is not: oneDNN has fast

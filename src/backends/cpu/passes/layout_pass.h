@@ -19,6 +19,8 @@ namespace kiln::graph::layout {
 std::string layout_name(int block);
 bool is_op(const Node& n, const char* name);
 bool fast(const cpu::onednn::LayoutCall& c);
+// Whether one of Kiln's own kernels (patch GEMM, depthwise) takes the call.
+bool own_kernel_applies(const cpu::onednn::LayoutCall& call);
 
 // What the pass does with one node.
 struct Plan {

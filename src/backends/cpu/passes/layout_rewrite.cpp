@@ -588,7 +588,7 @@ void LayoutPass::rewrite_nodes() {
               break;
             }
             case cpu::ConvAlgorithm::Depthwise:
-              k.label += " (depthwise)";
+              k.label += plan.call.shape.groups == plan.call.shape.c ? " (depthwise)" : " (grouped)";
               k.custom = depthwise_conv_kernel(plan.call);
               if (const cpu::onednn::LayoutCall* before = pointwise_before(plan, k); fuse_pointwise(at, plan, k)) {
                 k.custom = depthwise_chain_kernel(plan.call, *before, std::nullopt);
