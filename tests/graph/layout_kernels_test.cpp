@@ -276,18 +276,20 @@ struct GroupedCase {
   int block;
 };
 
-// Grouped convolutions of 2, 4 and 8 channels a group (ResNeXt's 4 and 8,
-// RegNetY's 8) on the same kernel, each input channel of a group taken in
-// turn through a permutation of the block's lanes: 3x3 at strides 1 and 2
+// Grouped convolutions of 2, 4, 8 and 16 channels a group (ResNeXt's 4 and
+// 8, RegNetY's 8, RegNetX's 16) on the same kernel, each input channel of a
+// group taken in turn through a permutation of the block's lanes (a
+// broadcast where a block is one group): 3x3 at strides 1 and 2
 // (the unrolled forms), a dilated and a 5x5 window (the general form), wide
 // and narrow images, both block sizes, with and without bias and ReLU.
-TEST(LayoutKernels, BlockedGroupedConvolutionsOfFewChannelsMatchConv2d) {
+TEST(LayoutKernels, BlockedGroupedConvolutionsOfABlockOrLessMatchConv2d) {
   manual_seed(13);
   for (const GroupedCase& k :
        {GroupedCase{1, 32, 40, 37, 4, 3, 1, 1, 1, 16}, GroupedCase{2, 32, 34, 35, 8, 3, 2, 1, 1, 16},
         GroupedCase{1, 16, 14, 14, 2, 3, 1, 1, 1, 8}, GroupedCase{1, 32, 12, 36, 4, 3, 1, 2, 2, 16},
         GroupedCase{1, 16, 9, 40, 8, 3, 1, 1, 1, 8}, GroupedCase{1, 32, 11, 13, 4, 5, 2, 2, 1, 16},
-        GroupedCase{1, 64, 7, 7, 8, 3, 1, 1, 1, 16}}) {
+        GroupedCase{1, 64, 7, 7, 8, 3, 1, 1, 1, 16}, GroupedCase{1, 32, 14, 36, 16, 3, 1, 1, 1, 16},
+        GroupedCase{2, 48, 15, 15, 16, 3, 2, 1, 1, 16}}) {
     if (k.block == 16 && !cpu::kSixteenLanes) continue;
     for (int epilogue = 0; epilogue < 2; ++epilogue) {
       const std::string what =
@@ -307,12 +309,13 @@ TEST(LayoutKernels, BlockedGroupedConvolutionsOfFewChannelsMatchConv2d) {
                       what);
     }
   }
-  // Not for it: 16 channels a group (oneDNN's blocked kernels take those),
-  // groups that straddle a block (12 channels), more output channels than input.
+  // Not for it: groups wider than a block (16 channels in 8-channel
+  // blocks), groups that straddle a block (12 channels), more output
+  // channels than input.
   onednn::LayoutCall call;
   call.shape = {1, 64, 8, 8, 64, 3, 3, 8, 8, 1, 1, 1, 1, 1, 1, 4};
   call.src_block = call.dst_block = 8;
-  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "16 channels a group";
+  EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "16 channels a group in 8-channel blocks";
   call.shape.c = call.shape.o = 48;
   EXPECT_FALSE(cpu::blocked_depthwise_applies(call)) << "12 channels a group";
   call.shape.groups = 12;

@@ -78,9 +78,9 @@ struct Kernel : Lanes<B> {
   // The lanes of v that input channel j of each lane's group takes.
   using vi = typename Lanes<B>::vi;
   struct GroupLanes {
-    vi index[9][8];  // [gw][j], gw 1, 2, 4 or 8
+    vi index[17][16];  // [gw][j], gw 1, 2, 4, 8 or 16
     GroupLanes() {
-      for (int gw = 1; gw <= 8; gw *= 2)
+      for (int gw = 1; gw <= B; gw *= 2)
         for (int j = 0; j < gw; ++j)
           for (int l = 0; l < B; ++l) index[gw][j][l] = (l / gw) * gw + j;
     }
@@ -132,7 +132,9 @@ struct Kernel : Lanes<B> {
   // within 128-bit lanes where GW <= 4 (an in-lane shuffle).
   template <int GW, int J>
   static vf take(vf v) {
-    if constexpr (B == 16)
+    if constexpr (GW == B)
+      return splat(v[J]);
+    else if constexpr (B == 16)
       return __builtin_shuffle(
           v, vi{0 / GW * GW + J, 1 / GW * GW + J, 2 / GW * GW + J, 3 / GW * GW + J, 4 / GW * GW + J, 5 / GW * GW + J,
                 6 / GW * GW + J, 7 / GW * GW + J, 8 / GW * GW + J, 9 / GW * GW + J, 10 / GW * GW + J, 11 / GW * GW + J,
@@ -151,7 +153,10 @@ struct Kernel : Lanes<B> {
       vf col[kColumns];
 #pragma GCC unroll 24
       for (int c = 0; c < kColumns; ++c) {
-        col[c] = take<GW, J>(load(r + c * B));
+        if constexpr (GW == B)
+          col[c] = splat(r[c * B + J]);  // (a broadcast load: a block is one group)
+        else
+          col[c] = take<GW, J>(load(r + c * B));
         hold(col[c]);
       }
       const float* taps = win.taps[k] + J * win.tap_stride;
@@ -183,6 +188,8 @@ struct Kernel : Lanes<B> {
                             int64_t ox, float* y) {
     if (win.gw == 2) return inside_groups_of<KW, SW, U, 2>(s, win, bias, e, ox, y);
     if (win.gw == 4) return inside_groups_of<KW, SW, U, 4>(s, win, bias, e, ox, y);
+    if constexpr (B == 16)
+      if (win.gw == 16) return inside_groups_of<KW, SW, U, 16>(s, win, bias, e, ox, y);
     inside_groups_of<KW, SW, U, 8>(s, win, bias, e, ox, y);
   }
 
@@ -416,7 +423,7 @@ bool blocked_depthwise_applies(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   const int64_t gw = s.groups >= 1 && s.c % s.groups == 0 ? s.c / s.groups : 0;  // channels a group
   return call.kind == onednn::ConvPass::Forward && (call.src_block == 8 || (call.src_block == 16 && kSixteenLanes)) &&
-         call.dst_block == call.src_block && gw >= 1 && gw <= 8 && call.src_block % gw == 0 && s.o == s.c &&
+         call.dst_block == call.src_block && gw >= 1 && call.src_block % gw == 0 && s.o == s.c &&
          s.c % call.src_block == 0 && s.kh <= 16 && s.kh >= 1 && s.kw >= 1 && s.sh >= 1 && s.sw >= 1 && s.oh >= 1 &&
          s.ow >= 1 && !call.residual && !call.hardsigmoid &&
          (!call.swish || (call.src_block == 16 && gemm::swish_in_epilogue));
