@@ -79,7 +79,7 @@ struct WinogradCase {
 
 // Both tile sizes; partial edge tiles (output sizes not a multiple of the
 // tile), no padding, both block sizes, and every epilogue: bias, residual,
-// ReLU, a 2x2 max pool after the ReLU (odd output sizes: the last row or
+// ReLU, SiLU, a 2x2 max pool after the ReLU (odd output sizes: the last row or
 // column is left out of it); few tiles (one chunk, the GEMMs spread over threads) and many (a
 // chunk per thread at a time); products on Kiln's register tiles with an
 // odd number of 16-channel panels and a last half panel (24 channels), and
@@ -93,8 +93,10 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
     for (int tile : {2, 4})
     for (int block : {8, 16}) {
       if (k.c % block || k.o % block) continue;
-      // 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + relu + 2x2 max pool
-      for (int epilogue = 0; epilogue < 4; ++epilogue) {
+      // 0: none, 1: bias + relu, 2: bias + residual + relu, 3: bias + relu + 2x2 max pool, 4: bias + SiLU (with
+      // AVX-512)
+      for (int epilogue = 0; epilogue < 5; ++epilogue) {
+        if (epilogue == 4 && !cpu::gemm::swish_in_epilogue) continue;
         std::string what = "n c o h w pad tile block epilogue:";
         for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{tile}, int64_t{block}, int64_t{epilogue}})
           what.append(" ").append(std::to_string(v));
@@ -102,8 +104,9 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         ConvOptions opts;
         opts.padding = {k.pad, k.pad};
         Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
-        const bool pool = epilogue == 3;
-        Tensor full = expected_conv(x, w, b, opts, pool ? 1 : epilogue, residual);
+        const bool pool = epilogue == 3, swish = epilogue == 4;
+        const Tensor biased = conv2d(x, w, b, opts);
+        Tensor full = swish ? biased * sigmoid(biased) : expected_conv(x, w, b, opts, pool ? 1 : epilogue, residual);
         Tensor want = pool ? max_pool2d(full, {2, 2}, {2, 2}) : full;
         const Shape& ys = full.shape();
         onednn::ConvShape s{k.n, k.c, k.h, k.w, k.o, 3, 3, ys[2], ys[3], 1, 1, k.pad, k.pad, 1, 1, 1};
@@ -112,7 +115,7 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
         cpu::winograd_weights(s, tile, w.contiguous().data<float>(), u.data<float>());
         Tensor y = epilogue == 2 ? to_blocked(residual, block) : Tensor::empty(want.shape());
         cpu::winograd_conv(s, tile, block, to_blocked(x, block).data<float>(), u.data<float>(), y.data<float>(),
-                           {epilogue ? b.data<float>() : nullptr, epilogue > 0, epilogue == 2, pool});
+                           {epilogue ? b.data<float>() : nullptr, epilogue > 0 && !swish, epilogue == 2, pool, swish});
         // Rounding grows with the channels summed (F(4x4)'s the most).
         expect_near_all(y, to_blocked(want, block), 1e-4 * std::max(1.0, std::sqrt(k.c / 32.0)), what);
       }

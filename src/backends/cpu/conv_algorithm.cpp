@@ -15,6 +15,7 @@
 
 #include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/blocked_pool.h"
+#include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
 #include "kiln/error.h"
@@ -148,9 +149,9 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
     if (tile == 2 ? winograd : winograd4)
       candidates.push_back({tile == 2 ? ConvAlgorithm::Winograd2x2 : ConvAlgorithm::Winograd4x4,
                             (tile == 2 ? u2 : u4).numel() * 4, [&, tile] {
-                              winograd_conv(s, tile, call.src_block, x.data<float>(), (tile == 2 ? u2 : u4).data<float>(),
-                                            (pooled ? pool_out : y).data<float>(),
-                                            {bias, call.relu, call.residual, pooled});
+                              winograd_conv(s, tile, call.src_block, x.data<float>(),
+                                            (tile == 2 ? u2 : u4).data<float>(), (pooled ? pool_out : y).data<float>(),
+                                            {bias, call.relu, call.residual, pooled, call.swish});
                             }});
   // As in a network, each run's input was just written by the layer before
   // and its output is read by the layer after (that read is timed with it),
@@ -213,7 +214,8 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
 // only (no cap); the patch GEMM says what it takes (patch_gemm_applies).
 bool winograd_takes(const onednn::LayoutCall& call) {
   return call.kind == onednn::ConvPass::Forward && call.src_block == call.dst_block && !call.hardswish &&
-         !call.hardsigmoid && !call.swish && call.cap <= 0 && winograd_applies(call.shape, call.src_block);
+         !call.hardsigmoid && (!call.swish || gemm::swish_in_epilogue) && call.cap <= 0 &&
+         winograd_applies(call.shape, call.src_block);
 }
 
 }  // namespace

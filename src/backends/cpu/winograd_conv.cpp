@@ -39,6 +39,22 @@ void store(float* p, Lanes<W> v) {
   std::memcpy(p, &v, sizeof v);
 }
 
+// SiLU on W lanes (gemm_tile.h's, on a whole register).
+template <int W>
+Lanes<W> silu(Lanes<W> v) {
+#if defined(__AVX512F__)
+  if constexpr (W == 16) {
+    return reinterpret_cast<Lanes<W>>(gemm::silu16(reinterpret_cast<__m512>(v)));
+  } else {
+    const __m512 wide = _mm512_castps256_ps512(reinterpret_cast<__m256>(v));  // (the upper half unused)
+    return reinterpret_cast<Lanes<W>>(_mm512_castps512_ps256(gemm::silu16(wide)));
+  }
+#else
+  KILN_FAIL("a SiLU in Winograd's epilogue needs AVX-512");
+  return v;
+#endif
+}
+
 // Where W channels starting at channel group g (channels W g .. W g + W - 1)
 // sit in a blocked tensor [n, c/block, h, w, block], at (n, ., y, x).
 template <int W>
@@ -199,6 +215,7 @@ void transform_output(const onednn::ConvShape& s, const Geometry& geo, const flo
         v += b;
         if (e.residual) v += load<W>(p);
         if (e.relu) v = v < vf{} ? vf{} : v;  // NaN passes
+        if (e.swish) v = silu<W>(v);
         store<W>(p, v);
       };
       if (e.max_pool) {  // (the bias after the maximum: adding it is monotonic, so the result is the same)

@@ -33,6 +33,9 @@ struct WinogradEpilogue {
   // A 2x2, stride-2 max pool (no padding, floor) after it: y is
   // [n, o/block, oh/2, ow/2, block]. NaN wins, as in the pool kernels. Not with a residual.
   bool max_pool = false;
+  // x * sigmoid(x) after the bias (SiLU), with AVX-512 only
+  // (gemm::swish_in_epilogue); not with a max pool, which it does not commute with.
+  bool swish = false;
 };
 // x: [n, c/block, h, w, block]; y: [n, o/block, oh, ow, block].
 void winograd_conv(const onednn::ConvShape& s, int tile, int block, const float* x, const float* u, float* y,

@@ -130,7 +130,8 @@ CustomKernel adaptive_conv_kernel(const onednn::LayoutCall& call, bool pooled) {
     if (c.residual && in.back().data<float>() != y)  // (not with a pool: winograd_pool)
       std::memcpy(y, in.back().data<float>(), static_cast<size_t>(in.back().numel()) * sizeof(float));
     if (algorithm == cpu::ConvAlgorithm::Winograd2x2 || algorithm == cpu::ConvAlgorithm::Winograd4x4) {
-      cpu::winograd_conv(s, tile_of(algorithm), c.src_block, x, w.data<float>(), y, {bias, c.relu, c.residual, a.pooled});
+      cpu::winograd_conv(s, tile_of(algorithm), c.src_block, x, w.data<float>(), y,
+                         {bias, c.relu, c.residual, a.pooled, c.swish});
       return;
     }
     // The others write the whole output and pool it after, the ReLU there.

@@ -56,7 +56,8 @@ CustomKernel winograd_conv_kernel(const onednn::LayoutCall& call, int tile, bool
   return [call, tile, max_pool](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
     float* y = out[0].data<float>();
     if (call.residual) copy_residual(in.back(), y);
-    const cpu::WinogradEpilogue e{call.bias ? in[2].data<float>() : nullptr, call.relu, call.residual, max_pool};
+    const cpu::WinogradEpilogue e{call.bias ? in[2].data<float>() : nullptr, call.relu, call.residual, max_pool,
+                                  call.swish};
     cpu::winograd_conv(at_batch(call, in[0]).shape, tile, call.src_block, in[0].data<float>(), in[1].data<float>(), y,
                        e);
   };

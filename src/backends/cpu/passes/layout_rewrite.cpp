@@ -71,12 +71,20 @@ void LayoutPass::absorb(int at, Plan& plan, const cpu::onednn::LayoutCall& with,
   block_of_[result] = plan.call.dst_block;
 }
 
-// Inference: y * sigmoid(y) (SiLU, as exported: a sigmoid and a product)
-// over a blocked convolution's output y, read by nothing else, becomes the
-// primitive's swish post-op (EfficientNet has one after most convolutions).
+// Inference: y * sigmoid(y) (SiLU, as exported: a sigmoid and a product;
+// or the silu op) over a blocked convolution's output y, read by nothing
+// else, becomes the primitive's swish post-op (EfficientNet has one after
+// most convolutions).
 bool LayoutPass::fold_silu(int at, Plan& plan) {
   Node& conv = g_.nodes[at];
   const int y = conv.outputs[0];
+  cpu::onednn::LayoutCall with = plan.call;
+  with.swish = true;
+  if (uses_[y] == 1 && readers_[y].size() == 1 && is_op(g_.nodes[readers_[y][0].first], "silu")) {
+    if (!runs_fast(with, conv)) return false;
+    absorb(at, plan, with, {readers_[y][0].first});
+    return true;
+  }
   if (uses_[y] != 2 || readers_[y].size() != 2) return false;
   int sigmoid = -1, product = -1;
   for (auto [node, k] : readers_[y]) {
@@ -88,8 +96,6 @@ bool LayoutPass::fold_silu(int at, Plan& plan) {
   const Node& mul = g_.nodes[product];
   if (uses_[s] != 1 || !((mul.inputs[0] == y && mul.inputs[1] == s) || (mul.inputs[0] == s && mul.inputs[1] == y)))
     return false;
-  cpu::onednn::LayoutCall with = plan.call;
-  with.swish = true;
   if (!runs_fast(with, conv)) return false;
   absorb(at, plan, with, {sigmoid, product});
   return true;
@@ -289,7 +295,9 @@ void LayoutPass::move_relus_past_pools() {
 // at batch 16). The pool's node, or -1.
 int LayoutPass::winograd_pool(const Plan& plan, const Node& k) const {
   const int y = k.outputs[0];
-  if (training_ || plan.concat_at >= 0 || plan.call.residual || uses_[y] != 1 || readers_[y].size() != 1) return -1;
+  if (training_ || plan.concat_at >= 0 || plan.call.residual || plan.call.swish || uses_[y] != 1 ||
+      readers_[y].size() != 1)
+    return -1;
   const int reader = readers_[y][0].first;
   auto pool = plans_.find(reader);
   const Node& p = g_.nodes[reader];
