@@ -189,13 +189,22 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
 // loads of B per k for 24 FMAs. One panel's tile loads B once per 12 FMAs
 // plus 12 broadcasts of A, which keeps the load ports, not the FMA units,
 // the limit (about 80% of peak; the pair reaches about 95%).
+// next: the next pair of panels (2 x depth x 16 floats), or null: its rows
+// are fetched into L2 as this tile's are read, one line a panel per k
+// (weights that come from memory, as a network's do on every run, then
+// arrive while this tile computes: 160 -> 960 at 7x7, weights not cached,
+// 68 -> 57 us against 49 with them in cache).
 template <int R, typename AAt>
 void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, const Output& o0, const Output& o1,
-              const Epilogue& e0, const Epilogue& e1) {
+              const Epilogue& e0, const Epilogue& e1, const float* next = nullptr) {
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < depth; ++k) {
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + k * kCols), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(next + (depth + k) * kCols), _MM_HINT_T1);
+    }
     const __m512 bk0 = _mm512_loadu_ps(b0 + k * kCols), bk1 = _mm512_loadu_ps(b1 + k * kCols);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) {
@@ -240,10 +249,10 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
 }
 
 // Two panels: with 8-float registers one panel's tile already holds 12
-// accumulators, so the pair is two tiles.
+// accumulators, so the pair is two tiles. (next: as above, unused here.)
 template <int R, typename AAt>
 void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, const Output& o0, const Output& o1,
-              const Epilogue& e0, const Epilogue& e1) {
+              const Epilogue& e0, const Epilogue& e1, const float* next = nullptr) {
   tile_of<R>(a_at, b0, depth, o0, e0);
   tile_of<R>(a_at, b1, depth, o1, e1);
 }
@@ -266,8 +275,8 @@ void tile_rows_of(int64_t rows, const AAt& a_at, const float* b, int64_t depth, 
 }
 template <typename AAt>
 void tile2_rows_of(int64_t rows, const AAt& a_at, const float* b0, const float* b1, int64_t depth, const Output& o0,
-                   const Output& o1, const Epilogue& e0, const Epilogue& e1) {
-  with_rows(rows, [&](auto r) { tile2_of<decltype(r)::value>(a_at, b0, b1, depth, o0, o1, e0, e1); });
+                   const Output& o1, const Epilogue& e0, const Epilogue& e1, const float* next = nullptr) {
+  with_rows(rows, [&](auto r) { tile2_of<decltype(r)::value>(a_at, b0, b1, depth, o0, o1, e0, e1, next); });
 }
 
 // The same with A's rows lda apart in memory.

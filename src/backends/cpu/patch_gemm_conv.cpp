@@ -136,9 +136,11 @@ void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const
 // are whole, else one at a time. When the channels end in half a panel
 // (72 = 4.5 x 16), that half's tile stores its first 8 columns only, as
 // only that 8-channel block exists.
+// prefetch: fetch the next pair's panels into L2 meanwhile (the first tile
+// of a pair, where the pairs' tiles run in turn).
 template <typename AAt>
 void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, const float* packed, const float* bias,
-               int64_t first, float* out, int64_t pixels, int64_t p0) {
+               int64_t first, float* out, int64_t pixels, int64_t p0, bool prefetch = false) {
   const int64_t o = call.shape.o, length = patch_length(call.shape), panels = (o + kCols - 1) / kCols;
   const auto epilogue = [&](int64_t j) {
     return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish, call.cap,
@@ -148,8 +150,9 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
   const auto whole = [&](int64_t j) { return (j + 1) * kCols <= o; };
   const float* b = packed + first * length * kCols;
   if (first + 1 < panels && whole(first + 1)) {
+    const bool next = prefetch && first + 3 < panels;
     gemm::tile2_rows_of(rows, a_at, b, b + length * kCols, length, output(first), output(first + 1), epilogue(first),
-                        epilogue(first + 1));
+                        epilogue(first + 1), next ? b + 2 * length * kCols : nullptr);
     return;
   }
   for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += length * kCols) {
@@ -221,13 +224,14 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
           for (int64_t j = 0; j < kCols; ++j) scaled[row * kCols + j] = weights[row * kCols + j] * factor[row % s.c];
       });
     }
+    const bool by_pixels = pixels_fastest(s.o);
     for_pairs_and_tiles(s.o, tiles, [&](int64_t first, int64_t tile) {
       const int64_t p0 = tile * tile_rows, rows = std::min(tile_rows, pixels - p0);
       const float* corner = image + p0 * src_block;
       const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
         return corner[(k >> shift) * plane + r * src_block + (k & mask)];
       };
-      pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0);
+      pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0, by_pixels && tile == 0);
     });
   }
 }
