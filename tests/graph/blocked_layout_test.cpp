@@ -792,6 +792,36 @@ TEST(BlockedLayout, ASiluConvolutionRunsByWinograd) {
   EXPECT_EQ(count(graph, "max_pool2d[nChw16c]"), 1u) << graph;
 }
 
+// RegNetY's downsampling into 104 channels (8-channel blocks after
+// 16-channel ones): its 1x1 shortcut and 3x3 at stride 2, whose 14-pixel
+// rows are narrow for the implicit GEMM, run on it anyway, as oneDNN has no
+// fast kernel between block sizes; they ran plain, after a reorder, and the
+// stage after them too. Eager mode's answer, no reorder inside.
+TEST(BlockedLayout, AStridedShortcutIntoSmallerBlocksStaysBlocked) {
+  if (cpu::onednn::preferred_block() != 16) GTEST_SKIP() << "8- and 16-channel blocks side by side are AVX-512's";
+  manual_seed(52);
+  const Tensor w0 = randn({48, 16, 1, 1}) * 0.3, ws = randn({104, 48, 1, 1}) * 0.2, wm = randn({104, 48, 3, 3}) * 0.1,
+               bm = randn({104}) * 0.1;
+  auto program = [=](const std::vector<Tensor>& in) {
+    ConvOptions down, down3;
+    down.stride = {2, 2};
+    down3.stride = {2, 2};
+    down3.padding = {1, 1};
+    const Tensor x = relu(conv2d(in[0], w0, Tensor()));
+    return std::vector<Tensor>{relu(relu(conv2d(x, wm, bm, down3)) + conv2d(x, ws, Tensor(), down))};
+  };
+  jit::CompileOptions o;
+  o.inference = true;
+  const Tensor x = randn({1, 16, 28, 28});
+  auto fn = jit::compile(program, {x}, o);
+  const Tensor got = fn({x})[0];
+  NoGradGuard no_grad;
+  expect_close(got, program({x})[0]);
+  const std::string graph = fn.graph_text();
+  EXPECT_EQ(count(graph, "conv2d[nChw16c -> nChw8c]"), 2u) << graph;
+  EXPECT_EQ(count(graph, "reorder["), 2u) << "in and out only:\n" << graph;
+}
+
 // A dynamic image height: the convolutions' geometry is fixed in their
 // plans, so each height compiles a graph of its own, with the right answer.
 TEST(BlockedLayout, ADynamicImageSizeCompilesPerSize) {

@@ -348,8 +348,10 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
   // The implicit GEMM where its tiles are wide (at least 11 pixels with
   // AVX-512: 55x55, not 27x27). On narrower ones oneDNN's direct kernel was
   // faster (SqueezeNet's 27x27: 148 against 168 us), and timing them too
-  // would only slow compiling.
-  return (s.sw == 1 || s.sw == 2) && tile_width(s.ow) >= kRows - 1;
+  // would only slow compiling; but from one block size to the other oneDNN
+  // has no fast kernel (RegNetY's 48 -> 104 1x1 at stride 2 into 28x28 ran
+  // plain, between reorders).
+  return (s.sw == 1 || s.sw == 2) && (tile_width(s.ow) >= kRows - 1 || src_block != dst_block);
 }
 
 bool patch_gemm_splits_rows(const onednn::LayoutCall& call) {
