@@ -182,7 +182,7 @@ struct Kernel : Lanes<B> {
     for (int u = 0; u < U; ++u) store(y + (ox + u) * B, e.apply(acc[u]));
   }
 
-  // The same for groups (gw 2, 4 or 8 channels).
+  // The same for groups (gw 2, 4, 8 or, in 16-channel blocks, 16 channels).
   template <int KW, int SW, int U>
   static void inside_groups(const onednn::ConvShape& s, const Window& win, const vf& bias, const Epilogue& e,
                             int64_t ox, float* y) {
@@ -451,10 +451,6 @@ void blocked_depthwise_conv(const onednn::LayoutCall& call, const float* x, cons
     if (call.src_block == 16) return Kernel < kSixteenLanes ? 16 : 8 > ::run(call, x, packed, bias, y);
   Kernel<8>::run(call, x, packed, bias, y);
 }
-
-}  // namespace kiln::cpu
-
-namespace kiln::cpu {
 
 namespace {
 bool pointwise_call(const onednn::LayoutCall& call) {

@@ -1,7 +1,11 @@
 #pragma once
 // Depthwise convolutions on channel-blocked activations (nChw8c / nChw16c),
 // for graph mode's layout pass: each of a block's channels sits in one lane,
-// so a window is a run of vector multiply-adds over its positions.
+// so a window is a run of vector multiply-adds over its positions. Grouped
+// convolutions of up to a block's channels a group too (ResNeXt's 4 and 8,
+// RegNetY's 8, RegNetX's 16): each input channel of a group in turn, moved
+// to the lanes that read it by a constant permutation of the block's lanes
+// (a broadcast where a block is one group).
 //
 // Threads take bands of output rows across every channel block, as the
 // patch GEMM's 1x1 layers around them split their pixels: each thread then
@@ -12,13 +16,14 @@
 
 namespace kiln::cpu {
 
-// Whether blocked_depthwise_conv runs call: forward, groups == c == o,
-// the same block (8 or 16) in and out, an epilogue of bias, ReLU, a cap and
-// hard-swish at most (no residual).
+// Whether blocked_depthwise_conv runs call: forward, o == c in groups of
+// 1 (depthwise), 2, 4, ... up to the block, the same block (8 or 16) in and
+// out, an epilogue of bias, ReLU, a cap, hard-swish or (16-channel blocks,
+// AVX-512) SiLU at most (no residual).
 bool blocked_depthwise_applies(const onednn::LayoutCall& call);
 
-// The weights as the kernel reads them: [c / block, kh * kw, block], from
-// plain [c, 1, kh, kw].
+// The weights as the kernel reads them: [c / block, c / groups, kh * kw,
+// block], from plain [c, c / groups, kh, kw].
 int64_t blocked_depthwise_weights_size(const onednn::LayoutCall& call);
 void blocked_depthwise_weights(const onednn::LayoutCall& call, const float* w, float* packed);
 

@@ -564,8 +564,8 @@ bool LayoutPass::own_kernels(const Node& conv) const {
 }
 
 // Whether a call runs fast on blocked layouts: on oneDNN's kernel, or on
-// Kiln's patch GEMM or depthwise kernel (groups of up to 8 channels too,
-// which oneDNN's kernels run slowly) where the convolution may use them.
+// Kiln's patch GEMM or depthwise kernel (grouped ones too: oneDNN's kernels
+// run groups of under 16 channels slowly) where the convolution may use them.
 bool LayoutPass::runs_fast(const cpu::onednn::LayoutCall& call, const Node& conv) const {
   return fast(call) || (own_kernels(conv) && own_kernel_applies(call));
 }
