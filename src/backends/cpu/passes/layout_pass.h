@@ -1,7 +1,8 @@
 #pragma once
-// The convolution layout pass over one graph, shared by its two files:
+// The convolution layout pass over one graph, shared by its files:
 // layout.cpp decides each node's plan, layout_rewrite.cpp folds neighbours
-// into the plans, rewrites the nodes and inserts the reorders.
+// into the plans, rewrites the nodes and inserts the reorders, with
+// depthwise_chains.cpp making MobileNet blocks one node as it goes.
 #include <initializer_list>
 #include <map>
 #include <optional>
