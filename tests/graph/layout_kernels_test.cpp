@@ -97,12 +97,10 @@ TEST(LayoutKernels, WinogradMatchesTheDirectConvolution) {
       // AVX-512)
       for (int epilogue = 0; epilogue < 5; ++epilogue) {
         if (epilogue == 4 && !cpu::gemm::swish_in_epilogue) continue;
-        std::string what = "n c o h w pad tile block epilogue:";
-        for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.pad, int64_t{tile}, int64_t{block}, int64_t{epilogue}})
-          what.append(" ").append(std::to_string(v));
+        const std::string what =
+            describe("n c o h w pad tile block epilogue", {k.n, k.c, k.o, k.h, k.w, k.pad, tile, block, epilogue});
         Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 3, 3}) * 0.2, b = randn({k.o});
-        ConvOptions opts;
-        opts.padding = {k.pad, k.pad};
+        const ConvOptions opts = conv_options(1, k.pad, 1);
         Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
         const bool pool = epilogue == 3, swish = epilogue == 4;
         const Tensor biased = conv2d(x, w, b, opts);
@@ -156,15 +154,11 @@ TEST(LayoutKernels, PatchGemmMatchesTheDirectConvolution) {
       // 5: bias + SiLU (with AVX-512)
       const int epilogue = cell % 6, dst_block = cell < 6 ? 8 : 16;
       if (k.o % dst_block || (epilogue == 5 && !cpu::gemm::swish_in_epilogue)) continue;
-      std::string what = "n c o h w k stride pad dilation src_block epilogue dst_block:";
-      for (int64_t v : {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.src_block},
-                        int64_t{epilogue}, int64_t{dst_block}})
-        what.append(" ").append(std::to_string(v));
+      const std::string what =
+          describe("n c o h w k stride pad dilation src_block epilogue dst_block",
+                   {k.n, k.c, k.o, k.h, k.w, k.k, k.stride, k.pad, k.dilation, k.src_block, epilogue, dst_block});
       Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, k.k, k.k}) * 0.2, b = randn({k.o});
-      ConvOptions opts;
-      opts.stride = {k.stride, k.stride};
-      opts.padding = {k.pad, k.pad};
-      opts.dilation = {k.dilation, k.dilation};
+      const ConvOptions opts = conv_options(k.stride, k.pad, k.dilation);
       Tensor residual = randn(conv2d(x, w, Tensor(), opts).shape());
       const Tensor biased = conv2d(x, w, b, opts);
       Tensor want = epilogue == 3   ? hardswish(biased)
@@ -221,16 +215,11 @@ TEST(LayoutKernels, BlockedDepthwiseMatchesTheGroupedConvolution) {
         DepthwiseCase{1, 16, 12, 36, 3, 1, 2, 2, 16}, DepthwiseCase{1, 8, 3, 3, 5, 1, 2, 1, 8}}) {
     for (int epilogue = 0; epilogue < 5; ++epilogue) {
       if (epilogue == 4 && (k.block != 16 || !cpu::gemm::swish_in_epilogue)) continue;
-      std::string what = "n c h w k stride pad dilation block epilogue:";
-      for (int64_t v : {k.n, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, int64_t{k.block}, int64_t{epilogue}})
-        what.append(" ").append(std::to_string(v));
+      const std::string what = describe("n c h w k stride pad dilation block epilogue",
+                                        {k.n, k.c, k.h, k.w, k.k, k.stride, k.pad, k.dilation, k.block, epilogue});
       Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.c, 1, k.k, k.k}) * 0.3, b = randn({k.c});
       if (epilogue == 1) x.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
-      ConvOptions opts;
-      opts.stride = {k.stride, k.stride};
-      opts.padding = {k.pad, k.pad};
-      opts.dilation = {k.dilation, k.dilation};
-      opts.groups = k.c;
+      const ConvOptions opts = conv_options(k.stride, k.pad, k.dilation, k.c);
       const Tensor biased = conv2d(x, w, epilogue ? b : Tensor(), opts);
       Tensor want = epilogue == 1   ? relu(biased)
                     : epilogue == 2 ? clamp(biased, 0.0, 1.5)
@@ -541,9 +530,8 @@ TEST(LayoutKernels, PointwisePatchGemmMatchesTheConvolutionBetweenBlockSizes) {
       for (int dst_block : {8, 16})
         for (int epilogue = 0; epilogue < 6; ++epilogue) {  // none; bias + relu; + residual; hardswish; relu capped; silu
           if (k.c % src_block || k.o % dst_block || (epilogue == 5 && !cpu::gemm::swish_in_epilogue)) continue;
-          std::string what = "n c o h w src dst epilogue:";
-          for (int64_t v : {k.n, k.c, k.o, k.h, k.w, int64_t{src_block}, int64_t{dst_block}, int64_t{epilogue}})
-            what.append(" ").append(std::to_string(v));
+          const std::string what =
+              describe("n c o h w src dst epilogue", {k.n, k.c, k.o, k.h, k.w, src_block, dst_block, epilogue});
           Tensor x = randn({k.n, k.c, k.h, k.w}), w = randn({k.o, k.c, 1, 1}) * 0.2, b = randn({k.o});
           Tensor residual = randn({k.n, k.o, k.h, k.w});
           const Tensor biased = conv2d(x, w, b);
