@@ -222,3 +222,63 @@ TEST(Recurrent, FewRowsSplitOverThreadsMatchTheBatchedPath) {
   }
   set_num_threads(threads);
 }
+
+// Inference graphs run float32 recurrent layers on weights prepared once
+// (W_ih packed, the biases summed, W_hh in panels of 16 units): the same
+// sequences as eager, at batch 1 (the units split over the threads in whole
+// panels, the last partly filled) and at 6 (a GEMM a step), for every kind,
+// both directions, with and without biases, and ONNX's GRU that applies the
+// reset gate before its hidden product.
+TEST(Recurrent, InferenceGraphsRunOnPreparedWeights) {
+  const int threads = get_num_threads();
+  set_num_threads(2);
+  manual_seed(5);
+  struct Layer {
+    std::string op;
+    int64_t gates;
+    Attrs attrs;
+  };
+  const std::vector<Layer> layers = {{"lstm", 4, {}},
+                                     {"gru", 3, {}},
+                                     {"gru", 3, {{"linear_before_reset", false}}},
+                                     {"rnn", 1, {{"nonlinearity", "relu"}}}};
+  for (const Layer& l : layers)
+    for (int64_t hidden : {40, 75})
+      for (bool bias : {true, false})
+        for (bool reverse : {false, true}) {
+          const int64_t input = 12, gh = l.gates * hidden;
+          Tensor w_ih = randn({gh, input}) * 0.3, w_hh = randn({gh, hidden}) * 0.2;
+          Tensor b_ih = bias ? randn({gh}) * 0.1 : Tensor(), b_hh = bias ? randn({gh}) * 0.1 : Tensor();
+          Attrs attrs = l.attrs;
+          attrs.set("reverse", reverse);
+          auto layer = [&](const std::vector<Tensor>& in) {
+            std::vector<Tensor> args = {in[0], w_ih, w_hh, b_ih, b_hh, in[1]};
+            if (l.op == "lstm") args.push_back(in[2]);
+            std::vector<Tensor> out = call(l.op, args, attrs);
+            out.resize(l.op == "lstm" ? 3 : 2);  // (not the reserve backward reads)
+            return out;
+          };
+          for (int64_t n : {1, 6}) {
+            const std::string what = l.op + " " + (l.attrs.has("linear_before_reset") ? "(reset first) " : "") +
+                                     "hidden " + std::to_string(hidden) + (bias ? "" : " no bias") +
+                                     (reverse ? " reverse" : "") + " batch " + std::to_string(n);
+            const std::vector<Tensor> in = {randn({11, n, input}), randn({n, hidden}), randn({n, hidden})};
+            jit::CompileOptions o;
+            o.inference = true;
+            auto fn = jit::compile(layer, in, o);
+            fn(in);  // (the first call runs the traced ops)
+            const std::vector<Tensor> got = fn(in), want = layer(in);
+            EXPECT_NE(fn.report().str().find("gave 1 recurrent layers weights prepared once"), std::string::npos)
+                << what << "\n"
+                << fn.report().str();
+            ASSERT_EQ(got.size(), want.size()) << what;
+            for (size_t i = 0; i < got.size(); ++i) {
+              auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
+              ASSERT_EQ(g.size(), w.size()) << what << " output " << i;
+              for (size_t j = 0; j < g.size(); ++j)
+                ASSERT_NEAR(g[j], w[j], 1e-5 * (1 + std::abs(w[j]))) << what << " output " << i << " element " << j;
+            }
+          }
+        }
+  set_num_threads(threads);
+}

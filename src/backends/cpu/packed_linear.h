@@ -7,6 +7,10 @@
 
 namespace kiln::cpu {
 
+// Packing once saves most where each call has few rows to amortize a
+// library GEMM's packing over; from about 1000 rows oneDNN is faster.
+constexpr int64_t kPackedLinearRows = 512;
+
 // The number of floats pack_linear_weights writes: out rounded up to 16, times in.
 int64_t packed_linear_weights_size(int64_t out, int64_t in);
 // w: [out, in] (row-major) -> panels; columns past `out` in the last panel are zero.

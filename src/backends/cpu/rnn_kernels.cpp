@@ -5,6 +5,8 @@
 // cell states) goes into the reserve output. Backward walks the steps in
 // reverse collecting the pre-activation gradients of every step, then takes
 // the input and weight gradients in three GEMMs over all steps at once.
+#include "backends/cpu/rnn_kernels.h"
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -16,6 +18,8 @@
 #include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/packed_linear.h"
+#include "backends/cpu/recurrent_panels.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
@@ -153,74 +157,18 @@ void matvec(const T* w, int64_t ld, int64_t rows, const T* x, int64_t len, T* ou
   for (; i < rows; ++i) out[i] = dot(w + i * ld, x, len);
 }
 
-// The hidden side of a step at batch 1 on W_hh packed for it: rows in
-// groups of 64, each group's values of one k side by side ([k][64]), so that
-// the product streams the weights once, in order, and needs no horizontal
-// sums. (Eight rows 1 KB apart at a time, as matvec reads them, 1024 x 256
-// took 12.3 us a step here; grouped, 8.7, and a thread's 512 x 256 share
-// 5.2 -> 3.0.) Packing costs about one pass over the weights, which the
-// steps after the first few repay, where the grouped copy stays in L2.
-constexpr int64_t kGroupRows = 64;
-constexpr int64_t kStepsToGroup = 8;
-using v16 = float __attribute__((vector_size(64)));
-
-int64_t grouped_size(int64_t rows, int64_t len) { return (rows + kGroupRows - 1) / kGroupRows * kGroupRows * len; }
-
-// Rows [0, rows) of w (ld apart, len long) into groups; rows past the last
-// are zeros.
-void pack_row_groups(const float* w, int64_t ld, int64_t rows, int64_t len, float* out) {
-  for (int64_t g = 0; g < rows; g += kGroupRows)
-    for (int64_t i = 0; i < kGroupRows; ++i) {
-      float* column = out + g * len + i;
-      const float* row = g + i < rows ? w + (g + i) * ld : nullptr;
-      for (int64_t k = 0; k < len; ++k) column[k * kGroupRows] = row ? row[k] : 0.0f;
-    }
-}
-
-// (Through a reference: a 64-byte vector returned by value changes the
-// calling convention between AVX2 and AVX-512 builds.)
-inline void load16(v16& v, const float* p) { std::memcpy(&v, p, sizeof v); }
-
-// out[i] = w[i, :] . x for the `rows` rows pack_row_groups packed.
-void grouped_matvec(const float* packed, int64_t rows, const float* x, int64_t len, float* out) {
-  for (int64_t g = 0; g < rows; g += kGroupRows) {
-    const float* b = packed + g * len;
-    v16 even[4] = {}, odd[4] = {};  // two sums per column block: k even and odd, for the FMA latency
-    int64_t k = 0;
-    for (; k + 2 <= len; k += 2, b += 2 * kGroupRows) {
-      const v16 x0 = v16{} + x[k], x1 = v16{} + x[k + 1];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        v16 w0, w1;
-        load16(w0, b + 16 * j);
-        load16(w1, b + kGroupRows + 16 * j);
-        even[j] += w0 * x0;
-        odd[j] += w1 * x1;
-      }
-    }
-    if (k < len) {
-      const v16 x0 = v16{} + x[k];
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        v16 w0;
-        load16(w0, b + 16 * j);
-        even[j] += w0 * x0;
-      }
-    }
-    alignas(64) float sums[kGroupRows];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const v16 total = even[j] + odd[j];
-      std::memcpy(sums + 16 * j, &total, sizeof total);
-    }
-    std::memcpy(out + g, sums, static_cast<size_t>(std::min(kGroupRows, rows - g)) * sizeof(float));
-  }
-}
+// Packing W_hh into panels (recurrent_panels.h) costs about one pass over
+// the weights, which the steps after the first few repay, where the packed
+// copy stays in L2. (Eight rows 1 KB apart at a time, as matvec reads them,
+// 1024 x 256 took 12.3 us a step here; packed, 8.7, and a thread's 512 x 256
+// share 5.2 -> 3.0.)
+constexpr int64_t kStepsToPack = 8;
 
 template <typename T>
-void add_rows(T* m, int64_t rows, int64_t cols, const T* bias, int64_t from, int64_t count) {
+void add_rows(T* m, int64_t rows, int64_t cols, const T* bias) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = from; j < from + count; ++j) m[r * cols + j] += bias[j];
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) m[r * cols + j] += bias[j];
 }
 
 template <typename T>
@@ -230,24 +178,46 @@ void column_sums(const T* m, int64_t rows, int64_t cols, T* out) {
     for (int64_t j = 0; j < cols; ++j) out[j] += m[r * cols + j];
 }
 
+// The input side's bias: b_ih, plus b_hh where it adds straight in: all of
+// it but GRU's n gate with linear_before_reset (which r scales). Zeros
+// where neither is given.
+template <typename T>
+std::vector<T> input_bias(Kind k, const Tensor& b_ih, const Tensor& b_hh, int64_t h, bool before_reset) {
+  const int64_t gh = gates_of(k) * h, straight = k == Kind::Gru && before_reset ? 2 * h : gh;
+  std::vector<T> bias(gh, T(0));
+  if (b_ih.defined()) std::memcpy(bias.data(), contiguous(b_ih).data<T>(), gh * sizeof(T));
+  if (b_hh.defined()) {
+    const Tensor c = contiguous(b_hh);
+    for (int64_t j = 0; j < straight; ++j) bias[j] += c.data<T>()[j];
+  }
+  return bias;
+}
+
+// prepared: where the CPU pass "recurrent weights packed" gave them, W_ih in
+// packed_linear's panels, input_bias's values and W_hh in recurrent panels.
 template <typename T, Kind K>
-void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
+void recurrent_forward(const Ins& in, Outs& out, const Attrs& a, const Tensor* prepared = nullptr) {
   const Tensor x = contiguous(in[0]), w_ih = contiguous(in[1]), w_hh = contiguous(in[2]);
   const int64_t steps = x.shape()[0], n = x.shape()[1], input = x.shape()[2], h = w_hh.shape()[1];
-  const int64_t gh = gates_of(K) * h, kr = reserve_of(K) * h;
+  const int64_t gh = gates_of(K) * h, kr = reserve_of(K) * h, rows = steps * n;
   const bool reverse = a.get_bool("reverse", false);
   const bool before_reset = a.get_bool("linear_before_reset", true);
   const bool relu = a.get_string("nonlinearity", "tanh") == "relu";
-  const Tensor b_ih = in[3].defined() ? contiguous(in[3]) : Tensor();
   const Tensor b_hh = in[4].defined() ? contiguous(in[4]) : Tensor();
 
-  // x W_ih^T + b_ih for every step, and b_hh where it adds straight in: all
-  // of it but GRU's n gate with linear_before_reset (it is scaled by r).
-  std::vector<T> xw(steps * n * gh);
-  if (steps > 0) gemm<T>(false, true, steps * n, gh, input, T(1), x.data<T>(), input, w_ih.data<T>(), input, T(0), xw.data(), gh);
-  if (b_ih.defined()) add_rows(xw.data(), steps * n, gh, b_ih.data<T>(), 0, gh);
-  const int64_t hh_straight = K == Kind::Gru && before_reset ? 2 * h : gh;
-  if (b_hh.defined()) add_rows(xw.data(), steps * n, gh, b_hh.data<T>(), 0, hh_straight);
+  // x W_ih^T + the input side's bias for every step.
+  Tensor xw_buffer = Tensor::empty({rows * gh}, x.dtype());
+  T* xw = xw_buffer.data<T>();
+  [&] {
+    if constexpr (std::is_same_v<T, float>) {
+      if (prepared && rows <= kPackedLinearRows)
+        return packed_linear(x.data<float>(), rows, input, gh, prepared[0].data<float>(), prepared[1].data<float>(), xw,
+                             false, false);
+    }
+    if (rows > 0) gemm<T>(false, true, rows, gh, input, T(1), x.data<T>(), input, w_ih.data<T>(), input, T(0), xw, gh);
+    if (in[3].defined() || b_hh.defined())
+      add_rows(xw, rows, gh, input_bias<T>(K, in[3], b_hh, h, before_reset).data());
+  }();
   const T* b_hn = K == Kind::Gru && before_reset && b_hh.defined() ? b_hh.data<T>() + 2 * h : nullptr;
 
   std::vector<T> hs = state_of<T>(in[5], n * h);
@@ -270,7 +240,7 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
   // pre-activations (hg holds the hidden side).
   auto cell = [&](int64_t s, int64_t r, int64_t j0, int64_t j1) {
     const int64_t t = time_of(s);
-    const T* xr = xw.data() + (t * n + r) * gh;
+    const T* xr = xw + (t * n + r) * gh;
     const T* hr = hg.data() + r * gh;
     const T* hp = state_before(s) + r * h;
     T* yr = y + (t * n + r) * h;
@@ -308,38 +278,44 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
   };
   // A few rows (batch 1 inference): each hidden unit's gate rows of W_hh
   // dotted with the state, the units split over the threads for all the
-  // steps, each thread doing its units' gate math too; a barrier between
-  // steps is all the threads share. Each streams its own rows of W_hh.
+  // steps in whole panels, each thread doing its units' gate math too; a
+  // barrier between steps is all the threads share. Each streams its own
+  // rows of W_hh, packed into panels (recurrent_panels.h) where that pays.
   if (!staged && n <= 4) {
-    const int threads = static_cast<int>(std::clamp<int64_t>(h / 16, 1, get_num_threads()));
+    const int64_t panels = recurrent_panels_of(h);
+    const int threads = static_cast<int>(std::clamp<int64_t>(panels, 1, get_num_threads()));
+    const float* packed = nullptr;
+    Tensor packed_here;
+    if constexpr (std::is_same_v<T, float>) {
+      // (Where the packed copy would not stay in L2 beside the steps' other
+      // data, packing costs more than it saves: one thread's 1024 x 256 ran
+      // 1.0 -> 1.2 ms.)
+      const int64_t share = gates_of(K) * (panels + threads - 1) / threads * kRecurrentPanel * h * 4;
+      if (prepared)
+        packed = prepared[2].data<float>();
+      else if (steps >= kStepsToPack && share <= cpu_caches().l2_bytes / 2)
+        packed_here = Tensor::empty({gates_of(K) * recurrent_gate_panels_size(h)}), packed = packed_here.data<float>();
+    }
 #pragma omp parallel num_threads(threads) if (threads > 1 && !omp_in_parallel())
     {
       const int64_t me = omp_get_thread_num(), team = omp_get_num_threads();
-      const int64_t j0 = h * me / team, j1 = h * (me + 1) / team;
-      // This thread's rows of each gate, grouped (from Kiln's caching allocator).
-      const int64_t group = grouped_size(j1 - j0, h);
-      Tensor grouped;
-      if constexpr (std::is_same_v<T, float>) {
-        // (Where the grouped copy would not stay in L2 beside the steps'
-        // other data, the copy costs more than it saves: one thread's
-        // 1024 x 256 ran 1.0 -> 1.2 ms.)
-        if (steps >= kStepsToGroup && j1 > j0 && gates_of(K) * group * 4 <= cpu_caches().l2_bytes / 2) {
-          grouped = Tensor::empty({gates_of(K) * group});
-          for (int64_t q = 0; q < gates_of(K); ++q)
-            pack_row_groups(whh + (q * h + j0) * h, h, j1 - j0, h, grouped.data<float>() + q * group);
-        }
-      }
+      const int64_t p0 = panels * me / team, p1 = panels * (me + 1) / team;
+      const int64_t j0 = std::min(h, p0 * kRecurrentPanel), j1 = std::min(h, p1 * kRecurrentPanel);
+      // Each thread packs the panels it reads.
+      if constexpr (std::is_same_v<T, float>)
+        if (packed_here.defined()) pack_recurrent_panels(whh, gates_of(K), h, p0, p1, packed_here.data<float>());
       for (int64_t s = 0; s < steps; ++s) {
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t q = 0; q < gates_of(K); ++q) {
-            T* product = hg.data() + r * gh + q * h + j0;
+            T* product = hg.data() + r * gh + q * h;
             if constexpr (std::is_same_v<T, float>) {
-              if (grouped.defined()) {
-                grouped_matvec(grouped.data<float>() + q * group, j1 - j0, state_before(s) + r * h, h, product);
+              if (packed) {
+                recurrent_panels_matvec(packed + q * recurrent_gate_panels_size(h), h, p0, p1, state_before(s) + r * h,
+                                        product);
                 continue;
               }
             }
-            matvec(whh + (q * h + j0) * h, h, j1 - j0, state_before(s) + r * h, h, product);
+            matvec(whh + (q * h + j0) * h, h, j1 - j0, state_before(s) + r * h, h, product + j0);
           }
           cell(s, r, j0, j1);
         }
@@ -352,7 +328,7 @@ void recurrent_forward(const Ins& in, Outs& out, const Attrs& a) {
       if (staged) {
         // r and z from h; then n from (r * h), kept in the reserve for backward.
         T* rt = reserve + time_of(s) * n * kr;
-        const T* xt = xw.data() + time_of(s) * n * gh;
+        const T* xt = xw + time_of(s) * n * gh;
         step_gemm_nn<T>(n, 2 * h, h, hp, h, whh_t.data(), gh, T(0), hg.data(), gh);
         for (int64_t r = 0; r < n; ++r)
           for (int64_t j = 0; j < h; ++j) {
@@ -508,6 +484,40 @@ template <typename T>
 void rnn_backward_kernel(const Ins& in, Outs& out, const Attrs& a) { recurrent_backward<T, Kind::Rnn>(in, out, a); }
 
 }  // namespace
+
+namespace {
+
+Kind kind_of(const std::string& op) {
+  KILN_CHECK(op == "lstm" || op == "gru" || op == "rnn", "no recurrent op named ", op);
+  return op == "lstm" ? Kind::Lstm : op == "gru" ? Kind::Gru : Kind::Rnn;
+}
+
+}  // namespace
+
+Tensor recurrent_input_bias(const std::string& op, const Tensor& b_ih, const Tensor& b_hh, int64_t hidden,
+                            bool linear_before_reset) {
+  const std::vector<float> bias = input_bias<float>(kind_of(op), b_ih, b_hh, hidden, linear_before_reset);
+  Tensor t = Tensor::empty({static_cast<int64_t>(bias.size())});
+  std::memcpy(t.data<float>(), bias.data(), bias.size() * sizeof(float));
+  return t;
+}
+
+Tensor recurrent_hidden_panels(const Tensor& w_hh) {
+  const int64_t h = w_hh.shape()[1], gates = w_hh.shape()[0] / h;
+  Tensor t = Tensor::empty({gates * recurrent_gate_panels_size(h)});
+  pack_recurrent_panels(contiguous(w_hh).data<float>(), gates, h, 0, recurrent_panels_of(h), t.data<float>());
+  return t;
+}
+
+void recurrent_forward_prepared(const std::string& op, const std::vector<Tensor>& in, std::vector<Tensor>& out,
+                                const Attrs& a) {
+  const Kind k = kind_of(op);
+  const size_t prepared = k == Kind::Lstm ? 7 : 6;  // the op's own inputs first
+  KILN_CHECK(in.size() == prepared + 3, op, " with prepared weights takes ", prepared + 3, " inputs, got ", in.size());
+  if (k == Kind::Lstm) return recurrent_forward<float, Kind::Lstm>(in, out, a, &in[prepared]);
+  if (k == Kind::Gru) return recurrent_forward<float, Kind::Gru>(in, out, a, &in[prepared]);
+  recurrent_forward<float, Kind::Rnn>(in, out, a, &in[prepared]);
+}
 
 KILN_CPU_F32_F64("lstm", lstm_kernel);
 KILN_CPU_F32_F64("gru", gru_kernel);

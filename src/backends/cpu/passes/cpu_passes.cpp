@@ -17,6 +17,7 @@ namespace {
       {"convolution layouts", choose_conv_layouts, Pass::Inference},
       {"convolution layouts", choose_training_conv_layouts, Pass::Training},
       {"packed linear weights", plain<use_packed_linear_weights>, Pass::Inference},
+      {"recurrent weights prepared", plain<use_prepared_recurrent_weights>, Pass::Inference},
       {"attention heads interleaved", plain<write_attention_heads_interleaved>, Pass::Inference},
       {"max pools without indices", plain<pool_values_only>},
       {"int8 layouts", plain<use_int8_layouts>, Pass::Inference},

@@ -14,6 +14,8 @@ namespace kiln::graph {
 std::string fuse_linear_residual(Graph& g);  // add(linear(x), r) [+ relu]: one oneDNN call accumulating into r
 std::string fuse_conv_activation(Graph& g);  // conv2d + relu (a oneDNN post-op), linear + relu
 std::string use_packed_linear_weights(Graph& g);  // inference, up to 512 rows: linear layers on weights packed once
+// Inference: float32 lstm, gru and rnn on W_ih packed for few rows, the biases summed and W_hh in panels.
+std::string use_prepared_recurrent_weights(Graph& g);
 // Inference: attention whose output a transpose and a copy put heads-interleaved writes it so itself.
 std::string write_attention_heads_interleaved(Graph& g);
 // Inference: blocked activations between convolutions; the algorithms timed

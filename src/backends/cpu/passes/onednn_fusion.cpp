@@ -206,10 +206,8 @@ std::string use_packed_linear_weights(Graph& g) {
     const bool gelu_tanh = n.fused("fused_gelu_tanh");
     if (gelu && !cpu::gemm::swish_in_epilogue) continue;  // (the tile's epilogue has no GELU without AVX-512)
     const int64_t out_features = w.meta.shape[0], in_features = w.meta.shape[1];
-    // Packing once saves most where each call has few rows to amortize a
-    // library GEMM's packing over; from about 1000 rows oneDNN is faster.
     const int64_t rows = in_features > 0 ? numel_of(g.values[n.inputs[0]].meta.shape) / in_features : 0;
-    if (rows == 0 || rows > 512) continue;
+    if (rows == 0 || rows > cpu::kPackedLinearRows) continue;
     NoGradGuard no_grad;
     const Tensor source = w.tensor;
     const int id = n.inputs[1];
