@@ -11,6 +11,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   # oneDNN's CMake package looks for OpenCL (only a recommendation of libdnnl-dev).
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
+  # LLVM's OpenMP runtime: the parallel regions of Kiln and oneDNN run on it (CMakeLists.txt).
+  libomp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev zlib1g-dev libyaml-cpp-dev
   libjpeg62-turbo-dev libpng-dev libarchive-dev

@@ -29,8 +29,17 @@ int initial_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+// LLVM's OpenMP runtime (libomp, which Kiln runs on where it is installed)
+// keeps its idle threads spinning 200 ms after a region, libgomp about 5:
+// the same 5 ms here unless the environment says otherwise, so an idle
+// process gives its cores back soon and the thread governor's readings of
+// the machine's load see its workers asleep. (Read when the runtime starts,
+// at the first OpenMP call, which is the one below; libgomp ignores it.)
+void default_spin_time() { setenv("KMP_BLOCKTIME", "5", 0); }
+
 std::atomic<int>& thread_count() {
   static std::atomic<int> n = [] {
+    default_spin_time();
     int t = initial_threads();
     omp_set_num_threads(t);
     openblas_set_num_threads(t);
