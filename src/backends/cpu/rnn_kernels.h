@@ -1,6 +1,6 @@
 #pragma once
 // Recurrent layers (lstm, gru, rnn) in inference on weights prepared once:
-// the CPU pass "recurrent weights packed" appends to the op's inputs W_ih in
+// the CPU pass "recurrent weights prepared" appends to the op's inputs W_ih in
 // packed_linear's panels, the input side's bias and W_hh in recurrent
 // panels (recurrent_panels.h), which the kernel would otherwise make on
 // every call.

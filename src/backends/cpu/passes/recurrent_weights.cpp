@@ -1,7 +1,7 @@
 // Inference graphs' float32 recurrent layers on weights prepared once: the
 // input side's W_ih in packed_linear's panels with its bias summed, W_hh in
 // recurrent panels. The kernel would otherwise transpose W_hh into panels
-// and run a library GEMM with two bias passes on every call.
+// and run a library GEMM and a pass adding the biases on every call.
 #include "backends/cpu/packed_linear.h"
 #include "backends/cpu/passes/cpu_passes.h"
 #include "backends/cpu/rnn_kernels.h"
