@@ -93,6 +93,8 @@ Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& axes, bool keepdim
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor softmax(const Tensor& x, int64_t axis = -1);
+// A bool scalar: true when no value of any of the tensors is inf or NaN.
+Tensor all_finite(const std::vector<Tensor>& tensors);
 // softmax(q k^T * scale + mask) v over the last two axes, the leading ones
 // (batch, heads) shared: q [..., L, D], k [..., S, D], v [..., S, Dv] ->
 // [..., L, Dv], as torch's scaled_dot_product_attention. mask: additive, of

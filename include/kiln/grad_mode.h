@@ -44,4 +44,26 @@ class ComputeDTypeScope {
   std::optional<DType> prev_;
 };
 
+// Mixed precision (PyTorch's autocast): inside a scope, each op computes in
+// the precision its definition asks for (OpDef::autocast): matrix products,
+// convolutions, attention and recurrent layers take their float32 inputs in
+// `dtype` (float16 or bfloat16), reductions, softmax, normalizations and
+// losses take half-precision inputs in float32, and the rest compute in
+// their inputs' dtype. Parameters stay float32 (the master weights) and take
+// their gradients through the casts. Backward runs outside it, in the dtypes
+// the forward chose. A Cell's own to_float inside it wins.
+std::optional<DType> autocast_dtype();
+
+// Sets autocast_dtype() for its lifetime (nullopt: no autocast).
+class AutocastScope {
+ public:
+  explicit AutocastScope(std::optional<DType> dtype);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  std::optional<DType> prev_;
+};
+
 }  // namespace kiln

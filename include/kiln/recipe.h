@@ -105,6 +105,10 @@ struct Recipe {
   bool adapt_threads = true;  // steps measure how many threads pay off (Model::set_adapt_threads)
   std::string output = "runs/default";
   std::string mode = "eager";  // eager | graph: compile the training step and inference (jit)
+  // float32, or mixed precision: bfloat16 | float16 (kiln/mixed_precision.h).
+  std::string precision = "float32";
+  // float16's loss scale: dynamic (the default), or a fixed number.
+  std::string loss_scale = "dynamic";
   // Quantization-aware training: convolutions and dense layers train on
   // fake-quantized inputs and weights (kiln/nn/quantize_aware.h), for a
   // checkpoint that `kiln quantize` turns into int8 with less loss.
@@ -128,7 +132,10 @@ struct Overrides {
   std::optional<bool> adapt_threads;
   std::optional<int64_t> max_steps;
   std::optional<std::string> mode;
+  std::optional<std::string> precision;
 };
+// The recipe's precision and loss scale as Model::set_mixed_precision takes them.
+train::MixedPrecision mixed_precision_of(const Recipe& r);
 void apply(Recipe& r, const Overrides& o);
 
 struct RunResult {

@@ -45,6 +45,15 @@ enum OpTag : uint32_t {
 };
 std::string tags_str(uint32_t tags);
 
+// The precision an op computes in under autocast (kiln/grad_mode.h).
+enum class Autocast : uint8_t {
+  FromTags,  // losses and reductions Float32, the rest Keep
+  Keep,      // its inputs' dtypes
+  Lower,     // float32 inputs in the autocast dtype: matrix products, convolutions
+  Float32,   // float16/bfloat16 inputs in float32: softmax, normalizations, exp and log
+};
+const char* autocast_name(Autocast rule);
+
 struct GradContext {
   const std::vector<Tensor>& inputs;   // as passed (undefined for omitted optionals)
   const std::vector<Tensor>& outputs;  // detached aliases of the outputs
@@ -128,6 +137,7 @@ struct OpDef {
   OnnxImport mindspore_import;
   uint32_t tags = 0;
   std::string category;              // the profiler's op type ("convolution", ...); empty: from the tags
+  Autocast autocast = Autocast::FromTags;
   ElementwiseMath math;              // elementwise ops: the formula, for kernels and fusion
   int dispatch_input = 0;            // whose dtype picks the kernel
   std::vector<int> differentiable_inputs;  // empty: every floating input
@@ -144,6 +154,10 @@ struct OpDef {
   std::vector<AttrSpec> attr_specs;
 
   bool has_tag(OpTag t) const { return (tags & t) != 0; }
+  Autocast autocast_rule() const {
+    if (autocast != Autocast::FromTags) return autocast;
+    return has_tag(kTagLoss) || has_tag(kTagReduction) ? Autocast::Float32 : Autocast::Keep;
+  }
   bool differentiable() const { return static_cast<bool>(grad); }
   bool writes_with(const Attrs& a) const {
     return !writes.empty() && (writes_if.empty() || a.get_bool(writes_if, true));

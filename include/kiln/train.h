@@ -12,6 +12,7 @@
 #include "kiln/data_parallel.h"
 #include "kiln/jit.h"
 #include "kiln/metrics.h"
+#include "kiln/mixed_precision.h"
 #include "kiln/nn.h"
 #include "kiln/nn/losses.h"
 #include "kiln/optim.h"
@@ -32,6 +33,10 @@ struct StepInfo {
   int64_t batch_size = 0;
   double loss = 0;
   double samples_per_s = 0;    // over the epoch so far
+  // With a loss scale (mixed precision in float16): the scale this step
+  // ran with, and whether its gradients overflowed, which skipped its update.
+  double loss_scale = 0;
+  bool update_skipped = false;
 };
 
 struct EpochInfo {
@@ -42,6 +47,7 @@ struct EpochInfo {
   double val_accuracy = std::nan("");
   double seconds = 0;          // the training loop alone
   double samples_per_s = 0;
+  int64_t skipped_steps = 0;  // updates skipped for overflowed gradients (loss scaling)
 };
 
 class Model;
@@ -132,6 +138,14 @@ class Model {
   // compile report names. Axis 0 of input 0 varies the labels' too. None
   // declared: the batch axis.
   void set_dynamic_axes(std::vector<jit::DynamicAxis> axes) { dynamic_ = std::move(axes); }
+  // Trains in mixed precision (kiln/mixed_precision.h): forward and loss
+  // under autocast, float32 master weights, and a loss scale for float16,
+  // eagerly and in the compiled step alike. eval() and predict() run under
+  // the same autocast.
+  void set_mixed_precision(MixedPrecision precision);
+  const MixedPrecision& mixed_precision() const { return precision_; }
+  // The loss scale in use, or null.
+  LossScaler* loss_scaler() { return scaler_.get(); }
   // Trains as one rank of a data-parallel job (kiln/data_parallel.h):
   // gradients averaged over the ranks in eager and graph mode, the step's
   // loss, the epoch's mean loss and eval()'s loss and metrics reduced over
@@ -187,6 +201,8 @@ class Model {
   bool stop_requested_ = false;
   bool adapt_threads_ = true;
   std::vector<jit::DynamicAxis> dynamic_;
+  MixedPrecision precision_;
+  std::unique_ptr<LossScaler> scaler_;
   std::shared_ptr<DataParallel> dp_;
   jit::CompiledFunction* inference();
   // Graph mode: the compiled training step and inference.

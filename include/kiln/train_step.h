@@ -8,6 +8,7 @@
 
 #include "kiln/data_parallel.h"
 #include "kiln/jit.h"
+#include "kiln/mixed_precision.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 
@@ -27,9 +28,19 @@ class TrainStep {
   TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
             CompileOptions options = {}, std::shared_ptr<train::DataParallel> data_parallel = nullptr);
   struct Result {
-    Tensor loss;     // 0-d
+    Tensor loss;     // 0-d, unscaled
     Tensor outputs;  // the network's outputs
+    // With a loss scale: false when the gradients overflowed, and the
+    // update was skipped.
+    bool gradients_finite = true;
   };
+  // The forward pass and loss under autocast in precision.dtype, and with a
+  // loss scale (precision.effective_loss_scale()) the loss multiplied by
+  // set_loss_scale()'s value before the gradients, which are divided by it
+  // and checked in the graph: an overflow skips the update. Set before the
+  // first step.
+  void set_mixed_precision(const train::MixedPrecision& precision);
+  void set_loss_scale(double scale);
   // One step on a batch. The results stay valid until the next call.
   Result operator()(const Tensor& inputs, const Tensor& labels);
   const CompiledFunction& compiled() const { return fn_; }
@@ -47,6 +58,8 @@ class TrainStep {
   CompiledFunction fn_;
   std::vector<Tensor> lr_, state_;
   Tensor step_;
+  std::optional<DType> autocast_;
+  Tensor loss_scale_;  // 0-d float32, defined with a loss scale
   bool fused_ = true;
   std::shared_ptr<bool> fused_flag_;
   std::shared_ptr<std::vector<std::pair<size_t, size_t>>> returned_;  // unfused: whose gradients the graph returns

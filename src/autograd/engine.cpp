@@ -46,6 +46,7 @@ thread_local LeafGradientListener* listener = nullptr;
 
 void run(const std::vector<std::pair<Edge, Tensor>>& roots, bool retain_graph, Capture* capture) {
   NoGradGuard no_grad;
+  AutocastScope no_autocast(std::nullopt);  // gradients in the dtypes the forward chose
   // Count the edges into each node reachable from the roots, and into each
   // leaf, whose gradient is complete when the last one has delivered.
   std::unordered_map<Node*, int> deps;

@@ -15,6 +15,7 @@ void set_grad_enabled(bool on) { t_grad_enabled = on; }
 namespace kiln {
 namespace {
 thread_local std::optional<DType> t_compute_dtype;
+thread_local std::optional<DType> t_autocast_dtype;
 }  // namespace
 
 std::optional<DType> compute_dtype() { return t_compute_dtype; }
@@ -24,5 +25,14 @@ ComputeDTypeScope::ComputeDTypeScope(std::optional<DType> dtype) : prev_(t_compu
   t_compute_dtype = dtype;
 }
 ComputeDTypeScope::~ComputeDTypeScope() { t_compute_dtype = prev_; }
+
+std::optional<DType> autocast_dtype() { return t_autocast_dtype; }
+
+AutocastScope::AutocastScope(std::optional<DType> dtype) : prev_(t_autocast_dtype) {
+  KILN_CHECK(!dtype || *dtype == DType::BFloat16 || *dtype == DType::Float16, "autocast computes in bfloat16 or float16, not ",
+             dtype_name(*dtype), "; for float32 throughout, leave autocast off");
+  t_autocast_dtype = dtype;
+}
+AutocastScope::~AutocastScope() { t_autocast_dtype = prev_; }
 
 }  // namespace kiln

@@ -123,6 +123,7 @@ OpDefiner d_attention([] {
                             {"y", "weights"});
   d.differentiable_inputs = {0, 1, 2};
   d.category = "attention";
+  d.autocast = Autocast::Lower;
   return d;
 }());
 

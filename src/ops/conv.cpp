@@ -239,6 +239,7 @@ std::vector<Tensor> read_mindspore_conv2d(const OnnxReader& n, const std::vector
 OpDefiner d_conv2d([] {
   OpDef d;
   d.name = "conv2d";
+  d.autocast = Autocast::Lower;
   d.inputs = {"x", "weight", "bias?"};
   d.outputs = {"y"};
   // activation=relu: y = relu(conv), in the same kernel call (graph mode's fusion sets it).
@@ -312,6 +313,7 @@ OpDefiner d_conv2d_weight_grad([] {
 OpDefiner d_conv_transpose2d([] {
   OpDef d;
   d.name = "conv_transpose2d";
+  d.autocast = Autocast::Lower;
   d.inputs = {"x", "weight", "bias?"};
   d.outputs = {"y"};
   d.attrs = {"stride:ints=[1,1]", "padding:ints=[0,0]", "output_padding:ints=[0,0]", "dilation:ints=[1,1]",

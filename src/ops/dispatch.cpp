@@ -1,6 +1,7 @@
 // Running an op: shape inference, kernel choice, output allocation, then the
 // hooks of the layers above (autograd's recorder, the tracer). Errors get the
 // op's context attached here.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -306,14 +307,19 @@ thread_local ScratchMetas::Pool ScratchMetas::t_pool;
 
 }  // namespace
 
+// Whether dispatch may cast the inputs of a call of `op` (to_float, autocast):
+// not those of views, transfers, collectives, casts, or calls from a kernel.
+static bool castable(const OpDef& op) {
+  return !(op.has_tag(kTagView) || op.has_tag(kTagTransfer) || op.has_tag(kTagCollective) || detail::in_kernel() ||
+           op.name == "cast");
+}
+
 // Inside a ComputeDTypeScope (Cell::to_float): the inputs cast to the compute
 // dtype, or to the dtype of the inputs the op writes in place (batch norm's
 // running statistics stay in theirs); nothing when no input changes.
 static std::optional<std::vector<Tensor>> compute_dtype_inputs(const OpDef& op, const std::vector<Tensor>& inputs,
                                                                DType dtype) {
-  if (op.has_tag(kTagView) || op.has_tag(kTagTransfer) || op.has_tag(kTagCollective) || detail::in_kernel() ||
-      op.name == "cast")
-    return std::nullopt;
+  if (!castable(op)) return std::nullopt;
   std::vector<bool> written(inputs.size(), false);
   bool dtype_of_written = false;
   for (int w : op.writes) {
@@ -331,9 +337,33 @@ static std::optional<std::vector<Tensor>> compute_dtype_inputs(const OpDef& op, 
   return cast_inputs;
 }
 
+// Inside an AutocastScope: float32 inputs in the autocast dtype for the ops
+// that compute faster there, half-precision inputs in float32 for those that
+// need its range or precision; inputs the op writes in place keep their
+// dtype. Nothing when no input changes.
+static std::optional<std::vector<Tensor>> autocast_inputs(const OpDef& op, const std::vector<Tensor>& inputs,
+                                                          DType lower) {
+  const Autocast rule = op.autocast_rule();
+  if (rule == Autocast::Keep || !castable(op)) return std::nullopt;
+  const bool to_lower = rule == Autocast::Lower;
+  std::optional<std::vector<Tensor>> cast_inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    const DType d = t.dtype();
+    if (to_lower ? d != DType::Float32 : (d != DType::Float16 && d != DType::BFloat16)) continue;
+    if (std::find(op.writes.begin(), op.writes.end(), static_cast<int>(i)) != op.writes.end()) continue;
+    if (!cast_inputs) cast_inputs = inputs;
+    (*cast_inputs)[i] = cast(t, to_lower ? lower : DType::Float32);
+  }
+  return cast_inputs;
+}
+
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   if (const std::optional<DType> dtype = compute_dtype()) [[unlikely]] {
     if (auto cast_inputs = compute_dtype_inputs(op, inputs, *dtype)) return call(op, *cast_inputs, attrs);
+  } else if (const std::optional<DType> lower = autocast_dtype()) [[unlikely]] {
+    if (auto cast_inputs = autocast_inputs(op, inputs, *lower)) return call(op, *cast_inputs, attrs);
   }
   if (has_cpu_scalar_to_move(op, inputs)) [[unlikely]] {
     std::vector<Tensor> moved = inputs;

@@ -148,16 +148,16 @@ void write_clamp(OnnxWriter& w) {
 // --- unary -----------------------------------------------------------------
 OpDefiner d_neg(detail::read_mindspore_as(detail::read_onnx_as(with_math<Neg>(unary("neg", onnx_as("Neg"), [](const GradContext&, const Grads& g) -> Grads { return {neg(g[0])}; })), "Neg"), {"Neg"}));
 OpDefiner d_abs(detail::read_mindspore_as(detail::read_onnx_as(with_math<Abs>(unary("abs", onnx_as("Abs"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * sign(X(c))}; })), "Abs"), {"Abs"}));
-OpDefiner d_exp(detail::read_mindspore_as(detail::read_onnx_as(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })), "Exp"), {"Exp"}));
-OpDefiner d_log(detail::read_mindspore_as(detail::read_onnx_as(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })), "Log"), {"Log"}));
-OpDefiner d_log1p(with_math<Log1p>(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_exp(detail::autocast_as(detail::read_mindspore_as(detail::read_onnx_as(with_math<Exp>(unary("exp", onnx_as("Exp"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * Y(c)}; })), "Exp"), {"Exp"}), Autocast::Float32));
+OpDefiner d_log(detail::autocast_as(detail::read_mindspore_as(detail::read_onnx_as(with_math<Log>(unary("log", onnx_as("Log"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] / X(c)}; })), "Log"), {"Log"}), Autocast::Float32));
+OpDefiner d_log1p(detail::autocast_as(with_math<Log1p>(unary("log1p", {{"Add", "Log"}, write_log1p}, [](const GradContext& c, const Grads& g) -> Grads {
   return {g[0] / (X(c) + 1.0)};
-})));
+})), Autocast::Float32));
 OpDefiner d_sqrt(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sqrt>(unary("sqrt", onnx_as("Sqrt"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * 0.5 / Y(c)}; })), "Sqrt"), {"Sqrt"}));
-OpDefiner d_rsqrt(detail::read_mindspore_as(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_rsqrt(detail::autocast_as(detail::read_mindspore_as(with_math<Rsqrt>(unary("rsqrt", {{"Sqrt", "Reciprocal"}, write_rsqrt}, [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor& y = Y(c);
   return {g[0] * (y * y * y) * -0.5};
-})), {"Rsqrt"}));
+})), {"Rsqrt"}), Autocast::Float32));
 OpDefiner d_sin(detail::read_mindspore_as(detail::read_onnx_as(with_math<Sin>(unary("sin", onnx_as("Sin"), [](const GradContext& c, const Grads& g) -> Grads { return {g[0] * cos(X(c))}; })), "Sin"), {"Sin"}));
 OpDefiner d_cos(detail::read_mindspore_as(detail::read_onnx_as(with_math<Cos>(unary("cos", onnx_as("Cos"), [](const GradContext& c, const Grads& g) -> Grads { return {neg(g[0] * sin(X(c)))}; })), "Cos"), {"Cos"}));
 OpDefiner d_tanh(detail::read_mindspore_as(detail::read_onnx_as(with_math<Tanh>(unary("tanh", onnx_as("Tanh"), [](const GradContext& c, const Grads& g) -> Grads { return {bw("tanh_backward", g[0], Y(c))}; })), "Tanh"), {"Tanh"}));
@@ -191,13 +191,13 @@ OpDefiner d_erf(detail::read_mindspore_as(detail::read_onnx_as(with_math<Erf>(un
   return {g[0] * exp(neg(x * x)) * (2.0 / std::sqrt(M_PI))};
 })), "Erf"), {"Erf"}));
 // ONNX Softplus has no threshold: log(1 + exp(x)), which Kiln's threshold matches within rounding.
-OpDefiner d_softplus(detail::reads_mindspore(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_softplus(detail::autocast_as(detail::reads_mindspore(detail::reads_onnx(with_math<Softplus>(unary("softplus", {{"Softplus", "Mul", "Div"}, write_softplus}, [](const GradContext& c, const Grads& g) -> Grads {
   return {bw("softplus_backward", g[0], X(c), c.attrs)};
 }, {"beta:float=1", "threshold:float=20"})), onnx_reader({"Softplus"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {softplus(n.input(in, 0), 1.0, 20.0)};
 })), onnx_reader({"Softplus"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
   return {softplus(n.input(in, 0), 1.0, 20.0)};
-})));
+})), Autocast::Float32));
 // ONNX Clip: bounds as attributes before opset 11, optional inputs after.
 OnnxImport clip_reader() {
   return onnx_reader({"Clip"}, [](const OnnxReader& n, const std::vector<Tensor>& in) -> std::vector<Tensor> {
@@ -315,7 +315,7 @@ OnnxImport pow_reader() {
     return {pow(a, b.dtype() == a.dtype() ? b : cast(b, a.dtype()))};
   });
 }
-OpDefiner d_pow(detail::read_mindspore_as(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
+OpDefiner d_pow(detail::autocast_as(detail::read_mindspore_as(detail::reads_onnx(with_math<Pow>(binary("pow", onnx_as("Pow"), [](const GradContext& c, const Grads& g) -> Grads {
   const Tensor &a = c.inputs[0], &b = c.inputs[1];
   Grads out(2);
   if (c.needs_grad[0]) out[0] = sum_to(g[0] * b * pow(a, b - 1.0), a.shape());
@@ -325,7 +325,7 @@ OpDefiner d_pow(detail::read_mindspore_as(detail::reads_onnx(with_math<Pow>(bina
     out[1] = sum_to(g[0] * Y(c) * safe_log, b.shape());
   }
   return out;
-})), pow_reader()), {"Pow"}));
+})), pow_reader()), {"Pow"}), Autocast::Float32));
 GradFn select_grad(bool take_max) {
   return [take_max](const GradContext& c, const Grads& g) -> Grads {
     const Tensor &a = c.inputs[0], &b = c.inputs[1];

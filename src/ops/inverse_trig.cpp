@@ -26,8 +26,8 @@ OpDef inverse(const char* name, const char* onnx, Tensor (*slope)(const Tensor& 
 Tensor one_minus_square(const Tensor& x) { return 1.0 - x * x; }
 Tensor square_plus_one(const Tensor& x) { return x * x + 1.0; }
 
-OpDefiner d_asin(inverse<Asin>("asin", "Asin", [](const Tensor& x) { return rsqrt(one_minus_square(x)); }));
-OpDefiner d_acos(inverse<Acos>("acos", "Acos", [](const Tensor& x) { return neg(rsqrt(one_minus_square(x))); }));
+OpDefiner d_asin(detail::autocast_as(inverse<Asin>("asin", "Asin", [](const Tensor& x) { return rsqrt(one_minus_square(x)); }), Autocast::Float32));
+OpDefiner d_acos(detail::autocast_as(inverse<Acos>("acos", "Acos", [](const Tensor& x) { return neg(rsqrt(one_minus_square(x))); }), Autocast::Float32));
 OpDefiner d_atan(inverse<Atan>("atan", "Atan", [](const Tensor& x) { return 1.0 / square_plus_one(x); }));
 OpDefiner d_asinh(inverse<Asinh>("asinh", "Asinh", [](const Tensor& x) { return rsqrt(square_plus_one(x)); }));
 OpDefiner d_acosh(inverse<Acosh>("acosh", "Acosh", [](const Tensor& x) { return rsqrt(x * x - 1.0); }));

@@ -313,7 +313,7 @@ OpDefiner d_triu(detail::reads_onnx(make_op(
     onnx_trilu(true), 0),
     onnx_reader({"Trilu"}, read_trilu, {1}, false)));
 
-OpDefiner d_cumsum(detail::reads_onnx(make_op(
+OpDefiner d_cumsum(detail::autocast_as(detail::reads_onnx(make_op(
     "cumsum", {"x"}, {"axis:int", "reverse:bool=false"},
     [](const Metas& in, const Attrs& a) -> Metas {
       normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
@@ -323,10 +323,10 @@ OpDefiner d_cumsum(detail::reads_onnx(make_op(
       return {call("cumsum", {g[0]}, {{"axis", c.attrs.get_int("axis")}, {"reverse", !c.attrs.get_bool("reverse", false)}})[0]};
     },
     {{"CumSum"}, write_cumsum}, 0),
-    onnx_reader({"CumSum"}, read_cumsum, {1}, true)));
+    onnx_reader({"CumSum"}, read_cumsum, {1}, true)), Autocast::Float32));
 
 // ONNX has CumProd from opset 26 only: export refuses it by name.
-OpDefiner d_cumprod(detail::reads_onnx(make_op(
+OpDefiner d_cumprod(detail::autocast_as(detail::reads_onnx(make_op(
     "cumprod", {"x"}, {"axis:int", "reverse:bool=false"},
     [](const Metas& in, const Attrs& a) -> Metas {
       normalize_axis(a.get_int("axis"), static_cast<int64_t>(in[0].shape.size()));
@@ -334,7 +334,7 @@ OpDefiner d_cumprod(detail::reads_onnx(make_op(
     },
     [](const GradContext& c, const Grads& g) -> Grads { return {call("cumprod_backward", {g[0], c.inputs[0]}, c.attrs)[0]}; },
     {}, 0),
-    onnx_reader({"CumProd"}, read_cumprod, {1}, true)));
+    onnx_reader({"CumProd"}, read_cumprod, {1}, true)), Autocast::Float32));
 
 OpDefiner d_cumprod_bw(make_op(
     "cumprod_backward", {"grad", "x"}, {"axis:int", "reverse:bool=false"},

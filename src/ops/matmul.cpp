@@ -80,6 +80,7 @@ std::vector<Tensor> read_mindspore_matmul(const OnnxReader& n, const std::vector
 OpDefiner d_matmul([] {
   OpDef d;
   d.name = "matmul";
+  d.autocast = Autocast::Lower;
   d.inputs = {"a", "b"};
   d.outputs = {"y"};
   d.infer = infer_matmul;
@@ -98,6 +99,7 @@ OpDefiner d_matmul([] {
 OpDefiner d_linear([] {
   OpDef d;
   d.name = "linear";
+  d.autocast = Autocast::Lower;
   d.inputs = {"x", "weight", "bias?"};
   d.outputs = {"y"};
   d.infer = [](const Metas& in, const Attrs&) -> Metas {

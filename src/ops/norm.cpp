@@ -157,6 +157,7 @@ std::vector<Tensor> read_mindspore_layer_norm(const OnnxReader& n, const std::ve
 OpDefiner d_batch_norm([] {
   OpDef d;
   d.name = "batch_norm";
+  d.autocast = Autocast::Float32;
   d.inputs = {"x", "weight?", "bias?", "running_mean?", "running_var?"};
   d.outputs = {"y", "saved_mean", "saved_rstd"};
   d.attrs = {"training:bool", "momentum:float=0.1", "eps:float=1e-5"};
@@ -228,6 +229,7 @@ OpDefiner d_layer_norm_backward([] {
 OpDefiner d_layer_norm([] {
   OpDef d;
   d.name = "layer_norm";
+  d.autocast = Autocast::Float32;
   d.inputs = {"x", "weight?", "bias?"};
   d.outputs = {"y", "saved_mean", "saved_rstd"};
   d.attrs = {"normalized_ndim:int", "eps:float=1e-5"};
@@ -266,6 +268,7 @@ OpDefiner d_layer_norm([] {
 OpDefiner d_group_norm([] {
   OpDef d;
   d.name = "group_norm";
+  d.autocast = Autocast::Float32;
   d.inputs = {"x", "weight?", "bias?"};
   d.outputs = {"y", "saved_mean", "saved_rstd"};
   d.attrs = {"groups:int", "eps:float=1e-5"};

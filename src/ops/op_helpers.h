@@ -34,6 +34,11 @@ inline OpDef reads_mindspore(OpDef d, OnnxImport import) {
   d.mindspore_import = std::move(import);
   return d;
 }
+// Sets the precision d computes in under autocast.
+inline OpDef autocast_as(OpDef d, Autocast rule) {
+  d.autocast = rule;
+  return d;
+}
 
 // MindSpore's attribute forms. A spatial attribute (kernel_size, stride,
 // dilation) given as one value, as (h, w) or as (1, 1, h, w): (h, w).

@@ -217,12 +217,27 @@ OpDefiner d_argmax(detail::reads_mindspore(arg_reduction("argmax", "ArgMax"),
                                            onnx_reader({"Argmax", "ArgMaxWithValue"}, read_mindspore_argmax)));
 OpDefiner d_argmin(arg_reduction("argmin", "ArgMin"));
 
+// Whether every value of every input is finite, as a bool scalar: the check
+// of the gradients before a loss-scaled update, on the device and inside a
+// compiled step (MindSpore's amp.all_finite).
+OpDefiner d_all_finite(detail::autocast_as(detail::make_op(
+    "all_finite", {"tensors*"}, {},
+    [](const Metas& in, const Attrs&) -> Metas {
+      KILN_CHECK(!in.empty(), "all_finite takes at least one tensor");
+      TensorMeta m = in[0];
+      m.shape = {};
+      m.dtype = DType::Bool;
+      return {m};
+    },
+    {}, {}, kTagReduction), Autocast::Keep));
+
 OpDef softmax_like(const char* name, const char* onnx_type, GradFn grad) {
   OpDef d;
   d.name = name;
   d.inputs = {"x"};
   d.outputs = {"y"};
   d.attrs = {"axis:int=-1"};
+  d.autocast = Autocast::Float32;
   d.infer = [](const Metas& in, const Attrs& a) -> Metas {
     detail::check_floating(in[0], "x");
     normalize_axis(a.get_int("axis", -1), static_cast<int64_t>(in[0].shape.size()));
@@ -299,6 +314,7 @@ Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
 Tensor argmin(const Tensor& x, int64_t axis, bool keepdim) {
   return call1(KILN_OP("argmin"), {x}, {{"axis", axis}, {"keepdim", keepdim}});
 }
+Tensor all_finite(const std::vector<Tensor>& tensors) { return call1(KILN_OP("all_finite"), tensors); }
 Tensor softmax(const Tensor& x, int64_t axis) { return call1(KILN_OP("softmax"), {x}, {{"axis", axis}}); }
 Tensor log_softmax(const Tensor& x, int64_t axis) { return call1(KILN_OP("log_softmax"), {x}, {{"axis", axis}}); }
 

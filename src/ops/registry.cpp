@@ -41,6 +41,16 @@ std::string tags_str(uint32_t tags) {
   return s;
 }
 
+const char* autocast_name(Autocast rule) {
+  switch (rule) {
+    case Autocast::FromTags: return "from tags";
+    case Autocast::Keep: return "keep";
+    case Autocast::Lower: return "lower";
+    case Autocast::Float32: return "float32";
+  }
+  return "?";
+}
+
 std::vector<DType> OpDef::dtypes(DeviceType backend) const {
   std::vector<DType> out;
   for (int d = 0; d < kNumDTypes; ++d)

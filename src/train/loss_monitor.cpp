@@ -27,8 +27,12 @@ void LossMonitor::on_step_end(Model&, const StepInfo& s) {
 
 void LossMonitor::on_epoch_end(Model&, const EpochInfo& e) {
   static const bool tty = isatty(fileno(stdout)) != 0;
-  std::printf("%sepoch %d/%d: mean loss %.4f, %.1f s, %.0f samples/s\n", tty ? "\r\033[K" : "", e.epoch, e.epochs,
+  std::printf("%sepoch %d/%d: mean loss %.4f, %.1f s, %.0f samples/s", tty ? "\r\033[K" : "", e.epoch, e.epochs,
               e.mean_loss, e.seconds, e.samples_per_s);
+  if (e.skipped_steps > 0)  // float16's loss scale backed off
+    std::printf(", %lld step%s skipped for overflowed gradients", static_cast<long long>(e.skipped_steps),
+                e.skipped_steps == 1 ? "" : "s");
+  std::printf("\n");
   std::fflush(stdout);
 }
 

@@ -95,7 +95,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
     auto start = Clock::now();
     data::Batch batch;
     double loss_sum = 0;
-    int64_t samples = 0;
+    int64_t samples = 0, skipped_this_epoch = 0;
     for (;;) {
       if (stop_requested_) break;
       {
@@ -105,25 +105,34 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       profiler::Range step("step");
       GovernedRun governed(governor, batch.inputs.shape()[0] == batches.batch_size());
       const bool graph = mode() == Mode::Graph && !batch_loss_;
+      const double scale = scaler_ ? scaler_->scale() : 1.0;
+      bool gradients_finite = true;
       Tensor loss;
-      if (batch_loss_) {
-        loss = batch_loss_(batch);
-      } else if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
-        if (!train_step_) {
-          jit::CompileOptions o;
-          o.name = "train_step";
-          // The batch axis varies (a short last batch) unless axes were
-          // declared: the step's graph is then symbolic in it where it can be.
-          o.dynamic = dynamic_;
-          if (o.dynamic.empty() && batch.inputs.dim() > 0) o.dynamic.push_back({0, 0});
-          const bool labels_follow = batch.labels.defined() && batch.labels.dim() > 0;
-          for (const auto& d : std::vector<jit::DynamicAxis>(o.dynamic))  // the labels' batch follows the inputs'
-            if (d.input == 0 && d.axis == 0 && labels_follow) o.dynamic.push_back({1, 0});
-          train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o, dp_);
+      {  // the forward pass and the loss under autocast (the compiled step sets its own)
+        AutocastScope autocast(graph ? std::nullopt : precision_.dtype);
+        if (batch_loss_) {
+          loss = batch_loss_(batch);
+        } else if (graph) {  // forward, backward and the update (skipped for a non-finite loss) in one graph
+          if (!train_step_) {
+            jit::CompileOptions o;
+            o.name = "train_step";
+            // The batch axis varies (a short last batch) unless axes were
+            // declared: the step's graph is then symbolic in it where it can be.
+            o.dynamic = dynamic_;
+            if (o.dynamic.empty() && batch.inputs.dim() > 0) o.dynamic.push_back({0, 0});
+            const bool labels_follow = batch.labels.defined() && batch.labels.dim() > 0;
+            for (const auto& d : std::vector<jit::DynamicAxis>(o.dynamic))  // the labels' batch follows the inputs'
+              if (d.input == 0 && d.axis == 0 && labels_follow) o.dynamic.push_back({1, 0});
+            train_step_ = std::make_unique<jit::TrainStep>(net_, loss_, optimizer_, o, dp_);
+            train_step_->set_mixed_precision(precision_);
+          }
+          if (scaler_) train_step_->set_loss_scale(scale);
+          const jit::TrainStep::Result r = (*train_step_)(batch.inputs, batch.labels);
+          loss = r.loss;
+          gradients_finite = r.gradients_finite;
+        } else {
+          loss = loss_((*net_)(batch.inputs), batch.labels);
         }
-        loss = (*train_step_)(batch.inputs, batch.labels).loss;
-      } else {
-        loss = loss_((*net_)(batch.inputs), batch.labels);
       }
       // Data-parallel: the ranks' mean loss (the graph's step returns it),
       // so that every rank reports it and skips or stops on a non-finite one
@@ -131,7 +140,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       double value;
       if (dp_ && !graph) {
         optimizer_->zero_grad();
-        value = dp_->backward(loss);
+        value = dp_->backward(scaler_ ? loss * scale : loss) / scale;
       } else {
         value = loss.item<double>();
       }
@@ -156,9 +165,18 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       if (!graph) {
         if (!dp_) {
           optimizer_->zero_grad();
-          loss.backward();
+          (scaler_ ? loss * scale : loss).backward();
         }
-        optimizer_->step();
+        if (scaler_) {
+          std::vector<Tensor> params;
+          for (const auto& g : optimizer_->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+          gradients_finite = unscale_gradients(params, scale);
+        }
+        if (gradients_finite) optimizer_->step();
+      }
+      if (scaler_) {
+        scaler_->update(gradients_finite);
+        if (!gradients_finite) ++skipped_this_epoch;
       }
       governed.finished();
       int64_t n = batch.inputs.shape()[0];
@@ -166,7 +184,8 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       loss_sum += value * static_cast<double>(n);
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       StepInfo info{epoch, global_step_, batch_index, batches_per_epoch, batches.batch_size(), value,
-                    elapsed > 0 ? static_cast<double>(samples) / elapsed : 0};
+                    elapsed > 0 ? static_cast<double>(samples) / elapsed : 0, scaler_ ? scale : 0,
+                    !gradients_finite};
       for (auto& c : callbacks) c->on_step_end(*this, info);
     }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -181,6 +200,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
     e.mean_loss = samples ? loss_sum / static_cast<double>(samples) : std::nan("");
     e.seconds = seconds;
     e.samples_per_s = seconds > 0 ? static_cast<double>(samples) / seconds : 0;
+    e.skipped_steps = skipped_this_epoch;
     if (validation) {
       EvalResult v = eval(*validation);
       e.val_loss = v.loss;
@@ -192,6 +212,15 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   }
   for (auto& c : callbacks) c->on_train_end(*this);
   return history;
+}
+
+void Model::set_mixed_precision(MixedPrecision precision) {
+  if (precision.dtype) AutocastScope check(precision.dtype);  // refuses anything but float16 and bfloat16
+  precision_ = std::move(precision);
+  const std::optional<LossScale> scale = precision_.effective_loss_scale();
+  scaler_ = scale ? std::make_unique<LossScaler>(*scale) : nullptr;
+  train_step_.reset();  // the compiled step casts and scales, or not
+  inference_ = jit::CompiledFunction();
 }
 
 void Model::set_data_parallel(std::shared_ptr<DataParallel> dp) {
@@ -227,6 +256,7 @@ jit::CompiledFunction* Model::inference() {
 
 EvalResult Model::eval(data::BatchSource& batches) {
   NoGradGuard guard;
+  AutocastScope autocast(precision_.dtype);
   net_->set_train(false);
   batches.start_epoch();
   for (auto& m : metrics_) m->reset();
@@ -274,6 +304,7 @@ Tensor Model::predict(const Tensor& inputs) {
   KILN_CHECK(!batch_loss_, "predict: this Model's network computes its loss from whole batches; call the network "
              "it wraps, or a Model of that network, for predictions");
   NoGradGuard guard;
+  AutocastScope autocast(precision_.dtype);
   net_->set_train(false);
   if (mode() == Mode::Graph) return (*inference())({inputs})[0];
   return (*net_)(inputs);

@@ -6,6 +6,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -97,7 +99,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   Section top(root, "the recipe",
               {"model", "model_config", "dataset", "loss", "optimizer", "schedule", "callbacks", "epochs", "max_steps",
                "batch_size", "drop_remainder", "seed", "threads", "adapt_threads", "output", "mode", "distributed",
-               "device", "quantize_aware"},
+               "device", "quantize_aware", "precision", "loss_scale"},
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
@@ -188,6 +190,13 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("adapt_threads", r.adapt_threads);
   top.read("output", r.output);
   top.read_choice("mode", r.mode, {"eager", "graph"});
+  top.read_choice("precision", r.precision, {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"});
+  top.read("loss_scale", r.loss_scale);
+  try {
+    mixed_precision_of(r);
+  } catch (const Error& e) {
+    KILN_FAIL(r.source, ": ", e.what());
+  }
   top.read("quantize_aware", r.quantize_aware);
   top.read("device", r.device);
   Device device;
@@ -256,6 +265,21 @@ Recipe parse_recipe_file(const std::string& path) {
   return parse_recipe_text(ss.str(), path);
 }
 
+train::MixedPrecision mixed_precision_of(const Recipe& r) {
+  train::MixedPrecision p = train::MixedPrecision::parse(r.precision);
+  if (r.loss_scale == "dynamic") return p;
+  KILN_CHECK(p.dtype == DType::Float16, "loss_scale: ", r.loss_scale, " is for float16 training (precision: float16); "
+             "bfloat16 and float32 have the range to train without one");
+  char* end = nullptr;
+  const double fixed = std::strtod(r.loss_scale.c_str(), &end);
+  KILN_CHECK(!r.loss_scale.empty() && *end == '\0' && fixed > 0 && std::isfinite(fixed), "loss_scale: '",
+             r.loss_scale, "' is neither 'dynamic' nor a positive number (a fixed scale, such as 1024)");
+  p.loss_scale = train::LossScale{};
+  p.loss_scale->initial = fixed;
+  p.loss_scale->dynamic = false;
+  return p;
+}
+
 void apply(Recipe& r, const Overrides& o) {
   if (o.epochs) r.epochs = *o.epochs;
   if (o.batch_size) r.batch_size = *o.batch_size;
@@ -268,6 +292,10 @@ void apply(Recipe& r, const Overrides& o) {
   if (o.mode) {
     KILN_CHECK(*o.mode == "eager" || *o.mode == "graph", "--mode must be eager or graph, got '", *o.mode, "'");
     r.mode = *o.mode;
+  }
+  if (o.precision) {
+    train::MixedPrecision::parse(*o.precision);  // refuses what it does not know, naming what it takes
+    r.precision = *o.precision;
   }
   KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0 && r.max_steps >= 0,
              "--epochs, --batch-size and --lr must be positive, --threads and --max-steps >= 0");

@@ -168,6 +168,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
   train::Model model(net, loss_of(r), opt);
   model.set_mode(mode_of(r));
   model.set_adapt_threads(r.adapt_threads);
+  model.set_mixed_precision(mixed_precision_of(r));
   if (resuming) train::load_training_checkpoint(options.resume_from, model, recipe_callbacks);
   std::shared_ptr<train::DataParallel> dp;
   if (group) {
@@ -222,7 +223,12 @@ RunResult train(const Recipe& r, const RunOptions& options) {
                          {"model", r.model},
                          {"dataset", r.dataset},
                          {"threads", get_num_threads()},
-                         {"mode", r.mode}};
+                         {"mode", r.mode},
+                         {"precision", model.mixed_precision().str()}};
+  if (const train::LossScaler* scaler = model.loss_scaler()) {
+    metrics["loss_scale"] = scaler->scale();
+    metrics["skipped_steps"] = scaler->skipped_steps();
+  }
   if (d.seq_len > 0) {  // text: the test set is the validation split, and throughput counts tokens
     metrics["val_loss"] = res.loss;
     metrics["train_tokens_per_s"] = res.train_samples_per_s * static_cast<double>(d.seq_len);
@@ -253,6 +259,7 @@ RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) 
   }
   train::Model model(net, loss_of(r), nullptr, metrics);
   model.set_mode(mode_of(r));
+  model.set_mixed_precision(mixed_precision_of(r));
   train::EvalResult ev = model.eval(*d.test);
   RunResult res = result_of(ev);
   res.seq_len = d.seq_len;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kiln/autograd.h"
+#include "kiln/functional.h"
 #include "kiln/train_step.h"
 #include "nn/captured_cell.h"
 
@@ -30,20 +31,37 @@ void TrainStep::build() {
   LossFn loss_fn = loss_;
   auto lr = lr_;
   Tensor step = step_;
+  const std::optional<DType> autocast = autocast_;
+  const Tensor loss_scale = loss_scale_;
   auto fused = std::make_shared<bool>(true);
   auto returned = std::make_shared<std::vector<std::pair<size_t, size_t>>>();  // (group, param) of returned grads
   train::DataParallel* dp = dp_.get();
-  Function program = [net, opt, loss_fn, lr, step, fused, returned, dp](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+  Function program = [net, opt, loss_fn, lr, step, fused, returned, dp, autocast,
+                      loss_scale](const std::vector<Tensor>& in) -> std::vector<Tensor> {
     KILN_CHECK(in.size() == 2, "a training step takes inputs and labels");
-    Tensor out = (*net)(in[0]);
-    Tensor loss = loss_fn(out, in[1]);
+    Tensor out, loss;
+    {
+      AutocastScope scope(autocast);
+      out = (*net)(in[0]);
+      loss = loss_fn(out, in[1]);
+    }
     std::vector<Tensor> wrt;
     for (auto& g : opt->groups())
       for (auto& p : g.params)
         if (p.requires_grad()) wrt.push_back(p);
     std::vector<Tensor> flat;
     Tensor reported = loss;  // data-parallel: the ranks' mean, which every rank then acts on alike
-    if (!wrt.empty()) flat = dp ? dp->grad(loss, wrt, &reported) : autograd::grad({loss}, wrt);
+    const Tensor scaled = loss_scale.defined() ? loss * loss_scale : loss;
+    if (!wrt.empty()) flat = dp ? dp->grad(scaled, wrt, &reported) : autograd::grad({scaled}, wrt);
+    Tensor finite;
+    if (loss_scale.defined()) {
+      if (dp) reported = reported / loss_scale;
+      for (Tensor& g : flat) g = g / loss_scale;
+      // Overflowed gradients skip the update as a non-finite loss does: the
+      // update ops take the loss as NaN then. (The loss reported stays.)
+      finite = flat.empty() ? scalar_tensor(1, DType::Bool) : all_finite(flat);
+    }
+    const Tensor gate = finite.defined() ? where(finite, reported, full({}, std::nan(""), reported.dtype())) : reported;
     std::vector<std::vector<Tensor>> grads;
     size_t k = 0;
     for (auto& g : opt->groups()) {
@@ -51,7 +69,8 @@ void TrainStep::build() {
       for (auto& p : g.params) grads.back().push_back(p.requires_grad() ? flat[k++] : Tensor());
     }
     std::vector<Tensor> results{reported.detach(), out.detach()};
-    *fused = opt->update_fused(grads, lr, step, reported);
+    if (finite.defined()) results.push_back(finite);
+    *fused = opt->update_fused(grads, lr, step, gate);
     returned->clear();
     if (!*fused)  // the graph hands the gradients out; the optimizer steps eagerly
       for (size_t gi = 0; gi < grads.size(); ++gi)
@@ -70,10 +89,23 @@ void TrainStep::build() {
   for (size_t i = 0; i < state_.size(); ++i) name_state(state_[i], "optimizer.state" + std::to_string(i));
   for (size_t g = 0; g < lr_.size(); ++g) name_state(lr_[g], "optimizer.lr" + std::to_string(g));
   name_state(step_, "optimizer.step");
+  if (loss_scale_.defined()) name_state(loss_scale_, "optimizer.loss_scale");
   fn_ = CompiledFunction(impl);
   fused_ = true;
   fused_flag_ = fused;
   returned_ = returned;
+}
+
+void TrainStep::set_mixed_precision(const train::MixedPrecision& precision) {
+  KILN_CHECK(!fn_.defined(), "TrainStep::set_mixed_precision: set it before the first step");
+  autocast_ = precision.dtype;
+  loss_scale_ = precision.effective_loss_scale() ? scalar_tensor(precision.effective_loss_scale()->initial, DType::Float32)
+                                                 : Tensor();
+}
+
+void TrainStep::set_loss_scale(double scale) {
+  KILN_CHECK(loss_scale_.defined(), "TrainStep::set_loss_scale: this step trains without a loss scale");
+  *loss_scale_.data<float>() = static_cast<float>(scale);
 }
 
 TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labels) {
@@ -93,11 +125,15 @@ TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labe
   Result r{out[0], out[1]};
   const double loss = r.loss.item<double>();
   if (!std::isfinite(loss)) return r;  // the update was skipped, as eager training skips it
+  size_t k = 2;
+  if (loss_scale_.defined()) {
+    r.gradients_finite = out[k++].item<bool>();
+    if (!r.gradients_finite) return r;  // overflowed: skipped in the graph, or here
+  }
   if (fused_) {
     opt_->count_step();
   } else {  // the optimizer steps eagerly, counting its own step
     opt_->zero_grad();
-    size_t k = 2;
     for (auto& [gi, i] : *returned_) opt_->groups()[gi].params[i].impl().grad = out[k++].impl_ptr();
     opt_->step();
     opt_->zero_grad();

@@ -51,6 +51,7 @@ void save_training_checkpoint(const std::string& path, Model& model, const Resum
   }
   for (size_t i = 0; i < callbacks.size(); ++i)
     for (auto& [k, v] : callbacks[i]->state()) meta[callback_key(i, k)] = v;
+  if (const LossScaler* scaler = model.loss_scaler()) meta.merge(scaler->state());
   io::save_safetensors(path, tensors, meta);
 }
 
@@ -96,6 +97,7 @@ std::map<std::string, std::string> load_training_checkpoint(const std::string& p
       if (k.rfind(prefix, 0) == 0) state[k.substr(prefix.size())] = v;
     callbacks[i]->load_state(state);
   }
+  if (LossScaler* scaler = model.loss_scaler()) scaler->load_state(meta);  // float16 goes on at its scale
   model.resume_at(at.step, at.epoch, at.batches_done);
   return meta;
 }

@@ -400,6 +400,9 @@ case("l1_loss", [("f", [3, 4]), ("f", [3, 4])], lambda a, b: F.l1_loss(a, b, red
 case("smooth_l1_loss", [("f", [3, 4]), ("f", [3, 4])], lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
      [A("beta", "float", 0.5)])
 case("binary_cross_entropy_with_logits", [("f", [3, 4]), ("u", [3, 4])], F.binary_cross_entropy_with_logits)
+# (Random normal values are finite: tests/autograd/autocast_test.cpp puts inf and NaN in.)
+case("all_finite", [("f", [2, 3, 4]), ("f", [4])], lambda *t: torch.tensor(all(bool(torch.isfinite(x).all()) for x in t)),
+     grad=False)
 
 # Ops whose values cannot be reproduced outside Kiln (random) are checked by
 # property tests in tests/ops instead.

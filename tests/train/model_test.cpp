@@ -3,29 +3,16 @@
 #include <cmath>
 
 #include "kiln/kiln.h"
+#include "support/blobs.h"
 #include "support/error_message.h"
 
 using namespace kiln;
+using kiln::testing::blobs;
+using kiln::testing::blobs_loss;
+using kiln::testing::blobs_mlp;
 using kiln::testing::message_of;
 
 namespace {
-// Two well-separated Gaussian blobs in 2-D.
-data::TensorDataset blobs(int64_t n, uint64_t seed) {
-  Generator g(seed);
-  Tensor labels = randint(0, 2, {n}, DType::Int64, &g);
-  Tensor centers = cast(labels, DType::Float32).reshape({n, 1}) * 4.0 - 2.0;
-  return {randn({n, 2}, DType::Float32, &g) + centers, labels};
-}
-
-std::shared_ptr<nn::SequentialCell> mlp() {
-  return std::make_shared<nn::SequentialCell>(
-      std::vector<nn::CellPtr>{std::make_shared<nn::Dense>(2, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dense>(16, 2)});
-}
-
-train::LossFn ce() {
-  return [](const Tensor& out, const Tensor& y) { return cross_entropy(out, y); };
-}
-
 struct CountingCallback : train::Callback {
   int steps = 0, epochs = 0;
   void on_step_end(train::Model&, const train::StepInfo&) override { ++steps; }
@@ -35,9 +22,9 @@ struct CountingCallback : train::Callback {
 
 TEST(Model, TrainsAClassifierAndEvaluatesIt) {
   manual_seed(4);
-  auto net = mlp();
+  auto net = blobs_mlp();
   auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-  train::Model model(net, ce(), sgd);
+  train::Model model(net, blobs_loss(), sgd);
   data::BatchIterator train_set(blobs(512, 1), 32, true, false, 7);
   data::BatchIterator test_set(blobs(256, 2), 64, false);
   double before = model.eval(test_set).loss;
@@ -56,7 +43,7 @@ TEST(Model, TrainsAClassifierAndEvaluatesIt) {
 
 TEST(Model, ANetworkThatComputesItsOwnLossTrainsOnEveryColumn) {
   manual_seed(4);
-  auto net = mlp();
+  auto net = blobs_mlp();
   data::TensorDataset set = blobs(512, 1);
   // Column 2 weighs each sample: class 1 counts four times as much, so a
   // constant guess drifts towards it before the blobs are learned.
@@ -86,9 +73,9 @@ TEST(Model, ANetworkThatComputesItsOwnLossTrainsOnEveryColumn) {
 
 TEST(Model, StopsOnANonFiniteLossNamingTheStep) {
   manual_seed(5);
-  auto net = mlp();
+  auto net = blobs_mlp();
   auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 1e30});
-  train::Model model(net, ce(), sgd);
+  train::Model model(net, blobs_loss(), sgd);
   data::BatchIterator train_set(blobs(256, 1), 32, true);
   auto msg = message_of([&] { model.train(5, train_set); });
   EXPECT_NE(msg.find("the loss became"), std::string::npos) << msg;
@@ -101,8 +88,8 @@ TEST(Model, NonFinitePolicyStopEndsTrainingAndSkipStepSkipsTheBatch) {
   poisoned.inputs.data<float>()[2 * 40] = std::nanf("");  // sample 40: the second batch of 32
   {
     manual_seed(6);
-    auto net = mlp();
-    train::Model model(net, ce(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
+    auto net = blobs_mlp();
+    train::Model model(net, blobs_loss(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
     model.set_nonfinite_policy(train::NonFinitePolicy::Stop);
     data::BatchIterator batches(poisoned, 32, false);
     auto counter = std::make_shared<CountingCallback>();
@@ -111,8 +98,8 @@ TEST(Model, NonFinitePolicyStopEndsTrainingAndSkipStepSkipsTheBatch) {
     EXPECT_EQ(counter->steps, 1);
   }
   manual_seed(6);
-  auto net = mlp();
-  train::Model model(net, ce(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
+  auto net = blobs_mlp();
+  train::Model model(net, blobs_loss(), std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1}));
   model.set_nonfinite_policy(train::NonFinitePolicy::SkipStep);
   data::BatchIterator batches(poisoned, 32, false);
   auto counter = std::make_shared<CountingCallback>();
@@ -126,9 +113,9 @@ TEST(Model, NonFinitePolicyStopEndsTrainingAndSkipStepSkipsTheBatch) {
 
 TEST(Model, EvalReportsThePluggedMetrics) {
   manual_seed(4);
-  auto net = mlp();
+  auto net = blobs_mlp();
   auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-  train::Model model(net, ce(), sgd,
+  train::Model model(net, blobs_loss(), sgd,
                      {std::make_shared<train::metrics::Accuracy>(), std::make_shared<train::metrics::Accuracy>(2),
                       std::make_shared<train::metrics::ClassificationReport>(2)});
   data::BatchIterator train_set(blobs(512, 1), 32, true, false, 7);
@@ -166,9 +153,9 @@ TEST(Model, AdaptingTheThreadCountTrainsTheSame) {
     std::vector<double> losses[2];
     for (int adapt = 0; adapt < 2; ++adapt) {
       manual_seed(4);
-      auto net = mlp();
+      auto net = blobs_mlp();
       auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
-      train::Model model(net, ce(), sgd);
+      train::Model model(net, blobs_loss(), sgd);
       model.set_mode(mode);
       model.set_adapt_threads(adapt == 1);
       auto record = std::make_shared<train::LambdaCallback>();

@@ -213,6 +213,34 @@ TEST(Recipe, GraphModeTrainsLikeEager) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Recipe, MixedPrecisionTrainsAndRecordsItsPrecisionAndLossScale) {
+  auto dir = write_tiny_mnist("mixed_precision");
+  auto run = [&](const std::string& precision, const std::string& extra) {
+    std::string out = (dir / precision).string();
+    auto r = recipe::parse_recipe_text("model: cnn\ndataset: {name: mnist, path: " + dir.string() +
+                                       "}\nepochs: 2\nbatch_size: 16\nmode: graph\nprecision: " + precision + "\n" +
+                                       extra + "output: " + out + "\n");
+    auto res = recipe::train(r, false);
+    return std::make_pair(res, nlohmann::json::parse(std::ifstream(out + "/metrics.json")));
+  };
+  auto [bf16, bf16_metrics] = run("bf16", "");
+  EXPECT_EQ(bf16_metrics.at("precision"), "bfloat16");
+  EXPECT_FALSE(bf16_metrics.contains("loss_scale"));
+  EXPECT_GT(bf16.accuracy, 0.9);
+  auto [fp16, fp16_metrics] = run("float16", "loss_scale: 256\n");
+  EXPECT_EQ(fp16_metrics.at("precision"), "float16 with a loss scale of 256");
+  EXPECT_EQ(fp16_metrics.at("loss_scale"), 256.0);
+  EXPECT_EQ(fp16_metrics.at("skipped_steps"), 0);
+  EXPECT_GT(fp16.accuracy, 0.9);
+  const std::string bad = message_of([] { recipe::parse_recipe_text("precision: half\n"); });
+  EXPECT_NE(bad.find("allowed values: bf16, bfloat16, float16, float32, fp16, fp32"), std::string::npos) << bad;
+  const std::string scale = message_of([] { recipe::parse_recipe_text("precision: fp16\nloss_scale: lots\n"); });
+  EXPECT_NE(scale.find("neither 'dynamic' nor a positive number"), std::string::npos) << scale;
+  const std::string unneeded = message_of([] { recipe::parse_recipe_text("precision: bf16\nloss_scale: 128\n"); });
+  EXPECT_NE(unneeded.find("is for float16 training"), std::string::npos) << unneeded;
+  std::filesystem::remove_all(dir);
+}
+
 namespace {
 std::filesystem::path scratch(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("kiln_recipe_" + name + "_" + std::to_string(::getpid()));

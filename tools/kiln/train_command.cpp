@@ -17,7 +17,8 @@ void add_train_commands(CLI::App& app) {
   static double lr = 0;
   static std::string output, resume, profile, data;
   static int64_t profile_steps = 20;
-  static std::string mode;  // empty: the recipe's
+  static std::string mode;       // empty: the recipe's
+  static std::string precision;  // empty: the recipe's
   static bool fixed_threads = false;
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
@@ -38,6 +39,8 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
   train->add_option("--mode", mode, "eager, or graph: compile the whole training step and inference")
       ->check(CLI::IsMember({"eager", "graph"}));
+  train->add_option("--precision", precision,
+                    "float32, or mixed precision: bfloat16 (bf16) or float16 (fp16, with a dynamic loss scale)");
   train->callback([] {
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
@@ -56,6 +59,7 @@ void add_train_commands(CLI::App& app) {
     if (fixed_threads) o.adapt_threads = false;
     if (max_steps >= 0) o.max_steps = max_steps;
     if (!mode.empty()) o.mode = mode;
+    if (!precision.empty()) o.precision = precision;
     recipe::apply(r, o);
     recipe::RunOptions options;
     options.resume_from = resume_file;
@@ -77,12 +81,18 @@ void add_train_commands(CLI::App& app) {
   eval->add_option("recipe", recipe_path, "Recipe YAML file")->required();
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
   eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
+  eval->add_option("--precision", precision, "float32, or bfloat16 or float16 under autocast");
   static bool no_strict = false;
   eval->add_flag("--no-strict", no_strict,
                  "Load the weights whose names and shapes match and report the rest, instead of refusing the file");
   eval->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     if (!mode.empty()) r.mode = mode;
+    if (!precision.empty()) {
+      recipe::Overrides precision_only;
+      precision_only.precision = precision;
+      recipe::apply(r, precision_only);
+    }
     recipe::RunResult res = recipe::evaluate(r, checkpoint, !no_strict);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);

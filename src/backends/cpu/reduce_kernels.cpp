@@ -7,6 +7,7 @@
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/softmax_row.h"
 #include "backends/cpu/vec8.h"
+#include "core/finite_scan.h"
 #include "ops/shape_rules.h"
 
 namespace kiln::cpu {
@@ -371,5 +372,30 @@ KILN_CPU_NUMERIC("argmax", argmax_kernel);
 KILN_CPU_NUMERIC("argmin", argmin_kernel);
 KILN_CPU_FLOAT("softmax", softmax_k);
 KILN_CPU_FLOAT("log_softmax", log_softmax_k);
+
+namespace {
+// Each input in its own dtype (gradients of several precisions may come together).
+void all_finite_kernel(const Ins& in, Outs& out, const Attrs&) {
+  bool finite = true;
+  for (size_t i = 0; i < in.size() && finite; ++i) {
+    const Tensor x = contiguous(in[i]);
+    const int64_t n = x.numel();
+    switch (x.dtype()) {
+      case DType::Float32: finite = detail::first_non_finite_f32(x.data<float>(), n) < 0; break;
+      case DType::Float64: finite = detail::first_non_finite_f64(x.data<double>(), n) < 0; break;
+      case DType::Float16:
+        finite = !detail::any_non_finite_16(static_cast<const uint16_t*>(x.raw_data()), n, 0x7c00);
+        break;
+      case DType::BFloat16:
+        finite = !detail::any_non_finite_16(static_cast<const uint16_t*>(x.raw_data()), n, 0x7f80);
+        break;
+      default: break;  // integers are always finite
+    }
+  }
+  *out[0].data<bool>() = finite;
+}
+}  // namespace
+KILN_REGISTER_KERNEL("all_finite", CPU, all_finite_kernel, DType::Float32, DType::Float64, DType::Float16,
+                     DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8, DType::Bool, DType::Int8);
 
 }  // namespace kiln::cpu
