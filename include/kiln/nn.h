@@ -41,6 +41,11 @@ class Cell {
   // float32 one on widened copies.
   Cell& to_float(DType dtype);
   std::optional<DType> compute_dtype() const { return compute_dtype_; }
+  // Computes this cell under autocast in `dtype` (bfloat16 or float16; none:
+  // off): each op in the precision its definition asks for (kiln/grad_mode.h),
+  // MindSpore's auto_mixed_precision(amp_level="auto"). to_float wins.
+  Cell& set_autocast(std::optional<DType> dtype);
+  std::optional<DType> autocast() const { return autocast_; }
 
   void set_train(bool mode = true);
   // Moves every parameter and buffer to `device`, in place: the Cell's own
@@ -79,6 +84,7 @@ class Cell {
   bool training_ = true;
   bool registration_checked_ = false;
   std::optional<DType> compute_dtype_;
+  std::optional<DType> autocast_;
   mutable std::string frame_type_;  // type_name(), or the C++ class name for a plain "Cell"
   mutable int library_ = -1;        // whether the dynamic type is one of Kiln's (-1: not known yet)
   std::vector<std::pair<std::string, Tensor>> params_;

@@ -83,7 +83,7 @@ from .autograd import no_grad, enable_grad, grad, value_and_grad  # noqa: E402
 from .context import set_context, get_context, GRAPH_MODE, PYNATIVE_MODE, jit  # noqa: E402
 from .serialization import (save_checkpoint, load_checkpoint, load_param_into_net, load_torch_weights,  # noqa: E402
                             export, InferenceSession, serve, quantize)
-from . import nn, dataset, train  # noqa: E402
+from . import nn, dataset, train, amp  # noqa: E402
 from .train import Model  # noqa: E402
 
 _install_methods()

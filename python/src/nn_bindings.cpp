@@ -103,6 +103,11 @@ void bind_nn(py::module_& m) {
            "its floating inputs and every op's, parameters included, are cast to it; the parameters stay float32 and "
            "train through the casts. Returns the cell.")
       .def_property_readonly("compute_dtype", &nn::Cell::compute_dtype)
+      .def("set_autocast", [](nn::Cell& c, std::optional<DType> dtype) { return &c.set_autocast(dtype); },
+           py::arg("dtype"), py::return_value_policy::reference,
+           "Computes this cell under autocast in dtype (kiln.bfloat16 or kiln.float16; None: off): matrix products "
+           "and convolutions in it, reductions, softmax, normalizations and losses in float32. Returns the cell.")
+      .def_property_readonly("autocast", &nn::Cell::autocast)
       .def_property_readonly("training", &nn::Cell::training)
       .def("parameters_and_names", [](const nn::Cell& c) { return named(c.parameters_and_names()); },
            "(name, parameter) pairs with hierarchical names such as 'fc1.weight'.")

@@ -659,6 +659,28 @@ Tensor(shape=(2, 3), dtype=kiln.float32)   zeros of that shape (MindSpore's form
     ComputeDTypeScope scope(dtype);
     return fn();
   }, py::arg("dtype"), py::arg("fn"), "Calls fn() with ops computing in dtype (what Cell.to_float sets).");
+  m.def("_run_in_autocast", [](std::optional<DType> dtype, const py::function& fn) {
+    AutocastScope scope(dtype);
+    return fn();
+  }, py::arg("dtype"), py::arg("fn"), "Calls fn() under autocast in dtype (what Cell.set_autocast sets).");
+  // `with kiln.amp.autocast(dtype):` holds the scope from __enter__ to __exit__ on one thread.
+  struct PyAutocast {
+    std::optional<DType> dtype;
+    std::unique_ptr<AutocastScope> scope;
+  };
+  py::class_<PyAutocast>(m, "_Autocast")
+      .def(py::init([](std::optional<DType> dtype) {
+        AutocastScope check(dtype);  // a dtype autocast cannot take fails at the with line
+        return PyAutocast{dtype, nullptr};
+      }), py::arg("dtype"))
+      .def("__enter__", [](PyAutocast& a) {
+        KILN_CHECK(!a.scope, "this autocast scope is entered already; make one per with statement");
+        a.scope = std::make_unique<AutocastScope>(a.dtype);
+      })
+      .def("__exit__", [](PyAutocast& a, py::args) {
+        a.scope.reset();
+        return false;
+      });
   m.def("grad", [](std::vector<Tensor> outputs, std::vector<Tensor> inputs, std::vector<Tensor> grad_outputs,
                    bool retain_graph) {
     py::gil_scoped_release release;

@@ -82,6 +82,7 @@ py::dict epoch_dict(const train::EpochInfo& e) {
   d["val_accuracy"] = e.val_accuracy;
   d["seconds"] = e.seconds;
   d["samples_per_s"] = e.samples_per_s;
+  d["skipped_steps"] = e.skipped_steps;
   return d;
 }
 
@@ -161,7 +162,9 @@ void bind_train(py::module_& m) {
       .def_readonly("batches_per_epoch", &train::StepInfo::batches_per_epoch)
       .def_readonly("batch_size", &train::StepInfo::batch_size)
       .def_readonly("loss", &train::StepInfo::loss)
-      .def_readonly("samples_per_s", &train::StepInfo::samples_per_s);
+      .def_readonly("samples_per_s", &train::StepInfo::samples_per_s)
+      .def_readonly("loss_scale", &train::StepInfo::loss_scale)
+      .def_readonly("update_skipped", &train::StepInfo::update_skipped);
   py::class_<train::EpochInfo>(m, "EpochInfo")
       .def_readonly("epoch", &train::EpochInfo::epoch)
       .def_readonly("epochs", &train::EpochInfo::epochs)
@@ -170,6 +173,7 @@ void bind_train(py::module_& m) {
       .def_readonly("val_accuracy", &train::EpochInfo::val_accuracy)
       .def_readonly("seconds", &train::EpochInfo::seconds)
       .def_readonly("samples_per_s", &train::EpochInfo::samples_per_s)
+      .def_readonly("skipped_steps", &train::EpochInfo::skipped_steps)
       .def("as_dict", &epoch_dict);
   py::class_<train::Callback, kiln_python::PyCallback, std::shared_ptr<train::Callback>>(m, "Callback")
       .def(py::init<>())
@@ -282,6 +286,26 @@ void bind_train(py::module_& m) {
         return py::make_tuple(g.train_step, g.inference);
       })
       .def("set_adapt_threads", &Model::set_adapt_threads)
+      .def("set_mixed_precision", [](Model& m, std::optional<DType> dtype, std::optional<py::dict> scale) {
+        train::MixedPrecision p;
+        p.dtype = dtype;
+        if (scale) {
+          train::LossScale s;
+          s.initial = (*scale)["initial"].cast<double>();
+          s.growth_factor = (*scale)["growth_factor"].cast<double>();
+          s.backoff_factor = (*scale)["backoff_factor"].cast<double>();
+          s.growth_interval = (*scale)["growth_interval"].cast<int64_t>();
+          s.dynamic = (*scale)["dynamic"].cast<bool>();
+          p.loss_scale = s;
+        }
+        m.set_mixed_precision(p);
+      }, py::arg("dtype"), py::arg("loss_scale") = py::none(),
+      "Forward pass and loss under autocast in dtype (None: float32), and the loss scale given as a dict of "
+      "kiln.train.LossScale's fields (None: dynamic for float16).")
+      .def_property_readonly("loss_scale", [](Model& m) -> std::optional<double> {
+        if (const train::LossScaler* s = m.loss_scaler()) return s->scale();
+        return std::nullopt;
+      })
       .def("set_dynamic_axes", [](Model& m, const std::vector<std::pair<int, int>>& axes) {
         std::vector<jit::DynamicAxis> dynamic;
         for (const auto& [input, axis] : axes) dynamic.push_back({input, axis});

@@ -123,9 +123,13 @@ Tensor Cell::operator()(const Tensor& x) {
   const std::string& type = frame_type();
   frames.push_back({this, &type, library_ == 1});
   FramePop pop{frames};
-  if (!compute_dtype_) return construct(x);
-  ComputeDTypeScope scope(compute_dtype_);
-  return construct(in_compute_dtype(x, *compute_dtype_));
+  if (compute_dtype_) {
+    ComputeDTypeScope scope(compute_dtype_);
+    return construct(in_compute_dtype(x, *compute_dtype_));
+  }
+  if (!autocast_) return construct(x);
+  AutocastScope scope(autocast_);
+  return construct(x);
 }
 
 Tensor LossCell::operator()(const Tensor& outputs, const Tensor& targets) {
@@ -137,6 +141,12 @@ Tensor LossCell::operator()(const Tensor& outputs, const Tensor& targets) {
 LossCell& LossCell::to_float(DType dtype) {
   check_compute_dtype("loss", dtype);
   compute_dtype_ = dtype;
+  return *this;
+}
+
+Cell& Cell::set_autocast(std::optional<DType> dtype) {
+  AutocastScope check(dtype);  // refuses anything but bfloat16 and float16, naming them
+  autocast_ = dtype;
   return *this;
 }
 

@@ -54,12 +54,20 @@ class Model:
     (``kiln.set_context(mode=kiln.GRAPH_MODE)``) the training step and
     inference are compiled. Ctrl-C stops training after the current step
     and raises KeyboardInterrupt, with the weights of the steps done.
+
+    ``amp_level`` trains in mixed precision (``kiln.amp``): ``"O1"`` and
+    ``"auto"`` under autocast in float16, ``"O2"`` with the network in
+    float16 but its norms (``keep_batchnorm_fp32``), ``"O3"`` all in
+    float16; the loss is computed in float32, and float16 trains with a
+    dynamic loss scale unless ``loss_scale_manager`` names another. A network
+    ``amp.auto_mixed_precision`` set up (bfloat16 too) keeps its setting
+    with ``amp_level="O0"``, its loss computed under the same autocast.
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, amp_level="O0",
-                 **options):
+                 loss_scale_manager=None, keep_batchnorm_fp32=True, **options):
         for key in options:
-            if key not in ("eval_indexes", "boost_level", "keep_batchnorm_fp32", "loss_scale_manager"):
+            if key not in ("eval_indexes", "boost_level"):
                 raise TypeError(f"Model() got an unexpected keyword argument {key!r}")
         if optimizer is None and loss_fn is None:
             raise ValueError("Model needs a loss_fn to evaluate, and an optimizer as well to train: "
@@ -77,6 +85,8 @@ class Model:
         else:
             self._columns = None
             self._model = _kiln.Model(network, loss_fn, optimizer, _metrics(metrics))
+        from ..amp import _configure
+        _configure(self._model, network, amp_level, loss_scale_manager, keep_batchnorm_fp32)
         from ..nn.cell import dynamic_axes
         declared = dynamic_axes(network)
         if declared:  # graph mode: a short last batch, text of any length, compile as expected
