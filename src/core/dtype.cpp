@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 namespace kiln {
 
 namespace {
+#if !defined(__F16C__)
 uint16_t float_to_half_bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
@@ -48,10 +53,18 @@ float half_bits_to_float(uint16_t h) {
   std::memcpy(&f, &out, 4);
   return f;
 }
+#endif
 }  // namespace
 
+// With F16C, one instruction each way (the same rounding, to nearest even);
+// the bit twiddling took a fifth of a float16 training step.
+#if defined(__F16C__)
+Half::Half(float f) : bits(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)) {}
+Half::operator float() const { return _cvtsh_ss(bits); }
+#else
 Half::Half(float f) : bits(float_to_half_bits(f)) {}
 Half::operator float() const { return half_bits_to_float(bits); }
+#endif
 
 size_t dtype_size(DType t) {
   switch (t) {

@@ -3,13 +3,37 @@
 // op's block function per thread chunk; broadcast, strided and half-precision
 // operands go through small buffers, converted to the compute type.
 #include <algorithm>
+#include <type_traits>
 
+#include "backends/cpu/half_convert.h"
 #include "backends/cpu/kernel_helpers.h"
 
 namespace kiln::cpu {
 namespace {
 
 constexpr int64_t kChunk = 1024;
+
+// A block of len values of T, every st-th, as S; and back. The half types
+// convert a vector at a time where contiguous (half_convert.h).
+template <typename T, typename S>
+void load_block(const T* x, int64_t st, S* out, int64_t len) {
+  if constexpr (std::is_same_v<T, Half> && std::is_same_v<S, float>) {
+    if (st == 1) return half_to_float(reinterpret_cast<const uint16_t*>(x), out, len);
+  } else if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<S, float>) {
+    if (st == 1) return bfloat16_to_float(reinterpret_cast<const uint16_t*>(x), out, len);
+  }
+  for (int64_t i = 0; i < len; ++i) out[i] = static_cast<S>(x[i * st]);
+}
+
+template <typename T, typename S>
+void store_block(const S* r, T* o, int64_t so, int64_t len) {
+  if constexpr (std::is_same_v<T, Half> && std::is_same_v<S, float>) {
+    if (so == 1) return float_to_half(r, reinterpret_cast<uint16_t*>(o), len);
+  } else if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<S, float>) {
+    if (so == 1) return float_to_bfloat16(r, reinterpret_cast<uint16_t*>(o), len);
+  }
+  for (int64_t i = 0; i < len; ++i) o[i * so] = static_cast<T>(r[i]);
+}
 
 // Storage type T computed as S (float for float16 and bfloat16).
 template <typename T, typename S, int K>
@@ -50,8 +74,7 @@ void run_typed(BlockFn<S> fn, const Ins& in, Outs& out, const Attrs& attrs) {
           continue;
         }
         if (st == 0) std::fill(bufs[k], bufs[k] + len, static_cast<S>(x[0]));
-        else
-          for (int64_t i = 0; i < len; ++i) bufs[k][i] = static_cast<S>(x[(at + i) * st]);
+        else load_block(x + at * st, st, bufs[k], len);
         src[k] = bufs[k];
       }
       T* o = reinterpret_cast<T*>(p[0]);
@@ -61,7 +84,7 @@ void run_typed(BlockFn<S> fn, const Ins& in, Outs& out, const Attrs& attrs) {
         continue;
       }
       fn(src, result, len, attrs);
-      for (int64_t i = 0; i < len; ++i) o[(at + i) * so] = static_cast<T>(result[i]);
+      store_block(result, o + at * so, so, len);
     }
   });
 }
