@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "kiln/kiln.h"
+#include "kiln/training_checkpoint.h"
 #include "support/blobs.h"
 #include "support/error_message.h"
 
@@ -134,4 +136,30 @@ TEST(MixedPrecision, Float16SkipsOverflowedStepsAndLowersItsScale) {
     EXPECT_EQ(reported, skipped);
     EXPECT_GT(r.accuracy, 0.97) << "the steps after the overflows train";
   }
+}
+
+TEST(MixedPrecision, ATrainingCheckpointKeepsTheLossScale) {
+  train::MixedPrecision fp16 = train::MixedPrecision::parse("fp16");
+  fp16.loss_scale = train::LossScale{};
+  fp16.loss_scale->initial = std::ldexp(1.0, 40);
+  auto make = [&] {
+    manual_seed(4);
+    auto net = blobs_mlp();
+    auto sgd = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1});
+    auto model = std::make_unique<train::Model>(net, blobs_loss(), sgd);
+    model->set_mixed_precision(fp16);
+    return model;
+  };
+  auto trained = make();
+  data::BatchIterator train_set(blobs(256, 1), 32, true, false, 7);
+  trained->train(2, train_set);
+  const double scale = trained->loss_scaler()->scale();
+  ASSERT_LT(scale, std::ldexp(1.0, 40)) << "the overflows backed it off";
+  const std::string path = ::testing::TempDir() + "mixed_precision_resume.safetensors";
+  train::save_training_checkpoint(path, *trained, {trained->global_step(), 2, 8});
+  auto resumed = make();
+  train::load_training_checkpoint(path, *resumed);
+  EXPECT_EQ(resumed->loss_scaler()->scale(), scale) << "a resumed run does not overflow its way down again";
+  EXPECT_EQ(resumed->loss_scaler()->skipped_steps(), trained->loss_scaler()->skipped_steps());
+  std::remove(path.c_str());
 }
