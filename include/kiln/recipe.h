@@ -133,6 +133,7 @@ struct Overrides {
   std::optional<int64_t> max_steps;
   std::optional<std::string> mode;
   std::optional<std::string> precision;
+  std::optional<std::string> device;
 };
 // The recipe's precision and loss scale as Model::set_mixed_precision takes them.
 train::MixedPrecision mixed_precision_of(const Recipe& r);

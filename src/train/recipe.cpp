@@ -20,6 +20,19 @@ using Section = detail::YamlSection;
 
 void check(bool ok, const Recipe& r, const std::string& what) { KILN_CHECK(ok, r.source, ": ", what); }
 
+// The device a recipe trains on (where: the key or option that named it).
+void check_training_device(const std::string& name, const std::string& where) {
+  Device device;
+  try {
+    device = parse_device(name);  // a malformed name says so
+    backend(device.type);         // a backend this build lacks is named, with those it has
+  } catch (const Error& e) {
+    KILN_FAIL(where, ": ", e.what(), "; recipes train with device: cpu");
+  }
+  KILN_CHECK(device.type == DeviceType::CPU, where, ": ", name, ": recipes train on the CPU in this build; the ",
+             device_type_name(device.type), " backend runs ops and inference sessions, not recipes (device: cpu)");
+}
+
 std::string item_name(const char* list, size_t i) {
   std::string where = list;  // appended: GCC 12 warns falsely (-Wrestrict) on chained + here
   where += "[";
@@ -199,16 +212,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   }
   top.read("quantize_aware", r.quantize_aware);
   top.read("device", r.device);
-  Device device;
-  try {
-    device = parse_device(r.device);  // a malformed name says so
-    backend(device.type);             // a backend this build lacks is named, with those it has
-  } catch (const Error& e) {
-    KILN_FAIL(r.source, ": device: ", e.what(), "; recipes train with device: cpu");
-  }
-  check(device.type == DeviceType::CPU, r,
-        "device: " + r.device + ": recipes train on the CPU in this build; the " + device_type_name(device.type) +
-            " backend runs ops and inference sessions, not recipes (device: cpu)");
+  check_training_device(r.device, r.source + ": device");
   bool is_text = r.dataset == "text" || r.dataset == "kjv";
   check((r.model == "char_transformer") == is_text, r,
         is_text ? "a text dataset needs model char_transformer" : "model char_transformer needs a text dataset (text or kjv)");
@@ -292,6 +296,10 @@ void apply(Recipe& r, const Overrides& o) {
   if (o.mode) {
     KILN_CHECK(*o.mode == "eager" || *o.mode == "graph", "--mode must be eager or graph, got '", *o.mode, "'");
     r.mode = *o.mode;
+  }
+  if (o.device) {
+    check_training_device(*o.device, "--device");
+    r.device = *o.device;
   }
   if (o.precision) {
     train::MixedPrecision::parse(*o.precision);  // refuses what it does not know, naming what it takes

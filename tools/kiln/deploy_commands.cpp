@@ -109,6 +109,7 @@ void add_run(CLI::App& app) {
   struct Args {
     std::string model, output;
     std::vector<std::string> inputs;
+    std::string device = "cpu";
     int level = 2;
   };
   auto a = std::make_shared<Args>();
@@ -117,9 +118,11 @@ void add_run(CLI::App& app) {
   cmd->add_option("--input", a->inputs, "One file per model input, in order (.npy or TensorProto .pb)")->required();
   cmd->add_option("--output", a->output, "Write the first output here (.npy or .pb)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
+  cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
   cmd->callback([a] {
     SessionOptions so;
     so.optimization_level = a->level;
+    so.device = a->device;
     InferenceSession session(a->model, so);
     if (!session.rewrites().empty()) std::printf("%s\n", session.rewrites().c_str());
     std::vector<Tensor> inputs;
@@ -128,7 +131,7 @@ void add_run(CLI::App& app) {
     auto outputs = session.run(inputs);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const Tensor& y = outputs[i];
+      const Tensor y = outputs[i].to(cpu_device());  // the summary is computed on the host
       std::printf("%s: %s %s\n", session.outputs()[i].name.c_str(), dtype_name(y.dtype()), shape_str(y.shape()).c_str());
       if (y.dim() == 2 && is_floating(y.dtype())) {
         auto top = argmax(y, 1).to_vector<int64_t>();
@@ -139,7 +142,7 @@ void add_run(CLI::App& app) {
     }
     std::printf("ran in %.2f ms (first run: includes compiling the graph)\n", ms);
     if (!a->output.empty()) {
-      save_output(a->output, outputs[0]);
+      save_output(a->output, outputs[0].to(cpu_device()));  // from the device the model ran on
       std::printf("wrote %s\n", a->output.c_str());
     }
   });
@@ -212,6 +215,7 @@ void add_bench(CLI::App& app) {
   struct Args {
     std::string model, batches = "1,64", profile;
     std::vector<std::string> shapes, input_files, buckets;
+    std::string device = "cpu";
     int runs = 50, threads = 0, level = 2;
     bool fixed_threads = false, each = false;
   };
@@ -236,8 +240,10 @@ void add_bench(CLI::App& app) {
                "Run every time on all the threads (by default each batch size measures how many pay off)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here");
+  cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
   cmd->callback([a] {
     SessionOptions so;
+    so.device = a->device;
     so.threads = a->threads;
     so.adapt_threads = !a->fixed_threads;
     so.optimization_level = a->level;

@@ -19,6 +19,7 @@ void add_train_commands(CLI::App& app) {
   static int64_t profile_steps = 20;
   static std::string mode;       // empty: the recipe's
   static std::string precision;  // empty: the recipe's
+  static std::string device;     // empty: the recipe's
   static bool fixed_threads = false;
 
   auto* train = app.add_subcommand("train", "Train a model as a recipe says; writes checkpoint and metrics");
@@ -41,6 +42,7 @@ void add_train_commands(CLI::App& app) {
       ->check(CLI::IsMember({"eager", "graph"}));
   train->add_option("--precision", precision,
                     "float32, or mixed precision: bfloat16 (bf16) or float16 (fp16, with a dynamic loss scale)");
+  train->add_option("--device", device, "Where training runs: cpu (the recipe's device: key)");
   train->callback([] {
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
@@ -60,6 +62,7 @@ void add_train_commands(CLI::App& app) {
     if (max_steps >= 0) o.max_steps = max_steps;
     if (!mode.empty()) o.mode = mode;
     if (!precision.empty()) o.precision = precision;
+    if (!device.empty()) o.device = device;
     recipe::apply(r, o);
     recipe::RunOptions options;
     options.resume_from = resume_file;
@@ -82,17 +85,17 @@ void add_train_commands(CLI::App& app) {
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
   eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
   eval->add_option("--precision", precision, "float32, or bfloat16 or float16 under autocast");
+  eval->add_option("--device", device, "Where evaluation runs: cpu (the recipe's device: key)");
   static bool no_strict = false;
   eval->add_flag("--no-strict", no_strict,
                  "Load the weights whose names and shapes match and report the rest, instead of refusing the file");
   eval->callback([] {
     recipe::Recipe r = recipe::parse_recipe_file(recipe_path);
     if (!mode.empty()) r.mode = mode;
-    if (!precision.empty()) {
-      recipe::Overrides precision_only;
-      precision_only.precision = precision;
-      recipe::apply(r, precision_only);
-    }
+    recipe::Overrides given;
+    if (!precision.empty()) given.precision = precision;
+    if (!device.empty()) given.device = device;
+    recipe::apply(r, given);
     recipe::RunResult res = recipe::evaluate(r, checkpoint, !no_strict);
     if (res.seq_len > 0)
       std::printf("validation loss %.4f nats/char, next-character accuracy %.2f%%\n", res.loss, 100 * res.accuracy);
