@@ -46,8 +46,8 @@ class ComputeDTypeScope {
 
 // Mixed precision (PyTorch's autocast): inside a scope, each op computes in
 // the precision its definition asks for (OpDef::autocast): matrix products,
-// convolutions, attention and recurrent layers take their float32 inputs in
-// `dtype` (float16 or bfloat16), reductions, softmax, normalizations and
+// convolutions and attention take their float32 inputs in `dtype` (float16
+// or bfloat16), reductions, softmax, normalizations and
 // losses take half-precision inputs in float32, and the rest compute in
 // their inputs' dtype. Parameters stay float32 (the master weights) and take
 // their gradients through the casts. Backward runs outside it, in the dtypes

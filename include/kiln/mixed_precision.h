@@ -32,7 +32,8 @@ struct MixedPrecision {
   static MixedPrecision parse(const std::string& precision);
   // The loss scale this precision trains with (given, or float16's default).
   std::optional<LossScale> effective_loss_scale() const;
-  std::string str() const;  // "bfloat16", "float16 with a dynamic loss scale", "float32"
+  // "float32", "bfloat16", "float16 with a dynamic loss scale (from 65536)"
+  std::string str() const;
 };
 
 class LossScaler {
