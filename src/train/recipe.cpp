@@ -302,8 +302,8 @@ void apply(Recipe& r, const Overrides& o) {
     r.device = *o.device;
   }
   if (o.precision) {
-    train::MixedPrecision::parse(*o.precision);  // refuses what it does not know, naming what it takes
     r.precision = *o.precision;
+    mixed_precision_of(r);  // an unknown precision, or the recipe's loss_scale with one that takes none, is refused here
   }
   KILN_CHECK(r.epochs > 0 && r.batch_size > 0 && r.optimizer.lr > 0 && r.threads >= 0 && r.max_steps >= 0,
              "--epochs, --batch-size and --lr must be positive, --threads and --max-steps >= 0");
