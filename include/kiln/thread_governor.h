@@ -40,7 +40,10 @@ class ThreadGovernor {
   explicit ThreadGovernor(int max_threads = 0, IdleCores idle_cores = {});
 
   int choose();                               // the thread count for the next run
-  void record(int threads, double seconds);   // how long a run with that count took
+  // How long a run with that count took: `seconds` as the counts are
+  // compared (per unit of work), `wall_seconds` as it ran (negative: the
+  // same), which paces the load readings.
+  void record(int threads, double seconds, double wall_seconds = -1.0);
   int best() const;                           // the count it would choose outside exploring
   std::vector<int> candidates() const;
 
@@ -55,7 +58,12 @@ class ThreadGovernor {
   static constexpr int kMinRuns = 3;
   // The first runs of a count build its primitives and touch its memory.
   static constexpr int kWarmRuns = 2;
+  // Looks at another count: every kExploreEvery runs, and no sooner than
+  // kLookInterval seconds of running after the last look (a model that runs
+  // in 40 us would otherwise spend a few percent of its runs on a worse
+  // count).
   static constexpr int64_t kExploreEvery = 100;
+  static constexpr double kLookInterval = 0.02;
   // And early on, at runs 16, 32 and 64: the first measurements may have
   // fallen in a noisy moment, and a load that the machine's load average
   // does not show (another virtual machine on the same host) starts no
@@ -84,11 +92,17 @@ class ThreadGovernor {
   int64_t runs_ = 0;
   bool explore_next_ = false;
   int64_t last_look_ = -1000;  // the last run that tried another count
+  double run_seconds_since_look_ = 1e9;
   // While a lower count than the highest is best: idle cores read every few
-  // runs (well after the last run on more threads, whose workers may still
-  // be spinning), the fewest of the last readings (a task that runs for a
-  // moment is not a load), and the level they settled at for this best.
+  // runs and milliseconds of running (well after the last run on more
+  // threads, whose workers may still be spinning), the fewest of the last
+  // readings (a task that runs for a moment is not a load), and the level
+  // they settled at for this best. (A reading takes about 6 us: every
+  // eighth run of a 40 us model would pay it.)
   static constexpr int64_t kReadEvery = 8;
+  static constexpr double kReadInterval = 0.004;  // seconds of runs between readings
+  int64_t last_read_ = 0;
+  double run_seconds_since_read_ = 0.0;
   static constexpr int64_t kQuietRunsBeforeReading = 16;
   IdleCores idle_cores_;
   int readings_[4] = {};

@@ -93,7 +93,11 @@ ThreadGovernor::Candidate* ThreadGovernor::watch_the_load(int best) {
     baseline_idle_ = -1;
     reading_count_ = 0;
   }
-  if (runs_ - last_wide_run_ < kQuietRunsBeforeReading || runs_ % kReadEvery != 0) return nullptr;
+  if (runs_ - last_wide_run_ < kQuietRunsBeforeReading || runs_ - last_read_ < kReadEvery ||
+      run_seconds_since_read_ < kReadInterval)
+    return nullptr;
+  last_read_ = runs_;
+  run_seconds_since_read_ = 0.0;
   readings_[reading_count_ % 4] = idle_cores_();
   ++reading_count_;
   if (reading_count_ < 4) return nullptr;
@@ -139,11 +143,13 @@ int ThreadGovernor::choose() {
       if (c.threads > candidates_[best].threads) last_wide_run_ = runs_;
       return c.threads;
     }
-  if (candidates_.size() > 1 && (explore_next_ || runs_ % kExploreEvery == 0 || early_look(runs_))) {
+  const bool periodic = runs_ - last_look_ >= kExploreEvery && run_seconds_since_look_ >= kLookInterval;
+  if (candidates_.size() > 1 && (explore_next_ || periodic || early_look(runs_))) {
     // After a run much slower than usual (a core was taken, maybe), and now
     // and then in any case, the count least recently run.
     explore_next_ = false;
     last_look_ = runs_;
+    run_seconds_since_look_ = 0.0;
     pick = nullptr;
     for (size_t i = 0; i < candidates_.size(); ++i)
       if (static_cast<int>(i) != best && (!pick || candidates_[i].last_chosen < pick->last_chosen)) pick = &candidates_[i];
@@ -155,8 +161,13 @@ int ThreadGovernor::choose() {
   return pick->threads;
 }
 
-void ThreadGovernor::record(int threads, double seconds) {
+void ThreadGovernor::record(int threads, double seconds, double wall_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
+  const double ran = wall_seconds >= 0.0 ? wall_seconds : seconds;
+  if (ran > 0.0) {
+    run_seconds_since_read_ += ran;
+    run_seconds_since_look_ += ran;
+  }
   auto it = std::find_if(candidates_.begin(), candidates_.end(), [&](const Candidate& c) { return c.threads == threads; });
   if (it == candidates_.end() || !(seconds >= 0.0)) return;
   if (it->warm_runs < kWarmRuns) {
@@ -165,9 +176,11 @@ void ThreadGovernor::record(int threads, double seconds) {
   }
   const Candidate& best = candidates_[best_locked()];
   const double best_time = estimate_locked(best);
-  // At most one such look per kSlowRunLooksEvery runs: on a noisy machine
-  // slow runs are common, and each look is a run on a worse count.
-  if (&*it == &best && best_time >= 0.0 && seconds > kSlowRun * best_time && runs_ - last_look_ >= kSlowRunLooksEvery)
+  // At most one such look per kSlowRunLooksEvery runs and kLookInterval:
+  // on a noisy machine slow runs are common, and each look is a run on a
+  // worse count.
+  if (&*it == &best && best_time >= 0.0 && seconds > kSlowRun * best_time && runs_ - last_look_ >= kSlowRunLooksEvery &&
+      run_seconds_since_look_ >= kLookInterval)
     explore_next_ = true;
   it->window[it->runs % kWindow] = seconds;
   ++it->runs;
@@ -205,9 +218,10 @@ GovernedRun::GovernedRun(std::shared_ptr<ThreadGovernor> governor, bool measure,
       threads_(threads_for(governor_.get(), measure)), limit_(threads_), start_(std::chrono::steady_clock::now()) {}
 
 void GovernedRun::finished() {
-  if (governor_ && measure_)
-    governor_->record(threads_,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() / work_);
+  if (governor_ && measure_) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    governor_->record(threads_, seconds / work_, seconds);
+  }
 }
 
 }  // namespace kiln

@@ -152,6 +152,24 @@ TEST(ThreadGovernor, OneStrayPauseDoesNotMoveIt) {
   EXPECT_GE(count_of(chosen, 2), 26);
 }
 
+// A small model (40 us a run) on one thread: the load is read, and two
+// threads looked at again, by the milliseconds of running, not every few
+// runs (a reading costs about as much as a sixth of such a run); a
+// millisecond model is still read every few runs.
+TEST(ThreadGovernor, LoadReadingsAndLooksArePacedByRunTime) {
+  int readings = 0;
+  ThreadGovernor small(2, [&] { return ++readings, 2; });
+  auto chosen = drive(small, 4000, [](int t) { return t == 1 ? 40e-6 : 60e-6; });
+  ASSERT_EQ(small.best(), 1);
+  EXPECT_LE(count_of(chosen, 2), 20) << "4000 runs of 40 us: 160 ms of running";
+  EXPECT_LE(readings, 45) << "4000 runs of 40 us: 160 ms of running";
+  EXPECT_GE(readings, 10);
+  readings = 0;
+  ThreadGovernor large(2, [&] { return ++readings, 2; });
+  drive(large, 400, [](int t) { return t == 1 ? 1e-3 : 1.5e-3; });
+  EXPECT_GE(readings, 30) << "one reading every eight or so runs";
+}
+
 TEST(ThreadGovernor, ReadsTheMachinesLoad) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int idle = ThreadGovernor::idle_cores_now();
