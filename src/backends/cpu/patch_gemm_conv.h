@@ -27,10 +27,10 @@ namespace kiln::cpu {
 //   image, the rest gather them, so any image size goes. Timed alone on
 //   SqueezeNet's 3->64 stride-2 stem: about 290 us against oneDNN's direct
 //   kernel's 345 (AVX2, into nChw8c); 157 against 187 (AVX-512, nChw16c); or
-// - input channels in whole blocks of 8 (src_block 8) into nChw8c, no
-//   hard-swish, at most 256 output pixels per image (1024 in the batch),
-//   patches of at most 16 MB: the patches are gathered, and tiles run
-//   across output rows; or
+// - from blocked input (8 or 16) into either block size, no hard-swish,
+//   at most 256 output pixels per image (1024 in the batch), patches of at
+//   most 16 MB: the patches are gathered, and tiles run across output rows
+//   (any stride and dilation); or
 // - any other from blocked input (8 or 16) into either block size, stride
 //   1 or 2 across, with output rows wide enough for tiles of at least
 //   kRows - 1 pixels: an implicit GEMM on a zero-padded copy of the image.
