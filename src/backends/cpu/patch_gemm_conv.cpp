@@ -324,14 +324,29 @@ void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, con
   }
 }
 
+// Whether the implicit GEMM takes this call from blocked input: where its
+// tiles are wide (at least 11 pixels with AVX-512: 55x55, not 27x27). On
+// narrower ones oneDNN's direct kernel was faster (SqueezeNet's 27x27: 148
+// against 168 us); but from one block size to the other oneDNN has no fast
+// kernel (RegNetY's 48 -> 104 1x1 at stride 2 into 28x28 ran plain,
+// between reorders).
+bool implicit_fits(const onednn::LayoutCall& call) {
+  const onednn::ConvShape& s = call.shape;
+  return (s.sw == 1 || s.sw == 2) && (tile_width(s.ow) >= kRows - 1 || call.src_block != call.dst_block);
+}
+
 // The gathered GEMM (below) for few output pixels: its tiles run across
 // output rows, where the implicit GEMM's stop at each row's end (7 pixels
-// at 7x7), and stride 2 needs no padded copy. (ResNet-50's 512-channel 3x3
-// at stride 2 into 7x7: 0.66 ms against oneDNN's direct kernel's 1.1.)
+// at 7x7). Gathering costs more than the implicit GEMM's padded copy, so
+// from 16-channel blocks it takes only the calls that one does not.
+// (ResNet-50's 512-channel 3x3 at stride 2 into 7x7: 0.65-0.76 ms against
+// oneDNN's direct kernel's 0.86-0.91.)
 bool gathered(const onednn::LayoutCall& call) {
   const onednn::ConvShape& s = call.shape;
   const int64_t pixels = s.oh * s.ow;
-  return (call.src_block == 8 || call.src_block == 16) && (call.dst_block == 8 || call.dst_block == 16) &&
+  const bool eights = call.src_block == 8 && call.dst_block == 8;
+  return (eights || ((call.src_block == 8 || call.src_block == 16) && (call.dst_block == 8 || call.dst_block == 16) &&
+                     !implicit_fits(call))) &&
          !call.hardswish && s.o % kCols == 0 && pixels <= 256 && s.n * pixels <= 1024 &&
          pixels * patch_length(s) * 4 <= (16 << 20);
 }
@@ -349,14 +364,7 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
   if (src_block == 0)
     return s.o % kCols == 0 && (dst_block == 8 || dst_block == 16) && s.c <= 4 && patch_length(s) <= 256;
   if (!blocks || s.c % src_block != 0 || s.o % dst_block != 0) return false;
-  if (gathered(call)) return true;
-  // The implicit GEMM where its tiles are wide (at least 11 pixels with
-  // AVX-512: 55x55, not 27x27). On narrower ones oneDNN's direct kernel was
-  // faster (SqueezeNet's 27x27: 148 against 168 us), and timing them too
-  // would only slow compiling; but from one block size to the other oneDNN
-  // has no fast kernel (RegNetY's 48 -> 104 1x1 at stride 2 into 28x28 ran
-  // plain, between reorders).
-  return (s.sw == 1 || s.sw == 2) && (tile_width(s.ow) >= kRows - 1 || src_block != dst_block);
+  return gathered(call) || implicit_fits(call);
 }
 
 bool patch_gemm_splits_rows(const onednn::LayoutCall& call) {

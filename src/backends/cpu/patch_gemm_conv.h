@@ -27,14 +27,16 @@ namespace kiln::cpu {
 //   image, the rest gather them, so any image size goes. Timed alone on
 //   SqueezeNet's 3->64 stride-2 stem: about 290 us against oneDNN's direct
 //   kernel's 345 (AVX2, into nChw8c); 157 against 187 (AVX-512, nChw16c); or
-// - from blocked input (8 or 16) into either block size, no hard-swish,
-//   at most 256 output pixels per image (1024 in the batch), patches of at
-//   most 16 MB: the patches are gathered, and tiles run across output rows
-//   (any stride and dilation); or
-// - any other from blocked input (8 or 16) into either block size, stride
-//   1 or 2 across, with output rows wide enough for tiles of at least
-//   kRows - 1 pixels: an implicit GEMM on a zero-padded copy of the image.
-//   On SqueezeNet's 16 -> 64 3x3 at 55x55: 146 us against oneDNN's 156.
+// - from blocked input (8 or 16) into either block size, stride 1 or 2
+//   across, with output rows wide enough for tiles of at least kRows - 1
+//   pixels (or from one block size to the other): an implicit GEMM on a
+//   zero-padded copy of the image. On SqueezeNet's 16 -> 64 3x3 at 55x55:
+//   146 us against oneDNN's 156; or
+// - from blocked input into either block size where that does not apply
+//   (and any call from nChw8c to nChw8c), no hard-swish, at most 256
+//   output pixels per image (1024 in the batch), patches of at most 16 MB:
+//   the patches are gathered, and tiles run across output rows (any stride
+//   and dilation).
 bool patch_gemm_applies(const onednn::LayoutCall& call);
 // Whether patch_gemm_conv's threads each write a band of output rows across
 // all channels (else runs of channels): plain input, and 1x1 or implicit
