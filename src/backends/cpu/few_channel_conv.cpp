@@ -168,8 +168,8 @@ void conv_relu_pool_plane(const onednn::ConvShape& s, const float* w, const floa
 }  // namespace
 
 bool conv_relu_pool_applies(const onednn::ConvShape& s, int block, const PoolWindow& wd) {
-  return few_channel_weight_grad_applies(s, block) && wd.kh == 2 && wd.kw == 2 && wd.sh == 2 && wd.sw == 2 &&
-         wd.ph == 0 && wd.pw == 0 && wd.dh == 1 && wd.dw == 1;
+  return few_channel_weight_grad_applies(s, block) && s.c * s.kh * s.kw <= 27 && wd.kh == 2 && wd.kw == 2 &&
+         wd.sh == 2 && wd.sw == 2 && wd.ph == 0 && wd.pw == 0 && wd.dh == 1 && wd.dw == 1;
 }
 
 void conv_relu_pool_few_channels(const onednn::ConvShape& s, int block, const float* x, const float* w,
