@@ -151,7 +151,10 @@ Backend& backend(DeviceType type) {
   for (int t = 0; t < kNumDeviceTypes; ++t)
     if (find_backend(static_cast<DeviceType>(t)))
       present += std::string(present.empty() ? "" : ", ") + device_type_name(static_cast<DeviceType>(t));
-  KILN_FAIL("no ", device_type_name(type), " backend in this build of Kiln (it has: ", present, ")");
+  const char* how = type == DeviceType::CUDA ? "; the CUDA backend is a library of its own: build Kiln with "
+                                               "-DKILN_BUILD_CUDA=ON and load libkiln_cuda.so (KILN_PLUGIN_PATH)"
+                                             : "";
+  KILN_FAIL("no ", device_type_name(type), " backend in this build of Kiln (it has: ", present, ")", how);
 }
 
 Allocator* get_allocator(Device device) { return &backend(device.type).allocator(device.index); }

@@ -1,0 +1,214 @@
+// The CUDA backend's device layer, a backend library (libkiln_cuda.so, built
+// with -DKILN_BUILD_CUDA=ON; load it with load_op_library or
+// KILN_PLUGIN_PATH): each GPU's memory through the stream-ordered caching
+// allocator, pinned host memory for staging, copies in stream order, streams
+// and events. It brings no kernels yet: every op on a CUDA tensor runs on
+// the CPU, visibly (a warning, the profile's fallback column, an error in
+// strict mode), with its transfers.
+//
+// Work goes to each device's default stream, so the synchronous copies are
+// ordered after every kernel queued before them.
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/stream_ordered_allocator.h"
+#include "kiln/backend_library.h"
+#include "kiln/error.h"
+
+namespace {
+using kiln::DeviceType;
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) KILN_FAIL("CUDA: ", what, " failed: ", cudaGetErrorString(status));
+}
+
+// Makes `index` the calling thread's device while it lives.
+class OnDevice {
+ public:
+  explicit OnDevice(int index) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
+  }
+  ~OnDevice() {
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // (no driver or no device: not an error until a CUDA device is asked for)
+    return 0;
+  }
+  return n;
+}
+
+class CudaBackend final : public kiln::Backend {
+ public:
+  CudaBackend() : count_(device_count()), devices_(static_cast<size_t>(count_)) {}
+
+  kiln::Allocator& allocator(int index) override { return *device(index).memory; }
+  bool host_memory() const override { return false; }
+
+  void copy_to_host(void* dst, const void* src, size_t nbytes, int index) override {
+    OnDevice on(checked(index));
+    check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost), "a copy to the host");
+  }
+  void copy_from_host(void* dst, const void* src, size_t nbytes, int index) override {
+    OnDevice on(checked(index));
+    check(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice), "a copy from the host");
+  }
+  void synchronize(int index) override {
+    OnDevice on(checked(index));
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+  kiln::Stream current_stream(int index) override { return {kiln::Device{DeviceType::CUDA, checked(index)}, nullptr}; }
+  // Events come from a ring per device, created once: an event stays valid
+  // until kEvents more are recorded on its device.
+  kiln::Event record(const kiln::Stream& stream) override {
+    Device& d = device(stream.device.index);
+    OnDevice on(stream.device.index);
+    cudaEvent_t event;
+    {
+      std::lock_guard<std::mutex> lock(d.mu);
+      if (d.events.empty()) {
+        d.events.resize(kEvents);
+        for (auto& e : d.events) check(cudaEventCreate(&e), "cudaEventCreate");
+      }
+      event = d.events[d.next_event++ % kEvents];
+    }
+    check(cudaEventRecord(event, static_cast<cudaStream_t>(stream.handle)), "cudaEventRecord");
+    return {stream.device, event, 0};
+  }
+  void wait(const kiln::Stream& stream, const kiln::Event& event) override {
+    OnDevice on(checked(stream.device.index));
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.handle), static_cast<cudaEvent_t>(event.handle), 0),
+          "cudaStreamWaitEvent");
+  }
+  void synchronize(const kiln::Event& event) override {
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(event.handle)), "cudaEventSynchronize");
+  }
+  double elapsed_seconds(const kiln::Event& from, const kiln::Event& to) override {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.handle), static_cast<cudaEvent_t>(to.handle)),
+          "cudaEventElapsedTime");
+    return ms / 1000.0;
+  }
+
+  void copy_to_host_async(void* dst, const void* src, size_t nbytes, const kiln::Stream& stream) override {
+    OnDevice on(checked(stream.device.index));
+    check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream.handle)),
+          "an asynchronous copy to the host");
+  }
+  void copy_from_host_async(void* dst, const void* src, size_t nbytes, const kiln::Stream& stream) override {
+    OnDevice on(checked(stream.device.index));
+    check(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream.handle)),
+          "an asynchronous copy from the host");
+  }
+  void copy_on_device(void* dst, const void* src, size_t nbytes, int index) override {
+    OnDevice on(checked(index));
+    check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToDevice), "a copy on the device");
+  }
+  void copy_across(void* dst, int dst_index, const void* src, int src_index, size_t nbytes) override {
+    check(cudaMemcpyPeer(dst, checked(dst_index), src, checked(src_index), nbytes), "a copy between devices");
+  }
+
+  // Page-locked host memory, cached as the devices' is (its blocks may be
+  // read by copies still queued when freed).
+  kiln::Allocator& pinned_allocator() override {
+    std::call_once(pinned_once_, [this] {
+      kiln::DeviceMemoryCalls calls;
+      calls.device = "pinned host memory";
+      calls.allocate = [](size_t n) -> void* {
+        void* p = nullptr;
+        if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) {
+          cudaGetLastError();
+          return nullptr;
+        }
+        return p;
+      };
+      calls.free = [](void* p) { cudaFreeHost(p); };
+      calls.synchronize = [this] {
+        for (int i = 0; i < count_; ++i) synchronize(i);
+      };
+      pinned_ = std::make_unique<kiln::StreamOrderedAllocator>(std::move(calls));
+    });
+    return *pinned_;
+  }
+
+ private:
+  static constexpr size_t kEvents = 4096;
+
+  struct Device {
+    std::once_flag made;
+    std::unique_ptr<kiln::StreamOrderedAllocator> memory;
+    std::mutex mu;
+    std::vector<cudaEvent_t> events;
+    size_t next_event = 0;
+  };
+
+  int checked(int index) const {
+    if (index >= 0 && index < count_) return index;
+    if (count_ == 0)
+      KILN_FAIL("cuda:", index,
+                ": this machine has no CUDA device that this process can use (cudaGetDeviceCount: 0); "
+                "run on device cpu, or check the driver with nvidia-smi");
+    KILN_FAIL("cuda:", index, ": this machine has ", count_, " CUDA device", count_ == 1 ? "" : "s", " (cuda:0",
+              count_ > 1 ? " to cuda:" + std::to_string(count_ - 1) : std::string(), ")");
+  }
+
+  Device& device(int index) {
+    Device& d = devices_[static_cast<size_t>(checked(index))];
+    std::call_once(d.made, [this, index, &d] {
+      kiln::DeviceMemoryCalls calls;
+      calls.device = "cuda:" + std::to_string(index);
+      calls.allocate = [index](size_t n) -> void* {
+        OnDevice on(index);
+        void* p = nullptr;
+        if (cudaMalloc(&p, n) != cudaSuccess) {
+          cudaGetLastError();  // (an out-of-memory status is not sticky: clear it)
+          return nullptr;
+        }
+        return p;
+      };
+      calls.free = [index](void* p) {
+        OnDevice on(index);
+        cudaFree(p);
+      };
+      calls.synchronize = [this, index] { synchronize(index); };
+      calls.current_stream = [] { return static_cast<void*>(nullptr); };
+      calls.free_and_total = [index] {
+        OnDevice on(index);
+        size_t free = 0, total = 0;
+        cudaMemGetInfo(&free, &total);
+        return std::pair<size_t, size_t>{free, total};
+      };
+      d.memory = std::make_unique<kiln::StreamOrderedAllocator>(std::move(calls));
+    });
+    return d;
+  }
+
+  int count_;
+  std::vector<Device> devices_;
+  std::once_flag pinned_once_;
+  std::unique_ptr<kiln::StreamOrderedAllocator> pinned_;
+};
+
+}  // namespace
+
+KILN_BACKEND_LIBRARY(cuda, reg) {
+  static CudaBackend backend;
+  reg.backend(backend);
+}
