@@ -121,6 +121,8 @@ namespace detail {
 // after decoding its handles).
 void host_fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step);
 void host_fill_random(void* dst, size_t count, DType dtype, const Backend::Draw& draw);
+// Why `type` has no backend here: the ones there are, and how to get CUDA's.
+std::string no_backend_message(DeviceType type);
 }  // namespace detail
 
 // Backends register themselves when their library loads; the CPU is always there.

@@ -145,16 +145,21 @@ KernelContext kernel_context() {
 
 Backend* find_backend(DeviceType type) { return table()[static_cast<int>(type)].load(); }
 
-Backend& backend(DeviceType type) {
-  if (Backend* b = find_backend(type)) return *b;
+std::string detail::no_backend_message(DeviceType type) {
   std::string present;
   for (int t = 0; t < kNumDeviceTypes; ++t)
     if (find_backend(static_cast<DeviceType>(t)))
       present += std::string(present.empty() ? "" : ", ") + device_type_name(static_cast<DeviceType>(t));
-  const char* how = type == DeviceType::CUDA ? "; the CUDA backend is a library of its own: build Kiln with "
-                                               "-DKILN_BUILD_CUDA=ON and load libkiln_cuda.so (KILN_PLUGIN_PATH)"
-                                             : "";
-  KILN_FAIL("no ", device_type_name(type), " backend in this build of Kiln (it has: ", present, ")", how);
+  std::string m = "no " + std::string(device_type_name(type)) + " backend in this build of Kiln (it has: " + present + ")";
+  if (type == DeviceType::CUDA)
+    m += "; the CUDA backend is a library of its own: build Kiln with -DKILN_BUILD_CUDA=ON and load libkiln_cuda.so "
+         "(KILN_PLUGIN_PATH)";
+  return m;
+}
+
+Backend& backend(DeviceType type) {
+  if (Backend* b = find_backend(type)) return *b;
+  KILN_FAIL(detail::no_backend_message(type));
 }
 
 Allocator* get_allocator(Device device) { return &backend(device.type).allocator(device.index); }

@@ -198,7 +198,8 @@ InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = def
 
 InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionOptions options, const std::string& name) {
   const Device device = parse_device(options.device);
-  backend(device.type);  // (throws naming the backends there are)
+  KILN_CHECK(find_backend(device.type) != nullptr, "InferenceSession: device '", options.device,
+             "': ", detail::no_backend_message(device.type));
   KILN_CHECK(options.optimization_level >= 0 && options.optimization_level <= 2,
              "InferenceSession: optimization_level must be 0, 1 or 2, got ", options.optimization_level);
   KILN_CHECK(device == cpu_device() || options.optimization_level > 0, "InferenceSession: optimization_level 0 runs the "
