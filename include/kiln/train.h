@@ -159,7 +159,9 @@ class Model {
   // data-parallel job, or a process training alone.
   bool writes_files() const;
   // Trains for `epochs` epochs; returns one EpochInfo per epoch. A loss that is
-  // not finite is handled as the NonFinitePolicy says.
+  // not finite is handled as the NonFinitePolicy says. Batches are copied to
+  // the device the network's parameters are on (Cell::to), in eval() and
+  // predict() too.
   // With a validation set, each epoch ends with an evaluation on it
   // (EpochInfo::val_loss and val_accuracy), before the callbacks run.
   std::vector<EpochInfo> train(int epochs, data::BatchSource& batches,

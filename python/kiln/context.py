@@ -9,20 +9,37 @@ GRAPH_MODE = 0
 PYNATIVE_MODE = 1
 
 
-def set_context(mode=None, device_target=None, **options):
-    """Sets the process-wide execution mode, as MindSpore's ``set_context``.
+# MindSpore's device targets and Kiln's backends.
+_TARGETS = {"cpu": "cpu", "gpu": "cuda"}
+_device = "cpu"
+
+
+def set_context(mode=None, device_target=None, device_id=None, **options):
+    """Sets the process-wide execution mode and device, as MindSpore's ``set_context``.
 
     ``mode=kiln.GRAPH_MODE``: ``Model.train/eval/predict`` trace the network
     and run it as a compiled graph; ``kiln.PYNATIVE_MODE`` (the default) runs
-    every op eagerly. ``device_target`` is ``"CPU"``. Other MindSpore options
-    have no meaning here and are ignored with a warning naming them.
+    every op eagerly. ``device_target`` is ``"CPU"`` (the default) or
+    ``"GPU"`` (the CUDA backend, GPU ``device_id``), or a device of another
+    backend by Kiln's name (``"reference"``): ``Model`` moves its network
+    there and copies each batch to it. Other MindSpore options have no
+    meaning here and are ignored with a warning naming them.
     """
+    global _device
     if mode is not None:
         if mode not in (GRAPH_MODE, PYNATIVE_MODE):
             raise ValueError(f"mode must be kiln.GRAPH_MODE or kiln.PYNATIVE_MODE, not {mode!r}")
         _kiln.set_mode("graph" if mode == GRAPH_MODE else "eager")
-    if device_target is not None and str(device_target).lower() != "cpu":
-        raise _kiln.Error(f"device_target {device_target!r} is not available in this build; use 'CPU'")
+    if device_target is not None or device_id is not None:
+        target = str(device_target if device_target is not None else get_context("device_target")).lower()
+        if target == "ascend":
+            raise ValueError("device_target 'Ascend' is not a Kiln backend; use 'CPU' or 'GPU'")
+        name = _TARGETS.get(target, target)
+        if device_id is not None:
+            if not isinstance(device_id, int) or device_id < 0:
+                raise ValueError(f"device_id must be a non-negative int, not {device_id!r}")
+            name = f"{name.split(':')[0]}:{device_id}"
+        _device = _kiln.checked_device(name)  # a backend this build lacks is named, with those it has
     if options:
         warnings.warn("set_context ignores " + ", ".join(sorted(options)), stacklevel=2)
 
@@ -31,8 +48,16 @@ def get_context(key):
     if key == "mode":
         return GRAPH_MODE if _kiln.get_mode() == "graph" else PYNATIVE_MODE
     if key == "device_target":
-        return "CPU"
-    raise ValueError(f"unknown context key {key!r}; known: 'mode', 'device_target'")
+        kind = _device.split(":")[0]
+        return {"cpu": "CPU", "cuda": "GPU"}.get(kind, kind)
+    if key == "device_id":
+        return int(_device.split(":")[1]) if ":" in _device else 0
+    raise ValueError(f"unknown context key {key!r}; known: 'mode', 'device_target', 'device_id'")
+
+
+def device():
+    """The device ``set_context`` chose, by Kiln's name ("cpu", "cuda:0")."""
+    return _device
 
 
 class _Compiled:

@@ -1,6 +1,7 @@
 // Cells (subclassable in Python, nestable with C++ cells both ways), the
 // built-in layers and losses, initialisers, graph mode.
 #include "bindings.h"
+#include "kiln/backend.h"
 
 // Outside namespace kiln, so that Cell's error messages count a Python
 // subclass as the user's own cell rather than one of the library's.
@@ -358,6 +359,13 @@ void bind_nn(py::module_& m) {
     set_context({mode == "graph" ? Mode::Graph : Mode::Eager});
   });
   m.def("get_mode", [] { return std::string(context().mode == Mode::Graph ? "graph" : "eager"); });
+  // A device's canonical name, once this build is known to have its backend
+  // (else the error says which it has and how to get CUDA's).
+  m.def("checked_device", [](const std::string& name) {
+    const Device d = parse_device(name);
+    backend(d.type);
+    return d.str();
+  });
   py::class_<jit::CompiledFunction>(m, "CompiledFunction")
       .def("__call__", [](jit::CompiledFunction& f, std::vector<Tensor> inputs) { return f(inputs); })
       .def_property_readonly("graph", &jit::CompiledFunction::graph_text)

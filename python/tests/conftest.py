@@ -14,7 +14,7 @@ def _seeded():
     np.random.seed(0)
     kiln.set_context(mode=kiln.PYNATIVE_MODE)
     yield
-    kiln.set_context(mode=kiln.PYNATIVE_MODE)
+    kiln.set_context(mode=kiln.PYNATIVE_MODE, device_target="CPU")
 
 
 @pytest.fixture

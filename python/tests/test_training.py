@@ -323,3 +323,45 @@ def test_model_trains_a_network_that_computes_its_own_loss_from_every_column(mod
         model.predict(kiln.tensor(x[:2]))
     with pytest.raises(ValueError, match="metrics need the network's outputs"):
         Model(WeightedLoss(net), optimizer=model.optimizer, metrics={"accuracy"})
+
+
+def test_set_context_device_target_trains_there_with_the_cpus_losses():
+    """MindSpore's device_target: Model moves its network there and copies each batch; the reference
+    backend (a device whose memory the host cannot read) stands in for a GPU here."""
+    x = np.random.rand(64, 784).astype(np.float32)
+    y = (np.arange(64) % 10).astype(np.int32)
+
+    def run(target):
+        kiln.set_context(device_target=target)
+        kiln.manual_seed(1)
+        net = SimpleNet()
+        model = Model(net, nn.CrossEntropyLoss(), nn.SGD(net.trainable_params(), learning_rate=0.1, momentum=0.9),
+                      metrics={'accuracy'})
+        data = kiln.dataset.NumpySlicesDataset({"image": x, "label": y}, shuffle=False).batch(16)
+        losses = [h["loss"] for h in model.train(3, data)]
+        assert net.fc1.weight.device == kiln.context.device()
+        return losses, model.eval(data)["accuracy"], model.predict(kiln.Tensor(x[:2]))
+
+    cpu_losses, cpu_accuracy, cpu_out = run("CPU")
+    assert kiln.get_context("device_target") == "CPU"
+    ref_losses, ref_accuracy, ref_out = run("reference")
+    assert kiln.get_context("device_target") == "reference"
+    assert ref_out.device == "reference:0"
+    np.testing.assert_allclose(ref_losses, cpu_losses, rtol=1e-4)
+    assert cpu_losses[-1] < cpu_losses[0]
+    assert ref_accuracy == cpu_accuracy
+    np.testing.assert_allclose(ref_out.asnumpy(), cpu_out.asnumpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_set_context_names_a_device_target_this_build_lacks():
+    with pytest.raises(ValueError, match="'Ascend' is not a Kiln backend; use 'CPU' or 'GPU'"):
+        kiln.set_context(device_target="Ascend")
+    try:
+        kiln.set_context(device_target="GPU")
+    except kiln.Error as e:  # without the CUDA backend: it says so, and how to get it
+        assert "no cuda backend in this build of Kiln" in str(e) and "KILN_BUILD_CUDA" in str(e)
+        assert kiln.get_context("device_target") == "CPU"
+    else:
+        assert kiln.get_context("device_target") == "GPU"
+    with pytest.raises(ValueError, match="device_id must be a non-negative int"):
+        kiln.set_context(device_id=-1)

@@ -114,7 +114,7 @@ LoadReport load_checkpoint(nn::Cell& cell, const std::string& path, const LoadOp
     auto it = target_shape.find(kiln_name);
     if (it != target_shape.end() && mindspore_layout_differs(value.shape(), it->second)) value = value.reshape(it->second);
     entries.push_back({kiln_name, value.dtype(), value.shape(),
-                       [value](Tensor& dst) { dst.copy_(value.to(dst.dtype())); }});
+                       [value](Tensor& dst) { dst.copy_(value.to(dst.dtype()).to(dst.device())); }});
   }
   return load_entries(cell, path, std::move(entries), options);
 }
@@ -123,10 +123,11 @@ LoadReport load_checkpoint(nn::Cell& cell, const MappedSafetensors& file, const 
   std::vector<FileEntry> entries;
   for (const auto& e : file.entries())
     entries.push_back({e.name, e.dtype, e.shape, [&file, &e](Tensor& dst) {
-                         if (e.dtype == dst.dtype() && dst.is_contiguous()) {
+                         if (e.dtype == dst.dtype() && dst.is_contiguous() && dst.device() == cpu_device()) {
                            file.copy_out(e, dst.raw_data());  // parameters are contiguous: one copy from the mapping
                          } else {
-                           dst.copy_(file.tensor(e).to(dst.dtype()));
+                           // (a parameter on a device: through a host tensor)
+                           dst.copy_(file.tensor(e).to(dst.dtype()).to(dst.device()));
                          }
                        }});
   return load_entries(cell, file.path(), std::move(entries), options);

@@ -101,7 +101,7 @@ Tensor load_npy(const std::string& path) {
 }
 
 void save_npy(const std::string& path, const Tensor& t) {
-  Tensor c = t.contiguous();
+  Tensor c = t.to(cpu_device()).contiguous();
   std::string header = "{'descr': '" + std::string(npy_descr(c.dtype())) + "', 'fortran_order': False, 'shape': (";
   for (int64_t d : c.shape()) header += std::to_string(d) + ", ";
   if (c.dim() > 0) header.resize(header.size() - 2);

@@ -110,7 +110,7 @@ Tensor from_proto(const TensorProto& p, const std::string& where) {
 void to_proto(const Tensor& t, TensorProto& p) {
   p.set_data_type(onnx_dtype(t.dtype()));
   for (int64_t d : t.shape()) p.add_dims(d);
-  Tensor c = t.contiguous();
+  Tensor c = t.to(cpu_device()).contiguous();
   p.set_raw_data(std::string(static_cast<const char*>(c.raw_data()), c.numel() * dtype_size(c.dtype())));
 }
 

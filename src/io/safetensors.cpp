@@ -77,7 +77,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   size_t offset = 0;
   for (auto& [name, t] : tensors) {
     KILN_CHECK(name != "__metadata__" && !header.contains(name), "tensor name '", name, "' appears twice or is reserved");
-    Tensor c = t.detach().contiguous();
+    Tensor c = t.detach().to(cpu_device()).contiguous();  // (from a device: its copy on the host)
     size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
     header[name] = {{"dtype", st_dtype(c.dtype())}, {"shape", c.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

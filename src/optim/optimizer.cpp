@@ -128,7 +128,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
         KILN_CHECK(it->second.shape() == p.shape(), "optimizer state '", it->first, "' has shape ",
                    shape_str(it->second.shape()), " but its parameter has shape ", shape_str(p.shape()),
                    "; the state belongs to another model");
-        assignments.emplace_back(&(*store)[g][i], it->second.to(p.dtype()));
+        assignments.emplace_back(&(*store)[g][i], it->second.to(p.dtype()).to(p.device()));  // beside its parameter
         ++used;
       }
   KILN_CHECK(used == state.size(), "optimizer state has ", state.size() - used,

@@ -9,6 +9,23 @@
 #include "kiln/train.h"
 
 namespace kiln::train {
+namespace {
+
+// Where the network's parameters are: its batches are copied there.
+Device device_of(const nn::Cell& net) {
+  for (const auto& [name, p] : net.parameters_and_names()) return p.device();
+  return cpu_device();
+}
+
+// The batch's tensors on `device` (where they are already: untouched).
+void move_batch(data::Batch& batch, Device device) {
+  if (batch.inputs.defined()) batch.inputs = batch.inputs.to(device);
+  if (batch.labels.defined()) batch.labels = batch.labels.to(device);
+  for (Tensor& t : batch.extras)
+    if (t.defined()) t = t.to(device);
+}
+
+}  // namespace
 
 Model::Model(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
              std::vector<std::shared_ptr<metrics::Metric>> metrics)
@@ -82,6 +99,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   // Steps of the full batch size are measured; a smaller last batch runs on
   // the count they found best.
   auto governor = adapt_threads_ && get_num_threads() > 1 ? std::make_shared<ThreadGovernor>() : nullptr;
+  const Device device = device_of(*net_);
   for (int epoch = first_epoch; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
@@ -101,6 +119,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
       {
         profiler::Range wait("data");  // time the step waits for its batch
         if (!batches.next(batch)) break;
+        move_batch(batch, device);
       }
       profiler::Range step("step");
       GovernedRun governed(governor, batch.inputs.shape()[0] == batches.batch_size());
@@ -263,7 +282,9 @@ EvalResult Model::eval(data::BatchSource& batches) {
   data::Batch batch;
   EvalResult r;
   double loss_sum = 0;
+  const Device device = device_of(*net_);
   while (batches.next(batch)) {
+    move_batch(batch, device);
     int64_t n = batch.inputs.shape()[0];
     if (batch_loss_) {
       loss_sum += batch_loss_(batch).item<double>() * static_cast<double>(n);
@@ -306,8 +327,9 @@ Tensor Model::predict(const Tensor& inputs) {
   NoGradGuard guard;
   AutocastScope autocast(precision_.dtype);
   net_->set_train(false);
-  if (mode() == Mode::Graph) return (*inference())({inputs})[0];
-  return (*net_)(inputs);
+  const Tensor x = inputs.to(device_of(*net_));
+  if (mode() == Mode::Graph) return (*inference())({x})[0];
+  return (*net_)(x);
 }
 
 }  // namespace kiln::train

@@ -137,6 +137,7 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 
   manual_seed(r.seed);
   auto net = detail::make_model(r, d.config);
+  net->to(parse_device(r.device));  // before the optimizer: its state is made beside the parameters
   if (group && r.distributed.sync_batchnorm) nn::convert_sync_batchnorm(*net, dist::handle_of(group));
   auto opt = make_optimizer(r, net->trainable_params());
   int64_t steps_per_epoch = d.train->batches_per_epoch();
@@ -252,6 +253,7 @@ RunResult evaluate(const Recipe& r, const std::string& checkpoint, bool strict) 
   detail::RecipeData d = detail::load_data(r);
   auto net = detail::make_model(r, d.config);
   io::load_checkpoint(*net, checkpoint, {.strict = strict});
+  net->to(parse_device(r.device));
   std::vector<std::shared_ptr<train::metrics::Metric>> metrics{std::make_shared<train::metrics::Accuracy>()};
   if (d.seq_len == 0) {  // classification: top-5 and macro precision, recall and F1 too
     metrics.push_back(std::make_shared<train::metrics::Accuracy>(std::min<int64_t>(5, d.config.num_classes)));

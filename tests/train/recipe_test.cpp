@@ -213,6 +213,57 @@ TEST(Recipe, GraphModeTrainsLikeEager) {
   std::filesystem::remove_all(dir);
 }
 
+// A recipe's device: the model, its optimizer state and every batch live
+// there, and the losses step by step are the CPU's (the reference backend
+// computes in double where the CPU rounds blocks in float, hence the
+// tolerance). Its missing kernels run on the CPU, visibly.
+TEST(Recipe, TrainsOnTheRecipesDeviceWithTheCpusLosses) {
+  auto dir = write_tiny_mnist("device");
+  // 20 steps (5 epochs of 4 batches), then 4 more resumed from the training checkpoint.
+  auto run = [&](const std::string& device, int64_t max_steps) {
+    recipe::RunOptions o;
+    o.progress = false;
+    if (max_steps > 20) o.resume_from = (dir / device / "resume.safetensors").string();
+    auto losses = std::make_shared<std::vector<double>>();
+    auto record = std::make_shared<train::LambdaCallback>();
+    record->step_end = [losses, device](train::Model& m, const train::StepInfo& s) {
+      losses->push_back(s.loss);
+      for (const Tensor& p : m.network().trainable_params()) EXPECT_EQ(p.device(), parse_device(device));
+    };
+    o.callbacks.push_back(record);
+    auto r = recipe::parse_recipe_text(
+        "model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " + dir.string() +
+        "}\noptimizer: {name: sgd, lr: 0.1, momentum: 0.9}\nepochs: 6\n"
+        "batch_size: 16\nmax_steps: " +
+        std::to_string(max_steps) + "\ndevice: " + device + "\noutput: " + (dir / device).string() + "\n");
+    const recipe::RunResult res = recipe::train(r, o);
+    return std::make_pair(res, *losses);
+  };
+  auto expect_same_losses = [](const std::vector<double>& ref, const std::vector<double>& cpu, size_t steps) {
+    ASSERT_EQ(cpu.size(), steps);
+    ASSERT_EQ(ref.size(), steps);
+    for (size_t i = 0; i < steps; ++i) EXPECT_NEAR(ref[i], cpu[i], 1e-4 * cpu[i]) << "step " << i + 1;
+  };
+  const auto [cpu, cpu_losses] = run("cpu", 20);
+  const auto [ref, ref_losses] = run("reference", 20);
+  expect_same_losses(ref_losses, cpu_losses, 20);
+  EXPECT_LT(cpu_losses.back(), 0.5 * cpu_losses.front());
+  EXPECT_NEAR(ref.accuracy, cpu.accuracy, 1e-9);
+  // The momentum buffers saved from the device go back there on resuming.
+  expect_same_losses(run("reference", 24).second, run("cpu", 24).second, 4);
+  // The checkpoint was written from the device and reads back on the CPU.
+  auto r = recipe::parse_recipe_text("model: mlp\nmodel_config: {hidden: [16]}\ndataset: {name: mnist, path: " +
+                                     dir.string() + "}\noutput: " + (dir / "eval").string() + "\n");
+  EXPECT_NEAR(recipe::evaluate(r, (dir / "reference" / "checkpoint.safetensors").string()).accuracy,
+              recipe::evaluate(r, (dir / "cpu" / "checkpoint.safetensors").string()).accuracy, 1e-9);
+  r.device = "reference";
+  const double cpu_weights_on_device = recipe::evaluate(r, (dir / "cpu" / "checkpoint.safetensors").string()).accuracy;
+  r.device = "cpu";
+  EXPECT_NEAR(cpu_weights_on_device, recipe::evaluate(r, (dir / "cpu" / "checkpoint.safetensors").string()).accuracy,
+              1e-9);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Recipe, MixedPrecisionTrainsAndRecordsItsPrecisionAndLossScale) {
   auto dir = write_tiny_mnist("mixed_precision");
   auto run = [&](const std::string& precision, const std::string& extra) {

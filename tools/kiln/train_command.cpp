@@ -42,7 +42,8 @@ void add_train_commands(CLI::App& app) {
       ->check(CLI::IsMember({"eager", "graph"}));
   train->add_option("--precision", precision,
                     "float32, or mixed precision: bfloat16 (bf16) or float16 (fp16, with a dynamic loss scale)");
-  train->add_option("--device", device, "Where training runs: cpu (the recipe's device: key)");
+  train->add_option("--device", device,
+                    "Where training runs: cpu, or another backend of this build (the recipe's device: key)");
   train->callback([] {
     KILN_CHECK(!recipe_path.empty() || !resume.empty(), "kiln train needs a recipe file, or --resume DIR");
     std::string resume_file = resume;
@@ -85,7 +86,8 @@ void add_train_commands(CLI::App& app) {
   eval->add_option("--checkpoint", checkpoint, "Checkpoint (.safetensors) written by kiln train")->required();
   eval->add_option("--mode", mode, "eager, or graph: compiled inference")->check(CLI::IsMember({"eager", "graph"}));
   eval->add_option("--precision", precision, "float32, or bfloat16 or float16 under autocast");
-  eval->add_option("--device", device, "Where evaluation runs: cpu (the recipe's device: key)");
+  eval->add_option("--device", device,
+                   "Where evaluation runs: cpu, or another backend of this build (the recipe's device: key)");
   static bool no_strict = false;
   eval->add_flag("--no-strict", no_strict,
                  "Load the weights whose names and shapes match and report the rest, instead of refusing the file");

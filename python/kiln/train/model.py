@@ -120,12 +120,20 @@ class Model:
         if valid is not None and self._columns is not None and valid_columns != self._columns[0]:
             raise ValueError(f"train_dataset has {self._columns[0]} columns and valid_dataset {valid_columns}; the "
                              "network takes the same columns from both")
+        self._place()
         history = self._model.train(epoch, batches, cbs, valid)
         return [h.as_dict() for h in history]
 
     def eval(self, valid_dataset, callbacks=None, dataset_sink_mode=False):
         """The mean loss and the metrics over a dataset, in inference mode: {'loss': ..., 'accuracy': ...}."""
+        self._place()
         return self._model.eval(self._batches(valid_dataset, "valid_dataset"))
+
+    def _place(self):
+        # The network on set_context's device (its parameters move in place,
+        # so the optimizer's follow); batches are copied there as they come.
+        from ..context import device
+        self.network.to(device())
 
     def _batches(self, dataset, what):
         if self._columns is None:
@@ -139,6 +147,7 @@ class Model:
         if len(predict_data) != 1:
             raise ValueError("predict takes one input tensor")
         x = predict_data[0]
+        self._place()
         return self._model.predict(x if isinstance(x, _kiln.Tensor) else _kiln.tensor(x))
 
     def __repr__(self):
