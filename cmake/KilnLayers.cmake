@@ -105,10 +105,15 @@ function(kiln_layer_id layer out)
 endfunction()
 
 # The object library kiln_layer_<id>, compiled against the layer's own include
-# folder, from the sources in its folder but not in a layer folder inside it.
+# folder, from the sources (.cpp, and .cu where CUDA is enabled) in its folder
+# but not in a layer folder inside it.
 function(kiln_layer_objects layer deps)
   kiln_layer_id(${layer} id)
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${layer}/*.cpp)
+  if(CMAKE_CUDA_COMPILER)  # CUDA sources: only in the CUDA backend's layer, built when CUDA is on
+    file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${layer}/*.cu)
+    list(APPEND sources ${cuda_sources})
+  endif()
   foreach(other IN LISTS KILN_ALL_LAYERS)
     if(NOT other STREQUAL layer AND other MATCHES "^${layer}/")
       list(FILTER sources EXCLUDE REGEX "^${PROJECT_SOURCE_DIR}/src/${other}/")

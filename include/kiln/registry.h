@@ -116,6 +116,9 @@ struct ElementwiseMath {
   BlockFn<float> f32 = nullptr;
   BlockFn<double> f64 = nullptr;
   KernelFn kernel = nullptr;
+  // The formula's functor by name (src/ops/elementwise_formulas.h), for a
+  // device backend that compiles the same functor into kernels of its own.
+  const char* formula = nullptr;
   explicit operator bool() const { return f32 != nullptr; }
 };
 // How a backend runs block math over tensors of any layout.

@@ -17,23 +17,27 @@
 #include "kiln/error.h"
 
 // A functor without attributes: KILN_MATH1(Neg, -x), KILN_MATH2(Add, a + b).
-#define KILN_MATH1(NAME, EXPR)                         \
-  struct NAME {                                        \
-    static constexpr int kArity = 1;                   \
-    explicit NAME(const ::kiln::Attrs&) {}             \
-    template <typename C>                              \
-    KILN_HOST_DEVICE C operator()(C x) const {         \
-      return EXPR;                                     \
-    }                                                  \
+// kName is the functor's own name, which ElementwiseMath::formula carries to
+// the backends that instantiate it (KILN_FORMULAS below).
+#define KILN_MATH1(NAME, EXPR)                  \
+  struct NAME {                                 \
+    static constexpr int kArity = 1;            \
+    static constexpr const char* kName = #NAME; \
+    explicit NAME(const ::kiln::Attrs&) {}      \
+    template <typename C>                       \
+    KILN_HOST_DEVICE C operator()(C x) const {  \
+      return EXPR;                              \
+    }                                           \
   }
-#define KILN_MATH2(NAME, EXPR)                         \
-  struct NAME {                                        \
-    static constexpr int kArity = 2;                   \
-    explicit NAME(const ::kiln::Attrs&) {}             \
-    template <typename C>                              \
-    KILN_HOST_DEVICE C operator()(C a, C b) const {    \
-      return EXPR;                                     \
-    }                                                  \
+#define KILN_MATH2(NAME, EXPR)                      \
+  struct NAME {                                     \
+    static constexpr int kArity = 2;                \
+    static constexpr const char* kName = #NAME;     \
+    explicit NAME(const ::kiln::Attrs&) {}          \
+    template <typename C>                           \
+    KILN_HOST_DEVICE C operator()(C a, C b) const { \
+      return EXPR;                                  \
+    }                                               \
   }
 
 namespace kiln::formulas {
@@ -75,6 +79,7 @@ KILN_MATH2(SiluBackward, a * (C(1) / (C(1) + std::exp(-b))) * (C(1) + b * (C(1) 
 
 struct LeakyRelu {
   static constexpr int kArity = 1;
+  static constexpr const char* kName = "LeakyRelu";
   double slope;
   explicit LeakyRelu(const Attrs& a) : slope(a.get_float("negative_slope", 0.01)) {}
   template <typename C>
@@ -82,6 +87,7 @@ struct LeakyRelu {
 };
 struct LeakyReluBackward : LeakyRelu {
   static constexpr int kArity = 2;
+  static constexpr const char* kName = "LeakyReluBackward";
   using LeakyRelu::LeakyRelu;
   template <typename C>
   KILN_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : g * static_cast<C>(slope); }
@@ -94,6 +100,7 @@ inline bool gelu_tanh(const Attrs& attrs) {
 }
 struct Gelu {
   static constexpr int kArity = 1;
+  static constexpr const char* kName = "Gelu";
   bool tanh_form;
   explicit Gelu(const Attrs& a) : tanh_form(gelu_tanh(a)) {}
   template <typename C>
@@ -104,6 +111,7 @@ struct Gelu {
 };
 struct GeluBackward : Gelu {
   static constexpr int kArity = 2;
+  static constexpr const char* kName = "GeluBackward";
   using Gelu::Gelu;
   template <typename C>
   KILN_HOST_DEVICE C operator()(C g, C x) const {
@@ -121,6 +129,7 @@ struct GeluBackward : Gelu {
 
 struct Softplus {
   static constexpr int kArity = 1;
+  static constexpr const char* kName = "Softplus";
   double beta, threshold;
   explicit Softplus(const Attrs& a) : beta(a.get_float("beta", 1.0)), threshold(a.get_float("threshold", 20.0)) {}
   template <typename C>
@@ -131,6 +140,7 @@ struct Softplus {
 };
 struct SoftplusBackward : Softplus {
   static constexpr int kArity = 2;
+  static constexpr const char* kName = "SoftplusBackward";
   using Softplus::Softplus;
   template <typename C>
   KILN_HOST_DEVICE C operator()(C g, C x) const {
@@ -141,6 +151,7 @@ struct SoftplusBackward : Softplus {
 
 struct Clamp {
   static constexpr int kArity = 1;
+  static constexpr const char* kName = "Clamp";
   bool has_min, has_max;
   double lo, hi;
   explicit Clamp(const Attrs& a)
@@ -180,3 +191,15 @@ KILN_MATH1(Acosh, std::acosh(x));
 KILN_MATH1(Atanh, std::atanh(x));
 
 }  // namespace kiln::formulas
+
+// Every functor above, for a backend that instantiates each in kernels of
+// its own (X(Name) per functor); a test checks that every op's formula is
+// here and that each kName is its functor's name.
+// clang-format off
+#define KILN_FORMULAS(X)                                                                                      \
+  X(Neg) X(Abs) X(Exp) X(Log) X(Log1p) X(Sqrt) X(Rsqrt) X(Sin) X(Cos) X(Tanh) X(Sigmoid) X(Relu) X(Silu)      \
+  X(Erf) X(Sign) X(Floor) X(Ceil) X(Round) X(Add) X(Sub) X(Mul) X(Div) X(Pow) X(Maximum) X(Minimum)            \
+  X(ReluBackward) X(SigmoidBackward) X(TanhBackward) X(SiluBackward) X(LeakyRelu) X(LeakyReluBackward) X(Gelu) \
+  X(GeluBackward) X(Softplus) X(SoftplusBackward) X(Clamp) X(Hardsigmoid) X(Hardswish) X(HardsigmoidBackward)  \
+  X(HardswishBackward) X(Asin) X(Acos) X(Atan) X(Asinh) X(Acosh) X(Atanh)
+// clang-format on

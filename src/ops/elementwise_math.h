@@ -4,6 +4,7 @@
 //
 //   struct Relu {
 //     static constexpr int kArity = 1;
+//     static constexpr const char* kName = "Relu";
 //     explicit Relu(const Attrs&) {}
 //     template <typename C> C operator()(C x) const { return x < C(0) ? C(0) : x; }
 //   };
@@ -39,7 +40,7 @@ void math_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
 
 template <class F>
 ElementwiseMath elementwise_math() {
-  return {F::kArity, &math_block<F, float>, &math_block<F, double>, &math_kernel<F>};
+  return {F::kArity, &math_block<F, float>, &math_block<F, double>, &math_kernel<F>, F::kName};
 }
 
 template <class F>

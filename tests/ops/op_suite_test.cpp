@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "ops/elementwise_formulas.h"
 #include "ops/golden_cases.h"
 
 namespace kiln::testing {
@@ -221,6 +222,25 @@ TEST(OpCoverage, EveryDifferentiableForwardOpHasAGradientCase) {
       continue;
     EXPECT_TRUE(with_grads.count(op->name)) << op->name << " is differentiable but no case checks its gradient";
   }
+}
+
+// A device backend compiles each op's formula into kernels of its own from
+// KILN_FORMULAS: every formula must be there, under its functor's name.
+TEST(OpCoverage, EveryElementwiseFormulaIsListedForDeviceBackends) {
+  std::set<std::string> listed;
+#define KILN_LIST_FORMULA(F)                                                                         \
+  EXPECT_STREQ(formulas::F::kName, #F) << "a functor derived from another needs a kName of its own"; \
+  listed.insert(#F);
+  KILN_FORMULAS(KILN_LIST_FORMULA)
+#undef KILN_LIST_FORMULA
+  int ops_with_math = 0;
+  for (const OpDef* op : OpRegistry::instance().all()) {
+    if (!op->math || op->math.formula == nullptr) continue;  // an op package's math has no device form
+    ++ops_with_math;
+    EXPECT_TRUE(listed.count(op->math.formula))
+        << op->name << "'s formula " << op->math.formula << " is missing from KILN_FORMULAS (elementwise_formulas.h)";
+  }
+  EXPECT_GE(ops_with_math, static_cast<int>(listed.size()));  // each listed functor is some op's formula
 }
 
 }  // namespace

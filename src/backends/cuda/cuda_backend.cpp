@@ -2,9 +2,11 @@
 // with -DKILN_BUILD_CUDA=ON; load it with load_op_library or
 // KILN_PLUGIN_PATH): each GPU's memory through the stream-ordered caching
 // allocator, pinned host memory for staging, copies in stream order, streams
-// and events. It brings no kernels yet: every op on a CUDA tensor runs on
-// the CPU, visibly (a warning, the profile's fallback column, an error in
-// strict mode), with its transfers.
+// and events; and its kernels (elementwise_ops.cpp: every op with an
+// elementwise formula, and copy; matmul_kernels.cpp: matmul and linear on
+// cuBLASLt). Every other op on a CUDA tensor runs on the CPU,
+// visibly (a warning, the profile's fallback column, an error in strict
+// mode), with its transfers.
 //
 // Work goes to each device's default stream, so the synchronous copies are
 // ordered after every kernel queued before them.
@@ -16,34 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/elementwise_kernels.h"
+#include "backends/cuda/matmul_kernels.h"
+#include "backends/cuda/on_device.h"
 #include "core/stream_ordered_allocator.h"
 #include "kiln/backend_library.h"
 #include "kiln/error.h"
 
 namespace {
 using kiln::DeviceType;
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) KILN_FAIL("CUDA: ", what, " failed: ", cudaGetErrorString(status));
-}
-
-// Makes `index` the calling thread's device while it lives.
-class OnDevice {
- public:
-  explicit OnDevice(int index) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
-  }
-  ~OnDevice() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using kiln::cuda::check;
+using kiln::cuda::OnDevice;
 
 int device_count() {
   int n = 0;
@@ -211,4 +196,6 @@ class CudaBackend final : public kiln::Backend {
 KILN_BACKEND_LIBRARY(cuda, reg) {
   static CudaBackend backend;
   reg.backend(backend);
+  kiln::cuda::register_elementwise_kernels(reg);
+  kiln::cuda::register_matmul_kernels(reg);
 }

@@ -1,0 +1,138 @@
+// Every elementwise formula (src/ops/elementwise_formulas.h) as a CUDA
+// kernel: the functor the CPU runs, built on the host from the op's
+// attributes and copied to the device by value. One thread per output
+// element in a grid-stride loop; float16 and bfloat16 load into float,
+// compute there and round once on the store, as the CPU does.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backends/cuda/elementwise_launch.h"
+#include "ops/elementwise_formulas.h"
+
+namespace kiln::cuda {
+namespace {
+
+// Storage type S, computed in C.
+template <typename S>
+struct Stored;
+template <>
+struct Stored<float> {
+  using C = float;
+  static __device__ C load(const float* p) { return *p; }
+  static __device__ void store(float* p, C v) { *p = v; }
+};
+template <>
+struct Stored<double> {
+  using C = double;
+  static __device__ C load(const double* p) { return *p; }
+  static __device__ void store(double* p, C v) { *p = v; }
+};
+template <>
+struct Stored<__half> {
+  using C = float;
+  static __device__ C load(const __half* p) { return __half2float(*p); }
+  static __device__ void store(__half* p, C v) { *p = __float2half_rn(v); }
+};
+template <>
+struct Stored<__nv_bfloat16> {
+  using C = float;
+  static __device__ C load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+  static __device__ void store(__nv_bfloat16* p, C v) { *p = __float2bfloat16_rn(v); }
+};
+
+template <class F, typename S>
+__global__ void map_kernel(F f, MapGeometry g, S* y, const S* a, const S* b) {
+  using T = Stored<S>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += step) {
+    int64_t off[MapGeometry::kMaxOperands] = {i, i, i};
+    if (!g.flat) map_offsets(g, i, off);
+    if constexpr (F::kArity == 1) {
+      T::store(y + off[0], f(T::load(a + off[1])));
+    } else {
+      T::store(y + off[0], f(T::load(a + off[1]), T::load(b + off[2])));
+    }
+  }
+}
+
+// Element moves of any dtype, as words of its size.
+template <typename W>
+__global__ void copy_kernel(MapGeometry g, W* y, const W* a) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += step) {
+    int64_t off[MapGeometry::kMaxOperands] = {i, i, i};
+    if (!g.flat) map_offsets(g, i, off);
+    y[off[0]] = a[off[1]];
+  }
+}
+
+constexpr int kThreads = 256;
+
+// Enough blocks to fill any current GPU several times over; the grid-stride
+// loops take the rest.
+unsigned blocks_for(int64_t numel) {
+  return static_cast<unsigned>(std::min<int64_t>((numel + kThreads - 1) / kThreads, int64_t{1} << 16));
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) KILN_FAIL("CUDA: the ", kernel, " kernel did not launch: ", cudaGetErrorString(status));
+}
+
+template <typename W>
+void copy_as(const MapCall& call) {
+  copy_kernel<W><<<blocks_for(call.geometry.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
+      call.geometry, static_cast<W*>(call.out), static_cast<const W*>(call.in[0]));
+  check_launch("copy");
+}
+
+template <class F, typename S>
+void launch_as(const F& f, const MapCall& call) {
+  if (call.geometry.numel == 0) return;
+  map_kernel<F, S><<<blocks_for(call.geometry.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
+      f, call.geometry, static_cast<S*>(call.out), static_cast<const S*>(call.in[0]),
+      static_cast<const S*>(call.in[1]));
+  check_launch(F::kName);
+}
+
+}  // namespace
+
+void launch_copy(const MapCall& call, size_t element_size) {
+  if (call.geometry.numel == 0) return;
+  switch (element_size) {
+    case 1:
+      return copy_as<uint8_t>(call);
+    case 2:
+      return copy_as<uint16_t>(call);
+    case 4:
+      return copy_as<uint32_t>(call);
+    case 8:
+      return copy_as<uint64_t>(call);
+    default:
+      KILN_FAIL("CUDA copy: elements of ", element_size, " bytes");
+  }
+}
+
+template <class F>
+void launch_map(const F& f, const MapCall& call) {
+  switch (call.dtype) {
+    case MapDType::Float32:
+      return launch_as<F, float>(f, call);
+    case MapDType::Float64:
+      return launch_as<F, double>(f, call);
+    case MapDType::Float16:
+      return launch_as<F, __half>(f, call);
+    case MapDType::BFloat16:
+      return launch_as<F, __nv_bfloat16>(f, call);
+  }
+}
+
+#define KILN_INSTANTIATE_MAP(F) template void launch_map<formulas::F>(const formulas::F&, const MapCall&);
+KILN_FORMULAS(KILN_INSTANTIATE_MAP)
+#undef KILN_INSTANTIATE_MAP
+
+}  // namespace kiln::cuda
