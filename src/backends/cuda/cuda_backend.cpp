@@ -1,12 +1,12 @@
-// The CUDA backend's device layer, a backend library (libkiln_cuda.so, built
-// with -DKILN_BUILD_CUDA=ON; load it with load_op_library or
-// KILN_PLUGIN_PATH): each GPU's memory through the stream-ordered caching
-// allocator, pinned host memory for staging, copies in stream order, streams
-// and events; and its kernels (elementwise_ops.cpp: every op with an
-// elementwise formula, and copy; matmul_kernels.cpp: matmul and linear on
-// cuBLASLt). Every other op on a CUDA tensor runs on the CPU,
-// visibly (a warning, the profile's fallback column, an error in strict
-// mode), with its transfers.
+// The CUDA backend, a backend library (libkiln_cuda.so, built with
+// -DKILN_BUILD_CUDA=ON; load it with load_op_library or KILN_PLUGIN_PATH):
+// each GPU's memory through the stream-ordered caching allocator, pinned
+// host memory for staging, copies in stream order, streams and events; and
+// its kernels (elementwise_ops.cpp: every op with an elementwise formula,
+// and copy; matmul_kernels.cpp: matmul and linear on cuBLASLt;
+// training_ops.cpp: sum, mean, cross entropy and the SGD update). Every
+// other op on a CUDA tensor runs on the CPU, visibly (a warning, the
+// profile's fallback column, an error in strict mode), with its transfers.
 //
 // Work goes to each device's default stream, so the synchronous copies are
 // ordered after every kernel queued before them.
@@ -21,6 +21,7 @@
 #include "backends/cuda/elementwise_kernels.h"
 #include "backends/cuda/matmul_kernels.h"
 #include "backends/cuda/on_device.h"
+#include "backends/cuda/training_kernels.h"
 #include "core/stream_ordered_allocator.h"
 #include "kiln/backend_library.h"
 #include "kiln/error.h"
@@ -198,4 +199,5 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   reg.backend(backend);
   kiln::cuda::register_elementwise_kernels(reg);
   kiln::cuda::register_matmul_kernels(reg);
+  kiln::cuda::register_training_kernels(reg);
 }

@@ -3,46 +3,17 @@
 // attributes and copied to the device by value. One thread per output
 // element in a grid-stride loop; float16 and bfloat16 load into float,
 // compute there and round once on the store, as the CPU does.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/elementwise_launch.h"
+#include "backends/cuda/stored.h"
 #include "ops/elementwise_formulas.h"
 
 namespace kiln::cuda {
 namespace {
-
-// Storage type S, computed in C.
-template <typename S>
-struct Stored;
-template <>
-struct Stored<float> {
-  using C = float;
-  static __device__ C load(const float* p) { return *p; }
-  static __device__ void store(float* p, C v) { *p = v; }
-};
-template <>
-struct Stored<double> {
-  using C = double;
-  static __device__ C load(const double* p) { return *p; }
-  static __device__ void store(double* p, C v) { *p = v; }
-};
-template <>
-struct Stored<__half> {
-  using C = float;
-  static __device__ C load(const __half* p) { return __half2float(*p); }
-  static __device__ void store(__half* p, C v) { *p = __float2half_rn(v); }
-};
-template <>
-struct Stored<__nv_bfloat16> {
-  using C = float;
-  static __device__ C load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-  static __device__ void store(__nv_bfloat16* p, C v) { *p = __float2bfloat16_rn(v); }
-};
 
 template <class F, typename S>
 __global__ void map_kernel(F f, MapGeometry g, S* y, const S* a, const S* b) {

@@ -7,26 +7,12 @@
 #include "backends/cuda/elementwise_kernels.h"
 #include "backends/cuda/elementwise_launch.h"
 #include "backends/cuda/on_device.h"
+#include "backends/cuda/scratch.h"
 #include "kiln/backend.h"
 #include "ops/elementwise_formulas.h"
 
 namespace kiln::cuda {
 namespace {
-
-MapDType map_dtype(DType d) {
-  switch (d) {
-    case DType::Float32:
-      return MapDType::Float32;
-    case DType::Float64:
-      return MapDType::Float64;
-    case DType::Float16:
-      return MapDType::Float16;
-    case DType::BFloat16:
-      return MapDType::BFloat16;
-    default:
-      KILN_FAIL("CUDA elementwise kernels take floating dtypes, not ", dtype_name(d));
-  }
-}
 
 // The output and its first `arity` inputs' addresses and layout (the dtype
 // is the caller's: copies do not read it).

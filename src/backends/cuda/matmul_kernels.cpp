@@ -21,6 +21,7 @@
 
 #include "backends/cuda/elementwise_launch.h"
 #include "backends/cuda/on_device.h"
+#include "backends/cuda/scratch.h"
 #include "kiln/backend.h"
 #include "ops/elementwise_formulas.h"
 
@@ -164,52 +165,6 @@ cublasLtMatmulAlgo_t algorithm(const ProblemKey& key, const Descriptors& ds, con
   KILN_CHECK(found > 0, "cuBLASLt has no algorithm for this matmul (", std::get<2>(key), "x", std::get<3>(key), "x",
              std::get<4>(key), ", batch ", std::get<5>(key), ")");
   return cache.emplace(key, result.algo).first->second;
-}
-
-// Workspace memory from the device's stream-ordered allocator, given back
-// in the stream's order when the call's work is queued.
-class Scratch {
- public:
-  Scratch(const KernelContext& c, size_t nbytes)
-      : c_(c), n_(nbytes), p_(nbytes ? c.workspace->allocate_on(c.stream, nbytes) : nullptr) {}
-  ~Scratch() {
-    if (p_) c_.workspace->deallocate_on(c_.stream, p_, n_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return p_; }
-
- private:
-  KernelContext c_;
-  size_t n_;
-  void* p_;
-};
-
-// A row-major operand as it lies in device memory.
-struct View {
-  const void* data;
-  Shape shape;
-  std::vector<int64_t> strides;
-};
-View view_of(const Tensor& t) { return {t.device_data(), t.shape(), t.strides()}; }
-
-// A dense copy of `v` broadcast to `shape`, in scratch memory.
-View gathered(const View& v, const Shape& shape, size_t element, const KernelContext& context,
-              std::vector<std::unique_ptr<Scratch>>& keep) {
-  std::vector<int64_t> dense(shape.size());
-  int64_t step = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    dense[d] = step;
-    step *= shape[d];
-  }
-  keep.push_back(std::make_unique<Scratch>(context, static_cast<size_t>(step) * element));
-  MapCall copy;
-  copy.geometry = map_geometry(shape, {shape, v.shape}, {dense, v.strides});
-  copy.out = keep.back()->get();
-  copy.in[0] = v.data;
-  copy.stream = context.stream.handle;
-  launch_copy(copy, element);
-  return {copy.out, shape, dense};
 }
 
 // y[batch..., m, n] = a[batch..., m, k] b[batch..., k, n] (+ bias[n]), with

@@ -1,0 +1,293 @@
+// Sums over any axes, the fused cross entropy and its backward, and the
+// fused SGD update, on CUDA. A reduction gives each output a block whose
+// threads stride over its reduced positions and combine through warp
+// shuffles and shared memory; cross entropy gives each row a block.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cuda/stored.h"
+#include "backends/cuda/training_launch.h"
+#include "kiln/error.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // a multiple of the warp's 32
+
+template <typename T>
+__device__ T warp_sum(T v) {
+  for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
+  return v;
+}
+template <typename T>
+__device__ T warp_max(T v) {
+  for (int d = 16; d > 0; d /= 2) v = max(v, __shfl_down_sync(0xffffffffu, v, d));
+  return v;
+}
+
+// The block's total (or maximum) of every thread's v, in every thread.
+template <typename T, bool kMax>
+__device__ T block_combine(T v) {
+  __shared__ T partial[kThreads / 32];
+  __shared__ T result;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x / 32;
+    T w = lane < warps ? partial[lane] : (kMax ? -INFINITY : T(0));
+    w = kMax ? warp_max(w) : warp_sum(w);
+    if (lane == 0) result = w;
+  }
+  __syncthreads();
+  const T r = result;
+  __syncthreads();  // (the next call may reuse the shared slots)
+  return r;
+}
+template <typename T>
+__device__ T block_sum(T v) {
+  return block_combine<T, false>(v);
+}
+template <typename T>
+__device__ T block_max(T v) {
+  return block_combine<T, true>(v);
+}
+
+unsigned grid_for(int64_t blocks) {
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), 1 << 16));
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) KILN_FAIL("CUDA: the ", kernel, " kernel did not launch: ", cudaGetErrorString(status));
+}
+
+// --- sum and mean ---------------------------------------------------------------
+
+template <typename S>
+__global__ void sum_kernel(ReduceCall c) {
+  using T = Stored<S>;
+  using Acc = typename T::C;
+  const S* x = static_cast<const S*>(c.in);
+  S* y = static_cast<S*>(c.out);
+  for (int64_t o = blockIdx.x; o < c.outer.numel; o += gridDim.x) {
+    int64_t at[MapGeometry::kMaxOperands] = {o, o, o};
+    if (!c.outer.flat) map_offsets(c.outer, o, at);
+    Acc acc = 0;
+    for (int64_t r = threadIdx.x; r < c.inner.numel; r += blockDim.x) {
+      int64_t in[MapGeometry::kMaxOperands] = {r, r, r};
+      if (!c.inner.flat) map_offsets(c.inner, r, in);
+      acc += T::load(x + at[1] + in[0]);
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) T::store(y + at[0], static_cast<Acc>(acc * static_cast<Acc>(c.scale)));
+  }
+}
+
+// --- cross entropy ---------------------------------------------------------------
+
+// Row i's log-sum-exp and, with smoothing, sum_k w_k (x_k - lse); in every thread.
+template <typename S>
+__device__ void row_stats(const CrossEntropyCall& c, const S* row, const S* weight, double* lse, double* smooth_sum) {
+  using T = Stored<S>;
+  double m = -INFINITY;
+  for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x) m = fmax(m, static_cast<double>(T::load(row + k)));
+  m = block_max(m);
+  double s = 0;
+  for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x) s += exp(static_cast<double>(T::load(row + k)) - m);
+  *lse = m + log(block_sum(s));
+  *smooth_sum = 0;
+  if (c.smoothing > 0) {
+    double acc = 0;
+    for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x)
+      acc += (weight ? static_cast<double>(T::load(weight + k)) : 1.0) * (static_cast<double>(T::load(row + k)) - *lse);
+    *smooth_sum = block_sum(acc);
+  }
+}
+
+// Per row: the loss (0 where ignored, NaN for a bad target) and the weight
+// the mean divides by.
+template <typename S>
+__global__ void cross_entropy_rows(CrossEntropyCall c, S* none_out) {
+  using T = Stored<S>;
+  const S* x = static_cast<const S*>(c.x);
+  const S* w = static_cast<const S*>(c.weight);
+  for (int64_t i = blockIdx.x; i < c.n; i += gridDim.x) {
+    const int64_t t = c.target[i];
+    const S* row = x + i * c.c;
+    double lse = 0, smooth_sum = 0;
+    row_stats(c, row, w, &lse, &smooth_sum);
+    if (threadIdx.x != 0) continue;
+    double loss = 0, weight = 0;
+    if (t != c.ignore) {
+      if (t < 0 || t >= c.c) {
+        loss = NAN;
+      } else {
+        weight = w ? static_cast<double>(T::load(w + t)) : 1.0;
+        loss = -(1 - c.smoothing) * weight * (static_cast<double>(T::load(row + t)) - lse) -
+               c.smoothing / static_cast<double>(c.c) * smooth_sum;
+      }
+    }
+    c.scratch[i] = loss;
+    c.scratch[c.n + i] = weight;
+    if (none_out) T::store(none_out + i, static_cast<typename T::C>(loss));
+  }
+}
+
+// scratch[2n] = the mean's denominator; out[0] = the sum or mean of the losses.
+template <typename S>
+__global__ void cross_entropy_total(CrossEntropyCall c, S* out) {
+  double loss = 0, weight = 0;
+  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
+    loss += c.scratch[i];
+    weight += c.scratch[c.n + i];
+  }
+  loss = block_sum(loss);
+  weight = block_sum(weight);
+  if (threadIdx.x != 0) return;
+  c.scratch[2 * c.n] = weight;
+  if (out)
+    Stored<S>::store(out, static_cast<typename Stored<S>::C>(c.reduction == Reduction::Sum ? loss : loss / weight));
+}
+
+// grad_x[i, k] = scale_i (total_i softmax_ik - coeff_ik), where coeff is the
+// target's weight (1 - smoothing) plus smoothing / c of every class's.
+template <typename S>
+__global__ void cross_entropy_backward_rows(CrossEntropyCall c, const S* grad, S* grad_x) {
+  using T = Stored<S>;
+  const S* x = static_cast<const S*>(c.x);
+  const S* w = static_cast<const S*>(c.weight);
+  for (int64_t i = blockIdx.x; i < c.n; i += gridDim.x) {
+    const int64_t t = c.target[i];
+    S* out = grad_x + i * c.c;
+    if (t == c.ignore || t < 0 || t >= c.c) {
+      const typename T::C fill = t == c.ignore ? 0 : NAN;
+      for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x) T::store(out + k, fill);
+      continue;
+    }
+    const S* row = x + i * c.c;
+    double lse = 0, unused = 0;
+    row_stats(c, row, static_cast<const S*>(nullptr), &lse, &unused);
+    const double g = static_cast<double>(T::load(grad + (c.reduction == Reduction::None ? i : 0)));
+    const double scale = c.reduction == Reduction::Mean ? g / c.scratch[2 * c.n] : g;
+    const double w_t = w ? static_cast<double>(T::load(w + t)) : 1.0;
+    double weights = 0;  // sum_k w_k, for the smoothing's share
+    if (c.smoothing > 0) {
+      double acc = 0;
+      for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x) acc += w ? static_cast<double>(T::load(w + k)) : 1.0;
+      weights = block_sum(acc);
+    }
+    const double share = c.smoothing / static_cast<double>(c.c);
+    const double total = (1 - c.smoothing) * w_t + share * weights;
+    for (int64_t k = threadIdx.x; k < c.c; k += blockDim.x) {
+      const double w_k = w ? static_cast<double>(T::load(w + k)) : 1.0;
+      const double coeff = share * w_k + (k == t ? (1 - c.smoothing) * w_t : 0.0);
+      const double softmax = exp(static_cast<double>(T::load(row + k)) - lse);
+      T::store(out + k, static_cast<typename T::C>(scale * (total * softmax - coeff)));
+    }
+  }
+}
+
+// --- SGD ---------------------------------------------------------------------------
+
+template <typename S>
+__global__ void sgd_kernel(SgdCall c) {
+  if (c.loss) {
+    const double l = c.loss_f64 ? *static_cast<const double*>(c.loss) : *static_cast<const float*>(c.loss);
+    if (!isfinite(l)) return;
+  }
+  S* p = static_cast<S*>(c.param);
+  const S* g = static_cast<const S*>(c.grad);
+  S* buf = static_cast<S*>(c.buffer);
+  const S neg_lr = static_cast<S>(-*c.lr), m = static_cast<S>(c.momentum), wd = static_cast<S>(c.weight_decay);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step) {
+    const S d = g[i] + p[i] * wd;
+    if (!buf) {
+      p[i] = p[i] + d * neg_lr;
+      continue;
+    }
+    const S nb = buf[i] * m + d;
+    buf[i] = nb;
+    p[i] = p[i] + (c.nesterov ? d + nb * m : nb) * neg_lr;
+  }
+}
+
+template <typename S>
+void sum_as(const ReduceCall& call) {
+  sum_kernel<S><<<grid_for(call.outer.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  check_launch("sum");
+}
+
+template <typename S>
+void cross_entropy_as(const CrossEntropyCall& call, void* out) {
+  const auto stream = static_cast<cudaStream_t>(call.stream);
+  S* none_out = call.reduction == Reduction::None ? static_cast<S*>(out) : nullptr;
+  cross_entropy_rows<S><<<grid_for(call.n), kThreads, 0, stream>>>(call, none_out);
+  check_launch("cross_entropy");
+  if (call.reduction == Reduction::None) return;
+  cross_entropy_total<S><<<1, kThreads, 0, stream>>>(call, static_cast<S*>(out));
+  check_launch("cross_entropy");
+}
+
+template <typename S>
+void cross_entropy_backward_as(const CrossEntropyCall& call, const void* grad, void* grad_x) {
+  const auto stream = static_cast<cudaStream_t>(call.stream);
+  if (call.reduction == Reduction::Mean) {  // the denominator first: sum of the kept targets' weights
+    cross_entropy_rows<S><<<grid_for(call.n), kThreads, 0, stream>>>(call, nullptr);
+    check_launch("cross_entropy_backward");
+    cross_entropy_total<S><<<1, kThreads, 0, stream>>>(call, nullptr);
+    check_launch("cross_entropy_backward");
+  }
+  cross_entropy_backward_rows<S>
+      <<<grid_for(call.n), kThreads, 0, stream>>>(call, static_cast<const S*>(grad), static_cast<S*>(grad_x));
+  check_launch("cross_entropy_backward");
+}
+
+}  // namespace
+
+void launch_sum(const ReduceCall& call) {
+  if (call.outer.numel == 0) return;
+  switch (call.dtype) {
+    case MapDType::Float32:
+      return sum_as<float>(call);
+    case MapDType::Float64:
+      return sum_as<double>(call);
+    case MapDType::Float16:
+      return sum_as<__half>(call);
+    case MapDType::BFloat16:
+      return sum_as<__nv_bfloat16>(call);
+  }
+}
+
+void launch_cross_entropy(const CrossEntropyCall& call, void* out) {
+  KILN_CHECK(call.dtype == MapDType::Float32 || call.dtype == MapDType::Float64,
+             "CUDA cross_entropy: float32 or float64");
+  if (call.dtype == MapDType::Float64) return cross_entropy_as<double>(call, out);
+  cross_entropy_as<float>(call, out);
+}
+
+void launch_cross_entropy_backward(const CrossEntropyCall& call, const void* grad, void* grad_x) {
+  KILN_CHECK(call.dtype == MapDType::Float32 || call.dtype == MapDType::Float64,
+             "CUDA cross_entropy: float32 or float64");
+  if (call.n == 0) return;
+  if (call.dtype == MapDType::Float64) return cross_entropy_backward_as<double>(call, grad, grad_x);
+  cross_entropy_backward_as<float>(call, grad, grad_x);
+}
+
+void launch_sgd_update(const SgdCall& call) {
+  if (call.n == 0) return;
+  const auto blocks = grid_for((call.n + kThreads - 1) / kThreads);
+  if (call.dtype == MapDType::Float64) {
+    sgd_kernel<double><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  } else {
+    sgd_kernel<float><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  }
+  check_launch("sgd_update");
+}
+
+}  // namespace kiln::cuda

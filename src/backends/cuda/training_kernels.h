@@ -1,0 +1,10 @@
+#pragma once
+// The CUDA backend's kernels for a training step's reductions, loss and update.
+#include "kiln/backend_library.h"
+
+namespace kiln::cuda {
+
+// sum and mean (floating dtypes), cross_entropy and its backward, sgd_update.
+void register_training_kernels(BackendRegistration& reg);
+
+}  // namespace kiln::cuda

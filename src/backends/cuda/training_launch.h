@@ -1,0 +1,63 @@
+#pragma once
+// The launches of the kernels a training step needs besides the formulas
+// and GEMMs (training_kernels.cu): sums and means over any axes, the fused
+// cross entropy and its backward, and the fused SGD update. Plain values
+// and C++17, as elementwise_launch.h.
+#include <cstdint>
+
+#include "backends/cuda/elementwise_launch.h"
+
+namespace kiln::cuda {
+
+// y[o] = scale * sum over r of x[outer(o) + inner(r)].
+struct ReduceCall {
+  MapGeometry outer;  // over the outputs: operand 0 the output, 1 the input's kept axes
+  MapGeometry inner;  // over the reduced positions: operand 0 the input's reduced axes
+  MapDType dtype = MapDType::Float32;
+  void* out = nullptr;
+  const void* in = nullptr;
+  double scale = 1.0;
+  void* stream = nullptr;
+};
+void launch_sum(const ReduceCall& call);
+
+// Cross entropy of dense logits x [n, c] against int64 targets, with
+// optional class weights, ignore_index and label smoothing, as the CPU
+// computes it. A target outside [0, c) that is not ignore_index gives a
+// NaN loss (the training loop names the step).
+enum class Reduction { None, Sum, Mean };
+struct CrossEntropyCall {
+  MapDType dtype = MapDType::Float32;  // float32 or float64
+  const void* x = nullptr;
+  const int64_t* target = nullptr;
+  const void* weight = nullptr;  // [c] or null
+  int64_t n = 0, c = 0, ignore = -100;
+  double smoothing = 0;
+  Reduction reduction = Reduction::Mean;
+  double* scratch = nullptr;  // 2n + 1 doubles
+  void* stream = nullptr;
+};
+// out: n losses (None) or one.
+void launch_cross_entropy(const CrossEntropyCall& call, void* out);
+// grad_x [n, c] from the loss's gradient (n values for None, else one).
+void launch_cross_entropy_backward(const CrossEntropyCall& call, const void* grad, void* grad_x);
+
+// The fused SGD step over n dense elements, in the parameter's type as the
+// CPU's kernel: weight decay, momentum (Nesterov's too); skipped whole when
+// the guard loss is not finite.
+struct SgdCall {
+  MapDType dtype = MapDType::Float32;  // float32 or float64
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* buffer = nullptr;  // momentum buffer, or null
+  const double* lr = nullptr;
+  const void* loss = nullptr;  // the step's loss (float32 or float64), or null
+  bool loss_f64 = false;
+  int64_t n = 0;
+  double momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+  void* stream = nullptr;
+};
+void launch_sgd_update(const SgdCall& call);
+
+}  // namespace kiln::cuda

@@ -1,0 +1,140 @@
+// CUDA kernels for what a training step needs beyond the formulas and the
+// GEMMs: sum and mean over any axes, cross_entropy and its backward, and
+// sgd_update (training_kernels.cu). Operands a kernel needs dense are
+// gathered into scratch memory first.
+#include <algorithm>
+
+#include "backends/cuda/on_device.h"
+#include "backends/cuda/scratch.h"
+#include "backends/cuda/training_kernels.h"
+#include "backends/cuda/training_launch.h"
+#include "ops/shape_rules.h"
+
+namespace kiln::cuda {
+namespace {
+
+// sum (scale 1) and mean over attrs' axes (all when none), keepdim or not.
+void reduce(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs, bool mean) {
+  const Tensor& x = in[0];
+  Tensor& y = out[0];
+  const KernelContext context = kernel_context();
+  const int64_t rank = x.dim();
+  std::vector<bool> reduced(static_cast<size_t>(rank), attrs.get_ints("axes", {}).empty());
+  for (int64_t a : attrs.get_ints("axes", {})) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
+  // The output as the input's shape with the reduced axes of size 1, and the
+  // reduced axes alone; each with the input's strides.
+  Shape kept(x.shape()), inner(x.shape());
+  std::vector<int64_t> dense(static_cast<size_t>(rank));
+  int64_t count = 1, step = 1;
+  for (int64_t d = rank; d-- > 0;) {
+    const auto u = static_cast<size_t>(d);
+    if (reduced[u]) {
+      kept[u] = 1;
+      count *= x.shape()[u];
+    } else {
+      inner[u] = 1;
+    }
+    dense[u] = step;
+    step *= kept[u];
+  }
+  ReduceCall call;
+  call.outer = map_geometry(kept, {kept, kept}, {dense, x.strides()});
+  call.inner = map_geometry(inner, {inner}, {x.strides()});
+  call.dtype = map_dtype(x.dtype());
+  call.out = y.device_data();
+  call.in = x.device_data();
+  call.scale = mean ? 1.0 / static_cast<double>(std::max<int64_t>(count, 1)) : 1.0;
+  call.stream = context.stream.handle;
+  KILN_CHECK(y.is_contiguous(), "CUDA reductions write dense outputs");
+  OnDevice on(context.device.index);
+  launch_sum(call);
+}
+void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  reduce(in, out, attrs, false);
+}
+void mean_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  reduce(in, out, attrs, true);
+}
+
+// The class loss's call: dense logits (input `first`), targets and weights.
+CrossEntropyCall class_loss(const std::vector<Tensor>& in, size_t first, const Attrs& attrs,
+                            const KernelContext& context, std::vector<std::unique_ptr<Scratch>>& keep) {
+  const Tensor& x = in[first];
+  CrossEntropyCall call;
+  call.dtype = map_dtype(x.dtype());
+  call.x = dense_data(x, context, keep);
+  call.target = static_cast<const int64_t*>(dense_data(in[first + 1], context, keep));
+  if (in.size() > first + 2 && in[first + 2].defined()) call.weight = dense_data(in[first + 2], context, keep);
+  call.n = x.shape()[0];
+  call.c = x.shape()[1];
+  call.ignore = attrs.get_int("ignore_index", -100);
+  call.smoothing = attrs.get_float("label_smoothing", 0.0);
+  const std::string& r = detail::reduction_attr(attrs);
+  call.reduction = r == "none" ? Reduction::None : r == "sum" ? Reduction::Sum : Reduction::Mean;
+  keep.push_back(std::make_unique<Scratch>(context, static_cast<size_t>(2 * call.n + 1) * sizeof(double)));
+  call.scratch = static_cast<double*>(keep.back()->get());
+  call.stream = context.stream.handle;
+  return call;
+}
+
+void cross_entropy_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const CrossEntropyCall call = class_loss(in, 0, attrs, context, keep);
+  launch_cross_entropy(call, out[0].device_data());
+}
+
+void cross_entropy_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const CrossEntropyCall call = class_loss(in, 1, attrs, context, keep);
+  KILN_CHECK(out[0].is_contiguous(), "CUDA cross_entropy_backward writes a dense gradient");
+  launch_cross_entropy_backward(call, dense_data(in[0], context, keep), out[0].device_data());
+}
+
+// param, grad, momentum_buffer?, lr (float64, one value), loss? (the guard).
+void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  for (size_t i : {size_t{0}, size_t{2}})
+    KILN_CHECK(!in[i].defined() || in[i].is_contiguous(), "sgd_update: ", i == 0 ? "param" : "momentum_buffer",
+               " must be contiguous");
+  std::vector<std::unique_ptr<Scratch>> keep;
+  SgdCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.param = in[0].device_data();
+  call.grad = dense_data(in[1], context, keep);
+  call.buffer = in[2].defined() ? in[2].device_data() : nullptr;
+  KILN_CHECK(in[3].dtype() == DType::Float64 && in[3].numel() == 1, "sgd_update: lr must be one float64 value");
+  call.lr = static_cast<const double*>(in[3].device_data());
+  if (in.size() > 4 && in[4].defined()) {
+    call.loss = in[4].device_data();
+    call.loss_f64 = in[4].dtype() == DType::Float64;
+  }
+  call.n = in[0].numel();
+  call.momentum = attrs.get_float("momentum", 0);
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  call.nesterov = attrs.get_bool("nesterov", false);
+  KILN_CHECK(call.buffer || call.momentum == 0, "momentum needs a momentum_buffer");
+  call.stream = context.stream.handle;
+  OnDevice on(context.device.index);
+  launch_sgd_update(call);
+}
+
+}  // namespace
+
+void register_training_kernels(BackendRegistration& reg) {
+  const std::initializer_list<DType> floats{DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  reg.kernel("sum", floats, sum_kernel);
+  reg.kernel("mean", floats, mean_kernel);
+  // Targets as int64 (an int32 call runs on the CPU, visibly); the loss in
+  // float32 or float64, as the CPU's.
+  reg.kernel("cross_entropy", {DType::Float32, DType::Float64},
+             Kernel(cross_entropy_kernel).takes({{}, {DType::Int64}}));
+  reg.kernel("cross_entropy_backward", {DType::Float32, DType::Float64},
+             Kernel(cross_entropy_backward_kernel).takes({{}, {}, {DType::Int64}}));
+  reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
+}
+
+}  // namespace kiln::cuda
