@@ -121,13 +121,23 @@ namespace detail {
 // after decoding its handles).
 void host_fill_affine(void* dst, size_t count, int64_t stride, DType dtype, double start, double step);
 void host_fill_random(void* dst, size_t count, DType dtype, const Backend::Draw& draw);
-// Why `type` has no backend here: the ones there are, and how to get CUDA's.
+// Why `type` has no backend here: the ones there are, how to get CUDA's, or
+// why its library did not load.
 std::string no_backend_message(DeviceType type);
+// Loads the backend library of a device kind Kiln names but has no backend
+// for, where one is installed (the op layer's: libkiln_<kind>.so beside
+// libkiln.so), writing why one that is there did not load into *why; false
+// when it cannot try now (inside another library's load), so that a later
+// call does. find_backend calls it when that kind is first asked for.
+using BackendLoader = bool (*)(DeviceType type, std::string* why);
+void set_backend_loader(BackendLoader loader);
 }  // namespace detail
 
 // Backends register themselves when their library loads; the CPU is always there.
 void register_backend(DeviceType type, Backend* backend);
-Backend* find_backend(DeviceType type);  // nullptr when this build has none
+// nullptr when this build has none (after trying, once, the kind's backend
+// library beside libkiln: detail::set_backend_loader).
+Backend* find_backend(DeviceType type);
 Backend& backend(DeviceType type);       // throws naming the backends there are
 
 // Copies nbytes of contiguous memory from one device to another.

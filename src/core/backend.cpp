@@ -1,10 +1,12 @@
 #include "kiln/backend.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -143,7 +145,50 @@ KernelContext kernel_context() {
   return {device, b.current_stream(device.index), &b.allocator(device.index), detail::t_kernel_timed};
 }
 
-Backend* find_backend(DeviceType type) { return table()[static_cast<int>(type)].load(); }
+namespace {
+
+std::atomic<detail::BackendLoader> g_backend_loader{nullptr};
+
+// A slot's backend library, tried once (what went wrong kept for the
+// message); not again from inside the load, which asks for backends too.
+struct Autoload {
+  std::mutex mu;
+  std::array<bool, kNumDeviceTypes> tried{};
+  std::array<std::string, kNumDeviceTypes> why;
+};
+Autoload& autoload() {
+  static Autoload a;
+  return a;
+}
+thread_local bool t_loading_backend = false;
+
+Backend* load_backend_library(DeviceType type) {
+  const detail::BackendLoader loader = g_backend_loader.load();
+  const auto i = static_cast<size_t>(type);
+  if (loader == nullptr || t_loading_backend || std::string(device_type_name(type)) == "?") return nullptr;
+  Autoload& a = autoload();
+  std::lock_guard<std::mutex> lock(a.mu);
+  if (!a.tried[i]) {
+    t_loading_backend = true;
+    try {
+      a.tried[i] = loader(type, &a.why[i]);
+    } catch (...) {
+      t_loading_backend = false;
+      throw;
+    }
+    t_loading_backend = false;
+  }
+  return table()[i].load();
+}
+
+}  // namespace
+
+void detail::set_backend_loader(BackendLoader loader) { g_backend_loader.store(loader); }
+
+Backend* find_backend(DeviceType type) {
+  if (Backend* b = table()[static_cast<int>(type)].load()) return b;
+  return load_backend_library(type);
+}
 
 std::string detail::no_backend_message(DeviceType type) {
   std::string present;
@@ -151,9 +196,16 @@ std::string detail::no_backend_message(DeviceType type) {
     if (find_backend(static_cast<DeviceType>(t)))
       present += std::string(present.empty() ? "" : ", ") + device_type_name(static_cast<DeviceType>(t));
   std::string m = "no " + std::string(device_type_name(type)) + " backend in this build of Kiln (it has: " + present + ")";
+  std::string why;
+  {
+    Autoload& a = autoload();
+    std::lock_guard<std::mutex> lock(a.mu);
+    why = a.why[static_cast<size_t>(type)];
+  }
+  if (!why.empty()) return m + "; " + why;
   if (type == DeviceType::CUDA)
-    m += "; the CUDA backend is a library of its own: build Kiln with -DKILN_BUILD_CUDA=ON and load libkiln_cuda.so "
-         "(KILN_PLUGIN_PATH)";
+    m += "; the CUDA backend is a library of its own: build Kiln with -DKILN_BUILD_CUDA=ON, and libkiln_cuda.so "
+         "beside libkiln.so loads when a CUDA device is first asked for (or name it in KILN_PLUGIN_PATH)";
   return m;
 }
 

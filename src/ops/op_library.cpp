@@ -394,8 +394,47 @@ Fn symbol(void* lib, const char* name) {
 
 }  // namespace
 
+namespace {
+
+thread_local bool t_in_load = false;  // this thread holds `mutex`, loading a library
+
+struct InLoad {
+  InLoad() { t_in_load = true; }
+  ~InLoad() { t_in_load = false; }
+};
+
+// The folder backend libraries are looked for in: KILN_BACKEND_PATH, else
+// libkiln's own.
+fs::path backend_library_dir() {
+  if (const char* env = std::getenv("KILN_BACKEND_PATH")) return env;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&load_op_library), &info) == 0 || info.dli_fname == nullptr) return {};
+  return fs::path(info.dli_fname).parent_path();
+}
+
+// find_backend's loader (kiln/backend.h): libkiln_<kind>.so where libkiln is.
+bool load_backend_beside_kiln(DeviceType type, std::string* why) {
+  if (t_in_load) return false;  // (asked while a library loads: try again later)
+  const fs::path dir = backend_library_dir();
+  if (dir.empty()) return true;
+  const fs::path file = dir / ("libkiln_" + std::string(device_type_name(type)) + ".so");
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return true;
+  try {
+    load_op_library(file.string());
+  } catch (const Error& e) {
+    *why = file.string() + " is there but did not load: " + e.what();
+  }
+  return true;
+}
+
+[[maybe_unused]] const bool backend_loader_set = (detail::set_backend_loader(load_backend_beside_kiln), true);
+
+}  // namespace
+
 const OpLibrary& load_op_library(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex);
+  InLoad in_load;
   std::error_code ec;
   KILN_CHECK(fs::is_regular_file(path, ec), "op package ", path,
              ": no such file (give the path of the shared library that kiln_add_op_library built)");

@@ -2,7 +2,8 @@
 // host blocks the host is told it cannot read (so every host read must take
 // the checked path), with kernels for add and relu only. It counts its kernel
 // calls and copies, which the test reads through twin_counters().
-// BAD_BACKEND builds variants that must be refused.
+// BAD_BACKEND builds variants that must be refused, and (3) a stand-in for
+// the CUDA backend's library.
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -64,6 +65,13 @@ extern "C" __attribute__((visibility("default"))) void twin_counters(int64_t* ke
 
 #if !defined(BAD_BACKEND)
 KILN_BACKEND_LIBRARY(twin, reg) {
+  static TwinBackend backend;
+  reg.backend(backend);
+  reg.kernel("add", {kiln::DType::Float32}, twin_add);
+  reg.kernel("relu", {kiln::DType::Float32}, twin_relu);
+}
+#elif BAD_BACKEND == 3  // not a fault: a stand-in for the CUDA backend, found where libkiln_cuda.so would be
+KILN_BACKEND_LIBRARY(cuda, reg) {
   static TwinBackend backend;
   reg.backend(backend);
   reg.kernel("add", {kiln::DType::Float32}, twin_add);
