@@ -245,6 +245,50 @@ TEST(CudaKernels, SgdUpdatesLikeTheCpu) {
   }
 }
 
+// Forward and both gradients against the CPU in float64 (cuDNN's float32
+// runs without TF32), over padding, stride, dilation, groups, a bias and a
+// strided input. Skipped in a build without cuDNN (no conv2d kernel).
+TEST(CudaKernels, ConvolutionsAndTheirGradientsMatchTheCpu) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  manual_seed(11);
+  struct Case {
+    Shape x, w;
+    ConvOptions o;
+  };
+  const std::vector<Case> cases = {{{2, 3, 17, 15}, {8, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1, {0, 0}}},
+                                   {{1, 8, 16, 16}, {16, 8, 1, 1}, {{2, 2}, {0, 0}, {1, 1}, 1, {0, 0}}},
+                                   {{2, 8, 12, 12}, {8, 1, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 8, {0, 0}}},
+                                   {{3, 6, 9, 9}, {12, 3, 5, 5}, {{2, 2}, {2, 2}, {1, 1}, 2, {0, 0}}}};
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    for (const Case& c : cases) {
+      Tensor x = randn(c.x), w = randn(c.w) * 0.3, b = randn({c.w[0]});
+      const std::string what = std::string(dtype_name(dtype)) + " x " + shape_str(c.x) + " w " + shape_str(c.w);
+      const double tol = dtype == DType::Float64   ? 1e-10
+                         : dtype == DType::Float32 ? 1e-4
+                         : dtype == DType::Float16 ? 1e-2
+                                                   : 6e-2;
+      auto run = [&](Device device, DType t) {
+        Tensor xd = x.to(t).to(device).detach(), wd = w.to(t).to(device).detach(), bd = b.to(t).to(device).detach();
+        for (Tensor* p : {&xd, &wd, &bd}) p->set_requires_grad();
+        Tensor y = relu(conv2d(xd, wd, bd, c.o));
+        sum(y * y).backward();
+        return std::vector<Tensor>{y.detach(), xd.grad(), wd.grad(), bd.grad()};
+      };
+      const auto gpu = run(cuda(), dtype), cpu = run(cpu_device(), DType::Float64);
+      const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+      for (size_t i = 0; i < gpu.size(); ++i) {
+        const double scale = std::max(1.0, amax(abs(cpu[i])).item<double>());
+        expect_close(gpu[i].to(DType::Float64) / scale, cpu[i] / scale, tol, what + " " + names[i]);
+      }
+    }
+  }
+  // A strided (transposed) input is read as it lies.
+  Tensor x = randn({2, 4, 10, 9}), w = randn({5, 4, 3, 3});
+  expect_close(conv2d(x.to(cuda()).transpose(2, 3), w.to(cuda())), conv2d(x.transpose(2, 3), w), 1e-4, "strided input");
+}
+
 // W1's model, trained eagerly on the GPU and on the CPU from the same
 // weights and batches: the same losses step by step (what the GPU lacks
 // runs on the CPU, visibly).

@@ -4,7 +4,8 @@
 // host memory for staging, copies in stream order, streams and events; and
 // its kernels (elementwise_ops.cpp: every op with an elementwise formula,
 // and copy; matmul_kernels.cpp: matmul and linear on cuBLASLt;
-// training_ops.cpp: sum, mean, cross entropy and the SGD update). Every
+// training_ops.cpp: sum, mean, cross entropy and the SGD update;
+// conv_kernels.cpp: convolutions on cuDNN where it is installed). Every
 // other op on a CUDA tensor runs on the CPU, visibly (a warning, the
 // profile's fallback column, an error in strict mode), with its transfers.
 //
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/conv_kernels.h"
 #include "backends/cuda/elementwise_kernels.h"
 #include "backends/cuda/matmul_kernels.h"
 #include "backends/cuda/on_device.h"
@@ -200,4 +202,5 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_elementwise_kernels(reg);
   kiln::cuda::register_matmul_kernels(reg);
   kiln::cuda::register_training_kernels(reg);
+  kiln::cuda::register_conv_kernels(reg);
 }
