@@ -1,10 +1,10 @@
 // The CUDA backend's kernels against the CPU's on the same inputs: every op
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
-// broadcast, 16-bit types), linear with its bias, sums and means, cross
-// entropy with its gradient, the SGD update; then an MLP trained eagerly on
-// the GPU, step for step with the CPU and without falling back. Skipped
-// without a GPU.
+// broadcast, 16-bit types), linear with its bias, convolutions, max
+// pooling, sums and means, cross entropy with its gradient, the SGD update;
+// then W1's MLP and W2's CNN trained eagerly on the GPU, step for step with
+// the CPU and without falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -289,35 +289,80 @@ TEST(CudaKernels, ConvolutionsAndTheirGradientsMatchTheCpu) {
   expect_close(conv2d(x.to(cuda()).transpose(2, 3), w.to(cuda())), conv2d(x.transpose(2, 3), w), 1e-4, "strided input");
 }
 
-// W1's model, trained eagerly on the GPU and on the CPU from the same
-// weights and batches: the same losses step by step (what the GPU lacks
-// runs on the CPU, visibly).
+TEST(CudaKernels, MaxPoolingAndItsGradientMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(12);
+  const std::vector<std::vector<int64_t>> windows = {{2, 2, 0}, {3, 2, 1}, {3, 1, 1}};  // kernel, stride, padding
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const auto& k : windows) {
+      Tensor x = randn({2, 3, 11, 12}).to(dtype);
+      auto run = [&](Device device) {
+        Tensor xd = x.to(device).detach();
+        xd.set_requires_grad();
+        const std::vector<Tensor> y = call("max_pool2d", {xd},
+                                           {{"kernel", std::vector<int64_t>{k[0], k[0]}},
+                                            {"stride", std::vector<int64_t>{k[1], k[1]}},
+                                            {"padding", std::vector<int64_t>{k[2], k[2]}}});
+        sum(y[0] * y[0]).backward();
+        return std::vector<Tensor>{y[0].detach(), y[1], xd.grad()};
+      };
+      const auto gpu = run(cuda()), cpu = run(cpu_device());
+      const std::string what = std::string(dtype_name(dtype)) + " kernel " + std::to_string(k[0]);
+      expect_close(gpu[0], cpu[0], 0, what + " values");
+      EXPECT_EQ(gpu[1].to(cpu_device()).to_vector<int64_t>(), cpu[1].to_vector<int64_t>()) << what << " indices";
+      expect_close(gpu[2], cpu[2], 1e-12, what + " gradient");
+    }
+  }
+}
+
+// A model of the zoo trained eagerly with SGD on `device` from one seed's
+// weights and batches [batch, 1, 28, 28]: the loss of every step.
+std::vector<double> train_eagerly(const std::string& model, const models::ModelConfig& config, Device device,
+                                  int64_t batch, int steps, double lr) {
+  manual_seed(6);
+  auto net = models::make_model(model, config);
+  net->to(device);
+  optim::SGD opt(net->trainable_params(), optim::SGDOptions{.lr = lr, .momentum = 0.9});
+  std::vector<double> losses;
+  manual_seed(7);
+  for (int step = 0; step < steps; ++step) {
+    Tensor x = randn({batch, 1, 28, 28}), y = randint(0, 10, {batch});
+    Tensor loss = cross_entropy((*net)(x.to(device)), y.to(device));
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+// The same model trained on the GPU and on the CPU: the same losses step by
+// step, and nothing of the GPU's steps on the CPU.
+void expect_trains_like_the_cpu(const std::string& model, const models::ModelConfig& config, int64_t batch, int steps,
+                                double lr, double tol) {
+  const auto cpu = train_eagerly(model, config, cpu_device(), batch, steps, lr);
+  const int64_t before = fallback_count();
+  const auto gpu = train_eagerly(model, config, cuda(), batch, steps, lr);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], tol * std::fabs(cpu[i])) << model << " step " << i + 1;
+  EXPECT_EQ(fallback_count(), before) << "ops of " << model << "'s step ran on the CPU: see the warnings above";
+}
+
+// W1's MLP.
 TEST(CudaKernels, AnMlpTrainsOnTheGpuWithTheCpusLosses) {
   NEEDS_A_GPU();
-  auto train = [](Device device) {
-    manual_seed(6);
-    models::ModelConfig config;
-    config.hidden = {64, 32};
-    auto net = models::make_model("mlp", config);
-    net->to(device);
-    optim::SGD opt(net->trainable_params(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
-    std::vector<double> losses;
-    manual_seed(7);
-    for (int step = 0; step < 20; ++step) {
-      Tensor x = randn({32, 1, 28, 28}), y = randint(0, 10, {32});
-      Tensor loss = cross_entropy((*net)(x.to(device)), y.to(device));
-      opt.zero_grad();
-      loss.backward();
-      opt.step();
-      losses.push_back(loss.item<double>());
-    }
-    return losses;
-  };
-  const auto cpu = train(cpu_device());
-  const int64_t before = fallback_count();
-  const auto gpu = train(cuda());
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * std::fabs(cpu[i])) << "step " << i + 1;
-  EXPECT_EQ(fallback_count(), before) << "ops of W1's step ran on the CPU: see the warnings above";
+  models::ModelConfig config;
+  config.hidden = {64, 32};
+  expect_trains_like_the_cpu("mlp", config, 32, 20, 0.05, 1e-4);
+}
+
+// W2's CNN (cuDNN's convolutions sum in another order than oneDNN's).
+TEST(CudaKernels, TheCnnTrainsOnTheGpuWithTheCpusLosses) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  expect_trains_like_the_cpu("cnn", {}, 16, 10, 0.02, 1e-3);
 }
 
 }  // namespace

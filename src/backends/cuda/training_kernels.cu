@@ -1,5 +1,5 @@
-// Sums over any axes, the fused cross entropy and its backward, and the
-// fused SGD update, on CUDA. A reduction gives each output a block whose
+// Sums over any axes, the fused cross entropy and its backward, the fused
+// SGD update, and max pooling with its backward, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -217,6 +217,68 @@ __global__ void sgd_kernel(SgdCall c) {
   }
 }
 
+// --- max pooling ----------------------------------------------------------------------
+
+template <typename S>
+__global__ void max_pool_kernel(PoolCall c, const S* x, S* y, int64_t* indices) {
+  const int64_t total = c.planes * c.oh * c.ow, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t plane = i / (c.oh * c.ow), oy = i / c.ow % c.oh, ox = i % c.ow;
+    const S* src = x + plane * c.h * c.w;
+    int64_t best = -1;
+    S value = -INFINITY;
+    for (int64_t a = 0; a < c.kh; ++a) {
+      const int64_t iy = oy * c.sh - c.ph + a * c.dh;
+      if (iy < 0 || iy >= c.h) continue;
+      for (int64_t b = 0; b < c.kw; ++b) {
+        const int64_t ix = ox * c.sw - c.pw + b * c.dw;
+        if (ix < 0 || ix >= c.w) continue;
+        const S v = src[iy * c.w + ix];
+        if (best < 0 || v > value || (v != v && value == value)) {
+          value = v;
+          best = iy * c.w + ix;
+        }
+      }
+    }
+    y[i] = value;
+    indices[i] = best;
+  }
+}
+
+template <typename S>
+__global__ void max_pool_backward_kernel(PoolCall c, const S* g, const int64_t* indices, const S* mask, S* gx) {
+  const int64_t per_plane = c.oh * c.ow, total = c.planes * per_plane;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t at = indices[i];
+    if (at < 0) continue;
+    const int64_t to = i / per_plane * c.h * c.w + at;
+    if (mask && !(mask[to] > S(0))) continue;
+    atomicAdd(gx + to, g[i]);  // (overlapping windows may share a maximum)
+  }
+}
+
+template <typename S>
+void max_pool_as(const PoolCall& call, const void* x, void* y, int64_t* indices) {
+  const int64_t total = call.planes * call.oh * call.ow;
+  max_pool_kernel<S>
+      <<<grid_for((total + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
+          call, static_cast<const S*>(x), static_cast<S*>(y), indices);
+  check_launch("max_pool2d");
+}
+
+template <typename S>
+void max_pool_backward_as(const PoolCall& call, const void* g, const int64_t* indices, const void* mask, void* gx) {
+  const auto stream = static_cast<cudaStream_t>(call.stream);
+  const int64_t total = call.planes * call.oh * call.ow;
+  const cudaError_t zeroed =
+      cudaMemsetAsync(gx, 0, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), stream);
+  if (zeroed != cudaSuccess) KILN_FAIL("CUDA: cudaMemsetAsync failed: ", cudaGetErrorString(zeroed));
+  max_pool_backward_kernel<S><<<grid_for((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      call, static_cast<const S*>(g), indices, static_cast<const S*>(mask), static_cast<S*>(gx));
+  check_launch("max_pool2d_backward");
+}
+
 template <typename S>
 void sum_as(const ReduceCall& call) {
   sum_kernel<S><<<grid_for(call.outer.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
@@ -288,6 +350,21 @@ void launch_sgd_update(const SgdCall& call) {
     sgd_kernel<float><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
   }
   check_launch("sgd_update");
+}
+
+void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices) {
+  if (call.planes * call.oh * call.ow == 0) return;
+  if (call.dtype == MapDType::Float64) return max_pool_as<double>(call, x, y, indices);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA max_pool2d: float32 or float64");
+  max_pool_as<float>(call, x, y, indices);
+}
+
+void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
+                                void* grad_x) {
+  if (call.planes * call.h * call.w == 0) return;
+  if (call.dtype == MapDType::Float64) return max_pool_backward_as<double>(call, grad_y, indices, mask, grad_x);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA max_pool2d_backward: float32 or float64");
+  max_pool_backward_as<float>(call, grad_y, indices, mask, grad_x);
 }
 
 }  // namespace kiln::cuda

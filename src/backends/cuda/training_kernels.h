@@ -4,7 +4,8 @@
 
 namespace kiln::cuda {
 
-// sum and mean (floating dtypes), cross_entropy and its backward, sgd_update.
+// sum and mean (floating dtypes), cross_entropy and its backward, sgd_update,
+// max_pool2d and its backward.
 void register_training_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

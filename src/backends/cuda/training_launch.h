@@ -1,7 +1,8 @@
 #pragma once
-// The launches of the kernels a training step needs besides the formulas
-// and GEMMs (training_kernels.cu): sums and means over any axes, the fused
-// cross entropy and its backward, and the fused SGD update. Plain values
+// The launches of the kernels a training step needs besides the formulas,
+// GEMMs and convolutions (training_kernels.cu): sums and means over any
+// axes, the fused cross entropy and its backward, the fused SGD update, and
+// max pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -59,5 +60,19 @@ struct SgdCall {
   void* stream = nullptr;
 };
 void launch_sgd_update(const SgdCall& call);
+
+// Max pooling over dense [planes, h, w] (float32 or float64): each output
+// the maximum of its window (NaN wins) and the flat position of it within
+// its plane, as the CPU's; and the backward, each gradient added at its
+// position (where mask, if given, is positive).
+struct PoolCall {
+  MapDType dtype = MapDType::Float32;
+  int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  void* stream = nullptr;
+};
+void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices);
+void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
+                                void* grad_x);
 
 }  // namespace kiln::cuda

@@ -1,6 +1,6 @@
-// CUDA kernels for what a training step needs beyond the formulas and the
-// GEMMs: sum and mean over any axes, cross_entropy and its backward, and
-// sgd_update (training_kernels.cu). Operands a kernel needs dense are
+// CUDA kernels for what a training step needs beyond the formulas, the
+// GEMMs and the convolutions: sum and mean over any axes, cross_entropy and
+// its backward, sgd_update, max_pool2d and its backward (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -8,6 +8,7 @@
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
 #include "backends/cuda/training_launch.h"
+#include "ops/pool_attrs.h"
 #include "ops/shape_rules.h"
 
 namespace kiln::cuda {
@@ -122,6 +123,57 @@ void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, cons
   launch_sgd_update(call);
 }
 
+PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
+  const Pool2dAttrs a = Pool2dAttrs::of(attrs);
+  PoolCall call;
+  call.dtype = map_dtype(dtype);
+  call.planes = x[0] * x[1];
+  call.h = x[2];
+  call.w = x[3];
+  call.oh = y[2];
+  call.ow = y[3];
+  call.kh = a.kernel[0];
+  call.kw = a.kernel[1];
+  call.sh = a.stride[0];
+  call.sw = a.stride[1];
+  call.ph = a.padding[0];
+  call.pw = a.padding[1];
+  call.dh = a.dilation[0];
+  call.dw = a.dilation[1];
+  call.stream = context.stream.handle;
+  return call;
+}
+
+// y and indices from x (gathered dense where it is not).
+void max_pool2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const PoolCall call = pool_call(in[0].shape(), out[0].shape(), attrs, in[0].dtype(), context);
+  launch_max_pool2d(call, dense_data(in[0], context, keep), out[0].device_data(),
+                    static_cast<int64_t*>(out[1].device_data()));
+}
+
+// grad_x from grad_y, the forward's indices and an optional mask.
+void max_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const Shape& xs = out[0].shape();
+  PoolCall call;
+  call.dtype = map_dtype(out[0].dtype());
+  call.planes = xs[0] * xs[1];
+  call.h = xs[2];
+  call.w = xs[3];
+  call.oh = in[0].shape()[2];
+  call.ow = in[0].shape()[3];
+  call.stream = context.stream.handle;
+  const bool masked = in.size() > 2 && in[2].defined();
+  launch_max_pool2d_backward(call, dense_data(in[0], context, keep),
+                             static_cast<const int64_t*>(dense_data(in[1], context, keep)),
+                             masked ? dense_data(in[2], context, keep) : nullptr, out[0].device_data());
+}
+
 }  // namespace
 
 void register_training_kernels(BackendRegistration& reg) {
@@ -135,6 +187,8 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("cross_entropy_backward", {DType::Float32, DType::Float64},
              Kernel(cross_entropy_backward_kernel).takes({{}, {}, {DType::Int64}}));
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
+  reg.kernel("max_pool2d", {DType::Float32, DType::Float64}, max_pool2d_kernel);
+  reg.kernel("max_pool2d_backward", {DType::Float32, DType::Float64}, max_pool2d_backward_kernel);
 }
 
 }  // namespace kiln::cuda
