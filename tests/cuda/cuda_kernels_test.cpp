@@ -2,9 +2,9 @@
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, convolutions, max
-// pooling, sums and means, cross entropy with its gradient, the SGD update;
-// then W1's MLP and W2's CNN trained eagerly on the GPU, step for step with
-// the CPU and without falling back. Skipped without a GPU.
+// pooling, sums and means, softmax, cross entropy with its gradient, the SGD
+// update; then W1's MLP and W2's CNN trained eagerly on the GPU, step for
+// step with the CPU and without falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -182,6 +182,35 @@ TEST(CudaKernels, SumAndMeanOverAnyAxes) {
                      tol * 16, "sum " + what);
         expect_close(mean(on_gpu, axes, keepdim).to(DType::Float64), mean(input.to(DType::Float64), axes, keepdim), tol,
                      "mean " + what);
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, SoftmaxOverAnyAxisAndItsGradientMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(15);
+  for (DType dtype : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    const double tol = dtype == DType::Float64   ? 1e-12
+                       : dtype == DType::Float32 ? 1e-6
+                       : dtype == DType::Float16 ? 2e-3
+                                                 : 1.6e-2;
+    Tensor x = (randn({7, 300, 5}) * 4).to(dtype);
+    for (int64_t axis : {0, 1, -1}) {
+      for (bool log : {false, true}) {
+        const std::string what =
+            std::string(log ? "log_softmax " : "softmax ") + dtype_name(dtype) + " axis " + std::to_string(axis);
+        auto run = [&](Device device) {
+          Tensor xd = x.to(device).detach();
+          xd.set_requires_grad();
+          Tensor y = log ? log_softmax(xd, axis) : softmax(xd, axis);
+          sum(y * y).backward();
+          return std::make_pair(y.detach(), xd.grad());
+        };
+        const auto [gy, gg] = run(cuda());
+        const auto [cy, cg] = run(cpu_device());
+        expect_close(gy, cy, tol, what);
+        expect_close(gg, cg, tol * 4, what + " gradient");
       }
     }
   }

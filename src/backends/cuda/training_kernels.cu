@@ -1,5 +1,5 @@
-// Sums over any axes, the fused cross entropy and its backward, the fused
-// SGD update, and max pooling with its backward, on CUDA. A reduction gives each output a block whose
+// Sums over any axes, softmax, the fused cross entropy and its backward,
+// the fused SGD update, and max pooling with its backward, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -217,6 +217,36 @@ __global__ void sgd_kernel(SgdCall c) {
   }
 }
 
+// --- softmax ------------------------------------------------------------------------
+
+template <typename S>
+__global__ void softmax_kernel(SoftmaxCall c) {
+  using T = Stored<S>;
+  using C = typename T::C;
+  const S* x = static_cast<const S*>(c.x);
+  S* y = static_cast<S*>(c.y);
+  for (int64_t r = blockIdx.x; r < c.outer * c.inner; r += gridDim.x) {
+    const int64_t base = r / c.inner * c.n * c.inner + r % c.inner;
+    C m = -INFINITY;
+    for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) m = max(m, T::load(x + base + k * c.inner));
+    m = block_max(m);
+    C total = 0;
+    for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) total += exp(T::load(x + base + k * c.inner) - m);
+    total = block_sum(total);
+    const C log_total = log(total);
+    for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) {
+      const C v = T::load(x + base + k * c.inner) - m;
+      T::store(y + base + k * c.inner, c.log ? v - log_total : exp(v) / total);
+    }
+  }
+}
+
+template <typename S>
+void softmax_as(const SoftmaxCall& call) {
+  softmax_kernel<S><<<grid_for(call.outer * call.inner), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  check_launch(call.log ? "log_softmax" : "softmax");
+}
+
 // --- max pooling ----------------------------------------------------------------------
 
 template <typename S>
@@ -365,6 +395,20 @@ void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const 
   if (call.dtype == MapDType::Float64) return max_pool_backward_as<double>(call, grad_y, indices, mask, grad_x);
   KILN_CHECK(call.dtype == MapDType::Float32, "CUDA max_pool2d_backward: float32 or float64");
   max_pool_backward_as<float>(call, grad_y, indices, mask, grad_x);
+}
+
+void launch_softmax(const SoftmaxCall& call) {
+  if (call.outer * call.n * call.inner == 0) return;
+  switch (call.dtype) {
+    case MapDType::Float32:
+      return softmax_as<float>(call);
+    case MapDType::Float64:
+      return softmax_as<double>(call);
+    case MapDType::Float16:
+      return softmax_as<__half>(call);
+    case MapDType::BFloat16:
+      return softmax_as<__nv_bfloat16>(call);
+  }
 }
 
 }  // namespace kiln::cuda

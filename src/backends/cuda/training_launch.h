@@ -1,8 +1,8 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
 // GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, the fused cross entropy and its backward, the fused SGD update, and
-// max pooling. Plain values
+// axes, softmax, the fused cross entropy and its backward, the fused SGD
+// update, and max pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -74,5 +74,17 @@ struct PoolCall {
 void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices);
 void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
                                 void* grad_x);
+
+// softmax (or log_softmax) of dense x [outer, n, inner] over its middle
+// axis, any floating dtype (the 16-bit ones computed in float).
+struct SoftmaxCall {
+  MapDType dtype = MapDType::Float32;
+  const void* x = nullptr;
+  void* y = nullptr;
+  int64_t outer = 1, n = 1, inner = 1;
+  bool log = false;
+  void* stream = nullptr;
+};
+void launch_softmax(const SoftmaxCall& call);
 
 }  // namespace kiln::cuda

@@ -1,6 +1,7 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
-// GEMMs and the convolutions: sum and mean over any axes, cross_entropy and
-// its backward, sgd_update, max_pool2d and its backward (training_kernels.cu). Operands a kernel needs dense are
+// GEMMs and the convolutions: sum and mean over any axes, softmax and
+// log_softmax, cross_entropy and its backward, sgd_update, max_pool2d and its
+// backward (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -123,6 +124,30 @@ void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, cons
   launch_sgd_update(call);
 }
 
+// softmax and log_softmax over attrs' axis, of x gathered dense where it is not.
+void softmax_over(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs, bool log) {
+  const Tensor& x = in[0];
+  KILN_CHECK(out[0].is_contiguous(), "CUDA softmax writes a dense output");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const int64_t rank = x.dim(), axis = rank == 0 ? 0 : (attrs.get_int("axis", -1) + rank) % rank;
+  SoftmaxCall call;
+  call.dtype = map_dtype(x.dtype());
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? call.outer : d == axis ? call.n : call.inner) *= x.shape()[d];
+  call.x = dense_data(x, context, keep);
+  call.y = out[0].device_data();
+  call.log = log;
+  call.stream = context.stream.handle;
+  launch_softmax(call);
+}
+void softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  softmax_over(in, out, a, false);
+}
+void log_softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a) {
+  softmax_over(in, out, a, true);
+}
+
 PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
   const Pool2dAttrs a = Pool2dAttrs::of(attrs);
   PoolCall call;
@@ -179,6 +204,8 @@ void max_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
 void register_training_kernels(BackendRegistration& reg) {
   const std::initializer_list<DType> floats{DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
   reg.kernel("sum", floats, sum_kernel);
+  reg.kernel("softmax", floats, softmax_kernel);
+  reg.kernel("log_softmax", floats, log_softmax_kernel);
   reg.kernel("mean", floats, mean_kernel);
   // Targets as int64 (an int32 call runs on the CPU, visibly); the loss in
   // float32 or float64, as the CPU's.
