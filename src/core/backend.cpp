@@ -197,7 +197,7 @@ std::string detail::no_backend_message(DeviceType type) {
       present += std::string(present.empty() ? "" : ", ") + device_type_name(static_cast<DeviceType>(t));
   std::string m = "no " + std::string(device_type_name(type)) + " backend in this build of Kiln (it has: " + present + ")";
   std::string why;
-  {
+  if (!t_loading_backend) {  // (inside a load this thread holds the lock)
     Autoload& a = autoload();
     std::lock_guard<std::mutex> lock(a.mu);
     why = a.why[static_cast<size_t>(type)];
