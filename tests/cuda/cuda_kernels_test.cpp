@@ -2,9 +2,10 @@
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, convolutions, max
-// pooling, sums and means, softmax, cross entropy with its gradient, the SGD
-// update; then W1's MLP and W2's CNN trained eagerly on the GPU, step for
-// step with the CPU and without falling back. Skipped without a GPU.
+// pooling, sums and means, softmax, layer norm, cross entropy with its
+// gradient, the SGD update; then W1's MLP and W2's CNN trained eagerly on
+// the GPU, step for step with the CPU and without falling back. Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -211,6 +212,35 @@ TEST(CudaKernels, SoftmaxOverAnyAxisAndItsGradientMatchTheCpu) {
         const auto [cy, cg] = run(cpu_device());
         expect_close(gy, cy, tol, what);
         expect_close(gg, cg, tol * 4, what + " gradient");
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, LayerNormAndItsGradientsMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(16);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (bool affine : {false, true}) {
+      for (int64_t ndim : {1, 2}) {
+        Tensor x = (randn({6, 7, 96}) * 3 + 1).to(dtype);
+        const Shape norm(x.shape().end() - ndim, x.shape().end());
+        Tensor w = (randn(norm) + 1).to(dtype), b = randn(norm).to(dtype);
+        auto run = [&](Device device) {
+          Tensor xd = x.to(device).detach(), wd = w.to(device).detach(), bd = b.to(device).detach();
+          for (Tensor* p : {&xd, &wd, &bd}) p->set_requires_grad();
+          const std::vector<Tensor> y = call("layer_norm", {xd, affine ? wd : Tensor(), affine ? bd : Tensor()},
+                                             {{"normalized_ndim", ndim}, {"eps", 1e-5}});
+          sum(y[0] * y[0] * y[0]).backward();
+          std::vector<Tensor> r{y[0].detach(), y[1], y[2], xd.grad()};
+          if (affine) r.insert(r.end(), {wd.grad(), bd.grad()});
+          return r;
+        };
+        const auto gpu = run(cuda()), cpu = run(cpu_device());
+        const std::string what = std::string(dtype_name(dtype)) + (affine ? " affine" : "") + " over " +
+                                 std::to_string(ndim) + " axes, output ";
+        const double tol = dtype == DType::Float64 ? 1e-11 : 1e-4;
+        for (size_t i = 0; i < gpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, what + std::to_string(i));
       }
     }
   }

@@ -1,5 +1,6 @@
-// Sums over any axes, softmax, the fused cross entropy and its backward,
-// the fused SGD update, and max pooling with its backward, on CUDA. A reduction gives each output a block whose
+// Sums over any axes, softmax, layer norm and its backward, the fused cross
+// entropy and its backward, the fused SGD update, and max pooling with its
+// backward, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -247,6 +248,95 @@ void softmax_as(const SoftmaxCall& call) {
   check_launch(call.log ? "log_softmax" : "softmax");
 }
 
+// --- layer norm ---------------------------------------------------------------------
+
+template <typename S>
+__global__ void layer_norm_kernel(LayerNormCall c, const S* x, S* y, S* mean_out, S* rstd_out) {
+  const S* w = static_cast<const S*>(c.weight);
+  const S* b = static_cast<const S*>(c.bias);
+  for (int64_t r = blockIdx.x; r < c.rows; r += gridDim.x) {
+    const S* row = x + r * c.m;
+    double s = 0;
+    for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) s += row[k];
+    const double mean = block_sum(s) / static_cast<double>(c.m);
+    double ss = 0;
+    for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
+    const double rstd = 1.0 / sqrt(block_sum(ss) / static_cast<double>(c.m) + c.eps);
+    const S mu = static_cast<S>(mean), rs = static_cast<S>(rstd);
+    for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) {
+      S v = (row[k] - mu) * rs;
+      if (w) v *= w[k];
+      if (b) v += b[k];
+      y[r * c.m + k] = v;
+    }
+    if (threadIdx.x == 0) {
+      mean_out[r] = mu;
+      rstd_out[r] = rs;
+    }
+  }
+}
+
+// Per row: gx = rstd (gh - mean(gh) - xhat mean(gh xhat)), gh = g w.
+template <typename S>
+__global__ void layer_norm_input_grad_kernel(LayerNormCall c, const S* g, const S* x, const S* mean, const S* rstd,
+                                             S* gx) {
+  const S* w = static_cast<const S*>(c.weight);
+  for (int64_t r = blockIdx.x; r < c.rows; r += gridDim.x) {
+    const S* gr = g + r * c.m;
+    const S* xr = x + r * c.m;
+    const S mu = mean[r], rs = rstd[r];
+    S s1 = 0, s2 = 0;
+    for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) {
+      const S gh = w ? gr[k] * w[k] : gr[k];
+      s1 += gh;
+      s2 += gh * ((xr[k] - mu) * rs);
+    }
+    const S k1 = block_sum(s1) / static_cast<S>(c.m), k2 = block_sum(s2) / static_cast<S>(c.m);
+    for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) {
+      const S gh = w ? gr[k] * w[k] : gr[k];
+      gx[r * c.m + k] = rs * (gh - k1 - (xr[k] - mu) * rs * k2);
+    }
+  }
+}
+
+// Per column j: gw = sum over rows of g xhat, gb = sum of g (in double).
+template <typename S>
+__global__ void layer_norm_param_grad_kernel(LayerNormCall c, const S* g, const S* x, const S* mean, const S* rstd,
+                                             S* gw, S* gb) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < c.m; j += step) {
+    double aw = 0, ab = 0;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const S gv = g[r * c.m + j];
+      aw += static_cast<double>(gv * ((x[r * c.m + j] - mean[r]) * rstd[r]));
+      ab += static_cast<double>(gv);
+    }
+    gw[j] = static_cast<S>(aw);
+    gb[j] = static_cast<S>(ab);
+  }
+}
+
+template <typename S>
+void layer_norm_as(const LayerNormCall& c, const void* x, void* y, void* mean, void* rstd) {
+  layer_norm_kernel<S><<<grid_for(c.rows), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(
+      c, static_cast<const S*>(x), static_cast<S*>(y), static_cast<S*>(mean), static_cast<S*>(rstd));
+  check_launch("layer_norm");
+}
+
+template <typename S>
+void layer_norm_backward_as(const LayerNormCall& c, const void* g, const void* x, const void* mean, const void* rstd,
+                            void* gx, void* gw, void* gb) {
+  const auto stream = static_cast<cudaStream_t>(c.stream);
+  layer_norm_input_grad_kernel<S><<<grid_for(c.rows), kThreads, 0, stream>>>(
+      c, static_cast<const S*>(g), static_cast<const S*>(x), static_cast<const S*>(mean), static_cast<const S*>(rstd),
+      static_cast<S*>(gx));
+  check_launch("layer_norm_backward");
+  layer_norm_param_grad_kernel<S><<<grid_for((c.m + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      c, static_cast<const S*>(g), static_cast<const S*>(x), static_cast<const S*>(mean), static_cast<const S*>(rstd),
+      static_cast<S*>(gw), static_cast<S*>(gb));
+  check_launch("layer_norm_backward");
+}
+
 // --- max pooling ----------------------------------------------------------------------
 
 template <typename S>
@@ -409,6 +499,22 @@ void launch_softmax(const SoftmaxCall& call) {
     case MapDType::BFloat16:
       return softmax_as<__nv_bfloat16>(call);
   }
+}
+
+void launch_layer_norm(const LayerNormCall& call, const void* x, void* y, void* mean, void* rstd) {
+  if (call.rows == 0 || call.m == 0) return;
+  if (call.dtype == MapDType::Float64) return layer_norm_as<double>(call, x, y, mean, rstd);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA layer_norm: float32 or float64");
+  layer_norm_as<float>(call, x, y, mean, rstd);
+}
+
+void launch_layer_norm_backward(const LayerNormCall& call, const void* grad, const void* x, const void* mean,
+                                const void* rstd, void* grad_x, void* grad_weight, void* grad_bias) {
+  if (call.rows == 0 || call.m == 0) return;
+  if (call.dtype == MapDType::Float64)
+    return layer_norm_backward_as<double>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA layer_norm_backward: float32 or float64");
+  layer_norm_backward_as<float>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace kiln::cuda

@@ -4,8 +4,8 @@
 
 namespace kiln::cuda {
 
-// sum, mean, softmax and log_softmax (floating dtypes), cross_entropy and
-// its backward, sgd_update, max_pool2d and its backward.
+// sum, mean, softmax and log_softmax (floating dtypes), layer_norm,
+// cross_entropy and sgd_update, max_pool2d, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

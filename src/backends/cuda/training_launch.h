@@ -1,8 +1,8 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
 // GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, softmax, the fused cross entropy and its backward, the fused SGD
-// update, and max pooling. Plain values
+// axes, softmax, layer norm, the fused cross entropy and its backward, the
+// fused SGD update, and max pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -86,5 +86,20 @@ struct SoftmaxCall {
   void* stream = nullptr;
 };
 void launch_softmax(const SoftmaxCall& call);
+
+// layer_norm over the last m values of each of `rows` dense rows (float32
+// or float64): biased variance, eps inside the root, optional affine; and
+// its backward (the parameters' gradients summed over the rows).
+struct LayerNormCall {
+  MapDType dtype = MapDType::Float32;
+  int64_t rows = 0, m = 0;
+  double eps = 1e-5;
+  const void* weight = nullptr;  // [m] or null
+  const void* bias = nullptr;    // [m] or null
+  void* stream = nullptr;
+};
+void launch_layer_norm(const LayerNormCall& call, const void* x, void* y, void* mean, void* rstd);
+void launch_layer_norm_backward(const LayerNormCall& call, const void* grad, const void* x, const void* mean,
+                                const void* rstd, void* grad_x, void* grad_weight, void* grad_bias);
 
 }  // namespace kiln::cuda

@@ -1,7 +1,7 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
-// log_softmax, cross_entropy and its backward, sgd_update, max_pool2d and its
-// backward (training_kernels.cu). Operands a kernel needs dense are
+// log_softmax, layer_norm and its backward, cross_entropy and its backward,
+// sgd_update, max_pool2d and its backward (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -148,6 +148,43 @@ void log_softmax_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   softmax_over(in, out, a, true);
 }
 
+// layer_norm over the last normalized_ndim axes: rows of m values.
+LayerNormCall layer_norm_call(const Tensor& x, const Attrs& attrs, const Tensor* weight, const Tensor* bias,
+                              const KernelContext& context, std::vector<std::unique_ptr<Scratch>>& keep) {
+  LayerNormCall call;
+  call.dtype = map_dtype(x.dtype());
+  const int64_t k = attrs.get_int("normalized_ndim");
+  call.m = 1;
+  for (int64_t d = x.dim() - k; d < x.dim(); ++d) call.m *= x.shape()[d];
+  call.rows = call.m == 0 ? 0 : x.numel() / call.m;
+  call.eps = attrs.get_float("eps", 1e-5);
+  if (weight && weight->defined()) call.weight = dense_data(*weight, context, keep);
+  if (bias && bias->defined()) call.bias = dense_data(*bias, context, keep);
+  call.stream = context.stream.handle;
+  return call;
+}
+
+void layer_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const LayerNormCall call =
+      layer_norm_call(in[0], attrs, in.size() > 1 ? &in[1] : nullptr, in.size() > 2 ? &in[2] : nullptr, context, keep);
+  launch_layer_norm(call, dense_data(in[0], context, keep), out[0].device_data(), out[1].device_data(),
+                    out[2].device_data());
+}
+
+// grad, x, weight?, saved_mean, saved_rstd -> grad_x, grad_weight, grad_bias.
+void layer_norm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const LayerNormCall call = layer_norm_call(in[1], attrs, &in[2], nullptr, context, keep);
+  launch_layer_norm_backward(call, dense_data(in[0], context, keep), dense_data(in[1], context, keep),
+                             dense_data(in[3], context, keep), dense_data(in[4], context, keep), out[0].device_data(),
+                             out[1].device_data(), out[2].device_data());
+}
+
 PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
   const Pool2dAttrs a = Pool2dAttrs::of(attrs);
   PoolCall call;
@@ -206,6 +243,8 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("sum", floats, sum_kernel);
   reg.kernel("softmax", floats, softmax_kernel);
   reg.kernel("log_softmax", floats, log_softmax_kernel);
+  reg.kernel("layer_norm", {DType::Float32, DType::Float64}, layer_norm_kernel);
+  reg.kernel("layer_norm_backward", {DType::Float32, DType::Float64}, layer_norm_backward_kernel);
   reg.kernel("mean", floats, mean_kernel);
   // Targets as int64 (an int32 call runs on the CPU, visibly); the loss in
   // float32 or float64, as the CPU's.
