@@ -2,10 +2,10 @@
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, convolutions, max
-// pooling, sums and means, softmax, layer norm, cross entropy with its
-// gradient, the SGD update; then W1's MLP and W2's CNN trained eagerly on
-// the GPU, step for step with the CPU and without falling back. Skipped
-// without a GPU.
+// pooling, sums and means, softmax, layer norm, embedding, cross entropy
+// with its gradient, the SGD update; then W1's MLP and W2's CNN trained
+// eagerly on the GPU, step for step with the CPU and without falling back.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -242,6 +242,29 @@ TEST(CudaKernels, LayerNormAndItsGradientsMatchTheCpu) {
         const double tol = dtype == DType::Float64 ? 1e-11 : 1e-4;
         for (size_t i = 0; i < gpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, what + std::to_string(i));
       }
+    }
+  }
+}
+
+TEST(CudaKernels, EmbeddingAndItsGradientMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(17);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Tensor table = randn({50, 24}).to(dtype);
+    Tensor indices = randint(-50, 50, {4, 33});  // negative ones count from the end; repeats add up
+    for (int64_t padding : {int64_t{-1}, int64_t{7}}) {
+      auto run = [&](Device device) {
+        Tensor t = table.to(device).detach();
+        t.set_requires_grad();
+        Tensor y = call("embedding", {t, indices.to(device)}, {{"padding_idx", padding}})[0];
+        sum(y * y).backward();
+        return std::make_pair(y.detach(), t.grad());
+      };
+      const auto [gy, gg] = run(cuda());
+      const auto [cy, cg] = run(cpu_device());
+      const std::string what = std::string(dtype_name(dtype)) + " padding_idx " + std::to_string(padding);
+      expect_close(gy, cy, 0, what + " rows");
+      expect_close(gg, cg, dtype == DType::Float64 ? 1e-12 : 1e-5, what + " gradient");  // (added in any order)
     }
   }
 }

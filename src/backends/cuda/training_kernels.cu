@@ -1,6 +1,6 @@
-// Sums over any axes, softmax, layer norm and its backward, the fused cross
-// entropy and its backward, the fused SGD update, and max pooling with its
-// backward, on CUDA. A reduction gives each output a block whose
+// Sums over any axes, softmax, layer norm, embedding, the fused cross
+// entropy, the fused SGD update, and max pooling, with the backward ops, on
+// CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -337,6 +337,52 @@ void layer_norm_backward_as(const LayerNormCall& c, const void* g, const void* x
   check_launch("layer_norm_backward");
 }
 
+// --- embedding -----------------------------------------------------------------------
+
+__device__ inline int64_t table_row(int64_t index, int64_t rows) { return index < 0 ? index + rows : index; }
+
+template <typename S>
+__global__ void embedding_kernel(EmbeddingCall c, const S* table, const int64_t* indices, S* out) {
+  const int64_t total = c.count * c.dim, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = table_row(indices[e / c.dim], c.rows);
+    if (r < 0 || r >= c.rows) {
+      Stored<S>::store(out + e, NAN);
+      continue;
+    }
+    out[e] = table[r * c.dim + e % c.dim];
+  }
+}
+
+template <typename S>
+__global__ void embedding_backward_kernel(EmbeddingCall c, const S* g, const int64_t* indices, S* gt) {
+  const int64_t total = c.count * c.dim, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t r = table_row(indices[e / c.dim], c.rows);
+    if (r < 0 || r >= c.rows || r == c.padding_idx) continue;
+    atomicAdd(gt + r * c.dim + e % c.dim, g[e]);  // (an index may repeat)
+  }
+}
+
+template <typename S>
+void embedding_as(const EmbeddingCall& c, const void* table, const int64_t* indices, void* out) {
+  embedding_kernel<S>
+      <<<grid_for((c.count * c.dim + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(
+          c, static_cast<const S*>(table), indices, static_cast<S*>(out));
+  check_launch("embedding");
+}
+
+template <typename S>
+void embedding_backward_as(const EmbeddingCall& c, const void* g, const int64_t* indices, void* gt) {
+  const auto stream = static_cast<cudaStream_t>(c.stream);
+  const cudaError_t zeroed = cudaMemsetAsync(gt, 0, static_cast<size_t>(c.rows * c.dim) * sizeof(S), stream);
+  if (zeroed != cudaSuccess) KILN_FAIL("CUDA: cudaMemsetAsync failed: ", cudaGetErrorString(zeroed));
+  if (c.count * c.dim == 0) return;
+  embedding_backward_kernel<S><<<grid_for((c.count * c.dim + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      c, static_cast<const S*>(g), indices, static_cast<S*>(gt));
+  check_launch("embedding_backward");
+}
+
 // --- max pooling ----------------------------------------------------------------------
 
 template <typename S>
@@ -515,6 +561,27 @@ void launch_layer_norm_backward(const LayerNormCall& call, const void* grad, con
     return layer_norm_backward_as<double>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
   KILN_CHECK(call.dtype == MapDType::Float32, "CUDA layer_norm_backward: float32 or float64");
   layer_norm_backward_as<float>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
+}
+
+void launch_embedding(const EmbeddingCall& call, const void* table, const int64_t* indices, void* out) {
+  if (call.count * call.dim == 0) return;
+  switch (call.dtype) {
+    case MapDType::Float32:
+      return embedding_as<float>(call, table, indices, out);
+    case MapDType::Float64:
+      return embedding_as<double>(call, table, indices, out);
+    case MapDType::Float16:
+      return embedding_as<__half>(call, table, indices, out);
+    case MapDType::BFloat16:
+      return embedding_as<__nv_bfloat16>(call, table, indices, out);
+  }
+}
+
+void launch_embedding_backward(const EmbeddingCall& call, const void* grad, const int64_t* indices, void* grad_table) {
+  if (call.rows * call.dim == 0) return;
+  if (call.dtype == MapDType::Float64) return embedding_backward_as<double>(call, grad, indices, grad_table);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA embedding_backward: float32 or float64");
+  embedding_backward_as<float>(call, grad, indices, grad_table);
 }
 
 }  // namespace kiln::cuda

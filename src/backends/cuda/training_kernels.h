@@ -5,7 +5,7 @@
 namespace kiln::cuda {
 
 // sum, mean, softmax and log_softmax (floating dtypes), layer_norm,
-// cross_entropy and sgd_update, max_pool2d, and their backward ops.
+// embedding, cross_entropy, sgd_update, max_pool2d, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

@@ -1,8 +1,8 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
 // GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, softmax, layer norm, the fused cross entropy and its backward, the
-// fused SGD update, and max pooling. Plain values
+// axes, softmax, layer norm, embedding, the fused cross entropy and its
+// backward, the fused SGD update, and max pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -101,5 +101,18 @@ struct LayerNormCall {
 void launch_layer_norm(const LayerNormCall& call, const void* x, void* y, void* mean, void* rstd);
 void launch_layer_norm_backward(const LayerNormCall& call, const void* grad, const void* x, const void* mean,
                                 const void* rstd, void* grad_x, void* grad_weight, void* grad_bias);
+
+// Rows of a dense table [rows, dim] by int64 indices (negative ones count
+// from the end; one out of range gives a row of NaN); and the backward, each
+// gradient row added into its table row except padding_idx's (float32 or
+// float64).
+struct EmbeddingCall {
+  MapDType dtype = MapDType::Float32;
+  int64_t rows = 0, dim = 0, count = 0;  // count: indices
+  int64_t padding_idx = -1;
+  void* stream = nullptr;
+};
+void launch_embedding(const EmbeddingCall& call, const void* table, const int64_t* indices, void* out);
+void launch_embedding_backward(const EmbeddingCall& call, const void* grad, const int64_t* indices, void* grad_table);
 
 }  // namespace kiln::cuda

@@ -1,7 +1,7 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
-// log_softmax, layer_norm and its backward, cross_entropy and its backward,
-// sgd_update, max_pool2d and its backward (training_kernels.cu). Operands a kernel needs dense are
+// log_softmax, layer_norm, embedding, cross_entropy, sgd_update and
+// max_pool2d, with their backward ops (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -185,6 +185,38 @@ void layer_norm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
                              out[1].device_data(), out[2].device_data());
 }
 
+// embedding: table [rows, dim], int64 indices of any shape.
+void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  EmbeddingCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.rows = in[0].shape()[0];
+  call.dim = in[0].shape()[1];
+  call.count = in[1].numel();
+  call.stream = context.stream.handle;
+  launch_embedding(call, dense_data(in[0], context, keep),
+                   static_cast<const int64_t*>(dense_data(in[1], context, keep)), out[0].device_data());
+}
+
+// embedding_backward: grad [..., dim] and the indices into the table's gradient.
+void embedding_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  KILN_CHECK(out[0].is_contiguous(), "CUDA embedding_backward writes a dense gradient");
+  EmbeddingCall call;
+  call.dtype = map_dtype(out[0].dtype());
+  call.rows = out[0].shape()[0];
+  call.dim = out[0].shape()[1];
+  call.count = in[1].numel();
+  call.padding_idx = attrs.get_int("padding_idx", -1);
+  call.stream = context.stream.handle;
+  launch_embedding_backward(call, dense_data(in[0], context, keep),
+                            static_cast<const int64_t*>(dense_data(in[1], context, keep)), out[0].device_data());
+}
+
 PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
   const Pool2dAttrs a = Pool2dAttrs::of(attrs);
   PoolCall call;
@@ -245,6 +277,10 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("log_softmax", floats, log_softmax_kernel);
   reg.kernel("layer_norm", {DType::Float32, DType::Float64}, layer_norm_kernel);
   reg.kernel("layer_norm_backward", {DType::Float32, DType::Float64}, layer_norm_backward_kernel);
+  // Indices as int64 (an int32 call runs on the CPU, visibly).
+  reg.kernel("embedding", floats, Kernel(embedding_kernel).takes({{}, {DType::Int64}}));
+  reg.kernel("embedding_backward", {DType::Float32, DType::Float64},
+             Kernel(embedding_backward_kernel).takes({{}, {DType::Int64}}));
   reg.kernel("mean", floats, mean_kernel);
   // Targets as int64 (an int32 call runs on the CPU, visibly); the loss in
   // float32 or float64, as the CPU's.
