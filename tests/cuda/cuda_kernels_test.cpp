@@ -3,13 +3,15 @@
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, convolutions, max
 // pooling, sums and means, softmax, layer norm, embedding, cross entropy
-// with its gradient, the SGD update; then W1's MLP and W2's CNN trained
-// eagerly on the GPU, step for step with the CPU and without falling back.
-// Skipped without a GPU.
+// with its gradient, the SGD and Adam updates; then W1's MLP and W2's CNN
+// trained eagerly on the GPU, step for step with the CPU and without falling
+// back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 
 #include "cuda/gpus.h"
 #include "kiln/kiln.h"
@@ -305,25 +307,52 @@ TEST(CudaKernels, CrossEntropyAndItsGradientMatchTheCpu) {
   }
 }
 
-TEST(CudaKernels, SgdUpdatesLikeTheCpu) {
+// The fused updates, three steps from one start with the same gradients.
+TEST(CudaKernels, OptimizerUpdatesLikeTheCpu) {
   NEEDS_A_GPU();
   manual_seed(10);
-  for (bool nesterov : {false, true}) {
-    Tensor start = randn({300, 7});
-    std::vector<Tensor> grads;
-    for (int i = 0; i < 3; ++i) grads.push_back(randn({300, 7}));
-    auto run = [&](Device device) {
+  Tensor start = randn({300, 7});
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 3; ++i) grads.push_back(randn({300, 7}));
+  using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(const Tensor&)>;
+  const std::vector<std::pair<std::string, MakeOptimizer>> optimizers = {
+      {"sgd",
+       [](const Tensor& p) {
+         return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                             optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+       }},
+      {"nesterov",
+       [](const Tensor& p) {
+         return std::make_unique<optim::SGD>(
+             std::vector<Tensor>{p},
+             optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+       }},
+      {"adam",
+       [](const Tensor& p) {
+         return std::make_unique<optim::Adam>(std::vector<Tensor>{p},
+                                              optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+       }},
+      {"adamw", [](const Tensor& p) {
+         return std::make_unique<optim::Adam>(
+             std::vector<Tensor>{p},
+             optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .decoupled_weight_decay = true});
+       }}};
+  for (const auto& [name, make] : optimizers) {
+    auto run = [&, &make = make](Device device) {
       Tensor p = start.to(device).detach();
       p.set_requires_grad();
-      optim::SGD opt({p}, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = nesterov});
+      auto opt = make(p);
       for (const Tensor& g : grads) {
-        opt.zero_grad();
+        opt->zero_grad();
         sum(p * g.to(device)).backward();  // p's gradient: g
-        opt.step();
+        opt->step();
       }
       return p.detach();
     };
-    expect_close(run(cuda()), run(cpu_device()), 1e-6, nesterov ? "nesterov" : "momentum");
+    const int64_t before = fallback_count();
+    const Tensor on_gpu = run(cuda());
+    EXPECT_EQ(fallback_count(), before) << name;
+    expect_close(on_gpu, run(cpu_device()), 1e-6, name);
   }
 }
 

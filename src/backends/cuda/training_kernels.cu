@@ -1,6 +1,6 @@
 // Sums over any axes, softmax, layer norm, embedding, the fused cross
-// entropy, the fused SGD update, and max pooling, with the backward ops, on
-// CUDA. A reduction gives each output a block whose
+// entropy, the fused SGD and Adam updates, and max pooling, with the
+// backward ops, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -446,6 +446,33 @@ void max_pool_backward_as(const PoolCall& call, const void* g, const int64_t* in
 }
 
 template <typename S>
+__global__ void adam_kernel(AdamCall c) {
+  if (c.loss) {
+    const double l = c.loss_f64 ? *static_cast<const double*>(c.loss) : *static_cast<const float*>(c.loss);
+    if (!isfinite(l)) return;
+  }
+  S* p = static_cast<S*>(c.param);
+  const S* g = static_cast<const S*>(c.grad);
+  S* m = static_cast<S*>(c.exp_avg);
+  S* v = static_cast<S*>(c.exp_avg_sq);
+  const double lr = *c.lr, step = *c.step;
+  const S b1 = static_cast<S>(c.beta1), b2 = static_cast<S>(c.beta2), one_b1 = static_cast<S>(1 - c.beta1),
+          one_b2 = static_cast<S>(1 - c.beta2), eps = static_cast<S>(c.eps);
+  const S bc2 = static_cast<S>(1 - pow(c.beta2, step));
+  const S step_size = static_cast<S>(-lr / (1 - pow(c.beta1, step)));
+  const S decay = static_cast<S>(1 - lr * c.weight_decay), l2 = static_cast<S>(c.weight_decay);
+  const bool decays = c.weight_decay != 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += stride) {
+    if (c.decoupled && decays) p[i] = p[i] * decay;
+    const S d = (!c.decoupled && decays) ? g[i] + p[i] * l2 : g[i];
+    m[i] = m[i] * b1 + d * one_b1;
+    v[i] = v[i] * b2 + d * d * one_b2;
+    p[i] = p[i] + m[i] / (sqrt(v[i] / bc2) + eps) * step_size;
+  }
+}
+
+template <typename S>
 void sum_as(const ReduceCall& call) {
   sum_kernel<S><<<grid_for(call.outer.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
   check_launch("sum");
@@ -582,6 +609,18 @@ void launch_embedding_backward(const EmbeddingCall& call, const void* grad, cons
   if (call.dtype == MapDType::Float64) return embedding_backward_as<double>(call, grad, indices, grad_table);
   KILN_CHECK(call.dtype == MapDType::Float32, "CUDA embedding_backward: float32 or float64");
   embedding_backward_as<float>(call, grad, indices, grad_table);
+}
+
+void launch_adam_update(const AdamCall& call) {
+  if (call.n == 0) return;
+  const auto blocks = grid_for((call.n + kThreads - 1) / kThreads);
+  if (call.dtype == MapDType::Float64) {
+    adam_kernel<double><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  } else {
+    KILN_CHECK(call.dtype == MapDType::Float32, "CUDA adam_update: float32 or float64");
+    adam_kernel<float><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
+  }
+  check_launch("adam_update");
 }
 
 }  // namespace kiln::cuda

@@ -61,6 +61,25 @@ struct SgdCall {
 };
 void launch_sgd_update(const SgdCall& call);
 
+// The fused Adam (AdamW when decoupled) step, as the CPU's: lr and step
+// read on the device (float64, one value each).
+struct AdamCall {
+  MapDType dtype = MapDType::Float32;  // float32 or float64
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  const double* lr = nullptr;
+  const double* step = nullptr;
+  const void* loss = nullptr;
+  bool loss_f64 = false;
+  int64_t n = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;
+  void* stream = nullptr;
+};
+void launch_adam_update(const AdamCall& call);
+
 // Max pooling over dense [planes, h, w] (float32 or float64): each output
 // the maximum of its window (NaN wins) and the flat position of it within
 // its plane, as the CPU's; and the backward, each gradient added at its

@@ -1,7 +1,7 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
 // log_softmax, layer_norm, embedding, cross_entropy, sgd_update and
-// max_pool2d, with their backward ops (training_kernels.cu). Operands a kernel needs dense are
+// adam_update, and max_pool2d, with their backward ops (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -268,6 +268,38 @@ void max_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
                              masked ? dense_data(in[2], context, keep) : nullptr, out[0].device_data());
 }
 
+// param, grad, exp_avg, exp_avg_sq, lr, step (float64, one value each), loss? (the guard).
+void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}})
+    KILN_CHECK(in[i].is_contiguous(), "adam_update: param and its moments must be contiguous");
+  for (size_t i : {size_t{4}, size_t{5}})
+    KILN_CHECK(in[i].dtype() == DType::Float64 && in[i].numel() == 1,
+               "adam_update: lr and step are one float64 value each");
+  std::vector<std::unique_ptr<Scratch>> keep;
+  AdamCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.param = in[0].device_data();
+  call.grad = dense_data(in[1], context, keep);
+  call.exp_avg = in[2].device_data();
+  call.exp_avg_sq = in[3].device_data();
+  call.lr = static_cast<const double*>(in[4].device_data());
+  call.step = static_cast<const double*>(in[5].device_data());
+  if (in.size() > 6 && in[6].defined()) {
+    call.loss = in[6].device_data();
+    call.loss_f64 = in[6].dtype() == DType::Float64;
+  }
+  call.n = in[0].numel();
+  call.beta1 = attrs.get_float("beta1");
+  call.beta2 = attrs.get_float("beta2");
+  call.eps = attrs.get_float("eps");
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  call.decoupled = attrs.get_bool("decoupled", false);
+  call.stream = context.stream.handle;
+  OnDevice on(context.device.index);
+  launch_adam_update(call);
+}
+
 }  // namespace
 
 void register_training_kernels(BackendRegistration& reg) {
@@ -289,6 +321,7 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("cross_entropy_backward", {DType::Float32, DType::Float64},
              Kernel(cross_entropy_backward_kernel).takes({{}, {}, {DType::Int64}}));
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
+  reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
   reg.kernel("max_pool2d", {DType::Float32, DType::Float64}, max_pool2d_kernel);
   reg.kernel("max_pool2d_backward", {DType::Float32, DType::Float64}, max_pool2d_backward_kernel);
 }
