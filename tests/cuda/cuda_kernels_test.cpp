@@ -1,8 +1,8 @@
 // The CUDA backend's kernels against the CPU's on the same inputs: every op
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
-// broadcast, 16-bit types), linear with its bias, convolutions, max
-// pooling, sums and means, softmax, layer norm, embedding, cross entropy
+// broadcast, 16-bit types), linear with its bias, attention, convolutions,
+// max pooling, sums and means, softmax, layer norm, embedding, cross entropy
 // with its gradient, the SGD and Adam updates; then W1's MLP and W2's CNN
 // trained eagerly on the GPU, step for step with the CPU and without falling
 // back. Skipped without a GPU.
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "cuda/gpus.h"
@@ -267,6 +268,34 @@ TEST(CudaKernels, EmbeddingAndItsGradientMatchTheCpu) {
       const std::string what = std::string(dtype_name(dtype)) + " padding_idx " + std::to_string(padding);
       expect_close(gy, cy, 0, what + " rows");
       expect_close(gg, cg, dtype == DType::Float64 ? 1e-12 : 1e-5, what + " gradient");  // (added in any order)
+    }
+  }
+}
+
+TEST(CudaKernels, AttentionAndItsGradientsMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(18);
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    const double tol = dtype == DType::Float64 ? 1e-10 : dtype == DType::Float32 ? 1e-4 : 5e-2;
+    for (bool causal : {false, true}) {
+      for (bool masked : {false, true}) {
+        const int64_t l = 17, s = causal ? 17 : 13;
+        Tensor q = randn({2, 3, l, 8}), k = randn({2, 3, s, 8}), v = randn({2, 3, s, 5});
+        Tensor mask = where(lt(rand({l, s}), full({l, s}, 0.2)), full({l, s}, -std::numeric_limits<double>::infinity()),
+                            zeros({l, s}));
+        auto run = [&](Device device, DType t) {
+          std::vector<Tensor> in{q.to(t).to(device).detach(), k.to(t).to(device).detach(), v.to(t).to(device).detach()};
+          for (Tensor& x : in) x.set_requires_grad();
+          Tensor y =
+              scaled_dot_product_attention(in[0], in[1], in[2], masked ? mask.to(t).to(device) : Tensor(), causal);
+          sum(y * y).backward();
+          return std::vector<Tensor>{y.detach(), in[0].grad(), in[1].grad(), in[2].grad()};
+        };
+        const auto gpu = run(cuda(), dtype), cpu = run(cpu_device(), DType::Float64);
+        const std::string what = std::string(dtype_name(dtype)) + (causal ? " causal" : "") + (masked ? " masked" : "");
+        for (size_t i = 0; i < gpu.size(); ++i)
+          expect_close(gpu[i].to(DType::Float64), cpu[i], tol, what + " output " + std::to_string(i));
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-// matmul (batched, broadcasting) and linear on cuBLASLt, in float32,
+// matmul (batched, broadcasting), linear and attention on cuBLASLt, in float32,
 // float64, float16 and bfloat16 (the 16-bit ones accumulate in float32),
 // linear's bias in the GEMM's epilogue. Kiln's tensors are row-major and
 // cuBLASLt's matrices column-major, so C = A B runs as C^T = B^T A^T: a
@@ -13,6 +13,7 @@
 #include <cublasLt.h>
 
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "backends/cuda/elementwise_launch.h"
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
+#include "backends/cuda/training_launch.h"
 #include "kiln/backend.h"
 #include "ops/elementwise_formulas.h"
 
@@ -167,9 +169,10 @@ cublasLtMatmulAlgo_t algorithm(const ProblemKey& key, const Descriptors& ds, con
   return cache.emplace(key, result.algo).first->second;
 }
 
-// y[batch..., m, n] = a[batch..., m, k] b[batch..., k, n] (+ bias[n]), with
-// a and b broadcasting over the batch axes and y dense.
-void gemm(const View& a, const View& b, void* y, const Shape& y_shape, DType dtype, const void* bias) {
+// y[batch..., m, n] = alpha a[batch..., m, k] b[batch..., k, n] (+ bias[n]),
+// with a and b broadcasting over the batch axes and y dense.
+void gemm(const View& a, const View& b, void* y, const Shape& y_shape, DType dtype, const void* bias,
+          double alpha = 1.0) {
   const KernelContext context = kernel_context();
   OnDevice on(context.device.index);
   const Shape batch(y_shape.begin(), y_shape.end() - 2);
@@ -246,11 +249,11 @@ void gemm(const View& a, const View& b, void* y, const Shape& y_shape, DType dty
                        0};
   const cublasLtMatmulAlgo_t algo = algorithm(key, ds, alignments);
   Scratch workspace(context, kWorkspaceBytes);
-  const double one64 = 1.0, zero64 = 0.0;
-  const float one32 = 1.0f, zero32 = 0.0f;
+  const double alpha64 = alpha, zero64 = 0.0;
+  const float alpha32 = static_cast<float>(alpha), zero32 = 0.0f;
   const bool f64 = dtype == DType::Float64;
-  check_lt(cublasLtMatmul(lt_handle(), ds.desc, f64 ? static_cast<const void*>(&one64) : &one32, lb.data, ds.a, la.data,
-                          ds.b, f64 ? static_cast<const void*>(&zero64) : &zero32, y, ds.d, y, ds.d, &algo,
+  check_lt(cublasLtMatmul(lt_handle(), ds.desc, f64 ? static_cast<const void*>(&alpha64) : &alpha32, lb.data, ds.a,
+                          la.data, ds.b, f64 ? static_cast<const void*>(&zero64) : &zero32, y, ds.d, y, ds.d, &algo,
                           workspace.get(), kWorkspaceBytes, static_cast<cudaStream_t>(context.stream.handle)),
            "cublasLtMatmul");
 }
@@ -296,12 +299,74 @@ void linear_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
   }
 }
 
+// A view's last two axes swapped (a transpose, no copy).
+View transposed(View v) {
+  const size_t r = v.shape.size();
+  std::swap(v.shape[r - 1], v.shape[r - 2]);
+  std::swap(v.strides[r - 1], v.strides[r - 2]);
+  return v;
+}
+
+// attention: y = softmax(q k^T scale + mask, causal) v over the leading
+// (batch, head) axes, as two GEMMs around the softmax kernel, the weights
+// [..., L, S] in out[1] when the gradient keeps them, else in scratch memory.
+void attention_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &q = in[0], &k = in[1], &v = in[2];
+  Tensor& y = out[0];
+  KILN_CHECK(y.is_contiguous(), "CUDA attention writes a dense output");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  const int64_t r = q.dim(), l = q.shape()[r - 2], s = k.shape()[r - 2], d = q.shape()[r - 1];
+  const double given = attrs.get_float("scale", 0.0);
+  const double scale = given > 0 ? given : 1.0 / std::sqrt(static_cast<double>(d));
+  Shape scores = q.shape();
+  scores.back() = s;
+  int64_t count = 1;
+  for (int64_t n : scores) count *= n;
+  std::vector<std::unique_ptr<Scratch>> keep;
+  void* weights = nullptr;
+  if (out[1].numel() == count) {
+    weights = out[1].device_data();
+  } else {
+    keep.push_back(std::make_unique<Scratch>(context, static_cast<size_t>(count) * y.element_size()));
+    weights = keep.back()->get();
+  }
+  gemm(view_of(q), transposed(view_of(k)), weights, scores, y.dtype(), nullptr, scale);
+  std::vector<int64_t> dense(scores.size());
+  for (int64_t i = static_cast<int64_t>(scores.size()), step = 1; i-- > 0;) {
+    dense[static_cast<size_t>(i)] = step;
+    step *= scores[static_cast<size_t>(i)];
+  }
+  if (in.size() > 3 && in[3].defined()) {  // the additive mask, broadcast, in place
+    MapCall add;
+    add.geometry = map_geometry(scores, {scores, scores, in[3].shape()}, {dense, dense, in[3].strides()});
+    add.dtype = map_dtype(y.dtype());
+    add.out = weights;
+    add.in[0] = weights;
+    add.in[1] = in[3].device_data();
+    add.stream = context.stream.handle;
+    launch_map(formulas::Add(Attrs{}), add);
+  }
+  SoftmaxCall softmax;
+  softmax.dtype = map_dtype(y.dtype());
+  softmax.x = weights;
+  softmax.y = weights;
+  softmax.outer = count / std::max<int64_t>(s, 1);
+  softmax.n = s;
+  softmax.causal_rows = attrs.get_bool("causal", false) ? l : 0;
+  softmax.zero_blind_rows = true;
+  softmax.stream = context.stream.handle;
+  launch_softmax(softmax);
+  gemm(View{weights, scores, dense}, view_of(v), y.device_data(), y.shape(), y.dtype(), nullptr);
+}
+
 }  // namespace
 
 void register_matmul_kernels(BackendRegistration& reg) {
   const std::initializer_list<DType> floats{DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
   reg.kernel("matmul", floats, matmul_kernel);
   reg.kernel("linear", floats, linear_kernel);
+  reg.kernel("attention", floats, attention_kernel);
 }
 
 }  // namespace kiln::cuda

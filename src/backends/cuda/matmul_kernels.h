@@ -1,10 +1,10 @@
 #pragma once
-// The CUDA backend's matmul and linear kernels (cuBLASLt).
+// The CUDA backend's matmul, linear and attention kernels (cuBLASLt).
 #include "kiln/backend_library.h"
 
 namespace kiln::cuda {
 
-// matmul and linear in float32, float64, float16 and bfloat16.
+// matmul, linear and attention in float32, float64, float16 and bfloat16.
 void register_matmul_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

@@ -228,16 +228,21 @@ __global__ void softmax_kernel(SoftmaxCall c) {
   S* y = static_cast<S*>(c.y);
   for (int64_t r = blockIdx.x; r < c.outer * c.inner; r += gridDim.x) {
     const int64_t base = r / c.inner * c.n * c.inner + r % c.inner;
+    const int64_t seen = c.causal_rows > 0 ? std::min<int64_t>(r % c.causal_rows + 1, c.n) : c.n;
     C m = -INFINITY;
-    for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) m = max(m, T::load(x + base + k * c.inner));
+    for (int64_t k = threadIdx.x; k < seen; k += blockDim.x) m = max(m, T::load(x + base + k * c.inner));
     m = block_max(m);
+    const bool blind = c.zero_blind_rows && m == C(-INFINITY);
     C total = 0;
-    for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) total += exp(T::load(x + base + k * c.inner) - m);
+    if (!blind)
+      for (int64_t k = threadIdx.x; k < seen; k += blockDim.x) total += exp(T::load(x + base + k * c.inner) - m);
     total = block_sum(total);
     const C log_total = log(total);
     for (int64_t k = threadIdx.x; k < c.n; k += blockDim.x) {
       const C v = T::load(x + base + k * c.inner) - m;
-      T::store(y + base + k * c.inner, c.log ? v - log_total : exp(v) / total);
+      C out = c.log ? v - log_total : exp(v) / total;
+      if (k >= seen || blind) out = c.log ? C(-INFINITY) : C(0);
+      T::store(y + base + k * c.inner, out);
     }
   }
 }

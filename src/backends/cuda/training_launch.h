@@ -95,13 +95,18 @@ void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const 
                                 void* grad_x);
 
 // softmax (or log_softmax) of dense x [outer, n, inner] over its middle
-// axis, any floating dtype (the 16-bit ones computed in float).
+// axis, any floating dtype (the 16-bit ones computed in float); x may be y.
 struct SoftmaxCall {
   MapDType dtype = MapDType::Float32;
   const void* x = nullptr;
   void* y = nullptr;
   int64_t outer = 1, n = 1, inner = 1;
   bool log = false;
+  // Attention's weights (inner 1): with causal_rows L > 0, row r sees the
+  // first r % L + 1 positions only; with zero_blind_rows, a row that sees
+  // nothing finite is zeros (elsewhere NaN, as the CPU's softmax gives).
+  int64_t causal_rows = 0;
+  bool zero_blind_rows = false;
   void* stream = nullptr;
 };
 void launch_softmax(const SoftmaxCall& call);
