@@ -2,10 +2,10 @@
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, attention, convolutions,
-// max pooling, sums and means, softmax, layer norm, embedding, cross entropy
-// with its gradient, the SGD and Adam updates; then W1's MLP and W2's CNN
-// trained eagerly on the GPU, step for step with the CPU and without falling
-// back. Skipped without a GPU.
+// max pooling, sums and means, softmax, layer and batch norm, embedding,
+// cross entropy with its gradient, the SGD and Adam updates; then W1's MLP
+// and W2's CNN trained eagerly on the GPU, step for step with the CPU and
+// without falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -296,6 +296,31 @@ TEST(CudaKernels, AttentionAndItsGradientsMatchTheCpu) {
         for (size_t i = 0; i < gpu.size(); ++i)
           expect_close(gpu[i].to(DType::Float64), cpu[i], tol, what + " output " + std::to_string(i));
       }
+    }
+  }
+}
+
+// Training (the running statistics updated in place) and eval, values and gradients.
+TEST(CudaKernels, BatchNormAndItsGradientsMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(19);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (bool training : {true, false}) {
+      Tensor x = (randn({4, 6, 5, 7}) * 2 + 3).to(dtype), w = (rand({6}) + 0.5).to(dtype), b = randn({6}).to(dtype);
+      Tensor mean = randn({6}).to(dtype), var = (rand({6}) + 0.5).to(dtype);
+      auto run = [&](Device device) {
+        Tensor xd = x.to(device).detach(), wd = w.to(device).detach(), bd = b.to(device).detach();
+        for (Tensor* p : {&xd, &wd, &bd}) p->set_requires_grad();
+        Tensor rm = mean.to(device).detach().clone(), rv = var.to(device).detach().clone();
+        const std::vector<Tensor> y =
+            call("batch_norm", {xd, wd, bd, rm, rv}, {{"training", training}, {"momentum", 0.1}, {"eps", 1e-5}});
+        sum(y[0] * y[0] * y[0]).backward();
+        return std::vector<Tensor>{y[0].detach(), xd.grad(), wd.grad(), bd.grad(), rm, rv};
+      };
+      const auto gpu = run(cuda()), cpu = run(cpu_device());
+      const std::string what = std::string(dtype_name(dtype)) + (training ? " training" : " eval") + ", output ";
+      const double tol = dtype == DType::Float64 ? 1e-10 : 1e-4;
+      for (size_t i = 0; i < gpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, what + std::to_string(i));
     }
   }
 }

@@ -1,5 +1,5 @@
-// Sums over any axes, softmax, layer norm, embedding, the fused cross
-// entropy, the fused SGD and Adam updates, and max pooling, with the
+// Sums over any axes, softmax, layer and batch norm, embedding, the fused
+// cross entropy, the fused SGD and Adam updates, and max pooling, with the
 // backward ops, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
@@ -342,6 +342,105 @@ void layer_norm_backward_as(const LayerNormCall& c, const void* g, const void* x
   check_launch("layer_norm_backward");
 }
 
+// --- batch norm ---------------------------------------------------------------------
+
+// Element j of channel ch: image j / inner, position j % inner.
+__device__ inline int64_t channel_at(const BatchNormCall& c, int64_t ch, int64_t j) {
+  return (j / c.inner * c.c + ch) * c.inner + j % c.inner;
+}
+
+template <typename S>
+__global__ void batch_norm_kernel(BatchNormCall c, const S* x, S* y, S* mean_out, S* rstd_out) {
+  const S* w = static_cast<const S*>(c.weight);
+  const S* b = static_cast<const S*>(c.bias);
+  S* rm = static_cast<S*>(c.running_mean);
+  S* rv = static_cast<S*>(c.running_var);
+  const int64_t count = c.n * c.inner;
+  for (int64_t ch = blockIdx.x; ch < c.c; ch += gridDim.x) {
+    double mean, var;
+    if (c.training) {
+      double s = 0;
+      for (int64_t j = threadIdx.x; j < count; j += blockDim.x) s += x[channel_at(c, ch, j)];
+      mean = block_sum(s) / static_cast<double>(count);
+      double ss = 0;
+      for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+        const double d = x[channel_at(c, ch, j)] - mean;
+        ss += d * d;
+      }
+      ss = block_sum(ss);
+      var = ss / static_cast<double>(count);
+      if (rm && rv && threadIdx.x == 0) {
+        S& m = rm[ch * c.running_stride[0]];
+        S& v = rv[ch * c.running_stride[1]];
+        m = static_cast<S>((1 - c.momentum) * m + c.momentum * mean);
+        v = static_cast<S>((1 - c.momentum) * v + c.momentum * ss / static_cast<double>(count - 1));
+      }
+    } else {
+      mean = rm[ch * c.running_stride[0]];
+      var = rv[ch * c.running_stride[1]];
+    }
+    const double rstd = 1.0 / sqrt(var + c.eps), scale = w ? static_cast<double>(w[ch]) : 1.0;
+    if (threadIdx.x == 0) {
+      mean_out[ch] = static_cast<S>(mean);
+      rstd_out[ch] = static_cast<S>(rstd);
+    }
+    const S k = static_cast<S>(rstd * scale),
+            shift = static_cast<S>((b ? static_cast<double>(b[ch]) : 0.0) - mean * rstd * scale);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t at = channel_at(c, ch, j);
+      y[at] = x[at] * k + shift;
+    }
+  }
+}
+
+// gb = sum g, gw = rstd sum g (x - mean); gx = w rstd (g - mean(g) - xhat
+// mean(g xhat)) in training, w rstd g in eval.
+template <typename S>
+__global__ void batch_norm_backward_kernel(BatchNormCall c, const S* g, const S* x, const S* mean, const S* rstd, S* gx,
+                                           S* gw, S* gb) {
+  const S* w = static_cast<const S*>(c.weight);
+  const int64_t count = c.n * c.inner;
+  for (int64_t ch = blockIdx.x; ch < c.c; ch += gridDim.x) {
+    const double mu = mean[ch], rs = rstd[ch], scale = w ? static_cast<double>(w[ch]) : 1.0;
+    double sg = 0, sgx = 0;
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t at = channel_at(c, ch, j);
+      sg += g[at];
+      sgx += static_cast<double>(g[at]) * (static_cast<double>(x[at]) - mu);
+    }
+    sg = block_sum(sg);
+    sgx = block_sum(sgx);
+    if (threadIdx.x == 0) {
+      gb[ch] = static_cast<S>(sg);
+      gw[ch] = static_cast<S>(sgx * rs);
+    }
+    const S k1 = static_cast<S>(scale * rs);
+    const S k2 = static_cast<S>(c.training ? sg / static_cast<double>(count) : 0.0);
+    const S k3 = static_cast<S>(c.training ? rs * rs * sgx / static_cast<double>(count) : 0.0);
+    const S m = static_cast<S>(mu);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t at = channel_at(c, ch, j);
+      gx[at] = k1 * (g[at] - k2 - (x[at] - m) * k3);
+    }
+  }
+}
+
+template <typename S>
+void batch_norm_as(const BatchNormCall& c, const void* x, void* y, void* mean, void* rstd) {
+  batch_norm_kernel<S><<<grid_for(c.c), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(
+      c, static_cast<const S*>(x), static_cast<S*>(y), static_cast<S*>(mean), static_cast<S*>(rstd));
+  check_launch("batch_norm");
+}
+
+template <typename S>
+void batch_norm_backward_as(const BatchNormCall& c, const void* g, const void* x, const void* mean, const void* rstd,
+                            void* gx, void* gw, void* gb) {
+  batch_norm_backward_kernel<S><<<grid_for(c.c), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(
+      c, static_cast<const S*>(g), static_cast<const S*>(x), static_cast<const S*>(mean), static_cast<const S*>(rstd),
+      static_cast<S*>(gx), static_cast<S*>(gw), static_cast<S*>(gb));
+  check_launch("batch_norm_backward");
+}
+
 // --- embedding -----------------------------------------------------------------------
 
 __device__ inline int64_t table_row(int64_t index, int64_t rows) { return index < 0 ? index + rows : index; }
@@ -626,6 +725,22 @@ void launch_adam_update(const AdamCall& call) {
     adam_kernel<float><<<blocks, kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(call);
   }
   check_launch("adam_update");
+}
+
+void launch_batch_norm(const BatchNormCall& call, const void* x, void* y, void* mean, void* rstd) {
+  if (call.c == 0) return;
+  if (call.dtype == MapDType::Float64) return batch_norm_as<double>(call, x, y, mean, rstd);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA batch_norm: float32 or float64");
+  batch_norm_as<float>(call, x, y, mean, rstd);
+}
+
+void launch_batch_norm_backward(const BatchNormCall& call, const void* grad, const void* x, const void* mean,
+                                const void* rstd, void* grad_x, void* grad_weight, void* grad_bias) {
+  if (call.c == 0) return;
+  if (call.dtype == MapDType::Float64)
+    return batch_norm_backward_as<double>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA batch_norm_backward: float32 or float64");
+  batch_norm_backward_as<float>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
 }
 
 }  // namespace kiln::cuda

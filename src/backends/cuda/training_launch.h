@@ -1,8 +1,8 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
 // GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, softmax, layer norm, embedding, the fused cross entropy and its
-// backward, the fused SGD update, and max pooling. Plain values
+// axes, softmax, layer and batch norm, embedding, the fused cross entropy
+// and its backward, the fused SGD and Adam updates, and max pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -138,5 +138,25 @@ struct EmbeddingCall {
 };
 void launch_embedding(const EmbeddingCall& call, const void* table, const int64_t* indices, void* out);
 void launch_embedding_backward(const EmbeddingCall& call, const void* grad, const int64_t* indices, void* grad_table);
+
+// batch_norm over dense x [n, c, inner...] (float32 or float64), per
+// channel as the CPU's: in training the batch's mean and biased variance
+// (the running statistics, when given, moved by momentum toward the mean and
+// the unbiased variance, in place), else the running ones; and the backward.
+struct BatchNormCall {
+  MapDType dtype = MapDType::Float32;
+  int64_t n = 0, c = 0, inner = 0;
+  bool training = true;
+  double eps = 1e-5, momentum = 0.1;
+  const void* weight = nullptr;  // [c] dense, or null
+  const void* bias = nullptr;    // [c] dense, or null
+  void* running_mean = nullptr;  // strided by running_stride[0] and [1], or null
+  void* running_var = nullptr;
+  int64_t running_stride[2] = {1, 1};
+  void* stream = nullptr;
+};
+void launch_batch_norm(const BatchNormCall& call, const void* x, void* y, void* mean, void* rstd);
+void launch_batch_norm_backward(const BatchNormCall& call, const void* grad, const void* x, const void* mean,
+                                const void* rstd, void* grad_x, void* grad_weight, void* grad_bias);
 
 }  // namespace kiln::cuda

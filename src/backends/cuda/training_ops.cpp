@@ -1,7 +1,8 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
-// log_softmax, layer_norm, embedding, cross_entropy, sgd_update and
-// adam_update, and max_pool2d, with their backward ops (training_kernels.cu). Operands a kernel needs dense are
+// log_softmax, layer_norm, batch_norm, embedding, cross_entropy, sgd_update
+// and adam_update, and max_pool2d, with their backward ops
+// (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -217,6 +218,54 @@ void embedding_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor
                             static_cast<const int64_t*>(dense_data(in[1], context, keep)), out[0].device_data());
 }
 
+// x, weight?, bias?, running_mean?, running_var? (the running ones written in place in training).
+BatchNormCall batch_norm_call(const std::vector<Tensor>& in, size_t x_at, const Tensor* weight, const Attrs& attrs,
+                              const KernelContext& context, std::vector<std::unique_ptr<Scratch>>& keep) {
+  const Tensor& x = in[x_at];
+  BatchNormCall call;
+  call.dtype = map_dtype(x.dtype());
+  call.n = x.shape()[0];
+  call.c = x.shape()[1];
+  call.inner = call.c == 0 || call.n == 0 ? 0 : x.numel() / (call.n * call.c);
+  call.training = attrs.get_bool("training", true);
+  call.eps = attrs.get_float("eps", 1e-5);
+  call.momentum = attrs.get_float("momentum", 0.1);
+  if (weight && weight->defined()) call.weight = dense_data(*weight, context, keep);
+  call.stream = context.stream.handle;
+  return call;
+}
+
+void batch_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  BatchNormCall call = batch_norm_call(in, 0, in.size() > 1 ? &in[1] : nullptr, attrs, context, keep);
+  KILN_CHECK(!call.training || call.n * call.inner > 1,
+             "training mode needs more than one value per channel (got "
+             "input ",
+             in[0].meta_str(), "); use a batch larger than 1 or eval mode");
+  if (in.size() > 2 && in[2].defined()) call.bias = dense_data(in[2], context, keep);
+  if (in.size() > 4 && in[3].defined() && in[4].defined()) {
+    call.running_mean = in[3].device_data();
+    call.running_var = in[4].device_data();
+    call.running_stride[0] = in[3].strides()[0];
+    call.running_stride[1] = in[4].strides()[0];
+  }
+  launch_batch_norm(call, dense_data(in[0], context, keep), out[0].device_data(), out[1].device_data(),
+                    out[2].device_data());
+}
+
+// grad, x, weight?, saved_mean, saved_rstd -> grad_x, grad_weight, grad_bias.
+void batch_norm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const BatchNormCall call = batch_norm_call(in, 1, &in[2], attrs, context, keep);
+  launch_batch_norm_backward(call, dense_data(in[0], context, keep), dense_data(in[1], context, keep),
+                             dense_data(in[3], context, keep), dense_data(in[4], context, keep), out[0].device_data(),
+                             out[1].device_data(), out[2].device_data());
+}
+
 PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
   const Pool2dAttrs a = Pool2dAttrs::of(attrs);
   PoolCall call;
@@ -309,6 +358,8 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("log_softmax", floats, log_softmax_kernel);
   reg.kernel("layer_norm", {DType::Float32, DType::Float64}, layer_norm_kernel);
   reg.kernel("layer_norm_backward", {DType::Float32, DType::Float64}, layer_norm_backward_kernel);
+  reg.kernel("batch_norm", {DType::Float32, DType::Float64}, batch_norm_kernel);
+  reg.kernel("batch_norm_backward", {DType::Float32, DType::Float64}, batch_norm_backward_kernel);
   // Indices as int64 (an int32 call runs on the CPU, visibly).
   reg.kernel("embedding", floats, Kernel(embedding_kernel).takes({{}, {DType::Int64}}));
   reg.kernel("embedding_backward", {DType::Float32, DType::Float64},
