@@ -2,10 +2,11 @@
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, attention, convolutions,
-// max pooling, sums and means, softmax, layer and batch norm, embedding,
-// cross entropy with its gradient, the SGD and Adam updates; then W1's MLP
-// and W2's CNN trained eagerly on the GPU, step for step with the CPU and
-// without falling back. Skipped without a GPU.
+// max and adaptive average pooling, sums and means, softmax, layer and
+// batch norm, embedding, cross entropy with its gradient, the SGD and Adam
+// updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained eagerly on the
+// GPU, step for step with the CPU and without falling back. Skipped without
+// a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -480,6 +481,29 @@ TEST(CudaKernels, MaxPoolingAndItsGradientMatchTheCpu) {
   }
 }
 
+TEST(CudaKernels, AdaptiveAveragePoolingAndItsGradientMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(20);
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    for (const std::vector<int64_t>& size : {std::vector<int64_t>{1, 1}, std::vector<int64_t>{3, 2}}) {
+      Tensor x = randn({2, 3, 7, 9}).to(dtype);
+      auto run = [&](Device device) {
+        Tensor xd = x.to(device).detach();
+        xd.set_requires_grad();
+        Tensor y = adaptive_avg_pool2d(xd, size);
+        sum(y * y).backward();
+        return std::make_pair(y.detach(), xd.grad());
+      };
+      const auto [gy, gg] = run(cuda());
+      const auto [cy, cg] = run(cpu_device());
+      const std::string what = std::string(dtype_name(dtype)) + " to " + shape_str(size);
+      const double tol = dtype == DType::Float64 ? 1e-12 : 1e-6;
+      expect_close(gy, cy, tol, what);
+      expect_close(gg, cg, tol, what + " gradient");
+    }
+  }
+}
+
 // A model of the zoo trained eagerly with SGD on `device` from one seed's
 // weights and batches [batch, 1, 28, 28]: the loss of every step.
 std::vector<double> train_eagerly(const std::string& model, const models::ModelConfig& config, Device device,
@@ -520,6 +544,14 @@ TEST(CudaKernels, AnMlpTrainsOnTheGpuWithTheCpusLosses) {
   models::ModelConfig config;
   config.hidden = {64, 32};
   expect_trains_like_the_cpu("mlp", config, 32, 20, 0.05, 1e-4);
+}
+
+// W3's ResNet-8: convolutions, batch norm, residual adds, global pooling.
+TEST(CudaKernels, AResNetTrainsOnTheGpuWithTheCpusLosses) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  expect_trains_like_the_cpu("resnet8", {}, 8, 5, 0.02, 2e-3);
 }
 
 // W2's CNN (cuDNN's convolutions sum in another order than oneDNN's).

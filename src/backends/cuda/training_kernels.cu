@@ -1,6 +1,6 @@
 // Sums over any axes, softmax, layer and batch norm, embedding, the fused
-// cross entropy, the fused SGD and Adam updates, and max pooling, with the
-// backward ops, on CUDA. A reduction gives each output a block whose
+// cross entropy, the fused SGD and Adam updates, and max and adaptive
+// average pooling, with the backward ops, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -528,6 +528,49 @@ __global__ void max_pool_backward_kernel(PoolCall c, const S* g, const int64_t* 
   }
 }
 
+// Output (plane, oy, ox)'s window: rows [y0, y1), columns [x0, x1).
+struct Window {
+  int64_t y0, y1, x0, x1;
+};
+__device__ inline Window adaptive_window(const PoolCall& c, int64_t oy, int64_t ox) {
+  return {oy * c.h / c.oh, ((oy + 1) * c.h + c.oh - 1) / c.oh, ox * c.w / c.ow, ((ox + 1) * c.w + c.ow - 1) / c.ow};
+}
+
+template <typename S>
+__global__ void adaptive_avg_pool_kernel(PoolCall c, const S* x, S* y, bool backward) {
+  const int64_t total = c.planes * c.oh * c.ow, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t plane = i / (c.oh * c.ow);
+    const Window wd = adaptive_window(c, i / c.ow % c.oh, i % c.ow);
+    const S count = static_cast<S>((wd.y1 - wd.y0) * (wd.x1 - wd.x0));
+    if (backward) {  // x is the output's gradient, y the input's (zeroed first)
+      const S share = x[i] / count;
+      for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
+        for (int64_t ix = wd.x0; ix < wd.x1; ++ix) atomicAdd(y + plane * c.h * c.w + iy * c.w + ix, share);
+      continue;
+    }
+    S acc = 0;
+    for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
+      for (int64_t ix = wd.x0; ix < wd.x1; ++ix) acc += x[plane * c.h * c.w + iy * c.w + ix];
+    y[i] = acc / count;
+  }
+}
+
+template <typename S>
+void adaptive_avg_pool_as(const PoolCall& call, const void* in, void* out, bool backward) {
+  const auto stream = static_cast<cudaStream_t>(call.stream);
+  if (backward) {
+    const cudaError_t zeroed =
+        cudaMemsetAsync(out, 0, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), stream);
+    if (zeroed != cudaSuccess) KILN_FAIL("CUDA: cudaMemsetAsync failed: ", cudaGetErrorString(zeroed));
+  }
+  const int64_t total = call.planes * call.oh * call.ow;
+  if (total == 0) return;
+  adaptive_avg_pool_kernel<S><<<grid_for((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      call, static_cast<const S*>(in), static_cast<S*>(out), backward);
+  check_launch(backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d");
+}
+
 template <typename S>
 void max_pool_as(const PoolCall& call, const void* x, void* y, int64_t* indices) {
   const int64_t total = call.planes * call.oh * call.ow;
@@ -741,6 +784,18 @@ void launch_batch_norm_backward(const BatchNormCall& call, const void* grad, con
     return batch_norm_backward_as<double>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
   KILN_CHECK(call.dtype == MapDType::Float32, "CUDA batch_norm_backward: float32 or float64");
   batch_norm_backward_as<float>(call, grad, x, mean, rstd, grad_x, grad_weight, grad_bias);
+}
+
+void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y) {
+  if (call.dtype == MapDType::Float64) return adaptive_avg_pool_as<double>(call, x, y, false);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA adaptive_avg_pool2d: float32 or float64");
+  adaptive_avg_pool_as<float>(call, x, y, false);
+}
+
+void launch_adaptive_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x) {
+  if (call.dtype == MapDType::Float64) return adaptive_avg_pool_as<double>(call, grad_y, grad_x, true);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA adaptive_avg_pool2d_backward: float32 or float64");
+  adaptive_avg_pool_as<float>(call, grad_y, grad_x, true);
 }
 
 }  // namespace kiln::cuda

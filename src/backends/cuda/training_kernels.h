@@ -6,7 +6,7 @@ namespace kiln::cuda {
 
 // sum, mean, softmax and log_softmax (floating dtypes), layer_norm,
 // batch_norm, embedding, cross_entropy, sgd_update, adam_update, max_pool2d,
-// and their backward ops.
+// adaptive_avg_pool2d, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

@@ -93,6 +93,10 @@ struct PoolCall {
 void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices);
 void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
                                 void* grad_x);
+// Adaptive average pooling (output [oh, ow] of each plane, windows as the
+// CPU's: rows oy*h/oh up to ceil((oy+1)*h/oh)) and its backward.
+void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y);
+void launch_adaptive_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x);
 
 // softmax (or log_softmax) of dense x [outer, n, inner] over its middle
 // axis, any floating dtype (the 16-bit ones computed in float); x may be y.

@@ -1,8 +1,8 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
 // log_softmax, layer_norm, batch_norm, embedding, cross_entropy, sgd_update
-// and adam_update, and max_pool2d, with their backward ops
-// (training_kernels.cu). Operands a kernel needs dense are
+// and adam_update, max_pool2d and adaptive_avg_pool2d, with their backward
+// ops (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -266,8 +266,8 @@ void batch_norm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
                              out[1].device_data(), out[2].device_data());
 }
 
-PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
-  const Pool2dAttrs a = Pool2dAttrs::of(attrs);
+// The planes and both sizes of a pool: x [n, c, h, w] to y [n, c, oh, ow].
+PoolCall planes_of(const Shape& x, const Shape& y, DType dtype, const KernelContext& context) {
   PoolCall call;
   call.dtype = map_dtype(dtype);
   call.planes = x[0] * x[1];
@@ -275,6 +275,14 @@ PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dty
   call.w = x[3];
   call.oh = y[2];
   call.ow = y[3];
+  call.stream = context.stream.handle;
+  return call;
+}
+
+// ... and the window of a max pool's attributes.
+PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dtype, const KernelContext& context) {
+  const Pool2dAttrs a = Pool2dAttrs::of(attrs);
+  PoolCall call = planes_of(x, y, dtype, context);
   call.kh = a.kernel[0];
   call.kw = a.kernel[1];
   call.sh = a.stride[0];
@@ -283,7 +291,6 @@ PoolCall pool_call(const Shape& x, const Shape& y, const Attrs& attrs, DType dty
   call.pw = a.padding[1];
   call.dh = a.dilation[0];
   call.dw = a.dilation[1];
-  call.stream = context.stream.handle;
   return call;
 }
 
@@ -302,15 +309,7 @@ void max_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
   const KernelContext context = kernel_context();
   OnDevice on(context.device.index);
   std::vector<std::unique_ptr<Scratch>> keep;
-  const Shape& xs = out[0].shape();
-  PoolCall call;
-  call.dtype = map_dtype(out[0].dtype());
-  call.planes = xs[0] * xs[1];
-  call.h = xs[2];
-  call.w = xs[3];
-  call.oh = in[0].shape()[2];
-  call.ow = in[0].shape()[3];
-  call.stream = context.stream.handle;
+  const PoolCall call = planes_of(out[0].shape(), in[0].shape(), out[0].dtype(), context);
   const bool masked = in.size() > 2 && in[2].defined();
   launch_max_pool2d_backward(call, dense_data(in[0], context, keep),
                              static_cast<const int64_t*>(dense_data(in[1], context, keep)),
@@ -349,6 +348,23 @@ void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, con
   launch_adam_update(call);
 }
 
+void adaptive_avg_pool2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  launch_adaptive_avg_pool2d(planes_of(in[0].shape(), out[0].shape(), in[0].dtype(), context),
+                             dense_data(in[0], context, keep), out[0].device_data());
+}
+
+// grad_y, x -> grad_x.
+void adaptive_avg_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  launch_adaptive_avg_pool2d_backward(planes_of(out[0].shape(), in[0].shape(), out[0].dtype(), context),
+                                      dense_data(in[0], context, keep), out[0].device_data());
+}
+
 }  // namespace
 
 void register_training_kernels(BackendRegistration& reg) {
@@ -375,6 +391,8 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
   reg.kernel("max_pool2d", {DType::Float32, DType::Float64}, max_pool2d_kernel);
   reg.kernel("max_pool2d_backward", {DType::Float32, DType::Float64}, max_pool2d_backward_kernel);
+  reg.kernel("adaptive_avg_pool2d", {DType::Float32, DType::Float64}, adaptive_avg_pool2d_kernel);
+  reg.kernel("adaptive_avg_pool2d_backward", {DType::Float32, DType::Float64}, adaptive_avg_pool2d_backward_kernel);
 }
 
 }  // namespace kiln::cuda
