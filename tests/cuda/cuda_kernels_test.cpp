@@ -3,10 +3,10 @@
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, attention, convolutions,
 // max and adaptive average pooling, sums and means, softmax, layer and
-// batch norm, embedding, cross entropy with its gradient, the SGD and Adam
-// updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained eagerly on the
-// GPU, step for step with the CPU and without falling back. Skipped without
-// a GPU.
+// batch norm, dropout, embedding, cross entropy with its gradient, the SGD
+// and Adam updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained
+// eagerly on the GPU, step for step with the CPU and without falling back.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -323,6 +323,25 @@ TEST(CudaKernels, BatchNormAndItsGradientsMatchTheCpu) {
       const double tol = dtype == DType::Float64 ? 1e-10 : 1e-4;
       for (size_t i = 0; i < gpu.size(); ++i) expect_close(gpu[i], cpu[i], tol, what + std::to_string(i));
     }
+  }
+}
+
+// One seed, one mask: philox's numbers on the GPU are the CPU's.
+TEST(CudaKernels, DropoutDrawsTheCpusMaskForOneSeed) {
+  NEEDS_A_GPU();
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    Tensor x = randn({37, 129}).to(dtype);
+    auto run = [&](Device device) {
+      manual_seed(21);
+      const std::vector<Tensor> y = call("dropout", {x.to(device)}, {{"p", 0.3}, {"training", true}});
+      return std::make_pair(y[0], y[1]);
+    };
+    const auto [gy, gm] = run(cuda());
+    const auto [cy, cm] = run(cpu_device());
+    expect_close(gm, cm, 0, std::string(dtype_name(dtype)) + " mask");
+    expect_close(gy, cy, 0, std::string(dtype_name(dtype)) + " output");
+    const double kept = mean(ne(cm, zeros({}, dtype)).to(DType::Float64)).item<double>();
+    EXPECT_NEAR(kept, 0.7, 0.03);
   }
 }
 

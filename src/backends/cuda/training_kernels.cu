@@ -1,6 +1,6 @@
-// Sums over any axes, softmax, layer and batch norm, embedding, the fused
-// cross entropy, the fused SGD and Adam updates, and max and adaptive
-// average pooling, with the backward ops, on CUDA. A reduction gives each output a block whose
+// Sums over any axes, softmax, layer and batch norm, dropout, embedding,
+// the fused cross entropy, the fused SGD and Adam updates, and max and
+// adaptive average pooling, with the backward ops, on CUDA. A reduction gives each output a block whose
 // threads stride over its reduced positions and combine through warp
 // shuffles and shared memory; cross entropy gives each row a block.
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 
 #include "backends/cuda/stored.h"
 #include "backends/cuda/training_launch.h"
+#include "core/philox.h"
 #include "kiln/error.h"
 
 namespace kiln::cuda {
@@ -441,6 +442,26 @@ void batch_norm_backward_as(const BatchNormCall& c, const void* g, const void* x
   check_launch("batch_norm_backward");
 }
 
+// --- dropout ------------------------------------------------------------------------
+
+template <typename S>
+__global__ void dropout_kernel(DropoutCall c, const S* x, S* y, S* mask) {
+  const S scale = static_cast<S>(1.0 / (1.0 - c.p));
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step) {
+    const S m = philox::keeps(c.seed, c.first, static_cast<uint64_t>(i), 1.0 - c.p) ? scale : S(0);
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+
+template <typename S>
+void dropout_as(const DropoutCall& c, const void* x, void* y, void* mask) {
+  dropout_kernel<S><<<grid_for((c.n + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(c.stream)>>>(
+      c, static_cast<const S*>(x), static_cast<S*>(y), static_cast<S*>(mask));
+  check_launch("dropout");
+}
+
 // --- embedding -----------------------------------------------------------------------
 
 __device__ inline int64_t table_row(int64_t index, int64_t rows) { return index < 0 ? index + rows : index; }
@@ -796,6 +817,13 @@ void launch_adaptive_avg_pool2d_backward(const PoolCall& call, const void* grad_
   if (call.dtype == MapDType::Float64) return adaptive_avg_pool_as<double>(call, grad_y, grad_x, true);
   KILN_CHECK(call.dtype == MapDType::Float32, "CUDA adaptive_avg_pool2d_backward: float32 or float64");
   adaptive_avg_pool_as<float>(call, grad_y, grad_x, true);
+}
+
+void launch_dropout(const DropoutCall& call, const void* x, void* y, void* mask) {
+  if (call.n == 0) return;
+  if (call.dtype == MapDType::Float64) return dropout_as<double>(call, x, y, mask);
+  KILN_CHECK(call.dtype == MapDType::Float32, "CUDA dropout: float32 or float64");
+  dropout_as<float>(call, x, y, mask);
 }
 
 }  // namespace kiln::cuda

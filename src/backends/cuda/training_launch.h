@@ -1,8 +1,8 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
 // GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, softmax, layer and batch norm, embedding, the fused cross entropy
-// and its backward, the fused SGD and Adam updates, and max pooling. Plain values
+// axes, softmax, layer and batch norm, dropout, embedding, the fused cross
+// entropy and its backward, the fused SGD and Adam updates, and pooling. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -162,5 +162,17 @@ struct BatchNormCall {
 void launch_batch_norm(const BatchNormCall& call, const void* x, void* y, void* mean, void* rstd);
 void launch_batch_norm_backward(const BatchNormCall& call, const void* grad, const void* x, const void* mean,
                                 const void* rstd, void* grad_x, void* grad_weight, void* grad_bias);
+
+// Dropout over n dense elements (float32 or float64) as the CPU's: element
+// i is kept, scaled by 1 / (1 - p), where philox's number i of the draw
+// (seed, first) says so, so one seed gives the same mask on every backend.
+struct DropoutCall {
+  MapDType dtype = MapDType::Float32;
+  int64_t n = 0;
+  double p = 0.5;
+  uint64_t seed = 0, first = 0;
+  void* stream = nullptr;
+};
+void launch_dropout(const DropoutCall& call, const void* x, void* y, void* mask);
 
 }  // namespace kiln::cuda

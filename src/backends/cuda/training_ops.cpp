@@ -1,8 +1,8 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
-// log_softmax, layer_norm, batch_norm, embedding, cross_entropy, sgd_update
-// and adam_update, max_pool2d and adaptive_avg_pool2d, with their backward
-// ops (training_kernels.cu). Operands a kernel needs dense are
+// log_softmax, layer_norm, batch_norm, dropout, embedding, cross_entropy,
+// sgd_update and adam_update, max_pool2d and adaptive_avg_pool2d, with their
+// backward ops (training_kernels.cu). Operands a kernel needs dense are
 // gathered into scratch memory first.
 #include <algorithm>
 
@@ -10,6 +10,7 @@
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
 #include "backends/cuda/training_launch.h"
+#include "kiln/generator.h"
 #include "ops/pool_attrs.h"
 #include "ops/shape_rules.h"
 
@@ -365,6 +366,22 @@ void adaptive_avg_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vec
                                       dense_data(in[0], context, keep), out[0].device_data());
 }
 
+// y and mask from x, the mask drawn from the default generator as on the CPU.
+void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  DropoutCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.n = in[0].numel();
+  call.p = attrs.get_float("p");
+  Generator& g = default_generator();
+  call.seed = g.initial_seed();
+  call.first = g.take(static_cast<uint64_t>(call.n));
+  call.stream = context.stream.handle;
+  launch_dropout(call, dense_data(in[0], context, keep), out[0].device_data(), out[1].device_data());
+}
+
 }  // namespace
 
 void register_training_kernels(BackendRegistration& reg) {
@@ -376,6 +393,7 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("layer_norm_backward", {DType::Float32, DType::Float64}, layer_norm_backward_kernel);
   reg.kernel("batch_norm", {DType::Float32, DType::Float64}, batch_norm_kernel);
   reg.kernel("batch_norm_backward", {DType::Float32, DType::Float64}, batch_norm_backward_kernel);
+  reg.kernel("dropout", {DType::Float32, DType::Float64}, dropout_kernel);
   // Indices as int64 (an int32 call runs on the CPU, visibly).
   reg.kernel("embedding", floats, Kernel(embedding_kernel).takes({{}, {DType::Int64}}));
   reg.kernel("embedding_backward", {DType::Float32, DType::Float64},
