@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "backends/cuda/elementwise_launch.h"
-#include "backends/cuda/stored.h"
+#include "backends/cuda/kernel_launch.h"
 #include "ops/elementwise_formulas.h"
 
 namespace kiln::cuda {
@@ -41,33 +41,11 @@ __global__ void copy_kernel(MapGeometry g, W* y, const W* a) {
   }
 }
 
-constexpr int kThreads = 256;
-
-// Enough blocks to fill any current GPU several times over; the grid-stride
-// loops take the rest.
-unsigned blocks_for(int64_t numel) {
-  return static_cast<unsigned>(std::min<int64_t>((numel + kThreads - 1) / kThreads, int64_t{1} << 16));
-}
-
-void check_launch(const char* kernel) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) KILN_FAIL("CUDA: the ", kernel, " kernel did not launch: ", cudaGetErrorString(status));
-}
-
 template <typename W>
 void copy_as(const MapCall& call) {
-  copy_kernel<W><<<blocks_for(call.geometry.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
+  copy_kernel<W><<<blocks_for(call.geometry.numel), kThreads, 0, stream_of(call.stream)>>>(
       call.geometry, static_cast<W*>(call.out), static_cast<const W*>(call.in[0]));
   check_launch("copy");
-}
-
-template <class F, typename S>
-void launch_as(const F& f, const MapCall& call) {
-  if (call.geometry.numel == 0) return;
-  map_kernel<F, S><<<blocks_for(call.geometry.numel), kThreads, 0, static_cast<cudaStream_t>(call.stream)>>>(
-      f, call.geometry, static_cast<S*>(call.out), static_cast<const S*>(call.in[0]),
-      static_cast<const S*>(call.in[1]));
-  check_launch(F::kName);
 }
 
 }  // namespace
@@ -90,16 +68,14 @@ void launch_copy(const MapCall& call, size_t element_size) {
 
 template <class F>
 void launch_map(const F& f, const MapCall& call) {
-  switch (call.dtype) {
-    case MapDType::Float32:
-      return launch_as<F, float>(f, call);
-    case MapDType::Float64:
-      return launch_as<F, double>(f, call);
-    case MapDType::Float16:
-      return launch_as<F, __half>(f, call);
-    case MapDType::BFloat16:
-      return launch_as<F, __nv_bfloat16>(f, call);
-  }
+  if (call.geometry.numel == 0) return;
+  with_any_float(call.dtype, [&](auto s) {
+    using S = decltype(s);
+    map_kernel<F, S><<<blocks_for(call.geometry.numel), kThreads, 0, stream_of(call.stream)>>>(
+        f, call.geometry, static_cast<S*>(call.out), static_cast<const S*>(call.in[0]),
+        static_cast<const S*>(call.in[1]));
+  });
+  check_launch(F::kName);
 }
 
 #define KILN_INSTANTIATE_MAP(F) template void launch_map<formulas::F>(const formulas::F&, const MapCall&);

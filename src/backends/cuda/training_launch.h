@@ -1,9 +1,11 @@
 #pragma once
 // The launches of the kernels a training step needs besides the formulas,
-// GEMMs and convolutions (training_kernels.cu): sums and means over any
-// axes, softmax, layer and batch norm, dropout, embedding, the fused cross
-// entropy and its backward, the fused SGD and Adam updates, and pooling. Plain values
-// and C++17, as elementwise_launch.h.
+// GEMMs and convolutions: sums and means over any axes and softmax
+// (reduce_kernels.cu), layer and batch norm and dropout (norm_kernels.cu),
+// embedding (index_kernels.cu), the fused cross entropy (loss_kernels.cu),
+// the fused SGD and Adam updates (optimizer_kernels.cu), and pooling
+// (pool_kernels.cu), with their backward ops. Plain values and C++17, as
+// elementwise_launch.h.
 #include <cstdint>
 
 #include "backends/cuda/elementwise_launch.h"

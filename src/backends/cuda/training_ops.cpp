@@ -2,8 +2,8 @@
 // GEMMs and the convolutions: sum and mean over any axes, softmax and
 // log_softmax, layer_norm, batch_norm, dropout, embedding, cross_entropy,
 // sgd_update and adam_update, max_pool2d and adaptive_avg_pool2d, with their
-// backward ops (training_kernels.cu). Operands a kernel needs dense are
-// gathered into scratch memory first.
+// backward ops (launched as training_launch.h says). Operands a kernel needs
+// dense are gathered into scratch memory first.
 #include <algorithm>
 
 #include "backends/cuda/on_device.h"

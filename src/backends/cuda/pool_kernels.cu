@@ -1,0 +1,122 @@
+// Max pooling (values and the position of each maximum, as the CPU's) and
+// adaptive average pooling, with their backward ops, on CUDA: a thread per
+// output; the backward ops add into a zeroed gradient atomically.
+#include "backends/cuda/kernel_launch.h"
+#include "backends/cuda/training_launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+template <typename S>
+__global__ void max_pool_kernel(PoolCall c, const S* x, S* y, int64_t* indices) {
+  const int64_t total = c.planes * c.oh * c.ow, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t plane = i / (c.oh * c.ow), oy = i / c.ow % c.oh, ox = i % c.ow;
+    const S* src = x + plane * c.h * c.w;
+    int64_t best = -1;
+    S value = -INFINITY;
+    for (int64_t a = 0; a < c.kh; ++a) {
+      const int64_t iy = oy * c.sh - c.ph + a * c.dh;
+      if (iy < 0 || iy >= c.h) continue;
+      for (int64_t b = 0; b < c.kw; ++b) {
+        const int64_t ix = ox * c.sw - c.pw + b * c.dw;
+        if (ix < 0 || ix >= c.w) continue;
+        const S v = src[iy * c.w + ix];
+        if (best < 0 || v > value || (v != v && value == value)) {
+          value = v;
+          best = iy * c.w + ix;
+        }
+      }
+    }
+    y[i] = value;
+    indices[i] = best;
+  }
+}
+
+template <typename S>
+__global__ void max_pool_backward_kernel(PoolCall c, const S* g, const int64_t* indices, const S* mask, S* gx) {
+  const int64_t per_plane = c.oh * c.ow, total = c.planes * per_plane;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t at = indices[i];
+    if (at < 0) continue;
+    const int64_t to = i / per_plane * c.h * c.w + at;
+    if (mask && !(mask[to] > S(0))) continue;
+    atomicAdd(gx + to, g[i]);  // (overlapping windows may share a maximum)
+  }
+}
+
+// Output (plane, oy, ox)'s window: rows [y0, y1), columns [x0, x1).
+struct Window {
+  int64_t y0, y1, x0, x1;
+};
+__device__ inline Window adaptive_window(const PoolCall& c, int64_t oy, int64_t ox) {
+  return {oy * c.h / c.oh, ((oy + 1) * c.h + c.oh - 1) / c.oh, ox * c.w / c.ow, ((ox + 1) * c.w + c.ow - 1) / c.ow};
+}
+
+template <typename S>
+__global__ void adaptive_avg_pool_kernel(PoolCall c, const S* x, S* y, bool backward) {
+  const int64_t total = c.planes * c.oh * c.ow, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t plane = i / (c.oh * c.ow);
+    const Window wd = adaptive_window(c, i / c.ow % c.oh, i % c.ow);
+    const S count = static_cast<S>((wd.y1 - wd.y0) * (wd.x1 - wd.x0));
+    if (backward) {  // x is the output's gradient, y the input's (zeroed first)
+      const S share = x[i] / count;
+      for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
+        for (int64_t ix = wd.x0; ix < wd.x1; ++ix) atomicAdd(y + plane * c.h * c.w + iy * c.w + ix, share);
+      continue;
+    }
+    S acc = 0;
+    for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
+      for (int64_t ix = wd.x0; ix < wd.x1; ++ix) acc += x[plane * c.h * c.w + iy * c.w + ix];
+    y[i] = acc / count;
+  }
+}
+
+}  // namespace
+
+void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices) {
+  const int64_t total = call.planes * call.oh * call.ow;
+  if (total == 0) return;
+  with_float_or_double(call.dtype, "max_pool2d", [&](auto s) {
+    using S = decltype(s);
+    max_pool_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
+                                                                                   static_cast<S*>(y), indices);
+  });
+  check_launch("max_pool2d");
+}
+
+void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
+                                void* grad_x) {
+  if (call.planes * call.h * call.w == 0) return;
+  with_float_or_double(call.dtype, "max_pool2d_backward", [&](auto s) {
+    using S = decltype(s);
+    zero(grad_x, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), call.stream);
+    max_pool_backward_kernel<S><<<blocks_for(call.planes * call.oh * call.ow), kThreads, 0, stream_of(call.stream)>>>(
+        call, static_cast<const S*>(grad_y), indices, static_cast<const S*>(mask), static_cast<S*>(grad_x));
+  });
+  check_launch("max_pool2d_backward");
+}
+
+// x to y, or (backward) the output's gradient to the input's.
+static void adaptive_avg_pool(const PoolCall& call, const void* in, void* out, bool backward) {
+  const char* op = backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d";
+  with_float_or_double(call.dtype, op, [&](auto s) {
+    using S = decltype(s);
+    if (backward) zero(out, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), call.stream);
+    const int64_t total = call.planes * call.oh * call.ow;
+    if (total == 0) return;
+    adaptive_avg_pool_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(
+        call, static_cast<const S*>(in), static_cast<S*>(out), backward);
+    check_launch(op);
+  });
+}
+
+void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y) { adaptive_avg_pool(call, x, y, false); }
+
+void launch_adaptive_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x) {
+  adaptive_avg_pool(call, grad_y, grad_x, true);
+}
+
+}  // namespace kiln::cuda
