@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/cuda/conv_kernels.h"
+#include "backends/cuda/convert_kernels.h"
 #include "backends/cuda/elementwise_kernels.h"
 #include "backends/cuda/matmul_kernels.h"
 #include "backends/cuda/on_device.h"
@@ -203,4 +204,6 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_matmul_kernels(reg);
   kiln::cuda::register_training_kernels(reg);
   kiln::cuda::register_conv_kernels(reg);
+  kiln::cuda::register_convert_kernels(reg);
+  kiln::cuda::register_join_kernels(reg);
 }

@@ -20,7 +20,7 @@ __global__ void map_kernel(F f, MapGeometry g, S* y, const S* a, const S* b) {
   using T = Stored<S>;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += step) {
-    int64_t off[MapGeometry::kMaxOperands] = {i, i, i};
+    int64_t off[MapGeometry::kMaxOperands] = {i, i, i, i};
     if (!g.flat) map_offsets(g, i, off);
     if constexpr (F::kArity == 1) {
       T::store(y + off[0], f(T::load(a + off[1])));
@@ -35,7 +35,7 @@ template <typename W>
 __global__ void copy_kernel(MapGeometry g, W* y, const W* a) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < g.numel; i += step) {
-    int64_t off[MapGeometry::kMaxOperands] = {i, i, i};
+    int64_t off[MapGeometry::kMaxOperands] = {i, i, i, i};
     if (!g.flat) map_offsets(g, i, off);
     y[off[0]] = a[off[1]];
   }

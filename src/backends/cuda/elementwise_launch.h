@@ -16,7 +16,7 @@ struct MapCall {
   MapGeometry geometry;
   MapDType dtype = MapDType::Float32;
   void* out = nullptr;
-  const void* in[2] = {nullptr, nullptr};  // device addresses of the first elements
+  const void* in[3] = {nullptr, nullptr, nullptr};  // device addresses of the first elements
   void* stream = nullptr;                  // a cudaStream_t
 };
 

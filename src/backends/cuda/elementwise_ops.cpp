@@ -14,21 +14,6 @@
 namespace kiln::cuda {
 namespace {
 
-// The output and its first `arity` inputs' addresses and layout (the dtype
-// is the caller's: copies do not read it).
-MapCall map_call(Tensor& y, const std::vector<Tensor>& in, int arity) {
-  std::vector<std::vector<int64_t>> shapes{y.shape()}, strides{y.strides()};
-  for (int k = 0; k < arity; ++k) {
-    shapes.push_back(in[static_cast<size_t>(k)].shape());
-    strides.push_back(in[static_cast<size_t>(k)].strides());
-  }
-  MapCall call;
-  call.geometry = map_geometry(y.shape(), shapes, strides);
-  call.out = y.device_data();
-  for (int k = 0; k < arity; ++k) call.in[k] = in[static_cast<size_t>(k)].device_data();
-  return call;
-}
-
 template <class F>
 void formula_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const F f(attrs);  // reads (and checks) the attributes on the host

@@ -16,7 +16,7 @@ namespace kiln::cuda {
 
 struct MapGeometry {
   static constexpr int kMaxRank = 8;
-  static constexpr int kMaxOperands = 3;  // the output and up to two inputs
+  static constexpr int kMaxOperands = 4;  // the output and up to three inputs
   int rank = 0;
   int operands = 0;
   int64_t numel = 0;

@@ -13,11 +13,11 @@ __global__ void sum_kernel(ReduceCall c) {
   const S* x = static_cast<const S*>(c.in);
   S* y = static_cast<S*>(c.out);
   for (int64_t o = blockIdx.x; o < c.outer.numel; o += gridDim.x) {
-    int64_t at[MapGeometry::kMaxOperands] = {o, o, o};
+    int64_t at[MapGeometry::kMaxOperands] = {o, o, o, o};
     if (!c.outer.flat) map_offsets(c.outer, o, at);
     Acc acc = 0;
     for (int64_t r = threadIdx.x; r < c.inner.numel; r += blockDim.x) {
-      int64_t in[MapGeometry::kMaxOperands] = {r, r, r};
+      int64_t in[MapGeometry::kMaxOperands] = {r, r, r, r};
       if (!c.inner.flat) map_offsets(c.inner, r, in);
       acc += T::load(x + at[1] + in[0]);
     }

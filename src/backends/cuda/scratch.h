@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
 #include "kiln/backend.h"
 #include "kiln/tensor.h"
@@ -26,6 +27,45 @@ inline MapDType map_dtype(DType d) {
     default:
       KILN_FAIL("this CUDA kernel takes floating dtypes, not ", dtype_name(d));
   }
+}
+
+inline AnyDType any_dtype(DType d) {
+  switch (d) {
+    case DType::Float32:
+      return AnyDType::Float32;
+    case DType::Float64:
+      return AnyDType::Float64;
+    case DType::Float16:
+      return AnyDType::Float16;
+    case DType::BFloat16:
+      return AnyDType::BFloat16;
+    case DType::Int32:
+      return AnyDType::Int32;
+    case DType::Int64:
+      return AnyDType::Int64;
+    case DType::UInt8:
+      return AnyDType::UInt8;
+    case DType::Bool:
+      return AnyDType::Bool;
+    case DType::Int8:
+      return AnyDType::Int8;
+  }
+  KILN_FAIL("unknown dtype");
+}
+
+// The geometry and addresses of writing y from its first `arity` inputs,
+// broadcast to its shape (the dtypes are the caller's to set).
+inline MapCall map_call(Tensor& y, const std::vector<Tensor>& in, int arity) {
+  std::vector<std::vector<int64_t>> shapes{y.shape()}, strides{y.strides()};
+  for (int k = 0; k < arity; ++k) {
+    shapes.push_back(in[static_cast<size_t>(k)].shape());
+    strides.push_back(in[static_cast<size_t>(k)].strides());
+  }
+  MapCall call;
+  call.geometry = map_geometry(y.shape(), shapes, strides);
+  call.out = y.device_data();
+  for (int k = 0; k < arity; ++k) call.in[k] = in[static_cast<size_t>(k)].device_data();
+  return call;
 }
 
 class Scratch {

@@ -1,25 +1,17 @@
 #pragma once
 // How a kernel reads and writes each storage type (CUDA sources only):
 // float16 and bfloat16 load into float and round once on the store, as the
-// CPU computes them.
+// CPU computes them; every other type is its own compute type.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace kiln::cuda {
 
 template <typename S>
-struct Stored;
-template <>
-struct Stored<float> {
-  using C = float;
-  static __device__ C load(const float* p) { return *p; }
-  static __device__ void store(float* p, C v) { *p = v; }
-};
-template <>
-struct Stored<double> {
-  using C = double;
-  static __device__ C load(const double* p) { return *p; }
-  static __device__ void store(double* p, C v) { *p = v; }
+struct Stored {
+  using C = S;
+  static __device__ C load(const S* p) { return *p; }
+  static __device__ void store(S* p, C v) { *p = v; }
 };
 template <>
 struct Stored<__half> {

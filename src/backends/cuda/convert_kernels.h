@@ -1,0 +1,14 @@
+#pragma once
+// The CUDA backend's kernels for the ops that take every dtype: casts,
+// comparisons, where, the triangles; and the joins: concat, pad, assign and
+// the backward ops of pad and slice.
+#include "kiln/backend_library.h"
+
+namespace kiln::cuda {
+
+// cast, eq, ne, lt, le, gt, ge, where, tril and triu.
+void register_convert_kernels(BackendRegistration& reg);
+// concat, assign, pad, pad_backward and slice_backward.
+void register_join_kernels(BackendRegistration& reg);
+
+}  // namespace kiln::cuda
