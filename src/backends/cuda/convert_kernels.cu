@@ -11,31 +11,6 @@
 namespace kiln::cuda {
 namespace {
 
-// f(S{}) with S the storage type of `dtype`.
-template <typename F>
-void with_any(AnyDType dtype, F f) {
-  switch (dtype) {
-    case AnyDType::Float32:
-      return f(float{});
-    case AnyDType::Float64:
-      return f(double{});
-    case AnyDType::Float16:
-      return f(__half{});
-    case AnyDType::BFloat16:
-      return f(__nv_bfloat16{});
-    case AnyDType::Int32:
-      return f(int32_t{});
-    case AnyDType::Int64:
-      return f(int64_t{});
-    case AnyDType::UInt8:
-      return f(uint8_t{});
-    case AnyDType::Bool:
-      return f(bool{});
-    case AnyDType::Int8:
-      return f(int8_t{});
-  }
-}
-
 // The grid-stride loop over a geometry's elements: body(i, offsets).
 template <typename Body>
 __device__ void for_each_mapped(const MapGeometry& g, Body body) {

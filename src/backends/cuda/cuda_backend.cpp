@@ -203,6 +203,7 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_elementwise_kernels(reg);
   kiln::cuda::register_matmul_kernels(reg);
   kiln::cuda::register_training_kernels(reg);
+  kiln::cuda::register_reduce_kernels(reg);
   kiln::cuda::register_conv_kernels(reg);
   kiln::cuda::register_convert_kernels(reg);
   kiln::cuda::register_join_kernels(reg);

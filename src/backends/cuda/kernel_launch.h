@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
 #include "backends/cuda/stored.h"
 #include "kiln/error.h"
@@ -57,6 +58,31 @@ void with_float_or_double(MapDType dtype, const char* op, F f) {
   if (dtype == MapDType::Float64) return f(double{});
   KILN_CHECK(dtype == MapDType::Float32, "CUDA ", op, ": float32 or float64");
   f(float{});
+}
+
+// f(S{}) with S the storage type of any dtype.
+template <typename F>
+void with_any(AnyDType dtype, F f) {
+  switch (dtype) {
+    case AnyDType::Float32:
+      return f(float{});
+    case AnyDType::Float64:
+      return f(double{});
+    case AnyDType::Float16:
+      return f(__half{});
+    case AnyDType::BFloat16:
+      return f(__nv_bfloat16{});
+    case AnyDType::Int32:
+      return f(int32_t{});
+    case AnyDType::Int64:
+      return f(int64_t{});
+    case AnyDType::UInt8:
+      return f(uint8_t{});
+    case AnyDType::Bool:
+      return f(bool{});
+    case AnyDType::Int8:
+      return f(int8_t{});
+  }
 }
 
 template <typename T>

@@ -14,21 +14,21 @@ __global__ void max_pool_kernel(PoolCall c, const S* x, S* y, int64_t* indices) 
     const int64_t plane = i / (c.oh * c.ow), oy = i / c.ow % c.oh, ox = i % c.ow;
     const S* src = x + plane * c.h * c.w;
     int64_t best = -1;
-    S value = -INFINITY;
+    typename Stored<S>::C value = -INFINITY;
     for (int64_t a = 0; a < c.kh; ++a) {
       const int64_t iy = oy * c.sh - c.ph + a * c.dh;
       if (iy < 0 || iy >= c.h) continue;
       for (int64_t b = 0; b < c.kw; ++b) {
         const int64_t ix = ox * c.sw - c.pw + b * c.dw;
         if (ix < 0 || ix >= c.w) continue;
-        const S v = src[iy * c.w + ix];
+        const auto v = Stored<S>::load(src + iy * c.w + ix);
         if (best < 0 || v > value || (v != v && value == value)) {
           value = v;
           best = iy * c.w + ix;
         }
       }
     }
-    y[i] = value;
+    Stored<S>::store(y + i, value);
     indices[i] = best;
   }
 }
@@ -41,7 +41,7 @@ __global__ void max_pool_backward_kernel(PoolCall c, const S* g, const int64_t* 
     const int64_t at = indices[i];
     if (at < 0) continue;
     const int64_t to = i / per_plane * c.h * c.w + at;
-    if (mask && !(mask[to] > S(0))) continue;
+    if (mask && !(Stored<S>::load(mask + to) > 0)) continue;
     atomicAdd(gx + to, g[i]);  // (overlapping windows may share a maximum)
   }
 }
@@ -60,17 +60,19 @@ __global__ void adaptive_avg_pool_kernel(PoolCall c, const S* x, S* y, bool back
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t plane = i / (c.oh * c.ow);
     const Window wd = adaptive_window(c, i / c.ow % c.oh, i % c.ow);
-    const S count = static_cast<S>((wd.y1 - wd.y0) * (wd.x1 - wd.x0));
+    using C = typename Stored<S>::C;
+    const C count = static_cast<C>((wd.y1 - wd.y0) * (wd.x1 - wd.x0));
     if (backward) {  // x is the output's gradient, y the input's (zeroed first)
-      const S share = x[i] / count;
+      S share;
+      Stored<S>::store(&share, Stored<S>::load(x + i) / count);
       for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
         for (int64_t ix = wd.x0; ix < wd.x1; ++ix) atomicAdd(y + plane * c.h * c.w + iy * c.w + ix, share);
       continue;
     }
-    S acc = 0;
+    C acc = 0;
     for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
-      for (int64_t ix = wd.x0; ix < wd.x1; ++ix) acc += x[plane * c.h * c.w + iy * c.w + ix];
-    y[i] = acc / count;
+      for (int64_t ix = wd.x0; ix < wd.x1; ++ix) acc += Stored<S>::load(x + plane * c.h * c.w + iy * c.w + ix);
+    Stored<S>::store(y + i, acc / count);
   }
 }
 
@@ -79,7 +81,7 @@ __global__ void adaptive_avg_pool_kernel(PoolCall c, const S* x, S* y, bool back
 void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices) {
   const int64_t total = call.planes * call.oh * call.ow;
   if (total == 0) return;
-  with_float_or_double(call.dtype, "max_pool2d", [&](auto s) {
+  with_any_float(call.dtype, [&](auto s) {
     using S = decltype(s);
     max_pool_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
                                                                                    static_cast<S*>(y), indices);
@@ -90,7 +92,7 @@ void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* in
 void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
                                 void* grad_x) {
   if (call.planes * call.h * call.w == 0) return;
-  with_float_or_double(call.dtype, "max_pool2d_backward", [&](auto s) {
+  with_any_float(call.dtype, [&](auto s) {
     using S = decltype(s);
     zero(grad_x, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), call.stream);
     max_pool_backward_kernel<S><<<blocks_for(call.planes * call.oh * call.ow), kThreads, 0, stream_of(call.stream)>>>(
@@ -102,7 +104,7 @@ void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const 
 // x to y, or (backward) the output's gradient to the input's.
 static void adaptive_avg_pool(const PoolCall& call, const void* in, void* out, bool backward) {
   const char* op = backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d";
-  with_float_or_double(call.dtype, op, [&](auto s) {
+  with_any_float(call.dtype, [&](auto s) {
     using S = decltype(s);
     if (backward) zero(out, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), call.stream);
     const int64_t total = call.planes * call.oh * call.ow;

@@ -8,6 +8,7 @@
 // elementwise_launch.h.
 #include <cstdint>
 
+#include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
 
 namespace kiln::cuda {
@@ -23,6 +24,22 @@ struct ReduceCall {
   void* stream = nullptr;
 };
 void launch_sum(const ReduceCall& call);
+
+// The reductions that keep an order or an extreme, over any storage type,
+// as the CPU's: the maximum and minimum (NaN propagates), the product and
+// the integer sum (accumulated in int64, or double for floats), and the
+// int64 position of the maximum or minimum along one axis (the first NaN's
+// if there is one, else the first of equals). Geometries as ReduceCall's.
+enum class Fold { Sum, Prod, Max, Min, ArgMax, ArgMin };
+struct FoldCall {
+  MapGeometry outer, inner;
+  AnyDType dtype = AnyDType::Float32;
+  Fold fold = Fold::Max;
+  void* out = nullptr;
+  const void* in = nullptr;
+  void* stream = nullptr;
+};
+void launch_fold(const FoldCall& call);
 
 // Cross entropy of dense logits x [n, c] against int64 targets, with
 // optional class weights, ignore_index and label smoothing, as the CPU
@@ -82,10 +99,11 @@ struct AdamCall {
 };
 void launch_adam_update(const AdamCall& call);
 
-// Max pooling over dense [planes, h, w] (float32 or float64): each output
-// the maximum of its window (NaN wins) and the flat position of it within
-// its plane, as the CPU's; and the backward, each gradient added at its
-// position (where mask, if given, is positive).
+// Max pooling over dense [planes, h, w] (any floating dtype, the 16-bit
+// ones compared in float): each output the maximum of its window (NaN wins)
+// and the flat position of it within its plane, as the CPU's; and the
+// backward, each gradient added at its position (where mask, if given, is
+// positive).
 struct PoolCall {
   MapDType dtype = MapDType::Float32;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;

@@ -1,7 +1,7 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
-// GEMMs and the convolutions: sum and mean over any axes, softmax and
-// log_softmax, layer_norm, batch_norm, dropout, embedding, cross_entropy,
-// sgd_update and adam_update, max_pool2d and adaptive_avg_pool2d, with their
+// GEMMs, the convolutions and the reductions: softmax and log_softmax,
+// layer_norm, batch_norm, dropout, embedding, cross_entropy, sgd_update and
+// adam_update, max_pool2d and adaptive_avg_pool2d, with their
 // backward ops (launched as training_launch.h says). Operands a kernel needs
 // dense are gathered into scratch memory first.
 #include <algorithm>
@@ -16,49 +16,6 @@
 
 namespace kiln::cuda {
 namespace {
-
-// sum (scale 1) and mean over attrs' axes (all when none), keepdim or not.
-void reduce(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs, bool mean) {
-  const Tensor& x = in[0];
-  Tensor& y = out[0];
-  const KernelContext context = kernel_context();
-  const int64_t rank = x.dim();
-  std::vector<bool> reduced(static_cast<size_t>(rank), attrs.get_ints("axes", {}).empty());
-  for (int64_t a : attrs.get_ints("axes", {})) reduced[static_cast<size_t>(a < 0 ? a + rank : a)] = true;
-  // The output as the input's shape with the reduced axes of size 1, and the
-  // reduced axes alone; each with the input's strides.
-  Shape kept(x.shape()), inner(x.shape());
-  std::vector<int64_t> dense(static_cast<size_t>(rank));
-  int64_t count = 1, step = 1;
-  for (int64_t d = rank; d-- > 0;) {
-    const auto u = static_cast<size_t>(d);
-    if (reduced[u]) {
-      kept[u] = 1;
-      count *= x.shape()[u];
-    } else {
-      inner[u] = 1;
-    }
-    dense[u] = step;
-    step *= kept[u];
-  }
-  ReduceCall call;
-  call.outer = map_geometry(kept, {kept, kept}, {dense, x.strides()});
-  call.inner = map_geometry(inner, {inner}, {x.strides()});
-  call.dtype = map_dtype(x.dtype());
-  call.out = y.device_data();
-  call.in = x.device_data();
-  call.scale = mean ? 1.0 / static_cast<double>(std::max<int64_t>(count, 1)) : 1.0;
-  call.stream = context.stream.handle;
-  KILN_CHECK(y.is_contiguous(), "CUDA reductions write dense outputs");
-  OnDevice on(context.device.index);
-  launch_sum(call);
-}
-void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  reduce(in, out, attrs, false);
-}
-void mean_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  reduce(in, out, attrs, true);
-}
 
 // The class loss's call: dense logits (input `first`), targets and weights.
 CrossEntropyCall class_loss(const std::vector<Tensor>& in, size_t first, const Attrs& attrs,
@@ -386,7 +343,6 @@ void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
 
 void register_training_kernels(BackendRegistration& reg) {
   const std::initializer_list<DType> floats{DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
-  reg.kernel("sum", floats, sum_kernel);
   reg.kernel("softmax", floats, softmax_kernel);
   reg.kernel("log_softmax", floats, log_softmax_kernel);
   reg.kernel("layer_norm", {DType::Float32, DType::Float64}, layer_norm_kernel);
@@ -398,7 +354,6 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("embedding", floats, Kernel(embedding_kernel).takes({{}, {DType::Int64}}));
   reg.kernel("embedding_backward", {DType::Float32, DType::Float64},
              Kernel(embedding_backward_kernel).takes({{}, {DType::Int64}}));
-  reg.kernel("mean", floats, mean_kernel);
   // Targets as int64 (an int32 call runs on the CPU, visibly); the loss in
   // float32 or float64, as the CPU's.
   reg.kernel("cross_entropy", {DType::Float32, DType::Float64},
@@ -407,10 +362,10 @@ void register_training_kernels(BackendRegistration& reg) {
              Kernel(cross_entropy_backward_kernel).takes({{}, {}, {DType::Int64}}));
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
   reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
-  reg.kernel("max_pool2d", {DType::Float32, DType::Float64}, max_pool2d_kernel);
-  reg.kernel("max_pool2d_backward", {DType::Float32, DType::Float64}, max_pool2d_backward_kernel);
-  reg.kernel("adaptive_avg_pool2d", {DType::Float32, DType::Float64}, adaptive_avg_pool2d_kernel);
-  reg.kernel("adaptive_avg_pool2d_backward", {DType::Float32, DType::Float64}, adaptive_avg_pool2d_backward_kernel);
+  reg.kernel("max_pool2d", floats, max_pool2d_kernel);
+  reg.kernel("max_pool2d_backward", floats, max_pool2d_backward_kernel);
+  reg.kernel("adaptive_avg_pool2d", floats, adaptive_avg_pool2d_kernel);
+  reg.kernel("adaptive_avg_pool2d_backward", floats, adaptive_avg_pool2d_backward_kernel);
 }
 
 }  // namespace kiln::cuda
