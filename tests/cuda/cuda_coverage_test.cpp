@@ -1,8 +1,9 @@
 // What the zoo's training steps need from the CUDA backend, checked in the
 // op registry (no GPU needed): every op and dtype that one step of each model
 // calls (forward, loss, backward, the SGD and Adam updates, the accuracy
-// metric), in float32 and under bfloat16 autocast, has a CUDA kernel, so
-// that none of it falls back to the CPU on a GPU.
+// metric), in float32, under bfloat16 autocast and under float16 autocast
+// with a scaled loss, has a CUDA kernel, so that none of it falls back to
+// the CPU on a GPU.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/metrics.h"
+#include "kiln/mixed_precision.h"
 #include "kiln/models.h"
 #include "kiln/op_library.h"
 #include "ops/dispatch_hooks.h"
@@ -30,7 +32,7 @@ void note_call(const OpDef& op, const std::vector<Tensor>& inputs, const std::ve
   if (at < inputs.size() && inputs[at].defined()) called().insert({op.name, inputs[at].dtype()});
 }
 
-// One step of `name` with each optimizer, in float32 and in bfloat16 autocast.
+// One step of `name` with each optimizer and precision.
 void train_one_step(const std::string& name) {
   models::ModelConfig config;
   config.hidden = {32};
@@ -39,7 +41,8 @@ void train_one_step(const std::string& name) {
   config.seq_len = 16;
   config.layers = 1;
   const bool text = name == "char_transformer";
-  for (bool half : {false, true}) {
+  for (std::optional<DType> half : {std::optional<DType>(), std::optional<DType>(DType::BFloat16),
+                                     std::optional<DType>(DType::Float16)}) {
     for (bool adam : {false, true}) {
       manual_seed(3);
       auto net = models::make_model(name, config);
@@ -50,14 +53,15 @@ void train_one_step(const std::string& name) {
       const Tensor y = text ? randint(0, config.vocab_size, {2 * config.seq_len}) : randint(0, 10, {4});
       Tensor out, loss;
       {
-        AutocastScope autocast(half ? std::optional<DType>(DType::BFloat16) : std::nullopt);
+        AutocastScope autocast(half);
         out = (*net)(x);
         if (text) out = out.reshape({-1, config.vocab_size});
         loss = cross_entropy(out, y);
       }
+      const double scale = half == DType::Float16 ? 1024.0 : 1.0;  // float16's loss scaling
       opt->zero_grad();
-      loss.backward();
-      opt->step();
+      (loss * scale).backward();
+      if (train::unscale_gradients(net->trainable_params(), scale)) opt->step();
       train::metrics::Accuracy accuracy;
       accuracy.update(out.detach(), y);
     }

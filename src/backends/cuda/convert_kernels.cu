@@ -1,9 +1,10 @@
-// Kernels of every dtype: casts, comparisons, where, tril/triu, fills and
-// padding. One thread per output element in a grid-stride loop, operands
+// Kernels of every dtype: casts, comparisons, where, tril/triu, the
+// finiteness check, fills and padding. One thread per output element in a grid-stride loop, operands
 // addressed through a MapGeometry as the formulas' kernels do.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/convert_launch.h"
 #include "backends/cuda/kernel_launch.h"
@@ -61,6 +62,13 @@ __global__ void triangle_kernel(MapGeometry g, S* y, const S* x, int64_t rows, i
     const int64_t col = i % cols, row = (i / cols) % rows;
     const bool keep = lower ? col - row <= diagonal : col - row >= diagonal;
     y[i] = keep ? x[off[1]] : S(0);
+  });
+}
+
+template <typename S>
+__global__ void non_finite_kernel(MapGeometry g, const S* x, bool* flag) {
+  for_each_mapped(g, [&](int64_t, const int64_t* off) {
+    if (!isfinite(Stored<S>::load(x + off[0]))) *flag = false;  // (every writer writes the same)
   });
 }
 
@@ -186,6 +194,16 @@ void launch_triangle(const MapCall& call, AnyDType dtype, int64_t rows, int64_t 
         call.geometry, static_cast<S*>(call.out), static_cast<const S*>(call.in[0]), rows, cols, diagonal, lower);
   });
   check_launch(lower ? "tril" : "triu");
+}
+
+void launch_clear_if_non_finite(const MapGeometry& g, AnyDType dtype, const void* x, bool* flag, void* stream) {
+  if (g.numel == 0) return;
+  with_any(dtype, [&](auto s) {
+    using S = decltype(s);
+    if constexpr (std::is_floating_point_v<typename Stored<S>::C>)
+      non_finite_kernel<S><<<blocks_for(g.numel), kThreads, 0, stream_of(stream)>>>(g, static_cast<const S*>(x), flag);
+  });
+  check_launch("all_finite");
 }
 
 void launch_fill(void* y, int64_t n, AnyDType dtype, double value, void* stream) {

@@ -6,7 +6,7 @@
 
 namespace kiln::cuda {
 
-// cast, eq, ne, lt, le, gt, ge, where, tril and triu.
+// cast, eq, ne, lt, le, gt, ge, where, tril, triu and all_finite.
 void register_convert_kernels(BackendRegistration& reg);
 // concat, assign, pad, pad_backward and slice_backward.
 void register_join_kernels(BackendRegistration& reg);

@@ -1,6 +1,7 @@
 #pragma once
 // The launches of the kernels that take every dtype (convert_kernels.cu):
-// casts, comparisons, where, the triangles, fills and padding. Plain values
+// casts, comparisons, where, the triangles, the finiteness check, fills and
+// padding. Plain values
 // and C++17, as elementwise_launch.h.
 #include <cstdint>
 
@@ -26,6 +27,10 @@ void launch_where(const MapCall& call, AnyDType dtype);
 // y = x where the element's column minus its row is at most `diagonal`
 // (lower) or at least it (upper), else 0; y dense [..., rows, cols].
 void launch_triangle(const MapCall& call, AnyDType dtype, int64_t rows, int64_t cols, int64_t diagonal, bool lower);
+
+// Sets the device bool *flag to false where an element of x (walked by the
+// geometry's operand 0) is inf or NaN; integers are always finite.
+void launch_clear_if_non_finite(const MapGeometry& g, AnyDType dtype, const void* x, bool* flag, void* stream);
 
 // n dense elements set to `value`, converted as a cast from float64.
 void launch_fill(void* y, int64_t n, AnyDType dtype, double value, void* stream);

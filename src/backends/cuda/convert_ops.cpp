@@ -1,5 +1,6 @@
 // CUDA kernels of the ops that take every dtype and compute no formula:
-// cast, the comparisons, where, tril and triu, with operands in any layout.
+// cast, the comparisons, where, tril and triu, and all_finite, with operands
+// in any layout.
 #include "backends/cuda/convert_kernels.h"
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
@@ -45,6 +46,19 @@ void triangle_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
                   attrs.get_int("diagonal", 0), kLower);
 }
 
+// One bool: true, cleared by any input's inf or NaN.
+void all_finite_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  bool* flag = static_cast<bool*>(out.at(0).device_data());
+  launch_fill(flag, 1, AnyDType::Bool, 1.0, context.stream.handle);
+  for (const Tensor& t : in) {
+    if (!is_floating(t.dtype())) continue;
+    launch_clear_if_non_finite(map_geometry(t.shape(), {t.shape()}, {t.strides()}), any_dtype(t.dtype()),
+                               t.device_data(), flag, context.stream.handle);
+  }
+}
+
 }  // namespace
 
 void register_convert_kernels(BackendRegistration& reg) {
@@ -60,6 +74,7 @@ void register_convert_kernels(BackendRegistration& reg) {
   reg.kernel("gt", numbers, compare_kernel<Comparison::Gt>);
   reg.kernel("ge", numbers, compare_kernel<Comparison::Ge>);
   reg.kernel("where", all, where_kernel);
+  reg.kernel("all_finite", all, all_finite_kernel);
   reg.kernel("tril", all, triangle_kernel<true>);
   reg.kernel("triu", all, triangle_kernel<false>);
 }
