@@ -110,7 +110,7 @@ Tensor BatchNorm2d::construct(const Tensor& x) {
 // all-reduce; the gradient flows back through it to every rank's inputs.
 Tensor BatchNorm2d::synchronized(const Tensor& x) {
   const int64_t c = x.size(1);
-  const Tensor count = full({1}, static_cast<double>(x.numel() / c), x.dtype());
+  const Tensor count = full({1}, static_cast<double>(x.numel() / c), x.dtype(), x.device());
   const Tensor totals = all_reduce(concat({sum(x, {0, 2, 3}), sum(x * x, {0, 2, 3}), count}), sync_group_, "sum");
   const std::vector<Tensor> parts = split(totals, {c, c, 1});
   const Tensor n = parts[2];

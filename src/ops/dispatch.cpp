@@ -261,16 +261,23 @@ bool strict_device() {
 
 int64_t fallback_count() { return g_fallbacks.load(); }
 
-// A 0-d CPU tensor (the 2 in x * 2, a loss's weight) joins an op whose
-// other inputs are on another device, copied there by to_device (so autograd
-// sees the move), as in PyTorch. Any other mix of devices is an error.
-static bool has_cpu_scalar_to_move(const OpDef& op, const std::vector<Tensor>& inputs) {
-  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return false;
-  const Device d = inputs[op.dispatch_input].device();
-  if (d.type == DeviceType::CPU) return false;
-  for (const Tensor& t : inputs)
-    if (t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU) return true;
-  return false;
+// A 0-d CPU tensor (the 2 in x * 2 or in 1 - x, a loss's weight) joins an
+// op whose other inputs are on another device, copied there by to_device (so
+// autograd sees the move), as in PyTorch, in any position. Any other mix of
+// devices is an error. The device such a call runs on, if it is one.
+static bool is_host_scalar(const Tensor& t) { return t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU; }
+static std::optional<Device> device_for_host_scalars(const OpDef& op, const std::vector<Tensor>& inputs) {
+  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return std::nullopt;
+  const Tensor& lead = inputs[op.dispatch_input];
+  if (lead.device().type == DeviceType::CPU && lead.dim() != 0) return std::nullopt;  // the common case
+  std::optional<Device> device;
+  bool scalars = false;
+  for (const Tensor& t : inputs) {
+    if (is_host_scalar(t)) scalars = true;
+    else if (t.defined() && !device) device = t.device();
+  }
+  if (!scalars || !device || device->type == DeviceType::CPU) return std::nullopt;
+  return device;
 }
 
 namespace {
@@ -365,11 +372,10 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   } else if (const std::optional<DType> lower = autocast_dtype()) [[unlikely]] {
     if (auto cast_inputs = autocast_inputs(op, inputs, *lower)) return call(op, *cast_inputs, attrs);
   }
-  if (has_cpu_scalar_to_move(op, inputs)) [[unlikely]] {
+  if (const std::optional<Device> d = device_for_host_scalars(op, inputs)) [[unlikely]] {
     std::vector<Tensor> moved = inputs;
-    const Device d = inputs[op.dispatch_input].device();
     for (Tensor& t : moved)
-      if (t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU) t = t.to(d);
+      if (is_host_scalar(t)) t = t.to(*d);
     return call(op, moved, attrs);
   }
   apply_num_threads_to_this_thread();

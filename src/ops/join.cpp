@@ -164,7 +164,7 @@ std::vector<Tensor> read_cumprod(const OnnxReader& n, const std::vector<Tensor>&
   if (!n.i("exclusive", 0) || size == 0) return {y};
   Shape one = x.shape();
   one[axis] = 1;
-  const Tensor first = ones(one, x.dtype());
+  const Tensor first = ones(one, x.dtype(), x.device());
   if (reverse) return {concat({y.slice(axis, 1, size), first}, axis)};
   return {concat({first, y.slice(axis, 0, size - 1)}, axis)};
 }
@@ -234,7 +234,7 @@ OpDefiner d_split([] {
       [](const GradContext& c, const Grads& g) -> Grads {
         std::vector<Tensor> parts;
         for (size_t i = 0; i < g.size(); ++i)
-          parts.push_back(g[i].defined() ? g[i] : zeros(c.outputs[i].shape(), c.outputs[i].dtype()));
+          parts.push_back(g[i].defined() ? g[i] : zeros(c.outputs[i].shape(), c.outputs[i].dtype(), c.outputs[i].device()));
         return {concat(parts, c.attrs.get_int("axis", 0))};
       },
       OnnxExport{{"Split"}, write_split}, kTagView);

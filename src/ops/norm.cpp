@@ -127,7 +127,7 @@ std::vector<Tensor> read_dropout(const OnnxReader& n, const std::vector<Tensor>&
     n.unsupported("training_mode=true with ratio ", ratio, " is not supported; inference runs dropout as the identity "
                   "(export the model in eval mode)");
   std::vector<Tensor> out = {x + 0.0};
-  if (n.output_wanted(1)) out.push_back(ones(x.shape(), DType::Bool));
+  if (n.output_wanted(1)) out.push_back(ones(x.shape(), DType::Bool, x.device()));
   return out;
 }
 

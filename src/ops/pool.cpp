@@ -149,7 +149,7 @@ std::vector<Tensor> read_max_pool(const OnnxReader& n, const std::vector<Tensor>
     idx = remainder(idx, w) * scalar_tensor(static_cast<double>(height), DType::Int64) + div(idx, w);
   }
   const Shape& ys = y[1].shape();
-  const Tensor base = arange(ys[0] * ys[1], DType::Int64).reshape({ys[0], ys[1], 1, 1}) *
+  const Tensor base = arange(ys[0] * ys[1], DType::Int64, idx.device()).reshape({ys[0], ys[1], 1, 1}) *
                       scalar_tensor(static_cast<double>(plane), DType::Int64);
   out.push_back(g.rank.lower(idx + base));
   return out;
@@ -169,7 +169,7 @@ std::vector<Tensor> read_avg_pool_by_sums(const OnnxReader& n, const Tensor& x) 
   add_ceil_padding(n, x.shape(), kernel, stride, dilation, all);
   Shape mask_shape = x.shape();
   mask_shape[0] = mask_shape[1] = 1;
-  Tensor mask = ones(mask_shape, x.dtype());
+  Tensor mask = ones(mask_shape, x.dtype(), x.device());
   Pads rest = all;
   if (n.i("count_include_pad", 0)) {
     mask = pad_spatial(mask, explicit_pads, 1.0);
@@ -200,7 +200,7 @@ std::vector<Tensor> read_avg_pool(const OnnxReader& n, const std::vector<Tensor>
   const Pads explicit_pads = resolve_pads(n, x.shape(), g.kernel, g.stride, g.dilation);
   Shape mask_shape = x.shape();
   mask_shape[0] = mask_shape[1] = 1;
-  Tensor mask = ones(mask_shape, x.dtype());
+  Tensor mask = ones(mask_shape, x.dtype(), x.device());
   Pads rest = g.pads;
   if (include_pad) {
     mask = pad_spatial(mask, explicit_pads, 1.0);
@@ -233,7 +233,7 @@ std::vector<Tensor> read_mindspore_pool(const OnnxReader& n, const std::vector<T
   Shape mask_shape = x.shape();
   mask_shape[0] = mask_shape[1] = 1;
   const Tensor sums = avg_pool2d(onnx_spatial::pad_spatial(x, pads, 0.0), kernel, stride);
-  const Tensor counts = avg_pool2d(onnx_spatial::pad_spatial(ones(mask_shape, x.dtype()), pads, 0.0), kernel, stride);
+  const Tensor counts = avg_pool2d(onnx_spatial::pad_spatial(ones(mask_shape, x.dtype(), x.device()), pads, 0.0), kernel, stride);
   return {sums / counts};
 }
 

@@ -134,10 +134,10 @@ std::vector<Tensor> recurrent_steps(const Kind& k, const Tensor& x, const Tensor
                                     bool linear_before_reset, const std::string& nonlinearity) {
   const int64_t steps = x.shape()[0], batch = x.shape()[1], hidden = r.shape()[1], gh = k.gates * hidden;
   const DType dt = x.dtype();
-  if (!h.defined()) h = zeros({batch, hidden}, dt);
-  if (k.cell_state && !c.defined()) c = zeros({batch, hidden}, dt);
-  const Tensor wb = b.defined() ? b.slice(0, 0, gh) : zeros({gh}, dt);
-  const Tensor rb = b.defined() ? b.slice(0, gh, 2 * gh) : zeros({gh}, dt);
+  if (!h.defined()) h = zeros({batch, hidden}, dt, x.device());
+  if (k.cell_state && !c.defined()) c = zeros({batch, hidden}, dt, x.device());
+  const Tensor wb = b.defined() ? b.slice(0, 0, gh) : zeros({gh}, dt, x.device());
+  const Tensor rb = b.defined() ? b.slice(0, gh, 2 * gh) : zeros({gh}, dt, x.device());
   const Tensor projected = matmul(x, w.transpose(0, 1)) + wb;  // every step's input part at once
   const Tensor rt = r.transpose(0, 1);
   auto gate = [&](const Tensor& t, int64_t g) { return t.slice(1, g * hidden, (g + 1) * hidden); };

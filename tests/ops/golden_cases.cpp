@@ -132,4 +132,47 @@ std::string compare(const Tensor& actual, const std::vector<double>& expected, c
   return os.str();
 }
 
+namespace {
+std::vector<Tensor> inputs_on(const GoldenCase& c, Device device) {
+  std::vector<Tensor> inputs = c.make_inputs();
+  for (Tensor& t : inputs)
+    if (t.defined()) t = t.to(device);
+  return inputs;
+}
+}  // namespace
+
+std::string forward_mismatch_on(const GoldenCase& c, Device device) {
+  std::vector<Tensor> inputs = inputs_on(c, device);
+  std::vector<Tensor> out = call(c.op, inputs, c.attrs);
+  if (out.empty()) out.push_back(inputs[0]);  // ops that write their input (assign)
+  if (out.size() < c.outputs.size()) return "fewer outputs than PyTorch's";
+  std::string diff;
+  for (size_t i = 0; i < c.outputs.size(); ++i) {
+    if (!(out[i].device() == device)) diff += "output " + std::to_string(i) + " left " + device.str() + "\n";
+    const std::string d = compare(out[i].to(cpu_device()), c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
+    if (!d.empty()) diff += "output " + std::to_string(i) + ":\n" + d + "\n";
+  }
+  return diff;
+}
+
+std::string gradient_mismatch_on(const GoldenCase& c, Device device) {
+  std::vector<Tensor> inputs = inputs_on(c, device);
+  for (auto& [k, _] : c.grads) inputs[static_cast<size_t>(k)].set_requires_grad(true);
+  const Tensor y = call(c.op, inputs, c.attrs)[0];
+  sum(y * c.upstream.to_tensor(y.dtype()).to(device)).backward();
+  std::string diff;
+  for (auto& [k, expected] : c.grads) {
+    const std::string input = "gradient of input " + std::to_string(k);
+    const Tensor g = inputs[static_cast<size_t>(k)].grad();
+    if (!g.defined()) {
+      diff += input + " did not arrive\n";
+      continue;
+    }
+    if (!(g.device() == device)) diff += input + " left " + device.str() + "\n";
+    const std::string d = compare(g.to(cpu_device()), expected.values, expected.shape, gradient_tolerance(c.dtype));
+    if (!d.empty()) diff += input + ":\n" + d + "\n";
+  }
+  return diff;
+}
+
 }  // namespace kiln::testing

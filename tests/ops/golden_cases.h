@@ -43,4 +43,11 @@ Tolerance gradient_tolerance(DType dtype);
 // Empty when close; otherwise a description of the first mismatches.
 std::string compare(const Tensor& actual, const std::vector<double>& expected, const Shape& shape, Tolerance tol);
 
+// The case run with its inputs on `device` (a backend's seam): empty when
+// every output (for ops that write their input, that input) stays there
+// and has PyTorch's values; otherwise what differs.
+std::string forward_mismatch_on(const GoldenCase& c, Device device);
+// The same for the input gradients, backward run from the inputs on `device`.
+std::string gradient_mismatch_on(const GoldenCase& c, Device device);
+
 }  // namespace kiln::testing

@@ -1,9 +1,9 @@
 // The backend seam, proved on the reference backend: every golden case runs
-// with its inputs on the reference device and must give PyTorch's values on
-// that device, whether the op has a reference kernel (copy, matmul, sum,
-// conv2d, the elementwise formulas) or runs on the CPU instead, for want of a
-// kernel or because the kernel does not take the call (a grouped
-// convolution); that fallback is counted, warned about once, marked in
+// with its inputs on the reference device and must give PyTorch's values and
+// input gradients on that device, whether the op has a reference kernel
+// (copy, matmul, sum, conv2d, the elementwise formulas) or runs on the CPU
+// instead, for want of a kernel or because the kernel does not take the call
+// (a grouped convolution); that fallback is counted, warned about once, marked in
 // profiles, and an error under strict_device. Compiled graphs take their run
 // loop from the backend.
 #include <gtest/gtest.h>
@@ -30,26 +30,32 @@ std::vector<int> all_cases() {
   for (size_t i = 0; i < golden_cases().size(); ++i) idx.push_back(static_cast<int>(i));
   return idx;
 }
+std::vector<int> cases_with_gradients() {
+  std::vector<int> idx;
+  for (size_t i = 0; i < golden_cases().size(); ++i)
+    if (!golden_cases()[i].grads.empty()) idx.push_back(static_cast<int>(i));
+  return idx;
+}
 
 class OnReference : public ::testing::TestWithParam<int> {};
 
 TEST_P(OnReference, MatchesPyTorch) {
   const GoldenCase& c = golden_cases()[GetParam()];
-  std::vector<Tensor> inputs = c.make_inputs();
-  for (Tensor& t : inputs)
-    if (t.defined()) t = t.to(kRef);
-  std::vector<Tensor> out = call(c.op, inputs, c.attrs);
-  if (out.empty()) out.push_back(inputs[0]);  // ops that write their input (assign)
-  ASSERT_GE(out.size(), c.outputs.size());
-  for (size_t i = 0; i < c.outputs.size(); ++i) {
-    EXPECT_EQ(out[i].device(), kRef) << c.name << " output " << i << " left the reference device";
-    std::string diff = compare(out[i].to(cpu_device()), c.outputs[i].values, c.outputs[i].shape,
-                               forward_tolerance(c.dtype));
-    EXPECT_TRUE(diff.empty()) << c.name << " output " << i << " on the reference backend:\n" << diff;
-  }
+  const std::string diff = forward_mismatch_on(c, kRef);
+  EXPECT_TRUE(diff.empty()) << c.name << " on the reference backend:\n" << diff;
+}
+
+// Backward from inputs on a device: the gradient rules' own tensors (masks,
+// zeros, scalars) must join the inputs there.
+class GradientOnReference : public ::testing::TestWithParam<int> {};
+TEST_P(GradientOnReference, MatchesPyTorch) {
+  const GoldenCase& c = golden_cases()[GetParam()];
+  const std::string diff = gradient_mismatch_on(c, kRef);
+  EXPECT_TRUE(diff.empty()) << c.name << " on the reference backend:\n" << diff;
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, OnReference, ::testing::ValuesIn(all_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, GradientOnReference, ::testing::ValuesIn(cases_with_gradients()), case_name);
 
 TEST(ReferenceBackend, KernelsComeFromItsLoopsAndTheFormulas) {
   const OpDef& add = OpRegistry::instance().get("add");

@@ -1,0 +1,203 @@
+// The CUDA backend's kernels of every dtype against the CPU's, exactly:
+// casts between every pair of dtypes, comparisons and where with broadcast
+// operands, tril/triu, concat, assign, pad in every mode with its gradient,
+// slices' gradients, and the reductions that keep an order (argmax's ties
+// and NaN, amax, prod, integer sums), all_finite; then W4's Transformer and
+// W2's CNN in bfloat16 autocast trained on the GPU like the CPU, without
+// falling back. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "cuda/gpus.h"
+#include "kiln/kiln.h"
+#include "kiln/models.h"
+
+namespace kiln {
+namespace {
+
+Device cuda() { return parse_device("cuda"); }
+
+const DType kAll[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
+                      DType::Int64,   DType::UInt8,   DType::Bool,    DType::Int8};
+
+// gpu (copied back) equals cpu element for element, NaN where it is NaN.
+void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.device(), cuda()) << what;
+  ASSERT_EQ(gpu.dtype(), cpu.dtype()) << what;
+  ASSERT_EQ(gpu.shape(), cpu.shape()) << what;
+  const auto g = gpu.to(cpu_device()).to(DType::Float64).to_vector<double>();
+  const auto c = cpu.to(DType::Float64).to_vector<double>();
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (std::isnan(c[i])) ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
+    else ASSERT_EQ(g[i], c[i]) << what << " element " << i;
+  }
+}
+
+// Values every dtype holds exactly enough to compare: integers in [-6, 6]
+// and halves, some zeros.
+Tensor small_values(const Shape& shape) { return round(randn(shape) * 6.0) * 0.5; }
+
+TEST(CudaLayoutOps, CastBetweenEveryPairOfDtypes) {
+  NEEDS_A_GPU();
+  manual_seed(1);
+  const Tensor base = small_values({7, 9});
+  for (DType from : kAll) {
+    const Tensor x = from == DType::UInt8 ? abs(base).to(from) : base.to(from);
+    for (DType to : kAll) {
+      const std::string what = std::string(dtype_name(from)) + " -> " + dtype_name(to);
+      expect_same(cast(x.to(cuda()).t(), to), cast(x.t(), to), what);  // from a transposed view
+    }
+  }
+}
+
+TEST(CudaLayoutOps, ComparisonsAndWhereBroadcast) {
+  NEEDS_A_GPU();
+  manual_seed(2);
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64, DType::Int8}) {
+    const Tensor a = small_values({5, 6}).to(dtype), b = small_values({6}).to(dtype);
+    const Tensor ga = a.to(cuda()), gb = b.to(cuda());
+    const std::string d = dtype_name(dtype);
+    expect_same(eq(ga, gb), eq(a, b), "eq " + d);
+    expect_same(ne(ga, gb), ne(a, b), "ne " + d);
+    expect_same(lt(ga, gb), lt(a, b), "lt " + d);
+    expect_same(le(ga, gb), le(a, b), "le " + d);
+    expect_same(gt(ga, gb), gt(a, b), "gt " + d);
+    expect_same(ge(ga, gb), ge(a, b), "ge " + d);
+    const Tensor cond = gt(small_values({5, 1}), zeros({}));
+    expect_same(where(cond.to(cuda()), ga, gb), where(cond, a, b), "where " + d);
+  }
+  Tensor x = small_values({3, 4, 5});
+  for (int64_t diagonal : {-1, 0, 2}) {
+    expect_same(tril(x.to(cuda()), diagonal), tril(x, diagonal), "tril");
+    expect_same(triu(x.to(cuda()).transpose(1, 2), diagonal), triu(x.transpose(1, 2), diagonal), "triu of a view");
+  }
+}
+
+TEST(CudaLayoutOps, ConcatAssignPadAndTheirGradients) {
+  NEEDS_A_GPU();
+  manual_seed(3);
+  const Tensor a = randn({2, 3, 4}), b = randn({2, 5, 4}), c = randn({4, 2, 2}).permute({1, 0, 2});  // [2, 4, 2]
+  expect_same(concat({a.to(cuda()), b.to(cuda())}, 1), concat({a, b}, 1), "concat along 1");
+  const Tensor ct = randn({2, 3, 2});
+  expect_same(concat({c.to(cuda()), ct.to(cuda())}, 1), concat({c, ct}, 1), "concat of a permuted view");
+  expect_same(concat({a.to(DType::Int64).to(cuda()), a.to(DType::Int64).to(cuda())}, 0),
+              concat({a.to(DType::Int64), a.to(DType::Int64)}, 0), "concat of int64");
+
+  Tensor dst = zeros({3, 4}), gdst = zeros({3, 4}).to(cuda());
+  const Tensor row = randn({4});
+  dst.copy_(row);
+  gdst.copy_(row.to(cuda()));
+  expect_same(gdst, dst, "assign of a broadcast row");
+
+  const Tensor x = randn({2, 3, 5, 6});
+  for (const std::string mode : {"constant", "reflect", "replicate", "circular"}) {
+    const std::vector<int64_t> pads{2, 1, 1, 3};
+    expect_same(pad(x.to(cuda()), pads, mode, 0.5), pad(x, pads, mode, 0.5), "pad " + mode);
+    Tensor xc = x.clone().set_requires_grad(true), xg = x.to(cuda()).set_requires_grad(true);
+    const Tensor up = randn(pad(x, pads, mode).shape());
+    sum(pad(xc, pads, mode) * up).backward();
+    sum(pad(xg, pads, mode) * up.to(cuda())).backward();
+    const auto g = xg.grad().to(cpu_device()).to_vector<float>(), want = xc.grad().to_vector<float>();
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], want[i], 1e-5) << "pad gradient " << mode << " " << i;
+  }
+  expect_same(pad(x.to(cuda()), {-1, -2}), pad(x, {-1, -2}), "negative pads crop");
+
+  Tensor s = x.clone().set_requires_grad(true), sg = x.to(cuda()).set_requires_grad(true);
+  sum(s.slice(3, 1, 6, 2) * 3.0).backward();
+  sum(sg.slice(3, 1, 6, 2) * 3.0).backward();
+  expect_same(sg.grad(), s.grad(), "slice gradient");
+}
+
+TEST(CudaLayoutOps, ReductionsKeepTheCpusOrderTiesAndNaN) {
+  NEEDS_A_GPU();
+  manual_seed(4);
+  Tensor x = small_values({6, 300});  // many ties
+  std::vector<float> v = x.to_vector<float>();
+  v[2 * 300 + 7] = std::numeric_limits<float>::quiet_NaN();
+  v[2 * 300 + 250] = std::numeric_limits<float>::quiet_NaN();
+  x = from_vector<float>(v, {6, 300});
+  for (DType dtype : {DType::Float32, DType::Float16, DType::Int32, DType::Int8}) {
+    const Tensor t = x.to(dtype), g = t.to(cuda());
+    const std::string d = dtype_name(dtype);
+    for (int64_t axis : {0, 1}) {
+      expect_same(argmax(g, axis), argmax(t, axis), "argmax " + d);
+      expect_same(argmin(g, axis, true), argmin(t, axis, true), "argmin " + d);
+      expect_same(amax(g, {axis}), amax(t, {axis}), "amax " + d);
+      expect_same(amin(g.t(), {1 - axis}), amin(t.t(), {1 - axis}), "amin of a view " + d);
+    }
+  }
+  const Tensor ints = small_values({4, 50}).to(DType::Int64);
+  expect_same(sum(ints.to(cuda()), {1}), sum(ints, {1}), "int64 sum");
+  expect_same(sum(ints.to(cuda())), sum(ints), "int64 sum of all");
+  const Tensor near_one = rand({3, 20}) * 0.2 + 0.9;
+  const auto p = prod(near_one.to(cuda()), {1}).to(cpu_device()).to_vector<float>();
+  const auto want = prod(near_one, {1}).to_vector<float>();
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(p[i], want[i], 1e-6) << "prod " << i;
+
+  Tensor fine = randn({100}), bad = randn({10, 10}).to(DType::BFloat16);
+  EXPECT_TRUE(all_finite({fine.to(cuda()), bad.to(cuda()).t()}).to(cpu_device()).item<bool>());
+  std::vector<float> w = fine.to_vector<float>();
+  w[57] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(all_finite({bad.to(cuda()), from_vector<float>(w, {100}).to(cuda())}).to(cpu_device()).item<bool>());
+}
+
+// One model trained eagerly with Adam on `device`: the loss of every step.
+std::vector<double> train_steps(const std::string& model, const models::ModelConfig& config, Device device,
+                                std::optional<DType> autocast, int steps) {
+  manual_seed(6);
+  auto net = models::make_model(model, config);
+  net->to(device);
+  optim::Adam opt(net->trainable_params(), optim::AdamOptions{.lr = 1e-3});
+  const bool text = model == "char_transformer";
+  std::vector<double> losses;
+  manual_seed(7);
+  for (int step = 0; step < steps; ++step) {
+    const Tensor x = text ? randint(0, config.vocab_size, {4, config.seq_len}) : randn({8, 1, 28, 28});
+    const Tensor y = text ? randint(0, config.vocab_size, {4 * config.seq_len}) : randint(0, 10, {8});
+    Tensor loss;
+    {
+      AutocastScope scope(autocast);
+      Tensor out = (*net)(x.to(device));
+      if (text) out = out.reshape({-1, config.vocab_size});
+      loss = cross_entropy(out, y.to(device));
+    }
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
+void expect_trains_like_the_cpu(const std::string& model, const models::ModelConfig& config,
+                                std::optional<DType> autocast, double tol) {
+  const auto cpu = train_steps(model, config, cpu_device(), autocast, 6);
+  const int64_t before = fallback_count();
+  const auto gpu = train_steps(model, config, cuda(), autocast, 6);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], tol * std::fabs(cpu[i])) << model << " step " << i;
+  EXPECT_EQ(fallback_count(), before) << "ops of " << model << "'s step ran on the CPU: see the warnings above";
+}
+
+// W4: embedding, causal attention, layer norm, GELU, the vocabulary's loss.
+TEST(CudaLayoutOps, TheCharacterTransformerTrainsOnTheGpuWithTheCpusLosses) {
+  NEEDS_A_GPU();
+  models::ModelConfig config;
+  config.seq_len = 32;
+  config.d_model = 64;
+  config.dim_feedforward = 128;
+  expect_trains_like_the_cpu("char_transformer", config, std::nullopt, 1e-3);
+}
+
+// bfloat16 autocast: convolutions and GEMMs in bfloat16 on both sides (their
+// sums run in other orders, so the tolerance is bfloat16's).
+TEST(CudaLayoutOps, TheCnnTrainsInBfloat16AutocastLikeTheCpu) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  expect_trains_like_the_cpu("cnn", {}, DType::BFloat16, 3e-2);
+}
+
+}  // namespace
+}  // namespace kiln
