@@ -1,8 +1,9 @@
 // The CUDA backend's kernels of every dtype against the CPU's, exactly:
 // casts between every pair of dtypes, comparisons and where with broadcast
 // operands, tril/triu, concat, assign, pad in every mode with its gradient,
-// slices' gradients, and the reductions that keep an order (argmax's ties
-// and NaN, amax, prod, integer sums), all_finite; then W4's Transformer and
+// slices' gradients, the reductions that keep an order (argmax's ties and
+// NaN, amax, prod, integer sums), all_finite, the indexing ops, and indices
+// out of range raised as the CPU would; then W4's Transformer and
 // W2's CNN in bfloat16 autocast trained on the GPU like the CPU, without
 // falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -141,6 +142,70 @@ TEST(CudaLayoutOps, ReductionsKeepTheCpusOrderTiesAndNaN) {
   std::vector<float> w = fine.to_vector<float>();
   w[57] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(all_finite({bad.to(cuda()), from_vector<float>(w, {100}).to(cuda())}).to(cpu_device()).item<bool>());
+}
+
+TEST(CudaLayoutOps, IndexingOpsAndTheirGradients) {
+  NEEDS_A_GPU();
+  manual_seed(5);
+  const Tensor x = small_values({4, 7, 3});
+  const Tensor idx = randint(-7, 7, {4, 5, 3});
+  expect_same(gather(x.to(cuda()), 1, idx.to(cuda())), gather(x, 1, idx), "gather");
+  const Tensor across = randint(0, 3, {2, 7, 4});
+  expect_same(gather(x.to(cuda()).transpose(0, 2), 0, across.to(cuda())), gather(x.transpose(0, 2), 0, across),
+              "gather of a view");
+  const Tensor rows = randint(-7, 7, {9}), columns = randint(0, 3, {5});
+  expect_same(index_select(x.to(cuda()), 1, rows.to(cuda())), index_select(x, 1, rows), "index_select");
+  expect_same(index_select(x.to(DType::Int8).to(cuda()), 2, columns.to(cuda())),
+              index_select(x.to(DType::Int8), 2, columns), "index_select of int8");
+  // Small integers as floats add up exactly in any order.
+  const Tensor updates = small_values({4, 5, 3}) * 2.0;
+  const Tensor target = randint(0, 7, {4, 5, 3});
+  expect_same(scatter_add(x.to(cuda()), 1, target.to(cuda()), updates.to(cuda())), scatter_add(x, 1, target, updates),
+              "scatter_add with repeated indices");
+  expect_same(scatter_add(x.to(DType::Int64).to(cuda()), 1, target.to(cuda()), updates.to(DType::Int64).to(cuda())),
+              scatter_add(x.to(DType::Int64), 1, target, updates.to(DType::Int64)), "scatter_add of int64");
+  const Tensor classes = randint(0, 6, {11});
+  expect_same(one_hot(classes.to(cuda()), 6), one_hot(classes, 6), "one_hot");
+  // gather's gradient is a scatter_add.
+  Tensor xc = x.clone().set_requires_grad(true), xg = x.to(cuda()).set_requires_grad(true);
+  sum(gather(xc, 1, idx) * 3.0).backward();
+  sum(gather(xg, 1, idx.to(cuda())) * 3.0).backward();
+  expect_same(xg.grad(), xc.grad(), "gather's gradient");
+}
+
+// An index out of range cannot throw inside a kernel: it is raised where the
+// host next waits for the GPU, with what the CPU would have said, and the
+// device goes on working.
+TEST(CudaLayoutOps, AnIndexOutOfRangeIsRaisedWhenTheHostWaits) {
+  NEEDS_A_GPU();
+  const Tensor table = randn({10, 4}).to(cuda());
+  const Tensor bad = from_vector<int64_t>({1, 12, 3}, {3}).to(cuda());
+  std::string message;
+  try {
+    embedding(table, bad).to(cpu_device());
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("embedding index 12 at position 1 is out of range for a table of 10 rows"), std::string::npos)
+      << message;
+  const Tensor logits = randn({3, 5}).to(cuda());
+  message.clear();
+  try {
+    cross_entropy(logits, from_vector<int64_t>({0, 7, 1}, {3}).to(cuda())).item<double>();
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("target 7 at position 1 is not a class index in [0, 5)"), std::string::npos) << message;
+  message.clear();
+  try {
+    gather(table, 0, from_vector<int64_t>({0, -11}, {2, 1}).to(cuda())).to(cpu_device());
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("gather index -11 at position 1 is out of range for an axis of size 10"), std::string::npos)
+      << message;
+  const Tensor fine = embedding(table, from_vector<int64_t>({9, -1}, {2}).to(cuda())).to(cpu_device());
+  EXPECT_EQ(fine.shape(), (Shape{2, 4}));
 }
 
 // One model trained eagerly with Adam on `device`: the loss of every step.

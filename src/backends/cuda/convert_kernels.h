@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend's kernels for the ops that take every dtype: casts,
-// comparisons, where, the triangles; and the joins: concat, pad, assign and
-// the backward ops of pad and slice.
+// comparisons, where, the triangles; the joins: concat, pad, assign and the
+// backward ops of pad and slice; and the indexing ops.
 #include "kiln/backend_library.h"
 
 namespace kiln::cuda {
@@ -10,5 +10,7 @@ namespace kiln::cuda {
 void register_convert_kernels(BackendRegistration& reg);
 // concat, assign, pad, pad_backward and slice_backward.
 void register_join_kernels(BackendRegistration& reg);
+// gather, index_select, scatter_add and one_hot (int64 indices).
+void register_index_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

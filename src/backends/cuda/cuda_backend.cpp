@@ -2,15 +2,20 @@
 // -DKILN_BUILD_CUDA=ON; load it with load_op_library or KILN_PLUGIN_PATH):
 // each GPU's memory through the stream-ordered caching allocator, pinned
 // host memory for staging, copies in stream order, streams and events; and
-// its kernels (elementwise_ops.cpp: every op with an elementwise formula,
-// and copy; matmul_kernels.cpp: matmul and linear on cuBLASLt;
-// training_ops.cpp: sum, mean, cross entropy and the SGD update;
-// conv_kernels.cpp: convolutions on cuDNN where it is installed). Every
-// other op on a CUDA tensor runs on the CPU, visibly (a warning, the
-// profile's fallback column, an error in strict mode), with its transfers.
+// its kernels: elementwise_ops.cpp (every op with an elementwise formula, and
+// copy), convert_ops.cpp and join_ops.cpp (casts, comparisons, where,
+// concat, pad and the other ops of every dtype), reduce_ops.cpp (the
+// reductions), index_ops.cpp (gather, index_select, scatter_add, one_hot),
+// matmul_kernels.cpp (matmul, linear and attention on cuBLASLt),
+// training_ops.cpp (softmax, the norms, dropout, embedding, cross entropy,
+// the optimizers' updates, pooling) and conv_kernels.cpp (convolutions on
+// cuDNN where it is installed). Every other op on a CUDA tensor runs on the
+// CPU, visibly (a warning, the profile's fallback column, an error in strict
+// mode), with its transfers.
 //
 // Work goes to each device's default stream, so the synchronous copies are
-// ordered after every kernel queued before them.
+// ordered after every kernel queued before them; an index a kernel found out
+// of range is raised there (index_errors.h).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -22,6 +27,7 @@
 #include "backends/cuda/conv_kernels.h"
 #include "backends/cuda/convert_kernels.h"
 #include "backends/cuda/elementwise_kernels.h"
+#include "backends/cuda/index_errors.h"
 #include "backends/cuda/matmul_kernels.h"
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/training_kernels.h"
@@ -53,6 +59,7 @@ class CudaBackend final : public kiln::Backend {
   void copy_to_host(void* dst, const void* src, size_t nbytes, int index) override {
     OnDevice on(checked(index));
     check(cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost), "a copy to the host");
+    kiln::cuda::raise_index_error(index);
   }
   void copy_from_host(void* dst, const void* src, size_t nbytes, int index) override {
     OnDevice on(checked(index));
@@ -61,6 +68,7 @@ class CudaBackend final : public kiln::Backend {
   void synchronize(int index) override {
     OnDevice on(checked(index));
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    kiln::cuda::raise_index_error(index);
   }
 
   kiln::Stream current_stream(int index) override { return {kiln::Device{DeviceType::CUDA, checked(index)}, nullptr}; }
@@ -88,6 +96,7 @@ class CudaBackend final : public kiln::Backend {
   }
   void synchronize(const kiln::Event& event) override {
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(event.handle)), "cudaEventSynchronize");
+    kiln::cuda::raise_index_error(event.device.index);
   }
   double elapsed_seconds(const kiln::Event& from, const kiln::Event& to) override {
     float ms = 0;
@@ -207,4 +216,5 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_conv_kernels(reg);
   kiln::cuda::register_convert_kernels(reg);
   kiln::cuda::register_join_kernels(reg);
+  kiln::cuda::register_index_kernels(reg);
 }

@@ -14,6 +14,7 @@ __global__ void embedding_kernel(EmbeddingCall c, const S* table, const int64_t*
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t r = table_row(indices[e / c.dim], c.rows);
     if (r < 0 || r >= c.rows) {
+      if (e % c.dim == 0) report_bad_index(c.error, IndexKind::Embedding, indices[e / c.dim], e / c.dim, c.rows);
       Stored<S>::store(out + e, NAN);
       continue;
     }

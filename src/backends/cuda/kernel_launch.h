@@ -11,6 +11,7 @@
 
 #include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
+#include "backends/cuda/index_errors.h"
 #include "backends/cuda/stored.h"
 #include "kiln/error.h"
 
@@ -83,6 +84,16 @@ void with_any(AnyDType dtype, F f) {
     case AnyDType::Int8:
       return f(int8_t{});
   }
+}
+
+// Records the first out-of-range index a kernel meets (index_errors.h).
+__device__ inline void report_bad_index(IndexError* slot, IndexKind kind, int64_t index, int64_t position,
+                                        int64_t size) {
+  if (slot == nullptr) return;
+  if (atomicCAS(reinterpret_cast<int*>(&slot->kind), 0, static_cast<int>(kind)) != 0) return;
+  slot->index = index;
+  slot->position = position;
+  slot->size = size;
 }
 
 template <typename T>

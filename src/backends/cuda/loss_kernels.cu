@@ -25,8 +25,8 @@ __device__ void row_stats(const CrossEntropyCall& c, const S* row, const S* weig
   }
 }
 
-// Per row: the loss (0 where ignored, NaN for a bad target) and the weight
-// the mean divides by.
+// Per row: the loss (0 where ignored, NaN for a bad target, which is
+// reported) and the weight the mean divides by.
 template <typename S>
 __global__ void cross_entropy_rows(CrossEntropyCall c, S* none_out) {
   using T = Stored<S>;
@@ -41,6 +41,7 @@ __global__ void cross_entropy_rows(CrossEntropyCall c, S* none_out) {
     double loss = 0, weight = 0;
     if (t != c.ignore) {
       if (t < 0 || t >= c.c) {
+        report_bad_index(c.error, IndexKind::ClassTarget, t, i, c.c);
         loss = NAN;
       } else {
         weight = w ? static_cast<double>(T::load(w + t)) : 1.0;

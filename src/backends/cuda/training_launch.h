@@ -10,6 +10,7 @@
 
 #include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
+#include "backends/cuda/index_errors.h"
 
 namespace kiln::cuda {
 
@@ -43,8 +44,8 @@ void launch_fold(const FoldCall& call);
 
 // Cross entropy of dense logits x [n, c] against int64 targets, with
 // optional class weights, ignore_index and label smoothing, as the CPU
-// computes it. A target outside [0, c) that is not ignore_index gives a
-// NaN loss (the training loop names the step).
+// computes it. A target outside [0, c) that is not ignore_index gives a NaN
+// loss and is reported through `error` (index_errors.h).
 enum class Reduction { None, Sum, Mean };
 struct CrossEntropyCall {
   MapDType dtype = MapDType::Float32;  // float32 or float64
@@ -55,6 +56,7 @@ struct CrossEntropyCall {
   double smoothing = 0;
   Reduction reduction = Reduction::Mean;
   double* scratch = nullptr;  // 2n + 1 doubles
+  IndexError* error = nullptr;
   void* stream = nullptr;
 };
 // out: n losses (None) or one.
@@ -151,13 +153,15 @@ void launch_layer_norm_backward(const LayerNormCall& call, const void* grad, con
                                 const void* rstd, void* grad_x, void* grad_weight, void* grad_bias);
 
 // Rows of a dense table [rows, dim] by int64 indices (negative ones count
-// from the end; one out of range gives a row of NaN); and the backward, each
+// from the end; one out of range gives a row of NaN and is reported through
+// `error`); and the backward, each
 // gradient row added into its table row except padding_idx's (float32 or
 // float64).
 struct EmbeddingCall {
   MapDType dtype = MapDType::Float32;
   int64_t rows = 0, dim = 0, count = 0;  // count: indices
   int64_t padding_idx = -1;
+  IndexError* error = nullptr;
   void* stream = nullptr;
 };
 void launch_embedding(const EmbeddingCall& call, const void* table, const int64_t* indices, void* out);

@@ -34,6 +34,7 @@ CrossEntropyCall class_loss(const std::vector<Tensor>& in, size_t first, const A
   call.reduction = r == "none" ? Reduction::None : r == "sum" ? Reduction::Sum : Reduction::Mean;
   keep.push_back(std::make_unique<Scratch>(context, static_cast<size_t>(2 * call.n + 1) * sizeof(double)));
   call.scratch = static_cast<double*>(keep.back()->get());
+  call.error = index_error_slot(context.device.index);
   call.stream = context.stream.handle;
   return call;
 }
@@ -154,6 +155,7 @@ void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   call.rows = in[0].shape()[0];
   call.dim = in[0].shape()[1];
   call.count = in[1].numel();
+  call.error = index_error_slot(context.device.index);
   call.stream = context.stream.handle;
   launch_embedding(call, dense_data(in[0], context, keep),
                    static_cast<const int64_t*>(dense_data(in[1], context, keep)), out[0].device_data());

@@ -217,8 +217,8 @@ void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
   for_each_index(y.shape(), [&](const std::vector<int64_t>& at) { base<T>(y)[offset_at(y, at)] = static_cast<T>(acc[i++]); });
 }
 
-// y[..., :] = weight[indices[...], :]: rows of the table, the indices
-// int64 only (declared per input: an int32 call runs on the CPU, visibly).
+// y[..., :] = weight[indices[...], :]: rows of the table (negative indices
+// counting from the end, as on the CPU), the indices int64 only (declared per input: an int32 call runs on the CPU, visibly).
 template <typename T>
 void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const Tensor &weight = in[0], &indices = in[1];
@@ -226,8 +226,10 @@ void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, c
   const int64_t rows = weight.shape()[0], dim = weight.shape()[1];
   int64_t i = 0;
   for_each_index(indices.shape(), [&](const std::vector<int64_t>& at) {
-    const int64_t row = base<int64_t>(indices)[offset_at(indices, at)];
-    KILN_CHECK(row >= 0 && row < rows, "embedding: index ", row, " is out of range for a table of ", rows, " rows");
+    const int64_t index = base<int64_t>(indices)[offset_at(indices, at)];
+    KILN_CHECK(index >= -rows && index < rows, "embedding index ", index, " is out of range for size ", rows,
+               " (valid: ", -rows, "..", rows - 1, ")");
+    const int64_t row = index < 0 ? index + rows : index;  // from the end, as the CPU's
     for (int64_t j = 0; j < dim; ++j)
       base<T>(y)[y.offset() + i * dim + j] = base<T>(weight)[weight.offset() + row * weight.strides()[0] + j * weight.strides()[1]];
     ++i;
