@@ -63,6 +63,27 @@ struct CrossEntropyCall {
 void launch_cross_entropy(const CrossEntropyCall& call, void* out);
 // grad_x [n, c] from the loss's gradient (n values for None, else one).
 void launch_cross_entropy_backward(const CrossEntropyCall& call, const void* grad, void* grad_x);
+// nll_loss of dense log-probabilities x [n, c] on the same call: each row's
+// loss -weight[t] x[i, t], reduced as cross entropy's.
+void launch_nll_loss(const CrossEntropyCall& call, void* out);
+
+// The pointwise losses of dense x and y of n elements (float32 or float64),
+// each term in double as the CPU's: squared and absolute differences,
+// smooth L1 (beta), and binary cross entropy of logits against targets;
+// reduced to a sum or mean in a fixed order (partials per block, then their
+// sum), or written per element.
+enum class PointwiseLoss { Squared, Absolute, SmoothL1, LogisticBce };
+struct PointwiseLossCall {
+  static constexpr int kPartials = 512;
+  MapDType dtype = MapDType::Float32;
+  PointwiseLoss loss = PointwiseLoss::Squared;
+  int64_t n = 0;
+  double beta = 1.0;
+  Reduction reduction = Reduction::Mean;
+  double* partials = nullptr;  // kPartials doubles
+  void* stream = nullptr;
+};
+void launch_pointwise_loss(const PointwiseLossCall& call, const void* x, const void* y, void* out);
 
 // The fused SGD step over n dense elements, in the parameter's type as the
 // CPU's kernel: weight decay, momentum (Nesterov's too); skipped whole when

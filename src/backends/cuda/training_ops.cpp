@@ -1,10 +1,12 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs, the convolutions and the reductions: softmax and log_softmax,
-// layer_norm, batch_norm, dropout, embedding, cross_entropy, sgd_update and
-// adam_update, max_pool2d and adaptive_avg_pool2d, with their
-// backward ops (launched as training_launch.h says). Operands a kernel needs
-// dense are gathered into scratch memory first.
+// layer_norm, batch_norm, dropout, embedding, cross_entropy, nll_loss and
+// the pointwise losses, sgd_update and adam_update, max_pool2d and
+// adaptive_avg_pool2d, with their backward ops (launched as
+// training_launch.h says). Operands a kernel needs dense are gathered into
+// scratch memory first.
 #include <algorithm>
+#include <string>
 
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
@@ -45,6 +47,35 @@ void cross_entropy_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& ou
   std::vector<std::unique_ptr<Scratch>> keep;
   const CrossEntropyCall call = class_loss(in, 0, attrs, context, keep);
   launch_cross_entropy(call, out[0].device_data());
+}
+
+void nll_loss_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const CrossEntropyCall call = class_loss(in, 0, attrs, context, keep);
+  launch_nll_loss(call, out[0].device_data());
+}
+
+// input, target (one shape): the terms of `loss`, reduced as attrs say.
+template <PointwiseLoss kLoss>
+void pointwise_loss_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  KILN_CHECK(in[0].shape() == in[1].shape(), "CUDA pointwise losses take an input and target of one shape");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  PointwiseLossCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.loss = kLoss;
+  call.n = in[0].numel();
+  call.beta = attrs.get_float("beta", 1.0);
+  const std::string& r = detail::reduction_attr(attrs);
+  call.reduction = r == "none" ? Reduction::None : r == "sum" ? Reduction::Sum : Reduction::Mean;
+  keep.push_back(std::make_unique<Scratch>(context, PointwiseLossCall::kPartials * sizeof(double)));
+  call.partials = static_cast<double*>(keep.back()->get());
+  call.stream = context.stream.handle;
+  launch_pointwise_loss(call, dense_data(in[0], context, keep), dense_data(in[1], context, keep),
+                        out[0].device_data());
 }
 
 void cross_entropy_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
@@ -362,6 +393,12 @@ void register_training_kernels(BackendRegistration& reg) {
              Kernel(cross_entropy_kernel).takes({{}, {DType::Int64}}));
   reg.kernel("cross_entropy_backward", {DType::Float32, DType::Float64},
              Kernel(cross_entropy_backward_kernel).takes({{}, {}, {DType::Int64}}));
+  reg.kernel("nll_loss", {DType::Float32, DType::Float64}, Kernel(nll_loss_kernel).takes({{}, {DType::Int64}}));
+  reg.kernel("mse_loss", {DType::Float32, DType::Float64}, pointwise_loss_kernel<PointwiseLoss::Squared>);
+  reg.kernel("l1_loss", {DType::Float32, DType::Float64}, pointwise_loss_kernel<PointwiseLoss::Absolute>);
+  reg.kernel("smooth_l1_loss", {DType::Float32, DType::Float64}, pointwise_loss_kernel<PointwiseLoss::SmoothL1>);
+  reg.kernel("binary_cross_entropy_with_logits", {DType::Float32, DType::Float64},
+             pointwise_loss_kernel<PointwiseLoss::LogisticBce>);
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
   reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
   reg.kernel("max_pool2d", floats, max_pool2d_kernel);
