@@ -3,8 +3,8 @@
 // dtypes), copy between layouts, matmul (transposed views, batches that
 // broadcast, 16-bit types), linear with its bias, attention, convolutions,
 // max and adaptive average pooling, sums and means, softmax, layer and
-// batch norm, dropout, embedding, cross entropy with its gradient, the SGD
-// and Adam updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained
+// batch norm, dropout, embedding, cross entropy with its gradient, the SGD,
+// Adam and RMSProp updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained
 // eagerly on the GPU, step for step with the CPU and without falling back.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -406,10 +406,15 @@ TEST(CudaKernels, OptimizerUpdatesLikeTheCpu) {
          return std::make_unique<optim::Adam>(std::vector<Tensor>{p},
                                               optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01});
        }},
-      {"adamw", [](const Tensor& p) {
+      {"adamw",
+       [](const Tensor& p) {
          return std::make_unique<optim::Adam>(
              std::vector<Tensor>{p},
              optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .decoupled_weight_decay = true});
+       }},
+      {"rmsprop", [](const Tensor& p) {
+         return std::make_unique<optim::RMSProp>(
+             std::vector<Tensor>{p}, optim::RMSPropOptions{.lr = 0.01, .weight_decay = 0.01, .momentum = 0.9});
        }}};
   for (const auto& [name, make] : optimizers) {
     auto run = [&, &make = make](Device device) {

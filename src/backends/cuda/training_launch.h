@@ -122,6 +122,23 @@ struct AdamCall {
 };
 void launch_adam_update(const AdamCall& call);
 
+// The fused RMSProp step, as the CPU's: the square average moved by alpha,
+// weight decay, momentum when a buffer is given; lr read on the device.
+struct RmsPropCall {
+  MapDType dtype = MapDType::Float32;  // float32 or float64
+  void* param = nullptr;
+  const void* grad = nullptr;
+  void* square_avg = nullptr;
+  void* buffer = nullptr;  // momentum buffer, or null
+  const double* lr = nullptr;
+  const void* loss = nullptr;
+  bool loss_f64 = false;
+  int64_t n = 0;
+  double alpha = 0.99, eps = 1e-8, momentum = 0, weight_decay = 0;
+  void* stream = nullptr;
+};
+void launch_rmsprop_update(const RmsPropCall& call);
+
 // Max pooling over dense [planes, h, w] (any floating dtype, the 16-bit
 // ones compared in float): each output the maximum of its window (NaN wins)
 // and the flat position of it within its plane, as the CPU's; and the

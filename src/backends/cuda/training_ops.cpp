@@ -1,8 +1,8 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs, the convolutions and the reductions: softmax and log_softmax,
 // layer_norm, batch_norm, dropout, embedding, cross_entropy, nll_loss and
-// the pointwise losses, sgd_update and adam_update, max_pool2d and
-// adaptive_avg_pool2d, with their backward ops (launched as
+// the pointwise losses, sgd_update, adam_update and rmsprop_update,
+// max_pool2d and adaptive_avg_pool2d, with their backward ops (launched as
 // training_launch.h says). Operands a kernel needs dense are gathered into
 // scratch memory first.
 #include <algorithm>
@@ -113,6 +113,36 @@ void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, cons
   call.stream = context.stream.handle;
   OnDevice on(context.device.index);
   launch_sgd_update(call);
+}
+
+// param, grad, square_avg, momentum_buffer?, lr (float64, one value), loss?.
+void rmsprop_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}})
+    KILN_CHECK(!in[i].defined() || in[i].is_contiguous(), "rmsprop_update: param, square_avg and momentum_buffer ",
+               "must be contiguous");
+  KILN_CHECK(in[4].dtype() == DType::Float64 && in[4].numel() == 1, "rmsprop_update: lr must be one float64 value");
+  std::vector<std::unique_ptr<Scratch>> keep;
+  RmsPropCall call;
+  call.dtype = map_dtype(in[0].dtype());
+  call.param = in[0].device_data();
+  call.grad = dense_data(in[1], context, keep);
+  call.square_avg = in[2].device_data();
+  call.buffer = in[3].defined() ? in[3].device_data() : nullptr;
+  call.lr = static_cast<const double*>(in[4].device_data());
+  if (in.size() > 5 && in[5].defined()) {
+    call.loss = in[5].device_data();
+    call.loss_f64 = in[5].dtype() == DType::Float64;
+  }
+  call.n = in[0].numel();
+  call.alpha = attrs.get_float("alpha");
+  call.eps = attrs.get_float("eps");
+  call.momentum = attrs.get_float("momentum", 0);
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  KILN_CHECK(call.buffer || call.momentum == 0, "momentum needs a momentum_buffer");
+  call.stream = context.stream.handle;
+  OnDevice on(context.device.index);
+  launch_rmsprop_update(call);
 }
 
 // softmax and log_softmax over attrs' axis, of x gathered dense where it is not.
@@ -401,6 +431,7 @@ void register_training_kernels(BackendRegistration& reg) {
              pointwise_loss_kernel<PointwiseLoss::LogisticBce>);
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
   reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
+  reg.kernel("rmsprop_update", {DType::Float32, DType::Float64}, rmsprop_update_kernel);
   reg.kernel("max_pool2d", floats, max_pool2d_kernel);
   reg.kernel("max_pool2d_backward", floats, max_pool2d_backward_kernel);
   reg.kernel("adaptive_avg_pool2d", floats, adaptive_avg_pool2d_kernel);
