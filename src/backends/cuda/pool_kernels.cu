@@ -1,6 +1,7 @@
-// Max pooling (values and the position of each maximum, as the CPU's) and
-// adaptive average pooling, with their backward ops, on CUDA: a thread per
-// output; the backward ops add into a zeroed gradient atomically.
+// Max pooling (values and the position of each maximum, as the CPU's),
+// average pooling and adaptive average pooling, with their backward ops, on
+// CUDA: a thread per output; the backward ops add into a zeroed gradient
+// atomically.
 #include "backends/cuda/kernel_launch.h"
 #include "backends/cuda/training_launch.h"
 
@@ -46,23 +47,38 @@ __global__ void max_pool_backward_kernel(PoolCall c, const S* g, const int64_t* 
   }
 }
 
-// Output (plane, oy, ox)'s window: rows [y0, y1), columns [x0, x1).
+// Output (plane, oy, ox)'s window: rows [y0, y1), columns [x0, x1), and
+// the count an average divides by.
 struct Window {
-  int64_t y0, y1, x0, x1;
+  int64_t y0, y1, x0, x1, count;
 };
+__device__ inline Window average_window(const PoolCall& c, int64_t oy, int64_t ox) {
+  const int64_t y0 = oy * c.sh - c.ph, x0 = ox * c.sw - c.pw;
+  const int64_t y1 = min(y0 + c.kh, c.h + c.ph), x1 = min(x0 + c.kw, c.w + c.pw);
+  const int64_t padded = (y1 - y0) * (x1 - x0);
+  Window w{max(y0, int64_t{0}), min(y1, c.h), max(x0, int64_t{0}), min(x1, c.w), 0};
+  w.count = c.include_pad ? padded : (w.y1 - w.y0) * (w.x1 - w.x0);
+  return w;
+}
 __device__ inline Window adaptive_window(const PoolCall& c, int64_t oy, int64_t ox) {
-  return {oy * c.h / c.oh, ((oy + 1) * c.h + c.oh - 1) / c.oh, ox * c.w / c.ow, ((ox + 1) * c.w + c.ow - 1) / c.ow};
+  Window w{oy * c.h / c.oh, ((oy + 1) * c.h + c.oh - 1) / c.oh, ox * c.w / c.ow, ((ox + 1) * c.w + c.ow - 1) / c.ow, 0};
+  w.count = (w.y1 - w.y0) * (w.x1 - w.x0);
+  return w;
 }
 
-template <typename S>
-__global__ void adaptive_avg_pool_kernel(PoolCall c, const S* x, S* y, bool backward) {
+// Average pooling over each output's window (adaptive or not): x to y, or
+// (backward) the output's gradient x spread into the input's y, zeroed first.
+template <typename S, bool kAdaptive>
+__global__ void avg_pool_kernel(PoolCall c, const S* x, S* y, bool backward) {
+  using C = typename Stored<S>::C;
   const int64_t total = c.planes * c.oh * c.ow, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const int64_t plane = i / (c.oh * c.ow);
-    const Window wd = adaptive_window(c, i / c.ow % c.oh, i % c.ow);
-    using C = typename Stored<S>::C;
-    const C count = static_cast<C>((wd.y1 - wd.y0) * (wd.x1 - wd.x0));
-    if (backward) {  // x is the output's gradient, y the input's (zeroed first)
+    const int64_t oy = i / c.ow % c.oh, ox = i % c.ow;
+    const Window wd = kAdaptive ? adaptive_window(c, oy, ox) : average_window(c, oy, ox);
+    if (wd.count <= 0) continue;
+    const C count = static_cast<C>(wd.count);
+    if (backward) {
       S share;
       Stored<S>::store(&share, Stored<S>::load(x + i) / count);
       for (int64_t iy = wd.y0; iy < wd.y1; ++iy)
@@ -102,23 +118,30 @@ void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const 
 }
 
 // x to y, or (backward) the output's gradient to the input's.
-static void adaptive_avg_pool(const PoolCall& call, const void* in, void* out, bool backward) {
-  const char* op = backward ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool2d";
+template <bool kAdaptive>
+static void avg_pool(const PoolCall& call, const void* in, void* out, bool backward, const char* op) {
   with_any_float(call.dtype, [&](auto s) {
     using S = decltype(s);
     if (backward) zero(out, static_cast<size_t>(call.planes * call.h * call.w) * sizeof(S), call.stream);
     const int64_t total = call.planes * call.oh * call.ow;
     if (total == 0) return;
-    adaptive_avg_pool_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(
+    avg_pool_kernel<S, kAdaptive><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(
         call, static_cast<const S*>(in), static_cast<S*>(out), backward);
     check_launch(op);
   });
 }
 
-void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y) { adaptive_avg_pool(call, x, y, false); }
-
+void launch_avg_pool2d(const PoolCall& call, const void* x, void* y) {
+  avg_pool<false>(call, x, y, false, "avg_pool2d");
+}
+void launch_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x) {
+  avg_pool<false>(call, grad_y, grad_x, true, "avg_pool2d_backward");
+}
+void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y) {
+  avg_pool<true>(call, x, y, false, "adaptive_avg_pool2d");
+}
 void launch_adaptive_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x) {
-  adaptive_avg_pool(call, grad_y, grad_x, true);
+  avg_pool<true>(call, grad_y, grad_x, true, "adaptive_avg_pool2d_backward");
 }
 
 }  // namespace kiln::cuda

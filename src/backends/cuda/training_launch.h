@@ -148,11 +148,17 @@ struct PoolCall {
   MapDType dtype = MapDType::Float32;
   int64_t planes = 0, h = 0, w = 0, oh = 0, ow = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  bool include_pad = true;  // average pooling: padded positions count
   void* stream = nullptr;
 };
 void launch_max_pool2d(const PoolCall& call, const void* x, void* y, int64_t* indices);
 void launch_max_pool2d_backward(const PoolCall& call, const void* grad_y, const int64_t* indices, const void* mask,
                                 void* grad_x);
+// Average pooling as the CPU's: each window clipped to the padded input,
+// divided by its padded size (include_pad) or by the input positions it
+// covers; and its backward, each gradient spread over its window.
+void launch_avg_pool2d(const PoolCall& call, const void* x, void* y);
+void launch_avg_pool2d_backward(const PoolCall& call, const void* grad_y, void* grad_x);
 // Adaptive average pooling (output [oh, ow] of each plane, windows as the
 // CPU's: rows oy*h/oh up to ceil((oy+1)*h/oh)) and its backward.
 void launch_adaptive_avg_pool2d(const PoolCall& call, const void* x, void* y);

@@ -2,9 +2,9 @@
 // GEMMs, the convolutions and the reductions: softmax and log_softmax,
 // layer_norm, batch_norm, dropout, embedding, cross_entropy, nll_loss and
 // the pointwise losses, sgd_update, adam_update and rmsprop_update,
-// max_pool2d and adaptive_avg_pool2d, with their backward ops (launched as
-// training_launch.h says). Operands a kernel needs dense are gathered into
-// scratch memory first.
+// max_pool2d, avg_pool2d and adaptive_avg_pool2d, with their backward ops
+// (launched as training_launch.h says). Operands a kernel needs dense are
+// gathered into scratch memory first.
 #include <algorithm>
 #include <string>
 
@@ -337,6 +337,25 @@ void max_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
                              masked ? dense_data(in[2], context, keep) : nullptr, out[0].device_data());
 }
 
+void avg_pool2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  PoolCall call = pool_call(in[0].shape(), out[0].shape(), attrs, in[0].dtype(), context);
+  call.include_pad = attrs.get_bool("count_include_pad", true);
+  launch_avg_pool2d(call, dense_data(in[0], context, keep), out[0].device_data());
+}
+
+// grad_y, x (for its shape) -> grad_x.
+void avg_pool2d_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  PoolCall call = pool_call(out[0].shape(), in[0].shape(), attrs, out[0].dtype(), context);
+  call.include_pad = attrs.get_bool("count_include_pad", true);
+  launch_avg_pool2d_backward(call, dense_data(in[0], context, keep), out[0].device_data());
+}
+
 // param, grad, exp_avg, exp_avg_sq, lr, step (float64, one value each), loss? (the guard).
 void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
   const KernelContext context = kernel_context();
@@ -434,6 +453,8 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("rmsprop_update", {DType::Float32, DType::Float64}, rmsprop_update_kernel);
   reg.kernel("max_pool2d", floats, max_pool2d_kernel);
   reg.kernel("max_pool2d_backward", floats, max_pool2d_backward_kernel);
+  reg.kernel("avg_pool2d", floats, avg_pool2d_kernel);
+  reg.kernel("avg_pool2d_backward", floats, avg_pool2d_backward_kernel);
   reg.kernel("adaptive_avg_pool2d", floats, adaptive_avg_pool2d_kernel);
   reg.kernel("adaptive_avg_pool2d_backward", floats, adaptive_avg_pool2d_backward_kernel);
 }
