@@ -1,7 +1,8 @@
 // Reductions that keep an order or an extreme (maxima, minima, their
 // positions, products, integer sums) on CUDA: a block per output, each
 // thread folding the reduced positions it strides over into a (value,
-// position) pair, then a tree over the block's pairs in shared memory.
+// position) pair, then a tree over the block's pairs in shared memory; and
+// those of two passes (log-sum-exp, variance, standard deviation).
 #include <type_traits>
 
 #include "backends/cuda/kernel_launch.h"
@@ -80,6 +81,56 @@ __global__ void fold_kernel(FoldCall c) {
   }
 }
 
+// Two passes over each output's positions, in double: the maximum then the
+// sum of exponentials (LogSumExp), or the mean then the squared deviations.
+template <typename S, Fold kFold>
+__global__ void moments_kernel(FoldCall c) {
+  using T = Stored<S>;
+  const S* x = static_cast<const S*>(c.in);
+  for (int64_t o = blockIdx.x; o < c.outer.numel; o += gridDim.x) {
+    int64_t at[MapGeometry::kMaxOperands] = {o, o, o, o};
+    if (!c.outer.flat) map_offsets(c.outer, o, at);
+    auto value = [&](int64_t r) {
+      int64_t in[MapGeometry::kMaxOperands] = {r, r, r, r};
+      if (!c.inner.flat) map_offsets(c.inner, r, in);
+      return static_cast<double>(T::load(x + at[1] + in[0]));
+    };
+    double first = kFold == Fold::LogSumExp ? -INFINITY : 0.0;
+    for (int64_t r = threadIdx.x; r < c.inner.numel; r += blockDim.x)
+      first = kFold == Fold::LogSumExp ? fmax(first, value(r)) : first + value(r);
+    first = kFold == Fold::LogSumExp ? block_max(first) : block_sum(first);
+    const double center = kFold == Fold::LogSumExp ? first : first / static_cast<double>(c.inner.numel);
+    double second = 0;
+    if (kFold != Fold::LogSumExp || isfinite(center))
+      for (int64_t r = threadIdx.x; r < c.inner.numel; r += blockDim.x) {
+        const double d = value(r) - center;
+        second += kFold == Fold::LogSumExp ? exp(d) : d * d;
+      }
+    second = block_sum(second);
+    if (threadIdx.x != 0) continue;
+    double y = 0;
+    if (kFold == Fold::LogSumExp) {
+      y = isfinite(center) ? center + log(second) : center;
+    } else {
+      const double denominator = static_cast<double>(c.inner.numel - c.correction);
+      y = denominator > 0 ? second / denominator : NAN;
+      if (kFold == Fold::Std) y = sqrt(y);
+    }
+    T::store(static_cast<S*>(c.out) + at[0], static_cast<typename T::C>(y));
+  }
+}
+
+template <Fold kFold>
+void launch_moments(const FoldCall& call) {
+  with_any(call.dtype, [&](auto s) {
+    using S = decltype(s);
+    if constexpr (std::is_floating_point_v<typename Stored<S>::C>)
+      moments_kernel<S, kFold><<<blocks(call.outer.numel), kThreads, 0, stream_of(call.stream)>>>(call);
+    else
+      KILN_FAIL("CUDA logsumexp, var and std: floating types");
+  });
+}
+
 template <Fold kFold>
 void launch_as(const FoldCall& call) {
   with_any(call.dtype, [&](auto s) {
@@ -113,6 +164,15 @@ void launch_fold(const FoldCall& call) {
       break;
     case Fold::ArgMin:
       launch_as<Fold::ArgMin>(call);
+      break;
+    case Fold::LogSumExp:
+      launch_moments<Fold::LogSumExp>(call);
+      break;
+    case Fold::Var:
+      launch_moments<Fold::Var>(call);
+      break;
+    case Fold::Std:
+      launch_moments<Fold::Std>(call);
       break;
   }
   check_launch("reduction");

@@ -1,6 +1,7 @@
 // CUDA kernels of the reductions: sum and mean over any axes (floating sums
-// on launch_sum, integer ones folded in int64), amax, amin and prod over any
-// axes, and argmax and argmin along one, with operands in any layout.
+// on launch_sum, integer ones folded in int64), amax, amin, prod, logsumexp,
+// var and std over any axes, and argmax and argmin along one, with operands
+// in any layout.
 #include <algorithm>
 
 #include "backends/cuda/on_device.h"
@@ -49,7 +50,7 @@ std::vector<bool> reduced_axes(const Tensor& x, const Attrs& attrs) {
   return reduced;
 }
 
-void fold(const Tensor& x, Tensor& y, const std::vector<bool>& reduced, Fold how) {
+void fold(const Tensor& x, Tensor& y, const std::vector<bool>& reduced, Fold how, int64_t correction = 1) {
   KILN_CHECK(y.is_contiguous(), "CUDA reductions write dense outputs");
   const KernelContext context = kernel_context();
   const Reduction r = reduction_of(x, reduced);
@@ -58,6 +59,7 @@ void fold(const Tensor& x, Tensor& y, const std::vector<bool>& reduced, Fold how
   call.inner = r.inner;
   call.dtype = any_dtype(x.dtype());
   call.fold = how;
+  call.correction = correction;
   call.out = y.device_data();
   call.in = x.device_data();
   call.stream = context.stream.handle;
@@ -101,6 +103,11 @@ void extreme_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   fold(in[0], out[0], reduced, kFold);
 }
 
+template <Fold kFold>
+void moments_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  fold(in[0], out[0], reduced_axes(in[0], attrs), kFold, attrs.get_int("correction", 1));
+}
+
 // Along attrs' axis (a scalar: position 0).
 template <Fold kFold>
 void position_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
@@ -124,6 +131,9 @@ void register_reduce_kernels(BackendRegistration& reg) {
   reg.kernel("amin", numbers, extreme_kernel<Fold::Min>);
   reg.kernel("prod", floats, extreme_kernel<Fold::Prod>);
   reg.kernel("prod", integers, extreme_kernel<Fold::Prod>);
+  reg.kernel("logsumexp", floats, moments_kernel<Fold::LogSumExp>);
+  reg.kernel("var", floats, moments_kernel<Fold::Var>);
+  reg.kernel("std", floats, moments_kernel<Fold::Std>);
   reg.kernel("argmax", numbers, position_kernel<Fold::ArgMax>);
   reg.kernel("argmin", numbers, position_kernel<Fold::ArgMin>);
 }

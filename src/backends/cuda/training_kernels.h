@@ -8,7 +8,8 @@ namespace kiln::cuda {
 // batch_norm, dropout, embedding, cross_entropy, sgd_update, adam_update,
 // max_pool2d, adaptive_avg_pool2d, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
-// sum (floating and integer dtypes), mean, amax, amin, prod, argmax, argmin.
+// sum (floating and integer dtypes), mean, amax, amin, prod, logsumexp, var,
+// std, argmax, argmin.
 void register_reduce_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

@@ -31,11 +31,15 @@ void launch_sum(const ReduceCall& call);
 // the integer sum (accumulated in int64, or double for floats), and the
 // int64 position of the maximum or minimum along one axis (the first NaN's
 // if there is one, else the first of equals). Geometries as ReduceCall's.
-enum class Fold { Sum, Prod, Max, Min, ArgMax, ArgMin };
+// Over floating types, in double, also: log-sum-exp (the maximum where it is
+// not finite) and the variance and standard deviation with a correction
+// (NaN where the count does not exceed it).
+enum class Fold { Sum, Prod, Max, Min, ArgMax, ArgMin, LogSumExp, Var, Std };
 struct FoldCall {
   MapGeometry outer, inner;
   AnyDType dtype = AnyDType::Float32;
   Fold fold = Fold::Max;
+  int64_t correction = 1;
   void* out = nullptr;
   const void* in = nullptr;
   void* stream = nullptr;
