@@ -1,10 +1,11 @@
 // CUDA kernels of the reductions: sum and mean over any axes (floating sums
 // on launch_sum, integer ones folded in int64), amax, amin, prod, logsumexp,
-// var and std over any axes, and argmax and argmin along one, with operands
-// in any layout.
+// var and std over any axes, argmax and argmin along one, and the scans
+// cumsum and cumprod (with cumprod's gradient), with operands in any layout.
 #include <algorithm>
 
 #include "backends/cuda/on_device.h"
+#include "backends/cuda/scan_launch.h"
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
 #include "backends/cuda/training_launch.h"
@@ -117,6 +118,42 @@ void position_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, co
   fold(x, out[0], reduced, kFold);
 }
 
+// The scan of attrs' axis of dense copies (a scalar: one line of one).
+ScanCall scan_call(const Tensor& x, const Attrs& attrs, bool product, const KernelContext& context) {
+  ScanCall call;
+  call.dtype = any_dtype(x.dtype());
+  const int64_t axis = x.dim() == 0 ? 0 : normalize_axis(attrs.get_int("axis"), x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.shape()[static_cast<size_t>(d)];
+    if (d < axis) call.outer *= size;
+    else if (d > axis) call.inner *= size;
+    else call.n = size;
+  }
+  call.reverse = attrs.get_bool("reverse", false);
+  call.product = product;
+  call.stream = context.stream.handle;
+  return call;
+}
+
+template <bool kProduct>
+void scan_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  KILN_CHECK(out[0].is_contiguous(), "CUDA scans write a dense output");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  launch_scan(scan_call(in[0], attrs, kProduct, context), dense_data(in[0], context, keep), out[0].device_data());
+}
+
+// grad, x -> grad_x.
+void cumprod_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  KILN_CHECK(out[0].is_contiguous(), "CUDA cumprod_backward writes a dense gradient");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  launch_cumprod_backward(scan_call(in[1], attrs, true, context), dense_data(in[0], context, keep),
+                          dense_data(in[1], context, keep), out[0].device_data());
+}
+
 }  // namespace
 
 void register_reduce_kernels(BackendRegistration& reg) {
@@ -134,6 +171,9 @@ void register_reduce_kernels(BackendRegistration& reg) {
   reg.kernel("logsumexp", floats, moments_kernel<Fold::LogSumExp>);
   reg.kernel("var", floats, moments_kernel<Fold::Var>);
   reg.kernel("std", floats, moments_kernel<Fold::Std>);
+  reg.kernel("cumsum", numbers, scan_kernel<false>);
+  reg.kernel("cumprod", numbers, scan_kernel<true>);
+  reg.kernel("cumprod_backward", floats, cumprod_backward_kernel);
   reg.kernel("argmax", numbers, position_kernel<Fold::ArgMax>);
   reg.kernel("argmin", numbers, position_kernel<Fold::ArgMin>);
 }

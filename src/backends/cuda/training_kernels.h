@@ -9,7 +9,7 @@ namespace kiln::cuda {
 // max_pool2d, adaptive_avg_pool2d, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 // sum (floating and integer dtypes), mean, amax, amin, prod, logsumexp, var,
-// std, argmax, argmin.
+// std, argmax, argmin, cumsum, cumprod and cumprod_backward.
 void register_reduce_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda
