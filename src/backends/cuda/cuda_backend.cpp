@@ -7,8 +7,8 @@
 // concat, pad and the other ops of every dtype), reduce_ops.cpp (the
 // reductions), index_ops.cpp (gather, index_select, scatter_add, one_hot),
 // matmul_kernels.cpp (matmul, linear and attention on cuBLASLt),
-// training_ops.cpp (softmax, the norms, dropout, embedding, cross entropy,
-// the optimizers' updates, pooling) and conv_kernels.cpp (convolutions on
+// training_ops.cpp (softmax, the norms, dropout, embedding), loss_ops.cpp,
+// optimizer_ops.cpp, pool_ops.cpp and conv_kernels.cpp (convolutions on
 // cuDNN where it is installed). Every other op on a CUDA tensor runs on the
 // CPU, visibly (a warning, the profile's fallback column, an error in strict
 // mode), with its transfers.
@@ -213,6 +213,9 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_matmul_kernels(reg);
   kiln::cuda::register_training_kernels(reg);
   kiln::cuda::register_reduce_kernels(reg);
+  kiln::cuda::register_loss_kernels(reg);
+  kiln::cuda::register_optimizer_kernels(reg);
+  kiln::cuda::register_pool_kernels(reg);
   kiln::cuda::register_conv_kernels(reg);
   kiln::cuda::register_convert_kernels(reg);
   kiln::cuda::register_join_kernels(reg);

@@ -1,15 +1,22 @@
 #pragma once
-// The CUDA backend's kernels for a training step's reductions, loss and update.
+// The CUDA backend's kernels for a training step's layers, reductions,
+// losses, pooling and optimizer updates.
 #include "kiln/backend_library.h"
 
 namespace kiln::cuda {
 
-// softmax and log_softmax (floating dtypes), layer_norm,
-// batch_norm, dropout, embedding, cross_entropy, sgd_update, adam_update,
-// max_pool2d, adaptive_avg_pool2d, and their backward ops.
+// softmax and log_softmax (floating dtypes), layer_norm, batch_norm,
+// dropout, embedding, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 // sum (floating and integer dtypes), mean, amax, amin, prod, logsumexp, var,
 // std, argmax, argmin, cumsum, cumprod and cumprod_backward.
 void register_reduce_kernels(BackendRegistration& reg);
+// cross_entropy and its backward, nll_loss, mse_loss, l1_loss,
+// smooth_l1_loss, binary_cross_entropy_with_logits.
+void register_loss_kernels(BackendRegistration& reg);
+// sgd_update, adam_update, rmsprop_update.
+void register_optimizer_kernels(BackendRegistration& reg);
+// max_pool2d, avg_pool2d, adaptive_avg_pool2d and their backward ops.
+void register_pool_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda
