@@ -1,9 +1,9 @@
 // The CUDA backend's kernels against the CPU's on the same inputs: every op
 // with an elementwise formula (dense, broadcast and strided operands, four
 // dtypes), copy between layouts, matmul (transposed views, batches that
-// broadcast, 16-bit types), linear with its bias, attention, convolutions,
-// max and adaptive average pooling, sums and means, softmax, layer and
-// batch norm, dropout, embedding, cross entropy with its gradient, the SGD,
+// broadcast, 16-bit types), linear with its bias, attention, convolutions
+// (transposed too), max and adaptive average pooling, sums and means,
+// softmax, layer and batch norm, dropout, embedding, cross entropy with its gradient, the SGD,
 // Adam and RMSProp updates; then W1's MLP, W2's CNN and W3's ResNet-8 trained
 // eagerly on the GPU, step for step with the CPU and without falling back.
 // Skipped without a GPU.
@@ -477,6 +477,45 @@ TEST(CudaKernels, ConvolutionsAndTheirGradientsMatchTheCpu) {
   // A strided (transposed) input is read as it lies.
   Tensor x = randn({2, 4, 10, 9}), w = randn({5, 4, 3, 3});
   expect_close(conv2d(x.to(cuda()).transpose(2, 3), w.to(cuda())), conv2d(x.transpose(2, 3), w), 1e-4, "strided input");
+}
+
+// Transposed convolutions (cuDNN's backward-data pass): strides with output
+// padding, groups, dilation, a bias; their gradients through conv2d.
+TEST(CudaKernels, TransposedConvolutionsAndTheirGradientsMatchTheCpu) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  manual_seed(13);
+  struct Case {
+    Shape x, w;
+    ConvOptions o;
+  };
+  const std::vector<Case> cases = {{{2, 8, 7, 7}, {8, 4, 2, 2}, {{2, 2}, {0, 0}, {1, 1}, 1, {0, 0}}},
+                                   {{1, 6, 5, 6}, {6, 3, 3, 3}, {{2, 2}, {1, 1}, {1, 1}, 1, {1, 1}}},
+                                   {{2, 4, 6, 6}, {4, 2, 3, 3}, {{1, 1}, {2, 2}, {2, 2}, 2, {0, 0}}}};
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (const Case& c : cases) {
+      const Tensor x = randn(c.x), w = randn(c.w) * 0.3, b = randn({c.w[1] * c.o.groups});
+      const std::string what = std::string(dtype_name(dtype)) + " x " + shape_str(c.x) + " w " + shape_str(c.w);
+      auto run = [&](Device device, DType t) {
+        Tensor xd = x.to(t).to(device).detach(), wd = w.to(t).to(device).detach(), bd = b.to(t).to(device).detach();
+        for (Tensor* p : {&xd, &wd, &bd}) p->set_requires_grad();
+        Tensor y = conv_transpose2d(xd, wd, bd, c.o);
+        sum(y * y).backward();
+        return std::vector<Tensor>{y.detach(), xd.grad(), wd.grad(), bd.grad()};
+      };
+      const int64_t before = fallback_count();
+      const auto gpu = run(cuda(), dtype);
+      EXPECT_EQ(fallback_count(), before) << what;
+      const auto cpu = run(cpu_device(), DType::Float64);
+      const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
+      for (size_t i = 0; i < gpu.size(); ++i) {
+        const double scale = std::max(1.0, amax(abs(cpu[i])).item<double>());
+        expect_close(gpu[i].to(DType::Float64) / scale, cpu[i] / scale, dtype == DType::Float32 ? 1e-4 : 6e-2,
+                     what + " " + names[i]);
+      }
+    }
+  }
 }
 
 TEST(CudaKernels, MaxPoolingAndItsGradientMatchTheCpu) {

@@ -1,5 +1,6 @@
 // 2-d convolution on cuDNN, forward (bias and ReLU after it) and both
-// backward passes (the weight's with the bias gradient), in float32 (no
+// backward passes (the weight's with the bias gradient), and the transposed
+// convolution (the backward-data pass, bias after it), in float32 (no
 // TF32: the CPU's precision), float64, float16 and bfloat16 (tensor cores,
 // accumulating in float). Activations are described with their strides,
 // so strided views need no copy; weights are gathered dense. The algorithm
@@ -72,7 +73,7 @@ int narrow(int64_t v) {
 
 // An activation [N, C, H, W] as it lies, and a weight [K, C/g, kh, kw] dense.
 struct Descriptors {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   Types types{};
@@ -98,12 +99,9 @@ struct Descriptors {
               "cudnnSetConvolution2dDescriptor");
     check_dnn(cudnnSetConvolutionGroupCount(conv, narrow(a.groups)), "cudnnSetConvolutionGroupCount");
     check_dnn(cudnnSetConvolutionMathType(conv, types.math), "cudnnSetConvolutionMathType");
-    check_dnn(cudnnCreateTensorDescriptor(&bias), "cudnnCreateTensorDescriptor");
-    check_dnn(cudnnSetTensor4dDescriptor(bias, CUDNN_TENSOR_NCHW, types.data, 1, narrow(ys[1]), 1, 1),
-              "cudnnSetTensor4dDescriptor");
   }
   ~Descriptors() {
-    for (auto* t : {x, y, bias})
+    for (auto* t : {x, y})
       if (t) cudnnDestroyTensorDescriptor(t);
     if (w) cudnnDestroyFilterDescriptor(w);
     if (conv) cudnnDestroyConvolutionDescriptor(conv);
@@ -176,6 +174,45 @@ struct ConvPass {
   explicit ConvPass(const Attrs& attrs) : a(Conv2dAttrs::of(attrs)) {}
 };
 
+// A bias over a tensor's channels: [1, channels, 1, 1].
+struct BiasDescriptor {
+  cudnnTensorDescriptor_t d = nullptr;
+  BiasDescriptor(int64_t channels, DType dtype) {
+    check_dnn(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor");
+    check_dnn(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, types_of(dtype).data, 1, narrow(channels), 1, 1),
+              "cudnnSetTensor4dDescriptor");
+  }
+  ~BiasDescriptor() { cudnnDestroyTensorDescriptor(d); }
+  BiasDescriptor(const BiasDescriptor&) = delete;
+  BiasDescriptor& operator=(const BiasDescriptor&) = delete;
+};
+
+// y (described by y_desc) += bias broadcast over its planes.
+void add_channel_bias(const ConvPass& p, cudnnTensorDescriptor_t y_desc, Tensor& y, const void* bias) {
+  const BiasDescriptor b(y.shape()[1], y.dtype());
+  const Scalars s(y.dtype());
+  check_dnn(cudnnAddTensor(p.h, s.one(), b.d, bias, s.one(), y_desc, y.device_data()), "cudnnAddTensor");
+}
+
+// dx = the backward-data pass of conv(., w) on dy: conv2d's input gradient,
+// and conv_transpose2d's forward.
+void backward_data(ConvPass& p, const Tensor& w, const Tensor& dy, Tensor& dx, Descriptors& d) {
+  const void* weight = dense_data(w, p.context, p.keep);
+  const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+      key_of(1, p.context, dx.dtype(), dx.shape(), dx.strides(), w.shape(), dy.shape(), dy.strides(), p.a),
+      [&](int n, int* found, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+        check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(p.h, d.w, d.y, d.conv, d.x, n, found, perf),
+                  "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+      },
+      "backward-data");
+  Scratch workspace(p.context, c.workspace);
+  const Scalars s(dx.dtype());
+  check_dnn(cudnnConvolutionBackwardData(p.h, s.one(), d.w, weight, d.y, dy.device_data(), d.conv,
+                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace.get(),
+                                         c.workspace, s.zero(), d.x, dx.device_data()),
+            "cudnnConvolutionBackwardData");
+}
+
 // y = conv(x, w) (+ bias), then ReLU where the call fuses it.
 void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const Tensor &x = in[0], &w = in[1];
@@ -196,9 +233,7 @@ void conv2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
                                     static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), workspace.get(), c.workspace,
                                     s.zero(), d.y, y.device_data()),
             "cudnnConvolutionForward");
-  if (in.size() > 2 && in[2].defined())
-    check_dnn(cudnnAddTensor(p.h, s.one(), d.bias, dense_data(in[2], p.context, p.keep), s.one(), d.y, y.device_data()),
-              "cudnnAddTensor");
+  if (in.size() > 2 && in[2].defined()) add_channel_bias(p, d.y, y, dense_data(in[2], p.context, p.keep));
   if (attrs.get_string("activation", "none") == "relu") {
     MapCall relu;
     relu.geometry = map_geometry(y.shape(), {y.shape(), y.shape()}, {y.strides(), y.strides()});
@@ -215,21 +250,19 @@ void conv2d_input_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor>
   const Tensor &gy = in[0], &w = in[1];
   Tensor& gx = out[0];
   ConvPass p(attrs);
-  const void* weight = dense_data(w, p.context, p.keep);
   Descriptors d(gx.shape(), gx.strides(), w.shape(), gy.shape(), gy.strides(), p.a, gx.dtype());
-  const Choice c = choose<cudnnConvolutionBwdDataAlgoPerf_t>(
-      key_of(1, p.context, gx.dtype(), gx.shape(), gx.strides(), w.shape(), gy.shape(), gy.strides(), p.a),
-      [&](int n, int* found, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-        check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(p.h, d.w, d.y, d.conv, d.x, n, found, perf),
-                  "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      },
-      "backward-data");
-  Scratch workspace(p.context, c.workspace);
-  const Scalars s(gx.dtype());
-  check_dnn(cudnnConvolutionBackwardData(p.h, s.one(), d.w, weight, d.y, gy.device_data(), d.conv,
-                                         static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), workspace.get(),
-                                         c.workspace, s.zero(), d.x, gx.device_data()),
-            "cudnnConvolutionBackwardData");
+  backward_data(p, w, gy, gx, d);
+}
+
+// y = the transpose of conv(., w) [C_in, C_out / groups, kh, kw] applied to
+// x (its output padding is in y's shape), plus the bias.
+void conv_transpose2d_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor &x = in[0], &w = in[1];
+  Tensor& y = out[0];
+  ConvPass p(attrs);
+  Descriptors d(y.shape(), y.strides(), w.shape(), x.shape(), x.strides(), p.a, y.dtype());
+  backward_data(p, w, x, y, d);
+  if (in.size() > 2 && in[2].defined()) add_channel_bias(p, d.x, y, dense_data(in[2], p.context, p.keep));
 }
 
 // grad_w (dense) from x and grad_y, and grad_bias where asked.
@@ -252,9 +285,11 @@ void conv2d_weight_grad_kernel(const std::vector<Tensor>& in, std::vector<Tensor
                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), workspace.get(),
                                            c.workspace, s.zero(), d.w, gw.device_data()),
             "cudnnConvolutionBackwardFilter");
-  if (attrs.get_bool("with_bias", false) && out.size() > 1 && out[1].defined())
-    check_dnn(cudnnConvolutionBackwardBias(p.h, s.one(), d.y, gy.device_data(), s.zero(), d.bias, out[1].device_data()),
+  if (attrs.get_bool("with_bias", false) && out.size() > 1 && out[1].defined()) {
+    const BiasDescriptor b(gy.shape()[1], gw.dtype());
+    check_dnn(cudnnConvolutionBackwardBias(p.h, s.one(), d.y, gy.device_data(), s.zero(), b.d, out[1].device_data()),
               "cudnnConvolutionBackwardBias");
+  }
 }
 
 }  // namespace
@@ -264,6 +299,7 @@ void register_conv_kernels(BackendRegistration& reg) {
   reg.kernel("conv2d", floats, conv2d_kernel);
   reg.kernel("conv2d_input_grad", floats, conv2d_input_grad_kernel);
   reg.kernel("conv2d_weight_grad", floats, conv2d_weight_grad_kernel);
+  reg.kernel("conv_transpose2d", floats, conv_transpose2d_kernel);
 }
 
 }  // namespace kiln::cuda
