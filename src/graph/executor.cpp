@@ -39,7 +39,8 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   }
   std::string why;
   KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
-  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_.type, dtype)) != nullptr) *widened = true;
+  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_, dtypes, dtype, n.attrs)) != nullptr)
+    *widened = true;
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // On a device in host memory the CPU's kernel runs on the tensors where

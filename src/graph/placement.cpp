@@ -18,7 +18,7 @@ bool runs_on(const Graph& g, const Node& n, Device device, std::string* why) {
                           ? g.values[n.inputs[d]].meta.dtype
                           : g.values[n.outputs.at(0)].meta.dtype;
   if (device_kernel(*n.op, device, dtypes, dtype, n.attrs, why) != nullptr) return true;
-  if (widening_kernel(*n.op, device.type, dtype) != nullptr) return true;
+  if (widening_kernel(*n.op, device, dtypes, dtype, n.attrs) != nullptr) return true;
   // No CPU kernel either: it stays, and the executor names what is missing.
   if (!n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)]) return true;
   // An op that writes an input in place stays: the executor copies what it writes back.

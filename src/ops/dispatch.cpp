@@ -155,9 +155,12 @@ std::atomic<int64_t> g_fallbacks{0};
 
 // The CPU kernel standing in for a missing one, or null when there is none
 // (or strict_device forbids it, which throws).
-KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d, const std::string& why) {
+// The CPU's kernel for a call on another device; for a half-precision call
+// where the CPU widens to float32, that kernel (*widen set).
+KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d, const std::string& why, bool* widen) {
   if (d.device.type == DeviceType::CPU) return nullptr;
   KernelFn cpu = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
+  if (!cpu && (cpu = widening_kernel(op, cpu_device(), {}, d.dtype, {})) != nullptr) *widen = true;
   if (!cpu) return nullptr;
   // A view moves no data: the CPU's view kernel only makes a tensor over the
   // same storage with other sizes, strides and offset, which is the view on
@@ -229,13 +232,14 @@ Tensor host_copy(const Tensor& t) {
 // Runs the CPU kernel on copies of the inputs: outputs are copied back to
 // `device`, and so are the inputs the op writes in place.
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                const Attrs& attrs, Device device) {
+                const Attrs& attrs, Device device, bool widen) {
   count_fallback();
   std::vector<Tensor> host(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) host[i] = host_copy(inputs[i]);
   std::vector<Tensor> host_out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) host_out[i] = Tensor::empty(outputs[i].shape(), outputs[i].dtype());
-  cpu(host, host_out, attrs);
+  if (widen) run_widened(op, cpu, host, host_out, attrs);
+  else cpu(host, host_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
     copy_between(device, detail::device_address(outputs[i]), cpu_device(), host_out[i].raw_data(),
                  static_cast<size_t>(host_out[i].numel()) * host_out[i].element_size());
@@ -416,15 +420,15 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     check_attrs(op, attrs);
     out_metas = op.infer(metas, attrs);
     std::string why;
+    std::vector<std::optional<DType>> dtypes;
     if (d.device.type == DeviceType::CPU) {
       kernel = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
     } else {
-      std::vector<std::optional<DType>> dtypes;
       for (const TensorMeta& m : metas) dtypes.push_back(m.defined ? std::optional<DType>(m.dtype) : std::nullopt);
       kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
     }
-    if (kernel == nullptr && (kernel = widening_kernel(op, d.device.type, d.dtype)) != nullptr) widened = true;
-    if (kernel == nullptr && (kernel = cpu_fallback(op, d, why)) != nullptr)
+    if (kernel == nullptr && (kernel = widening_kernel(op, d.device, dtypes, d.dtype, attrs)) != nullptr) widened = true;
+    if (kernel == nullptr && (kernel = cpu_fallback(op, d, why, &widened)) != nullptr)
       fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
       std::string supported;
@@ -449,7 +453,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
   try {
     detail::KernelScope in_kernel(fallback ? cpu_device() : metas[op.dispatch_input].device, profile_start >= 0);
-    if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device);
+    if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device, widened);
     else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);

@@ -29,15 +29,19 @@ KernelFn device_kernel(const OpDef& op, Device device, const std::vector<std::op
 void count_fallback();
 // Runs the CPU kernel `cpu` for a call on `device`, whose memory the host
 // cannot read: on host copies of the inputs, with the outputs (and the
-// inputs the op writes) copied back; counts the fallback.
+// inputs the op writes) copied back; counts the fallback. `widen`: `cpu` is
+// the float32 kernel of a half-precision call (run_widened on the copies).
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                const Attrs& attrs, Device device);
+                const Attrs& attrs, Device device, bool widen = false);
 
-// float16/bfloat16 calls on the CPU of an op with a float32 kernel but none
-// for that dtype: widening_kernel gives the float32 kernel (null where this
-// does not apply), run_widened runs it on float32 copies and rounds the
-// outputs, and the inputs the op writes, back (half_widening.cpp).
-KernelFn widening_kernel(const OpDef& op, DeviceType device, DType dtype);
+// float16/bfloat16 calls of an op whose kernel on that device stops at
+// float32: widening_kernel gives the device's float32 kernel that takes the
+// call with its half-precision inputs widened (null where this does not
+// apply; `inputs`: each input's dtype, as device_kernel takes them, unread
+// on the CPU), run_widened runs it on float32 copies and rounds the outputs,
+// and the inputs the op writes, back (half_widening.cpp).
+KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
+                         const Attrs& attrs);
 void run_widened(const OpDef& op, KernelFn f32, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                  const Attrs& attrs);
 

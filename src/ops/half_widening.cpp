@@ -1,8 +1,8 @@
-// float16 and bfloat16 on the CPU for ops whose kernels stop at float32: the
-// float32 kernel runs on float32 copies and its results are rounded back, so
-// every float op takes half-precision tensors (Cell::to_float, models stored
-// in half precision) with float32 arithmetic inside, as half-precision
-// hardware accumulates in float.
+// float16 and bfloat16 for ops whose kernels on a device stop at float32
+// (the CPU's or an accelerator's): the float32 kernel runs on float32 copies
+// and its results are rounded back, so every float op takes half-precision
+// tensors (Cell::to_float, models stored in half precision) with float32
+// arithmetic inside, as half-precision hardware accumulates in float.
 #include "kiln/functional.h"
 #include "kiln/grad_mode.h"
 #include "ops/dispatch_internal.h"
@@ -14,9 +14,15 @@ bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 
 }  // namespace
 
-KernelFn widening_kernel(const OpDef& op, DeviceType device, DType dtype) {
-  if (device != DeviceType::CPU || !is_half(dtype) || op.has_tag(kTagView)) return nullptr;
-  return op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
+                         const Attrs& attrs) {
+  if (!is_half(dtype) || op.has_tag(kTagView)) return nullptr;
+  if (device.type == DeviceType::CPU) return op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+  std::vector<std::optional<DType>> wide = inputs;
+  for (auto& d : wide)
+    if (d && is_half(*d)) d = DType::Float32;
+  std::string unused;
+  return device_kernel(op, device, wide, DType::Float32, attrs, &unused);
 }
 
 void run_widened(const OpDef& op, KernelFn f32, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,

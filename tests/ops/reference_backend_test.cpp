@@ -117,6 +117,37 @@ TEST(ReferenceBackend, FallbackIsCountedWarnedOnceAndProfiled) {
   EXPECT_NE(profiler::summary().find("fallback"), std::string::npos);
 }
 
+// Half precision where the device's kernel stops at float32: the device's
+// float32 kernel runs on widened copies (matmul stays on the device); where
+// the device has none and the CPU widens, the fallback widens too.
+TEST(ReferenceBackend, HalfPrecisionWidensOnTheDeviceOrInTheFallback) {
+  manual_seed(21);
+  const Tensor a = randn({5, 7}).to(DType::Float16), b = randn({7, 3}).to(DType::Float16);
+  profiler::start();
+  const Tensor y = matmul(a.to(kRef), b.to(kRef));
+  profiler::stop();
+  EXPECT_EQ(y.device(), kRef);
+  EXPECT_EQ(y.dtype(), DType::Float16);
+  int matmuls = 0;
+  for (const auto& r : profiler::records()) {
+    if (r.name != "matmul") continue;
+    ++matmuls;
+    EXPECT_FALSE(r.fallback) << "matmul left the reference device";
+  }
+  EXPECT_EQ(matmuls, 1);
+  const Tensor want = matmul(a, b);
+  EXPECT_EQ(compare(y.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {1e-3, 1e-3}), "");
+
+  const Tensor x = randn({1, 4, 3, 3}).to(DType::BFloat16), w = randn({4, 2, 2, 2}).to(DType::BFloat16);
+  ConvOptions o;
+  o.stride = {2, 2};
+  const Tensor up = conv_transpose2d(x.to(kRef), w.to(kRef), Tensor(), o);  // no reference kernel; the CPU widens
+  const Tensor up_cpu = conv_transpose2d(x, w, Tensor(), o);
+  EXPECT_EQ(up.dtype(), DType::BFloat16);
+  EXPECT_EQ(compare(up.to(cpu_device()), up_cpu.to(DType::Float64).to_vector<double>(), up_cpu.shape(), {1e-2, 1e-2}),
+            "");
+}
+
 TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
   Tensor x = randn({1, 2, 5, 5}).to(kRef);
   set_strict_device(true);
