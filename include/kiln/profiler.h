@@ -1,6 +1,7 @@
 #pragma once
 // The profiler: per-op records (name, type, backend, input shapes, time,
-// bytes) from every dispatched op, named ranges (a training step, the wait
+// bytes; on a device that works asynchronously, the kernel's time there
+// too) from every dispatched op, named ranges (a training step, the wait
 // for its data), a summary sorted by total time, the same grouped by op type,
 // and a Chrome trace that opens in Perfetto. Off, it costs one relaxed atomic
 // load per op.
@@ -9,6 +10,7 @@
 //   std::puts(profiler::summary().c_str());
 //   profiler::write_chrome_trace("trace.json");
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,8 @@ struct Record {
   std::string type;     // op category (elementwise, reduction, matmul, ...) or "range"
   std::string backend;  // "cpu"
   std::string shapes;   // input shapes, "float32[64, 1, 28, 28], float32[32, 1, 3, 3]"
-  int64_t start_ns = 0, duration_ns = 0;
+  int64_t start_ns = 0, duration_ns = 0;  // on the host: for a device that queues work, the launch
+  int64_t device_ns = -1;  // on such a device, between events around the kernel; -1 elsewhere
   int64_t bytes = 0;    // read and written
   bool fallback = false;  // ran on the CPU because its backend had no kernel
   int thread = 0;
@@ -52,7 +55,7 @@ class Range {
 };
 
 // Tables: ops by total time (calls, total, mean, min, max, share, bytes,
-// fallback), the same by op type, and the ranges (with the share of step
+// fallback, and the device's time where it was measured), the same by op type, and the ranges (with the share of step
 // time spent waiting for data).
 std::string summary();
 void write_chrome_trace(const std::string& path);
@@ -63,6 +66,9 @@ namespace detail {
 bool active();  // the fast check in dispatch
 int64_t now_ns();
 void record_op(Record record);
+// A record whose device time `device_ns` gives when the profile is read (it
+// waits for the device's events), or earlier once enough are pending.
+void record_op(Record record, std::function<int64_t()> device_ns);
 }  // namespace detail
 
 }  // namespace kiln::profiler

@@ -174,6 +174,7 @@ const std::vector<Tensor>& Executable::run_slots() {
   b.run_steps(device_.index, steps_.size(), [this, profiling, host_memory](size_t i) {
     Step& s = steps_[i];
     const int64_t start = profiling ? profiler::detail::now_ns() : 0;
+    const DeviceTimer timer(device_, profiling && !s.fallback && !s.on_cpu);
     try {
       const detail::KernelScope in_kernel(s.fallback ? cpu_device() : device_, profiling);
       if (s.kernel) {
@@ -188,7 +189,7 @@ const std::vector<Tensor>& Executable::run_slots() {
     } catch (const std::exception& e) {
       KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
     }
-    if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback);
+    if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback, timer.stop());
   });
   b.synchronize(device_.index);
   return outputs_;

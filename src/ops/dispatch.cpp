@@ -81,8 +81,26 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
 }
 
 // Only reached while profiling: the strings are built here, not on the hot path.
+DeviceTimer::DeviceTimer(Device device, bool profiling) {
+  if (!profiling || device.type == DeviceType::CPU) return;
+  Backend& b = backend(device.type);
+  if (b.host_memory()) return;
+  backend_ = &b;
+  start_ = b.record(b.current_stream(device.index));
+}
+
+std::function<int64_t()> DeviceTimer::stop() const {
+  if (backend_ == nullptr) return nullptr;
+  const Event end = backend_->record(backend_->current_stream(start_.device.index));
+  return [b = backend_, start = start_, end] {
+    b->synchronize(end);
+    return static_cast<int64_t>(b->elapsed_seconds(start, end) * 1e9);
+  };
+}
+
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
-                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback) {
+                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback,
+                    std::function<int64_t()> device_ns) {
   profiler::Record r;
   r.fallback = fallback;
   r.start_ns = start_ns;
@@ -98,7 +116,8 @@ void record_profile(const OpDef* op, const std::string& name, Device device, con
   }
   for (const auto& t : outputs)
     if (t.defined()) r.bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  profiler::detail::record_op(std::move(r));
+  if (device_ns) profiler::detail::record_op(std::move(r), std::move(device_ns));
+  else profiler::detail::record_op(std::move(r));
 }
 
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
@@ -451,6 +470,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
                                  transfer ? out_metas[i].device : metas[op.dispatch_input].device);
   }
   const int64_t profile_start = profiler::detail::active() ? profiler::detail::now_ns() : -1;
+  const DeviceTimer timer(metas[op.dispatch_input].device, profile_start >= 0 && !fallback && !view);
   try {
     detail::KernelScope in_kernel(fallback ? cpu_device() : metas[op.dispatch_input].device, profile_start >= 0);
     if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device, widened);
@@ -462,7 +482,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     rethrow_with_context(op, metas, attrs, e);
   }
   if (profile_start >= 0)
-    record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start, fallback);
+    record_profile(&op, op.name, metas[op.dispatch_input].device, inputs, outputs, profile_start, fallback,
+                   timer.stop());
   if (detail::t_op_observer != nullptr && !detail::in_kernel()) detail::t_op_observer(op, inputs, outputs, attrs);
   if (op.grad && autograd::grad_enabled())
     if (detail::GradRecorder record = g_grad_recorder.load(std::memory_order_relaxed)) record(op, inputs, outputs, attrs);

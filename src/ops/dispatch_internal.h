@@ -1,9 +1,11 @@
 #pragma once
 // What the graph executor shares with the eager dispatcher.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/backend.h"
 #include "kiln/registry.h"
 
 namespace kiln {
@@ -12,9 +14,25 @@ const char* op_category(const OpDef& op);
 // After an op that writes inputs in place (OpDef::writes): bumps their storage
 // versions, which saved-tensor checks and folded inference graphs watch.
 void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs);
+// Events around a kernel on a device that queues its work (one whose memory
+// the host cannot read), for the profile's device time; nothing elsewhere or
+// when not profiling.
+class DeviceTimer {
+ public:
+  DeviceTimer(Device device, bool profiling);
+  // The device's time from the start to now, read when the profile is (null
+  // when not timed).
+  std::function<int64_t()> stop() const;
+
+ private:
+  Backend* backend_ = nullptr;
+  Event start_;
+};
+
 // Adds one op's record to the running profile (op is null for fused kernels).
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
-                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback = false);
+                    const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback = false,
+                    std::function<int64_t()> device_ns = nullptr);
 
 // An op about to run a CPU kernel for want of one on `device` (`why`: the
 // backend's reason when it has a kernel that does not take this call):

@@ -23,9 +23,17 @@ std::atomic<uint64_t> g_generation{0};  // bumps on start(): stale thread buffer
 struct ThreadBuffer {
   std::mutex mu;  // taken by the owner per record only while profiling, and by readers
   std::vector<Record> records;
+  // Records whose device time is still in the device's events. A backend
+  // keeps a bounded ring of events, so they are read before it wraps.
+  std::vector<std::pair<size_t, std::function<int64_t()>>> pending;
   uint64_t generation = 0;
   int thread = 0;
+  void resolve() {
+    for (auto& [at, device_ns] : pending) records[at].device_ns = device_ns();
+    pending.clear();
+  }
 };
+constexpr size_t kMaxPending = 512;
 
 std::mutex g_registry_mu;
 std::vector<std::shared_ptr<ThreadBuffer>>& registry() {
@@ -45,10 +53,11 @@ ThreadBuffer& local_buffer() {
 }
 
 struct Stats {
-  int64_t calls = 0, total = 0, min = INT64_MAX, max = 0, bytes = 0, fallbacks = 0;
+  int64_t calls = 0, total = 0, min = INT64_MAX, max = 0, bytes = 0, fallbacks = 0, device = 0, device_calls = 0;
   void add(const Record& r) {
     ++calls;
     total += r.duration_ns;
+    if (r.device_ns >= 0) device += r.device_ns, ++device_calls;
     min = std::min(min, r.duration_ns);
     max = std::max(max, r.duration_ns);
     bytes += r.bytes;
@@ -65,20 +74,28 @@ std::vector<std::pair<std::string, Stats>> grouped(const std::vector<Record>& re
   return out;
 }
 
+// With a "device ms" column where any op's device time was measured.
 std::string table(const char* title, const std::vector<std::pair<std::string, Stats>>& rows) {
   int64_t all = 0;
-  for (auto& [_, s] : rows) all += s.total;
+  bool device = false;
+  for (auto& [_, s] : rows) all += s.total, device = device || s.device_calls > 0;
   std::string out = title;
   char line[256];
-  std::snprintf(line, sizeof(line), "\n%-28s %8s %11s %10s %10s %10s %7s %11s %8s\n", "", "calls", "total ms",
-                "mean us", "min us", "max us", "share", "MB", "fallback");
+  std::snprintf(line, sizeof(line), "\n%-28s %8s %11s %10s %10s %10s %7s %11s %8s%s\n", "", "calls", "total ms",
+                "mean us", "min us", "max us", "share", "MB", "fallback", device ? "  device ms" : "");
   out += line;
   for (auto& [name, s] : rows) {
-    std::snprintf(line, sizeof(line), "%-28.28s %8lld %11.3f %10.2f %10.2f %10.2f %6.1f%% %11.2f %8lld\n", name.c_str(),
+    std::snprintf(line, sizeof(line), "%-28.28s %8lld %11.3f %10.2f %10.2f %10.2f %6.1f%% %11.2f %8lld", name.c_str(),
                   static_cast<long long>(s.calls), s.total / 1e6, s.total / 1e3 / static_cast<double>(s.calls),
                   s.min / 1e3, s.max / 1e3, all ? 100.0 * static_cast<double>(s.total) / static_cast<double>(all) : 0.0,
                   static_cast<double>(s.bytes) / 1e6, static_cast<long long>(s.fallbacks));
     out += line;
+    if (device) {
+      if (s.device_calls > 0) std::snprintf(line, sizeof(line), " %10.3f", s.device / 1e6);
+      else std::snprintf(line, sizeof(line), " %10s", "-");
+      out += line;
+    }
+    out += "\n";
   }
   return out;
 }
@@ -93,16 +110,33 @@ int64_t now_ns() {
       .count();
 }
 
+namespace {
+// A buffer filled before the last start() holds the earlier profile's records.
+void clear_if_stale(ThreadBuffer& b) {
+  uint64_t gen = g_generation.load(std::memory_order_relaxed);
+  if (b.generation == gen) return;
+  b.records.clear();
+  b.pending.clear();
+  b.generation = gen;
+}
+}  // namespace
+
 void record_op(Record record) {
   ThreadBuffer& b = local_buffer();
   std::lock_guard<std::mutex> lock(b.mu);
-  uint64_t gen = g_generation.load(std::memory_order_relaxed);
-  if (b.generation != gen) {
-    b.records.clear();
-    b.generation = gen;
-  }
+  clear_if_stale(b);
   record.thread = b.thread;
   b.records.push_back(std::move(record));
+}
+
+void record_op(Record record, std::function<int64_t()> device_ns) {
+  ThreadBuffer& b = local_buffer();
+  std::lock_guard<std::mutex> lock(b.mu);
+  clear_if_stale(b);
+  record.thread = b.thread;
+  b.records.push_back(std::move(record));
+  b.pending.emplace_back(b.records.size() - 1, std::move(device_ns));
+  if (b.pending.size() >= kMaxPending) b.resolve();
 }
 }  // namespace detail
 
@@ -112,6 +146,7 @@ void start() {
   for (auto& b : registry()) {
     std::lock_guard<std::mutex> l(b->mu);
     b->records.clear();
+    b->pending.clear();
     b->generation = g_generation.load();
   }
   g_active.store(true);
@@ -126,7 +161,9 @@ std::vector<Record> records() {
   uint64_t gen = g_generation.load();
   for (auto& b : registry()) {
     std::lock_guard<std::mutex> l(b->mu);
-    if (b->generation == gen) out.insert(out.end(), b->records.begin(), b->records.end());
+    if (b->generation != gen) continue;
+    b->resolve();
+    out.insert(out.end(), b->records.begin(), b->records.end());
   }
   std::sort(out.begin(), out.end(), [](const Record& a, const Record& b) { return a.start_ns < b.start_ns; });
   return out;
@@ -198,6 +235,7 @@ void write_chrome_trace(const std::string& path) {
                      {"ts", static_cast<double>(r.start_ns - t0) / 1e3}, {"dur", static_cast<double>(r.duration_ns) / 1e3}};
     if (r.type != "range")
       e["args"] = {{"shapes", r.shapes}, {"bytes", r.bytes}, {"backend", r.backend}, {"fallback", r.fallback}};
+    if (r.device_ns >= 0) e["args"]["device_us"] = static_cast<double>(r.device_ns) / 1e3;
     events.push_back(std::move(e));
   }
   std::ofstream f(path);

@@ -148,6 +148,31 @@ TEST(ReferenceBackend, HalfPrecisionWidensOnTheDeviceOrInTheFallback) {
             "");
 }
 
+// A device that queues its work gets its kernels' time there, from events
+// around them (the reference backend's events are times on the host), in
+// the records and the summary; the CPU's ops have none.
+TEST(ReferenceBackend, ProfilesTimeKernelsOnTheDevice) {
+  const Tensor x = randn({48, 48});
+  profiler::start();
+  const Tensor on_device = relu(matmul(x.to(kRef), x.to(kRef)));
+  const Tensor on_cpu = matmul(x, x);
+  profiler::stop();
+  int timed = 0, untimed = 0;
+  for (const auto& r : profiler::records()) {
+    if (r.name != "matmul" && r.name != "relu") continue;
+    if (r.backend == "cpu") {
+      EXPECT_EQ(r.device_ns, -1) << r.name;
+      ++untimed;
+    } else {
+      EXPECT_GE(r.device_ns, 0) << r.name;
+      ++timed;
+    }
+  }
+  EXPECT_EQ(timed, 2);
+  EXPECT_EQ(untimed, 1);
+  EXPECT_NE(profiler::summary().find("device ms"), std::string::npos) << profiler::summary();
+}
+
 TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
   Tensor x = randn({1, 2, 5, 5}).to(kRef);
   set_strict_device(true);
