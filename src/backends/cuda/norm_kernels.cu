@@ -1,5 +1,6 @@
-// Layer norm (a block per row), batch norm (a block per channel) and dropout
-// (philox's masks, the CPU's for one seed) on CUDA, with their backward ops.
+// Layer and group norm (a block per row), batch norm (a block per channel)
+// and dropout (philox's masks, the CPU's for one seed) on CUDA, with their
+// backward ops.
 #include "backends/cuda/kernel_launch.h"
 #include "backends/cuda/training_launch.h"
 #include "core/philox.h"
@@ -20,10 +21,12 @@ __global__ void layer_norm_kernel(LayerNormCall c, const S* x, S* y, S* mean_out
     for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) ss += (row[k] - mean) * (row[k] - mean);
     const double rstd = 1.0 / sqrt(block_sum(ss) / static_cast<double>(c.m) + c.eps);
     const S mu = static_cast<S>(mean), rs = static_cast<S>(rstd);
+    const bool per_element = c.affine_period == 0 || (c.affine_period == c.m && c.affine_div == 1);
     for (int64_t k = threadIdx.x; k < c.m; k += blockDim.x) {
       S v = (row[k] - mu) * rs;
-      if (w) v *= w[k];
-      if (b) v += b[k];
+      const int64_t a = per_element ? k : ((r % c.row_period) * c.m + k) % c.affine_period / c.affine_div;
+      if (w) v *= w[a];
+      if (b) v += b[a];
       y[r * c.m + k] = v;
     }
     if (threadIdx.x == 0) {

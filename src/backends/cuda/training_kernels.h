@@ -5,8 +5,8 @@
 
 namespace kiln::cuda {
 
-// softmax and log_softmax (floating dtypes), layer_norm, batch_norm,
-// dropout, embedding, and their backward ops.
+// softmax and log_softmax (floating dtypes), layer_norm, group_norm,
+// batch_norm, dropout, embedding, and their backward ops.
 void register_training_kernels(BackendRegistration& reg);
 // sum (floating and integer dtypes), mean, amax, amin, prod, logsumexp, var,
 // std, argmax, argmin, cumsum, cumprod and cumprod_backward.

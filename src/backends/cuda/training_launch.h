@@ -187,13 +187,18 @@ void launch_softmax(const SoftmaxCall& call);
 
 // layer_norm over the last m values of each of `rows` dense rows (float32
 // or float64): biased variance, eps inside the root, optional affine; and
-// its backward (the parameters' gradients summed over the rows).
+// its backward (the parameters' gradients summed over the rows). Group norm
+// is the forward over (sample, group) rows.
 struct LayerNormCall {
   MapDType dtype = MapDType::Float32;
   int64_t rows = 0, m = 0;
   double eps = 1e-5;
-  const void* weight = nullptr;  // [m] or null
+  const void* weight = nullptr;  // [m] or null (group norm: one per channel)
   const void* bias = nullptr;    // [m] or null
+  // Group norm's rows are (sample, group): element k of row r takes affine
+  // parameter ((r % row_period) m + k) % affine_period / affine_div. Layer
+  // norm's defaults give k.
+  int64_t row_period = 1, affine_period = 0, affine_div = 1;  // affine_period 0: m
   void* stream = nullptr;
 };
 void launch_layer_norm(const LayerNormCall& call, const void* x, void* y, void* mean, void* rstd);

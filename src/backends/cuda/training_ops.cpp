@@ -1,8 +1,10 @@
 // CUDA kernels for what a training step needs beyond the formulas, the
 // GEMMs, the convolutions, the reductions, the losses, the optimizers and
-// pooling: softmax and log_softmax, layer_norm, batch_norm, dropout and
-// embedding, with their backward ops (launched as training_launch.h says).
+// pooling: softmax and log_softmax, layer_norm, group_norm, batch_norm,
+// dropout and embedding, with their backward ops (launched as training_launch.h says).
 // Operands a kernel needs dense are gathered into scratch memory first.
+#include <algorithm>
+
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
@@ -59,6 +61,29 @@ void layer_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, 
   const LayerNormCall call =
       layer_norm_call(in[0], attrs, in.size() > 1 ? &in[1] : nullptr, in.size() > 2 ? &in[2] : nullptr, context, keep);
   launch_layer_norm(call, dense_data(in[0], context, keep), out[0].device_data(), out[1].device_data(),
+                    out[2].device_data());
+}
+
+// group_norm: rows of (sample, group), each channel's affine parameters.
+void group_norm_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  const int64_t n = x.shape()[0], c = x.shape()[1], groups = attrs.get_int("groups");
+  const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+  LayerNormCall call;
+  call.dtype = map_dtype(x.dtype());
+  call.rows = n * groups;
+  call.m = c / groups * spatial;
+  call.eps = attrs.get_float("eps", 1e-5);
+  if (in.size() > 1 && in[1].defined()) call.weight = dense_data(in[1], context, keep);
+  if (in.size() > 2 && in[2].defined()) call.bias = dense_data(in[2], context, keep);
+  call.row_period = groups;
+  call.affine_period = std::max<int64_t>(c * spatial, 1);
+  call.affine_div = std::max<int64_t>(spatial, 1);
+  call.stream = context.stream.handle;
+  launch_layer_norm(call, dense_data(x, context, keep), out[0].device_data(), out[1].device_data(),
                     out[2].device_data());
 }
 
@@ -178,6 +203,7 @@ void register_training_kernels(BackendRegistration& reg) {
   reg.kernel("log_softmax", floats, log_softmax_kernel);
   reg.kernel("layer_norm", {DType::Float32, DType::Float64}, layer_norm_kernel);
   reg.kernel("layer_norm_backward", {DType::Float32, DType::Float64}, layer_norm_backward_kernel);
+  reg.kernel("group_norm", {DType::Float32, DType::Float64}, group_norm_kernel);
   reg.kernel("batch_norm", {DType::Float32, DType::Float64}, batch_norm_kernel);
   reg.kernel("batch_norm_backward", {DType::Float32, DType::Float64}, batch_norm_backward_kernel);
   reg.kernel("dropout", {DType::Float32, DType::Float64}, dropout_kernel);
