@@ -2,8 +2,8 @@
 // casts between every pair of dtypes, comparisons and where with broadcast
 // operands, tril/triu, concat, assign, pad in every mode with its gradient,
 // slices' gradients, the reductions that keep an order (argmax's ties and
-// NaN, amax, prod, integer sums), all_finite, the indexing ops, and indices
-// out of range raised as the CPU would; then W4's Transformer and
+// NaN, amax, prod, integer sums), all_finite, the indexing ops, indices out
+// of range raised as the CPU would, interpolate; then W4's Transformer and
 // W2's CNN in bfloat16 autocast trained on the GPU like the CPU, without
 // falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
@@ -206,6 +206,32 @@ TEST(CudaLayoutOps, AnIndexOutOfRangeIsRaisedWhenTheHostWaits) {
       << message;
   const Tensor fine = embedding(table, from_vector<int64_t>({9, -1}, {2}).to(cuda())).to(cpu_device());
   EXPECT_EQ(fine.shape(), (Shape{2, 4}));
+}
+
+// interpolate in its modes and coordinate mappings, with its gradient.
+TEST(CudaLayoutOps, InterpolateAndItsGradientMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(8);
+  const Tensor x = randn({2, 3, 7, 9}, DType::Float64);
+  const std::vector<Attrs> modes = {
+      {{"size", std::vector<int64_t>{14, 18}}, {"mode", std::string("nearest")}},
+      {{"size", std::vector<int64_t>{5, 20}}, {"mode", std::string("linear")}},
+      {{"size", std::vector<int64_t>{13, 4}}, {"mode", std::string("linear")}, {"coordinates", std::string("align_corners")}},
+      {{"size", std::vector<int64_t>{11, 11}}, {"mode", std::string("cubic")}},
+      {{"size", std::vector<int64_t>{3, 4}}, {"mode", std::string("linear")}, {"antialias", true}}};
+  for (const Attrs& attrs : modes) {
+    const std::string what = "interpolate " + attrs.str();
+    Tensor xc = x.clone().set_requires_grad(true), xg = x.to(cuda()).set_requires_grad(true);
+    const Tensor yc = call("interpolate", {xc}, attrs)[0], yg = call("interpolate", {xg}, attrs)[0];
+    const auto g = yg.to(cpu_device()).to_vector<double>(), want = yc.to_vector<double>();
+    ASSERT_EQ(g.size(), want.size()) << what;
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], want[i], 1e-12) << what << " element " << i;
+    const Tensor up = randn(yc.shape(), DType::Float64);
+    sum(yc * up).backward();
+    sum(yg * up.to(cuda())).backward();
+    const auto gg = xg.grad().to(cpu_device()).to_vector<double>(), gw = xc.grad().to_vector<double>();
+    for (size_t i = 0; i < gg.size(); ++i) ASSERT_NEAR(gg[i], gw[i], 1e-12) << what << " gradient " << i;
+  }
 }
 
 // One model trained eagerly with Adam on `device`: the loss of every step.

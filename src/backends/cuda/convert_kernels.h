@@ -1,7 +1,7 @@
 #pragma once
 // The CUDA backend's kernels for the ops that take every dtype: casts,
 // comparisons, where, the triangles; the joins: concat, pad, assign and the
-// backward ops of pad and slice; and the indexing ops.
+// backward ops of pad and slice; the indexing ops; and interpolate.
 #include "kiln/backend_library.h"
 
 namespace kiln::cuda {
@@ -12,5 +12,7 @@ void register_convert_kernels(BackendRegistration& reg);
 void register_join_kernels(BackendRegistration& reg);
 // gather, index_select, scatter_add and one_hot (int64 indices).
 void register_index_kernels(BackendRegistration& reg);
+// interpolate and interpolate_backward (float32 and float64).
+void register_resize_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda

@@ -6,12 +6,12 @@
 // copy), convert_ops.cpp and join_ops.cpp (casts, comparisons, where,
 // concat, pad and the other ops of every dtype), reduce_ops.cpp (the
 // reductions), index_ops.cpp (gather, index_select, scatter_add, one_hot),
-// matmul_kernels.cpp (matmul, linear and attention on cuBLASLt),
-// training_ops.cpp (softmax, the norms, dropout, embedding), loss_ops.cpp,
-// optimizer_ops.cpp, pool_ops.cpp and conv_kernels.cpp (convolutions on
-// cuDNN where it is installed). Every other op on a CUDA tensor runs on the
-// CPU, visibly (a warning, the profile's fallback column, an error in strict
-// mode), with its transfers.
+// resize_ops.cpp (interpolate), matmul_kernels.cpp (matmul, linear and
+// attention on cuBLASLt), training_ops.cpp (softmax, the norms, dropout,
+// embedding), loss_ops.cpp, optimizer_ops.cpp, pool_ops.cpp and
+// conv_kernels.cpp (convolutions on cuDNN where it is installed). Every
+// other op on a CUDA tensor runs on the CPU, visibly (a warning, the
+// profile's fallback column, an error in strict mode), with its transfers.
 //
 // Work goes to each device's default stream, so the synchronous copies are
 // ordered after every kernel queued before them; an index a kernel found out
@@ -220,4 +220,5 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_convert_kernels(reg);
   kiln::cuda::register_join_kernels(reg);
   kiln::cuda::register_index_kernels(reg);
+  kiln::cuda::register_resize_kernels(reg);
 }
