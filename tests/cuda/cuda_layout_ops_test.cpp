@@ -2,10 +2,10 @@
 // casts between every pair of dtypes, comparisons and where with broadcast
 // operands, tril/triu, concat, assign, pad in every mode with its gradient,
 // slices' gradients, the reductions that keep an order (argmax's ties and
-// NaN, amax, prod, integer sums), all_finite, the indexing ops, indices out
-// of range raised as the CPU would, interpolate; then W4's Transformer and
-// W2's CNN in bfloat16 autocast trained on the GPU like the CPU, without
-// falling back. Skipped without a GPU.
+// NaN, amax, prod, integer sums), all_finite, the indexing ops and topk,
+// indices out of range raised as the CPU would, interpolate; then W4's
+// Transformer and W2's CNN in bfloat16 autocast trained on the GPU like the
+// CPU, without falling back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -171,6 +171,27 @@ TEST(CudaLayoutOps, IndexingOpsAndTheirGradients) {
   sum(gather(xc, 1, idx) * 3.0).backward();
   sum(gather(xg, 1, idx.to(cuda())) * 3.0).backward();
   expect_same(xg.grad(), xc.grad(), "gather's gradient");
+}
+
+// topk along any axis, largest and smallest, ties in the order of their
+// positions as on the CPU.
+TEST(CudaLayoutOps, TopkMatchesTheCpuWithTies) {
+  NEEDS_A_GPU();
+  manual_seed(9);
+  const Tensor x = small_values({5, 40, 3});  // many ties
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Int64, DType::Int8}) {
+    const Tensor t = x.to(dtype);
+    for (int64_t axis : {1, 2, 0}) {
+      for (bool largest : {true, false}) {
+        const int64_t k = std::min<int64_t>(3, t.shape()[static_cast<size_t>(axis)]);
+        const auto [gv, gi] = topk(t.to(cuda()), k, axis, largest);
+        const auto [cv, ci] = topk(t, k, axis, largest);
+        const std::string what = std::string("topk ") + dtype_name(dtype) + " axis " + std::to_string(axis);
+        expect_same(gv, cv, what + " values");
+        expect_same(gi, ci, what + " indices");
+      }
+    }
+  }
 }
 
 // An index out of range cannot throw inside a kernel: it is raised where the

@@ -10,7 +10,7 @@ namespace kiln::cuda {
 void register_convert_kernels(BackendRegistration& reg);
 // concat, assign, pad, pad_backward and slice_backward.
 void register_join_kernels(BackendRegistration& reg);
-// gather, index_select, scatter_add and one_hot (int64 indices).
+// gather, index_select, scatter_add and one_hot (int64 indices), and topk.
 void register_index_kernels(BackendRegistration& reg);
 // interpolate and interpolate_backward (float32 and float64).
 void register_resize_kernels(BackendRegistration& reg);

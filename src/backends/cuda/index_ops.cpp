@@ -1,6 +1,6 @@
 // CUDA kernels of the indexing ops: gather and scatter_add along an axis
 // (operands in any layout), index_select and one_hot, with int64 indices (an
-// int32 index runs on the CPU, visibly). An out-of-range index is raised
+// int32 index runs on the CPU, visibly); and topk. An out-of-range index is raised
 // where the host next waits for the device (index_errors.h).
 #include <cuda_runtime.h>
 
@@ -8,6 +8,7 @@
 #include "backends/cuda/gather_launch.h"
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
+#include "backends/cuda/sort_launch.h"
 
 namespace kiln::cuda {
 namespace {
@@ -87,6 +88,32 @@ void one_hot_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
                  index_error_slot(context.device.index), context.stream.handle);
 }
 
+// values and indices of the k largest (or smallest) along attrs' axis.
+void topk_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  const Tensor& x = in[0];
+  KILN_CHECK(out[0].is_contiguous() && out[1].is_contiguous(), "CUDA topk writes dense outputs");
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  std::vector<std::unique_ptr<Scratch>> keep;
+  TopkCall call;
+  call.dtype = any_dtype(x.dtype());
+  const int64_t axis = normalize_axis(attrs.get_int("axis", -1), x.dim());
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.shape()[static_cast<size_t>(d)];
+    if (d < axis) call.outer *= size;
+    else if (d > axis) call.inner *= size;
+    else call.len = size;
+  }
+  call.k = attrs.get_int("k");
+  call.largest = attrs.get_bool("largest", true);
+  call.stream = context.stream.handle;
+  launch_topk(call, dense_data(x, context, keep), out[0].device_data(), static_cast<int64_t*>(out[1].device_data()),
+              [&](size_t bytes) {
+                keep.push_back(std::make_unique<Scratch>(context, bytes));
+                return keep.back()->get();
+              });
+}
+
 }  // namespace
 
 void register_index_kernels(BackendRegistration& reg) {
@@ -99,6 +126,10 @@ void register_index_kernels(BackendRegistration& reg) {
              {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64},
              Kernel(scatter_add_kernel).takes({{}, {DType::Int64}, {}}));
   reg.kernel("one_hot", {DType::Int64}, one_hot_kernel);
+  reg.kernel("topk",
+             {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8,
+              DType::Int8},
+             topk_kernel);
 }
 
 }  // namespace kiln::cuda
