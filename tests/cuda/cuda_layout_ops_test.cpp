@@ -1,11 +1,12 @@
 // The CUDA backend's kernels of every dtype against the CPU's, exactly:
 // casts between every pair of dtypes, comparisons and where with broadcast
 // operands, tril/triu, concat, assign, pad in every mode with its gradient,
-// slices' gradients, the reductions that keep an order (argmax's ties and
-// NaN, amax, prod, integer sums), all_finite, the indexing ops and topk,
-// indices out of range raised as the CPU would, interpolate; then W4's
-// Transformer and W2's CNN in bfloat16 autocast trained on the GPU like the
-// CPU, without falling back. Skipped without a GPU.
+// slices' gradients, integer arithmetic and mod, the reductions that keep
+// an order (argmax's ties and NaN, amax, prod, integer sums), all_finite,
+// the indexing ops and topk, indices out of range (and integer division by
+// zero) raised as the CPU would, interpolate; then W4's Transformer and W2's
+// CNN in bfloat16 autocast trained on the GPU like the CPU, without falling
+// back. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -171,6 +172,44 @@ TEST(CudaLayoutOps, IndexingOpsAndTheirGradients) {
   sum(gather(xc, 1, idx) * 3.0).backward();
   sum(gather(xg, 1, idx.to(cuda())) * 3.0).backward();
   expect_same(xg.grad(), xc.grad(), "gather's gradient");
+}
+
+// The elementwise ops on integers and mod on every type, exactly as the
+// CPU; an integer division by zero is raised when the host waits.
+TEST(CudaLayoutOps, IntegerArithmeticAndModMatchTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(10);
+  const Tensor a = round(randn({6, 7}) * 20.0), b = round(randn({7}) * 5.0);
+  const Tensor nonzero = where(eq(b, zeros({})), ones({}), b);
+  for (DType dtype : {DType::Int32, DType::Int64, DType::Int8}) {
+    const Tensor x = a.to(dtype), y = nonzero.to(dtype), gx = x.to(cuda()), gy = y.to(cuda());
+    const std::string d = dtype_name(dtype);
+    expect_same(gx + gy, x + y, "add " + d);
+    expect_same(gx - gy, x - y, "sub " + d);
+    expect_same(gx * gy, x * y, "mul " + d);
+    expect_same(div(gx, gy), div(x, y), "div " + d);
+    expect_same(maximum(gx, gy), maximum(x, y), "maximum " + d);
+    expect_same(minimum(gx.t().contiguous().t(), gy), minimum(x, y), "minimum of a view " + d);
+    expect_same(remainder(gx, gy), remainder(x, y), "remainder " + d);
+    expect_same(fmod(gx, gy), fmod(x, y), "fmod " + d);
+    expect_same(neg(gx), neg(x), "neg " + d);
+    expect_same(abs(gx), abs(x), "abs " + d);
+    expect_same(sign(gx), sign(x), "sign " + d);
+    expect_same(relu(gx), relu(x), "relu " + d);
+    expect_same(clamp(gx, -3.0, 4.0), clamp(x, -3.0, 4.0), "clamp " + d);
+  }
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = (randn({40}) * 7.0).to(dtype), y = (randn({40}) * 2.0).to(dtype);
+    expect_same(remainder(x.to(cuda()), y.to(cuda())), remainder(x, y), std::string("remainder ") + dtype_name(dtype));
+    expect_same(fmod(x.to(cuda()), y.to(cuda())), fmod(x, y), std::string("fmod ") + dtype_name(dtype));
+  }
+  std::string message;
+  try {
+    div(from_vector<int64_t>({4, 9}, {2}).to(cuda()), from_vector<int64_t>({2, 0}, {2}).to(cuda())).to(cpu_device());
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("integer division by zero"), std::string::npos) << message;
 }
 
 // topk along any axis, largest and smallest, ties in the order of their

@@ -12,6 +12,9 @@ void register_convert_kernels(BackendRegistration& reg);
 void register_join_kernels(BackendRegistration& reg);
 // gather, index_select, scatter_add and one_hot (int64 indices), and topk.
 void register_index_kernels(BackendRegistration& reg);
+// add, sub, mul, div, maximum, minimum, mod, neg, abs, sign, relu and clamp
+// on integers; mod on floating types too.
+void register_arithmetic_kernels(BackendRegistration& reg);
 // interpolate and interpolate_backward (float32 and float64).
 void register_resize_kernels(BackendRegistration& reg);
 

@@ -3,8 +3,9 @@
 // each GPU's memory through the stream-ordered caching allocator, pinned
 // host memory for staging, copies in stream order, streams and events; and
 // its kernels: elementwise_ops.cpp (every op with an elementwise formula, and
-// copy), convert_ops.cpp and join_ops.cpp (casts, comparisons, where,
-// concat, pad and the other ops of every dtype), reduce_ops.cpp (the
+// copy), arithmetic_ops.cpp (the elementwise ops on integers, and mod),
+// convert_ops.cpp and join_ops.cpp (casts, comparisons, where, concat, pad
+// and the other ops of every dtype), reduce_ops.cpp (the
 // reductions), index_ops.cpp (gather, index_select, scatter_add, one_hot),
 // resize_ops.cpp (interpolate), matmul_kernels.cpp (matmul, linear and
 // attention on cuBLASLt), training_ops.cpp (softmax, the norms, dropout,
@@ -221,4 +222,5 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_join_kernels(reg);
   kiln::cuda::register_index_kernels(reg);
   kiln::cuda::register_resize_kernels(reg);
+  kiln::cuda::register_arithmetic_kernels(reg);
 }

@@ -44,6 +44,9 @@ std::string describe(const IndexError& e) {
     case IndexKind::ClassTarget:
       return "target " + std::to_string(e.index) + at + " is not a class index in [0, " + std::to_string(e.size) +
              ") nor ignore_index";
+    case IndexKind::DivisionByZero:
+      return "integer division by zero" + at + " (of " + std::to_string(e.index) +
+             "); cast to a floating type for IEEE semantics (inf, nan)";
     case IndexKind::None:
       break;
   }
