@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "bindings.h"
+#include "kiln/backend.h"
 
 namespace kiln::python {
 
@@ -126,16 +127,19 @@ DLDevice dl_device(Device d) {
   return {kDLExtDev, d.index};
 }
 
+// A CPU or CUDA tensor, shared without a copy. Kiln's CUDA work goes to the
+// device's default stream: the device is waited for, so that the consumer's
+// stream, whichever it is, reads finished data.
 py::capsule to_dlpack(const Tensor& t) {
-  if (t.device().type != DeviceType::CPU)
-    throw py::buffer_error("__dlpack__: the tensor is on " + t.device().str() + ", which " +
-                           (t.device().type == DeviceType::CUDA ? "Kiln does not export through DLPack yet"
-                                                                : "no DLPack consumer can read") +
-                           "; call .to('cpu') first");
+  const bool cuda = t.device().type == DeviceType::CUDA;
+  if (t.device().type != DeviceType::CPU && !cuda)
+    throw py::buffer_error("__dlpack__: the tensor is on " + t.device().str() +
+                           ", which no DLPack consumer can read; call .to('cpu') first");
+  if (cuda) backend(DeviceType::CUDA).synchronize(t.device().index);
   auto* ex = new DLPackExport{t.impl_ptr(), t.shape(), t.strides()};
   DLTensor& dl = ex->managed.dl_tensor;
-  dl.data = t.raw_data();
-  dl.device = {kDLCPU, 0};
+  dl.data = cuda ? t.device_data() : t.raw_data();
+  dl.device = dl_device(t.device());
   dl.ndim = static_cast<int32_t>(t.dim());
   dl.dtype = dl_dtype(t.dtype());
   dl.shape = ex->shape.data();
@@ -154,15 +158,26 @@ py::capsule to_dlpack(const Tensor& t) {
   return py::reinterpret_steal<py::capsule>(cap);
 }
 
+// A CPU or CUDA tensor of another library, shared without a copy. A CUDA
+// producer is asked for its data on the legacy default stream (stream=1),
+// which Kiln's kernels run on.
 Tensor from_dlpack(py::object source) {
   py::object cap = source;
-  if (py::hasattr(source, "__dlpack__")) cap = source.attr("__dlpack__")();
+  if (py::hasattr(source, "__dlpack__")) {
+    bool cuda = false;
+    if (py::hasattr(source, "__dlpack_device__"))
+      cuda = source.attr("__dlpack_device__")().cast<py::tuple>()[0].cast<int>() == kDLCUDA;
+    cap = cuda ? source.attr("__dlpack__")(py::arg("stream") = 1) : source.attr("__dlpack__")();
+  }
   KILN_CHECK(PyCapsule_IsValid(cap.ptr(), "dltensor"),
              "from_dlpack needs an object with __dlpack__ (a NumPy array, a torch tensor) or an unused DLPack capsule");
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), "dltensor"));
   const DLTensor& dl = m->dl_tensor;
-  KILN_CHECK(dl.device.device_type == kDLCPU, "from_dlpack: the tensor is on DLPack device ", int(dl.device.device_type),
-             "; only CPU memory is supported (move it to the CPU first)");
+  KILN_CHECK(dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDA,
+             "from_dlpack: the tensor is on DLPack device ", int(dl.device.device_type),
+             "; Kiln reads CPU and CUDA memory (move it to one of them first)");
+  const Device device = dl.device.device_type == kDLCUDA ? Device{DeviceType::CUDA, dl.device.device_id} : cpu_device();
+  if (device.type == DeviceType::CUDA) backend(DeviceType::CUDA);  // (says how to get the CUDA backend where it is missing)
   DType dtype = from_dl_dtype(dl.dtype);
   Shape shape(dl.shape, dl.shape + dl.ndim);
   Strides strides = dl.strides ? Strides(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
@@ -175,7 +190,7 @@ Tensor from_dlpack(py::object source) {
     for (size_t i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
   PyCapsule_SetName(cap.ptr(), "used_dltensor");
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
-  auto storage = external_storage(data, static_cast<size_t>(extent) * dtype_size(dtype), cpu_device(),
+  auto storage = external_storage(data, static_cast<size_t>(extent) * dtype_size(dtype), device,
                                   [m] { if (m->deleter) m->deleter(m); });
   return tensor_over(storage, shape, strides, dtype);
 }

@@ -174,6 +174,26 @@ def test_dlpack_round_trips_with_torch_without_copies(torch):
         assert kiln.from_dlpack(x).shape == (3,)
 
 
+def test_dlpack_shares_cuda_tensors_with_torch_without_copies(torch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device for torch on this machine")
+    try:
+        t = kiln.arange(6, dtype=kiln.float32, device="cuda").reshape(2, 3)
+    except kiln.Error as e:
+        pytest.skip(f"no CUDA backend for kiln here: {e}")
+    assert t.__dlpack_device__() == (2, 0)  # kDLCUDA
+    as_torch = torch.from_dlpack(t)
+    assert as_torch.is_cuda and as_torch.data_ptr() == t.data_ptr()
+    as_torch[0, 0] = 9.0
+    torch.cuda.synchronize()
+    assert t[0, 0].item() == 9.0
+    source = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)[:, 1:3] * 2
+    back = kiln.from_dlpack(source)
+    assert back.device == "cuda:0" and back.data_ptr() == source.data_ptr()
+    np.testing.assert_array_equal(back.asnumpy(), source.cpu().numpy())
+    np.testing.assert_array_equal((back + 1).asnumpy(), (source + 1).cpu().numpy())
+
+
 def test_quantize_with_a_python_iterable_and_run_the_int8_model(tmp_path):
     net = trained_net()
     kiln.export(net, kiln.zeros((1, 1, 8, 8)), file_name=str(tmp_path / "net"), dynamic_batch=True)
