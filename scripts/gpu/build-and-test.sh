@@ -31,7 +31,9 @@ start=$(date +%s)
 cmake --build build-gpu -j "$(nproc)" --target kiln_cli kiln_cuda cuda_tests 2>&1 | tee "$LOGS/build.log" | tail -3
 echo "built in $(( $(date +%s) - start )) s"
 set +e
-build-gpu/tests/cuda_tests --gtest_filter="${1:-*}" 2>&1 | tee "$LOGS/cuda_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|error" | head -80
+# The whole log goes to $LOGS; here, the failures and the totals.
+build-gpu/tests/cuda_tests --gtest_filter="${1:-*}" 2>&1 | tee "$LOGS/cuda_tests.log" |
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran|Failure" | sort | uniq -c | sort -rn | head -80
 F=tests/fixtures/onnx
 build-gpu/kiln run $F/mlp.onnx --input $F/mlp.input.npy --device cuda 2>&1 | tee "$LOGS/run.log" | tail -4
 build-gpu/kiln bench $F/cnn.onnx --batch 1,32 --runs 50 --device cuda 2>&1 | tee "$LOGS/bench.log" | tail -6
