@@ -165,6 +165,12 @@ TEST(CudaLayoutOps, IndexingOpsAndTheirGradients) {
               "scatter_add with repeated indices");
   expect_same(scatter_add(x.to(DType::Int64).to(cuda()), 1, target.to(cuda()), updates.to(DType::Int64).to(cuda())),
               scatter_add(x.to(DType::Int64), 1, target, updates.to(DType::Int64)), "scatter_add of int64");
+  for (const std::string reduce : {"prod", "amax", "amin"}) {
+    // Powers of two: their products are exact in any order.
+    const Tensor src = where(gt(randn({4, 5, 3}), zeros({})), full({}, 2.0), full({}, 0.5));
+    expect_same(scatter_reduce(x.to(cuda()), 1, target.to(cuda()), src.to(cuda()), reduce),
+                scatter_reduce(x, 1, target, src, reduce), "scatter_reduce " + reduce);
+  }
   const Tensor classes = randint(0, 6, {11});
   expect_same(one_hot(classes.to(cuda()), 6), one_hot(classes, 6), "one_hot");
   // gather's gradient is a scatter_add.

@@ -10,7 +10,8 @@ namespace kiln::cuda {
 void register_convert_kernels(BackendRegistration& reg);
 // concat, assign, pad, pad_backward and slice_backward.
 void register_join_kernels(BackendRegistration& reg);
-// gather, index_select, scatter_add and one_hot (int64 indices), and topk.
+// gather, index_select, scatter_add, scatter_reduce and one_hot (int64
+// indices), and topk.
 void register_index_kernels(BackendRegistration& reg);
 // add, sub, mul, div, maximum, minimum, mod, neg, abs, sign, relu and clamp
 // on integers; mod on floating types too.

@@ -1,6 +1,7 @@
-// gather, scatter_add, index_select and one_hot on CUDA: a thread per index
-// element (per output element for index_select) in a grid-stride loop;
-// scatter_add adds atomically, since an index may repeat.
+// gather, scatter_add, scatter_reduce, index_select and one_hot on CUDA: a
+// thread per index element (per output element for index_select) in a
+// grid-stride loop; the scatters combine atomically, since an index may
+// repeat.
 #include <type_traits>
 
 #include "backends/cuda/gather_launch.h"
@@ -75,6 +76,43 @@ __global__ void scatter_add_kernel(GatherCall c, int64_t count, const S* src, co
   }
 }
 
+// *p = f(*p, v) atomically, by compare-and-swap on the word that holds it.
+template <typename S, typename F>
+__device__ void atomic_combine(S* p, S v, F f) {
+  using Word = std::conditional_t<sizeof(S) == 8, unsigned long long, unsigned int>;
+  static_assert(sizeof(S) == sizeof(Word), "4- and 8-byte elements");
+  Word* word = reinterpret_cast<Word*>(p);
+  Word seen = *word, expected;
+  do {
+    expected = seen;
+    S now;
+    memcpy(&now, &expected, sizeof(S));
+    const S next = f(now, v);
+    Word desired;
+    memcpy(&desired, &next, sizeof(S));
+    seen = atomicCAS(word, expected, desired);
+  } while (seen != expected);
+}
+
+template <typename S, ScatterReduce kHow>
+__global__ void scatter_reduce_kernel(GatherCall c, int64_t count, const S* src, const int64_t* index, S* y) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += step) {
+    int64_t off = 0, src_off = 0;
+    index_offsets(c, p, c.src_strides, &off, &src_off);
+    const int64_t k = coordinate(index[p], c.axis_size);
+    if (k < 0) {
+      report_bad_index(c.error, IndexKind::Scatter, index[p], p, c.axis_size);
+      continue;
+    }
+    atomic_combine(y + off + k * c.strides[c.axis], src[src_off], [](S cur, S v) -> S {
+      if (kHow == ScatterReduce::Prod) return cur * v;
+      if (kHow == ScatterReduce::Max) return (v > cur || v != v) ? v : cur;
+      return (v < cur || v != v) ? v : cur;
+    });
+  }
+}
+
 template <typename S>
 __global__ void index_select_kernel(SelectCall c, const S* x, const int64_t* index, S* y) {
   const int64_t total = c.outer * c.m * c.inner, step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -124,6 +162,27 @@ void launch_scatter_add(const GatherCall& call, const void* src, const int64_t* 
           call, count, static_cast<const S*>(src), index, static_cast<S*>(y));
   });
   check_launch("scatter_add");
+}
+
+void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index,
+                           void* y) {
+  const int64_t count = count_of(call);
+  if (count == 0) return;
+  with_any(call.dtype, [&](auto s) {
+    using S = decltype(s);
+    if constexpr (sizeof(S) < 4 || std::is_same_v<S, bool>) {
+      KILN_FAIL("CUDA scatter_reduce: float32, float64, int32 and int64");
+    } else {
+      auto launch = [&](auto kernel) {
+        kernel<<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(call, count, static_cast<const S*>(src), index,
+                                                                          static_cast<S*>(y));
+      };
+      if (how == ScatterReduce::Prod) launch(scatter_reduce_kernel<S, ScatterReduce::Prod>);
+      else if (how == ScatterReduce::Max) launch(scatter_reduce_kernel<S, ScatterReduce::Max>);
+      else launch(scatter_reduce_kernel<S, ScatterReduce::Min>);
+    }
+  });
+  check_launch("scatter_reduce");
 }
 
 void launch_index_select(const SelectCall& call, const void* x, const int64_t* index, void* y) {

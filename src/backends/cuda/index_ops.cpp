@@ -1,8 +1,11 @@
-// CUDA kernels of the indexing ops: gather and scatter_add along an axis
-// (operands in any layout), index_select and one_hot, with int64 indices (an
-// int32 index runs on the CPU, visibly); and topk. An out-of-range index is raised
-// where the host next waits for the device (index_errors.h).
+// CUDA kernels of the indexing ops: gather, scatter_add and scatter_reduce
+// along an axis (operands in any layout), index_select and one_hot, with
+// int64 indices (an int32 index runs on the CPU, visibly); and topk. An
+// out-of-range index is raised where the host next waits for the device
+// (index_errors.h).
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "backends/cuda/convert_kernels.h"
 #include "backends/cuda/gather_launch.h"
@@ -55,6 +58,24 @@ void scatter_add_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   for (int d = 0; d < call.rank; ++d) call.src_strides[d] = in[2].strides()[static_cast<size_t>(d)];
   launch_scatter_add(call, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
                      y.device_data());
+}
+
+// x, index, src: y = x, then each src element combined in where index points.
+void scatter_reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+  Tensor& y = out[0];
+  const KernelContext context = kernel_context();
+  OnDevice on(context.device.index);
+  MapCall copy = map_call(y, in, 1);
+  copy.stream = context.stream.handle;
+  launch_copy(copy, y.element_size());
+  std::vector<std::unique_ptr<Scratch>> keep;
+  GatherCall call = gather_call(y, in[1], attrs, context);
+  KILN_CHECK(in[2].dim() == in[1].dim(), "the source has ", in[2].dim(), " axes and the index ", in[1].dim());
+  for (int d = 0; d < call.rank; ++d) call.src_strides[d] = in[2].strides()[static_cast<size_t>(d)];
+  const std::string reduce = attrs.get_string("reduce", "prod");
+  const ScatterReduce how = reduce == "amax" ? ScatterReduce::Max : reduce == "amin" ? ScatterReduce::Min : ScatterReduce::Prod;
+  launch_scatter_reduce(call, how, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
+                        y.device_data());
 }
 
 void index_select_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
@@ -125,6 +146,8 @@ void register_index_kernels(BackendRegistration& reg) {
   reg.kernel("scatter_add",
              {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64},
              Kernel(scatter_add_kernel).takes({{}, {DType::Int64}, {}}));
+  reg.kernel("scatter_reduce", {DType::Float32, DType::Float64, DType::Int32, DType::Int64},
+             Kernel(scatter_reduce_kernel).takes({{}, {DType::Int64}, {}}));
   reg.kernel("one_hot", {DType::Int64}, one_hot_kernel);
   reg.kernel("topk",
              {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8,
