@@ -1,6 +1,7 @@
 // rms_norm(x, weight) = x / sqrt(mean(x^2 over the last axis) + eps) * weight,
-// as in LLaMA-style Transformers. A CPU kernel per float type; the gradient is
-// written with Kiln ops, so it has gradients of its own too.
+// as in LLaMA-style Transformers. A CPU kernel per float type (and a CUDA one
+// where the package is built with them); the gradient is written with Kiln
+// ops, so it has gradients of its own too, on any device.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -39,6 +40,18 @@ void rms_norm_kernel(kiln::plugin::KernelContext& k) {
     rms_norm_rows(xp + b * d, wp, yp + b * d, e - b, d, eps);
   });
 }
+
+#ifdef CUSTOM_OPS_CUDA
+// On a GPU: the same rows, launched on the stream Kiln gives the call.
+template <typename T>
+void rms_norm_cuda(kiln::plugin::KernelContext& k) {
+  Tensor x = k.input(0).contiguous(), w = k.input(1).contiguous(), y = k.output(0);
+  const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d;
+  if (const char* error = launch_rms_norm(x.data<T>(), w.data<T>(), y.data<T>(), rows, d, k.attrs().get_float("eps"),
+                                          x.device_index(), k.stream()))
+    throw kiln::plugin::Error(std::string("rms_norm on CUDA: ") + error);
+}
+#endif
 
 Tensor reduce(const char* op, const Tensor& t, std::vector<int64_t> axes, bool keepdim) {
   kiln::plugin::Attrs a;
@@ -83,5 +96,9 @@ void define_rms_norm(kiln::plugin::Registry& reg) {
       })
       .kernel("cpu", DType::Float32, rms_norm_kernel<float>)
       .kernel("cpu", DType::Float64, rms_norm_kernel<double>)
+#ifdef CUSTOM_OPS_CUDA
+      .kernel("cuda", DType::Float32, rms_norm_cuda<float>)
+      .kernel("cuda", DType::Float64, rms_norm_cuda<double>)
+#endif
       .onnx("com.kiln.custom", "RmsNorm", 1);
 }

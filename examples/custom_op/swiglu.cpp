@@ -4,6 +4,7 @@
 // compiled with -ffast-math (CMakeLists.txt), so the loops call glibc's
 // vector exp.
 #include <cmath>
+#include <string>
 
 #include "custom_ops.h"
 
@@ -19,6 +20,17 @@ void swiglu_block(const T* const* in, T* out, int64_t n, const kiln_attrs*) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + std::exp(-gate[i])) * up[i];
 }
+
+#ifdef CUSTOM_OPS_CUDA
+// On a GPU, which runs no formula: one kernel over the elements.
+template <typename T>
+void swiglu_cuda(kiln::plugin::KernelContext& k) {
+  Tensor gate = k.input(0).contiguous(), up = k.input(1).contiguous(), y = k.output(0);
+  if (const char* error = launch_swiglu(gate.data<T>(), up.data<T>(), y.data<T>(), gate.numel(), gate.device_index(),
+                                        k.stream()))
+    throw kiln::plugin::Error(std::string("swiglu on CUDA: ") + error);
+}
+#endif
 
 }  // namespace
 
@@ -46,5 +58,9 @@ void define_swiglu(kiln::plugin::Registry& reg) {
         if (g.needs_grad(0)) g.set_input_grad(0, dy * up * s * (one + gate * (one - s)));
         if (g.needs_grad(1)) g.set_input_grad(1, dy * gate * s);
       })
+#ifdef CUSTOM_OPS_CUDA
+      .kernel("cuda", DType::Float32, swiglu_cuda<float>)
+      .kernel("cuda", DType::Float64, swiglu_cuda<double>)
+#endif
       .onnx("com.kiln.custom", "SwiGLU", 1);
 }

@@ -12,7 +12,8 @@ struct OpLibrary {
   std::string path;  // the file, as resolved
   // The ops it defines; for a backend library, those it has kernels for.
   std::vector<std::string> ops;
-  // Kernels for backends this build lacks ("cuda: rms_norm float32"), kept aside.
+  // Kernels for backends not there when the package loaded ("cuda: rms_norm
+  // float32"): registered, they run once their backend is loaded.
   std::vector<std::string> unused_kernels;
   // The kind of device a backend library (kiln/backend_library.h) brings; "" for an op package.
   std::string device;

@@ -17,6 +17,7 @@
 //
 // Exceptions thrown by a package's functions become Kiln errors that name the
 // package and the op; none crosses the ABI.
+#include <cstddef>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -115,6 +116,8 @@ class Tensor {
   int64_t numel() const { return host().tensor_numel(h_); }
   bool is_contiguous() const { return host().tensor_is_contiguous(h_) != 0; }
   std::string device() const { return host().tensor_device(h_); }
+  int device_index() const { return host().tensor_device_index(h_); }
+  // The first element's address: in the device's memory for a device tensor.
   template <typename T>
   T* data() const {
     return static_cast<T*>(host().tensor_data(h_));
@@ -304,6 +307,13 @@ class KernelContext {
     return Tensor::borrow(out_[i]);
   }
   const AttrsView& attrs() const { return attrs_; }
+  // The stream the kernel's device work goes to: a cudaStream_t in a CUDA
+  // kernel (nullptr: the default stream), nullptr on the CPU. A Kiln older
+  // than this function gives nullptr, its default stream.
+  void* stream() const {
+    if (host().struct_size < offsetof(kiln_host_api, kernel_stream) + sizeof(void*)) return nullptr;
+    return host().kernel_stream();
+  }
 
  private:
   kiln_tensor* const* in_;

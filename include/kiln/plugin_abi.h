@@ -186,8 +186,8 @@ typedef struct kiln_host_api {
    * been checked; on any error nothing of the package remains. */
   int (*define_op)(kiln_registrar* r, const kiln_op_def* def);
   /* A kernel per (op, backend, dtype). backend is "cpu", "cuda", ...: a
-   * backend this build of Kiln lacks is accepted and its kernels left
-   * unused, so one package carries its accelerator kernels everywhere. */
+   * backend not loaded yet is accepted, its kernels running once it loads,
+   * so one package carries its accelerator kernels everywhere. */
   int (*register_kernel)(kiln_registrar* r, const char* op, const char* backend, int32_t dtype, kiln_kernel_fn fn,
                          void* user);
 
@@ -196,6 +196,12 @@ typedef struct kiln_host_api {
    * governor), so a package's kernels share the cores with Kiln's own
    * instead of starting threads of their own. fn must not throw. */
   void (*parallel_for)(int64_t n, int64_t grain, void (*fn)(int64_t begin, int64_t end, void* user), void* user);
+
+  /* Inside a kernel: the stream its device work goes to (a cudaStream_t for
+   * a CUDA kernel, which launches its kernels and copies there; NULL is the
+   * device's default stream, and the host backends' value). Outside a
+   * kernel, NULL with the reason in last_error. */
+  void* (*kernel_stream)(void);
 } kiln_host_api;
 
 /* What a package exports (kiln/plugin.h's KILN_PLUGIN defines all three). */

@@ -2,7 +2,8 @@
 # On a GPU machine without Debian's archive (CUDA in /usr/local/cuda): unpacks
 # the packages scripts/gpu/fetch-debs.sh downloaded (.gpu-debs/) into a
 # prefix, builds the core and the CUDA backend for this machine's GPU in
-# ./build-gpu, and runs the CUDA tests and an ONNX model on the GPU. Logs go
+# ./build-gpu, and the example op package with its CUDA kernels, and runs
+# the CUDA tests and an ONNX model on the GPU. Logs go
 # to $OUT when it is set (the device tool's folder), else to build-gpu/.
 #   scripts/gpu/build-and-test.sh [GTEST FILTER]
 set -euo pipefail
@@ -31,6 +32,15 @@ start=$(date +%s)
 cmake --build build-gpu -j "$(nproc)" --target kiln_cli kiln_cuda cuda_tests 2>&1 | tee "$LOGS/build.log" | tail -3
 echo "built in $(( $(date +%s) - start )) s"
 set +e
+# The example op package with its CUDA kernels, for the package's GPU test.
+# (Its last step, a build with pkg-config, may find no pkg-config there.)
+CMAKE_PREFIX_PATH="$PREFIX/usr" bash tests/plugins/build_example.sh build-gpu . "" \
+  "-DCUSTOM_OPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90}" > "$LOGS/package.log" 2>&1
+if [ -f build-gpu/custom_op_example/libcustom_ops.so ]; then
+  export KILN_TEST_CUSTOM_OPS=$PWD/build-gpu/custom_op_example/libcustom_ops.so
+else
+  echo "the example op package did not build: $LOGS/package.log"
+fi
 # The whole log goes to $LOGS; here, the failures and the totals.
 build-gpu/tests/cuda_tests --gtest_filter="${1:-*}" 2>&1 | tee "$LOGS/cuda_tests.log" |
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests? ran|Failure" | sort | uniq -c | sort -rn | head -80

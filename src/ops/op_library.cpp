@@ -342,10 +342,11 @@ int register_kernel(kiln_registrar* r, const char* op_name, const char* backend,
     DeviceType type = backend_named(b, &known);
     KILN_CHECK(known, where, " registers a kernel for backend '", b, "', which is no kind of device of this process; ",
                "Kiln's are cpu, cuda and reference, and a backend library loaded before the package adds its own");
-    if (!find_backend(type)) {
+    // A backend not loaded yet (the CUDA library loads when a CUDA device is
+    // first asked for, which cannot happen during this load): its kernels
+    // are registered all the same, reported, and run once it is there.
+    if (!find_backend(type))
       load.unused_kernels.push_back(detail::concat(b, ": ", op, " ", dtype_name(static_cast<DType>(dtype))));
-      return KILN_OK;
-    }
     load.kernels.push_back({op, type, static_cast<DType>(dtype), fn, user});
     return KILN_OK;
   } catch (const std::exception& e) {

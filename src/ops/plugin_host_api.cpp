@@ -1,6 +1,7 @@
 #include <cstring>
 #include <exception>
 
+#include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/registry.h"
 #include "ops/plugin_host.h"
@@ -55,7 +56,11 @@ kiln_host_api base_api() {
   api.tensor_shape = [](const kiln_tensor* t) { return t_of(t).shape().data(); };
   api.tensor_strides = [](const kiln_tensor* t) { return t_of(t).strides().data(); };
   api.tensor_numel = [](const kiln_tensor* t) { return t_of(t).numel(); };
-  api.tensor_data = [](const kiln_tensor* t) { return t_of(t).raw_data(); };
+  // A device kernel's tensors are in its device's memory: their address there.
+  api.tensor_data = [](const kiln_tensor* t) {
+    const Tensor& x = t_of(t);
+    return x.device().type == DeviceType::CPU ? x.raw_data() : x.device_data();
+  };
   api.tensor_is_contiguous = [](const kiln_tensor* t) { return static_cast<int32_t>(t_of(t).is_contiguous()); };
   api.tensor_device = [](const kiln_tensor* t) { return device_type_name(t_of(t).device().type); };
   api.tensor_device_index = [](const kiln_tensor* t) { return static_cast<int32_t>(t_of(t).device().index); };
@@ -137,6 +142,9 @@ kiln_host_api base_api() {
   };
   api.parallel_for = [](int64_t n, int64_t grain, void (*fn)(int64_t, int64_t, void*), void* user) {
     kiln::parallel_for(n, grain, [&](int64_t begin, int64_t end) { fn(begin, end, user); });
+  };
+  api.kernel_stream = []() -> void* {
+    return guarded([] { return kernel_context().stream.handle; }, static_cast<void*>(nullptr));
   };
   return api;
 }

@@ -2,7 +2,7 @@
 # Builds examples/custom_op as a user would: Kiln installed into a prefix,
 # the package configured as a separate CMake project against it
 # (find_package(Kiln)), and once more with pkg-config and a bare compiler.
-#   build_example.sh BUILD_DIR SOURCE_DIR [SANITIZERS]
+#   build_example.sh BUILD_DIR SOURCE_DIR [SANITIZERS] [PACKAGE CMAKE OPTIONS]
 set -euo pipefail
 build=$1
 source=$2
@@ -12,7 +12,8 @@ if [[ -n "${3:-}" ]]; then
 fi
 prefix=$build/kiln-install
 cmake --install "$build" --prefix "$prefix" >/dev/null
-cmake -S "$source/examples/custom_op" -B "$build/custom_op_example" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+# shellcheck disable=SC2086  # the options are words
+cmake -S "$source/examples/custom_op" -B "$build/custom_op_example" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" ${4:-} >/dev/null
 cmake --build "$build/custom_op_example"
 test -f "$build/custom_op_example/libcustom_ops.so"
 # Without CMake: the kiln-plugin pkg-config file gives everything a package needs.

@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "kiln/op_library.h"
 #include "kiln/profiler.h"
 #include "kiln/runtime.h"
+#include "ops/plugin_host.h"
 #include "support/close.h"
 #include "support/error_message.h"
 #include "support/serve_process.h"
@@ -287,6 +289,15 @@ TEST(OpPackage, AcceleratorKernelsWaitForTheirBackend) {
   EXPECT_EQ(lib.unused_kernels, (std::vector<std::string>{"cuda: cuda_ready_copy float32"}));
   Tensor x = randn({3});
   EXPECT_TRUE(testing::all_close(call("cuda_ready_copy", {x}).at(0), x, 0, 0));
+}
+
+// A package kernel asks for its stream (CUDA kernels launch on it); outside
+// a kernel there is none, and last_error says why.
+TEST(OpPackage, TheKernelStreamIsThereOnlyInsideAKernel) {
+  const kiln_host_api api = plugin_host::base_api();
+  ASSERT_GE(api.struct_size, offsetof(kiln_host_api, kernel_stream) + sizeof(void*));
+  EXPECT_EQ(api.kernel_stream(), nullptr);
+  EXPECT_NE(std::string(api.last_error()).find("kernel"), std::string::npos) << api.last_error();
 }
 
 }  // namespace

@@ -21,14 +21,16 @@ std::string dtype_list(const OpDef& op, DeviceType backend) {
 std::string backends(const OpDef& op) {
   std::string s;
   for (int b = 0; b < kNumDeviceTypes; ++b) {
-    if (op.dtypes(static_cast<DeviceType>(b)).empty()) continue;
+    const auto type = static_cast<DeviceType>(b);
+    if (op.dtypes(type).empty() || (b > 0 && !find_backend(type))) continue;  // (a package's kernels wait for theirs)
     s += std::string(s.empty() ? "" : " ") + device_type_name(static_cast<DeviceType>(b));
   }
   return s.empty() ? "-" : s;
 }
 
 // The backends in this build where the op has no kernel and runs on the CPU
-// instead (views excepted: on a backend in host memory they share the CPU's).
+// instead (views excepted: on a backend in host memory they share the CPU's;
+// half precision widening to a float32 kernel there stays there).
 std::string falls_back_on(const OpDef& op) {
   std::string s;
   if (op.has_tag(kTagView) || op.dtypes(DeviceType::CPU).empty()) return "-";
@@ -39,7 +41,9 @@ std::string falls_back_on(const OpDef& op) {
     std::string calls;
     for (DType d : op.dtypes(DeviceType::CPU)) {
       const Kernel& k = op.kernels[b][static_cast<int>(d)];
-      if (!k.fn) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
+      // A half-precision call widens to the backend's float32 kernel where it has one.
+      const bool widens = (d == DType::Float16 || d == DType::BFloat16) && op.kernels[b][static_cast<int>(DType::Float32)].fn;
+      if (!k.fn && !widens) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
       else if (k.accepts && *k.refuses && calls.find(k.refuses) == std::string::npos)
         calls += std::string(calls.empty() ? "" : ", ") + k.refuses;
       for (size_t i = 0; k.fn && i < k.input_dtypes.size(); ++i) {  // dtypes declared per input
