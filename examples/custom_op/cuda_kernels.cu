@@ -56,8 +56,8 @@ template <typename T>
 const char* launch_swiglu(const T* gate, const T* up, T* y, int64_t n, int device, void* stream) {
   if (cudaSetDevice(device) != cudaSuccess) return launched();
   if (n > 0)
-    swiglu_elements<T><<<grid((n + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        gate, up, y, n);
+    swiglu_elements<T>
+        <<<grid((n + kThreads - 1) / kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, y, n);
   return launched();
 }
 

@@ -26,8 +26,8 @@ void swiglu_block(const T* const* in, T* out, int64_t n, const kiln_attrs*) {
 template <typename T>
 void swiglu_cuda(kiln::plugin::KernelContext& k) {
   Tensor gate = k.input(0).contiguous(), up = k.input(1).contiguous(), y = k.output(0);
-  if (const char* error = launch_swiglu(gate.data<T>(), up.data<T>(), y.data<T>(), gate.numel(), gate.device_index(),
-                                        k.stream()))
+  if (const char* error =
+          launch_swiglu(gate.data<T>(), up.data<T>(), y.data<T>(), gate.numel(), gate.device_index(), k.stream()))
     throw kiln::plugin::Error(std::string("swiglu on CUDA: ") + error);
 }
 #endif

@@ -22,7 +22,7 @@ struct Record {
   std::string backend;  // "cpu"
   std::string shapes;   // input shapes, "float32[64, 1, 28, 28], float32[32, 1, 3, 3]"
   int64_t start_ns = 0, duration_ns = 0;  // on the host: for a device that queues work, the launch
-  int64_t device_ns = -1;  // on such a device, between events around the kernel; -1 elsewhere
+  int64_t device_ns = -1;                 // on such a device, between events around the kernel; -1 elsewhere
   int64_t bytes = 0;    // read and written
   bool fallback = false;  // ran on the CPU because its backend had no kernel
   int thread = 0;

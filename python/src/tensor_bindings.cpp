@@ -177,7 +177,8 @@ Tensor from_dlpack(py::object source) {
              "from_dlpack: the tensor is on DLPack device ", int(dl.device.device_type),
              "; Kiln reads CPU and CUDA memory (move it to one of them first)");
   const Device device = dl.device.device_type == kDLCUDA ? Device{DeviceType::CUDA, dl.device.device_id} : cpu_device();
-  if (device.type == DeviceType::CUDA) backend(DeviceType::CUDA);  // (says how to get the CUDA backend where it is missing)
+  if (device.type == DeviceType::CUDA)
+    backend(DeviceType::CUDA);  // (says how to get the CUDA backend where it is missing)
   DType dtype = from_dl_dtype(dl.dtype);
   Shape shape(dl.shape, dl.shape + dl.ndim);
   Strides strides = dl.strides ? Strides(dl.strides, dl.strides + dl.ndim) : contiguous_strides(shape);
@@ -190,8 +191,9 @@ Tensor from_dlpack(py::object source) {
     for (size_t i = 0; i < shape.size(); ++i) extent += (shape[i] - 1) * strides[i];
   PyCapsule_SetName(cap.ptr(), "used_dltensor");
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
-  auto storage = external_storage(data, static_cast<size_t>(extent) * dtype_size(dtype), device,
-                                  [m] { if (m->deleter) m->deleter(m); });
+  auto storage = external_storage(data, static_cast<size_t>(extent) * dtype_size(dtype), device, [m] {
+    if (m->deleter) m->deleter(m);
+  });
   return tensor_over(storage, shape, strides, dtype);
 }
 

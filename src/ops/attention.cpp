@@ -66,7 +66,8 @@ Tensor weights_of(const GradContext& c) {
   Tensor scores = matmul(q * scale, k.transpose(-1, -2));
   const double inf = std::numeric_limits<double>::infinity();
   if (c.attrs.get_bool("causal", false))
-    scores = where(triu(ones({q.size(-2), k.size(-2)}, DType::Bool, q.device()), 1), scalar_tensor(-inf, q.dtype()), scores);
+    scores =
+        where(triu(ones({q.size(-2), k.size(-2)}, DType::Bool, q.device()), 1), scalar_tensor(-inf, q.dtype()), scores);
   if (c.inputs.size() > 3 && c.inputs[3].defined()) scores = scores + c.inputs[3];
   const Tensor blind = eq(amax(scores, {-1}, true), scalar_tensor(-inf, q.dtype()));
   return where(blind, zeros({}, q.dtype()), softmax(scores, -1));

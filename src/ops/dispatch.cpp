@@ -116,8 +116,10 @@ void record_profile(const OpDef* op, const std::string& name, Device device, con
   }
   for (const auto& t : outputs)
     if (t.defined()) r.bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  if (device_ns) profiler::detail::record_op(std::move(r), std::move(device_ns));
-  else profiler::detail::record_op(std::move(r));
+  if (device_ns)
+    profiler::detail::record_op(std::move(r), std::move(device_ns));
+  else
+    profiler::detail::record_op(std::move(r));
 }
 
 void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observer); }
@@ -257,8 +259,10 @@ void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs
   for (size_t i = 0; i < inputs.size(); ++i) host[i] = host_copy(inputs[i]);
   std::vector<Tensor> host_out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) host_out[i] = Tensor::empty(outputs[i].shape(), outputs[i].dtype());
-  if (widen) run_widened(op, cpu, host, host_out, attrs);
-  else cpu(host, host_out, attrs);
+  if (widen)
+    run_widened(op, cpu, host, host_out, attrs);
+  else
+    cpu(host, host_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
     copy_between(device, detail::device_address(outputs[i]), cpu_device(), host_out[i].raw_data(),
                  static_cast<size_t>(host_out[i].numel()) * host_out[i].element_size());
@@ -288,16 +292,21 @@ int64_t fallback_count() { return g_fallbacks.load(); }
 // op whose other inputs are on another device, copied there by to_device (so
 // autograd sees the move), as in PyTorch, in any position. Any other mix of
 // devices is an error. The device such a call runs on, if it is one.
-static bool is_host_scalar(const Tensor& t) { return t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU; }
+static bool is_host_scalar(const Tensor& t) {
+  return t.defined() && t.dim() == 0 && t.device().type == DeviceType::CPU;
+}
 static std::optional<Device> device_for_host_scalars(const OpDef& op, const std::vector<Tensor>& inputs) {
-  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return std::nullopt;
+  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined())
+    return std::nullopt;
   const Tensor& lead = inputs[op.dispatch_input];
   if (lead.device().type == DeviceType::CPU && lead.dim() != 0) return std::nullopt;  // the common case
   std::optional<Device> device;
   bool scalars = false;
   for (const Tensor& t : inputs) {
-    if (is_host_scalar(t)) scalars = true;
-    else if (t.defined() && !device) device = t.device();
+    if (is_host_scalar(t))
+      scalars = true;
+    else if (t.defined() && !device)
+      device = t.device();
   }
   if (!scalars || !device || device->type == DeviceType::CPU) return std::nullopt;
   return device;
@@ -446,9 +455,9 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
       for (const TensorMeta& m : metas) dtypes.push_back(m.defined ? std::optional<DType>(m.dtype) : std::nullopt);
       kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
     }
-    if (kernel == nullptr && (kernel = widening_kernel(op, d.device, dtypes, d.dtype, attrs)) != nullptr) widened = true;
-    if (kernel == nullptr && (kernel = cpu_fallback(op, d, why, &widened)) != nullptr)
-      fallback = !op.has_tag(kTagView);
+    if (kernel == nullptr && (kernel = widening_kernel(op, d.device, dtypes, d.dtype, attrs)) != nullptr)
+      widened = true;
+    if (kernel == nullptr && (kernel = cpu_fallback(op, d, why, &widened)) != nullptr) fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
       std::string supported;
       for (DType t : op.dtypes(d.device.type)) supported += std::string(supported.empty() ? "" : ", ") + dtype_name(t);
@@ -473,7 +482,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   const DeviceTimer timer(metas[op.dispatch_input].device, profile_start >= 0 && !fallback && !view);
   try {
     detail::KernelScope in_kernel(fallback ? cpu_device() : metas[op.dispatch_input].device, profile_start >= 0);
-    if (fallback) run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device, widened);
+    if (fallback)
+      run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device, widened);
     else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);

@@ -77,7 +77,8 @@ void take_diagonals(Term& term) {
     Shape merged(term.t.shape().size() - 1);
     for (size_t d = 0; d + 2 < order.size(); ++d) merged[d] = term.t.shape()[order[d]];
     merged.back() = n * n;
-    const Tensor diagonal = arange(n, DType::Int64, term.t.device()) * scalar_tensor(static_cast<double>(n + 1), DType::Int64);
+    const Tensor diagonal =
+        arange(n, DType::Int64, term.t.device()) * scalar_tensor(static_cast<double>(n + 1), DType::Int64);
     term.t = index_select(term.t.permute(order).reshape(merged), static_cast<int64_t>(merged.size()) - 1, diagonal);
     rest.push_back(term.labels[a]);
     term.labels = rest;

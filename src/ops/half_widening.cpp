@@ -17,7 +17,8 @@ bool is_half(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
 KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
                          const Attrs& attrs) {
   if (!is_half(dtype) || op.has_tag(kTagView)) return nullptr;
-  if (device.type == DeviceType::CPU) return op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
+  if (device.type == DeviceType::CPU)
+    return op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)];
   std::vector<std::optional<DType>> wide = inputs;
   for (auto& d : wide)
     if (d && is_half(*d)) d = DType::Float32;

@@ -79,7 +79,8 @@ std::vector<Tensor> read_scatter_elements(const OnnxReader& n, const std::vector
   if (reduction == "mul" || reduction == "max" || reduction == "min")
     return {scatter_reduce(x, axis, idx, updates, reduction == "mul" ? "prod" : reduction == "max" ? "amax" : "amin")};
   if (reduction != "none") n.fail("reduction '", reduction, "' is not one of none, add, mul, max, min");
-  const Tensor hits = scatter_add(zeros(x.shape(), DType::Int64, x.device()), axis, idx, ones(idx.shape(), DType::Int64, x.device()));
+  const Tensor hits =
+      scatter_add(zeros(x.shape(), DType::Int64, x.device()), axis, idx, ones(idx.shape(), DType::Int64, x.device()));
   const Tensor written = scatter_add(zeros(x.shape(), x.dtype(), x.device()), axis, idx, updates);
   return {where(gt(hits, zeros({}, DType::Int64)), written, x)};
 }
@@ -296,7 +297,8 @@ Tensor gather_nd(const Tensor& x, const Tensor& indices, int64_t batch_dims) {
   rows.insert(rows.end(), rest.begin(), rest.end());
   if (batch_dims > 0) {
     const Tensor per_batch = flat.reshape({batch, -1});
-    flat = per_batch + arange(batch, DType::Int64, flat.device()).reshape({batch, 1}) * scalar_tensor(static_cast<double>(picked), DType::Int64);
+    flat = per_batch + arange(batch, DType::Int64, flat.device()).reshape({batch, 1}) *
+                           scalar_tensor(static_cast<double>(picked), DType::Int64);
   }
   Shape out(indices.shape().begin(), indices.shape().end() - 1);
   out.insert(out.end(), rest.begin(), rest.end());
@@ -322,7 +324,8 @@ Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
   const Tensor index = flat.reshape({n, 1}).expand({n, width}).contiguous();
   if (reduction != "none") return scatter_reduce(rows, 0, index, src, reduce.at(reduction)).reshape(xs);
   // Replacing: the rows some tuple names take the updates (repeated tuples add up), the others keep x.
-  const Tensor hits = scatter_add(zeros({picked, width}, DType::Int64, x.device()), 0, index, ones({n, width}, DType::Int64, x.device()));
+  const Tensor hits = scatter_add(zeros({picked, width}, DType::Int64, x.device()), 0, index,
+                                  ones({n, width}, DType::Int64, x.device()));
   const Tensor written = scatter_add(zeros({picked, width}, x.dtype(), x.device()), 0, index, src);
   return where(gt(hits, zeros({}, DType::Int64)), written, rows).reshape(xs);
 }

@@ -61,24 +61,33 @@ inline AxisMap axis_map(const Attrs& a, int axis, int64_t in, int64_t out) {
   m.weight.reserve(static_cast<size_t>(out * m.taps));
   for (int64_t x = 0; x < out; ++x) {
     double c;
-    if (coords == "half_pixel") c = (x + 0.5) * inv - 0.5;
-    else if (coords == "pytorch_half_pixel") c = out > 1 ? (x + 0.5) * inv - 0.5 : 0.0;
-    else if (coords == "align_corners") c = scaled > 1 ? x * static_cast<double>(in - 1) / (scaled - 1) : 0.0;
+    if (coords == "half_pixel")
+      c = (x + 0.5) * inv - 0.5;
+    else if (coords == "pytorch_half_pixel")
+      c = out > 1 ? (x + 0.5) * inv - 0.5 : 0.0;
+    else if (coords == "align_corners")
+      c = scaled > 1 ? x * static_cast<double>(in - 1) / (scaled - 1) : 0.0;
     else if (coords == "half_pixel_symmetric")
       c = in / 2.0 * (1 - static_cast<double>(out) / scaled) + (x + 0.5) * inv - 0.5;
-    else if (coords == "tf_half_pixel_for_nn") c = (x + 0.5) * inv;
+    else if (coords == "tf_half_pixel_for_nn")
+      c = (x + 0.5) * inv;
     else if (coords == "tf_crop_and_resize") {
       const double start = roi[axis], end = roi[2 + axis];
       c = out > 1 ? start * (in - 1) + x * (end - start) * (in - 1) / static_cast<double>(out - 1)
                   : 0.5 * (start + end) * (in - 1);
-    } else c = x * inv;  // asymmetric
+    } else
+      c = x * inv;  // asymmetric
     m.outside.push_back(coords == "tf_crop_and_resize" && (c < 0 || c > in - 1));
     if (mode == "nearest") {
       double r;
-      if (nearest == "floor") r = std::floor(c);
-      else if (nearest == "ceil") r = std::ceil(c);
-      else if (nearest == "round_prefer_ceil") r = std::floor(c + 0.5);
-      else r = std::ceil(c - 0.5);  // round_prefer_floor
+      if (nearest == "floor")
+        r = std::floor(c);
+      else if (nearest == "ceil")
+        r = std::ceil(c);
+      else if (nearest == "round_prefer_ceil")
+        r = std::floor(c + 0.5);
+      else
+        r = std::ceil(c - 0.5);  // round_prefer_floor
       m.index.push_back(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1));
       m.weight.push_back(1.0);
       continue;

@@ -234,7 +234,8 @@ OpDefiner d_split([] {
       [](const GradContext& c, const Grads& g) -> Grads {
         std::vector<Tensor> parts;
         for (size_t i = 0; i < g.size(); ++i)
-          parts.push_back(g[i].defined() ? g[i] : zeros(c.outputs[i].shape(), c.outputs[i].dtype(), c.outputs[i].device()));
+          parts.push_back(g[i].defined() ? g[i]
+                                         : zeros(c.outputs[i].shape(), c.outputs[i].dtype(), c.outputs[i].device()));
         return {concat(parts, c.attrs.get_int("axis", 0))};
       },
       OnnxExport{{"Split"}, write_split}, kTagView);

@@ -120,7 +120,8 @@ OpDefiner d_nll([] {
         int64_t classes = x.shape()[1];
         Tensor valid = ne(t, scalar_tensor(static_cast<double>(ignore), t.dtype()));
         Tensor safe_t = where(valid, t, zeros({}, t.dtype()));
-        Tensor w_t = c.inputs.size() > 2 && c.inputs[2].defined() ? index_select(c.inputs[2], 0, safe_t) : ones({x.shape()[0]}, x.dtype(), x.device());
+        Tensor w_t = c.inputs.size() > 2 && c.inputs[2].defined() ? index_select(c.inputs[2], 0, safe_t)
+                                                                  : ones({x.shape()[0]}, x.dtype(), x.device());
         w_t = w_t * cast(valid, x.dtype());
         Tensor scale = g[0];
         if (detail::reduction_attr(c.attrs) == "mean") scale = scale / sum(w_t);

@@ -233,7 +233,8 @@ std::vector<Tensor> read_mindspore_pool(const OnnxReader& n, const std::vector<T
   Shape mask_shape = x.shape();
   mask_shape[0] = mask_shape[1] = 1;
   const Tensor sums = avg_pool2d(onnx_spatial::pad_spatial(x, pads, 0.0), kernel, stride);
-  const Tensor counts = avg_pool2d(onnx_spatial::pad_spatial(ones(mask_shape, x.dtype(), x.device()), pads, 0.0), kernel, stride);
+  const Tensor counts =
+      avg_pool2d(onnx_spatial::pad_spatial(ones(mask_shape, x.dtype(), x.device()), pads, 0.0), kernel, stride);
   return {sums / counts};
 }
 

@@ -92,8 +92,8 @@ OnnxImport reduce_reader(const std::string& op, const char* type, int since, con
     const bool extreme = op == "amax" || op == "amin";
     if (extreme && x.numel() == 0) {
       const double inf = std::numeric_limits<double>::infinity();
-      return {full(detail::reduced_shape(x.shape(), detail::normalize_axes(axes, x.dim()), keep), op == "amax" ? -inf : inf,
-                   x.dtype(), x.device())};
+      return {full(detail::reduced_shape(x.shape(), detail::normalize_axes(axes, x.dim()), keep),
+                   op == "amax" ? -inf : inf, x.dtype(), x.device())};
     }
     if (extreme && x.dtype() == DType::Bool)
       return {cast(call1(self, {cast(x, DType::UInt8)}, reduce_attrs(axes, keep)), DType::Bool)};

@@ -91,8 +91,10 @@ std::string table(const char* title, const std::vector<std::pair<std::string, St
                   static_cast<double>(s.bytes) / 1e6, static_cast<long long>(s.fallbacks));
     out += line;
     if (device) {
-      if (s.device_calls > 0) std::snprintf(line, sizeof(line), " %10.3f", s.device / 1e6);
-      else std::snprintf(line, sizeof(line), " %10s", "-");
+      if (s.device_calls > 0)
+        std::snprintf(line, sizeof(line), " %10.3f", s.device / 1e6);
+      else
+        std::snprintf(line, sizeof(line), " %10s", "-");
       out += line;
     }
     out += "\n";

@@ -41,14 +41,16 @@ void train_one_step(const std::string& name) {
   config.seq_len = 16;
   config.layers = 1;
   const bool text = name == "char_transformer";
-  for (std::optional<DType> half : {std::optional<DType>(), std::optional<DType>(DType::BFloat16),
-                                     std::optional<DType>(DType::Float16)}) {
+  for (std::optional<DType> half :
+       {std::optional<DType>(), std::optional<DType>(DType::BFloat16), std::optional<DType>(DType::Float16)}) {
     for (bool adam : {false, true}) {
       manual_seed(3);
       auto net = models::make_model(name, config);
       std::unique_ptr<optim::Optimizer> opt;
-      if (adam) opt = std::make_unique<optim::Adam>(net->trainable_params(), optim::AdamOptions{});
-      else opt = std::make_unique<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      if (adam)
+        opt = std::make_unique<optim::Adam>(net->trainable_params(), optim::AdamOptions{});
+      else
+        opt = std::make_unique<optim::SGD>(net->trainable_params(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
       const Tensor x = text ? randint(0, config.vocab_size, {2, config.seq_len}) : randn({4, 1, 28, 28});
       const Tensor y = text ? randint(0, config.vocab_size, {2 * config.seq_len}) : randint(0, 10, {4});
       Tensor out, loss;

@@ -29,7 +29,8 @@ std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden
 // Whether the CUDA backend must run this case itself: it registered a kernel
 // for the case's dtype that takes every call.
 bool runs_on_the_gpu(const GoldenCase& c) {
-  const Kernel& k = OpRegistry::instance().get(c.op).kernels[static_cast<int>(DeviceType::CUDA)][static_cast<int>(c.dtype)];
+  const Kernel& k =
+      OpRegistry::instance().get(c.op).kernels[static_cast<int>(DeviceType::CUDA)][static_cast<int>(c.dtype)];
   return k.fn != nullptr && k.accepts == nullptr && k.input_dtypes.empty();
 }
 

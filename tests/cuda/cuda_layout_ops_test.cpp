@@ -32,8 +32,10 @@ void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what) 
   const auto g = gpu.to(cpu_device()).to(DType::Float64).to_vector<double>();
   const auto c = cpu.to(DType::Float64).to_vector<double>();
   for (size_t i = 0; i < c.size(); ++i) {
-    if (std::isnan(c[i])) ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
-    else ASSERT_EQ(g[i], c[i]) << what << " element " << i;
+    if (std::isnan(c[i]))
+      ASSERT_TRUE(std::isnan(g[i])) << what << " element " << i;
+    else
+      ASSERT_EQ(g[i], c[i]) << what << " element " << i;
   }
 }
 
@@ -284,7 +286,9 @@ TEST(CudaLayoutOps, InterpolateAndItsGradientMatchTheCpu) {
   const std::vector<Attrs> modes = {
       {{"size", std::vector<int64_t>{14, 18}}, {"mode", std::string("nearest")}},
       {{"size", std::vector<int64_t>{5, 20}}, {"mode", std::string("linear")}},
-      {{"size", std::vector<int64_t>{13, 4}}, {"mode", std::string("linear")}, {"coordinates", std::string("align_corners")}},
+      {{"size", std::vector<int64_t>{13, 4}},
+       {"mode", std::string("linear")},
+       {"coordinates", std::string("align_corners")}},
       {{"size", std::vector<int64_t>{11, 11}}, {"mode", std::string("cubic")}},
       {{"size", std::vector<int64_t>{3, 4}}, {"mode", std::string("linear")}, {"antialias", true}}};
   for (const Attrs& attrs : modes) {
@@ -335,7 +339,8 @@ void expect_trains_like_the_cpu(const std::string& model, const models::ModelCon
   const auto cpu = train_steps(model, config, cpu_device(), autocast, 6);
   const int64_t before = fallback_count();
   const auto gpu = train_steps(model, config, cuda(), autocast, 6);
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], tol * std::fabs(cpu[i])) << model << " step " << i;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    EXPECT_NEAR(gpu[i], cpu[i], tol * std::fabs(cpu[i])) << model << " step " << i;
   EXPECT_EQ(fallback_count(), before) << "ops of " << model << "'s step ran on the CPU: see the warnings above";
 }
 

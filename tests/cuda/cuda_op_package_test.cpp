@@ -23,7 +23,8 @@ void expect_close(const Tensor& gpu, const Tensor& cpu, double tol, const std::s
   const auto g = gpu.to(cpu_device()).to(DType::Float64).to_vector<double>();
   const auto c = cpu.to(DType::Float64).to_vector<double>();
   ASSERT_EQ(g.size(), c.size()) << what;
-  for (size_t i = 0; i < c.size(); ++i) ASSERT_NEAR(g[i], c[i], tol * std::max(1.0, std::fabs(c[i]))) << what << " " << i;
+  for (size_t i = 0; i < c.size(); ++i)
+    ASSERT_NEAR(g[i], c[i], tol * std::max(1.0, std::fabs(c[i]))) << what << " " << i;
 }
 
 TEST(CudaOpPackage, KernelsRunOnTheGpuWithTheCpusValues) {

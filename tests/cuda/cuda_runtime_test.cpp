@@ -25,7 +25,7 @@ TEST_P(OnnxOnCuda, MatchesPyTorch) {
   const Tensor x = io::load_npy(fixture(name + ".input.npy"));
   const auto want = io::load_npy(fixture(name + ".output.npy")).to(DType::Float64).to_vector<double>();
   const bool recurrent = name.rfind("text_", 0) == 0;  // LSTM and GRU run on the CPU, visibly
-  for (int level : {1, 2}) {  // (level 0 interprets on the CPU only)
+  for (int level : {1, 2}) {                           // (level 0 interprets on the CPU only)
     SessionOptions o;
     o.optimization_level = level;
     o.device = "cuda";

@@ -149,7 +149,8 @@ std::string forward_mismatch_on(const GoldenCase& c, Device device) {
   std::string diff;
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     if (!(out[i].device() == device)) diff += "output " + std::to_string(i) + " left " + device.str() + "\n";
-    const std::string d = compare(out[i].to(cpu_device()), c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
+    const std::string d =
+        compare(out[i].to(cpu_device()), c.outputs[i].values, c.outputs[i].shape, forward_tolerance(c.dtype));
     if (!d.empty()) diff += "output " + std::to_string(i) + ":\n" + d + "\n";
   }
   return diff;

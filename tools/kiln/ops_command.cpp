@@ -42,8 +42,10 @@ std::string falls_back_on(const OpDef& op) {
     for (DType d : op.dtypes(DeviceType::CPU)) {
       const Kernel& k = op.kernels[b][static_cast<int>(d)];
       // A half-precision call widens to the backend's float32 kernel where it has one.
-      const bool widens = (d == DType::Float16 || d == DType::BFloat16) && op.kernels[b][static_cast<int>(DType::Float32)].fn;
-      if (!k.fn && !widens) missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
+      const bool widens =
+          (d == DType::Float16 || d == DType::BFloat16) && op.kernels[b][static_cast<int>(DType::Float32)].fn;
+      if (!k.fn && !widens)
+        missing += std::string(missing.empty() ? "" : " ") + dtype_name(d);
       else if (k.accepts && *k.refuses && calls.find(k.refuses) == std::string::npos)
         calls += std::string(calls.empty() ? "" : ", ") + k.refuses;
       for (size_t i = 0; k.fn && i < k.input_dtypes.size(); ++i) {  // dtypes declared per input

@@ -12,15 +12,19 @@ namespace {
 
 template <typename C>
 __device__ bool negative(C x) {
-  if constexpr (std::is_unsigned_v<C>) return false;
-  else return x < C(0);
+  if constexpr (std::is_unsigned_v<C>)
+    return false;
+  else
+    return x < C(0);
 }
 
 template <typename C>
 __device__ C remainder_of(C x, C y, bool fmod) {
   C r;
-  if constexpr (std::is_floating_point_v<C>) r = ::fmod(x, y);
-  else r = x % y;
+  if constexpr (std::is_floating_point_v<C>)
+    r = ::fmod(x, y);
+  else
+    r = x % y;
   if (!fmod && r != 0 && negative(r) != negative(y)) r += y;
   return r;
 }
@@ -42,15 +46,33 @@ __global__ void arithmetic_kernel(ArithmeticCall c) {
     const C v = b ? T::load(b + off[2]) : C(0);
     C r = 0;
     switch (c.op) {
-      case Arithmetic::Add: r = x + v; break;
-      case Arithmetic::Sub: r = x - v; break;
-      case Arithmetic::Mul: r = x * v; break;
-      case Arithmetic::Maximum: r = x > v ? x : v; break;
-      case Arithmetic::Minimum: r = x < v ? x : v; break;
-      case Arithmetic::Neg: r = -x; break;
-      case Arithmetic::Abs: r = negative(x) ? static_cast<C>(-x) : x; break;
-      case Arithmetic::Sign: r = static_cast<C>((x > C(0)) - negative(x)); break;
-      case Arithmetic::Relu: r = negative(x) ? C(0) : x; break;
+      case Arithmetic::Add:
+        r = x + v;
+        break;
+      case Arithmetic::Sub:
+        r = x - v;
+        break;
+      case Arithmetic::Mul:
+        r = x * v;
+        break;
+      case Arithmetic::Maximum:
+        r = x > v ? x : v;
+        break;
+      case Arithmetic::Minimum:
+        r = x < v ? x : v;
+        break;
+      case Arithmetic::Neg:
+        r = -x;
+        break;
+      case Arithmetic::Abs:
+        r = negative(x) ? static_cast<C>(-x) : x;
+        break;
+      case Arithmetic::Sign:
+        r = static_cast<C>((x > C(0)) - negative(x));
+        break;
+      case Arithmetic::Relu:
+        r = negative(x) ? C(0) : x;
+        break;
       case Arithmetic::Clamp:
         r = c.has_min && x < lo ? lo : x;
         if (c.has_max && r > hi) r = hi;

@@ -16,7 +16,7 @@ struct ArithmeticCall {
   Arithmetic op = Arithmetic::Add;
   bool fmod = false;  // mod: the dividend's sign (C's fmod) rather than the divisor's
   bool has_min = false, has_max = false;
-  double min = 0, max = 0;   // clamp's bounds, converted to the type as the CPU does
+  double min = 0, max = 0;      // clamp's bounds, converted to the type as the CPU does
   IndexError* error = nullptr;  // an integer division by zero is reported here
 };
 void launch_arithmetic(const ArithmeticCall& call);

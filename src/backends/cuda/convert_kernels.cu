@@ -38,12 +38,24 @@ __global__ void compare_kernel(MapGeometry g, Comparison op, bool* y, const S* a
     const auto v = Stored<S>::load(b + off[2]);
     bool r = false;
     switch (op) {
-      case Comparison::Eq: r = u == v; break;
-      case Comparison::Ne: r = u != v; break;
-      case Comparison::Lt: r = u < v; break;
-      case Comparison::Le: r = u <= v; break;
-      case Comparison::Gt: r = u > v; break;
-      case Comparison::Ge: r = u >= v; break;
+      case Comparison::Eq:
+        r = u == v;
+        break;
+      case Comparison::Ne:
+        r = u != v;
+        break;
+      case Comparison::Lt:
+        r = u < v;
+        break;
+      case Comparison::Le:
+        r = u <= v;
+        break;
+      case Comparison::Gt:
+        r = u > v;
+        break;
+      case Comparison::Ge:
+        r = u >= v;
+        break;
     }
     y[off[0]] = r;
   });
@@ -128,8 +140,10 @@ __global__ void pad_kernel(PadCall c, int64_t n, const S* x, S* y) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     const int64_t s = pad_read(c, i);
-    if (s < 0) Stored<S>::store(y + i, static_cast<C>(c.value));
-    else y[i] = x[s];
+    if (s < 0)
+      Stored<S>::store(y + i, static_cast<C>(c.value));
+    else
+      y[i] = x[s];
   }
 }
 
@@ -220,8 +234,8 @@ void launch_pad(const PadCall& call, const void* x, void* y) {
   if (n == 0) return;
   with_any(call.dtype, [&](auto s) {
     using S = decltype(s);
-    pad_kernel<S><<<blocks_for(n), kThreads, 0, stream_of(call.stream)>>>(call, n, static_cast<const S*>(x),
-                                                                          static_cast<S*>(y));
+    pad_kernel<S>
+        <<<blocks_for(n), kThreads, 0, stream_of(call.stream)>>>(call, n, static_cast<const S*>(x), static_cast<S*>(y));
   });
   check_launch("pad");
 }
@@ -236,8 +250,8 @@ void launch_pad_backward(const PadCall& call, const void* grad_y, void* grad_x) 
   zero(grad_x, static_cast<size_t>(unpadded_numel(call)) * element, call.stream);
   const int64_t n = padded_numel(call);
   if (n == 0) return;
-  const MapDType floating = call.dtype == AnyDType::Float64   ? MapDType::Float64
-                            : call.dtype == AnyDType::Float16 ? MapDType::Float16
+  const MapDType floating = call.dtype == AnyDType::Float64    ? MapDType::Float64
+                            : call.dtype == AnyDType::Float16  ? MapDType::Float16
                             : call.dtype == AnyDType::BFloat16 ? MapDType::BFloat16
                                                                : MapDType::Float32;
   with_any_float(floating, [&](auto s) {

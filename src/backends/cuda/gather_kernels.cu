@@ -132,8 +132,10 @@ __global__ void one_hot_kernel(const int64_t* index, int64_t count, int64_t clas
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += step) {
     const int64_t k = index[p];
-    if (k < 0 || k >= classes) report_bad_index(error, IndexKind::OneHot, k, p, classes);
-    else y[p * classes + k] = 1;
+    if (k < 0 || k >= classes)
+      report_bad_index(error, IndexKind::OneHot, k, p, classes);
+    else
+      y[p * classes + k] = 1;
   }
 }
 
@@ -164,8 +166,7 @@ void launch_scatter_add(const GatherCall& call, const void* src, const int64_t* 
   check_launch("scatter_add");
 }
 
-void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index,
-                           void* y) {
+void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index, void* y) {
   const int64_t count = count_of(call);
   if (count == 0) return;
   with_any(call.dtype, [&](auto s) {
@@ -174,12 +175,15 @@ void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void
       KILN_FAIL("CUDA scatter_reduce: float32, float64, int32 and int64");
     } else {
       auto launch = [&](auto kernel) {
-        kernel<<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(call, count, static_cast<const S*>(src), index,
-                                                                          static_cast<S*>(y));
+        kernel<<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(call, count, static_cast<const S*>(src),
+                                                                           index, static_cast<S*>(y));
       };
-      if (how == ScatterReduce::Prod) launch(scatter_reduce_kernel<S, ScatterReduce::Prod>);
-      else if (how == ScatterReduce::Max) launch(scatter_reduce_kernel<S, ScatterReduce::Max>);
-      else launch(scatter_reduce_kernel<S, ScatterReduce::Min>);
+      if (how == ScatterReduce::Prod)
+        launch(scatter_reduce_kernel<S, ScatterReduce::Prod>);
+      else if (how == ScatterReduce::Max)
+        launch(scatter_reduce_kernel<S, ScatterReduce::Max>);
+      else
+        launch(scatter_reduce_kernel<S, ScatterReduce::Min>);
     }
   });
   check_launch("scatter_reduce");
@@ -190,14 +194,13 @@ void launch_index_select(const SelectCall& call, const void* x, const int64_t* i
   if (total == 0) return;
   with_any(call.dtype, [&](auto s) {
     using S = decltype(s);
-    index_select_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(
-        call, static_cast<const S*>(x), index, static_cast<S*>(y));
+    index_select_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
+                                                                                       index, static_cast<S*>(y));
   });
   check_launch("index_select");
 }
 
-void launch_one_hot(const int64_t* index, int64_t count, int64_t classes, int64_t* y, IndexError* error,
-                    void* stream) {
+void launch_one_hot(const int64_t* index, int64_t count, int64_t classes, int64_t* y, IndexError* error, void* stream) {
   zero(y, static_cast<size_t>(count * classes) * sizeof(int64_t), stream);
   if (count == 0) return;
   one_hot_kernel<<<blocks_for(count), kThreads, 0, stream_of(stream)>>>(index, count, classes, y, error);

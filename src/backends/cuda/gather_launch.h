@@ -43,7 +43,6 @@ struct SelectCall {
 void launch_index_select(const SelectCall& call, const void* x, const int64_t* index, void* y);
 
 // y [count, classes] int64, zeros but a 1 at each index's class.
-void launch_one_hot(const int64_t* index, int64_t count, int64_t classes, int64_t* y, IndexError* error,
-                    void* stream);
+void launch_one_hot(const int64_t* index, int64_t count, int64_t classes, int64_t* y, IndexError* error, void* stream);
 
 }  // namespace kiln::cuda

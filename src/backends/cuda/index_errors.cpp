@@ -34,13 +34,13 @@ std::string describe(const IndexError& e) {
     case IndexKind::Scatter: {
       const char* op = e.kind == static_cast<int32_t>(IndexKind::Gather)        ? "gather"
                        : e.kind == static_cast<int32_t>(IndexKind::IndexSelect) ? "index_select"
-                                                                                 : "scatter";
+                                                                                : "scatter";
       return std::string(op) + " index " + std::to_string(e.index) + at + " is out of range for an axis of size " +
              std::to_string(e.size) + range;
     }
     case IndexKind::OneHot:
-      return "class index " + std::to_string(e.index) + at + " is out of range for num_classes=" +
-             std::to_string(e.size);
+      return "class index " + std::to_string(e.index) + at +
+             " is out of range for num_classes=" + std::to_string(e.size);
     case IndexKind::ClassTarget:
       return "target " + std::to_string(e.index) + at + " is not a class index in [0, " + std::to_string(e.size) +
              ") nor ignore_index";

@@ -73,7 +73,9 @@ void scatter_reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
   KILN_CHECK(in[2].dim() == in[1].dim(), "the source has ", in[2].dim(), " axes and the index ", in[1].dim());
   for (int d = 0; d < call.rank; ++d) call.src_strides[d] = in[2].strides()[static_cast<size_t>(d)];
   const std::string reduce = attrs.get_string("reduce", "prod");
-  const ScatterReduce how = reduce == "amax" ? ScatterReduce::Max : reduce == "amin" ? ScatterReduce::Min : ScatterReduce::Prod;
+  const ScatterReduce how = reduce == "amax"   ? ScatterReduce::Max
+                            : reduce == "amin" ? ScatterReduce::Min
+                                               : ScatterReduce::Prod;
   launch_scatter_reduce(call, how, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
                         y.device_data());
 }
@@ -89,9 +91,12 @@ void index_select_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
   call.dtype = any_dtype(x.dtype());
   for (int64_t d = 0; d < x.dim(); ++d) {
     const int64_t size = x.shape()[static_cast<size_t>(d)];
-    if (d < axis) call.outer *= size;
-    else if (d > axis) call.inner *= size;
-    else call.n = size;
+    if (d < axis)
+      call.outer *= size;
+    else if (d > axis)
+      call.inner *= size;
+    else
+      call.n = size;
   }
   call.m = in[1].numel();
   call.error = index_error_slot(context.device.index);
@@ -121,9 +126,12 @@ void topk_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
   const int64_t axis = normalize_axis(attrs.get_int("axis", -1), x.dim());
   for (int64_t d = 0; d < x.dim(); ++d) {
     const int64_t size = x.shape()[static_cast<size_t>(d)];
-    if (d < axis) call.outer *= size;
-    else if (d > axis) call.inner *= size;
-    else call.len = size;
+    if (d < axis)
+      call.outer *= size;
+    else if (d > axis)
+      call.inner *= size;
+    else
+      call.len = size;
   }
   call.k = attrs.get_int("k");
   call.largest = attrs.get_bool("largest", true);

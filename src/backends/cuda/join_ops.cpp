@@ -19,7 +19,8 @@ void copy_into(Tensor& y, int64_t axis, int64_t start, int64_t step, const Tenso
   std::vector<int64_t> strides = y.strides();
   const size_t element = y.element_size();
   MapCall call;
-  call.out = static_cast<char*>(y.device_data()) + start * strides[static_cast<size_t>(axis)] * static_cast<int64_t>(element);
+  call.out =
+      static_cast<char*>(y.device_data()) + start * strides[static_cast<size_t>(axis)] * static_cast<int64_t>(element);
   strides[static_cast<size_t>(axis)] *= step;
   call.geometry = map_geometry(t.shape(), {t.shape(), t.shape()}, {strides, t.strides()});
   call.in[0] = t.device_data();

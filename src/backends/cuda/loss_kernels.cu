@@ -105,8 +105,10 @@ __global__ void pointwise_loss_terms(PointwiseLossCall c, const S* x, const S* y
   double acc = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step) {
     const double term = pointwise_term(c, static_cast<double>(T::load(x + i)), static_cast<double>(T::load(y + i)));
-    if (c.reduction == Reduction::None) T::store(out + i, static_cast<typename T::C>(term));
-    else acc += term;
+    if (c.reduction == Reduction::None)
+      T::store(out + i, static_cast<typename T::C>(term));
+    else
+      acc += term;
   }
   if (c.reduction == Reduction::None) return;
   acc = block_sum(acc);
@@ -119,8 +121,8 @@ __global__ void pointwise_loss_total(PointwiseLossCall c, int blocks_used, S* ou
   for (int b = threadIdx.x; b < blocks_used; b += blockDim.x) acc += c.partials[b];
   acc = block_sum(acc);
   if (threadIdx.x == 0)
-    Stored<S>::store(out, static_cast<typename Stored<S>::C>(c.reduction == Reduction::Sum ? acc
-                                                                                            : acc / static_cast<double>(c.n)));
+    Stored<S>::store(
+        out, static_cast<typename Stored<S>::C>(c.reduction == Reduction::Sum ? acc : acc / static_cast<double>(c.n)));
 }
 
 // scratch[2n] = the mean's denominator; out[0] = the sum or mean of the losses.
@@ -208,11 +210,11 @@ void launch_pointwise_loss(const PointwiseLossCall& call, const void* x, const v
     using S = decltype(s);
     const int used = static_cast<int>(std::min<int64_t>(blocks_for(call.n), PointwiseLossCall::kPartials));
     if (call.n > 0)
-      pointwise_loss_terms<S><<<used, kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
-                                                                            static_cast<const S*>(y), static_cast<S*>(out));
+      pointwise_loss_terms<S><<<used, kThreads, 0, stream_of(call.stream)>>>(
+          call, static_cast<const S*>(x), static_cast<const S*>(y), static_cast<S*>(out));
     if (call.reduction != Reduction::None)
-      pointwise_loss_total<S><<<1, kThreads, 0, stream_of(call.stream)>>>(call, call.n > 0 ? used : 0,
-                                                                          static_cast<S*>(out));
+      pointwise_loss_total<S>
+          <<<1, kThreads, 0, stream_of(call.stream)>>>(call, call.n > 0 ? used : 0, static_cast<S*>(out));
   });
   check_launch("a pointwise loss");
 }

@@ -67,8 +67,7 @@ void pointwise_loss_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& o
   keep.push_back(std::make_unique<Scratch>(context, PointwiseLossCall::kPartials * sizeof(double)));
   call.partials = static_cast<double*>(keep.back()->get());
   call.stream = context.stream.handle;
-  launch_pointwise_loss(call, dense_data(in[0], context, keep), dense_data(in[1], context, keep),
-                        out[0].device_data());
+  launch_pointwise_loss(call, dense_data(in[0], context, keep), dense_data(in[1], context, keep), out[0].device_data());
 }
 
 void cross_entropy_backward_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {

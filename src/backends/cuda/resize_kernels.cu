@@ -42,7 +42,8 @@ __global__ void interpolate_backward_kernel(InterpolateCall c, const S* g, S* gx
       const int64_t r = oy * c.rows.taps + a;
       for (int64_t b = 0; b < c.cols.taps; ++b) {
         const int64_t k = ox * c.cols.taps + b;
-        atomicAdd(dst + c.rows.index[r] * c.w + c.cols.index[k], static_cast<S>(c.rows.weight[r] * c.cols.weight[k] * gv));
+        atomicAdd(dst + c.rows.index[r] * c.w + c.cols.index[k],
+                  static_cast<S>(c.rows.weight[r] * c.cols.weight[k] * gv));
       }
     }
   }
@@ -56,7 +57,7 @@ void launch_interpolate(const InterpolateCall& call, const void* x, void* y) {
   with_float_or_double(call.dtype, "interpolate", [&](auto s) {
     using S = decltype(s);
     interpolate_kernel<S><<<blocks_for(total), kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
-                                                                                     static_cast<S*>(y));
+                                                                                      static_cast<S*>(y));
   });
   check_launch("interpolate");
 }

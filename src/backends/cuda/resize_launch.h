@@ -12,8 +12,8 @@ namespace kiln::cuda {
 
 struct AxisTaps {
   int64_t taps = 1;
-  const int64_t* index = nullptr;  // [out][taps], on the device
-  const double* weight = nullptr;  // [out][taps]
+  const int64_t* index = nullptr;    // [out][taps], on the device
+  const double* weight = nullptr;    // [out][taps]
   const uint8_t* outside = nullptr;  // [out]
 };
 

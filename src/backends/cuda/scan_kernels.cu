@@ -66,7 +66,7 @@ void launch_scan(const ScanCall& call, const void* x, void* y) {
       KILN_FAIL("CUDA cumsum and cumprod take numbers, not bool");
     else
       scan_kernel<S><<<blocks_for(lines), kThreads, 0, stream_of(call.stream)>>>(call, static_cast<const S*>(x),
-                                                                                static_cast<S*>(y));
+                                                                                 static_cast<S*>(y));
   });
   check_launch(call.product ? "cumprod" : "cumsum");
 }

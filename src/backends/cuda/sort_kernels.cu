@@ -1,9 +1,8 @@
 // topk on CUDA: the lines gathered contiguous with their positions, sorted
 // as (value, position) pairs by CUB's segmented radix sort, and the first k
 // of each line written out.
-#include <cub/device/device_segmented_radix_sort.cuh>
-
 #include <climits>
+#include <cub/device/device_segmented_radix_sort.cuh>
 #include <type_traits>
 
 #include "backends/cuda/kernel_launch.h"
@@ -37,8 +36,7 @@ __global__ void first_k_kernel(TopkCall c, const S* sorted, const int64_t* posit
 }
 
 template <typename S>
-void topk_as(const TopkCall& c, const S* x, S* values, int64_t* indices,
-             const std::function<void*(size_t)>& scratch) {
+void topk_as(const TopkCall& c, const S* x, S* values, int64_t* indices, const std::function<void*(size_t)>& scratch) {
   const int64_t lines = c.outer * c.inner, n = lines * c.len;
   KILN_CHECK(n < INT_MAX, "CUDA topk sorts fewer than 2^31 elements at once, not ", n);
   const cudaStream_t stream = stream_of(c.stream);
@@ -51,19 +49,19 @@ void topk_as(const TopkCall& c, const S* x, S* values, int64_t* indices,
   check_launch("topk");
   auto sort = [&](void* temp, size_t& bytes) {
     const int items = static_cast<int>(n), segments = static_cast<int>(lines);
-    return c.largest ? cub::DeviceSegmentedRadixSort::SortPairsDescending(temp, bytes, keys, sorted, positions,
-                                                                          sorted_positions, items, segments, starts,
-                                                                          starts + 1, 0, sizeof(S) * 8, stream)
-                     : cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, keys, sorted, positions, sorted_positions,
-                                                                items, segments, starts, starts + 1, 0,
-                                                                sizeof(S) * 8, stream);
+    return c.largest
+               ? cub::DeviceSegmentedRadixSort::SortPairsDescending(temp, bytes, keys, sorted, positions,
+                                                                    sorted_positions, items, segments, starts,
+                                                                    starts + 1, 0, sizeof(S) * 8, stream)
+               : cub::DeviceSegmentedRadixSort::SortPairs(temp, bytes, keys, sorted, positions, sorted_positions, items,
+                                                          segments, starts, starts + 1, 0, sizeof(S) * 8, stream);
   };
   size_t bytes = 0;
   if (sort(nullptr, bytes) != cudaSuccess) KILN_FAIL("CUDA topk: CUB could not size the sort");
   void* temp = scratch(bytes);
   if (sort(temp, bytes) != cudaSuccess) KILN_FAIL("CUDA topk: CUB's segmented sort did not launch");
-  first_k_kernel<S><<<blocks_for(c.outer * c.k * c.inner), kThreads, 0, stream>>>(c, sorted, sorted_positions, values,
-                                                                                  indices);
+  first_k_kernel<S>
+      <<<blocks_for(c.outer * c.k * c.inner), kThreads, 0, stream>>>(c, sorted, sorted_positions, values, indices);
   check_launch("topk");
 }
 

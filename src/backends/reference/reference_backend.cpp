@@ -218,7 +218,8 @@ void sum_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const A
 }
 
 // y[..., :] = weight[indices[...], :]: rows of the table (negative indices
-// counting from the end, as on the CPU), the indices int64 only (declared per input: an int32 call runs on the CPU, visibly).
+// counting from the end, as on the CPU), the indices int64 only (declared per input: an int32 call runs on the CPU,
+// visibly).
 template <typename T>
 void embedding_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
   const Tensor &weight = in[0], &indices = in[1];
