@@ -146,6 +146,11 @@ struct OpDef {
   std::vector<int> differentiable_inputs;  // empty: every floating input
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
   std::string writes_if;                   // a bool attribute the writes depend on (batch_norm: "training")
+  // The op as a program of other ops, which a device without a kernel for
+  // the call runs in place of the CPU's kernel: its work stays on the
+  // device, and autograd records the ops it calls (the op itself no node).
+  // Empty: such a call falls back to the CPU.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs, const Attrs& attrs)> decompose;
   Kernel kernels[kNumDeviceTypes][kNumDTypes] = {};
 
   // The attribute schema parsed from `attrs` when the op is defined: a name

@@ -312,6 +312,29 @@ static std::optional<Device> device_for_host_scalars(const OpDef& op, const std:
   return device;
 }
 
+// A call on a device whose backend has no kernel for it, of an op that
+// decomposes (OpDef::decompose): checked as any call, then run as its
+// program of ops, which stays on the device.
+static std::optional<std::vector<Tensor>> run_decomposed(const OpDef& op, const std::vector<Tensor>& inputs,
+                                                         const Attrs& attrs) {
+  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return std::nullopt;
+  const Tensor& lead = inputs[op.dispatch_input];
+  if (lead.device().type == DeviceType::CPU ||
+      op.kernels[static_cast<int>(lead.device().type)][static_cast<int>(lead.dtype())].fn)
+    return std::nullopt;
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : inputs)
+    metas.push_back(t.defined() ? TensorMeta{true, t.shape(), t.dtype(), t.device()} : TensorMeta{false, {}, DType::Float32, {}});
+  try {
+    check_attrs(op, attrs);
+    op.infer(metas, attrs);
+  } catch (const std::exception& e) {
+    if (is_context_attached(e)) throw;
+    rethrow_with_context(op, metas, attrs, e);
+  }
+  return op.decompose(inputs, attrs);
+}
+
 namespace {
 
 // The input metadata of a call, kept per thread, nesting depth (a kernel may
@@ -403,6 +426,9 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     if (auto cast_inputs = compute_dtype_inputs(op, inputs, *dtype)) return call(op, *cast_inputs, attrs);
   } else if (const std::optional<DType> lower = autocast_dtype()) [[unlikely]] {
     if (auto cast_inputs = autocast_inputs(op, inputs, *lower)) return call(op, *cast_inputs, attrs);
+  }
+  if (op.decompose) [[unlikely]] {
+    if (auto out = run_decomposed(op, inputs, attrs)) return *std::move(out);
   }
   if (const std::optional<Device> d = device_for_host_scalars(op, inputs)) [[unlikely]] {
     std::vector<Tensor> moved = inputs;

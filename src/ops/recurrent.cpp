@@ -344,6 +344,57 @@ std::vector<Tensor> read_mindspore_lstm(const OnnxReader& n, const std::vector<T
   return {layer_input, stack(h_n, 0), stack(c_n, 0)};
 }
 
+// One call of lstm, gru or rnn as a loop of ops over the time steps, in
+// PyTorch's gate order (LSTM i f g o, GRU r z n): how a device without a
+// recurrent kernel runs it, on its own GEMMs and elementwise kernels, with
+// autograd through those ops. The reserve output, which only the fused
+// kernels' backward reads, is zeros.
+std::vector<Tensor> decomposed(const Kind& k, const std::vector<Tensor>& in, const Attrs& attrs) {
+  auto given = [&](size_t i) { return in.size() > i && in[i].defined() ? in[i] : Tensor(); };
+  const Tensor &x = in[0], &w_ih = in[1], &w_hh = in[2];
+  const Tensor b_ih = given(3), b_hh = given(4);
+  const int64_t steps = x.shape()[0], batch = x.shape()[1], hidden = w_hh.shape()[1];
+  Tensor h = given(5).defined() ? given(5) : zeros({batch, hidden}, x.dtype(), x.device());
+  Tensor c = k.cell_state ? (given(6).defined() ? given(6) : zeros({batch, hidden}, x.dtype(), x.device())) : Tensor();
+  const bool reverse = attrs.get_bool("reverse", false);
+  const bool linear_before_reset = attrs.get_bool("linear_before_reset", true);
+  const bool relu_rnn = attrs.get_string("nonlinearity", "tanh") == "relu";
+  Tensor projected = matmul(x, w_ih.transpose(0, 1));  // every step's input part at once
+  if (b_ih.defined()) projected = projected + b_ih;
+  const Tensor w_hh_t = w_hh.transpose(0, 1);
+  auto gate = [&](const Tensor& t, int64_t g) { return t.slice(1, g * hidden, (g + 1) * hidden); };
+  std::vector<Tensor> ys(static_cast<size_t>(steps));
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t t = reverse ? steps - 1 - s : s;
+    const Tensor xt = projected.select(0, t);
+    if (k.gates == 3 && !linear_before_reset) {  // the reset gate applies before the hidden product
+      Tensor hr = matmul(h, w_hh_t.slice(1, 0, 2 * hidden));
+      if (b_hh.defined()) hr = hr + b_hh.slice(0, 0, 2 * hidden);
+      const Tensor r = sigmoid(gate(xt, 0) + gate(hr, 0)), z = sigmoid(gate(xt, 1) + gate(hr, 1));
+      Tensor hn = matmul(r * h, w_hh_t.slice(1, 2 * hidden, 3 * hidden));
+      if (b_hh.defined()) hn = hn + b_hh.slice(0, 2 * hidden, 3 * hidden);
+      h = (1.0 - z) * tanh(gate(xt, 2) + hn) + z * h;
+    } else {
+      Tensor hr = matmul(h, w_hh_t);
+      if (b_hh.defined()) hr = hr + b_hh;
+      if (k.cell_state) {
+        c = sigmoid(gate(xt, 1) + gate(hr, 1)) * c + sigmoid(gate(xt, 0) + gate(hr, 0)) * tanh(gate(xt, 2) + gate(hr, 2));
+        h = sigmoid(gate(xt, 3) + gate(hr, 3)) * tanh(c);
+      } else if (k.gates == 3) {
+        const Tensor r = sigmoid(gate(xt, 0) + gate(hr, 0)), z = sigmoid(gate(xt, 1) + gate(hr, 1));
+        h = (1.0 - z) * tanh(gate(xt, 2) + r * gate(hr, 2)) + z * h;
+      } else {
+        h = relu_rnn ? relu(xt + hr) : tanh(xt + hr);
+      }
+    }
+    ys[static_cast<size_t>(t)] = h;
+  }
+  std::vector<Tensor> out = {stack(ys, 0), h};
+  if (k.cell_state) out.push_back(c);
+  if (k.reserve) out.push_back(zeros({steps, batch, k.reserve * hidden}, x.dtype(), x.device()));
+  return out;
+}
+
 // --- definitions -----------------------------------------------------------
 
 OpDef recurrent_op(const Kind& k, std::vector<std::string> attrs) {
@@ -360,6 +411,7 @@ OpDef recurrent_op(const Kind& k, std::vector<std::string> attrs) {
   d.onnx_import = recurrent_reader(k);
   if (&k == &kLstm) d.mindspore_import = onnx_reader({"LSTM"}, read_mindspore_lstm);
   d.category = "recurrent";
+  d.decompose = [&k](const std::vector<Tensor>& in, const Attrs& a) { return decomposed(k, in, a); };
   // Inputs a..: grad_y, grad_h_n?, (grad_c_n?), then the forward's x, w_ih,
   // w_hh, h0?, (c0?), y, (reserve); outputs one gradient per forward input.
   d.grad = [&k](const GradContext& c, const Grads& g) -> Grads {

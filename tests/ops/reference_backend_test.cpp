@@ -173,6 +173,51 @@ TEST(ReferenceBackend, ProfilesTimeKernelsOnTheDevice) {
   EXPECT_NE(profiler::summary().find("device ms"), std::string::npos) << profiler::summary();
 }
 
+// A recurrent op on a device without a recurrent kernel runs as its loop of
+// ops on that device (OpDef::decompose), not on the CPU: the CPU kernel's
+// values and gradients, for each kind and gate variant, forward and reverse.
+TEST(ReferenceBackend, RecurrentOpsDecomposeOnTheDevice) {
+  manual_seed(22);
+  const int64_t t = 5, n = 3, in = 4, h = 6;
+  struct Case {
+    std::string op;
+    int64_t gates;
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {{"lstm", 4, {{"reverse", false}}},
+                                   {"lstm", 4, {{"reverse", true}}},
+                                   {"gru", 3, {{"linear_before_reset", true}}},
+                                   {"gru", 3, {{"linear_before_reset", false}, {"reverse", true}}},
+                                   {"rnn", 1, {{"nonlinearity", std::string("relu")}}}};
+  for (const Case& c : cases) {
+    std::vector<Tensor> args = {randn({t, n, in}, DType::Float64), randn({c.gates * h, in}, DType::Float64) * 0.5,
+                                randn({c.gates * h, h}, DType::Float64) * 0.5, randn({c.gates * h}, DType::Float64),
+                                randn({c.gates * h}, DType::Float64), randn({n, h}, DType::Float64)};
+    if (c.op == "lstm") args.push_back(randn({n, h}, DType::Float64));
+    auto run = [&](Device device) {
+      std::vector<Tensor> ins;
+      for (const Tensor& a : args) ins.push_back(a.to(device).set_requires_grad(true));
+      const std::vector<Tensor> out = call(c.op, ins, c.attrs);
+      sum(out[0] * out[0]).backward();
+      std::vector<Tensor> got = {out[0].detach(), out[1].detach()};
+      for (const Tensor& i : ins) got.push_back(i.grad());
+      return got;
+    };
+    profiler::start();
+    const auto on_device = run(kRef);
+    profiler::stop();
+    for (const auto& r : profiler::records()) EXPECT_NE(r.name, c.op) << c.op << " ran as one op (on the CPU)";
+    const auto on_cpu = run(cpu_device());
+    for (size_t i = 0; i < on_cpu.size(); ++i) {
+      ASSERT_TRUE(on_device[i].defined()) << c.op << " result " << i;
+      EXPECT_EQ(on_device[i].device(), kRef) << c.op << " result " << i;
+      const Tensor want = on_cpu[i];
+      EXPECT_EQ(compare(on_device[i].to(cpu_device()), want.to_vector<double>(), want.shape(), {1e-10, 1e-10}), "")
+          << c.op << " " << c.attrs.str() << " result " << i;
+    }
+  }
+}
+
 TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
   Tensor x = randn({1, 2, 5, 5}).to(kRef);
   set_strict_device(true);
