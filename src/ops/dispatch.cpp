@@ -80,7 +80,6 @@ void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, c
     if (static_cast<size_t>(i) < inputs.size() && inputs[i].defined()) inputs[i].impl().storage->version++;
 }
 
-// Only reached while profiling: the strings are built here, not on the hot path.
 DeviceTimer::DeviceTimer(Device device, bool profiling) {
   if (!profiling || device.type == DeviceType::CPU) return;
   Backend& b = backend(device.type);
@@ -98,6 +97,7 @@ std::function<int64_t()> DeviceTimer::stop() const {
   };
 }
 
+// Only reached while profiling: the strings are built here, not on the hot path.
 void record_profile(const OpDef* op, const std::string& name, Device device, const std::vector<Tensor>& inputs,
                     const std::vector<Tensor>& outputs, int64_t start_ns, bool fallback,
                     std::function<int64_t()> device_ns) {
@@ -175,9 +175,8 @@ std::atomic<int> g_strict{-1};  // -1: not read from the environment yet
 std::atomic<int64_t> g_fallbacks{0};
 
 // The CPU kernel standing in for a missing one, or null when there is none
-// (or strict_device forbids it, which throws).
-// The CPU's kernel for a call on another device; for a half-precision call
-// where the CPU widens to float32, that kernel (*widen set).
+// (or strict_device forbids it, which throws); for a half-precision call
+// where the CPU widens to float32, that float32 kernel (*widen set).
 KernelFn cpu_fallback(const OpDef& op, const TensorMeta& d, const std::string& why, bool* widen) {
   if (d.device.type == DeviceType::CPU) return nullptr;
   KernelFn cpu = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(d.dtype)];
