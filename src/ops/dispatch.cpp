@@ -316,14 +316,16 @@ static std::optional<Device> device_for_host_scalars(const OpDef& op, const std:
 // program of ops, which stays on the device.
 static std::optional<std::vector<Tensor>> run_decomposed(const OpDef& op, const std::vector<Tensor>& inputs,
                                                          const Attrs& attrs) {
-  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined()) return std::nullopt;
+  if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined())
+    return std::nullopt;
   const Tensor& lead = inputs[op.dispatch_input];
   if (lead.device().type == DeviceType::CPU ||
       op.kernels[static_cast<int>(lead.device().type)][static_cast<int>(lead.dtype())].fn)
     return std::nullopt;
   std::vector<TensorMeta> metas;
   for (const Tensor& t : inputs)
-    metas.push_back(t.defined() ? TensorMeta{true, t.shape(), t.dtype(), t.device()} : TensorMeta{false, {}, DType::Float32, {}});
+    metas.push_back(t.defined() ? TensorMeta{true, t.shape(), t.dtype(), t.device()}
+                                : TensorMeta{false, {}, DType::Float32, {}});
   try {
     check_attrs(op, attrs);
     op.infer(metas, attrs);

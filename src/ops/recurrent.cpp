@@ -378,7 +378,8 @@ std::vector<Tensor> decomposed(const Kind& k, const std::vector<Tensor>& in, con
       Tensor hr = matmul(h, w_hh_t);
       if (b_hh.defined()) hr = hr + b_hh;
       if (k.cell_state) {
-        c = sigmoid(gate(xt, 1) + gate(hr, 1)) * c + sigmoid(gate(xt, 0) + gate(hr, 0)) * tanh(gate(xt, 2) + gate(hr, 2));
+        c = sigmoid(gate(xt, 1) + gate(hr, 1)) * c +
+            sigmoid(gate(xt, 0) + gate(hr, 0)) * tanh(gate(xt, 2) + gate(hr, 2));
         h = sigmoid(gate(xt, 3) + gate(hr, 3)) * tanh(c);
       } else if (k.gates == 3) {
         const Tensor r = sigmoid(gate(xt, 0) + gate(hr, 0)), z = sigmoid(gate(xt, 1) + gate(hr, 1));

@@ -190,9 +190,12 @@ TEST(ReferenceBackend, RecurrentOpsDecomposeOnTheDevice) {
                                    {"gru", 3, {{"linear_before_reset", false}, {"reverse", true}}},
                                    {"rnn", 1, {{"nonlinearity", std::string("relu")}}}};
   for (const Case& c : cases) {
-    std::vector<Tensor> args = {randn({t, n, in}, DType::Float64), randn({c.gates * h, in}, DType::Float64) * 0.5,
-                                randn({c.gates * h, h}, DType::Float64) * 0.5, randn({c.gates * h}, DType::Float64),
-                                randn({c.gates * h}, DType::Float64), randn({n, h}, DType::Float64)};
+    std::vector<Tensor> args = {randn({t, n, in}, DType::Float64),
+                                randn({c.gates * h, in}, DType::Float64) * 0.5,
+                                randn({c.gates * h, h}, DType::Float64) * 0.5,
+                                randn({c.gates * h}, DType::Float64),
+                                randn({c.gates * h}, DType::Float64),
+                                randn({n, h}, DType::Float64)};
     if (c.op == "lstm") args.push_back(randn({n, h}, DType::Float64));
     auto run = [&](Device device) {
       std::vector<Tensor> ins;
