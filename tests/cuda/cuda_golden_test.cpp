@@ -13,17 +13,6 @@ namespace {
 
 Device cuda() { return parse_device("cuda"); }
 
-std::vector<int> all_cases() {
-  std::vector<int> idx;
-  for (size_t i = 0; i < golden_cases().size(); ++i) idx.push_back(static_cast<int>(i));
-  return idx;
-}
-std::vector<int> cases_with_gradients() {
-  std::vector<int> idx;
-  for (size_t i = 0; i < golden_cases().size(); ++i)
-    if (!golden_cases()[i].grads.empty()) idx.push_back(static_cast<int>(i));
-  return idx;
-}
 std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
 // Whether the CUDA backend must run this case itself: it registered a kernel
@@ -55,8 +44,8 @@ TEST_P(GradientOnCuda, MatchesPyTorch) {
   EXPECT_TRUE(diff.empty()) << c.name << " on CUDA:\n" << diff;
 }
 
-INSTANTIATE_TEST_SUITE_P(Registry, OnCuda, ::testing::ValuesIn(all_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Registry, GradientOnCuda, ::testing::ValuesIn(cases_with_gradients()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, OnCuda, ::testing::ValuesIn(golden_case_indices()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, GradientOnCuda, ::testing::ValuesIn(golden_case_indices(true)), case_name);
 
 }  // namespace
 }  // namespace kiln::testing

@@ -95,6 +95,13 @@ std::string golden_test_name(int index) {
   return n;
 }
 
+std::vector<int> golden_case_indices(bool with_gradients) {
+  std::vector<int> idx;
+  for (size_t i = 0; i < golden_cases().size(); ++i)
+    if (!with_gradients || !golden_cases()[i].grads.empty()) idx.push_back(static_cast<int>(i));
+  return idx;
+}
+
 Tolerance forward_tolerance(DType d) {
   switch (d) {
     case DType::Float64: return {1e-7, 1e-9};

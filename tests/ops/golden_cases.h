@@ -32,6 +32,9 @@ struct GoldenCase {
 const std::vector<GoldenCase>& golden_cases();
 // Case `index`'s name as a test name: "relu.0.float32" -> "relu_0_float32".
 std::string golden_test_name(int index);
+// The indices of every case, or of those with expected gradients, for a
+// parameterized suite.
+std::vector<int> golden_case_indices(bool with_gradients = false);
 
 // Tolerances for comparing a result computed in `dtype` with a float64 reference.
 struct Tolerance {

@@ -25,18 +25,6 @@ const Device kRef{DeviceType::Reference, 0};
 
 std::string case_name(const ::testing::TestParamInfo<int>& info) { return golden_test_name(info.param); }
 
-std::vector<int> all_cases() {
-  std::vector<int> idx;
-  for (size_t i = 0; i < golden_cases().size(); ++i) idx.push_back(static_cast<int>(i));
-  return idx;
-}
-std::vector<int> cases_with_gradients() {
-  std::vector<int> idx;
-  for (size_t i = 0; i < golden_cases().size(); ++i)
-    if (!golden_cases()[i].grads.empty()) idx.push_back(static_cast<int>(i));
-  return idx;
-}
-
 class OnReference : public ::testing::TestWithParam<int> {};
 
 TEST_P(OnReference, MatchesPyTorch) {
@@ -54,8 +42,8 @@ TEST_P(GradientOnReference, MatchesPyTorch) {
   EXPECT_TRUE(diff.empty()) << c.name << " on the reference backend:\n" << diff;
 }
 
-INSTANTIATE_TEST_SUITE_P(Registry, OnReference, ::testing::ValuesIn(all_cases()), case_name);
-INSTANTIATE_TEST_SUITE_P(Registry, GradientOnReference, ::testing::ValuesIn(cases_with_gradients()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, OnReference, ::testing::ValuesIn(golden_case_indices()), case_name);
+INSTANTIATE_TEST_SUITE_P(Registry, GradientOnReference, ::testing::ValuesIn(golden_case_indices(true)), case_name);
 
 TEST(ReferenceBackend, KernelsComeFromItsLoopsAndTheFormulas) {
   const OpDef& add = OpRegistry::instance().get("add");

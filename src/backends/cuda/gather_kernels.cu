@@ -61,21 +61,6 @@ __device__ void atomic_add(int64_t* p, int64_t v) {  // two's complement: the un
   atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
 }
 
-template <typename S>
-__global__ void scatter_add_kernel(GatherCall c, int64_t count, const S* src, const int64_t* index, S* y) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += step) {
-    int64_t off = 0, src_off = 0;
-    index_offsets(c, p, c.src_strides, &off, &src_off);
-    const int64_t k = coordinate(index[p], c.axis_size);
-    if (k < 0) {
-      report_bad_index(c.error, IndexKind::Scatter, index[p], p, c.axis_size);
-      continue;
-    }
-    atomic_add(y + off + k * c.strides[c.axis], src[src_off]);
-  }
-}
-
 // *p = f(*p, v) atomically, by compare-and-swap on the word that holds it.
 template <typename S, typename F>
 __device__ void atomic_combine(S* p, S v, F f) {
@@ -95,7 +80,7 @@ __device__ void atomic_combine(S* p, S v, F f) {
 }
 
 template <typename S, ScatterReduce kHow>
-__global__ void scatter_reduce_kernel(GatherCall c, int64_t count, const S* src, const int64_t* index, S* y) {
+__global__ void scatter_kernel(GatherCall c, int64_t count, const S* src, const int64_t* index, S* y) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += step) {
     int64_t off = 0, src_off = 0;
@@ -105,11 +90,16 @@ __global__ void scatter_reduce_kernel(GatherCall c, int64_t count, const S* src,
       report_bad_index(c.error, IndexKind::Scatter, index[p], p, c.axis_size);
       continue;
     }
-    atomic_combine(y + off + k * c.strides[c.axis], src[src_off], [](S cur, S v) -> S {
-      if (kHow == ScatterReduce::Prod) return cur * v;
-      if (kHow == ScatterReduce::Max) return (v > cur || v != v) ? v : cur;
-      return (v < cur || v != v) ? v : cur;
-    });
+    S* to = y + off + k * c.strides[c.axis];
+    if constexpr (kHow == ScatterReduce::Add) {
+      atomic_add(to, src[src_off]);
+    } else {
+      atomic_combine(to, src[src_off], [](S cur, S v) -> S {
+        if (kHow == ScatterReduce::Prod) return cur * v;
+        if (kHow == ScatterReduce::Max) return (v > cur || v != v) ? v : cur;
+        return (v < cur || v != v) ? v : cur;
+      });
+    }
   }
 }
 
@@ -152,41 +142,30 @@ void launch_gather(const GatherCall& call, const void* x, const int64_t* index, 
   check_launch("gather");
 }
 
-void launch_scatter_add(const GatherCall& call, const void* src, const int64_t* index, void* y) {
+void launch_scatter(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index, void* y) {
   const int64_t count = count_of(call);
   if (count == 0) return;
   with_any(call.dtype, [&](auto s) {
     using S = decltype(s);
-    if constexpr (std::is_same_v<S, bool> || std::is_same_v<S, uint8_t> || std::is_same_v<S, int8_t>)
-      KILN_FAIL("CUDA scatter_add: floating types, int32 and int64");
-    else
-      scatter_add_kernel<S><<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(
-          call, count, static_cast<const S*>(src), index, static_cast<S*>(y));
-  });
-  check_launch("scatter_add");
-}
-
-void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index, void* y) {
-  const int64_t count = count_of(call);
-  if (count == 0) return;
-  with_any(call.dtype, [&](auto s) {
-    using S = decltype(s);
-    if constexpr (sizeof(S) < 4 || std::is_same_v<S, bool>) {
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(call, count, static_cast<const S*>(src), index,
+                                                                         static_cast<S*>(y));
+    };
+    if constexpr (std::is_same_v<S, bool> || std::is_same_v<S, uint8_t> || std::is_same_v<S, int8_t>) {
+      KILN_FAIL("CUDA scatters: floating types, int32 and int64");
+    } else if (how == ScatterReduce::Add) {
+      launch(scatter_kernel<S, ScatterReduce::Add>);
+    } else if constexpr (sizeof(S) < 4) {
       KILN_FAIL("CUDA scatter_reduce: float32, float64, int32 and int64");
+    } else if (how == ScatterReduce::Prod) {
+      launch(scatter_kernel<S, ScatterReduce::Prod>);
+    } else if (how == ScatterReduce::Max) {
+      launch(scatter_kernel<S, ScatterReduce::Max>);
     } else {
-      auto launch = [&](auto kernel) {
-        kernel<<<blocks_for(count), kThreads, 0, stream_of(call.stream)>>>(call, count, static_cast<const S*>(src),
-                                                                           index, static_cast<S*>(y));
-      };
-      if (how == ScatterReduce::Prod)
-        launch(scatter_reduce_kernel<S, ScatterReduce::Prod>);
-      else if (how == ScatterReduce::Max)
-        launch(scatter_reduce_kernel<S, ScatterReduce::Max>);
-      else
-        launch(scatter_reduce_kernel<S, ScatterReduce::Min>);
+      launch(scatter_kernel<S, ScatterReduce::Min>);
     }
   });
-  check_launch("scatter_reduce");
+  check_launch(how == ScatterReduce::Add ? "scatter_add" : "scatter_reduce");
 }
 
 void launch_index_select(const SelectCall& call, const void* x, const int64_t* index, void* y) {

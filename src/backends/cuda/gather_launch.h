@@ -24,14 +24,12 @@ struct GatherCall {
 };
 // y (dense, the index's shape)[p] = x at p with the axis's coordinate index[p].
 void launch_gather(const GatherCall& call, const void* x, const int64_t* index, void* y);
-// y (holding x) at p with the axis's coordinate index[p] += src[p], atomically
-// (floating types, int32, int64).
-void launch_scatter_add(const GatherCall& call, const void* src, const int64_t* index, void* y);
-// The same combining with y's value instead of adding, as the CPU's
-// scatter_reduce: the product, or the maximum or minimum (a NaN wins),
-// atomically by compare-and-swap (float32, float64, int32, int64).
-enum class ScatterReduce { Prod, Max, Min };
-void launch_scatter_reduce(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index, void* y);
+// y (holding x) at p with the axis's coordinate index[p] combined with
+// src[p], atomically: added (floating types, int32, int64), or as the CPU's
+// scatter_reduce multiplied, or the maximum or minimum taken (a NaN wins) by
+// compare-and-swap (float32, float64, int32, int64).
+enum class ScatterReduce { Add, Prod, Max, Min };
+void launch_scatter(const GatherCall& call, ScatterReduce how, const void* src, const int64_t* index, void* y);
 
 // y [outer, m, inner] = x [outer, n, inner] at the m rows index names (x and y dense).
 struct SelectCall {

@@ -44,8 +44,10 @@ void gather_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, cons
                 out[0].device_data());
 }
 
-// x, index, src: y = x, then src added where index points.
-void scatter_add_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
+// x, index, src: y = x, then each src element combined in where index
+// points: added (scatter_add) or as attrs' reduce says (scatter_reduce).
+template <bool kReduce>
+void scatter_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   Tensor& y = out[0];
   const KernelContext context = kernel_context();
   OnDevice on(context.device.index);
@@ -56,28 +58,13 @@ void scatter_add_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out,
   GatherCall call = gather_call(y, in[1], attrs, context);
   KILN_CHECK(in[2].dim() == in[1].dim(), "the source has ", in[2].dim(), " axes and the index ", in[1].dim());
   for (int d = 0; d < call.rank; ++d) call.src_strides[d] = in[2].strides()[static_cast<size_t>(d)];
-  launch_scatter_add(call, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
-                     y.device_data());
-}
-
-// x, index, src: y = x, then each src element combined in where index points.
-void scatter_reduce_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
-  Tensor& y = out[0];
-  const KernelContext context = kernel_context();
-  OnDevice on(context.device.index);
-  MapCall copy = map_call(y, in, 1);
-  copy.stream = context.stream.handle;
-  launch_copy(copy, y.element_size());
-  std::vector<std::unique_ptr<Scratch>> keep;
-  GatherCall call = gather_call(y, in[1], attrs, context);
-  KILN_CHECK(in[2].dim() == in[1].dim(), "the source has ", in[2].dim(), " axes and the index ", in[1].dim());
-  for (int d = 0; d < call.rank; ++d) call.src_strides[d] = in[2].strides()[static_cast<size_t>(d)];
-  const std::string reduce = attrs.get_string("reduce", "prod");
-  const ScatterReduce how = reduce == "amax"   ? ScatterReduce::Max
+  const std::string reduce = kReduce ? attrs.get_string("reduce", "prod") : "add";
+  const ScatterReduce how = reduce == "add"    ? ScatterReduce::Add
+                            : reduce == "amax" ? ScatterReduce::Max
                             : reduce == "amin" ? ScatterReduce::Min
                                                : ScatterReduce::Prod;
-  launch_scatter_reduce(call, how, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
-                        y.device_data());
+  launch_scatter(call, how, in[2].device_data(), static_cast<const int64_t*>(dense_data(in[1], context, keep)),
+                 y.device_data());
 }
 
 void index_select_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
@@ -89,15 +76,10 @@ void index_select_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out
   const int64_t axis = normalize_axis(attrs.get_int("axis"), x.dim());
   SelectCall call;
   call.dtype = any_dtype(x.dtype());
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const int64_t size = x.shape()[static_cast<size_t>(d)];
-    if (d < axis)
-      call.outer *= size;
-    else if (d > axis)
-      call.inner *= size;
-    else
-      call.n = size;
-  }
+  const AroundAxis around = around_axis(x.shape(), axis);
+  call.outer = around.outer;
+  call.n = around.n;
+  call.inner = around.inner;
   call.m = in[1].numel();
   call.error = index_error_slot(context.device.index);
   call.stream = context.stream.handle;
@@ -124,15 +106,10 @@ void topk_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
   TopkCall call;
   call.dtype = any_dtype(x.dtype());
   const int64_t axis = normalize_axis(attrs.get_int("axis", -1), x.dim());
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const int64_t size = x.shape()[static_cast<size_t>(d)];
-    if (d < axis)
-      call.outer *= size;
-    else if (d > axis)
-      call.inner *= size;
-    else
-      call.len = size;
-  }
+  const AroundAxis around = around_axis(x.shape(), axis);
+  call.outer = around.outer;
+  call.len = around.n;
+  call.inner = around.inner;
   call.k = attrs.get_int("k");
   call.largest = attrs.get_bool("largest", true);
   call.stream = context.stream.handle;
@@ -153,9 +130,9 @@ void register_index_kernels(BackendRegistration& reg) {
   reg.kernel("index_select", all, Kernel(index_select_kernel).takes(int64_index));
   reg.kernel("scatter_add",
              {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64},
-             Kernel(scatter_add_kernel).takes({{}, {DType::Int64}, {}}));
+             Kernel(scatter_kernel<false>).takes({{}, {DType::Int64}, {}}));
   reg.kernel("scatter_reduce", {DType::Float32, DType::Float64, DType::Int32, DType::Int64},
-             Kernel(scatter_reduce_kernel).takes({{}, {DType::Int64}, {}}));
+             Kernel(scatter_kernel<true>).takes({{}, {DType::Int64}, {}}));
   reg.kernel("one_hot", {DType::Int64}, one_hot_kernel);
   reg.kernel("topk",
              {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64, DType::UInt8,

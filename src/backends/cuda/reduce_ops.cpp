@@ -123,15 +123,10 @@ ScanCall scan_call(const Tensor& x, const Attrs& attrs, bool product, const Kern
   ScanCall call;
   call.dtype = any_dtype(x.dtype());
   const int64_t axis = x.dim() == 0 ? 0 : normalize_axis(attrs.get_int("axis"), x.dim());
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const int64_t size = x.shape()[static_cast<size_t>(d)];
-    if (d < axis)
-      call.outer *= size;
-    else if (d > axis)
-      call.inner *= size;
-    else
-      call.n = size;
-  }
+  const AroundAxis around = around_axis(x.shape(), axis);
+  call.outer = around.outer;
+  call.n = around.n;
+  call.inner = around.inner;
   call.reverse = attrs.get_bool("reverse", false);
   call.product = product;
   call.stream = context.stream.handle;

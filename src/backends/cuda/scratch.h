@@ -68,6 +68,17 @@ inline MapCall map_call(Tensor& y, const std::vector<Tensor>& in, int arity) {
   return call;
 }
 
+// A shape around one of its axes: the sizes before it, along it and after it.
+struct AroundAxis {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+inline AroundAxis around_axis(const Shape& shape, int64_t axis) {
+  AroundAxis a;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    (d < axis ? a.outer : d == axis ? a.n : a.inner) *= shape[static_cast<size_t>(d)];
+  return a;
+}
+
 class Scratch {
  public:
   Scratch(const KernelContext& c, size_t nbytes)

@@ -24,7 +24,10 @@ void softmax_over(const std::vector<Tensor>& in, std::vector<Tensor>& out, const
   const int64_t rank = x.dim(), axis = rank == 0 ? 0 : (attrs.get_int("axis", -1) + rank) % rank;
   SoftmaxCall call;
   call.dtype = map_dtype(x.dtype());
-  for (int64_t d = 0; d < rank; ++d) (d < axis ? call.outer : d == axis ? call.n : call.inner) *= x.shape()[d];
+  const AroundAxis around = around_axis(x.shape(), axis);
+  call.outer = around.outer;
+  call.n = around.n;
+  call.inner = around.inner;
   call.x = dense_data(x, context, keep);
   call.y = out[0].device_data();
   call.log = log;
