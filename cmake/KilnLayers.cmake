@@ -125,10 +125,27 @@ function(kiln_layer_objects layer deps)
   target_link_libraries(kiln_layer_${id} PRIVATE ${deps})
 endfunction()
 
+# A shared library of its own from one or more layers (LAYER a [b ...]).
 function(kiln_add_layer_library)
-  cmake_parse_arguments(ARG "" "TARGET;LAYER" "LINK;DEPS" ${ARGN})
-  kiln_layer_objects(${ARG_LAYER} "${ARG_DEPS};${ARG_LINK}")
-  kiln_layer_id(${ARG_LAYER} id)
-  add_library(${ARG_TARGET} SHARED $<TARGET_OBJECTS:kiln_layer_${id}>)
+  cmake_parse_arguments(ARG "" "TARGET" "LAYER;LINK;DEPS" ${ARGN})
+  set(objects "")
+  foreach(layer IN LISTS ARG_LAYER)
+    kiln_layer_objects(${layer} "${ARG_DEPS};${ARG_LINK}")
+    kiln_layer_id(${layer} id)
+    list(APPEND objects $<TARGET_OBJECTS:kiln_layer_${id}>)
+  endforeach()
+  add_library(${ARG_TARGET} SHARED ${objects})
   target_link_libraries(${ARG_TARGET} PUBLIC ${ARG_LINK} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# A file's text as a C++ string, `const char* const kiln::embedded::NAME`,
+# compiled into TARGET (source that a library compiles at run time). The
+# build configures again when the file changes.
+function(kiln_embed_text target file name output)
+  file(READ ${file} text)
+  set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${file})
+  file(CONFIGURE OUTPUT ${output} CONTENT
+    "// Generated from ${file} by kiln_embed_text (cmake/KilnLayers.cmake).\nnamespace kiln::embedded {\nextern const char* const ${name};\nconst char* const ${name} = R\"kiln_text(${text})kiln_text\";\n}\n"
+    @ONLY)
+  target_sources(${target} PRIVATE ${output})
 endfunction()

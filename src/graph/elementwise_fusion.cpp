@@ -124,9 +124,10 @@ std::string fuse_elementwise(Graph& g) {
     }
     label += ")";
     Node fused;
+    fused.custom = lower(expression);
+    if (!fused.custom) continue;  // the backend cannot run this expression: its ops stay
     fused.inputs = external;
     fused.outputs = last.outputs;
-    fused.custom = lower(expression);
     fused.any_shape = true;  // a lowering's kernel takes its sizes from its tensors
     fused.label = label;
     for (int idx : grp.nodes) g.nodes[idx].removed = true;

@@ -32,7 +32,8 @@ struct ElementwiseExpression {
 };
 
 // How a backend runs an expression: a kernel from the fused node's inputs to
-// its output, which takes every size from those tensors when it runs.
+// its output, which takes every size from those tensors when it runs; or
+// none, where the backend cannot (the group's ops then stay as they are).
 using ElementwiseLowering = CustomKernel (*)(const ElementwiseExpression& expression);
 void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower);
 

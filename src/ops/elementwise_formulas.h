@@ -6,7 +6,12 @@
 // reads the op's attributes on the host, once per call; what it keeps is
 // plain values, so the functor can be copied to a device. The files that
 // run these loops on the CPU are compiled with __FAST_MATH__ defined
-// (CMakeLists.txt), so they call glibc's vector math.
+// (CMakeLists.txt), so they call glibc's vector math. The CUDA backend also
+// compiles this text at run time with NVRTC (__CUDACC_RTC__), into the
+// kernels it generates for fused chains: there the functors are the plain
+// values the host built, so the constructors from attributes, and the
+// includes they need, are left out.
+#if !defined(__CUDACC_RTC__)
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -15,29 +20,33 @@
 #include "core/host_device.h"
 #include "kiln/attrs.h"
 #include "kiln/error.h"
+#define KILN_FROM_ATTRS(...) __VA_ARGS__
+#else
+#define KILN_FROM_ATTRS(...)
+#endif
 
 // A functor without attributes: KILN_MATH1(Neg, -x), KILN_MATH2(Add, a + b).
 // kName is the functor's own name, which ElementwiseMath::formula carries to
 // the backends that instantiate it (KILN_FORMULAS below).
-#define KILN_MATH1(NAME, EXPR)                  \
-  struct NAME {                                 \
-    static constexpr int kArity = 1;            \
-    static constexpr const char* kName = #NAME; \
-    explicit NAME(const ::kiln::Attrs&) {}      \
-    template <typename C>                       \
-    KILN_HOST_DEVICE C operator()(C x) const {  \
-      return EXPR;                              \
-    }                                           \
+#define KILN_MATH1(NAME, EXPR)                             \
+  struct NAME {                                            \
+    static constexpr int kArity = 1;                       \
+    static constexpr const char* kName = #NAME;            \
+    KILN_FROM_ATTRS(explicit NAME(const ::kiln::Attrs&){}) \
+    template <typename C>                                  \
+    KILN_HOST_DEVICE C operator()(C x) const {             \
+      return EXPR;                                         \
+    }                                                      \
   }
-#define KILN_MATH2(NAME, EXPR)                      \
-  struct NAME {                                     \
-    static constexpr int kArity = 2;                \
-    static constexpr const char* kName = #NAME;     \
-    explicit NAME(const ::kiln::Attrs&) {}          \
-    template <typename C>                           \
-    KILN_HOST_DEVICE C operator()(C a, C b) const { \
-      return EXPR;                                  \
-    }                                               \
+#define KILN_MATH2(NAME, EXPR)                             \
+  struct NAME {                                            \
+    static constexpr int kArity = 2;                       \
+    static constexpr const char* kName = #NAME;            \
+    KILN_FROM_ATTRS(explicit NAME(const ::kiln::Attrs&){}) \
+    template <typename C>                                  \
+    KILN_HOST_DEVICE C operator()(C a, C b) const {        \
+      return EXPR;                                         \
+    }                                                      \
   }
 
 namespace kiln::formulas {
@@ -81,7 +90,7 @@ struct LeakyRelu {
   static constexpr int kArity = 1;
   static constexpr const char* kName = "LeakyRelu";
   double slope;
-  explicit LeakyRelu(const Attrs& a) : slope(a.get_float("negative_slope", 0.01)) {}
+  KILN_FROM_ATTRS(explicit LeakyRelu(const Attrs& a) : slope(a.get_float("negative_slope", 0.01)){})
   template <typename C>
   KILN_HOST_DEVICE C operator()(C x) const { return x > C(0) ? x : x * static_cast<C>(slope); }
 };
@@ -93,16 +102,18 @@ struct LeakyReluBackward : LeakyRelu {
   KILN_HOST_DEVICE C operator()(C g, C x) const { return x > C(0) ? g : g * static_cast<C>(slope); }
 };
 
+#if !defined(__CUDACC_RTC__)
 inline bool gelu_tanh(const Attrs& attrs) {
   std::string a = attrs.get_string("approximate", "none");
   KILN_CHECK(a == "none" || a == "tanh", "approximate must be 'none' or 'tanh', got '", a, "'");
   return a == "tanh";
 }
+#endif
 struct Gelu {
   static constexpr int kArity = 1;
   static constexpr const char* kName = "Gelu";
   bool tanh_form;
-  explicit Gelu(const Attrs& a) : tanh_form(gelu_tanh(a)) {}
+  KILN_FROM_ATTRS(explicit Gelu(const Attrs& a) : tanh_form(gelu_tanh(a)){})
   template <typename C>
   KILN_HOST_DEVICE C operator()(C x) const {
     if (tanh_form) return C(0.5) * x * (C(1) + std::tanh(C(kSqrt2OverPi) * (x + C(0.044715) * x * x * x)));
@@ -131,7 +142,8 @@ struct Softplus {
   static constexpr int kArity = 1;
   static constexpr const char* kName = "Softplus";
   double beta, threshold;
-  explicit Softplus(const Attrs& a) : beta(a.get_float("beta", 1.0)), threshold(a.get_float("threshold", 20.0)) {}
+  KILN_FROM_ATTRS(explicit Softplus(const Attrs& a)
+                  : beta(a.get_float("beta", 1.0)), threshold(a.get_float("threshold", 20.0)){})
   template <typename C>
   KILN_HOST_DEVICE C operator()(C x) const {
     const C b = static_cast<C>(beta);
@@ -154,9 +166,9 @@ struct Clamp {
   static constexpr const char* kName = "Clamp";
   bool has_min, has_max;
   double lo, hi;
-  explicit Clamp(const Attrs& a)
-      : has_min(a.has("min")), has_max(a.has("max")), lo(has_min ? a.get_float("min") : 0.0),
-        hi(has_max ? a.get_float("max") : 0.0) {}
+  KILN_FROM_ATTRS(explicit Clamp(const Attrs& a)
+                  : has_min(a.has("min")), has_max(a.has("max")), lo(has_min ? a.get_float("min") : 0.0),
+                    hi(has_max ? a.get_float("max") : 0.0){})
   template <typename C>
   KILN_HOST_DEVICE C operator()(C x) const {
     if (has_min && x < static_cast<C>(lo)) x = static_cast<C>(lo);
@@ -177,10 +189,12 @@ KILN_MATH2(HardsigmoidBackward, (b > C(-3) && b < C(3)) ? a / C(6) : C(0));
 KILN_MATH2(HardswishBackward, b < C(-3) ? C(0) : (b <= C(3) ? a * (b / C(3) + C(0.5)) : a));
 
 // Once built, a functor is plain values: it can be copied to a device.
+#if !defined(__CUDACC_RTC__)
 static_assert(std::is_trivially_copyable_v<LeakyRelu> && std::is_trivially_copyable_v<LeakyReluBackward> &&
               std::is_trivially_copyable_v<Gelu> && std::is_trivially_copyable_v<GeluBackward> &&
               std::is_trivially_copyable_v<Softplus> && std::is_trivially_copyable_v<SoftplusBackward> &&
               std::is_trivially_copyable_v<Clamp>);
+#endif
 
 // The inverse trigonometric and hyperbolic functions (inverse_trig.cpp).
 KILN_MATH1(Asin, std::asin(x));
