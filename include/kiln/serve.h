@@ -23,6 +23,10 @@ struct ServeOptions {
   // repository: <model>/<version>/model.onnx with an optional <model>/config.yaml.
   std::string model;
   std::string model_repository;
+  // Where the models run ("cuda", "cuda:1"; a model's config.yaml may name
+  // its own): inputs are staged through pinned host memory, and each model's
+  // memory there is in /metrics (kiln_model_memory_bytes).
+  std::string device = "cpu";
   size_t max_body_bytes = 64u << 20;  // larger bodies get 413
   // The largest batch (axis 0) one request may carry to a model without
   // max_batch_size in its config.yaml (those are bounded by it); more gets 413

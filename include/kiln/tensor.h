@@ -40,6 +40,10 @@ class Tensor {
 
   // Allocates uninitialised contiguous memory.
   static Tensor empty(Shape shape, DType dtype = DType::Float32, Device device = Device{});
+  // The same in host memory that `device` copies to and from fastest
+  // (page-locked for a GPU, from its backend's caching pinned allocator):
+  // a CPU tensor for staging transfers.
+  static Tensor empty_pinned(Shape shape, DType dtype, Device device);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl().shape; }

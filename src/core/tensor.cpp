@@ -29,6 +29,20 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::empty_pinned(Shape shape, DType dtype, Device device) {
+  if (device.type == DeviceType::CPU) return empty(std::move(shape), dtype);
+  Allocator& pinned = backend(device.type).pinned_allocator();
+  const size_t bytes = nbytes_of(shape, dtype_size(dtype));
+  void* data = pinned.allocate(bytes);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage =
+      external_storage(data, bytes, cpu_device(), [&pinned, data, bytes] { pinned.deallocate(data, bytes); });
+  impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
 int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim())]; }
 int64_t Tensor::numel() const { return numel_of(shape()); }
 

@@ -79,6 +79,9 @@ std::string Metrics::text() const {
   header("kiln_inference_queue_depth", "gauge", "Requests waiting to be batched");
   for (const auto& [name, m] : models_)
     s += "kiln_inference_queue_depth{model=\"" + name + "\"} " + std::to_string(m->queue_depth) + "\n";
+  header("kiln_model_memory_bytes", "gauge", "Memory a model holds on its device once loaded and warmed up");
+  for (const auto& [name, m] : models_)
+    s += "kiln_model_memory_bytes{model=\"" + name + "\"} " + std::to_string(m->device_bytes) + "\n";
   const std::pair<const char*, Histogram ModelMetrics::*> histograms[] = {
       {"kiln_inference_queue_seconds", &ModelMetrics::queue_seconds},
       {"kiln_inference_compute_seconds", &ModelMetrics::compute_seconds},

@@ -29,6 +29,7 @@ struct ModelMetrics {
   ModelMetrics();
   std::atomic<uint64_t> success{0}, failure{0};
   std::atomic<int64_t> queue_depth{0};
+  std::atomic<int64_t> device_bytes{0};  // what the loaded model holds on its device (ServedModel::load)
   Histogram queue_seconds, compute_seconds, request_seconds, batch_size;
 };
 

@@ -62,11 +62,15 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   if (!root || root.IsNull()) return c;
   YamlSection s(root, "the model config",
                 {"name", "max_batch_size", "inputs", "outputs", "dynamic_batching", "instance_count", "warmup",
-                 "allow_non_finite", "batch_invariant"},
+                 "allow_non_finite", "batch_invariant", "device", "memory_budget_mb"},
                 source);
   s.read("allow_non_finite", c.allow_non_finite);
   s.read("batch_invariant", c.batch_invariant);
   s.read("name", c.name);
+  s.read("device", c.device);
+  s.read("memory_budget_mb", c.memory_budget_mb);
+  KILN_CHECK(c.memory_budget_mb >= 0, source, ": memory_budget_mb must be >= 0 (0: no budget), got ",
+             c.memory_budget_mb);
   s.read("max_batch_size", c.max_batch_size);
   KILN_CHECK(c.max_batch_size >= 0, source, ": max_batch_size must be >= 0, got ", c.max_batch_size);
   if (s["inputs"]) c.inputs = tensor_specs(s["inputs"], "inputs", source);

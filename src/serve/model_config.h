@@ -8,6 +8,8 @@
 //   instance_count: 1             # batches computed at once
 //   warmup: [1, 64]               # batch sizes run once before the model is ready
 //   allow_non_finite: false       # true: inf and NaN inputs are run (node by node), not refused
+//   device: cuda:0                # where it runs (default: kiln serve --device, else cpu)
+//   memory_budget_mb: 2048        # what it may hold on its device after warm-up; more fails the load
 #include <string>
 #include <vector>
 
@@ -41,6 +43,14 @@ struct ModelConfig {
   // (padded), so a server compiles and keeps a few graphs, not one per batch
   // size it is sent (kiln serve --model). 0: every batch as given.
   int64_t batch_buckets_up_to = 0;
+  // The device the model's session runs on ("cuda", "cuda:1"); empty: the
+  // server's (ServeOptions::device). Requests are staged to it and answered
+  // from host copies of its outputs.
+  std::string device;
+  // > 0: the memory the model may hold on its device once loaded and warmed
+  // up (weights, compiled graphs' arenas), in MiB, so that models sharing a
+  // GPU each keep to their share; a model over it does not load.
+  double memory_budget_mb = 0;
 };
 
 // Throws naming the file and the key; unknown keys are refused.

@@ -76,10 +76,9 @@ std::vector<std::string> version_list(const std::map<int64_t, std::shared_ptr<Se
 
 }  // namespace
 
-
 Repository::Repository(const std::string& single_model, const std::string& folder, Metrics& metrics,
-                       int64_t single_model_max_batch)
-    : metrics_(metrics), folder_(folder) {
+                       int64_t single_model_max_batch, std::string device)
+    : metrics_(metrics), folder_(folder), device_(std::move(device)) {
   KILN_CHECK(single_model.empty() != folder.empty(), "serve: give either --model FILE or --model-repository DIR");
   if (!single_model.empty()) {
     KILN_CHECK(fs::is_regular_file(single_model), "serve: --model '", single_model, "' is not a file");
@@ -89,8 +88,8 @@ Repository::Repository(const std::string& single_model, const std::string& folde
       on_own_thread([&] {
         ModelConfig config;
         config.batch_buckets_up_to = single_model_max_batch;
-        m = std::make_shared<ServedModel>(name, "1", single_model, config, metrics_.model(name));
-        m->warm_up();
+        config.device = device_;
+        m = ServedModel::load(name, "1", single_model, config, metrics_.model(name));
       });
     } catch (const Error& e) {
       KILN_FAIL("serve: model '", name, "' (", single_model, ") did not load: ", e.what());
@@ -140,6 +139,7 @@ std::map<int64_t, std::shared_ptr<ServedModel>> Repository::read_versions(const 
   ModelConfig config;
   fs::path config_path = dir / "config.yaml";
   if (fs::exists(config_path)) config = parse_model_config(read_text(config_path), config_path.string());
+  if (config.device.empty()) config.device = device_;
   std::map<int64_t, std::shared_ptr<ServedModel>> versions;
   for (const auto& v : fs::directory_iterator(dir)) {
     std::string version = v.path().filename().string();
@@ -150,11 +150,8 @@ std::map<int64_t, std::shared_ptr<ServedModel>> Repository::read_versions(const 
     KILN_CHECK(fs::exists(onnx), "serve: '", v.path().string(), "' has no model.onnx (or model.mindir)");
     int64_t number = std::stoll(version);
     try {
-      on_own_thread([&] {
-        auto m = std::make_shared<ServedModel>(name, version, onnx.string(), config, metrics_.model(name));
-        m->warm_up();
-        versions[number] = std::move(m);
-      });
+      on_own_thread(
+          [&] { versions[number] = ServedModel::load(name, version, onnx.string(), config, metrics_.model(name)); });
     } catch (const Error& e) {
       KILN_FAIL("serve: model '", name, "' version ", number, " (", onnx.string(), ") did not load: ", e.what());
     }

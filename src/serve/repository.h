@@ -29,8 +29,9 @@ class Repository {
   // Loads (and warms up) every model; throws naming the model that failed.
   // single_model_max_batch: the largest batch a --model server runs (it pads
   // to power-of-two sizes up to it, when the model's batch axis is dynamic).
+  // device: where models run whose config.yaml names no device ("" or "cpu": the CPU).
   Repository(const std::string& single_model, const std::string& folder, Metrics& metrics,
-             int64_t single_model_max_batch = 0);
+             int64_t single_model_max_batch = 0, std::string device = "");
   // version "" means the highest one. Null when there is no such model. The
   // model stays alive while the pointer is held, even if it is unloaded.
   std::shared_ptr<ServedModel> find(const std::string& name, const std::string& version) const;
@@ -65,6 +66,7 @@ class Repository {
 
   Metrics& metrics_;
   std::string folder_;                 // empty: one model file, not a repository
+  std::string device_;                 // the models' device where their config.yaml names none
   std::mutex change_mu_;               // one load, unload or poll at a time
   mutable std::mutex mu_;              // guards models_ (held only to read or switch)
   std::map<std::string, Entry> models_;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kiln/allocator.h"
+#include "kiln/backend.h"
 #include "kiln/functional.h"
 
 namespace kiln::serve {
@@ -13,12 +15,28 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+SessionOptions session_options(const ModelConfig& config) {
+  SessionOptions o;
+  if (!config.device.empty()) o.device = config.device;
+  return o;
+}
+
+// A host copy of an output's rows for the answer (the server encodes from host memory).
+Tensor rows_on_host(const Tensor& y, int64_t from, int64_t to) {
+  const Tensor rows = y.slice(0, from, to);
+  return y.device() == cpu_device() ? rows.clone() : rows.contiguous().to(cpu_device());
+}
+
 }  // namespace
 
 ServedModel::ServedModel(std::string name, std::string version, const std::string& onnx_path, ModelConfig config,
                          ModelMetrics& metrics)
-    : name_(std::move(name)), version_(std::move(version)), config_(std::move(config)), metrics_(metrics),
-      session_(onnx_path) {
+    : name_(std::move(name)),
+      version_(std::move(version)),
+      config_(std::move(config)),
+      metrics_(metrics),
+      session_(onnx_path, session_options(config_)),
+      device_(parse_device(session_options(config_).device)) {
   // The config, where it describes tensors, must agree with the file.
   auto check_specs = [&](const std::vector<TensorSpec>& specs, const std::vector<TensorInfo>& infos, const char* kind) {
     for (const auto& spec : specs) {
@@ -59,6 +77,25 @@ ServedModel::ServedModel(std::string name, std::string version, const std::strin
   batching_ = config_.dynamic_batching && config_.max_batch_size > 1;
   if (batching_)
     for (int i = 0; i < config_.instance_count; ++i) workers_.emplace_back([this] { batch_loop(); });
+}
+
+std::shared_ptr<ServedModel> ServedModel::load(std::string name, std::string version, const std::string& onnx_path,
+                                               ModelConfig config, ModelMetrics& metrics) {
+  static std::mutex loading;  // what a load holds is measured with no other load beside it
+  std::lock_guard<std::mutex> lock(loading);
+  const Device device = parse_device(session_options(config).device);
+  const int64_t before = allocator_stats(device).bytes_in_use;
+  auto m = std::make_shared<ServedModel>(std::move(name), std::move(version), onnx_path, std::move(config), metrics);
+  m->warm_up();
+  const int64_t held = std::max<int64_t>(allocator_stats(device).bytes_in_use - before, 0);
+  metrics.device_bytes = held;
+  const double budget = m->config_.memory_budget_mb;
+  KILN_CHECK(budget <= 0 || held <= budget * (1 << 20), "model '", m->name_, "' holds ",
+             std::round(held / double(1 << 20) * 10) / 10, " MiB on ", device.str(),
+             " once loaded and warmed up, over its memory_budget_mb of ", budget,
+             "; raise memory_budget_mb in its config.yaml, or make it hold less: a smaller max_batch_size (the largest "
+             "batch's buffers), fewer warmup sizes");
+  return m;
 }
 
 ServedModel::~ServedModel() {
@@ -169,22 +206,27 @@ std::vector<std::vector<Tensor>> ServedModel::run_padded(const std::vector<const
     shapes.push_back(t.shape());
     shapes.back()[0] = padded;
   }
+  // On a device, the rows are gathered in pinned host memory and copied to the slot at once.
+  const bool staged = !(device_ == cpu_device());
   auto fill = [&](size_t i, Tensor& slot) {
-    auto* at = static_cast<char*>(slot.raw_data());
+    Tensor host = staged ? Tensor::empty_pinned(slot.shape(), slot.dtype(), device_) : slot;
+    auto* at = static_cast<char*>(host.raw_data());
     for (const auto* r : requests) {
       const Tensor part = (*r)[i].contiguous();
       const size_t bytes = static_cast<size_t>(part.numel()) * part.element_size();
       std::memcpy(at, part.raw_data(), bytes);
       at += bytes;
     }
-    std::memset(at, 0, static_cast<char*>(slot.raw_data()) + slot.numel() * slot.element_size() - at);  // the padding
+    std::memset(at, 0, static_cast<char*>(host.raw_data()) + host.numel() * host.element_size() - at);  // the padding
+    if (staged)  // slots are dense
+      copy_between(device_, slot.device_data(), cpu_device(), host.raw_data(), host.numel() * host.element_size());
   };
   std::vector<std::vector<Tensor>> results(requests.size());
   auto read = [&](const std::vector<Tensor>& outputs) {
     int64_t offset = 0;
     for (size_t k = 0; k < requests.size(); ++k) {
       const int64_t n = (*requests[k])[0].shape()[0];
-      for (const Tensor& y : outputs) results[k].push_back(y.slice(0, offset, offset + n).clone());
+      for (const Tensor& y : outputs) results[k].push_back(rows_on_host(y, offset, offset + n));
       offset += n;
     }
   };
@@ -259,6 +301,8 @@ std::vector<Tensor> ServedModel::run_now(const std::vector<Tensor>& inputs,
   std::vector<Tensor> out;
   try {
     out = config_.max_batch_size > 0 ? run_in_chunks(inputs, deadline) : session_.run(inputs);
+    for (Tensor& t : out)
+      if (!(t.device() == cpu_device())) t = t.to(cpu_device());
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     --running_;

@@ -27,6 +27,11 @@ class ServedModel {
  public:
   ServedModel(std::string name, std::string version, const std::string& onnx_path, ModelConfig config,
               ModelMetrics& metrics);
+  // Constructs and warms up a model, one load at a time in the process, and
+  // measures what it then holds on its device (ModelMetrics::device_bytes):
+  // over its memory_budget_mb, it does not load.
+  static std::shared_ptr<ServedModel> load(std::string name, std::string version, const std::string& onnx_path,
+                                           ModelConfig config, ModelMetrics& metrics);
   ~ServedModel();
   ServedModel(const ServedModel&) = delete;
   ServedModel& operator=(const ServedModel&) = delete;
@@ -46,6 +51,7 @@ class ServedModel {
   const ModelConfig& config() const { return config_; }
   const std::vector<TensorInfo>& inputs() const { return session_.inputs(); }
   const std::vector<TensorInfo>& outputs() const { return session_.outputs(); }
+  Device device() const { return device_; }
   std::string expected(const TensorInfo& info) const;  // "FP32 [batch, 1, 28, 28] (batch 1 to 64)"
 
  private:
@@ -78,6 +84,9 @@ class ServedModel {
   ModelConfig config_;
   ModelMetrics& metrics_;
   InferenceSession session_;
+  // Where the session runs; elsewhere than the CPU, inputs are staged in
+  // pinned host memory and outputs copied back for the answer.
+  Device device_;
   bool batching_ = false;
   std::mutex mu_;
   std::condition_variable ready_cv_, slot_cv_;

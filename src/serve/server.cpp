@@ -405,7 +405,8 @@ int Server::start() {
       [&s](const HttpRequest& req, const HttpResponse& res, double seconds) { s.log(req, res, seconds); });
   int port = s.http->listen();  // live before the models load
   try {
-    s.repository = std::make_unique<serve::Repository>(o.model, o.model_repository, s.metrics, o.max_request_batch);
+    s.repository =
+        std::make_unique<serve::Repository>(o.model, o.model_repository, s.metrics, o.max_request_batch, o.device);
   } catch (...) {
     s.http->stop();
     throw;

@@ -13,6 +13,9 @@ void add_serve_command(CLI::App& app) {
   auto* repo = cmd->add_option("--model-repository", o->model_repository,
                                "A folder of <model>/<version>/model.onnx, each model with an optional config.yaml");
   model->excludes(repo);
+  cmd->add_option("--device", o->device,
+                  "Where the models run: cpu, or another backend of this build (cuda, cuda:1); a model's config.yaml "
+                  "may name its own (device:)");
   cmd->add_option("--host", o->host, "Address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: all)");
   cmd->add_option("--auth-token-file", o->auth_token_file,
                   "File holding a bearer token that every endpoint but /v2/health needs");
