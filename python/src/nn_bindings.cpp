@@ -299,12 +299,15 @@ void bind_nn(py::module_& m) {
       }, py::arg("x"), py::arg("attn_mask") = py::none(), py::arg("key_padding_mask") = py::none(),
            py::arg("causal") = false);
 
-  m.def("make_model", [](const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {
-    models::ModelConfig c;
-    c.num_classes = num_classes, c.in_channels = in_channels, c.image_size = image_size;
-    return models::make_model(name, c);
-  }, py::arg("name"), py::arg("num_classes") = 10, py::arg("in_channels") = 1, py::arg("image_size") = 28,
-        "A network of the model zoo: mlp, cnn, resnet8, resnet18, char_transformer.");
+  m.def(
+      "make_model",
+      [](const std::string& name, int64_t num_classes, int64_t in_channels, int64_t image_size) {
+        models::ModelConfig c = models::default_config(name);
+        c.num_classes = num_classes, c.in_channels = in_channels, c.image_size = image_size;
+        return models::make_model(name, c);
+      },
+      py::arg("name"), py::arg("num_classes") = 10, py::arg("in_channels") = 1, py::arg("image_size") = 28,
+      "A network of the model zoo: mlp, cnn, resnet8, resnet18, resnet50, char_transformer, gpt2.");
 
   // --- losses -------------------------------------------------------------------
   py::class_<nn::LossCell, kiln_python::PyLossCell, std::shared_ptr<nn::LossCell>>(m, "LossCell")

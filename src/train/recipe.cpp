@@ -113,6 +113,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
               source);
   std::set<std::string> models(models::model_names().begin(), models::model_names().end());
   top.read_choice("model", r.model, models);
+  r.model_config = models::default_config(r.model);  // the model's own sizes, which model_config overrides
   if (top["model_config"]) {
     Section mc(top["model_config"], "model_config",
                {"num_classes", "hidden", "vocab_size", "seq_len", "d_model", "heads", "layers", "dim_feedforward"}, source);
@@ -211,8 +212,9 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source) {
   top.read("device", r.device);
   check_training_device(r.device, r.source + ": device");
   bool is_text = r.dataset == "text" || r.dataset == "kjv";
-  check((r.model == "char_transformer") == is_text, r,
-        is_text ? "a text dataset needs model char_transformer" : "model char_transformer needs a text dataset (text or kjv)");
+  check(models::reads_tokens(r.model) == is_text, r,
+        is_text ? "a text dataset needs a model that reads tokens (char_transformer or gpt2), not " + r.model
+                : "model " + r.model + " needs a text dataset (text or kjv)");
   check(r.dataset != "text" || !r.dataset_path.empty(), r, "dataset text needs dataset.path: the text file to train on");
   check(r.dataset != "image_folder" || !r.dataset_path.empty(), r,
         "dataset image_folder needs dataset.path: a folder holding train/ and test/");

@@ -40,7 +40,7 @@ void train_one_step(const std::string& name) {
   config.dim_feedforward = 64;
   config.seq_len = 16;
   config.layers = 1;
-  const bool text = name == "char_transformer";
+  const bool text = models::reads_tokens(name);
   for (std::optional<DType> half :
        {std::optional<DType>(), std::optional<DType>(DType::BFloat16), std::optional<DType>(DType::Float16)}) {
     for (bool adam : {false, true}) {

@@ -313,7 +313,7 @@ std::vector<double> train_steps(const std::string& model, const models::ModelCon
   auto net = models::make_model(model, config);
   net->to(device);
   optim::Adam opt(net->trainable_params(), optim::AdamOptions{.lr = 1e-3});
-  const bool text = model == "char_transformer";
+  const bool text = models::reads_tokens(model);
   std::vector<double> losses;
   manual_seed(7);
   for (int step = 0; step < steps; ++step) {

@@ -13,26 +13,35 @@ TEST(Zoo, EveryModelBuildsAndRunsForwardAndBackward) {
   manual_seed(0);
   for (const auto& name : models::model_names()) {
     SCOPED_TRACE(name);
+    const bool text = models::reads_tokens(name);
     models::ModelConfig c;
-    if (name == "char_transformer") {
+    if (text) {
       c.vocab_size = 20;
       c.seq_len = 16;
       c.d_model = 16;
       c.heads = 2;
+      c.layers = 2;
       c.dim_feedforward = 32;
     }
     auto net = models::make_model(name, c);
-    Tensor x = name == "char_transformer" ? randint(0, 20, {2, 16}) : randn({2, 1, 28, 28});
+    Tensor x = text ? randint(0, 20, {2, 16}) : randn({2, 1, 28, 28});
     Tensor y = (*net)(x);
-    Shape expected = name == "char_transformer" ? Shape{2, 16, 20} : Shape{2, 10};
+    Shape expected = text ? Shape{2, 16, 20} : Shape{2, 10};
     EXPECT_EQ(y.shape(), expected);
     sum(y).backward();
     for (auto& [n, p] : net->parameters_and_names()) EXPECT_TRUE(p.grad().defined()) << n;
   }
   // stem 144 + 32, blocks 4,672 + 14,528 + 57,728, fc 650 (counted by hand for the W3 layout).
   EXPECT_EQ(models::make_model("resnet8")->parameter_count(), 77754);
+  // torchvision's ResNet-50 with 1000 classes on RGB images, and GPT-2 small
+  // (its embedding shared with the output layer), have these many parameters.
+  EXPECT_EQ(
+      models::make_model("resnet50", {.num_classes = 1000, .in_channels = 3, .image_size = 224})->parameter_count(),
+      25557032);
+  EXPECT_EQ(models::make_model("gpt2")->parameter_count(), 124439808);
   auto msg = message_of([] { models::make_model("vgg"); });
-  EXPECT_NE(msg.find("the zoo has: mlp, cnn, resnet8, resnet18, char_transformer"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the zoo has: mlp, cnn, resnet8, resnet18, resnet50, char_transformer, gpt2"), std::string::npos)
+      << msg;
 }
 
 TEST(Checkpoint, SaveLoadRoundTripAndStrictReport) {

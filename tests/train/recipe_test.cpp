@@ -65,7 +65,8 @@ TEST(Recipe, BadKeysAndValuesFailWithTheAllowedOnes) {
   EXPECT_NE(msg.find("r.yaml: unknown key 'epochz' in the recipe; allowed keys:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("epochs"), std::string::npos) << msg;
   msg = message_of([] { recipe::parse_recipe_text("model: vgg\n"); });
-  EXPECT_NE(msg.find("model is 'vgg'; allowed values: char_transformer, cnn, mlp, resnet18, resnet8"), std::string::npos)
+  EXPECT_NE(msg.find("model is 'vgg'; allowed values: char_transformer, cnn, gpt2, mlp, resnet18, resnet50, resnet8"),
+            std::string::npos)
       << msg;
   msg = message_of([] { recipe::parse_recipe_text("optimizer: {name: sgd, lr: fast}\n"); });
   EXPECT_NE(msg.find("optimizer.lr has a value of the wrong type"), std::string::npos) << msg;
@@ -301,29 +302,36 @@ std::filesystem::path scratch(const std::string& name) {
 }
 }  // namespace
 
-TEST(Recipe, TextRecipeTrainsACharTransformerOnAFile) {
+TEST(Recipe, TextRecipesTrainTheTextModelsOnAFile) {
   auto dir = scratch("text");
   std::string text;
   for (int i = 0; i < 300; ++i) text += "the quick brown fox jumps over the lazy dog. ";
   std::ofstream(dir / "corpus.txt") << text;
-  std::string out = (dir / "run").string();
-  auto r = recipe::parse_recipe_text("model: char_transformer\n"
-                                     "model_config: {seq_len: 16, d_model: 32, heads: 2, layers: 1, dim_feedforward: 64}\n"
-                                     "dataset: {name: text, path: " + (dir / "corpus.txt").string() + "}\n"
-                                     "optimizer: {name: adamw, lr: 0.01}\n"
-                                     "callbacks: [{name: early_stopping, monitor: val_loss, patience: 5}]\n"
-                                     "batch_size: 16\nepochs: 3\nmax_steps: 60\noutput: " + out + "\n");
-  auto res = recipe::train(r, false);
-  EXPECT_EQ(res.steps, 60);
-  EXPECT_EQ(res.seq_len, 16);
-  // 28 distinct characters: chance is ln(28) = 3.3 nats; the sentence repeats, so far less is reachable.
-  EXPECT_LT(res.loss, 1.0);
-  EXPECT_GT(res.accuracy, 0.7);
-  auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
-  EXPECT_DOUBLE_EQ(metrics["val_loss"].get<double>(), res.loss);
-  EXPECT_GT(metrics["train_tokens_per_s"].get<double>(), 0);
-  auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
-  EXPECT_NEAR(ev.loss, res.loss, 1e-9);
+  for (const std::string model : {"char_transformer", "gpt2"}) {  // post-norm with a head; pre-norm, tied embeddings
+    SCOPED_TRACE(model);
+    std::string out = (dir / ("run_" + model)).string();
+    auto r = recipe::parse_recipe_text("model: " + model +
+                                       "\nmodel_config: {seq_len: 16, d_model: 32, heads: 2, layers: 1, "
+                                       "dim_feedforward: 64}\n"
+                                       "dataset: {name: text, path: " +
+                                       (dir / "corpus.txt").string() +
+                                       "}\n"
+                                       "optimizer: {name: adamw, lr: 0.01}\n"
+                                       "callbacks: [{name: early_stopping, monitor: val_loss, patience: 5}]\n"
+                                       "batch_size: 16\nepochs: 3\nmax_steps: 60\noutput: " +
+                                       out + "\n");
+    auto res = recipe::train(r, false);
+    EXPECT_EQ(res.steps, 60);
+    EXPECT_EQ(res.seq_len, 16);
+    // 28 distinct characters: chance is ln(28) = 3.3 nats; the sentence repeats, so far less is reachable.
+    EXPECT_LT(res.loss, 1.0);
+    EXPECT_GT(res.accuracy, 0.7);
+    auto metrics = nlohmann::json::parse(std::ifstream(out + "/metrics.json"));
+    EXPECT_DOUBLE_EQ(metrics["val_loss"].get<double>(), res.loss);
+    EXPECT_GT(metrics["train_tokens_per_s"].get<double>(), 0);
+    auto ev = recipe::evaluate(r, out + "/checkpoint.safetensors");
+    EXPECT_NEAR(ev.loss, res.loss, 1e-9);
+  }
   std::filesystem::remove_all(dir);
 }
 
