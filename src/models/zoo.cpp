@@ -158,6 +158,10 @@ class TokenTransformer : public Cell {
               .dim_feedforward = c.dim_feedforward, .dropout = 0.0, .gelu = gpt2, .norm_first = gpt2}));
     norm = register_cell("norm", std::make_shared<LayerNorm>(Shape{c.d_model}));
     if (!gpt2) head = register_cell("head", std::make_shared<Dense>(c.d_model, c.vocab_size));
+    if (gpt2) {  // GPT-2's initialisation of the embeddings: logits from unit-variance ones would start far from chance
+      init::normal(tokens->weight, 0.0, 0.02);
+      init::normal(positions->weight, 0.0, 0.01);
+    }
   }
   Tensor construct(const Tensor& ids) override {
     KILN_CHECK(ids.dim() == 2 && ids.size(1) <= seq_len_, name(), " expects int64 [N, T] with T <= ", seq_len_,

@@ -11,6 +11,7 @@
 namespace kiln::cli {
 void add_ops_command(CLI::App& app);
 void add_train_commands(CLI::App& app);
+void add_bench_train_command(CLI::App& app);
 void add_ckpt_command(CLI::App& app);
 void add_onnx_test_command(CLI::App& app);
 void add_deploy_commands(CLI::App& app);
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   app.fallthrough();
   kiln::cli::add_ops_command(app);
   kiln::cli::add_train_commands(app);
+  kiln::cli::add_bench_train_command(app);
   kiln::cli::add_ckpt_command(app);
   kiln::cli::add_onnx_test_command(app);
   kiln::cli::add_deploy_commands(app);
