@@ -14,13 +14,18 @@ namespace {
 // (OpDef::math) and the fusible tag.
 bool fusible(const Node& n) { return n.op && n.op->math && n.op->has_tag(kTagFusible); }
 
-std::array<ElementwiseLowering, kNumDeviceTypes>& lowerings() {
-  static std::array<ElementwiseLowering, kNumDeviceTypes> table{};
+struct Lowering {
+  ElementwiseLowering lower = nullptr;
+  std::vector<DType> dtypes;
+};
+
+std::array<Lowering, kNumDeviceTypes>& lowerings() {
+  static std::array<Lowering, kNumDeviceTypes> table{};
   return table;
 }
 
 // The lowering of the graph's backend (its inputs' device, or its parameters'), if it has one.
-ElementwiseLowering lowering_for(const Graph& g) {
+const Lowering& lowering_for(const Graph& g) {
   if (!g.inputs.empty()) return lowerings()[static_cast<int>(g.values[g.inputs[0]].meta.device.type)];
   for (const auto& v : g.values)
     if (v.kind == ValueKind::Param) return lowerings()[static_cast<int>(v.meta.device.type)];
@@ -29,11 +34,16 @@ ElementwiseLowering lowering_for(const Graph& g) {
 
 }  // namespace
 
-void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower) {
-  lowerings()[static_cast<int>(backend)] = lower;
+void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower, std::vector<DType> dtypes) {
+  lowerings()[static_cast<int>(backend)] = {lower, std::move(dtypes)};
 }
 
 std::string fuse_elementwise(Graph& g) {
+  const Lowering& lowering = lowering_for(g);
+  if (lowering.lower == nullptr) return "";
+  auto takes = [&](DType d) {
+    return std::find(lowering.dtypes.begin(), lowering.dtypes.end(), d) != lowering.dtypes.end();
+  };
   auto uses = g.use_counts();
   auto mutated = g.mutated_values();
   // group[node] = index of the fused group a node's result feeds into, built in order.
@@ -42,10 +52,10 @@ std::string fuse_elementwise(Graph& g) {
   };
   std::vector<int> group_of(g.nodes.size(), -1);
   std::vector<Group> groups;
-  // An input fits when it is float32, contiguous, and equal or broadcastable to the shape.
-  const auto full_shape = [&](int id, const Shape& shape) {
+  // An input fits when it has the output's dtype, is contiguous, and equal or broadcastable to the shape.
+  const auto full_shape = [&](int id, const Shape& shape, DType dtype) {
     const Value& v = g.values[id];
-    if (v.meta.dtype != DType::Float32 || shape.size() > 16) return false;
+    if (v.meta.dtype != dtype || shape.size() > 16) return false;
     if (numel_of(v.meta.shape) == 1) return true;
     if (v.meta.shape.size() > shape.size()) return false;
     for (size_t k = 0; k < v.meta.shape.size(); ++k) {
@@ -60,9 +70,10 @@ std::string fuse_elementwise(Graph& g) {
     Node& n = g.nodes[i];
     if (n.removed || n.outputs.size() != 1 || !fusible(n)) continue;
     const Shape& shape = g.values[n.outputs[0]].meta.shape;
-    if (g.values[n.outputs[0]].meta.dtype != DType::Float32 || mutated[n.outputs[0]]) continue;
+    const DType dtype = g.values[n.outputs[0]].meta.dtype;
+    if (!takes(dtype) || mutated[n.outputs[0]]) continue;
     bool ok = true;
-    for (int id : n.inputs) ok = ok && id >= 0 && full_shape(id, shape) && !mutated[id];
+    for (int id : n.inputs) ok = ok && id >= 0 && full_shape(id, shape, dtype) && !mutated[id];
     if (!ok) continue;
     // Join the groups of inputs computed by fusible nodes and used only here
     // (two such groups merge: their nodes are independent and all precede this one).
@@ -92,14 +103,13 @@ std::string fuse_elementwise(Graph& g) {
     groups[joined].nodes.push_back(static_cast<int>(i));
     group_of[i] = joined;
   }
-  ElementwiseLowering lower = lowering_for(g);
-  if (lower == nullptr) return "";
   size_t fused_groups = 0, fused_ops = 0;
   for (Group& grp : groups) {
     if (grp.nodes.size() < 2) continue;
     Node& last = g.nodes[grp.nodes.back()];
     std::vector<int> external;
     ElementwiseExpression expression;
+    expression.dtype = g.values[last.outputs[0]].meta.dtype;
     std::vector<int> produced;  // value id produced by each step
     std::string label = "fused(";
     using Operand = ElementwiseExpression::Operand;
@@ -124,7 +134,7 @@ std::string fuse_elementwise(Graph& g) {
     }
     label += ")";
     Node fused;
-    fused.custom = lower(expression);
+    fused.custom = lowering.lower(expression);
     if (!fused.custom) continue;  // the backend cannot run this expression: its ops stay
     fused.inputs = external;
     fused.outputs = last.outputs;

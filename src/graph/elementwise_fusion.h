@@ -1,7 +1,9 @@
 #pragma once
-// Elementwise fusion, backend-neutral: a chain (or tree) of float32
-// elementwise ops over one shape becomes an expression (the chain of the
-// ops' formulas and their operands), which the graph's backend lowers to
+// Elementwise fusion, backend-neutral: a chain (or tree) of elementwise ops
+// over one shape, in one dtype the backend's lowering takes (float32 on the
+// CPU; the 16-bit floats too on CUDA, computed in float), becomes an
+// expression (the chain of the ops' formulas and their operands), which the
+// graph's backend lowers to
 // one kernel that streams blocks of elements through all of them, so the
 // intermediate values never go to memory. The CPU lowers through its block
 // loops (src/backends/cpu/passes/elementwise_lowering.cpp); a device backend
@@ -29,13 +31,15 @@ struct ElementwiseExpression {
     Operand a, b;  // b for binary formulas
   };
   std::vector<Step> steps;  // in order; the last gives the output
+  DType dtype = DType::Float32;  // of every input and the output
 };
 
 // How a backend runs an expression: a kernel from the fused node's inputs to
 // its output, which takes every size from those tensors when it runs; or
 // none, where the backend cannot (the group's ops then stay as they are).
 using ElementwiseLowering = CustomKernel (*)(const ElementwiseExpression& expression);
-void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower);
+void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower,
+                                   std::vector<DType> dtypes = {DType::Float32});
 
 // The pass: where the graph's backend lowers expressions, each fusible group
 // becomes one node running the lowered kernel (a backend lists the pass

@@ -82,12 +82,15 @@ TEST(CudaFusionSource, EveryFormulaCompilesWithNvrtc) {
     e.steps.push_back(s);
   }
   const std::vector<FusedInput> kinds = {FusedInput::Dense, FusedInput::Broadcast, FusedInput::Scalar};
-  const std::string source = cuda::fused_kernel_source(e, kinds);
   const auto before = cuda::runtime_compile_counts();
-  EXPECT_FALSE(cuda::compile_runtime_source(source, "every_formula", {90, false}).empty());  // an sm_90 cubin
-  EXPECT_NE(cuda::compile_runtime_source(source, "every_formula", {80, true}).find(".entry kiln_fused"),
-            std::string::npos);  // PTX for the driver to finish
-  EXPECT_EQ(cuda::runtime_compile_counts().compiled, before.compiled + 2);
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    e.dtype = dtype;
+    const std::string source = cuda::fused_kernel_source(e, kinds);
+    EXPECT_FALSE(cuda::compile_runtime_source(source, "every_formula", {90, false}).empty());  // an sm_90 cubin
+    EXPECT_NE(cuda::compile_runtime_source(source, "every_formula", {75, true}).find(".entry kiln_fused"),
+              std::string::npos);  // PTX for the driver to finish
+  }
+  EXPECT_EQ(cuda::runtime_compile_counts().compiled, before.compiled + 6);
 }
 
 TEST(CudaFusionSource, NvrtcErrorsNameTheKernelAndTheWayAround) {
@@ -139,8 +142,34 @@ class HostCompiledKernels {
 #define __host__
 #define __device__
 #define KILN_HOST_DEVICE
+#include <cstring>
 struct KilnDim { unsigned x; };
 static const KilnDim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
+struct kiln_bf16 { unsigned short bits; };
+struct kiln_half { unsigned short bits; };
+inline float kiln_load(float v) { return v; }
+inline float kiln_load(kiln_bf16 v) {
+  const unsigned u = static_cast<unsigned>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float kiln_load(kiln_half v) {
+  _Float16 h;
+  std::memcpy(&h, &v.bits, 2);
+  return static_cast<float>(h);
+}
+inline void kiln_store(float* p, float v) { *p = v; }
+inline void kiln_store(kiln_bf16* p, float v) {  // round to nearest even, as the device's prelude does
+  unsigned u;
+  std::memcpy(&u, &v, 4);
+  p->bits = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<unsigned short>((u >> 16) | 0x40u)
+                                            : static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline void kiln_store(kiln_half* p, float v) {
+  const _Float16 h = static_cast<_Float16>(v);
+  std::memcpy(&p->bits, &h, 2);
+}
 )";
     source += std::string(cuda::formulas_source()) + "\n" + cuda::fused_args_source();
     for (size_t k = 0; k < kernels.size(); ++k) {
@@ -167,7 +196,7 @@ static const KilnDim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
 
   // Runs kernel k as the CUDA lowering would launch it: the plan's arguments and the functors' bytes.
   Tensor run(size_t k, const ElementwiseExpression& e, const std::vector<Tensor>& in, const Shape& shape) {
-    Tensor out = Tensor::empty(shape, DType::Float32);
+    Tensor out = Tensor::empty(shape, e.dtype);
     cuda::FusedLaunch plan = cuda::plan_fused_launch(in, out);
     cuda::FusedFunctors functors(e);
     std::vector<void*> params{&plan.args};
@@ -183,15 +212,16 @@ static const KilnDim blockIdx{0}, threadIdx{0}, blockDim{1}, gridDim{1};
   void* lib_ = nullptr;
 };
 
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what, double tolerance = 2e-5) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
-  const auto g = got.to_vector<float>(), w = want.contiguous().to_vector<float>();
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const auto g = got.to(DType::Float32).to_vector<float>(), w = want.contiguous().to(DType::Float32).to_vector<float>();
   for (size_t i = 0; i < g.size(); ++i) {
     if (std::isnan(w[i])) {
       EXPECT_TRUE(std::isnan(g[i])) << what << " element " << i;
       continue;
     }
-    ASSERT_NEAR(g[i], w[i], 2e-5 * std::max(1.0f, std::fabs(w[i]))) << what << " element " << i;
+    ASSERT_NEAR(g[i], w[i], tolerance * std::max(1.0f, std::fabs(w[i]))) << what << " element " << i;
   }
 }
 
@@ -223,12 +253,10 @@ TEST(CudaFusionSource, GeneratedKernelsComputeWhatTheOpsComputeOneAtATime) {
     ElementwiseExpression e;
     e.steps.push_back(step(o->name, input(0), binary ? input(1) : Operand{}, attrs));
     e.steps.push_back(step("mul", result(0), input(binary ? 2 : 1)));
-    std::vector<Tensor> in{operand_for(o->name, shape)};
-    if (binary) in.push_back(abs(operand_for(o->name, {5})) + 0.5);
-    in.push_back(full({}, 1.5));
-    std::vector<Tensor> args{in[0]};
-    if (binary) args.push_back(in[1]);
-    wanted.push_back(call(*o, args, attrs).at(0) * in.back());
+    const Tensor x = operand_for(o->name, shape), y = abs(operand_for(o->name, {5})) + 0.5, scale = full({}, 1.5);
+    const std::vector<Tensor> in = binary ? std::vector<Tensor>{x, y, scale} : std::vector<Tensor>{x, scale};
+    const std::vector<Tensor> args = binary ? std::vector<Tensor>{x, y} : std::vector<Tensor>{x};
+    wanted.push_back(call(*o, args, attrs).at(0) * scale);
     std::vector<FusedInput> kinds{FusedInput::Dense};
     if (binary) kinds.push_back(FusedInput::Broadcast);
     kinds.push_back(FusedInput::Scalar);
@@ -241,20 +269,56 @@ TEST(CudaFusionSource, GeneratedKernelsComputeWhatTheOpsComputeOneAtATime) {
   tree.steps = {step("add", input(0), input(1)), step("gelu", result(0)), step("mul", result(1), input(2)),
                 step("sub", input(3), input(4)), step("maximum", result(2), result(3))};
   const Shape big{2, 3, 1, 4};
-  const Tensor transposed = rand({4, 1, 3, 2}).permute({3, 2, 1, 0});
-  std::vector<Tensor> tree_in{rand(big), rand({3, 1, 1}), transposed, rand({4}), full({}, 0.25)};
-  kernels.push_back(
-      {tree,
-       {FusedInput::Dense, FusedInput::Broadcast, FusedInput::Broadcast, FusedInput::Broadcast, FusedInput::Scalar}});
-  inputs.push_back(tree_in);
-  wanted.push_back(maximum(gelu(tree_in[0] + tree_in[1]) * tree_in[2], tree_in[3] - tree_in[4]));
+  const Tensor stored = rand({4, 1, 3, 2});  // read transposed
+  std::vector<Tensor> tree_in{rand(big), rand({3, 1, 1}), stored, rand({4}), full({}, 0.25)};
+  const std::vector<FusedInput> tree_kinds = {FusedInput::Dense, FusedInput::Broadcast, FusedInput::Broadcast,
+                                              FusedInput::Broadcast, FusedInput::Scalar};
+  // The same tree in each 16-bit float: loaded into float, computed there,
+  // rounded once on the store (eager mode rounds after every op, hence the
+  // tolerance of a few units in the last place).
+  for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    tree.dtype = dtype;
+    kernels.push_back({tree, tree_kinds});
+    std::vector<Tensor> in;
+    for (const Tensor& t : tree_in) in.push_back(t.to(dtype));
+    in[2] = in[2].permute({3, 2, 1, 0});
+    inputs.push_back(in);
+    wanted.push_back(maximum(gelu(in[0] + in[1]) * in[2], in[3] - in[4]));
+  }
 
   HostCompiledKernels compiled(kernels);
   for (size_t k = 0; k < kernels.size(); ++k) {
-    const cuda::FusedLaunch plan = cuda::plan_fused_launch(inputs[k], Tensor::empty(wanted[k].shape()));
+    const DType dtype = kernels[k].first.dtype;
+    const cuda::FusedLaunch plan = cuda::plan_fused_launch(inputs[k], Tensor::empty(wanted[k].shape(), dtype));
     EXPECT_EQ(plan.kinds, kernels[k].second) << "kernel " << k;
     expect_close(compiled.run(k, kernels[k].first, inputs[k], wanted[k].shape()), wanted[k],
-                 kernels[k].first.steps[0].op->name);
+                 kernels[k].first.steps[0].op->name + " in " + dtype_name(dtype),
+                 dtype == DType::BFloat16  ? 3e-2
+                 : dtype == DType::Float16 ? 4e-3
+                                           : 2e-5);
+  }
+}
+
+TEST(CudaFusionSource, SixteenBitStoresRoundAsEagerModeDoes) {
+  // One product of two 16-bit operands, computed in float and rounded once
+  // by the generated store, is bit for bit eager mode's product: values of
+  // every magnitude, halfway cases, float16's largest value and overflows.
+  ElementwiseExpression e;
+  e.steps = {step("mul", input(0), input(1))};
+  std::vector<std::pair<ElementwiseExpression, std::vector<FusedInput>>> kernels;
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    e.dtype = dtype;
+    kernels.push_back({e, {FusedInput::Dense, FusedInput::Dense}});
+  }
+  HostCompiledKernels compiled(kernels);
+  const Tensor a = concat({randn({4000}) * 100.0, randn({4000}) * 1e-3, full({4}, 65504.0), full({4}, 1.0)}, 0);
+  const Tensor b = concat({randn({8000}), full({4}, 2.0), full({4}, 1.0 + 1.0 / 256 + 1.0 / 512)}, 0);
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    const DType dtype = kernels[k].first.dtype;
+    const std::vector<Tensor> in{a.to(dtype), b.to(dtype)};
+    const Tensor got = compiled.run(k, kernels[k].first, in, a.shape());
+    EXPECT_EQ(got.to(DType::Float32).to_vector<float>(), (in[0] * in[1]).to(DType::Float32).to_vector<float>())
+        << dtype_name(dtype);
   }
 }
 
@@ -303,6 +367,21 @@ TEST(CudaFusion, ACompiledChainRunsAsOneGeneratedKernelAndMatchesEager) {
   auto again = jit::compile(fn, {x, b, s});
   expect_close(again({x, b, s})[0].to(cpu_device()), eager.to(cpu_device()), "fused chain, compiled again");
   EXPECT_EQ(cuda::runtime_compile_counts().compiled, after.compiled);
+}
+
+TEST(CudaFusion, SixteenBitChainsFuseAndMatchEagerWithinTheirPrecision) {
+  NEEDS_A_GPU();
+  const Device gpu = parse_device("cuda");
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    const Tensor x = randn({128, 96}).to(dtype).to(gpu), b = randn({96}).to(dtype).to(gpu);
+    auto fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{silu(in[0] + in[1]) * in[0] - in[1]}; };
+    auto compiled = jit::compile(fn, {x, b});
+    const Tensor got = compiled({x, b})[0];
+    EXPECT_EQ(got.dtype(), dtype);
+    EXPECT_EQ(compiled.report().kernels, 1u) << compiled.graph_text();
+    expect_close(got.to(cpu_device()), fn({x, b})[0].to(cpu_device()), dtype_name(dtype),
+                 dtype == DType::BFloat16 ? 3e-2 : 4e-3);
+  }
 }
 
 TEST(CudaFusion, TurnedOffTheChainRunsOpByOpWithTheSameAnswer) {

@@ -1,7 +1,8 @@
 // The CUDA backend's graph passes, registered when libkiln_cuda loads:
 // elementwise chains fused into kernels generated from the op formulas and
-// compiled at run time (fused_elementwise.h). KILN_CUDA_FUSION=0 leaves the
-// chains to the library's kernels, one op at a time.
+// compiled at run time (fused_elementwise.h), in float32 and the 16-bit
+// floats. KILN_CUDA_FUSION=0 leaves the chains to the library's kernels, one
+// op at a time.
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -69,7 +70,7 @@ std::string fuse_unless_turned_off(graph::Graph& g) {
 }
 
 [[maybe_unused]] const bool registered = [] {
-  graph::register_elementwise_lowering(DeviceType::CUDA, lower);
+  graph::register_elementwise_lowering(DeviceType::CUDA, lower, {DType::Float32, DType::Float16, DType::BFloat16});
   graph::register_backend_passes(DeviceType::CUDA, {{"elementwise fusion", graph::plain<fuse_unless_turned_off>}});
   return true;
 }();

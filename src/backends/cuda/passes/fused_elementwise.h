@@ -22,8 +22,8 @@ enum class FusedInput { Dense, Scalar, Broadcast };
 // sizes (axes merged where every input allows) and each broadcast input's
 // strides over them. Under CUDA's 4 KiB of kernel arguments with twelve functors.
 #define KILN_FUSED_ARGS_FIELDS \
-  float* out;                  \
-  const float* in[16];         \
+  void* out;                   \
+  const void* in[16];          \
   long long numel;             \
   int rank;                    \
   long long sizes[16];         \
@@ -37,7 +37,8 @@ static_assert(graph::kMaxFusedSteps + 1 <= kFusedMaxInputs,
               "an expression's tree of steps has steps + 1 inputs at most");
 
 // The arguments and input kinds of running an expression on `in` into
-// `out` (contiguous, the expression's shape); inputs broadcast to it.
+// `out` (contiguous, the expression's shape); inputs broadcast to it, and
+// all of the output's dtype.
 struct FusedLaunch {
   FusedArgs args{};
   std::vector<FusedInput> kinds;
@@ -46,7 +47,9 @@ FusedLaunch plan_fused_launch(const std::vector<Tensor>& in, const Tensor& out);
 
 // The kernel `kiln_fused(FusedArgs, F0 f0, F1 f1, ...)` for an expression
 // read as `kinds` says: its text alone, and whole with what it needs before
-// it (NVRTC's prelude, the formulas, FusedArgs).
+// it (NVRTC's prelude, the formulas, FusedArgs). Elements are loaded into
+// float and stored with kiln_load/kiln_store, which the prelude defines for
+// float, kiln_bf16 and kiln_half (16-bit floats rounded once, to nearest even).
 std::string fused_kernel_code(const graph::ElementwiseExpression& expression, const std::vector<FusedInput>& kinds);
 std::string fused_kernel_source(const graph::ElementwiseExpression& expression, const std::vector<FusedInput>& kinds);
 // The formulas' text (src/ops/elementwise_formulas.h, embedded at build
