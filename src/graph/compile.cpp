@@ -6,18 +6,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 
 #include "graph/compiled.h"
 #include "graph/dynamic_axes.h"
 #include "graph/passes.h"
 #include "graph/tracer.h"
 #include "kiln/allocator.h"
+#include "kiln/autograd.h"
+#include "kiln/backend.h"
 #include "kiln/caller_language.h"
 #include "kiln/profiler.h"
-#include "kiln/backend.h"
-#include "kiln/autograd.h"
+#include "ops/dispatch_hooks.h"
 
 namespace kiln {
 namespace {
@@ -281,7 +282,16 @@ graph::Graph CompiledFunction::Impl::optimized(const std::vector<Tensor>& inputs
                                                CompileReport& report, std::map<const StorageImpl*, int64_t>* derived,
                                                bool dumps) {
   auto t0 = std::chrono::steady_clock::now();
-  graph::Graph g = graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);
+  // Traced on the CPU for its device: what decomposes there is traced as its ops.
+  struct TraceTarget {
+    const DeviceType before = kiln::detail::t_trace_target;
+    explicit TraceTarget(DeviceType target) { kiln::detail::t_trace_target = target; }
+    ~TraceTarget() { kiln::detail::t_trace_target = before; }
+  };
+  graph::Graph g = [&] {
+    const TraceTarget target(options.device ? options.device->type : DeviceType::CPU);
+    return graph::detail::trace(fn, inputs, names, options.device ? nullptr : eager_outputs);
+  }();
   if (options.device) {
     KILN_CHECK(options.inference || std::none_of(g.values.begin(), g.values.end(), [](const graph::Value& v) {
                  return v.kind == graph::ValueKind::Param;

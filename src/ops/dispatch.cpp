@@ -126,6 +126,7 @@ void set_dispatch_observer(DispatchObserver observer) { g_observer.store(observe
 
 namespace detail {
 thread_local OpObserver t_op_observer = nullptr;
+thread_local DeviceType t_trace_target = DeviceType::CPU;
 void set_grad_recorder(GradRecorder recorder) { g_grad_recorder.store(recorder); }
 }  // namespace detail
 
@@ -313,14 +314,16 @@ static std::optional<Device> device_for_host_scalars(const OpDef& op, const std:
 
 // A call on a device whose backend has no kernel for it, of an op that
 // decomposes (OpDef::decompose): checked as any call, then run as its
-// program of ops, which stays on the device.
+// program of ops, which stays on the device. Traced on the CPU for a graph
+// bound for such a device (detail::t_trace_target), likewise.
 static std::optional<std::vector<Tensor>> run_decomposed(const OpDef& op, const std::vector<Tensor>& inputs,
                                                          const Attrs& attrs) {
   if (static_cast<size_t>(op.dispatch_input) >= inputs.size() || !inputs[op.dispatch_input].defined())
     return std::nullopt;
   const Tensor& lead = inputs[op.dispatch_input];
-  if (lead.device().type == DeviceType::CPU ||
-      op.kernels[static_cast<int>(lead.device().type)][static_cast<int>(lead.dtype())].fn)
+  DeviceType where = lead.device().type;
+  if (where == DeviceType::CPU && detail::tracing_this_thread()) where = detail::t_trace_target;
+  if (where == DeviceType::CPU || op.kernels[static_cast<int>(where)][static_cast<int>(lead.dtype())].fn)
     return std::nullopt;
   std::vector<TensorMeta> metas;
   for (const Tensor& t : inputs)

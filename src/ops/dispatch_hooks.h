@@ -23,4 +23,11 @@ extern thread_local OpObserver t_op_observer;
 // their choices leave that to the compiled graph).
 inline bool tracing_this_thread() { return t_op_observer != nullptr; }
 
+// The device a graph being traced on this thread will run on, where it is
+// traced on the CPU and placed there afterwards (jit's CompileOptions::device):
+// an op that decomposes (OpDef::decompose) and has no kernel there is traced
+// as its decomposition, so that the graph's nodes are ops that device runs.
+// The CPU while nothing is traced so.
+extern thread_local DeviceType t_trace_target;
+
 }  // namespace kiln::detail

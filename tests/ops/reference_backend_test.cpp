@@ -209,6 +209,37 @@ TEST(ReferenceBackend, RecurrentOpsDecomposeOnTheDevice) {
   }
 }
 
+// An inference graph traced on the CPU for a device without recurrent
+// kernels (jit's CompileOptions::device, as InferenceSession compiles) is
+// traced as the recurrent ops' decomposition, so none of it is left on the
+// CPU as one recurrent node; its values are the CPU's.
+TEST(ReferenceBackend, GraphsForTheDeviceTraceRecurrentOpsAsTheirDecomposition) {
+  manual_seed(23);
+  const int64_t t = 4, n = 2, in = 3, h = 5;
+  const Tensor x = randn({t, n, in}), w_ih = randn({4 * h, in}) * 0.5, w_hh = randn({4 * h, h}) * 0.5,
+               b_ih = randn({4 * h}), b_hh = randn({4 * h}), h0 = randn({n, h}), c0 = randn({n, h});
+  auto fn = [&](const std::vector<Tensor>& inputs) {
+    return std::vector<Tensor>{call("lstm", {inputs[0], w_ih, w_hh, b_ih, b_hh, h0, c0}, {{"reverse", false}})[0]};
+  };
+  const Tensor want = fn({x})[0];
+  jit::CompileOptions o;
+  o.inference = true;
+  o.device = kRef;
+  auto compiled = jit::compile(fn, {x}, o);
+  const Tensor got = compiled({x})[0];
+  EXPECT_EQ(got.device(), kRef);
+  for (const std::string& node : compiled.report().on_cpu)
+    EXPECT_EQ(node.find("lstm"), std::string::npos) << "left on the CPU: " << node;
+  EXPECT_GT(compiled.report().traced_nodes, 10u) << "the LSTM was traced as one node";
+  EXPECT_EQ(compare(got.to(cpu_device()), want.to_vector<double>(), want.shape(), {1e-5, 1e-5}), "");
+  // Compiled for the CPU, the same function keeps its one LSTM node.
+  jit::CompileOptions for_cpu;
+  for_cpu.inference = true;
+  auto on_cpu = jit::compile(fn, {x}, for_cpu);
+  EXPECT_EQ(compare(on_cpu({x})[0], want.to_vector<double>(), want.shape(), {1e-5, 1e-5}), "");
+  EXPECT_LT(on_cpu.report().traced_nodes, 5u);
+}
+
 TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
   Tensor x = randn({1, 2, 5, 5}).to(kRef);
   set_strict_device(true);
