@@ -13,7 +13,7 @@ scripts/build.sh
 sed -E 's/^(\| `[^`]*` \| [^|]*\| [a-z ]*)cuda /\1/; s/\| cuda( \([^)]*\))?; /| /; s/\| cuda( \([^)]*\))? \|/| - |/' \
   docs/ops.md > build/ops.expected.md
 if ! diff -u build/ops.expected.md build/ops.md > build/ops.diff; then
-  echo "docs/ops.md is stale: run 'kiln ops --markdown > docs/ops.md' from a build with -DKILN_BUILD_CUDA=ON" \
+  echo "docs/ops.md is stale: run 'kiln ops --markdown > docs/ops.md' from a build with -DKILN_CUDA=on" \
     "(which adds the CUDA backend's kernels) and commit it" >&2
   head -40 build/ops.diff >&2
   exit 1

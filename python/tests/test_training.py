@@ -359,7 +359,7 @@ def test_set_context_names_a_device_target_this_build_lacks():
     try:
         kiln.set_context(device_target="GPU")
     except kiln.Error as e:  # without the CUDA backend: it says so, and how to get it
-        assert "no cuda backend in this build of Kiln" in str(e) and "KILN_BUILD_CUDA" in str(e)
+        assert "no cuda backend in this build of Kiln" in str(e) and "-DKILN_CUDA=on" in str(e)
         assert kiln.get_context("device_target") == "CPU"
     else:
         assert kiln.get_context("device_target") == "GPU"

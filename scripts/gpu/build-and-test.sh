@@ -24,7 +24,7 @@ ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$LOGS/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=OFF -DKILN_BUILD_SERVE=OFF \
   -DKILN_BUILD_DIST=OFF -DKILN_BUILD_STUDIO=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_BUILD_BENCH=OFF -DKILN_OPENMP=gnu \
-  -DKILN_BUILD_CUDA=ON -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90}" \
+  -DKILN_CUDA=on -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90}" \
   -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCMAKE_INCLUDE_PATH="$PREFIX/usr/include" \
   -DCMAKE_LIBRARY_PATH="$LIB;$LIB/openblas-pthread" -DProtobuf_PROTOC_EXECUTABLE="$PREFIX/usr/bin/protoc" \
   2>&1 | tee "$LOGS/configure.log" | tail -3

@@ -204,7 +204,7 @@ std::string detail::no_backend_message(DeviceType type) {
   }
   if (!why.empty()) return m + "; " + why;
   if (type == DeviceType::CUDA)
-    m += "; the CUDA backend is a library of its own: build Kiln with -DKILN_BUILD_CUDA=ON, and libkiln_cuda.so "
+    m += "; the CUDA backend is a library of its own: build Kiln with -DKILN_CUDA=on, and libkiln_cuda.so "
          "beside libkiln.so loads when a CUDA device is first asked for (or name it in KILN_PLUGIN_PATH)";
   return m;
 }

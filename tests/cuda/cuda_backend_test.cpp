@@ -1,4 +1,4 @@
-// The CUDA backend library (libkiln_cuda, -DKILN_BUILD_CUDA=ON): it loads
+// The CUDA backend library (libkiln_cuda, -DKILN_CUDA=on): it loads
 // into CUDA's slot; without a GPU, asking for one says so; with one, tensors
 // go there and back unchanged, ops without a CUDA kernel run on the CPU
 // visibly (the kernels: cuda_kernels_test.cpp), a steady loop stops calling

@@ -1,5 +1,5 @@
 // The CUDA backend, a backend library (libkiln_cuda.so, built with
-// -DKILN_BUILD_CUDA=ON; load it with load_op_library or KILN_PLUGIN_PATH):
+// -DKILN_CUDA=on; load it with load_op_library or KILN_PLUGIN_PATH):
 // each GPU's memory through the stream-ordered caching allocator, pinned
 // host memory for staging, copies in stream order, streams and events; and
 // its kernels: elementwise_ops.cpp (every op with an elementwise formula, and
