@@ -46,6 +46,11 @@ struct SessionOptions {
   // 0: run node by node (eager); 1: compiled graph, no optimizing passes;
   // 2: compiled and optimized (constant folding, batch-norm folding, fusion, layouts).
   int optimization_level = 2;
+  // "float32" (fp32), or half precision: "bfloat16" (bf16) or "float16" (fp16):
+  // the model runs under autocast in that dtype (matrix products, convolutions
+  // and attention in it; reductions, softmax and norms in float32), and its
+  // outputs come back in the dtypes the model declares.
+  std::string precision = "float32";
   // Input axes padded up to a few sizes, so that a model called with many
   // lengths compiles once per bucket: {"input_ids", 1, {32, 64, 128}}. The
   // outputs are cut back to the call's size (jit::DynamicAxis says how).

@@ -162,38 +162,46 @@ void bind_io(py::module_& m) {
       .def_readonly("shape", &TensorInfo::shape)
       .def("__repr__", &TensorInfo::str);
   py::class_<InferenceSession, std::shared_ptr<InferenceSession>>(m, "InferenceSession")
-      .def(py::init([](const std::string& path, const std::string& device, int threads, int optimization_level) {
+      .def(py::init([](const std::string& path, const std::string& device, int threads, int optimization_level,
+                       const std::string& precision) {
              SessionOptions o;
              o.device = device, o.threads = threads, o.optimization_level = optimization_level;
+             o.precision = precision;
              py::gil_scoped_release release;
              return std::make_shared<InferenceSession>(path, o);
            }),
-           py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 0, py::arg("optimization_level") = 2)
-      .def("run", [](InferenceSession& s, py::object inputs) -> py::object {
-        if (py::isinstance<py::dict>(inputs)) {
-          std::map<std::string, Tensor> feed;
-          for (auto [k, v] : py::reinterpret_borrow<py::dict>(inputs)) feed[py::cast<std::string>(k)] = to_tensor(v);
-          std::map<std::string, Tensor> out;
-          {
-            py::gil_scoped_release release;
-            out = s.run(feed);
-          }
-          return py::cast(out);
-        }
-        std::vector<Tensor> feed;
-        if (py::isinstance<py::list>(inputs) || py::isinstance<py::tuple>(inputs)) {
-          for (auto v : inputs) feed.push_back(to_tensor(v));
-        } else {
-          feed.push_back(to_tensor(inputs));
-        }
-        std::vector<Tensor> out;
-        {
-          py::gil_scoped_release release;
-          out = s.run(feed);
-        }
-        return py::cast(out);
-      }, py::arg("inputs"), "Runs the model: a list of inputs in the model's order (or one input) gives a list of "
-                            "outputs; a dict by input name gives a dict by output name.")
+           py::arg("path"), py::arg("device") = "cpu", py::arg("threads") = 0, py::arg("optimization_level") = 2,
+           py::arg("precision") = "float32")
+      .def(
+          "run",
+          [](InferenceSession& s, py::object inputs) -> py::object {
+            if (py::isinstance<py::dict>(inputs)) {
+              std::map<std::string, Tensor> feed;
+              for (auto [k, v] : py::reinterpret_borrow<py::dict>(inputs))
+                feed[py::cast<std::string>(k)] = to_tensor(v);
+              std::map<std::string, Tensor> out;
+              {
+                py::gil_scoped_release release;
+                out = s.run(feed);
+              }
+              return py::cast(out);
+            }
+            std::vector<Tensor> feed;
+            if (py::isinstance<py::list>(inputs) || py::isinstance<py::tuple>(inputs)) {
+              for (auto v : inputs) feed.push_back(to_tensor(v));
+            } else {
+              feed.push_back(to_tensor(inputs));
+            }
+            std::vector<Tensor> out;
+            {
+              py::gil_scoped_release release;
+              out = s.run(feed);
+            }
+            return py::cast(out);
+          },
+          py::arg("inputs"),
+          "Runs the model: a list of inputs in the model's order (or one input) gives a list of "
+          "outputs; a dict by input name gives a dict by output name.")
       .def_property_readonly("inputs", &InferenceSession::inputs)
       .def_property_readonly("outputs", &InferenceSession::outputs)
       .def_property_readonly("metadata", &InferenceSession::metadata)

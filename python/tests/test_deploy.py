@@ -100,6 +100,12 @@ def test_export_then_inference_session_matches_eager(tmp_path):
     np.testing.assert_allclose(out[0], expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(kiln.Error, match="input"):
         session.run([kiln.zeros((1, 3, 8, 8))])
+    # Half precision on request: float32 outputs close to the float32 run's.
+    half = kiln.InferenceSession(str(tmp_path / "net.onnx"), precision="bf16").run([x])[0].numpy()
+    assert half.dtype == np.float32
+    np.testing.assert_allclose(half, expected, rtol=0.05, atol=0.05 * np.abs(expected).max())
+    with pytest.raises(kiln.Error, match=r"InferenceSession\(precision=\.\.\.\) is 'int4'"):
+        kiln.InferenceSession(str(tmp_path / "net.onnx"), precision="int4")
 
 
 def test_serve_and_query(tmp_path):

@@ -10,6 +10,7 @@
 
 #include "kiln/autograd.h"
 #include "kiln/backend.h"
+#include "kiln/caller_language.h"
 #include "kiln/functional.h"
 #include "kiln/jit.h"
 #include "kiln/parallel.h"
@@ -196,6 +197,15 @@ InferenceSession::~InferenceSession() = default;
 InferenceSession::InferenceSession(InferenceSession&&) noexcept = default;
 InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = default;
 
+// SessionOptions::precision: none for float32, else the half-precision dtype.
+static std::optional<DType> half_precision(const std::string& precision) {
+  if (precision == "float32" || precision == "fp32") return std::nullopt;
+  if (precision == "bfloat16" || precision == "bf16") return DType::BFloat16;
+  if (precision == "float16" || precision == "fp16") return DType::Float16;
+  KILN_FAIL(in_caller_language("SessionOptions::precision", "InferenceSession(precision=...)"), " is '", precision,
+            "', not a precision Kiln infers in: give float32 (fp32), bfloat16 (bf16) or float16 (fp16)");
+}
+
 InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionOptions options, const std::string& name) {
   const Device device = parse_device(options.device);
   KILN_CHECK(find_backend(device.type) != nullptr, "InferenceSession: device '", options.device,
@@ -207,7 +217,10 @@ InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionO
   KILN_CHECK(options.threads >= 0, "InferenceSession: threads must be >= 0, got ", options.threads);
   if (options.threads > 0) set_num_threads(options.threads);
   auto impl = std::make_shared<Impl>();
-  impl->program = runtime::load_program(bytes, name);
+  std::unique_ptr<runtime::Program> program = runtime::load_program(bytes, name);
+  if (const std::optional<DType> half = half_precision(options.precision))
+    program = runtime::autocast_program(std::move(program), *half);
+  impl->program = std::move(program);
   impl->options = options;
   impl->device = device;
   impl->set_buckets();

@@ -48,4 +48,8 @@ std::unique_ptr<Program> load_program(const std::string& bytes, const std::strin
 // ONNX's a number).
 bool looks_like_mindir(const std::string& bytes);
 
+// `program` run under autocast in `dtype` (bfloat16 or float16), its floating
+// outputs cast back to the dtypes it declares (SessionOptions::precision).
+std::unique_ptr<Program> autocast_program(std::unique_ptr<Program> program, DType dtype);
+
 }  // namespace kiln::runtime

@@ -77,6 +77,34 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchExport,
                                            "text_lstm", "text_gru", "shufflenet_v2", "squeezenet", "mobilenet_v3"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Half precision on request: the model under autocast (its convolutions and
+// products in bfloat16 or float16), its outputs in the dtype it declares,
+// close to float32's and not the same; anything else is refused by name.
+TEST(InferenceSession, HalfPrecisionRunsCloseToFloat32) {
+  const Tensor x = io::load_npy(fixture("resnet18.input.npy"));
+  const Tensor want = InferenceSession(fixture("resnet18.onnx")).run({x})[0];
+  for (const char* precision : {"bf16", "float16"}) {
+    SessionOptions o;
+    o.precision = precision;
+    InferenceSession session(fixture("resnet18.onnx"), o);
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the traced run, then the compiled graph
+      const Tensor got = session.run({x})[0];
+      EXPECT_EQ(got.dtype(), DType::Float32) << precision;
+      const double scale = amax(abs(want)).item<double>();
+      const double diff = amax(abs(got - want)).item<double>();
+      EXPECT_LT(diff, (std::string(precision) == "bf16" ? 0.05 : 0.01) * scale) << precision << ", run " << repeat;
+      EXPECT_GT(diff, 1e-6 * scale) << precision << ": the same as float32, so nothing ran in half precision";
+    }
+  }
+  SessionOptions bad;
+  bad.precision = "int4";
+  const std::string msg = kt::message_of([&] { InferenceSession(fixture("cnn.onnx"), bad); });
+  EXPECT_NE(msg.find("SessionOptions::precision is 'int4', not a precision Kiln infers in: give float32 (fp32), "
+                     "bfloat16 (bf16) or float16 (fp16)"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(InferenceSession, DynamicBatchRowsAreTheirOwn) {
   InferenceSession session(fixture("cnn.onnx"));
   ASSERT_EQ(session.inputs().size(), 1u);

@@ -105,11 +105,35 @@ void add_export(CLI::App& app) {
   });
 }
 
+// A half-precision session's outputs against float32's on the same inputs:
+// per floating output, the largest difference (and the largest float32
+// value beside it) and, for [rows, classes] outputs, the rows whose argmax
+// stays.
+void print_precision_report(const std::string& precision, const std::vector<TensorInfo>& infos,
+                            const std::vector<Tensor>& half, const std::vector<Tensor>& full) {
+  for (size_t i = 0; i < half.size() && i < full.size(); ++i) {
+    const Tensor h = half[i].to(cpu_device()), f = full[i].to(cpu_device());
+    if (!is_floating(f.dtype()) || f.numel() == 0) continue;
+    const double diff = amax(abs(h.to(DType::Float64) - f.to(DType::Float64))).item<double>();
+    const double scale = amax(abs(f.to(DType::Float64))).item<double>();
+    std::printf("%s against float32, output '%s': max abs difference %.3g (largest |value| %.3g)", precision.c_str(),
+                infos[i].name.c_str(), diff, scale);
+    if (f.dim() == 2) {
+      const auto a = argmax(h, 1).to_vector<int64_t>(), b = argmax(f, 1).to_vector<int64_t>();
+      size_t same = 0;
+      for (size_t r = 0; r < a.size(); ++r) same += a[r] == b[r];
+      std::printf("; argmax the same in %zu of %zu rows", same, a.size());
+    }
+    std::printf("\n");
+  }
+}
+
 void add_run(CLI::App& app) {
   struct Args {
     std::string model, output;
     std::vector<std::string> inputs;
     std::string device = "cpu";
+    std::string precision = "float32";
     int level = 2;
   };
   auto a = std::make_shared<Args>();
@@ -119,10 +143,13 @@ void add_run(CLI::App& app) {
   cmd->add_option("--output", a->output, "Write the first output here (.npy or .pb)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
+  cmd->add_option("--precision", a->precision,
+                  "float32, or half precision: bfloat16 (bf16) or float16 (fp16), compared with float32 on the inputs");
   cmd->callback([a] {
     SessionOptions so;
     so.optimization_level = a->level;
     so.device = a->device;
+    so.precision = a->precision;
     InferenceSession session(a->model, so);
     if (!session.rewrites().empty()) std::printf("%s\n", session.rewrites().c_str());
     std::vector<Tensor> inputs;
@@ -130,6 +157,10 @@ void add_run(CLI::App& app) {
     auto t0 = std::chrono::steady_clock::now();
     auto outputs = session.run(inputs);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (a->precision != "float32" && a->precision != "fp32") {
+      so.precision = "float32";
+      print_precision_report(a->precision, session.outputs(), outputs, InferenceSession(a->model, so).run(inputs));
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
       const Tensor y = outputs[i].to(cpu_device());  // the summary is computed on the host
       std::printf("%s: %s %s\n", session.outputs()[i].name.c_str(), dtype_name(y.dtype()), shape_str(y.shape()).c_str());
@@ -216,6 +247,7 @@ void add_bench(CLI::App& app) {
     std::string model, batches = "1,64", profile;
     std::vector<std::string> shapes, input_files, buckets;
     std::string device = "cpu";
+    std::string precision = "float32";
     int runs = 50, threads = 0, level = 2;
     bool fixed_threads = false, each = false;
   };
@@ -241,12 +273,16 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here");
   cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
+  cmd->add_option("--precision", a->precision,
+                  "float32, or half precision: bfloat16 (bf16) or float16 (fp16), its outputs first compared with "
+                  "float32's on the first inputs timed");
   cmd->callback([a] {
     SessionOptions so;
     so.device = a->device;
     so.threads = a->threads;
     so.adapt_threads = !a->fixed_threads;
     so.optimization_level = a->level;
+    so.precision = a->precision;
     for (const std::string& spec : a->buckets) so.buckets.push_back(parse_bucket(spec));
     InferenceSession session(a->model, so);
     const std::string format = session.opset() > 0 ? "opset " + std::to_string(session.opset()) : "MindIR";
@@ -322,6 +358,13 @@ void add_bench(CLI::App& app) {
                          },
                          {}});
       }
+    }
+    if (a->precision != "float32" && a->precision != "fp32" && !cases.empty()) {
+      const std::vector<Tensor> inputs = cases.front().make().front();
+      SessionOptions full = so;
+      full.precision = "float32";
+      print_precision_report(a->precision, session.outputs(), session.run(inputs),
+                             InferenceSession(a->model, full).run(inputs));
     }
     const bool by_batch = a->shapes.empty() && a->input_files.empty();
     const int width = by_batch ? 6 : -22;
