@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "backends/cuda/on_device.h"
 #include "backends/cuda/passes/fused_elementwise.h"
 #include "backends/cuda/runtime_compiler.h"
 #include "graph/passes.h"
@@ -31,6 +32,7 @@ class FusedKernel {
     FusedLaunch plan = plan_fused_launch(in, out.at(0));
     if (plan.args.numel == 0) return;
     void* function = variant(context.device.index, plan.kinds);
+    OnDevice on(context.device.index);  // the function belongs to that device's context
     std::vector<void*> params{&plan.args};
     for (size_t k = 0; k < expression_.steps.size(); ++k) params.push_back(functors_.at(k));
     const int64_t blocks = std::min<int64_t>((plan.args.numel + kThreads - 1) / kThreads, int64_t{1} << 16);
