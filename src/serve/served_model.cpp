@@ -35,8 +35,7 @@ ServedModel::ServedModel(std::string name, std::string version, const std::strin
       version_(std::move(version)),
       config_(std::move(config)),
       metrics_(metrics),
-      session_(onnx_path, session_options(config_)),
-      device_(parse_device(session_options(config_).device)) {
+      session_(onnx_path, session_options(config_)) {
   // The config, where it describes tensors, must agree with the file.
   auto check_specs = [&](const std::vector<TensorSpec>& specs, const std::vector<TensorInfo>& infos, const char* kind) {
     for (const auto& spec : specs) {
@@ -206,10 +205,10 @@ std::vector<std::vector<Tensor>> ServedModel::run_padded(const std::vector<const
     shapes.push_back(t.shape());
     shapes.back()[0] = padded;
   }
-  // On a device, the rows are gathered in pinned host memory and copied to the slot at once.
-  const bool staged = !(device_ == cpu_device());
+  // A slot on a device: the rows are gathered in pinned host memory and copied there at once.
   auto fill = [&](size_t i, Tensor& slot) {
-    Tensor host = staged ? Tensor::empty_pinned(slot.shape(), slot.dtype(), device_) : slot;
+    const bool staged = !(slot.device() == cpu_device());
+    Tensor host = staged ? Tensor::empty_pinned(slot.shape(), slot.dtype(), slot.device()) : slot;
     auto* at = static_cast<char*>(host.raw_data());
     for (const auto* r : requests) {
       const Tensor part = (*r)[i].contiguous();
@@ -219,7 +218,8 @@ std::vector<std::vector<Tensor>> ServedModel::run_padded(const std::vector<const
     }
     std::memset(at, 0, static_cast<char*>(host.raw_data()) + host.numel() * host.element_size() - at);  // the padding
     if (staged)  // slots are dense
-      copy_between(device_, slot.device_data(), cpu_device(), host.raw_data(), host.numel() * host.element_size());
+      copy_between(slot.device(), slot.device_data(), cpu_device(), host.raw_data(),
+                   host.numel() * host.element_size());
   };
   std::vector<std::vector<Tensor>> results(requests.size());
   auto read = [&](const std::vector<Tensor>& outputs) {

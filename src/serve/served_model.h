@@ -51,7 +51,6 @@ class ServedModel {
   const ModelConfig& config() const { return config_; }
   const std::vector<TensorInfo>& inputs() const { return session_.inputs(); }
   const std::vector<TensorInfo>& outputs() const { return session_.outputs(); }
-  Device device() const { return device_; }
   std::string expected(const TensorInfo& info) const;  // "FP32 [batch, 1, 28, 28] (batch 1 to 64)"
 
  private:
@@ -83,10 +82,7 @@ class ServedModel {
   std::string name_, version_;
   ModelConfig config_;
   ModelMetrics& metrics_;
-  InferenceSession session_;
-  // Where the session runs; elsewhere than the CPU, inputs are staged in
-  // pinned host memory and outputs copied back for the answer.
-  Device device_;
+  InferenceSession session_;  // on config_.device: inputs staged in pinned host memory, outputs copied back
   bool batching_ = false;
   std::mutex mu_;
   std::condition_variable ready_cv_, slot_cv_;
