@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli_checks.h"
 #include "kiln/kiln.h"
 #include "kiln/mixed_precision.h"
 #include "kiln/train_step.h"
@@ -123,15 +124,16 @@ void add_bench_train_command(CLI::App& app) {
   cmd->add_option("--device", a->device, "Where it trains: cpu, or another backend of this build (cuda, cuda:1)");
   cmd->add_option("--mode", a->mode, "eager, or graph: the whole step compiled")
       ->check(CLI::IsMember({"eager", "graph"}));
-  cmd->add_option("--precision", a->precision, "float32, bfloat16 (bf16) or float16 (fp16, with a loss scale)");
-  cmd->add_option("--batch", a->batch, "Samples (sequences for text models) per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", a->precision, "float32, bfloat16 (bf16) or float16 (fp16, with a loss scale)")
+      ->check(precisions());
+  cmd->add_option("--batch", a->batch, "Samples (sequences for text models) per step")->check(positive_count());
   cmd->add_option("--seq-len", a->seq_len, "Text models: tokens per sequence (default: the model's context)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--image-size", a->image_size, "Image models: height and width")->check(CLI::PositiveNumber);
-  cmd->add_option("--channels", a->channels, "Image models: input channels")->check(CLI::PositiveNumber);
-  cmd->add_option("--classes", a->classes, "Image models: classes")->check(CLI::PositiveNumber);
+      ->check(positive_count());
+  cmd->add_option("--image-size", a->image_size, "Image models: height and width")->check(positive_count());
+  cmd->add_option("--channels", a->channels, "Image models: input channels")->check(positive_count());
+  cmd->add_option("--classes", a->classes, "Image models: classes")->check(positive_count());
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--steps", a->steps, "Timed steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", a->steps, "Timed steps")->check(positive_count());
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
   cmd->add_flag("--json", a->json, "One JSON line instead of the text");
   cmd->callback([a] { bench_train(*a); });

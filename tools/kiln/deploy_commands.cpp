@@ -11,6 +11,9 @@
 #include <functional>
 #include <sstream>
 
+#include "bench_shapes.h"
+#include "cli_args.h"
+#include "cli_checks.h"
 #include "kiln/allocator.h"
 #include "kiln/io.h"
 #include "kiln/kiln.h"
@@ -18,8 +21,6 @@
 #include "kiln/profiler.h"
 #include "kiln/recipe.h"
 #include "kiln/runtime.h"
-#include "bench_shapes.h"
-#include "cli_args.h"
 
 namespace kiln::cli {
 
@@ -144,7 +145,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
   cmd->add_option("--precision", a->precision,
-                  "float32, or half precision: bfloat16 (bf16) or float16 (fp16), compared with float32 on the inputs");
+                  "float32, or half precision: bfloat16 (bf16) or float16 (fp16), compared with float32 on the inputs")
+      ->check(precisions());
   cmd->callback([a] {
     SessionOptions so;
     so.optimization_level = a->level;
@@ -275,7 +277,8 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
   cmd->add_option("--precision", a->precision,
                   "float32, or half precision: bfloat16 (bf16) or float16 (fp16), its outputs first compared with "
-                  "float32's on the first inputs timed");
+                  "float32's on the first inputs timed")
+      ->check(precisions());
   cmd->callback([a] {
     SessionOptions so;
     so.device = a->device;
