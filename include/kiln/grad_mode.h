@@ -2,6 +2,8 @@
 // Whether ops record gradients on this thread. In core, not autograd, so that
 // every layer (core's in-place checks, the dispatcher) can read it.
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "kiln/dtype.h"
 
@@ -53,6 +55,12 @@ class ComputeDTypeScope {
 // their gradients through the casts. Backward runs outside it, in the dtypes
 // the forward chose. A Cell's own to_float inside it wins.
 std::optional<DType> autocast_dtype();
+
+// The precisions Kiln computes in, by name: "float32"/"fp32" (nullopt:
+// float32 throughout), "bfloat16"/"bf16", "float16"/"fp16". False, leaving
+// `dtype` alone, for any other name; precision_names() lists them all.
+bool parse_precision(const std::string& name, std::optional<DType>& dtype);
+const std::vector<std::string>& precision_names();
 
 // Sets autocast_dtype() for its lifetime (nullopt: no autocast).
 class AutocastScope {

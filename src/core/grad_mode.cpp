@@ -35,4 +35,22 @@ AutocastScope::AutocastScope(std::optional<DType> dtype) : prev_(t_autocast_dtyp
 }
 AutocastScope::~AutocastScope() { t_autocast_dtype = prev_; }
 
+bool parse_precision(const std::string& name, std::optional<DType>& dtype) {
+  if (name == "float32" || name == "fp32") {
+    dtype.reset();
+  } else if (name == "bfloat16" || name == "bf16") {
+    dtype = DType::BFloat16;
+  } else if (name == "float16" || name == "fp16") {
+    dtype = DType::Float16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const std::vector<std::string>& precision_names() {
+  static const std::vector<std::string> names = {"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"};
+  return names;
+}
+
 }  // namespace kiln

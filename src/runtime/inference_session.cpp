@@ -12,6 +12,7 @@
 #include "kiln/backend.h"
 #include "kiln/caller_language.h"
 #include "kiln/functional.h"
+#include "kiln/grad_mode.h"
 #include "kiln/jit.h"
 #include "kiln/parallel.h"
 #include "kiln/runtime.h"
@@ -199,11 +200,11 @@ InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = def
 
 // SessionOptions::precision: none for float32, else the half-precision dtype.
 static std::optional<DType> half_precision(const std::string& precision) {
-  if (precision == "float32" || precision == "fp32") return std::nullopt;
-  if (precision == "bfloat16" || precision == "bf16") return DType::BFloat16;
-  if (precision == "float16" || precision == "fp16") return DType::Float16;
-  KILN_FAIL(in_caller_language("SessionOptions::precision", "InferenceSession(precision=...)"), " is '", precision,
-            "', not a precision Kiln infers in: give float32 (fp32), bfloat16 (bf16) or float16 (fp16)");
+  std::optional<DType> dtype;
+  KILN_CHECK(parse_precision(precision, dtype),
+             in_caller_language("SessionOptions::precision", "InferenceSession(precision=...)"), " is '", precision,
+             "', not a precision Kiln infers in: give float32 (fp32), bfloat16 (bf16) or float16 (fp16)");
+  return dtype;
 }
 
 InferenceSession InferenceSession::from_bytes(const std::string& bytes, SessionOptions options, const std::string& name) {

@@ -11,17 +11,9 @@ namespace kiln::train {
 
 MixedPrecision MixedPrecision::parse(const std::string& precision) {
   MixedPrecision p;
-  if (precision == "float32" || precision == "fp32") return p;
-  if (precision == "bfloat16" || precision == "bf16") {
-    p.dtype = DType::BFloat16;
-    return p;
-  }
-  if (precision == "float16" || precision == "fp16") {
-    p.dtype = DType::Float16;
-    return p;
-  }
-  KILN_FAIL("precision '", precision, "' is not one Kiln trains in: give float32 (fp32), bfloat16 (bf16) or float16 ",
-            "(fp16)");
+  KILN_CHECK(parse_precision(precision, p.dtype), "precision '", precision,
+             "' is not one Kiln trains in: give float32 (fp32), bfloat16 (bf16) or float16 (fp16)");
+  return p;
 }
 
 std::optional<LossScale> MixedPrecision::effective_loss_scale() const {

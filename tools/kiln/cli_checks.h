@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "kiln/grad_mode.h"
+
 namespace kiln::cli {
 
 // A whole number of at least 1.
@@ -21,6 +23,6 @@ inline CLI::Validator positive_count() {
 }
 
 // The precisions Kiln computes in: float32, or a half-precision float.
-inline CLI::IsMember precisions() { return CLI::IsMember({"float32", "fp32", "bfloat16", "bf16", "float16", "fp16"}); }
+inline CLI::IsMember precisions() { return CLI::IsMember(precision_names()); }
 
 }  // namespace kiln::cli
