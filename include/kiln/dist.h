@@ -63,9 +63,10 @@ enum class ReduceOp { Sum, Mean, Max, Min };
 
 struct InitOptions {
   // "gloo": CPU tensors, over TCP between hosts and through shared memory
-  // among the ranks of one host (libkiln_distributed). "nccl" (with the CUDA
-  // backend) and "mpi" are the backends the process group is built to take
-  // next; this build refuses them with a message that says so.
+  // among the ranks of one host (libkiln_distributed). "nccl": CUDA tensors
+  // on the GPU of the rank's local rank, CPU tensors over Gloo beside it
+  // (libkiln_nccl, built with the CUDA backend where NCCL is found). "mpi"
+  // is refused with a message that says why.
   std::string backend = "gloo";
   PlaceOverrides place;
   // For joining (every rank must arrive within it) and for every collective
@@ -73,21 +74,35 @@ struct InitOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
 };
 
+// How a backend whose collectives run on a device (NCCL's on a GPU) ends
+// one: waiting queues the caller's stream behind it, and the host goes on.
+class DeviceCompletion {
+ public:
+  virtual ~DeviceCompletion() = default;
+  virtual void wait() const = 0;  // the caller's stream waits for the collective
+  virtual bool done() const = 0;  // the device has finished it
+};
+
 // A collective started asynchronously. wait() blocks until it finished and
 // rethrows its error; the tensors it was given must not be read or written
-// before. A default-constructed Work is already complete.
+// before. For a collective on a device, wait() orders the caller's stream
+// after it instead: the kernels and copies the caller queues next see its
+// result, and the host does not block. A default-constructed Work is
+// already complete.
 class Work {
  public:
   Work() = default;
   // `waited_ns`: where wait() adds the time it blocked (the group's count).
   Work(std::shared_future<void> done, std::shared_ptr<std::atomic<int64_t>> waited_ns)
       : done_(std::move(done)), waited_ns_(std::move(waited_ns)) {}
+  explicit Work(std::shared_ptr<const DeviceCompletion> on_device) : on_device_(std::move(on_device)) {}
   void wait() const;
   bool completed() const;
 
  private:
   std::shared_future<void> done_;
   std::shared_ptr<std::atomic<int64_t>> waited_ns_;
+  std::shared_ptr<const DeviceCompletion> on_device_;
 };
 
 // Ranks joined by a communication backend: the world, or a sub-group of it.
@@ -100,7 +115,7 @@ class Work {
 // Backends implement this interface and register a factory under their name
 // (register_backend); Gloo ("gloo", CPU tensors over TCP and shared memory)
 // lives in libkiln_distributed (Kiln::distributed), which registers it when
-// it loads.
+// it loads, and NCCL in libkiln_nccl, which init loads when asked for it.
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -113,6 +128,9 @@ class ProcessGroup {
   virtual std::chrono::milliseconds timeout() const = 0;
   // The backend's name ("gloo").
   virtual std::string backend() const = 0;
+  // Whether the collectives take tensors on `device` (Gloo: the CPU; NCCL:
+  // its GPU, and the CPU through Gloo).
+  virtual bool takes(const Device& device) const { return device.type == DeviceType::CPU; }
   // Whether all_reduce goes through shared memory: every rank of the group
   // runs on this host (and none set KILN_DIST_SHARED_MEMORY=0). The other
   // collectives, and all_reduce across hosts, go over the network.
@@ -156,6 +174,10 @@ class ProcessGroup {
   // whose caller waits for it at once: a backend may then run it on the
   // caller's thread instead of handing it over. Reading it clears it.
   bool take_waited_at_once() { return std::exchange(waited_at_once_, false); }
+  // What every backend checks of all_gather's and reduce_scatter's tensors
+  // (shapes and dtypes against the group's size), throwing what to change.
+  void check_gather(const Tensor& out, const Tensor& in) const;
+  void check_scatter(const Tensor& out, const Tensor& in) const;
 
  private:
   friend struct WaitedAtOnce;

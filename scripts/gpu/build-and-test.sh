@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine without Debian's archive (CUDA in /usr/local/cuda): unpacks
 # the packages scripts/gpu/fetch-debs.sh downloaded (.gpu-debs/) into a
-# prefix, builds the core and the CUDA backend for this machine's GPU in
-# ./build-gpu, and the example op package with its CUDA kernels, and runs
+# prefix, builds the core, the CUDA backend for this machine's GPU and
+# NCCL's process group in ./build-gpu, and the example op package with its CUDA kernels, and runs
 # the CUDA tests and an ONNX model on the GPU. Logs go
 # to $OUT when it is set (the device tool's folder), else to build-gpu/.
 #   scripts/gpu/build-and-test.sh [GTEST FILTER]
@@ -12,24 +12,28 @@ PREFIX=${KILN_DEPS_PREFIX:-/opt/kiln-deps}
 LOGS=${OUT:-build-gpu}
 mkdir -p "$PREFIX" "$LOGS"
 [ -d .gpu-debs ] || { echo "no .gpu-debs/: run scripts/gpu/fetch-debs.sh on a Debian 12 machine first" >&2; exit 1; }
+ls .gpu-debs/libgloo-dev_*.deb > /dev/null 2>&1 ||
+  { echo ".gpu-debs/ has no Gloo: run scripts/gpu/fetch-debs.sh again (it adds what is missing)" >&2; exit 1; }
 for deb in .gpu-debs/*.deb; do dpkg -x "$deb" "$PREFIX"; done
 LIB="$PREFIX/usr/lib/x86_64-linux-gnu"
 # Debian's libz.so points at Debian's zlib by an absolute path, and its
 # libz.a is not PIC: link the machine's own zlib instead.
 rm -f "$LIB/libz.a"
 ln -sf "$(ls /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 2>/dev/null | head -1)" "$LIB/libz.so"
-export LD_LIBRARY_PATH="$LIB:$LIB/openblas-pthread:${LD_LIBRARY_PATH:-}"
+# Gloo's CMake file names its library by an absolute path in /usr/lib.
+sed -i "s|\"/usr/lib/libgloo|\"$PREFIX/usr/lib/libgloo|g" "$PREFIX"/usr/share/cmake/Gloo/GlooTargets-*.cmake
+export LD_LIBRARY_PATH="$LIB:$LIB/openblas-pthread:$PREFIX/usr/lib:${LD_LIBRARY_PATH:-}"
 export PATH="$PREFIX/usr/bin:/usr/local/cuda/bin:$PATH"
 ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$LOGS/gpu.txt"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=OFF -DKILN_BUILD_SERVE=OFF \
-  -DKILN_BUILD_DIST=OFF -DKILN_BUILD_STUDIO=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_BUILD_BENCH=OFF -DKILN_OPENMP=gnu \
+  -DKILN_BUILD_DIST=ON -DKILN_BUILD_STUDIO=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_BUILD_BENCH=OFF -DKILN_OPENMP=gnu \
   -DKILN_CUDA=on -DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90}" \
   -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DCMAKE_INCLUDE_PATH="$PREFIX/usr/include" \
   -DCMAKE_LIBRARY_PATH="$LIB;$LIB/openblas-pthread" -DProtobuf_PROTOC_EXECUTABLE="$PREFIX/usr/bin/protoc" \
   2>&1 | tee "$LOGS/configure.log" | tail -3
 start=$(date +%s)
-cmake --build build-gpu -j "$(nproc)" --target kiln_cli kiln_cuda cuda_tests 2>&1 | tee "$LOGS/build.log" | tail -3
+cmake --build build-gpu -j "$(nproc)" --target kiln_cli kiln_cuda kiln_nccl cuda_tests 2>&1 | tee "$LOGS/build.log" | tail -3
 echo "built in $(( $(date +%s) - start )) s"
 set +e
 # The example op package with its CUDA kernels, for the package's GPU test.

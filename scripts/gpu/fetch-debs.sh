@@ -13,6 +13,8 @@ PACKAGES=(
   libjpeg62-turbo libjpeg62-turbo-dev libpng16-16 libpng-dev libarchive13 libarchive-dev
   libprotobuf32 libprotobuf-dev protobuf-compiler libprotoc32 libonnx1 libonnx-dev libonnxifi
   libboost1.74-dev libboost-dev
+  # Gloo and what it loads, for libkiln_distributed and NCCL's group beside it
+  libgloo0 libgloo-dev libibverbs1 libnl-3-200 libnl-route-3-200 libhiredis0.14
   # pkg-config, which the configuration asks for
   pkgconf pkgconf-bin libpkgconf3 pkg-config
 )

@@ -1,6 +1,10 @@
 // What every process-group backend shares: Work handles, the synchronous
 // forms of the collectives, handles that stand for groups in op attributes,
 // and the registry init picks a backend from.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 
@@ -10,6 +14,7 @@
 namespace kiln::dist {
 
 void Work::wait() const {
+  if (on_device_) return on_device_->wait();
   if (!done_.valid()) return;
   if (waited_ns_ && !completed()) {
     const auto start = std::chrono::steady_clock::now();
@@ -20,6 +25,7 @@ void Work::wait() const {
 }
 
 bool Work::completed() const {
+  if (on_device_) return on_device_->done();
   return !done_.valid() || done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
@@ -64,6 +70,24 @@ Tensor ProcessGroup::reduce_scatter(const Tensor& t, ReduceOp op) {
   return out;
 }
 
+void ProcessGroup::check_gather(const Tensor& out, const Tensor& in) const {
+  Shape want = in.shape();
+  want.insert(want.begin(), size());
+  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: all_gather into ", out.meta_str(), " from ",
+             in.meta_str(), "; the output must be ", dtype_name(in.dtype()), shape_str(want),
+             " (the group's size first)");
+}
+
+void ProcessGroup::check_scatter(const Tensor& out, const Tensor& in) const {
+  const int64_t n = size();
+  KILN_CHECK(in.dim() >= 1 && in.size(0) % n == 0, "dist: reduce_scatter splits the first axis in ", n,
+             " equal parts, but the input is ", in.meta_str(), "; pad it to a multiple of ", n);
+  Shape want = in.shape();
+  want[0] /= n;
+  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: reduce_scatter into ", out.meta_str(),
+             "; the output must be ", dtype_name(in.dtype()), shape_str(want));
+}
+
 namespace {
 std::mutex handles_mutex;
 std::vector<std::weak_ptr<ProcessGroup>> handles;
@@ -74,13 +98,34 @@ std::map<std::string, BackendFactory>& backends() {
   return table;
 }
 
+// The library that brings a backend libkiln does not link: NCCL's, beside
+// libkiln (or in KILN_BACKEND_PATH, like the device backends). Loading it
+// registers the backend; "" when there is none, else why it did not load.
+std::string load_backend_library(const std::string& name) {
+  if (name != "nccl") return "";
+  std::filesystem::path dir;
+  Dl_info info{};
+  if (const char* env = std::getenv("KILN_BACKEND_PATH"))
+    dir = env;
+  else if (dladdr(reinterpret_cast<void*>(&init), &info) != 0 && info.dli_fname != nullptr)
+    dir = std::filesystem::path(info.dli_fname).parent_path();
+  const std::filesystem::path file = dir / ("libkiln_" + name + ".so");
+  std::error_code ec;
+  if (dir.empty() || !std::filesystem::exists(file, ec)) return "";
+  if (dlopen(file.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return "";
+  const char* why = dlerror();
+  return file.string() + " is there but did not load: " + (why ? why : "no reason given");
+}
+
 // A backend this process lacks: what would provide it.
-[[noreturn]] void refuse_backend(const std::string& name) {
+[[noreturn]] void refuse_backend(const std::string& name, const std::string& why_not_loaded) {
+  KILN_CHECK(why_not_loaded.empty(), "dist::init: backend '", name, "': ", why_not_loaded);
   KILN_CHECK(name != "gloo", "dist::init: backend 'gloo' is not in this process: it lives in libkiln_distributed, which ",
              "this Kiln was built without (configure with -DKILN_BUILD_DIST=ON) or which the program does not link ",
              "(link Kiln::distributed)");
-  KILN_CHECK(name != "nccl", "dist::init: backend 'nccl' needs Kiln's CUDA backend, which this build does not ",
-             "have; 'gloo' runs the collectives on CPU tensors (TCP between hosts, shared memory within one)");
+  KILN_CHECK(name != "nccl", "dist::init: backend 'nccl' needs libkiln_nccl, which this build of Kiln does not have ",
+             "(it comes with the CUDA backend where NCCL is found: -DKILN_CUDA=on, NCCL's nccl.h and libnccl); 'gloo' ",
+             "runs the collectives on CPU tensors (TCP between hosts, shared memory within one)");
   KILN_CHECK(name != "mpi", "dist::init: backend 'mpi' is not in this build (Debian's Gloo is built without MPI); ",
              "use 'gloo' and start the ranks with kiln launch, torchrun or srun");
   KILN_FAIL("dist::init: unknown backend '", name, "'; Kiln's backends are 'gloo' (libkiln_distributed), 'nccl' (with ",
@@ -121,13 +166,17 @@ std::vector<std::string> registered_backends() {
 std::shared_ptr<ProcessGroup> init(const InitOptions& options) {
   // Before anything is opened: a backend this process lacks fails every
   // rank alike, at once, rather than at the rendezvous.
-  BackendFactory make;
-  {
+  auto find = [&] {
     std::lock_guard<std::mutex> lock(backends_mutex);
     auto it = backends().find(options.backend);
-    if (it != backends().end()) make = it->second;
+    return it != backends().end() ? it->second : BackendFactory();
+  };
+  BackendFactory make = find();
+  if (!make) {
+    const std::string why = load_backend_library(options.backend);
+    make = find();
+    if (!make) refuse_backend(options.backend, why);
   }
-  if (!make) refuse_backend(options.backend);
   return make(place_from_environment(options.place), options);
 }
 

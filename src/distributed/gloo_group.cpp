@@ -211,10 +211,7 @@ Work GlooGroup::broadcast_async(Tensor t, int root) {
 Work GlooGroup::all_gather_async(Tensor out, Tensor in) {
   check_tensor(in, "all_gather", "an input");
   check_tensor(out, "all_gather", "an output");
-  Shape want = in.shape();
-  want.insert(want.begin(), size());
-  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: all_gather into ", out.meta_str(), " from ",
-             in.meta_str(), "; the output must be ", dtype_name(in.dtype()), shape_str(want), " (the group's size first)");
+  check_gather(out, in);
   GlooGroup& g = *this;
   return g.submit("all_gather", [&g, out, in] {
     gloo::AllgatherOptions o(g.context);
@@ -231,13 +228,8 @@ Work GlooGroup::reduce_scatter_async(Tensor out, Tensor in, ReduceOp op) {
   check_tensor(in, "reduce_scatter", "an input");
   check_tensor(out, "reduce_scatter", "an output");
   const Reduction r = checked_reduction(in.dtype(), op, "reduce_scatter");
+  check_scatter(out, in);
   const int64_t n = size();
-  KILN_CHECK(in.dim() >= 1 && in.size(0) % n == 0, "dist: reduce_scatter splits the first axis in ", n,
-             " equal parts, but the input is ", in.meta_str(), "; pad it to a multiple of ", n);
-  Shape want = in.shape();
-  want[0] /= n;
-  KILN_CHECK(out.shape() == want && out.dtype() == in.dtype(), "dist: reduce_scatter into ", out.meta_str(),
-             "; the output must be ", dtype_name(in.dtype()), shape_str(want));
   GlooGroup& g = *this;
   return g.submit("reduce_scatter", [&g, out, in, op, r, n] {
     // Every rank sends part k to rank k (an all-to-all), then adds up what it got.

@@ -29,8 +29,12 @@ DataParallel::DataParallel(std::shared_ptr<nn::Cell> net, std::shared_ptr<dist::
   DType dtype = DType::Float32;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
-    KILN_CHECK(p.device().type == DeviceType::CPU, "DataParallel: parameter ", p.meta_str(),
-               " is not on the CPU; Gloo moves CPU tensors (NCCL for devices is not built yet)");
+    KILN_CHECK(group_->takes(p.device()), "DataParallel: parameter ", p.meta_str(), " is on ", p.device().str(),
+               ", which the process group's backend '", group_->backend(), "' does not move; ",
+               p.device().type != DeviceType::CUDA ? "move the network to the CPU first (gloo moves CPU tensors)"
+               : group_->backend() == "nccl"
+                   ? "each rank trains on the GPU of its local rank: move the network to cuda:LOCAL_RANK"
+                   : "join with backend 'nccl' (dist::init, or distributed.backend in a recipe) for CUDA tensors");
     const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
     if (buckets_.empty() || bytes >= limit || p.dtype() != dtype) {
       if (!buckets_.empty() && !small) limit = options.bucket_bytes;
@@ -115,7 +119,7 @@ class DataParallel::Pass {
     std::vector<Tensor> parts;
     for (size_t i : dp_.buckets_[b].params) {
       const Tensor& p = dp_.params_[i];
-      parts.push_back(grads_[i].defined() ? grads_[i].reshape({p.numel()}) : zeros({p.numel()}, p.dtype()));
+      parts.push_back(grads_[i].defined() ? grads_[i].reshape({p.numel()}) : zeros({p.numel()}, p.dtype(), p.device()));
     }
     if (b + 1 == buffers_.size()) parts.push_back(loss_.to(parts[0].dtype()).reshape({1}));
     // A copy: the reduction writes its buffer, and a gradient may be shared.

@@ -137,7 +137,12 @@ RunResult train(const Recipe& r, const RunOptions& options) {
 
   manual_seed(r.seed);
   auto net = detail::make_model(r, d.config);
-  net->to(parse_device(r.device));  // before the optimizer: its state is made beside the parameters
+  // Before the optimizer: its state is made beside the parameters. Ranks of
+  // one host train on GPUs of their own: "cuda" names the local rank's.
+  Device device = parse_device(r.device);
+  if (group && device.type == DeviceType::CUDA && r.device.find(':') == std::string::npos)
+    device.index = group->place().local_rank;
+  net->to(device);
   if (group && r.distributed.sync_batchnorm) nn::convert_sync_batchnorm(*net, dist::handle_of(group));
   auto opt = make_optimizer(r, net->trainable_params());
   int64_t steps_per_epoch = d.train->batches_per_epoch();

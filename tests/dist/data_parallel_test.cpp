@@ -125,4 +125,17 @@ void two_ranks_step_like_one(Mode mode) {
 TEST(DataParallel, TwoRanksStepLikeOneWithTheWholeBatchEager) { two_ranks_step_like_one(Mode::Eager); }
 TEST(DataParallel, TwoRanksStepLikeOneWithTheWholeBatchGraph) { two_ranks_step_like_one(Mode::Graph); }
 
+// Parameters on a device the group's backend does not move are refused at
+// once, naming the device, the backend and what to do, not at the first
+// all-reduce in the middle of backward.
+TEST(DataParallel, RefusesParametersOnADeviceItsBackendDoesNotMove) {
+  auto group = dist::init(as_rank(0, 1, free_port()));
+  auto net = models::make_model("mlp");
+  net->to(parse_device("reference"));
+  const std::string m = message_of([&] { train::DataParallel dp(net, group); });
+  EXPECT_NE(m.find("is on reference:0, which the process group's backend 'gloo' does not move"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("move the network to the CPU first"), std::string::npos) << m;
+}
+
 }  // namespace

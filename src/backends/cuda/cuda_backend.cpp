@@ -217,6 +217,7 @@ KILN_BACKEND_LIBRARY(cuda, reg) {
   kiln::cuda::register_loss_kernels(reg);
   kiln::cuda::register_optimizer_kernels(reg);
   kiln::cuda::register_pool_kernels(reg);
+  kiln::cuda::register_collective_kernels(reg);
   kiln::cuda::register_conv_kernels(reg);
   kiln::cuda::register_convert_kernels(reg);
   kiln::cuda::register_join_kernels(reg);

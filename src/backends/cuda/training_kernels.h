@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA backend's kernels for a training step's layers, reductions,
-// losses, pooling and optimizer updates.
+// losses, pooling, optimizer updates and gradient all-reduces.
 #include "kiln/backend_library.h"
 
 namespace kiln::cuda {
@@ -18,5 +18,8 @@ void register_loss_kernels(BackendRegistration& reg);
 void register_optimizer_kernels(BackendRegistration& reg);
 // max_pool2d, avg_pool2d, adaptive_avg_pool2d and their backward ops.
 void register_pool_kernels(BackendRegistration& reg);
+// all_reduce, all_reduce_start and all_reduce_wait: the process group's
+// (NCCL's, for CUDA tensors) in a step, as on the CPU.
+void register_collective_kernels(BackendRegistration& reg);
 
 }  // namespace kiln::cuda
