@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,23 @@ class Backend {
   // executor calls synchronize(index) before it hands the outputs back.
   virtual void run_steps(int index, size_t count, const std::function<void(size_t)>& step) {
     for (size_t i = 0; i < count; ++i) step(i);
+  }
+  // Runs the steps as run_steps does while recording the work they queue,
+  // so that replay() queues it all again at once (a CUDA graph), with the
+  // same addresses and sizes; nullptr, with why in *why, where this backend
+  // records nothing or a step did what a recording cannot hold (then the
+  // steps' work is undone or unqueued: the caller runs them again). The
+  // executor records a compiled graph's run once it has run plainly (the
+  // kernels' first-call work done) and replays it from then on.
+  class Recording {
+   public:
+    virtual ~Recording() = default;
+    virtual void replay() = 0;
+  };
+  virtual std::unique_ptr<Recording> record_steps(int index, size_t count, const std::function<void(size_t)>& step,
+                                                  std::string* why) {
+    *why = std::string(device_type_name(type_)) + " runs work as it is issued, with nothing to record";
+    return nullptr;
   }
 
  private:

@@ -115,6 +115,11 @@ struct CompileReport {
   // serves every size of them ("symbolic: ...") or why not.
   bool instantiated = false;
   std::string symbolic;
+  // On a device: whether its runs replay one recording of the device's work
+  // (a CUDA graph, recorded at the third run), or what keeps them from it
+  // ("runs unrecorded: node 'dropout_1' draws new random numbers at each
+  // run"); "" on the CPU, and before the third run of a graph that can be.
+  std::string recording;
   std::string str() const;
 };
 

@@ -74,6 +74,7 @@ std::string CompileReport::str() const {
     for (const auto& n : on_cpu) s += "\n    " + n;
     s += "\n";
   }
+  if (!recording.empty()) s += "  " + recording + "\n";
   return s;
 }
 
@@ -388,6 +389,7 @@ const std::vector<Tensor>& CompiledFunction::run_slots() {
 const CompileReport& CompiledFunction::report() const {
   KILN_CHECK(impl_->last, "report(): nothing compiled yet");
   impl_->last->report.shared_arena_bytes = impl_->arena ? static_cast<int64_t>(impl_->arena->bytes()) : 0;
+  impl_->last->report.recording = impl_->last->exec->recording();
   return impl_->last->report;
 }
 std::string CompiledFunction::graph_text() const {

@@ -1,13 +1,14 @@
 #include "graph/executor.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/device_memory.h"
 #include "core/read_observer.h"
+#include "graph/placement.h"
 #include "kiln/backend.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
-#include "graph/placement.h"
 #include "ops/dispatch_internal.h"
 
 namespace kiln::graph {
@@ -114,6 +115,8 @@ Executable::Executable(Graph g, Device device, std::shared_ptr<SharedArena> shar
     steps_.push_back(std::move(s));
   }
   for (int id : graph_.outputs) outputs_.push_back(tensors_[id]);
+  blocker_ = recording_blocker();
+  if (!blocker_.empty() && device_.type != DeviceType::CPU) recording_status_ = "runs unrecorded: " + blocker_;
 }
 
 Executable::~Executable() {
@@ -121,6 +124,8 @@ Executable::~Executable() {
 }
 
 void Executable::bind(const Storage& arena) {
+  recording_.reset();  // it replays the old arena's addresses
+  plain_runs_ = 0;
   arena_ = arena;
   for (size_t id = 0; id < graph_.values.size(); ++id) {
     const Value& v = graph_.values[id];
@@ -166,33 +171,98 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
   return run_slots();
 }
 
+std::string Executable::recording_blocker() const {
+  if (device_.type == DeviceType::CPU) return "the CPU runs work as it is issued";
+  if (const char* env = std::getenv("KILN_CUDA_GRAPHS"); env && std::string(env) == "0") return "KILN_CUDA_GRAPHS=0";
+  for (const Step& s : steps_) {
+    const std::string node = "node '" + s.node->name() + "' ";
+    if (!s.kernel) return node + "runs host code";
+    if (s.fallback || s.on_cpu) return node + "runs on the CPU";
+    if (s.widened) return node + "runs its float32 kernel on widened copies made at each run";
+    if (s.node->op->has_tag(kTagRandom)) return node + "draws new random numbers at each run";
+    if (s.node->op->has_tag(kTagCollective)) return node + "is a collective, run by the process group's host code";
+    if (s.node->op->has_tag(kTagTransfer)) return node + "copies between devices";
+    for (const Tensor& t : s.in)
+      if (t.defined() && !(t.device() == device_))
+        return node + "reads a tensor on " + t.device().str() + " at each run";
+  }
+  return "";
+}
+
+std::vector<const void*> Executable::operand_addresses() const {
+  std::vector<const void*> at;
+  for (const Step& s : steps_)
+    for (const auto* list : {&s.in, &s.out})
+      for (const Tensor& t : *list) at.push_back(t.defined() ? t.device_data() : nullptr);
+  return at;
+}
+
+// Plain runs first (a kernel's first call may compile code or choose an
+// algorithm, and caches fill), then one recorded, then replays while every
+// operand keeps its address (new parameter storage records again). A run
+// under the profiler runs plainly, step by step.
 const std::vector<Tensor>& Executable::run_slots() {
   apply_num_threads_to_this_thread();
   const bool profiling = profiler::detail::active();
   Backend& b = backend(device_.type);
-  const bool host_memory = b.host_memory();
-  b.run_steps(device_.index, steps_.size(), [this, profiling, host_memory](size_t i) {
-    Step& s = steps_[i];
-    const int64_t start = profiling ? profiler::detail::now_ns() : 0;
-    const DeviceTimer timer(device_, profiling && !s.fallback && !s.on_cpu);
-    try {
-      const detail::KernelScope in_kernel(s.fallback ? cpu_device() : device_, profiling);
-      if (s.kernel) {
-        if (s.on_cpu) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
-        else if (s.fallback && !host_memory) run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
-        else if (s.fallback) count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
-        else if (s.widened) run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
-        else s.kernel(s.in, s.out, s.node->attrs);
-        bump_written_versions(*s.node->op, s.in, s.node->attrs);
-      }
-      else s.node->custom(s.in, s.out);
-    } catch (const std::exception& e) {
-      KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
+  if (recording_ && !profiling && operand_addresses() != recorded_addresses_) recording_.reset(), plain_runs_ = 0;
+  if (recording_ && !profiling) {
+    recording_->replay();
+    for (const Step& s : steps_)
+      if (s.kernel) bump_written_versions(*s.node->op, s.in, s.node->attrs);
+  } else if (blocker_.empty() && !profiling && ++plain_runs_ > 2) {
+    std::string why;
+    recording_ = b.record_steps(
+        device_.index, steps_.size(), [this](size_t i) { run_step(i, false, false); }, &why);
+    if (recording_) {
+      recorded_addresses_ = operand_addresses();
+      ++recordings_;
+      recording_status_ =
+          "replays one recorded graph of its " + std::to_string(steps_.size()) + " steps per run (" +
+          (recordings_ == 1 ? std::string("recorded once") : "recorded " + std::to_string(recordings_) + " times") +
+          ")";
+    } else {
+      blocker_ = why;
+      recording_status_ = "runs unrecorded: " + blocker_;
+      run_steps_plainly(b, profiling);
     }
-    if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback, timer.stop());
-  });
+  } else {
+    run_steps_plainly(b, profiling);
+  }
   b.synchronize(device_.index);
   return outputs_;
+}
+
+void Executable::run_steps_plainly(Backend& b, bool profiling) {
+  const bool host_memory = b.host_memory();
+  b.run_steps(device_.index, steps_.size(),
+              [this, profiling, host_memory](size_t i) { run_step(i, profiling, host_memory); });
+}
+
+void Executable::run_step(size_t i, bool profiling, bool host_memory) {
+  Step& s = steps_[i];
+  const int64_t start = profiling ? profiler::detail::now_ns() : 0;
+  const DeviceTimer timer(device_, profiling && !s.fallback && !s.on_cpu);
+  try {
+    const detail::KernelScope in_kernel(s.fallback ? cpu_device() : device_, profiling);
+    if (s.kernel) {
+      if (s.on_cpu)
+        count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
+      else if (s.fallback && !host_memory)
+        run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
+      else if (s.fallback)
+        count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
+      else if (s.widened)
+        run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
+      else
+        s.kernel(s.in, s.out, s.node->attrs);
+      bump_written_versions(*s.node->op, s.in, s.node->attrs);
+    } else
+      s.node->custom(s.in, s.out);
+  } catch (const std::exception& e) {
+    KILN_FAIL("in the compiled graph, node '", s.node->name(), "': ", e.what());
+  }
+  if (profiling) record_profile(s.node->op, s.node->name(), device_, s.in, s.out, start, s.fallback, timer.stop());
 }
 
 }  // namespace kiln::graph

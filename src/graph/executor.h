@@ -5,12 +5,15 @@
 // buffers they alias do not move). Running copies the inputs into their slots
 // and calls the kernels in order; it allocates nothing. A caller that builds
 // its inputs itself (a server's batcher) writes them into input_slots() and
-// calls run_slots(), and nothing is copied.
+// calls run_slots(), and nothing is copied. On a device that records work
+// (CUDA graphs), the third run records the steps' launches and later runs
+// replay them, unless a step prevents it (recording() says which).
 #include <memory>
 #include <vector>
 
 #include "graph/ir.h"
 #include "graph/memory_plan.h"
+#include "kiln/backend.h"
 
 namespace kiln::graph {
 
@@ -52,6 +55,10 @@ class Executable {
   size_t kernels() const { return steps_.size(); }
   // The nodes whose kernel is the CPU's, each as "name (why)".
   const std::vector<std::string>& on_cpu() const { return on_cpu_; }
+  // On a device: whether runs replay one recording of the device's work (a
+  // CUDA graph), made at the third run, or why not; "" on the CPU, and
+  // before the third run of a graph that can be recorded.
+  const std::string& recording() const { return recording_status_; }
 
  private:
   struct Step {
@@ -66,6 +73,20 @@ class Executable {
   // Points the values the plan puts in the arena at `arena`, with the views
   // of them, the steps' operands, the input slots and the outputs.
   void bind(const Storage& arena);
+  // Why runs cannot be recorded ("" when they can): a step whose work is
+  // not all queued on the device, or that must differ from run to run.
+  std::string recording_blocker() const;
+  // Every step operand's address: a recording replays the ones it was made with.
+  std::vector<const void*> operand_addresses() const;
+  void run_steps_plainly(Backend& b, bool profiling);
+  // Step i; host_memory: the device's memory is the host's (a fallback runs in place).
+  void run_step(size_t i, bool profiling, bool host_memory);
+  std::unique_ptr<Backend::Recording> recording_;
+  std::vector<const void*> recorded_addresses_;
+  int plain_runs_ = 0;
+  int recordings_ = 0;
+  std::string blocker_;
+  std::string recording_status_;
   Graph graph_;
   Device device_;
   MemoryPlan plan_;

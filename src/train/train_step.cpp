@@ -1,14 +1,33 @@
 // jit::TrainStep: the traced program is the eager training step itself,
 // forward, loss, autograd::grad over the trainable parameters and the
 // optimizer's fused update, so graph and eager share every rule.
+#include "kiln/train_step.h"
+
 #include <cmath>
 
 #include "kiln/autograd.h"
+#include "kiln/backend.h"
 #include "kiln/functional.h"
-#include "kiln/train_step.h"
 #include "nn/captured_cell.h"
 
 namespace kiln::jit {
+
+namespace {
+// The device the network's parameters are on (the CPU without any).
+Device device_of(const nn::Cell& net) {
+  for (const auto& [name, p] : net.parameters_and_names()) return p.device();
+  return cpu_device();
+}
+
+// A host value into a 0-d tensor wherever it is: the learning rate, the
+// step and the loss scale live beside the parameters, so that a graph on a
+// device reads them there (no copy in the graph, nothing that changes
+// between its runs but their contents).
+template <typename T>
+void write_scalar(const Tensor& t, T value) {
+  copy_between(t.device(), t.device_data(), cpu_device(), &value, sizeof value);
+}
+}  // namespace
 
 TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr<optim::Optimizer> optimizer,
                      CompileOptions options, std::shared_ptr<train::DataParallel> data_parallel)
@@ -24,8 +43,12 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr
 
 void TrainStep::build() {
   state_ = opt_->prepare_state();
+  const Device device = device_of(*net_);
   lr_.clear();
-  for (size_t g = 0; g < opt_->groups().size(); ++g) lr_.push_back(scalar_tensor(opt_->groups()[g].lr, DType::Float64));
+  for (size_t g = 0; g < opt_->groups().size(); ++g)
+    lr_.push_back(scalar_tensor(opt_->groups()[g].lr, DType::Float64).to(device));
+  if (!(step_.device() == device)) step_ = step_.to(device);
+  if (loss_scale_.defined() && !(loss_scale_.device() == device)) loss_scale_ = loss_scale_.to(device);
   nn::Cell* net = net_.get();
   optim::Optimizer* opt = opt_.get();
   LossFn loss_fn = loss_;
@@ -105,7 +128,7 @@ void TrainStep::set_mixed_precision(const train::MixedPrecision& precision) {
 
 void TrainStep::set_loss_scale(double scale) {
   KILN_CHECK(loss_scale_.defined(), "TrainStep::set_loss_scale: this step trains without a loss scale");
-  *loss_scale_.data<float>() = static_cast<float>(scale);
+  write_scalar(loss_scale_, static_cast<float>(scale));
 }
 
 TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labels) {
@@ -117,9 +140,9 @@ TrainStep::Result TrainStep::operator()(const Tensor& inputs, const Tensor& labe
     for (size_t i = 0; !stale && i < now.size(); ++i) stale = !now[i].same(state_[i]);
   }
   if (stale) build();
-  for (size_t g = 0; g < lr_.size(); ++g) *lr_[g].data<double>() = opt_->groups()[g].lr;
+  for (size_t g = 0; g < lr_.size(); ++g) write_scalar(lr_[g], opt_->groups()[g].lr);
   // The graph's update is the optimizer's next step; it is counted once it happened.
-  *step_.data<double>() = static_cast<double>(opt_->steps() + 1);
+  write_scalar(step_, static_cast<double>(opt_->steps() + 1));
   const auto& out = fn_.run_borrowed({inputs, labels});
   fused_ = *fused_flag_;
   Result r{out[0], out[1]};

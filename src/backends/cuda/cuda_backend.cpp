@@ -16,7 +16,10 @@
 //
 // Work goes to each device's default stream, so the synchronous copies are
 // ordered after every kernel queued before them; an index a kernel found out
-// of range is raised there (index_errors.h).
+// of range is raised there (index_errors.h). A compiled graph's run is
+// recorded as a CUDA graph and replayed (graph_recording.cpp): while a thread
+// records, its kernels queue on the capture stream and take memory from the
+// recordings' pool.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -28,6 +31,7 @@
 #include "backends/cuda/conv_kernels.h"
 #include "backends/cuda/convert_kernels.h"
 #include "backends/cuda/elementwise_kernels.h"
+#include "backends/cuda/graph_recording.h"
 #include "backends/cuda/index_errors.h"
 #include "backends/cuda/matmul_kernels.h"
 #include "backends/cuda/on_device.h"
@@ -54,7 +58,11 @@ class CudaBackend final : public kiln::Backend {
  public:
   CudaBackend() : count_(device_count()), devices_(static_cast<size_t>(count_)) {}
 
-  kiln::Allocator& allocator(int index) override { return *device(index).memory; }
+  // (While this thread records a CUDA graph: the recordings' pool.)
+  kiln::Allocator& allocator(int index) override {
+    if (const auto* r = kiln::cuda::recorder_of_this_thread(index)) return *r->pool;
+    return *device(index).memory;
+  }
   bool host_memory() const override { return false; }
 
   void copy_to_host(void* dst, const void* src, size_t nbytes, int index) override {
@@ -72,7 +80,15 @@ class CudaBackend final : public kiln::Backend {
     kiln::cuda::raise_index_error(index);
   }
 
-  kiln::Stream current_stream(int index) override { return {kiln::Device{DeviceType::CUDA, checked(index)}, nullptr}; }
+  // The legacy default stream, or the capture stream while this thread records.
+  kiln::Stream current_stream(int index) override {
+    const auto* r = kiln::cuda::recorder_of_this_thread(index);
+    return {kiln::Device{DeviceType::CUDA, checked(index)}, r ? r->stream : nullptr};
+  }
+  std::unique_ptr<Recording> record_steps(int index, size_t count, const std::function<void(size_t)>& step,
+                                          std::string* why) override {
+    return kiln::cuda::record_steps(checked(index), count, step, why);
+  }
   // Events come from a ring per device, created once: an event stays valid
   // until kEvents more are recorded on its device.
   kiln::Event record(const kiln::Stream& stream) override {

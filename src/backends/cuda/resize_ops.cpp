@@ -29,6 +29,11 @@ void upload_maps(const resize::AxisMap& rows, const resize::AxisMap& cols, Inter
   put(cols.weight.data(), ci * sizeof(double));
   for (bool o : rows.outside) *at++ = o ? 1 : 0;
   for (bool o : cols.outside) *at++ = o ? 1 : 0;
+  // A recorded graph would keep reading this host buffer, gone after the call.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(static_cast<cudaStream_t>(context.stream.handle), &capturing), "cudaStreamIsCapturing");
+  KILN_CHECK(capturing == cudaStreamCaptureStatusNone,
+             "interpolate copies its sampling maps from host memory at each call, which a CUDA graph cannot hold");
   keep.push_back(std::make_unique<Scratch>(context, host.size()));
   char* device = static_cast<char*>(keep.back()->get());
   check(cudaMemcpyAsync(device, host.data(), host.size(), cudaMemcpyHostToDevice,

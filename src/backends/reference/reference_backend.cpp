@@ -80,8 +80,27 @@ class ReferenceBackend : public Backend {
   void fill_random(void* dst, size_t count, DType dtype, const Draw& draw, int) override {
     detail::host_fill_random(from_handle(dst), count, dtype, draw);
   }
+  // Records as a device does (a CUDA graph), so that a compiled graph's
+  // recording and replays are exercised without one: the steps run now, and
+  // each replay runs them again.
+  std::unique_ptr<Recording> record_steps(int, size_t count, const std::function<void(size_t)>& step,
+                                          std::string*) override {
+    for (size_t i = 0; i < count; ++i) step(i);
+    return std::make_unique<StepsAgain>(count, step);
+  }
 
  private:
+  class StepsAgain final : public Recording {
+   public:
+    StepsAgain(size_t count, std::function<void(size_t)> step) : count_(count), step_(std::move(step)) {}
+    void replay() override {
+      for (size_t i = 0; i < count_; ++i) step_(i);
+    }
+
+   private:
+    size_t count_;
+    std::function<void(size_t)> step_;
+  };
   HandleAllocator allocator_;
 };
 
