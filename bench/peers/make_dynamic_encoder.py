@@ -8,9 +8,12 @@ ids [batch, seq]: token and position embeddings (positions from the input's
 length, as torch exports them), then 4 post-norm layers of width 256 with 4
 heads and GELU (erf) feed-forwards of 1024."""
 import sys
-import numpy as np
-import onnx
-from onnx import helper, TensorProto, numpy_helper
+try:
+    import numpy as np
+    import onnx
+    from onnx import helper, TensorProto, numpy_helper
+except ImportError as missing:
+    sys.exit(f"{missing}: install Debian's python3-onnx (apt install python3-onnx)")
 
 rng = np.random.default_rng(0)
 inits = []

@@ -8,9 +8,12 @@ Usage: make_int8_models.py OUT_DIR"""
 import os
 import sys
 
-import numpy as np
-import torch
-import torchvision
+try:
+    import numpy as np
+    import torch
+    import torchvision
+except ImportError as missing:
+    sys.exit(f"{missing}: install Debian's python3-torch and python3-torchvision (apt install python3-torchvision)")
 
 out = sys.argv[1]
 torch.manual_seed(0)

@@ -9,8 +9,11 @@ Usage: make_torchvision_models.py OUT_DIR [NAME...]   (names: the list below)"""
 import os
 import sys
 
-import torch
-import torchvision
+try:
+    import torch
+    import torchvision
+except ImportError as missing:
+    sys.exit(f"{missing}: install Debian's python3-torch and python3-torchvision (apt install python3-torchvision)")
 
 CLASSIFICATION = ["alexnet", "convnext_tiny", "densenet121", "efficientnet_b0", "efficientnet_v2_s", "googlenet",
                   "inception_v3", "mnasnet1_0", "mobilenet_v2", "mobilenet_v3_large", "regnet_x_400mf",

@@ -174,10 +174,12 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
 std::string Executable::recording_blocker() const {
   if (device_.type == DeviceType::CPU) return "the CPU runs work as it is issued";
   if (const char* env = std::getenv("KILN_CUDA_GRAPHS"); env && std::string(env) == "0") return "KILN_CUDA_GRAPHS=0";
+  // (A node on the CPU first: the copies around it follow from it.)
+  for (const Step& s : steps_)
+    if (s.kernel && (s.fallback || s.on_cpu)) return "node '" + s.node->name() + "' runs on the CPU";
   for (const Step& s : steps_) {
     const std::string node = "node '" + s.node->name() + "' ";
     if (!s.kernel) return node + "runs host code";
-    if (s.fallback || s.on_cpu) return node + "runs on the CPU";
     if (s.widened) return node + "runs its float32 kernel on widened copies made at each run";
     if (s.node->op->has_tag(kTagRandom)) return node + "draws new random numbers at each run";
     if (s.node->op->has_tag(kTagCollective)) return node + "is a collective, run by the process group's host code";

@@ -86,6 +86,8 @@ void bench_train(const BenchTrainArgs& a) {
   const double samples = static_cast<double>(a.batch) * a.steps;
   const double per_s = samples * (text ? static_cast<double>(c.seq_len) : 1.0) / seconds;
   const AllocatorStats memory = allocator_stats(device);
+  // Graph mode on a device: whether the timed steps replayed a recording (CUDA graphs), or why not.
+  const std::string recording = compiled ? compiled->compiled().report().recording : "";
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
                         {"device", device.str()},
@@ -98,7 +100,8 @@ void bench_train(const BenchTrainArgs& a) {
                         {text ? "tokens_per_s" : "samples_per_s", per_s},
                         {"warmup_s", warmup_s},
                         {"loss", last_loss},
-                        {"peak_mb", memory.peak_bytes_in_use / 1e6}};
+                        {"peak_mb", memory.peak_bytes_in_use / 1e6},
+                        {"recording", recording}};
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -109,6 +112,7 @@ void bench_train(const BenchTrainArgs& a) {
   std::printf("warm-up %.2f s (%d steps%s); last loss %.4f; peak memory on %s %.1f MB\n", warmup_s, a.warmup,
               a.mode == "graph" ? ", compiling the step" : "", last_loss, device.str().c_str(),
               memory.peak_bytes_in_use / 1e6);
+  if (!recording.empty()) std::printf("the compiled step %s\n", recording.c_str());
 }
 
 }  // namespace
