@@ -180,7 +180,6 @@ std::string Executable::recording_blocker() const {
   for (const Step& s : steps_) {
     const std::string node = "node '" + s.node->name() + "' ";
     if (!s.kernel) return node + "runs host code";
-    if (s.widened) return node + "runs its float32 kernel on widened copies made at each run";
     if (s.node->op->has_tag(kTagRandom)) return node + "draws new random numbers at each run";
     if (s.node->op->has_tag(kTagCollective)) return node + "is a collective, run by the process group's host code";
     if (s.node->op->has_tag(kTagTransfer)) return node + "copies between devices";

@@ -1,15 +1,18 @@
 // Compiled graphs on the GPU recorded as CUDA graphs: a training step (W1's
-// MLP: forward, backward and the fused SGD update) replayed from its third
-// run gives bit for bit what the same step gives run kernel by kernel; an
-// inference graph replays with new inputs; and a graph with a step that
-// cannot be recorded runs unrecorded, saying which. Skipped without a GPU.
+// MLP, and W2's CNN in bfloat16: forward, backward and the fused SGD update)
+// replayed from its third run gives bit for bit what the same step gives
+// run kernel by kernel; an inference graph replays with new inputs; and a
+// graph with a step that cannot be recorded runs unrecorded, saying which.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 
 #include "cuda/gpus.h"
 #include "kiln/kiln.h"
+#include "kiln/mixed_precision.h"
 #include "kiln/models.h"
 #include "kiln/train_step.h"
 
@@ -23,41 +26,61 @@ struct Trained {
   std::string recording;
 };
 
-// Ten steps of W1 from one seed, on fixed batches.
-Trained train_w1(bool recorded) {
-  if (recorded)
+// Ten steps of a zoo model from one seed, on fixed batches, in float32 or
+// under bfloat16 autocast (where a kernel that stops at float32 runs on
+// widened copies, made inside the recording).
+Trained train(const std::string& model, bool recorded, std::optional<DType> autocast = std::nullopt) {
+  if (recorded) {
     unsetenv("KILN_CUDA_GRAPHS");
-  else
+  } else {
     setenv("KILN_CUDA_GRAPHS", "0", 1);
+  }
   manual_seed(21);
   models::ModelConfig config;
-  config.hidden = {64, 32};
-  auto net = models::make_model("mlp", config);
+  if (model == "mlp") config.hidden = {64, 32};
+  auto net = models::make_model(model, config);
   net->to(kGpu);
   auto opt = std::make_shared<optim::SGD>(net->trainable_params(), optim::SGDOptions{0.05, 0.9});
   jit::TrainStep step(
       net, [](const Tensor& y, const Tensor& t) { return cross_entropy(y, t); }, opt);
+  if (autocast) {
+    train::MixedPrecision precision;
+    precision.dtype = autocast;
+    step.set_mixed_precision(precision);
+  }
   Generator gen(22);
   Trained out;
   for (int i = 0; i < 10; ++i) {
     const Tensor x = randn({64, 1, 28, 28}, DType::Float32, &gen).to(kGpu);
     const Tensor y = randint(0, 10, {64}, DType::Int64, &gen).to(kGpu);
-    out.losses.push_back(step(x, y).loss.to(cpu_device()).item<float>());
+    out.losses.push_back(step(x, y).loss.to(cpu_device()).to(DType::Float32).item<float>());
   }
   for (const Tensor& p : net->trainable_params())
-    for (float v : p.to(cpu_device()).to_vector<float>()) out.params.push_back(v);
+    for (float v : p.to(cpu_device()).to(DType::Float32).to_vector<float>()) out.params.push_back(v);
   out.recording = step.compiled().report().recording;
   unsetenv("KILN_CUDA_GRAPHS");
   return out;
 }
 
-TEST(CudaGraphs, ARecordedTrainingStepGivesWhatTheKernelsGiveOneByOne) {
-  NEEDS_A_GPU();
-  const Trained recorded = train_w1(true), plain = train_w1(false);
+void expect_recorded_like_plain(const std::string& model, std::optional<DType> autocast) {
+  const Trained recorded = train(model, true, autocast), plain = train(model, false, autocast);
   EXPECT_NE(recorded.recording.find("replays one recorded graph"), std::string::npos) << recorded.recording;
   EXPECT_EQ(plain.recording, "runs unrecorded: KILN_CUDA_GRAPHS=0");
-  EXPECT_EQ(recorded.losses, plain.losses);
-  EXPECT_EQ(recorded.params, plain.params);
+  EXPECT_EQ(recorded.losses, plain.losses) << model;
+  EXPECT_EQ(recorded.params, plain.params) << model;
+}
+
+TEST(CudaGraphs, ARecordedTrainingStepGivesWhatTheKernelsGiveOneByOne) {
+  NEEDS_A_GPU();
+  expect_recorded_like_plain("mlp", std::nullopt);
+}
+
+// W2's CNN (cuDNN's convolutions, pooling) in bfloat16 autocast.
+TEST(CudaGraphs, ARecordedMixedPrecisionConvolutionStepGivesWhatItGivesUnrecorded) {
+  NEEDS_A_GPU();
+  if (OpRegistry::instance().get("conv2d").dtypes(DeviceType::CUDA).empty())
+    GTEST_SKIP() << "this build of the CUDA backend has no cuDNN";
+  expect_recorded_like_plain("cnn", DType::BFloat16);
 }
 
 TEST(CudaGraphs, AnInferenceGraphReplaysWithNewInputs) {
