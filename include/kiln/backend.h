@@ -95,6 +95,9 @@ class Backend {
    public:
     virtual ~Recording() = default;
     virtual void replay() = 0;
+    // Device memory kept for recordings when this one was made (scratch a
+    // replay writes, which no allocator hands out again).
+    virtual int64_t kept_bytes() const { return 0; }
   };
   virtual std::unique_ptr<Recording> record_steps(int index, size_t count, const std::function<void(size_t)>& step,
                                                   std::string* why) {

@@ -1,5 +1,6 @@
 #include "graph/executor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -220,8 +221,14 @@ const std::vector<Tensor>& Executable::run_slots() {
       ++recordings_;
       recording_status_ =
           "replays one recorded graph of its " + std::to_string(steps_.size()) + " steps per run (" +
-          (recordings_ == 1 ? std::string("recorded once") : "recorded " + std::to_string(recordings_) + " times") +
-          ")";
+          (recordings_ == 1 ? std::string("recorded once") : "recorded " + std::to_string(recordings_) + " times");
+      if (recording_->kept_bytes() > 0) {
+        char kept[64];
+        std::snprintf(kept, sizeof kept, "; %.1f MB of the device's memory kept for recordings",
+                      static_cast<double>(recording_->kept_bytes()) / 1e6);
+        recording_status_ += kept;
+      }
+      recording_status_ += ")";
     } else {
       blocker_ = why;
       recording_status_ = "runs unrecorded: " + blocker_;

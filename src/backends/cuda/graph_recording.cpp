@@ -62,7 +62,8 @@ Recordings& recordings_of(int device) {
 
 class CudaGraph final : public Backend::Recording {
  public:
-  CudaGraph(int device, cudaStream_t stream, cudaGraphExec_t exec) : device_(device), stream_(stream), exec_(exec) {
+  CudaGraph(int device, cudaStream_t stream, cudaGraphExec_t exec, int64_t kept)
+      : device_(device), stream_(stream), exec_(exec), kept_(kept) {
     check(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&after_, cudaEventDisableTiming), "cudaEventCreate");
   }
@@ -82,6 +83,7 @@ class CudaGraph final : public Backend::Recording {
     check(cudaEventRecord(after_, stream_), "ordering the default stream after a CUDA graph");
     check(cudaStreamWaitEvent(nullptr, after_, 0), "ordering the default stream after a CUDA graph");
   }
+  int64_t kept_bytes() const override { return kept_; }
 
  private:
   static int current_device() {
@@ -93,6 +95,7 @@ class CudaGraph final : public Backend::Recording {
   cudaStream_t stream_;
   cudaGraphExec_t exec_;
   cudaEvent_t before_ = nullptr, after_ = nullptr;
+  int64_t kept_;
 };
 
 // Ends a capture that failed, dropping what it held.
@@ -142,7 +145,8 @@ std::unique_ptr<Backend::Recording> record_steps(int device, size_t count, const
     *why = std::string("the captured graph did not instantiate (") + cudaGetErrorString(made) + ")";
     return nullptr;
   }
-  auto recording = std::make_unique<CudaGraph>(device, r.stream, exec);
+  const AllocatorStats pool = r.pool->stats();
+  auto recording = std::make_unique<CudaGraph>(device, r.stream, exec, pool.bytes_in_use + pool.bytes_cached);
   recording->replay();  // what was captured has not run yet
   return recording;
 }
