@@ -51,6 +51,8 @@ class Cell {
   // Moves every parameter and buffer to `device`, in place: the Cell's own
   // tensor handles (and any views of them) follow.
   void to(Device device);
+  // Where its parameters are (the CPU for a Cell without any).
+  Device device() const;
   bool training() const { return training_; }
 
   // Hierarchical names such as "layers.0.weight", in registration order.

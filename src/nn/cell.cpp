@@ -183,6 +183,11 @@ void Cell::to(Device device) {
   for (auto& [name, t] : buffers_and_names()) t.impl().storage->move_to(device);
 }
 
+Device Cell::device() const {
+  for (const auto& [name, p] : parameters_and_names()) return p.device();
+  return cpu_device();
+}
+
 void Cell::set_train(bool mode) {
   apply([mode](Cell& c) { c.training_ = mode; });
 }

@@ -11,12 +11,6 @@
 namespace kiln::train {
 namespace {
 
-// Where the network's parameters are: its batches are copied there.
-Device device_of(const nn::Cell& net) {
-  for (const auto& [name, p] : net.parameters_and_names()) return p.device();
-  return cpu_device();
-}
-
 // The batch's tensors on `device` (where they are already: untouched).
 void move_batch(data::Batch& batch, Device device) {
   if (batch.inputs.defined()) batch.inputs = batch.inputs.to(device);
@@ -99,7 +93,7 @@ std::vector<EpochInfo> Model::train(int epochs, data::BatchSource& batches,
   // Steps of the full batch size are measured; a smaller last batch runs on
   // the count they found best.
   auto governor = adapt_threads_ && get_num_threads() > 1 ? std::make_shared<ThreadGovernor>() : nullptr;
-  const Device device = device_of(*net_);
+  const Device device = net_->device();
   for (int epoch = first_epoch; epoch <= epochs && !stop_requested_; ++epoch) {
     net_->set_train(true);
     batches.start_epoch();
@@ -282,7 +276,7 @@ EvalResult Model::eval(data::BatchSource& batches) {
   data::Batch batch;
   EvalResult r;
   double loss_sum = 0;
-  const Device device = device_of(*net_);
+  const Device device = net_->device();
   while (batches.next(batch)) {
     move_batch(batch, device);
     int64_t n = batch.inputs.shape()[0];
@@ -327,7 +321,7 @@ Tensor Model::predict(const Tensor& inputs) {
   NoGradGuard guard;
   AutocastScope autocast(precision_.dtype);
   net_->set_train(false);
-  const Tensor x = inputs.to(device_of(*net_));
+  const Tensor x = inputs.to(net_->device());
   if (mode() == Mode::Graph) return (*inference())({x})[0];
   return (*net_)(x);
 }

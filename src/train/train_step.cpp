@@ -13,12 +13,6 @@
 namespace kiln::jit {
 
 namespace {
-// The device the network's parameters are on (the CPU without any).
-Device device_of(const nn::Cell& net) {
-  for (const auto& [name, p] : net.parameters_and_names()) return p.device();
-  return cpu_device();
-}
-
 // A host value into a 0-d tensor wherever it is: the learning rate, the
 // step and the loss scale live beside the parameters, so that a graph on a
 // device reads them there (no copy in the graph, nothing that changes
@@ -43,7 +37,7 @@ TrainStep::TrainStep(std::shared_ptr<nn::Cell> net, LossFn loss, std::shared_ptr
 
 void TrainStep::build() {
   state_ = opt_->prepare_state();
-  const Device device = device_of(*net_);
+  const Device device = net_->device();
   lr_.clear();
   for (size_t g = 0; g < opt_->groups().size(); ++g)
     lr_.push_back(scalar_tensor(opt_->groups()[g].lr, DType::Float64).to(device));

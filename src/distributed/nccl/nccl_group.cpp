@@ -9,7 +9,6 @@
 // a watchdog aborts the communicator once the oldest collective has waited
 // past the group's timeout, says so on stderr, and every later call of the
 // group throws that message.
-#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <condition_variable>
@@ -19,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/cuda/on_device.h"
 #include "kiln/backend.h"
 #include "kiln/dist.h"
 #include "kiln/error.h"
@@ -27,9 +27,8 @@ namespace kiln::dist {
 
 namespace {
 
-void check_cuda(cudaError_t status, const char* what) {
-  KILN_CHECK(status == cudaSuccess, "dist (nccl): ", what, " failed: ", cudaGetErrorString(status));
-}
+using cuda::check;  // the CUDA backend's: a failed call's name and CUDA's reason
+using cuda::OnDevice;
 
 void check_nccl(ncclResult_t status, const char* what, ncclComm_t comm = nullptr) {
   if (status == ncclSuccess || status == ncclInProgress) return;
@@ -37,19 +36,6 @@ void check_nccl(ncclResult_t status, const char* what, ncclComm_t comm = nullptr
   KILN_FAIL("dist (nccl): ", what, " failed: ", ncclGetErrorString(status),
             last && *last ? std::string(" (") + last + ")" : "", "; NCCL_DEBUG=WARN prints NCCL's own account");
 }
-
-// Switches the calling thread to a GPU for a scope.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    check_cuda(cudaGetDevice(&before_), "cudaGetDevice");
-    if (before_ != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
-  }
-  ~OnDevice() { cudaSetDevice(before_); }
-
- private:
-  int before_ = 0;
-};
 
 ncclDataType_t nccl_type(DType dtype, const char* what) {
   switch (dtype) {
@@ -115,7 +101,7 @@ struct Completion final : DeviceCompletion {
   std::shared_ptr<InFlight> work;
   void wait() const override {
     OnDevice on(work->device);
-    check_cuda(cudaStreamWaitEvent(compute_stream(work->device), work->done, 0), "waiting for a collective");
+    check(cudaStreamWaitEvent(compute_stream(work->device), work->done, 0), "waiting for a collective");
   }
   bool done() const override { return cudaEventQuery(work->done) == cudaSuccess; }
 };
@@ -132,7 +118,7 @@ class NcclGroup final : public ProcessGroup {
     gloo_->broadcast(shared, 0);
     std::memcpy(&id, shared.raw_data(), sizeof id);
     check_nccl(ncclCommInitRank(&comm_, gloo_->size(), id, gloo_->rank()), "joining the NCCL communicator");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the communication stream");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating the communication stream");
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -252,14 +238,14 @@ class NcclGroup final : public ProcessGroup {
     work->label = std::string(what) + " #" + std::to_string(++issued_) + " of " + name_;
     work->device = device_;
     work->tensors = std::move(tensors);
-    check_cuda(cudaEventCreateWithFlags(&work->start, cudaEventDefault), "cudaEventCreate");
-    check_cuda(cudaEventCreateWithFlags(&work->done, cudaEventDefault), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&work->start, cudaEventDefault), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&work->done, cudaEventDefault), "cudaEventCreate");
     std::lock_guard<std::mutex> lock(mu_);
     throw_if_aborted_locked();
-    check_cuda(cudaEventRecord(work->start, compute_stream(device_)), "marking the caller's stream");
-    check_cuda(cudaStreamWaitEvent(stream_, work->start, 0), "ordering the communication stream");
+    check(cudaEventRecord(work->start, compute_stream(device_)), "marking the caller's stream");
+    check(cudaStreamWaitEvent(stream_, work->start, 0), "ordering the communication stream");
     check_nccl(launch(), work->label.c_str(), comm_);
-    check_cuda(cudaEventRecord(work->done, stream_), "marking the communication stream");
+    check(cudaEventRecord(work->done, stream_), "marking the communication stream");
     work->issued = std::chrono::steady_clock::now();
     in_flight_.push_back(work);
     retire_finished();
