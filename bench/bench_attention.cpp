@@ -3,7 +3,8 @@
 // gradient) and a training step (forward and backward), at W4's shape (batch
 // 32, 4 heads, 128 positions, head size 32, causal) and a BERT-style one
 // (batch 1, 12 heads, 128 positions, head size 64), and the batch-1 encoder
-// of bench/peers (4 heads, 128 positions, head size 64).
+// of bench/peers (4 heads, 128 positions, head size 64), and the encoder of
+// bench/peers/int8_latency.sh (8 heads, 128 positions, head size 32).
 #include <cmath>
 #include <limits>
 
@@ -17,7 +18,7 @@ using namespace kiln;
 struct Shape4 {
   int64_t n, h, l, d;
 };
-const Shape4 kShapes[] = {{32, 4, 128, 32}, {1, 12, 128, 64}, {1, 4, 128, 64}};
+const Shape4 kShapes[] = {{32, 4, 128, 32}, {1, 12, 128, 64}, {1, 4, 128, 64}, {1, 8, 128, 32}};
 
 Tensor separate_ops(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   Tensor scores = matmul(q * (1.0 / std::sqrt(static_cast<double>(q.size(-1)))), k.transpose(-1, -2));
@@ -53,16 +54,18 @@ void BM_attention(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_attention<true, false>)->Name("attention/kiln/inference")->DenseRange(0, 2)->UseRealTime();
-BENCHMARK(BM_attention<false, false>)->Name("attention/ops/inference")->DenseRange(0, 2)->UseRealTime();
-BENCHMARK(BM_attention<true, true>)->Name("attention/kiln/train")->DenseRange(0, 2)->UseRealTime();
-BENCHMARK(BM_attention<false, true>)->Name("attention/ops/train")->DenseRange(0, 2)->UseRealTime();
+BENCHMARK(BM_attention<true, false>)->Name("attention/kiln/inference")->DenseRange(0, 3)->UseRealTime();
+BENCHMARK(BM_attention<false, false>)->Name("attention/ops/inference")->DenseRange(0, 3)->UseRealTime();
+BENCHMARK(BM_attention<true, true>)->Name("attention/kiln/train")->DenseRange(0, 3)->UseRealTime();
+BENCHMARK(BM_attention<false, true>)->Name("attention/ops/train")->DenseRange(0, 3)->UseRealTime();
 
 int main(int argc, char** argv) {
   kiln::bench::initialize(&argc, argv);
   kiln::bench::RatioReporter reporter("calls/s");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_ratios("/kiln/", "/ops/");
-  std::printf("shape 0: batch 32, 4 heads, 128 positions, head 32, causal (W4); 1: batch 1, 12 heads, 128, head 64; 2: batch 1, 4 heads, 128, head 64\n");
+  std::printf(
+      "shape 0: batch 32, 4 heads, 128 positions, head 32, causal (W4); 1: batch 1, 12 heads, 128, head 64; 2: batch "
+      "1, 4 heads, 128, head 64; 3: batch 1, 8 heads, 128, head 32 (the int8 benchmark's encoder)\n");
   return 0;
 }

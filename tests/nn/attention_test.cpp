@@ -2,6 +2,10 @@
 // same weights (tests/golden/make_module_golden.py).
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "kiln/kiln.h"
 #include "support/golden_json.h"
 
@@ -149,5 +153,48 @@ TEST(ScaledDotProductAttention, StridedHeadsMatchContiguousCopies) {
     const auto g = got.to_vector<float>(), w = want.to_vector<float>();
     ASSERT_EQ(g.size(), w.size());
     for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 1e-6 + 1e-6 * std::abs(w[i])) << "element " << i;
+  }
+}
+
+// The float32 kernel on register tiles (value widths of whole 16-column
+// panels) against the float64 one on a GEMM: key counts on and off a panel's
+// edge, one key, queries split into several work items, causal rows, an
+// additive mask with a row that sees nothing (zeros, not NaN), and value
+// widths other than the keys'.
+TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
+  manual_seed(47);
+  struct Case {
+    int64_t batch, l, s, d, dv;
+    bool causal, mask;
+  };
+  const Case cases[] = {
+      {8, 128, 128, 32, 32, false, false}, {2, 37, 37, 16, 16, true, false}, {3, 20, 130, 24, 48, false, true},
+      {1, 70, 1, 8, 16, false, false},     {4, 33, 33, 64, 64, true, true},  {1, 300, 45, 16, 32, false, false},
+  };
+  NoGradGuard no_grad;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("batch " + std::to_string(c.batch) + ", " + std::to_string(c.l) + " x " + std::to_string(c.s) +
+                 ", d " + std::to_string(c.d) + ", dv " + std::to_string(c.dv) + (c.causal ? ", causal" : "") +
+                 (c.mask ? ", mask" : ""));
+    const Tensor q = randn({c.batch, c.l, c.d}), k = randn({c.batch, c.s, c.d}), v = randn({c.batch, c.s, c.dv});
+    Tensor mask;
+    if (c.mask) {
+      std::vector<float> m(static_cast<size_t>(c.l * c.s));
+      for (size_t i = 0; i < m.size(); ++i)
+        m[i] = i % 7 == 3 ? -std::numeric_limits<float>::infinity() : 0.1f * (i % 5);
+      std::fill(m.begin() + c.s, m.begin() + 2 * c.s, -std::numeric_limits<float>::infinity());  // row 1 sees nothing
+      mask = from_vector(m, {c.l, c.s});
+    }
+    const Tensor got = scaled_dot_product_attention(q, k, v, mask, c.causal);
+    const Tensor want = scaled_dot_product_attention(q.to(DType::Float64), k.to(DType::Float64), v.to(DType::Float64),
+                                                     mask.defined() ? mask.to(DType::Float64) : Tensor(), c.causal);
+    ASSERT_EQ(got.shape(), (Shape{c.batch, c.l, c.dv}));
+    const auto g = got.to_vector<float>();
+    const auto w = want.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], w[i], 2e-5 + 2e-5 * std::abs(w[i])) << "element " << i;
+    if (c.mask) {  // the row that sees nothing, in every batch
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t j = 0; j < c.dv; ++j) EXPECT_EQ(g[static_cast<size_t>((b * c.l + 1) * c.dv + j)], 0.0f);
+    }
   }
 }

@@ -3,11 +3,14 @@
 // and the weighted values (a second GEMM). The scores live in a per-thread
 // buffer of kRows x S, so the [L, S] matrix is never written unless the
 // weights are asked for (save_weights), and then it is written once.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/attention_forward.h"
+#include "backends/cpu/attention_tiles.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/softmax_row.h"
@@ -66,6 +69,33 @@ Operand operand(const Tensor& x) {
   return o;
 }
 
+// Softmax of each score row in place over the keys it sees (a multiple of
+// 8 past the causal cut, the keys between masked), the mask added first;
+// zeros after, up to `zero_to`. Query row i of the block is row r0 + i.
+template <typename T>
+void softmax_rows(T* p, int64_t ld, int64_t rows, int64_t r0, int64_t s, int64_t zero_to, bool causal, const T* pm,
+                  int64_t mask_row0, int64_t mask_row_stride, int64_t mask_col_stride) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = p + i * ld;
+    // Key j sees query i when j <= i. The softmax runs to a multiple of 8
+    // past that, the keys between masked: its sums then take the same
+    // lanes as over the whole row, so a causal mask given as a mask gives
+    // the same bits as the causal flag.
+    const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
+    const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
+    if (pm) {
+      const int64_t off = mask_row0 + (r0 + i) * mask_row_stride;
+      for (int64_t j = 0; j < visible; ++j) row[j] += pm[off + j * mask_col_stride];
+    }
+    std::fill(row + seen, row + visible, -std::numeric_limits<T>::infinity());
+    if (softmax_row<T, false>(row, row, visible) == -std::numeric_limits<T>::infinity()) {
+      std::fill(row, row + zero_to, T(0));  // nothing to attend to: zeros, not NaN
+      continue;
+    }
+    std::fill(row + visible, row + zero_to, T(0));
+  }
+}
+
 template <typename T>
 void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved) {
   const Operand oq = operand(in[0]), ok = operand(in[1]), ov = operand(in[2]);
@@ -94,35 +124,44 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
     return py + ((b / heads * l + r0) * heads + b % heads) * dv;
   };
   const int64_t block = rows_per_item(batch, l, causal), blocks = (l + block - 1) / block;
+  const int64_t mask_row_stride = mask.defined() ? mask.strides()[r - 2] : 0;
+  const int64_t mask_col_stride = mask.defined() ? mask.strides()[r - 1] : 0;
+  const bool tiled = std::is_same_v<T, float> && !weights && dv % kAttentionTileCols == 0;
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> scratch(static_cast<size_t>(weights ? 0 : block * s));
+    std::vector<T> scratch(static_cast<size_t>(weights || tiled ? 0 : block * s));
+    std::vector<float> tiles;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / blocks, r0 = item % blocks * block, rows = std::min(block, l - r0);
-      T* p = weights ? weights + (b * l + r0) * s : scratch.data();
       // The keys any row of the block sees (rounded up as the softmax rounds
       // below); past them the weights are zero, so both products stop there.
       const int64_t reach = causal ? std::min(s, (r0 + rows + 7) / 8 * 8) : s;
-      gemm<T>(false, true, rows, reach, d, scale, pq + oq.offsets[b] + r0 * oq.row_stride, oq.row_stride,
-              pk + ok.offsets[b], ok.row_stride, T(0), p, s);
-      for (int64_t i = 0; i < rows; ++i) {
-        T* row = p + i * s;
-        // Key j sees query i when j <= i. The softmax runs to a multiple of 8
-        // past that, the keys between masked: its sums then take the same
-        // lanes as over the whole row, so a causal mask given as a mask gives
-        // the same bits as the causal flag.
-        const int64_t seen = causal ? std::min(s, r0 + i + 1) : s;
-        const int64_t visible = std::min(s, (seen + 7) / 8 * 8);
-        if (pm) {  // position (b, r0 + i, j) of the mask view
-          const int64_t off = mask_offsets[b] + (r0 + i) * mask.strides()[r - 2], js = mask.strides()[r - 1];
-          for (int64_t j = 0; j < visible; ++j) row[j] += pm[off + j * js];
-        }
-        std::fill(row + seen, row + visible, -std::numeric_limits<T>::infinity());
-        if (softmax_row<T, false>(row, row, visible) == -std::numeric_limits<T>::infinity()) {
-          std::fill(row, row + s, T(0));  // nothing to attend to: zeros, not NaN
+      const int64_t mask_row0 = mask.defined() ? mask_offsets[b] : 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (tiled) {
+          const AttentionTile t{pq + oq.offsets[b] + r0 * oq.row_stride,
+                                pk + ok.offsets[b],
+                                pv + ov.offsets[b],
+                                oq.row_stride,
+                                ok.row_stride,
+                                ov.row_stride,
+                                rows,
+                                reach,
+                                d,
+                                dv,
+                                scale};
+          attention_by_tiles(
+              t, tiles,
+              [&](float* p, int64_t ld) {
+                softmax_rows(p, ld, rows, r0, s, reach, causal, pm, mask_row0, mask_row_stride, mask_col_stride);
+              },
+              y_rows(b, r0), y_stride);
           continue;
         }
-        std::fill(row + visible, row + s, T(0));
       }
+      T* p = weights ? weights + (b * l + r0) * s : scratch.data();
+      gemm<T>(false, true, rows, reach, d, scale, pq + oq.offsets[b] + r0 * oq.row_stride, oq.row_stride,
+              pk + ok.offsets[b], ok.row_stride, T(0), p, s);
+      softmax_rows(p, s, rows, r0, s, s, causal, pm, mask_row0, mask_row_stride, mask_col_stride);
       gemm<T>(false, false, rows, dv, reach, T(1), p, s, pv + ov.offsets[b], ov.row_stride, T(0), y_rows(b, r0),
               y_stride);
     }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "backends/cpu/exp16.h"
 #include "backends/cpu/loops.h"
 #include "backends/cpu/vec8.h"
 
@@ -13,9 +14,63 @@ namespace kiln::cpu {
 // The exponentials of one contiguous row shifted by its maximum, written to
 // py (px may be py; for float16/bfloat16 only with `write`), and their sum;
 // *max gets the maximum (-inf: every value was -inf).
+#if defined(__AVX512F__)
+// exp_sum_row for float32 in two passes of 16 lanes, the exponentials
+// inline (exp16), each summed as it is made: the four passes below (the
+// maximum in 8 lanes, libmvec's exp, the sum, the scaling) took a third of
+// a BERT-style layer's attention. Value j sits in lane j % 16 whatever n
+// is, so a row cut short (a causal row's visible keys) and the whole row
+// with the rest masked to -inf sum alike, bit for bit. Returns false where
+// the maximum is -inf (nothing to shift by), for the general loop.
+inline bool exp_sum_row16(const float* px, float* py, int64_t n, float* max, bool write, float* sum) {
+  const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 lanes = minus_inf;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {  // a NaN never replaces the maximum
+    const __m512 v = _mm512_loadu_ps(px + j);
+    lanes = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lanes, _CMP_GT_OQ), lanes, v);
+  }
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
+  if (tail) {
+    const __m512 v = _mm512_mask_loadu_ps(minus_inf, tail, px + j);
+    lanes = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lanes, _CMP_GT_OQ), lanes, v);
+  }
+  const float m = _mm512_reduce_max_ps(lanes);
+  *max = m;
+  if (m == -std::numeric_limits<float>::infinity()) return false;
+  // exp(x - m): 0 below -87 (masked scores; exp16 would clip them to
+  // 1e-38), NaN kept (exp16 would clip it away too).
+  const __m512 shift = _mm512_set1_ps(m), low = _mm512_set1_ps(-87.0f);
+  auto exp_of = [&](__m512 x) {
+    const __m512 d = _mm512_sub_ps(x, shift);
+    const __m512 e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q), exp16(d), d);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(d, low, _CMP_LT_OQ), e, _mm512_setzero_ps());
+  };
+  __m512 total = _mm512_setzero_ps();
+  for (j = 0; j + 16 <= n; j += 16) {
+    const __m512 e = exp_of(_mm512_loadu_ps(px + j));
+    total = _mm512_add_ps(total, e);
+    if (write) _mm512_storeu_ps(py + j, e);
+  }
+  if (tail) {
+    const __m512 e = _mm512_maskz_mov_ps(tail, exp_of(_mm512_maskz_loadu_ps(tail, px + j)));
+    total = _mm512_add_ps(total, e);
+    if (write) _mm512_mask_storeu_ps(py + j, tail, e);
+  }
+  *sum = _mm512_reduce_add_ps(total);
+  return true;
+}
+#endif
+
 template <typename T>
 inline compute_t<T> exp_sum_row(const T* px, T* py, int64_t n, compute_t<T>* max, bool write = true) {
   using C = compute_t<T>;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    float sum;
+    if (exp_sum_row16(px, py, n, max, write, &sum)) return sum;
+  }
+#endif
   C m = -std::numeric_limits<C>::infinity();
   int64_t first = 0;
   if constexpr (std::is_same_v<T, float>) {
