@@ -332,11 +332,9 @@ void expect_within_one_step(const CompiledAndPlain& r, double step) {
 }
 
 // x [8, 16] quantized, times int8 weights [16, 12] (per column), the
-// product quantized and dequantized, a float bias added and the ReLU: the
-// layout `kiln quantize` writes for a linear layer, into `out`. With
-// `residual`, that float [8, 12] value is added before the ReLU (a residual
-// block's second layer).
-void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out, const std::string& residual = "") {
+// product quantized and dequantized and a float bias added, into "biased":
+// the layout `kiln quantize` writes for a linear layer.
+void qdq_biased_product(kt::OnnxBuilder& b) {
   b.io(true, "x", TensorProto::FLOAT, {8, 16});
   b.init("x_scale", scalar(0.03f));
   b.init("x_zero", from_vector<uint8_t>({120}, {}));
@@ -354,6 +352,12 @@ void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out, const std::str
   b.node("QuantizeLinear", {"y", "y_scale", "y_zero"}, {"y_q"});
   b.node("DequantizeLinear", {"y_q", "y_scale", "y_zero"}, {"y_dq"});
   b.node("Add", {"y_dq", "bias"}, {"biased"});
+}
+
+// qdq_biased_product and the ReLU, into `out`. With `residual`, that float
+// [8, 12] value is added before the ReLU (a residual block's second layer).
+void qdq_linear_layer(kt::OnnxBuilder& b, const std::string& out, const std::string& residual = "") {
+  qdq_biased_product(b);
   if (!residual.empty()) b.node("Add", {residual, "biased"}, {"summed"});
   b.node("Relu", {residual.empty() ? "biased" : "summed"}, {out});
 }
@@ -397,6 +401,41 @@ TEST(Int8Kernels, AResidualAddedAfterALinearLayerRunsInItsEpilogue) {
       << ::testing::PrintToString(names);
   EXPECT_EQ(std::find(names.begin(), names.end(), "add"), names.end()) << ::testing::PrintToString(names);
   expect_within_one_step(run, 0.2);
+}
+
+// An attention layer's output projection in a sequence-first encoder: the
+// product dequantized and its bias added, then made batch-first ([L, E] to
+// [L, 1, E] to [1, L, E]: views that keep the memory order) before the
+// layer's input is added back. The views and the add join the product's
+// epilogue. A transpose that moves the rows (there are two sequences) keeps
+// its add.
+TEST(Int8Kernels, AResidualAddedAfterViewsThatKeepTheOrderRunsInTheEpilogue) {
+  for (const bool moves_rows : {false, true}) {
+    SCOPED_TRACE(moves_rows ? "rows moved" : "order kept");
+    const Shape viewed = moves_rows ? Shape{4, 2, 12} : Shape{8, 1, 12}, added = {viewed[1], viewed[0], 12};
+    kt::OnnxBuilder b;
+    manual_seed(12);
+    b.init("skip_w", randn({16, 12}));
+    b.init("viewed", from_vector<int64_t>(viewed, {3}));
+    b.init("added", from_vector<int64_t>(added, {3}));
+    b.node("MatMul", {"x", "skip_w"}, {"skip"});  // the layer's input, made before the product runs
+    b.node("Reshape", {"skip", "added"}, {"skip_3d"});
+    qdq_biased_product(b);
+    b.node("Reshape", {"biased", "viewed"}, {"sequence_first"});
+    kt::OnnxBuilder::ints(b.node("Transpose", {"sequence_first"}, {"batch_first"}), "perm", {1, 0, 2});
+    b.node("Add", {"skip_3d", "batch_first"}, {"out"});
+    b.io(false, "out", TensorProto::FLOAT, added);
+    manual_seed(13);
+    const CompiledAndPlain run = compiled_and_plain(b.save("qdq_projection.onnx"), randn({8, 16}) * 2.0);
+    const std::vector<std::string>& names = run.kernels;
+    const bool folded =
+        std::find(names.begin(), names.end(),
+                  "qlinear_matmul (int8, weights prepared) + dequantize + add + residual") != names.end();
+    EXPECT_EQ(folded, !moves_rows) << ::testing::PrintToString(names);
+    EXPECT_EQ(std::find(names.begin(), names.end(), "add") != names.end(), moves_rows)
+        << ::testing::PrintToString(names);
+    expect_within_one_step(run, 0.2);
+  }
 }
 
 // A transformer's feed-forward layer as `kiln quantize` writes it: the

@@ -147,6 +147,35 @@ struct DequantizeFold {
   int y = -1;              // the last one's result, which the matmul then writes
 };
 
+// A view that keeps its input's memory order: a reshape, or a permute that
+// moves only axes of size 1 (a sequence-first [L, 1, E] made [1, L, E]).
+bool keeps_order(const Graph& g, const Node& n) {
+  if (n.removed || !n.is_view() || n.inputs.empty()) return false;
+  if (layout::is_op(n, "view")) return true;
+  if (!layout::is_op(n, "permute")) return false;
+  const Shape& x = g.values[n.inputs[0]].meta.shape;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  int64_t last = -1;
+  for (int64_t axis : n.attrs.get_ints("order", {})) {
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return false;
+    if (x[static_cast<size_t>(axis)] == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
+// Whether a value's elements lie in memory in its shape's row-major order,
+// as a kernel reading it raw assumes: a graph input, a kernel's result, or
+// an order-keeping view of one (not a slice or a transpose).
+bool row_major(const Graph& g, int id) {
+  const Value& v = g.values[static_cast<size_t>(id)];
+  if (v.kind != ValueKind::Result || v.producer < 0) return true;
+  const Node& p = g.nodes[static_cast<size_t>(v.producer)];
+  return !p.is_view() || (keeps_order(g, p) && row_major(g, p.inputs[0]));
+}
+
 // uses: the graph's use counts (a fold changes only its own chain's).
 DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::vector<int>& uses) {
   auto sole_reader = [&](int v) { return g.sole_reader(v, uses); };
@@ -183,19 +212,30 @@ DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::v
       f.y = add.outputs[0];
     }
   }
-  const int residual_at = sole_reader(f.y);
+  // The residual add may come after views that keep the order (an
+  // attention's output projection, sequence-first, made batch-first for the
+  // add): they go with it.
+  std::vector<int> views;
+  int viewed = f.y;
+  for (int at = sole_reader(viewed); at >= 0 && keeps_order(g, g.nodes[at]) && g.nodes[at].inputs[0] == viewed;
+       at = sole_reader(viewed)) {
+    views.push_back(at);
+    viewed = g.nodes[at].outputs[0];
+  }
+  const int residual_at = sole_reader(viewed);
   if (residual_at >= 0 && layout::is_op(g.nodes[residual_at], "add")) {
     const Node& add = g.nodes[residual_at];
-    const int other = add.inputs.size() != 2 ? -1 : add.inputs[0] == f.y ? add.inputs[1] : add.inputs[0];
+    const int other = add.inputs.size() != 2 ? -1 : add.inputs[0] == viewed ? add.inputs[1] : add.inputs[0];
     const Value* o = other >= 0 ? &g.values[other] : nullptr;
     // Made before the matmul: a graph input, or a result of an earlier node.
     const bool ready = o && (std::count(g.inputs.begin(), g.inputs.end(), other) > 0 ||
                              (o->kind == ValueKind::Result && o->producer >= 0 && o->producer < m.node));
-    if (ready && other != f.y && !is_constant(g, other) && o->meta.dtype == DType::Float32 &&
-        o->meta.shape == g.values[f.y].meta.shape && g.values[add.outputs[0]].meta.shape == o->meta.shape &&
-        numel_of(o->meta.shape) == m.call.m * m.call.n) {
+    if (ready && other != viewed && !is_constant(g, other) && o->meta.dtype == DType::Float32 &&
+        o->meta.shape == g.values[viewed].meta.shape && g.values[add.outputs[0]].meta.shape == o->meta.shape &&
+        numel_of(o->meta.shape) == m.call.m * m.call.n && row_major(g, other)) {
       f.epilogue.add_residual = true;
       f.residual = other;
+      f.nodes.insert(f.nodes.end(), views.begin(), views.end());
       f.nodes.push_back(residual_at);
       f.y = add.outputs[0];
     }
