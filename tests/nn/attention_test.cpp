@@ -159,8 +159,9 @@ TEST(ScaledDotProductAttention, StridedHeadsMatchContiguousCopies) {
 // The float32 kernel on register tiles (value widths of whole 16-column
 // panels) against the float64 one on a GEMM: key counts on and off a panel's
 // edge, one key, queries split into several work items, causal rows, an
-// additive mask with a row that sees nothing (zeros, not NaN), and value
-// widths other than the keys'.
+// additive mask with a row that sees nothing (zeros, not NaN), value widths
+// other than the keys', and the weights kept for the gradients (causal rows
+// whose keys end inside a panel).
 TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
   manual_seed(47);
   struct Case {
@@ -168,8 +169,9 @@ TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
     bool causal, mask;
   };
   const Case cases[] = {
-      {8, 128, 128, 32, 32, false, false}, {2, 37, 37, 16, 16, true, false}, {3, 20, 130, 24, 48, false, true},
-      {1, 70, 1, 8, 16, false, false},     {4, 33, 33, 64, 64, true, true},  {1, 300, 45, 16, 32, false, false},
+      {8, 128, 128, 32, 32, false, false}, {2, 37, 37, 16, 16, true, false}, {2, 40, 48, 32, 32, true, false},
+      {3, 20, 130, 24, 48, false, true},   {1, 70, 1, 8, 16, false, false},  {4, 33, 33, 64, 64, true, true},
+      {1, 300, 45, 16, 32, false, false},
   };
   NoGradGuard no_grad;
   for (const Case& c : cases) {
@@ -195,6 +197,27 @@ TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
     if (c.mask) {  // the row that sees nothing, in every batch
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t j = 0; j < c.dv; ++j) EXPECT_EQ(g[static_cast<size_t>((b * c.l + 1) * c.dv + j)], 0.0f);
+    }
+    // With a gradient to take, the forward keeps the weights (written by the
+    // tiles where whole panels fit a row) and the gradients read them.
+    const Tensor dy = randn({c.batch, c.l, c.dv});
+    auto gradients = [&](DType dtype) {
+      std::vector<Tensor> leaves{q.to(dtype), k.to(dtype), v.to(dtype)};
+      for (Tensor& t : leaves) t.set_requires_grad(true);
+      autograd::set_grad_enabled(true);  // (the test runs without gradients otherwise)
+      const Tensor m = mask.defined() ? mask.to(dtype) : Tensor();
+      sum(scaled_dot_product_attention(leaves[0], leaves[1], leaves[2], m, c.causal) * dy.to(dtype)).backward();
+      autograd::set_grad_enabled(false);
+      return std::vector<Tensor>{leaves[0].grad(), leaves[1].grad(), leaves[2].grad()};
+    };
+    const std::vector<Tensor> got_grads = gradients(DType::Float32), want_grads = gradients(DType::Float64);
+    for (size_t i = 0; i < 3; ++i) {
+      SCOPED_TRACE("gradient of input " + std::to_string(i));
+      const auto gg = got_grads[i].to_vector<float>();
+      const auto wg = want_grads[i].to_vector<double>();
+      ASSERT_EQ(gg.size(), wg.size());
+      for (size_t j = 0; j < gg.size(); ++j)
+        ASSERT_NEAR(gg[j], wg[j], 1e-4 + 1e-4 * std::abs(wg[j])) << "element " << j;
     }
   }
 }

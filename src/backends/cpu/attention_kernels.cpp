@@ -126,7 +126,9 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
   const int64_t block = rows_per_item(batch, l, causal), blocks = (l + block - 1) / block;
   const int64_t mask_row_stride = mask.defined() ? mask.strides()[r - 2] : 0;
   const int64_t mask_col_stride = mask.defined() ? mask.strides()[r - 1] : 0;
-  const bool tiled = std::is_same_v<T, float> && !weights && dv % kAttentionTileCols == 0;
+  // Kept weights are the tiles' scores where their rows hold whole panels.
+  const bool tiled =
+      std::is_same_v<T, float> && dv % kAttentionTileCols == 0 && (!weights || s % kAttentionTileCols == 0);
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(weights || tiled ? 0 : block * s));
     std::vector<float> tiles;
@@ -148,11 +150,14 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
                                 reach,
                                 d,
                                 dv,
-                                scale};
+                                scale,
+                                weights ? reinterpret_cast<float*>(weights) + (b * l + r0) * s : nullptr,
+                                s};
           attention_by_tiles(
               t, tiles,
               [&](float* p, int64_t ld) {
-                softmax_rows(p, ld, rows, r0, s, reach, causal, pm, mask_row0, mask_row_stride, mask_col_stride);
+                softmax_rows(p, ld, rows, r0, s, weights ? s : reach, causal, pm, mask_row0, mask_row_stride,
+                             mask_col_stride);
               },
               y_rows(b, r0), y_stride);
           continue;

@@ -33,12 +33,13 @@ void product(int64_t rows, const float* a, int64_t lda, const float* b, int64_t 
 void attention_by_tiles(const AttentionTile& t, std::vector<float>& scratch,
                         const std::function<void(float*, int64_t)>& softmax, float* y, int64_t y_stride) {
   using gemm::kCols;
-  const int64_t panels = (t.reach + kCols - 1) / kCols, ld = panels * kCols, value_panels = t.dv / kCols;
-  const size_t need = static_cast<size_t>(t.rows * ld + ld * t.d + t.reach * t.dv + t.rows * t.d);
+  const int64_t panels = (t.reach + kCols - 1) / kCols, value_panels = t.dv / kCols;
+  const int64_t ld = t.weights ? t.weights_stride : panels * kCols, own = t.weights ? 0 : t.rows * ld;
+  const size_t need = static_cast<size_t>(own + panels * kCols * t.d + t.reach * t.dv + t.rows * t.d);
   if (scratch.size() < need) scratch.resize(need);
-  float* scores = scratch.data();            // [rows, ld]
-  float* keys = scores + t.rows * ld;        // [panels, d, 16]: 16 keys side by side per dimension
-  float* values = keys + ld * t.d;           // [dv / 16, reach, 16]
+  float* scores = t.weights ? t.weights : scratch.data();  // [rows, ld]
+  float* keys = scratch.data() + own;                      // [panels, d, 16]: 16 keys side by side per dimension
+  float* values = keys + panels * kCols * t.d;             // [dv / 16, reach, 16]
   float* queries = values + t.reach * t.dv;  // [rows, d], scaled
   for (int64_t p = 0; p < panels; ++p)
     for (int64_t kk = 0; kk < t.d; ++kk)
