@@ -7,6 +7,7 @@
 // them again. Exported as ONNX MatMul, Mul, Add, Softmax and MatMul.
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "kiln/grad_mode.h"
 #include "ops/op_helpers.h"
@@ -75,15 +76,36 @@ Tensor weights_of(const GradContext& c) {
 
 Grads attention_grads(const GradContext& c, const Grads& g) {
   const Tensor &q = c.inputs[0], &k = c.inputs[1], &v = c.inputs[2];
-  const double scale = scale_of(c.attrs, q.size(-1));
-  const Tensor p = weights_of(c);
-  const Tensor dp = matmul(g[0], v.transpose(-1, -2));
-  const Tensor ds = p * (dp - sum(dp * p, {-1}, true)) * scale;
+  const std::vector<Tensor> d =
+      call(KILN_OP("attention_backward"), {g[0], q, k, v, weights_of(c)},
+           {{"scale", scale_of(c.attrs, q.size(-1))}, {"causal", c.attrs.get_bool("causal", false)}});
   Grads r(c.inputs.size());
-  if (c.needs_grad[0]) r[0] = matmul(ds, k);
-  if (c.needs_grad[1]) r[1] = matmul(ds.transpose(-1, -2), q);
-  if (c.needs_grad[2]) r[2] = matmul(p.transpose(-1, -2), g[0]);
+  for (size_t i = 0; i < 3; ++i)
+    if (c.needs_grad[i]) r[i] = d[i];
   return r;
+}
+
+// The gradients of q, k and v from the output's and the weights p (zero
+// where a query does not see a key): with dp = g v^T and
+// ds = p (dp - rowsum(dp p)) scale, they are ds k, ds^T q and p^T g.
+// (causal says the weights are zero past each query's position, which a
+// kernel may use to skip them.)
+std::vector<Tensor> attention_backward_ops(const std::vector<Tensor>& in, const Attrs& a) {
+  const Tensor &g = in[0], &q = in[1], &k = in[2], &v = in[3], &p = in[4];
+  const Tensor dp = matmul(g, v.transpose(-1, -2));
+  const Tensor ds = p * (dp - sum(dp * p, {-1}, true)) * a.get_float("scale");
+  return {matmul(ds, k), matmul(ds.transpose(-1, -2), q), matmul(p.transpose(-1, -2), g)};
+}
+
+Metas infer_attention_backward(const Metas& in, const Attrs& a) {
+  const TensorMeta &g = in[0], &q = in[1], &k = in[2], &v = in[3], &p = in[4];
+  KILN_CHECK(a.get_float("scale") > 0, "attention_backward: scale must be positive, got ", a.get_float("scale"));
+  const Metas forward = infer_attention({q, k, v}, {{"save_weights", true}});
+  for (const auto& [what, meta, want] : {std::tuple{"grad", &g, &forward[0]}, std::tuple{"weights", &p, &forward[1]}})
+    KILN_CHECK(meta->shape == want->shape && meta->dtype == want->dtype, "attention_backward: ", what, " must be ",
+               dtype_name(want->dtype), shape_str(want->shape), ", got ", dtype_name(meta->dtype),
+               shape_str(meta->shape));
+  return {q, k, v};
 }
 
 // MatMul(q * scale, k^T) (+ mask) (+ causal) -> Softmax -> MatMul(v).
@@ -125,6 +147,18 @@ OpDefiner d_attention([] {
   d.differentiable_inputs = {0, 1, 2};
   d.category = "attention";
   d.autocast = Autocast::Lower;
+  return d;
+}());
+
+// Fused where the backend has a kernel (the CPU's: the four products of a
+// head on its register tiles, one [L, S] scratch a thread instead of the
+// ops' temporaries); elsewhere the ops of attention_backward_ops.
+OpDefiner d_attention_backward([] {
+  OpDef d =
+      detail::make_op("attention_backward", {"grad", "q", "k", "v", "weights"}, {"scale:float", "causal:bool=false"},
+                      infer_attention_backward, nullptr, {}, kTagBackward, {"grad_q", "grad_k", "grad_v"});
+  d.decompose = attention_backward_ops;
+  d.category = "attention";
   return d;
 }());
 

@@ -33,7 +33,8 @@ std::string backends(const OpDef& op) {
 // half precision widening to a float32 kernel there stays there).
 std::string falls_back_on(const OpDef& op) {
   std::string s;
-  if (op.has_tag(kTagView) || op.dtypes(DeviceType::CPU).empty()) return "-";
+  // (An op that decomposes runs as its ops where its kernel is missing.)
+  if (op.has_tag(kTagView) || op.dtypes(DeviceType::CPU).empty() || op.decompose) return "-";
   for (int b = 1; b < kNumDeviceTypes; ++b) {
     auto type = static_cast<DeviceType>(b);
     if (!find_backend(type)) continue;
@@ -114,6 +115,15 @@ void print_mindspore_imports(std::ostream& os, bool markdown) {
   if (!markdown) os << primitives.size() << " MindSpore primitives\n";
 }
 
+// The ops that run as a program of other ops where a backend lacks their
+// kernel (OpDef::decompose), as a list for the table's header.
+std::string decomposing_ops() {
+  std::string s;
+  for (const OpDef* op : OpRegistry::instance().all())
+    if (op->decompose) s += (s.empty() ? "`" : ", `") + op->name + "`";
+  return s;
+}
+
 void print_markdown(std::ostream& os) {
   auto ops = OpRegistry::instance().all();
   os << "# Operator coverage\n\n"
@@ -123,7 +133,10 @@ void print_markdown(std::ostream& os) {
      << "`-DKILN_CUDA=on`; this file comes from such a build). An op with no kernel on its tensors' backend, or "
         "a call its kernel "
      << "does not take (in parentheses), runs on the CPU, with a warning and a `fallback` mark in profiles (an error "
-        "under `KILN_STRICT_DEVICE=1`). "
+        "under `KILN_STRICT_DEVICE=1`); an op that decomposes ("
+     << decomposing_ops()
+     << ") runs there as its ops "
+        "instead. "
      << "A float16 or bfloat16 call of an op whose kernels on its backend stop at float32 runs that backend's float32 "
      << "kernel on widened copies and rounds the results. ONNX: the op types "
      << "`kiln export` writes for the op (opsets 13 to 17); `-` where export refuses it. Reads: the ONNX op types the "

@@ -131,7 +131,8 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
       std::is_same_v<T, float> && dv % kAttentionTileCols == 0 && (!weights || s % kAttentionTileCols == 0);
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(weights || tiled ? 0 : block * s));
-    std::vector<float> tiles;
+    std::vector<float> tiles, panels;
+    int64_t packed = -1;  // the head whose panels these are (a head's items come in turn)
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / blocks, r0 = item % blocks * block, rows = std::min(block, l - r0);
       // The keys any row of the block sees (rounded up as the softmax rounds
@@ -140,21 +141,17 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
       const int64_t mask_row0 = mask.defined() ? mask_offsets[b] : 0;
       if constexpr (std::is_same_v<T, float>) {
         if (tiled) {
+          const AttentionHead head{pk + ok.offsets[b], pv + ov.offsets[b], ok.row_stride, ov.row_stride, s, d, dv};
+          if (packed != b) pack_attention_head(head, panels), packed = b;
           const AttentionTile t{pq + oq.offsets[b] + r0 * oq.row_stride,
-                                pk + ok.offsets[b],
-                                pv + ov.offsets[b],
                                 oq.row_stride,
-                                ok.row_stride,
-                                ov.row_stride,
                                 rows,
                                 reach,
-                                d,
-                                dv,
                                 scale,
                                 weights ? reinterpret_cast<float*>(weights) + (b * l + r0) * s : nullptr,
                                 s};
           attention_by_tiles(
-              t, tiles,
+              head, panels, t, tiles,
               [&](float* p, int64_t ld) {
                 softmax_rows(p, ld, rows, r0, s, weights ? s : reach, causal, pm, mask_row0, mask_row_stride,
                              mask_col_stride);
@@ -178,6 +175,50 @@ void attention_kernel(const Ins& in, Outs& out, const Attrs& a) {
   attention<T>(in, out, a, false);
 }
 
+// The gradients of q, k and v (attention_backward), one (batch, head) per
+// work item: float32 heads whose widths are whole tile panels on the tiles
+// (attention_tiles.h), the rest as four GEMMs around the rows of ds.
+template <typename T>
+void attention_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
+  const Operand og = operand(in[0]), oq = operand(in[1]), ok = operand(in[2]), ov = operand(in[3]);
+  const Tensor p = contiguous(in[4]);
+  const Tensor& q = oq.t;
+  const int64_t l = q.size(-2), d = q.size(-1), s = ok.t.size(-2), dv = ov.t.size(-1);
+  const int64_t batch = l > 0 && d > 0 ? q.numel() / (l * d) : 0;
+  const T scale = static_cast<T>(a.get_float("scale"));
+  const T *pg = og.t.data<T>(), *pq = q.data<T>(), *pk = ok.t.data<T>(), *pv = ov.t.data<T>(), *pp = p.data<T>();
+  T *gq = out[0].data<T>(), *gk = out[1].data<T>(), *gv = out[2].data<T>();
+  const bool tiled = std::is_same_v<T, float> && d % kAttentionTileCols == 0 && dv % kAttentionTileCols == 0;
+  parallel_for(batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> tiles;
+    std::vector<T> ds(static_cast<size_t>(tiled ? 0 : l * s));
+    for (int64_t b = begin; b < end; ++b) {
+      const T *g = pg + og.offsets[b], *qb = pq + oq.offsets[b], *kb = pk + ok.offsets[b], *vb = pv + ov.offsets[b];
+      const T* pb = pp + b * l * s;
+      T *gqb = gq + b * l * d, *gkb = gk + b * s * d, *gvb = gv + b * s * dv;
+      if constexpr (std::is_same_v<T, float>) {
+        if (tiled) {
+          attention_backward_by_tiles({g, qb, kb, vb, pb, og.row_stride, oq.row_stride, ok.row_stride, ov.row_stride, l,
+                                       s, d, dv, scale, a.get_bool("causal", false)},
+                                      tiles, gqb, gkb, gvb);
+          continue;
+        }
+      }
+      gemm<T>(false, true, l, s, dv, T(1), g, og.row_stride, vb, ov.row_stride, T(0), ds.data(), s);  // dp
+      for (int64_t i = 0; i < l; ++i) {
+        T* row = ds.data() + i * s;
+        const T* pr = pb + i * s;
+        T dot = 0;
+        for (int64_t j = 0; j < s; ++j) dot += row[j] * pr[j];
+        for (int64_t j = 0; j < s; ++j) row[j] = pr[j] * (row[j] - dot) * scale;
+      }
+      gemm<T>(false, false, l, d, s, T(1), ds.data(), s, kb, ok.row_stride, T(0), gqb, d);
+      gemm<T>(true, false, s, d, l, T(1), ds.data(), s, qb, oq.row_stride, T(0), gkb, d);
+      gemm<T>(true, false, s, dv, l, T(1), pb, s, g, og.row_stride, T(0), gvb, dv);
+    }
+  });
+}
+
 }  // namespace
 
 void attention_forward(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& a,
@@ -191,5 +232,6 @@ void attention_forward(const std::vector<Tensor>& in, std::vector<Tensor>& out, 
 }
 
 KILN_CPU_F32_F64("attention", attention_kernel);
+KILN_CPU_F32_F64("attention_backward", attention_backward_kernel);
 
 }  // namespace kiln::cpu

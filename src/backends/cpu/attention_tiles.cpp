@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cpu/gemm_tile.h"
+#include "backends/cpu/vec8.h"
 
 namespace kiln::cpu {
 
@@ -10,51 +11,155 @@ static_assert(kAttentionTileCols == gemm::kCols, "the value width is checked aga
 
 namespace {
 
-// C (rows of ldc) = A (rows of lda) times B's panels ([panels][depth][16]),
+// Up to kRows rows of C (rows of ldc) = A times B's panels (each
+// [depth][16], `stride` floats apart), A read through a_at(row, k); the
 // panels in pairs where they can be (two loads of B per k for twice the
 // multiply-adds).
-void product(int64_t rows, const float* a, int64_t lda, const float* b, int64_t panels, int64_t depth, float* c,
-             int64_t ldc) {
+template <typename AAt>
+void tile_rows(int64_t n, const AAt& a_at, const float* b, int64_t stride, int64_t panels, int64_t depth, float* c,
+               int64_t ldc) {
   using gemm::kCols;
   const gemm::Epilogue store{nullptr, false, true, false};
+  int64_t p = 0;
+  for (; p + 1 < panels; p += 2)
+    gemm::tile2_rows_of(n, a_at, b + p * stride, b + (p + 1) * stride, depth, {c + p * kCols, ldc, 8},
+                        {c + (p + 1) * kCols, ldc, 8}, store, store);
+  if (p < panels) gemm::tile_rows_of(n, a_at, b + p * stride, depth, {c + p * kCols, ldc, 8}, store);
+}
+
+// C (rows of ldc) = A (rows of lda) times B's panels (stride: depth * 16
+// unless the panels are deeper).
+void product(int64_t rows, const float* a, int64_t lda, const float* b, int64_t panels, int64_t depth, float* c,
+             int64_t ldc, int64_t stride = 0) {
   for (int64_t i = 0; i < rows; i += gemm::kRows) {
-    const int64_t n = std::min(gemm::kRows, rows - i);
-    int64_t p = 0;
-    for (; p + 1 < panels; p += 2)
-      gemm::tile2_rows(n, a + i * lda, lda, b + p * depth * kCols, b + (p + 1) * depth * kCols, depth,
-                       {c + i * ldc + p * kCols, ldc, 8}, {c + i * ldc + (p + 1) * kCols, ldc, 8}, store, store);
-    if (p < panels)
-      gemm::tile_rows(n, a + i * lda, lda, b + p * depth * kCols, depth, {c + i * ldc + p * kCols, ldc, 8}, store);
+    const float* ai = a + i * lda;
+    tile_rows(
+        std::min(gemm::kRows, rows - i), [ai, lda](int r, int64_t k) { return ai[r * lda + k]; }, b,
+        stride ? stride : depth * gemm::kCols, panels, depth, c + i * ldc, ldc);
   }
+}
+
+// Panels of 16 columns of a [rows, cols] matrix (cols a multiple of 16):
+// [cols / 16, rows, 16].
+void pack_columns(const float* x, int64_t stride, int64_t rows, int64_t cols, float* out) {
+  for (int64_t c = 0; c < cols / gemm::kCols; ++c)
+    for (int64_t j = 0; j < rows; ++j)
+      std::copy_n(x + j * stride + c * gemm::kCols, gemm::kCols, out + (c * rows + j) * gemm::kCols);
+}
+
+// Panels of 16 rows of a [rows, cols] matrix, transposed: [rows / 16
+// rounded up, cols, 16], zero past the last row. Each row is read once,
+// in order.
+void pack_rows_transposed(const float* x, int64_t stride, int64_t rows, int64_t cols, float* out) {
+  using gemm::kCols;
+  const int64_t panels = (rows + kCols - 1) / kCols;
+  for (int64_t p = 0; p < panels; ++p) {
+    float* panel = out + p * cols * kCols;
+    for (int64_t j = 0; j < kCols; ++j) {
+      const int64_t row = p * kCols + j;
+      if (row >= rows) {
+        for (int64_t kk = 0; kk < cols; ++kk) panel[kk * kCols + j] = 0.0f;
+        continue;
+      }
+      const float* from = x + row * stride;
+      for (int64_t kk = 0; kk < cols; ++kk) panel[kk * kCols + j] = from[kk];
+    }
+  }
+}
+
+// The sum of a[j] b[j], in 16 lanes (one running sum would wait on the
+// add every value).
+float dot(const float* a, const float* b, int64_t n) {
+  vec8::vf lo{}, hi{};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    lo += vec8::load(a + j) * vec8::load(b + j);
+    hi += vec8::load(a + j + 8) * vec8::load(b + j + 8);
+  }
+  float lanes[8];
+  vec8::store(lanes, lo + hi);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  for (; j < n; ++j) sum += a[j] * b[j];
+  return sum;
 }
 
 }  // namespace
 
-void attention_by_tiles(const AttentionTile& t, std::vector<float>& scratch,
-                        const std::function<void(float*, int64_t)>& softmax, float* y, int64_t y_stride) {
+void attention_backward_by_tiles(const AttentionGradTile& t, std::vector<float>& scratch, float* gq, float* gk,
+                                 float* gv) {
   using gemm::kCols;
-  const int64_t panels = (t.reach + kCols - 1) / kCols, value_panels = t.dv / kCols;
-  const int64_t ld = t.weights ? t.weights_stride : panels * kCols, own = t.weights ? 0 : t.rows * ld;
-  const size_t need = static_cast<size_t>(own + panels * kCols * t.d + t.reach * t.dv + t.rows * t.d);
+  const int64_t key_panels = (t.s + kCols - 1) / kCols, ld = key_panels * kCols;
+  const size_t need = static_cast<size_t>(t.l * ld + ld * t.dv + t.s * t.d + t.l * t.d + t.l * t.dv);
+  if (scratch.size() < need) scratch.resize(need);
+  float* ds = scratch.data();          // [l, ld]: dp, then ds
+  float* values_t = ds + t.l * ld;     // v^T in panels of 16 keys: [key_panels, dv, 16]
+  float* keys = values_t + ld * t.dv;  // k in panels of 16 columns: [d / 16, s, 16]
+  float* queries = keys + t.s * t.d;   // q likewise: [d / 16, l, 16]
+  float* grads = queries + t.l * t.d;  // g likewise: [dv / 16, l, 16]
+  pack_rows_transposed(t.v, t.v_stride, t.s, t.dv, values_t);
+  pack_columns(t.k, t.k_stride, t.s, t.d, keys);
+  pack_columns(t.q, t.q_stride, t.l, t.d, queries);
+  pack_columns(t.g, t.g_stride, t.l, t.dv, grads);
+  // Causal: query i sees keys up to i (its weights are zero past them), so
+  // a block of rows stops at its last row's keys, and a block of keys
+  // starts at its first key's query.
+  const auto keys_seen = [&](int64_t end_row) { return t.causal ? std::min(t.s, end_row) : t.s; };
+  for (int64_t i = 0; i < t.l; i += gemm::kRows) {
+    const int64_t n = std::min(gemm::kRows, t.l - i), cols = keys_seen(i + n);
+    const float* gi = t.g + i * t.g_stride;
+    tile_rows(
+        n, [gi, &t](int r, int64_t k) { return gi[r * t.g_stride + k]; }, values_t, t.dv * kCols,
+        (cols + kCols - 1) / kCols, t.dv, ds + i * ld, ld);  // dp = g v^T
+    for (int64_t r = i; r < i + n; ++r) {  // ds = p (dp - rowsum(dp p)) scale, zero past the keys seen
+      float* row = ds + r * ld;
+      const float* p = t.p + r * t.s;
+      const float seen = dot(row, p, cols);
+      for (int64_t j = 0; j < cols; ++j) row[j] = p[j] * (row[j] - seen) * t.scale;
+      std::fill(row + cols, row + t.s, 0.0f);
+    }
+    const float* dsi = ds + i * ld;
+    tile_rows(
+        n, [dsi, ld](int r, int64_t k) { return dsi[r * ld + k]; }, keys, t.s * kCols, t.d / kCols, cols, gq + i * t.d,
+        t.d);  // gq = ds k
+  }
+  for (int64_t j = 0; j < t.s; j += gemm::kRows) {
+    const int64_t n = std::min(gemm::kRows, t.s - j), first = t.causal ? std::min(j, t.l) : 0, depth = t.l - first;
+    const float *dsj = ds + first * ld + j, *pj = t.p + first * t.s + j;
+    tile_rows(
+        n, [dsj, ld](int r, int64_t k) { return dsj[k * ld + r]; }, queries + first * kCols, t.l * kCols, t.d / kCols,
+        depth, gk + j * t.d, t.d);  // gk = ds^T q
+    tile_rows(
+        n, [pj, &t](int r, int64_t k) { return pj[k * t.s + r]; }, grads + first * kCols, t.l * kCols, t.dv / kCols,
+        depth, gv + j * t.dv, t.dv);  // gv = p^T g
+  }
+}
+
+void pack_attention_head(const AttentionHead& h, std::vector<float>& panels) {
+  using gemm::kCols;
+  const int64_t key_panels = (h.s + kCols - 1) / kCols;
+  panels.resize(static_cast<size_t>(key_panels * kCols * h.d + h.s * h.dv));
+  pack_rows_transposed(h.k, h.k_stride, h.s, h.d, panels.data());                      // [key panels, d, 16]
+  pack_columns(h.v, h.v_stride, h.s, h.dv, panels.data() + key_panels * kCols * h.d);  // [dv / 16, s, 16]
+}
+
+void attention_by_tiles(const AttentionHead& h, const std::vector<float>& panels, const AttentionTile& t,
+                        std::vector<float>& scratch, const std::function<void(float*, int64_t)>& softmax, float* y,
+                        int64_t y_stride) {
+  using gemm::kCols;
+  const int64_t seen_panels = (t.reach + kCols - 1) / kCols, key_panels = (h.s + kCols - 1) / kCols;
+  const int64_t ld = t.weights ? t.weights_stride : seen_panels * kCols, own = t.weights ? 0 : t.rows * ld;
+  const size_t need = static_cast<size_t>(own + t.rows * h.d);
   if (scratch.size() < need) scratch.resize(need);
   float* scores = t.weights ? t.weights : scratch.data();  // [rows, ld]
-  float* keys = scratch.data() + own;                      // [panels, d, 16]: 16 keys side by side per dimension
-  float* values = keys + panels * kCols * t.d;             // [dv / 16, reach, 16]
-  float* queries = values + t.reach * t.dv;  // [rows, d], scaled
-  for (int64_t p = 0; p < panels; ++p)
-    for (int64_t kk = 0; kk < t.d; ++kk)
-      for (int64_t j = 0; j < kCols; ++j) {
-        const int64_t key = p * kCols + j;
-        keys[(p * t.d + kk) * kCols + j] = key < t.reach ? t.k[key * t.k_stride + kk] : 0.0f;
-      }
-  for (int64_t c = 0; c < value_panels; ++c)
-    for (int64_t j = 0; j < t.reach; ++j)
-      std::copy_n(t.v + j * t.v_stride + c * kCols, kCols, values + (c * t.reach + j) * kCols);
+  float* queries = scratch.data() + own;                   // [rows, d], scaled
+  const float* keys = panels.data();
+  const float* values = keys + key_panels * kCols * h.d;
   for (int64_t i = 0; i < t.rows; ++i)
-    for (int64_t kk = 0; kk < t.d; ++kk) queries[i * t.d + kk] = t.scale * t.q[i * t.q_stride + kk];
-  product(t.rows, queries, t.d, keys, panels, t.d, scores, ld);
+    for (int64_t kk = 0; kk < h.d; ++kk) queries[i * h.d + kk] = t.scale * t.q[i * t.q_stride + kk];
+  product(t.rows, queries, h.d, keys, seen_panels, h.d, scores, ld);
   softmax(scores, ld);
-  product(t.rows, scores, ld, values, value_panels, t.reach, y, y_stride);
+  product(t.rows, scores, ld, values, h.dv / kCols, t.reach, y, y_stride, h.s * kCols);
 }
 
 }  // namespace kiln::cpu
