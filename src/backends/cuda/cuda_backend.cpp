@@ -54,6 +54,36 @@ int device_count() {
   return n;
 }
 
+// A GPU's memory: the caching allocator tensors get their blocks from, its
+// statistics with the recordings' pool beside it (CUDA graphs' scratch,
+// graph_recording.cpp), which allocator_stats then counts too.
+class DeviceMemory final : public kiln::Allocator {
+ public:
+  DeviceMemory(int index, kiln::DeviceMemoryCalls calls)
+      : index_(index), memory_(std::make_unique<kiln::StreamOrderedAllocator>(std::move(calls))) {}
+  void* allocate(size_t nbytes) override { return memory_->allocate(nbytes); }
+  void deallocate(void* ptr, size_t nbytes) override { memory_->deallocate(ptr, nbytes); }
+  void* allocate_on(const kiln::Stream& stream, size_t nbytes) override { return memory_->allocate_on(stream, nbytes); }
+  void deallocate_on(const kiln::Stream& stream, void* ptr, size_t nbytes) override {
+    memory_->deallocate_on(stream, ptr, nbytes);
+  }
+  // (The peaks add up to at most the two's sum at one time.)
+  kiln::AllocatorStats stats() const override {
+    kiln::AllocatorStats s = memory_->stats();
+    const kiln::AllocatorStats r = kiln::cuda::recording_memory_stats(index_);
+    s.bytes_in_use += r.bytes_in_use;
+    s.bytes_cached += r.bytes_cached;
+    s.peak_bytes_in_use += r.peak_bytes_in_use;
+    s.system_allocations += r.system_allocations;
+    s.reuses += r.reuses;
+    return s;
+  }
+
+ private:
+  int index_;
+  std::unique_ptr<kiln::StreamOrderedAllocator> memory_;
+};
+
 class CudaBackend final : public kiln::Backend {
  public:
   CudaBackend() : count_(device_count()), devices_(static_cast<size_t>(count_)) {}
@@ -168,7 +198,7 @@ class CudaBackend final : public kiln::Backend {
 
   struct Device {
     std::once_flag made;
-    std::unique_ptr<kiln::StreamOrderedAllocator> memory;
+    std::unique_ptr<DeviceMemory> memory;
     std::mutex mu;
     std::vector<cudaEvent_t> events;
     size_t next_event = 0;
@@ -210,7 +240,7 @@ class CudaBackend final : public kiln::Backend {
         cudaMemGetInfo(&free, &total);
         return std::pair<size_t, size_t>{free, total};
       };
-      d.memory = std::make_unique<kiln::StreamOrderedAllocator>(std::move(calls));
+      d.memory = std::make_unique<DeviceMemory>(index, std::move(calls));
     });
     return d;
   }

@@ -8,6 +8,7 @@
 // by events, as the legacy stream is not ordered with this one.
 #include "backends/cuda/graph_recording.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -27,10 +28,13 @@ struct Recordings {
   std::mutex capturing;  // one capture at a time on the stream
   cudaStream_t stream = nullptr;
   std::unique_ptr<StreamOrderedAllocator> pool;
+  std::atomic<bool> ready{false};  // made (read without the once flag by recording_memory_stats)
 };
 
+std::vector<Recordings>& all_recordings();
+
 Recordings& recordings_of(int device) {
-  static std::vector<Recordings> all(64);
+  std::vector<Recordings>& all = all_recordings();
   KILN_CHECK(device >= 0 && device < static_cast<int>(all.size()), "cuda:", device, ": no such device");
   Recordings& r = all[static_cast<size_t>(device)];
   std::call_once(r.made, [&r, device] {
@@ -56,8 +60,14 @@ Recordings& recordings_of(int device) {
     calls.synchronize = [] {};
     calls.current_stream = [stream = r.stream] { return static_cast<void*>(stream); };
     r.pool = std::make_unique<StreamOrderedAllocator>(std::move(calls));
+    r.ready.store(true, std::memory_order_release);
   });
   return r;
+}
+
+std::vector<Recordings>& all_recordings() {
+  static std::vector<Recordings> all(64);
+  return all;
 }
 
 class CudaGraph final : public Backend::Recording {
@@ -107,6 +117,13 @@ void abandon(cudaStream_t stream) {
 }
 
 }  // namespace
+
+AllocatorStats recording_memory_stats(int device) {
+  std::vector<Recordings>& all = all_recordings();
+  if (device < 0 || device >= static_cast<int>(all.size())) return {};
+  const Recordings& r = all[static_cast<size_t>(device)];
+  return r.ready.load(std::memory_order_acquire) ? r.pool->stats() : AllocatorStats{};
+}
 
 const Recorder* recorder_of_this_thread(int device) {
   return t_recording && t_recorder.device == device ? &t_recorder : nullptr;

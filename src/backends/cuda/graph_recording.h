@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "kiln/allocator.h"
 #include "kiln/backend.h"
 
 namespace kiln::cuda {
@@ -20,6 +21,10 @@ struct Recorder {
   Allocator* pool = nullptr;
 };
 const Recorder* recorder_of_this_thread(int device);
+
+// The recordings' memory pool on `device` (empty before the first
+// recording there): allocator_stats adds it to the device's.
+AllocatorStats recording_memory_stats(int device);
 
 // Captures `count` steps on `device`, then launches the graph once (the
 // captured work has not run); nullptr with *why when a step does what a
