@@ -99,12 +99,11 @@ std::vector<Tensor> attention_backward_ops(const std::vector<Tensor>& in, const 
 
 Metas infer_attention_backward(const Metas& in, const Attrs& a) {
   const TensorMeta &g = in[0], &q = in[1], &k = in[2], &v = in[3], &p = in[4];
-  KILN_CHECK(a.get_float("scale") > 0, "attention_backward: scale must be positive, got ", a.get_float("scale"));
+  KILN_CHECK(a.get_float("scale") > 0, "scale must be positive, got ", a.get_float("scale"));
   const Metas forward = infer_attention({q, k, v}, {{"save_weights", true}});
   for (const auto& [what, meta, want] : {std::tuple{"grad", &g, &forward[0]}, std::tuple{"weights", &p, &forward[1]}})
-    KILN_CHECK(meta->shape == want->shape && meta->dtype == want->dtype, "attention_backward: ", what, " must be ",
-               dtype_name(want->dtype), shape_str(want->shape), ", got ", dtype_name(meta->dtype),
-               shape_str(meta->shape));
+    KILN_CHECK(meta->shape == want->shape && meta->dtype == want->dtype, what, " must be ", dtype_name(want->dtype),
+               shape_str(want->shape), ", got ", dtype_name(meta->dtype), shape_str(meta->shape));
   return {q, k, v};
 }
 

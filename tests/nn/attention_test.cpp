@@ -160,8 +160,8 @@ TEST(ScaledDotProductAttention, StridedHeadsMatchContiguousCopies) {
 // panels) against the float64 one on a GEMM: key counts on and off a panel's
 // edge, one key, queries split into several work items, causal rows, an
 // additive mask with a row that sees nothing (zeros, not NaN), value widths
-// other than the keys', and the weights kept for the gradients (causal rows
-// whose keys end inside a panel).
+// other than the keys', a head size of 0 (every key weighs alike), and the
+// weights kept for the gradients (causal rows whose keys end inside a panel).
 TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
   manual_seed(47);
   struct Case {
@@ -171,7 +171,7 @@ TEST(ScaledDotProductAttention, TiledFloat32MatchesFloat64) {
   const Case cases[] = {
       {8, 128, 128, 32, 32, false, false}, {2, 37, 37, 16, 16, true, false}, {2, 40, 48, 32, 32, true, false},
       {3, 20, 130, 24, 48, false, true},   {1, 70, 1, 8, 16, false, false},  {4, 33, 33, 64, 64, true, true},
-      {1, 300, 45, 16, 32, false, false},
+      {1, 300, 45, 16, 32, false, false},  {2, 3, 4, 0, 16, false, false},
   };
   NoGradGuard no_grad;
   for (const Case& c : cases) {

@@ -32,12 +32,17 @@ int64_t rows_per_item(int64_t batch, int64_t rows, bool causal) {
   return std::min(most, std::max<int64_t>(16, (rows + blocks - 1) / blocks));
 }
 
+// The matrices of t: the product of its leading (batch, head) axes.
+int64_t leading(const Tensor& t) {
+  int64_t n = 1;
+  for (int64_t ax = 0; ax + 2 < t.dim(); ++ax) n *= t.shape()[ax];
+  return n;
+}
+
 // The element offset of each [rows, cols] matrix of t, its leading axes
 // unravelled (broadcast axes have stride 0).
 std::vector<int64_t> matrix_offsets(const Tensor& t) {
-  const int64_t rank = t.dim();
-  int64_t matrices = 1;
-  for (int64_t ax = 0; ax < rank - 2; ++ax) matrices *= t.shape()[ax];
+  const int64_t rank = t.dim(), matrices = leading(t);
   std::vector<int64_t> offsets(static_cast<size_t>(matrices));
   for (int64_t b = 0; b < matrices; ++b) {
     int64_t off = 0, rest = b;
@@ -101,7 +106,7 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
   const Operand oq = operand(in[0]), ok = operand(in[1]), ov = operand(in[2]);
   const Tensor &q = oq.t, &k = ok.t, &v = ov.t;
   const int64_t r = q.dim(), l = q.size(-2), d = q.size(-1), s = k.size(-2), dv = v.size(-1);
-  const int64_t batch = l > 0 ? q.numel() / (l * d) : 0;
+  const int64_t batch = leading(q);
   const double given = a.get_float("scale", 0.0);
   const T scale = static_cast<T>(given > 0 ? given : 1.0 / std::sqrt(static_cast<double>(d)));
   const bool causal = a.get_bool("causal", false);
@@ -184,7 +189,7 @@ void attention_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const Tensor p = contiguous(in[4]);
   const Tensor& q = oq.t;
   const int64_t l = q.size(-2), d = q.size(-1), s = ok.t.size(-2), dv = ov.t.size(-1);
-  const int64_t batch = l > 0 && d > 0 ? q.numel() / (l * d) : 0;
+  const int64_t batch = leading(q);
   const T scale = static_cast<T>(a.get_float("scale"));
   const T *pg = og.t.data<T>(), *pq = q.data<T>(), *pk = ok.t.data<T>(), *pv = ov.t.data<T>(), *pp = p.data<T>();
   T *gq = out[0].data<T>(), *gk = out[1].data<T>(), *gv = out[2].data<T>();
