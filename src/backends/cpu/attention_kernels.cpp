@@ -1,8 +1,10 @@
-// CPU kernel of attention: per (batch, head) and block of query rows, the
-// scores of the block (one GEMM), the mask and causal cut, a softmax per row
-// and the weighted values (a second GEMM). The scores live in a per-thread
-// buffer of kRows x S, so the [L, S] matrix is never written unless the
-// weights are asked for (save_weights), and then it is written once.
+// CPU kernels of attention and its gradient. The forward, per (batch, head)
+// and block of query rows: the scores of the block (one GEMM), the mask and
+// causal cut, a softmax per row and the weighted values (a second GEMM);
+// float32 heads of whole 16-column panels on Kiln's register tiles
+// (attention_tiles.cpp). The scores live in a per-thread buffer of block x
+// S, so the [L, S] matrix is never written unless the weights are asked for
+// (save_weights), and then it is written once.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -153,7 +155,7 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
                                 rows,
                                 reach,
                                 scale,
-                                weights ? reinterpret_cast<float*>(weights) + (b * l + r0) * s : nullptr,
+                                weights ? weights + (b * l + r0) * s : nullptr,
                                 s};
           attention_by_tiles(
               head, panels, t, tiles,
@@ -191,6 +193,7 @@ void attention_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   const int64_t l = q.size(-2), d = q.size(-1), s = ok.t.size(-2), dv = ov.t.size(-1);
   const int64_t batch = leading(q);
   const T scale = static_cast<T>(a.get_float("scale"));
+  const bool causal = a.get_bool("causal", false);
   const T *pg = og.t.data<T>(), *pq = q.data<T>(), *pk = ok.t.data<T>(), *pv = ov.t.data<T>(), *pp = p.data<T>();
   T *gq = out[0].data<T>(), *gk = out[1].data<T>(), *gv = out[2].data<T>();
   const bool tiled = std::is_same_v<T, float> && d % kAttentionTileCols == 0 && dv % kAttentionTileCols == 0;
@@ -204,19 +207,13 @@ void attention_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
       if constexpr (std::is_same_v<T, float>) {
         if (tiled) {
           attention_backward_by_tiles({g, qb, kb, vb, pb, og.row_stride, oq.row_stride, ok.row_stride, ov.row_stride, l,
-                                       s, d, dv, scale, a.get_bool("causal", false)},
+                                       s, d, dv, scale, causal},
                                       tiles, gqb, gkb, gvb);
           continue;
         }
       }
       gemm<T>(false, true, l, s, dv, T(1), g, og.row_stride, vb, ov.row_stride, T(0), ds.data(), s);  // dp
-      for (int64_t i = 0; i < l; ++i) {
-        T* row = ds.data() + i * s;
-        const T* pr = pb + i * s;
-        T dot = 0;
-        for (int64_t j = 0; j < s; ++j) dot += row[j] * pr[j];
-        for (int64_t j = 0; j < s; ++j) row[j] = pr[j] * (row[j] - dot) * scale;
-      }
+      for (int64_t i = 0; i < l; ++i) softmax_gradient_row(ds.data() + i * s, pb + i * s, s, scale);
       gemm<T>(false, false, l, d, s, T(1), ds.data(), s, kb, ok.row_stride, T(0), gqb, d);
       gemm<T>(true, false, s, d, l, T(1), ds.data(), s, qb, oq.row_stride, T(0), gkb, d);
       gemm<T>(true, false, s, dv, l, T(1), pb, s, g, og.row_stride, T(0), gvb, dv);

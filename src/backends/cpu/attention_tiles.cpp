@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "backends/cpu/gemm_tile.h"
-#include "backends/cpu/vec8.h"
+#include "backends/cpu/softmax_row.h"
 
 namespace kiln::cpu {
 
@@ -67,23 +67,6 @@ void pack_rows_transposed(const float* x, int64_t stride, int64_t rows, int64_t 
   }
 }
 
-// The sum of a[j] b[j], in 16 lanes (one running sum would wait on the
-// add every value).
-float dot(const float* a, const float* b, int64_t n) {
-  vec8::vf lo{}, hi{};
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) {
-    lo += vec8::load(a + j) * vec8::load(b + j);
-    hi += vec8::load(a + j + 8) * vec8::load(b + j + 8);
-  }
-  float lanes[8];
-  vec8::store(lanes, lo + hi);
-  float sum = 0;
-  for (float v : lanes) sum += v;
-  for (; j < n; ++j) sum += a[j] * b[j];
-  return sum;
-}
-
 }  // namespace
 
 void attention_backward_by_tiles(const AttentionGradTile& t, std::vector<float>& scratch, float* gq, float* gk,
@@ -112,11 +95,8 @@ void attention_backward_by_tiles(const AttentionGradTile& t, std::vector<float>&
         n, [gi, &t](int r, int64_t k) { return gi[r * t.g_stride + k]; }, values_t, t.dv * kCols,
         (cols + kCols - 1) / kCols, t.dv, ds + i * ld, ld);  // dp = g v^T
     for (int64_t r = i; r < i + n; ++r) {  // ds = p (dp - rowsum(dp p)) scale, zero past the keys seen
-      float* row = ds + r * ld;
-      const float* p = t.p + r * t.s;
-      const float seen = dot(row, p, cols);
-      for (int64_t j = 0; j < cols; ++j) row[j] = p[j] * (row[j] - seen) * t.scale;
-      std::fill(row + cols, row + t.s, 0.0f);
+      softmax_gradient_row(ds + r * ld, t.p + r * t.s, cols, t.scale);
+      std::fill(ds + r * ld + cols, ds + r * ld + t.s, 0.0f);
     }
     const float* dsi = ds + i * ld;
     tile_rows(

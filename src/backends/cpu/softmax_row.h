@@ -142,4 +142,26 @@ inline compute_t<T> softmax_row(const T* px, T* py, int64_t n) {
   return m;
 }
 
+// The gradient of a softmax (times `scale`) on one row, in place: dy
+// becomes y (dy - sum(dy y)) scale over n values (attention's ds from dp
+// and the weights). For float32 the sum runs in 16 lanes: one running sum
+// waits on the add at every value.
+template <typename T>
+inline void softmax_gradient_row(T* dy, const T* y, int64_t n, T scale) {
+  T seen = 0;
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    vec8::vf lo{}, hi{};
+    for (; j + 16 <= n; j += 16) {
+      lo += vec8::load(dy + j) * vec8::load(y + j);
+      hi += vec8::load(dy + j + 8) * vec8::load(y + j + 8);
+    }
+    float lanes[8];
+    vec8::store(lanes, lo + hi);
+    for (float v : lanes) seen += v;
+  }
+  for (; j < n; ++j) seen += dy[j] * y[j];
+  for (j = 0; j < n; ++j) dy[j] = y[j] * (dy[j] - seen) * scale;
+}
+
 }  // namespace kiln::cpu

@@ -27,4 +27,9 @@ std::string pool_values_only(Graph& g);  // max pools on plain float32 or 8-bit 
 // elementwise ops touch them (int8_layouts.cpp).
 std::string use_int8_layouts(Graph& g);
 
+// A view, or a permute that moves only axes of size 1, which keeps its
+// input's elements in their order (onednn_fusion.cpp): folds of a residual
+// add follow a product's result through them.
+bool keeps_element_order(const Graph& g, const Node& n);
+
 }  // namespace kiln::graph

@@ -147,25 +147,6 @@ struct DequantizeFold {
   int y = -1;              // the last one's result, which the matmul then writes
 };
 
-// A view that keeps its input's memory order: a reshape, or a permute that
-// moves only axes of size 1 (a sequence-first [L, 1, E] made [1, L, E]).
-bool keeps_order(const Graph& g, const Node& n) {
-  if (n.removed || !n.is_view() || n.inputs.empty()) return false;
-  if (layout::is_op(n, "view")) return true;
-  if (!layout::is_op(n, "permute")) return false;
-  const Shape& x = g.values[n.inputs[0]].meta.shape;
-  const int64_t rank = static_cast<int64_t>(x.size());
-  int64_t last = -1;
-  for (int64_t axis : n.attrs.get_ints("order", {})) {
-    if (axis < 0) axis += rank;
-    if (axis < 0 || axis >= rank) return false;
-    if (x[static_cast<size_t>(axis)] == 1) continue;
-    if (axis < last) return false;
-    last = axis;
-  }
-  return true;
-}
-
 // Whether a value's elements lie in memory in its shape's row-major order,
 // as a kernel reading it raw assumes: a graph input, a kernel's result, or
 // an order-keeping view of one (not a slice or a transpose).
@@ -173,7 +154,7 @@ bool row_major(const Graph& g, int id) {
   const Value& v = g.values[static_cast<size_t>(id)];
   if (v.kind != ValueKind::Result || v.producer < 0) return true;
   const Node& p = g.nodes[static_cast<size_t>(v.producer)];
-  return !p.is_view() || (keeps_order(g, p) && row_major(g, p.inputs[0]));
+  return !p.is_view() || (keeps_element_order(g, p) && row_major(g, p.inputs[0]));
 }
 
 // uses: the graph's use counts (a fold changes only its own chain's).
@@ -217,7 +198,7 @@ DequantizeFold dequantize_fold(const Graph& g, const Int8Matmul& m, const std::v
   // add): they go with it.
   std::vector<int> views;
   int viewed = f.y;
-  for (int at = sole_reader(viewed); at >= 0 && keeps_order(g, g.nodes[at]) && g.nodes[at].inputs[0] == viewed;
+  for (int at = sole_reader(viewed); at >= 0 && keeps_element_order(g, g.nodes[at]) && g.nodes[at].inputs[0] == viewed;
        at = sole_reader(viewed)) {
     views.push_back(at);
     viewed = g.nodes[at].outputs[0];

@@ -56,9 +56,12 @@ bool keeps_element_order(const Graph& g, const Node& n) {
   if (n.is_op("view")) return true;
   if (!n.is_op("permute")) return false;
   const Shape& in = g.values[n.inputs[0]].meta.shape;
+  const int64_t rank = static_cast<int64_t>(in.size());
   int64_t last = -1;
   for (int64_t axis : n.attrs.get_ints("order", {})) {
-    if (in[axis] == 1) continue;
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return false;
+    if (in[static_cast<size_t>(axis)] == 1) continue;
     if (axis < last) return false;
     last = axis;
   }
