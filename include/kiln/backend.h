@@ -124,6 +124,32 @@ struct KernelContext {
 // The running kernel's context; outside a kernel, an error.
 KernelContext kernel_context();
 
+// The counters of a random op's draw of n numbers, as Generator::take gives
+// them: number i is philox's (seed, first, i). Outside a recording they are
+// taken from the default generator now. While a compiled graph's steps are
+// recorded to be replayed (a CUDA graph), each replay must draw new numbers
+// without host code: the kernel then reads the seed and a base counter from
+// `state` (two uint64 at that device address, which the graph's executor
+// writes before each run) and adds `relative` to the base. A random kernel
+// on a backend that records draws through this, never the generator.
+struct RandomDraw {
+  uint64_t seed = 0, first = 0;
+  const void* state = nullptr;
+  uint64_t relative = 0;
+};
+RandomDraw take_random(uint64_t n);
+
+namespace detail {
+// Where take_random points kernels while an executor records its steps:
+// the device address of its {seed, base} and the counters taken so far.
+struct RecordedDraws {
+  const void* state = nullptr;
+  uint64_t taken = 0;
+};
+// Installs draws for this thread (null: none); returns the ones before.
+RecordedDraws* set_recorded_draws(RecordedDraws* draws);
+}  // namespace detail
+
 // A backend whose tensors live in host memory (the CPU's, the reference
 // backend): the host allocator, and copies that are memcpy.
 class HostMemoryBackend : public Backend {

@@ -27,9 +27,13 @@ class Generator {
   }
   // Takes the counters of a draw of n numbers and returns the first: number
   // i of the draw is philox's (seed, first, i), whoever computes it.
-  uint64_t take(uint64_t n) {
+  uint64_t take(uint64_t n) { return take_counters(counters(n)); }
+  // The counters a draw of n numbers uses (philox gives two per counter).
+  static uint64_t counters(uint64_t n) { return (n + 1) / 2; }
+  // Takes `count` counters (the draws of several ops at once) and returns the first.
+  uint64_t take_counters(uint64_t count) {
     const uint64_t first = offset_;
-    offset_ += (n + 1) / 2;
+    offset_ += count;
     return first;
   }
   // One 64-bit number, for choices made on the host (shuffles, transforms);

@@ -13,6 +13,7 @@
 #include "core/philox.h"
 #include "core/read_observer.h"
 #include "kiln/error.h"
+#include "kiln/generator.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
 
@@ -143,6 +144,30 @@ KernelContext kernel_context() {
   const Device device = detail::t_kernel_device;
   Backend& b = backend(device.type);
   return {device, b.current_stream(device.index), &b.allocator(device.index), detail::t_kernel_timed};
+}
+
+namespace {
+thread_local detail::RecordedDraws* t_recorded_draws = nullptr;
+}  // namespace
+
+detail::RecordedDraws* detail::set_recorded_draws(RecordedDraws* draws) {
+  RecordedDraws* before = t_recorded_draws;
+  t_recorded_draws = draws;
+  return before;
+}
+
+RandomDraw take_random(uint64_t n) {
+  RandomDraw d;
+  if (detail::RecordedDraws* recorded = t_recorded_draws) {
+    d.state = recorded->state;
+    d.relative = recorded->taken;
+    recorded->taken += Generator::counters(n);
+    return d;
+  }
+  Generator& g = default_generator();
+  d.seed = g.initial_seed();
+  d.first = g.take(n);
+  return d;
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "graph/executor.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "core/read_observer.h"
 #include "graph/placement.h"
 #include "kiln/backend.h"
+#include "kiln/generator.h"
 #include "kiln/parallel.h"
 #include "kiln/profiler.h"
 #include "ops/dispatch_internal.h"
@@ -172,6 +174,22 @@ const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
   return run_slots();
 }
 
+namespace {
+
+// Points this thread's random kernels at recorded draws while it lives.
+class DrawsInstalled {
+ public:
+  explicit DrawsInstalled(detail::RecordedDraws* draws) : before_(detail::set_recorded_draws(draws)) {}
+  ~DrawsInstalled() { detail::set_recorded_draws(before_); }
+  DrawsInstalled(const DrawsInstalled&) = delete;
+  DrawsInstalled& operator=(const DrawsInstalled&) = delete;
+
+ private:
+  detail::RecordedDraws* before_;
+};
+
+}  // namespace
+
 std::string Executable::recording_blocker() const {
   if (device_.type == DeviceType::CPU) return "the CPU runs work as it is issued";
   if (const char* env = std::getenv("KILN_CUDA_GRAPHS"); env && std::string(env) == "0") return "KILN_CUDA_GRAPHS=0";
@@ -181,7 +199,6 @@ std::string Executable::recording_blocker() const {
   for (const Step& s : steps_) {
     const std::string node = "node '" + s.node->name() + "' ";
     if (!s.kernel) return node + "runs host code";
-    if (s.node->op->has_tag(kTagRandom)) return node + "draws new random numbers at each run";
     if (s.node->op->has_tag(kTagCollective)) return node + "is a collective, run by the process group's host code";
     if (s.node->op->has_tag(kTagTransfer)) return node + "copies between devices";
     for (const Tensor& t : s.in)
@@ -209,14 +226,35 @@ const std::vector<Tensor>& Executable::run_slots() {
   Backend& b = backend(device_.type);
   if (recording_ && !profiling && operand_addresses() != recorded_addresses_) recording_.reset(), plain_runs_ = 0;
   if (recording_ && !profiling) {
-    recording_->replay();
+    // (A backend that replays by running the steps' host code again, as the
+    // reference backend does, finds the draws as the recording did.)
+    detail::RecordedDraws draws{recorded_counters_ > 0 ? draw_state_.device_data() : nullptr, 0};
+    if (draws.state) write_draw_state(default_generator().take_counters(recorded_counters_));
+    {
+      const DrawsInstalled installed(draws.state ? &draws : nullptr);
+      recording_->replay();
+    }
     for (const Step& s : steps_)
       if (s.kernel) bump_written_versions(*s.node->op, s.in, s.node->attrs);
   } else if (blocker_.empty() && !profiling && ++plain_runs_ > 2) {
     std::string why;
-    recording_ = b.record_steps(
-        device_.index, steps_.size(), [this](size_t i) { run_step(i, false, false); }, &why);
+    // Random steps draw through the device's copy of the generator's
+    // counters, written before each run; this run's base is where the
+    // generator is now, and what they take is taken once they are recorded.
+    detail::RecordedDraws draws;
+    if (std::any_of(steps_.begin(), steps_.end(), [](const Step& s) { return s.node->op->has_tag(kTagRandom); })) {
+      if (!draw_state_.defined()) draw_state_ = Tensor::empty({2}, DType::Int64, device_);
+      write_draw_state(default_generator().offset());
+      draws.state = draw_state_.device_data();
+    }
+    {
+      const DrawsInstalled installed(draws.state ? &draws : nullptr);
+      recording_ = b.record_steps(
+          device_.index, steps_.size(), [this](size_t i) { run_step(i, false, false); }, &why);
+    }
     if (recording_) {
+      recorded_counters_ = draws.taken;
+      default_generator().take_counters(draws.taken);
       recorded_addresses_ = operand_addresses();
       ++recordings_;
       recording_status_ =
@@ -239,6 +277,12 @@ const std::vector<Tensor>& Executable::run_slots() {
   }
   b.synchronize(device_.index);
   return outputs_;
+}
+
+void Executable::write_draw_state(uint64_t base) {
+  const Generator& g = default_generator();
+  const uint64_t state[2] = {g.initial_seed(), base};
+  copy_between(device_, detail::device_address(draw_state_), cpu_device(), state, sizeof state);
 }
 
 void Executable::run_steps_plainly(Backend& b, bool profiling) {

@@ -81,7 +81,12 @@ class Executable {
   void run_steps_plainly(Backend& b, bool profiling);
   // Step i; host_memory: the device's memory is the host's (a fallback runs in place).
   void run_step(size_t i, bool profiling, bool host_memory);
+  // Writes {seed, base} into draw_state_, which recorded random steps read
+  // at each run (take_random), base the first of the run's counters.
+  void write_draw_state(uint64_t base);
   std::unique_ptr<Backend::Recording> recording_;
+  Tensor draw_state_;               // int64 [2] on the device, once a recording draws random numbers
+  uint64_t recorded_counters_ = 0;  // the counters a recorded run's random steps take
   std::vector<const void*> recorded_addresses_;
   int plain_runs_ = 0;
   int recordings_ = 0;

@@ -161,8 +161,9 @@ template <typename S>
 __global__ void dropout_kernel(DropoutCall c, const S* x, S* y, S* mask) {
   const S scale = static_cast<S>(1.0 / (1.0 - c.p));
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const uint64_t seed = c.state ? c.state[0] : c.seed, first = c.state ? c.state[1] + c.relative : c.first;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step) {
-    const S m = philox::keeps(c.seed, c.first, static_cast<uint64_t>(i), 1.0 - c.p) ? scale : S(0);
+    const S m = philox::keeps(seed, first, static_cast<uint64_t>(i), 1.0 - c.p) ? scale : S(0);
     mask[i] = m;
     y[i] = x[i] * m;
   }

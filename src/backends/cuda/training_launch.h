@@ -248,6 +248,9 @@ struct DropoutCall {
   int64_t n = 0;
   double p = 0.5;
   uint64_t seed = 0, first = 0;
+  // Recorded: {seed, base} read on the device at each run, first = base + relative.
+  const uint64_t* state = nullptr;
+  uint64_t relative = 0;
   void* stream = nullptr;
 };
 void launch_dropout(const DropoutCall& call, const void* x, void* y, void* mask);

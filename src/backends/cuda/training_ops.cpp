@@ -9,7 +9,6 @@
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
 #include "backends/cuda/training_launch.h"
-#include "kiln/generator.h"
 
 namespace kiln::cuda {
 namespace {
@@ -182,7 +181,8 @@ void batch_norm_backward_kernel(const std::vector<Tensor>& in, std::vector<Tenso
                              out[1].device_data(), out[2].device_data());
 }
 
-// y and mask from x, the mask drawn from the default generator as on the CPU.
+// y and mask from x, the mask drawn as on the CPU: from the default
+// generator, or, recorded, from the executor's state at each replay.
 void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const KernelContext context = kernel_context();
   OnDevice on(context.device.index);
@@ -191,9 +191,11 @@ void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, con
   call.dtype = map_dtype(in[0].dtype());
   call.n = in[0].numel();
   call.p = attrs.get_float("p");
-  Generator& g = default_generator();
-  call.seed = g.initial_seed();
-  call.first = g.take(static_cast<uint64_t>(call.n));
+  const RandomDraw draw = take_random(static_cast<uint64_t>(call.n));
+  call.seed = draw.seed;
+  call.first = draw.first;
+  call.state = static_cast<const uint64_t*>(draw.state);
+  call.relative = draw.relative;
   call.stream = context.stream.handle;
   launch_dropout(call, dense_data(in[0], context, keep), out[0].device_data(), out[1].device_data());
 }

@@ -20,7 +20,6 @@
 
 #include "core/philox.h"
 #include "kiln/backend.h"
-#include "kiln/generator.h"
 #include "kiln/registry.h"
 #include "ops/conv_attrs.h"
 
@@ -289,11 +288,17 @@ bool ungrouped(const KernelCall& call, std::string* why) {
 }
 
 // mask = 1/(1-p) where philox keeps element i (row-major), else 0; y = x * mask.
+// Recorded, its counters come from the executor's state at each replay.
 template <typename T>
 void dropout_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs& attrs) {
   const double p = attrs.get_float("p");
-  Generator& g = default_generator();
-  const uint64_t seed = g.initial_seed(), first = g.take(static_cast<uint64_t>(in[0].numel()));
+  const RandomDraw draw = take_random(static_cast<uint64_t>(in[0].numel()));
+  uint64_t seed = draw.seed, first = draw.first;
+  if (draw.state) {
+    const auto* state = from_handle<const uint64_t>(draw.state);
+    seed = state[0];
+    first = state[1] + draw.relative;
+  }
   uint64_t i = 0;
   for_each_index(in[0].shape(), [&](const std::vector<int64_t>& at) {
     // In T, as the CPU's kernel: the same mask gives the same products.
