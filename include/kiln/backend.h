@@ -140,7 +140,8 @@ struct RandomDraw {
 RandomDraw take_random(uint64_t n);
 
 namespace detail {
-// Where take_random points kernels while an executor records its steps:
+// Where take_random points kernels while an executor records its steps
+// (record_steps runs them on the recording thread, which these are set on):
 // the device address of its {seed, base} and the counters taken so far.
 struct RecordedDraws {
   const void* state = nullptr;

@@ -66,7 +66,7 @@ class Executable {
     KernelFn kernel = nullptr;
     bool fallback = false;  // the CPU's kernel, for want of one on the device
     bool on_cpu = false;    // ... placed on the CPU with its data (place_nodes): it runs in place
-    bool widened = false;   // the float32 kernel on a float16/bfloat16 call (run_widened)
+    bool widened = false;   // a kernel that takes the call widened (run_widened)
     std::vector<Tensor> in, out;
   };
   KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr);

@@ -52,12 +52,13 @@ void count_fallback();
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                 const Attrs& attrs, Device device, bool widen = false);
 
-// float16/bfloat16 calls of an op whose kernel on that device stops at
-// float32: widening_kernel gives the device's float32 kernel that takes the
-// call with its half-precision inputs widened (null where this does not
-// apply; `inputs`: each input's dtype, as device_kernel takes them, unread
-// on the CPU), run_widened runs it on float32 copies and rounds the outputs,
-// and the inputs the op writes, back (half_widening.cpp).
+// Calls a device's kernel takes once inputs are widened: float16/bfloat16
+// calls of an op whose kernel stops at float32, and int32 indices where the
+// kernel declares that input int64 only. widening_kernel gives that kernel
+// (null where neither applies; `inputs`: each input's dtype, as
+// device_kernel takes them, unread on the CPU); run_widened runs it on the
+// widened copies, made on the inputs' device, and rounds the outputs, and
+// the inputs the op writes, back (kernel_widening.cpp).
 KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
                          const Attrs& attrs);
 void run_widened(const OpDef& op, KernelFn f32, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,

@@ -184,6 +184,26 @@ TEST(CudaLayoutOps, IndexingOpsAndTheirGradients) {
   expect_same(xg.grad(), xc.grad(), "gather's gradient");
 }
 
+// int32 indices (MindSpore's default) stay on the GPU: the dispatcher
+// widens them there for the kernels that take int64, in strict mode too.
+TEST(CudaLayoutOps, Int32IndicesRunOnTheGpu) {
+  NEEDS_A_GPU();
+  manual_seed(6);
+  const Tensor x = small_values({4, 7, 3}), table = small_values({10, 4});
+  const Tensor idx = randint(-7, 7, {4, 5, 3}).to(DType::Int32), rows = randint(0, 7, {9}).to(DType::Int32);
+  const Tensor ids = randint(0, 10, {2, 6}).to(DType::Int32), targets = randint(0, 3, {5}).to(DType::Int32);
+  const Tensor logits = small_values({5, 3});
+  set_strict_device(true);
+  const int64_t before = fallback_count();
+  expect_same(gather(x.to(cuda()), 1, idx.to(cuda())), gather(x, 1, idx), "gather");
+  expect_same(index_select(x.to(cuda()), 1, rows.to(cuda())), index_select(x, 1, rows), "index_select");
+  expect_same(embedding(table.to(cuda()), ids.to(cuda())), embedding(table, ids), "embedding");
+  const Tensor loss = cross_entropy(logits.to(cuda()), targets.to(cuda()));
+  EXPECT_NEAR(loss.to(cpu_device()).item<float>(), cross_entropy(logits, targets).item<float>(), 1e-5f);
+  set_strict_device(false);
+  EXPECT_EQ(fallback_count(), before);
+}
+
 // The elementwise ops on integers and mod on every type, exactly as the
 // CPU; an integer division by zero is raised when the host waits.
 TEST(CudaLayoutOps, IntegerArithmeticAndModMatchTheCpu) {

@@ -15,6 +15,7 @@
 #include "kiln/jit.h"
 #include "kiln/nn.h"
 #include "kiln/profiler.h"
+#include "ops/dispatch_internal.h"
 #include "ops/golden_cases.h"
 #include "support/error_message.h"
 
@@ -256,8 +257,10 @@ TEST(ReferenceBackend, StrictDeviceRefusesTheFallback) {
 // an acceptance test that says so, so a grouped convolution runs on the
 // CPU, visibly, in eager and compiled runs, and strict_device names the reason.
 // The reference embedding loop declares the dtypes it takes per input: the
-// table of its registered dtype, the indices int64 only. int32 indices run on
-// the CPU, visibly, with the input named in the reason.
+// table of its registered dtype, the indices int64 only. The kernel lookup
+// refuses int32 indices, naming the input; the dispatcher then widens them
+// on the device (its int32-to-int64 cast), so the call stays there, in
+// strict mode too, eager and compiled.
 TEST(ReferenceBackend, KernelsDeclareTheDtypesTheyTakePerInput) {
   const Tensor table = randn({10, 4});
   const Tensor ids64 = from_vector(std::vector<int64_t>{3, 0, 9, 3}, Shape{2, 2});
@@ -267,20 +270,25 @@ TEST(ReferenceBackend, KernelsDeclareTheDtypesTheyTakePerInput) {
   EXPECT_EQ(fallback_count() - before, 0) << "int64 indices run the reference loop";
   EXPECT_EQ(compare(y.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
 
-  set_strict_device(true);
   std::string refused;
-  try {
-    embedding(table.to(kRef), ids64.to(DType::Int32).to(kRef));
-  } catch (const Error& e) {
-    refused = e.what();
-  }
-  set_strict_device(false);
+  EXPECT_EQ(device_kernel(OpRegistry::instance().get("embedding"), kRef, {DType::Float32, DType::Int32}, DType::Float32,
+                          {}, &refused),
+            nullptr);
   EXPECT_NE(refused.find("indices of dtype int32 (its kernel takes int64)"), std::string::npos) << refused;
+
+  set_strict_device(true);
   before = fallback_count();
-  Tensor y32 = embedding(table.to(kRef), ids64.to(DType::Int32).to(kRef));
-  EXPECT_EQ(fallback_count() - before, 1);
+  const Tensor ids32 = ids64.to(DType::Int32).to(kRef);
+  Tensor y32 = embedding(table.to(kRef), ids32);
+  auto fn = jit::compile([&](const std::vector<Tensor>& in) { return std::vector<Tensor>{embedding(in[0], in[1])}; },
+                         {table.to(kRef), ids32});
+  Tensor compiled = fn({table.to(kRef), ids32})[0];
+  set_strict_device(false);
+  EXPECT_EQ(fallback_count() - before, 0) << "int32 indices are widened on the device";
   EXPECT_EQ(y32.device(), kRef);
   EXPECT_EQ(compare(y32.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
+  EXPECT_EQ(compare(compiled.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
+  EXPECT_TRUE(fn.report().on_cpu.empty()) << fn.report().str();
 }
 
 TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {

@@ -1,6 +1,7 @@
 // CUDA kernels of the indexing ops: gather, scatter_add and scatter_reduce
 // along an axis (operands in any layout), index_select and one_hot, with
-// int64 indices (an int32 index runs on the CPU, visibly); and topk. An
+// int64 indices (the dispatcher widens an int32 index on the device first,
+// kernel_widening.cpp); and topk. An
 // out-of-range index is raised where the host next waits for the device
 // (index_errors.h).
 #include <cuda_runtime.h>

@@ -1,6 +1,7 @@
 // The reference backend: plain, obviously correct loops (one element at a
 // time, index arithmetic, double accumulators) for a few ops: copy, matmul,
-// sum, conv2d without groups, dropout (philox's mask, as the CPU's), and
+// sum, conv2d without groups, dropout (philox's mask, as the CPU's),
+// embedding, int32-to-int64 casts, and
 // every op with an elementwise formula through its block runner; and
 // creation (constants, ranges, random numbers) in its own memory. It exists to prove the backend seam without
 // hardware: the test suite checks it against the CPU, and every other op,
@@ -192,6 +193,21 @@ void copy_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const 
   });
 }
 
+// int32 to int64, which every value survives: the indices the dispatcher
+// widens for the embedding loop. Other casts (whose rounding and saturation
+// the CPU's kernel defines) run there, visibly.
+void cast_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
+  for_each_index(out[0].shape(), [&](const std::vector<int64_t>& at) {
+    base<int64_t>(out[0])[offset_at(out[0], at)] = base<const int32_t>(in[0])[offset_at(in[0], at)];
+  });
+}
+
+bool int32_to_int64(const KernelCall& call, std::string* why) {
+  if (call.attrs.get_dtype("dtype") == DType::Int64) return true;
+  if (why) *why = "its loop casts int32 to int64 only";
+  return false;
+}
+
 // y[..., i, j] = sum_k a[..., i, k] b[..., k, j], batch axes broadcast.
 template <typename T>
 void matmul_kernel(const std::vector<Tensor>& in, std::vector<Tensor>& out, const Attrs&) {
@@ -316,6 +332,8 @@ KILN_REGISTER_KERNEL("dropout", Reference, dropout_kernel<float>, DType::Float32
 KILN_REGISTER_KERNEL("dropout", Reference, dropout_kernel<double>, DType::Float64);
 KILN_REGISTER_KERNEL("copy", Reference, copy_kernel, DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                      DType::Int32, DType::Int64, DType::UInt8, DType::Bool, DType::Int8);
+KILN_REGISTER_KERNEL_IF("cast", Reference, cast_kernel, int32_to_int64, "casts other than int32 to int64",
+                        DType::Int32);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<float>, DType::Float32);
 KILN_REGISTER_KERNEL("matmul", Reference, matmul_kernel<double>, DType::Float64);
 static const KernelRegistrar embedding_f32("embedding", DeviceType::Reference, {DType::Float32},
