@@ -118,8 +118,8 @@ struct CompileReport {
   // On a device: whether its runs replay one recording of the device's work
   // (a CUDA graph, recorded at the third run, with the device memory kept
   // for recordings, which the device's allocator statistics count too), or what keeps them from it
-  // ("runs unrecorded: node 'dropout_1' draws new random numbers at each
-  // run"); "" on the CPU, and before the third run of a graph that can be.
+  // ("runs unrecorded: node 'conv2d_1' runs on the CPU"); "" on the CPU,
+  // and before the third run of a graph that can be.
   std::string recording;
   std::string str() const;
 };
