@@ -7,6 +7,8 @@
 # $OUT/bench-train.jsonl, then a table of the ratios.
 #   scripts/gpu/bench-train.sh              # after scripts/gpu/build-and-test.sh
 #   QUICK=1 DEVICE=cpu KILN=build/kiln PYTHON=/usr/bin/python3 scripts/gpu/bench-train.sh  # tiny sizes, on a CPU
+# Each run stops after LIMIT seconds (default 150), so one that hangs leaves
+# the others their time.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 KILN=${KILN:-build-gpu/kiln}
@@ -28,11 +30,13 @@ fi
 for w in "${workloads[@]}"; do
   # shellcheck disable=SC2086  # the workload's words are its options
   for mode in eager graph; do
-    "$KILN" bench-train $w --device "$DEVICE" --mode "$mode" $STEPS --json >> "$RESULTS" 2> "$LOGS/bench-train.err" ||
+    timeout "${LIMIT:-150}" "$KILN" bench-train $w --device "$DEVICE" --mode "$mode" $STEPS --json >> "$RESULTS" \
+      2> "$LOGS/bench-train.err" ||
       echo "kiln bench-train $w --mode $mode failed: $(tail -1 "$LOGS/bench-train.err")" >&2
   done
   for compile in "" --compile; do
-    "${PYTHON:-python3}" bench/peers/torch_bench_train.py $w --device "$DEVICE" $compile $STEPS >> "$RESULTS" 2> "$LOGS/torch.err" ||
+    timeout "${LIMIT:-150}" "${PYTHON:-python3}" bench/peers/torch_bench_train.py $w --device "$DEVICE" $compile $STEPS \
+      >> "$RESULTS" 2> "$LOGS/torch.err" ||
       echo "PyTorch $w $compile failed: $(tail -1 "$LOGS/torch.err")" >&2
   done
 done
