@@ -28,9 +28,22 @@ bool widens_index(const Kernel& k, size_t i, std::optional<DType> given) {
          k.input_dtypes[i] == std::vector<DType>{DType::Int64};
 }
 
-// The kernel a widened call of dtype `dtype` on `device` runs.
-const Kernel& widened_kernel(const OpDef& op, Device device, DType dtype) {
-  return op.kernels[static_cast<int>(device.type)][static_cast<int>(is_half(dtype) ? DType::Float32 : dtype)];
+// The device's kernel for the call with its int32 indices widened, at its
+// own dtype or (to_float, half precision) at float32 with its
+// half-precision inputs widened too; null where that is not a new call or
+// the kernel does not take it.
+KernelFn widened_call_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs,
+                             DType dtype, const Attrs& attrs, bool to_float) {
+  const DType run = to_float ? DType::Float32 : dtype;
+  const Kernel& k = op.kernels[static_cast<int>(device.type)][static_cast<int>(run)];
+  std::vector<std::optional<DType>> wide = inputs;
+  bool widened = to_float;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    if (to_float && wide[i] && is_half(*wide[i])) wide[i] = DType::Float32;
+    if (widens_index(k, i, wide[i])) wide[i] = DType::Int64, widened = true;
+  }
+  std::string unused;
+  return widened ? device_kernel(op, device, wide, run, attrs, &unused) : nullptr;
 }
 
 }  // namespace
@@ -41,25 +54,30 @@ KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::
   if (device.type == DeviceType::CPU)
     return is_half(dtype) ? op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)].fn
                           : nullptr;
-  const Kernel& k = widened_kernel(op, device, dtype);
-  std::vector<std::optional<DType>> wide = inputs;
-  bool widened = is_half(dtype);
-  for (size_t i = 0; i < wide.size(); ++i) {
-    if (wide[i] && is_half(dtype) && is_half(*wide[i])) wide[i] = DType::Float32;
-    if (widens_index(k, i, wide[i])) wide[i] = DType::Int64, widened = true;
-  }
-  if (!widened) return nullptr;
-  std::string unused;
-  return device_kernel(op, device, wide, is_half(dtype) ? DType::Float32 : dtype, attrs, &unused);
+  // The call's own dtype with its indices widened first (a half-precision
+  // kernel that takes int64 indices keeps its precision), then, for half
+  // precision, float32 with them widened too.
+  if (KernelFn f = widened_call_kernel(op, device, inputs, dtype, attrs, false)) return f;
+  return is_half(dtype) ? widened_call_kernel(op, device, inputs, dtype, attrs, true) : nullptr;
 }
 
 void run_widened(const OpDef& op, KernelFn kernel, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                  const Attrs& attrs) {
   NoGradGuard no_grad;
   const Tensor& d = inputs[static_cast<size_t>(op.dispatch_input)];
-  const bool half = is_half(d.dtype());
   // On the CPU (a fallback's host copies) only half precision is widened.
-  const Kernel* k = d.device().type == DeviceType::CPU ? nullptr : &widened_kernel(op, d.device(), d.dtype());
+  // On a device, the kernel is widening_kernel's: its first choice (the
+  // call's own dtype, only the indices widened) where that gives this kernel.
+  const bool device = d.device().type != DeviceType::CPU;
+  bool half = is_half(d.dtype());
+  if (device && half) {
+    std::vector<std::optional<DType>> dtypes;
+    for (const Tensor& t : inputs) dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
+    half = widened_call_kernel(op, d.device(), dtypes, d.dtype(), attrs, false) != kernel;
+  }
+  const Kernel* k =
+      device ? &op.kernels[static_cast<int>(d.device().type)][static_cast<int>(half ? DType::Float32 : d.dtype())]
+             : nullptr;
   std::vector<Tensor> wide(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -73,11 +91,12 @@ void run_widened(const OpDef& op, KernelFn kernel, const std::vector<Tensor>& in
   }
   std::vector<Tensor> wide_out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i)
-    wide_out[i] = is_half(outputs[i].dtype()) ? Tensor::empty(outputs[i].shape(), DType::Float32, outputs[i].device())
-                                              : outputs[i];
+    wide_out[i] = half && is_half(outputs[i].dtype())
+                      ? Tensor::empty(outputs[i].shape(), DType::Float32, outputs[i].device())
+                      : outputs[i];
   kernel(wide, wide_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
-    if (is_half(outputs[i].dtype())) outputs[i].copy_(wide_out[i]);
+    if (wide_out[i].dtype() != outputs[i].dtype()) outputs[i].copy_(wide_out[i]);
   if (op.writes_with(attrs))
     for (int w : op.writes)
       if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined() && wide[w].dtype() != inputs[w].dtype())

@@ -289,6 +289,13 @@ TEST(ReferenceBackend, KernelsDeclareTheDtypesTheyTakePerInput) {
   EXPECT_EQ(compare(y32.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
   EXPECT_EQ(compare(compiled.to(cpu_device()), want.to(DType::Float64).to_vector<double>(), want.shape(), {0, 0}), "");
   EXPECT_TRUE(fn.report().on_cpu.empty()) << fn.report().str();
+  // A bfloat16 table: the float32 loop, the indices widened as well (the
+  // table's cast to float32 itself runs on the CPU here, visibly).
+  const Tensor half_table = table.to(DType::BFloat16);
+  const Tensor y16 = embedding(half_table.to(kRef), ids32);
+  ASSERT_EQ(y16.dtype(), DType::BFloat16);
+  const Tensor want16 = embedding(half_table, ids64).to(DType::Float64);
+  EXPECT_EQ(compare(y16.to(cpu_device()), want16.to_vector<double>(), want.shape(), {0, 0}), "");
 }
 
 TEST(ReferenceBackend, CallsItsKernelDoesNotTakeFallBackVisibly) {
