@@ -29,7 +29,7 @@ Tensor slot(const Storage& arena, int64_t byte_offset, const TensorMeta& m) {
 
 }  // namespace
 
-KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened) {
+KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, Widening* widened) {
   const Tensor& d = in[n.op->dispatch_input];
   const DType dtype = d.dtype();
   std::vector<std::optional<DType>> dtypes;
@@ -43,8 +43,7 @@ KernelFn Executable::kernel_of(const Node& n, const std::vector<Tensor>& in, boo
   }
   std::string why;
   KernelFn k = device_kernel(*n.op, device_, dtypes, dtype, n.attrs, &why);
-  if (k == nullptr && widened != nullptr && (k = widening_kernel(*n.op, device_, dtypes, dtype, n.attrs)) != nullptr)
-    *widened = true;
+  if (k == nullptr && widened != nullptr) k = widening_kernel(*n.op, device_, dtypes, dtype, n.attrs, widened);
   if (k == nullptr && device_.type != DeviceType::CPU) {
     k = n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)];
     // On a device in host memory the CPU's kernel runs on the tensors where
@@ -228,7 +227,7 @@ const std::vector<Tensor>& Executable::run_slots() {
   if (recording_ && !profiling) {
     // (A backend that replays by running the steps' host code again, as the
     // reference backend does, finds the draws as the recording did.)
-    detail::RecordedDraws draws{recorded_counters_ > 0 ? draw_state_.device_data() : nullptr, 0};
+    detail::RecordedDraws draws{draw_state_.defined() ? draw_state_.device_data() : nullptr, 0};
     if (draws.state) write_draw_state(default_generator().take_counters(recorded_counters_));
     {
       const DrawsInstalled installed(draws.state ? &draws : nullptr);
@@ -304,8 +303,8 @@ void Executable::run_step(size_t i, bool profiling, bool host_memory) {
         run_on_cpu(*s.node->op, s.kernel, s.in, s.out, s.node->attrs, device_);
       else if (s.fallback)
         count_fallback(), s.kernel(s.in, s.out, s.node->attrs);
-      else if (s.widened)
-        run_widened(*s.node->op, s.kernel, s.in, s.out, s.node->attrs);
+      else if (s.widened != Widening::None)
+        run_widened(*s.node->op, s.kernel, s.widened, s.in, s.out, s.node->attrs);
       else
         s.kernel(s.in, s.out, s.node->attrs);
       bump_written_versions(*s.node->op, s.in, s.node->attrs);

@@ -14,6 +14,7 @@
 #include "graph/ir.h"
 #include "graph/memory_plan.h"
 #include "kiln/backend.h"
+#include "ops/dispatch_internal.h"
 
 namespace kiln::graph {
 
@@ -66,10 +67,10 @@ class Executable {
     KernelFn kernel = nullptr;
     bool fallback = false;  // the CPU's kernel, for want of one on the device
     bool on_cpu = false;    // ... placed on the CPU with its data (place_nodes): it runs in place
-    bool widened = false;   // a kernel that takes the call widened (run_widened)
+    Widening widened = Widening::None;  // a kernel that takes the call widened (run_widened)
     std::vector<Tensor> in, out;
   };
-  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, bool* widened = nullptr);
+  KernelFn kernel_of(const Node& n, const std::vector<Tensor>& in, bool* fallback, Widening* widened = nullptr);
   // Points the values the plan puts in the arena at `arena`, with the views
   // of them, the steps' operands, the input slots and the outputs.
   void bind(const Storage& arena);

@@ -260,7 +260,7 @@ void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs
   std::vector<Tensor> host_out(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) host_out[i] = Tensor::empty(outputs[i].shape(), outputs[i].dtype());
   if (widen)
-    run_widened(op, cpu, host, host_out, attrs);
+    run_widened(op, cpu, Widening::Float32, host, host_out, attrs);
   else
     cpu(host, host_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
@@ -460,6 +460,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
   std::vector<TensorMeta> out_metas;
   KernelFn kernel = nullptr;
   bool fallback = false, widened = false;
+  Widening how = Widening::None;
   try {
     size_t required = 0;
     for (auto& name : op.inputs)
@@ -485,7 +486,7 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
       for (const TensorMeta& m : metas) dtypes.push_back(m.defined ? std::optional<DType>(m.dtype) : std::nullopt);
       kernel = device_kernel(op, d.device, dtypes, d.dtype, attrs, &why);
     }
-    if (kernel == nullptr && (kernel = widening_kernel(op, d.device, dtypes, d.dtype, attrs)) != nullptr)
+    if (kernel == nullptr && (kernel = widening_kernel(op, d.device, dtypes, d.dtype, attrs, &how)) != nullptr)
       widened = true;
     if (kernel == nullptr && (kernel = cpu_fallback(op, d, why, &widened)) != nullptr) fallback = !op.has_tag(kTagView);
     if (kernel == nullptr) {
@@ -514,7 +515,8 @@ std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, con
     detail::KernelScope in_kernel(fallback ? cpu_device() : metas[op.dispatch_input].device, profile_start >= 0);
     if (fallback)
       run_on_cpu(op, kernel, inputs, outputs, attrs, metas[op.dispatch_input].device, widened);
-    else if (widened) run_widened(op, kernel, inputs, outputs, attrs);
+    else if (widened)
+      run_widened(op, kernel, how, inputs, outputs, attrs);
     else kernel(inputs, outputs, attrs);
     bump_written_versions(op, inputs, attrs);
   } catch (const std::exception& e) {

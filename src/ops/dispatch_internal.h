@@ -52,17 +52,20 @@ void count_fallback();
 void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
                 const Attrs& attrs, Device device, bool widen = false);
 
-// Calls a device's kernel takes once inputs are widened: float16/bfloat16
-// calls of an op whose kernel stops at float32, and int32 indices where the
-// kernel declares that input int64 only. widening_kernel gives that kernel
-// (null where neither applies; `inputs`: each input's dtype, as
-// device_kernel takes them, unread on the CPU); run_widened runs it on the
-// widened copies, made on the inputs' device, and rounds the outputs, and
-// the inputs the op writes, back (kernel_widening.cpp).
+// Calls a device's kernel takes once inputs are widened: int32 indices
+// where the kernel declares that input int64 only (Indices), and, for
+// float16/bfloat16 calls of an op whose kernel stops at float32, the
+// half-precision inputs to float32 as well (Float32). widening_kernel gives
+// that kernel and how (null where neither applies; `inputs`: each input's
+// dtype, as device_kernel takes them, unread on the CPU, where it is always
+// Float32); run_widened runs it on the widened copies, made on the inputs'
+// device, and rounds the outputs, and the inputs the op writes, back
+// (kernel_widening.cpp).
+enum class Widening { None, Indices, Float32 };
 KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
-                         const Attrs& attrs);
-void run_widened(const OpDef& op, KernelFn f32, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                 const Attrs& attrs);
+                         const Attrs& attrs, Widening* how = nullptr);
+void run_widened(const OpDef& op, KernelFn kernel, Widening how, const std::vector<Tensor>& inputs,
+                 std::vector<Tensor>& outputs, const Attrs& attrs);
 
 namespace detail {
 // Levenshtein distance, for "did you mean" in errors about names.

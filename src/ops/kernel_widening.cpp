@@ -49,35 +49,34 @@ KernelFn widened_call_kernel(const OpDef& op, Device device, const std::vector<s
 }  // namespace
 
 KernelFn widening_kernel(const OpDef& op, Device device, const std::vector<std::optional<DType>>& inputs, DType dtype,
-                         const Attrs& attrs) {
+                         const Attrs& attrs, Widening* how) {
   if (op.has_tag(kTagView)) return nullptr;
-  if (device.type == DeviceType::CPU)
-    return is_half(dtype) ? op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)].fn
-                          : nullptr;
-  // The call's own dtype with its indices widened first (a half-precision
-  // kernel that takes int64 indices keeps its precision), then, for half
-  // precision, float32 with them widened too.
-  if (KernelFn f = widened_call_kernel(op, device, inputs, dtype, attrs, false)) return f;
-  return is_half(dtype) ? widened_call_kernel(op, device, inputs, dtype, attrs, true) : nullptr;
+  KernelFn f = nullptr;
+  Widening chosen = Widening::Float32;
+  if (device.type == DeviceType::CPU) {
+    if (is_half(dtype)) f = op.kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(DType::Float32)].fn;
+  } else if ((f = widened_call_kernel(op, device, inputs, dtype, attrs, false)) != nullptr) {
+    // The call's own dtype with its indices widened first: a half-precision
+    // kernel that takes int64 indices keeps its precision.
+    chosen = Widening::Indices;
+  } else if (is_half(dtype)) {
+    f = widened_call_kernel(op, device, inputs, dtype, attrs, true);
+  }
+  if (f != nullptr && how != nullptr) *how = chosen;
+  return f;
 }
 
-void run_widened(const OpDef& op, KernelFn kernel, const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
-                 const Attrs& attrs) {
+void run_widened(const OpDef& op, KernelFn kernel, Widening how, const std::vector<Tensor>& inputs,
+                 std::vector<Tensor>& outputs, const Attrs& attrs) {
   NoGradGuard no_grad;
   const Tensor& d = inputs[static_cast<size_t>(op.dispatch_input)];
-  // On the CPU (a fallback's host copies) only half precision is widened.
-  // On a device, the kernel is widening_kernel's: its first choice (the
-  // call's own dtype, only the indices widened) where that gives this kernel.
-  const bool device = d.device().type != DeviceType::CPU;
-  bool half = is_half(d.dtype());
-  if (device && half) {
-    std::vector<std::optional<DType>> dtypes;
-    for (const Tensor& t : inputs) dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
-    half = widened_call_kernel(op, d.device(), dtypes, d.dtype(), attrs, false) != kernel;
-  }
+  const bool half = how == Widening::Float32 && is_half(d.dtype());
+  // The kernel whose declared dtypes say which int32 inputs are indices
+  // (none on the CPU, whose kernels take int32 indices).
   const Kernel* k =
-      device ? &op.kernels[static_cast<int>(d.device().type)][static_cast<int>(half ? DType::Float32 : d.dtype())]
-             : nullptr;
+      d.device().type == DeviceType::CPU
+          ? nullptr
+          : &op.kernels[static_cast<int>(d.device().type)][static_cast<int>(half ? DType::Float32 : d.dtype())];
   std::vector<Tensor> wide(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
