@@ -146,6 +146,10 @@ struct OpDef {
   std::vector<int> differentiable_inputs;  // empty: every floating input
   std::vector<int> writes;                 // inputs the kernel updates in place (optimizer updates, assign)
   std::string writes_if;                   // a bool attribute the writes depend on (batch_norm: "training")
+  // A variadic op's written inputs, from its attributes and input count
+  // (a multi-tensor update writes its parameters and their state, not the
+  // gradients between them); taken in place of `writes` where set.
+  std::function<std::vector<int>(const Attrs& attrs, size_t inputs)> writes_of;
   // The op as a program of other ops, which a device without a kernel for
   // the call runs in place of the CPU's kernel: its work stays on the
   // device, and autograd records the ops it calls (the op itself no node).
@@ -168,7 +172,13 @@ struct OpDef {
   }
   bool differentiable() const { return static_cast<bool>(grad); }
   bool writes_with(const Attrs& a) const {
-    return !writes.empty() && (writes_if.empty() || a.get_bool(writes_if, true));
+    return (!writes.empty() || writes_of) && (writes_if.empty() || a.get_bool(writes_if, true));
+  }
+  // The inputs a call with these attributes and `inputs` inputs may write in
+  // place (whatever writes_if says), and those it does write.
+  std::vector<int> may_write(const Attrs& a, size_t inputs) const { return writes_of ? writes_of(a, inputs) : writes; }
+  std::vector<int> written(const Attrs& a, size_t inputs) const {
+    return writes_with(a) ? may_write(a, inputs) : std::vector<int>{};
   }
   bool variadic() const { return !inputs.empty() && inputs.back().back() == '*'; }
   // Input i's name without its mark ("bias?" -> "bias"); past the list, the

@@ -16,9 +16,8 @@ std::vector<int> written_inputs(const Node& n) {
   const OpDef* op = n.op ? n.op : n.fused_from;
   if (!op) return {};
   std::vector<int> ids;
-  if (op->writes_with(n.attrs))
-    for (int i : op->writes)
-      if (static_cast<size_t>(i) < n.inputs.size() && n.inputs[i] >= 0) ids.push_back(n.inputs[i]);
+  for (int i : op->written(n.attrs, n.inputs.size()))
+    if (static_cast<size_t>(i) < n.inputs.size() && n.inputs[i] >= 0) ids.push_back(n.inputs[i]);
   return ids;
 }
 

@@ -250,7 +250,8 @@ std::string fold_views(Graph& g) {
     const Value& ev = g.values[n.inputs[0]];
     if (ev.kind != ValueKind::Result || uses[n.inputs[0]] != 1 || mutated[n.inputs[0]]) continue;
     Node& e = g.nodes[ev.producer];
-    if (e.removed || !e.op || !e.op->has_tag(kTagElementwise) || e.outputs.size() != 1 || !e.op->writes.empty()) continue;
+    if (e.removed || !e.op || !e.op->has_tag(kTagElementwise) || e.outputs.size() != 1 || e.op->writes_with(e.attrs))
+      continue;
     int at = -1, source = -1;
     bool others_scalar = true;
     for (size_t k = 0; k < e.inputs.size(); ++k) {

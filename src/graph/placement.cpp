@@ -22,7 +22,7 @@ bool runs_on(const Graph& g, const Node& n, Device device, std::string* why) {
   // No CPU kernel either: it stays, and the executor names what is missing.
   if (!n.op->kernels[static_cast<int>(DeviceType::CPU)][static_cast<int>(dtype)]) return true;
   // An op that writes an input in place stays: the executor copies what it writes back.
-  if (n.op->writes_with(n.attrs) && !n.op->writes.empty()) return true;
+  if (!n.op->written(n.attrs, n.inputs.size()).empty()) return true;
   allow_fallback(*n.op, device, dtype, *why);
   if (why->empty()) *why = std::string("no ") + device_type_name(device.type) + " kernel for " + dtype_name(dtype);
   return false;

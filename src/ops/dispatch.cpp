@@ -75,8 +75,7 @@ const char* op_category(const OpDef& op) {
 }
 
 void bump_written_versions(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
-  if (!op.writes_with(attrs)) return;
-  for (int i : op.writes)
+  for (int i : op.written(attrs, inputs.size()))
     if (static_cast<size_t>(i) < inputs.size() && inputs[i].defined()) inputs[i].impl().storage->version++;
 }
 
@@ -266,12 +265,11 @@ void run_on_cpu(const OpDef& op, KernelFn cpu, const std::vector<Tensor>& inputs
   for (size_t i = 0; i < outputs.size(); ++i)
     copy_between(device, detail::device_address(outputs[i]), cpu_device(), host_out[i].raw_data(),
                  static_cast<size_t>(host_out[i].numel()) * host_out[i].element_size());
-  if (op.writes_with(attrs))
-    for (int w : op.writes)
-      if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined()) {
-        StorageImpl& dst = *inputs[w].impl().storage;
-        copy_between(dst.device, dst.data, cpu_device(), host[w].impl().storage->data, dst.nbytes);
-      }
+  for (int w : op.written(attrs, inputs.size()))
+    if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined()) {
+      StorageImpl& dst = *inputs[w].impl().storage;
+      copy_between(dst.device, dst.data, cpu_device(), host[w].impl().storage->data, dst.nbytes);
+    }
 }
 
 void set_strict_device(bool strict) { g_strict.store(strict ? 1 : 0); }
@@ -384,11 +382,11 @@ static bool castable(const OpDef& op) {
 // dtype, or to the dtype of the inputs the op writes in place (batch norm's
 // running statistics stay in theirs); nothing when no input changes.
 static std::optional<std::vector<Tensor>> compute_dtype_inputs(const OpDef& op, const std::vector<Tensor>& inputs,
-                                                               DType dtype) {
+                                                               const Attrs& attrs, DType dtype) {
   if (!castable(op)) return std::nullopt;
   std::vector<bool> written(inputs.size(), false);
   bool dtype_of_written = false;
-  for (int w : op.writes) {
+  for (int w : op.may_write(attrs, inputs.size())) {
     if (static_cast<size_t>(w) >= inputs.size() || !inputs[w].defined()) continue;
     written[w] = true;
     if (!dtype_of_written && is_floating(inputs[w].dtype())) dtype = inputs[w].dtype(), dtype_of_written = true;
@@ -408,17 +406,18 @@ static std::optional<std::vector<Tensor>> compute_dtype_inputs(const OpDef& op, 
 // need its range or precision; inputs the op writes in place keep their
 // dtype. Nothing when no input changes.
 static std::optional<std::vector<Tensor>> autocast_inputs(const OpDef& op, const std::vector<Tensor>& inputs,
-                                                          DType lower) {
+                                                          const Attrs& attrs, DType lower) {
   const Autocast rule = op.autocast_rule();
   if (rule == Autocast::Keep || !castable(op)) return std::nullopt;
   const bool to_lower = rule == Autocast::Lower;
+  const std::vector<int> written = op.may_write(attrs, inputs.size());
   std::optional<std::vector<Tensor>> cast_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) continue;
     const DType d = t.dtype();
     if (to_lower ? d != DType::Float32 : (d != DType::Float16 && d != DType::BFloat16)) continue;
-    if (std::find(op.writes.begin(), op.writes.end(), static_cast<int>(i)) != op.writes.end()) continue;
+    if (std::find(written.begin(), written.end(), static_cast<int>(i)) != written.end()) continue;
     if (!cast_inputs) cast_inputs = inputs;
     (*cast_inputs)[i] = cast(t, to_lower ? lower : DType::Float32);
   }
@@ -427,9 +426,9 @@ static std::optional<std::vector<Tensor>> autocast_inputs(const OpDef& op, const
 
 std::vector<Tensor> call(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   if (const std::optional<DType> dtype = compute_dtype()) [[unlikely]] {
-    if (auto cast_inputs = compute_dtype_inputs(op, inputs, *dtype)) return call(op, *cast_inputs, attrs);
+    if (auto cast_inputs = compute_dtype_inputs(op, inputs, attrs, *dtype)) return call(op, *cast_inputs, attrs);
   } else if (const std::optional<DType> lower = autocast_dtype()) [[unlikely]] {
-    if (auto cast_inputs = autocast_inputs(op, inputs, *lower)) return call(op, *cast_inputs, attrs);
+    if (auto cast_inputs = autocast_inputs(op, inputs, attrs, *lower)) return call(op, *cast_inputs, attrs);
   }
   if (op.decompose) [[unlikely]] {
     if (auto out = run_decomposed(op, inputs, attrs)) return *std::move(out);

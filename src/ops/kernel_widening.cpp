@@ -96,10 +96,9 @@ void run_widened(const OpDef& op, KernelFn kernel, Widening how, const std::vect
   kernel(wide, wide_out, attrs);
   for (size_t i = 0; i < outputs.size(); ++i)
     if (wide_out[i].dtype() != outputs[i].dtype()) outputs[i].copy_(wide_out[i]);
-  if (op.writes_with(attrs))
-    for (int w : op.writes)
-      if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined() && wide[w].dtype() != inputs[w].dtype())
-        Tensor(inputs[w]).copy_(cast(wide[w], inputs[w].dtype()));
+  for (int w : op.written(attrs, inputs.size()))
+    if (static_cast<size_t>(w) < inputs.size() && inputs[w].defined() && wide[w].dtype() != inputs[w].dtype())
+      Tensor(inputs[w]).copy_(cast(wide[w], inputs[w].dtype()));
 }
 
 }  // namespace kiln

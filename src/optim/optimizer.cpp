@@ -19,6 +19,38 @@ std::vector<std::vector<Tensor>> zero_state(const std::vector<ParamGroup>& group
 std::vector<ParamGroup> one_group(std::vector<Tensor> params, double lr, double wd) {
   return {ParamGroup{std::move(params), lr, wd}};
 }
+
+// The parameters of a group that have a gradient, in runs of one dtype and
+// device (indices into the group), each of which one multi-tensor call updates.
+std::vector<std::vector<size_t>> update_runs(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) {
+  std::map<std::pair<int, std::string>, std::vector<size_t>> by_kind;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (grads[i].defined()) by_kind[{static_cast<int>(params[i].dtype()), params[i].device().str()}].push_back(i);
+  std::vector<std::vector<size_t>> runs;
+  for (auto& [kind, run] : by_kind) runs.push_back(std::move(run));
+  return runs;
+}
+
+// Updates a run of parameters: `lists` are the parameters, their gradients
+// and their state, each indexed like the group (an empty list: a state the
+// call goes without). One call of `many` takes the scalars, then each list's
+// tensors of the run; a run of one calls `one`, which takes its tensors and
+// then the scalars.
+void update_run(const OpDef& one, const OpDef& many, const std::vector<Tensor>& scalars, const std::vector<size_t>& run,
+                const std::vector<const std::vector<Tensor>*>& lists, Attrs attrs) {
+  std::vector<Tensor> in;
+  if (run.size() == 1) {
+    for (const auto* l : lists) in.push_back(l->empty() ? Tensor() : (*l)[run[0]]);
+    in.insert(in.end(), scalars.begin(), scalars.end());
+    call(one, in, attrs);
+    return;
+  }
+  in = scalars;
+  for (const auto* l : lists)
+    for (size_t i = 0; i < run.size() && !l->empty(); ++i) in.push_back((*l)[run[i]]);
+  attrs.set("count", static_cast<int64_t>(run.size()));
+  call(many, in, attrs);
+}
 }  // namespace
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
@@ -154,14 +186,15 @@ void SGD::step() { step_with_update_ops(); }
 
 bool SGD::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr, const Tensor&,
                        const Tensor& loss) {
-  static const OpDef& op = OpRegistry::instance().get("sgd_update");
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
-      if (!grads[gi][i].defined()) continue;
-      Tensor buf = o_.momentum > 0 ? momentum_[gi][i] : Tensor();
-      call(op, {groups_[gi].params[i], grads[gi][i], buf, lr[gi], loss},
-           {{"momentum", o_.momentum}, {"nesterov", o_.nesterov}, {"weight_decay", groups_[gi].weight_decay}});
-    }
+  static const OpDef& one = OpRegistry::instance().get("sgd_update");
+  static const OpDef& many = OpRegistry::instance().get("sgd_update_many");
+  static const std::vector<Tensor> none;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Attrs attrs{{"momentum", o_.momentum}, {"nesterov", o_.nesterov}, {"weight_decay", groups_[gi].weight_decay}};
+    const std::vector<Tensor>& buffers = o_.momentum > 0 ? momentum_[gi] : none;
+    for (const auto& run : update_runs(groups_[gi].params, grads[gi]))
+      update_run(one, many, {lr[gi], loss}, run, {&groups_[gi].params, &grads[gi], &buffers}, attrs);
+  }
   return true;
 }
 
@@ -178,14 +211,17 @@ void Adam::step() { step_with_update_ops(); }
 
 bool Adam::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
                         const Tensor& step, const Tensor& loss) {
-  static const OpDef& op = OpRegistry::instance().get("adam_update");
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
-      if (!grads[gi][i].defined()) continue;
-      call(op, {groups_[gi].params[i], grads[gi][i], m_[gi][i], v_[gi][i], lr[gi], step, loss},
-           {{"beta1", o_.beta1}, {"beta2", o_.beta2}, {"eps", o_.eps}, {"weight_decay", groups_[gi].weight_decay},
-            {"decoupled", o_.decoupled_weight_decay}});
-    }
+  static const OpDef& one = OpRegistry::instance().get("adam_update");
+  static const OpDef& many = OpRegistry::instance().get("adam_update_many");
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Attrs attrs{{"beta1", o_.beta1},
+                      {"beta2", o_.beta2},
+                      {"eps", o_.eps},
+                      {"weight_decay", groups_[gi].weight_decay},
+                      {"decoupled", o_.decoupled_weight_decay}};
+    for (const auto& run : update_runs(groups_[gi].params, grads[gi]))
+      update_run(one, many, {lr[gi], step, loss}, run, {&groups_[gi].params, &grads[gi], &m_[gi], &v_[gi]}, attrs);
+  }
   return true;
 }
 

@@ -435,6 +435,50 @@ TEST(CudaKernels, OptimizerUpdatesLikeTheCpu) {
   }
 }
 
+// A group of parameters goes to one multi-tensor launch (sgd_update_many,
+// adam_update_many), 30 of them here (two launches of up to 24), of sizes
+// from one element to more blocks than one launch gives a tensor: the
+// CPU's values, and no fallback.
+TEST(CudaKernels, AGroupsUpdateInOneLaunchMatchesTheCpu) {
+  NEEDS_A_GPU();
+  manual_seed(12);
+  std::vector<Tensor> start;
+  for (int i = 0; i < 30; ++i) start.push_back(randn({i == 7 ? 300000 : 1 + 37 * i}));
+  using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(const std::vector<Tensor>&)>;
+  const std::vector<std::pair<std::string, MakeOptimizer>> optimizers = {
+      {"sgd",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+       }},
+      {"sgd without momentum",
+       [](const std::vector<Tensor>& p) { return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1}); }},
+      {"adamw", [](const std::vector<Tensor>& p) {
+         return std::make_unique<optim::Adam>(
+             p, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .decoupled_weight_decay = true});
+       }}};
+  for (const auto& [name, make] : optimizers) {
+    auto run = [&, &make = make](Device device) {
+      std::vector<Tensor> params;
+      for (const Tensor& s : start) params.push_back(s.to(device).detach().set_requires_grad());
+      auto opt = make(params);
+      for (int step = 0; step < 3; ++step) {
+        opt->zero_grad();
+        Tensor loss = zeros({}, DType::Float32, device);
+        for (const Tensor& p : params) loss = loss + sum(p * p);  // each gradient: 2 p
+        loss.backward();
+        opt->step();
+      }
+      return params;
+    };
+    const int64_t before = fallback_count();
+    const std::vector<Tensor> on_gpu = run(cuda());
+    EXPECT_EQ(fallback_count(), before) << name;
+    const std::vector<Tensor> on_cpu = run(cpu_device());
+    for (size_t i = 0; i < on_gpu.size(); ++i)
+      expect_close(on_gpu[i], on_cpu[i], 1e-6, name + " parameter " + std::to_string(i));
+  }
+}
+
 // Forward and both gradients against the CPU in float64 (cuDNN's float32
 // runs without TF32), over padding, stride, dilation, groups, a bias and a
 // strided input. Skipped in a build without cuDNN (no conv2d kernel).

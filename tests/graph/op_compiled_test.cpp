@@ -19,7 +19,7 @@ std::vector<int> compiled_cases() {
   for (size_t i = 0; i < golden_cases().size(); ++i) {
     const GoldenCase& c = golden_cases()[i];
     const OpDef& op = OpRegistry::instance().get(c.op);
-    if (!op.writes.empty() || op.has_tag(kTagRandom) || c.outputs.empty()) continue;
+    if (!op.writes.empty() || op.writes_of || op.has_tag(kTagRandom) || c.outputs.empty()) continue;
     idx.push_back(static_cast<int>(i));
   }
   return idx;

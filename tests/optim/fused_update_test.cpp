@@ -118,4 +118,89 @@ TEST(FusedUpdate, WrongShapesAreRefused) {
   }
 }
 
+// A group's parameters go to one multi-tensor call (sgd_update_many,
+// adam_update_many): the same bits as one call per parameter, which an
+// optimizer per parameter makes, over parameters of several sizes.
+template <typename Opt, typename Options>
+void expect_many_equal_one_by_one(const Options& o, DType dtype) {
+  manual_seed(11);
+  const std::vector<Shape> shapes{{37, 5}, {1}, {3, 4, 5}, {70000}};  // (70000: more than one thread's share)
+  std::vector<Tensor> together, alone;
+  for (const Shape& s : shapes) {
+    Tensor w = randn(s).to(dtype);
+    together.push_back(w.clone().set_requires_grad());
+    alone.push_back(w.clone().set_requires_grad());
+  }
+  Opt group(together, o);
+  std::vector<std::unique_ptr<Opt>> singles;
+  for (const Tensor& w : alone) singles.push_back(std::make_unique<Opt>(std::vector<Tensor>{w}, o));
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor g = randn(shapes[i]).to(dtype);
+      together[i].impl().grad = g.clone().impl_ptr();
+      alone[i].impl().grad = g.clone().impl_ptr();
+    }
+    group.step();
+    for (auto& s : singles) s->step();
+    for (size_t i = 0; i < shapes.size(); ++i)
+      ASSERT_EQ(together[i].to(DType::Float64).to_vector<double>(), alone[i].to(DType::Float64).to_vector<double>())
+          << "parameter " << i << " after step " << step;
+  }
+}
+
+TEST(FusedUpdate, AGroupInOneCallEqualsOneCallPerParameter) {
+  for (DType d : {DType::Float32, DType::Float64}) {
+    expect_many_equal_one_by_one<optim::SGD>(optim::SGDOptions{.lr = 0.1}, d);
+    expect_many_equal_one_by_one<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-2}, d);
+    expect_many_equal_one_by_one<optim::SGD>(optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .nesterov = true}, d);
+    expect_many_equal_one_by_one<optim::Adam>(optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2}, d);
+    expect_many_equal_one_by_one<optim::Adam>(
+        optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2, .decoupled_weight_decay = true}, d);
+  }
+}
+
+TEST(FusedUpdate, AMultiTensorCallWritesParametersAndStateAndSkipsOnANonFiniteLoss) {
+  Tensor a = ones({4}), b = ones({2, 3}), ga = ones({4}), gb = ones({2, 3}), ma = zeros({4}), mb = zeros({2, 3});
+  const Tensor lr = scalar_tensor(0.1, DType::Float64);
+  const Attrs attrs{{"count", int64_t{2}}, {"momentum", 0.9}};
+  const auto version = [](const Tensor& t) { return t.impl().storage->version.load(); };
+  const auto before = std::vector<uint32_t>{version(a), version(b), version(ga), version(gb), version(ma), version(mb)};
+  call("sgd_update_many", {lr, scalar_tensor(std::nan("")), a, b, ga, gb, ma, mb}, attrs);
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(mb.to_vector<float>(), std::vector<float>(6, 0.0f));
+  call("sgd_update_many", {lr, scalar_tensor(2.0), a, b, ga, gb, ma, mb}, attrs);
+  EXPECT_NEAR(b.to_vector<float>()[5], 0.9f, 1e-6);
+  EXPECT_NEAR(ma.to_vector<float>()[0], 1.0f, 1e-6);
+  // Dispatch counts the writes of the parameters and their buffers, not of the gradients.
+  EXPECT_GT(version(a), before[0]);
+  EXPECT_GT(version(b), before[1]);
+  EXPECT_EQ(version(ga), before[2]);
+  EXPECT_EQ(version(gb), before[3]);
+  EXPECT_GT(version(ma), before[4]);
+  EXPECT_GT(version(mb), before[5]);
+}
+
+TEST(FusedUpdate, AMultiTensorCallThatDoesNotAddUpIsRefused) {
+  const Tensor lr = scalar_tensor(0.1, DType::Float64);
+  try {  // three tensors for two parameters without momentum (two lists of two)
+    call("sgd_update_many", {lr, Tensor(), ones({4}), ones({3}), ones({4})}, {{"count", int64_t{2}}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 2 lists of 2 tensors after the scalars (6 inputs), got 5"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    call("adam_update_many",
+         {lr, scalar_tensor(1.0, DType::Float64), Tensor(), ones({4}), ones({3}), ones({4}), ones({2}), ones({4}),
+          ones({3}), ones({4}), ones({3})},
+         {{"count", int64_t{2}}, {"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("list 1 tensor 1 must match its parameter (float32[3]), got float32[2]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -1,6 +1,8 @@
 // CUDA kernels of the optimizers' fused updates: SGD (momentum, Nesterov),
 // Adam (AdamW) and RMSProp, in place on contiguous parameters and state, lr
-// and step read on the device, skipped whole on a non-finite loss.
+// and step read on the device, skipped whole on a non-finite loss; SGD and
+// Adam also over a group's parameters at once (one launch for up to
+// kListTensors of them).
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
@@ -9,6 +11,49 @@
 namespace kiln::cuda {
 namespace {
 
+// A float64 scalar input (the learning rate or the step count), on the device.
+const double* device_scalar(const std::vector<Tensor>& in, size_t at, const char* what) {
+  KILN_CHECK(in[at].dtype() == DType::Float64 && in[at].numel() == 1, what, " must be one float64 value");
+  return static_cast<const double*>(in[at].device_data());
+}
+
+// The loss guard at `at`, where given.
+template <typename Call>
+void set_loss(Call& call, const std::vector<Tensor>& in, size_t at) {
+  if (in.size() <= at || !in[at].defined()) return;
+  call.loss = in[at].device_data();
+  call.loss_f64 = in[at].dtype() == DType::Float64;
+}
+
+// The scalars and options of an SGD call, one parameter's or a group's.
+SgdCall sgd_options(const std::vector<Tensor>& in, size_t lr, size_t loss, const Attrs& attrs,
+                    const KernelContext& context) {
+  SgdCall call;
+  call.lr = device_scalar(in, lr, "sgd_update: lr");
+  set_loss(call, in, loss);
+  call.momentum = attrs.get_float("momentum", 0);
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  call.nesterov = attrs.get_bool("nesterov", false);
+  call.stream = context.stream.handle;
+  return call;
+}
+
+// The scalars and options of an Adam call, one parameter's or a group's.
+AdamCall adam_options(const std::vector<Tensor>& in, size_t lr, size_t step, size_t loss, const Attrs& attrs,
+                      const KernelContext& context) {
+  AdamCall call;
+  call.lr = device_scalar(in, lr, "adam_update: lr");
+  call.step = device_scalar(in, step, "adam_update: step");
+  set_loss(call, in, loss);
+  call.beta1 = attrs.get_float("beta1");
+  call.beta2 = attrs.get_float("beta2");
+  call.eps = attrs.get_float("eps");
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  call.decoupled = attrs.get_bool("decoupled", false);
+  call.stream = context.stream.handle;
+  return call;
+}
+
 // param, grad, momentum_buffer?, lr (float64, one value), loss? (the guard).
 void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
   const KernelContext context = kernel_context();
@@ -16,23 +61,13 @@ void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, cons
     KILN_CHECK(!in[i].defined() || in[i].is_contiguous(), "sgd_update: ", i == 0 ? "param" : "momentum_buffer",
                " must be contiguous");
   std::vector<std::unique_ptr<Scratch>> keep;
-  SgdCall call;
+  SgdCall call = sgd_options(in, 3, 4, attrs, context);
   call.dtype = map_dtype(in[0].dtype());
   call.param = in[0].device_data();
   call.grad = dense_data(in[1], context, keep);
   call.buffer = in[2].defined() ? in[2].device_data() : nullptr;
-  KILN_CHECK(in[3].dtype() == DType::Float64 && in[3].numel() == 1, "sgd_update: lr must be one float64 value");
-  call.lr = static_cast<const double*>(in[3].device_data());
-  if (in.size() > 4 && in[4].defined()) {
-    call.loss = in[4].device_data();
-    call.loss_f64 = in[4].dtype() == DType::Float64;
-  }
   call.n = in[0].numel();
-  call.momentum = attrs.get_float("momentum", 0);
-  call.weight_decay = attrs.get_float("weight_decay", 0);
-  call.nesterov = attrs.get_bool("nesterov", false);
   KILN_CHECK(call.buffer || call.momentum == 0, "momentum needs a momentum_buffer");
-  call.stream = context.stream.handle;
   OnDevice on(context.device.index);
   launch_sgd_update(call);
 }
@@ -43,7 +78,6 @@ void rmsprop_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, 
   for (size_t i : {size_t{0}, size_t{2}, size_t{3}})
     KILN_CHECK(!in[i].defined() || in[i].is_contiguous(), "rmsprop_update: param, square_avg and momentum_buffer ",
                "must be contiguous");
-  KILN_CHECK(in[4].dtype() == DType::Float64 && in[4].numel() == 1, "rmsprop_update: lr must be one float64 value");
   std::vector<std::unique_ptr<Scratch>> keep;
   RmsPropCall call;
   call.dtype = map_dtype(in[0].dtype());
@@ -51,11 +85,8 @@ void rmsprop_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, 
   call.grad = dense_data(in[1], context, keep);
   call.square_avg = in[2].device_data();
   call.buffer = in[3].defined() ? in[3].device_data() : nullptr;
-  call.lr = static_cast<const double*>(in[4].device_data());
-  if (in.size() > 5 && in[5].defined()) {
-    call.loss = in[5].device_data();
-    call.loss_f64 = in[5].dtype() == DType::Float64;
-  }
+  call.lr = device_scalar(in, 4, "rmsprop_update: lr");
+  set_loss(call, in, 5);
   call.n = in[0].numel();
   call.alpha = attrs.get_float("alpha");
   call.eps = attrs.get_float("eps");
@@ -72,31 +103,66 @@ void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, con
   const KernelContext context = kernel_context();
   for (size_t i : {size_t{0}, size_t{2}, size_t{3}})
     KILN_CHECK(in[i].is_contiguous(), "adam_update: param and its moments must be contiguous");
-  for (size_t i : {size_t{4}, size_t{5}})
-    KILN_CHECK(in[i].dtype() == DType::Float64 && in[i].numel() == 1,
-               "adam_update: lr and step are one float64 value each");
   std::vector<std::unique_ptr<Scratch>> keep;
-  AdamCall call;
+  AdamCall call = adam_options(in, 4, 5, 6, attrs, context);
   call.dtype = map_dtype(in[0].dtype());
   call.param = in[0].device_data();
   call.grad = dense_data(in[1], context, keep);
   call.exp_avg = in[2].device_data();
   call.exp_avg_sq = in[3].device_data();
-  call.lr = static_cast<const double*>(in[4].device_data());
-  call.step = static_cast<const double*>(in[5].device_data());
-  if (in.size() > 6 && in[6].defined()) {
-    call.loss = in[6].device_data();
-    call.loss_f64 = in[6].dtype() == DType::Float64;
-  }
   call.n = in[0].numel();
-  call.beta1 = attrs.get_float("beta1");
-  call.beta2 = attrs.get_float("beta2");
-  call.eps = attrs.get_float("eps");
-  call.weight_decay = attrs.get_float("weight_decay", 0);
-  call.decoupled = attrs.get_bool("decoupled", false);
-  call.stream = context.stream.handle;
   OnDevice on(context.device.index);
   launch_adam_update(call);
+}
+
+// The scalars, then `count` parameters, their gradients and each state in
+// turn (sgd_update_many, adam_update_many): the tensors of list `l`.
+struct ManyInputs {
+  const std::vector<Tensor>& in;
+  size_t first;
+  int64_t count;
+  const Tensor& at(size_t list, int64_t i) const { return in[first + list * count + i]; }
+};
+
+// lr (float64), loss?, then params, grads and, with momentum, buffers.
+void sgd_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  const ManyInputs many{in, 2, attrs.get_int("count")};
+  std::vector<std::unique_ptr<Scratch>> keep;
+  SgdManyCall call;
+  SgdCall& c = call.common = sgd_options(in, 0, 1, attrs, context);
+  c.dtype = map_dtype(many.at(0, 0).dtype());
+  for (int64_t i = 0; i < many.count; ++i) {
+    KILN_CHECK(many.at(0, i).is_contiguous() && (c.momentum == 0 || many.at(2, i).is_contiguous()),
+               "sgd_update_many: parameters and momentum buffers must be contiguous");
+    call.params.push_back(many.at(0, i).device_data());
+    call.grads.push_back(dense_data(many.at(1, i), context, keep));
+    if (c.momentum != 0) call.buffers.push_back(many.at(2, i).device_data());
+    call.n.push_back(many.at(0, i).numel());
+  }
+  OnDevice on(context.device.index);
+  launch_sgd_update_many(call);
+}
+
+// lr, step (float64), loss?, then params, grads, exp_avg and exp_avg_sq.
+void adam_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  const ManyInputs many{in, 3, attrs.get_int("count")};
+  std::vector<std::unique_ptr<Scratch>> keep;
+  AdamManyCall call;
+  AdamCall& c = call.common = adam_options(in, 0, 1, 2, attrs, context);
+  c.dtype = map_dtype(many.at(0, 0).dtype());
+  for (int64_t i = 0; i < many.count; ++i) {
+    for (size_t list : {size_t{0}, size_t{2}, size_t{3}})
+      KILN_CHECK(many.at(list, i).is_contiguous(), "adam_update_many: parameters and their moments must be contiguous");
+    call.params.push_back(many.at(0, i).device_data());
+    call.grads.push_back(dense_data(many.at(1, i), context, keep));
+    call.exp_avg.push_back(many.at(2, i).device_data());
+    call.exp_avg_sq.push_back(many.at(3, i).device_data());
+    call.n.push_back(many.at(0, i).numel());
+  }
+  OnDevice on(context.device.index);
+  launch_adam_update_many(call);
 }
 
 }  // namespace
@@ -105,6 +171,8 @@ void register_optimizer_kernels(BackendRegistration& reg) {
   reg.kernel("sgd_update", {DType::Float32, DType::Float64}, sgd_update_kernel);
   reg.kernel("adam_update", {DType::Float32, DType::Float64}, adam_update_kernel);
   reg.kernel("rmsprop_update", {DType::Float32, DType::Float64}, rmsprop_update_kernel);
+  reg.kernel("sgd_update_many", {DType::Float32, DType::Float64}, sgd_update_many_kernel);
+  reg.kernel("adam_update_many", {DType::Float32, DType::Float64}, adam_update_many_kernel);
 }
 
 }  // namespace kiln::cuda

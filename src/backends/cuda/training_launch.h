@@ -7,6 +7,7 @@
 // (pool_kernels.cu), with their backward ops. Plain values and C++17, as
 // elementwise_launch.h.
 #include <cstdint>
+#include <vector>
 
 #include "backends/cuda/convert_launch.h"
 #include "backends/cuda/elementwise_launch.h"
@@ -125,6 +126,27 @@ struct AdamCall {
   void* stream = nullptr;
 };
 void launch_adam_update(const AdamCall& call);
+
+// The multi-tensor forms: the scalars and options of `common` (its tensor
+// fields unused), and per parameter its tensors and element count. A launch
+// takes up to kListTensors parameters (their addresses travel in the
+// kernel's arguments), each over blocks of its own; a larger group takes
+// several launches.
+constexpr int kListTensors = 24;
+struct SgdManyCall {
+  SgdCall common;
+  std::vector<void*> params, buffers;  // buffers: empty without momentum
+  std::vector<const void*> grads;
+  std::vector<int64_t> n;
+};
+void launch_sgd_update_many(const SgdManyCall& call);
+struct AdamManyCall {
+  AdamCall common;
+  std::vector<void*> params, exp_avg, exp_avg_sq;
+  std::vector<const void*> grads;
+  std::vector<int64_t> n;
+};
+void launch_adam_update_many(const AdamManyCall& call);
 
 // The fused RMSProp step, as the CPU's: the square average moved by alpha,
 // weight decay, momentum when a buffer is given; lr read on the device.

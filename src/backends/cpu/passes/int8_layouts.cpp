@@ -307,7 +307,7 @@ class ChannelsLast {
   // An elementwise op whose operands all have its output's shape (or hold
   // one value): its 4-d operands and output join one group.
   bool same_shape_elementwise(const Node& n) {
-    if (!n.op || !n.op->has_tag(kTagElementwise) || n.outputs.size() != 1 || !n.op->writes.empty()) return false;
+    if (!n.op || !n.op->has_tag(kTagElementwise) || n.outputs.size() != 1 || n.op->writes_with(n.attrs)) return false;
     const Shape& out = g_.values[n.outputs[0]].meta.shape;
     if (out.size() != 4) return false;
     for (int v : n.inputs) {
