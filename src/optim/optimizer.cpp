@@ -46,8 +46,10 @@ void update_run(const OpDef& one, const OpDef& many, const std::vector<Tensor>& 
     return;
   }
   in = scalars;
-  for (const auto* l : lists)
-    for (size_t i = 0; i < run.size() && !l->empty(); ++i) in.push_back((*l)[run[i]]);
+  for (const auto* l : lists) {
+    if (l->empty()) continue;
+    for (size_t i : run) in.push_back((*l)[i]);
+  }
   attrs.set("count", static_cast<int64_t>(run.size()));
   call(many, in, attrs);
 }

@@ -125,19 +125,21 @@ __global__ void adam_many_kernel(AdamCall c, TensorLists l) {
          static_cast<S*>(l.c[at.t]), i);
 }
 
-// Launches `launch(lists, blocks)` for every kListTensors parameters from
-// 0 to count, fill(lists, k, t) setting slot k to parameter t; each tensor
-// gets blocks for its elements, at most 1024 (its grid-stride loop takes
-// the rest).
-template <typename Fill, typename Launch>
-void for_each_list(size_t count, const std::vector<int64_t>& n, const Fill& fill, const Launch& launch) {
+// Calls launch(lists, blocks) for every kListTensors parameters of the
+// group; each tensor gets blocks for its elements, at most 1024 (its
+// grid-stride loop takes the rest).
+template <typename Launch>
+void for_each_list(const TensorGroup& group, const Launch& launch) {
+  const size_t count = group.params.size();
   for (size_t first = 0; first < count; first += kListTensors) {
     TensorLists l;
     l.count = static_cast<int>(std::min<size_t>(kListTensors, count - first));
     for (int k = 0; k < l.count; ++k) {
-      fill(l, k, first + k);
-      l.n[k] = n[first + k];
-      l.first_block[k + 1] = l.first_block[k] + std::min(blocks_for(n[first + k]), 1024u);
+      const size_t t = first + k;
+      l.a[k] = group.params[t], l.g[k] = group.grads[t], l.n[k] = group.n[t];
+      l.b[k] = group.states[0].empty() ? nullptr : group.states[0][t];
+      l.c[k] = group.states[1].empty() ? nullptr : group.states[1][t];
+      l.first_block[k + 1] = l.first_block[k] + std::min(blocks_for(group.n[t]), 1024u);
     }
     launch(l, l.first_block[l.count]);
   }
@@ -183,32 +185,21 @@ void launch_adam_update(const AdamCall& call) {
   check_launch("adam_update");
 }
 
-void launch_sgd_update_many(const SgdManyCall& call) {
-  with_float_or_double(call.common.dtype, "sgd_update_many", [&](auto s) {
-    for_each_list(
-        call.params.size(), call.n,
-        [&](TensorLists& l, int k, size_t t) {
-          l.a[k] = call.params[t], l.g[k] = call.grads[t];
-          l.b[k] = call.buffers.empty() ? nullptr : call.buffers[t];
-        },
-        [&](const TensorLists& l, unsigned blocks) {
-          sgd_many_kernel<decltype(s)><<<blocks, kThreads, 0, stream_of(call.common.stream)>>>(call.common, l);
-          check_launch("sgd_update_many");
-        });
+void launch_sgd_update_many(const SgdCall& options, const TensorGroup& group) {
+  with_float_or_double(options.dtype, "sgd_update_many", [&](auto s) {
+    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
+      sgd_many_kernel<decltype(s)><<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
+      check_launch("sgd_update_many");
+    });
   });
 }
 
-void launch_adam_update_many(const AdamManyCall& call) {
-  with_float_or_double(call.common.dtype, "adam_update_many", [&](auto s) {
-    for_each_list(
-        call.params.size(), call.n,
-        [&](TensorLists& l, int k, size_t t) {
-          l.a[k] = call.params[t], l.g[k] = call.grads[t], l.b[k] = call.exp_avg[t], l.c[k] = call.exp_avg_sq[t];
-        },
-        [&](const TensorLists& l, unsigned blocks) {
-          adam_many_kernel<decltype(s)><<<blocks, kThreads, 0, stream_of(call.common.stream)>>>(call.common, l);
-          check_launch("adam_update_many");
-        });
+void launch_adam_update_many(const AdamCall& options, const TensorGroup& group) {
+  with_float_or_double(options.dtype, "adam_update_many", [&](auto s) {
+    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
+      adam_many_kernel<decltype(s)><<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
+      check_launch("adam_update_many");
+    });
   });
 }
 

@@ -115,54 +115,46 @@ void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, con
   launch_adam_update(call);
 }
 
-// The scalars, then `count` parameters, their gradients and each state in
-// turn (sgd_update_many, adam_update_many): the tensors of list `l`.
-struct ManyInputs {
-  const std::vector<Tensor>& in;
-  size_t first;
-  int64_t count;
-  const Tensor& at(size_t list, int64_t i) const { return in[first + list * count + i]; }
-};
+// The tensors of a multi-tensor call (sgd_update_many, adam_update_many):
+// from input `first`, `count` parameters, their gradients and `states`
+// lists of state, each tensor contiguous but the gradients (gathered dense
+// into scratch memory that `keep` holds).
+TensorGroup group_of(const std::vector<Tensor>& in, size_t first, int64_t count, int states, const char* op,
+                     const KernelContext& context, std::vector<std::unique_ptr<Scratch>>& keep) {
+  const auto at = [&](int list, int64_t i) -> const Tensor& { return in[first + list * count + i]; };
+  TensorGroup group;
+  for (int64_t i = 0; i < count; ++i) {
+    for (int list = 0; list < 2 + states; ++list)
+      KILN_CHECK(list == 1 || at(list, i).is_contiguous(), op, ": parameters and their state must be contiguous");
+    group.params.push_back(at(0, i).device_data());
+    group.grads.push_back(dense_data(at(1, i), context, keep));
+    for (int state = 0; state < states; ++state) group.states[state].push_back(at(2 + state, i).device_data());
+    group.n.push_back(at(0, i).numel());
+  }
+  return group;
+}
 
 // lr (float64), loss?, then params, grads and, with momentum, buffers.
 void sgd_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
   const KernelContext context = kernel_context();
-  const ManyInputs many{in, 2, attrs.get_int("count")};
   std::vector<std::unique_ptr<Scratch>> keep;
-  SgdManyCall call;
-  SgdCall& c = call.common = sgd_options(in, 0, 1, attrs, context);
-  c.dtype = map_dtype(many.at(0, 0).dtype());
-  for (int64_t i = 0; i < many.count; ++i) {
-    KILN_CHECK(many.at(0, i).is_contiguous() && (c.momentum == 0 || many.at(2, i).is_contiguous()),
-               "sgd_update_many: parameters and momentum buffers must be contiguous");
-    call.params.push_back(many.at(0, i).device_data());
-    call.grads.push_back(dense_data(many.at(1, i), context, keep));
-    if (c.momentum != 0) call.buffers.push_back(many.at(2, i).device_data());
-    call.n.push_back(many.at(0, i).numel());
-  }
+  SgdCall options = sgd_options(in, 0, 1, attrs, context);
+  options.dtype = map_dtype(in[2].dtype());
+  const TensorGroup group =
+      group_of(in, 2, attrs.get_int("count"), options.momentum != 0 ? 1 : 0, "sgd_update_many", context, keep);
   OnDevice on(context.device.index);
-  launch_sgd_update_many(call);
+  launch_sgd_update_many(options, group);
 }
 
 // lr, step (float64), loss?, then params, grads, exp_avg and exp_avg_sq.
 void adam_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
   const KernelContext context = kernel_context();
-  const ManyInputs many{in, 3, attrs.get_int("count")};
   std::vector<std::unique_ptr<Scratch>> keep;
-  AdamManyCall call;
-  AdamCall& c = call.common = adam_options(in, 0, 1, 2, attrs, context);
-  c.dtype = map_dtype(many.at(0, 0).dtype());
-  for (int64_t i = 0; i < many.count; ++i) {
-    for (size_t list : {size_t{0}, size_t{2}, size_t{3}})
-      KILN_CHECK(many.at(list, i).is_contiguous(), "adam_update_many: parameters and their moments must be contiguous");
-    call.params.push_back(many.at(0, i).device_data());
-    call.grads.push_back(dense_data(many.at(1, i), context, keep));
-    call.exp_avg.push_back(many.at(2, i).device_data());
-    call.exp_avg_sq.push_back(many.at(3, i).device_data());
-    call.n.push_back(many.at(0, i).numel());
-  }
+  AdamCall options = adam_options(in, 0, 1, 2, attrs, context);
+  options.dtype = map_dtype(in[3].dtype());
+  const TensorGroup group = group_of(in, 3, attrs.get_int("count"), 2, "adam_update_many", context, keep);
   OnDevice on(context.device.index);
-  launch_adam_update_many(call);
+  launch_adam_update_many(options, group);
 }
 
 }  // namespace

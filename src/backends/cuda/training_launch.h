@@ -127,26 +127,21 @@ struct AdamCall {
 };
 void launch_adam_update(const AdamCall& call);
 
-// The multi-tensor forms: the scalars and options of `common` (its tensor
-// fields unused), and per parameter its tensors and element count. A launch
-// takes up to kListTensors parameters (their addresses travel in the
-// kernel's arguments), each over blocks of its own; a larger group takes
-// several launches.
+// The multi-tensor forms: a group's tensors, per parameter its address, its
+// gradient's, its state's (`states` of them: SGD's momentum buffer, or none;
+// Adam's two moments) and its element count; the scalars and options come in
+// the single-tensor call (its tensor fields unused). A launch takes up to
+// kListTensors parameters (their addresses travel in the kernel's
+// arguments), each over blocks of its own; a larger group takes several.
 constexpr int kListTensors = 24;
-struct SgdManyCall {
-  SgdCall common;
-  std::vector<void*> params, buffers;  // buffers: empty without momentum
+struct TensorGroup {
+  std::vector<void*> params;
   std::vector<const void*> grads;
+  std::vector<void*> states[2];  // [state][parameter]; a state the update goes without: empty
   std::vector<int64_t> n;
 };
-void launch_sgd_update_many(const SgdManyCall& call);
-struct AdamManyCall {
-  AdamCall common;
-  std::vector<void*> params, exp_avg, exp_avg_sq;
-  std::vector<const void*> grads;
-  std::vector<int64_t> n;
-};
-void launch_adam_update_many(const AdamManyCall& call);
+void launch_sgd_update_many(const SgdCall& options, const TensorGroup& group);
+void launch_adam_update_many(const AdamCall& options, const TensorGroup& group);
 
 // The fused RMSProp step, as the CPU's: the square average moved by alpha,
 // weight decay, momentum when a buffer is given; lr read on the device.
