@@ -144,5 +144,17 @@ OpDefiner d_adam_many([] {
   return d;
 }());
 
+OpDefiner d_rmsprop_many([] {
+  OpDef d = update_op("rmsprop_update_many", {"lr", "loss?", "tensors*"},
+                      {"count:int", "alpha:float", "eps:float", "momentum:float=0", "weight_decay:float=0"}, {});
+  d.dispatch_input = 2;
+  d.writes_of = writes_but_gradients(2);
+  d.infer = [](const Metas& in, const Attrs& a) -> Metas {
+    check_many(in, 2, a.get_float("momentum", 0) != 0 ? 4 : 3, a, {0}, 1);
+    return {};
+  };
+  return d;
+}());
+
 }  // namespace
 }  // namespace kiln

@@ -238,14 +238,16 @@ void RMSProp::step() { step_with_update_ops(); }
 
 bool RMSProp::update_fused(const std::vector<std::vector<Tensor>>& grads, const std::vector<Tensor>& lr,
                            const Tensor&, const Tensor& loss) {
-  static const OpDef& op = OpRegistry::instance().get("rmsprop_update");
-  for (size_t gi = 0; gi < groups_.size(); ++gi)
-    for (size_t i = 0; i < groups_[gi].params.size(); ++i) {
-      if (!grads[gi][i].defined()) continue;
-      Tensor buf = o_.momentum > 0 ? momentum_[gi][i] : Tensor();
-      call(op, {groups_[gi].params[i], grads[gi][i], square_avg_[gi][i], buf, lr[gi], loss},
-           {{"alpha", o_.alpha}, {"eps", o_.eps}, {"momentum", o_.momentum}, {"weight_decay", groups_[gi].weight_decay}});
-    }
+  static const OpDef& one = OpRegistry::instance().get("rmsprop_update");
+  static const OpDef& many = OpRegistry::instance().get("rmsprop_update_many");
+  static const std::vector<Tensor> none;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const Attrs attrs{
+        {"alpha", o_.alpha}, {"eps", o_.eps}, {"momentum", o_.momentum}, {"weight_decay", groups_[gi].weight_decay}};
+    const std::vector<Tensor>& buffers = o_.momentum > 0 ? momentum_[gi] : none;
+    for (const auto& run : update_runs(groups_[gi].params, grads[gi]))
+      update_run(one, many, {lr[gi], loss}, run, {&groups_[gi].params, &grads[gi], &square_avg_[gi], &buffers}, attrs);
+  }
   return true;
 }
 

@@ -436,7 +436,7 @@ TEST(CudaKernels, OptimizerUpdatesLikeTheCpu) {
 }
 
 // A group of parameters goes to one multi-tensor launch (sgd_update_many,
-// adam_update_many), 30 of them here (two launches of up to 24), of sizes
+// adam_update_many, rmsprop_update_many), 30 of them here (two launches of up to 24), of sizes
 // from one element to more blocks than one launch gives a tensor: the
 // CPU's values, and no fallback.
 TEST(CudaKernels, AGroupsUpdateInOneLaunchMatchesTheCpu) {
@@ -452,9 +452,18 @@ TEST(CudaKernels, AGroupsUpdateInOneLaunchMatchesTheCpu) {
        }},
       {"sgd without momentum",
        [](const std::vector<Tensor>& p) { return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1}); }},
-      {"adamw", [](const std::vector<Tensor>& p) {
+      {"adamw",
+       [](const std::vector<Tensor>& p) {
          return std::make_unique<optim::Adam>(
              p, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .decoupled_weight_decay = true});
+       }},
+      {"rmsprop",
+       [](const std::vector<Tensor>& p) {
+         return std::make_unique<optim::RMSProp>(
+             p, optim::RMSPropOptions{.lr = 0.01, .weight_decay = 0.01, .momentum = 0.9});
+       }},
+      {"rmsprop without momentum", [](const std::vector<Tensor>& p) {
+         return std::make_unique<optim::RMSProp>(p, optim::RMSPropOptions{.lr = 0.01});
        }}};
   for (const auto& [name, make] : optimizers) {
     auto run = [&, &make = make](Device device) {

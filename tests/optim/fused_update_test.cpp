@@ -119,7 +119,7 @@ TEST(FusedUpdate, WrongShapesAreRefused) {
 }
 
 // A group's parameters go to one multi-tensor call (sgd_update_many,
-// adam_update_many): the same bits as one call per parameter, which an
+// adam_update_many, rmsprop_update_many): the same bits as one call per parameter, which an
 // optimizer per parameter makes, over parameters of several sizes.
 template <typename Opt, typename Options>
 void expect_many_equal_one_by_one(const Options& o, DType dtype) {
@@ -156,6 +156,9 @@ TEST(FusedUpdate, AGroupInOneCallEqualsOneCallPerParameter) {
     expect_many_equal_one_by_one<optim::Adam>(optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2}, d);
     expect_many_equal_one_by_one<optim::Adam>(
         optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2, .decoupled_weight_decay = true}, d);
+    expect_many_equal_one_by_one<optim::RMSProp>(optim::RMSPropOptions{.lr = 1e-2}, d);
+    expect_many_equal_one_by_one<optim::RMSProp>(
+        optim::RMSPropOptions{.lr = 1e-2, .weight_decay = 1e-2, .momentum = 0.9}, d);
   }
 }
 

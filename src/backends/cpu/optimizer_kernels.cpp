@@ -95,6 +95,35 @@ AdamMath<T> adam_math(const Tensor& lr_tensor, const Tensor& step_tensor, const 
           wd != 0};
 }
 
+// RMSProp over elements [b, e) of one parameter (buf: null without momentum).
+template <typename T>
+struct RmsPropMath {
+  T neg_lr, al, one_al, eps, m, wd;
+  void run(T* p, const T* g, T* sq, T* buf, int64_t b, int64_t e) const {
+    for (int64_t i = b; i < e; ++i) {
+      T d = wd != T(0) ? g[i] + p[i] * wd : g[i];
+      sq[i] = sq[i] * al + d * d * one_al;
+      T u = d / (std::sqrt(sq[i]) + eps);
+      if (buf) {
+        buf[i] = buf[i] * m + u;
+        u = buf[i];
+      }
+      p[i] = p[i] + u * neg_lr;
+    }
+  }
+};
+
+template <typename T>
+RmsPropMath<T> rmsprop_math(const Tensor& lr, const Attrs& a) {
+  const double alpha = a.get_float("alpha");
+  return {static_cast<T>(-scalar(lr)),
+          static_cast<T>(alpha),
+          static_cast<T>(1 - alpha),
+          static_cast<T>(a.get_float("eps")),
+          static_cast<T>(a.get_float("momentum", 0)),
+          static_cast<T>(a.get_float("weight_decay", 0))};
+}
+
 template <typename T>
 void sgd_update_kernel(const Ins& in, Outs&, const Attrs& a) {
   if (skip(in, 4)) return;
@@ -170,23 +199,26 @@ void rmsprop_update_kernel(const Ins& in, Outs&, const Attrs& a) {
   const T* g = contiguous_data<T>(in[1], "grad");
   T* sq = contiguous_data<T>(in[2], "square_avg");
   T* buf = in[3].defined() ? contiguous_data<T>(in[3], "momentum_buffer") : nullptr;
-  const T neg_lr = static_cast<T>(-scalar(in[4]));
-  const double alpha = a.get_float("alpha");
-  const T al = static_cast<T>(alpha), one_al = static_cast<T>(1 - alpha), eps = static_cast<T>(a.get_float("eps"));
-  const T m = static_cast<T>(a.get_float("momentum", 0)), wd = static_cast<T>(a.get_float("weight_decay", 0));
-  KILN_CHECK(buf || m == T(0), "momentum needs a momentum_buffer");
-  parallel_for(in[0].numel(), kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T d = wd != T(0) ? g[i] + p[i] * wd : g[i];
-      sq[i] = sq[i] * al + d * d * one_al;
-      T u = d / (std::sqrt(sq[i]) + eps);
-      if (buf) {
-        buf[i] = buf[i] * m + u;
-        u = buf[i];
-      }
-      p[i] = p[i] + u * neg_lr;
-    }
-  });
+  const RmsPropMath<T> math = rmsprop_math<T>(in[4], a);
+  KILN_CHECK(buf || math.m == T(0), "momentum needs a momentum_buffer");
+  parallel_for(in[0].numel(), kGrain, [&](int64_t b, int64_t e) { math.run(p, g, sq, buf, b, e); });
+}
+
+template <typename T>
+void rmsprop_update_many_kernel(const Ins& in, Outs&, const Attrs& a) {
+  if (skip(in, 1)) return;
+  const int64_t count = a.get_int("count");
+  const RmsPropMath<T> math = rmsprop_math<T>(in[0], a);
+  const bool momentum = math.m != T(0);
+  std::vector<T*> p(count), sq(count), buf(count, nullptr);
+  std::vector<const T*> g(count);
+  for (int64_t t = 0; t < count; ++t) {
+    p[t] = contiguous_data<T>(in[2 + t], "param");
+    g[t] = contiguous_data<T>(in[2 + count + t], "grad");
+    sq[t] = contiguous_data<T>(in[2 + 2 * count + t], "square_avg");
+    if (momentum) buf[t] = contiguous_data<T>(in[2 + 3 * count + t], "momentum_buffer");
+  }
+  for_all_elements(in, 2, count, [&](int64_t t, int64_t b, int64_t e) { math.run(p[t], g[t], sq[t], buf[t], b, e); });
 }
 
 }  // namespace
@@ -196,5 +228,6 @@ KILN_CPU_F32_F64("adam_update", adam_update_kernel);
 KILN_CPU_F32_F64("rmsprop_update", rmsprop_update_kernel);
 KILN_CPU_F32_F64("sgd_update_many", sgd_update_many_kernel);
 KILN_CPU_F32_F64("adam_update_many", adam_update_many_kernel);
+KILN_CPU_F32_F64("rmsprop_update_many", rmsprop_update_many_kernel);
 
 }  // namespace kiln::cpu

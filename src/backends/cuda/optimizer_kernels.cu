@@ -1,6 +1,6 @@
 // The fused SGD, Adam (AdamW) and RMSProp updates on CUDA, in the
 // parameter's type as the CPU's, skipped whole when the step's loss is not
-// finite; SGD and Adam also over a group's parameters in one launch.
+// finite; each also over a group's parameters in one launch.
 #include <algorithm>
 
 #include "backends/cuda/kernel_launch.h"
@@ -80,6 +80,29 @@ __global__ void adam_kernel(AdamCall c) {
          static_cast<S*>(c.exp_avg_sq), i);
 }
 
+// RMSProp's step on element i, as the CPU's (buf: null without momentum).
+template <typename S>
+struct RmsPropMath {
+  S neg_lr, al, one_al, eps, m, wd;
+  __device__ explicit RmsPropMath(const RmsPropCall& c)
+      : neg_lr(static_cast<S>(-*c.lr)),
+        al(static_cast<S>(c.alpha)),
+        one_al(static_cast<S>(1 - c.alpha)),
+        eps(static_cast<S>(c.eps)),
+        m(static_cast<S>(c.momentum)),
+        wd(static_cast<S>(c.weight_decay)) {}
+  __device__ void operator()(S* p, const S* g, S* sq, S* buf, int64_t i) const {
+    const S d = wd != S(0) ? g[i] + p[i] * wd : g[i];
+    sq[i] = sq[i] * al + d * d * one_al;
+    S u = d / (sqrt(sq[i]) + eps);
+    if (buf) {
+      buf[i] = buf[i] * m + u;
+      u = buf[i];
+    }
+    p[i] = p[i] + u * neg_lr;
+  }
+};
+
 // One launch's parameters for a multi-tensor kernel, passed by value: each
 // tensor's addresses (a: the parameter, g: its gradient, b and c: its
 // state) and size, and the first block of each, so that a block finds its
@@ -115,10 +138,12 @@ __global__ void sgd_many_kernel(SgdCall c, TensorLists l) {
     math(static_cast<S*>(l.a[at.t]), static_cast<const S*>(l.g[at.t]), static_cast<S*>(l.b[at.t]), i);
 }
 
-template <typename S>
-__global__ void adam_many_kernel(AdamCall c, TensorLists l) {
+// Adam's or RMSProp's step (Math) over a launch's tensors, each with two
+// states (RMSProp's second: null without momentum).
+template <typename Math, typename S, typename Call>
+__global__ void two_state_many_kernel(Call c, TensorLists l) {
   if (skipped(c.loss, c.loss_f64)) return;
-  const AdamMath<S> math(c);
+  const Math math(c);
   const BlockPlace at = place_of_block(l);
   for (int64_t i = at.first; i < l.n[at.t]; i += at.stride)
     math(static_cast<S*>(l.a[at.t]), static_cast<const S*>(l.g[at.t]), static_cast<S*>(l.b[at.t]),
@@ -148,23 +173,11 @@ void for_each_list(const TensorGroup& group, const Launch& launch) {
 template <typename S>
 __global__ void rmsprop_kernel(RmsPropCall c) {
   if (skipped(c.loss, c.loss_f64)) return;
-  S* p = static_cast<S*>(c.param);
-  const S* g = static_cast<const S*>(c.grad);
-  S* sq = static_cast<S*>(c.square_avg);
-  S* buf = static_cast<S*>(c.buffer);
-  const S neg_lr = static_cast<S>(-*c.lr), al = static_cast<S>(c.alpha), one_al = static_cast<S>(1 - c.alpha);
-  const S eps = static_cast<S>(c.eps), m = static_cast<S>(c.momentum), wd = static_cast<S>(c.weight_decay);
+  const RmsPropMath<S> math(c);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step) {
-    const S d = wd != S(0) ? g[i] + p[i] * wd : g[i];
-    sq[i] = sq[i] * al + d * d * one_al;
-    S u = d / (sqrt(sq[i]) + eps);
-    if (buf) {
-      buf[i] = buf[i] * m + u;
-      u = buf[i];
-    }
-    p[i] = p[i] + u * neg_lr;
-  }
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < c.n; i += step)
+    math(static_cast<S*>(c.param), static_cast<const S*>(c.grad), static_cast<S*>(c.square_avg),
+         static_cast<S*>(c.buffer), i);
 }
 
 }  // namespace
@@ -197,8 +210,19 @@ void launch_sgd_update_many(const SgdCall& options, const TensorGroup& group) {
 void launch_adam_update_many(const AdamCall& options, const TensorGroup& group) {
   with_float_or_double(options.dtype, "adam_update_many", [&](auto s) {
     for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
-      adam_many_kernel<decltype(s)><<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
+      two_state_many_kernel<AdamMath<decltype(s)>, decltype(s)>
+          <<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
       check_launch("adam_update_many");
+    });
+  });
+}
+
+void launch_rmsprop_update_many(const RmsPropCall& options, const TensorGroup& group) {
+  with_float_or_double(options.dtype, "rmsprop_update_many", [&](auto s) {
+    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
+      two_state_many_kernel<RmsPropMath<decltype(s)>, decltype(s)>
+          <<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
+      check_launch("rmsprop_update_many");
     });
   });
 }

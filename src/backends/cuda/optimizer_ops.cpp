@@ -1,8 +1,8 @@
 // CUDA kernels of the optimizers' fused updates: SGD (momentum, Nesterov),
 // Adam (AdamW) and RMSProp, in place on contiguous parameters and state, lr
-// and step read on the device, skipped whole on a non-finite loss; SGD and
-// Adam also over a group's parameters at once (one launch for up to
-// kListTensors of them).
+// and step read on the device, skipped whole on a non-finite loss; each also
+// over a group's parameters at once (one launch for up to kListTensors of
+// them).
 #include "backends/cuda/on_device.h"
 #include "backends/cuda/scratch.h"
 #include "backends/cuda/training_kernels.h"
@@ -54,6 +54,20 @@ AdamCall adam_options(const std::vector<Tensor>& in, size_t lr, size_t step, siz
   return call;
 }
 
+// The scalars and options of an RMSProp call, one parameter's or a group's.
+RmsPropCall rmsprop_options(const std::vector<Tensor>& in, size_t lr, size_t loss, const Attrs& attrs,
+                            const KernelContext& context) {
+  RmsPropCall call;
+  call.lr = device_scalar(in, lr, "rmsprop_update: lr");
+  set_loss(call, in, loss);
+  call.alpha = attrs.get_float("alpha");
+  call.eps = attrs.get_float("eps");
+  call.momentum = attrs.get_float("momentum", 0);
+  call.weight_decay = attrs.get_float("weight_decay", 0);
+  call.stream = context.stream.handle;
+  return call;
+}
+
 // param, grad, momentum_buffer?, lr (float64, one value), loss? (the guard).
 void sgd_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
   const KernelContext context = kernel_context();
@@ -79,21 +93,14 @@ void rmsprop_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, 
     KILN_CHECK(!in[i].defined() || in[i].is_contiguous(), "rmsprop_update: param, square_avg and momentum_buffer ",
                "must be contiguous");
   std::vector<std::unique_ptr<Scratch>> keep;
-  RmsPropCall call;
+  RmsPropCall call = rmsprop_options(in, 4, 5, attrs, context);
   call.dtype = map_dtype(in[0].dtype());
   call.param = in[0].device_data();
   call.grad = dense_data(in[1], context, keep);
   call.square_avg = in[2].device_data();
   call.buffer = in[3].defined() ? in[3].device_data() : nullptr;
-  call.lr = device_scalar(in, 4, "rmsprop_update: lr");
-  set_loss(call, in, 5);
   call.n = in[0].numel();
-  call.alpha = attrs.get_float("alpha");
-  call.eps = attrs.get_float("eps");
-  call.momentum = attrs.get_float("momentum", 0);
-  call.weight_decay = attrs.get_float("weight_decay", 0);
   KILN_CHECK(call.buffer || call.momentum == 0, "momentum needs a momentum_buffer");
-  call.stream = context.stream.handle;
   OnDevice on(context.device.index);
   launch_rmsprop_update(call);
 }
@@ -115,7 +122,7 @@ void adam_update_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, con
   launch_adam_update(call);
 }
 
-// The tensors of a multi-tensor call (sgd_update_many, adam_update_many):
+// The tensors of a multi-tensor call (sgd_, adam_ and rmsprop_update_many):
 // from input `first`, `count` parameters, their gradients and `states`
 // lists of state, each tensor contiguous but the gradients (gathered dense
 // into scratch memory that `keep` holds).
@@ -157,6 +164,18 @@ void adam_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&
   launch_adam_update_many(options, group);
 }
 
+// lr (float64), loss?, then params, grads, square_avg and, with momentum, buffers.
+void rmsprop_update_many_kernel(const std::vector<Tensor>& in, std::vector<Tensor>&, const Attrs& attrs) {
+  const KernelContext context = kernel_context();
+  std::vector<std::unique_ptr<Scratch>> keep;
+  RmsPropCall options = rmsprop_options(in, 0, 1, attrs, context);
+  options.dtype = map_dtype(in[2].dtype());
+  const TensorGroup group =
+      group_of(in, 2, attrs.get_int("count"), options.momentum != 0 ? 2 : 1, "rmsprop_update_many", context, keep);
+  OnDevice on(context.device.index);
+  launch_rmsprop_update_many(options, group);
+}
+
 }  // namespace
 
 void register_optimizer_kernels(BackendRegistration& reg) {
@@ -165,6 +184,7 @@ void register_optimizer_kernels(BackendRegistration& reg) {
   reg.kernel("rmsprop_update", {DType::Float32, DType::Float64}, rmsprop_update_kernel);
   reg.kernel("sgd_update_many", {DType::Float32, DType::Float64}, sgd_update_many_kernel);
   reg.kernel("adam_update_many", {DType::Float32, DType::Float64}, adam_update_many_kernel);
+  reg.kernel("rmsprop_update_many", {DType::Float32, DType::Float64}, rmsprop_update_many_kernel);
 }
 
 }  // namespace kiln::cuda

@@ -3,7 +3,7 @@
 // GEMMs and convolutions: sums and means over any axes and softmax
 // (reduce_kernels.cu), layer and batch norm and dropout (norm_kernels.cu),
 // embedding (index_kernels.cu), the fused cross entropy (loss_kernels.cu),
-// the fused SGD and Adam updates (optimizer_kernels.cu), and pooling
+// the fused SGD, Adam and RMSProp updates (optimizer_kernels.cu), and pooling
 // (pool_kernels.cu), with their backward ops. Plain values and C++17, as
 // elementwise_launch.h.
 #include <cstdint>
@@ -129,7 +129,8 @@ void launch_adam_update(const AdamCall& call);
 
 // The multi-tensor forms: a group's tensors, per parameter its address, its
 // gradient's, its state's (`states` of them: SGD's momentum buffer, or none;
-// Adam's two moments) and its element count; the scalars and options come in
+// Adam's two moments; RMSProp's square average and momentum buffer, or the
+// first alone) and its element count; the scalars and options come in
 // the single-tensor call (its tensor fields unused). A launch takes up to
 // kListTensors parameters (their addresses travel in the kernel's
 // arguments), each over blocks of its own; a larger group takes several.
@@ -159,6 +160,7 @@ struct RmsPropCall {
   void* stream = nullptr;
 };
 void launch_rmsprop_update(const RmsPropCall& call);
+void launch_rmsprop_update_many(const RmsPropCall& options, const TensorGroup& group);
 
 // Max pooling over dense [planes, h, w] (any floating dtype, the 16-bit
 // ones compared in float): each output the maximum of its window (NaN wins)
