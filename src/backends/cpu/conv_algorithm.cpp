@@ -49,6 +49,32 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
   return best;
 }
 
+// Writes (zeros) or reads every value of a [n, planes, h, row] tensor,
+// each thread taking a band of rows across every plane, as the layers
+// around a timed one split their work (see timed_candidates).
+void by_rows(float* data, int64_t n, int64_t planes, int64_t h, int64_t row, bool write) {
+  std::atomic<float> sink{0.0f};
+  parallel_for(n * h, 1, [&](int64_t lo, int64_t hi) {
+    float sum = 0.0f;
+    for (int64_t r = lo; r < hi; ++r)
+      for (int64_t p = 0; p < planes; ++p) {
+        float* at = data + (((r / h) * planes + p) * h + r % h) * row;
+        if (write)
+          std::fill(at, at + row, 0.0f);
+        else
+          sum = std::accumulate(at, at + row, sum);
+      }
+    sink.store(sum, std::memory_order_relaxed);
+  });
+}
+// The same over a blocked convolution's input (or output).
+void by_rows_of(const onednn::LayoutCall& call, float* data, bool input, bool write) {
+  const onednn::ConvShape& s = call.shape;
+  const int64_t block = std::max(input ? call.src_block : call.dst_block, 1);
+  if (input) return by_rows(data, s.n, s.c / block, s.h, s.w * block, write);
+  by_rows(data, s.n, s.o / block, s.oh, s.ow * block, write);
+}
+
 // KILN_CONV_ALGORITHM: the algorithm asked for, or none (timing decides).
 std::optional<ConvAlgorithm> pinned_algorithm() {
   const char* env = std::getenv("KILN_CONV_ALGORITHM");
@@ -163,19 +189,6 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
   // but 133 + 75 with the depthwise layer after it against 111 + 51.
   Tensor& out = pooled ? pool_out : y;
   const int64_t out_h = pooled ? s.oh / 2 : s.oh, out_w = pooled ? s.ow / 2 : s.ow;
-  auto by_rows = [](float* data, int64_t n, int64_t planes, int64_t h, int64_t row, bool write) {
-    std::atomic<float> sink{0.0f};
-    parallel_for(n * h, 1, [&](int64_t lo, int64_t hi) {
-      float sum = 0.0f;
-      for (int64_t r = lo; r < hi; ++r)
-        for (int64_t p = 0; p < planes; ++p) {
-          float* at = data + (((r / h) * planes + p) * h + r % h) * row;
-          if (write) std::fill(at, at + row, 0.0f);
-          else sum = std::accumulate(at, at + row, sum);
-        }
-      sink.store(sum, std::memory_order_relaxed);
-    });
-  };
   const int64_t in_planes = call.src_block ? s.c / call.src_block : s.c, in_row = s.w * std::max(call.src_block, 1);
   const int64_t out_planes = call.dst_block ? s.o / call.dst_block : s.o, out_row = out_w * std::max(call.dst_block, 1);
   std::vector<std::function<void()>> runs;
@@ -218,6 +231,41 @@ bool winograd_takes(const onednn::LayoutCall& call) {
          winograd_applies(call.shape, call.src_block);
 }
 
+// A run of call by `algorithm` from x into y, on zero weights laid out as
+// that algorithm reads them (kept in `weights`).
+std::function<void()> conv_run(const onednn::LayoutCall& call, ConvAlgorithm algorithm, const float* x,
+                               const float* bias, float* y, Tensor& weights) {
+  const onednn::ConvShape& s = call.shape;
+  switch (algorithm) {
+    case ConvAlgorithm::PatchGemm:
+      weights = zeros({patch_gemm_weights_size(s)});
+      return [=, w = weights.data<float>()] { patch_gemm_conv(call, x, w, bias, y); };
+    case ConvAlgorithm::Depthwise:
+      weights = zeros({blocked_depthwise_weights_size(call)});
+      return [=, w = weights.data<float>()] { blocked_depthwise_conv(call, x, w, bias, y); };
+    case ConvAlgorithm::Winograd2x2:
+    case ConvAlgorithm::Winograd4x4: {
+      const int tile = algorithm == ConvAlgorithm::Winograd2x2 ? 2 : 4;
+      weights = zeros({winograd_weights_size(s, tile)});
+      return [=, w = weights.data<float>()] {
+        winograd_conv(s, tile, call.src_block, x, w, y, {bias, call.relu, call.residual, false, call.swish});
+      };
+    }
+    case ConvAlgorithm::Direct:
+      break;
+  }
+  Tensor plain = zeros({s.o * (s.c / s.groups) * s.kh * s.kw});
+  onednn::LayoutCall direct = call;
+  if (const int64_t bytes = onednn::prepared_weights_bytes(call); bytes > 0) {
+    weights = Tensor::empty({bytes}, DType::UInt8);
+    onednn::prepare_weights(call, plain.data<float>(), weights.raw_data());
+    direct.prepared_weights = true;
+  } else {
+    weights = plain;
+  }
+  return [=, w = static_cast<const float*>(weights.raw_data())] { onednn::conv_forward_layout(direct, x, w, bias, y); };
+}
+
 }  // namespace
 
 int64_t own_weights_size(ConvAlgorithm algorithm, const onednn::LayoutCall& call) {
@@ -247,6 +295,61 @@ bool conv_algorithm_is_timed(const onednn::LayoutCall& call) {
          onednn::conv_layout_is_fast(call);
 }
 
+bool depthwise_join_pays(const onednn::LayoutCall& call, const onednn::LayoutCall* expand,
+                         const onednn::LayoutCall* project) {
+  KILN_CHECK((expand == nullptr) != (project == nullptr), "depthwise_join_pays: give the expansion or the projection");
+  if (pinned_algorithm()) return true;
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, bool> decided;
+  std::vector<int64_t> key;
+  for (const onednn::LayoutCall* c : {&call, expand, project}) {
+    if (!c) {
+      key.push_back(-1);
+      continue;
+    }
+    const onednn::ConvShape& s = c->shape;
+    key.insert(key.end(), {s.n,     s.c,     s.h,         s.w,          s.o,      s.kh,      s.kw,         s.sh,
+                           s.sw,    s.ph,    s.pw,        s.dh,         s.dw,     s.groups,  c->src_block, c->dst_block,
+                           c->bias, c->relu, c->residual, c->hardswish, c->swish, c->cap > 0});
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = decided.find(key);
+  if (it != decided.end()) return it->second;
+  // The two layers as the graph would run them apart, each by the
+  // algorithm it would take alone, and joined.
+  const onednn::LayoutCall& first = expand ? *expand : call;
+  const onednn::LayoutCall& second = project ? *project : call;
+  const onednn::ConvShape &in = first.shape, &out = second.shape;
+  Tensor x = zeros({in.n * in.c * in.h * in.w}), between = zeros({in.n * in.o * in.oh * in.ow});
+  Tensor y = zeros({out.n * out.o * out.oh * out.ow}), bias = zeros({std::max({in.o, out.o, call.shape.c})});
+  auto bias_of = [&](const onednn::LayoutCall& c) { return c.bias ? bias.data<float>() : nullptr; };
+  Tensor first_weights, second_weights, taps = zeros({blocked_depthwise_weights_size(call)});
+  const std::function<void()> apart[] = {conv_run(first, fastest_conv_algorithm(first), x.data<float>(), bias_of(first),
+                                                  between.data<float>(), first_weights),
+                                         conv_run(second, fastest_conv_algorithm(second), between.data<float>(),
+                                                  bias_of(second), y.data<float>(), second_weights)};
+  Tensor panels = zeros({patch_gemm_weights_size((expand ? expand : project)->shape)});
+  DepthwiseChain chain{call, taps.data<float>(), bias_of(call)};
+  if (expand) chain.expand = expand, chain.expand_panels = panels.data<float>(), chain.expand_bias = bias_of(*expand);
+  if (project)
+    chain.project = project, chain.project_panels = panels.data<float>(), chain.project_bias = bias_of(*project);
+  // Each with its input just written and its output read after, as in a
+  // network (timed_candidates).
+  auto then_read = [&](const std::function<void()>& run) {
+    return std::function<void()>([&, run] {
+      run();
+      by_rows_of(second, y.data<float>(), false, false);
+    });
+  };
+  const std::vector<double> t =
+      best_in_turns({then_read([&] { depthwise_chain_conv(chain, x.data<float>(), y.data<float>()); }), then_read([&] {
+                       apart[0]();
+                       apart[1]();
+                     })},
+                    [&] { by_rows_of(first, x.data<float>(), true, true); });
+  return decided[key] = t[0] <= t[1] * 1.03;
+}
+
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled, const ConvNeighbours& neighbours) {
   const bool winograd = winograd_takes(call), patch_gemm = patch_gemm_applies(call);
   const bool depthwise = blocked_depthwise_applies(call);
@@ -262,9 +365,13 @@ ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled
     if (applies) return *pinned;
   }
   const ConvNeighbours& n = neighbours;
-  if (n.pointwise_before && pointwise_depthwise_applies(*n.pointwise_before, call)) return ConvAlgorithm::Depthwise;
-  if (patch_gemm && ((n.depthwise_after && pointwise_depthwise_applies(call, *n.depthwise_after)) ||
-                     (n.depthwise_before && depthwise_pointwise_applies(*n.depthwise_before, call))))
+  if (n.pointwise_before && pointwise_depthwise_applies(*n.pointwise_before, call) &&
+      depthwise_join_pays(call, n.pointwise_before, nullptr))
+    return ConvAlgorithm::Depthwise;
+  if (patch_gemm && ((n.depthwise_after && pointwise_depthwise_applies(call, *n.depthwise_after) &&
+                      depthwise_join_pays(*n.depthwise_after, &call, nullptr)) ||
+                     (n.depthwise_before && depthwise_pointwise_applies(*n.depthwise_before, call) &&
+                      depthwise_join_pays(*n.depthwise_before, nullptr, &call))))
     return ConvAlgorithm::PatchGemm;
   ConvAlgorithm choice = ConvAlgorithm::Direct;
   double best = 1e30;

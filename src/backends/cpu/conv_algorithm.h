@@ -26,8 +26,9 @@ enum class ConvAlgorithm { Direct, Winograd2x2, Winograd4x4, PatchGemm, Depthwis
 // ReLU before it; Winograd would run it inside (WinogradEpilogue::max_pool).
 // neighbours: the depthwise chains (blocked_depthwise.h) this call could
 // be part of; where Kiln's depthwise kernel can make a 1x1 neighbour inside
-// it, the patch GEMM and that kernel are taken untimed, as the saving is in
-// the writes between the layers, which timing either call alone does not see.
+// it and depthwise_join_pays, the patch GEMM and that kernel are taken
+// without timing either alone, as the saving is in the writes between the
+// layers, which timing either call alone does not see.
 struct ConvNeighbours {
   const onednn::LayoutCall* pointwise_before = nullptr;  // a 1x1 layer whose output only this one reads
   const onednn::LayoutCall* depthwise_after = nullptr;   // the depthwise layer that alone reads this one's output
@@ -36,6 +37,16 @@ struct ConvNeighbours {
 };
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled = false,
                                      const ConvNeighbours& neighbours = {});
+// Whether a 1x1 layer made inside the depthwise layer `call` (its
+// expansion before, or its projection after: the other null) runs faster
+// than the two layers one after the other, timed once per geometry; the
+// join is kept unless apart is 3% faster. It saves the writes of the
+// layer between, which pays where they would leave the core's L2 (AMD
+// Zen 4 and 5, 1 MB: MobileNetV2 0.92x) and can cost where they stay in it
+// (Intel Sapphire Rapids, 2 MB: MnasNet 1.04x on one thread). Where
+// KILN_CONV_ALGORITHM pins an algorithm, every join is made, untimed.
+bool depthwise_join_pays(const onednn::LayoutCall& call, const onednn::LayoutCall* expand,
+                         const onednn::LayoutCall* project);
 // Whether fastest_conv_algorithm times candidates for this call (more than
 // one applies); otherwise its answer follows from the call alone.
 bool conv_algorithm_is_timed(const onednn::LayoutCall& call);

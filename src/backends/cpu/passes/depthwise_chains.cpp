@@ -4,6 +4,7 @@
 // (depthwise_chain_conv), which the rewrite (layout_rewrite.cpp) asks for
 // here as it reaches each convolution in the graph's order.
 #include "backends/cpu/blocked_depthwise.h"
+#include "backends/cpu/conv_algorithm.h"
 #include "backends/cpu/passes/layout_kernels.h"
 #include "backends/cpu/passes/layout_pass.h"
 
@@ -48,7 +49,9 @@ const cpu::onednn::LayoutCall* LayoutPass::depthwise_before(const Plan& plan, co
 // chain's inputs (depthwise_chain_kernel), the depthwise node removed.
 bool LayoutPass::join_depthwise(int at, const Plan& plan, Node& k) {
   const cpu::onednn::LayoutCall* before = depthwise_before(plan, k);
-  if (!before || !cpu::depthwise_pointwise_applies(*before, plan.call)) return false;
+  if (!before || !cpu::depthwise_pointwise_applies(*before, plan.call) ||
+      !cpu::depthwise_join_pays(*before, nullptr, &plan.call))
+    return false;
   const DepthwiseOutput& d = depthwise_outputs_.at(k.inputs[0]);
   Node& depthwise = g_.nodes[d.node];
   std::vector<int> inputs = depthwise.inputs;
@@ -79,7 +82,9 @@ bool LayoutPass::join_depthwise(int at, const Plan& plan, Node& k) {
 // layer's inputs first, x, panels and bias, then its own taps and bias.
 bool LayoutPass::fuse_pointwise(int at, const Plan& plan, Node& k) {
   const cpu::onednn::LayoutCall* before = pointwise_before(plan, k);
-  if (!before || !cpu::pointwise_depthwise_applies(*before, plan.call)) return false;
+  if (!before || !cpu::pointwise_depthwise_applies(*before, plan.call) ||
+      !cpu::depthwise_join_pays(plan.call, before, nullptr))
+    return false;
   Node& expand = g_.nodes[g_.values[k.inputs[0]].producer];
   const int bias = plan.call.bias ? k.inputs[2] : -1;
   k.inputs = {expand.inputs[0], expand.inputs[1], before->bias ? expand.inputs[2] : -1, k.inputs[1], bias};
