@@ -158,7 +158,8 @@ void add_bench_train_command(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
   cmd->add_flag("--json", a->json, "One JSON line instead of the text");
   cmd->add_option("--profile", a->profile,
-                  "Profile the timed steps; write profile.txt, trace.json and report.html here");
+                  "Profile the timed steps; write profile.txt, trace.json and report.html here")
+      ->check(writable_folder());
   cmd->callback([a] { bench_train(*a); });
 }
 

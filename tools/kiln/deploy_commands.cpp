@@ -273,7 +273,8 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--fixed-threads", a->fixed_threads,
                "Run every time on all the threads (by default each batch size measures how many pay off)");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
-  cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here");
+  cmd->add_option("--profile", a->profile, "Profile the timed runs; write profile.txt, trace.json and report.html here")
+      ->check(writable_folder());
   cmd->add_option("--device", a->device, "Where the model runs: cpu, or another backend of this build (reference)");
   cmd->add_option("--precision", a->precision,
                   "float32, or half precision: bfloat16 (bf16) or float16 (fp16), its outputs first compared with "

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli_checks.h"
 #include "kiln/dist.h"
 #include "kiln/recipe.h"
 
@@ -36,7 +37,8 @@ void add_train_commands(CLI::App& app) {
   train->add_flag("--fixed-threads", fixed_threads,
                   "Run every step on all the threads (by default steps measure how many pay off)");
   train->add_option("--max-steps", max_steps, "Stop after this many steps (0: no limit)");
-  train->add_option("--profile", profile, "Profile some steps; write profile.txt, trace.json and report.html here");
+  train->add_option("--profile", profile, "Profile some steps; write profile.txt, trace.json and report.html here")
+      ->check(writable_folder());
   train->add_option("--profile-steps", profile_steps, "Steps to profile (after 5 warm-up steps)");
   train->add_option("--mode", mode, "eager, or graph: compile the whole training step and inference")
       ->check(CLI::IsMember({"eager", "graph"}));
