@@ -61,6 +61,9 @@ std::string summary();
 void write_chrome_trace(const std::string& path);
 // An HTML page with the tables and a bar chart of the top ops.
 void write_html_report(const std::string& path, const std::string& title = "Kiln profile");
+// The three into dir (made if missing): profile.txt (summary), trace.json
+// and report.html.
+void write_folder(const std::string& dir, const std::string& title = "Kiln profile");
 
 namespace detail {
 bool active();  // the fast check in dispatch

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -270,6 +271,17 @@ void write_html_report(const std::string& path, const std::string& title) {
     << title << "</h1><h2>Top ops by total time</h2><table>\n"
     << bars << "</table><h2>Tables</h2><pre>" << escaped << "</pre></body></html>\n";
   KILN_CHECK(f.good(), "profiler: writing '", path, "' failed (disk full?)");
+}
+
+void write_folder(const std::string& dir, const std::string& title) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  KILN_CHECK(!ec, "profiler: cannot make the folder '", dir, "' (", ec.message(), ")");
+  std::ofstream summary_file(dir + "/profile.txt");
+  summary_file << summary();
+  KILN_CHECK(summary_file.good(), "profiler: cannot write '", dir, "/profile.txt'");
+  write_chrome_trace(dir + "/trace.json");
+  write_html_report(dir + "/report.html", title);
 }
 
 }  // namespace kiln::profiler

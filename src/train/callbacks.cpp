@@ -163,9 +163,7 @@ void ProfilerCallback::finish() {
   profiler::stop();
   running_ = false;
   done_ = true;
-  std::ofstream(dir_ + "/profile.txt") << profiler::summary();
-  profiler::write_chrome_trace(dir_ + "/trace.json");
-  profiler::write_html_report(dir_ + "/report.html");
+  profiler::write_folder(dir_);
 }
 
 MetricsLogger::MetricsLogger(const std::string& path, bool append)

@@ -8,8 +8,6 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_checks.h"
@@ -90,10 +88,7 @@ void bench_train(const BenchTrainArgs& a) {
   const double seconds = std::chrono::duration<double>(clock::now() - start).count();
   if (!a.profile.empty()) {
     profiler::stop();
-    std::filesystem::create_directories(a.profile);
-    std::ofstream(a.profile + "/profile.txt") << profiler::summary();
-    profiler::write_chrome_trace(a.profile + "/trace.json");
-    profiler::write_html_report(a.profile + "/report.html", "kiln bench-train " + a.model + ", " + a.mode + " mode");
+    profiler::write_folder(a.profile, "kiln bench-train " + a.model + ", " + a.mode + " mode");
   }
   const double samples = static_cast<double>(a.batch) * a.steps;
   const double per_s = samples * (text ? static_cast<double>(c.seq_len) : 1.0) / seconds;

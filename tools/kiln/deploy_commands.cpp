@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
@@ -185,11 +184,7 @@ void add_run(CLI::App& app) {
 // batch size, the --shape text (in0=1x20..59) for shapes, inputs for files.
 void write_profile(const std::string& dir, const std::string& folder, const std::string& title) {
   profiler::stop();
-  const std::string out = dir + "/" + folder;
-  std::filesystem::create_directories(out);
-  std::ofstream(out + "/profile.txt") << profiler::summary();
-  profiler::write_chrome_trace(out + "/trace.json");
-  profiler::write_html_report(out + "/report.html", "kiln bench, " + title);
+  profiler::write_folder(dir + "/" + folder, "kiln bench, " + title);
 }
 
 // Times runs over the input sets in turn (a range of lengths as a server

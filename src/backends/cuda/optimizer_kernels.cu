@@ -180,6 +180,18 @@ __global__ void rmsprop_kernel(RmsPropCall c) {
          static_cast<S*>(c.buffer), i);
 }
 
+// Adam's or RMSProp's multi-tensor launches (Math: its step on one element).
+template <template <typename> class Math, typename Call>
+void launch_two_state_many(const Call& options, const TensorGroup& group, const char* what) {
+  with_float_or_double(options.dtype, what, [&](auto s) {
+    using S = decltype(s);
+    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
+      two_state_many_kernel<Math<S>, S><<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
+      check_launch(what);
+    });
+  });
+}
+
 }  // namespace
 
 void launch_sgd_update(const SgdCall& call) {
@@ -208,23 +220,11 @@ void launch_sgd_update_many(const SgdCall& options, const TensorGroup& group) {
 }
 
 void launch_adam_update_many(const AdamCall& options, const TensorGroup& group) {
-  with_float_or_double(options.dtype, "adam_update_many", [&](auto s) {
-    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
-      two_state_many_kernel<AdamMath<decltype(s)>, decltype(s)>
-          <<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
-      check_launch("adam_update_many");
-    });
-  });
+  launch_two_state_many<AdamMath>(options, group, "adam_update_many");
 }
 
 void launch_rmsprop_update_many(const RmsPropCall& options, const TensorGroup& group) {
-  with_float_or_double(options.dtype, "rmsprop_update_many", [&](auto s) {
-    for_each_list(group, [&](const TensorLists& l, unsigned blocks) {
-      two_state_many_kernel<RmsPropMath<decltype(s)>, decltype(s)>
-          <<<blocks, kThreads, 0, stream_of(options.stream)>>>(options, l);
-      check_launch("rmsprop_update_many");
-    });
-  });
+  launch_two_state_many<RmsPropMath>(options, group, "rmsprop_update_many");
 }
 
 void launch_rmsprop_update(const RmsPropCall& call) {
