@@ -114,31 +114,72 @@ struct Output {
   if (half_offset != 0) _mm256_storeu_ps(p + half_offset, _mm512_extractf32x8_ps(v, 1));
 }
 
-// Row r of a tile leaves the registers: the epilogue, then the store.
-// (Always inlined: called out of line, through the PLT, with the vector
-// passed in memory, the 1x1 kernel ran at half speed.)
-[[gnu::always_inline]] inline void store_row(__m512 v, int r, const Output& o, const Epilogue& e) {
-  float* p = o.c + r * o.row_stride;
-  if (e.accumulate) v = _mm512_add_ps(v, load16(p, o.half_offset));
-  if (e.last) {
-    if (e.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias));
-    // max(v, 0) with NaN passed through, as the eager relu does.
-    if (e.relu) v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_setzero_ps());
-    if (e.swish) v = silu16(v);
-    if (e.gelu) v = e.gelu_tanh ? gelu_tanh16(v) : gelu16(v);
-    if (e.cap > 0) {  // min(v, cap), NaN passing
-      const __m512 cap = _mm512_set1_ps(e.cap);
-      v = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, cap, _CMP_GT_OQ), v, cap);
-    }
-    if (e.hardswish) {  // (vector operators: GCC 12 warns falsely on _mm512_max_ps here)
-      const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
-      __m512 gate = v + _mm512_set1_ps(3.0f);
-      gate = gate > zero ? gate : zero;
-      gate = gate < six ? gate : six;
-      v = v * (gate / six);
+// A tile's R rows leave the registers: the epilogue, then the stores. Each
+// step runs over every row with its test made once per tile: tested per row,
+// e's fields were read again after each store (a float store may alias
+// them), and on a 16-deep 1x1 tile (MnasNet's 16 -> 48) the epilogue took a
+// third of the time; hoisted, that tile runs 1.4x faster. (Always inlined,
+// rows unrolled, so the accumulators stay in registers: called out of line
+// with the vectors passed in memory, the 1x1 kernel ran at half speed.)
+template <int R>
+[[gnu::always_inline]] inline void store_tile(__m512* acc, const Output& o, const Epilogue& e) {
+  float* const c = o.c;
+  const int64_t stride = o.row_stride, half = o.half_offset;
+  if (e.accumulate) {
+    if (half == 8) {
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_add_ps(acc[r], _mm512_loadu_ps(c + r * stride));
+    } else {
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_add_ps(acc[r], load16(c + r * stride, half));
     }
   }
-  store16(p, o.half_offset, v);
+  if (e.last) {
+    // Without a bias, -0 is added: the identity for every float, -0 included.
+    const __m512 bias = e.bias ? _mm512_loadu_ps(e.bias) : _mm512_set1_ps(-0.0f);
+    const bool relu = e.relu, swish = e.swish, gelu = e.gelu, gelu_tanh = e.gelu_tanh, hardswish = e.hardswish;
+    const float cap = e.cap;
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_add_ps(acc[r], bias);
+    // max(v, 0) with NaN passed through, as the eager relu does.
+    if (relu) {
+      const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[r], zero, _CMP_LT_OQ), acc[r], zero);
+    }
+    if (swish) {
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = silu16(acc[r]);
+    }
+    if (gelu) {
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = gelu_tanh ? gelu_tanh16(acc[r]) : gelu16(acc[r]);
+    }
+    if (cap > 0) {  // min(v, cap), NaN passing
+      const __m512 top = _mm512_set1_ps(cap);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(acc[r], top, _CMP_GT_OQ), acc[r], top);
+    }
+    if (hardswish) {  // (vector operators: GCC 12 warns falsely on _mm512_max_ps here)
+      const __m512 zero = _mm512_setzero_ps(), three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        __m512 gate = acc[r] + three;
+        gate = gate > zero ? gate : zero;
+        gate = gate < six ? gate : six;
+        acc[r] = acc[r] * (gate / six);
+      }
+    }
+  }
+  if (half == 8) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(c + r * stride, acc[r]);
+  } else {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) store16(c + r * stride, half, acc[r]);
+  }
 }
 
 template <int R, typename AAt>
@@ -153,8 +194,7 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_at(r, k)), bk, acc[r]);
   }
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) store_row(acc[r], r, o, e);
+  store_tile<R>(acc, o, e);
 }
 
 // R rows of A times two panels of B (32 columns): 24 accumulators, and two
@@ -185,13 +225,42 @@ void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, 
       acc1[r] = _mm512_fmadd_ps(ar, bk1, acc1[r]);
     }
   }
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) store_row(acc0[r], r, o0, e0);
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) store_row(acc1[r], r, o1, e1);
+  store_tile<R>(acc0, o0, e0);
+  store_tile<R>(acc1, o1, e1);
 }
 
 #else
+// store_tile's 8-float form: each row as two halves, the second absent
+// where o.half_offset is 0. Tests made once per tile, as there.
+template <int R>
+[[gnu::always_inline]] inline void store_tile8(vec8::vf* lo, vec8::vf* hi, const Output& o, const Epilogue& e) {
+  using vec8::vf;
+  float* const c = o.c;
+  const int64_t stride = o.row_stride, half = o.half_offset;
+  if (e.accumulate) {
+    for (int r = 0; r < R; ++r) lo[r] += vec8::load(c + r * stride);
+    if (half)
+      for (int r = 0; r < R; ++r) hi[r] += vec8::load(c + r * stride + half);
+  }
+  if (e.last) {
+    // Without a bias, -0 is added: the identity for every float, -0 included.
+    const vf b0 = e.bias ? vec8::load(e.bias) : vec8::splat(-0.0f), b1 = e.bias ? vec8::load(e.bias + 8) : b0;
+    const bool relu = e.relu, hardswish = e.hardswish;
+    const float cap = e.cap;
+    for (int r = 0; r < R; ++r) lo[r] += b0, hi[r] += b1;
+    if (relu)
+      for (int r = 0; r < R; ++r) lo[r] = vec8::relu(lo[r]), hi[r] = vec8::relu(hi[r]);
+    if (cap > 0)
+      for (int r = 0; r < R; ++r)
+        lo[r] = vec8::cap_at(lo[r], vec8::splat(cap)), hi[r] = vec8::cap_at(hi[r], vec8::splat(cap));
+    if (hardswish)
+      for (int r = 0; r < R; ++r) lo[r] = vec8::hardswish(lo[r]), hi[r] = vec8::hardswish(hi[r]);
+  }
+  for (int r = 0; r < R; ++r) vec8::store(c + r * stride, lo[r]);
+  if (half)
+    for (int r = 0; r < R; ++r) vec8::store(c + r * stride + half, hi[r]);
+}
+
 template <int R, typename AAt>
 void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
   using vec8::vf;
@@ -205,19 +274,7 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
       hi[r] += ar * b1;
     }
   }
-  for (int r = 0; r < R; ++r) {
-    float *p0 = o.c + r * o.row_stride, *p1 = p0 + o.half_offset;
-    vf v0 = lo[r], v1 = hi[r];
-    if (e.accumulate) v0 += vec8::load(p0), v1 += o.half_offset ? vec8::load(p1) : vf{};
-    if (e.last) {
-      if (e.bias) v0 += vec8::load(e.bias), v1 += vec8::load(e.bias + 8);
-      if (e.relu) v0 = vec8::relu(v0), v1 = vec8::relu(v1);
-      if (e.cap > 0) v0 = vec8::cap_at(v0, vec8::splat(e.cap)), v1 = vec8::cap_at(v1, vec8::splat(e.cap));
-      if (e.hardswish) v0 = vec8::hardswish(v0), v1 = vec8::hardswish(v1);
-    }
-    vec8::store(p0, v0);
-    if (o.half_offset) vec8::store(p1, v1);
-  }
+  store_tile8<R>(lo, hi, o, e);
 }
 
 // Two panels: with 8-float registers one panel's tile already holds 12
