@@ -36,6 +36,15 @@ struct Epilogue {
   bool gelu_tanh = false;  // with gelu: its tanh form
 };
 
+// A read from channel-blocked images (a 1x1 convolution's left matrix):
+// channel k of row r (a pixel) at corner + (k / S) * plane + r * S + k % S.
+template <int S>
+struct BlockedA {
+  const float* corner;
+  int64_t plane;
+  float operator()(int r, int64_t k) const { return corner[(k / S) * plane + r * S + k % S]; }
+};
+
 #if defined(__AVX512F__)
 constexpr bool swish_in_epilogue = true;
 #else
@@ -193,6 +202,34 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
     const __m512 bk = _mm512_loadu_ps(b + k * kCols);
 #pragma GCC unroll 12
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a_at(r, k)), bk, acc[r]);
+  }
+  store_tile<R>(acc, o, e);
+}
+
+// One panel from channel-blocked A (a 1x1 convolution's image), k walked a
+// block at a time so that every address is a constant offset: computed per
+// k, they took as many instructions as the FMAs, and a 16-deep one-panel
+// tile ran at 105 GFLOP/s rather than 130 (AVX-512, one core). (A pair of
+// panels, with twice the FMAs per k, loses nothing to them.)
+template <int R, int S>
+void tile_of(const BlockedA<S>& a, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+  __m512 acc[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const float* block = a.corner;
+  int64_t k = 0;
+  for (; k + S <= depth; k += S, block += a.plane) {
+#pragma GCC unroll 16
+    for (int kk = 0; kk < S; ++kk) {
+      const __m512 bk = _mm512_loadu_ps(b + (k + kk) * kCols);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(block[r * S + kk]), bk, acc[r]);
+    }
+  }
+  for (int kk = 0; k < depth; ++k, ++kk) {
+    const __m512 bk = _mm512_loadu_ps(b + k * kCols);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(block[r * S + kk]), bk, acc[r]);
   }
   store_tile<R>(acc, o, e);
 }

@@ -202,7 +202,7 @@ bool pointwise(const onednn::ConvShape& s) {
 // goes. (The source block is a template argument so that a tile's rows,
 // src_block floats apart, are constant offsets: computed at run time, their
 // addresses took two integer operations per broadcast, and the loop ran 15%
-// slower.)
+// slower; gemm::BlockedA makes the channels' offsets constant too.)
 template <int src_block>
 void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* weights,
                                const float* bias, float* y, const float* channel_scale, int64_t scale_stride) {
@@ -210,9 +210,7 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
   // The weights scaled for one image (from Kiln's caching allocator).
   Tensor scratch = channel_scale ? Tensor::empty({patch_gemm_weights_size(s)}) : Tensor();
   const float* packed = channel_scale ? scratch.data<float>() : weights;
-  const int shift = src_block == 16 ? 4 : 3;
-  const int64_t pixels = s.h * s.w, tiles = (pixels + kRows - 1) / kRows;
-  const int64_t plane = pixels * src_block, mask = src_block - 1;
+  const int64_t pixels = s.h * s.w, tiles = (pixels + kRows - 1) / kRows, plane = pixels * src_block;
   // Taking tiles in turn, threads share the work evenly when the tiles are
   // of equal height (49 pixels: 10, 10, 10, 10, 9 rather than 12, 12, 12, 12, 1).
   const int64_t tile_rows = pixels_fastest(s.o) ? kRows : (pixels + tiles - 1) / tiles;
@@ -230,10 +228,7 @@ void pointwise_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, c
     const bool by_pixels = pixels_fastest(s.o);
     for_pairs_and_tiles(s.o, tiles, [&](int64_t first, int64_t tile) {
       const int64_t p0 = tile * tile_rows, rows = std::min(tile_rows, pixels - p0);
-      const float* corner = image + p0 * src_block;
-      const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
-        return corner[(k >> shift) * plane + r * src_block + (k & mask)];
-      };
+      const gemm::BlockedA<src_block> a_at{image + p0 * src_block, plane};
       pair_tile(call, rows, a_at, packed, bias, first, out, pixels, p0, by_pixels && tile == 0);
     });
   }
@@ -247,15 +242,11 @@ template <int src_block>
 void pointwise_run(const onednn::LayoutCall& call, const float* image, const float* packed, const float* bias,
                    int64_t p0, int64_t count, float* y, int64_t y_pixels, int64_t y0) {
   const onednn::ConvShape& s = call.shape;
-  const int shift = src_block == 16 ? 4 : 3;
-  const int64_t plane = s.h * s.w * src_block, mask = src_block - 1, panels = (s.o + kCols - 1) / kCols;
+  const int64_t plane = s.h * s.w * src_block, panels = (s.o + kCols - 1) / kCols;
   const int64_t tiles = (count + kRows - 1) / kRows, tile_rows = (count + tiles - 1) / tiles;
   for (int64_t q = 0; q < count; q += tile_rows) {
     const int64_t rows = std::min(tile_rows, count - q);
-    const float* corner = image + (p0 + q) * src_block;
-    const auto a_at = [corner, plane, shift, mask](int r, int64_t k) {
-      return corner[(k >> shift) * plane + r * src_block + (k & mask)];
-    };
+    const gemm::BlockedA<src_block> a_at{image + (p0 + q) * src_block, plane};
     for (int64_t first = 0; first < panels; first += 2)
       pair_tile(call, rows, a_at, packed, bias, first, y, y_pixels, y0 + q);
   }
