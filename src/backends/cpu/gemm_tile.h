@@ -36,13 +36,32 @@ struct Epilogue {
   bool gelu_tanh = false;  // with gelu: its tanh form
 };
 
-// A read from channel-blocked images (a 1x1 convolution's left matrix):
-// channel k of row r (a pixel) at corner + (k / S) * plane + r * S + k % S.
-template <int S>
+// A read from channel-blocked images: row r (an output pixel) reads block
+// kb (S channels side by side) at block(kb) + r * RowStep, block(kb) being
+// corner + kb * plane (a 1x1 convolution: kb is the channel block) or, with
+// offsets, corner + offsets[kb] (an implicit GEMM on a padded image: kb is
+// a (channel block, tap) pair). The depth is whole blocks (a blocked
+// layout's channel count is a multiple of its block).
+template <int S, int RowStep = S>
 struct BlockedA {
   const float* corner;
   int64_t plane;
-  float operator()(int r, int64_t k) const { return corner[(k / S) * plane + r * S + k % S]; }
+  const int64_t* offsets = nullptr;
+  const float* block(int64_t kb) const { return corner + (offsets ? offsets[kb] : kb * plane); }
+  float operator()(int r, int64_t k) const { return block(k / S)[r * RowStep + k % S]; }
+  // f(block, b's S rows for it) for each block of a depth-deep product,
+  // a pointer stepped along each (an index multiplied per block cost a
+  // one-panel 48-deep tile a sixth of its speed).
+  template <typename F>
+  [[gnu::always_inline]] void for_blocks(const float* b, int64_t depth, const F& f) const {
+    constexpr int64_t kStep = S * 16;  // floats of one block's rows of a 16-column panel
+    const float* end = b + depth * 16;
+    if (offsets) {
+      for (const int64_t* at = offsets; b < end; ++at, b += kStep) f(corner + *at, b);
+      return;
+    }
+    for (const float* block = corner; b < end; block += plane, b += kStep) f(block, b);
+  }
 };
 
 #if defined(__AVX512F__)
@@ -206,31 +225,24 @@ void tile_of(const AAt& a_at, const float* b, int64_t depth, const Output& o, co
   store_tile<R>(acc, o, e);
 }
 
-// One panel from channel-blocked A (a 1x1 convolution's image), k walked a
-// block at a time so that every address is a constant offset: computed per
-// k, they took as many instructions as the FMAs, and a 16-deep one-panel
-// tile ran at 105 GFLOP/s rather than 130 (AVX-512, one core). (A pair of
-// panels, with twice the FMAs per k, loses nothing to them.)
-template <int R, int S>
-void tile_of(const BlockedA<S>& a, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
+// One panel from channel-blocked A, k walked a block at a time so that
+// every address is a constant offset: computed per k, they took as many
+// instructions as the FMAs, and a 16-deep one-panel 1x1 tile ran at 105
+// GFLOP/s rather than 130 (AVX-512, one core).
+template <int R, int S, int RowStep>
+void tile_of(const BlockedA<S, RowStep>& a, const float* b, int64_t depth, const Output& o, const Epilogue& e) {
   __m512 acc[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const float* block = a.corner;
-  int64_t k = 0;
-  for (; k + S <= depth; k += S, block += a.plane) {
+  const auto one_block = [&](const float* block, const float* bb) {
 #pragma GCC unroll 16
     for (int kk = 0; kk < S; ++kk) {
-      const __m512 bk = _mm512_loadu_ps(b + (k + kk) * kCols);
+      const __m512 bk = _mm512_loadu_ps(bb + kk * kCols);
 #pragma GCC unroll 12
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(block[r * S + kk]), bk, acc[r]);
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(block[r * RowStep + kk]), bk, acc[r]);
     }
-  }
-  for (int kk = 0; k < depth; ++k, ++kk) {
-    const __m512 bk = _mm512_loadu_ps(b + k * kCols);
-#pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(block[r * S + kk]), bk, acc[r]);
-  }
+  };
+  a.for_blocks(b, depth, one_block);
   store_tile<R>(acc, o, e);
 }
 
@@ -262,6 +274,36 @@ void tile2_of(const AAt& a_at, const float* b0, const float* b1, int64_t depth, 
       acc1[r] = _mm512_fmadd_ps(ar, bk1, acc1[r]);
     }
   }
+  store_tile<R>(acc0, o0, e0);
+  store_tile<R>(acc1, o1, e1);
+}
+
+// The pair from channel-blocked A, a block at a time (as tile_of's).
+template <int R, int S, int RowStep>
+void tile2_of(const BlockedA<S, RowStep>& a, const float* b0, const float* b1, int64_t depth, const Output& o0,
+              const Output& o1, const Epilogue& e0, const Epilogue& e1, const float* next = nullptr) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const int64_t second = b1 - b0;  // B's second panel, from the first
+  const auto one_block = [&](const float* block, const float* bb) {
+#pragma GCC unroll 16
+    for (int kk = 0; kk < S; ++kk) {
+      if (next) {
+        const int64_t k = (bb - b0) / kCols + kk;
+        _mm_prefetch(reinterpret_cast<const char*>(next + k * kCols), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(next + (depth + k) * kCols), _MM_HINT_T1);
+      }
+      const __m512 bk0 = _mm512_loadu_ps(bb + kk * kCols), bk1 = _mm512_loadu_ps(bb + second + kk * kCols);
+#pragma GCC unroll 12
+      for (int r = 0; r < R; ++r) {
+        const __m512 ar = _mm512_set1_ps(block[r * RowStep + kk]);
+        acc0[r] = _mm512_fmadd_ps(ar, bk0, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(ar, bk1, acc1[r]);
+      }
+    }
+  };
+  a.for_blocks(b0, depth, one_block);
   store_tile<R>(acc0, o0, e0);
   store_tile<R>(acc1, o1, e1);
 }

@@ -290,8 +290,7 @@ template <int src_block, int kStride>
 void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                              float* y) {
   const onednn::ConvShape& s = call.shape;
-  const int shift = src_block == 16 ? 4 : 3;
-  const int64_t mask = src_block - 1, pixels = s.oh * s.ow;
+  const int64_t pixels = s.oh * s.ow;
   const int64_t per_row = (s.ow + kRows - 1) / kRows, width = tile_width(s.ow);
   const int64_t hp = (s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1, wp = (s.ow - 1) * kStride + (s.kw - 1) * s.dw + 1;
   std::vector<int64_t> offsets;  // of each (channel block, tap) from the window's corner
@@ -307,9 +306,7 @@ void spatial_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, con
     for_pairs_and_tiles(s.o, s.oh * per_row, [&](int64_t first, int64_t tile) {
       const int64_t oy = tile / per_row, ox = tile % per_row * width, rows = std::min(width, s.ow - ox);
       const float* corner = padded + (oy * s.sh * wp + ox * kStride) * src_block;
-      const auto a_at = [corner, off, shift, mask](int r, int64_t k) {
-        return corner[off[k >> shift] + r * kStride * src_block + (k & mask)];
-      };
+      const gemm::BlockedA<src_block, kStride * src_block> a_at{corner, 0, off};
       pair_tile(call, rows, a_at, packed, bias, first, out, pixels, oy * s.ow + ox);
     });
   }
