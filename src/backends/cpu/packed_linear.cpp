@@ -47,6 +47,9 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t r0 = item % blocks * block_rows, r1 = std::min(rows, r0 + block_rows);
       const int64_t g = item / blocks;
+      // Tiles of equal height (50 rows: five of 10, not four of 12 and one
+      // of 2, whose 4 accumulators leave the FMA units waiting on latency).
+      const int64_t tiles = (r1 - r0 + kRows - 1) / kRows, height = (r1 - r0 + tiles - 1) / tiles;
       for (int64_t k0 = 0; k0 < in; k0 += pass_depth) {
         const int64_t depth = std::min(pass_depth, in - k0);
         const int64_t last_panel = std::min(panels, (g + 1) * kPanelsPerItem);
@@ -68,15 +71,13 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             const float* n0 = more ? b1 + in * kCols : packed + (g * kPanelsPerItem * in + k0 + pass_depth) * kCols;
             // (A single tile streams its slice once: there the hardware's
             // prefetcher does as well, and more requests only slowed it.)
-            const int64_t tiles = (r1 - r0 + kRows - 1) / kRows;
             const int64_t next_depth = std::min(pass_depth, more ? depth : in - k0 - pass_depth);
-            const int64_t lines = tiles > 1 && (more || k0 + pass_depth < in) ? 2 * next_depth : 0;
-            for (int64_t r = r0, t = 0; r < r1; r += kRows, ++t) {
-              for (int64_t l = t * lines / tiles; l < (t + 1) * lines / tiles; ++l) {
-                __builtin_prefetch(reinterpret_cast<const char*>(n0 + (l & 1) * in * kCols) + (l >> 1) * 64, 0, 2);
-              }
-              gemm::tile2_rows(std::min(kRows, r1 - r), x + r * in + k0, in, b0, b1, depth,
-                               {y + r * out + col, out, 8}, {y + r * out + col + kCols, out, 8}, e0, e1);
+            const int64_t ahead = tiles > 1 && (more || k0 + pass_depth < in) ? next_depth : 0;
+            for (int64_t r = r0, t = 0; r < r1; r += height, ++t) {
+              const int64_t from = t * ahead / tiles, to = (t + 1) * ahead / tiles;
+              const gemm::Prefetch next{n0 + from * kCols, n0 + (in + from) * kCols, to - from};
+              gemm::tile2_rows(std::min(height, r1 - r), x + r * in + k0, in, b0, b1, depth,
+                               {y + r * out + col, out, 8}, {y + r * out + col + kCols, out, 8}, e0, e1, next);
             }
             ++panel;
             continue;
@@ -90,8 +91,8 @@ void packed_linear(const float* x, int64_t rows, int64_t in, int64_t out, const 
             std::memcpy(tail_bias, bias + col, static_cast<size_t>(cols) * sizeof(float));
             e.bias = tail_bias;
           }
-          for (int64_t r = r0; r < r1; r += kRows) {
-            const int64_t n = std::min(kRows, r1 - r);
+          for (int64_t r = r0; r < r1; r += height) {
+            const int64_t n = std::min(height, r1 - r);
             const float* a = x + r * in + k0;
             if (cols == kCols) {
               gemm::tile_rows(n, a, in, b, depth, {y + r * out + col, out, 8}, e);

@@ -153,9 +153,11 @@ void pair_tile(const onednn::LayoutCall& call, int64_t rows, const AAt& a_at, co
   const auto whole = [&](int64_t j) { return (j + 1) * kCols <= o; };
   const float* b = packed + first * length * kCols;
   if (first + 1 < panels && whole(first + 1)) {
-    const bool next = prefetch && first + 3 < panels;
+    const gemm::Prefetch next = prefetch && first + 3 < panels
+                                    ? gemm::Prefetch{b + 2 * length * kCols, b + 3 * length * kCols, length}
+                                    : gemm::Prefetch{};
     gemm::tile2_rows_of(rows, a_at, b, b + length * kCols, length, output(first), output(first + 1), epilogue(first),
-                        epilogue(first + 1), next ? b + 2 * length * kCols : nullptr);
+                        epilogue(first + 1), next);
     return;
   }
   for (int64_t j = first; j < std::min(panels, first + 2); ++j, b += length * kCols) {
