@@ -1,14 +1,17 @@
 #pragma once
 // Ranks of a distributed test as forked processes on loopback.
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <functional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,16 +21,32 @@
 
 namespace kiln::testing {
 
+// A loopback port nothing listens on, for a test's rendezvous store. Taken
+// below the kernel's ephemeral range: a port from that range (what binding
+// port 0 gives) can become the local end of another test's outgoing
+// connection before rank 0 binds it, and the ranks then wait out their
+// timeout on a store that is not theirs.
 inline int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return ntohs(a.sin_port);
+  int ephemeral_low = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
+    std::fclose(f);
+  }
+  const int low = 10000, span = std::max(1000, ephemeral_low - low);
+  std::mt19937 pick(static_cast<unsigned>(getpid()) * 2654435761u ^
+                    static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = low + static_cast<int>(pick() % static_cast<unsigned>(span));
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(s);
+    if (free) return port;
+  }
+  throw std::runtime_error("free_port: no free loopback port below " + std::to_string(ephemeral_low));
 }
 
 inline dist::InitOptions as_rank(int rank, int world, int port, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
