@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "backends/cpu/blocked_depthwise.h"
 #include "backends/cpu/blocked_pool.h"
@@ -458,6 +461,96 @@ TEST(LayoutKernels, PackedLinearMatchesLinear) {
       expect_near_all(y, want, 1e-4, what);
     }
   }
+}
+
+// The register tile's epilogue against a scalar reference, for one panel
+// and a pair, through both A readers (a function of (row, k) and a
+// channel-blocked image), in every combination: accumulate (a residual or
+// an earlier pass), last or not, bias or none, ReLU with and without a cap,
+// hard-swish, SiLU and GELU (where the epilogue has them), and outputs
+// whose second 8 columns follow, sit elsewhere, or do not exist.
+TEST(LayoutKernels, GemmTileEpiloguesMatchAScalarReference) {
+  namespace gemm = cpu::gemm;
+  constexpr int R = gemm::kRows, S = 8;
+  constexpr int64_t kStride = 40, kSecond = 4096;  // output row stride; the second panel's output
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const auto fill = [&](std::vector<float>& v) {
+    for (float& x : v) x = 3 * normal(rng);
+  };
+  enum Activation { kNone, kRelu, kRelu6, kHardswish, kSwish, kGelu, kGeluTanh };
+  const auto activate = [](float v, Activation a) {
+    switch (a) {
+      case kNone:
+        return v;
+      case kRelu:
+        return v < 0 ? 0.0f : v;
+      case kRelu6:
+        return std::min(v < 0 ? 0.0f : v, 6.0f);
+      case kHardswish:
+        return v * (std::min(std::max(v + 3, 0.0f), 6.0f) / 6);
+      case kSwish:
+        return v / (1 + std::exp(-v));
+      case kGelu:
+        return 0.5f * v * std::erfc(-v / std::sqrt(2.0f));
+      case kGeluTanh:
+        return 0.5f * v * (1 + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+    }
+    return v;
+  };
+  int checked = 0;
+  for (int64_t depth : {8, 24})
+    for (int half : {8, 0, 24})
+      for (int flags = 0; flags < 8; ++flags)
+        for (Activation act : {kNone, kRelu, kRelu6, kHardswish, kSwish, kGelu, kGeluTanh})
+          for (int pair = 0; pair < 2; ++pair)
+            for (int blocked = 0; blocked < 2; ++blocked) {
+              if ((act == kSwish || act == kGelu || act == kGeluTanh) && !gemm::swish_in_epilogue) continue;
+              const bool accumulate = flags & 1, last = flags & 2, bias = flags & 4;
+              // A as channel blocks of S: [depth / S][R][S] (plane R * S).
+              std::vector<float> a(static_cast<size_t>(depth * R)), b(static_cast<size_t>(2 * depth * 16)), bs(32),
+                  y(2 * kSecond);
+              fill(a), fill(b), fill(bs), fill(y);
+              const std::vector<float> before = y;
+              gemm::Epilogue e{bias ? bs.data() : nullptr, accumulate, last, act == kRelu || act == kRelu6};
+              e.cap = act == kRelu6 ? 6.0f : 0.0f;
+              e.hardswish = act == kHardswish;
+              e.swish = act == kSwish;
+              e.gelu = act == kGelu || act == kGeluTanh;
+              e.gelu_tanh = act == kGeluTanh;
+              gemm::Epilogue e1 = e;
+              if (bias) e1.bias = bs.data() + 16;
+              const gemm::Output o0{y.data(), kStride, half}, o1{y.data() + kSecond, kStride, half};
+              const auto at = [&](int r, int64_t k) { return a[static_cast<size_t>((k / S * R + r) * S + k % S)]; };
+              const gemm::BlockedA<S> blocks{a.data(), R * S};
+              if (pair && blocked) gemm::tile2_of<R>(blocks, b.data(), b.data() + depth * 16, depth, o0, o1, e, e1);
+              if (pair && !blocked) gemm::tile2_of<R>(at, b.data(), b.data() + depth * 16, depth, o0, o1, e, e1);
+              if (!pair && blocked) gemm::tile_of<R>(blocks, b.data(), depth, o0, e);
+              if (!pair && !blocked) gemm::tile_of<R>(at, b.data(), depth, o0, e);
+              const std::string what = "depth " + std::to_string(depth) + " half " + std::to_string(half) + " flags " +
+                                       std::to_string(flags) + " activation " + std::to_string(act) + " pair " +
+                                       std::to_string(pair) + " blocked " + std::to_string(blocked);
+              std::vector<bool> written(y.size(), false);
+              for (int p = 0; p <= pair; ++p)
+                for (int r = 0; r < R; ++r)
+                  for (int j = 0; j < 16; ++j) {
+                    if (half == 0 && j >= 8) continue;
+                    const size_t at_y = static_cast<size_t>(p * kSecond + r * kStride + (j < 8 ? j : half + j - 8));
+                    double sum = 0;
+                    for (int64_t k = 0; k < depth; ++k)
+                      sum += double(at(r, k)) * b[static_cast<size_t>((p * depth + k) * 16 + j)];
+                    float want = static_cast<float>(sum) + (accumulate ? before[at_y] : 0.0f);
+                    if (last) want = activate(want + (bias ? bs[static_cast<size_t>(p * 16 + j)] : 0.0f), act);
+                    ASSERT_NEAR(y[at_y], want, 2e-4 * (1 + std::fabs(want))) << what << " row " << r << " column " << j;
+                    written[at_y] = true;
+                    ++checked;
+                  }
+              for (size_t i = 0; i < y.size(); ++i) {
+                if (written[i]) continue;
+                ASSERT_EQ(y[i], before[i]) << what << ": element " << i << " outside the tile changed";
+              }
+            }
+  EXPECT_GT(checked, 100000);
 }
 
 // The kernels' block sizes follow the caches: a pair of weight panels' slice
