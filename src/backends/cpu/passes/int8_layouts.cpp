@@ -7,19 +7,22 @@
 // compute the same on any memory order), a max pool of 8-bit values (which
 // runs either way), or an int8 average pool or channel concatenation (which
 // have channels-last forms). Only at the edges of such a region do values pass
-// through plain NCHW.
+// through plain NCHW. Where the CPU has VNNI, products of uint8 rows and 1x1
+// stride-1 convolutions between channels-last layers run on Kiln's own int8
+// tiles (int8_gemm.h) instead, on weights packed once for them.
 #include <algorithm>
 #include <functional>
 #include <numeric>
 #include <optional>
 #include <set>
 
+#include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/onednn_int8.h"
+#include "backends/cpu/passes/cpu_passes.h"
+#include "backends/cpu/passes/layout_pass.h"
 #include "backends/cpu/plain_pool.h"
 #include "backends/cpu/quantize_layout.h"
 #include "backends/cpu/quantized_concat_pool.h"
-#include "backends/cpu/passes/cpu_passes.h"
-#include "backends/cpu/passes/layout_pass.h"
 #include "graph/derived_constants.h"
 #include "kiln/grad_mode.h"
 #include "ops/conv_attrs.h"
@@ -90,10 +93,16 @@ struct Int8Matmul {
   cpu::onednn::QuantizedMatmulCall call;
   std::vector<float> scales;
   int32_t a_zero = 0, y_zero = 0;
+  bool tiles = false;  // on Kiln's own int8 tiles (int8_gemm) rather than oneDNN's primitive
 };
 
+// Whether Kiln's int8 tiles take a product of depth k: uint8 rows, on a CPU with VNNI.
+bool tiles_take(int64_t k, bool a_signed) {
+  return cpu::int8_gemm::available() && !a_signed && cpu::int8_gemm::takes_depth(k);
+}
+
 // A qlinear_matmul whose b, scales, zero points and bias are constants and
-// which oneDNN computes exactly: its b is prepared once too.
+// which Kiln's int8 tiles or oneDNN compute exactly: its b is prepared once too.
 std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   const Node& n = g.nodes[at];
   if (n.removed || !n.op || n.op->name != "qlinear_matmul" || !fixed_operands(g, n)) return std::nullopt;
@@ -109,9 +118,28 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   m.y_zero = cpu::onednn::zero_point_of(tensor(6));
   m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
             g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true, {}};
+  m.tiles = tiles_take(k, m.call.a_signed);
+  if (m.tiles) return m;
   if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
   if (cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data()) == 0) return std::nullopt;
   return m;
+}
+
+CustomKernel int8_tiles_matmul_kernel(const Int8Matmul& m) {
+  return [m](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    // Inputs as int8_matmul_kernel's.
+    const auto& dq = m.call.dequantized;
+    const size_t vector_at = m.call.bias ? 3 : 2, residual_at = vector_at + (dq.add_vector ? 1 : 0);
+    cpu::int8_gemm::Call c;
+    c.m = m.call.m, c.k = m.call.k, c.n = m.call.n, c.lda = m.call.k, c.ldy = m.call.n;
+    c.scales = m.scales.data(), c.per_column = m.call.per_column;
+    c.bias = m.call.bias ? in[2].data<int32_t>() : nullptr;
+    c.a_zero = m.a_zero, c.y_zero = m.y_zero, c.y_signed = m.call.y_signed;
+    c.dequantized = dq;
+    c.vector = dq.add_vector ? in[vector_at].data<float>() : nullptr;
+    c.residual = dq.add_residual ? in[residual_at].data<float>() : nullptr;
+    cpu::int8_gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
+  };
 }
 
 CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
@@ -382,6 +410,31 @@ CustomKernel int8_conv_kernel(const Int8Conv& c) {
   };
 }
 
+// The name of int8_gemm's packed layout (weights prepared once are shared by layout).
+std::string tiles_layout(int64_t k, int64_t n) {
+  return "kiln int8 panels " + std::to_string(k) + "x" + std::to_string(n);
+}
+
+// A 1x1 stride-1 convolution over channels-last uint8 activations is a
+// matrix product of pixels by channels, which Kiln's int8 tiles take.
+bool conv_on_tiles(const cpu::onednn::QuantizedConvCall& call) {
+  const cpu::onednn::ConvShape& s = call.shape;
+  return call.x_nhwc && call.y_nhwc && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 &&
+         s.groups == 1 && s.oh == s.h && s.ow == s.w && tiles_take(s.c, call.x_signed);
+}
+
+CustomKernel int8_tiles_conv_kernel(const Int8Conv& conv) {
+  return [conv](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
+    const cpu::onednn::ConvShape& s = conv.call.shape;
+    cpu::int8_gemm::Call c;
+    c.m = s.n * s.h * s.w, c.k = s.c, c.n = s.o, c.lda = s.c, c.ldy = s.o;
+    c.scales = conv.scales.data(), c.per_column = conv.call.per_channel;
+    c.bias = conv.call.bias ? in[2].data<int32_t>() : nullptr;
+    c.a_zero = conv.x_zero, c.y_zero = conv.y_zero, c.y_signed = conv.call.y_signed;
+    cpu::int8_gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
+  };
+}
+
 // qlinear op n becomes `kernel` over its input, its constant weights (input
 // 3) reordered once by `prepare` into `bytes` of the primitive's `layout`
 // (shared by every graph of those weights), and its bias.
@@ -416,7 +469,7 @@ std::string use_int8_layouts(Graph& g) {
   }
   if (convs.empty() && matmuls.empty()) return "";
   NoGradGuard no_grad;
-  size_t dequantized = 0;
+  size_t dequantized = 0, on_tiles = 0;
   const std::vector<int> uses = g.use_counts();
   for (Int8Matmul& m : matmuls) {
     // The dequantization after it, and what follows that, in its epilogue
@@ -424,7 +477,8 @@ std::string use_int8_layouts(Graph& g) {
     const DequantizeFold fold = dequantize_fold(g, m, uses);
     Int8Matmul folded = m;
     folded.call.dequantized = fold.epilogue;
-    const bool fused = fold.epilogue.on && cpu::onednn::quantized_matmul_weights_bytes(folded.call, m.scales.data()) != 0;
+    const bool fused =
+        fold.epilogue.on && (m.tiles || cpu::onednn::quantized_matmul_weights_bytes(folded.call, m.scales.data()) != 0);
     if (fused) m = folded;
     Node& n = g.nodes[static_cast<size_t>(m.node)];
     const cpu::onednn::QuantizedMatmulCall& call = m.call;
@@ -434,10 +488,19 @@ std::string use_int8_layouts(Graph& g) {
       label += std::string(" + dequantize") + (call.dequantized.add_vector ? " + add" : "") +
                (call.dequantized.add_residual ? " + residual" : "") + (call.dequantized.relu ? " + relu" : "") +
                (call.dequantized.requantize ? " + quantize" : "");
-    on_prepared_weights(g, n, cpu::onednn::quantized_matmul_weights_bytes(call, scales),
-                        "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(call, scales),
-                        [&](const int8_t* b, void* out) { cpu::onednn::prepare_quantized_matmul_weights(call, scales, b, out); },
-                        int8_matmul_kernel(m), label);
+    if (m.tiles) {
+      on_prepared_weights(
+          g, n, cpu::int8_gemm::packed_bytes(call.k, call.n), tiles_layout(call.k, call.n),
+          [&](const int8_t* b, void* out) { cpu::int8_gemm::pack(b, call.k, call.n, call.n, 1, out); },
+          int8_tiles_matmul_kernel(m), label);
+      ++on_tiles;
+    } else {
+      on_prepared_weights(
+          g, n, cpu::onednn::quantized_matmul_weights_bytes(call, scales),
+          "onednn matmul " + cpu::onednn::quantized_matmul_weights_layout(call, scales),
+          [&](const int8_t* b, void* out) { cpu::onednn::prepare_quantized_matmul_weights(call, scales, b, out); },
+          int8_matmul_kernel(m), label);
+    }
     if (!fused) continue;
     for (int at : fold.nodes) g.nodes[static_cast<size_t>(at)].removed = true;
     if (fold.vector >= 0) n.inputs.push_back(fold.vector);
@@ -448,8 +511,12 @@ std::string use_int8_layouts(Graph& g) {
   }
   const std::string dequantized_note =
       dequantized ? ", " + std::to_string(dequantized) + " of them dequantized in their epilogue" : "";
+  auto tiles_note = [&] {
+    return on_tiles ? ", " + std::to_string(on_tiles) + " of the layers on Kiln's int8 tiles" : "";
+  };
   if (convs.empty())
-    return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once" + dequantized_note;
+    return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once" +
+           dequantized_note + tiles_note();
   ChannelsLast channels_last(g, at);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (channels_last(static_cast<int>(v))) g.values[v].layout = "nhwc";
@@ -461,11 +528,22 @@ std::string use_int8_layouts(Graph& g) {
     nhwc += c.call.x_nhwc + c.call.y_nhwc;
     const cpu::onednn::QuantizedConvCall& call = c.call;
     const float* scales = c.scales.data();
-    on_prepared_weights(g, n, cpu::onednn::quantized_weights_bytes(call, scales),
-                        "onednn " + cpu::onednn::quantized_weights_layout(call, scales),
-                        [&](const int8_t* w, void* out) { cpu::onednn::prepare_quantized_weights(call, scales, w, out); },
-                        int8_conv_kernel(c),
-                        std::string("qlinear_conv2d (int8") + (call.x_nhwc || call.y_nhwc ? ", channels-last)" : ")"));
+    const std::string label =
+        std::string("qlinear_conv2d (int8") + (call.x_nhwc || call.y_nhwc ? ", channels-last)" : ")");
+    if (conv_on_tiles(call)) {
+      const int64_t k = call.shape.c, cols = call.shape.o;  // weights [o, c, 1, 1]: B(i, j) at j * c + i
+      on_prepared_weights(
+          g, n, cpu::int8_gemm::packed_bytes(k, cols), tiles_layout(k, cols),
+          [&](const int8_t* w, void* out) { cpu::int8_gemm::pack(w, k, cols, 1, k, out); }, int8_tiles_conv_kernel(c),
+          label);
+      ++on_tiles;
+      continue;
+    }
+    on_prepared_weights(
+        g, n, cpu::onednn::quantized_weights_bytes(call, scales),
+        "onednn " + cpu::onednn::quantized_weights_layout(call, scales),
+        [&](const int8_t* w, void* out) { cpu::onednn::prepare_quantized_weights(call, scales, w, out); },
+        int8_conv_kernel(c), label);
   }
   size_t pools = 0;
   for (Node& n : g.nodes) {
@@ -503,9 +581,12 @@ std::string use_int8_layouts(Graph& g) {
     ++others;
   }
   return "gave " + std::to_string(convs.size()) + " int8 convolutions and " + std::to_string(matmuls.size()) +
-         " matrix products weights reordered once" + dequantized_note + ", " + std::to_string(nhwc) + " of the convolutions' activations "
-         "channels-last" + (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "") +
-         (others ? ", " + std::to_string(others) + " average pools and concatenations channels-last" : "");
+         " matrix products weights reordered once" + dequantized_note + ", " + std::to_string(nhwc) +
+         " of the convolutions' activations "
+         "channels-last" +
+         (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "") +
+         (others ? ", " + std::to_string(others) + " average pools and concatenations channels-last" : "") +
+         tiles_note();
 }
 
 }  // namespace kiln::graph

@@ -1,0 +1,255 @@
+#include "backends/cpu/int8_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/exp16.h"  // the AVX-512 intrinsics, where the machine has them
+#include "kiln/error.h"
+#include "kiln/parallel.h"
+
+namespace kiln::cpu::int8_gemm {
+namespace {
+
+constexpr int64_t kPanel = 32;  // columns of a full panel: two registers
+constexpr int64_t kRows = 12;   // rows of a tile: 24 accumulators, 2 of B, 1 of A
+
+int64_t groups_of(int64_t k) { return (k + 3) / 4; }
+int64_t panels_of(int64_t n) { return (n + kPanel - 1) / kPanel; }
+// Every panel but the last is 32 wide; the last takes 16 where 16 columns are left or fewer.
+int64_t panel_bytes(int64_t k) { return groups_of(k) * kPanel * 4; }
+int64_t sums_offset(int64_t k, int64_t n) { return (panels_of(n) * panel_bytes(k) + 63) / 64 * 64; }
+
+}  // namespace
+
+int64_t packed_bytes(int64_t k, int64_t n) { return sums_offset(k, n) + panels_of(n) * kPanel * 4; }
+
+void pack(const int8_t* b, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, void* out) {
+  auto* bytes = static_cast<int8_t*>(out);
+  std::memset(bytes, 0, static_cast<size_t>(packed_bytes(k, n)));
+  auto* sums = reinterpret_cast<int32_t*>(bytes + sums_offset(k, n));
+  for (int64_t p = 0; p < panels_of(n); ++p) {
+    const int64_t first = p * kPanel, width = std::min(kPanel, n - first) <= 16 ? 16 : kPanel;
+    int8_t* panel = bytes + p * panel_bytes(k);
+    for (int64_t j = first; j < std::min(n, first + kPanel); ++j)
+      for (int64_t i = 0; i < k; ++i) {
+        const int8_t v = b[i * row_stride + j * col_stride];
+        panel[(i / 4) * width * 4 + (j - first) * 4 + i % 4] = v;
+        sums[j] += v;
+      }
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+
+namespace {
+
+// The constants of a tile's columns: C registers of 16 (the last masked to
+// the columns there are).
+template <int C>
+struct Columns {
+  __mmask16 mask[C];
+  __m512i adjust[C];  // bias - a_zero * column sum
+  __m512 scale[C];
+  __m512 vector[C];
+};
+
+// adjust: bias - a_zero * column sum for every column, padded to whole panels.
+template <int C>
+Columns<C> columns_of(const Call& c, const int32_t* adjust, int64_t first) {
+  Columns<C> k;
+  for (int i = 0; i < C; ++i) {
+    const int64_t col = first + 16 * i, left = std::clamp<int64_t>(c.n - col, 0, 16);
+    k.mask[i] = static_cast<__mmask16>((1u << left) - 1);
+    k.adjust[i] = _mm512_loadu_si512(adjust + col);
+    k.scale[i] = c.per_column ? _mm512_maskz_loadu_ps(k.mask[i], c.scales + col) : _mm512_set1_ps(c.scales[0]);
+    k.vector[i] = c.dequantized.add_vector ? _mm512_maskz_loadu_ps(k.mask[i], c.vector + col) : _mm512_setzero_ps();
+  }
+  return k;
+}
+
+// Sixteen int32 values stored as bytes, saturated to the 8-bit type's range.
+template <bool Signed>
+inline void store_saturated(void* y, __mmask16 mask, __m512i q) {
+  if constexpr (Signed)
+    _mm_mask_storeu_epi8(y, mask, _mm512_cvtsepi32_epi8(q));
+  else
+    _mm_mask_storeu_epi8(y, mask, _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512())));
+}
+
+inline __m512 rounded(__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+
+// One tile's sums (which start from the columns' adjustments) through the
+// epilogue into rows [row, row + R) of y. An integer result is
+// round(sum * scale + zero), saturated: the zero point added in the same
+// fused multiply-add (oneDNN and ONNX Runtime add it after rounding, which
+// differs by one only where the product lies within a float32 step of a
+// half), and clipped to 2^30 first only where a product could pass the
+// conversion's range (Call::clip). At 16 deep, this epilogue costs more
+// than the products; every instruction in it counts.
+template <int R, int C, bool Signed>
+[[gnu::always_inline]] inline void store_integers(const Call& c, const Columns<C>& k, __m512i (&acc)[R][C], int64_t row,
+                                                  int64_t first, void* y, bool clip) {
+  const __m512 zero = _mm512_set1_ps(static_cast<float>(c.y_zero)), limit = _mm512_set1_ps(1073741824.0f);
+  auto* out = static_cast<uint8_t*>(y) + row * c.ldy + first;
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int i = 0; i < C; ++i) {
+      __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], zero);
+      if (clip) v = _mm512_min_ps(v, limit);
+      store_saturated<Signed>(out + r * c.ldy + 16 * i, k.mask[i], _mm512_cvtps_epi32(v));
+    }
+}
+
+template <int R, int C>
+[[gnu::always_inline]] inline void store_tile(const Call& c, const Columns<C>& k, __m512i (&acc)[R][C], int64_t row,
+                                              int64_t first, void* y, bool clip) {
+  const auto& dq = c.dequantized;
+  if (!dq.on) {
+    if (c.y_signed)
+      store_integers<R, C, true>(c, k, acc, row, first, y, clip);
+    else
+      store_integers<R, C, false>(c, k, acc, row, first, y, clip);
+    return;
+  }
+  const int lo = c.y_signed ? -128 : 0, hi = c.y_signed ? 127 : 255;
+  // The 8-bit result as store_integers makes it (the same fused
+  // multiply-add and rounding), in float; then its dequantization and what
+  // follows, one op at a time as the eager ops compute them.
+  const __m512 yz = _mm512_set1_ps(static_cast<float>(c.y_zero)), flo = _mm512_set1_ps(static_cast<float>(lo)),
+               fhi = _mm512_set1_ps(static_cast<float>(hi)), y_scale = _mm512_set1_ps(dq.y_scale),
+               zero = _mm512_setzero_ps();
+  const __m512 q_scale = _mm512_set1_ps(dq.q_scale), q_zero = _mm512_set1_ps(static_cast<float>(dq.q_zero));
+  const __m512 q_lo = _mm512_set1_ps(dq.q_signed ? -128.0f : 0.0f),
+               q_hi = _mm512_set1_ps(dq.q_signed ? 127.0f : 255.0f);
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int i = 0; i < C; ++i) {
+      __m512 v = rounded(_mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], yz));
+      v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+      v = _mm512_mul_ps(_mm512_sub_ps(v, yz), y_scale);
+      const int64_t at = (row + r) * c.ldy + first + 16 * i;
+      if (dq.add_vector) v = _mm512_add_ps(v, k.vector[i]);
+      if (dq.add_residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k.mask[i], c.residual + at));
+      if (dq.relu) v = _mm512_max_ps(zero, v);  // NaN (from a residual) passes, as the eager relu lets it
+      if (dq.requantize) {
+        v = _mm512_add_ps(rounded(_mm512_div_ps(v, q_scale)), q_zero);
+        v = _mm512_min_ps(_mm512_max_ps(v, q_lo), q_hi);  // NaN to the lowest, as quantize_linear
+        if (dq.q_signed)
+          store_saturated<true>(static_cast<uint8_t*>(y) + at, k.mask[i], _mm512_cvtps_epi32(v));
+        else
+          store_saturated<false>(static_cast<uint8_t*>(y) + at, k.mask[i], _mm512_cvtps_epi32(v));
+      } else {
+        _mm512_mask_storeu_ps(static_cast<float*>(y) + at, k.mask[i], v);
+      }
+    }
+}
+
+// acc += the four byte products of each lane of a (unsigned) and b
+// (signed). As an asm statement that updates acc in place: through the
+// intrinsic, GCC 12 copied every accumulator to another register and spilled
+// half of them each step, and a 12x2 tile ran at half the instruction's rate.
+[[gnu::always_inline]] inline void dot_add(__m512i& acc, __m512i a, __m512i b) {
+  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+}
+
+// R rows of A by one panel of C registers, over every group of 4 k.
+template <int R, int C>
+void tile(const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* panel, int64_t row, int64_t first,
+          void* y, bool clip) {
+  __m512i acc[R][C];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int i = 0; i < C; ++i) acc[r][i] = k.adjust[i];
+  const int64_t groups = groups_of(c.k), lda = c.lda;
+  for (int64_t g = 0; g < groups; ++g, a += 4, panel += C * 64) {
+    __m512i b[C];
+#pragma GCC unroll 2
+    for (int i = 0; i < C; ++i) b[i] = _mm512_loadu_si512(panel + 64 * i);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, a + r * lda, 4);
+      const __m512i av = _mm512_set1_epi32(four);
+#pragma GCC unroll 2
+      for (int i = 0; i < C; ++i) dot_add(acc[r][i], av, b[i]);
+    }
+  }
+  store_tile<R, C>(c, k, acc, row, first, y, clip);
+}
+
+template <int C>
+void tile_of_height(int64_t rows, const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* panel,
+                    int64_t row, int64_t first, void* y, bool clip) {
+  switch (rows) {
+#define KILN_INT8_TILE(R) \
+  case R:                 \
+    return tile<R, C>(c, k, a, panel, row, first, y, clip);
+    KILN_INT8_TILE(1)
+    KILN_INT8_TILE(2) KILN_INT8_TILE(3) KILN_INT8_TILE(4) KILN_INT8_TILE(5) KILN_INT8_TILE(6) KILN_INT8_TILE(7)
+        KILN_INT8_TILE(8) KILN_INT8_TILE(9) KILN_INT8_TILE(10) KILN_INT8_TILE(11) KILN_INT8_TILE(12)
+#undef KILN_INT8_TILE
+            default : KILN_CHECK(false, "an int8 tile of " + std::to_string(rows) + " rows");
+  }
+}
+
+// Whether sum * scale + zero can pass 2^31 for some column (the float to
+// int32 conversion then gives INT_MIN, which would saturate to the low end).
+bool may_pass_int32(const Call& c) {
+  double largest = 0;
+  for (int64_t j = 0; j < (c.per_column ? c.n : 1); ++j) {
+    const double bias = c.bias ? std::fabs(static_cast<double>(c.bias[j])) : 0;
+    const double sum = c.k * 255.0 * 128 + bias;  // each |a - a_zero| at most 255, each |b| 128
+    largest = std::max(largest, sum * std::fabs(c.scales[j]));
+  }
+  return largest + std::fabs(static_cast<double>(c.y_zero)) >= 1073741824.0;
+}
+
+}  // namespace
+
+bool available() { return true; }
+
+void run(const Call& c, const uint8_t* a, const void* packed, void* y) {
+  const auto* bytes = static_cast<const int8_t*>(packed);
+  const auto* sums = reinterpret_cast<const int32_t*>(bytes + sums_offset(c.k, c.n));
+  const int64_t tiles = (c.m + kRows - 1) / kRows, height = (c.m + tiles - 1) / tiles;  // equal heights, 12 at most
+  const int64_t panels = panels_of(c.n), groups = groups_of(c.k);
+  std::vector<int32_t> adjust(static_cast<size_t>(panels * kPanel));
+  for (int64_t j = 0; j < c.n; ++j) adjust[j] = (c.bias ? c.bias[j] : 0) - c.a_zero * sums[j];
+  // Where B fits in the L1 cache with room to spare, a task takes a row
+  // tile's panels one after another, so that each output row is written
+  // whole at once (a 1x1 layer of 16 to 96 channels over 112x112 pixels
+  // otherwise swept its 1.2 MB output once per panel); else a panel's tiles,
+  // so that the panel stays in the L1 cache.
+  const bool rows_outer = panels * panel_bytes(c.k) <= (16 << 10);
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / (height * kPanel * groups * 4));
+  const bool clip = may_pass_int32(c);
+  parallel_for(panels * tiles, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t p = rows_outer ? t % panels : t / tiles, tile = rows_outer ? t / panels : t % tiles;
+      const int64_t row = tile * height, rows = std::min(height, c.m - row), first = p * kPanel;
+      const int8_t* panel = bytes + p * panel_bytes(c.k);
+      const uint8_t* rows_of_a = a + row * c.lda;
+      if (c.n - first <= 16)
+        tile_of_height<1>(rows, c, columns_of<1>(c, adjust.data(), first), rows_of_a, panel, row, first, y, clip);
+      else
+        tile_of_height<2>(rows, c, columns_of<2>(c, adjust.data(), first), rows_of_a, panel, row, first, y, clip);
+    }
+  });
+}
+
+#else
+
+bool available() { return false; }
+
+void run(const Call&, const uint8_t*, const void*, void*) {
+  KILN_CHECK(false, "Kiln's int8 kernels need AVX-512 VNNI; this build has none (check int8_gemm::available first)");
+}
+
+#endif
+
+}  // namespace kiln::cpu::int8_gemm

@@ -1,0 +1,46 @@
+#pragma once
+// Kiln's own int8 matrix product for CPUs with AVX-512 VNNI: unsigned 8-bit
+// rows of A times signed 8-bit B packed once into panels of 32 columns, the
+// sums in int32 registers (vpdpbusd: four byte products a lane an
+// instruction), and the requantization, or the dequantization chain of
+// QuantizedMatmulCall::Dequantized, in the tile's epilogue. It serves the int8 layout pass's matrix
+// products and its 1x1 stride-1 convolutions over channels-last activations
+// (a matrix product of pixels by channels), where oneDNN's brgemm kernels
+// ran BERT's 128x256x1024 feed-forward product at about half the
+// instruction's peak and MobileNetV2's 16-deep 1x1 layers at a fifth.
+#include <cstdint>
+
+#include "backends/cpu/onednn_int8.h"
+
+namespace kiln::cpu::int8_gemm {
+
+// Whether this build has the kernels (compiled for AVX-512 VNNI), and
+// whether they take a product of depth k (whole groups of 4: each row is
+// read 4 bytes at a time).
+bool available();
+inline bool takes_depth(int64_t k) { return k > 0 && k % 4 == 0; }
+
+// The bytes of a packed [k, n] B: its panels, then each column's sum (the
+// correction for A's zero point), int32.
+int64_t packed_bytes(int64_t k, int64_t n);
+// B(i, j) is b[i * row_stride + j * col_stride]: (n, 1) for a matmul's
+// row-major [k, n], (1, k) for a 1x1 convolution's [o, c] weights.
+void pack(const int8_t* b, int64_t k, int64_t n, int64_t row_stride, int64_t col_stride, void* out);
+
+struct Call {
+  int64_t m = 0, k = 0, n = 0;
+  int64_t lda = 0, ldy = 0;       // row strides of A and of y (and of the residual), in elements
+  const float* scales = nullptr;  // a_scale * b_scale / y_scale, per column or one
+  bool per_column = false;
+  const int32_t* bias = nullptr;                         // int32 [n] in the accumulator's scale, or null
+  int32_t a_zero = 0, y_zero = 0;                        // y_zero: of the 8-bit result, dequantized or not
+  bool y_signed = false;                                 // an int8 rather than uint8 result
+  onednn::QuantizedMatmulCall::Dequantized dequantized;  // its y_zero is y_zero here
+  const float* vector = nullptr;                         // dequantized.add_vector's [n]
+  const float* residual = nullptr;                       // dequantized.add_residual's [m, n], row stride ldy
+};
+
+// y = the product of uint8 A [m, k] (row stride lda) and the packed B, through the epilogue.
+void run(const Call& c, const uint8_t* a, const void* packed, void* y);
+
+}  // namespace kiln::cpu::int8_gemm

@@ -1,0 +1,204 @@
+// Kiln's own int8 tiles (int8_gemm, on CPUs with AVX-512 VNNI): products
+// against the exact integer arithmetic over shapes that cross every edge of
+// a tile (rows past 12, the 16- and 32-column panels, depths of one group
+// of 4 and of hundreds), their dequantizing epilogue against the ops it
+// stands for, bit for bit, and a QDQ model whose 1x1 convolution between
+// two others runs on them against the same model computed op by op.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/int8_gemm.h"
+#include "kiln/kiln.h"
+#include "kiln/profiler.h"
+#include "kiln/runtime.h"
+#include "support/onnx_builder.h"
+
+namespace kt = kiln::testing;
+using namespace kiln;
+using ::onnx::TensorProto;
+namespace tiles = kiln::cpu::int8_gemm;
+
+namespace {
+
+Tensor scalar(float v) { return from_vector<float>({v}, {}); }
+
+Tensor random_bytes(const Shape& shape, DType dtype, uint64_t seed) {
+  manual_seed(seed);
+  const double lo = dtype == DType::Int8 ? -128 : 0, hi = dtype == DType::Int8 ? 127 : 255;
+  return cast(floor(rand(shape) * (hi - lo + 1) + lo), dtype);
+}
+
+Tensor packed(const Tensor& b) {  // b [k, n] int8
+  const int64_t k = b.shape()[0], n = b.shape()[1];
+  Tensor p = Tensor::empty({tiles::packed_bytes(k, n)}, DType::UInt8);
+  tiles::pack(b.data<int8_t>(), k, n, n, 1, p.raw_data());
+  return p;
+}
+
+struct Product {
+  int64_t m, k, n;
+};
+
+class Int8Tiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!tiles::available()) GTEST_SKIP() << "this build has no int8 tiles (they need AVX-512 VNNI)";
+  }
+};
+
+// (a - a_zero) b + bias, times the float32 scale, rounded half to even,
+// plus the zero point, saturated: equal to the exact answer but where the
+// float32 rounding of a product within a step of a half goes the other way.
+TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
+  const std::vector<Product> shapes = {{1, 4, 1},    {7, 16, 16},   {12, 16, 17},   {13, 20, 32},
+                                       {37, 64, 33}, {130, 24, 48}, {25, 256, 100}, {3, 1024, 24}};
+  uint64_t seed = 100;
+  for (const Product& p : shapes)
+    for (const bool y_signed : {false, true})
+      for (const bool per_column : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << p.m << "x" << p.k << "x" << p.n << (y_signed ? " int8" : " uint8")
+                                          << (per_column ? " per column" : " per tensor"));
+        const Tensor a = random_bytes({p.m, p.k}, DType::UInt8, ++seed),
+                     b = random_bytes({p.k, p.n}, DType::Int8, ++seed);
+        manual_seed(++seed);
+        const Tensor scale = per_column ? rand({p.n}) * 2e-5 + 1e-5 : scalar(1.7e-5f);
+        const Tensor bias = cast(round(randn({p.n}) * 3000.0), DType::Int32);
+        const int32_t a_zero = 119, y_zero = y_signed ? -4 : 101;
+        Tensor y = Tensor::empty({p.m, p.n}, y_signed ? DType::Int8 : DType::UInt8);
+        tiles::Call c;
+        c.m = p.m, c.k = p.k, c.n = p.n, c.lda = p.k, c.ldy = p.n;
+        c.scales = scale.data<float>(), c.per_column = per_column, c.bias = bias.data<int32_t>();
+        c.a_zero = a_zero, c.y_zero = y_zero, c.y_signed = y_signed;
+        tiles::run(c, a.data<uint8_t>(), packed(b).raw_data(), y.raw_data());
+        const Tensor acc =
+            matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
+        const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
+        const auto want =
+            clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi).contiguous().to_vector<double>();
+        const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
+        size_t equal = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_LE(std::fabs(got[i] - want[i]), 1.0) << "element " << i << ": " << got[i] << " vs " << want[i];
+          equal += got[i] == want[i];
+        }
+        EXPECT_GE(equal, got.size() * 995 / 1000) << equal << " of " << got.size() << " equal";
+      }
+}
+
+// Scales so large that products pass the float-to-int32 conversion's
+// range: every output saturates to the end its sign points at.
+TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
+  const int64_t m = 5, k = 8, n = 20;
+  const Tensor a = random_bytes({m, k}, DType::UInt8, 1), b = random_bytes({k, n}, DType::Int8, 2);
+  const Tensor scale = scalar(1e6f);
+  Tensor y = Tensor::empty({m, n}, DType::UInt8);
+  tiles::Call c;
+  c.m = m, c.k = k, c.n = n, c.lda = k, c.ldy = n, c.scales = scale.data<float>(), c.a_zero = 0, c.y_zero = 0;
+  tiles::run(c, a.data<uint8_t>(), packed(b).raw_data(), y.raw_data());
+  const auto acc = matmul(cast(a, DType::Float64), cast(b, DType::Float64)).contiguous().to_vector<double>();
+  const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], acc[i] > 0 ? 255.0 : 0.0) << "element " << i;
+}
+
+// The dequantized result, then a vector, a residual and a ReLU added, then
+// quantized again: what the quantized product and the ops after it give,
+// bit for bit, at shapes with tails.
+TEST_F(Int8Tiles, TheDequantizingEpilogueEqualsTheOpsItStandsFor) {
+  const Product p{29, 36, 50};
+  const Tensor a = random_bytes({p.m, p.k}, DType::UInt8, 11), b = random_bytes({p.k, p.n}, DType::Int8, 12);
+  manual_seed(13);
+  const Tensor b_scale = rand({p.n}) * 0.01 + 0.001, vector = randn({p.n}), residual = randn({p.m, p.n});
+  const Tensor bias = cast(round(randn({p.n}) * 300.0), DType::Int32);
+  const float a_scale = 0.05f, y_scale = 0.37f;
+  const int32_t a_zero = 131, y_zero = 119;
+  const Tensor scales = scalar(a_scale) * b_scale / scalar(y_scale);
+  const Tensor pb = packed(b);
+  tiles::Call c;
+  c.m = p.m, c.k = p.k, c.n = p.n, c.lda = p.k, c.ldy = p.n;
+  c.scales = scales.data<float>(), c.per_column = true, c.bias = bias.data<int32_t>();
+  c.a_zero = a_zero, c.y_zero = y_zero;
+  Tensor q = Tensor::empty({p.m, p.n}, DType::UInt8);
+  tiles::run(c, a.data<uint8_t>(), pb.raw_data(), q.raw_data());
+  const Tensor y_zero_t = from_vector<uint8_t>({static_cast<uint8_t>(y_zero)}, {});
+  const Tensor expected = relu(dequantize_linear(q, scalar(y_scale), y_zero_t) + vector + residual);
+  c.dequantized.on = true, c.dequantized.y_scale = y_scale, c.dequantized.y_zero = y_zero;
+  c.dequantized.add_vector = c.dequantized.add_residual = c.dequantized.relu = true;
+  c.vector = vector.data<float>(), c.residual = residual.data<float>();
+  Tensor got = Tensor::empty({p.m, p.n});
+  tiles::run(c, a.data<uint8_t>(), pb.raw_data(), got.raw_data());
+  EXPECT_EQ(got.to_vector<float>(), expected.contiguous().to_vector<float>());
+  for (const bool q_signed : {false, true}) {
+    c.dequantized.requantize = true, c.dequantized.q_scale = 0.023f, c.dequantized.q_zero = q_signed ? 3 : 77;
+    c.dequantized.q_signed = q_signed;
+    Tensor requantized = Tensor::empty({p.m, p.n}, q_signed ? DType::Int8 : DType::UInt8);
+    tiles::run(c, a.data<uint8_t>(), pb.raw_data(), requantized.raw_data());
+    const Tensor q_zero = cast(scalar_tensor(q_signed ? 3.0 : 77.0), requantized.dtype());
+    EXPECT_EQ(cast(requantized, DType::Int32).to_vector<int32_t>(),
+              cast(quantize_linear(expected, scalar(0.023f), q_zero), DType::Int32).to_vector<int32_t>())
+        << (q_signed ? "int8" : "uint8") << " requantized";
+  }
+}
+
+// A QDQ model of a 3x3 convolution, a 1x1 one of 24 channels to 40 (a
+// 32-column panel and a 16-column one) and another 3x3: the 1x1, between
+// two channels-last layers, runs on the tiles, and the model's output is
+// the one its ops give one by one, within one step of its quantization.
+TEST_F(Int8Tiles, AOneByOneConvolutionBetweenChannelsLastLayersRunsOnThem) {
+  kt::OnnxBuilder b;
+  b.io(true, "image", TensorProto::FLOAT, {1, 3, 15, 15});
+  auto qdq = [&](const std::string& value, float scale, int zero) {
+    b.init(value + "_scale", scalar(scale));
+    b.init(value + "_zero", from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {}));
+    b.node("QuantizeLinear", {value, value + "_scale", value + "_zero"}, {value + "_q"});
+    b.node("DequantizeLinear", {value + "_q", value + "_scale", value + "_zero"}, {value + "_dq"});
+    return value + "_dq";
+  };
+  auto weights = [&](const std::string& name, const Shape& shape, uint64_t seed) {
+    manual_seed(seed);
+    b.init(name, cast(round(clamp(randn(shape) * 30.0, -127.0, 127.0)), DType::Int8));
+    b.init(name + "_scale", rand({shape[0]}) * 0.004 + 0.002);
+    b.init(name + "_zero", zeros({shape[0]}, DType::Int8));
+    auto* dq = b.node("DequantizeLinear", {name, name + "_scale", name + "_zero"}, {name + "_dq"});
+    kt::OnnxBuilder::integer(dq, "axis", 0);
+    return name + "_dq";
+  };
+  auto* c1 = b.node("Conv", {qdq("image", 0.016f, 128), weights("w1", {24, 3, 3, 3}, 1)}, {"c1"});
+  kt::OnnxBuilder::ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Conv", {qdq("c1", 0.03f, 120), weights("w2", {40, 24, 1, 1}, 2)}, {"c2"});
+  auto* c3 = b.node("Conv", {qdq("c2", 0.05f, 125), weights("w3", {8, 40, 3, 3}, 3)}, {"c3"});
+  kt::OnnxBuilder::ints(c3, "pads", {1, 1, 1, 1});
+  b.io(false, qdq("c3", 0.2f, 128), TensorProto::FLOAT, {1, 8, 15, 15});
+  const std::string path = b.save("qdq_one_by_one.onnx");
+
+  manual_seed(4);
+  const Tensor image = rand({1, 3, 15, 15}) * 4.0 - 2.0;
+  SessionOptions plain;
+  plain.optimization_level = 1;
+  const Tensor want = InferenceSession(path, plain).run({image})[0];
+  InferenceSession session(path);
+  session.run({image});  // (the first run traces, eagerly)
+  profiler::start();
+  const Tensor got = session.run({image})[0];
+  profiler::stop();
+  // The 1x1 layer's weights are the tiles' packing of its [40, 24] (their size says so).
+  const std::string packed_weights = "uint8[" + std::to_string(tiles::packed_bytes(24, 40)) + "]";
+  std::vector<std::string> convs;
+  for (const auto& r : profiler::records())
+    if (r.name.rfind("qlinear_conv2d", 0) == 0) convs.push_back(r.name + ": " + r.shapes);
+  EXPECT_EQ(std::count_if(convs.begin(), convs.end(),
+                          [&](const std::string& c) { return c.find(packed_weights) != std::string::npos; }),
+            1)
+      << ::testing::PrintToString(convs);
+  const auto g = got.to_vector<float>(), w = want.contiguous().to_vector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  size_t equal = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_LE(std::fabs(g[i] - w[i]), 0.2 * 1.0001) << "element " << i;
+    equal += g[i] == w[i];
+  }
+  EXPECT_GE(equal, g.size() * 97 / 100);
+}
+
+}  // namespace
