@@ -93,14 +93,28 @@ template <int R, int C, bool Signed>
                                                   int64_t first, void* y, bool clip) {
   const __m512 zero = _mm512_set1_ps(static_cast<float>(c.y_zero)), limit = _mm512_set1_ps(1073741824.0f);
   auto* out = static_cast<uint8_t*>(y) + row * c.ldy + first;
+  auto integers = [&](int r, int i) {
+    __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], zero);
+    if (clip) v = _mm512_min_ps(v, limit);
+    return _mm512_cvtps_epi32(v);
+  };
+  if constexpr (C == 2) {
+    // A row's 32 values packed to bytes with saturation by two packs, which
+    // interleave 4-value pieces of the two registers in each 128-bit lane,
+    // put in order by one permutation: 3 instructions where two saturating
+    // narrowings took 4 to 6.
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __mmask32 mask = static_cast<__mmask32>(k.mask[0]) | (static_cast<__mmask32>(k.mask[1]) << 16);
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int i = 0; i < C; ++i) {
-      __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], zero);
-      if (clip) v = _mm512_min_ps(v, limit);
-      store_saturated<Signed>(out + r * c.ldy + 16 * i, k.mask[i], _mm512_cvtps_epi32(v));
+    for (int r = 0; r < R; ++r) {
+      const __m512i words = _mm512_packs_epi32(integers(r, 0), integers(r, 1));
+      const __m512i bytes = Signed ? _mm512_packs_epi16(words, words) : _mm512_packus_epi16(words, words);
+      _mm256_mask_storeu_epi8(out + r * c.ldy, mask, _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, bytes)));
     }
+  } else {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) store_saturated<Signed>(out + r * c.ldy, k.mask[0], integers(r, 0));
+  }
 }
 
 template <int R, int C>

@@ -8,17 +8,17 @@
 // runs either way), or an int8 average pool or channel concatenation (which
 // have channels-last forms). Only at the edges of such a region do values pass
 // through plain NCHW. Where the CPU has VNNI, products of uint8 rows and 1x1
-// stride-1 convolutions between channels-last layers run on Kiln's own int8
-// tiles (int8_gemm.h) instead, on weights packed once for them.
+// convolutions between channels-last layers run on Kiln's own int8 tiles
+// instead (int8_tiles.h), on weights packed once for them.
 #include <algorithm>
 #include <functional>
 #include <numeric>
 #include <optional>
 #include <set>
 
-#include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/passes/cpu_passes.h"
+#include "backends/cpu/passes/int8_tiles.h"
 #include "backends/cpu/passes/layout_pass.h"
 #include "backends/cpu/plain_pool.h"
 #include "backends/cpu/quantize_layout.h"
@@ -96,11 +96,6 @@ struct Int8Matmul {
   bool tiles = false;  // on Kiln's own int8 tiles (int8_gemm) rather than oneDNN's primitive
 };
 
-// Whether Kiln's int8 tiles take a product of depth k: uint8 rows, on a CPU with VNNI.
-bool tiles_take(int64_t k, bool a_signed) {
-  return cpu::int8_gemm::available() && !a_signed && cpu::int8_gemm::takes_depth(k);
-}
-
 // A qlinear_matmul whose b, scales, zero points and bias are constants and
 // which Kiln's int8 tiles or oneDNN compute exactly: its b is prepared once too.
 std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
@@ -118,28 +113,11 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   m.y_zero = cpu::onednn::zero_point_of(tensor(6));
   m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
             g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true, {}};
-  m.tiles = tiles_take(k, m.call.a_signed);
+  m.tiles = int8_tiles::take_matmul(k, m.call.a_signed);
   if (m.tiles) return m;
   if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
   if (cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data()) == 0) return std::nullopt;
   return m;
-}
-
-CustomKernel int8_tiles_matmul_kernel(const Int8Matmul& m) {
-  return [m](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    // Inputs as int8_matmul_kernel's.
-    const auto& dq = m.call.dequantized;
-    const size_t vector_at = m.call.bias ? 3 : 2, residual_at = vector_at + (dq.add_vector ? 1 : 0);
-    cpu::int8_gemm::Call c;
-    c.m = m.call.m, c.k = m.call.k, c.n = m.call.n, c.lda = m.call.k, c.ldy = m.call.n;
-    c.scales = m.scales.data(), c.per_column = m.call.per_column;
-    c.bias = m.call.bias ? in[2].data<int32_t>() : nullptr;
-    c.a_zero = m.a_zero, c.y_zero = m.y_zero, c.y_signed = m.call.y_signed;
-    c.dequantized = dq;
-    c.vector = dq.add_vector ? in[vector_at].data<float>() : nullptr;
-    c.residual = dq.add_residual ? in[residual_at].data<float>() : nullptr;
-    cpu::int8_gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
-  };
 }
 
 CustomKernel int8_matmul_kernel(const Int8Matmul& m) {
@@ -410,31 +388,6 @@ CustomKernel int8_conv_kernel(const Int8Conv& c) {
   };
 }
 
-// The name of int8_gemm's packed layout (weights prepared once are shared by layout).
-std::string tiles_layout(int64_t k, int64_t n) {
-  return "kiln int8 panels " + std::to_string(k) + "x" + std::to_string(n);
-}
-
-// A 1x1 stride-1 convolution over channels-last uint8 activations is a
-// matrix product of pixels by channels, which Kiln's int8 tiles take.
-bool conv_on_tiles(const cpu::onednn::QuantizedConvCall& call) {
-  const cpu::onednn::ConvShape& s = call.shape;
-  return call.x_nhwc && call.y_nhwc && s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0 &&
-         s.groups == 1 && s.oh == s.h && s.ow == s.w && tiles_take(s.c, call.x_signed);
-}
-
-CustomKernel int8_tiles_conv_kernel(const Int8Conv& conv) {
-  return [conv](const std::vector<Tensor>& in, std::vector<Tensor>& out) {
-    const cpu::onednn::ConvShape& s = conv.call.shape;
-    cpu::int8_gemm::Call c;
-    c.m = s.n * s.h * s.w, c.k = s.c, c.n = s.o, c.lda = s.c, c.ldy = s.o;
-    c.scales = conv.scales.data(), c.per_column = conv.call.per_channel;
-    c.bias = conv.call.bias ? in[2].data<int32_t>() : nullptr;
-    c.a_zero = conv.x_zero, c.y_zero = conv.y_zero, c.y_signed = conv.call.y_signed;
-    cpu::int8_gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
-  };
-}
-
 // qlinear op n becomes `kernel` over its input, its constant weights (input
 // 3) reordered once by `prepare` into `bytes` of the primitive's `layout`
 // (shared by every graph of those weights), and its bias.
@@ -490,9 +443,9 @@ std::string use_int8_layouts(Graph& g) {
                (call.dequantized.requantize ? " + quantize" : "");
     if (m.tiles) {
       on_prepared_weights(
-          g, n, cpu::int8_gemm::packed_bytes(call.k, call.n), tiles_layout(call.k, call.n),
-          [&](const int8_t* b, void* out) { cpu::int8_gemm::pack(b, call.k, call.n, call.n, 1, out); },
-          int8_tiles_matmul_kernel(m), label);
+          g, n, int8_tiles::packed_bytes(call.k, call.n), int8_tiles::layout(call.k, call.n),
+          [&](const int8_t* b, void* out) { int8_tiles::pack_matmul(b, call.k, call.n, out); },
+          int8_tiles::matmul_kernel(call, m.scales, m.a_zero, m.y_zero), label);
       ++on_tiles;
     } else {
       on_prepared_weights(
@@ -530,12 +483,11 @@ std::string use_int8_layouts(Graph& g) {
     const float* scales = c.scales.data();
     const std::string label =
         std::string("qlinear_conv2d (int8") + (call.x_nhwc || call.y_nhwc ? ", channels-last)" : ")");
-    if (conv_on_tiles(call)) {
-      const int64_t k = call.shape.c, cols = call.shape.o;  // weights [o, c, 1, 1]: B(i, j) at j * c + i
+    if (int8_tiles::take_conv(call)) {
       on_prepared_weights(
-          g, n, cpu::int8_gemm::packed_bytes(k, cols), tiles_layout(k, cols),
-          [&](const int8_t* w, void* out) { cpu::int8_gemm::pack(w, k, cols, 1, k, out); }, int8_tiles_conv_kernel(c),
-          label);
+          g, n, int8_tiles::conv_packed_bytes(call), int8_tiles::conv_layout(call),
+          [&](const int8_t* weights, void* out) { int8_tiles::pack_conv(call, weights, out); },
+          int8_tiles::conv_kernel(call, c.scales, c.x_zero, c.y_zero), label);
       ++on_tiles;
       continue;
     }

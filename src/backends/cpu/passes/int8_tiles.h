@@ -1,0 +1,41 @@
+#pragma once
+// The int8 layout pass's use of Kiln's own int8 tiles (int8_gemm.h): which
+// matrix products and convolutions they take, their weights' packing, and
+// their kernels: matrix products of uint8 rows, and 1x1 stride-1
+// convolutions between channels-last layers, where the CPU has VNNI. Other
+// convolutions stay on oneDNN's brgemm kernels: run as an implicit GEMM over
+// a padded image, the tiles were no faster on ResNet-18's 3x3 layers inside
+// the model, where oneDNN ran the 64-channel ones at 56x56 within 5% of
+// vpdpbusd's peak (2-core Intel Sapphire Rapids).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/onednn_int8.h"
+#include "graph/ir.h"
+
+namespace kiln::graph::int8_tiles {
+
+// A product of depth k: uint8 rows (a_signed false) on a CPU with VNNI.
+bool take_matmul(int64_t k, bool a_signed);
+// A convolution: 1x1, stride 1, one group, channels-last uint8 in and out.
+bool take_conv(const cpu::onednn::QuantizedConvCall& call);
+
+// The packed weights of a [k, n] product: their size, a name for the
+// layout (weights prepared once are shared by layout), and the packing.
+int64_t packed_bytes(int64_t k, int64_t n);
+std::string layout(int64_t k, int64_t n);
+void pack_matmul(const int8_t* b, int64_t k, int64_t n, void* out);
+// A 1x1 convolution's weights [o, c, 1, 1] as the product's [c, o].
+int64_t conv_packed_bytes(const cpu::onednn::QuantizedConvCall& call);
+std::string conv_layout(const cpu::onednn::QuantizedConvCall& call);
+void pack_conv(const cpu::onednn::QuantizedConvCall& call, const int8_t* w, void* out);
+
+// Kernels over (input, packed weights, bias where the call has one, then
+// the matmul's dequantization vector and residual where it has them).
+CustomKernel matmul_kernel(const cpu::onednn::QuantizedMatmulCall& call, const std::vector<float>& scales,
+                           int32_t a_zero, int32_t y_zero);
+CustomKernel conv_kernel(const cpu::onednn::QuantizedConvCall& call, const std::vector<float>& scales, int32_t x_zero,
+                         int32_t y_zero);
+
+}  // namespace kiln::graph::int8_tiles
