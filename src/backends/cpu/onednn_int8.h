@@ -96,4 +96,8 @@ void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float*
 // them for such CPUs): oneDNN halves the weights for int8 inputs there.
 bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input);
 
+// Whether oneDNN runs int8 products on AMX tiles here (8 times VNNI's
+// products a cycle): then its primitives beat any VNNI kernel.
+bool int8_on_amx();
+
 }  // namespace kiln::cpu::onednn

@@ -16,7 +16,9 @@ bool is_one_by_one(const ConvShape& s) {
 
 }  // namespace
 
-bool take_matmul(int64_t k, bool a_signed) { return gemm::available() && !a_signed && gemm::takes_depth(k); }
+bool take_matmul(int64_t k, bool a_signed) {
+  return gemm::available() && !cpu::onednn::int8_on_amx() && !a_signed && gemm::takes_depth(k);
+}
 
 bool take_conv(const QuantizedConvCall& call) {
   return call.x_nhwc && call.y_nhwc && call.shape.groups == 1 && is_one_by_one(call.shape) &&
