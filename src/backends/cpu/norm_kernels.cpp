@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/norm_rows.h"
 #include "backends/cpu/vec8.h"
 #include "core/philox.h"
 #include "kiln/generator.h"
@@ -189,6 +190,33 @@ void batch_norm_backward_kernel(const Ins& in, Outs& out, const Attrs& a) {
   });
 }
 
+// The mean and 1 / standard deviation of one row of m values, summed in double.
+template <typename T>
+void row_moments(const T* p, int64_t m, double eps, double& mean, double& rstd) {
+  double shift = m > 0 ? static_cast<double>(p[0]) : 0.0, s = 0, shifted_sq = 0;
+  lane_sums(p, m, shift, s, shifted_sq);
+  mean = s / static_cast<double>(m);
+  double ss = std::max(0.0, shifted_sq - static_cast<double>(m) * (mean - shift) * (mean - shift));
+  rstd = 1.0 / std::sqrt(ss / static_cast<double>(m) + eps);
+}
+
+// One layer-norm row: element k takes affine k. No index arithmetic per
+// element, so the loop vectorizes; the general one in normalize_rows pays an
+// integer division per element and ran 5x slower.
+template <typename T>
+void layer_norm_row_of(const T* p, T* q, int64_t m, double eps, const T* w, const T* b, T* pmean, T* prstd) {
+  double mean, rstd;
+  row_moments(p, m, eps, mean, rstd);
+  if (pmean) *pmean = static_cast<T>(mean), *prstd = static_cast<T>(rstd);
+  const T mu = static_cast<T>(mean), rs = static_cast<T>(rstd);
+  for (int64_t k = 0; k < m; ++k) {
+    T v = (p[k] - mu) * rs;
+    if (w) v *= w[k];
+    if (b) v += b[k];
+    q[k] = v;
+  }
+}
+
 // Normalizes `rows` rows of `m` elements; affine index = element % affine_period / affine_div.
 template <typename T>
 void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_t m, double eps, const T* w, const T* b,
@@ -197,26 +225,14 @@ void normalize_rows(const T* px, T* py, T* pmean, T* prstd, int64_t rows, int64_
     for (int64_t r = r0; r < r1; ++r) {
       const T* p = px + r * m;
       T* q = py + r * m;
-      double shift = m > 0 ? static_cast<double>(p[0]) : 0.0, s = 0, shifted_sq = 0;
-      lane_sums(p, m, shift, s, shifted_sq);
-      double mean = s / static_cast<double>(m);
-      double ss = std::max(0.0, shifted_sq - static_cast<double>(m) * (mean - shift) * (mean - shift));
-      double rstd = 1.0 / std::sqrt(ss / static_cast<double>(m) + eps);
-      pmean[r] = static_cast<T>(mean);
-      prstd[r] = static_cast<T>(rstd);
       if (affine_div == 1 && affine_period == m) {
-        // Layer norm: element k takes affine k. No index arithmetic per
-        // element, so the loop vectorizes; the general one below pays an
-        // integer division per element and ran 5x slower.
-        const T mu = static_cast<T>(mean), rs = static_cast<T>(rstd);
-        for (int64_t k = 0; k < m; ++k) {
-          T v = (p[k] - mu) * rs;
-          if (w) v *= w[k];
-          if (b) v += b[k];
-          q[k] = v;
-        }
+        layer_norm_row_of(p, q, m, eps, w, b, pmean + r, prstd + r);
         continue;
       }
+      double mean, rstd;
+      row_moments(p, m, eps, mean, rstd);
+      pmean[r] = static_cast<T>(mean);
+      prstd[r] = static_cast<T>(rstd);
       int64_t base = (r % row_offset_period) * m;
       for (int64_t k = 0; k < m; ++k) {
         T v = static_cast<T>((p[k] - mean) * rstd);
@@ -353,6 +369,10 @@ void dropout_kernel(const Ins& in, Outs& out, const Attrs& a) {
 }
 
 }  // namespace
+
+void layer_norm_row(const float* x, float* y, int64_t m, double eps, const float* w, const float* b) {
+  layer_norm_row_of<float>(x, y, m, eps, w, b, nullptr, nullptr);
+}
 
 KILN_CPU_F32_F64("batch_norm", batch_norm_kernel);
 KILN_CPU_F32_F64("batch_norm_backward", batch_norm_backward_kernel);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cpu/kernel_helpers.h"
+#include "backends/cpu/norm_rows.h"
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/quantize_layout.h"
 #include "ops/conv_attrs.h"
@@ -291,20 +292,37 @@ void quantize_to_channels_last(const Tensor& x, float scale, int32_t zero, Tenso
 
 namespace {
 
+template <typename TX>
+void dequantize_block(const TX* __restrict px, float* __restrict py, int64_t n, float scale, float zero) {
+  for (int64_t i = 0; i < n; ++i) py[i] = (static_cast<float>(px[i]) - zero) * scale;
+}
+
 void dequantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor q = in[0].contiguous();
   const float scale = scale_of(in[1]), zero = static_cast<float>(zero_point_of(in[2]));
   float* py = out[0].data<float>();
   auto run = [&]<typename TX>(const TX* px) {
-    parallel_for(q.numel(), 1 << 15, [=](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) py[i] = (static_cast<float>(px[i]) - zero) * scale;
-    });
+    parallel_for(q.numel(), 1 << 15,
+                 [=](int64_t b, int64_t e) { dequantize_block(px + b, py + b, e - b, scale, zero); });
   };
   if (q.dtype() == DType::UInt8) run(q.data<uint8_t>());
   else run(q.data<int8_t>());
 }
 
 }  // namespace
+
+void quantize_row(const float* x, uint8_t* y, int64_t n, float scale, int32_t zero) {
+  quantize_block<uint8_t>(x, y, n, scale, static_cast<float>(zero));
+}
+void quantize_row(const float* x, int8_t* y, int64_t n, float scale, int32_t zero) {
+  quantize_block<int8_t>(x, y, n, scale, static_cast<float>(zero));
+}
+void dequantize_row(const uint8_t* q, float* y, int64_t n, float scale, int32_t zero) {
+  dequantize_block(q, y, n, scale, static_cast<float>(zero));
+}
+void dequantize_row(const int8_t* q, float* y, int64_t n, float scale, int32_t zero) {
+  dequantize_block(q, y, n, scale, static_cast<float>(zero));
+}
 
 KILN_REGISTER_KERNEL("quantize_linear", CPU, quantize_linear_kernel, DType::Float32);
 KILN_REGISTER_KERNEL("dequantize_linear", CPU, dequantize_linear_kernel, DType::UInt8, DType::Int8);

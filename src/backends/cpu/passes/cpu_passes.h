@@ -26,6 +26,9 @@ std::string pool_values_only(Graph& g);  // max pools on plain float32 or 8-bit 
 // int8 convolutions on weights reordered once, their activations channels-last where only they and
 // elementwise ops touch them (int8_layouts.cpp).
 std::string use_int8_layouts(Graph& g);
+// Inference: a float32 layer norm whose result is quantized (and that
+// quantization dequantized) as one kernel, row by row (norm_quantize.cpp).
+std::string fuse_layer_norm_quantize(Graph& g);
 
 // A view, or a permute that moves only axes of size 1, which keeps its
 // input's elements in their order (onednn_fusion.cpp): folds of a residual
