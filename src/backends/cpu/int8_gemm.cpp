@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/cpu_caches.h"
 #include "backends/cpu/exp16.h"  // the AVX-512 intrinsics, where the machine has them
 #include "kiln/error.h"
 #include "kiln/parallel.h"
@@ -234,12 +235,12 @@ void run(const Call& c, const uint8_t* a, const void* packed, void* y) {
   const int64_t panels = panels_of(c.n), groups = groups_of(c.k);
   std::vector<int32_t> adjust(static_cast<size_t>(panels * kPanel));
   for (int64_t j = 0; j < c.n; ++j) adjust[j] = (c.bias ? c.bias[j] : 0) - c.a_zero * sums[j];
-  // Where B fits in the L1 cache with room to spare, a task takes a row
-  // tile's panels one after another, so that each output row is written
-  // whole at once (a 1x1 layer of 16 to 96 channels over 112x112 pixels
-  // otherwise swept its 1.2 MB output once per panel); else a panel's tiles,
-  // so that the panel stays in the L1 cache.
-  const bool rows_outer = panels * panel_bytes(c.k) <= (16 << 10);
+  // Where B takes a third of the L1 cache or less (16 KB of 48), a task
+  // takes a row tile's panels one after another, so that each output row
+  // is written whole at once (a 1x1 layer of 16 to 96 channels over 112x112
+  // pixels otherwise swept its 1.2 MB output once per panel); else a
+  // panel's tiles, so that the panel stays in the L1 cache.
+  const bool rows_outer = panels * panel_bytes(c.k) <= cpu_caches().l1d_bytes / 3;
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / (height * kPanel * groups * 4));
   const bool clip = may_pass_int32(c);
   parallel_for(panels * tiles, grain, [&](int64_t lo, int64_t hi) {
