@@ -52,7 +52,7 @@ class Int8Tiles : public ::testing::Test {
 // plus the zero point, saturated: equal to the exact answer but where the
 // float32 rounding of a product within a step of a half goes the other way.
 TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
-  const std::vector<Product> shapes = {{1, 4, 1},    {7, 16, 16},   {12, 16, 17},   {13, 20, 32},
+  const std::vector<Product> shapes = {{0, 8, 16},  {1, 4, 1},    {7, 16, 16},   {12, 16, 17},   {13, 20, 32},
                                        {37, 64, 33}, {130, 24, 48}, {25, 256, 100}, {3, 1024, 24}};
   uint64_t seed = 100;
   for (const Product& p : shapes)

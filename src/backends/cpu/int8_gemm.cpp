@@ -229,6 +229,7 @@ bool may_pass_int32(const Call& c) {
 bool available() { return true; }
 
 void run(const Call& c, const uint8_t* a, const void* packed, void* y) {
+  if (c.m <= 0 || c.n <= 0) return;  // (an empty batch)
   const auto* bytes = static_cast<const int8_t*>(packed);
   const auto* sums = reinterpret_cast<const int32_t*>(bytes + sums_offset(c.k, c.n));
   const int64_t tiles = (c.m + kRows - 1) / kRows, height = (c.m + tiles - 1) / tiles;  // equal heights, 12 at most
