@@ -1,9 +1,10 @@
 // Kiln's own int8 tiles (int8_gemm, on CPUs with AVX-512 VNNI): products
-// against the exact integer arithmetic over shapes that cross every edge of
-// a tile (rows past 12, the 16- and 32-column panels, depths of one group
-// of 4 and of hundreds), their dequantizing epilogue against the ops it
-// stands for, bit for bit, and a QDQ model whose 1x1 convolution between
-// two others runs on them against the same model computed op by op.
+// of uint8 and int8 rows against the exact integer arithmetic over shapes
+// that cross every edge of a tile (rows past 12, the 16- and 32-column
+// panels, depths of one group of 4 and of hundreds), their dequantizing
+// epilogue against the ops it stands for, bit for bit, and a QDQ model
+// whose 1x1 convolution between two others runs on them against the same
+// model computed op by op.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,35 +57,37 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
                                        {37, 64, 33}, {130, 24, 48}, {25, 256, 100}, {3, 1024, 24}};
   uint64_t seed = 100;
   for (const Product& p : shapes)
-    for (const bool y_signed : {false, true})
-      for (const bool per_column : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << p.m << "x" << p.k << "x" << p.n << (y_signed ? " int8" : " uint8")
-                                          << (per_column ? " per column" : " per tensor"));
-        const Tensor a = random_bytes({p.m, p.k}, DType::UInt8, ++seed),
-                     b = random_bytes({p.k, p.n}, DType::Int8, ++seed);
-        manual_seed(++seed);
-        const Tensor scale = per_column ? rand({p.n}) * 2e-5 + 1e-5 : scalar(1.7e-5f);
-        const Tensor bias = cast(round(randn({p.n}) * 3000.0), DType::Int32);
-        const int32_t a_zero = 119, y_zero = y_signed ? -4 : 101;
-        Tensor y = Tensor::empty({p.m, p.n}, y_signed ? DType::Int8 : DType::UInt8);
-        tiles::Call c;
-        c.m = p.m, c.k = p.k, c.n = p.n, c.lda = p.k, c.ldy = p.n;
-        c.scales = scale.data<float>(), c.per_column = per_column, c.bias = bias.data<int32_t>();
-        c.a_zero = a_zero, c.y_zero = y_zero, c.y_signed = y_signed;
-        tiles::run(c, a.data<uint8_t>(), packed(b).raw_data(), y.raw_data());
-        const Tensor acc =
-            matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
-        const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
-        const auto want =
-            clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi).contiguous().to_vector<double>();
-        const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
-        size_t equal = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_LE(std::fabs(got[i] - want[i]), 1.0) << "element " << i << ": " << got[i] << " vs " << want[i];
-          equal += got[i] == want[i];
+    for (const bool a_signed : {false, true})
+      for (const bool y_signed : {false, true})
+        for (const bool per_column : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << p.m << "x" << p.k << "x" << p.n << (a_signed ? " int8 in" : " uint8 in")
+                       << (y_signed ? ", int8 out" : ", uint8 out") << (per_column ? ", per column" : ", per tensor"));
+          const Tensor a = random_bytes({p.m, p.k}, a_signed ? DType::Int8 : DType::UInt8, ++seed);
+          const Tensor b = random_bytes({p.k, p.n}, DType::Int8, ++seed);
+          manual_seed(++seed);
+          const Tensor scale = per_column ? rand({p.n}) * 2e-5 + 1e-5 : scalar(1.7e-5f);
+          const Tensor bias = cast(round(randn({p.n}) * 3000.0), DType::Int32);
+          const int32_t a_zero = a_signed ? -9 : 119, y_zero = y_signed ? -4 : 101;
+          Tensor y = Tensor::empty({p.m, p.n}, y_signed ? DType::Int8 : DType::UInt8);
+          tiles::Call c;
+          c.m = p.m, c.k = p.k, c.n = p.n, c.lda = p.k, c.ldy = p.n;
+          c.scales = scale.data<float>(), c.per_column = per_column, c.bias = bias.data<int32_t>();
+          c.a_signed = a_signed, c.a_zero = a_zero, c.y_zero = y_zero, c.y_signed = y_signed;
+          tiles::run(c, a.raw_data(), packed(b).raw_data(), y.raw_data());
+          const Tensor acc =
+              matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
+          const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
+          const auto want =
+              clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi).contiguous().to_vector<double>();
+          const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
+          size_t equal = 0;
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_LE(std::fabs(got[i] - want[i]), 1.0) << "element " << i << ": " << got[i] << " vs " << want[i];
+            equal += got[i] == want[i];
+          }
+          EXPECT_GE(equal, got.size() * 995 / 1000) << equal << " of " << got.size() << " equal";
         }
-        EXPECT_GE(equal, got.size() * 995 / 1000) << equal << " of " << got.size() << " equal";
-      }
 }
 
 // Scales so large that products pass the float-to-int32 conversion's
@@ -96,7 +99,7 @@ TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
   Tensor y = Tensor::empty({m, n}, DType::UInt8);
   tiles::Call c;
   c.m = m, c.k = k, c.n = n, c.lda = k, c.ldy = n, c.scales = scale.data<float>(), c.a_zero = 0, c.y_zero = 0;
-  tiles::run(c, a.data<uint8_t>(), packed(b).raw_data(), y.raw_data());
+  tiles::run(c, a.raw_data(), packed(b).raw_data(), y.raw_data());
   const auto acc = matmul(cast(a, DType::Float64), cast(b, DType::Float64)).contiguous().to_vector<double>();
   const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], acc[i] > 0 ? 255.0 : 0.0) << "element " << i;
@@ -120,20 +123,20 @@ TEST_F(Int8Tiles, TheDequantizingEpilogueEqualsTheOpsItStandsFor) {
   c.scales = scales.data<float>(), c.per_column = true, c.bias = bias.data<int32_t>();
   c.a_zero = a_zero, c.y_zero = y_zero;
   Tensor q = Tensor::empty({p.m, p.n}, DType::UInt8);
-  tiles::run(c, a.data<uint8_t>(), pb.raw_data(), q.raw_data());
+  tiles::run(c, a.raw_data(), pb.raw_data(), q.raw_data());
   const Tensor y_zero_t = from_vector<uint8_t>({static_cast<uint8_t>(y_zero)}, {});
   const Tensor expected = relu(dequantize_linear(q, scalar(y_scale), y_zero_t) + vector + residual);
   c.dequantized.on = true, c.dequantized.y_scale = y_scale, c.dequantized.y_zero = y_zero;
   c.dequantized.add_vector = c.dequantized.add_residual = c.dequantized.relu = true;
   c.vector = vector.data<float>(), c.residual = residual.data<float>();
   Tensor got = Tensor::empty({p.m, p.n});
-  tiles::run(c, a.data<uint8_t>(), pb.raw_data(), got.raw_data());
+  tiles::run(c, a.raw_data(), pb.raw_data(), got.raw_data());
   EXPECT_EQ(got.to_vector<float>(), expected.contiguous().to_vector<float>());
   for (const bool q_signed : {false, true}) {
     c.dequantized.requantize = true, c.dequantized.q_scale = 0.023f, c.dequantized.q_zero = q_signed ? 3 : 77;
     c.dequantized.q_signed = q_signed;
     Tensor requantized = Tensor::empty({p.m, p.n}, q_signed ? DType::Int8 : DType::UInt8);
-    tiles::run(c, a.data<uint8_t>(), pb.raw_data(), requantized.raw_data());
+    tiles::run(c, a.raw_data(), pb.raw_data(), requantized.raw_data());
     const Tensor q_zero = cast(scalar_tensor(q_signed ? 3.0 : 77.0), requantized.dtype());
     EXPECT_EQ(cast(requantized, DType::Int32).to_vector<int32_t>(),
               cast(quantize_linear(expected, scalar(0.023f), q_zero), DType::Int32).to_vector<int32_t>())

@@ -9,6 +9,7 @@
 #include "backends/cpu/exp16.h"  // the AVX-512 intrinsics, where the machine has them
 #include "kiln/error.h"
 #include "kiln/parallel.h"
+#include "kiln/tensor.h"
 
 namespace kiln::cpu::int8_gemm {
 namespace {
@@ -228,8 +229,23 @@ bool may_pass_int32(const Call& c) {
 
 bool available() { return true; }
 
-void run(const Call& c, const uint8_t* a, const void* packed, void* y) {
-  if (c.m <= 0 || c.n <= 0) return;  // (an empty batch)
+void run(const Call& given, const void* a_bytes, const void* packed, void* y) {
+  if (given.m <= 0 || given.n <= 0) return;  // (an empty batch)
+  Call c = given;
+  const auto* a = static_cast<const uint8_t*>(a_bytes);
+  // vpdpbusd multiplies unsigned bytes by signed ones: int8 A is read as
+  // uint8 A + 128 (its top bit flipped, into a copy) with its zero point
+  // moved by 128 too, which leaves each a - a_zero, and so the sums, as they were.
+  Tensor flipped;
+  if (c.a_signed) {
+    flipped = Tensor::empty({c.m * c.k}, DType::UInt8);
+    uint8_t* to = flipped.data<uint8_t>();
+    parallel_for(c.m, std::max<int64_t>(1, (1 << 14) / c.k), [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r)
+        for (int64_t i = 0; i < c.k; ++i) to[r * c.k + i] = a[r * c.lda + i] ^ 0x80;
+    });
+    a = to, c.lda = c.k, c.a_zero += 128, c.a_signed = false;
+  }
   const auto* bytes = static_cast<const int8_t*>(packed);
   const auto* sums = reinterpret_cast<const int32_t*>(bytes + sums_offset(c.k, c.n));
   const int64_t tiles = (c.m + kRows - 1) / kRows, height = (c.m + tiles - 1) / tiles;  // equal heights, 12 at most
@@ -262,7 +278,7 @@ void run(const Call& c, const uint8_t* a, const void* packed, void* y) {
 
 bool available() { return false; }
 
-void run(const Call&, const uint8_t*, const void*, void*) {
+void run(const Call&, const void*, const void*, void*) {
   KILN_CHECK(false, "Kiln's int8 kernels need AVX-512 VNNI; this build has none (check int8_gemm::available first)");
 }
 

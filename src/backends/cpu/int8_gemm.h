@@ -1,13 +1,14 @@
 #pragma once
-// Kiln's own int8 matrix product for CPUs with AVX-512 VNNI: unsigned 8-bit
-// rows of A times signed 8-bit B packed once into panels of 32 columns, the
-// sums in int32 registers (vpdpbusd: four byte products a lane an
-// instruction), and the requantization, or the dequantization chain of
-// QuantizedMatmulCall::Dequantized, in the tile's epilogue. It serves the int8 layout pass's matrix
-// products and its 1x1 stride-1 convolutions over channels-last activations
-// (a matrix product of pixels by channels), where oneDNN's brgemm kernels
-// ran BERT's 128x256x1024 feed-forward product at about half the
-// instruction's peak and MobileNetV2's 16-deep 1x1 layers at a fifth.
+// Kiln's own int8 matrix product for CPUs with AVX-512 VNNI: 8-bit rows of
+// A (uint8, or int8 read as uint8 plus 128) times signed 8-bit B packed once
+// into panels of 32 columns, the sums in int32 registers (vpdpbusd: four
+// byte products a lane an instruction), and the requantization, or the
+// dequantization chain of QuantizedMatmulCall::Dequantized, in the tile's
+// epilogue. It serves the int8 layout pass's matrix products and its 1x1
+// stride-1 convolutions over channels-last activations (a matrix product of
+// pixels by channels), where oneDNN's brgemm kernels ran BERT's
+// 128x256x1024 feed-forward product at about half the instruction's peak
+// and MobileNetV2's 16-deep 1x1 layers at a fifth.
 #include <cstdint>
 
 #include "backends/cpu/onednn_int8.h"
@@ -33,6 +34,7 @@ struct Call {
   const float* scales = nullptr;  // a_scale * b_scale / y_scale, per column or one
   bool per_column = false;
   const int32_t* bias = nullptr;                         // int32 [n] in the accumulator's scale, or null
+  bool a_signed = false;                                 // int8 rather than uint8 A
   int32_t a_zero = 0, y_zero = 0;                        // y_zero: of the 8-bit result, dequantized or not
   bool y_signed = false;                                 // an int8 rather than uint8 result
   onednn::QuantizedMatmulCall::Dequantized dequantized;  // its y_zero is y_zero here
@@ -40,7 +42,8 @@ struct Call {
   const float* residual = nullptr;                       // dequantized.add_residual's [m, n], row stride ldy
 };
 
-// y = the product of uint8 A [m, k] (row stride lda) and the packed B, through the epilogue.
-void run(const Call& c, const uint8_t* a, const void* packed, void* y);
+// y = the product of A [m, k] (row stride lda; uint8, or int8 where
+// a_signed) and the packed B, through the epilogue.
+void run(const Call& c, const void* a, const void* packed, void* y);
 
 }  // namespace kiln::cpu::int8_gemm

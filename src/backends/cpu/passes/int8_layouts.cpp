@@ -7,7 +7,7 @@
 // compute the same on any memory order), a max pool of 8-bit values (which
 // runs either way), or an int8 average pool or channel concatenation (which
 // have channels-last forms). Only at the edges of such a region do values pass
-// through plain NCHW. Where the CPU has VNNI, products of uint8 rows and 1x1
+// through plain NCHW. Where the CPU has VNNI, products of 8-bit rows and 1x1
 // convolutions between channels-last layers run on Kiln's own int8 tiles
 // instead (int8_tiles.h), on weights packed once for them.
 #include <algorithm>
@@ -113,7 +113,7 @@ std::optional<Int8Matmul> int8_matmul(const Graph& g, int at) {
   m.y_zero = cpu::onednn::zero_point_of(tensor(6));
   m.call = {rows, k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
             g.values[n.outputs[0]].meta.dtype == DType::Int8, m.scales.size() > 1, bias, true, {}};
-  m.tiles = int8_tiles::take_matmul(k, m.call.a_signed);
+  m.tiles = int8_tiles::take_matmul(k);
   if (m.tiles) return m;
   if (!cpu::onednn::int8_products_exact(b.data<int8_t>(), b.numel(), m.call.a_signed)) return std::nullopt;
   if (cpu::onednn::quantized_matmul_weights_bytes(m.call, m.scales.data()) == 0) return std::nullopt;

@@ -16,13 +16,10 @@ bool is_one_by_one(const ConvShape& s) {
 
 }  // namespace
 
-bool take_matmul(int64_t k, bool a_signed) {
-  return gemm::available() && !cpu::onednn::int8_on_amx() && !a_signed && gemm::takes_depth(k);
-}
+bool take_matmul(int64_t k) { return gemm::available() && !cpu::onednn::int8_on_amx() && gemm::takes_depth(k); }
 
 bool take_conv(const QuantizedConvCall& call) {
-  return call.x_nhwc && call.y_nhwc && call.shape.groups == 1 && is_one_by_one(call.shape) &&
-         take_matmul(call.shape.c, call.x_signed);
+  return call.x_nhwc && call.y_nhwc && call.shape.groups == 1 && is_one_by_one(call.shape) && take_matmul(call.shape.c);
 }
 
 int64_t packed_bytes(int64_t k, int64_t n) { return gemm::packed_bytes(k, n); }
@@ -49,11 +46,11 @@ CustomKernel matmul_kernel(const cpu::onednn::QuantizedMatmulCall& call, const s
     c.m = call.m, c.k = call.k, c.n = call.n, c.lda = call.k, c.ldy = call.n;
     c.scales = scales.data(), c.per_column = call.per_column;
     c.bias = call.bias ? in[2].data<int32_t>() : nullptr;
-    c.a_zero = a_zero, c.y_zero = y_zero, c.y_signed = call.y_signed;
+    c.a_signed = call.a_signed, c.a_zero = a_zero, c.y_zero = y_zero, c.y_signed = call.y_signed;
     c.dequantized = dq;
     c.vector = dq.add_vector ? in[vector_at].data<float>() : nullptr;
     c.residual = dq.add_residual ? in[residual_at].data<float>() : nullptr;
-    gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
+    gemm::run(c, in[0].raw_data(), in[1].raw_data(), out[0].raw_data());
   };
 }
 
@@ -65,8 +62,8 @@ CustomKernel conv_kernel(const QuantizedConvCall& call, const std::vector<float>
     c.m = s.n * s.h * s.w, c.k = s.c, c.n = s.o, c.lda = s.c, c.ldy = s.o;
     c.scales = scales.data(), c.per_column = call.per_channel;
     c.bias = call.bias ? in[2].data<int32_t>() : nullptr;
-    c.a_zero = x_zero, c.y_zero = y_zero, c.y_signed = call.y_signed;
-    gemm::run(c, in[0].data<uint8_t>(), in[1].raw_data(), out[0].raw_data());
+    c.a_signed = call.x_signed, c.a_zero = x_zero, c.y_zero = y_zero, c.y_signed = call.y_signed;
+    gemm::run(c, in[0].raw_data(), in[1].raw_data(), out[0].raw_data());
   };
 }
 

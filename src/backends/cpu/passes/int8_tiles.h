@@ -1,7 +1,7 @@
 #pragma once
 // The int8 layout pass's use of Kiln's own int8 tiles (int8_gemm.h): which
 // matrix products and convolutions they take, their weights' packing, and
-// their kernels: matrix products of uint8 rows, and 1x1 stride-1
+// their kernels: matrix products of 8-bit rows, and 1x1 stride-1
 // convolutions between channels-last layers, where the CPU has VNNI (and
 // oneDNN no AMX, whose tiles would beat them). Other
 // convolutions stay on oneDNN's brgemm kernels: run as an implicit GEMM over
@@ -17,9 +17,9 @@
 
 namespace kiln::graph::int8_tiles {
 
-// A product of depth k: uint8 rows (a_signed false) on a CPU with VNNI and without AMX.
-bool take_matmul(int64_t k, bool a_signed);
-// A convolution: 1x1, stride 1, one group, channels-last uint8 in and out.
+// A product of depth k, on a CPU with VNNI and without AMX.
+bool take_matmul(int64_t k);
+// A convolution: 1x1, stride 1, one group, channels-last in and out.
 bool take_conv(const cpu::onednn::QuantizedConvCall& call);
 
 // The packed weights of a [k, n] product: their size, a name for the
