@@ -2,14 +2,15 @@
 // of uint8 and int8 rows against the exact integer arithmetic over shapes
 // that cross every edge of a tile (rows past 12, the 16- and 32-column
 // panels, depths of one group of 4 and of hundreds), their dequantizing
-// epilogue against the ops it stands for, bit for bit, and a QDQ model
-// whose 1x1 convolution between two others runs on them against the same
-// model computed op by op.
+// epilogue against the ops it stands for, bit for bit; the depthwise
+// kernel against the exact arithmetic; and a QDQ model whose layers run on
+// them against the same model computed op by op.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/int8_depthwise.h"
 #include "backends/cpu/int8_gemm.h"
 #include "kiln/kiln.h"
 #include "kiln/profiler.h"
@@ -36,6 +37,21 @@ Tensor packed(const Tensor& b) {  // b [k, n] int8
   Tensor p = Tensor::empty({tiles::packed_bytes(k, n)}, DType::UInt8);
   tiles::pack(b.data<int8_t>(), k, n, n, 1, p.raw_data());
   return p;
+}
+
+// Equal to the exact answer (want, float64) but where the float32 rounding
+// of a product within a step of a half went the other way: every value
+// within one, nearly all equal.
+void expect_requantized_equal(const Tensor& got, const Tensor& want) {
+  const auto g = cast(got, DType::Float64).contiguous().to_vector<double>();
+  const auto w = want.contiguous().to_vector<double>();
+  ASSERT_EQ(g.size(), w.size());
+  size_t equal = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    ASSERT_LE(std::fabs(g[i] - w[i]), 1.0) << "element " << i << ": " << g[i] << " vs " << w[i];
+    equal += g[i] == w[i];
+  }
+  EXPECT_GE(equal, g.size() * 995 / 1000) << equal << " of " << g.size() << " equal";
 }
 
 struct Product {
@@ -78,15 +94,7 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
           const Tensor acc =
               matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
           const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
-          const auto want =
-              clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi).contiguous().to_vector<double>();
-          const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
-          size_t equal = 0;
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_LE(std::fabs(got[i] - want[i]), 1.0) << "element " << i << ": " << got[i] << " vs " << want[i];
-            equal += got[i] == want[i];
-          }
-          EXPECT_GE(equal, got.size() * 995 / 1000) << equal << " of " << got.size() << " equal";
+          expect_requantized_equal(y, clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi));
         }
 }
 
@@ -144,64 +152,125 @@ TEST_F(Int8Tiles, TheDequantizingEpilogueEqualsTheOpsItStandsFor) {
   }
 }
 
-// A QDQ model of a 3x3 convolution, a 1x1 one of 24 channels to 40 (a
-// 32-column panel and a 16-column one) and another 3x3: the 1x1, between
-// two channels-last layers, runs on the tiles, and the model's output is
-// the one its ops give one by one, within one step of its quantization.
-TEST_F(Int8Tiles, AOneByOneConvolutionBetweenChannelsLastLayersRunsOnThem) {
-  kt::OnnxBuilder b;
-  b.io(true, "image", TensorProto::FLOAT, {1, 3, 15, 15});
-  auto qdq = [&](const std::string& value, float scale, int zero) {
-    b.init(value + "_scale", scalar(scale));
-    b.init(value + "_zero", from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {}));
-    b.node("QuantizeLinear", {value, value + "_scale", value + "_zero"}, {value + "_q"});
-    b.node("DequantizeLinear", {value + "_q", value + "_scale", value + "_zero"}, {value + "_dq"});
-    return value + "_dq";
+// Depthwise convolutions on Kiln's depthwise kernel against the exact
+// integer arithmetic: channels in groups of 64, in blocks of 16 and both,
+// strides 1 and 2, with and without padding, kernels of 1 to 4 rows and up
+// to 5 columns, uint8 and int8 inputs and results.
+TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
+  namespace dw = cpu::int8_depthwise;
+  struct Case {
+    int64_t c, h, w, kh, kw, stride, ph, pw;
   };
-  auto weights = [&](const std::string& name, const Shape& shape, uint64_t seed) {
-    manual_seed(seed);
-    b.init(name, cast(round(clamp(randn(shape) * 30.0, -127.0, 127.0)), DType::Int8));
-    b.init(name + "_scale", rand({shape[0]}) * 0.004 + 0.002);
-    b.init(name + "_zero", zeros({shape[0]}, DType::Int8));
-    auto* dq = b.node("DequantizeLinear", {name, name + "_scale", name + "_zero"}, {name + "_dq"});
-    kt::OnnxBuilder::integer(dq, "axis", 0);
-    return name + "_dq";
-  };
-  auto* c1 = b.node("Conv", {qdq("image", 0.016f, 128), weights("w1", {24, 3, 3, 3}, 1)}, {"c1"});
-  kt::OnnxBuilder::ints(c1, "pads", {1, 1, 1, 1});
-  b.node("Conv", {qdq("c1", 0.03f, 120), weights("w2", {40, 24, 1, 1}, 2)}, {"c2"});
-  auto* c3 = b.node("Conv", {qdq("c2", 0.05f, 125), weights("w3", {8, 40, 3, 3}, 3)}, {"c3"});
-  kt::OnnxBuilder::ints(c3, "pads", {1, 1, 1, 1});
-  b.io(false, qdq("c3", 0.2f, 128), TensorProto::FLOAT, {1, 8, 15, 15});
-  const std::string path = b.save("qdq_one_by_one.onnx");
+  const std::vector<Case> cases = {{64, 9, 11, 3, 3, 1, 1, 1},  {16, 7, 7, 3, 3, 2, 1, 1}, {80, 6, 13, 3, 3, 1, 0, 0},
+                                   {144, 8, 8, 3, 3, 2, 1, 1},  {32, 5, 9, 2, 5, 1, 1, 2}, {64, 4, 6, 1, 1, 1, 0, 0},
+                                   {128, 10, 10, 4, 3, 2, 2, 1}};
+  uint64_t seed = 200;
+  for (const Case& k : cases)
+    for (const bool x_signed : {false, true})
+      for (const bool y_signed : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << k.c << " channels " << k.h << "x" << k.w << " kernel " << k.kh << "x" << k.kw << " stride "
+                     << k.stride << " pad " << k.ph << "," << k.pw << (x_signed ? ", int8 in" : ", uint8 in")
+                     << (y_signed ? ", int8 out" : ", uint8 out"));
+        const int64_t n = 2, oh = (k.h + 2 * k.ph - k.kh) / k.stride + 1, ow = (k.w + 2 * k.pw - k.kw) / k.stride + 1;
+        const Tensor x =
+            random_bytes({n, k.h, k.w, k.c}, x_signed ? DType::Int8 : DType::UInt8, ++seed);  // channels-last
+        const Tensor w = random_bytes({k.c, 1, k.kh, k.kw}, DType::Int8, ++seed);
+        manual_seed(++seed);
+        const Tensor scale = rand({k.c}) * 0.004 + 0.001;
+        const Tensor bias = cast(round(randn({k.c}) * 2000.0), DType::Int32);
+        const int32_t x_zero = x_signed ? -7 : 121, y_zero = y_signed ? 3 : 97;
+        const dw::Geometry g{n, k.c, k.h, k.w, k.kh, k.kw, oh, ow, k.stride, k.stride, k.ph, k.pw};
+        ASSERT_TRUE(dw::takes(g));
+        Tensor packed = Tensor::empty({dw::packed_bytes(g)}, DType::UInt8);
+        dw::pack(g, w.data<int8_t>(), packed.raw_data());
+        Tensor y = Tensor::empty({n, oh, ow, k.c}, y_signed ? DType::Int8 : DType::UInt8);
+        const dw::Requantization q{scale.data<float>(), true, bias.data<int32_t>(), x_signed, x_zero, y_zero, y_signed};
+        dw::run(g, q, x.raw_data(), packed.raw_data(), y.raw_data());
+        ConvOptions o;
+        o.stride = {k.stride, k.stride};
+        o.padding = {k.ph, k.pw};
+        o.groups = k.c;
+        const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64) - x_zero, cast(w, DType::Float64),
+                                  cast(bias, DType::Float64), o);
+        const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
+        const Tensor want = clamp(round(acc * cast(scale, DType::Float64).reshape({k.c, 1, 1})) + y_zero, lo, hi);
+        expect_requantized_equal(y, want.permute({0, 2, 3, 1}));
+      }
+}
 
-  manual_seed(4);
-  const Tensor image = rand({1, 3, 15, 15}) * 4.0 - 2.0;
-  SessionOptions plain;
-  plain.optimization_level = 1;
-  const Tensor want = InferenceSession(path, plain).run({image})[0];
-  InferenceSession session(path);
-  session.run({image});  // (the first run traces, eagerly)
-  profiler::start();
-  const Tensor got = session.run({image})[0];
-  profiler::stop();
-  // The 1x1 layer's weights are the tiles' packing of its [40, 24] (their size says so).
-  const std::string packed_weights = "uint8[" + std::to_string(tiles::packed_bytes(24, 40)) + "]";
-  std::vector<std::string> convs;
-  for (const auto& r : profiler::records())
-    if (r.name.rfind("qlinear_conv2d", 0) == 0) convs.push_back(r.name + ": " + r.shapes);
-  EXPECT_EQ(std::count_if(convs.begin(), convs.end(),
-                          [&](const std::string& c) { return c.find(packed_weights) != std::string::npos; }),
-            1)
-      << ::testing::PrintToString(convs);
-  const auto g = got.to_vector<float>(), w = want.contiguous().to_vector<float>();
-  ASSERT_EQ(g.size(), w.size());
-  size_t equal = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_LE(std::fabs(g[i] - w[i]), 0.2 * 1.0001) << "element " << i;
-    equal += g[i] == w[i];
+// A QDQ model of a 3x3 convolution, a 1x1 one of 24 channels to 48, a
+// depthwise 3x3 one and another 3x3, with uint8 and with int8 activations:
+// the 1x1, between two channels-last layers, runs on the tiles, and the
+// depthwise one on Kiln's depthwise kernel where its input is int8; the
+// model's output is the one its ops give one by one, within one step of its
+// quantization.
+TEST_F(Int8Tiles, ChannelsLastLayersOfAQdqModelRunOnThem) {
+  for (const bool int8_activations : {false, true}) {
+    SCOPED_TRACE(int8_activations ? "int8 activations" : "uint8 activations");
+    kt::OnnxBuilder b;
+    b.io(true, "image", TensorProto::FLOAT, {1, 3, 15, 15});
+    auto qdq = [&](const std::string& value, float scale, int zero) {
+      b.init(value + "_scale", scalar(scale));
+      b.init(value + "_zero", int8_activations ? from_vector<int8_t>({static_cast<int8_t>(zero - 128)}, {})
+                                               : from_vector<uint8_t>({static_cast<uint8_t>(zero)}, {}));
+      b.node("QuantizeLinear", {value, value + "_scale", value + "_zero"}, {value + "_q"});
+      b.node("DequantizeLinear", {value + "_q", value + "_scale", value + "_zero"}, {value + "_dq"});
+      return value + "_dq";
+    };
+    auto weights = [&](const std::string& name, const Shape& shape, uint64_t seed) {
+      manual_seed(seed);
+      b.init(name, cast(round(clamp(randn(shape) * 30.0, -127.0, 127.0)), DType::Int8));
+      b.init(name + "_scale", rand({shape[0]}) * 0.004 + 0.002);
+      b.init(name + "_zero", zeros({shape[0]}, DType::Int8));
+      auto* dq = b.node("DequantizeLinear", {name, name + "_scale", name + "_zero"}, {name + "_dq"});
+      kt::OnnxBuilder::integer(dq, "axis", 0);
+      return name + "_dq";
+    };
+    auto* c1 = b.node("Conv", {qdq("image", 0.016f, 128), weights("w1", {24, 3, 3, 3}, 1)}, {"c1"});
+    kt::OnnxBuilder::ints(c1, "pads", {1, 1, 1, 1});
+    b.node("Conv", {qdq("c1", 0.03f, 120), weights("w2", {48, 24, 1, 1}, 2)}, {"c2"});
+    auto* c3 = b.node("Conv", {qdq("c2", 0.05f, 125), weights("w3", {48, 1, 3, 3}, 3)}, {"c3"});
+    kt::OnnxBuilder::ints(c3, "pads", {1, 1, 1, 1});
+    kt::OnnxBuilder::integer(c3, "group", 48);
+    auto* c4 = b.node("Conv", {qdq("c3", 0.08f, 126), weights("w4", {8, 48, 3, 3}, 4)}, {"c4"});
+    kt::OnnxBuilder::ints(c4, "pads", {1, 1, 1, 1});
+    b.io(false, qdq("c4", 0.2f, 128), TensorProto::FLOAT, {1, 8, 15, 15});
+    const std::string path = b.save("qdq_tiles.onnx");
+
+    manual_seed(5);
+    const Tensor image = rand({1, 3, 15, 15}) * 4.0 - 2.0;
+    SessionOptions plain;
+    plain.optimization_level = 1;
+    const Tensor want = InferenceSession(path, plain).run({image})[0];
+    InferenceSession session(path);
+    session.run({image});  // (the first run traces, eagerly)
+    profiler::start();
+    const Tensor got = session.run({image})[0];
+    profiler::stop();
+    // Which kernel ran a layer, its prepared weights' size says: the tiles'
+    // packing of the 1x1's [48, 24], the depthwise kernel's of its taps.
+    std::vector<std::string> convs;
+    for (const auto& r : profiler::records())
+      if (r.name.rfind("qlinear_conv2d", 0) == 0) convs.push_back(r.name + ": " + r.shapes);
+    auto layers_with = [&](int64_t bytes) {
+      const std::string weights = "uint8[" + std::to_string(bytes) + "]";
+      return std::count_if(convs.begin(), convs.end(),
+                           [&](const std::string& c) { return c.find(weights) != std::string::npos; });
+    };
+    EXPECT_EQ(layers_with(tiles::packed_bytes(24, 48)), 1) << ::testing::PrintToString(convs);
+    const cpu::int8_depthwise::Geometry depthwise{1, 48, 15, 15, 3, 3, 15, 15, 1, 1, 1, 1};
+    EXPECT_EQ(layers_with(cpu::int8_depthwise::packed_bytes(depthwise)), int8_activations ? 1 : 0)
+        << ::testing::PrintToString(convs);
+    const auto g = got.to_vector<float>(), w = want.contiguous().to_vector<float>();
+    ASSERT_EQ(g.size(), w.size());
+    size_t equal = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_LE(std::fabs(g[i] - w[i]), 0.2 * 1.0001) << "element " << i;
+      equal += g[i] == w[i];
+    }
+    EXPECT_GE(equal, g.size() * 97 / 100);
   }
-  EXPECT_GE(equal, g.size() * 97 / 100);
 }
 
 }  // namespace

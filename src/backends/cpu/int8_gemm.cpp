@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_caches.h"
-#include "backends/cpu/exp16.h"  // the AVX-512 intrinsics, where the machine has them
+#include "backends/cpu/int8_vnni.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
@@ -43,9 +43,12 @@ void pack(const int8_t* b, int64_t k, int64_t n, int64_t row_stride, int64_t col
   }
 }
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if KILN_INT8_VNNI
 
 namespace {
+
+using int8_vnni::dot_add;
+using int8_vnni::store_saturated;
 
 // The constants of a tile's columns: C registers of 16 (the last masked to
 // the columns there are).
@@ -71,35 +74,19 @@ Columns<C> columns_of(const Call& c, const int32_t* adjust, int64_t first) {
   return k;
 }
 
-// Sixteen int32 values stored as bytes, saturated to the 8-bit type's range.
-template <bool Signed>
-inline void store_saturated(void* y, __mmask16 mask, __m512i q) {
-  if constexpr (Signed)
-    _mm_mask_storeu_epi8(y, mask, _mm512_cvtsepi32_epi8(q));
-  else
-    _mm_mask_storeu_epi8(y, mask, _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512())));
-}
-
 inline __m512 rounded(__m512 v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 
 // One tile's sums (which start from the columns' adjustments) through the
-// epilogue into rows [row, row + R) of y. An integer result is
-// round(sum * scale + zero), saturated: the zero point added in the same
-// fused multiply-add (oneDNN and ONNX Runtime add it after rounding, which
-// differs by one only where the product lies within a float32 step of a
-// half), and clipped to 2^30 first only where a product could pass the
-// conversion's range (Call::clip). At 16 deep, this epilogue costs more
-// than the products; every instruction in it counts.
+// epilogue into rows [row, row + R) of y: an integer result is
+// int8_vnni::requantized, saturated, clipped only where a product could pass
+// the conversion's range (may_pass_int32). At 16 deep, this epilogue costs
+// more than the products; every instruction in it counts.
 template <int R, int C, bool Signed>
 [[gnu::always_inline]] inline void store_integers(const Call& c, const Columns<C>& k, __m512i (&acc)[R][C], int64_t row,
                                                   int64_t first, void* y, bool clip) {
-  const __m512 zero = _mm512_set1_ps(static_cast<float>(c.y_zero)), limit = _mm512_set1_ps(1073741824.0f);
+  const __m512 zero = _mm512_set1_ps(static_cast<float>(c.y_zero));
   auto* out = static_cast<uint8_t*>(y) + row * c.ldy + first;
-  auto integers = [&](int r, int i) {
-    __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], zero);
-    if (clip) v = _mm512_min_ps(v, limit);
-    return _mm512_cvtps_epi32(v);
-  };
+  auto integers = [&](int r, int i) { return int8_vnni::requantized(acc[r][i], k.scale[i], zero, clip); };
   if constexpr (C == 2) {
     // A row's 32 values packed to bytes with saturation by two packs, which
     // interleave 4-value pieces of the two registers in each 128-bit lane,
@@ -162,14 +149,6 @@ template <int R, int C>
         _mm512_mask_storeu_ps(static_cast<float*>(y) + at, k.mask[i], v);
       }
     }
-}
-
-// acc += the four byte products of each lane of a (unsigned) and b
-// (signed). As an asm statement that updates acc in place: through the
-// intrinsic, GCC 12 copied every accumulator to another register and spilled
-// half of them each step, and a 12x2 tile ran at half the instruction's rate.
-[[gnu::always_inline]] inline void dot_add(__m512i& acc, __m512i a, __m512i b) {
-  asm("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
 }
 
 // R rows of A by one panel of C registers, over every group of 4 k.

@@ -3,7 +3,8 @@
 // matrix products and convolutions they take, their weights' packing, and
 // their kernels: matrix products of 8-bit rows, and 1x1 stride-1
 // convolutions between channels-last layers, where the CPU has VNNI (and
-// oneDNN no AMX, whose tiles would beat them). Other
+// oneDNN no AMX, whose tiles would beat them); and depthwise ones of int8
+// input there on Kiln's depthwise kernel (int8_depthwise.h). Other
 // convolutions stay on oneDNN's brgemm kernels: run as an implicit GEMM over
 // a padded image, the tiles were no faster on ResNet-18's 3x3 layers inside
 // the model, where oneDNN ran the 64-channel ones at 56x56 within 5% of
@@ -19,7 +20,8 @@ namespace kiln::graph::int8_tiles {
 
 // A product of depth k, on a CPU with VNNI and without AMX.
 bool take_matmul(int64_t k);
-// A convolution: 1x1, stride 1, one group, channels-last in and out.
+// A convolution, channels-last in and out: 1x1, stride 1, one group; or
+// depthwise of int8 input (int8_depthwise::takes).
 bool take_conv(const cpu::onednn::QuantizedConvCall& call);
 
 // The packed weights of a [k, n] product: their size, a name for the
@@ -27,7 +29,8 @@ bool take_conv(const cpu::onednn::QuantizedConvCall& call);
 int64_t packed_bytes(int64_t k, int64_t n);
 std::string layout(int64_t k, int64_t n);
 void pack_matmul(const int8_t* b, int64_t k, int64_t n, void* out);
-// A 1x1 convolution's weights [o, c, 1, 1] as the product's [c, o].
+// A 1x1 convolution's weights [o, c, 1, 1] as the product's [c, o]; a
+// depthwise one's [c, 1, kh, kw] as int8_depthwise packs them.
 int64_t conv_packed_bytes(const cpu::onednn::QuantizedConvCall& call);
 std::string conv_layout(const cpu::onednn::QuantizedConvCall& call);
 void pack_conv(const cpu::onednn::QuantizedConvCall& call, const int8_t* w, void* out);
