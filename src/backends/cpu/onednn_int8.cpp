@@ -504,9 +504,12 @@ bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input) {
   return std::all_of(w, w + n, [](int8_t v) { return v >= -64 && v <= 63; });
 }
 
-bool int8_on_amx() {
-  static const bool amx = dnnl::get_effective_cpu_isa() == dnnl::cpu_isa::avx512_core_amx;
-  return amx;
+bool int8_isa_is_avx512_vnni() {
+  static const bool fits = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core_vnni || isa == dnnl::cpu_isa::avx512_core_bf16;
+  }();
+  return fits;
 }
 
 }  // namespace kiln::cpu::onednn

@@ -96,8 +96,10 @@ void prepare_quantized_matmul_weights(const QuantizedMatmulCall& c, const float*
 // them for such CPUs): oneDNN halves the weights for int8 inputs there.
 bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input);
 
-// Whether oneDNN runs int8 products on AMX tiles here (8 times VNNI's
-// products a cycle): then its primitives beat any VNNI kernel.
-bool int8_on_amx();
+// Whether the instruction set oneDNN runs int8 products on here is AVX-512
+// with VNNI and no AMX (ONEDNN_MAX_CPU_ISA may hold it lower): the one
+// Kiln's own int8 kernels are for, which keep to that limit too; with AMX
+// (8 times VNNI's products a cycle), oneDNN's primitives beat them.
+bool int8_isa_is_avx512_vnni();
 
 }  // namespace kiln::cpu::onednn

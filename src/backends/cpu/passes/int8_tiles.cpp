@@ -24,7 +24,9 @@ cpu::int8_depthwise::Geometry depthwise_of(const ConvShape& s) {
 
 }  // namespace
 
-bool take_matmul(int64_t k) { return gemm::available() && !cpu::onednn::int8_on_amx() && gemm::takes_depth(k); }
+bool take_matmul(int64_t k) {
+  return gemm::available() && cpu::onednn::int8_isa_is_avx512_vnni() && gemm::takes_depth(k);
+}
 
 bool take_conv(const QuantizedConvCall& call) {
   const ConvShape& s = call.shape;
@@ -34,8 +36,9 @@ bool take_conv(const QuantizedConvCall& call) {
   // 3x slower than for uint8 input, and with uint8 input, though Kiln's ran
   // MobileNetV2's depthwise layers 1.1-2.4x faster than oneDNN's, the model
   // as a whole ran 2% slower (2-core Intel Sapphire Rapids): the time moved
-  // to the layers around them. (oneDNN's AMX kernels take no depthwise layers.)
-  return is_depthwise(s) && call.x_signed && cpu::int8_depthwise::takes(depthwise_of(s));
+  // to the layers around them.
+  return is_depthwise(s) && call.x_signed && cpu::onednn::int8_isa_is_avx512_vnni() &&
+         cpu::int8_depthwise::takes(depthwise_of(s));
 }
 
 int64_t packed_bytes(int64_t k, int64_t n) { return gemm::packed_bytes(k, n); }

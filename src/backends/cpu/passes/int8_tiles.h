@@ -2,9 +2,10 @@
 // The int8 layout pass's use of Kiln's own int8 tiles (int8_gemm.h): which
 // matrix products and convolutions they take, their weights' packing, and
 // their kernels: matrix products of 8-bit rows, and 1x1 stride-1
-// convolutions between channels-last layers, where the CPU has VNNI (and
-// oneDNN no AMX, whose tiles would beat them); and depthwise ones of int8
-// input there on Kiln's depthwise kernel (int8_depthwise.h). Other
+// convolutions between channels-last layers, where oneDNN's instruction set
+// is AVX-512 with VNNI (onednn::int8_isa_is_avx512_vnni: not AMX, whose
+// tiles beat them, nor one ONEDNN_MAX_CPU_ISA holds lower); and depthwise
+// ones of int8 input there on Kiln's depthwise kernel (int8_depthwise.h). Other
 // convolutions stay on oneDNN's brgemm kernels: run as an implicit GEMM over
 // a padded image, the tiles were no faster on ResNet-18's 3x3 layers inside
 // the model, where oneDNN ran the 64-channel ones at 56x56 within 5% of
@@ -18,7 +19,7 @@
 
 namespace kiln::graph::int8_tiles {
 
-// A product of depth k, on a CPU with VNNI and without AMX.
+// A product of depth k, where int8_isa_is_avx512_vnni.
 bool take_matmul(int64_t k);
 // A convolution, channels-last in and out: 1x1, stride 1, one group; or
 // depthwise of int8 input (int8_depthwise::takes).
