@@ -68,9 +68,9 @@ namespace {
 // Whether sum * scale + zero can pass 2^31 for some channel (as int8_gemm's may_pass_int32).
 bool may_pass_int32(const Geometry& g, const Requantization& q) {
   double largest = 0;
-  for (int64_t ch = 0; ch < (q.per_channel ? g.c : 1); ++ch) {
+  for (int64_t ch = 0; ch < g.c; ++ch) {
     const double bias = q.bias ? std::fabs(static_cast<double>(q.bias[ch])) : 0;
-    largest = std::max(largest, (g.kh * g.kw * 255.0 * 128 + bias) * std::fabs(q.scales[ch]));
+    largest = std::max(largest, (g.kh * g.kw * 255.0 * 128 + bias) * std::fabs(q.scales[q.per_channel ? ch : 0]));
   }
   return largest + std::fabs(static_cast<double>(q.y_zero)) >= 1073741824.0;
 }

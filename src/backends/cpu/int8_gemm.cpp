@@ -180,26 +180,21 @@ void tile(const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* pa
 template <int C>
 void tile_of_height(int64_t rows, const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* panel,
                     int64_t row, int64_t first, void* y, bool clip) {
-  switch (rows) {
-#define KILN_INT8_TILE(R) \
-  case R:                 \
-    return tile<R, C>(c, k, a, panel, row, first, y, clip);
-    KILN_INT8_TILE(1)
-    KILN_INT8_TILE(2) KILN_INT8_TILE(3) KILN_INT8_TILE(4) KILN_INT8_TILE(5) KILN_INT8_TILE(6) KILN_INT8_TILE(7)
-        KILN_INT8_TILE(8) KILN_INT8_TILE(9) KILN_INT8_TILE(10) KILN_INT8_TILE(11) KILN_INT8_TILE(12)
-#undef KILN_INT8_TILE
-            default : KILN_CHECK(false, "an int8 tile of " + std::to_string(rows) + " rows");
-  }
+  using Tile = void (*)(const Call&, const Columns<C>&, const uint8_t*, const int8_t*, int64_t, int64_t, void*, bool);
+  static constexpr Tile by_height[kRows] = {tile<1, C>, tile<2, C>, tile<3, C>, tile<4, C>,  tile<5, C>,  tile<6, C>,
+                                            tile<7, C>, tile<8, C>, tile<9, C>, tile<10, C>, tile<11, C>, tile<12, C>};
+  KILN_CHECK(rows >= 1 && rows <= kRows, "an int8 tile of " + std::to_string(rows) + " rows");
+  by_height[rows - 1](c, k, a, panel, row, first, y, clip);
 }
 
 // Whether sum * scale + zero can pass 2^31 for some column (the float to
 // int32 conversion then gives INT_MIN, which would saturate to the low end).
 bool may_pass_int32(const Call& c) {
   double largest = 0;
-  for (int64_t j = 0; j < (c.per_column ? c.n : 1); ++j) {
+  for (int64_t j = 0; j < c.n; ++j) {
     const double bias = c.bias ? std::fabs(static_cast<double>(c.bias[j])) : 0;
     const double sum = c.k * 255.0 * 128 + bias;  // each |a - a_zero| at most 255, each |b| 128
-    largest = std::max(largest, sum * std::fabs(c.scales[j]));
+    largest = std::max(largest, sum * std::fabs(c.scales[c.per_column ? j : 0]));
   }
   return largest + std::fabs(static_cast<double>(c.y_zero)) >= 1073741824.0;
 }

@@ -11,22 +11,21 @@ namespace kiln::graph {
 namespace {
 
 [[maybe_unused]] const bool registered = [] {
-  register_backend_passes(
-      DeviceType::CPU,
-      {
-          {"linear + residual", plain<fuse_linear_residual>},
-          {"conv + relu", plain<fuse_conv_activation>},
-          {"convolution layouts", choose_conv_layouts, Pass::Inference},
-          {"convolution layouts", choose_training_conv_layouts, Pass::Training},
-          {"packed linear weights", plain<use_packed_linear_weights>, Pass::Inference},
-          {"recurrent weights prepared", plain<use_prepared_recurrent_weights>, Pass::Inference},
-          {"attention heads interleaved", plain<write_attention_heads_interleaved>, Pass::Inference},
-          {"max pools without indices", plain<pool_values_only>},
-          {"int8 layouts", plain<use_int8_layouts>, Pass::Inference},
-          {"layer norm + quantize", plain<fuse_layer_norm_quantize>, Pass::Inference},
-          {"elementwise fusion",
-           plain<fuse_elementwise>},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
-      });
+  // clang-format off
+  register_backend_passes(DeviceType::CPU, {
+      {"linear + residual", plain<fuse_linear_residual>},
+      {"conv + relu", plain<fuse_conv_activation>},
+      {"convolution layouts", choose_conv_layouts, Pass::Inference},
+      {"convolution layouts", choose_training_conv_layouts, Pass::Training},
+      {"packed linear weights", plain<use_packed_linear_weights>, Pass::Inference},
+      {"recurrent weights prepared", plain<use_prepared_recurrent_weights>, Pass::Inference},
+      {"attention heads interleaved", plain<write_attention_heads_interleaved>, Pass::Inference},
+      {"max pools without indices", plain<pool_values_only>},
+      {"int8 layouts", plain<use_int8_layouts>, Pass::Inference},
+      {"layer norm + quantize", plain<fuse_layer_norm_quantize>, Pass::Inference},
+      {"elementwise fusion", plain<fuse_elementwise>},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
+  });
+  // clang-format on
   return true;
 }();
 
