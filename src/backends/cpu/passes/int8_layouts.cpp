@@ -7,9 +7,10 @@
 // compute the same on any memory order), a max pool of 8-bit values (which
 // runs either way), or an int8 average pool or channel concatenation (which
 // have channels-last forms). Only at the edges of such a region do values pass
-// through plain NCHW. Where the CPU has VNNI, products of 8-bit rows and 1x1
-// convolutions between channels-last layers run on Kiln's own int8 tiles
-// instead (int8_tiles.h), on weights packed once for them.
+// through plain NCHW. Where the CPU has VNNI, products of 8-bit rows, and
+// 1x1 convolutions and depthwise ones of int8 input between channels-last
+// layers, run on Kiln's own int8 kernels instead (int8_tiles.h says which),
+// on weights packed once for them.
 #include <algorithm>
 #include <functional>
 #include <numeric>
