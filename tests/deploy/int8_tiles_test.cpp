@@ -99,8 +99,8 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
         }
 }
 
-// Scales so large that products pass the float-to-int32 conversion's
-// range: every output saturates to the end its sign points at.
+// Scales (or biases) so large that products pass the float-to-int32
+// conversion's range: those outputs saturate to the end their sign points at.
 TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
   const int64_t m = 5, k = 8, n = 20;
   const Tensor a = random_bytes({m, k}, DType::UInt8, 1), b = random_bytes({k, n}, DType::Int8, 2);
@@ -112,6 +112,20 @@ TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
   const auto acc = matmul(cast(a, DType::Float64), cast(b, DType::Float64)).contiguous().to_vector<double>();
   const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], acc[i] > 0 ? 255.0 : 0.0) << "element " << i;
+  // One scale (2) for every column, and one column's bias (1.5e9) alone
+  // taking its products past 2^31: that column saturates high, the others
+  // are the plain requantization.
+  std::vector<int32_t> biases(static_cast<size_t>(n), 0);
+  biases[13] = 1500000000;
+  const Tensor bias = from_vector<int32_t>(biases, {n}), two = scalar(2.0f);
+  c.scales = two.data<float>(), c.bias = bias.data<int32_t>();
+  tiles::run(c, a.raw_data(), packed(b).raw_data(), y.raw_data());
+  const auto biased = cast(y, DType::Float64).contiguous().to_vector<double>();
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const double sum = acc[static_cast<size_t>(r * n + j)], want = j == 13 ? 255.0 : std::clamp(2 * sum, 0.0, 255.0);
+      EXPECT_EQ(biased[static_cast<size_t>(r * n + j)], want) << "row " << r << ", column " << j;
+    }
 }
 
 // The dequantized result, then a vector, a residual and a ReLU added, then
