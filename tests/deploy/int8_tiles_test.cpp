@@ -214,6 +214,34 @@ TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
       }
 }
 
+// The depthwise kernel under one scale (2) for every channel, with one
+// channel's bias (1.5e9) alone taking its sums past 2^31: that channel
+// saturates high, the others are the plain requantization.
+TEST_F(Int8Tiles, DepthwiseSumsPastInt32SaturateToTheRightEnd) {
+  namespace dw = cpu::int8_depthwise;
+  const int64_t c = 16, h = 4, w = 5;
+  const Tensor x = random_bytes({1, h, w, c}, DType::UInt8, 61), weights = random_bytes({c, 1, 3, 3}, DType::Int8, 62);
+  std::vector<int32_t> biases(static_cast<size_t>(c), 0);
+  biases[13] = 1500000000;
+  const Tensor bias = from_vector<int32_t>(biases, {c}), two = scalar(2.0f);
+  const dw::Geometry g{1, c, h, w, 3, 3, h, w, 1, 1, 1, 1};
+  Tensor packed_taps = Tensor::empty({dw::packed_bytes(g)}, DType::UInt8);
+  dw::pack(g, weights.data<int8_t>(), packed_taps.raw_data());
+  Tensor y = Tensor::empty({1, h, w, c}, DType::UInt8);
+  dw::run(g, {two.data<float>(), false, bias.data<int32_t>(), false, 0, 0, false}, x.raw_data(), packed_taps.raw_data(),
+          y.raw_data());
+  ConvOptions o;
+  o.padding = {1, 1};
+  o.groups = c;
+  const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64), cast(weights, DType::Float64), Tensor(), o);
+  const auto sums = acc.permute({0, 2, 3, 1}).contiguous().to_vector<double>();
+  const auto got = cast(y, DType::Float64).contiguous().to_vector<double>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = i % c == 13 ? 255.0 : std::clamp(2 * sums[i], 0.0, 255.0);
+    EXPECT_EQ(got[i], want) << "element " << i << ", channel " << i % c;
+  }
+}
+
 // A QDQ model of a 3x3 convolution, a 1x1 one of 24 channels to 48, a
 // depthwise 3x3 one and another 3x3, with uint8 and with int8 activations:
 // the 1x1, between two channels-last layers, runs on the tiles, and the
