@@ -17,8 +17,11 @@
 #include "kiln/profiler.h"
 #include "kiln/runtime.h"
 #include "support/onnx_builder.h"
+#include "support/requantized.h"
 
 namespace kt = kiln::testing;
+using kt::expect_requantized_equal;
+using kt::requantized;
 using namespace kiln;
 using ::onnx::TensorProto;
 namespace tiles = kiln::cpu::int8_gemm;
@@ -38,21 +41,6 @@ Tensor packed(const Tensor& b) {  // b [k, n] int8
   Tensor p = Tensor::empty({tiles::packed_bytes(k, n)}, DType::UInt8);
   tiles::pack(b.data<int8_t>(), k, n, n, 1, p.raw_data());
   return p;
-}
-
-// Equal to the exact answer (want, float64) but where the float32 rounding
-// of a product within a step of a half went the other way: every value
-// within one, nearly all equal.
-void expect_requantized_equal(const Tensor& got, const Tensor& want) {
-  const auto g = cast(got, DType::Float64).contiguous().to_vector<double>();
-  const auto w = want.contiguous().to_vector<double>();
-  ASSERT_EQ(g.size(), w.size());
-  size_t equal = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    ASSERT_LE(std::fabs(g[i] - w[i]), 1.0) << "element " << i << ": " << g[i] << " vs " << w[i];
-    equal += g[i] == w[i];
-  }
-  EXPECT_GE(equal, g.size() * 995 / 1000) << equal << " of " << g.size() << " equal";
 }
 
 struct Product {
@@ -94,8 +82,7 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
           tiles::run(c, a.raw_data(), packed(b).raw_data(), y.raw_data());
           const Tensor acc =
               matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
-          const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
-          expect_requantized_equal(y, clamp(round(acc * cast(scale, DType::Float64)) + y_zero, lo, hi));
+          expect_requantized_equal(y, requantized(acc, scale, y_zero, y.dtype()));
         }
 }
 
@@ -208,9 +195,8 @@ TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
         o.groups = k.c;
         const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64) - x_zero, cast(w, DType::Float64),
                                   cast(bias, DType::Float64), o);
-        const double lo = y_signed ? -128 : 0, hi = y_signed ? 127 : 255;
-        const Tensor want = clamp(round(acc * cast(scale, DType::Float64).reshape({k.c, 1, 1})) + y_zero, lo, hi);
-        expect_requantized_equal(y, want.permute({0, 2, 3, 1}));
+        expect_requantized_equal(y,
+                                 requantized(acc, scale.reshape({k.c, 1, 1}), y_zero, y.dtype()).permute({0, 2, 3, 1}));
       }
 }
 
