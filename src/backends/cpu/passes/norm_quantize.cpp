@@ -6,8 +6,6 @@
 // bit for bit as the three ops compute it. In an int8 BERT-style encoder
 // the three took 23 us a layer as separate passes over its 128 x 256
 // values, and 17 as one.
-#include <algorithm>
-
 #include "backends/cpu/norm_rows.h"
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/passes/cpu_passes.h"
@@ -15,8 +13,6 @@
 
 namespace kiln::graph {
 namespace {
-
-bool is_live_op(const Node& n, const char* name) { return !n.removed && n.op && n.op->name == name; }
 
 // A per-tensor quantization's constant scale and zero point (inputs 1 and 2).
 bool one_constant_scale(const Graph& g, const Node& n) {
@@ -45,7 +41,7 @@ bool find_quantization(const Graph& g, const Node& n, const std::vector<int>& us
       value = g.nodes[at].outputs[0];
       at = g.sole_reader(value, uses);
     }
-    if (at < 0 || !is_live_op(g.nodes[at], "quantize_linear") || g.nodes[at].inputs[0] != value ||
+    if (at < 0 || !g.nodes[at].is_op("quantize_linear") || g.nodes[at].inputs[0] != value ||
         !one_constant_scale(g, g.nodes[at]))
       continue;
     f.quantize = at;
@@ -57,7 +53,7 @@ bool find_quantization(const Graph& g, const Node& n, const std::vector<int>& us
   const Node& q = g.nodes[f.quantize];
   for (int reader : readers[q.outputs[0]]) {
     const Node& d = g.nodes[reader];
-    if (!is_live_op(d, "dequantize_linear") || d.inputs[0] != q.outputs[0] || !one_constant_scale(g, d)) continue;
+    if (!d.is_op("dequantize_linear") || d.inputs[0] != q.outputs[0] || !one_constant_scale(g, d)) continue;
     auto value = [&](int id) { return g.values[id].tensor.contiguous(); };
     if (cpu::onednn::scale_of(value(d.inputs[1])) == cpu::onednn::scale_of(value(q.inputs[1])) &&
         cpu::onednn::zero_point_of(value(d.inputs[2])) == cpu::onednn::zero_point_of(value(q.inputs[2]))) {
@@ -115,7 +111,7 @@ std::string fuse_layer_norm_quantize(Graph& g) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     // Float32 over the last axis, its statistics unread.
-    if (!is_live_op(n, "layer_norm") || n.outputs.size() != 3 || uses[n.outputs[1]] || uses[n.outputs[2]] ||
+    if (!n.is_op("layer_norm") || n.outputs.size() != 3 || uses[n.outputs[1]] || uses[n.outputs[2]] ||
         n.attrs.get_int("normalized_ndim", 1) != 1 || g.values[n.outputs[0]].meta.dtype != DType::Float32)
       continue;
     const Shape& shape = g.values[n.outputs[0]].meta.shape;
