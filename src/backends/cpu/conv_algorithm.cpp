@@ -1,5 +1,6 @@
 #include "backends/cpu/conv_algorithm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -25,15 +26,19 @@
 namespace kiln::cpu {
 namespace {
 
-// The best time of each run: a warm-up run each, then rounds that time every
-// run in turn, so that a busy moment on the machine slows them alike. Best of
-// seven rounds where every run takes under 2 ms (with three, the noise of a
-// shared machine decided: six processes chose four different sets of
-// algorithms for SqueezeNet), of five up to 20 ms, and of one beyond
-// (compiling a batch-64 ResNet took 20 s of timing before). `before_each`
-// runs untimed before each.
-std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs,
-                                  const std::function<void()>& before_each = {}) {
+// Each run's time, timed in turns so that a busy moment on the machine
+// slows them alike: a warm-up run each, then rounds that time every run in
+// turn. The first run's figure is its best time; each other's is that times
+// the median, over the rounds, of its time over the first's in the same
+// round. Compared so, a choice does not hang on which run a quiet moment
+// fell to: with each run's own best time, six processes chose four
+// different sets of algorithms for SqueezeNet, and three processes
+// disagreed on 15 of EfficientNet-V2-S's 33 timed layers (on 3-5 so). Short
+// runs get more rounds, about 10 ms of them (at least 7, at most 25),
+// runs up to 20 ms five, longer ones one (compiling a batch-64 ResNet
+// took 20 s of timing before). `before_each` runs untimed before each.
+std::vector<double> times_in_turns(const std::vector<std::function<void()>>& runs,
+                                   const std::function<void()>& before_each = {}) {
   auto seconds = [&](const std::function<void()>& run) {
     if (before_each) before_each();
     auto t0 = std::chrono::steady_clock::now();
@@ -42,11 +47,21 @@ std::vector<double> best_in_turns(const std::vector<std::function<void()>>& runs
   };
   double slowest = 0;
   for (const auto& run : runs) slowest = std::max(slowest, seconds(run));
-  std::vector<double> best(runs.size(), 1e30);
-  const int rounds = slowest > 0.02 ? 1 : slowest > 0.002 ? 5 : 7;
+  const int rounds = slowest > 0.02    ? 1
+                     : slowest > 0.002 ? 5
+                                       : std::clamp(static_cast<int>(0.01 / std::max(slowest, 1e-9)), 7, 25);
+  std::vector<std::vector<double>> times(runs.size());
   for (int round = 0; round < rounds; ++round)
-    for (size_t i = 0; i < runs.size(); ++i) best[i] = std::min(best[i], seconds(runs[i]));
-  return best;
+    for (size_t i = 0; i < runs.size(); ++i) times[i].push_back(seconds(runs[i]));
+  std::vector<double> scores(runs.size());
+  scores[0] = *std::min_element(times[0].begin(), times[0].end());
+  for (size_t i = 1; i < runs.size(); ++i) {
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) ratios.push_back(times[i][round] / times[0][round]);
+    std::nth_element(ratios.begin(), ratios.begin() + rounds / 2, ratios.end());
+    scores[i] = scores[0] * ratios[rounds / 2];
+  }
+  return scores;
 }
 
 // Writes (zeros) or reads every value of a [n, planes, h, row] tensor,
@@ -197,7 +212,7 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
       run();
       by_rows(out.data<float>(), s.n, out_planes, out_h, out_row, false);
     });
-  const std::vector<double> best_times = best_in_turns(runs, [&] {
+  const std::vector<double> best_times = times_in_turns(runs, [&] {
     if (cold) std::memset(flush.raw_data(), 0, static_cast<size_t>(flush.numel()) * 4);
     by_rows(x.data<float>(), s.n, in_planes, s.h, in_row, true);
   });
@@ -342,11 +357,11 @@ bool depthwise_join_pays(const onednn::LayoutCall& call, const onednn::LayoutCal
     });
   };
   const std::vector<double> t =
-      best_in_turns({then_read([&] { depthwise_chain_conv(chain, x.data<float>(), y.data<float>()); }), then_read([&] {
-                       apart[0]();
-                       apart[1]();
-                     })},
-                    [&] { by_rows_of(first, x.data<float>(), true, true); });
+      times_in_turns({then_read([&] { depthwise_chain_conv(chain, x.data<float>(), y.data<float>()); }), then_read([&] {
+                        apart[0]();
+                        apart[1]();
+                      })},
+                     [&] { by_rows_of(first, x.data<float>(), true, true); });
   return decided[key] = t[0] <= t[1] * 1.03;
 }
 
@@ -402,7 +417,7 @@ bool blocked_beats_plain(const onednn::LayoutCall& call) {
   auto run = [&](const onednn::LayoutCall& c) {
     return [&, c] { onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
   };
-  const std::vector<double> t = best_in_turns({run(blocked), run(plain)});
+  const std::vector<double> t = times_in_turns({run(blocked), run(plain)});
   return decided[key] = t[0] <= t[1];
 }
 
