@@ -31,6 +31,9 @@ struct TensorInfo {
   std::vector<std::string> dim_names;  // "batch" for symbolic dimensions, "" for fixed ones
   bool shape_known = true;             // false when the file does not say
   std::string str() const;             // "input: float32 [batch, 1, 28, 28]"
+  // Whether t has this dtype and, where the shape is known, its rank and
+  // every fixed dimension.
+  bool accepts(const Tensor& t) const;
 };
 
 struct SessionOptions {

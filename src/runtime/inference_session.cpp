@@ -33,6 +33,15 @@ std::string TensorInfo::str() const {
   return s + "]";
 }
 
+bool TensorInfo::accepts(const Tensor& t) const {
+  if (t.dtype() != dtype) return false;
+  if (!shape_known) return true;
+  if (t.dim() != static_cast<int64_t>(shape.size())) return false;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] >= 0 && shape[d] != t.shape()[d]) return false;
+  return true;
+}
+
 struct InferenceSession::Impl {
   std::shared_ptr<const runtime::Program> program;
   SessionOptions options;

@@ -26,13 +26,8 @@ void Program::check_inputs(const std::vector<Tensor>& in) const {
   for (size_t i = 0; i < in.size(); ++i) {
     const TensorInfo& want = expected[i];
     KILN_CHECK(in[i].defined(), "input '", want.name, "' is missing; expected ", want.str());
-    bool fits = in[i].dtype() == want.dtype;
-    if (want.shape_known) {
-      fits = fits && in[i].dim() == static_cast<int64_t>(want.shape.size());
-      for (size_t d = 0; fits && d < want.shape.size(); ++d) fits = want.shape[d] < 0 || want.shape[d] == in[i].shape()[d];
-    }
-    KILN_CHECK(fits, "input '", want.name, "' expects ", want.str().substr(want.name.size() + 2), ", got ",
-               dtype_name(in[i].dtype()), " ", shape_str(in[i].shape()));
+    KILN_CHECK(want.accepts(in[i]), "input '", want.name, "' expects ", want.str().substr(want.name.size() + 2),
+               ", got ", dtype_name(in[i].dtype()), " ", shape_str(in[i].shape()));
   }
 }
 

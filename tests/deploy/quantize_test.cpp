@@ -253,6 +253,18 @@ TEST(QuantizeCommand, CalibratesOnAFolderOfInputsAndWritesTheModel) {
   std::tie(rc, out) = quantize_command(model);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("give a model and --data"), std::string::npos) << out;
+  // A file of another model's input is named, with the shape it should have.
+  std::filesystem::create_directories(dir / "wrong");
+  const auto wrong = dir / "wrong" / "batch0.npy";
+  io::save_npy(wrong.string(), kiln::zeros({1, 128, 256}));
+  std::tie(rc, out) = quantize_command(model + " --data " + (dir / "wrong").string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("'" + wrong.string() + "' holds float32 [1, 128, 256], but the model's input is "),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = quantize_command(model + " --data " + (dir / "calibration").string() + " --held-out 1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--held-out is the share of the calibration batches kept back"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -29,17 +29,28 @@ std::vector<fs::path> sorted_entries(const fs::path& dir) {
 // Calibration batches from a folder: for a model of one input, each .npy or
 // .pb file is a batch of it; for several, each subfolder holds one file per
 // input, in the inputs' order by file name.
-std::vector<std::vector<Tensor>> load_batches(const std::string& dir, size_t inputs) {
+// A calibration file's tensor, checked against the model input it feeds.
+Tensor load_for(const fs::path& p, const TensorInfo& input) {
+  Tensor t = load_input(p.string());
+  KILN_CHECK(input.accepts(t), "--data: '", p.string(), "' holds ", dtype_name(t.dtype()), " ", shape_str(t.shape()),
+             ", but the model's input is ", input.str());
+  return t;
+}
+
+std::vector<std::vector<Tensor>> load_batches(const std::string& dir, const std::vector<TensorInfo>& model_inputs) {
+  const size_t inputs = model_inputs.size();
   KILN_CHECK(fs::is_directory(dir), "--data '", dir, "' is not a folder of .npy or .pb files");
   std::vector<std::vector<Tensor>> batches;
   for (const fs::path& p : sorted_entries(dir)) {
-    if (inputs == 1 && tensor_file(p)) batches.push_back({load_input(p.string())});
+    if (inputs == 1 && tensor_file(p)) batches.push_back({load_for(p, model_inputs[0])});
     if (inputs > 1 && fs::is_directory(p)) {
-      std::vector<Tensor> batch;
+      std::vector<fs::path> files;
       for (const fs::path& f : sorted_entries(p))
-        if (tensor_file(f)) batch.push_back(load_input(f.string()));
-      KILN_CHECK(batch.size() == inputs, "--data: '", p.string(), "' holds ", batch.size(), " tensor files but the model has ",
-                 inputs, " inputs (one file per input, in order by name)");
+        if (tensor_file(f)) files.push_back(f);
+      KILN_CHECK(files.size() == inputs, "--data: '", p.string(), "' holds ", files.size(),
+                 " tensor files but the model has ", inputs, " inputs (one file per input, in order by name)");
+      std::vector<Tensor> batch;
+      for (size_t i = 0; i < inputs; ++i) batch.push_back(load_for(files[i], model_inputs[i]));
       batches.push_back(std::move(batch));
     }
   }
@@ -78,6 +89,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--held-out", a->options.held_out, "Share of calibration batches kept back for the report");
   cmd->callback([a] {
     a->options.activations = a->activations == "int8" ? DType::Int8 : DType::UInt8;
+    KILN_CHECK(a->options.held_out >= 0 && a->options.held_out < 1,
+               "--held-out is the share of the calibration batches kept back for the report, at least 0 and below 1; "
+               "got ",
+               a->options.held_out);
     QuantizeResult result;
     if (!a->recipe.empty()) {
       KILN_CHECK(!a->checkpoint.empty() && a->model.empty() && a->data.empty(),
@@ -97,7 +112,7 @@ void add_quantize_command(CLI::App& app) {
       std::ifstream f(a->model, std::ios::binary);
       KILN_CHECK(f.good(), "cannot read '", a->model, "'");
       const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      const size_t inputs = InferenceSession::from_bytes(bytes, {}, a->model).inputs().size();
+      const std::vector<TensorInfo> inputs = InferenceSession::from_bytes(bytes, {}, a->model).inputs();
       result = quantize_model(bytes, load_batches(a->data, inputs), a->options);
       if (a->out.empty()) a->out = fs::path(a->model).replace_extension(".int8.onnx").string();
       std::printf("%s", result.report.str().c_str());
