@@ -139,6 +139,12 @@ Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_ze
                       const ConvOptions& o = {});
 Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                       const Tensor& b_scale, const Tensor& y_scale, const Tensor& y_zero, const Tensor& bias = Tensor());
+// The integer product of two quantized activations a [..., M, K] and
+// b [..., K, N] (one batch shape; uint8 or int8 each, one scale and zero
+// point each), requantized to y_scale and y_zero's dtype: ONNX's
+// QLinearMatMul where both operands are computed, as in attention.
+Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                            const Tensor& b_scale, const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
 // The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);

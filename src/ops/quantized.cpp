@@ -1,4 +1,4 @@
-// Integer convolution and matrix product, the sum, the concatenation and the
+// Integer convolution and matrix products, the sum, the concatenation and the
 // average pool of quantized tensors (a value q of
 // uint8 or int8 stands for scale * (q - zero)), requantized to the output's
 // scale and zero point: ONNX's QLinearConv and QLinearMatMul where the
@@ -97,6 +97,37 @@ OpDefiner d_qlinear_conv2d(quantized_op("qlinear_conv2d",
 
 OpDefiner d_qlinear_matmul(quantized_op("qlinear_matmul", {"a", "a_scale", "a_zero", "b", "b_scale", "y_scale", "y_zero", "bias?"},
                                          {}, infer_qlinear_matmul, "matmul"));
+
+// Two quantized activations' product, batch by batch: a [..., M, K] and
+// b [..., K, N] of one batch shape, each with its own scale and zero point.
+Metas infer_qlinear_batch_matmul(const Metas& in, const Attrs&) {
+  const TensorMeta &a = in[0], &b = in[3];
+  KILN_CHECK(is_quantized(a.dtype) && is_quantized(b.dtype), "a and b must be uint8 or int8, got ", dtype_name(a.dtype),
+             " and ", dtype_name(b.dtype));
+  KILN_CHECK(a.shape.size() >= 2 && b.shape.size() == a.shape.size(), "a [..., M, K] and b [..., K, N] must have one ",
+             "rank of at least 2, got ", shape_str(a.shape), " and ", shape_str(b.shape));
+  const size_t r = a.shape.size();
+  KILN_CHECK(Shape(a.shape.begin(), a.shape.end() - 2) == Shape(b.shape.begin(), b.shape.end() - 2) &&
+                 a.shape[r - 1] == b.shape[r - 2],
+             "a [..., M, K] and b [..., K, N] must share their batch dimensions and K, got ", shape_str(a.shape), " @ ",
+             shape_str(b.shape));
+  for (size_t i : {1, 4, 6}) {
+    KILN_CHECK(in[i].dtype == DType::Float32, "scales must be float32, got ", dtype_name(in[i].dtype));
+    check_scalar(in[i], "a scale");
+  }
+  for (size_t i : {2, 5, 7}) check_scalar(in[i], "a zero point");
+  KILN_CHECK(in[2].dtype == a.dtype && in[5].dtype == b.dtype, "each zero point must have its operand's dtype, got ",
+             dtype_name(in[2].dtype), " for ", dtype_name(a.dtype), " a and ", dtype_name(in[5].dtype), " for ",
+             dtype_name(b.dtype), " b");
+  KILN_CHECK(is_quantized(in[7].dtype), "the output's zero point must be uint8 or int8, got ", dtype_name(in[7].dtype));
+  Shape y = a.shape;
+  y.back() = b.shape.back();
+  return {{true, y, in[7].dtype, a.device}};
+}
+
+OpDefiner d_qlinear_batch_matmul(quantized_op("qlinear_batch_matmul",
+                                              {"a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"},
+                                              {}, infer_qlinear_batch_matmul, "matmul"));
 
 // a and b of one shape, dequantized, added and quantized to y's parameters.
 Metas infer_qlinear_add(const Metas& in, const Attrs&) {
@@ -247,6 +278,11 @@ Tensor qlinear_avg_pool2d(const Tensor& x, const Tensor& x_scale, const Tensor& 
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero) {
   return call1(KILN_OP("qlinear_add"), {a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero});
+}
+
+Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                            const Tensor& b_scale, const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero) {
+  return call1(KILN_OP("qlinear_batch_matmul"), {a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero});
 }
 
 Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,

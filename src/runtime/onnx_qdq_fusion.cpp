@@ -305,11 +305,19 @@ class Fuser {
       ++done.conv;
     } else if (is(*op, "MatMul")) {
       const auto w = weights(input(*op, 1), 1, w_scale);
-      if (!w || constant(w->q)->dim() != 2) return std::nullopt;
-      fused.set_op_type("QLinearMatMul");
-      for (const std::string& in : {x->q, x->scale, x->zero, w->q, w->scale, std::string(), q.input(1), q.input(2)})
-        fused.add_input(in);
-      fused.set_input(5, add_initializer(w->q + "_zero", zeros({}, DType::Int8)));
+      if (w && constant(w->q)->dim() == 2) {
+        fused.set_op_type("QLinearMatMul");
+        for (const std::string& in : {x->q, x->scale, x->zero, w->q, w->scale, std::string(), q.input(1), q.input(2)})
+          fused.add_input(in);
+        fused.set_input(5, add_initializer(w->q + "_zero", zeros({}, DType::Int8)));
+      } else if (const auto b = activation(input(*op, 1))) {
+        // Two computed operands (attention's products).
+        fused.set_op_type("QLinearMatMul");
+        for (const std::string& in : {x->q, x->scale, x->zero, b->q, b->scale, b->zero, q.input(1), q.input(2)})
+          fused.add_input(in);
+      } else {
+        return std::nullopt;
+      }
       ++done.matmul;
     } else if (is(*op, "Gemm")) {
       const bool trans_b = attrs(*op).i("transB", 0) != 0;

@@ -3,8 +3,8 @@
 // float ops, as quantizers write it) turned into integer ops before the
 // model runs: DequantizeLinear'd input and int8 weights -> Conv, MatMul or
 // Gemm -> QuantizeLinear becomes QLinearConv, QLinearMatMul or QGemm
-// (com.microsoft), and two DequantizeLinear'd operands -> Add ->
-// QuantizeLinear becomes QLinearAdd (com.microsoft). A MaxPool, Reshape,
+// (com.microsoft), and two DequantizeLinear'd operands -> MatMul or Add ->
+// QuantizeLinear becomes QLinearMatMul or QLinearAdd (com.microsoft). A MaxPool, Reshape,
 // Flatten, Transpose, Squeeze or Unsqueeze between a DequantizeLinear and a
 // QuantizeLinear of the same scale and zero point runs on the quantized
 // values. DequantizeLinear'd operands -> Concat, AveragePool or

@@ -1,4 +1,5 @@
-// The integer kernels: qlinear_conv2d and qlinear_matmul against the exact
+// The integer kernels: qlinear_conv2d, qlinear_matmul and
+// qlinear_batch_matmul against the exact
 // integer arithmetic, over the geometries models use; and quantized models
 // in the QDQ form, whose Conv, MatMul and Gemm groups run on those kernels,
 // against ONNX Runtime on the same files. ctest runs these tests a second
@@ -97,6 +98,38 @@ TEST(Int8Kernels, MatrixProductsAreExactIntegerArithmetic) {
     const Tensor acc = matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64)) + cast(bias, DType::Float64);
     expect_requantized_equal(got, requantized(acc, scalar(0.05f) * b_scale / scalar(0.9f), 128, DType::UInt8));
   }
+}
+
+// The product of two activations, each with its own zero point (attention's
+// products), batch by batch: every pairing of uint8 and int8 operands and
+// output, depths that are not whole groups of 4 (rows padded), rows past a
+// tile's 12 and columns past a 32-column panel.
+TEST(Int8Kernels, ProductsOfTwoActivationsAreExactIntegerArithmetic) {
+  struct Case {
+    Shape a, b;
+  };
+  const std::vector<Case> cases = {{{2, 3, 16, 32}, {2, 3, 32, 16}},  // heads of 32
+                                   {{1, 2, 13, 37}, {1, 2, 37, 40}},  // odd depth, rows and columns past a tile
+                                   {{4, 7, 1}, {4, 1, 9}},            // depth 1
+                                   {{30, 6}, {6, 33}}};               // no batch
+  uint64_t seed = 500;
+  for (const Case& c : cases)
+    for (DType a_type : {DType::UInt8, DType::Int8})
+      for (DType b_type : {DType::UInt8, DType::Int8})
+        for (DType y_type : {DType::UInt8, DType::Int8}) {
+          SCOPED_TRACE(::testing::Message() << shape_str(c.a) << " @ " << shape_str(c.b) << " " << dtype_name(a_type)
+                                            << " x " << dtype_name(b_type) << " -> " << dtype_name(y_type));
+          const Tensor a = random_quantized(c.a, a_type, ++seed), b = random_quantized(c.b, b_type, ++seed);
+          const double a_zero = a_type == DType::Int8 ? -128 : 3, b_zero = b_type == DType::Int8 ? 17 : 255;
+          const double y_zero = y_type == DType::Int8 ? -6 : 120;
+          const float a_scale = 0.03f, b_scale = 0.07f, y_scale = 1.3f;
+          const Tensor got = qlinear_batch_matmul(a, scalar(a_scale), cast(scalar_tensor(a_zero), a_type), b,
+                                                  scalar(b_scale), cast(scalar_tensor(b_zero), b_type), scalar(y_scale),
+                                                  cast(scalar_tensor(y_zero), y_type));
+          const Tensor acc = matmul(cast(a, DType::Float64) - a_zero, cast(b, DType::Float64) - b_zero);
+          expect_requantized_equal(
+              got, requantized(acc, scalar(a_scale) * scalar(b_scale) / scalar(y_scale), y_zero, y_type));
+        }
 }
 
 // A call site keeps its oneDNN arguments between calls: calls that move to
@@ -462,6 +495,15 @@ TEST(Int8Kernels, BadOperandsSayWhatIsWrong) {
             std::string::npos);
   EXPECT_NE(kt::message_of([&] { qlinear_conv2d(x, scalar(1), z8, w, scalar(1), scalar(1), z8, zeros({2})); })
                 .find("bias must be int32 [2]"),
+            std::string::npos);
+  const Tensor a = zeros({2, 4, 8}, DType::UInt8), b = zeros({3, 8, 5}, DType::Int8), zb = zeros({}, DType::Int8);
+  EXPECT_NE(kt::message_of([&] {
+              qlinear_batch_matmul(a, scalar(1), z8, b, scalar(1), zb, scalar(1), z8);
+            }).find("must share their batch dimensions and K, got [2, 4, 8] @ [3, 8, 5]"),
+            std::string::npos);
+  EXPECT_NE(kt::message_of([&] {
+              qlinear_batch_matmul(a, scalar(1), z8, zeros({2, 8, 5}, DType::Int8), scalar(1), z8, scalar(1), z8);
+            }).find("each zero point must have its operand's dtype, got uint8 for uint8 a and uint8 for int8 b"),
             std::string::npos);
 }
 

@@ -157,9 +157,11 @@ void tile(const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* pa
           void* y, bool clip) {
   __m512i acc[R][C];
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < R; ++r) {
+    const __m512i row_bias = _mm512_set1_epi32(c.row_bias ? c.row_bias[row + r] : 0);
 #pragma GCC unroll 2
-    for (int i = 0; i < C; ++i) acc[r][i] = k.adjust[i];
+    for (int i = 0; i < C; ++i) acc[r][i] = _mm512_add_epi32(k.adjust[i], row_bias);
+  }
   const int64_t groups = groups_of(c.k), lda = c.lda;
   for (int64_t g = 0; g < groups; ++g, a += 4, panel += C * 64) {
     __m512i b[C];
@@ -191,9 +193,10 @@ void tile_of_height(int64_t rows, const Call& c, const Columns<C>& k, const uint
 // int32 conversion then gives INT_MIN, which would saturate to the low end).
 bool may_pass_int32(const Call& c) {
   double largest = 0;
+  const double b_most = c.b_centered ? 255.0 : 128.0;
   for (int64_t j = 0; j < c.n; ++j) {
     const double bias = c.bias ? std::fabs(static_cast<double>(c.bias[j])) : 0;
-    const double sum = c.k * 255.0 * 128 + bias;  // each |a - a_zero| at most 255, each |b| 128
+    const double sum = c.k * 255.0 * b_most + bias;  // each |a - a_zero| at most 255, each |b| 128 (or 255 centered)
     largest = std::max(largest, sum * std::fabs(c.scales[c.per_column ? j : 0]));
   }
   return largest + std::fabs(static_cast<double>(c.y_zero)) >= 1073741824.0;
@@ -258,11 +261,103 @@ void run(const Call& given, const void* a_bytes, const void* packed, void* y) {
   });
 }
 
+namespace {
+
+// pack() for a row-major B of bytes, 16 columns and 4 rows at a time by
+// byte and word unpacks (the scalar pack took ten times the product of a
+// 128x32x128 attention head), the top bit flipped where B is uint8 (b - 128
+// as int8), and the column sums by vpdpbusd against ones.
+void pack_rows(const uint8_t* b, int64_t k, int64_t n, bool flip, void* out) {
+  auto* bytes = static_cast<int8_t*>(out);
+  auto* sums = reinterpret_cast<int32_t*>(bytes + sums_offset(k, n));
+  const __m128i top = _mm_set1_epi8(static_cast<char>(flip ? 0x80 : 0));
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t p = 0; p < panels_of(n); ++p) {
+    const int64_t first = p * kPanel, width = std::min(kPanel, n - first) <= 16 ? 16 : kPanel;
+    int8_t* panel = bytes + p * panel_bytes(k);
+    for (int64_t half = 0; half < width; half += 16) {
+      const int64_t col = first + half, cols = std::clamp<int64_t>(n - col, 0, 16);
+      const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+      __m512i sum = _mm512_setzero_si512();
+      for (int64_t g = 0; g < groups_of(k); ++g) {
+        __m128i r[4];
+        for (int64_t j = 0; j < 4; ++j) {
+          const int64_t i = 4 * g + j;
+          r[j] = i < k ? _mm_maskz_mov_epi8(mask, _mm_xor_si128(_mm_maskz_loadu_epi8(mask, b + i * n + col), top))
+                       : _mm_setzero_si128();
+        }
+        const __m128i lo01 = _mm_unpacklo_epi8(r[0], r[1]), hi01 = _mm_unpackhi_epi8(r[0], r[1]);
+        const __m128i lo23 = _mm_unpacklo_epi8(r[2], r[3]), hi23 = _mm_unpackhi_epi8(r[2], r[3]);
+        int8_t* to = panel + g * width * 4 + half * 4;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to), _mm_unpacklo_epi16(lo01, lo23));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + 16), _mm_unpackhi_epi16(lo01, lo23));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + 32), _mm_unpacklo_epi16(hi01, hi23));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(to + 48), _mm_unpackhi_epi16(hi01, hi23));
+        dot_add(sum, ones, _mm512_loadu_si512(to));
+      }
+      _mm512_mask_storeu_epi32(sums + col, mask, sum);
+    }
+  }
+}
+
+// The sum of each row of A [m, k] (row stride k), as signed values where a_signed.
+void row_sums(const uint8_t* a, int64_t m, int64_t k, bool a_signed, int32_t* out) {
+  const __m512i top = _mm512_set1_epi8(static_cast<char>(a_signed ? 0x80 : 0));
+  for (int64_t r = 0; r < m; ++r) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t i = 0; i < k; i += 64) {
+      const __mmask64 mask = k - i >= 64 ? ~__mmask64{0} : (__mmask64{1} << (k - i)) - 1;
+      // (int8 read as uint8 + 128 through the flipped top bit, the 128s taken away below)
+      const __m512i v =
+          _mm512_maskz_mov_epi8(mask, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, a + r * k + i), top));
+      sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, _mm512_setzero_si512()));
+    }
+    out[r] = static_cast<int32_t>(_mm512_reduce_add_epi64(sum)) - (a_signed ? static_cast<int32_t>(128 * k) : 0);
+  }
+}
+
+}  // namespace
+
+void run_with_computed_b(const Call& given, const void* a_bytes, const void* b_bytes, bool b_signed, int32_t b_zero,
+                         void* y) {
+  KILN_CHECK(!given.bias && !given.row_bias && given.lda == given.k,
+             "int8_gemm::run_with_computed_b: no bias, and A's rows packed (lda == k)");
+  if (given.m <= 0 || given.n <= 0) return;
+  Call c = given;
+  const auto* a = static_cast<const uint8_t*>(a_bytes);
+  // B as int8: uint8 B flipped, its zero point moved by 128 with it, which
+  // leaves each b - b_zero as it was.
+  const int32_t zero = b_signed ? b_zero : b_zero - 128;
+  Tensor packed = Tensor::empty({packed_bytes(c.k, c.n)}, DType::UInt8);
+  pack_rows(static_cast<const uint8_t*>(b_bytes), c.k, c.n, !b_signed, packed.raw_data());
+  // Each row's sums less b_zero times the sum of its a - a_zero.
+  Tensor row_bias = Tensor::empty({c.m}, DType::Int32);
+  int32_t* bias = row_bias.data<int32_t>();
+  row_sums(a, c.m, c.k, c.a_signed, bias);
+  for (int64_t r = 0; r < c.m; ++r) bias[r] = -zero * (bias[r] - static_cast<int32_t>(c.k) * c.a_zero);
+  c.row_bias = bias, c.b_centered = true;
+  // A's rows are read 4 bytes at a time: where k is not a whole number of
+  // groups, a copy padded with zeros (against B's zero rows they add nothing).
+  Tensor padded;
+  if (c.k % 4 != 0) {
+    const int64_t k4 = groups_of(c.k) * 4;
+    padded = zeros({c.m * k4}, DType::UInt8);
+    for (int64_t r = 0; r < c.m; ++r)
+      std::memcpy(padded.data<uint8_t>() + r * k4, a + r * c.k, static_cast<size_t>(c.k));
+    a = padded.data<uint8_t>(), c.lda = k4;
+  }
+  run(c, a, packed.raw_data(), y);
+}
+
 #else
 
 bool available() { return false; }
 
 void run(const Call&, const void*, const void*, void*) {
+  KILN_CHECK(false, "Kiln's int8 kernels need AVX-512 VNNI; this build has none (check int8_gemm::available first)");
+}
+
+void run_with_computed_b(const Call&, const void*, const void*, bool, int32_t, void*) {
   KILN_CHECK(false, "Kiln's int8 kernels need AVX-512 VNNI; this build has none (check int8_gemm::available first)");
 }
 

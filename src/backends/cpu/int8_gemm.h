@@ -6,7 +6,8 @@
 // dequantization chain of QuantizedMatmulCall::Dequantized, in the tile's
 // epilogue. It serves the int8 layout pass's matrix products and its 1x1
 // stride-1 convolutions over channels-last activations (a matrix product of
-// pixels by channels), where oneDNN's brgemm kernels ran BERT's
+// pixels by channels), and products of two activations, packing B per call
+// (run_with_computed_b), where oneDNN's brgemm kernels ran BERT's
 // 128x256x1024 feed-forward product at about half the instruction's peak
 // and MobileNetV2's 16-deep 1x1 layers at a fifth.
 #include <cstdint>
@@ -34,6 +35,10 @@ struct Call {
   const float* scales = nullptr;  // a_scale * b_scale / y_scale, per column or one
   bool per_column = false;
   const int32_t* bias = nullptr;                         // int32 [n] in the accumulator's scale, or null
+  // int32 [m] added to each row's sums, or null: the correction for a B
+  // with a zero point (b_zero * the sum of the row's a - a_zero, negated).
+  const int32_t* row_bias = nullptr;
+  bool b_centered = false;  // B's values minus its zero point may reach 255 (for the int32 range check)
   bool a_signed = false;                                 // int8 rather than uint8 A
   int32_t a_zero = 0, y_zero = 0;                        // y_zero: of the 8-bit result, dequantized or not
   bool y_signed = false;                                 // an int8 rather than uint8 result
@@ -45,5 +50,11 @@ struct Call {
 // y = the product of A [m, k] (row stride lda; uint8, or int8 where
 // a_signed) and the packed B, through the epilogue.
 void run(const Call& c, const void* a, const void* packed, void* y);
+
+// The same where B is computed too (attention's products): B a row-major
+// [k, n] of uint8 or int8 (b_signed) bytes with zero point b_zero, packed
+// here, and each row's sums corrected for that zero point. c.bias and
+// c.row_bias must be null; c.lda == c.k.
+void run_with_computed_b(const Call& c, const void* a, const void* b, bool b_signed, int32_t b_zero, void* y);
 
 }  // namespace kiln::cpu::int8_gemm

@@ -512,4 +512,12 @@ bool int8_isa_is_avx512_vnni() {
   return fits;
 }
 
+bool int8_isa_has_avx512_vnni() {
+  static const bool has = [] {
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    return int8_isa_is_avx512_vnni() || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return has;
+}
+
 }  // namespace kiln::cpu::onednn

@@ -101,5 +101,8 @@ bool int8_products_exact(const int8_t* w, int64_t n, bool signed_input);
 // Kiln's own int8 kernels are for, which keep to that limit too; with AMX
 // (8 times VNNI's products a cycle), oneDNN's primitives beat them.
 bool int8_isa_is_avx512_vnni();
+// Whether it is that or above it (AMX too): where the kernels that oneDNN
+// has no match for (the product of two activations) run on Kiln's tiles.
+bool int8_isa_has_avx512_vnni();
 
 }  // namespace kiln::cpu::onednn

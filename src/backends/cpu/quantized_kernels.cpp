@@ -1,9 +1,12 @@
-// CPU integer convolution, matrix product and sum. The first two run on
+// CPU integer convolution, matrix products and sum. The first two run on
 // oneDNN's int8 primitives (VNNI or AMX where the CPU has them), and on a
 // plain int32 loop where those cannot be exact (8-bit weights, or int8
 // inputs, on CPUs without VNNI; geometries oneDNN refuses). Both requantize
 // as oneDNN does: (acc + bias) * scale in float32, rounded half to even,
-// shifted by the zero point and saturated.
+// shifted by the zero point and saturated. The product of two activations
+// (qlinear_batch_matmul, both with zero points) runs on Kiln's int8 tiles
+// (int8_gemm.h) where the build has them and oneDNN's ISA is not held below
+// AVX-512 VNNI, else on a plain int32 loop.
 // GCC 12 warns that AVX-512 intrinsics' undefined source vectors may be
 // used uninitialized (they are fully masked over); the warning is about the
 // header's code, so it is silenced around the header only.
@@ -15,6 +18,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/cpu/int8_gemm.h"
 #include "backends/cpu/kernel_helpers.h"
 #include "backends/cpu/norm_rows.h"
 #include "backends/cpu/onednn_int8.h"
@@ -130,6 +134,61 @@ void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
     return;
   with_types(a.dtype(), out[0].dtype(), [&]<typename TX, typename TY>() {
     matmul_loop<TX, TY>(m, k, n, a.data<TX>(), az, b.data<int8_t>(), scales, pb, yz, out[0].data<TY>());
+  });
+}
+
+// The product of one batch's [m, k] A and [k, n] B, both with zero points,
+// in a plain int32 loop (CPUs without VNNI).
+template <typename TA, typename TB, typename TY>
+void batch_matmul_loop(int64_t m, int64_t k, int64_t n, const TA* a, int32_t az, const TB* b, int32_t bz, float scale,
+                       int32_t yz, TY* y) {
+  std::vector<int32_t> acc(static_cast<size_t>(n));
+  for (int64_t r = 0; r < m; ++r) {
+    std::fill(acc.begin(), acc.end(), 0);
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t v = static_cast<int32_t>(a[r * k + i]) - az;
+      for (int64_t j = 0; j < n; ++j) acc[j] += v * (static_cast<int32_t>(b[i * n + j]) - bz);
+    }
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] = requantize<TY>(acc[j], 0, scale, yz);
+  }
+}
+
+void qlinear_batch_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
+  if (out[0].numel() == 0) return;
+  const Tensor a = in[0].contiguous(), b = in[3].contiguous();
+  const int64_t k = a.shape().back(), n = b.shape().back(), m = a.shape()[static_cast<size_t>(a.dim() - 2)];
+  const int64_t batches = out[0].numel() / (m * n);
+  const float scale = scale_of(in[1]) * scale_of(in[4]) / scale_of(in[6]);
+  const int32_t az = zero_point_of(in[2]), bz = zero_point_of(in[5]), yz = zero_point_of(in[7]);
+  const bool a_signed = a.dtype() == DType::Int8, b_signed = b.dtype() == DType::Int8;
+  const bool y_signed = out[0].dtype() == DType::Int8;
+  const auto* pa = static_cast<const uint8_t*>(a.raw_data());
+  const auto* pb = static_cast<const uint8_t*>(b.raw_data());
+  auto* py = static_cast<uint8_t*>(out[0].raw_data());
+  const bool tiles = int8_gemm::available() && onednn::int8_isa_has_avx512_vnni() && k > 0;
+  // A batch (an attention head) a task: each is small, and split across
+  // the threads one at a time, each paid a parallel region.
+  parallel_for(batches, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint8_t *ai = pa + i * m * k, *bi = pb + i * k * n;
+      uint8_t* yi = py + i * m * n;
+      if (tiles) {
+        int8_gemm::Call c;
+        c.m = m, c.k = k, c.n = n, c.lda = k, c.ldy = n;
+        c.scales = &scale, c.a_signed = a_signed, c.a_zero = az, c.y_zero = yz, c.y_signed = y_signed;
+        int8_gemm::run_with_computed_b(c, ai, bi, b_signed, bz, yi);
+        continue;
+      }
+      auto loop = [&]<typename TA, typename TY>() {
+        const auto* at = reinterpret_cast<const TA*>(ai);
+        if (b_signed)
+          batch_matmul_loop(m, k, n, at, az, reinterpret_cast<const int8_t*>(bi), bz, scale, yz,
+                            reinterpret_cast<TY*>(yi));
+        else
+          batch_matmul_loop(m, k, n, at, az, bi, bz, scale, yz, reinterpret_cast<TY*>(yi));
+      };
+      with_types(a.dtype(), out[0].dtype(), loop);
+    }
   });
 }
 
@@ -329,5 +388,6 @@ KILN_REGISTER_KERNEL("dequantize_linear", CPU, dequantize_linear_kernel, DType::
 KILN_REGISTER_KERNEL("qlinear_add", CPU, qlinear_add_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_conv2d", CPU, qlinear_conv2d_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_matmul", CPU, qlinear_matmul_kernel, DType::UInt8, DType::Int8);
+KILN_REGISTER_KERNEL("qlinear_batch_matmul", CPU, qlinear_batch_matmul_kernel, DType::UInt8, DType::Int8);
 
 }  // namespace kiln::cpu
