@@ -156,10 +156,19 @@ def quantize(model, calibration, file_name=None, method="minmax", percentile=99.
         raise ValueError(f"activations {activations!r}: use 'uint8' or 'int8'")
     with open(path, "rb") as f:
         data = f.read()
-    names = [i.name for i in _kiln.InferenceSession(path).inputs]
+    if not 0 <= held_out < 1:
+        raise ValueError(f"held_out={held_out!r}: the share of calibration batches kept back for the report, at least "
+                         "0 and below 1")
+    inputs = _kiln.InferenceSession(path).inputs
+    names = [i.name for i in inputs]
     batches = [_batch_inputs(b, names) for b in calibration]
     if not batches:
         raise ValueError("calibration gave no batches: pass a few batches of typical inputs")
+    for index, batch in enumerate(batches):
+        for info, t in zip(inputs, batch):
+            if not info.accepts(t):
+                raise ValueError(f"calibration batch {index} gives input {info.name!r} a {t.dtype.name} {list(t.shape)} "
+                                 f"tensor, but the model takes {info!r}")
     out = os.fspath(file_name) if file_name is not None else os.path.splitext(path)[0] + ".int8.onnx"
     return _kiln.quantize_model(data, out, batches, method, percentile, activations, reduce_range, list(keep),
                                 keep_sensitive, held_out)

@@ -160,6 +160,8 @@ void bind_io(py::module_& m) {
       .def_readonly("name", &TensorInfo::name)
       .def_readonly("dtype", &TensorInfo::dtype)
       .def_readonly("shape", &TensorInfo::shape)
+      .def("accepts", &TensorInfo::accepts, py::arg("tensor"),
+           "Whether the tensor has this input's dtype and, where the model says, its shape")
       .def("__repr__", &TensorInfo::str);
   py::class_<InferenceSession, std::shared_ptr<InferenceSession>>(m, "InferenceSession")
       .def(py::init([](const std::string& path, const std::string& device, int threads, int optimization_level,

@@ -217,6 +217,11 @@ def test_quantize_with_a_python_iterable_and_run_the_int8_model(tmp_path):
         kiln.quantize(tmp_path / "net.onnx", [[x, x]])
     with pytest.raises(ValueError, match="calibration gave no batches"):
         kiln.quantize(tmp_path / "net.onnx", [])
+    with pytest.raises(ValueError, match=r"calibration batch 1 gives input 'input' a float64 \[16, 1, 8, 8\] tensor, "
+                                         r"but the model takes input: float32 \[batch, 1, 8, 8\]"):
+        kiln.quantize(tmp_path / "net.onnx", [np.zeros((16, 1, 8, 8), np.float32), np.zeros((16, 1, 8, 8))])
+    with pytest.raises(ValueError, match="held_out=1.5: the share of calibration batches kept back"):
+        kiln.quantize(tmp_path / "net.onnx", [x], held_out=1.5)
 
 
 def test_quantization_aware_layers_train_and_turn_back_into_the_float_net():
