@@ -167,21 +167,30 @@ std::vector<Tensor> qlinear_matmul(const OnnxNode& n, const std::vector<Tensor>&
       one_value(in[6]) && one_value(in[7]) && float32_scales({in[1], in[4], in[6]}) &&
       (in[4].numel() == 1 || in[4].numel() == b.shape()[1]))
     return {qlinear_matmul(a, in[1], in[2].reshape({}), b, in[4].reshape({in[4].numel()}), in[6], in[7].reshape({}))};
-  // Two computed operands (attention's products), one scale and zero point
-  // each: the integer kernels, batch by batch, over the broadcast batch shape.
+  // Two computed operands (attention's products), or weights with a zero
+  // point, one scale and zero point each: the integer kernels, batch by
+  // batch over the broadcast batch shape (a's rows as one batch for weights).
   const Tensor b_zero = OnnxReader::optional(in, 5);
   if (a.dim() >= 2 && b.dim() >= 2 && one_value(in[1]) && one_value(in[2]) && one_value(in[4]) &&
       (!b_zero.defined() || one_value(b_zero)) && one_value(in[6]) && one_value(in[7]) &&
       float32_scales({in[1], in[4], in[6]}) && in[2].dtype() == a.dtype() &&
       (!b_zero.defined() || b_zero.dtype() == b.dtype()) && a.shape().back() == b.shape()[b.dim() - 2]) {
+    const Tensor bz = b_zero.defined() ? b_zero.reshape({}) : zeros({}, b.dtype());
+    const int64_t k = a.shape().back();
+    if (b.dim() == 2 && k > 0) {  // fixed b (asymmetric weights): a's rows as one batch
+      Shape ys = a.shape();
+      ys.back() = b.shape()[1];
+      return {qlinear_batch_matmul(a.reshape({a.numel() / k, k}), in[1].reshape({}), in[2].reshape({}), b,
+                                   in[4].reshape({}), bz, in[6].reshape({}), in[7].reshape({}))
+                  .reshape(ys)};
+    }
     Shape batch =
         broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2), Shape(b.shape().begin(), b.shape().end() - 2));
     Shape as = batch, bs = batch;
     as.insert(as.end(), a.shape().end() - 2, a.shape().end());
     bs.insert(bs.end(), b.shape().end() - 2, b.shape().end());
     return {qlinear_batch_matmul(a.expand(as), in[1].reshape({}), in[2].reshape({}), b.expand(bs), in[4].reshape({}),
-                                 b_zero.defined() ? b_zero.reshape({}) : zeros({}, b.dtype()), in[6].reshape({}),
-                                 in[7].reshape({}))};
+                                 bz, in[6].reshape({}), in[7].reshape({}))};
   }
   const Tensor acc = matmul(centered(n, a, per_row(input(n, in, 2), a)), centered(n, b, input(n, in, 5)));
   const Tensor multiplier = per_row(input(n, in, 1), a) * input(n, in, 4) / input(n, in, 6);

@@ -150,6 +150,46 @@ TEST(QuantizedModels, QOperatorCnnMatchesOnnxRuntime) {
   expect_same_quantized(out[1], ort.outputs[1].second, 0.1);
 }
 
+// QLinearMatMul of a computed [2, 3, 16] by uint8 weights with a zero point
+// (not the symmetric int8 the weight kernels take) and of two computed
+// operands with batch dimensions to broadcast ([2, 3, 16] by [1, 16, 4]):
+// the integer kernels' exact answer.
+TEST(QuantizedModels, QLinearMatMulOfAsymmetricOrComputedOperandsIsExact) {
+  Builder b;
+  b.io(true, "a", TensorProto::UINT8, {2, 3, 16});
+  b.io(true, "c", TensorProto::INT8, {1, 16, 4});
+  manual_seed(21);
+  const Tensor w = cast(floor(rand({16, 5}) * 256), DType::UInt8);
+  b.init("w", w);
+  b.init("a_scale", scalar(0.04f));
+  b.init("a_zero", from_vector<uint8_t>({121}, {}));
+  b.init("w_scale", scalar(0.02f));
+  b.init("w_zero", from_vector<uint8_t>({130}, {}));
+  b.init("c_scale", scalar(0.05f));
+  b.init("c_zero", from_vector<int8_t>({-7}, {}));
+  b.init("y_scale", scalar(0.5f));
+  b.init("y_zero", from_vector<uint8_t>({128}, {}));
+  b.node("QLinearMatMul", {"a", "a_scale", "a_zero", "w", "w_scale", "w_zero", "y_scale", "y_zero"}, {"y"});
+  b.node("QLinearMatMul", {"a", "a_scale", "a_zero", "c", "c_scale", "c_zero", "y_scale", "y_zero"}, {"z"});
+  b.io(false, "y", TensorProto::UINT8, {2, 3, 5});
+  b.io(false, "z", TensorProto::UINT8, {2, 3, 4});
+  const std::string path = b.save("qlinear_matmul_operands.onnx");
+  manual_seed(22);
+  const Tensor a = cast(floor(rand({2, 3, 16}) * 256), DType::UInt8);
+  const Tensor c = cast(floor(rand({1, 16, 4}) * 256) - 128, DType::Int8);
+  const auto out = InferenceSession(path).run(std::vector<Tensor>{a, c});
+  auto exact = [](const Tensor& acc, double multiplier) {
+    return cast(clamp(round(acc * multiplier) + 128, 0.0, 255.0), DType::UInt8);
+  };
+  const Tensor a64 = cast(a, DType::Float64) - 121;
+  const Tensor want_y = exact(matmul(a64, cast(w, DType::Float64) - 130), double(0.04f * 0.02f / 0.5f));
+  const Tensor want_z = exact(matmul(a64, cast(c, DType::Float64) + 7), double(0.04f * 0.05f / 0.5f));
+  EXPECT_EQ(cast(out[0], DType::Float64).contiguous().to_vector<double>(),
+            cast(want_y, DType::Float64).contiguous().to_vector<double>());
+  EXPECT_EQ(cast(out[1], DType::Float64).contiguous().to_vector<double>(),
+            cast(want_z, DType::Float64).contiguous().to_vector<double>());
+}
+
 // The QDQ form: the float graph with QuantizeLinear/DequantizeLinear pairs
 // on the activations and int8 weights dequantized per output channel (axis 0),
 // as ONNX Runtime's quantize_static writes it; then MatMulInteger and

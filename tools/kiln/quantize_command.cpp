@@ -26,9 +26,6 @@ std::vector<fs::path> sorted_entries(const fs::path& dir) {
   return entries;
 }
 
-// Calibration batches from a folder: for a model of one input, each .npy or
-// .pb file is a batch of it; for several, each subfolder holds one file per
-// input, in the inputs' order by file name.
 // A calibration file's tensor, checked against the model input it feeds.
 Tensor load_for(const fs::path& p, const TensorInfo& input) {
   Tensor t = load_input(p.string());
@@ -36,6 +33,10 @@ Tensor load_for(const fs::path& p, const TensorInfo& input) {
              ", but the model's input is ", input.str());
   return t;
 }
+
+// Calibration batches from a folder: for a model of one input, each .npy or
+// .pb file is a batch of it; for several, each subfolder holds one file per
+// input, in the inputs' order by file name.
 
 std::vector<std::vector<Tensor>> load_batches(const std::string& dir, const std::vector<TensorInfo>& model_inputs) {
   const size_t inputs = model_inputs.size();
