@@ -137,20 +137,17 @@ void qlinear_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   });
 }
 
-// The product of one batch's [m, k] A and [k, n] B, both with zero points,
-// in a plain int32 loop (CPUs without VNNI).
+// One row of a batch's product, a [k] row by B [k, n], both with zero
+// points, in a plain int32 loop (CPUs without VNNI).
 template <typename TA, typename TB, typename TY>
-void batch_matmul_loop(int64_t m, int64_t k, int64_t n, const TA* a, int32_t az, const TB* b, int32_t bz, float scale,
-                       int32_t yz, TY* y) {
-  std::vector<int32_t> acc(static_cast<size_t>(n));
-  for (int64_t r = 0; r < m; ++r) {
-    std::fill(acc.begin(), acc.end(), 0);
-    for (int64_t i = 0; i < k; ++i) {
-      const int32_t v = static_cast<int32_t>(a[r * k + i]) - az;
-      for (int64_t j = 0; j < n; ++j) acc[j] += v * (static_cast<int32_t>(b[i * n + j]) - bz);
-    }
-    for (int64_t j = 0; j < n; ++j) y[r * n + j] = requantize<TY>(acc[j], 0, scale, yz);
+void batch_matmul_row(int64_t k, int64_t n, const TA* a, int32_t az, const TB* b, int32_t bz, float scale, int32_t yz,
+                      TY* y, std::vector<int32_t>& acc) {
+  acc.assign(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t v = static_cast<int32_t>(a[i]) - az;
+    for (int64_t j = 0; j < n; ++j) acc[j] += v * (static_cast<int32_t>(b[i * n + j]) - bz);
   }
+  for (int64_t j = 0; j < n; ++j) y[j] = requantize<TY>(acc[j], 0, scale, yz);
 }
 
 void qlinear_batch_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
@@ -165,30 +162,34 @@ void qlinear_batch_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
   const auto* pa = static_cast<const uint8_t*>(a.raw_data());
   const auto* pb = static_cast<const uint8_t*>(b.raw_data());
   auto* py = static_cast<uint8_t*>(out[0].raw_data());
-  const bool tiles = int8_gemm::available() && onednn::int8_isa_has_avx512_vnni() && k > 0;
-  // A batch (an attention head) a task: each is small, and split across
-  // the threads one at a time, each paid a parallel region.
-  parallel_for(batches, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const uint8_t *ai = pa + i * m * k, *bi = pb + i * k * n;
-      uint8_t* yi = py + i * m * n;
-      if (tiles) {
+  if (int8_gemm::available() && onednn::int8_isa_has_avx512_vnni() && k > 0) {
+    // A batch (an attention head) a task: each is small, and split across
+    // the threads one at a time, each paid a parallel region. (One batch, a
+    // product by fixed weights, splits its rows inside instead.)
+    parallel_for(batches, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
         int8_gemm::Call c;
         c.m = m, c.k = k, c.n = n, c.lda = k, c.ldy = n;
         c.scales = &scale, c.a_signed = a_signed, c.a_zero = az, c.y_zero = yz, c.y_signed = y_signed;
-        int8_gemm::run_with_computed_b(c, ai, bi, b_signed, bz, yi);
-        continue;
+        int8_gemm::run_with_computed_b(c, pa + i * m * k, pb + i * k * n, b_signed, bz, py + i * m * n);
       }
-      auto loop = [&]<typename TA, typename TY>() {
-        const auto* at = reinterpret_cast<const TA*>(ai);
+    });
+    return;
+  }
+  // The loop: every batch's rows, in parallel.
+  with_types(a.dtype(), out[0].dtype(), [&]<typename TA, typename TY>() {
+    parallel_for(batches * m, 1, [&](int64_t lo, int64_t hi) {
+      std::vector<int32_t> acc;
+      for (int64_t row = lo; row < hi; ++row) {
+        const int64_t i = row / m;
+        const auto* ar = reinterpret_cast<const TA*>(pa) + row * k;
+        auto* yr = reinterpret_cast<TY*>(py) + row * n;
         if (b_signed)
-          batch_matmul_loop(m, k, n, at, az, reinterpret_cast<const int8_t*>(bi), bz, scale, yz,
-                            reinterpret_cast<TY*>(yi));
+          batch_matmul_row(k, n, ar, az, reinterpret_cast<const int8_t*>(pb) + i * k * n, bz, scale, yz, yr, acc);
         else
-          batch_matmul_loop(m, k, n, at, az, bi, bz, scale, yz, reinterpret_cast<TY*>(yi));
-      };
-      with_types(a.dtype(), out[0].dtype(), loop);
-    }
+          batch_matmul_row(k, n, ar, az, pb + i * k * n, bz, scale, yz, yr, acc);
+      }
+    });
   });
 }
 
