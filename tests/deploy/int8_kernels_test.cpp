@@ -25,6 +25,7 @@
 
 namespace kt = kiln::testing;
 using kt::expect_requantized_equal;
+using kt::random_quantized;
 using kt::requantized;
 using namespace kiln;
 using ::onnx::TensorProto;
@@ -32,12 +33,6 @@ using ::onnx::TensorProto;
 namespace {
 
 Tensor scalar(float v) { return from_vector<float>({v}, {}); }
-
-Tensor random_quantized(const Shape& shape, DType dtype, uint64_t seed) {
-  manual_seed(seed);
-  const double lo = dtype == DType::Int8 ? -128 : 0, hi = dtype == DType::Int8 ? 127 : 255;
-  return cast(floor(rand(shape) * (hi - lo + 1) + lo), dtype);
-}
 
 struct ConvCase {
   int64_t n, c, h, w, o, k, stride, pad, dilation, groups;

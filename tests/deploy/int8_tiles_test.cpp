@@ -21,6 +21,7 @@
 
 namespace kt = kiln::testing;
 using kt::expect_requantized_equal;
+using kt::random_quantized;
 using kt::requantized;
 using namespace kiln;
 using ::onnx::TensorProto;
@@ -29,12 +30,6 @@ namespace tiles = kiln::cpu::int8_gemm;
 namespace {
 
 Tensor scalar(float v) { return from_vector<float>({v}, {}); }
-
-Tensor random_bytes(const Shape& shape, DType dtype, uint64_t seed) {
-  manual_seed(seed);
-  const double lo = dtype == DType::Int8 ? -128 : 0, hi = dtype == DType::Int8 ? 127 : 255;
-  return cast(floor(rand(shape) * (hi - lo + 1) + lo), dtype);
-}
 
 Tensor packed(const Tensor& b) {  // b [k, n] int8
   const int64_t k = b.shape()[0], n = b.shape()[1];
@@ -68,8 +63,8 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
           SCOPED_TRACE(::testing::Message()
                        << p.m << "x" << p.k << "x" << p.n << (a_signed ? " int8 in" : " uint8 in")
                        << (y_signed ? ", int8 out" : ", uint8 out") << (per_column ? ", per column" : ", per tensor"));
-          const Tensor a = random_bytes({p.m, p.k}, a_signed ? DType::Int8 : DType::UInt8, ++seed);
-          const Tensor b = random_bytes({p.k, p.n}, DType::Int8, ++seed);
+          const Tensor a = random_quantized({p.m, p.k}, a_signed ? DType::Int8 : DType::UInt8, ++seed);
+          const Tensor b = random_quantized({p.k, p.n}, DType::Int8, ++seed);
           manual_seed(++seed);
           const Tensor scale = per_column ? rand({p.n}) * 2e-5 + 1e-5 : scalar(1.7e-5f);
           const Tensor bias = cast(round(randn({p.n}) * 3000.0), DType::Int32);
@@ -90,7 +85,7 @@ TEST_F(Int8Tiles, ProductsAreExactIntegerArithmetic) {
 // conversion's range: those outputs saturate to the end their sign points at.
 TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
   const int64_t m = 5, k = 8, n = 20;
-  const Tensor a = random_bytes({m, k}, DType::UInt8, 1), b = random_bytes({k, n}, DType::Int8, 2);
+  const Tensor a = random_quantized({m, k}, DType::UInt8, 1), b = random_quantized({k, n}, DType::Int8, 2);
   const Tensor scale = scalar(1e6f);
   Tensor y = Tensor::empty({m, n}, DType::UInt8);
   tiles::Call c;
@@ -120,7 +115,7 @@ TEST_F(Int8Tiles, ProductsPastInt32SaturateToTheRightEnd) {
 // bit for bit, at shapes with tails.
 TEST_F(Int8Tiles, TheDequantizingEpilogueEqualsTheOpsItStandsFor) {
   const Product p{29, 36, 50};
-  const Tensor a = random_bytes({p.m, p.k}, DType::UInt8, 11), b = random_bytes({p.k, p.n}, DType::Int8, 12);
+  const Tensor a = random_quantized({p.m, p.k}, DType::UInt8, 11), b = random_quantized({p.k, p.n}, DType::Int8, 12);
   manual_seed(13);
   const Tensor b_scale = rand({p.n}) * 0.01 + 0.001, vector = randn({p.n}), residual = randn({p.m, p.n});
   const Tensor bias = cast(round(randn({p.n}) * 300.0), DType::Int32);
@@ -176,8 +171,8 @@ TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
                      << (y_signed ? ", int8 out" : ", uint8 out"));
         const int64_t n = 2, oh = (k.h + 2 * k.ph - k.kh) / k.stride + 1, ow = (k.w + 2 * k.pw - k.kw) / k.stride + 1;
         const Tensor x =
-            random_bytes({n, k.h, k.w, k.c}, x_signed ? DType::Int8 : DType::UInt8, ++seed);  // channels-last
-        const Tensor w = random_bytes({k.c, 1, k.kh, k.kw}, DType::Int8, ++seed);
+            random_quantized({n, k.h, k.w, k.c}, x_signed ? DType::Int8 : DType::UInt8, ++seed);  // channels-last
+        const Tensor w = random_quantized({k.c, 1, k.kh, k.kw}, DType::Int8, ++seed);
         manual_seed(++seed);
         const Tensor scale = rand({k.c}) * 0.004 + 0.001;
         const Tensor bias = cast(round(randn({k.c}) * 2000.0), DType::Int32);
@@ -206,7 +201,8 @@ TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
 TEST_F(Int8Tiles, DepthwiseSumsPastInt32SaturateToTheRightEnd) {
   namespace dw = cpu::int8_depthwise;
   const int64_t c = 16, h = 4, w = 5;
-  const Tensor x = random_bytes({1, h, w, c}, DType::UInt8, 61), weights = random_bytes({c, 1, 3, 3}, DType::Int8, 62);
+  const Tensor x = random_quantized({1, h, w, c}, DType::UInt8, 61),
+               weights = random_quantized({c, 1, 3, 3}, DType::Int8, 62);
   std::vector<int32_t> biases(static_cast<size_t>(c), 0);
   biases[13] = 1500000000;
   const Tensor bias = from_vector<int32_t>(biases, {c}), two = scalar(2.0f);

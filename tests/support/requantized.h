@@ -11,6 +11,13 @@
 
 namespace kiln::testing {
 
+// Uniform random uint8 or int8 values over the type's whole range.
+inline Tensor random_quantized(const Shape& shape, DType dtype, uint64_t seed) {
+  manual_seed(seed);
+  const double lo = dtype == DType::Int8 ? -128 : 0, hi = dtype == DType::Int8 ? 127 : 255;
+  return cast(floor(rand(shape) * (hi - lo + 1) + lo), dtype);
+}
+
 // The answer in exact arithmetic: the product of the centered integers (in
 // float64, exact at these sizes) plus the bias, times the float32
 // multiplier, rounded half to even, shifted by the zero point, saturated.
