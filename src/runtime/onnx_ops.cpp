@@ -13,7 +13,12 @@ OnnxNode::OnnxNode(const ::onnx::NodeProto& proto, int opset) : proto_(proto), o
 std::string OnnxNode::where() const {
   std::string s = "node ";
   if (!proto_.name().empty()) s += "'" + proto_.name() + "' ";
-  s += "(" + proto_.op_type() + ", opset " + std::to_string(opset_) + ")";
+  // (A custom domain's own opset is not tracked: the default domain's would mislead.)
+  const std::string& domain = proto_.domain();
+  if (domain.empty() || domain == "ai.onnx")
+    s += "(" + proto_.op_type() + ", opset " + std::to_string(opset_) + ")";
+  else
+    s += "(" + domain + "::" + proto_.op_type() + ")";
   return s;
 }
 
@@ -127,6 +132,7 @@ const ConverterTable& converters() {
     add_norm_converters(t);
     add_quant_converters(t);
     add_attention_converters(t);
+    add_contrib_converters(t);
     // Ops that move or reinterpret data keep their dtype.
     std::set<std::string> exact = {"Identity", "Tile",  "Shape", "Size", "Constant", "ConstantOfShape",
                                    "Range",    "DepthToSpace", "SpaceToDepth", "GatherND", "QuantizeLinear",

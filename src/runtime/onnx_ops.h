@@ -72,6 +72,7 @@ void add_reduce_converters(ConverterTable& table);
 void add_norm_converters(ConverterTable& table);
 void add_quant_converters(ConverterTable& table);
 void add_attention_converters(ConverterTable& table);
+void add_contrib_converters(ConverterTable& table);
 
 // The inputs of an op type that converters read as values (shapes, axes,
 // bounds) rather than compute with: a graph input feeding one of them is
