@@ -3,7 +3,9 @@
 // asks for the scores themselves. Attention: 3-d or 4-d inputs, grouped key/value heads, a key/value
 // cache (past and present), boolean or additive masks shorter than the keys,
 // causal masking aligned to the end of the cache, padded key lengths,
-// softcap and the optional QK output.
+// softcap and the optional QK output. RotaryEmbedding also in ONNX
+// Runtime's com.microsoft form (its inputs in another order, positions as
+// one offset).
 #include <cmath>
 #include <limits>
 
@@ -108,15 +110,14 @@ std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) 
 
 // Rotates pairs of each head's first rotary_embedding_dim values (halves, or
 // neighbours when interleaved) by the angles of the caches, looked up by
-// position_ids or given per batch and position.
-std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor& x = input(n, in, 0);
-  Tensor cos_cache = input(n, in, 1), sin_cache = input(n, in, 2);
+// `positions` or given per batch and position. x: [B, H, S, D], or
+// [B, S, hidden] split into `heads`.
+Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_cache, const Tensor& positions,
+              int64_t heads) {
   Tensor t;  // [B, S, H, D]
   if (x.dim() == 4) {
     t = x.permute({0, 2, 1, 3});
   } else if (x.dim() == 3) {
-    const int64_t heads = n.required_i("num_heads");
     if (heads <= 0 || x.shape()[2] % heads) n.fail("hidden size ", x.shape()[2], " does not split into ", heads, " heads");
     t = x.reshape({x.shape()[0], x.shape()[1], heads, x.shape()[2] / heads});
   } else {
@@ -124,7 +125,7 @@ std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor
   }
   const int64_t head = t.shape()[3], dim = n.i("rotary_embedding_dim", 0) > 0 ? n.i("rotary_embedding_dim", 0) : head;
   if (dim > head || dim % 2) n.fail("rotary_embedding_dim ", dim, " must be even and at most the head size ", head);
-  if (const Tensor positions = OnnxReader::optional(in, 3); positions.defined()) {
+  if (positions.defined()) {
     const Tensor flat = cast(positions, DType::Int64).reshape({-1});
     Shape looked_up = positions.shape();
     looked_up.push_back(dim / 2);
@@ -140,7 +141,37 @@ std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor
   const Tensor real = cosine * x1 - sine * x2, imag = sine * x1 + cosine * x2;
   Tensor y = interleaved ? stack({real, imag}, 4).reshape(rotated.shape()) : concat({real, imag}, 3);
   if (dim < head) y = concat({y, t.slice(3, dim, head)}, 3);
-  return {x.dim() == 4 ? y.permute({0, 2, 1, 3}).contiguous() : y.reshape(x.shape())};
+  return x.dim() == 4 ? y.permute({0, 2, 1, 3}).contiguous() : y.reshape(x.shape());
+}
+
+// ONNX's RotaryEmbedding: (X, cos_cache, sin_cache, position_ids?).
+std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& x = input(n, in, 0);
+  return {rotate(n, x, input(n, in, 1), input(n, in, 2), OnnxReader::optional(in, 3),
+                 x.dim() == 3 ? n.required_i("num_heads") : 0)};
+}
+
+// ONNX Runtime's com.microsoft RotaryEmbedding: (input, position_ids,
+// cos_cache, sin_cache), position_ids [B, S] or one offset for positions
+// offset, offset + 1, ...; without num_heads a 3-d input's heads are as
+// wide as the caches' angles make them (all of each head rotated).
+std::vector<Tensor> contrib_rotary_embedding(const OnnxNode& n, const std::vector<Tensor>& in) {
+  if (n.i("is_packed_batching", 0)) n.unsupported("is_packed_batching=1 is not supported");
+  if (n.f("scale", 1.0) != 1.0) n.unsupported("scale other than 1 is not supported");
+  const Tensor& x = input(n, in, 0);
+  const Tensor &cos_cache = input(n, in, 2), &sin_cache = input(n, in, 3);
+  Tensor positions = input(n, in, 1);
+  if (positions.numel() == 1 && positions.dim() <= 1) {
+    const int64_t length = x.dim() == 4 ? x.shape()[2] : x.shape()[1];
+    positions = (arange(length, DType::Int64) + cast(positions.reshape({}), DType::Int64)).reshape({1, length});
+  }
+  int64_t heads = n.i("num_heads", 0);
+  if (x.dim() == 3 && heads <= 0) {
+    if (n.i("rotary_embedding_dim", 0) > 0) n.fail("rotary_embedding_dim needs num_heads for a 3-d input");
+    const int64_t head = 2 * cos_cache.shape().back();
+    heads = head > 0 && x.shape()[2] % head == 0 ? x.shape()[2] / head : 0;
+  }
+  return {rotate(n, x, cos_cache, sin_cache, positions, heads)};
 }
 
 }  // namespace
@@ -148,6 +179,7 @@ std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor
 void add_attention_converters(ConverterTable& t) {
   t["Attention"] = attention;
   t["RotaryEmbedding"] = rotary_embedding;
+  t["com.microsoft::RotaryEmbedding"] = contrib_rotary_embedding;
 }
 
 }  // namespace kiln::runtime

@@ -3,7 +3,8 @@
 // for dequantizing), per tensor or per axis; DynamicQuantizeLinear;
 // MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv (on the integer
 // kernels where the weights are symmetric int8) and ONNX Runtime's QGemm,
-// QLinearAdd, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool;
+// QLinearAdd, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool,
+// MatMulIntegerToFloat and DynamicQuantizeMatMul;
 // EyeLike; LpPool.
 #include <cmath>
 
@@ -328,6 +329,36 @@ std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector
   return {quantize(x, scale, zero_point), scale, zero_point};
 }
 
+// acc * a_scale * b_scale (b_scale one value or one per column), plus the
+// bias, in float32: the float outputs of ONNX Runtime's integer products.
+Tensor scaled_product(const Tensor& acc, const Tensor& a_scale, const Tensor& b_scale, const Tensor& bias) {
+  const Tensor y =
+      cast(acc * cast(a_scale.reshape({}), DType::Float64) * cast(b_scale, DType::Float64), DType::Float32);
+  return bias.defined() ? y + cast(bias, DType::Float32) : y;
+}
+
+// com.microsoft's MatMulIntegerToFloat (A, B, a_scale, b_scale,
+// a_zero_point, b_zero_point, bias): the int32 product of the centered
+// operands, scaled to float32.
+std::vector<Tensor> matmul_integer_to_float(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &a = input(n, in, 0), &b = input(n, in, 1), &a_scale = input(n, in, 2);
+  const Tensor a_zero = OnnxReader::optional(in, 4);
+  if (a_scale.numel() != 1 || (a_zero.defined() && a_zero.numel() != 1))
+    n.unsupported("a per-row scale or zero point of A is not supported (one value each is)");
+  const Tensor acc = matmul(centered(n, a, a_zero.defined() ? a_zero.reshape({}) : a_zero),
+                            centered(n, b, OnnxReader::optional(in, 5)));
+  return {scaled_product(acc, a_scale, input(n, in, 3), OnnxReader::optional(in, 6))};
+}
+
+// com.microsoft's DynamicQuantizeMatMul (A, B, b_scale, b_zero_point,
+// bias): A quantized to uint8 as DynamicQuantizeLinear does, then as
+// MatMulIntegerToFloat.
+std::vector<Tensor> dynamic_quantize_matmul(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const std::vector<Tensor> q = dynamic_quantize_linear(n, {input(n, in, 0)});
+  const Tensor acc = matmul(centered(n, q[0], q[2]), centered(n, input(n, in, 1), OnnxReader::optional(in, 3)));
+  return {scaled_product(acc, q[1], input(n, in, 2), OnnxReader::optional(in, 4))};
+}
+
 // Ones on the k-th diagonal of a matrix shaped like x, in `dtype` or x's.
 std::vector<Tensor> eye_like(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
@@ -379,6 +410,8 @@ void add_quant_converters(ConverterTable& t) {
   t["com.microsoft::QLinearConcat"] = qlinear_concat;
   t["com.microsoft::QLinearAveragePool"] = qlinear_average_pool;
   t["com.microsoft::QLinearGlobalAveragePool"] = qlinear_average_pool;
+  t["com.microsoft::MatMulIntegerToFloat"] = matmul_integer_to_float;
+  t["com.microsoft::DynamicQuantizeMatMul"] = dynamic_quantize_matmul;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }
