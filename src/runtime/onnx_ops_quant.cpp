@@ -4,7 +4,8 @@
 // MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv (on the integer
 // kernels where the weights are symmetric int8) and ONNX Runtime's QGemm,
 // QLinearAdd, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool,
-// MatMulIntegerToFloat and DynamicQuantizeMatMul;
+// QLinearSigmoid, QLinearLeakyRelu, QLinearMul, MatMulIntegerToFloat and
+// DynamicQuantizeMatMul;
 // EyeLike; LpPool.
 #include <cmath>
 
@@ -329,6 +330,46 @@ std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector
   return {quantize(x, scale, zero_point), scale, zero_point};
 }
 
+// Quantized input i (with scale i + 1 and zero point i + 2, absent: 0 of
+// the input's type) in float32, as ONNX Runtime dequantizes.
+Tensor dequantized(const OnnxNode& n, const std::vector<Tensor>& in, int i) {
+  const Tensor& q = input(n, in, i);
+  check_quantized(n, q.dtype(), false);
+  const Tensor scale = input(n, in, i + 1), zero = OnnxReader::optional(in, i + 2);
+  if (scale.numel() != 1 || (zero.defined() && zero.numel() != 1))
+    n.unsupported("per-axis scales and zero points are not supported here");
+  const Tensor centered =
+      zero.defined() ? cast(q, DType::Float32) - cast(zero.reshape({}), DType::Float32) : cast(q, DType::Float32);
+  return centered * cast(scale.reshape({}), DType::Float32);
+}
+
+// y quantized with scale i and zero point i + 1 (absent: uint8 0).
+Tensor requantized(const OnnxNode& n, const std::vector<Tensor>& in, const Tensor& y, int i) {
+  const Tensor zero = OnnxReader::optional(in, i + 1);
+  if (input(n, in, i).numel() != 1 || (zero.defined() && zero.numel() != 1))
+    n.unsupported("per-axis scales and zero points are not supported here");
+  return quantize(y, cast(input(n, in, i).reshape({}), DType::Float32),
+                  zero.defined() ? zero.reshape({}) : zeros({}, DType::UInt8));
+}
+
+// com.microsoft's QLinearSigmoid and QLinearLeakyRelu (X, X_scale,
+// X_zero_point, Y_scale, Y_zero_point): the float op between dequantizing
+// and quantizing.
+std::vector<Tensor> qlinear_sigmoid(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {requantized(n, in, sigmoid(dequantized(n, in, 0)), 3)};
+}
+
+std::vector<Tensor> qlinear_leaky_relu(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {requantized(n, in, leaky_relu(dequantized(n, in, 0), n.f("alpha", 0.01)), 3)};
+}
+
+// com.microsoft's QLinearMul (A, A_scale, A_zero_point, B, B_scale,
+// B_zero_point, C_scale, C_zero_point): the product of the dequantized
+// operands (broadcasting), quantized.
+std::vector<Tensor> qlinear_mul(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {requantized(n, in, dequantized(n, in, 0) * dequantized(n, in, 3), 6)};
+}
+
 // acc * a_scale * b_scale (b_scale one value or one per column), plus the
 // bias, in float32: the float outputs of ONNX Runtime's integer products.
 Tensor scaled_product(const Tensor& acc, const Tensor& a_scale, const Tensor& b_scale, const Tensor& bias) {
@@ -411,6 +452,9 @@ void add_quant_converters(ConverterTable& t) {
   t["com.microsoft::QLinearAveragePool"] = qlinear_average_pool;
   t["com.microsoft::QLinearGlobalAveragePool"] = qlinear_average_pool;
   t["com.microsoft::MatMulIntegerToFloat"] = matmul_integer_to_float;
+  t["com.microsoft::QLinearSigmoid"] = qlinear_sigmoid;
+  t["com.microsoft::QLinearLeakyRelu"] = qlinear_leaky_relu;
+  t["com.microsoft::QLinearMul"] = qlinear_mul;
   t["com.microsoft::DynamicQuantizeMatMul"] = dynamic_quantize_matmul;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
