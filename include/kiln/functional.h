@@ -145,6 +145,13 @@ Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_ze
 // QLinearMatMul where both operands are computed, as in attention.
 Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                             const Tensor& b_scale, const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
+// A dynamically quantized product in float32: (a - a_zero) @ b in int32,
+// times a_scale * b_scale, plus bias. a [..., K] uint8 or int8 with one
+// scale and zero point (computed per run, as DynamicQuantizeLinear makes
+// them); b symmetric int8 [K, N], its scale one value or [N]; bias float32
+// [N] or undefined. ONNX Runtime's MatMulIntegerToFloat with symmetric weights.
+Tensor matmul_integer_to_float(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                               const Tensor& b_scale, const Tensor& bias = Tensor());
 // The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);

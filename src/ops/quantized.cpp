@@ -2,7 +2,8 @@
 // average pool of quantized tensors (a value q of
 // uint8 or int8 stands for scale * (q - zero)), requantized to the output's
 // scale and zero point: ONNX's QLinearConv and QLinearMatMul where the
-// weights are symmetric int8 (zero points 0), as quantizers write them.
+// weights are symmetric int8 (zero points 0), as quantizers write them; and
+// the float32 result of a dynamically quantized product.
 #include "ops/conv_attrs.h"
 #include "ops/op_helpers.h"
 #include "ops/pool_attrs.h"
@@ -128,6 +129,37 @@ Metas infer_qlinear_batch_matmul(const Metas& in, const Attrs&) {
 OpDefiner d_qlinear_batch_matmul(quantized_op("qlinear_batch_matmul",
                                               {"a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"},
                                               {}, infer_qlinear_batch_matmul, "matmul"));
+
+// An integer product with a float32 result, as dynamic quantization makes
+// it: a [..., K] (uint8 or int8, one scale and zero point, computed per
+// run) by symmetric int8 b [K, N] (scale one value or one per column), the
+// int32 sums times a_scale * b_scale, plus an optional float32 bias [N].
+Metas infer_matmul_integer_to_float(const Metas& in, const Attrs&) {
+  const TensorMeta &a = in[0], &b = in[3], &b_scale = in[4];
+  KILN_CHECK(is_quantized(a.dtype), "a must be uint8 or int8, got ", dtype_name(a.dtype));
+  KILN_CHECK(b.dtype == DType::Int8 && b.shape.size() == 2, "b must be int8 [K, N] (symmetric weights), got ",
+             dtype_name(b.dtype), shape_str(b.shape));
+  KILN_CHECK(!a.shape.empty() && a.shape.back() == b.shape[0], "a [..., K] and b [K, N] must share K, got ",
+             shape_str(a.shape), " @ ", shape_str(b.shape));
+  KILN_CHECK(in[1].dtype == DType::Float32 && b_scale.dtype == DType::Float32, "scales must be float32, got ",
+             dtype_name(in[1].dtype), " and ", dtype_name(b_scale.dtype));
+  check_scalar(in[1], "a's scale");
+  check_scalar(in[2], "a's zero point");
+  KILN_CHECK(in[2].dtype == a.dtype, "a's zero point is ", dtype_name(in[2].dtype), " but a is ", dtype_name(a.dtype));
+  const int64_t n = b.shape[1];
+  KILN_CHECK(b_scale.shape.empty() || b_scale.shape == Shape{1} || b_scale.shape == Shape{n},
+             "b's scale must be one value or one per column (", n, "), got ", shape_str(b_scale.shape));
+  if (in.size() > 5 && in[5].defined)
+    KILN_CHECK(in[5].dtype == DType::Float32 && in[5].shape == Shape{n}, "the bias must be float32 [", n, "], got ",
+               dtype_name(in[5].dtype), shape_str(in[5].shape));
+  Shape y = a.shape;
+  y.back() = n;
+  return {{true, y, DType::Float32, a.device}};
+}
+
+OpDefiner d_matmul_integer_to_float(quantized_op("matmul_integer_to_float",
+                                                 {"a", "a_scale", "a_zero", "b", "b_scale", "bias?"}, {},
+                                                 infer_matmul_integer_to_float, "matmul"));
 
 // a and b of one shape, dequantized, added and quantized to y's parameters.
 Metas infer_qlinear_add(const Metas& in, const Attrs&) {
@@ -283,6 +315,11 @@ Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero,
 Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                             const Tensor& b_scale, const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero) {
   return call1(KILN_OP("qlinear_batch_matmul"), {a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero});
+}
+
+Tensor matmul_integer_to_float(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
+                               const Tensor& b_scale, const Tensor& bias) {
+  return call1(KILN_OP("matmul_integer_to_float"), {a, a_scale, a_zero, b, b_scale, bias});
 }
 
 Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,

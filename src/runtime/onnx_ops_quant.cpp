@@ -327,7 +327,7 @@ std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector
   const Tensor lo = minimum(amin(x, all, false), zero), hi = maximum(amax(x, all, false), zero);
   const Tensor scale = (hi - lo) / scalar_tensor(255.0);
   const Tensor zero_point = cast(clamp(round(neg(lo) / scale), 0.0, 255.0), DType::UInt8);
-  return {quantize(x, scale, zero_point), scale, zero_point};
+  return {kiln::quantize_linear(x, scale, zero_point), scale, zero_point};
 }
 
 // Quantized input i (with scale i + 1 and zero point i + 2, absent: 0 of
@@ -378,17 +378,32 @@ Tensor scaled_product(const Tensor& acc, const Tensor& a_scale, const Tensor& b_
   return bias.defined() ? y + cast(bias, DType::Float32) : y;
 }
 
-// com.microsoft's MatMulIntegerToFloat (A, B, a_scale, b_scale,
-// a_zero_point, b_zero_point, bias): the int32 product of the centered
-// operands, scaled to float32.
-std::vector<Tensor> matmul_integer_to_float(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor &a = input(n, in, 0), &b = input(n, in, 1), &a_scale = input(n, in, 2);
-  const Tensor a_zero = OnnxReader::optional(in, 4);
+// (a - a_zero) @ (b - b_zero) * a_scale * b_scale + bias in float32: on the
+// matmul_integer_to_float op (int8 kernels) where b is symmetric int8
+// [k, n] and the scales and bias fit it, else in float64.
+Tensor integer_to_float(const OnnxNode& n, const Tensor& a, const Tensor& a_scale, const Tensor& a_zero,
+                        const Tensor& b, const Tensor& b_scale, const Tensor& b_zero, const Tensor& bias) {
   if (a_scale.numel() != 1 || (a_zero.defined() && a_zero.numel() != 1))
     n.unsupported("a per-row scale or zero point of A is not supported (one value each is)");
-  const Tensor acc = matmul(centered(n, a, a_zero.defined() ? a_zero.reshape({}) : a_zero),
-                            centered(n, b, OnnxReader::optional(in, 5)));
-  return {scaled_product(acc, a_scale, input(n, in, 3), OnnxReader::optional(in, 6))};
+  const int64_t cols = b.dim() == 2 ? b.shape()[1] : -1;
+  const bool on_op = cols >= 0 && a.dim() >= 1 && (a.dtype() == DType::UInt8 || a.dtype() == DType::Int8) &&
+                     (!a_zero.defined() || a_zero.dtype() == a.dtype()) && symmetric_int8(b, b_zero) &&
+                     float32_scales({a_scale, b_scale}) && (b_scale.numel() == 1 || b_scale.numel() == cols) &&
+                     (!bias.defined() || (bias.dtype() == DType::Float32 && bias.numel() == cols));
+  if (on_op)
+    return kiln::matmul_integer_to_float(a, a_scale.reshape({}),
+                                         a_zero.defined() ? a_zero.reshape({}) : zeros({}, a.dtype()), b,
+                                         b_scale.numel() == 1 ? b_scale.reshape({}) : b_scale.reshape({cols}),
+                                         bias.defined() ? bias.reshape({cols}) : bias);
+  const Tensor acc = matmul(centered(n, a, a_zero.defined() ? a_zero.reshape({}) : a_zero), centered(n, b, b_zero));
+  return scaled_product(acc, a_scale, b_scale, bias);
+}
+
+// com.microsoft's MatMulIntegerToFloat (A, B, a_scale, b_scale,
+// a_zero_point, b_zero_point, bias).
+std::vector<Tensor> matmul_integer_to_float(const OnnxNode& n, const std::vector<Tensor>& in) {
+  return {integer_to_float(n, input(n, in, 0), input(n, in, 2), OnnxReader::optional(in, 4), input(n, in, 1),
+                           input(n, in, 3), OnnxReader::optional(in, 5), OnnxReader::optional(in, 6))};
 }
 
 // com.microsoft's DynamicQuantizeMatMul (A, B, b_scale, b_zero_point,
@@ -396,8 +411,8 @@ std::vector<Tensor> matmul_integer_to_float(const OnnxNode& n, const std::vector
 // MatMulIntegerToFloat.
 std::vector<Tensor> dynamic_quantize_matmul(const OnnxNode& n, const std::vector<Tensor>& in) {
   const std::vector<Tensor> q = dynamic_quantize_linear(n, {input(n, in, 0)});
-  const Tensor acc = matmul(centered(n, q[0], q[2]), centered(n, input(n, in, 1), OnnxReader::optional(in, 3)));
-  return {scaled_product(acc, q[1], input(n, in, 2), OnnxReader::optional(in, 4))};
+  return {integer_to_float(n, q[0], q[1], q[2], input(n, in, 1), input(n, in, 2), OnnxReader::optional(in, 3),
+                           OnnxReader::optional(in, 4))};
 }
 
 // Ones on the k-th diagonal of a matrix shaped like x, in `dtype` or x's.

@@ -55,6 +55,8 @@ class Fuser {
       std::optional<NodeProto> fused = fuse_at(i, done);
       if (fused) *g_.mutable_node(i) = std::move(*fused);
     }
+    for (int i = 0; i < g_.node_size(); ++i)
+      if (!removed_[static_cast<size_t>(i)] && is(g_.node(i), "MatMulInteger")) fuse_dynamic(i, done);
     if (done.total() == 0) return done;
     drop_removed();
     drop_dead_dequantizers();
@@ -417,6 +419,76 @@ class Fuser {
     return flat;
   }
 
+  // The one live node that reads `value`, where exactly one does.
+  int sole_reader(const std::string& value) const {
+    if (!used_once(value)) return -1;
+    for (int i = 0; i < g_.node_size(); ++i) {
+      if (removed_[static_cast<size_t>(i)]) continue;
+      for (const auto& in : g_.node(i).input())
+        if (in == value) return i;
+    }
+    return -1;  // (a graph output)
+  }
+
+  // quantize_dynamic's MatMul: MatMulInteger of a DynamicQuantizeLinear'd a
+  // and symmetric int8 weights, Cast to float, times the product of a's
+  // scale and the weights' (then plus a bias vector, where one follows)
+  // becomes com.microsoft's MatMulIntegerToFloat, in the last node's place.
+  void fuse_dynamic(int at, QdqFusion& done) {
+    const NodeProto& mm = g_.node(at);
+    if (mm.input_size() < 2 || mm.output_size() != 1) return;
+    const auto made_by = producer_.find(mm.input(0));  // (three outputs: not well_formed's kind)
+    if (made_by == producer_.end() || removed_[static_cast<size_t>(made_by->second)]) return;
+    const NodeProto* dql = &g_.node(made_by->second);
+    if (!dql || !is(*dql, "DynamicQuantizeLinear") || dql->output_size() != 3 || dql->output(0) != mm.input(0)) return;
+    if (!input(mm, 2).empty() && input(mm, 2) != dql->output(2)) return;
+    const auto w = constant(mm.input(1));
+    if (!w || w->dtype() != DType::Int8 || w->dim() != 2) return;
+    if (!input(mm, 3).empty()) {
+      const auto zero = constant(input(mm, 3));
+      if (!zero || zero->dtype() != DType::Int8 || !all_zero(*zero)) return;
+    }
+    const int cast_at = sole_reader(mm.output(0));
+    if (cast_at < 0 || !is(g_.node(cast_at), "Cast") || attrs(g_.node(cast_at)).i("to", 0) != TensorProto::FLOAT)
+      return;
+    const std::string& as_float = g_.node(cast_at).output(0);
+    const int mul_at = sole_reader(as_float);
+    if (mul_at < 0 || !is(g_.node(mul_at), "Mul") || g_.node(mul_at).input_size() != 2) return;
+    const NodeProto& mul = g_.node(mul_at);
+    const std::string& scales = mul.input(0) == as_float ? mul.input(1) : mul.input(0);
+    const NodeProto* product = producer(scales);  // a's scale times the weights'
+    if (!product || !is(*product, "Mul") || product->input_size() != 2) return;
+    const bool a_first = product->input(0) == dql->output(1);
+    if (!a_first && product->input(1) != dql->output(1)) return;
+    const std::string& w_scale = product->input(a_first ? 1 : 0);
+    const auto ws = constant(w_scale);
+    const int64_t cols = w->shape()[1];
+    if (!ws || ws->dtype() != DType::Float32 || (ws->numel() != 1 && ws->numel() != cols)) return;
+    std::string bias, output = mul.output(0);
+    int last = mul_at;
+    if (const int add_at = sole_reader(mul.output(0)); add_at >= 0 && is(g_.node(add_at), "Add")) {
+      const NodeProto& add = g_.node(add_at);
+      const std::string& other = add.input(0) == mul.output(0) ? add.input(1) : add.input(0);
+      const auto b = constant(other);
+      if (b && b->dtype() == DType::Float32 && b->numel() == cols && b->shape().back() == cols) {
+        bias = other, output = add.output(0), last = add_at;
+        removed_[static_cast<size_t>(mul_at)] = true;
+      }
+    }
+    NodeProto fused;
+    fused.set_op_type("MatMulIntegerToFloat");
+    fused.set_domain("com.microsoft");
+    fused.set_name(mm.name().empty() ? output : mm.name());
+    for (const std::string& in :
+         {mm.input(0), mm.input(1), dql->output(1), w_scale, dql->output(2), input(mm, 3), bias})
+      fused.add_input(in);
+    fused.add_output(output);
+    removed_[static_cast<size_t>(at)] = true;
+    removed_[static_cast<size_t>(cast_at)] = true;
+    *g_.mutable_node(last) = std::move(fused);
+    ++done.dynamic;
+  }
+
   void drop_removed() {
     ::onnx::GraphProto kept;
     for (int i = 0; i < g_.node_size(); ++i)
@@ -455,6 +527,7 @@ std::string QdqFusion::summary() const {
   part(concat, "Concat");
   part(average_pool, "average pool");
   part(moved, "Reshape/Flatten/Transpose");
+  part(dynamic, "dynamically quantized MatMul");
   return s.empty() ? s : s + " on int8 kernels";
 }
 

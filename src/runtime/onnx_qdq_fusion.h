@@ -13,6 +13,9 @@
 // or QLinearGlobalAveragePool (com.microsoft); all run on int8 kernels. A
 // ReLU or clip before the QuantizeLinear goes too where every value the
 // output holds lies within its bounds (saturation then does its work).
+// And quantize_dynamic's MatMul (DynamicQuantizeLinear'd input by symmetric
+// int8 weights in MatMulInteger, Cast to float, times the product of the
+// two scales, plus a bias) becomes MatMulIntegerToFloat (com.microsoft).
 #include <onnx/onnx_pb.h>
 
 #include <string>
@@ -21,8 +24,9 @@ namespace kiln::runtime {
 
 struct QdqFusion {
   int conv = 0, matmul = 0, gemm = 0, add = 0, pool = 0, concat = 0, average_pool = 0;
-  int moved = 0;  // Reshape, Flatten, Transpose, Squeeze, Unsqueeze on the quantized values
-  int total() const { return conv + matmul + gemm + add + pool + concat + average_pool + moved; }
+  int moved = 0;    // Reshape, Flatten, Transpose, Squeeze, Unsqueeze on the quantized values
+  int dynamic = 0;  // quantize_dynamic's MatMulInteger, Cast, Mul (and bias Add) as MatMulIntegerToFloat
+  int total() const { return conv + matmul + gemm + add + pool + concat + average_pool + moved + dynamic; }
   std::string summary() const;  // "3 Conv, 1 Gemm, 2 Add on int8 kernels", "" when none
 };
 

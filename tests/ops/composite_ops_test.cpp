@@ -149,6 +149,30 @@ TEST(Reductions, MaxOfMinusInfinitiesIsMinusInfinity) {
   EXPECT_EQ(amin(x, {1}).to_vector<float>(), (std::vector<float>{-inf, 1.0f}));
 }
 
+// A whole long tensor's extremes (split across the threads, eight lanes at
+// a time), equal to a plain loop's; the extreme in any lane or in the tail,
+// infinities, and a NaN anywhere, which wins.
+TEST(Reductions, WholeTensorExtremesMatchAPlainLoop) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {32768, 100003}) {
+    manual_seed(static_cast<uint64_t>(n));
+    std::vector<float> v = randn({n}).to_vector<float>();
+    for (int64_t at : {int64_t{0}, int64_t{5}, n / 2 + 3, n - 1}) {
+      std::vector<float> w = v;
+      w[static_cast<size_t>(at)] = 40.0f;
+      w[static_cast<size_t>((at + 7) % n)] = -40.0f;
+      const Tensor x = from_vector<float>(w, {n});
+      EXPECT_EQ(amax(x).item<float>(), 40.0f) << n << " " << at;
+      EXPECT_EQ(amin(x).item<float>(), -40.0f) << n << " " << at;
+      w[static_cast<size_t>((at + 1) % n)] = inf;
+      EXPECT_EQ(amax(from_vector<float>(w, {n})).item<float>(), inf);
+      w[static_cast<size_t>((at + 2) % n)] = std::nanf("");
+      EXPECT_TRUE(std::isnan(amax(from_vector<float>(w, {n})).item<float>())) << n << " " << at;
+      EXPECT_TRUE(std::isnan(amin(from_vector<float>(w, {n})).item<float>())) << n << " " << at;
+    }
+    EXPECT_EQ(amax(full({n}, -inf)).item<float>(), -inf);
+  }
+}
 
 // cumprod's gradient is exact where the input holds zeros (dividing the
 // products by the input would give NaN there): against central differences.

@@ -69,7 +69,9 @@ Columns<C> columns_of(const Call& c, const int32_t* adjust, int64_t first) {
     k.mask[i] = static_cast<__mmask16>((1u << left) - 1);
     k.adjust[i] = _mm512_loadu_si512(adjust + col);
     k.scale[i] = c.per_column ? _mm512_maskz_loadu_ps(k.mask[i], c.scales + col) : _mm512_set1_ps(c.scales[0]);
-    k.vector[i] = c.dequantized.add_vector ? _mm512_maskz_loadu_ps(k.mask[i], c.vector + col) : _mm512_setzero_ps();
+    k.vector[i] = (c.dequantized.add_vector || c.to_float) && c.vector
+                      ? _mm512_maskz_loadu_ps(k.mask[i], c.vector + col)
+                      : _mm512_setzero_ps();
   }
   return k;
 }
@@ -109,6 +111,15 @@ template <int R, int C, bool Signed>
 template <int R, int C>
 [[gnu::always_inline]] inline void store_tile(const Call& c, const Columns<C>& k, __m512i (&acc)[R][C], int64_t row,
                                               int64_t first, void* y, bool clip) {
+  if (c.to_float) {
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+      for (int i = 0; i < C; ++i)
+        _mm512_mask_storeu_ps(static_cast<float*>(y) + (row + r) * c.ldy + first + 16 * i, k.mask[i],
+                              _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][i]), k.scale[i], k.vector[i]));
+    return;
+  }
   const auto& dq = c.dequantized;
   if (!dq.on) {
     if (c.y_signed)

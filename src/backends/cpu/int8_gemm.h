@@ -43,7 +43,10 @@ struct Call {
   int32_t a_zero = 0, y_zero = 0;                        // y_zero: of the 8-bit result, dequantized or not
   bool y_signed = false;                                 // an int8 rather than uint8 result
   onednn::QuantizedMatmulCall::Dequantized dequantized;  // its y_zero is y_zero here
-  const float* vector = nullptr;                         // dequantized.add_vector's [n]
+  const float* vector = nullptr;                         // dequantized.add_vector's [n], or to_float's bias
+  // A float32 y: the sums times the scales, plus `vector` where given, not
+  // rounded (a dynamically quantized product); `dequantized` is then unused.
+  bool to_float = false;
   const float* residual = nullptr;                       // dequantized.add_residual's [m, n], row stride ldy
 };
 

@@ -488,6 +488,13 @@ std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_
 
 float scale_of(const Tensor& scale) { return scale.contiguous().data<float>()[0]; }
 
+std::vector<float> integer_to_float_scales(float a_scale, const Tensor& b_scale, int64_t n) {
+  const Tensor b = b_scale.contiguous();
+  std::vector<float> scales(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) scales[j] = a_scale * b.data<float>()[b.numel() == 1 ? 0 : j];
+  return scales;
+}
+
 int32_t zero_point_of(const Tensor& zero_point) {
   const Tensor z = zero_point.contiguous();
   return z.dtype() == DType::Int8 ? z.data<int8_t>()[0] : z.data<uint8_t>()[0];

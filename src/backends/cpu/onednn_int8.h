@@ -34,6 +34,9 @@ std::vector<float> requantization_scales(const Tensor& x_scale, const Tensor& w_
 int32_t zero_point_of(const Tensor& zero_point);
 // The value of a scale given as a float32 tensor of one value.
 float scale_of(const Tensor& scale);
+// a_scale * b_scale for each of n columns (b_scale one value or n), as
+// float32 products: a dynamically quantized product's multipliers.
+std::vector<float> integer_to_float_scales(float a_scale, const Tensor& b_scale, int64_t n);
 
 // Each returns false when oneDNN cannot express the call.
 // scales: requantization_scales. memo: the call site's, where it has one.

@@ -30,6 +30,7 @@ namespace {
 
 using onednn::ConvShape;
 
+using onednn::integer_to_float_scales;
 using onednn::scale_of;
 using onednn::zero_point_of;
 
@@ -190,6 +191,51 @@ void qlinear_batch_matmul_kernel(const Ins& in, Outs& out, const Attrs&) {
           batch_matmul_row(k, n, ar, az, pb + i * k * n, bz, scale, yz, yr, acc);
       }
     });
+  });
+}
+
+// One row of a dynamically quantized product, a [k] by b [k, n] in int32,
+// times the column's scale plus its bias (CPUs without VNNI).
+template <typename TA>
+void integer_to_float_row(int64_t k, int64_t n, const TA* a, int32_t az, const int8_t* b, const float* scales,
+                          const float* bias, float* y, std::vector<int32_t>& acc) {
+  acc.assign(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t v = static_cast<int32_t>(a[i]) - az;
+    for (int64_t j = 0; j < n; ++j) acc[j] += v * b[i * n + j];
+  }
+  for (int64_t j = 0; j < n; ++j) y[j] = std::fma(static_cast<float>(acc[j]), scales[j], bias ? bias[j] : 0.0f);
+}
+
+// matmul_integer_to_float: on Kiln's int8 tiles where the CPU has VNNI
+// (b packed per call here; graph mode packs it once), else an int32 loop.
+void matmul_integer_to_float_kernel(const Ins& in, Outs& out, const Attrs&) {
+  if (out[0].numel() == 0) return;
+  const Tensor a = in[0].contiguous(), b = in[3].contiguous();
+  const Tensor bias = in.size() > 5 && in[5].defined() ? in[5].contiguous() : Tensor();
+  const int64_t k = b.shape()[0], n = b.shape()[1], m = out[0].numel() / n;
+  const std::vector<float> scales = integer_to_float_scales(scale_of(in[1]), in[4], n);
+  const int32_t az = zero_point_of(in[2]);
+  const float* pbias = bias.defined() ? bias.data<float>() : nullptr;
+  float* y = out[0].data<float>();
+  if (int8_gemm::available() && onednn::int8_isa_has_avx512_vnni() && k > 0) {
+    int8_gemm::Call c;
+    c.m = m, c.k = k, c.n = n, c.lda = k, c.ldy = n;
+    c.scales = scales.data(), c.per_column = true, c.a_signed = a.dtype() == DType::Int8, c.a_zero = az;
+    c.to_float = true, c.vector = pbias;
+    int8_gemm::run_with_computed_b(c, a.raw_data(), b.raw_data(), true, 0, y);
+    return;
+  }
+  parallel_for(m, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<int32_t> acc;
+    for (int64_t r = lo; r < hi; ++r) {
+      if (a.dtype() == DType::Int8)
+        integer_to_float_row(k, n, a.data<int8_t>() + r * k, az, b.data<int8_t>(), scales.data(), pbias, y + r * n,
+                             acc);
+      else
+        integer_to_float_row(k, n, a.data<uint8_t>() + r * k, az, b.data<int8_t>(), scales.data(), pbias, y + r * n,
+                             acc);
+    }
   });
 }
 
@@ -390,5 +436,6 @@ KILN_REGISTER_KERNEL("qlinear_add", CPU, qlinear_add_kernel, DType::UInt8, DType
 KILN_REGISTER_KERNEL("qlinear_conv2d", CPU, qlinear_conv2d_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_matmul", CPU, qlinear_matmul_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_batch_matmul", CPU, qlinear_batch_matmul_kernel, DType::UInt8, DType::Int8);
+KILN_REGISTER_KERNEL("matmul_integer_to_float", CPU, matmul_integer_to_float_kernel, DType::UInt8, DType::Int8);
 
 }  // namespace kiln::cpu

@@ -411,6 +411,38 @@ void on_prepared_weights(Graph& g, Node& n, int64_t bytes, const std::string& la
   n.label = std::move(label);
 }
 
+// matmul_integer_to_float nodes whose b, b's scale and bias are constants,
+// on Kiln's int8 tiles with b packed once; a's scale and zero point stay
+// inputs (dynamic quantization computes them per run).
+size_t integer_to_float_on_tiles(Graph& g) {
+  size_t done = 0;
+  for (Node& n : g.nodes) {
+    if (n.removed || !n.op || n.op->name != "matmul_integer_to_float") continue;
+    const bool bias = n.inputs.size() > 5 && n.inputs[5] >= 0;
+    if (!is_constant(g, n.inputs[3]) || !is_constant(g, n.inputs[4]) || (bias && !is_constant(g, n.inputs[5])))
+      continue;
+    const Tensor b = g.values[n.inputs[3]].tensor;
+    const int64_t k = b.shape()[0], cols = b.shape()[1];
+    if (cols == 0 || !int8_tiles::take_matmul(k)) continue;
+    const int prepared = add_derived_constant(g, n.inputs[3], int8_tiles::layout(k, cols), ".prepared", [&] {
+      Tensor t = Tensor::empty({int8_tiles::packed_bytes(k, cols)}, DType::UInt8);
+      int8_tiles::pack_matmul(b.contiguous().data<int8_t>(), k, cols, t.raw_data());
+      return t;
+    });
+    n.custom = int8_tiles::integer_to_float_kernel(k, cols, g.values[n.inputs[0]].meta.dtype == DType::Int8,
+                                                   g.values[n.inputs[4]].tensor, bias);
+    std::vector<int> inputs = {n.inputs[0], n.inputs[1], n.inputs[2], prepared};
+    if (bias) inputs.push_back(n.inputs[5]);
+    n.inputs = inputs;
+    n.fused_from = n.op;
+    n.op = nullptr;
+    n.attrs = {};
+    n.label = "matmul_integer_to_float (int8, weights prepared)";
+    ++done;
+  }
+  return done;
+}
+
 }  // namespace
 
 std::string use_int8_layouts(Graph& g) {
@@ -421,8 +453,11 @@ std::string use_int8_layouts(Graph& g) {
     if (auto c = int8_conv(g, static_cast<int>(i))) convs.push_back(*c), at.insert(c->node);
     if (auto m = int8_matmul(g, static_cast<int>(i))) matmuls.push_back(*m);
   }
-  if (convs.empty() && matmuls.empty()) return "";
   NoGradGuard no_grad;
+  const size_t to_float = integer_to_float_on_tiles(g);
+  const std::string to_float_note =
+      std::to_string(to_float) + " dynamically quantized products (float results) weights packed once";
+  if (convs.empty() && matmuls.empty()) return to_float ? "gave " + to_float_note : "";
   size_t dequantized = 0, on_tiles = 0;
   const std::vector<int> uses = g.use_counts();
   for (Int8Matmul& m : matmuls) {
@@ -468,9 +503,10 @@ std::string use_int8_layouts(Graph& g) {
   auto tiles_note = [&] {
     return on_tiles ? ", " + std::to_string(on_tiles) + " of the layers on Kiln's int8 tiles" : "";
   };
+  const std::string also_to_float = to_float ? ", and " + to_float_note : "";
   if (convs.empty())
     return "gave " + std::to_string(matmuls.size()) + " int8 matrix products weights reordered once" +
-           dequantized_note + tiles_note();
+           dequantized_note + tiles_note() + also_to_float;
   ChannelsLast channels_last(g, at);
   for (size_t v = 0; v < g.values.size(); ++v)
     if (channels_last(static_cast<int>(v))) g.values[v].layout = "nhwc";
@@ -539,7 +575,7 @@ std::string use_int8_layouts(Graph& g) {
          "channels-last" +
          (pools ? ", " + std::to_string(pools) + " max pools channels-last" : "") +
          (others ? ", " + std::to_string(others) + " average pools and concatenations channels-last" : "") +
-         tiles_note();
+         tiles_note() + also_to_float;
 }
 
 }  // namespace kiln::graph

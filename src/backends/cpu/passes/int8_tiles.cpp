@@ -82,6 +82,19 @@ CustomKernel matmul_kernel(const cpu::onednn::QuantizedMatmulCall& call, const s
   };
 }
 
+CustomKernel integer_to_float_kernel(int64_t k, int64_t n, bool a_signed, const Tensor& b_scale, bool bias) {
+  return [k, n, a_signed, b_scale = b_scale.contiguous(), bias](const std::vector<Tensor>& in,
+                                                                std::vector<Tensor>& out) {
+    const std::vector<float> scales = cpu::onednn::integer_to_float_scales(cpu::onednn::scale_of(in[1]), b_scale, n);
+    gemm::Call c;
+    c.m = out[0].numel() / n, c.k = k, c.n = n, c.lda = k, c.ldy = n;
+    c.scales = scales.data(), c.per_column = true, c.a_signed = a_signed, c.a_zero = cpu::onednn::zero_point_of(in[2]);
+    c.to_float = true, c.vector = bias ? in[4].data<float>() : nullptr;
+    const Tensor a = in[0].contiguous();  // (a view's elements in order)
+    gemm::run(c, a.raw_data(), in[3].raw_data(), out[0].raw_data());
+  };
+}
+
 CustomKernel conv_kernel(const QuantizedConvCall& call, const std::vector<float>& scales, int32_t x_zero,
                          int32_t y_zero) {
   return [call, scales, x_zero, y_zero](const std::vector<Tensor>& in, std::vector<Tensor>& out) {

@@ -42,5 +42,8 @@ CustomKernel matmul_kernel(const cpu::onednn::QuantizedMatmulCall& call, const s
                            int32_t a_zero, int32_t y_zero);
 CustomKernel conv_kernel(const cpu::onednn::QuantizedConvCall& call, const std::vector<float>& scales, int32_t x_zero,
                          int32_t y_zero);
+// matmul_integer_to_float's over (a, a_scale, a_zero, packed b [k, n], then
+// the float32 bias where it has one): the sums times a_scale * b_scales.
+CustomKernel integer_to_float_kernel(int64_t k, int64_t n, bool a_signed, const Tensor& b_scale, bool bias);
 
 }  // namespace kiln::graph::int8_tiles
