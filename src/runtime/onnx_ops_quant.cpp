@@ -320,7 +320,8 @@ std::vector<Tensor> qlinear_average_pool(const OnnxNode& n, const std::vector<Te
 
 // The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
 std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor x = cast(input(n, in, 0), DType::Float32);
+  const Tensor& given = input(n, in, 0);
+  const Tensor x = given.dtype() == DType::Float32 ? given : cast(given, DType::Float32);
   std::vector<int64_t> all;
   for (int64_t d = 0; d < x.dim(); ++d) all.push_back(d);
   const Tensor zero = zeros({}, DType::Float32);
