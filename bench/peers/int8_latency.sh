@@ -3,9 +3,10 @@
 # same thread count), in one run: ResNet-18, MobileNetV2 and a BERT-style
 # encoder, exported by make_int8_models.py (Debian's python3-torch and
 # python3-torchvision), quantized by `kiln quantize` on random calibration
-# batches; batch-1 latency of Kiln's float32 model, Kiln's int8 model and
-# ONNX Runtime on the same int8 (QDQ) file, with the two ratios the int8
-# targets name: Kiln int8 / Kiln float32 and Kiln int8 / ONNX Runtime int8.
+# batches, and the encoder again in quantize_dynamic's form
+# (quantize_dynamic_form.py); batch-1 latency of Kiln's float32 model, Kiln's
+# int8 model and ONNX Runtime on the same int8 file, with the two ratios the
+# int8 targets name: Kiln int8 / Kiln float32 and Kiln int8 / ONNX Runtime int8.
 # Usage: bench/peers/int8_latency.sh [THREADS] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,7 +27,8 @@ median() { sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
 printf '%-14s %14s %14s %14s %16s %16s\n' model "kiln f32 ms" "kiln int8 ms" "ORT int8 ms" "int8/f32" "kiln/ORT int8"
 row() {  # name, model stem, dims, runs: the three alternate `rounds` times; each column is the median
-  ./build/kiln quantize "$work/$2.onnx" --data "$work/$2_calibration" --out "$work/$2.int8.onnx" > /dev/null
+  [[ "${quantize:-true}" == false ]] ||
+    ./build/kiln quantize "$work/$2.onnx" --data "$work/$2_calibration" --out "$work/$2.int8.onnx" > /dev/null
   local fs=() qs=() os=()
   for _ in $(seq "$rounds"); do
     fs+=("$(kiln_p50 "$work/$2.onnx" "$4")")
@@ -41,3 +43,8 @@ row() {  # name, model stem, dims, runs: the three alternate `rounds` times; eac
 row ResNet-18 resnet18 1,3,224,224 30
 row MobileNetV2 mobilenet_v2 1,3,224,224 50
 row "BERT encoder" bert_encoder 1,128,256 50
+# The same encoder as onnxruntime's quantize_dynamic writes it (weights int8
+# ahead of time, each activation quantized per run), not by kiln quantize.
+/usr/bin/python3 bench/peers/quantize_dynamic_form.py "$work/bert_encoder.onnx" "$work/bert_dynamic.int8.onnx"
+cp "$work/bert_encoder.onnx" "$work/bert_dynamic.onnx"
+quantize=false row "BERT dynamic" bert_dynamic 1,128,256 50
