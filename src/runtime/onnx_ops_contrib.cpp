@@ -2,11 +2,11 @@
 // into BERT, GPT-2 and ViT models (and SimplifiedLayerNormalization, which
 // it registers in the default domain), as compositions of Kiln ops:
 // Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization,
-// SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention and
-// MultiHeadAttention. Semantics follow ONNX Runtime's CPU kernels, which
-// the fixtures in tests/fixtures/onnx/contrib were made with; masks are
-// added to the scores as mask_filter_value, as ONNX Runtime does, not as
-// -inf.
+// SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention (and
+// QAttention, quantize_dynamic's form of it) and MultiHeadAttention.
+// Semantics follow ONNX Runtime's CPU kernels, which the fixtures in
+// tests/fixtures/onnx/contrib were made with; masks are added to the scores
+// as mask_filter_value, as ONNX Runtime does, not as -inf.
 #include <cmath>
 
 #include "kiln/functional.h"
@@ -187,43 +187,71 @@ Tensor scores_bias(const OnnxNode& n, const Tensor& mask, const Tensor& attentio
   return bias;
 }
 
-// Self-attention with the Q, K and V projections in one weight [in, Dq + Dk + Dv]
-// (qkv_hidden_sizes when they differ), an optional key/value cache `past`
-// [2, B, N, P, D] and `present` out, as BERT and GPT-2 are fused.
-std::vector<Tensor> fused_attention(const OnnxNode& n, const std::vector<Tensor>& in) {
+// Attention of the projected Q, K and V side by side in qkv [B, S, Dq + Dk + Dv]
+// (sizes), with an optional key/value cache `past` [2, B, N, P, D] and
+// `present` out: Attention's and QAttention's second half.
+std::vector<Tensor> attention_of_qkv(const OnnxNode& n, const Tensor& qkv, const std::vector<int64_t>& sizes,
+                                     const Tensor& mask, const Tensor& past, const Tensor& attention_bias) {
   if (n.i("do_rotary", 0)) n.unsupported("do_rotary=1 (rotary embeddings inside Attention) is not supported");
   if (n.i("past_present_share_buffer", 0)) n.unsupported("past_present_share_buffer=1 is not supported");
-  const Tensor& x = input(n, in, 0);
-  const Tensor& w = input(n, in, 1);
-  if (x.dim() != 3 || w.dim() != 2 || w.shape()[0] != x.shape()[2])
-    n.fail("input must be [batch, sequence, in] and weights [in, Dq + Dk + Dv], got ", shape_str(x.shape()), " and ",
-           shape_str(w.shape()));
-  const int64_t heads = n.required_i("num_heads"), batch = x.shape()[0], length = x.shape()[1];
-  std::vector<int64_t> sizes = n.ints("qkv_hidden_sizes");
-  if (sizes.empty()) {
-    if (w.shape()[1] % 3) n.fail("weights' ", w.shape()[1], " columns do not split into equal Q, K and V");
-    sizes = {w.shape()[1] / 3, w.shape()[1] / 3, w.shape()[1] / 3};
-  }
-  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != w.shape()[1])
-    n.fail("qkv_hidden_sizes must be three sizes, Q's equal to K's, summing to the weights' ", w.shape()[1],
-           " columns");
-  Tensor qkv = matmul(x, w);
-  if (const Tensor bias = optional_input(in, 2); bias.defined()) qkv = qkv + bias;
+  const int64_t heads = n.required_i("num_heads"), batch = qkv.shape()[0], length = qkv.shape()[1];
   Tensor q = heads_first(n, qkv.slice(2, 0, sizes[0]), heads, "Q");
   Tensor k = heads_first(n, qkv.slice(2, sizes[0], sizes[0] + sizes[1]), heads, "K");
-  Tensor v = heads_first(n, qkv.slice(2, sizes[0] + sizes[1], w.shape()[1]), heads, "V");
-  if (const Tensor past = optional_input(in, 4); past.defined()) {
+  Tensor v = heads_first(n, qkv.slice(2, sizes[0] + sizes[1], qkv.shape()[2]), heads, "V");
+  if (past.defined()) {
     if (past.dim() != 5 || past.shape()[0] != 2)
       n.fail("past must be [2, batch, heads, past length, head size], got ", shape_str(past.shape()));
     k = concat({past.select(0, 0), k}, 2);
     v = concat({past.select(0, 1), v}, 2);
   }
-  const int64_t keys = k.shape()[2];
-  const Tensor bias = scores_bias(n, optional_input(in, 3), optional_input(in, 5), n.i("unidirectional", 0) != 0, batch,
-                                  length, keys, x.dtype());
+  const Tensor bias =
+      scores_bias(n, mask, attention_bias, n.i("unidirectional", 0) != 0, batch, length, k.shape()[2], qkv.dtype());
   std::vector<Tensor> out = {attend(n, q, k, v, bias)};
   if (n.output_wanted(1)) out.push_back(stack({k, v}, 0));
   return out;
+}
+
+// Q, K and V's sizes among the weights' `columns`: qkv_hidden_sizes, or thirds.
+std::vector<int64_t> qkv_sizes(const OnnxNode& n, int64_t columns) {
+  std::vector<int64_t> sizes = n.ints("qkv_hidden_sizes");
+  if (sizes.empty()) {
+    if (columns % 3) n.fail("weights' ", columns, " columns do not split into equal Q, K and V");
+    sizes = {columns / 3, columns / 3, columns / 3};
+  }
+  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != columns)
+    n.fail("qkv_hidden_sizes must be three sizes, Q's equal to K's, summing to the weights' ", columns, " columns");
+  return sizes;
+}
+
+void check_projection(const OnnxNode& n, const Tensor& x, const Tensor& w) {
+  if (x.dim() != 3 || w.dim() != 2 || w.shape()[0] != x.shape()[2])
+    n.fail("input must be [batch, sequence, in] and weights [in, Dq + Dk + Dv], got ", shape_str(x.shape()), " and ",
+           shape_str(w.shape()));
+}
+
+// Self-attention with the Q, K and V projections in one weight [in, Dq + Dk + Dv]
+// (qkv_hidden_sizes when they differ), as BERT and GPT-2 are fused: (input,
+// weights, bias, mask_index, past, attention_bias).
+std::vector<Tensor> fused_attention(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &x = input(n, in, 0), &w = input(n, in, 1);
+  check_projection(n, x, w);
+  Tensor qkv = matmul(x, w);
+  if (const Tensor bias = optional_input(in, 2); bias.defined()) qkv = qkv + bias;
+  return attention_of_qkv(n, qkv, qkv_sizes(n, w.shape()[1]), optional_input(in, 3), optional_input(in, 4),
+                          optional_input(in, 5));
+}
+
+// The same with the input quantized (per run, by a DynamicQuantizeLinear
+// before it) and int8 weights, as quantize_dynamic leaves an optimized
+// BERT: (input, weight, bias, input_scale, weight_scale, mask_index,
+// input_zero_point, weight_zero_point, past); the projection is a
+// MatMulIntegerToFloat (the int8 kernels).
+std::vector<Tensor> quantized_attention(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &x = input(n, in, 0), &w = input(n, in, 1);
+  check_projection(n, x, w);
+  const Tensor qkv = converters().at("com.microsoft::MatMulIntegerToFloat")(
+      n, {x, w, input(n, in, 3), input(n, in, 4), optional_input(in, 6), optional_input(in, 7), input(n, in, 2)})[0];
+  return attention_of_qkv(n, qkv, qkv_sizes(n, w.shape()[1]), optional_input(in, 5), optional_input(in, 8), Tensor());
 }
 
 // Attention over projected Q, K and V (3-d, their biases in one `bias`
@@ -274,6 +302,7 @@ void add_contrib_converters(ConverterTable& t) {
   t["SimplifiedLayerNormalization"] = simplified_layer_normalization;
   t["com.microsoft::EmbedLayerNormalization"] = embed_layer_normalization;
   t["com.microsoft::Attention"] = fused_attention;
+  t["com.microsoft::QAttention"] = quantized_attention;
   t["com.microsoft::MultiHeadAttention"] = multi_head_attention;
 }
 
