@@ -145,6 +145,10 @@ Tensor qlinear_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_ze
 // QLinearMatMul where both operands are computed, as in attention.
 Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                             const Tensor& b_scale, const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);
+// ONNX's DynamicQuantizeLinear: {y, scale, zero_point} mapping float32 x's
+// range [min(x, 0), max(x, 0)] onto uint8 (scale = range / 255, zero point
+// rounded half to even), y = saturate(round(x / scale) + zero_point).
+std::vector<Tensor> dynamic_quantize_linear(const Tensor& x);
 // A dynamically quantized product in float32: (a - a_zero) @ b in int32,
 // times a_scale * b_scale, plus bias. a [..., K] uint8 or int8 with one
 // scale and zero point (computed per run, as DynamicQuantizeLinear makes

@@ -283,6 +283,22 @@ OpDefiner d_quantize_linear(quantized_op("quantize_linear", {"x", "scale", "zero
 OpDefiner d_dequantize_linear(quantized_op("dequantize_linear", {"q", "scale", "zero"}, {}, infer_dequantize_linear, "",
                                            kTagElementwise));
 
+// ONNX's DynamicQuantizeLinear: float32 x onto uint8 by the range
+// [min(x, 0), max(x, 0)]: y, the scale (float32) and the zero point (uint8),
+// the two computed from x on every call.
+Metas infer_dynamic_quantize_linear(const Metas& in, const Attrs&) {
+  KILN_CHECK(in[0].dtype == DType::Float32, "x must be float32, got ", dtype_name(in[0].dtype));
+  return {{true, in[0].shape, DType::UInt8, in[0].device},
+          {true, {}, DType::Float32, in[0].device},
+          {true, {}, DType::UInt8, in[0].device}};
+}
+
+OpDefiner d_dynamic_quantize_linear([] {
+  OpDef d = quantized_op("dynamic_quantize_linear", {"x"}, {}, infer_dynamic_quantize_linear, "");
+  d.outputs = {"y", "y_scale", "y_zero_point"};
+  return d;
+}());
+
 }  // namespace
 
 Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor& zero) {
@@ -291,6 +307,7 @@ Tensor quantize_linear(const Tensor& x, const Tensor& scale, const Tensor& zero)
 Tensor dequantize_linear(const Tensor& q, const Tensor& scale, const Tensor& zero) {
   return call1(KILN_OP("dequantize_linear"), {q, scale, zero});
 }
+std::vector<Tensor> dynamic_quantize_linear(const Tensor& x) { return call(KILN_OP("dynamic_quantize_linear"), {x}); }
 
 Tensor qlinear_concat(const std::vector<QuantizedTensor>& inputs, const Tensor& y_scale, const Tensor& y_zero,
                       int64_t axis) {

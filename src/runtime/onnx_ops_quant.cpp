@@ -318,17 +318,11 @@ std::vector<Tensor> qlinear_average_pool(const OnnxNode& n, const std::vector<Te
   return {quantize(mean(real, spatial, true), scalar(3), scalar(4))};
 }
 
-// The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255].
+// The scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255],
+// and x quantized by them: one op.
 std::vector<Tensor> dynamic_quantize_linear(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& given = input(n, in, 0);
-  const Tensor x = given.dtype() == DType::Float32 ? given : cast(given, DType::Float32);
-  std::vector<int64_t> all;
-  for (int64_t d = 0; d < x.dim(); ++d) all.push_back(d);
-  const Tensor zero = zeros({}, DType::Float32);
-  const Tensor lo = minimum(amin(x, all, false), zero), hi = maximum(amax(x, all, false), zero);
-  const Tensor scale = (hi - lo) / scalar_tensor(255.0);
-  const Tensor zero_point = cast(clamp(round(neg(lo) / scale), 0.0, 255.0), DType::UInt8);
-  return {kiln::quantize_linear(x, scale, zero_point), scale, zero_point};
+  return kiln::dynamic_quantize_linear(given.dtype() == DType::Float32 ? given : cast(given, DType::Float32));
 }
 
 // Quantized input i (with scale i + 1 and zero point i + 2, absent: 0 of

@@ -68,6 +68,35 @@ TEST(Int8Kernels, DynamicallyQuantizedProductsAreExactIntegerArithmetic) {
         }
 }
 
+// DynamicQuantizeLinear as ONNX defines it, in float32: the range holds 0,
+// scale = range / 255, zero point = round(-min / scale) half to even, then
+// saturate(round(x / scale) + zero point); over lengths that leave a tail
+// past the eight-lane loop, inputs all of one sign, and a long tensor split
+// across the threads.
+TEST(Int8Kernels, DynamicQuantizeLinearIsOnnxsDefinition) {
+  struct Case {
+    int64_t n;
+    double shift;
+  };
+  for (const Case& c : std::vector<Case>{{1, 0}, {7, 0.3}, {8, 0}, {9, -2}, {100003, 0.5}, {50000, 4}, {4096, -4}}) {
+    SCOPED_TRACE(::testing::Message() << c.n << " values shifted by " << c.shift);
+    manual_seed(static_cast<uint64_t>(c.n));
+    const Tensor x = randn({c.n}) + c.shift;
+    const std::vector<Tensor> got = dynamic_quantize_linear(x);
+    const std::vector<float> v = x.to_vector<float>();
+    float lo = 0.0f, hi = 0.0f;
+    for (float f : v) lo = std::min(lo, f), hi = std::max(hi, f);
+    const float scale = (hi - lo) / 255.0f;
+    const float zero = std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f);
+    ASSERT_EQ(got[1].item<float>(), scale);
+    ASSERT_EQ(got[2].dtype(), DType::UInt8);
+    ASSERT_EQ(static_cast<float>(got[2].item<uint8_t>()), zero);
+    const std::vector<uint8_t> y = got[0].to_vector<uint8_t>();
+    for (size_t i = 0; i < v.size(); ++i)
+      ASSERT_EQ(static_cast<float>(y[i]), std::clamp(std::nearbyint(v[i] / scale) + zero, 0.0f, 255.0f)) << i;
+  }
+}
+
 // Bad operands are refused with the rule they break.
 TEST(Int8Kernels, DynamicallyQuantizedProductsCheckTheirOperands) {
   const Tensor a = random_quantized({2, 8}, DType::UInt8, 1), b = random_quantized({8, 4}, DType::Int8, 2);

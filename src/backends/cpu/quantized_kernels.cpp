@@ -15,7 +15,9 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/int8_gemm.h"
@@ -23,6 +25,7 @@
 #include "backends/cpu/norm_rows.h"
 #include "backends/cpu/onednn_int8.h"
 #include "backends/cpu/quantize_layout.h"
+#include "backends/cpu/vec8.h"
 #include "ops/conv_attrs.h"
 
 namespace kiln::cpu {
@@ -403,6 +406,60 @@ void dequantize_block(const TX* __restrict px, float* __restrict py, int64_t n, 
   for (int64_t i = 0; i < n; ++i) py[i] = (static_cast<float>(px[i]) - zero) * scale;
 }
 
+// The smallest and largest of p[0, n) in one pass, eight lanes at a time;
+// a NaN anywhere makes both NaN, as amin and amax give it.
+void min_max(const float* p, int64_t n, float& lo, float& hi) {
+  using namespace vec8;
+  const float inf = std::numeric_limits<float>::infinity();
+  vf low = splat(inf), high = splat(-inf);
+  vi nan = vi{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const vf v = load(p + i);
+    low = v < low ? v : low;
+    high = v > high ? v : high;
+    nan |= v != v;
+  }
+  bool any_nan = false;
+  for (int k = 0; k < 8; ++k) {
+    lo = std::min(lo, low[k]), hi = std::max(hi, high[k]);
+    any_nan = any_nan || nan[k] != 0;
+  }
+  for (; i < n; ++i) {
+    any_nan = any_nan || p[i] != p[i];
+    lo = std::min(lo, p[i]), hi = std::max(hi, p[i]);
+  }
+  if (any_nan) lo = hi = std::numeric_limits<float>::quiet_NaN();
+}
+
+// DynamicQuantizeLinear in two passes over x (its range, then the
+// quantization) where the composition of ops took five.
+void dynamic_quantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
+  const Tensor x = in[0].contiguous();
+  const float* px = x.data<float>();
+  const int64_t n = x.numel();
+  const int parts = static_cast<int>(std::clamp<int64_t>(n / (1 << 14), 1, get_num_threads()));
+  std::vector<float> lows(static_cast<size_t>(parts), 0.0f), highs(static_cast<size_t>(parts), 0.0f);
+  parallel_for(parts, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      min_max(px + n * t / parts, n * (t + 1) / parts - n * t / parts, lows[t], highs[t]);
+  });
+  // (the range always holds 0: both start there)
+  float lo = 0.0f, hi = 0.0f;
+  for (int t = 0; t < parts; ++t) {
+    if (lows[t] != lows[t]) lo = hi = lows[t];
+    if (lo != lo) break;
+    lo = std::min(lo, lows[t]), hi = std::max(hi, highs[t]);
+  }
+  const float scale = (hi - lo) / 255.0f;
+  const float zero = std::nearbyint(-lo / scale);  // NaN (all zeros, or a NaN in x) gives 0
+  const int32_t zy = zero > 0.0f ? static_cast<int32_t>(std::min(zero, 255.0f)) : 0;
+  out[1].data<float>()[0] = scale;
+  out[2].data<uint8_t>()[0] = static_cast<uint8_t>(zy);
+  uint8_t* py = out[0].data<uint8_t>();
+  parallel_for(n, 1 << 13, [=](int64_t b, int64_t e) { quantize_row(px + b, py + b, e - b, scale, zy); });
+}
+
 void dequantize_linear_kernel(const Ins& in, Outs& out, const Attrs&) {
   const Tensor q = in[0].contiguous();
   const float scale = scale_of(in[1]), zero = static_cast<float>(zero_point_of(in[2]));
@@ -431,6 +488,7 @@ void dequantize_row(const int8_t* q, float* y, int64_t n, float scale, int32_t z
 }
 
 KILN_REGISTER_KERNEL("quantize_linear", CPU, quantize_linear_kernel, DType::Float32);
+KILN_REGISTER_KERNEL("dynamic_quantize_linear", CPU, dynamic_quantize_linear_kernel, DType::Float32);
 KILN_REGISTER_KERNEL("dequantize_linear", CPU, dequantize_linear_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_add", CPU, qlinear_add_kernel, DType::UInt8, DType::Int8);
 KILN_REGISTER_KERNEL("qlinear_conv2d", CPU, qlinear_conv2d_kernel, DType::UInt8, DType::Int8);
