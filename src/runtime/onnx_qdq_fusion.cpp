@@ -479,8 +479,7 @@ class Fuser {
     fused.set_op_type("MatMulIntegerToFloat");
     fused.set_domain("com.microsoft");
     fused.set_name(mm.name().empty() ? output : mm.name());
-    for (const std::string& in :
-         {mm.input(0), mm.input(1), dql->output(1), w_scale, dql->output(2), input(mm, 3), bias})
+    for (const std::string& in : {mm.input(0), mm.input(1), dql->output(1), w_scale, input(mm, 2), input(mm, 3), bias})
       fused.add_input(in);
     fused.add_output(output);
     removed_[static_cast<size_t>(at)] = true;
