@@ -91,11 +91,13 @@ class Fuser {
     return well_formed(n) ? &n : nullptr;
   }
   // An initializer, or the tensor of a Constant node (as torch.onnx.export
-  // writes a clip's bounds).
+  // writes a clip's bounds), also behind Identity nodes.
   std::optional<Tensor> constant(const std::string& name) const {
     if (auto it = init_.find(name); it != init_.end())
       return onnx_io::from_proto(*it->second, "initializer '" + name + "'");
     const NodeProto* p = producer(name);
+    // (torch.onnx.export shares equal weights and biases through Identity nodes)
+    if (p && is(*p, "Identity") && p->input_size() == 1) return constant(p->input(0));
     if (!p || !is(*p, "Constant") || p->attribute_size() != 1 || !p->attribute(0).has_t()) return std::nullopt;
     return onnx_io::from_proto(p->attribute(0).t(), "constant '" + name + "'");
   }

@@ -4,9 +4,11 @@
 // ctest runs the Int8Kernels tests again with oneDNN held to AVX2, where the
 // op takes its plain integer loop.
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <string>
 
@@ -142,6 +144,38 @@ TEST(DynamicQuantization, QuantizeDynamicModelsRunOnIntegerProducts) {
   int products = 0;
   for (const auto& r : profiler::records()) products += r.name.rfind("matmul_integer_to_float", 0) == 0;
   EXPECT_EQ(products, 2);
+}
+
+// torch.onnx.export shares equal biases through Identity nodes: a bias
+// behind one still folds into the integer product (no add runs).
+TEST(DynamicQuantization, ABiasBehindAnIdentityFolds) {
+  const std::string dir = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/contrib/contrib_quantize_dynamic_mlp";
+  ::onnx::ModelProto model;
+  std::ifstream file(dir + "/model.onnx", std::ios::binary);
+  ASSERT_TRUE(model.ParseFromIstream(&file));
+  auto* graph = model.mutable_graph();
+  bool renamed = false;
+  for (auto& node : *graph->mutable_node())
+    if (node.op_type() == "Add" && node.input(1) == "fc1_b") node.set_input(1, "fc1_b_shared"), renamed = true;
+  ASSERT_TRUE(renamed) << "the fixture's first layer adds its bias fc1_b";
+  ::onnx::NodeProto identity;
+  identity.set_op_type("Identity");
+  identity.add_input("fc1_b");
+  identity.add_output("fc1_b_shared");
+  graph->mutable_node()->Add(std::move(identity));
+  std::rotate(graph->mutable_node()->rbegin(), graph->mutable_node()->rbegin() + 1, graph->mutable_node()->rend());
+  InferenceSession session = InferenceSession::from_bytes(model.SerializeAsString());
+  EXPECT_EQ(session.rewrites(), "2 dynamically quantized MatMul on int8 kernels");
+  const Tensor x = load_tensor_pb(dir + "/test_data_set_0/input_0.pb");
+  session.run({x});
+  profiler::start();
+  const Tensor got = session.run({x})[0];
+  profiler::stop();
+  for (const auto& r : profiler::records()) EXPECT_EQ(r.name.find("add"), std::string::npos) << r.name;
+  const Tensor want = load_tensor_pb(dir + "/test_data_set_0/output_0.pb");
+  const std::vector<float> g = got.contiguous().to_vector<float>(), w = want.contiguous().to_vector<float>();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-5 + 1e-4 * std::fabs(w[i])) << "element " << i;
 }
 
 }  // namespace
