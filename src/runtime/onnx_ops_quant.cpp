@@ -338,13 +338,14 @@ Tensor dequantized(const OnnxNode& n, const std::vector<Tensor>& in, int i) {
   return centered * cast(scale.reshape({}), DType::Float32);
 }
 
-// y quantized with scale i and zero point i + 1 (absent: uint8 0).
+// y quantized with scale i and zero point i + 1 (absent: 0 of the input's
+// type, which the output then has).
 Tensor requantized(const OnnxNode& n, const std::vector<Tensor>& in, const Tensor& y, int i) {
   const Tensor zero = OnnxReader::optional(in, i + 1);
   if (input(n, in, i).numel() != 1 || (zero.defined() && zero.numel() != 1))
     n.unsupported("per-axis scales and zero points are not supported here");
   return quantize(y, cast(input(n, in, i).reshape({}), DType::Float32),
-                  zero.defined() ? zero.reshape({}) : zeros({}, DType::UInt8));
+                  zero.defined() ? zero.reshape({}) : zeros({}, input(n, in, 0).dtype()));
 }
 
 // com.microsoft's QLinearSigmoid and QLinearLeakyRelu (X, X_scale,
