@@ -97,5 +97,8 @@ inline int64_t normalize_axis(const OnnxReader& n, int64_t axis, int64_t rank) {
 inline const Tensor& input(const OnnxReader& n, const std::vector<Tensor>& in, size_t i) { return n.input(in, i); }
 // A tensor holding `value` with x's dtype, shaped to broadcast.
 Tensor scalar_like(double value, const Tensor& x);
+// 1 / sqrt(mean(x^2 over axes) + eps), the axes kept: RMS normalization's
+// factor, for every form of it the converters read.
+Tensor inverse_rms(const Tensor& x, const std::vector<int64_t>& axes, double eps);
 
 }  // namespace kiln::runtime

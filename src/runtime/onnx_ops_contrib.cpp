@@ -1,6 +1,6 @@
 // The com.microsoft ops that ONNX Runtime's transformer optimizer writes
-// into BERT, GPT-2 and ViT models (and SimplifiedLayerNormalization, which
-// it registers in the default domain), as compositions of Kiln ops:
+// into BERT, GPT-2 and ViT models (its SimplifiedLayerNormalization, in the
+// default domain, is read with RMSNormalization), as compositions of Kiln ops:
 // Gelu, BiasGelu, FastGelu, QuickGelu, SkipLayerNormalization,
 // SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention (and
 // QAttention, quantize_dynamic's form of it) and MultiHeadAttention.
@@ -39,16 +39,8 @@ std::vector<Tensor> quick_gelu(const OnnxNode& n, const std::vector<Tensor>& in)
   return {x * sigmoid(x * scalar_like(n.f("alpha", 1.702), x))};
 }
 
-// mean and 1 / sqrt(var + eps) over the last axis (or the root mean square
-// for the simplified form, whose mean output ONNX Runtime leaves unset).
-std::vector<Tensor> last_axis_statistics(const Tensor& x, double eps, bool simplified) {
-  if (simplified) return {Tensor(), rsqrt(mean(x * x, {-1}, true) + scalar_like(eps, x))};
-  const Tensor m = mean(x, {-1}, true), d = x - m;
-  return {m, rsqrt(mean(d * d, {-1}, true) + scalar_like(eps, x))};
-}
-
 // input + skip (+ bias), normalized over the last axis: outputs (output,
-// mean, inv_std_var, input_skip_bias_sum).
+// mean, inv_std_var, input_skip_bias_sum); the simplified (RMS) form has no mean.
 std::vector<Tensor> skip_normalization(const OnnxNode& n, const std::vector<Tensor>& in, bool simplified) {
   const Tensor& x = input(n, in, 0);
   const Tensor gamma = input(n, in, 2);
@@ -58,20 +50,20 @@ std::vector<Tensor> skip_normalization(const OnnxNode& n, const std::vector<Tens
     n.fail("gamma holds ", gamma.numel(), " values; the input's last axis has ", hidden, " (", shape_str(x.shape()),
            ")");
   // The bias first: after a MatMul it joins it as a linear layer's bias.
-  Tensor sum = bias.defined() ? x + bias + input(n, in, 1) : x + input(n, in, 1);
+  const Tensor sum = bias.defined() ? x + bias + input(n, in, 1) : x + input(n, in, 1);
   const double eps = n.f("epsilon", kContribEpsilon);
   const Tensor g = gamma.reshape({hidden});
-  Tensor y;
+  std::vector<Tensor> out = {Tensor(), Tensor(), Tensor(), sum};
   if (simplified) {
-    y = sum * rsqrt(mean(sum * sum, {-1}, true) + scalar_like(eps, sum)) * g;
+    out[2] = inverse_rms(sum, {-1}, eps);
+    out[0] = sum * out[2] * g;
   } else {
-    y = layer_norm(sum, {hidden}, g, beta.defined() ? beta.reshape({hidden}) : Tensor(), eps);
-  }
-  std::vector<Tensor> out = {y, Tensor(), Tensor(), sum};
-  if (n.output_wanted(1) || n.output_wanted(2)) {
-    const std::vector<Tensor> stats = last_axis_statistics(sum, eps, simplified);
-    out[1] = stats[0];
-    out[2] = stats[1];
+    out[0] = layer_norm(sum, {hidden}, g, beta.defined() ? beta.reshape({hidden}) : Tensor(), eps);
+    if (n.output_wanted(1) || n.output_wanted(2)) {
+      const Tensor m = mean(sum, {-1}, true), d = sum - m;
+      out[1] = m;
+      out[2] = rsqrt(mean(d * d, {-1}, true) + scalar_like(eps, sum));
+    }
   }
   return out;
 }
@@ -83,16 +75,6 @@ std::vector<Tensor> skip_layer_normalization(const OnnxNode& n, const std::vecto
 std::vector<Tensor> skip_simplified_layer_normalization(const OnnxNode& n, const std::vector<Tensor>& in) {
   if (n.output_wanted(1)) n.unsupported("the mean output is not supported: the simplified (RMS) form has no mean");
   return skip_normalization(n, in, true);
-}
-
-// RMS normalization over the axes from `axis` (ONNX Runtime's name for it
-// before RMSNormalization joined ONNX): outputs Y and inv_std_var.
-std::vector<Tensor> simplified_layer_normalization(const OnnxNode& n, const std::vector<Tensor>& in) {
-  const Tensor& x = input(n, in, 0);
-  std::vector<int64_t> axes;
-  for (int64_t a = normalize_axis(n, n.i("axis", -1), x.dim()); a < x.dim(); ++a) axes.push_back(a);
-  const Tensor inv = rsqrt(mean(x * x, axes, true) + scalar_like(n.f("epsilon", 1e-5), x));
-  return {x * inv * input(n, in, 1), inv};
 }
 
 // Word, position and segment embeddings summed and layer-normalized, with
@@ -299,7 +281,6 @@ void add_contrib_converters(ConverterTable& t) {
   t["com.microsoft::QuickGelu"] = quick_gelu;
   t["com.microsoft::SkipLayerNormalization"] = skip_layer_normalization;
   t["com.microsoft::SkipSimplifiedLayerNormalization"] = skip_simplified_layer_normalization;
-  t["SimplifiedLayerNormalization"] = simplified_layer_normalization;
   t["com.microsoft::EmbedLayerNormalization"] = embed_layer_normalization;
   t["com.microsoft::Attention"] = fused_attention;
   t["com.microsoft::QAttention"] = quantized_attention;

@@ -1,4 +1,5 @@
-// ONNX normalizations that are compositions of Kiln ops: RMSNormalization,
+// ONNX normalizations that are compositions of Kiln ops: RMSNormalization
+// (and ONNX Runtime's SimplifiedLayerNormalization),
 // LpNormalization, MeanVarianceNormalization, GroupNormalization (read onto
 // group_norm with per-channel weights), and Hardmax.
 #include "kiln/functional.h"
@@ -14,12 +15,15 @@ std::vector<int64_t> trailing_axes(const OnnxNode& n, const Tensor& x, int64_t f
   return axes;
 }
 
-// Y = X / sqrt(mean(X^2 over the trailing axes) + epsilon) * scale.
+// Y = X / sqrt(mean(X^2 over the trailing axes) + epsilon) * scale; and
+// ONNX Runtime's name for it before RMSNormalization joined ONNX,
+// SimplifiedLayerNormalization, whose second output is that factor.
 std::vector<Tensor> rms_normalization(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
-  const std::vector<int64_t> axes = trailing_axes(n, x, -1);
-  const Tensor ms = mean(x * x, axes, true);
-  return {x * rsqrt(ms + scalar_like(n.f("epsilon", 1e-5), x)) * input(n, in, 1)};
+  const Tensor inv = inverse_rms(x, trailing_axes(n, x, -1), n.f("epsilon", 1e-5));
+  std::vector<Tensor> out = {x * inv * input(n, in, 1)};
+  if (n.op_type() == "SimplifiedLayerNormalization") out.push_back(inv);
+  return out;
 }
 
 // Y = X / ||X||_p along `axis`, p 1 or 2; a zero vector stays zero.
@@ -92,8 +96,13 @@ std::vector<Tensor> hardmax(const OnnxNode& n, const std::vector<Tensor>& in) {
 
 }  // namespace
 
+Tensor inverse_rms(const Tensor& x, const std::vector<int64_t>& axes, double eps) {
+  return rsqrt(mean(x * x, axes, true) + scalar_like(eps, x));
+}
+
 void add_norm_converters(ConverterTable& t) {
   t["RMSNormalization"] = rms_normalization;
+  t["SimplifiedLayerNormalization"] = rms_normalization;
   t["LpNormalization"] = lp_normalization;
   t["MeanVarianceNormalization"] = mean_variance_normalization;
   t["GroupNormalization"] = group_normalization;
