@@ -3,7 +3,7 @@
 // that cross every edge of a tile (rows past 12, the 16- and 32-column
 // panels, depths of one group of 4 and of hundreds), their dequantizing
 // epilogue against the ops it stands for, bit for bit; the depthwise
-// kernel against the exact arithmetic; and a QDQ model whose layers run on
+// kernel and the stems' implicit GEMM against the exact arithmetic; and a QDQ model whose layers run on
 // them against the same model computed op by op.
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 
 #include "backends/cpu/int8_depthwise.h"
 #include "backends/cpu/int8_gemm.h"
+#include "backends/cpu/int8_patch_conv.h"
 #include "backends/cpu/onednn_int8.h"
 #include "kiln/kiln.h"
 #include "kiln/profiler.h"
@@ -195,6 +196,58 @@ TEST_F(Int8Tiles, DepthwiseConvolutionsAreExactIntegerArithmetic) {
       }
 }
 
+// Convolutions of few input channels as an implicit GEMM over the padded
+// image (int8_patch_conv) against the exact integer arithmetic: 1 to 4
+// channels, kernels of 1 to 7 columns whose rows fill whole groups of 4 or
+// not, strides 1 and 2, padding that reaches past the image and windows
+// that leave its last columns unread, rows dilated, output rows that do not
+// fill a tile, 8- and 40-column outputs (a 16-column panel's tail), uint8
+// and int8 inputs and results.
+TEST_F(Int8Tiles, StemConvolutionsAreExactIntegerArithmetic) {
+  namespace patches = cpu::int8_patch_conv;
+  struct Case {
+    int64_t c, h, w, o, kh, kw, stride, ph, pw, dh;
+  };
+  const std::vector<Case> cases = {{3, 23, 29, 16, 7, 7, 2, 3, 3, 1}, {1, 28, 28, 8, 3, 3, 1, 1, 1, 1},
+                                   {3, 17, 20, 40, 3, 3, 2, 1, 1, 1}, {4, 9, 11, 24, 5, 5, 1, 0, 2, 1},
+                                   {2, 8, 8, 8, 3, 3, 2, 0, 0, 1},    {3, 12, 10, 32, 3, 1, 1, 2, 0, 2}};
+  uint64_t seed = 300;
+  for (const Case& k : cases)
+    for (const bool x_signed : {false, true})
+      for (const bool y_signed : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << k.c << " channels " << k.h << "x" << k.w << " to " << k.o << ", kernel " << k.kh << "x" << k.kw
+                     << " stride " << k.stride << " pad " << k.ph << "," << k.pw << " row dilation " << k.dh
+                     << (x_signed ? ", int8 in" : ", uint8 in") << (y_signed ? ", int8 out" : ", uint8 out"));
+        const int64_t n = 2, oh = (k.h + 2 * k.ph - (k.kh - 1) * k.dh - 1) / k.stride + 1,
+                      ow = (k.w + 2 * k.pw - k.kw) / k.stride + 1;
+        const cpu::onednn::ConvShape s{n,  k.c,      k.h,      k.w,  k.o,  k.kh, k.kw, oh,
+                                       ow, k.stride, k.stride, k.ph, k.pw, k.dh, 1,    1};
+        ASSERT_TRUE(patches::takes(s));
+        const Tensor x = random_quantized({n, k.h, k.w, k.c}, x_signed ? DType::Int8 : DType::UInt8, ++seed);
+        const Tensor w = random_quantized({k.o, k.c, k.kh, k.kw}, DType::Int8, ++seed);
+        manual_seed(++seed);
+        const Tensor scale = rand({k.o}) * 0.004 + 0.001;
+        const Tensor bias = cast(round(randn({k.o}) * 2000.0), DType::Int32);
+        const int32_t x_zero = x_signed ? -7 : 121, y_zero = y_signed ? 3 : 97;
+        Tensor packed_weights = Tensor::empty({patches::packed_bytes(s)}, DType::UInt8);
+        patches::pack(s, w.data<int8_t>(), packed_weights.raw_data());
+        tiles::Call q;
+        q.scales = scale.data<float>(), q.per_column = true, q.bias = bias.data<int32_t>();
+        q.a_signed = x_signed, q.a_zero = x_zero, q.y_zero = y_zero, q.y_signed = y_signed;
+        Tensor y = Tensor::empty({n, oh, ow, k.o}, y_signed ? DType::Int8 : DType::UInt8);
+        patches::run(s, q, x.raw_data(), packed_weights.raw_data(), y.raw_data());
+        ConvOptions o;
+        o.stride = {k.stride, k.stride};
+        o.padding = {k.ph, k.pw};
+        o.dilation = {k.dh, 1};
+        const Tensor acc = conv2d(cast(x.permute({0, 3, 1, 2}), DType::Float64) - x_zero, cast(w, DType::Float64),
+                                  cast(bias, DType::Float64), o);
+        expect_requantized_equal(y,
+                                 requantized(acc, scale.reshape({k.o, 1, 1}), y_zero, y.dtype()).permute({0, 2, 3, 1}));
+      }
+}
+
 // The depthwise kernel under one scale (2) for every channel, with one
 // channel's bias (1.5e9) alone taking its sums past 2^31: that channel
 // saturates high, the others are the plain requantization.
@@ -226,7 +279,8 @@ TEST_F(Int8Tiles, DepthwiseSumsPastInt32SaturateToTheRightEnd) {
 
 // A QDQ model of a 3x3 convolution, a 1x1 one of 24 channels to 48, a
 // depthwise 3x3 one and another 3x3, with uint8 and with int8 activations:
-// the 1x1, between two channels-last layers, runs on the tiles, and the
+// the first (3 channels) and the 1x1, between channels-last layers, run on
+// the tiles, and the
 // depthwise one on Kiln's depthwise kernel where its input is int8; the
 // model's output is the one its ops give one by one, within one step of its
 // quantization.
@@ -287,6 +341,8 @@ TEST_F(Int8Tiles, ChannelsLastLayersOfAQdqModelRunOnThem) {
                            [&](const std::string& c) { return c.find(weights) != std::string::npos; });
     };
     EXPECT_EQ(layers_with(tiles::packed_bytes(24, 48)), 1) << ::testing::PrintToString(convs);
+    const cpu::onednn::ConvShape stem{1, 3, 15, 15, 24, 3, 3, 15, 15, 1, 1, 1, 1, 1, 1, 1};
+    EXPECT_EQ(layers_with(cpu::int8_patch_conv::packed_bytes(stem)), 1) << ::testing::PrintToString(convs);
     const cpu::int8_depthwise::Geometry depthwise{1, 48, 15, 15, 3, 3, 15, 15, 1, 1, 1, 1};
     EXPECT_EQ(layers_with(cpu::int8_depthwise::packed_bytes(depthwise)), int8_activations ? 1 : 0)
         << ::testing::PrintToString(convs);

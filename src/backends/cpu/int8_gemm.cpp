@@ -173,20 +173,21 @@ void tile(const Call& c, const Columns<C>& k, const uint8_t* a, const int8_t* pa
 #pragma GCC unroll 2
     for (int i = 0; i < C; ++i) acc[r][i] = _mm512_add_epi32(k.adjust[i], row_bias);
   }
-  const int64_t groups = groups_of(c.k), lda = c.lda;
-  for (int64_t g = 0; g < groups; ++g, a += 4, panel += C * 64) {
-    __m512i b[C];
+  const int64_t run_groups = groups_of(c.k) / c.segments, lda = c.lda, skip = c.segment_stride - run_groups * 4;
+  for (int64_t s = 0; s < c.segments; ++s, a += skip)
+    for (int64_t g = 0; g < run_groups; ++g, a += 4, panel += C * 64) {
+      __m512i b[C];
 #pragma GCC unroll 2
-    for (int i = 0; i < C; ++i) b[i] = _mm512_loadu_si512(panel + 64 * i);
+      for (int i = 0; i < C; ++i) b[i] = _mm512_loadu_si512(panel + 64 * i);
 #pragma GCC unroll 12
-    for (int r = 0; r < R; ++r) {
-      int32_t four;
-      std::memcpy(&four, a + r * lda, 4);
-      const __m512i av = _mm512_set1_epi32(four);
+      for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, a + r * lda, 4);
+        const __m512i av = _mm512_set1_epi32(four);
 #pragma GCC unroll 2
-      for (int i = 0; i < C; ++i) dot_add(acc[r][i], av, b[i]);
+        for (int i = 0; i < C; ++i) dot_add(acc[r][i], av, b[i]);
+      }
     }
-  }
   store_tile<R, C>(c, k, acc, row, first, y, clip);
 }
 
@@ -225,6 +226,8 @@ void run(const Call& given, const void* a_bytes, const void* packed, void* y) {
   // uint8 A + 128 (its top bit flipped, into a copy) with its zero point
   // moved by 128 too, which leaves each a - a_zero, and so the sums, as they were.
   Tensor flipped;
+  KILN_CHECK(!c.a_signed || (c.segments == 1 && c.block_rows == 0 && c.image_blocks == 0),
+             "int8_gemm::run: patches of an image are uint8 (int8_patch_conv flips them as it pads)");
   if (c.a_signed) {
     flipped = Tensor::empty({c.m * c.k}, DType::UInt8);
     uint8_t* to = flipped.data<uint8_t>();
@@ -246,7 +249,12 @@ void run(const Call& given, const void* a_bytes, const void* packed, void* y) {
   }
   const auto* bytes = static_cast<const int8_t*>(packed);
   const auto* sums = reinterpret_cast<const int32_t*>(bytes + sums_offset(c.k, c.n));
-  const int64_t tiles = (c.m + kRows - 1) / kRows, height = (c.m + tiles - 1) / tiles;  // equal heights, 12 at most
+  const int64_t block_rows = c.block_rows > 0 ? c.block_rows : c.m;
+  KILN_CHECK(c.m % block_rows == 0 && (c.segments == 1 || c.k % (4 * c.segments) == 0),
+             "int8_gemm::run: whole blocks of rows, and runs of whole groups of 4");
+  // Tiles of equal heights, 12 rows at most, within each block.
+  const int64_t block_tiles = (block_rows + kRows - 1) / kRows, height = (block_rows + block_tiles - 1) / block_tiles;
+  const int64_t tiles = c.m / block_rows * block_tiles;
   const int64_t panels = panels_of(c.n), groups = groups_of(c.k);
   std::vector<int32_t> adjust(static_cast<size_t>(panels * kPanel));
   for (int64_t j = 0; j < c.n; ++j) adjust[j] = (c.bias ? c.bias[j] : 0) - c.a_zero * sums[j];
@@ -261,9 +269,13 @@ void run(const Call& given, const void* a_bytes, const void* packed, void* y) {
   parallel_for(panels * tiles, grain, [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t p = rows_outer ? t % panels : t / tiles, tile = rows_outer ? t / panels : t % tiles;
-      const int64_t row = tile * height, rows = std::min(height, c.m - row), first = p * kPanel;
+      const int64_t block = tile / block_tiles, in_block = tile % block_tiles * height;
+      const int64_t row = block * block_rows + in_block, rows = std::min(height, block_rows - in_block);
+      const int64_t first = p * kPanel;
       const int8_t* panel = bytes + p * panel_bytes(c.k);
-      const uint8_t* rows_of_a = a + row * c.lda;
+      const int64_t image = c.image_blocks > 0 ? block / c.image_blocks : 0,
+                    in_image = c.image_blocks > 0 ? block % c.image_blocks : block;
+      const uint8_t* rows_of_a = a + image * c.image_stride + in_image * c.block_stride + in_block * c.lda;
       if (c.n - first <= 16)
         tile_of_height<1>(rows, c, columns_of<1>(c, adjust.data(), first), rows_of_a, panel, row, first, y, clip);
       else

@@ -6,10 +6,9 @@
 // dequantization chain of QuantizedMatmulCall::Dequantized, in the tile's
 // epilogue. It serves the int8 layout pass's matrix products and its 1x1
 // stride-1 convolutions over channels-last activations (a matrix product of
-// pixels by channels), and products of two activations, packing B per call
-// (run_with_computed_b), where oneDNN's brgemm kernels ran BERT's
-// 128x256x1024 feed-forward product at about half the instruction's peak
-// and MobileNetV2's 16-deep 1x1 layers at a fifth.
+// pixels by channels), stems as an implicit GEMM (int8_patch_conv.h), and products of two activations, packing B per
+// call (run_with_computed_b), where oneDNN's brgemm kernels ran BERT's 128x256x1024 feed-forward product at about half
+// the instruction's peak and MobileNetV2's 16-deep 1x1 layers at a fifth.
 #include <cstdint>
 
 #include "backends/cpu/onednn_int8.h"
@@ -48,6 +47,16 @@ struct Call {
   // rounded (a dynamically quantized product); `dequantized` is then unused.
   bool to_float = false;
   const float* residual = nullptr;                       // dequantized.add_residual's [m, n], row stride ldy
+  // A's rows as patches of images (a convolution as an implicit GEMM;
+  // int8_patch_conv.h), uint8 only: a row's depth is `segments` runs of
+  // k / segments bytes (whole groups of 4), run s at s * segment_stride
+  // from the row's start; and the rows come in blocks of block_rows (an
+  // output row of pixels), row i of a block at i * lda, no tile crossing
+  // blocks, and blocks in images of image_blocks: block b of image j
+  // starts at j * image_stride + b * block_stride. The defaults: one run,
+  // one block of m rows.
+  int64_t segments = 1, segment_stride = 0;
+  int64_t block_rows = 0, block_stride = 0, image_blocks = 0, image_stride = 0;
 };
 
 // y = the product of A [m, k] (row stride lda; uint8, or int8 where

@@ -2,6 +2,7 @@
 
 #include "backends/cpu/int8_depthwise.h"
 #include "backends/cpu/int8_gemm.h"
+#include "backends/cpu/int8_patch_conv.h"
 #include "kiln/tensor.h"
 
 namespace kiln::graph::int8_tiles {
@@ -32,6 +33,7 @@ bool take_conv(const QuantizedConvCall& call) {
   const ConvShape& s = call.shape;
   if (!call.x_nhwc || !call.y_nhwc) return false;
   if (is_one_by_one(s)) return take_matmul(s.c);
+  if (cpu::int8_patch_conv::takes(s)) return cpu::onednn::int8_isa_is_avx512_vnni();
   // Depthwise layers of int8 input only: oneDNN's kernels for those ran
   // 3x slower than for uint8 input, and with uint8 input, though Kiln's ran
   // MobileNetV2's depthwise layers 1.1-2.4x faster than oneDNN's, the model
@@ -49,19 +51,24 @@ void pack_matmul(const int8_t* b, int64_t k, int64_t n, void* out) { gemm::pack(
 
 int64_t conv_packed_bytes(const QuantizedConvCall& call) {
   const ConvShape& s = call.shape;
-  return is_depthwise(s) ? cpu::int8_depthwise::packed_bytes(depthwise_of(s)) : gemm::packed_bytes(s.c, s.o);
+  if (is_depthwise(s)) return cpu::int8_depthwise::packed_bytes(depthwise_of(s));
+  return is_one_by_one(s) ? gemm::packed_bytes(s.c, s.o) : cpu::int8_patch_conv::packed_bytes(s);
 }
 
 std::string conv_layout(const QuantizedConvCall& call) {
   const ConvShape& s = call.shape;
   if (is_depthwise(s))
     return "kiln int8 depthwise " + std::to_string(s.c) + "x" + std::to_string(s.kh) + "x" + std::to_string(s.kw);
+  if (!is_one_by_one(s))
+    return "kiln int8 patches " + std::to_string(s.o) + "x" + std::to_string(s.c) + "x" + std::to_string(s.kh) + "x" +
+           std::to_string(s.kw);
   return layout(s.c, s.o);
 }
 
 void pack_conv(const QuantizedConvCall& call, const int8_t* w, void* out) {
   const ConvShape& s = call.shape;
   if (is_depthwise(s)) return cpu::int8_depthwise::pack(depthwise_of(s), w, out);
+  if (!is_one_by_one(s)) return cpu::int8_patch_conv::pack(s, w, out);
   gemm::pack(w, s.c, s.o, 1, s.c, out);  // weights [o, c, 1, 1]: B(i, j) at j * c + i
 }
 
@@ -109,6 +116,8 @@ CustomKernel conv_kernel(const QuantizedConvCall& call, const std::vector<float>
     c.m = s.n * s.h * s.w, c.k = s.c, c.n = s.o, c.lda = s.c, c.ldy = s.o;
     c.scales = scales.data(), c.per_column = call.per_channel, c.bias = bias;
     c.a_signed = call.x_signed, c.a_zero = x_zero, c.y_zero = y_zero, c.y_signed = call.y_signed;
+    if (!is_one_by_one(s))
+      return cpu::int8_patch_conv::run(s, c, in[0].raw_data(), in[1].raw_data(), out[0].raw_data());
     gemm::run(c, in[0].raw_data(), in[1].raw_data(), out[0].raw_data());
   };
 }

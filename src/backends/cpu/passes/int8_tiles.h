@@ -5,11 +5,12 @@
 // convolutions between channels-last layers, where oneDNN's instruction set
 // is AVX-512 with VNNI (onednn::int8_isa_is_avx512_vnni: not AMX, whose
 // tiles beat them, nor one ONEDNN_MAX_CPU_ISA holds lower); and depthwise
-// ones of int8 input there on Kiln's depthwise kernel (int8_depthwise.h). Other
-// convolutions stay on oneDNN's brgemm kernels: run as an implicit GEMM over
-// a padded image, the tiles were no faster on ResNet-18's 3x3 layers inside
-// the model, where oneDNN ran the 64-channel ones at 56x56 within 5% of
-// vpdpbusd's peak (2-core Intel Sapphire Rapids).
+// ones of int8 input there on Kiln's depthwise kernel (int8_depthwise.h);
+// and stems of a few input channels as an implicit GEMM over the padded
+// image (int8_patch_conv.h). Other convolutions stay on oneDNN's brgemm
+// kernels: run as that implicit GEMM, the tiles were no faster on
+// ResNet-18's 3x3 layers inside the model, where oneDNN ran the 64-channel
+// ones at 56x56 within 5% of vpdpbusd's peak (2-core Intel Sapphire Rapids).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,8 +22,8 @@ namespace kiln::graph::int8_tiles {
 
 // A product of depth k, where int8_isa_is_avx512_vnni.
 bool take_matmul(int64_t k);
-// A convolution, channels-last in and out: 1x1, stride 1, one group; or
-// depthwise of int8 input (int8_depthwise::takes).
+// A convolution, channels-last in and out: 1x1, stride 1, one group; a
+// stem (int8_patch_conv::takes); or depthwise of int8 input (int8_depthwise::takes).
 bool take_conv(const cpu::onednn::QuantizedConvCall& call);
 
 // The packed weights of a [k, n] product: their size, a name for the
