@@ -156,6 +156,18 @@ std::vector<Tensor> dynamic_quantize_linear(const Tensor& x);
 // [N] or undefined. ONNX Runtime's MatMulIntegerToFloat with symmetric weights.
 Tensor matmul_integer_to_float(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                                const Tensor& b_scale, const Tensor& bias = Tensor());
+// A float32 product with weights quantized in blocks along K (weight-only
+// 2-, 4- or 8-bit LLM weights; ONNX Runtime's MatMulNBits): a [..., K] by
+// b uint8 [N, ceil(K / block_size), block_size * bits / 8], codes packed low
+// bits first; code q of row n in block j is (q - zero_points[n, j]) *
+// scales[n, j], zero points float32 [N, blocks] or undefined (2^(bits - 1));
+// y [..., N] = a @ dequantized(b)^T + bias (float32 [N] or undefined), in
+// float32; accuracy_level 4 (ONNX Runtime's int8 compute) rounds a to int8
+// per block first (scale max |a| / 127) and sums each block's products in
+// integers, which is faster; levels 0 to 3 compute in float32.
+Tensor matmul_nbits(const Tensor& a, const Tensor& b, const Tensor& scales, const Tensor& zero_points = Tensor(),
+                    const Tensor& bias = Tensor(), int64_t bits = 4, int64_t block_size = 32,
+                    int64_t accuracy_level = 0);
 // The sum of two quantized tensors of one shape, requantized: ONNX Runtime's QLinearAdd.
 Tensor qlinear_add(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b, const Tensor& b_scale,
                    const Tensor& b_zero, const Tensor& y_scale, const Tensor& y_zero);

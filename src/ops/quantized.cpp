@@ -161,6 +161,48 @@ OpDefiner d_matmul_integer_to_float(quantized_op("matmul_integer_to_float",
                                                  {"a", "a_scale", "a_zero", "b", "b_scale", "bias?"}, {},
                                                  infer_matmul_integer_to_float, "matmul"));
 
+// A float32 product with weights quantized in blocks along K, as LLM exports
+// store them (ONNX Runtime's MatMulNBits): a [..., K] by b, N rows of
+// ceil(K / block_size) blocks of block_size codes of `bits` bits, packed
+// low bits first into uint8 [N, blocks, block_size * bits / 8]; code q of
+// row n in block j stands for (q - zero_points[n, j]) * scales[n, j];
+// zero points float32 [N, blocks] (absent: 2^(bits - 1)); plus an optional
+// float32 bias [N]. y [..., N] = a @ dequantized(b)^T + bias, in float32;
+// with accuracy_level 4 (ONNX Runtime's "int8 compute"), a rounded to int8
+// per block first (scale max |a| / 127, half to even) and the products of
+// each block summed in integers.
+Metas infer_matmul_nbits(const Metas& in, const Attrs& attrs) {
+  const TensorMeta &a = in[0], &b = in[1], &scales = in[2];
+  const int64_t bits = attrs.get_int("bits", 4), block = attrs.get_int("block_size", 32);
+  KILN_CHECK(bits == 2 || bits == 4 || bits == 8, "bits must be 2, 4 or 8, got ", bits);
+  const int64_t level = attrs.get_int("accuracy_level", 0);
+  KILN_CHECK(level >= 0 && level <= 4, "accuracy_level must be 0 to 4 (4: int8 products; else float32), got ", level);
+  KILN_CHECK(block >= 16 && (block & (block - 1)) == 0, "block_size must be a power of two of at least 16, got ",
+             block);
+  KILN_CHECK(a.dtype == DType::Float32 && !a.shape.empty(), "a must be float32 [..., K], got ", dtype_name(a.dtype),
+             shape_str(a.shape));
+  const int64_t k = a.shape.back(), blocks = (k + block - 1) / block;
+  KILN_CHECK(b.dtype == DType::UInt8 && b.shape.size() == 3 && b.shape[1] == blocks && b.shape[2] == block * bits / 8,
+             "b must be uint8 [N, ", blocks, ", ", block * bits / 8, "] (", blocks, " blocks of ", block, " ", bits,
+             "-bit codes for K = ", k, "), got ", dtype_name(b.dtype), shape_str(b.shape));
+  const int64_t n = b.shape[0];
+  KILN_CHECK(scales.dtype == DType::Float32 && scales.shape == Shape({n, blocks}), "scales must be float32 [", n, ", ",
+             blocks, "], got ", dtype_name(scales.dtype), shape_str(scales.shape));
+  if (in.size() > 3 && in[3].defined)
+    KILN_CHECK(in[3].dtype == DType::Float32 && in[3].shape == Shape({n, blocks}), "zero points must be float32 [", n,
+               ", ", blocks, "], got ", dtype_name(in[3].dtype), shape_str(in[3].shape));
+  if (in.size() > 4 && in[4].defined)
+    KILN_CHECK(in[4].dtype == DType::Float32 && in[4].shape == Shape{n}, "the bias must be float32 [", n, "], got ",
+               dtype_name(in[4].dtype), shape_str(in[4].shape));
+  Shape y = a.shape;
+  y.back() = n;
+  return {{true, y, DType::Float32, a.device}};
+}
+
+OpDefiner d_matmul_nbits(quantized_op("matmul_nbits", {"a", "b", "scales", "zero_points?", "bias?"},
+                                      {"bits:int=4", "block_size:int=32", "accuracy_level:int=0"}, infer_matmul_nbits,
+                                      "matmul"));
+
 // a and b of one shape, dequantized, added and quantized to y's parameters.
 Metas infer_qlinear_add(const Metas& in, const Attrs&) {
   const TensorMeta &a = in[0], &b = in[3];
@@ -337,6 +379,12 @@ Tensor qlinear_batch_matmul(const Tensor& a, const Tensor& a_scale, const Tensor
 Tensor matmul_integer_to_float(const Tensor& a, const Tensor& a_scale, const Tensor& a_zero, const Tensor& b,
                                const Tensor& b_scale, const Tensor& bias) {
   return call1(KILN_OP("matmul_integer_to_float"), {a, a_scale, a_zero, b, b_scale, bias});
+}
+
+Tensor matmul_nbits(const Tensor& a, const Tensor& b, const Tensor& scales, const Tensor& zero_points,
+                    const Tensor& bias, int64_t bits, int64_t block_size, int64_t accuracy_level) {
+  return call1(KILN_OP("matmul_nbits"), {a, b, scales, zero_points, bias},
+               {{"bits", bits}, {"block_size", block_size}, {"accuracy_level", accuracy_level}});
 }
 
 Tensor qlinear_conv2d(const Tensor& x, const Tensor& x_scale, const Tensor& x_zero, const Tensor& weight,

@@ -5,7 +5,7 @@
 // kernels where the weights are symmetric int8) and ONNX Runtime's QGemm,
 // QLinearAdd, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool,
 // QLinearSigmoid, QLinearLeakyRelu, QLinearMul, MatMulIntegerToFloat and
-// DynamicQuantizeMatMul;
+// DynamicQuantizeMatMul; MatMulNBits (block-quantized LLM weights, on matmul_nbits);
 // EyeLike; LpPool.
 #include <cmath>
 
@@ -411,6 +411,60 @@ std::vector<Tensor> dynamic_quantize_matmul(const OnnxNode& n, const std::vector
                            OnnxReader::optional(in, 4))};
 }
 
+// Zero points packed as ONNX Runtime's MatMulNBits stores them (uint8, each
+// row's blocks low bits first, a row rounded up to whole bytes) as float32
+// [N, blocks]; given in A's type, reshaped.
+Tensor nbits_zero_points(const OnnxNode& n, const Tensor& z, int64_t rows, int64_t blocks, int64_t bits) {
+  if (z.dtype() != DType::UInt8) {
+    if (z.numel() != rows * blocks) n.fail("zero_points holds ", z.numel(), " values; N x blocks = ", rows * blocks);
+    return cast(z, DType::Float32).reshape({rows, blocks});
+  }
+  const int64_t per = 8 / bits, width = (blocks + per - 1) / per;
+  if (z.numel() != rows * width)
+    n.fail("zero_points holds ", z.numel(), " bytes; ", rows, " rows of ", width, " (", blocks, " blocks of ", bits,
+           " bits) expected");
+  const Tensor bytes = cast(z, DType::Float32).reshape({rows, width});
+  const Tensor levels = scalar_like(static_cast<double>(1 << bits), bytes);
+  std::vector<Tensor> parts;
+  Tensor rest = bytes;  // the bytes shifted right j * bits
+  for (int64_t j = 0; j < per; ++j) {
+    const Tensor above = floor(rest / levels);
+    parts.push_back(rest - above * levels);
+    rest = above;
+  }
+  return stack(parts, -1).reshape({rows, width * per}).slice(1, 0, blocks).contiguous();
+}
+
+// com.microsoft's MatMulNBits (A, B, scales, zero_points, g_idx, bias):
+// weights quantized to 2, 4 or 8 bits in blocks along K, as ONNX Runtime's
+// MatMulNBitsQuantizer and LLM exporters write them. accuracy_level 4 (int8
+// compute) rounds A to int8 per block, as ONNX Runtime does; levels 0 to 3
+// (a lower bound on the accuracy) compute in float32.
+std::vector<Tensor> matmul_nbits(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor& a = input(n, in, 0);
+  const int64_t k = n.i("K", -1), cols = n.i("N", -1), bits = n.i("bits", 4), block = n.i("block_size", -1);
+  if (k <= 0 || cols <= 0 || block <= 0) n.fail("the attributes K, N and block_size are required");
+  if (bits != 2 && bits != 4 && bits != 8) n.unsupported("bits=", bits, " (2, 4 and 8 are supported)");
+  if (a.dim() < 1 || a.shape().back() != k) n.fail("A must be [..., K] with K = ", k, ", got ", shape_str(a.shape()));
+  if (OnnxReader::optional(in, 4).defined())
+    n.unsupported("g_idx (act-order block indices, deprecated in ONNX Runtime) is not supported");
+  const int64_t blocks = (k + block - 1) / block, blob = block * bits / 8;
+  const Tensor& b = input(n, in, 1);
+  if (b.dtype() != DType::UInt8 || b.numel() != cols * blocks * blob)
+    n.fail("B must be uint8 [N, blocks, blob] = [", cols, ", ", blocks, ", ", blob, "], got ", dtype_name(b.dtype()),
+           shape_str(b.shape()));
+  const Tensor& scales = input(n, in, 2);
+  if (scales.numel() != cols * blocks) n.fail("scales holds ", scales.numel(), " values; N x blocks = ", cols * blocks);
+  const Tensor zeros = OnnxReader::optional(in, 3), bias = OnnxReader::optional(in, 5);
+  // (float16 models: computed in float32, the result cast back)
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::Float32 ? t : cast(t, DType::Float32); };
+  const Tensor y = kiln::matmul_nbits(f32(a), b.reshape({cols, blocks, blob}), f32(scales).reshape({cols, blocks}),
+                                      zeros.defined() ? nbits_zero_points(n, zeros, cols, blocks, bits) : Tensor(),
+                                      bias.defined() ? f32(bias).reshape({cols}) : Tensor(), bits, block,
+                                      n.i("accuracy_level", 0) == 4 ? 4 : 0);
+  return {a.dtype() == DType::Float32 ? y : cast(y, a.dtype())};
+}
+
 // Ones on the k-th diagonal of a matrix shaped like x, in `dtype` or x's.
 std::vector<Tensor> eye_like(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
@@ -467,6 +521,7 @@ void add_quant_converters(ConverterTable& t) {
   t["com.microsoft::QLinearLeakyRelu"] = qlinear_leaky_relu;
   t["com.microsoft::QLinearMul"] = qlinear_mul;
   t["com.microsoft::DynamicQuantizeMatMul"] = dynamic_quantize_matmul;
+  t["com.microsoft::MatMulNBits"] = matmul_nbits;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }
