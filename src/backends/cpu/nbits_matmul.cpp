@@ -113,17 +113,71 @@ void tile(const NbitsShape& s, const float* a, const float* w, int64_t r0, int64
       y[(r0 + r) * s.n + n0 + i] = _mm512_reduce_add_ps(acc[r][i]) + (bias ? bias[n0 + i] : 0.0f);
 }
 
-// The vector form, for blocks of whole 16-byte runs: each task dequantizes
-// kWeightRows rows of b once (into a buffer that stays in the L2 cache) and
-// takes every row of a against them, 4 rows a tile.
+// R rows of a (one or two: a decoded token) by outputs [n0, n0 +
+// kWeightRows), each code vector dequantized as it is used: the buffer's
+// store and load cost more than the products at so few rows.
+template <int Per, int R>
+void few_rows(const NbitsShape& s, const float* a, const nbits::Weights& weights, int64_t n0, float* y) {
+  constexpr int bits = 8 / Per;
+  const __m512i mask = _mm512_set1_epi32((1 << bits) - 1);
+  const int64_t width = s.padded_k(), runs = s.blob / 16, row_bytes = s.blocks * s.blob;
+  const int64_t outputs = std::min<int64_t>(kWeightRows, s.n - n0);
+  const uint8_t* codes[kWeightRows];
+  int64_t at[kWeightRows];  // output i's first scale and zero point
+  for (int i = 0; i < kWeightRows; ++i) {
+    const int64_t n = std::min(n0 + i, s.n - 1);  // (past n: the last again, not stored)
+    codes[i] = weights.codes + n * row_bytes;
+    at[i] = n * s.blocks;
+  }
+  __m512 acc[kWeightRows][R];
+  for (int i = 0; i < kWeightRows; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < s.blocks; ++j) {
+    __m512 scale[kWeightRows], zero[kWeightRows];
+#pragma GCC unroll 4
+    for (int i = 0; i < kWeightRows; ++i) {
+      scale[i] = _mm512_set1_ps(weights.scales[at[i] + j]);
+      zero[i] = _mm512_set1_ps(nbits::zero_at(s, weights, at[i] + j));
+    }
+    for (int64_t c = 0; c < runs; ++c) {
+      const float* x = a + j * s.block + c * 16 * Per;
+#pragma GCC unroll 4
+      for (int i = 0; i < kWeightRows; ++i) {
+        const __m512i bytes =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[i] + j * s.blob + c * 16)));
+#pragma GCC unroll 4
+        for (int q = 0; q < Per; ++q) {
+          const __m512i shifted = q == 0 ? bytes : _mm512_srli_epi32(bytes, static_cast<unsigned>(q * bits));
+          const __m512 code = _mm512_cvtepi32_ps(q + 1 == Per ? shifted : _mm512_and_si512(shifted, mask));
+          const __m512 w = _mm512_mul_ps(_mm512_sub_ps(code, zero[i]), scale[i]);
+#pragma GCC unroll 2
+          for (int r = 0; r < R; ++r)
+            acc[i][r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * width + q * 16), w, acc[i][r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int64_t i = 0; i < outputs; ++i)
+      y[r * s.n + n0 + i] = _mm512_reduce_add_ps(acc[i][r]) + (weights.bias ? weights.bias[n0 + i] : 0.0f);
+}
+
+// The vector form, for blocks of whole 16-byte runs: each task takes
+// kWeightRows outputs; for one or two rows of a, dequantizing as it goes;
+// for more, dequantizing them once into a buffer that stays in the L2
+// cache, every row of a against it, 4 rows a tile.
 template <int Per>
 void vector_rows(const NbitsShape& s, const float* a_rows, const nbits::Weights& weights, float* y) {
   const std::vector<float> a = laid_out(s, a_rows);
   const int64_t width = s.padded_k(), groups = (s.n + kWeightRows - 1) / kWeightRows;
   parallel_for(groups, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> w(static_cast<size_t>(kWeightRows * width), 0.0f);
+    std::vector<float> w(static_cast<size_t>(s.m > 2 ? kWeightRows * width : 0), 0.0f);
     for (int64_t g = lo; g < hi; ++g) {
       const int64_t n0 = g * kWeightRows, cols = std::min<int64_t>(kWeightRows, s.n - n0);
+      if (s.m <= 2) {
+        s.m == 1 ? few_rows<Per, 1>(s, a.data(), weights, n0, y) : few_rows<Per, 2>(s, a.data(), weights, n0, y);
+        continue;
+      }
       for (int64_t i = 0; i < cols; ++i)
         dequantize_row<Per>(s, weights.codes + (n0 + i) * s.blocks * s.blob, weights.scales + (n0 + i) * s.blocks,
                             weights.zeros ? weights.zeros + (n0 + i) * s.blocks : nullptr, w.data() + i * width);

@@ -53,27 +53,34 @@ RoundedA rounded(const Shape& s, const float* a) {
 }
 
 // bias - the sum over blocks of zero * scale * a_scale * (the block's sum of
-// a's values), for output n of row `row` (128 blocks for a 4096-deep
-// product, so 16 at a time where the machine has AVX-512).
-float offset(const Shape& s, const Weights& w, const RoundedA& a, int64_t row, int64_t n) {
+// a's values), for output n of rows [r0, r0 + R) (128 blocks for a
+// 4096-deep product, so 16 at a time where the machine has AVX-512).
+template <int R>
+void offsets(const Shape& s, const Weights& w, const RoundedA& a, int64_t r0, int64_t n, float (&out)[R]) {
   const float* scales = w.scales + n * s.blocks;
   const float* zeros = w.zeros ? w.zeros + n * s.blocks : nullptr;
-  const float* weighted = a.weighted_sums.data() + row * s.blocks;
   const float fixed = static_cast<float>(1 << (s.bits - 1));
-  float sum = 0.0f;
+  float sums[R];
 #if defined(__AVX512F__)
-  __m512 parts = _mm512_setzero_ps();
+  __m512 parts[R];
+  for (int r = 0; r < R; ++r) parts[r] = _mm512_setzero_ps();
   for (int64_t j = 0; j < s.blocks; j += 16) {
     const auto mask = static_cast<__mmask16>(s.blocks - j >= 16 ? 0xFFFF : (1u << (s.blocks - j)) - 1);
     const __m512 z = zeros ? _mm512_maskz_loadu_ps(mask, zeros + j) : _mm512_set1_ps(fixed);
-    parts = _mm512_fmadd_ps(_mm512_mul_ps(z, _mm512_maskz_loadu_ps(mask, scales + j)),
-                            _mm512_maskz_loadu_ps(mask, weighted + j), parts);
+    const __m512 zs = _mm512_mul_ps(z, _mm512_maskz_loadu_ps(mask, scales + j));
+    for (int r = 0; r < R; ++r)
+      parts[r] =
+          _mm512_fmadd_ps(zs, _mm512_maskz_loadu_ps(mask, a.weighted_sums.data() + (r0 + r) * s.blocks + j), parts[r]);
   }
-  sum = _mm512_reduce_add_ps(parts);
+  for (int r = 0; r < R; ++r) sums[r] = _mm512_reduce_add_ps(parts[r]);
 #else
-  for (int64_t j = 0; j < s.blocks; ++j) sum += (zeros ? zeros[j] : fixed) * scales[j] * weighted[j];
+  for (int r = 0; r < R; ++r) {
+    sums[r] = 0.0f;
+    for (int64_t j = 0; j < s.blocks; ++j)
+      sums[r] += (zeros ? zeros[j] : fixed) * scales[j] * a.weighted_sums[(r0 + r) * s.blocks + j];
+  }
 #endif
-  return (w.bias ? w.bias[n] : 0.0f) - sum;
+  for (int r = 0; r < R; ++r) out[r] = (w.bias ? w.bias[n] : 0.0f) - sums[r];
 }
 
 // Any code width and block: an int32 sum per block.
@@ -90,7 +97,9 @@ void plain(const Shape& s, const RoundedA& a, const Weights& w, float* y) {
           for (int64_t i = 0; i < s.block; ++i) products += code_at(s, codes, i) * x[i];
           sum += static_cast<float>(products) * (a.scales[row * s.blocks + j] * w.scales[n * s.blocks + j]);
         }
-        y[row * s.n + n] = sum + offset(s, w, a, row, n);
+        float off[1];
+        offsets<1>(s, w, a, row, n, off);
+        y[row * s.n + n] = sum + off[0];
       }
   });
 }
@@ -191,15 +200,16 @@ void tile(const Shape& s, const Units& a, const RoundedA& rounded_a, const Weigh
       const __m512i codes = _mm512_loadu_si512(g.codes.data() + (i * units + u) * kUnit);
       const __m512 scales = _mm512_loadu_ps(g.scales.data() + (i * units + u) * 16);
       for (int r = 0; r < R; ++r) {
-        __m512i sums = _mm512_setzero_si512();
-        int8_vnni::dot_add(sums, codes, x[r]);
+        const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x[r]);
         total[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(x_scales[r], scales), total[i][r]);
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int64_t i = 0; i < std::min<int64_t>(kOutputs, s.n - n0); ++i)
-      y[(r0 + r) * s.n + n0 + i] = _mm512_reduce_add_ps(total[i][r]) + offset(s, w, rounded_a, r0 + r, n0 + i);
+  for (int64_t i = 0; i < std::min<int64_t>(kOutputs, s.n - n0); ++i) {
+    float off[R];
+    offsets<R>(s, w, rounded_a, r0, n0 + i, off);
+    for (int r = 0; r < R; ++r) y[(r0 + r) * s.n + n0 + i] = _mm512_reduce_add_ps(total[i][r]) + off[r];
+  }
 }
 
 // One unit of one row of a against kOutputs rows of codes.
@@ -209,8 +219,7 @@ template <bool Half>
                                             int64_t second, __m512i x, __m512 x_scales, __m512 (&total)[kOutputs]) {
 #pragma GCC unroll 4
   for (int i = 0; i < kOutputs; ++i) {
-    __m512i sums = _mm512_setzero_si512();
-    int8_vnni::dot_add(sums, unit_codes(rows[i], u, Half), x);
+    const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), unit_codes(rows[i], u, Half), x);
     total[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
                                _mm512_mul_ps(x_scales, unit_scales(scales[i][first], scales[i][second])), total[i]);
   }
@@ -240,8 +249,11 @@ void one_row(const Shape& s, const Units& a, const RoundedA& rounded_a, const We
   if (whole < units)  // the last unit's one run
     one_unit<true>(rows, scales, whole, (whole * kUnit) >> shift, (whole * kUnit) >> shift,
                    _mm512_loadu_si512(x + whole * kUnit), _mm512_loadu_ps(x_scales + whole * 16), total);
-  for (int64_t i = 0; i < outputs; ++i)
-    y[row * s.n + n0 + i] = _mm512_reduce_add_ps(total[i]) + offset(s, w, rounded_a, row, n0 + i);
+  for (int64_t i = 0; i < outputs; ++i) {
+    float off[1];
+    offsets<1>(s, w, rounded_a, row, n0 + i, off);
+    y[row * s.n + n0 + i] = _mm512_reduce_add_ps(total[i]) + off[0];
+  }
 }
 
 // Each task takes a group of outputs: for a row or two, unpacking the codes
