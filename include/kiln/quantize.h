@@ -59,6 +59,7 @@ struct QuantizedOutput {
 
 struct QuantizeReport {
   std::string method;
+  bool weights_only = false;  // quantize_weights: layers' errors are their weights', no calibration
   int64_t calibration_batches = 0, held_out_batches = 0;
   int learned_input_ranges = 0;          // layers whose input range came from QuantizeOptions::input_ranges
   std::vector<QuantizedLayer> layers;    // most changed first
@@ -79,5 +80,23 @@ struct QuantizeResult {
 // before 13 (per-channel QDQ needs 13), batches that do not fit the inputs.
 QuantizeResult quantize_model(const std::string& model_bytes, const std::vector<std::vector<Tensor>>& calibration,
                               const QuantizeOptions& options = {});
+
+// Weight-only quantization, as LLMs are deployed on CPUs: each MatMul with
+// constant float weights [K, N] becomes com.microsoft's MatMulNBits, the
+// weights in blocks of block_size along K of `bits` bits (per block: a
+// scale and, unless symmetric, a zero point; rounded to nearest), which
+// Kiln's matmul_nbits and ONNX Runtime run. No calibration: the
+// activations stay float. The report's layers carry each weight's relative
+// error, |dequantized - w| / |w|.
+struct WeightQuantizeOptions {
+  int64_t bits = 4;         // 2, 4 or 8
+  int64_t block_size = 32;  // a power of two, at least 16
+  bool symmetric = false;   // scale max |w| / (2^(bits-1) - 1) around the middle code; else min-max with a zero point
+  // 0: products in float32; 4: the activations rounded to int8 per block at
+  // run time too (ONNX Runtime's and Kiln's faster int8 products).
+  int64_t accuracy_level = 0;
+  std::vector<std::string> keep_float;  // MatMuls left in float32, by node name or output name
+};
+QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuantizeOptions& options = {});
 
 }  // namespace kiln

@@ -391,6 +391,14 @@ int QuantizeReport::quantized() const {
 
 std::string QuantizeReport::str() const {
   std::ostringstream s;
+  if (weights_only) {
+    s << quantized() << " of " << layers.size() << " layers' weights quantized (" << method << ")\n"
+      << "  layers most changed (relative error of their weights):\n";
+    for (size_t i = 0; i < layers.size() && i < 5; ++i)
+      s << "    " << layers[i].name << " (" << layers[i].op << "): " << layers[i].relative_error
+        << (layers[i].kept_float ? ", kept in float32" : "") << "\n";
+    return s.str();
+  }
   s << quantized() << " of " << layers.size() << " layers quantized (" << method << " calibration on "
     << calibration_batches << " batch(es), compared on " << held_out_batches << " held-out)\n";
   if (learned_input_ranges > 0)

@@ -4,19 +4,23 @@
 // width, blocks whose codes fill whole 16-byte runs (the vector form) and
 // blocks that do not (the plain form), a last block cut short, rows past a
 // 4-row tile, outputs past a 4-row group, zero points given or defaulted,
-// a bias; and operands of the wrong shape, and MatMulNBits nodes Kiln does
-// not take, refused with a message that says which. ONNX Runtime's own answers for MatMulNBits models are the
-// contrib_matmul_nbits fixtures (ctest onnx_contrib).
+// a bias; operands of the wrong shape, and MatMulNBits nodes Kiln does
+// not take, refused with a message that says which; and kiln::quantize_weights,
+// which writes such nodes, against the float model and ONNX Runtime. ONNX Runtime's own answers for MatMulNBits models
+// are the contrib_matmul_nbits fixtures (ctest onnx_contrib).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "kiln/quantize.h"
 #include "kiln/runtime.h"
 #include "support/error_message.h"
 #include "support/onnx_builder.h"
+#include "support/ort_reference.h"
 
 using kiln::testing::message_of;
 using namespace kiln;
@@ -214,6 +218,92 @@ TEST(NbitsMatmul, Float16ModelsGiveTheFloat32ProductInFloat16) {
                         cast(bias, DType::Float32), 4, 32),
            DType::Float16);
   EXPECT_EQ(cast(got, DType::Float32).to_vector<float>(), cast(want, DType::Float32).to_vector<float>());
+}
+
+// A float MLP whose first weight two MatMuls share, with a last layer of
+// K = 48 (a block cut short), as quantize_weights leaves it: every MatMul a
+// MatMulNBits (the shared weight packed once), the float weights gone, the
+// answer near the float one (closer with 8 bits than 4), Kiln's equal to
+// ONNX Runtime's on the same file; a layer kept by name stays float.
+TEST(NbitsMatmul, WeightOnlyQuantizationWritesMatMulNBitsThatKilnAndOnnxRuntimeRun) {
+  kiln::testing::OnnxBuilder b;
+  b.io(true, "x", ::onnx::TensorProto::FLOAT, {2, 64});
+  manual_seed(11);
+  b.init("w1", randn({64, 48}) * 0.2);
+  b.init("b1", randn({48}) * 0.1);
+  b.init("w2", randn({48, 10}) * 0.2);
+  b.node("MatMul", {"x", "w1"}, {"h1"});
+  b.node("MatMul", {"x", "w1"}, {"h1b"});
+  b.node("Add", {"h1", "h1b"}, {"h2"});
+  b.node("Add", {"h2", "b1"}, {"h3"});
+  b.node("Relu", {"h3"}, {"h4"});
+  b.node("MatMul", {"h4", "w2"}, {"y"});
+  b.io(false, "y", ::onnx::TensorProto::FLOAT, {2, 10});
+  const std::string float_path = b.save("mlp_float.onnx");
+  std::string bytes;
+  b.m.SerializeToString(&bytes);
+  const Tensor x = randn({2, 64});
+  const Tensor want = InferenceSession(float_path).run({x})[0];
+  double errors[2] = {};
+  for (const int64_t bits : {4, 8}) {
+    SCOPED_TRACE(::testing::Message() << bits << " bits");
+    WeightQuantizeOptions o;
+    o.bits = bits;
+    const QuantizeResult q = quantize_weights(bytes, o);
+    ASSERT_EQ(q.report.layers.size(), 3u);
+    EXPECT_EQ(q.report.quantized(), 3);
+    ::onnx::ModelProto m;
+    ASSERT_TRUE(m.ParseFromString(q.model));
+    int nbits = 0;
+    for (const auto& n : m.graph().node()) nbits += n.op_type() == "MatMulNBits" && n.domain() == "com.microsoft";
+    EXPECT_EQ(nbits, 3);
+    int codes = 0;
+    for (const auto& t : m.graph().initializer()) {
+      EXPECT_NE(t.name(), "w1");
+      EXPECT_NE(t.name(), "w2");
+      codes += t.name() == "w1_" + std::to_string(bits) + "bit";
+    }
+    EXPECT_EQ(codes, 1) << "the shared weight packed once";
+    const std::string path =
+        (std::filesystem::path(float_path).parent_path() / ("mlp_" + std::to_string(bits) + ".onnx")).string();
+    q.save(path);
+    const Tensor got = InferenceSession(path).run({x})[0];
+    auto norm = [](const Tensor& t) { return std::sqrt(sum(t * t).item<float>()); };
+    errors[bits / 8] = norm(got - want) / norm(want);
+    EXPECT_LT(errors[bits / 8], bits == 4 ? 0.1 : 0.01);
+    if (kiln::testing::ort_available()) {
+      const Tensor ort = kiln::testing::run_ort(path, {{"x", x}}).outputs[0].second;
+      EXPECT_LT(amax(abs(ort - got)).item<float>(), 1e-5 * amax(abs(ort)).item<float>() + 1e-6);
+    }
+  }
+  EXPECT_LT(errors[1], errors[0] / 4) << "8 bits closer than 4";
+  WeightQuantizeOptions keep;
+  keep.keep_float = {"y"};
+  keep.symmetric = true;
+  const QuantizeResult kept = quantize_weights(bytes, keep);
+  EXPECT_EQ(kept.report.quantized(), 2);
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(kept.model));
+  bool w2_stays = false;
+  for (const auto& t : m.graph().initializer()) w2_stays |= t.name() == "w2";
+  EXPECT_TRUE(w2_stays);
+  EXPECT_NE(kept.report.str().find("2 of 3 layers' weights quantized (4-bit weights in blocks of 32, symmetric)"),
+            std::string::npos)
+      << kept.report.str();
+}
+
+TEST(NbitsMatmul, WeightOnlyQuantizationSaysWhatItCannotDo) {
+  kiln::testing::OnnxBuilder b;
+  b.io(true, "x", ::onnx::TensorProto::FLOAT, {2, 4});
+  b.node("Relu", {"x"}, {"y"});
+  b.io(false, "y", ::onnx::TensorProto::FLOAT, {2, 4});
+  std::string bytes;
+  b.m.SerializeToString(&bytes);
+  EXPECT_NE(message_of([&] { quantize_weights(bytes); }).find("no MatMul with constant float32 weights [K, N]"),
+            std::string::npos);
+  WeightQuantizeOptions o;
+  o.bits = 3;
+  EXPECT_NE(message_of([&] { quantize_weights(bytes, o); }).find("bits must be 2, 4 or 8, got 3"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // `kiln quantize`: an ONNX model (or a recipe's checkpoint) quantized after
-// training, calibrated on sample inputs, written in the QDQ form.
+// training, calibrated on sample inputs, written in the QDQ form; or its
+// MatMuls' weights alone in 2 to 8 bits (--weight-bits: MatMulNBits).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -68,6 +69,8 @@ void add_quantize_command(CLI::App& app) {
     std::string model, data, recipe, checkpoint, out, activations = "uint8";
     int64_t calibration_batches = 8;
     QuantizeOptions options;
+    int64_t weight_bits = 0;  // weight-only when given
+    WeightQuantizeOptions weights;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -88,7 +91,32 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--keep-sensitive", a->options.keep_sensitive,
                   "Also leave in float32 the N layers whose outputs quantization changes most");
   cmd->add_option("--held-out", a->options.held_out, "Share of calibration batches kept back for the report");
+  cmd->add_option("--weight-bits", a->weight_bits,
+                  "Weight-only: each MatMul's constant weights in 2, 4 or 8 bits (com.microsoft's MatMulNBits, as "
+                  "LLMs run on CPUs); no calibration data");
+  cmd->add_option("--block-size", a->weights.block_size, "With --weight-bits: weights per scale along K, 32");
+  cmd->add_flag("--symmetric", a->weights.symmetric, "With --weight-bits: no zero points (scale max |w|)");
+  cmd->add_option("--accuracy-level", a->weights.accuracy_level,
+                  "With --weight-bits: 4 rounds the activations to int8 per block at run time (faster), 0 keeps "
+                  "float32 products")
+      ->check(CLI::IsMember({0, 4}));
   cmd->callback([a] {
+    if (a->weight_bits) {
+      KILN_CHECK(!a->model.empty() && a->data.empty() && a->recipe.empty(),
+                 "--weight-bits quantizes a model file's weights only: give the model, and no --data or --recipe");
+      std::ifstream f(a->model, std::ios::binary);
+      KILN_CHECK(f.good(), "cannot read '", a->model, "'");
+      a->weights.bits = a->weight_bits;
+      a->weights.keep_float = a->options.keep_float;
+      const QuantizeResult result = quantize_weights(
+          std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>()), a->weights);
+      if (a->out.empty())
+        a->out = fs::path(a->model).replace_extension(".int" + std::to_string(a->weight_bits) + ".onnx").string();
+      std::printf("%s", result.report.str().c_str());
+      result.save(a->out);
+      std::printf("wrote %s\n", a->out.c_str());
+      return;
+    }
     a->options.activations = a->activations == "int8" ? DType::Int8 : DType::UInt8;
     KILN_CHECK(a->options.held_out >= 0 && a->options.held_out < 1,
                "--held-out is the share of the calibration batches kept back for the report, at least 0 and below 1; "
