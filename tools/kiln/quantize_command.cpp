@@ -74,7 +74,9 @@ void add_quantize_command(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "quantize", "Quantize a model to int8 after training (QDQ ONNX: Kiln's int8 kernels, and ONNX Runtime's)");
+      "quantize",
+      "Quantize a model after training: int8 QDQ ONNX (Kiln's int8 kernels and ONNX Runtime's), or its "
+      "MatMuls' weights alone (--weight-bits)");
   cmd->add_option("model", a->model, "The float ONNX model (or use --recipe and --checkpoint)");
   cmd->add_option("--data", a->data, "Calibration batches: a folder of .npy/.pb files of the model's input");
   cmd->add_option("--recipe", a->recipe, "Quantize this recipe's checkpoint, calibrated on its training data");
