@@ -3,7 +3,8 @@
 // against their definitions evaluated in float64: every code
 // width, blocks whose codes fill whole 16-byte runs (the vector form) and
 // blocks that do not (the plain form), a last block cut short, rows past a
-// 4-row tile, outputs past a 4-row group, zero points given or defaulted,
+// 12-row tile, outputs past a 32-output pair of panels, K past a 256-deep
+// slice and ending inside a word of codes, zero points given or defaulted,
 // a bias; operands of the wrong shape, and MatMulNBits nodes Kiln does
 // not take, refused with a message that says which; and kiln::quantize_weights,
 // which writes such nodes, against the float model and ONNX Runtime. ONNX Runtime's own answers for MatMulNBits models
@@ -59,7 +60,8 @@ TEST(NbitsMatmul, ProductsEqualTheirDefinition) {
   };
   const std::vector<Case> cases = {{{1, 64}, 8, 4, 32},   {{6, 100}, 13, 4, 32}, {{2, 3, 256}, 5, 4, 128},
                                    {{9, 48}, 8, 4, 16},   {{5, 40}, 20, 8, 16},  {{2, 72}, 6, 8, 64},
-                                   {{4, 128}, 12, 2, 64}, {{2, 40}, 9, 2, 16},   {{11, 33}, 7, 4, 32}};
+                                   {{4, 128}, 12, 2, 64}, {{2, 40}, 9, 2, 16},   {{11, 33}, 7, 4, 32},
+                                   {{14, 300}, 40, 4, 32}};
   uint64_t seed = 70;
   for (const Case& c : cases)
     for (const bool zero_points : {false, true})
