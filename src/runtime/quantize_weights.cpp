@@ -12,9 +12,12 @@
 #include <set>
 #include <vector>
 
+#include "io/onnx_export.h"
 #include "io/onnx_tensor.h"
+#include "kiln/attrs.h"
 #include "kiln/error.h"
 #include "kiln/quantize.h"
+#include "kiln/tensor.h"
 
 namespace kiln {
 namespace {
@@ -76,29 +79,11 @@ Packed pack(const std::vector<float>& w, int64_t k, int64_t n, const WeightQuant
   return p;
 }
 
-TensorProto bytes_proto(const std::string& name, const std::vector<uint8_t>& bytes, std::vector<int64_t> dims) {
-  TensorProto t;
-  t.set_name(name);
-  t.set_data_type(TensorProto::UINT8);
-  for (int64_t d : dims) t.add_dims(d);
-  t.set_raw_data(bytes.data(), bytes.size());
-  return t;
-}
-
-TensorProto floats_proto(const std::string& name, const std::vector<float>& values) {
-  TensorProto t;
-  t.set_name(name);
-  t.set_data_type(TensorProto::FLOAT);
-  t.add_dims(static_cast<int64_t>(values.size()));
-  t.set_raw_data(values.data(), values.size() * sizeof(float));
-  return t;
-}
-
-void integer(NodeProto& n, const std::string& name, int64_t value) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(::onnx::AttributeProto::INT);
-  a->set_i(value);
+// An initializer named `name` holding t.
+void add_initializer(::onnx::GraphProto& g, const std::string& name, const Tensor& t) {
+  TensorProto* p = g.add_initializer();
+  onnx_io::to_proto(t, *p);
+  p->set_name(name);
 }
 
 }  // namespace
@@ -142,11 +127,12 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
         const Packed p =
             pack(onnx_io::from_proto(weight, "quantize_weights").contiguous().to_vector<float>(), k, cols, o);
         const int64_t blocks = (k + o.block_size - 1) / o.block_size;
-        *graph->add_initializer() = bytes_proto(stem, p.codes, {cols, blocks, o.block_size * o.bits / 8});
-        *graph->add_initializer() = floats_proto(stem + "_scales", p.scales);
+        add_initializer(*graph, stem, from_vector<uint8_t>(p.codes, {cols, blocks, o.block_size * o.bits / 8}));
+        add_initializer(*graph, stem + "_scales",
+                        from_vector<float>(p.scales, {static_cast<int64_t>(p.scales.size())}));
         if (!o.symmetric)
-          *graph->add_initializer() =
-              bytes_proto(stem + "_zero_points", p.zeros, {static_cast<int64_t>(p.zeros.size())});
+          add_initializer(*graph, stem + "_zero_points",
+                          from_vector<uint8_t>(p.zeros, {static_cast<int64_t>(p.zeros.size())}));
         done[w] = p.relative_error;
       }
       layer.relative_error = done[w];
@@ -159,11 +145,9 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
       n.set_op_type("MatMulNBits");
       n.set_domain("com.microsoft");
       n.clear_attribute();
-      integer(n, "K", k);
-      integer(n, "N", cols);
-      integer(n, "bits", o.bits);
-      integer(n, "block_size", o.block_size);
-      if (o.accuracy_level) integer(n, "accuracy_level", o.accuracy_level);
+      Attrs attrs{{"K", k}, {"N", cols}, {"bits", o.bits}, {"block_size", o.block_size}};
+      if (o.accuracy_level) attrs.set("accuracy_level", o.accuracy_level);
+      onnx_io::set_attrs(n, attrs);
     }
     result.report.layers.push_back(layer);
   }

@@ -175,9 +175,11 @@ struct Panel {
 
 void unpack_panel(const Shape& s, const Weights& w, int64_t n0, Panel& p) {
   const int64_t width = s.padded_k(), row_bytes = s.blocks * s.blob, outputs = std::min<int64_t>(kPanel, s.n - n0);
-  p.natural.assign(static_cast<size_t>(kPanel * width), 0);
+  p.natural.resize(static_cast<size_t>(kPanel * width));
   p.codes.resize(static_cast<size_t>(kPanel * width));
   p.scales.assign(static_cast<size_t>(s.blocks * kPanel), 0.0f);
+  // (every output's codes are written below; only those past n are zeros)
+  std::fill(p.natural.begin() + outputs * width, p.natural.end(), 0);
   const __m128i low = _mm_set1_epi8(0x0F);
   for (int64_t o = 0; o < outputs; ++o) {
     const uint8_t* row = w.codes + (n0 + o) * row_bytes;
