@@ -254,7 +254,8 @@ CompiledFunction::Impl::Entry& CompiledFunction::Impl::entry_for(const std::vect
   e.report.total_ms = ms_since(t0);
   if (options.inference) e.versions = param_versions();
   ++compiles;
-  if (symbolic && symbolic->report.compile == e.report.compile) symbolic->report = e.report;
+  for (Symbolic& made : symbolics)
+    if (made.report.compile == e.report.compile) made.report = e.report;
   if (profiler::detail::active()) {  // the profile counts the compiles it saw, and says what caused each
     profiler::Record r;
     r.name = options.name;

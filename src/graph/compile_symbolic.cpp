@@ -19,12 +19,13 @@ namespace {
 
 // x with axis `axis` resized by `more`: cut (its first positions kept), or
 // grown (the new positions copies of its last, real values as the function
-// expects them).
+// expects them; zeros where the axis is empty, as an empty cache grows).
 Tensor resized(const Tensor& x, int axis, int64_t more) {
-  if (more < 0) return x.slice(axis, 0, x.shape()[static_cast<size_t>(axis)] + more).contiguous();
+  const int64_t size = x.shape()[static_cast<size_t>(axis)];
+  if (more < 0) return x.slice(axis, 0, size + more).contiguous();
   std::vector<int64_t> pads(static_cast<size_t>(2 * (x.dim() - axis)), 0);  // last axis first, (before, after)
   pads.back() = more;
-  return pad(x, pads, "replicate");
+  return pad(x, pads, size > 0 ? "replicate" : "constant");
 }
 
 std::string sizes_str(const std::vector<int64_t>& sizes) {
@@ -107,40 +108,64 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
     }
   } put_back{written, generator, seed, offset};
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<int64_t> base;
-  for (const auto& group : axes)
-    base.push_back(inputs[static_cast<size_t>(group[0].first)].shape()[static_cast<size_t>(group[0].second)]);
-  // One probe per symbol, that symbol one smaller (larger where it is 2 or
-  // less); a check with all of them moved twice as far. Smaller, a probe's
-  // trace fits in the memory the compile's own took.
-  const int64_t step = *std::min_element(base.begin(), base.end()) > 2 ? -1 : 1;
-  auto probe = [&](int symbol, int64_t more) {
-    std::vector<Tensor> at = inputs;
-    for (size_t i = 0; i < axes.size(); ++i)
-      if (symbol < 0 || static_cast<size_t>(symbol) == i)
-        for (auto [input, axis] : axes[i]) at[static_cast<size_t>(input)] = resized(at[static_cast<size_t>(input)], axis, more);
-    CompileReport ignored;
-    // The trace before it left its intermediates in the allocator's cache:
-    // give them back, so that probing adds no more than one trace to the peak.
-    cpu_allocator_release_cache();
-    return optimized(at, nullptr, ignored, nullptr, false);
+  using Symbols = std::vector<std::vector<std::pair<int, int>>>;
+  auto size_of = [&](const std::vector<std::pair<int, int>>& group) {
+    return inputs[static_cast<size_t>(group[0].first)].shape()[static_cast<size_t>(group[0].second)];
   };
-  std::vector<graph::Graph> probes;
-  graph::Graph check;
-  try {
-    for (size_t i = 0; i < axes.size(); ++i) probes.push_back(probe(static_cast<int>(i), step));
-    check = probe(-1, 2 * step);
-  } catch (const std::exception& error) {  // the function refuses other sizes: it stays as compiled
-    return refuse(std::string("it does not run at other sizes of them: ") + error.what(), true);
-  }
-  std::vector<const graph::Graph*> views;
-  for (const graph::Graph& p : probes) views.push_back(&p);
+  size_t probe_count = 0;
+  // The graph over `chosen` symbols (the others kept at their sizes), or why not.
+  auto attempt = [&](const Symbols& chosen, std::string* why) -> std::optional<graph::SymbolicShapes> {
+    std::vector<int64_t> base;
+    for (const auto& group : chosen) base.push_back(size_of(group));
+    // One probe per symbol, that symbol one smaller (larger where it is 2 or
+    // less); a check with all of them moved twice as far. Smaller, a probe's
+    // trace fits in the memory the compile's own took.
+    const int64_t step = *std::min_element(base.begin(), base.end()) > 2 ? -1 : 1;
+    auto probe = [&](int symbol, int64_t more) {
+      std::vector<Tensor> at = inputs;
+      for (size_t i = 0; i < chosen.size(); ++i)
+        if (symbol < 0 || static_cast<size_t>(symbol) == i)
+          for (auto [input, axis] : chosen[i])
+            at[static_cast<size_t>(input)] = resized(at[static_cast<size_t>(input)], axis, more);
+      CompileReport ignored;
+      // The trace before it left its intermediates in the allocator's cache:
+      // give them back, so that probing adds no more than one trace to the peak.
+      cpu_allocator_release_cache();
+      ++probe_count;
+      return optimized(at, nullptr, ignored, nullptr, false);
+    };
+    std::vector<graph::Graph> probes;
+    graph::Graph check;
+    try {
+      for (size_t i = 0; i < chosen.size(); ++i) probes.push_back(probe(static_cast<int>(i), step));
+      check = probe(-1, 2 * step);
+    } catch (const std::exception& error) {  // the function refuses other sizes
+      *why = std::string("it does not run at other sizes of them: ") + error.what();
+      return std::nullopt;
+    }
+    std::vector<const graph::Graph*> views;
+    for (const graph::Graph& p : probes) views.push_back(&p);
+    return graph::generalize(g, base, step, views, check, why);
+  };
+  Symbols chosen = axes;
   std::string why;
-  std::optional<graph::SymbolicShapes> shapes = graph::generalize(g, base, step, views, check, &why);
+  std::optional<graph::SymbolicShapes> shapes = attempt(chosen, &why);
+  // A size of 1 is special to views and broadcasts (a transpose over it is
+  // no copy, a reshape back to it folds away), so a graph traced there often
+  // differs from one at 2: keep such symbols as they are and generalize over
+  // the others (one decoded token over a growing cache).
+  Symbols larger;
+  for (const auto& group : axes)
+    if (size_of(group) != 1) larger.push_back(group);
+  if (!shapes && !larger.empty() && larger.size() < axes.size()) {
+    std::string why_larger;
+    shapes = attempt(larger, &why_larger);
+    if (shapes) chosen = larger;
+  }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!shapes) return refuse(why, true);
   Symbolic made;
-  made.axes = axes;
+  made.axes = chosen;
   for (const Tensor& t : inputs) made.dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
   made.base_shapes = e.shapes;
   made.extra = extra;
@@ -149,30 +174,50 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
   made.device = device;
   if (options.inference) made.versions = param_versions();
   made.derived = e.derived;
-  symbolic = std::move(made);
-  char line[160];
-  std::snprintf(line, sizeof line, "symbolic in %zu dynamic ax%s (probed %zu other sizes in %.1f ms): later sizes reuse it",
-                axes.size(), axes.size() == 1 ? "is" : "es", probes.size() + 1, ms);
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "symbolic in %zu dynamic ax%s%s (probed %zu other sizes in %.1f ms): later sizes reuse it",
+                chosen.size(), chosen.size() == 1 ? "is" : "es",
+                chosen.size() < axes.size() ? " (those of size 1 kept)" : "", probe_count, ms);
   e.report.symbolic = line;
-  symbolic->report = e.report;
+  made.report = e.report;
+  // A few graphs are kept (a prompt's and a decoded token's take turns), the newest first.
+  symbolics.push_front(std::move(made));
+  if (symbolics.size() > kMaxSymbolic) symbolics.pop_back();
 }
 
 CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated(const std::vector<Tensor>& inputs,
                                                                      const std::string& sig, const std::string& extra) {
-  if (!symbolic || symbolic->extra != extra || inputs.size() != symbolic->dtypes.size()) return nullptr;
-  if (options.inference && symbolic->versions != param_versions()) {  // the weights folded into it changed
-    symbolic.reset();
-    return nullptr;
+  if (options.inference && !symbolics.empty()) {  // drop those whose folded weights changed since
+    const std::vector<uint32_t> now = param_versions();
+    symbolics.remove_if([&](const Symbolic& s) { return s.versions != now; });
   }
+  for (auto it = symbolics.begin(); it != symbolics.end(); ++it)
+    if (Entry* e = instantiated_from(*it, inputs, sig, extra)) {
+      symbolics.splice(symbolics.begin(), symbolics, it);
+      return e;
+    }
+  return nullptr;
+}
+
+CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated_from(Symbolic& symbolic,
+                                                                         const std::vector<Tensor>& inputs,
+                                                                         const std::string& sig,
+                                                                         const std::string& extra) {
+  if (symbolic.extra != extra || inputs.size() != symbolic.dtypes.size()) return nullptr;
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined() != symbolic->dtypes[i].has_value() ||
-        (inputs[i].defined() && inputs[i].dtype() != *symbolic->dtypes[i]))
+    if (inputs[i].defined() != symbolic.dtypes[i].has_value() ||
+        (inputs[i].defined() && inputs[i].dtype() != *symbolic.dtypes[i]))
       return nullptr;
+  // Only its symbols' axes may differ from the sizes it was compiled at.
+  std::vector<DynamicAxis> generalized;
+  for (const auto& group : symbolic.axes)
+    for (auto [input, axis] : group) generalized.push_back({input, axis});
   std::string change;
-  if (!detail::only_dynamic_axes_differ(options.dynamic, symbolic->base_shapes, inputs, &change)) return nullptr;
+  if (!detail::only_dynamic_axes_differ(generalized, symbolic.base_shapes, inputs, &change)) return nullptr;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> sizes;
-  for (const auto& group : symbolic->axes) {
+  for (const auto& group : symbolic.axes) {
     const auto size_of = [&](std::pair<int, int> a) {
       return inputs[static_cast<size_t>(a.first)].shape()[static_cast<size_t>(a.second)];
     };
@@ -181,25 +226,25 @@ CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated(const std::v
     sizes.push_back(size_of(group[0]));
   }
   std::string why;
-  std::optional<graph::Graph> g = graph::instantiate(symbolic->graph, symbolic->shapes, sizes, &why);
+  std::optional<graph::Graph> g = graph::instantiate(symbolic.graph, symbolic.shapes, sizes, &why);
   if (!g) {
-    symbolic->report.symbolic = "not at sizes " + sizes_str(sizes) + ": " + why;
+    symbolic.report.symbolic = "not at sizes " + sizes_str(sizes) + ": " + why;
     return nullptr;  // compiled for these sizes instead
   }
   Entry e;
   e.signature = sig;
   for (const Tensor& t : inputs) e.shapes.push_back(t.defined() ? t.shape() : Shape{});
-  e.report = symbolic->report;
+  e.report = symbolic.report;
   e.report.signature = sig;
   e.report.cause = change;
   e.report.instantiated = true;
-  e.report.symbolic = "instantiated from compile " + std::to_string(symbolic->report.compile) + " at sizes " +
+  e.report.symbolic = "instantiated from compile " + std::to_string(symbolic.report.compile) + " at sizes " +
                       sizes_str(sizes) + ", with no tracing or passes";
   e.report.trace_ms = e.report.passes_ms = 0;
-  if (!arena) arena = std::make_shared<graph::SharedArena>(symbolic->device);
-  e.exec = std::make_unique<graph::Executable>(std::move(*g), symbolic->device, arena);
-  e.versions = symbolic->versions;
-  e.derived = symbolic->derived;
+  if (!arena) arena = std::make_shared<graph::SharedArena>(symbolic.device);
+  e.exec = std::make_unique<graph::Executable>(std::move(*g), symbolic.device, arena);
+  e.versions = symbolic.versions;
+  e.derived = symbolic.derived;
   e.report.prepare_ms = e.report.total_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   e.report.kernels = e.exec->kernels();

@@ -49,8 +49,9 @@ struct CompiledFunction::Impl {
   std::shared_ptr<graph::SharedArena> arena;
   Entry* last = nullptr;
   int compiles = 0;
-  // The last compile generalized over the dynamic axes (symbolic_shapes.h):
-  // a new size of them instantiates this graph instead of compiling.
+  // The last compiles generalized over the dynamic axes (symbolic_shapes.h),
+  // the most recently used first: a new size of a graph's symbols (its
+  // other axes as it was compiled) instantiates it instead of compiling.
   struct Symbolic {
     std::vector<std::vector<std::pair<int, int>>> axes;  // per symbol: its (input, axis), all of one size
     std::vector<std::optional<DType>> dtypes;  // the compile's inputs' (none: an omitted one)
@@ -63,7 +64,8 @@ struct CompiledFunction::Impl {
     std::vector<uint32_t> versions;
     std::map<const StorageImpl*, int64_t> derived;
   };
-  std::optional<Symbolic> symbolic;
+  std::list<Symbolic> symbolics;
+  static constexpr size_t kMaxSymbolic = 4;
   // Why an earlier compile could not be generalized: later ones are not
   // probed again (a graph whose constants follow the sizes keeps doing so).
   std::string symbolic_refusal;
@@ -82,6 +84,8 @@ struct CompiledFunction::Impl {
   void generalize(const graph::Graph& g, Device device, const std::vector<Tensor>& inputs, const std::string& extra,
                   Entry& e);
   Entry* instantiated(const std::vector<Tensor>& inputs, const std::string& sig, const std::string& extra);
+  Entry* instantiated_from(Symbolic& symbolic, const std::vector<Tensor>& inputs, const std::string& sig,
+                           const std::string& extra);
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
   void dump(const graph::Graph& g, int step, const std::string& stage) const;
   std::vector<uint32_t> param_versions() const;

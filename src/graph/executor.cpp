@@ -72,8 +72,12 @@ Executable::Executable(Graph g, Device device, std::shared_ptr<SharedArena> shar
   const auto arena_bytes = static_cast<size_t>(std::max<int64_t>(plan_.arena_bytes, 64));
   if (shared_ && !(shared_->device_ == device_)) shared_.reset();
   if (shared_) {
-    if (shared_->bytes() < arena_bytes) {  // the graphs on it move to a larger one
-      shared_->storage_ = std::make_shared<StorageImpl>(arena_bytes, device_);
+    if (shared_->bytes() < arena_bytes) {
+      // The graphs on it move to a larger one, a quarter larger at least:
+      // shapes that grow a little at a time (a decoder's cache, one token a
+      // run) move them now and then, not at every new size.
+      const size_t grown = std::max(arena_bytes, shared_->bytes() + shared_->bytes() / 4);
+      shared_->storage_ = std::make_shared<StorageImpl>(grown, device_);
       for (Executable* user : shared_->users_) user->bind(shared_->storage_);
     }
     shared_->users_.push_back(this);

@@ -177,6 +177,45 @@ TEST(DynamicAxes, ANewLengthReusesTheSymbolicGraph) {
   EXPECT_NE(fn.report().symbolic.find("instantiated from compile 1 at sizes 1"), std::string::npos) << fn.report().str();
 }
 
+// One new token's attention over a cache of a dynamic length, as an LLM
+// decodes: the token's length (1) and the cache's are two symbols. At
+// length 1 the heads' transpose is no copy, at 2 it is one, so the graph
+// differs there: the length stays 1 and the cache's length generalizes,
+// every later length instantiating the one graph; a block of two tokens
+// then compiles its own.
+Tensor attend_to_cache(const Tensor& x, const Tensor& cache) {
+  const int64_t b = x.shape()[0], n = x.shape()[1];
+  const Tensor q = x.reshape({b, n, 2, 8}).permute({0, 2, 1, 3});
+  const Tensor kv = cache.reshape({b, cache.shape()[1], 2, 8}).permute({0, 2, 1, 3});
+  return scaled_dot_product_attention(q, kv, kv).permute({0, 2, 1, 3}).reshape({b, n, 16}) * 2.0;
+}
+
+TEST(DynamicAxes, SymbolsOfSizeOneStayAndTheOthersGeneralize) {
+  manual_seed(8);
+  jit::CompileOptions o;
+  o.dynamic = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  auto fn = jit::compile(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{attend_to_cache(in[0], in[1])}; }, {}, o);
+  for (int64_t length : {7, 8, 12, 5}) {
+    SCOPED_TRACE("cache length " + std::to_string(length));
+    const Tensor x = randn({1, 1, 16}), cache = randn({1, length, 16});
+    expect_close(fn({x, cache})[0], attend_to_cache(x, cache));
+    if (length == 7) {
+      EXPECT_NE(fn.report().symbolic.find("(those of size 1 kept)"), std::string::npos) << fn.report().str();
+    }
+    EXPECT_EQ(fn.report().instantiated, length != 7) << fn.report().str();
+  }
+  EXPECT_EQ(fn.compiles(), 1);
+  const Tensor block = randn({1, 2, 16}), cache = randn({1, 9, 16});
+  expect_close(fn({block, cache})[0], attend_to_cache(block, cache));
+  EXPECT_EQ(fn.compiles(), 2);
+  // Both graphs are kept: lengths of either kind instantiate theirs.
+  const Tensor x = randn({1, 1, 16}), longer = randn({1, 20, 16});
+  expect_close(fn({x, longer})[0], attend_to_cache(x, longer));
+  EXPECT_TRUE(fn.report().instantiated) << fn.report().str();
+  EXPECT_EQ(fn.compiles(), 2);
+}
+
 // Two symbols whose product sizes a view (batch x length rows) are not
 // affine in them: the check probe shows it, and each shape compiles.
 TEST(DynamicAxes, AProductOfTwoSymbolsCompilesPerShape) {
