@@ -86,7 +86,7 @@ Tensor scalar_like(double value, const Tensor& x) { return scalar_tensor(value, 
 const std::vector<int>& value_inputs(const std::string& op_type) {
   static const std::map<std::string, std::vector<int>> table = [] {
     std::map<std::string, std::vector<int>> t = {{"Tile", {1}}, {"Range", {0, 1, 2}}, {"ConstantOfShape", {0}},
-                                                 {"If", {0}}, {"Loop", {0, 1}}};
+                                                 {"If", {0}},   {"Loop", {0, 1}},     {"GroupQueryAttention", {6}}};
     for (const char* r : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"}) t[r] = {1};
     for (const OpDef* op : OpRegistry::instance().all())
       for (const std::string& type : op->onnx_import.types)

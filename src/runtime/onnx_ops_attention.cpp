@@ -113,7 +113,7 @@ std::vector<Tensor> attention(const OnnxNode& n, const std::vector<Tensor>& in) 
 // `positions` or given per batch and position. x: [B, H, S, D], or
 // [B, S, hidden] split into `heads`.
 Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_cache, const Tensor& positions,
-              int64_t heads) {
+              int64_t heads, int64_t rotary_dim, bool interleaved) {
   Tensor t;  // [B, S, H, D]
   if (x.dim() == 4) {
     t = x.permute({0, 2, 1, 3});
@@ -123,8 +123,8 @@ Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_c
   } else {
     n.fail("input must be [B, H, S, D] or [B, S, hidden], got ", shape_str(x.shape()));
   }
-  const int64_t head = t.shape()[3], dim = n.i("rotary_embedding_dim", 0) > 0 ? n.i("rotary_embedding_dim", 0) : head;
-  if (dim > head || dim % 2) n.fail("rotary_embedding_dim ", dim, " must be even and at most the head size ", head);
+  const int64_t head = t.shape()[3], dim = rotary_dim > 0 ? rotary_dim : head;
+  if (dim > head || dim % 2) n.fail("the rotary dimension ", dim, " must be even and at most the head size ", head);
   if (positions.defined()) {
     const Tensor flat = cast(positions, DType::Int64).reshape({-1});
     Shape looked_up = positions.shape();
@@ -135,7 +135,6 @@ Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_c
   if (cos_cache.shape().back() != dim / 2) n.fail("the caches hold ", cos_cache.shape().back(), " angles per position; ", dim / 2, " expected");
   const Tensor cosine = cos_cache.unsqueeze(2), sine = sin_cache.unsqueeze(2);  // [B, S, 1, dim / 2]
   const Tensor rotated = t.slice(3, 0, dim);
-  const bool interleaved = n.i("interleaved", 0) != 0;
   const Tensor x1 = interleaved ? rotated.slice(3, 0, dim, 2) : rotated.slice(3, 0, dim / 2);
   const Tensor x2 = interleaved ? rotated.slice(3, 1, dim, 2) : rotated.slice(3, dim / 2, dim);
   const Tensor real = cosine * x1 - sine * x2, imag = sine * x1 + cosine * x2;
@@ -148,7 +147,8 @@ Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_c
 std::vector<Tensor> rotary_embedding(const OnnxNode& n, const std::vector<Tensor>& in) {
   const Tensor& x = input(n, in, 0);
   return {rotate(n, x, input(n, in, 1), input(n, in, 2), OnnxReader::optional(in, 3),
-                 x.dim() == 3 ? n.required_i("num_heads") : 0)};
+                 x.dim() == 3 ? n.required_i("num_heads") : 0, n.i("rotary_embedding_dim", 0),
+                 n.i("interleaved", 0) != 0)};
 }
 
 // ONNX Runtime's com.microsoft RotaryEmbedding: (input, position_ids,
@@ -171,7 +171,175 @@ std::vector<Tensor> contrib_rotary_embedding(const OnnxNode& n, const std::vecto
     const int64_t head = 2 * cos_cache.shape().back();
     heads = head > 0 && x.shape()[2] % head == 0 ? x.shape()[2] / head : 0;
   }
-  return {rotate(n, x, cos_cache, sin_cache, positions, heads)};
+  return {
+      rotate(n, x, cos_cache, sin_cache, positions, heads, n.i("rotary_embedding_dim", 0), n.i("interleaved", 0) != 0)};
+}
+
+// 0, 1, ..., n - 1 ([1, n]), and n alone ([1, 1]), as entries of one table
+// of positions picked by consecutive indices, which constant folding makes
+// a slice: a graph then has the sizes in its slices' bounds, which a compile
+// over symbolic lengths generalizes, where arange(n) would be a constant of
+// each length's graph.
+Tensor position_table(int64_t size) {
+  std::vector<int64_t> values(static_cast<size_t>(size));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i);
+  return from_vector(values, {1, size});  // made, not computed: nothing for a tracer to record
+}
+Tensor positions_from(int64_t first, int64_t count) {
+  static const Tensor table = position_table(int64_t{1} << 16);
+  const Tensor all = first + count <= table.shape()[1] ? table : position_table(first + count);
+  return index_select(all, 1,
+                      arange(static_cast<double>(first), static_cast<double>(first + count), 1.0, DType::Int64));
+}
+Tensor positions_below(int64_t n) { return positions_from(0, n); }
+Tensor position(int64_t n) { return positions_from(n, 1); }
+
+// ONNX Runtime's com.microsoft GroupQueryAttention, the attention of
+// onnxruntime-genai's LLM exports: (query, key?, value?, past_key?,
+// past_value?, seqlens_k, total_sequence_length, cos_cache?, sin_cache?,
+// position_ids?, attention_bias?, head_sink?) -> (output, present_key,
+// present_value). Query [B, S, N * D] (or Q, K and V packed in it), caches
+// [B, Nkv, P, D]. total_sequence_length T is read as a value (exports
+// compute it from the mask's shape): S == T is a first prompt, every row
+// new from position 0; otherwise each row b has seqlens_k[b] + 1 tokens,
+// the last S of them new. The present cache is max(T, P) long: the past's
+// rows before the new ones, the new ones, then zeros (ONNX Runtime's answer
+// for a present that is not the past's own buffer). Query i of row b sees
+// the keys up to its own position (the last local_window_size of them with
+// a window), as ONNX Runtime's CPU kernel does.
+std::vector<Tensor> group_query_attention(const OnnxNode& n, const std::vector<Tensor>& in) {
+  for (const auto& [index, what] : std::vector<std::pair<size_t, const char*>>{{9, "position_ids"},
+                                                                               {12, "k_scale (a quantized cache)"},
+                                                                               {13, "v_scale (a quantized cache)"},
+                                                                               {14, "q_norm_weight"},
+                                                                               {15, "k_norm_weight"}})
+    if (OnnxReader::optional(in, index).defined()) n.unsupported("the input ", what, " is not supported");
+  if (n.i("qk_output", 0)) n.unsupported("qk_output is not supported");
+  if (n.i("sliding_window_cache", 0)) n.unsupported("sliding_window_cache=1 (a window-sized cache) is not supported");
+  const int64_t heads = n.required_i("num_heads"), kv_heads = n.required_i("kv_num_heads");
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    n.fail("num_heads ", heads, " must be a positive multiple of kv_num_heads ", kv_heads);
+  const Tensor& query = input(n, in, 0);
+  const Tensor key = OnnxReader::optional(in, 1), value = OnnxReader::optional(in, 2);
+  if (query.dim() != 3) n.fail("query must be [batch, sequence, hidden], got ", shape_str(query.shape()));
+  if (key.defined() != value.defined()) n.fail("key and value come together; give both, or neither for packed QKV");
+  const int64_t batch = query.shape()[0], length = query.shape()[1];
+  const int64_t head = key.defined() ? query.shape()[2] / heads : query.shape()[2] / (heads + 2 * kv_heads);
+  Tensor q = query, k = key, v = value;
+  if (!key.defined()) {
+    if (query.shape()[2] != head * (heads + 2 * kv_heads))
+      n.fail("packed QKV ", shape_str(query.shape()), " does not split into ", heads, " query and 2 x ", kv_heads,
+             " key/value heads");
+    q = query.slice(2, 0, heads * head);
+    k = query.slice(2, heads * head, (heads + kv_heads) * head);
+    v = query.slice(2, (heads + kv_heads) * head, query.shape()[2]);
+  } else if (query.shape()[2] != heads * head || k.dim() != 3 || v.shape() != k.shape() ||
+             k.shape() != Shape{batch, length, kv_heads * head}) {
+    n.fail("query ", shape_str(query.shape()), ", key ", shape_str(k.shape()), " and value ", shape_str(v.shape()),
+           " must be [batch, sequence, heads x head size] with ", heads, " query and ", kv_heads, " key/value heads");
+  }
+  const Tensor past_key = OnnxReader::optional(in, 3), past_value = OnnxReader::optional(in, 4);
+  if (past_key.defined() != past_value.defined()) n.fail("past_key and past_value come together");
+  const int64_t past = past_key.defined() ? past_key.shape()[2] : 0;
+  if (past_key.defined() &&
+      (past_key.shape() != Shape{batch, kv_heads, past, head} || past_value.shape() != past_key.shape()))
+    n.fail("past_key ", shape_str(past_key.shape()), " and past_value ", shape_str(past_value.shape()), " must be [",
+           batch, ", ", kv_heads, ", past length, ", head, "]");
+  const Tensor& seqlens = input(n, in, 5);
+  if (seqlens.numel() != batch)
+    n.fail("seqlens_k must hold one length per row (", batch, "), got ", shape_str(seqlens.shape()));
+  const auto total = static_cast<int64_t>(scalar_value(n, input(n, in, 6), "total_sequence_length"));
+  const bool first_prompt = length == total;
+  if (total < length) n.fail("total_sequence_length ", total, " is shorter than the ", length, " new tokens");
+  if (!first_prompt && past == 0)
+    n.fail("total_sequence_length ", total, " counts tokens before the ", length,
+           " new ones, but there is no past_key");
+  const int64_t cache = std::max(total, past);
+
+  // Each row's count of tokens, the new ones' offset after the earlier ones,
+  // and their positions (a first prompt's padding at position 1, as ONNX
+  // Runtime places it). Sizes enter as slices of one table of positions, not
+  // as constants: one compiled graph serves every length.
+  const Tensor lengths = cast(seqlens, DType::Int64).reshape({batch, 1}) + scalar_tensor(1.0, DType::Int64);
+  const Tensor steps = positions_below(length);
+  const Tensor offset = first_prompt ? zeros({1, 1}, DType::Int64) : clamp(lengths - position(length), 0.0, {});
+  if (const Tensor cos_cache = OnnxReader::optional(in, 7); cos_cache.defined()) {
+    const Tensor sin_cache = input(n, in, 8);
+    if (cos_cache.dim() != 2 || sin_cache.shape() != cos_cache.shape() || cos_cache.shape()[0] < total)
+      n.fail("cos_cache ", shape_str(cos_cache.shape()), " and sin_cache ", shape_str(sin_cache.shape()),
+             " must be [max sequence, rotary dim / 2] with at least total_sequence_length ", total, " positions");
+    const Tensor positions =
+        first_prompt ? where(lt(steps, lengths), steps, scalar_tensor(1.0, DType::Int64)) : offset + steps;
+    const bool interleaved = n.i("rotary_interleaved", 0) != 0;
+    const int64_t dim = 2 * cos_cache.shape()[1];
+    q = rotate(n, q, cos_cache, sin_cache, positions, heads, dim, interleaved);
+    k = rotate(n, k, cos_cache, sin_cache, positions, kv_heads, dim, interleaved);
+  } else if (n.i("do_rotary", 0)) {
+    n.fail("do_rotary=1 needs cos_cache and sin_cache");
+  }
+  q = split_heads(n, q, heads, "query");
+  k = split_heads(n, k, kv_heads, "key");
+  v = split_heads(n, v, kv_heads, "value");
+
+  // The present cache: each row's earlier tokens from the past, the new
+  // ones at its offset, zeros after them. Every row takes its own offset,
+  // also where several rows have several new tokens (which ONNX Runtime's
+  // kernel refuses).
+  const Tensor row = positions_below(cache).reshape({1, 1, cache, 1});
+  auto present = [&](const Tensor& old, const Tensor& fresh) {
+    if (first_prompt) return cache == length ? fresh : pad(fresh, {0, 0, 0, cache - length});
+    const Tensor start = offset.reshape({batch, 1, 1, 1});
+    const Tensor kept = index_select(old, 2, minimum(row, position(past - 1)).reshape({cache}));
+    Tensor written = fresh;  // one new token: its row, broadcast
+    if (length > 1) {
+      const Tensor from = minimum(clamp(row - start, 0.0, {}), position(length - 1));
+      written = gather(fresh, 2, from.expand({batch, kv_heads, cache, head}));
+    }
+    return where(lt(row, start), kept,
+                 where(lt(row, lengths.reshape({batch, 1, 1, 1})), written, zeros({}, fresh.dtype())));
+  };
+  const Tensor present_key = present(past_key, k), present_value = present(past_value, v);
+
+  // Which keys each query sees: up to its own position, and no further
+  // back than the window.
+  const double scale = n.f("scale", 0.0) != 0.0 ? n.f("scale", 0.0) : 1.0 / std::sqrt(static_cast<double>(head));
+  const int64_t window = n.i("local_window_size", -1);
+  const double softcap = n.f("softcap", 0.0);
+  const Tensor attention_bias = OnnxReader::optional(in, 10), sink = OnnxReader::optional(in, 11);
+  const bool smooth = n.i("smooth_softmax", 0) != 0 || sink.defined();
+  const DType dt = q.dtype();
+  const Tensor key_row = row.reshape({1, 1, 1, cache});
+  const Tensor own = (offset + steps).reshape({-1, 1, length, 1});
+  Tensor bias = where(le(key_row, own), zeros({}, dt), full({}, kMasked, dt));
+  if (window > 0)
+    bias =
+        where(gt(key_row, own - scalar_tensor(static_cast<double>(window), DType::Int64)), bias, full({}, kMasked, dt));
+  if (attention_bias.defined()) {
+    if (attention_bias.dim() != 4 || attention_bias.shape()[3] > cache)
+      n.fail("attention_bias must be [batch or 1, heads or 1, ", length, ", ", total, "], got ",
+             shape_str(attention_bias.shape()));
+    bias = bias + mask_bias(attention_bias, cache, dt);
+  }
+  const int64_t share = heads / kv_heads;
+  Tensor y;
+  if (softcap <= 0 && !smooth) {
+    y = scaled_dot_product_attention(q, repeat_heads(present_key, share), repeat_heads(present_value, share), bias,
+                                     false, scale);
+  } else {
+    Tensor scores = matmul(q, repeat_heads(present_key, share).transpose(2, 3)) * scalar_tensor(scale, dt);
+    if (softcap > 0) scores = tanh(scores / scalar_tensor(softcap, dt)) * scalar_tensor(softcap, dt);
+    scores = scores + bias;
+    Tensor vs = repeat_heads(present_value, share);
+    if (smooth) {  // one more key, every query's: the head's sink score (0 by default), a zero value
+      const Tensor extra = (sink.defined() ? cast(sink, dt).reshape({1, heads, 1, 1}) : zeros({1, 1, 1, 1}, dt))
+                               .expand({batch, heads, length, 1});
+      scores = concat({scores, extra}, 3);
+      vs = pad(vs, {0, 0, 0, 1});
+    }
+    y = matmul(softmax(scores, -1), vs);
+  }
+  y = y.permute({0, 2, 1, 3}).reshape({batch, length, heads * head}).contiguous();
+  return {y, present_key, present_value};
 }
 
 }  // namespace
@@ -180,6 +348,9 @@ void add_attention_converters(ConverterTable& t) {
   t["Attention"] = attention;
   t["RotaryEmbedding"] = rotary_embedding;
   t["com.microsoft::RotaryEmbedding"] = contrib_rotary_embedding;
+  t["com.microsoft::GroupQueryAttention"] = [](const OnnxNode& n, const std::vector<Tensor>& in) {
+    return computed_in_float32(in, [&](const std::vector<Tensor>& args) { return group_query_attention(n, args); });
+  };
 }
 
 }  // namespace kiln::runtime
