@@ -16,6 +16,7 @@ void add_ckpt_command(CLI::App& app);
 void add_onnx_test_command(CLI::App& app);
 void add_deploy_commands(CLI::App& app);
 void add_quantize_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_launch_commands(CLI::App& app);
 void add_studio_commands(CLI::App& app);
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   kiln::cli::add_onnx_test_command(app);
   kiln::cli::add_deploy_commands(app);
   kiln::cli::add_quantize_command(app);
+  kiln::cli::add_generate_command(app);
 #ifdef KILN_WITH_SERVE
   kiln::cli::add_serve_command(app);
 #else

@@ -1,0 +1,122 @@
+// An LLM decoder as onnxruntime-genai exports it (GroupQueryAttention over a
+// key/value cache with rotary embeddings, MatMulNBits weights; the fixture
+// contrib_genai_decoder_steps, whose data sets are ONNX Runtime's greedy
+// decoding, a step each): decoded greedily through an InferenceSession, each
+// step's present cache fed back as the next one's past, it gives ONNX
+// Runtime's tokens and logits; one graph serves every decoded step's cache
+// length and one every prompt length (later sizes instantiate them, with no
+// tracing); and `kiln generate` prints the same tokens.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "kiln/onnx.h"
+#include "kiln/runtime.h"
+
+using namespace kiln;
+
+namespace {
+
+const std::string kCase = std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/contrib/contrib_genai_decoder_steps";
+
+std::string data(int set, const std::string& file) {
+  return kCase + "/test_data_set_" + std::to_string(set) + "/" + file + ".pb";
+}
+
+int data_sets() {
+  int n = 0;
+  while (std::filesystem::exists(kCase + "/test_data_set_" + std::to_string(n))) ++n;
+  return n;
+}
+
+int64_t last_argmax(const Tensor& logits) {
+  return argmax(logits.select(1, logits.shape()[1] - 1).reshape({-1}), 0).item<int64_t>();
+}
+
+// Greedy decoding of `count` tokens after `prompt`; the last step's logits in *logits.
+std::vector<int64_t> decode(InferenceSession& session, const std::vector<int64_t>& prompt, int count, Tensor* logits) {
+  const auto& inputs = session.inputs();
+  std::vector<Tensor> feed(inputs.size());
+  for (size_t i = 2; i < inputs.size(); ++i) feed[i] = zeros({1, inputs[i].shape[1], 0, inputs[i].shape[3]});
+  std::vector<int64_t> step = prompt, tokens;
+  int64_t seen = 0;
+  while (static_cast<int>(tokens.size()) < count) {
+    feed[0] = from_vector(step, {1, static_cast<int64_t>(step.size())});
+    seen += static_cast<int64_t>(step.size());
+    feed[1] = ones({1, seen}, DType::Int64);
+    const std::vector<Tensor> out = session.run(feed);
+    for (size_t i = 2; i < inputs.size(); ++i)
+      feed[i] = out[i - 1];  // present.L.* follow logits, as past.L.* follow the mask
+    *logits = out[0];
+    tokens.push_back(last_argmax(out[0]));
+    step = {tokens.back()};
+  }
+  return tokens;
+}
+
+TEST(LlmDecoder, GreedyDecodingGivesOnnxRuntimesTokensWithOneGraphPerPhase) {
+  const int steps = data_sets();
+  ASSERT_GE(steps, 4);
+  std::vector<int64_t> expected;  // the token each of ONNX Runtime's steps fed to the next
+  for (int s = 1; s < steps; ++s) expected.push_back(load_tensor_pb(data(s, "input_0")).item<int64_t>());
+  expected.push_back(last_argmax(load_tensor_pb(data(steps - 1, "output_0"))));
+  const std::vector<int64_t> prompt = load_tensor_pb(data(0, "input_0")).to_vector<int64_t>();
+
+  SessionOptions options;
+  options.adapt_threads = false;
+  InferenceSession session(kCase + "/model.onnx", options);
+  ASSERT_EQ(session.inputs()[0].name, "input_ids");
+  ASSERT_EQ(session.inputs()[2].name, "past_key_values.0.key");
+  Tensor logits;
+  EXPECT_EQ(decode(session, prompt, steps, &logits), expected);
+  const Tensor reference = load_tensor_pb(data(steps - 1, "output_0"));
+  ASSERT_EQ(logits.shape(), reference.shape());
+  EXPECT_LT(amax(abs(logits - reference)).item<double>(), 1e-4);
+  // The prompt's graph, then the first decoded step's, which every later cache length instantiates.
+  EXPECT_EQ(session.compiles(), 2);
+
+  // Another prompt's length instantiates the prompt graph; its tokens are
+  // those of a fresh session (nothing left over from the first sequence).
+  const std::vector<int64_t> longer = {5, 11, 64, 2, 30, 47, 8, 19, 3};
+  InferenceSession fresh(kCase + "/model.onnx", options);
+  Tensor ignored;
+  EXPECT_EQ(decode(session, longer, 4, &ignored), decode(fresh, longer, 4, &ignored));
+  EXPECT_EQ(session.compiles(), 2);
+}
+
+TEST(LlmDecoder, KilnGeneratePrintsTheTokensAndRefusesOtherModels) {
+  const int steps = data_sets();
+  std::string prompt, expected = "tokens:";
+  for (int64_t t : load_tensor_pb(data(0, "input_0")).to_vector<int64_t>()) {
+    if (!prompt.empty()) prompt.push_back(',');
+    prompt.append(std::to_string(t));
+  }
+  for (int s = 1; s < steps; ++s) {
+    expected.push_back(' ');
+    expected.append(std::to_string(load_tensor_pb(data(s, "input_0")).item<int64_t>()));
+  }
+  auto run = [](const std::string& args) {
+    std::string out;
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen((std::string(KILN_CLI) + " " + args + " 2>&1").c_str(), "r"),
+                                               pclose);
+    char buffer[512];
+    while (pipe && fgets(buffer, sizeof buffer, pipe.get())) out += buffer;
+    return out;
+  };
+  const std::string printed =
+      run("generate " + kCase + "/model.onnx --prompt " + prompt + " --tokens " + std::to_string(steps - 1));
+  EXPECT_NE(printed.find(expected + "\n"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("decode p50"), std::string::npos) << printed;
+  const std::string refused =
+      run("generate " + std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/mlp.onnx --prompt 1,2");
+  EXPECT_NE(refused.find("needs an input 'input_ids' and an output 'logits'"), std::string::npos) << refused;
+  const std::string bad_prompt = run("generate " + kCase + "/model.onnx --prompt 1,x");
+  EXPECT_NE(bad_prompt.find("should be comma-separated token ids"), std::string::npos) << bad_prompt;
+}
+
+}  // namespace
