@@ -5,6 +5,7 @@
 // compile for every size.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <set>
 
 #include "graph/compiled.h"
@@ -108,56 +109,59 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
     }
   } put_back{written, generator, seed, offset};
   auto t0 = std::chrono::steady_clock::now();
-  using Symbols = std::vector<std::vector<std::pair<int, int>>>;
   auto size_of = [&](const std::vector<std::pair<int, int>>& group) {
     return inputs[static_cast<size_t>(group[0].first)].shape()[static_cast<size_t>(group[0].second)];
   };
-  size_t probe_count = 0;
-  // The graph over `chosen` symbols (the others kept at their sizes), or why not.
-  auto attempt = [&](const Symbols& chosen, std::string* why) -> std::optional<graph::SymbolicShapes> {
+  // One probe per symbol, that symbol one smaller (larger where a size is 2
+  // or less); a check with all of them moved twice as far. Smaller, a
+  // probe's trace fits in the memory the compile's own took. Probes are kept
+  // by the symbols they move, for a second attempt over fewer of them.
+  const int64_t step =
+      std::all_of(axes.begin(), axes.end(), [&](const auto& group) { return size_of(group) > 2; }) ? -1 : 1;
+  std::map<std::pair<std::vector<size_t>, int64_t>, graph::Graph> probed;
+  auto probe = [&](const std::vector<size_t>& moved, int64_t more) -> const graph::Graph& {
+    const auto key = std::make_pair(moved, more);
+    if (auto it = probed.find(key); it != probed.end()) return it->second;
+    std::vector<Tensor> at = inputs;
+    for (size_t i : moved)
+      for (auto [input, axis] : axes[i])
+        at[static_cast<size_t>(input)] = resized(at[static_cast<size_t>(input)], axis, more);
+    CompileReport ignored;
+    // The trace before it left its intermediates in the allocator's cache:
+    // give them back, so that probing adds no more than one trace to the peak.
+    cpu_allocator_release_cache();
+    return probed.emplace(key, optimized(at, nullptr, ignored, nullptr, false)).first->second;
+  };
+  // The graph over the `chosen` symbols (the others kept at their sizes), or why not.
+  auto attempt = [&](const std::vector<size_t>& chosen, std::string* why) -> std::optional<graph::SymbolicShapes> {
     std::vector<int64_t> base;
-    for (const auto& group : chosen) base.push_back(size_of(group));
-    // One probe per symbol, that symbol one smaller (larger where it is 2 or
-    // less); a check with all of them moved twice as far. Smaller, a probe's
-    // trace fits in the memory the compile's own took.
-    const int64_t step = *std::min_element(base.begin(), base.end()) > 2 ? -1 : 1;
-    auto probe = [&](int symbol, int64_t more) {
-      std::vector<Tensor> at = inputs;
-      for (size_t i = 0; i < chosen.size(); ++i)
-        if (symbol < 0 || static_cast<size_t>(symbol) == i)
-          for (auto [input, axis] : chosen[i])
-            at[static_cast<size_t>(input)] = resized(at[static_cast<size_t>(input)], axis, more);
-      CompileReport ignored;
-      // The trace before it left its intermediates in the allocator's cache:
-      // give them back, so that probing adds no more than one trace to the peak.
-      cpu_allocator_release_cache();
-      ++probe_count;
-      return optimized(at, nullptr, ignored, nullptr, false);
-    };
-    std::vector<graph::Graph> probes;
-    graph::Graph check;
+    std::vector<const graph::Graph*> views;
+    const graph::Graph* check = nullptr;
     try {
-      for (size_t i = 0; i < chosen.size(); ++i) probes.push_back(probe(static_cast<int>(i), step));
-      check = probe(-1, 2 * step);
+      for (size_t i : chosen) {
+        base.push_back(size_of(axes[i]));
+        views.push_back(&probe({i}, step));
+      }
+      check = &probe(chosen, 2 * step);
     } catch (const std::exception& error) {  // the function refuses other sizes
       *why = std::string("it does not run at other sizes of them: ") + error.what();
       return std::nullopt;
     }
-    std::vector<const graph::Graph*> views;
-    for (const graph::Graph& p : probes) views.push_back(&p);
-    return graph::generalize(g, base, step, views, check, why);
+    return graph::generalize(g, base, step, views, *check, why);
   };
-  Symbols chosen = axes;
+  std::vector<size_t> all(axes.size()), larger;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    all[i] = i;
+    if (size_of(axes[i]) != 1) larger.push_back(i);
+  }
+  std::vector<size_t> chosen = all;
   std::string why;
-  std::optional<graph::SymbolicShapes> shapes = attempt(chosen, &why);
+  std::optional<graph::SymbolicShapes> shapes = attempt(all, &why);
   // A size of 1 is special to views and broadcasts (a transpose over it is
   // no copy, a reshape back to it folds away), so a graph traced there often
   // differs from one at 2: keep such symbols as they are and generalize over
   // the others (one decoded token over a growing cache).
-  Symbols larger;
-  for (const auto& group : axes)
-    if (size_of(group) != 1) larger.push_back(group);
-  if (!shapes && !larger.empty() && larger.size() < axes.size()) {
+  if (!shapes && !larger.empty() && larger.size() < all.size()) {
     std::string why_larger;
     shapes = attempt(larger, &why_larger);
     if (shapes) chosen = larger;
@@ -165,7 +169,7 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!shapes) return refuse(why, true);
   Symbolic made;
-  made.axes = chosen;
+  for (size_t i : chosen) made.axes.push_back(axes[i]);
   for (const Tensor& t : inputs) made.dtypes.push_back(t.defined() ? std::optional<DType>(t.dtype()) : std::nullopt);
   made.base_shapes = e.shapes;
   made.extra = extra;
@@ -178,7 +182,7 @@ void CompiledFunction::Impl::generalize(const graph::Graph& g, Device device, co
   std::snprintf(line, sizeof line,
                 "symbolic in %zu dynamic ax%s%s (probed %zu other sizes in %.1f ms): later sizes reuse it",
                 chosen.size(), chosen.size() == 1 ? "is" : "es",
-                chosen.size() < axes.size() ? " (those of size 1 kept)" : "", probe_count, ms);
+                chosen.size() < axes.size() ? " (those of size 1 kept)" : "", probed.size(), ms);
   e.report.symbolic = line;
   made.report = e.report;
   // A few graphs are kept (a prompt's and a decoded token's take turns), the newest first.
@@ -214,7 +218,12 @@ CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated_from(Symboli
   for (const auto& group : symbolic.axes)
     for (auto [input, axis] : group) generalized.push_back({input, axis});
   std::string change;
-  if (!detail::only_dynamic_axes_differ(generalized, symbolic.base_shapes, inputs, &change)) return nullptr;
+  bool as_compiled = true;  // the sizes it was compiled at, whose graph has been dropped since
+  for (size_t i = 0; i < inputs.size(); ++i)
+    as_compiled = as_compiled && (inputs[i].defined() ? inputs[i].shape() : Shape{}) == symbolic.base_shapes[i];
+  if (as_compiled) change = "its graph was dropped; the sizes it was compiled at";
+  if (!as_compiled && !detail::only_dynamic_axes_differ(generalized, symbolic.base_shapes, inputs, &change))
+    return nullptr;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<int64_t> sizes;
   for (const auto& group : symbolic.axes) {
@@ -223,6 +232,11 @@ CompiledFunction::Impl::Entry* CompiledFunction::Impl::instantiated_from(Symboli
     };
     for (const auto& a : group)
       if (size_of(a) != size_of(group[0])) return nullptr;  // axes that were one symbol differ now: compile
+    // A size of 1 compiles a graph of its own (one decoded token's, whose
+    // transposes over it are no copies), as it was kept when compiled there.
+    if (size_of(group[0]) == 1 &&
+        symbolic.base_shapes[static_cast<size_t>(group[0].first)][static_cast<size_t>(group[0].second)] != 1)
+      return nullptr;
     sizes.push_back(size_of(group[0]));
   }
   std::string why;

@@ -75,10 +75,11 @@ Executable::Executable(Graph g, Device device, std::shared_ptr<SharedArena> shar
     if (shared_->bytes() < arena_bytes) {
       // The graphs on it move to a larger one, a quarter larger at least:
       // shapes that grow a little at a time (a decoder's cache, one token a
-      // run) move them now and then, not at every new size.
+      // run) move them now and then, not at every new size. Each binds to
+      // it when next called; the old one goes now.
       const size_t grown = std::max(arena_bytes, shared_->bytes() + shared_->bytes() / 4);
+      for (Executable* user : shared_->users_) user->release_arena();
       shared_->storage_ = std::make_shared<StorageImpl>(grown, device_);
-      for (Executable* user : shared_->users_) user->bind(shared_->storage_);
     }
     shared_->users_.push_back(this);
     arena_ = shared_->storage_;
@@ -129,9 +130,27 @@ Executable::~Executable() {
   if (shared_) std::erase(shared_->users_, this);
 }
 
+void Executable::release_arena() {
+  recording_.reset();  // it replays the old arena's addresses
+  plain_runs_ = 0;
+  for (size_t id = 0; id < graph_.values.size(); ++id)
+    if (graph_.values[id].kind != ValueKind::Param && graph_.values[id].kind != ValueKind::Constant &&
+        (!tensors_[id].defined() || tensors_[id].impl().storage == arena_))
+      tensors_[id] = Tensor();
+  for (Step& s : steps_) {
+    s.in.clear();
+    for (Tensor& t : s.out) t = Tensor();
+  }
+  input_slots_.clear();
+  outputs_.clear();
+  arena_.reset();
+  stale_ = true;
+}
+
 void Executable::bind(const Storage& arena) {
   recording_.reset();  // it replays the old arena's addresses
   plain_runs_ = 0;
+  stale_ = false;
   arena_ = arena;
   for (size_t id = 0; id < graph_.values.size(); ++id) {
     const Value& v = graph_.values[id];
@@ -160,6 +179,7 @@ void Executable::bind(const Storage& arena) {
 }
 
 const std::vector<Tensor>& Executable::run(const std::vector<Tensor>& inputs) {
+  follow_arena();
   apply_num_threads_to_this_thread();
   KILN_CHECK(inputs.size() == graph_.inputs.size(), "compiled graph takes ", graph_.inputs.size(), " inputs, got ",
              inputs.size());
@@ -224,6 +244,7 @@ std::vector<const void*> Executable::operand_addresses() const {
 // operand keeps its address (new parameter storage records again). A run
 // under the profiler runs plainly, step by step.
 const std::vector<Tensor>& Executable::run_slots() {
+  follow_arena();
   apply_num_threads_to_this_thread();
   const bool profiling = profiler::detail::active();
   Backend& b = backend(device_.type);

@@ -49,7 +49,10 @@ class Executable {
   // The outputs alias the arena: valid until the next run.
   const std::vector<Tensor>& run(const std::vector<Tensor>& inputs);
   // The buffers the graph reads its inputs from, and a run on what they hold.
-  const std::vector<Tensor>& input_slots() const { return input_slots_; }
+  const std::vector<Tensor>& input_slots() {
+    follow_arena();
+    return input_slots_;
+  }
   const std::vector<Tensor>& run_slots();
   const Graph& graph() const { return graph_; }
   const MemoryPlan& plan() const { return plan_; }
@@ -74,6 +77,14 @@ class Executable {
   // Points the values the plan puts in the arena at `arena`, with the views
   // of them, the steps' operands, the input slots and the outputs.
   void bind(const Storage& arena);
+  // The shared arena moved to a larger storage: let go of the old one now
+  // (a graph that is not called again holds nothing), and bind to the new
+  // one when next called (follow_arena).
+  void release_arena();
+  void follow_arena() {
+    if (stale_) bind(shared_->storage_);
+  }
+  bool stale_ = false;
   // Why runs cannot be recorded ("" when they can): a step whose work is
   // not all queued on the device, or that must differ from run to run.
   std::string recording_blocker() const;

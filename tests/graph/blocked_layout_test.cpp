@@ -577,7 +577,8 @@ jit::CompiledFunction run_like_eager(const jit::Function& program, std::vector<j
 
 // An inference CNN with a dynamic batch: blocked convolutions on weights
 // prepared once, the first layer's convolution with its ReLU and pool, a
-// pool and a classifier read blocked. One graph serves every batch size.
+// pool and a classifier read blocked. One graph serves every batch size but
+// 1, which compiles its own (a size views treat as special).
 TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
   if (cpu::onednn::preferred_block() == 0) GTEST_SKIP() << "oneDNN prefers plain layouts on this CPU";
   manual_seed(23);
@@ -593,7 +594,7 @@ TEST(BlockedLayout, AnInferenceCnnIsSymbolicInItsBatch) {
   std::vector<Tensor> inputs;
   for (int64_t n : {5, 3, 9, 1, 6}) inputs.push_back(randn({n, 1, 16, 16}));
   const auto fn = run_like_eager(program, {{0, 0}}, inputs);
-  EXPECT_EQ(fn.compiles(), 1) << fn.report().str();
+  EXPECT_EQ(fn.compiles(), 2) << fn.report().str();
   EXPECT_TRUE(fn.report().instantiated) << fn.report().str();
 }
 
