@@ -17,6 +17,7 @@
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
 #include "kiln/runtime.h"
+#include "support/onnx_builder.h"
 
 using namespace kiln;
 
@@ -89,7 +90,7 @@ TEST(LlmDecoder, GreedyDecodingGivesOnnxRuntimesTokensWithOneGraphPerPhase) {
   EXPECT_EQ(session.compiles(), 2);
 }
 
-TEST(LlmDecoder, KilnGeneratePrintsTheTokensAndRefusesOtherModels) {
+TEST(LlmDecoder, KilnGeneratePrintsOnnxRuntimesTokensWithEitherCache) {
   const int steps = data_sets();
   std::string prompt, expected = "tokens:";
   for (int64_t t : load_tensor_pb(data(0, "input_0")).to_vector<int64_t>()) {
@@ -108,13 +109,60 @@ TEST(LlmDecoder, KilnGeneratePrintsTheTokensAndRefusesOtherModels) {
     while (pipe && fgets(buffer, sizeof buffer, pipe.get())) out += buffer;
     return out;
   };
-  const std::string printed =
-      run("generate " + kCase + "/model.onnx --prompt " + prompt + " --tokens " + std::to_string(steps - 1));
+  const std::string generate =
+      "generate " + kCase + "/model.onnx --prompt " + prompt + " --tokens " + std::to_string(steps - 1);
+  // A static cache (GroupQueryAttention's shared buffers: one graph for
+  // every step) by default, or one growing a position a token: ONNX
+  // Runtime's tokens either way.
+  const std::string printed = run(generate);
+  EXPECT_NE(printed.find("(static, 64 positions at a time)"), std::string::npos) << printed;
   EXPECT_NE(printed.find(expected + "\n"), std::string::npos) << printed;
   EXPECT_NE(printed.find("decode p50"), std::string::npos) << printed;
-  const std::string refused =
+  EXPECT_NE(printed.find("2 graphs compiled"), std::string::npos) << printed;
+  const std::string growing = run(generate + " --cache growing --warmup 0");
+  EXPECT_NE(growing.find("(growing)"), std::string::npos) << growing;
+  EXPECT_NE(growing.find(expected + "\n"), std::string::npos) << growing;
+
+  // A decoder whose cache grows by concatenation cannot keep a static one:
+  // auto finds that on its first step and grows it; static says why not.
+  kiln::testing::OnnxBuilder b;
+  b.io(true, "input_ids", ::onnx::TensorProto::INT64, {1, -1});
+  b.io(true, "attention_mask", ::onnx::TensorProto::INT64, {1, -2});
+  b.io(true, "past_key_values.0.key", ::onnx::TensorProto::FLOAT, {1, 1, -3, 4});
+  b.io(true, "past_key_values.0.value", ::onnx::TensorProto::FLOAT, {1, 1, -3, 4});
+  manual_seed(3);
+  b.init("table", randn({8, 4}));
+  b.init("head", randn({4, 8}));
+  b.init("one", from_vector<int64_t>({1}));
+  b.init("two", from_vector<int64_t>({2}));
+  b.node("Gather", {"table", "input_ids"}, {"embedded"});
+  b.node("Unsqueeze", {"embedded", "one"}, {"new_key"});
+  kiln::testing::OnnxBuilder::integer(b.node("Concat", {"past_key_values.0.key", "new_key"}, {"present.0.key"}), "axis",
+                                      2);
+  kiln::testing::OnnxBuilder::integer(b.node("Concat", {"past_key_values.0.value", "new_key"}, {"present.0.value"}),
+                                      "axis", 2);
+  kiln::testing::OnnxBuilder::integer(b.node("ReduceSum", {"present.0.key", "two"}, {"context"}), "keepdims", 0);
+  b.node("Add", {"embedded", "context"}, {"mixed"});
+  b.node("MatMul", {"mixed", "head"}, {"logits"});
+  b.io(false, "logits", ::onnx::TensorProto::FLOAT, {1, -1, 8});
+  b.io(false, "present.0.key", ::onnx::TensorProto::FLOAT, {1, 1, -4, 4});
+  b.io(false, "present.0.value", ::onnx::TensorProto::FLOAT, {1, 1, -4, 4});
+  const std::string concatenating = b.save("concat_cache.onnx");
+  const std::string fallback = run("generate " + concatenating + " --prompt 1,2,3 --tokens 4");
+  EXPECT_NE(fallback.find("(growing)"), std::string::npos) << fallback;
+  EXPECT_EQ(fallback.find("(growing)"), fallback.rfind("(growing)")) << fallback;
+  auto tokens_of = [](const std::string& out) {
+    const size_t at = out.find("tokens:");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  EXPECT_NE(tokens_of(fallback), "");
+  EXPECT_EQ(tokens_of(run("generate " + concatenating + " --prompt 1,2,3 --tokens 4 --cache growing")),
+            tokens_of(fallback));
+  const std::string refused = run("generate " + concatenating + " --prompt 1,2,3 --cache static");
+  EXPECT_NE(refused.find("are not as long as its past ones"), std::string::npos) << refused;
+  const std::string not_decoder =
       run("generate " + std::string(KILN_SOURCE_DIR) + "/tests/fixtures/onnx/mlp.onnx --prompt 1,2");
-  EXPECT_NE(refused.find("needs an input 'input_ids' and an output 'logits'"), std::string::npos) << refused;
+  EXPECT_NE(not_decoder.find("needs an input 'input_ids' and an output 'logits'"), std::string::npos) << not_decoder;
   const std::string bad_prompt = run("generate " + kCase + "/model.onnx --prompt 1,x");
   EXPECT_NE(bad_prompt.find("should be comma-separated token ids"), std::string::npos) << bad_prompt;
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "cli_checks.h"
@@ -87,8 +88,18 @@ struct Generation {
   std::vector<double> step_ms;
 };
 
-Generation generate(InferenceSession& session, const DecoderIo& io, const std::vector<int64_t>& prompt, int count,
-                    int64_t eos) {
+// A static cache holds a multiple of this many positions, grown when full.
+constexpr int64_t kCacheChunk = 64;
+
+// Greedy decoding. Growing: each step's past is the last present, a
+// position longer each token. Static: the caches hold a fixed number of
+// positions (zeros past the tokens so far) and the attention mask is as
+// long, ones then zeros, so every step has the same shapes and runs the
+// same graph, as GroupQueryAttention's shared past and present buffers
+// allow (onnxruntime-genai's static cache); nullopt where the model's
+// present is not as long as its past (a cache that grows by concatenation).
+std::optional<Generation> generate(InferenceSession& session, const DecoderIo& io, const std::vector<int64_t>& prompt,
+                                   int count, int64_t eos, bool static_cache) {
   const auto& infos = session.inputs();
   std::vector<Tensor> inputs(infos.size());
   for (const auto& [in, out] : io.caches) {
@@ -99,19 +110,33 @@ Generation generate(InferenceSession& session, const DecoderIo& io, const std::v
   }
   Generation g;
   std::vector<int64_t> step = prompt;
-  int64_t seen = 0;
+  int64_t seen = 0, capacity = 0;
   while (static_cast<int>(g.tokens.size()) < count) {
+    const auto t0 = std::chrono::steady_clock::now();
     inputs[io.ids] = int_tensor(step, infos[io.ids].dtype);
     const int64_t total = seen + static_cast<int64_t>(step.size());
-    if (io.mask >= 0)
-      inputs[static_cast<size_t>(io.mask)] = ones({1, total}, infos[static_cast<size_t>(io.mask)].dtype);
+    if (static_cache && total > capacity) {
+      const int64_t grown = (total + kCacheChunk - 1) / kCacheChunk * kCacheChunk;
+      for (const auto& [in, out] : io.caches) {
+        const Shape& s = inputs[in].shape();
+        inputs[in] = concat({inputs[in], zeros({1, s[1], grown - capacity, s[3]}, inputs[in].dtype())}, 2);
+      }
+      capacity = grown;
+    }
+    if (io.mask >= 0) {
+      const auto mask = static_cast<size_t>(io.mask);
+      inputs[mask] = static_cache ? pad(ones({1, total}), {0, capacity - total}).to(infos[mask].dtype)
+                                  : ones({1, total}, infos[mask].dtype);
+    }
     if (io.positions >= 0) {
       std::vector<int64_t> at(step.size());
       for (size_t i = 0; i < at.size(); ++i) at[i] = seen + static_cast<int64_t>(i);
       inputs[static_cast<size_t>(io.positions)] = int_tensor(at, infos[static_cast<size_t>(io.positions)].dtype);
     }
-    const auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> outputs = session.run(inputs);
+    if (static_cache && seen == 0)
+      for (const auto& [in, out] : io.caches)
+        if (outputs[out].dim() != 4 || outputs[out].shape()[2] != capacity) return std::nullopt;
     const Tensor last = outputs[io.logits].select(1, outputs[io.logits].shape()[1] - 1).reshape({-1});
     const int64_t next = argmax(last, 0).item<int64_t>();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -139,7 +164,7 @@ double median(std::vector<double> v) {
 
 void add_generate_command(CLI::App& app) {
   struct Args {
-    std::string model, prompt, profile;
+    std::string model, prompt, profile, cache = "auto";
     int tokens = 16, threads = 0, warmup = 1, level = 2;
     int64_t eos = -1;
     bool fixed_threads = false;
@@ -153,6 +178,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "The prompt's token ids, comma-separated")->required();
   cmd->add_option("--tokens", a->tokens, "How many tokens to generate")->check(CLI::PositiveNumber);
   cmd->add_option("--eos", a->eos, "Stop after this token id");
+  cmd->add_option("--cache", a->cache,
+                  "static: caches of a fixed length (a multiple of 64 positions, the mask as long), one graph for "
+                  "every step, where the model keeps its present as long as its past (GroupQueryAttention); growing: "
+                  "a position longer each token; auto: static where the model allows it")
+      ->check(CLI::IsMember({"auto", "static", "growing"}));
   cmd->add_option("--warmup", a->warmup, "Untimed generations first (compiling each shape)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
@@ -169,15 +199,29 @@ void add_generate_command(CLI::App& app) {
     InferenceSession session(a->model, so);
     const DecoderIo io = decoder_io(session);
     const std::vector<int64_t> prompt = parse_tokens(a->prompt);
-    for (int i = 0; i < a->warmup; ++i) generate(session, io, prompt, a->tokens, a->eos);
+    // auto: static unless the model's first step shows it cannot keep one.
+    bool static_cache = a->cache != "growing";
+    auto run = [&] {
+      std::optional<Generation> g = generate(session, io, prompt, a->tokens, a->eos, static_cache);
+      if (!g && a->cache == "static")
+        KILN_FAIL(
+            "generate: --cache static, but the model's present caches are not as long as its past ones (it "
+            "grows them by concatenation); use --cache growing or auto");
+      if (!g) {
+        static_cache = false;
+        g = generate(session, io, prompt, a->tokens, a->eos, false);
+      }
+      return *g;
+    };
+    for (int i = 0; i < a->warmup; ++i) run();
     if (!a->profile.empty()) profiler::start();
-    const Generation g = generate(session, io, prompt, a->tokens, a->eos);
+    const Generation g = run();
     if (!a->profile.empty()) {
       profiler::stop();
       profiler::write_folder(a->profile, "kiln generate, " + std::to_string(g.tokens.size()) + " tokens");
     }
-    std::printf("%s: %zu layers' caches, prompt of %zu tokens\ntokens:", a->model.c_str(), io.caches.size() / 2,
-                prompt.size());
+    std::printf("%s: %zu layers' caches (%s), prompt of %zu tokens\ntokens:", a->model.c_str(), io.caches.size() / 2,
+                static_cache ? "static, 64 positions at a time" : "growing", prompt.size());
     for (int64_t t : g.tokens) std::printf(" %lld", static_cast<long long>(t));
     const double step = median(g.step_ms);
     std::printf("\nprefill %.3f ms, decode p50 %.3f ms/token (%.1f tokens/s), %d graphs compiled\n", g.prefill_ms, step,
