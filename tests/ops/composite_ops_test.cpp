@@ -440,3 +440,28 @@ TEST(Scans, FirstNonFiniteFindsTheFirstInfOrNaN) {
   }
   EXPECT_EQ(first_non_finite(ones({4}, DType::Int64)), -1);
 }
+
+// where() against a plain loop over the broadcast operands, for the runs its
+// kernel takes apart: a condition per row over whole rows (copied) and over
+// a broadcast value (filled), an element-wise condition, operands broadcast
+// along the inner axis, and transposed operands (strided runs).
+TEST(Where, EveryBroadcastPatternMatchesAPlainLoop) {
+  manual_seed(21);
+  const Tensor rows_cond = gt(randn({1, 3, 5, 1}), zeros({}));
+  const Tensor full_cond = gt(randn({2, 3, 5, 8}), zeros({}));
+  const Tensor a = randn({2, 3, 5, 8}), b = randn({2, 3, 5, 8}), row_b = randn({2, 3, 1, 8}), scalar = randn({});
+  auto check = [](const Tensor& cond, const Tensor& x, const Tensor& y, const Tensor& got) {
+    const Shape s = got.shape();
+    const Tensor c = cond.expand(s).contiguous(), xs = x.expand(s).contiguous(), ys = y.expand(s).contiguous();
+    const auto cv = c.to(DType::Float32).to_vector<float>(), xv = xs.to_vector<float>(), yv = ys.to_vector<float>(),
+               gv = got.contiguous().to_vector<float>();
+    for (size_t i = 0; i < gv.size(); ++i) ASSERT_EQ(gv[i], cv[i] != 0 ? xv[i] : yv[i]) << "at " << i;
+  };
+  check(rows_cond, a, b, where(rows_cond, a, b));
+  check(rows_cond, a, row_b, where(rows_cond, a, row_b));
+  check(rows_cond, scalar, b, where(rows_cond, scalar, b));
+  check(full_cond, a, b, where(full_cond, a, b));
+  check(full_cond, a, row_b, where(full_cond, a, row_b));
+  check(rows_cond.transpose(1, 2), a.transpose(1, 2), b.transpose(1, 2),
+        where(rows_cond.transpose(1, 2), a.transpose(1, 2), b.transpose(1, 2)));
+}

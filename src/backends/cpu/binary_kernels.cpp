@@ -81,7 +81,21 @@ void where_kernel(const Ins& in, Outs& out, const Attrs&) {
                 const bool* c = reinterpret_cast<const bool*>(p[1]);
                 const T* a = reinterpret_cast<const T*>(p[2]);
                 const T* b = reinterpret_cast<const T*>(p[3]);
-                for (int64_t i = 0; i < n; ++i) y[i * s[0]] = c[i * s[1]] ? a[i * s[2]] : b[i * s[3]];
+                if (s[1] == 0) {  // one condition for the run (a mask over rows): the chosen operand's run
+                  const T* from = *c ? a : b;
+                  const int64_t step = *c ? s[2] : s[3];
+                  if (s[0] == 1 && step == 1) {
+                    std::memcpy(y, from, static_cast<size_t>(n) * sizeof(T));
+                  } else if (s[0] == 1 && step == 0) {
+                    std::fill(y, y + n, *from);
+                  } else {
+                    for (int64_t i = 0; i < n; ++i) y[i * s[0]] = from[i * step];
+                  }
+                } else if (s[0] == 1 && s[1] == 1 && s[2] == 1 && s[3] == 1) {
+                  for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? a[i] : b[i];
+                } else {
+                  for (int64_t i = 0; i < n; ++i) y[i * s[0]] = c[i * s[1]] ? a[i * s[2]] : b[i * s[3]];
+                }
               });
 }
 
