@@ -291,9 +291,10 @@ std::vector<Tensor> group_query_attention(const OnnxNode& n, const std::vector<T
     const Tensor start = offset.reshape({batch, 1, 1, 1});
     const Tensor kept = index_select(old, 2, minimum(row, position(past - 1)).reshape({cache}));
     Tensor written = fresh;  // one new token: its row, broadcast
-    if (length > 1) {
+    if (length > 1) {        // row r takes new row r - start: whole rows for one sequence, elements for several
       const Tensor from = minimum(clamp(row - start, 0.0, {}), position(length - 1));
-      written = gather(fresh, 2, from.expand({batch, kv_heads, cache, head}));
+      written = batch == 1 ? index_select(fresh, 2, from.reshape({cache}))
+                           : gather(fresh, 2, from.expand({batch, kv_heads, cache, head}));
     }
     return where(lt(row, start), kept,
                  where(lt(row, lengths.reshape({batch, 1, 1, 1})), written, zeros({}, fresh.dtype())));
@@ -310,7 +311,7 @@ std::vector<Tensor> group_query_attention(const OnnxNode& n, const std::vector<T
   const DType dt = q.dtype();
   const Tensor key_row = row.reshape({1, 1, 1, cache});
   const Tensor own = (offset + steps).reshape({-1, 1, length, 1});
-  Tensor bias = where(le(key_row, own), zeros({}, dt), full({}, kMasked, dt));
+  Tensor bias = where(le(key_row, own), zeros({}, dt), full({}, kMasked, dt));  // [B or 1, 1, S, cache]
   if (window > 0)
     bias =
         where(gt(key_row, own - scalar_tensor(static_cast<double>(window), DType::Int64)), bias, full({}, kMasked, dt));
@@ -320,25 +321,34 @@ std::vector<Tensor> group_query_attention(const OnnxNode& n, const std::vector<T
              shape_str(attention_bias.shape()));
     bias = bias + mask_bias(attention_bias, cache, dt);
   }
-  const int64_t share = heads / kv_heads;
+  // The query heads that share a key/value head attend as one block of
+  // rows, [B, Nkv, share * S, D], the bias repeated for each: the cache is
+  // read as it is, not copied per query head.
+  const int64_t share = heads / kv_heads, rows = share * length;
+  const Tensor grouped = q.reshape({batch, kv_heads, rows, head});
+  const int64_t bias_rows = bias.shape()[0];
+  bias = bias.shape()[1] == heads
+             ? bias.reshape({bias_rows, kv_heads, rows, cache})  // a bias per query head
+             : bias.unsqueeze(2).expand({bias_rows, 1, share, length, cache}).reshape({bias_rows, 1, rows, cache});
   Tensor y;
   if (softcap <= 0 && !smooth) {
-    y = scaled_dot_product_attention(q, repeat_heads(present_key, share), repeat_heads(present_value, share), bias,
-                                     false, scale);
+    y = scaled_dot_product_attention(grouped, present_key, present_value, bias, false, scale);
   } else {
-    Tensor scores = matmul(q, repeat_heads(present_key, share).transpose(2, 3)) * scalar_tensor(scale, dt);
+    Tensor scores = matmul(grouped, present_key.transpose(2, 3)) * scalar_tensor(scale, dt);
     if (softcap > 0) scores = tanh(scores / scalar_tensor(softcap, dt)) * scalar_tensor(softcap, dt);
     scores = scores + bias;
-    Tensor vs = repeat_heads(present_value, share);
+    Tensor vs = present_value;
     if (smooth) {  // one more key, every query's: the head's sink score (0 by default), a zero value
-      const Tensor extra = (sink.defined() ? cast(sink, dt).reshape({1, heads, 1, 1}) : zeros({1, 1, 1, 1}, dt))
-                               .expand({batch, heads, length, 1});
+      const Tensor extra =
+          (sink.defined() ? cast(sink, dt).reshape({1, kv_heads, share, 1, 1}) : zeros({1, 1, 1, 1, 1}, dt))
+              .expand({batch, kv_heads, share, length, 1})
+              .reshape({batch, kv_heads, rows, 1});
       scores = concat({scores, extra}, 3);
       vs = pad(vs, {0, 0, 0, 1});
     }
     y = matmul(softmax(scores, -1), vs);
   }
-  y = y.permute({0, 2, 1, 3}).reshape({batch, length, heads * head}).contiguous();
+  y = y.reshape({batch, heads, length, head}).permute({0, 2, 1, 3}).reshape({batch, length, heads * head}).contiguous();
   return {y, present_key, present_value};
 }
 
