@@ -87,21 +87,17 @@ std::string fold_constants(Graph& g) {
     for (int id : n.inputs) all_const = all_const && (id < 0 || (is_constant(g, id) && !mutated[id]));
     if (!all_const) continue;
     // Rows first..first + n of a table (positions from a sequence's length,
-    // as exports compute them: Shape, Gather, Range), or entries along any
-    // axis picked by index_select, are a slice of it: a view whose end a graph
-    // generalized over lengths follows, where the rows copied out would be a
-    // constant of each length.
-    const bool rows = n.op->name == "embedding" && n.attrs.get_int("padding_idx", -1) < 0;
-    if (rows || n.op->name == "index_select") {
+    // as exports compute them: Shape, Gather, Range) are a slice of it: a
+    // view whose end a graph generalized over lengths follows, where the
+    // rows copied out would be a constant of each length.
+    if (n.op->name == "embedding" && n.attrs.get_int("padding_idx", -1) < 0) {
       const Tensor& table = g.values[n.inputs[0]].tensor;
       const int64_t first = consecutive_from(g.values[n.inputs[1]].tensor);
       const int64_t count = g.values[n.inputs[1]].tensor.numel();
-      const int64_t axis = rows ? 0 : n.attrs.get_int("axis", 0);
-      if (first >= 0 && (rows ? table.dim() == 2 : axis >= 0 && axis < table.dim()) &&
-          first + count <= table.shape()[static_cast<size_t>(axis)]) {
+      if (first >= 0 && table.dim() == 2 && first + count <= table.shape()[0]) {
         n.op = &slice;
         n.inputs = {n.inputs[0]};
-        n.attrs = Attrs{{"axis", axis}, {"start", first}, {"end", first + count}, {"step", int64_t{1}}};
+        n.attrs = Attrs{{"axis", int64_t{0}}, {"start", first}, {"end", first + count}, {"step", int64_t{1}}};
         continue;
       }
     }

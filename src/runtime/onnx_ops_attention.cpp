@@ -175,21 +175,22 @@ std::vector<Tensor> contrib_rotary_embedding(const OnnxNode& n, const std::vecto
       rotate(n, x, cos_cache, sin_cache, positions, heads, n.i("rotary_embedding_dim", 0), n.i("interleaved", 0) != 0)};
 }
 
-// 0, 1, ..., n - 1 ([1, n]), and n alone ([1, 1]), as entries of one table
-// of positions picked by consecutive indices, which constant folding makes
-// a slice: a graph then has the sizes in its slices' bounds, which a compile
+// 0, 1, ..., n - 1 ([1, n]), and n alone ([1, 1]), as rows of one table of
+// positions picked by consecutive indices, which constant folding makes a
+// slice: a graph then has the sizes in its slices' bounds, which a compile
 // over symbolic lengths generalizes, where arange(n) would be a constant of
 // each length's graph.
 Tensor position_table(int64_t size) {
   std::vector<int64_t> values(static_cast<size_t>(size));
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(i);
-  return from_vector(values, {1, size});  // made, not computed: nothing for a tracer to record
+  return from_vector(values, {size, 1});  // made, not computed: nothing for a tracer to record
 }
 Tensor positions_from(int64_t first, int64_t count) {
   static const Tensor table = position_table(int64_t{1} << 16);
-  const Tensor all = first + count <= table.shape()[1] ? table : position_table(first + count);
-  return index_select(all, 1,
-                      arange(static_cast<double>(first), static_cast<double>(first + count), 1.0, DType::Int64));
+  const Tensor all = first + count <= table.shape()[0] ? table : position_table(first + count);
+  const Tensor rows =
+      embedding(all, arange(static_cast<double>(first), static_cast<double>(first + count), 1.0, DType::Int64));
+  return count == 1 ? rows : rows.reshape({1, count});
 }
 Tensor positions_below(int64_t n) { return positions_from(0, n); }
 Tensor position(int64_t n) { return positions_from(n, 1); }
