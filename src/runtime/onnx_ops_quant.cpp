@@ -411,6 +411,25 @@ std::vector<Tensor> dynamic_quantize_matmul(const OnnxNode& n, const std::vector
                            OnnxReader::optional(in, 4))};
 }
 
+// uint8 [..., width] holding codes of `bits` bits, low bits first, as
+// float32 [..., width * 8 / bits]: a composition that constant folding runs
+// once on constant codes.
+Tensor unpacked_codes(const Tensor& packed, int64_t bits) {
+  const int64_t per = 8 / bits;
+  const Tensor bytes = cast(packed, DType::Float32);
+  const Tensor levels = scalar_like(static_cast<double>(1 << bits), bytes);
+  std::vector<Tensor> parts;
+  Tensor rest = bytes;  // the bytes shifted right j * bits
+  for (int64_t j = 0; j < per; ++j) {
+    const Tensor above = floor(rest / levels);
+    parts.push_back(rest - above * levels);
+    rest = above;
+  }
+  Shape shape = packed.shape();
+  shape.back() *= per;
+  return stack(parts, -1).reshape(shape);
+}
+
 // Zero points packed as ONNX Runtime's MatMulNBits stores them (uint8, each
 // row's blocks low bits first, a row rounded up to whole bytes) as float32
 // [N, blocks]; given in A's type, reshaped.
@@ -423,16 +442,7 @@ Tensor nbits_zero_points(const OnnxNode& n, const Tensor& z, int64_t rows, int64
   if (z.numel() != rows * width)
     n.fail("zero_points holds ", z.numel(), " bytes; ", rows, " rows of ", width, " (", blocks, " blocks of ", bits,
            " bits) expected");
-  const Tensor bytes = cast(z, DType::Float32).reshape({rows, width});
-  const Tensor levels = scalar_like(static_cast<double>(1 << bits), bytes);
-  std::vector<Tensor> parts;
-  Tensor rest = bytes;  // the bytes shifted right j * bits
-  for (int64_t j = 0; j < per; ++j) {
-    const Tensor above = floor(rest / levels);
-    parts.push_back(rest - above * levels);
-    rest = above;
-  }
-  return stack(parts, -1).reshape({rows, width * per}).slice(1, 0, blocks).contiguous();
+  return unpacked_codes(z.reshape({rows, width}), bits).slice(1, 0, blocks).contiguous();
 }
 
 // com.microsoft's MatMulNBits (A, B, scales, zero_points, g_idx, bias):
@@ -463,6 +473,64 @@ std::vector<Tensor> matmul_nbits(const OnnxNode& n, const std::vector<Tensor>& i
                                       bias.defined() ? f32(bias).reshape({cols}) : Tensor(), bits, block,
                                       n.i("accuracy_level", 0) == 4 ? 4 : 0);
   return {a.dtype() == DType::Float32 ? y : cast(y, a.dtype())};
+}
+
+// com.microsoft's GatherBlockQuantized (data, indices, scales, zero_points?):
+// rows of a uint8 table of 2-, 4- or 8-bit codes packed along its last axis,
+// in blocks of block_size along it with a scale and a zero point each (2^(bits
+// - 1) by default), gathered on axis 0 and dequantized, (q - zero) * scale,
+// in the scales' type; an index out of range gives a row of zeros.
+// onnxruntime-genai's quantized embeddings.
+std::vector<Tensor> gather_block_quantized(const OnnxNode& n, const std::vector<Tensor>& in) {
+  const Tensor &data = input(n, in, 0), &indices = input(n, in, 1), &scales = input(n, in, 2);
+  const Tensor zero_points = OnnxReader::optional(in, 3);
+  if (data.dtype() != DType::UInt8)
+    n.unsupported("data of type ", dtype_name(data.dtype()),
+                  " is not supported (uint8 codes are; int4, uint4, float8 and float4 tables are not)");
+  const int64_t rank = data.dim(), bits = n.i("bits", 4), block = n.i("block_size", 128);
+  if (rank < 2) n.fail("data must have at least 2 axes, got ", shape_str(data.shape()));
+  if (normalize_axis(n, n.i("gather_axis", 0), rank) != 0 ||
+      normalize_axis(n, n.i("quantize_axis", 1), rank) != rank - 1)
+    n.unsupported("gather_axis other than 0 or quantize_axis other than the last is not supported for uint8 data");
+  if (bits != 2 && bits != 4 && bits != 8) n.fail("bits must be 2, 4 or 8, got ", bits);
+  if (block < 16 || (block & (block - 1))) n.fail("block_size must be a power of 2 of at least 16, got ", block);
+  const int64_t rows = data.shape()[0], width = data.shape().back() * (8 / bits), blocks = (width + block - 1) / block;
+  Shape table_blocks = data.shape();
+  table_blocks.back() = blocks;
+  if (scales.shape() != table_blocks)
+    n.fail("scales ", shape_str(scales.shape()), " must be ", shape_str(table_blocks), ": a scale per block of ", block,
+           " of data's ", width, " values along its last axis");
+  // Indices from the end wrap; those out of range read row 0 and give zeros.
+  const Tensor index = cast(indices, DType::Int64), count = scalar_tensor(static_cast<double>(rows), DType::Int64);
+  const Tensor none = zeros({}, DType::Int64);
+  const Tensor wrapped = where(lt(index, none), index + count, index);
+  const Tensor valid = where(ge(wrapped, none), lt(wrapped, count), zeros({}, DType::Bool));
+  const Tensor picked = where(valid, wrapped, none).reshape({-1});
+  // Each block's scale and zero point spread over its values.
+  auto per_value = [&](const Tensor& per_block) {
+    Shape s = per_block.shape();
+    s.push_back(block);
+    Shape flat = per_block.shape();
+    flat.back() *= block;
+    return per_block.unsqueeze(-1).expand(s).reshape(flat).slice(-1, 0, width);
+  };
+  const Tensor codes = unpacked_codes(index_select(data, 0, picked), bits);
+  const Tensor scale = per_value(cast(index_select(scales, 0, picked), DType::Float32));
+  Tensor zero = scalar_tensor(static_cast<double>(1 << (bits - 1)), DType::Float32);
+  if (zero_points.defined()) {
+    if (zero_points.dtype() != DType::UInt8 || zero_points.dim() != rank || zero_points.shape()[0] != rows)
+      n.fail("zero_points must be uint8 [", rows, ", ...], packed as data is; got ", dtype_name(zero_points.dtype()),
+             shape_str(zero_points.shape()));
+    zero = per_value(unpacked_codes(index_select(zero_points, 0, picked), bits).slice(-1, 0, blocks));
+  }
+  Shape shape = indices.shape();
+  for (int64_t d = 1; d < rank - 1; ++d) shape.push_back(data.shape()[d]);
+  shape.push_back(width);
+  Shape row_mask = indices.shape();
+  row_mask.resize(shape.size(), 1);
+  const Tensor values = ((codes - zero) * scale).reshape(shape);
+  const Tensor y = where(valid.reshape(row_mask), values, zeros({}, DType::Float32));
+  return {scales.dtype() == DType::Float32 ? y : cast(y, scales.dtype())};
 }
 
 // Ones on the k-th diagonal of a matrix shaped like x, in `dtype` or x's.
@@ -522,6 +590,7 @@ void add_quant_converters(ConverterTable& t) {
   t["com.microsoft::QLinearMul"] = qlinear_mul;
   t["com.microsoft::DynamicQuantizeMatMul"] = dynamic_quantize_matmul;
   t["com.microsoft::MatMulNBits"] = matmul_nbits;
+  t["com.microsoft::GatherBlockQuantized"] = gather_block_quantized;
   t["EyeLike"] = eye_like;
   t["LpPool"] = lp_pool;
 }

@@ -196,6 +196,51 @@ TEST(NbitsMatmul, NodesItDoesNotTakeAreRefusedByName) {
   }
 }
 
+// GatherBlockQuantized (quantized embeddings): an index out of range gives
+// a row of zeros, as the op's description says (ONNX Runtime 1.30 refuses
+// it, so its answers, the contrib_gather_block_quantized fixtures, cannot
+// show it), in range the dequantized row; a float16 table of scales gives
+// float16 rows; tables Kiln does not read are refused by name.
+TEST(GatherBlockQuantized, IndicesOutOfRangeGiveZerosAndOtherTablesAreRefused) {
+  // Row r of a 4-bit table of 32 values: codes r, r + 1, ... mod 16, one block, zero 8, scale 0.5.
+  std::vector<uint8_t> bytes;
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 16; ++i)
+      bytes.push_back(static_cast<uint8_t>(((r + 2 * i) % 16) | (((r + 2 * i + 1) % 16) << 4)));
+  auto model = [&](DType data_type, bool half_scales, const std::string& file) {
+    kiln::testing::OnnxBuilder b;
+    b.m.add_opset_import()->set_domain("com.microsoft");
+    b.m.mutable_opset_import(1)->set_version(1);
+    b.io(true, "ids", ::onnx::TensorProto::INT64, {4});
+    b.init("data", data_type == DType::UInt8 ? from_vector(bytes, {3, 16}) : zeros({3, 16}, data_type));
+    const Tensor scales = full({3, 1}, 0.5);
+    b.init("scales", half_scales ? cast(scales, DType::Float16) : scales);
+    auto* n = b.node("GatherBlockQuantized", {"data", "ids", "scales"}, {"rows"});
+    n->set_domain("com.microsoft");
+    kiln::testing::OnnxBuilder::integer(n, "block_size", 32);
+    b.io(false, "rows", half_scales ? ::onnx::TensorProto::FLOAT16 : ::onnx::TensorProto::FLOAT, {4, 32});
+    return b.save(file);
+  };
+  const Tensor rows =
+      InferenceSession(model(DType::UInt8, false, "gbq.onnx")).run({from_vector<int64_t>({2, 3, -4, -1})})[0];
+  ASSERT_EQ(rows.shape(), (Shape{4, 32}));
+  const auto v = rows.to_vector<float>();
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(v[static_cast<size_t>(i)], 0.5f * static_cast<float>((2 + i) % 16 - 8)) << i;  // row 2
+    EXPECT_EQ(v[static_cast<size_t>(32 + i)], 0.0f) << i;                                    // 3: out of range
+    EXPECT_EQ(v[static_cast<size_t>(64 + i)], 0.0f) << i;                                    // -4: out of range
+    EXPECT_EQ(v[static_cast<size_t>(96 + i)], v[static_cast<size_t>(i)]) << i;               // -1: row 2
+  }
+  const Tensor half =
+      InferenceSession(model(DType::UInt8, true, "gbq_half.onnx")).run({from_vector<int64_t>({2, 0, 1, 2})})[0];
+  EXPECT_EQ(half.dtype(), DType::Float16);
+  EXPECT_EQ(cast(half, DType::Float32).to_vector<float>()[5], 0.5f * static_cast<float>(7 - 8));
+  const std::string refused =
+      message_of([&] { InferenceSession(model(DType::Int8, false, "gbq_int8.onnx")).run({zeros({4}, DType::Int64)}); });
+  EXPECT_NE(refused.find("GatherBlockQuantized"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("data of type int8 is not supported (uint8 codes are"), std::string::npos) << refused;
+}
+
 // A float16 model (A, scales and bias in float16): computed in float32 and
 // the result given back in float16, the float32 product rounded.
 TEST(NbitsMatmul, Float16ModelsGiveTheFloat32ProductInFloat16) {
