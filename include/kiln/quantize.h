@@ -96,6 +96,10 @@ struct WeightQuantizeOptions {
   // run time too (ONNX Runtime's and Kiln's faster int8 products).
   int64_t accuracy_level = 0;
   std::vector<std::string> keep_float;  // MatMuls left in float32, by node name or output name
+  // Also each Gather of rows of a constant float table [V, H] (token
+  // embeddings), as com.microsoft's GatherBlockQuantized, in blocks along H
+  // (H a multiple of block_size).
+  bool embeddings = false;
 };
 QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuantizeOptions& options = {});
 

@@ -3,7 +3,10 @@
 // MatMulNBits, its weights rounded to `bits` bits in blocks along K and
 // packed as ONNX Runtime's MatMulNBitsQuantizer packs them: codes [N,
 // blocks, block_size * bits / 8] low bits first, scales [N * blocks], zero
-// points [N * ceil(blocks * bits / 8)] packed the same way.
+// points [N * ceil(blocks * bits / 8)] packed the same way; and, on request,
+// each Gather of a constant table's rows [V, H] into GatherBlockQuantized,
+// each row packed as a column of MatMulNBits' weights is: codes [V, H * bits
+// / 8], scales [V, blocks], zero points [V, ceil(blocks * bits / 8)].
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -105,17 +108,72 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
   result.report.method = std::to_string(o.bits) + "-bit weights in blocks of " + std::to_string(o.block_size) +
                          (o.symmetric ? ", symmetric" : ", with zero points") +
                          (o.accuracy_level == 4 ? ", int8 products" : "");
-  std::map<std::string, double> done;  // weights quantized (shared by several MatMuls), and their errors
+  // The constant float weights a node of a type it rewrites reads (MatMul's
+  // [K, N]; with embeddings, a Gather's table [V, H] on axis 0).
+  auto constant_float = [&](const std::string& name, const TensorProto** weight) {
+    const auto found = initializer.find(name);
+    if (found == initializer.end()) return false;
+    *weight = &graph->initializer(found->second);
+    return (*weight)->data_type() == TensorProto::FLOAT && (*weight)->dims_size() == 2;
+  };
+  auto rewritten = [&](const NodeProto& n, const TensorProto** weight) {
+    if (!n.domain().empty() || n.input_size() != 2) return false;
+    if (n.op_type() == "MatMul") return constant_float(n.input(1), weight);
+    if (n.op_type() != "Gather" || !o.embeddings) return false;
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis" && a.i() != 0) return false;
+    return constant_float(n.input(0), weight) && (*weight)->dims(1) % o.block_size == 0;
+  };
+  std::map<std::string, double> done;  // packed weights (shared by several nodes) by their new name, and their errors
+  std::set<std::string> replaced;      // float weights a rewritten node read
   std::set<std::string> still_read;    // weights a node that stays float reads
-  for (const NodeProto& n : graph->node())
-    if (n.op_type() != "MatMul" || !n.domain().empty())
+  for (const NodeProto& n : graph->node()) {
+    const TensorProto* weight = nullptr;
+    if (!rewritten(n, &weight))
       for (const std::string& in : n.input()) still_read.insert(in);
+  }
   for (NodeProto& n : *graph->mutable_node()) {
-    if (n.op_type() != "MatMul" || !n.domain().empty() || n.input_size() != 2) continue;
-    const auto found = initializer.find(n.input(1));
-    if (found == initializer.end()) continue;
-    const TensorProto& weight = graph->initializer(found->second);
-    if (weight.data_type() != TensorProto::FLOAT || weight.dims_size() != 2) continue;
+    const TensorProto* table = nullptr;
+    if (n.op_type() == "Gather" && rewritten(n, &table)) {
+      const std::string name = n.name().empty() ? n.output(0) : n.name();
+      QuantizedLayer layer{name, "Gather", 0, keep.count(n.name()) || keep.count(n.output(0))};
+      const std::string w = n.input(0), stem = w + "_" + std::to_string(o.bits) + "bit_rows";
+      if (layer.kept_float) {
+        still_read.insert(w);
+        result.report.layers.push_back(layer);
+        continue;
+      }
+      const int64_t rows = table->dims(0), width = table->dims(1), blocks = width / o.block_size;
+      if (!done.count(stem)) {
+        // Each row is packed as a column of MatMulNBits' weights: the table transposed.
+        const std::vector<float> values =
+            onnx_io::from_proto(*table, "quantize_weights").t().contiguous().to_vector<float>();
+        const Packed p = pack(values, width, rows, o);
+        add_initializer(*graph, stem, from_vector<uint8_t>(p.codes, {rows, width * o.bits / 8}));
+        add_initializer(*graph, stem + "_scales", from_vector<float>(p.scales, {rows, blocks}));
+        if (!o.symmetric)
+          add_initializer(*graph, stem + "_zero_points",
+                          from_vector<uint8_t>(p.zeros, {rows, static_cast<int64_t>(p.zeros.size()) / rows}));
+        done[stem] = p.relative_error;
+      }
+      replaced.insert(w);
+      layer.relative_error = done[stem];
+      const std::string indices = n.input(1);
+      n.clear_input();
+      for (const std::string& in : {stem, indices, stem + "_scales"}) n.add_input(in);
+      if (!o.symmetric) n.add_input(stem + "_zero_points");
+      n.set_op_type("GatherBlockQuantized");
+      n.set_domain("com.microsoft");
+      n.clear_attribute();
+      onnx_io::set_attrs(n, Attrs{{"bits", o.bits},
+                                  {"block_size", o.block_size},
+                                  {"gather_axis", int64_t{0}},
+                                  {"quantize_axis", int64_t{1}}});
+      result.report.layers.push_back(layer);
+      continue;
+    }
+    if (n.op_type() != "MatMul" || !rewritten(n, &table)) continue;
+    const TensorProto& weight = *table;
     const std::string name = n.name().empty() ? n.output(0) : n.name();
     QuantizedLayer layer{name, "MatMul", 0, keep.count(n.name()) || keep.count(n.output(0))};
     if (layer.kept_float) {
@@ -123,7 +181,7 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
     } else {
       const int64_t k = weight.dims(0), cols = weight.dims(1);
       const std::string w = n.input(1), stem = w + "_" + std::to_string(o.bits) + "bit";
-      if (!done.count(w)) {
+      if (!done.count(stem)) {
         const Packed p =
             pack(onnx_io::from_proto(weight, "quantize_weights").contiguous().to_vector<float>(), k, cols, o);
         const int64_t blocks = (k + o.block_size - 1) / o.block_size;
@@ -133,9 +191,10 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
         if (!o.symmetric)
           add_initializer(*graph, stem + "_zero_points",
                           from_vector<uint8_t>(p.zeros, {static_cast<int64_t>(p.zeros.size())}));
-        done[w] = p.relative_error;
+        done[stem] = p.relative_error;
       }
-      layer.relative_error = done[w];
+      replaced.insert(w);
+      layer.relative_error = done[stem];
       const std::string a = n.input(0);
       n.clear_input();
       n.add_input(a);
@@ -152,10 +211,12 @@ QuantizeResult quantize_weights(const std::string& model_bytes, const WeightQuan
     result.report.layers.push_back(layer);
   }
   KILN_CHECK(!result.report.layers.empty(),
-             "quantize_weights: the model has no MatMul with constant float32 weights [K, N] to quantize");
+             "quantize_weights: the model has no MatMul with constant float32 weights [K, N]",
+             o.embeddings ? " (nor Gather of a constant float32 table [V, H], H a multiple of the block size)" : "",
+             " to quantize");
   // The float weights that only the rewritten nodes read go (and their
   // graph inputs, where an older exporter listed initializers as inputs).
-  auto gone = [&](const std::string& name) { return done.count(name) > 0 && !still_read.count(name); };
+  auto gone = [&](const std::string& name) { return replaced.count(name) > 0 && !still_read.count(name); };
   auto* inits = graph->mutable_initializer();
   inits->erase(std::remove_if(inits->begin(), inits->end(), [&](const TensorProto& t) { return gone(t.name()); }),
                inits->end());

@@ -341,6 +341,52 @@ TEST(NbitsMatmul, WeightOnlyQuantizationWritesMatMulNBitsThatKilnAndOnnxRuntimeR
       << kept.report.str();
 }
 
+// With embeddings, a token table's Gather becomes GatherBlockQuantized
+// (each row in blocks along the hidden axis) beside the MatMuls'
+// MatMulNBits: the float table gone, the answer near the float one, Kiln's
+// equal to ONNX Runtime's; a table whose rows are not whole blocks stays float.
+TEST(NbitsMatmul, WeightOnlyQuantizationOfEmbeddingsWritesGatherBlockQuantized) {
+  auto model = [](int64_t hidden) {
+    kiln::testing::OnnxBuilder b;
+    b.io(true, "ids", ::onnx::TensorProto::INT64, {2, 5});
+    manual_seed(12);
+    b.init("table", randn({40, hidden}) * 0.5);
+    b.init("w", randn({hidden, 16}) * 0.2);
+    b.node("Gather", {"table", "ids"}, {"embedded"});
+    b.node("MatMul", {"embedded", "w"}, {"y"});
+    b.io(false, "y", ::onnx::TensorProto::FLOAT, {2, 5, 16});
+    std::string bytes;
+    b.m.SerializeToString(&bytes);
+    return std::make_pair(b.save("embedding_" + std::to_string(hidden) + ".onnx"), bytes);
+  };
+  const auto [float_path, bytes] = model(64);
+  const Tensor ids = from_vector<int64_t>({0, 5, 39, 7, 7, 12, 3, 38, 1, 20}, {2, 5});
+  const Tensor want = InferenceSession(float_path).run({ids})[0];
+  WeightQuantizeOptions o;
+  o.embeddings = true;
+  const QuantizeResult q = quantize_weights(bytes, o);
+  EXPECT_EQ(q.report.quantized(), 2);
+  ::onnx::ModelProto m;
+  ASSERT_TRUE(m.ParseFromString(q.model));
+  std::vector<std::string> types;
+  for (const auto& n : m.graph().node()) types.push_back(n.op_type());
+  EXPECT_EQ(types, (std::vector<std::string>{"GatherBlockQuantized", "MatMulNBits"}));
+  for (const auto& t : m.graph().initializer()) EXPECT_NE(t.name(), "table");
+  const std::string path = (std::filesystem::path(float_path).parent_path() / "embedding_4bit.onnx").string();
+  q.save(path);
+  const Tensor got = InferenceSession(path).run({ids})[0];
+  auto norm = [](const Tensor& t) { return std::sqrt(sum(t * t).item<float>()); };
+  EXPECT_LT(norm(got - want) / norm(want), 0.15);
+  if (kiln::testing::ort_available()) {
+    const Tensor ort = kiln::testing::run_ort(path, {{"ids", ids}}).outputs[0].second;
+    EXPECT_LT(amax(abs(ort - got)).item<float>(), 1e-5 * amax(abs(ort)).item<float>() + 1e-6);
+  }
+  const QuantizeResult partial = quantize_weights(model(48).second, o);  // 48 values a row: not whole blocks of 32
+  EXPECT_EQ(partial.report.quantized(), 1);
+  ASSERT_TRUE(m.ParseFromString(partial.model));
+  EXPECT_EQ(m.graph().node(0).op_type(), "Gather");
+}
+
 TEST(NbitsMatmul, WeightOnlyQuantizationSaysWhatItCannotDo) {
   kiln::testing::OnnxBuilder b;
   b.io(true, "x", ::onnx::TensorProto::FLOAT, {2, 4});

@@ -98,6 +98,9 @@ void add_quantize_command(CLI::App& app) {
                   "LLMs run on CPUs); no calibration data");
   cmd->add_option("--block-size", a->weights.block_size, "With --weight-bits: weights per scale along K, 32");
   cmd->add_flag("--symmetric", a->weights.symmetric, "With --weight-bits: no zero points (scale max |w|)");
+  cmd->add_flag("--embeddings", a->weights.embeddings,
+                "With --weight-bits: also each Gather of a constant table's rows (token embeddings), as "
+                "com.microsoft's GatherBlockQuantized");
   cmd->add_option("--accuracy-level", a->weights.accuracy_level,
                   "With --weight-bits: 4 rounds the activations to int8 per block at run time (faster), 0 keeps "
                   "float32 products")
