@@ -97,7 +97,8 @@ constexpr int64_t kCacheChunk = 64;
 // long, ones then zeros, so every step has the same shapes and runs the
 // same graph, as GroupQueryAttention's shared past and present buffers
 // allow (onnxruntime-genai's static cache); nullopt where the model's
-// present is not as long as its past (a cache that grows by concatenation).
+// present is not as long as its past (a cache that grows by concatenation)
+// or its first step fails with one.
 std::optional<Generation> generate(InferenceSession& session, const DecoderIo& io, const std::vector<int64_t>& prompt,
                                    int count, int64_t eos, bool static_cache) {
   const auto& infos = session.inputs();
@@ -133,7 +134,19 @@ std::optional<Generation> generate(InferenceSession& session, const DecoderIo& i
       for (size_t i = 0; i < at.size(); ++i) at[i] = seen + static_cast<int64_t>(i);
       inputs[static_cast<size_t>(io.positions)] = int_tensor(at, infos[static_cast<size_t>(io.positions)].dtype);
     }
-    std::vector<Tensor> outputs = session.run(inputs);
+    std::vector<Tensor> outputs;
+    try {
+      outputs = session.run(inputs);
+    } catch (const std::exception& e) {
+      // A static cache's first step may ask for more positions than the
+      // model holds (its capacity rounded up): the caller grows one instead.
+      if (static_cache && seen == 0) return std::nullopt;
+      KILN_FAIL("generate: the step to ", total, " tokens failed: ", e.what(),
+                total > static_cast<int64_t>(prompt.size())
+                    ? "\n(a decoder holds a limited number of positions, as its rotary tables' rows: generate fewer "
+                      "tokens than that, prompt included)"
+                    : "");
+    }
     if (static_cache && seen == 0)
       for (const auto& [in, out] : io.caches)
         if (outputs[out].dim() != 4 || outputs[out].shape()[2] != capacity) return std::nullopt;
