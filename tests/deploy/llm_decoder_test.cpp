@@ -10,14 +10,17 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "io/onnx_tensor.h"
 #include "kiln/kiln.h"
 #include "kiln/onnx.h"
 #include "kiln/runtime.h"
 #include "support/onnx_builder.h"
+#include "support/scratch.h"
 
 using namespace kiln;
 
@@ -88,6 +91,56 @@ TEST(LlmDecoder, GreedyDecodingGivesOnnxRuntimesTokensWithOneGraphPerPhase) {
   Tensor ignored;
   EXPECT_EQ(decode(session, longer, 4, &ignored), decode(fresh, longer, 4, &ignored));
   EXPECT_EQ(session.compiles(), 2);
+}
+
+// The decoder in float16 (its weights, caches and logits; ONNX Runtime's
+// GPU exports are): computed in float32 and rounded at each node's end,
+// it decodes the float32 model's tokens (ONNX Runtime's float16 run does too).
+TEST(LlmDecoder, AFloat16DecoderDecodesTheSameTokens) {
+  ::onnx::ModelProto m;
+  {
+    std::ifstream f(kCase + "/model.onnx", std::ios::binary);
+    ASSERT_TRUE(m.ParseFromIstream(&f));
+  }
+  auto* g = m.mutable_graph();
+  for (auto& t : *g->mutable_initializer())
+    if (t.data_type() == ::onnx::TensorProto::FLOAT) {
+      ::onnx::TensorProto half;
+      onnx_io::to_proto(cast(onnx_io::from_proto(t, "float16 test"), DType::Float16), half);
+      half.set_name(t.name());
+      t = half;
+    }
+  for (auto* values : {g->mutable_input(), g->mutable_output()})
+    for (auto& v : *values)
+      if (v.type().tensor_type().elem_type() == ::onnx::TensorProto::FLOAT)
+        v.mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT16);
+  const std::string path = (kiln::testing::scratch_dir("llm_float16") / "model.onnx").string();
+  {
+    std::ofstream f(path, std::ios::binary);
+    ASSERT_TRUE(m.SerializeToOstream(&f));
+  }
+  const int steps = data_sets();
+  std::vector<int64_t> expected;
+  for (int s = 1; s < steps; ++s) expected.push_back(load_tensor_pb(data(s, "input_0")).item<int64_t>());
+  InferenceSession session(path);
+  ASSERT_EQ(session.inputs()[2].dtype, DType::Float16);
+  const auto& inputs = session.inputs();
+  std::vector<Tensor> feed(inputs.size());
+  for (size_t i = 2; i < inputs.size(); ++i)
+    feed[i] = zeros({1, inputs[i].shape[1], 0, inputs[i].shape[3]}, DType::Float16);
+  std::vector<int64_t> step = load_tensor_pb(data(0, "input_0")).to_vector<int64_t>(), tokens;
+  int64_t seen = 0;
+  while (tokens.size() < expected.size()) {
+    feed[0] = from_vector(step, {1, static_cast<int64_t>(step.size())});
+    seen += static_cast<int64_t>(step.size());
+    feed[1] = ones({1, seen}, DType::Int64);
+    const std::vector<Tensor> out = session.run(feed);
+    ASSERT_EQ(out[0].dtype(), DType::Float16);
+    for (size_t i = 2; i < inputs.size(); ++i) feed[i] = out[i - 1];
+    tokens.push_back(last_argmax(cast(out[0], DType::Float32)));
+    step = {tokens.back()};
+  }
+  EXPECT_EQ(tokens, expected);
 }
 
 TEST(LlmDecoder, KilnGeneratePrintsOnnxRuntimesTokensWithEitherCache) {

@@ -12,12 +12,21 @@ function ids(type, values) {
       type, type === 'int64' ? BigInt64Array.from(values.map(BigInt)) : Int32Array.from(values), [1, values.length]);
 }
 
+// A float16 value from its bits (ONNX Runtime hands float16 tensors over as Uint16Array).
+function halfToFloat(h) {
+  const sign = h & 0x8000 ? -1 : 1, exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+  if (exponent === 0) return sign * fraction * 2 ** -24;
+  if (exponent === 31) return fraction ? NaN : sign * Infinity;
+  return sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
+}
+
 async function generate(session, prompt, count) {
   const meta = Object.fromEntries(session.inputMetadata.map((m) => [m.name, m]));
   const feeds = {};
   for (const m of session.inputMetadata)
     if (m.name.startsWith('past_key_values'))
-      feeds[m.name] = new ort.Tensor(m.type, new Float32Array(0), [1, m.shape[1], 0, m.shape[3]]);
+      feeds[m.name] = new ort.Tensor(
+          m.type, m.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, m.shape[1], 0, m.shape[3]]);
   const tokens = [];
   const stepMs = [];
   let prefillMs = 0;
@@ -32,7 +41,8 @@ async function generate(session, prompt, count) {
     const out = await session.run(feeds);
     const logits = out.logits;
     const vocab = logits.dims[2];
-    const last = logits.data.subarray(logits.data.length - vocab);
+    const raw = logits.data.subarray(logits.data.length - vocab);
+    const last = logits.type === 'float16' ? Array.from(raw, halfToFloat) : raw;
     let next = 0;
     for (let i = 1; i < vocab; ++i)
       if (last[i] > last[next]) next = i;
