@@ -6,9 +6,9 @@
 # count) on the same file, a 16-token prompt then TOKENS tokens, at
 # accuracy_level 0 (float32 products) and 4 (int8). "cold" is a process's
 # first generation, every cache length new to it; "warm" a second one.
-# Kiln runs on all the threads, as ONNX Runtime does (its thread governor
-# would measure fewer on the first runs of each graph, and a prompt's
-# graph runs once a generation).
+# Both run on all the threads (kiln generate's default; its --adapt-threads
+# would measure fewer on the first runs of each graph, and a prompt's graph
+# runs once a generation).
 # Both must print the same tokens (at level 4 the first: see below). Each
 # figure is the median of ROUNDS.
 # Usage: bench/peers/llm_decode.sh [THREADS] [ROUNDS] [TOKENS]
@@ -33,7 +33,7 @@ for level in 0 4; do
     kp=() kd=() op=() od=()
     for _ in $(seq "$rounds"); do
       k="$(KILN_NUM_THREADS="$threads" ./build/kiln generate "$model" --prompt "$prompt" --tokens "$tokens" \
-        --threads "$threads" --fixed-threads --warmup "$warmup")"
+        --threads "$threads" --warmup "$warmup")"
       o="$(node tools/ort/ort_generate.js "$model" --prompt "$prompt" --tokens "$tokens" --threads "$threads" \
         --warmup "$warmup")"
       # At level 0 the answers agree to float32 rounding; at level 4 each layer

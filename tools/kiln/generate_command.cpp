@@ -180,7 +180,7 @@ void add_generate_command(CLI::App& app) {
     std::string model, prompt, profile, cache = "auto";
     int tokens = 16, threads = 0, warmup = 1, level = 2;
     int64_t eos = -1;
-    bool fixed_threads = false;
+    bool adapt_threads = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -199,7 +199,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed generations first (compiling each shape)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", a->threads, "Intra-op threads (0: KILN_NUM_THREADS or all cores)");
-  cmd->add_flag("--fixed-threads", a->fixed_threads, "Run every step on all the threads");
+  // (A prompt's graph runs once a generation: measuring fewer threads on its
+  // first runs, as the thread governor does, would slow it every time.)
+  cmd->add_flag("--adapt-threads", a->adapt_threads,
+                "Measure how many threads pay off for each graph as it runs (on a busy machine); by default every "
+                "step runs on all of them");
   cmd->add_option("--optimization-level", a->level, "0 eager, 1 compiled, 2 compiled and optimized");
   cmd->add_option("--profile", a->profile,
                   "Profile the timed generation; write profile.txt, trace.json and report.html here")
@@ -207,7 +211,7 @@ void add_generate_command(CLI::App& app) {
   cmd->callback([a] {
     SessionOptions so;
     so.threads = a->threads;
-    so.adapt_threads = !a->fixed_threads;
+    so.adapt_threads = a->adapt_threads;
     so.optimization_level = a->level;
     InferenceSession session(a->model, so);
     const DecoderIo io = decoder_io(session);
