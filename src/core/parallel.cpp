@@ -13,6 +13,9 @@
 #include "kiln/thread_governor.h"
 
 extern "C" void openblas_set_num_threads(int);
+// OpenBLAS's own (pthreads build); weak, so another build of it links too.
+extern "C" __attribute__((weak)) void openblas_read_env();
+extern "C" __attribute__((weak)) void blas_thread_shutdown_();
 
 namespace kiln {
 namespace {
@@ -37,12 +40,28 @@ int initial_threads() {
 // at the first OpenMP call, which is the one below; libgomp ignores it.)
 void default_spin_time() { setenv("KMP_BLOCKTIME", "5", 0); }
 
+// OpenBLAS (used for float64 products only) starts its worker threads as
+// it loads, and each spins for 2^28 cycles (about 0.1 s) waiting for a
+// first job: a process's first 120 ms ran with a core taken, and OpenMP's
+// workers, sharing the other, made a recurrent layer's per-step barriers
+// 6x slower, which the thread governor's first measurements took for a
+// reason to run on one thread. Its workers are stopped here and restart at
+// the next float64 product, spinning 2^20 cycles after each job (unless
+// OPENBLAS_THREAD_TIMEOUT says otherwise).
+void quiet_blas_workers() {
+  if (!openblas_read_env || !blas_thread_shutdown_) return;
+  setenv("OPENBLAS_THREAD_TIMEOUT", "20", 0);
+  openblas_read_env();
+  blas_thread_shutdown_();
+}
+
 std::atomic<int>& thread_count() {
   static std::atomic<int> n = [] {
     default_spin_time();
     int t = initial_threads();
     omp_set_num_threads(t);
     openblas_set_num_threads(t);
+    quiet_blas_workers();
     return t;
   }();
   return n;

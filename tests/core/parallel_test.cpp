@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
+#include <ctime>
 #include <thread>
 
 #include "kiln/kiln.h"
@@ -22,6 +24,21 @@ TEST(Parallel, TheThreadCountHoldsOnThreadsThatRunOps) {
     }).join();
     EXPECT_EQ(seen_by_a_new_thread, n);
   }
+  set_num_threads(before);
+}
+
+// A process that waits gives its cores back: neither OpenMP's workers nor
+// OpenBLAS's (a float64 product's) keep spinning for long after their work.
+TEST(Parallel, AnIdleProcessLeavesTheCoresFree) {
+  const int before = get_num_threads();
+  set_num_threads(2);
+  Tensor a = randn({256, 256}, DType::Float64), b = randn({256, 256}, DType::Float64);
+  Tensor c = matmul(a, b) + matmul(a.to(DType::Float32), b.to(DType::Float32)).to(DType::Float64);
+  ASSERT_EQ(c.shape(), Shape({256, 256}));
+  const std::clock_t cpu0 = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_ms, 40.0) << "threads kept spinning for " << cpu_ms << " ms of CPU while the process slept 200 ms";
   set_num_threads(before);
 }
 
