@@ -231,6 +231,31 @@ TEST(Compile, ElementwiseChainsBecomeOneLoop) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << i;
 }
 
+// A rotary embedding's halves are slices of the heads (strided views), and a
+// transpose reads across rows: the chains over them are still one loop each,
+// reading the views in place.
+TEST(Compile, ChainsOverViewsBecomeOneLoop) {
+  auto rotate = [](const Tensor& x, const Tensor& cos, const Tensor& sin) {
+    Tensor x1 = x.slice(2, 0, 8), x2 = x.slice(2, 8, 16);
+    return std::vector<Tensor>{x1 * cos - x2 * sin, x2 * cos + x1 * sin,
+                               relu(x.transpose(0, 1) * scalar_tensor(3.0) + scalar_tensor(1.0))};
+  };
+  auto fn = jit::compile([&](const std::vector<Tensor>& in) { return rotate(in[0], in[1], in[2]); },
+                         {randn({5, 4, 16}), randn({4, 8}), randn({4, 8})});
+  const std::string text = fn.graph_text();
+  EXPECT_NE(text.find("fused(mul, mul, sub)"), std::string::npos) << text;
+  EXPECT_NE(text.find("fused(mul, mul, add)"), std::string::npos) << text;
+  EXPECT_NE(text.find("fused(mul, add, relu)"), std::string::npos) << text;
+  Tensor x = randn({5, 4, 16}), cos = randn({4, 8}), sin = randn({4, 8});
+  const auto got = fn({x, cos, sin});
+  const auto want = rotate(x, cos, sin);
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].shape(), want[k].shape());
+    auto a = got[k].to_vector<float>(), b = want[k].contiguous().to_vector<float>();
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << k << " " << i;
+  }
+}
+
 }  // namespace
 
 namespace {

@@ -1,6 +1,7 @@
 // The CPU's lowering of elementwise expressions: one loop over blocks of
 // 512 elements, each step the float form of its op's formula (OpDef::math)
-// on registers of one block, inputs read in place, broadcast or as scalars.
+// on registers of one block, inputs read in place, broadcast, through their
+// strides (a view's) or as scalars.
 #include <algorithm>
 
 #include "graph/elementwise_fusion.h"
@@ -74,9 +75,9 @@ CustomKernel make_kernel(std::vector<Instr> program) {
       if (in[i].numel() == 1 && n != 1) {
         s.kind = Source::Scalar;
         s.value = *in[i].data<float>();
-      } else if (in[i].shape() == shape) {
+      } else if (in[i].shape() == shape && in[i].is_contiguous()) {
         s.data = in[i].data<float>();
-      } else {  // broadcast: align axes from the right, stride 0 where the input has size 1
+      } else {  // broadcast or a strided view: align axes from the right, stride 0 where the input has size 1
         s.kind = Source::Broadcast;
         s.data = in[i].data<float>();
         s.strides.assign(shape.size(), 0);
