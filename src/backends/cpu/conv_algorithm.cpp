@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "backends/cpu/gemm_tile.h"
 #include "backends/cpu/patch_gemm_conv.h"
 #include "backends/cpu/winograd_conv.h"
+#include "core/tuning_cache.h"
 #include "kiln/error.h"
 #include "kiln/parallel.h"
 #include "kiln/tensor.h"
@@ -105,6 +108,80 @@ std::optional<ConvAlgorithm> pinned_algorithm() {
             "them");
 }
 
+const char* algorithm_name(ConvAlgorithm a) {
+  switch (a) {
+    case ConvAlgorithm::Direct:
+      return "direct";
+    case ConvAlgorithm::Winograd2x2:
+      return "winograd2x2";
+    case ConvAlgorithm::Winograd4x4:
+      return "winograd4x4";
+    case ConvAlgorithm::PatchGemm:
+      return "patch_gemm";
+    case ConvAlgorithm::Depthwise:
+      return "depthwise";
+  }
+  return "?";
+}
+
+// A decision's key in the machine's tuning cache (core/tuning_cache.h): the
+// geometry and the thread count it was timed with.
+std::string cache_key(const std::vector<int64_t>& fields) {
+  std::string key = "t";
+  key.append(std::to_string(get_num_threads()));
+  for (int64_t f : fields) key.append(",").append(std::to_string(f));
+  return key;
+}
+
+// Scores as the cache keeps them: "direct:1.2e-05,patch_gemm:9.8e-06".
+std::string scores_text(const std::map<ConvAlgorithm, double>& scores) {
+  std::string text;
+  for (const auto& [algorithm, score] : scores) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%.9g", score);
+    text.append(text.empty() ? "" : ",").append(algorithm_name(algorithm)).append(":").append(number);
+  }
+  return text;
+}
+
+// The same read back; none where a name or number does not parse (a file
+// from another build of Kiln), or where the candidates differ from `expected`.
+std::optional<std::map<ConvAlgorithm, double>> scores_of(const std::string& text,
+                                                         const std::vector<ConvAlgorithm>& expected) {
+  std::map<ConvAlgorithm, double> scores;
+  std::istringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return std::nullopt;
+    const std::string name = item.substr(0, colon);
+    std::optional<ConvAlgorithm> algorithm;
+    for (ConvAlgorithm a : {ConvAlgorithm::Direct, ConvAlgorithm::Winograd2x2, ConvAlgorithm::Winograd4x4,
+                            ConvAlgorithm::PatchGemm, ConvAlgorithm::Depthwise})
+      if (name == algorithm_name(a)) algorithm = a;
+    char* end = nullptr;
+    const double score = std::strtod(item.c_str() + colon + 1, &end);
+    if (!algorithm || end == item.c_str() + colon + 1 || *end != '\0' || !(score > 0)) return std::nullopt;
+    scores[*algorithm] = score;
+  }
+  if (scores.size() != expected.size()) return std::nullopt;
+  for (ConvAlgorithm a : expected)
+    if (!scores.count(a)) return std::nullopt;
+  return scores;
+}
+
+// A yes or no timed once per machine: from the tuning cache, else decide()
+// and remember it there.
+bool cached_decision(const char* table, const std::vector<int64_t>& fields, const std::function<bool()>& decide) {
+  tuning::TuningCache& cache = tuning::machine_cache();
+  const std::string key = cache_key(fields);
+  if (const std::optional<std::string> known = cache.lookup(table, key); known && (*known == "1" || *known == "0"))
+    return *known == "1";
+  const bool yes = decide();
+  cache.remember(table, key, yes ? "1" : "0");
+  return yes;
+}
+
 // Each candidate's time for this call, in seconds, with what it costs
 // beyond that counted in (below), timed once per geometry and batch size
 // (not per thread count: one shape gets one algorithm, so its answers round
@@ -113,16 +190,26 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
                                                  bool patch_gemm, bool depthwise) {
   const onednn::ConvShape& s = call.shape;
   static std::mutex mu;
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, int64_t, int, int, bool, bool, bool, bool, bool, bool, bool>;
-  static std::map<Key, std::map<ConvAlgorithm, double>> timed;
+  static std::map<std::vector<int64_t>, std::map<ConvAlgorithm, double>> timed;
   // clang-format off
-  const Key key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups, call.src_block,
-                call.dst_block, call.bias, call.relu, call.residual, call.hardswish, call.swish, call.cap > 0, pooled};
+  const std::vector<int64_t> key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dh, s.dw, s.groups,
+                                 call.src_block, call.dst_block, call.bias, call.relu, call.residual, call.hardswish,
+                                 call.swish, call.cap > 0, pooled, winograd, patch_gemm, depthwise};
   // clang-format on
   std::lock_guard<std::mutex> lock(mu);
   auto it = timed.find(key);
   if (it != timed.end()) return it->second;
+  // Timed by an earlier process on this machine and build.
+  const bool winograd4 = winograd && s.oh >= 8 && s.ow >= 8;
+  std::vector<ConvAlgorithm> expected{ConvAlgorithm::Direct};
+  if (patch_gemm) expected.push_back(ConvAlgorithm::PatchGemm);
+  if (depthwise) expected.push_back(ConvAlgorithm::Depthwise);
+  if (winograd) expected.push_back(ConvAlgorithm::Winograd2x2);
+  if (winograd4) expected.push_back(ConvAlgorithm::Winograd4x4);
+  tuning::TuningCache& cache = tuning::machine_cache();
+  if (const std::optional<std::string> known = cache.lookup("conv_algorithm", cache_key(key)))
+    if (std::optional<std::map<ConvAlgorithm, double>> scores = scores_of(*known, expected))
+      return timed[key] = *scores;
   // Each on the real sizes (any values: the time does not depend on them).
   // In a network, megabytes of weights arrive from memory, the other layers
   // having pushed them out of the caches; timed warm, Winograd's larger
@@ -181,10 +268,9 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
                             pool_after();
                           }});
   Tensor u2 = winograd ? zeros({winograd_weights_size(s, 2)}) : Tensor();
-  // F(4x4) on an output under 8x8 computes at least a third of its tiles'
-  // outputs for nothing, and its buffers and weights, 36/16 and 4x the
-  // size, cost a small network more memory than it saves time.
-  const bool winograd4 = winograd && s.oh >= 8 && s.ow >= 8;
+  // F(4x4) on an output under 8x8 (winograd4 above) computes at least a
+  // third of its tiles' outputs for nothing, and its buffers and weights,
+  // 36/16 and 4x the size, cost a small network more memory than it saves time.
   Tensor u4 = winograd4 ? zeros({winograd_weights_size(s, 4)}) : Tensor();
   for (int tile : {2, 4})
     if (tile == 2 ? winograd : winograd4)
@@ -235,6 +321,7 @@ std::map<ConvAlgorithm, double> timed_candidates(const onednn::LayoutCall& call,
     if (!cold) score += static_cast<double>(std::max<int64_t>(0, c.weight_bytes - candidates[0].weight_bytes)) / 10e9;
     scores[c.algorithm] = score;
   }
+  cache.remember("conv_algorithm", cache_key(key), scores_text(scores));
   return timed[key] = scores;
 }
 
@@ -279,6 +366,62 @@ std::function<void()> conv_run(const onednn::LayoutCall& call, ConvAlgorithm alg
     weights = plain;
   }
   return [=, w = static_cast<const float*>(weights.raw_data())] { onednn::conv_forward_layout(direct, x, w, bias, y); };
+}
+
+// The timing behind depthwise_join_pays.
+bool time_depthwise_join(const onednn::LayoutCall& call, const onednn::LayoutCall* expand,
+                         const onednn::LayoutCall* project) {
+  // The two layers as the graph would run them apart, each by the
+  // algorithm it would take alone, and joined.
+  const onednn::LayoutCall& first = expand ? *expand : call;
+  const onednn::LayoutCall& second = project ? *project : call;
+  const onednn::ConvShape &in = first.shape, &out = second.shape;
+  Tensor x = zeros({in.n * in.c * in.h * in.w}), between = zeros({in.n * in.o * in.oh * in.ow});
+  Tensor y = zeros({out.n * out.o * out.oh * out.ow}), bias = zeros({std::max({in.o, out.o, call.shape.c})});
+  auto bias_of = [&](const onednn::LayoutCall& c) { return c.bias ? bias.data<float>() : nullptr; };
+  Tensor first_weights, second_weights, taps = zeros({blocked_depthwise_weights_size(call)});
+  const std::function<void()> apart[] = {conv_run(first, fastest_conv_algorithm(first), x.data<float>(), bias_of(first),
+                                                  between.data<float>(), first_weights),
+                                         conv_run(second, fastest_conv_algorithm(second), between.data<float>(),
+                                                  bias_of(second), y.data<float>(), second_weights)};
+  Tensor panels = zeros({patch_gemm_weights_size((expand ? expand : project)->shape)});
+  DepthwiseChain chain{call, taps.data<float>(), bias_of(call)};
+  if (expand) chain.expand = expand, chain.expand_panels = panels.data<float>(), chain.expand_bias = bias_of(*expand);
+  if (project)
+    chain.project = project, chain.project_panels = panels.data<float>(), chain.project_bias = bias_of(*project);
+  // Each with its input just written and its output read after, as in a
+  // network (timed_candidates).
+  auto then_read = [&](const std::function<void()>& run) {
+    return std::function<void()>([&, run] {
+      run();
+      by_rows_of(second, y.data<float>(), false, false);
+    });
+  };
+  const std::vector<double> t =
+      times_in_turns({then_read([&] { depthwise_chain_conv(chain, x.data<float>(), y.data<float>()); }), then_read([&] {
+                        apart[0]();
+                        apart[1]();
+                      })},
+                     [&] { by_rows_of(first, x.data<float>(), true, true); });
+  return t[0] <= t[1] * 1.03;
+}
+
+// The timing behind blocked_beats_plain.
+bool time_blocked_against_plain(const onednn::LayoutCall& call) {
+  onednn::LayoutCall plain = call;
+  plain.src_block = plain.dst_block = 0;
+  plain.prepared_weights = false;
+  const onednn::ConvShape& s = call.shape;
+  onednn::LayoutCall blocked = call;
+  blocked.prepared_weights = false;
+  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * (s.c / s.groups) * s.kh * s.kw}), b = zeros({s.o});
+  Tensor y = zeros({s.n * s.o * s.oh * s.ow});
+  const float* bias = call.bias ? b.data<float>() : nullptr;
+  auto run = [&](const onednn::LayoutCall& c) {
+    return [&, c] { onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
+  };
+  const std::vector<double> t = times_in_turns({run(blocked), run(plain)});
+  return t[0] <= t[1];
 }
 
 }  // namespace
@@ -327,42 +470,11 @@ bool depthwise_join_pays(const onednn::LayoutCall& call, const onednn::LayoutCal
                            s.sw,    s.ph,    s.pw,        s.dh,         s.dw,     s.groups,  c->src_block, c->dst_block,
                            c->bias, c->relu, c->residual, c->hardswish, c->swish, c->cap > 0});
   }
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(mu);  // (held while timing: two timings at once would skew both)
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
-  // The two layers as the graph would run them apart, each by the
-  // algorithm it would take alone, and joined.
-  const onednn::LayoutCall& first = expand ? *expand : call;
-  const onednn::LayoutCall& second = project ? *project : call;
-  const onednn::ConvShape &in = first.shape, &out = second.shape;
-  Tensor x = zeros({in.n * in.c * in.h * in.w}), between = zeros({in.n * in.o * in.oh * in.ow});
-  Tensor y = zeros({out.n * out.o * out.oh * out.ow}), bias = zeros({std::max({in.o, out.o, call.shape.c})});
-  auto bias_of = [&](const onednn::LayoutCall& c) { return c.bias ? bias.data<float>() : nullptr; };
-  Tensor first_weights, second_weights, taps = zeros({blocked_depthwise_weights_size(call)});
-  const std::function<void()> apart[] = {conv_run(first, fastest_conv_algorithm(first), x.data<float>(), bias_of(first),
-                                                  between.data<float>(), first_weights),
-                                         conv_run(second, fastest_conv_algorithm(second), between.data<float>(),
-                                                  bias_of(second), y.data<float>(), second_weights)};
-  Tensor panels = zeros({patch_gemm_weights_size((expand ? expand : project)->shape)});
-  DepthwiseChain chain{call, taps.data<float>(), bias_of(call)};
-  if (expand) chain.expand = expand, chain.expand_panels = panels.data<float>(), chain.expand_bias = bias_of(*expand);
-  if (project)
-    chain.project = project, chain.project_panels = panels.data<float>(), chain.project_bias = bias_of(*project);
-  // Each with its input just written and its output read after, as in a
-  // network (timed_candidates).
-  auto then_read = [&](const std::function<void()>& run) {
-    return std::function<void()>([&, run] {
-      run();
-      by_rows_of(second, y.data<float>(), false, false);
-    });
-  };
-  const std::vector<double> t =
-      times_in_turns({then_read([&] { depthwise_chain_conv(chain, x.data<float>(), y.data<float>()); }), then_read([&] {
-                        apart[0]();
-                        apart[1]();
-                      })},
-                     [&] { by_rows_of(first, x.data<float>(), true, true); });
-  return decided[key] = t[0] <= t[1] * 1.03;
+  return decided[key] =
+             cached_decision("depthwise_join", key, [&] { return time_depthwise_join(call, expand, project); });
 }
 
 ConvAlgorithm fastest_conv_algorithm(const onednn::LayoutCall& call, bool pooled, const ConvNeighbours& neighbours) {
@@ -409,16 +521,7 @@ bool blocked_beats_plain(const onednn::LayoutCall& call) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = decided.find(key);
   if (it != decided.end()) return it->second;
-  onednn::LayoutCall blocked = call;
-  blocked.prepared_weights = false;
-  Tensor x = zeros({s.n * s.c * s.h * s.w}), w = zeros({s.o * (s.c / s.groups) * s.kh * s.kw}), b = zeros({s.o});
-  Tensor y = zeros({s.n * s.o * s.oh * s.ow});
-  const float* bias = call.bias ? b.data<float>() : nullptr;
-  auto run = [&](const onednn::LayoutCall& c) {
-    return [&, c] { onednn::conv_forward_layout(c, x.data<float>(), w.data<float>(), bias, y.data<float>()); };
-  };
-  const std::vector<double> t = times_in_turns({run(blocked), run(plain)});
-  return decided[key] = t[0] <= t[1];
+  return decided[key] = cached_decision("blocked_beats_plain", key, [&] { return time_blocked_against_plain(call); });
 }
 
 }  // namespace kiln::cpu
