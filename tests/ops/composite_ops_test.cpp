@@ -465,3 +465,33 @@ TEST(Where, EveryBroadcastPatternMatchesAPlainLoop) {
   check(rows_cond.transpose(1, 2), a.transpose(1, 2), b.transpose(1, 2),
         where(rows_cond.transpose(1, 2), a.transpose(1, 2), b.transpose(1, 2)));
 }
+
+// gather reads its index through its strides (an expanded row of
+// positions, as a key/value cache update makes), int64 or int32, negative
+// positions from the end; a position out of range is refused by value.
+TEST(Gather, ExpandedInt32AndNegativeIndicesMatchAPlainLoop) {
+  manual_seed(5);
+  const Tensor x = randn({2, 3, 6, 4});
+  const Tensor rows = from_vector<int64_t>({5, 0, -1, 2, 3, -6}, {1, 1, 6, 1});
+  for (const Tensor& index : {rows.expand({2, 3, 6, 4}), rows.to(DType::Int32).expand({2, 3, 6, 4}),
+                              rows.expand({2, 3, 6, 4}).contiguous()}) {
+    const auto got = gather(x, 2, index).to_vector<float>();
+    const auto want = x.contiguous().to_vector<float>();
+    const std::vector<int64_t> at = {5, 0, 5, 2, 3, 0};
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t r = 0; r < 6; ++r)
+          for (int64_t c = 0; c < 4; ++c)
+            ASSERT_EQ(got[((b * 3 + h) * 6 + r) * 4 + c], want[((b * 3 + h) * 6 + at[r]) * 4 + c]) << b << h << r << c;
+  }
+  // Along the last axis, and one position past the end.
+  const Tensor last = from_vector<int64_t>({3, 0, 1}, {1, 1, 1, 3}).expand({2, 3, 6, 3});
+  EXPECT_EQ(gather(x, 3, last).select(3, 0).contiguous().to_vector<float>(),
+            x.select(3, 3).contiguous().to_vector<float>());
+  try {
+    gather(x, 2, from_vector<int64_t>({6}, {1, 1, 1, 1}).expand({2, 3, 1, 4}));
+    FAIL() << "position 6 of 6 was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 6 is out of range for size 6"), std::string::npos) << e.what();
+  }
+}

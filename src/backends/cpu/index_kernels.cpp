@@ -44,31 +44,75 @@ void embedding_backward_kernel(const Ins& in, Outs& out, const Attrs& attrs) {
   }
 }
 
-// Walks every element of `index` (shape s): calls fn(position in index, position in x with the axis replaced).
+// Walks every element of `index` (shape s), in order: calls fn(position in
+// index, position in x with the axis replaced). The indices are checked and
+// made non-negative first; the position is stepped a row at a time, not
+// worked out per element (a [1, 2, 64, 64] gather took 146 us that way).
 template <typename F>
-void for_index(const Shape& s, const Strides& x_strides, int64_t ax, const std::vector<int64_t>& idx, int64_t axis_size,
+void for_index(const Shape& s, const Strides& x_strides, int64_t ax, std::vector<int64_t>& idx, int64_t axis_size,
                F fn) {
-  int64_t n = numel_of(s);
-  for (int64_t lin = 0; lin < n; ++lin) {
-    int64_t rem = lin, off = 0;
-    for (int64_t d = static_cast<int64_t>(s.size()) - 1; d >= 0; --d) {
-      int64_t i = rem % s[d];
-      rem /= s[d];
-      if (d != ax) off += i * x_strides[d];
+  const int64_t n = numel_of(s);
+  if (n == 0) return;
+  for (int64_t& i : idx) i = checked(i, axis_size, "index");
+  const int64_t rank = static_cast<int64_t>(s.size());
+  if (rank == 0) return fn(0, idx[0] * x_strides[ax]);
+  const int64_t last = rank - 1, cols = s[last], col_step = last == ax ? 0 : x_strides[last], along = x_strides[ax];
+  std::vector<int64_t> at(static_cast<size_t>(rank), 0);
+  int64_t base = 0;  // the row's first position, the axis left out
+  for (int64_t row = 0; row < n; row += cols) {
+    for (int64_t j = 0; j < cols; ++j) fn(row + j, base + j * col_step + idx[row + j] * along);
+    for (int64_t d = last - 1; d >= 0; --d) {  // the next row
+      if (d != ax) base += x_strides[d];
+      if (++at[d] < s[d]) break;
+      if (d != ax) base -= x_strides[d] * s[d];
+      at[d] = 0;
     }
-    off += checked(idx[lin], axis_size, "index") * x_strides[ax];
-    fn(lin, off);
+  }
+}
+
+// y[i] = x at i with its axis coordinate replaced by index[i] (int64 or
+// int32). The index is read through its strides (an expanded row of
+// positions is not copied out), a row at a time.
+template <typename T, typename I>
+void gather_rows(const Tensor& x, int64_t ax, const Tensor& index, T* py) {
+  const Shape& s = index.shape();
+  const int64_t n = numel_of(s), axis_size = x.shape()[ax];
+  if (n == 0) return;
+  const T* px = x.data<T>();
+  const I* pi = index.data<I>();
+  const Strides& xs = x.strides();
+  const Strides& is = index.strides();
+  auto position = [&](int64_t p) {  // checked, negative counted from the end
+    return static_cast<uint64_t>(p) < static_cast<uint64_t>(axis_size) ? p : checked(p, axis_size, "index");
+  };
+  const int64_t rank = static_cast<int64_t>(s.size());
+  if (rank == 0) {
+    py[0] = px[position(pi[0]) * xs[ax]];
+    return;
+  }
+  const int64_t last = rank - 1, cols = s[last], col_step = last == ax ? 0 : xs[last], along = xs[ax];
+  std::vector<int64_t> at(static_cast<size_t>(rank), 0);
+  int64_t base = 0, index_base = 0;  // the row's first positions in x (the axis left out) and in index
+  for (int64_t row = 0; row < n; row += cols) {
+    for (int64_t j = 0; j < cols; ++j)
+      py[row + j] = px[base + j * col_step + position(pi[index_base + j * is[last]]) * along];
+    for (int64_t d = last - 1; d >= 0; --d) {  // the next row
+      if (d != ax) base += xs[d];
+      index_base += is[d];
+      if (++at[d] < s[d]) break;
+      if (d != ax) base -= xs[d] * s[d];
+      index_base -= is[d] * s[d];
+      at[d] = 0;
+    }
   }
 }
 
 template <typename T>
 void gather_kernel(const Ins& in, Outs& out, const Attrs& a) {
-  Tensor x = contiguous(in[0]);
-  int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
-  auto idx = indices_of(in[1]);
-  const T* px = x.data<T>();
-  T* py = out[0].data<T>();
-  for_index(in[1].shape(), x.strides(), ax, idx, x.shape()[ax], [&](int64_t i, int64_t off) { py[i] = px[off]; });
+  const Tensor x = contiguous(in[0]);
+  const int64_t ax = normalize_axis(a.get_int("axis"), x.dim());
+  if (in[1].dtype() == DType::Int32) return gather_rows<T, int32_t>(x, ax, in[1], out[0].data<T>());
+  gather_rows<T, int64_t>(x, ax, in[1], out[0].data<T>());
 }
 
 template <typename T>
@@ -100,7 +144,7 @@ void scatter_into(const Ins& in, Outs& out, const Attrs& a, Combine combine) {
   strided_copy(in[0], y);
   const Tensor src = contiguous(in[2]);
   const int64_t ax = normalize_axis(a.get_int("axis"), y.dim());
-  const auto idx = indices_of(in[1]);
+  auto idx = indices_of(in[1]);
   const T* ps = src.data<T>();
   T* py = y.data<T>();
   const Strides ss = src.strides();
