@@ -125,12 +125,10 @@ Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_c
   }
   const int64_t head = t.shape()[3], dim = rotary_dim > 0 ? rotary_dim : head;
   if (dim > head || dim % 2) n.fail("the rotary dimension ", dim, " must be even and at most the head size ", head);
-  if (positions.defined()) {
-    const Tensor flat = cast(positions, DType::Int64).reshape({-1});
-    Shape looked_up = positions.shape();
-    looked_up.push_back(dim / 2);
-    cos_cache = index_select(cos_cache, 0, flat).reshape(looked_up);
-    sin_cache = index_select(sin_cache, 0, flat).reshape(looked_up);
+  if (positions.defined()) {  // rows of the tables by [B, S] ids, not flattened: [B * S] is not affine in B and S
+    const Tensor ids = cast(positions, DType::Int64);
+    cos_cache = embedding(cos_cache, ids);
+    sin_cache = embedding(sin_cache, ids);
   }
   if (cos_cache.shape().back() != dim / 2) n.fail("the caches hold ", cos_cache.shape().back(), " angles per position; ", dim / 2, " expected");
   const Tensor cosine = cos_cache.unsqueeze(2), sine = sin_cache.unsqueeze(2);  // [B, S, 1, dim / 2]
@@ -294,8 +292,8 @@ std::vector<Tensor> group_query_attention(const OnnxNode& n, const std::vector<T
     Tensor written = fresh;  // one new token: its row, broadcast
     if (length > 1) {        // row r takes new row r - start: whole rows for one sequence, elements for several
       const Tensor from = minimum(clamp(row - start, 0.0, {}), position(length - 1));
-      written = batch == 1 ? index_select(fresh, 2, from.reshape({cache}))
-                           : gather(fresh, 2, from.expand({batch, kv_heads, cache, head}));
+      // (one form for every batch: a graph that branched on batch 1 would not generalize over it)
+      written = gather(fresh, 2, from.expand({batch, kv_heads, cache, head}));
     }
     return where(lt(row, start), kept,
                  where(lt(row, lengths.reshape({batch, 1, 1, 1})), written, zeros({}, fresh.dtype())));

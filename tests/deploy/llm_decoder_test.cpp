@@ -4,8 +4,8 @@
 // decoding, a step each): decoded greedily through an InferenceSession, each
 // step's present cache fed back as the next one's past, it gives ONNX
 // Runtime's tokens and logits; one graph serves every decoded step's cache
-// length and one every prompt length (later sizes instantiate them, with no
-// tracing); and `kiln generate` prints the same tokens.
+// length and one every prompt length and batch (later sizes instantiate
+// them, with no tracing); and `kiln generate` prints the same tokens.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -93,6 +93,26 @@ TEST(LlmDecoder, GreedyDecodingGivesOnnxRuntimesTokensWithOneGraphPerPhase) {
   Tensor ignored;
   EXPECT_EQ(decode(session, longer, 4, &ignored), decode(fresh, longer, 4, &ignored));
   EXPECT_EQ(session.compiles(), 2);
+
+  // Two prompts at once instantiate it too (its batch of 1 generalized),
+  // each row giving that prompt's logits alone.
+  const std::vector<int64_t> other = {7, 3, 3, 90, 12, 5, 61, 4, 28};
+  const auto& inputs = session.inputs();
+  auto first_step = [&](const std::vector<int64_t>& ids, int64_t rows) {
+    std::vector<Tensor> feed(inputs.size());
+    const int64_t length = static_cast<int64_t>(ids.size()) / rows;
+    feed[0] = from_vector(ids, {rows, length});
+    feed[1] = ones({rows, length}, DType::Int64);
+    for (size_t i = 2; i < inputs.size(); ++i)
+      feed[i] = zeros({rows, inputs[i].shape[1], 0, inputs[i].shape[3]}, inputs[i].dtype);
+    return session.run(feed)[0];
+  };
+  std::vector<int64_t> both = longer;
+  both.insert(both.end(), other.begin(), other.end());
+  const Tensor pair = first_step(both, 2);
+  EXPECT_EQ(session.compiles(), 2);
+  EXPECT_LT(amax(abs(pair.select(0, 0) - first_step(longer, 1).select(0, 0))).item<double>(), 1e-5);
+  EXPECT_LT(amax(abs(pair.select(0, 1) - first_step(other, 1).select(0, 0))).item<double>(), 1e-5);
 }
 
 // The decoder in float16 (its weights, caches and logits; ONNX Runtime's
