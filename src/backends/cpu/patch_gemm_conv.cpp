@@ -83,8 +83,13 @@ template <int kStride>
 void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const float* packed, const float* bias,
                            float* y) {
   const onednn::ConvShape& s = call.shape;
-  const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = s.o / kCols;
+  const int64_t length = patch_length(s), pixels = s.oh * s.ow, panels = (s.o + kCols - 1) / kCols;
   const int64_t chunks = (pixels + kPlainChunk - 1) / kPlainChunk;
+  // Channels that end in half a panel (40 = 2.5 x 16, 8-channel blocks):
+  // that panel's tiles store their first 8 columns, with as much bias.
+  const bool half_last = s.o % kCols != 0;
+  alignas(64) float half_bias[kCols] = {};
+  if (half_last && bias) std::copy_n(bias + (panels - 1) * kCols, s.o % kCols, half_bias);
   const int64_t plane = s.h * s.w, span_y = (s.kh - 1) * s.dh, span_x = (s.kw - 1) * s.dw;
   std::vector<int64_t> offsets;
   for (int64_t c = 0; c < s.c; ++c)
@@ -109,13 +114,29 @@ void plain_patch_gemm_conv(const onednn::LayoutCall& call, const float* x, const
           const float* corner = direct ? image + iy0 * s.w + ix0 : nullptr;
           const auto a_at = [corner, off, stride](int r, int64_t k) { return corner[off[k] + r * stride]; };
           const auto epilogue = [&](int64_t j) {
-            return gemm::Epilogue{bias ? bias + j * kCols : nullptr, call.residual, true, call.relu, call.hardswish,
-                                  call.cap, call.swish};
+            const bool half = half_last && j + 1 == panels;
+            return gemm::Epilogue{bias ? (half ? half_bias : bias + j * kCols) : nullptr,
+                                  call.residual,
+                                  true,
+                                  call.relu,
+                                  call.hardswish,
+                                  call.cap,
+                                  call.swish};
           };
-          const auto output = [&](int64_t j) { return panel_output(out, call.dst_block, pixels, j, p); };
+          const auto output = [&](int64_t j) {
+            const gemm::Output o = panel_output(out, call.dst_block, pixels, j, p);
+            return half_last && j + 1 == panels ? gemm::Output{o.c, o.row_stride, 0} : o;
+          };
           for (int64_t j = 0; j < panels; j += 2) {
             const float* b = packed + j * length * kCols;
-            if (j + 1 == panels) {
+            if (j + 2 == panels && half_last) {  // the half panel alone, its whole neighbour alone
+              for (int64_t k = j; k < panels; ++k, b += length * kCols) {
+                if (direct)
+                  gemm::tile_of<kRows>(a_at, b, length, output(k), epilogue(k));
+                else
+                  gemm::tile_rows(n, patches, length, b, length, output(k), epilogue(k));
+              }
+            } else if (j + 1 == panels) {
               if (direct)
                 gemm::tile_of<kRows>(a_at, b, length, output(j), epilogue(j));
               else
@@ -351,8 +372,9 @@ bool patch_gemm_applies(const onednn::LayoutCall& call) {
     return false;
   const bool blocks = (src_block == 8 || src_block == 16) && (dst_block == 8 || dst_block == 16);
   if (blocks && pointwise(s)) return s.c % src_block == 0 && s.o % dst_block == 0;
-  if (src_block == 0)
-    return s.o % kCols == 0 && (dst_block == 8 || dst_block == 16) && s.c <= 4 && patch_length(s) <= 256;
+  if (src_block == 0)  // (o a multiple of 8 only where the blocks are 8)
+    return (s.o % kCols == 0 || (dst_block == 8 && s.o % 8 == 0)) && (dst_block == 8 || dst_block == 16) && s.c <= 4 &&
+           patch_length(s) <= 256;
   if (!blocks || s.c % src_block != 0 || s.o % dst_block != 0) return false;
   return gathered(call) || implicit_fits(call);
 }
