@@ -155,12 +155,13 @@ int64_t unit_position(int64_t k) {
 
 // The 64 codes of unit u of a row of 4-bit codes, as bytes in unit order;
 // the last unit may hold one run only (an odd count of 32-code blocks).
+// (The 32 bytes loaded into both halves, the upper half's words shifted:
+// two vector operations, where splitting then joining the halves took four.)
 [[gnu::always_inline]] inline __m512i unit_codes(const uint8_t* row, int64_t u, bool half) {
   const __m256i packed = half ? _mm256_maskz_loadu_epi8(0xFFFF, row + u * 32)
                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + u * 32));
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m256i lo = _mm256_and_si256(packed, low), hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  const __m512i both = _mm512_broadcast_i64x4(packed);
+  return _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF0000u, both, 4), _mm512_set1_epi8(0x0F));
 }
 
 // A unit's scales lane by lane: lanes of its second run (4-7, 12-15) take
