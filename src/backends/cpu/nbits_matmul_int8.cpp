@@ -161,7 +161,16 @@ int64_t unit_position(int64_t k) {
   const __m256i packed = half ? _mm256_maskz_loadu_epi8(0xFFFF, row + u * 32)
                               : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + u * 32));
   const __m512i both = _mm512_broadcast_i64x4(packed);
+#if defined(__GFNI__)
+  // One affine map over GF(2) per byte: the lower half keeps each byte's low
+  // nibble, the upper half moves its high nibble down.
+  const __m512i nibbles =
+      _mm512_set_epi64(0x1020408000000000ll, 0x1020408000000000ll, 0x1020408000000000ll, 0x1020408000000000ll,
+                       0x0102040800000000ll, 0x0102040800000000ll, 0x0102040800000000ll, 0x0102040800000000ll);
+  return _mm512_gf2p8affine_epi64_epi8(both, nibbles, 0);
+#else
   return _mm512_and_si512(_mm512_mask_srli_epi16(both, 0xFFFF0000u, both, 4), _mm512_set1_epi8(0x0F));
+#endif
 }
 
 // A unit's scales lane by lane: lanes of its second run (4-7, 12-15) take
