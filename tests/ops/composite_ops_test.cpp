@@ -484,6 +484,10 @@ TEST(Gather, ExpandedInt32AndNegativeIndicesMatchAPlainLoop) {
           for (int64_t c = 0; c < 4; ++c)
             ASSERT_EQ(got[((b * 3 + h) * 6 + r) * 4 + c], want[((b * 3 + h) * 6 + at[r]) * 4 + c]) << b << h << r << c;
   }
+  // scatter_add walks its index the same way: int32 and an expanded index give int64's sums.
+  const Tensor spread = rows.expand({2, 3, 6, 4});
+  EXPECT_EQ(scatter_add(zeros({2, 3, 6, 4}), 2, spread.to(DType::Int32), x).to_vector<float>(),
+            scatter_add(zeros({2, 3, 6, 4}), 2, spread.contiguous(), x).to_vector<float>());
   // Along the last axis, and one position past the end.
   const Tensor last = from_vector<int64_t>({3, 0, 1}, {1, 1, 1, 3}).expand({2, 3, 6, 3});
   EXPECT_EQ(gather(x, 3, last).select(3, 0).contiguous().to_vector<float>(),
