@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/blocked_depthwise.h"
@@ -93,35 +94,33 @@ void by_rows_of(const onednn::LayoutCall& call, float* data, bool input, bool wr
   by_rows(data, s.n, s.o / block, s.oh, s.ow * block, write);
 }
 
+// Each algorithm's name, as KILN_CONV_ALGORITHM and the tuning cache write it.
+constexpr std::pair<ConvAlgorithm, const char*> kAlgorithmNames[] = {{ConvAlgorithm::Direct, "direct"},
+                                                                     {ConvAlgorithm::Winograd2x2, "winograd2x2"},
+                                                                     {ConvAlgorithm::Winograd4x4, "winograd4x4"},
+                                                                     {ConvAlgorithm::PatchGemm, "patch_gemm"},
+                                                                     {ConvAlgorithm::Depthwise, "depthwise"}};
+
+const char* algorithm_name(ConvAlgorithm a) {
+  for (const auto& [algorithm, name] : kAlgorithmNames)
+    if (algorithm == a) return name;
+  return "?";
+}
+
+std::optional<ConvAlgorithm> algorithm_named(const std::string& text) {
+  for (const auto& [algorithm, name] : kAlgorithmNames)
+    if (text == name) return algorithm;
+  return std::nullopt;
+}
+
 // KILN_CONV_ALGORITHM: the algorithm asked for, or none (timing decides).
 std::optional<ConvAlgorithm> pinned_algorithm() {
   const char* env = std::getenv("KILN_CONV_ALGORITHM");
   if (!env || !*env) return std::nullopt;
-  const std::string v = env;
-  if (v == "direct") return ConvAlgorithm::Direct;
-  if (v == "winograd2x2") return ConvAlgorithm::Winograd2x2;
-  if (v == "winograd4x4") return ConvAlgorithm::Winograd4x4;
-  if (v == "patch_gemm") return ConvAlgorithm::PatchGemm;
-  if (v == "depthwise") return ConvAlgorithm::Depthwise;
-  KILN_FAIL("KILN_CONV_ALGORITHM=", v,
+  if (const std::optional<ConvAlgorithm> a = algorithm_named(env)) return a;
+  KILN_FAIL("KILN_CONV_ALGORITHM=", env,
             " is not an algorithm: set direct, winograd2x2, winograd4x4, patch_gemm or depthwise, or unset it to time "
             "them");
-}
-
-const char* algorithm_name(ConvAlgorithm a) {
-  switch (a) {
-    case ConvAlgorithm::Direct:
-      return "direct";
-    case ConvAlgorithm::Winograd2x2:
-      return "winograd2x2";
-    case ConvAlgorithm::Winograd4x4:
-      return "winograd4x4";
-    case ConvAlgorithm::PatchGemm:
-      return "patch_gemm";
-    case ConvAlgorithm::Depthwise:
-      return "depthwise";
-  }
-  return "?";
 }
 
 // A decision's key in the machine's tuning cache (core/tuning_cache.h): the
@@ -154,11 +153,7 @@ std::optional<std::map<ConvAlgorithm, double>> scores_of(const std::string& text
   while (std::getline(items, item, ',')) {
     const size_t colon = item.find(':');
     if (colon == std::string::npos) return std::nullopt;
-    const std::string name = item.substr(0, colon);
-    std::optional<ConvAlgorithm> algorithm;
-    for (ConvAlgorithm a : {ConvAlgorithm::Direct, ConvAlgorithm::Winograd2x2, ConvAlgorithm::Winograd4x4,
-                            ConvAlgorithm::PatchGemm, ConvAlgorithm::Depthwise})
-      if (name == algorithm_name(a)) algorithm = a;
+    const std::optional<ConvAlgorithm> algorithm = algorithm_named(item.substr(0, colon));
     char* end = nullptr;
     const double score = std::strtod(item.c_str() + colon + 1, &end);
     if (!algorithm || end == item.c_str() + colon + 1 || *end != '\0' || !(score > 0)) return std::nullopt;
