@@ -11,6 +11,8 @@ const std::vector<Pass>& generic_passes() {
       {"common subexpressions", plain<eliminate_common_subexpressions>},
       {"constant folding", plain<fold_constants>},
       {"algebraic simplification", plain<simplify_algebra>},
+      // Folding makes constants equal and ops the same (a table's rows taken as a slice).
+      {"common subexpressions, after folding", plain<eliminate_common_subexpressions>},
       {"GELU recognition", plain<recognize_gelu>, Pass::Inference},
       {"batch norm folding", plain<fold_batch_norm>, Pass::Inference},
       {"views folded", plain<fold_views>, Pass::Inference},

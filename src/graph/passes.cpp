@@ -29,6 +29,28 @@ int64_t consecutive_from(const Tensor& t) {
   return v[0];
 }
 
+// For each value, the first small constant of the same dtype, shape and
+// bytes (itself if none): exports write a constant per use (each layer's
+// own 1 or -1), and the ops reading equal ones are the same op.
+std::vector<int> first_equal_constant(const Graph& g, const std::vector<bool>& mutated) {
+  constexpr size_t kSmall = 4096;  // bytes; weights are compared by identity alone
+  std::vector<int> first(g.values.size());
+  std::map<std::string, int> by_bytes;
+  for (size_t id = 0; id < g.values.size(); ++id) {
+    first[id] = static_cast<int>(id);
+    const Value& v = g.values[id];
+    if (v.kind != ValueKind::Constant || mutated[id] || !v.tensor.defined() || !v.tensor.is_contiguous() ||
+        v.tensor.device().type != DeviceType::CPU)
+      continue;
+    const size_t bytes = static_cast<size_t>(v.tensor.numel()) * v.tensor.element_size();
+    if (bytes > kSmall) continue;
+    std::string key = v.tensor.meta_str();
+    key.append(static_cast<const char*>(v.tensor.raw_data()), bytes);
+    first[id] = by_bytes.emplace(std::move(key), static_cast<int>(id)).first->second;
+  }
+  return first;
+}
+
 }  // namespace
 
 std::string eliminate_dead_code(Graph& g) {
@@ -54,6 +76,7 @@ std::string eliminate_dead_code(Graph& g) {
 
 std::string eliminate_common_subexpressions(Graph& g) {
   auto mutated = g.mutated_values();
+  const std::vector<int> canonical = first_equal_constant(g, mutated);
   std::map<std::string, int> seen;  // op, attributes and inputs -> node
   size_t merged = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -62,7 +85,7 @@ std::string eliminate_common_subexpressions(Graph& g) {
     bool reads_mutated = false;
     std::string key = n.op->name + "|" + n.attrs.str() + "|";
     for (int id : n.inputs) {
-      key += std::to_string(id) + ",";
+      key += std::to_string(id >= 0 ? canonical[id] : id) + ",";
       reads_mutated = reads_mutated || (id >= 0 && mutated[id]);
     }
     if (reads_mutated) continue;

@@ -163,6 +163,31 @@ TEST(Compile, PassesSimplifyAndTheArenaReusesMemory) {
   EXPECT_LT(r.arena_bytes, r.unshared_bytes);
 }
 
+// Exports write a constant per use (each layer its own position offset):
+// the ops reading equal constants are one op, also those that only folding
+// made the same; constants that differ in a value or their dtype stay apart.
+TEST(Compile, OpsOnEqualConstantsAreMerged) {
+  auto program = [](const std::vector<Tensor>& in) {
+    std::vector<Tensor> out;
+    for (int layer = 0; layer < 3; ++layer) {
+      const Tensor offset = from_vector<float>({1.0f, 2.0f}, {2});        // a fresh tensor each time
+      const Tensor folded = from_vector<float>({0.5f, 1.0f}, {2}) * 2.0;  // equal once folded
+      out.push_back(exp(in[0] + offset) * exp(in[0] + folded));
+    }
+    out.push_back(exp(in[0] + from_vector<float>({1.0f, 3.0f}, {2})));
+    out.push_back(exp(in[0] + from_vector<double>({1.0, 2.0}, {2}).to(DType::Float32) * 1.0));
+    return out;
+  };
+  const Tensor x = randn({4, 2});
+  auto fn = jit::compile(program, {x});
+  const std::string graph = fn.graph_text();
+  // One exp(x + [1, 2]) for the three layers and the last output, one for [1, 3].
+  EXPECT_EQ(kiln::testing::count(graph, "exp"), 2u) << graph;
+  const std::vector<Tensor> got = fn({x}), want = program({x});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], want[i]);
+}
+
 // Taking a run of consecutive indices along an axis (how PyTorch exports
 // `qkv[0]`: a Gather by one index) is a slice, a view with no copy; other
 // indices stay an index_select.
