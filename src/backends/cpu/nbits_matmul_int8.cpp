@@ -146,12 +146,9 @@ void plain(const Shape& s, const RoundedA& a, const Weights& w, float* y) {
 constexpr int kOutputs = 4;  // outputs (rows of b) a tile takes
 constexpr int kUnit = 64;    // codes a vpdpbusd takes
 
-// The order of a unit's 64 codes as the split gives them: the low nibbles
-// of its two 16-byte runs (even k of each), then their high nibbles (odd k).
-int64_t unit_position(int64_t k) {
-  const int64_t within = k % kUnit, run = within / 32, pair = within % 32;
-  return k - within + (pair % 2) * 32 + run * 16 + pair / 2;
-}
+// A unit's 64 codes come in the order the split gives them: the low
+// nibbles of its two 16-byte runs (even k of each), then their high nibbles
+// (odd k); a's values are laid out in that order (units_of).
 
 // The 64 codes of unit u of a row of 4-bit codes, as bytes in unit order;
 // the last unit may hold one run only (an odd count of 32-code blocks).
@@ -179,26 +176,23 @@ int64_t unit_position(int64_t k) {
   return _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(first), _mm512_set1_ps(second));
 }
 
-struct Units {
-  std::vector<int8_t> values;  // [m, units * 64], unit order
-  std::vector<float> scales;   // [m, units, 16]: a's scale per lane
-};
-
-Units units_of(const Shape& s, const RoundedA& a) {
-  const int64_t units = (s.padded_k() + kUnit - 1) / kUnit, width = s.padded_k();
-  Units r;
-  r.values.assign(static_cast<size_t>(s.m * units * kUnit), 0);
-  r.scales.assign(static_cast<size_t>(s.m * units * 16), 0.0f);
-  for (int64_t row = 0; row < s.m; ++row) {
-    for (int64_t k = 0; k < width; ++k)
-      r.values[static_cast<size_t>(row * units * kUnit + unit_position(k))] = a.values[row * width + k];
-    for (int64_t u = 0; u < units; ++u)
-      for (int lane = 0; lane < 16; ++lane) {
-        const int64_t k = u * kUnit + ((lane / 4) % 2) * 32;
-        r.scales[static_cast<size_t>((row * units + u) * 16 + lane)] =
-            k < width ? a.scales[row * s.blocks + k / s.block] : 0.0f;
-      }
-  }
+// a's int8 values of each row in unit order, zeros past K:
+// in each 16-byte lane its even bytes then its odd ones (one byte shuffle),
+// then the lanes' halves regrouped (one permutation of 8-byte words).
+std::vector<int8_t> units_of(const Shape& s, const RoundedA& a, int64_t units) {
+  const int64_t width = s.padded_k();
+  std::vector<int8_t> r(static_cast<size_t>(s.m * units * kUnit));
+  const __m512i evens_then_odds =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m512i regroup = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  for (int64_t row = 0; row < s.m; ++row)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t count = std::min<int64_t>(kUnit, width - u * kUnit);
+      const __mmask64 mask = count == kUnit ? ~__mmask64{0} : (__mmask64{1} << count) - 1;
+      const __m512i x = _mm512_maskz_loadu_epi8(mask, a.values.data() + row * width + u * kUnit);
+      _mm512_storeu_si512(r.data() + (row * units + u) * kUnit,
+                          _mm512_permutexvar_epi64(regroup, _mm512_shuffle_epi8(x, evens_then_odds)));
+    }
   return r;
 }
 
@@ -307,8 +301,8 @@ template <bool Half>
 
 // One row of a (a decoded token) by outputs [n0, n0 + kOutputs), the codes
 // unpacked as they are used: what a row waits on is b's bytes.
-void one_row(const Shape& s, const Units& a, const RoundedA& rounded_a, const Weights& w, int64_t units, int64_t row,
-             int64_t n0, float* y) {
+void one_row(const Shape& s, const std::vector<int8_t>& a, const RoundedA& rounded_a, const Weights& w, int64_t units,
+             int64_t row, int64_t n0, float* y) {
   const int64_t row_bytes = s.blocks * s.blob, outputs = std::min<int64_t>(kOutputs, s.n - n0);
   const int shift = __builtin_ctzll(static_cast<uint64_t>(s.block));
   const uint8_t* rows[kOutputs];
@@ -320,15 +314,19 @@ void one_row(const Shape& s, const Units& a, const RoundedA& rounded_a, const We
   }
   __m512 total[kOutputs];
   for (int i = 0; i < kOutputs; ++i) total[i] = _mm512_setzero_ps();
-  const int8_t* x = a.values.data() + row * units * kUnit;
-  const float* x_scales = a.scales.data() + row * units * 16;
+  const int8_t* x = a.data() + row * units * kUnit;
+  const float* x_scales = rounded_a.scales.data() + row * s.blocks;
   const int64_t whole = s.padded_k() / kUnit;
-  for (int64_t u = 0; u < whole; ++u)
-    one_unit<false>(rows, scales, u, (u * kUnit) >> shift, (u * kUnit + 32) >> shift, _mm512_loadu_si512(x + u * kUnit),
-                    _mm512_loadu_ps(x_scales + u * 16), total);
-  if (whole < units)  // the last unit's one run
-    one_unit<true>(rows, scales, whole, (whole * kUnit) >> shift, (whole * kUnit) >> shift,
-                   _mm512_loadu_si512(x + whole * kUnit), _mm512_loadu_ps(x_scales + whole * 16), total);
+  for (int64_t u = 0; u < whole; ++u) {
+    const int64_t first = (u * kUnit) >> shift, second = (u * kUnit + 32) >> shift;
+    one_unit<false>(rows, scales, u, first, second, _mm512_loadu_si512(x + u * kUnit),
+                    unit_scales(x_scales[first], x_scales[second]), total);
+  }
+  if (whole < units) {  // the last unit's one run
+    const int64_t first = (whole * kUnit) >> shift;
+    one_unit<true>(rows, scales, whole, first, first, _mm512_loadu_si512(x + whole * kUnit),
+                   _mm512_set1_ps(x_scales[first]), total);
+  }
   // The zero points' part (offsets' sum) joins each total before its one
   // horizontal sum: called per output, offsets took a third of this kernel's time.
   const float fixed = static_cast<float>(1 << (s.bits - 1));
@@ -352,8 +350,8 @@ void one_row(const Shape& s, const Units& a, const RoundedA& rounded_a, const We
 // every tile of up to 12 rows reads.
 void vnni(const Shape& s, const RoundedA& rounded_a, const Weights& w, float* y) {
   if (s.m <= 2) {
-    const Units a = units_of(s, rounded_a);
     const int64_t units = (s.padded_k() + kUnit - 1) / kUnit;
+    const std::vector<int8_t> a = units_of(s, rounded_a, units);
     parallel_for((s.n + kOutputs - 1) / kOutputs, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t group = lo; group < hi; ++group)
         for (int64_t r = 0; r < s.m; ++r) one_row(s, a, rounded_a, w, units, r, group * kOutputs, y);
