@@ -93,6 +93,15 @@ std::vector<int> Graph::use_counts() const {
   return uses;
 }
 
+std::vector<std::vector<int>> Graph::readers() const {
+  std::vector<std::vector<int>> out(values.size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!nodes[i].removed)
+      for (int v : nodes[i].inputs)
+        if (v >= 0) out[v].push_back(static_cast<int>(i));
+  return out;
+}
+
 int Graph::sole_reader(int id, const std::vector<int>& uses) const {
   if (uses[id] != 1) return -1;
   for (size_t i = 0; i < nodes.size(); ++i) {

@@ -92,6 +92,8 @@ struct Graph {
   std::vector<bool> mutated_values() const;
   // Use counts per value over live nodes and the graph outputs.
   std::vector<int> use_counts() const;
+  // The live nodes reading each value, in order (graph outputs not counted).
+  std::vector<std::vector<int>> readers() const;
   // The live node that reads value `id` when it is its one use (uses: use_counts()), else -1.
   int sole_reader(int id, const std::vector<int>& uses) const;
   // Drops removed nodes, puts `prologue` first and after[i] right after node

@@ -62,6 +62,12 @@ struct OnnxBuilder {
     a->set_type(::onnx::AttributeProto::INT);
     a->set_i(value);
   }
+  static void real(::onnx::NodeProto* n, const std::string& name, float value) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+  }
   std::string save(const std::string& file) {
     // A folder per file, as making a scratch folder empties it.
     std::string path = (scratch_dir("model_" + file) / file).string();

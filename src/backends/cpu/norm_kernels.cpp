@@ -374,6 +374,21 @@ void layer_norm_row(const float* x, float* y, int64_t m, double eps, const float
   layer_norm_row_of<float>(x, y, m, eps, w, b, nullptr, nullptr);
 }
 
+void rms_norm_row(const float* x, float* y, int64_t m, double eps, const float* w) {
+  float lanes[16] = {};  // (one accumulator would be a serial chain)
+  int64_t k = 0;
+  for (; k + 16 <= m; k += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += x[k + l] * x[k + l];
+  float sum = 0.0f;
+  for (float v : lanes) sum += v;
+  for (; k < m; ++k) sum += x[k] * x[k];
+  const float inverse = 1.0f / std::sqrt(sum / static_cast<float>(m) + static_cast<float>(eps));
+  if (w)
+    for (k = 0; k < m; ++k) y[k] = x[k] * inverse * w[k];
+  else
+    for (k = 0; k < m; ++k) y[k] = x[k] * inverse;
+}
+
 KILN_CPU_F32_F64("batch_norm", batch_norm_kernel);
 KILN_CPU_F32_F64("batch_norm_backward", batch_norm_backward_kernel);
 KILN_CPU_F32_F64("layer_norm_backward", layer_norm_backward_kernel);

@@ -11,6 +11,10 @@ namespace kiln::cpu {
 // row; w and b, each [m] or null), as the layer_norm kernel computes it.
 void layer_norm_row(const float* x, float* y, int64_t m, double eps, const float* w, const float* b);
 
+// x * rsqrt(mean(x * x) + eps) * w over one row of m float32 values (w
+// [m] or null), the sum of squares in sixteen float lanes.
+void rms_norm_row(const float* x, float* y, int64_t m, double eps, const float* w);
+
 // quantize_linear and dequantize_linear of n values by one scale and zero
 // point, as their kernels compute them.
 void quantize_row(const float* x, uint8_t* y, int64_t n, float scale, int32_t zero);

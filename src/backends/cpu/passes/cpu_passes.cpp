@@ -23,6 +23,7 @@ namespace {
       {"max pools without indices", plain<pool_values_only>},
       {"int8 layouts", plain<use_int8_layouts>, Pass::Inference},
       {"layer norm + quantize", plain<fuse_layer_norm_quantize>, Pass::Inference},
+      {"RMS norms", plain<fuse_rms_norms>, Pass::Inference},
       {"elementwise fusion", plain<fuse_elementwise>},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
   });
   // clang-format on

@@ -29,6 +29,9 @@ std::string use_int8_layouts(Graph& g);
 // Inference: a float32 layer norm whose result is quantized (and that
 // quantization dequantized) as one kernel, row by row (norm_quantize.cpp).
 std::string fuse_layer_norm_quantize(Graph& g);
+// Inference: x * rsqrt(mean(x * x) + eps) [* w] over the last axis, in
+// float32, as one kernel row by row (rms_norm_rows.cpp).
+std::string fuse_rms_norms(Graph& g);
 
 // A view, or a permute that moves only axes of size 1, which keeps its
 // input's elements in their order (onednn_fusion.cpp): folds of a residual

@@ -102,11 +102,7 @@ CustomKernel norm_quantize_kernel(double eps, int64_t m, bool has_weight, bool h
 
 std::string fuse_layer_norm_quantize(Graph& g) {
   const std::vector<int> uses = g.use_counts();
-  std::vector<std::vector<int>> readers(g.values.size());
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!g.nodes[i].removed)
-      for (int v : g.nodes[i].inputs)
-        if (v >= 0) readers[v].push_back(static_cast<int>(i));
+  const std::vector<std::vector<int>> readers = g.readers();
   int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
