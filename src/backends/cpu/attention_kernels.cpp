@@ -138,7 +138,10 @@ void attention(const Ins& in, Outs& out, const Attrs& a, bool heads_interleaved)
       std::is_same_v<T, float> && dv % kAttentionTileCols == 0 && (!weights || s % kAttentionTileCols == 0);
   parallel_for(batch * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(weights || tiled ? 0 : block * s));
-    std::vector<float> tiles, panels;
+    // Kept by the thread from call to call: a vector made here would be
+    // zeroed at every call only to be overwritten (a decoded token's keys
+    // and values, a tenth of its attention's time).
+    thread_local std::vector<float> tiles, panels;
     int64_t packed = -1;  // the head whose panels these are (a head's items come in turn)
     for (int64_t item = begin; item < end; ++item) {
       const int64_t b = item / blocks, r0 = item % blocks * block, rows = std::min(block, l - r0);
