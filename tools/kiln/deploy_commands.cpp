@@ -57,6 +57,18 @@ void save_output(const std::string& path, const Tensor& t) {
   io::save_npy(path, t);
 }
 
+// The batch every input fixes (axis 0 of a known size, the same for all), or
+// -1 where some input's batch is free or unknown.
+int64_t fixed_batch(const InferenceSession& session) {
+  int64_t fixed = -1;
+  for (const auto& info : session.inputs()) {
+    if (!info.shape_known || info.shape.empty() || info.shape[0] < 0 || (fixed >= 0 && info.shape[0] != fixed))
+      return -1;
+    fixed = info.shape[0];
+  }
+  return fixed;
+}
+
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
@@ -275,7 +287,7 @@ void add_bench(CLI::App& app) {
                   "float32, or half precision: bfloat16 (bf16) or float16 (fp16), its outputs first compared with "
                   "float32's on the first inputs timed")
       ->check(precisions());
-  cmd->callback([a] {
+  cmd->callback([a, batch_option] {
     SessionOptions so;
     so.device = a->device;
     so.threads = a->threads;
@@ -330,7 +342,18 @@ void add_bench(CLI::App& app) {
                        },
                        a->each ? shapes.set_labels : std::vector<std::string>{}});
     } else {
-      for (int64_t batch : parse_ints(a->batches, "--batch")) {
+      std::vector<int64_t> batches = parse_ints(a->batches, "--batch");
+      // Not asked for batches: a model exported with a fixed batch (as
+      // torchvision's are, at 1) is timed at that one.
+      if (const int64_t fixed = fixed_batch(session);
+          batch_option->count() == 0 && fixed >= 0 && batches != std::vector<int64_t>{fixed}) {
+        std::printf(
+            "batch fixed at %lld by the model: timing that batch (one exported with a dynamic batch axis "
+            "is timed at --batch %s)\n",
+            static_cast<long long>(fixed), a->batches.c_str());
+        batches = {fixed};
+      }
+      for (int64_t batch : batches) {
         std::vector<Shape> shapes;
         for (const auto& info : session.inputs()) {
           Shape s(info.shape.begin(), info.shape.end());
