@@ -133,10 +133,18 @@ Tensor rotate(const OnnxNode& n, const Tensor& x, Tensor cos_cache, Tensor sin_c
   if (cos_cache.shape().back() != dim / 2) n.fail("the caches hold ", cos_cache.shape().back(), " angles per position; ", dim / 2, " expected");
   const Tensor cosine = cos_cache.unsqueeze(2), sine = sin_cache.unsqueeze(2);  // [B, S, 1, dim / 2]
   const Tensor rotated = t.slice(3, 0, dim);
-  const Tensor x1 = interleaved ? rotated.slice(3, 0, dim, 2) : rotated.slice(3, 0, dim / 2);
-  const Tensor x2 = interleaved ? rotated.slice(3, 1, dim, 2) : rotated.slice(3, dim / 2, dim);
-  const Tensor real = cosine * x1 - sine * x2, imag = sine * x1 + cosine * x2;
-  Tensor y = interleaved ? stack({real, imag}, 4).reshape(rotated.shape()) : concat({real, imag}, 3);
+  // Each pair (x1, x2) turns by its angle to (x1 c - x2 s, x1 s + x2 c):
+  // over an axis of the pair, x1 * (c, s) + x2 * (-s, c), one elementwise
+  // loop reading x in place (halves or neighbours), where two loops and a
+  // concatenation were; the tables' pairs are made once per position.
+  const int64_t pair = interleaved ? 4 : 3;
+  Shape paired = rotated.shape();
+  paired.back() = interleaved ? dim / 2 : 2;
+  paired.push_back(interleaved ? 2 : dim / 2);
+  const Tensor pairs = rotated.reshape(paired);
+  const Tensor x1 = pairs.slice(pair, 0, 1), x2 = pairs.slice(pair, 1, 2);
+  const Tensor along = stack({cosine, sine}, pair), across = stack({neg(sine), cosine}, pair);
+  Tensor y = (x1 * along + x2 * across).reshape(rotated.shape());
   if (dim < head) y = concat({y, t.slice(3, dim, head)}, 3);
   return x.dim() == 4 ? y.permute({0, 2, 1, 3}).contiguous() : y.reshape(x.shape());
 }
