@@ -24,6 +24,7 @@ namespace {
       {"int8 layouts", plain<use_int8_layouts>, Pass::Inference},
       {"layer norm + quantize", plain<fuse_layer_norm_quantize>, Pass::Inference},
       {"RMS norms", plain<fuse_rms_norms>, Pass::Inference},
+      {"nested selections", plain<fuse_nested_wheres>, Pass::Inference},
       {"elementwise fusion", plain<fuse_elementwise>},  // graph/elementwise_fusion.h, lowered by elementwise_lowering.cpp
   });
   // clang-format on

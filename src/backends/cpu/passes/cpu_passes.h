@@ -32,6 +32,8 @@ std::string fuse_layer_norm_quantize(Graph& g);
 // Inference: x * rsqrt(mean(x * x) + eps) [* w] over the last axis, in
 // float32, as one kernel row by row (rms_norm_rows.cpp).
 std::string fuse_rms_norms(Graph& g);
+// Inference: where(c1, a, where(c2, b, z)) as one pass (nested_where.cpp).
+std::string fuse_nested_wheres(Graph& g);
 
 // A view, or a permute that moves only axes of size 1, which keeps its
 // input's elements in their order (onednn_fusion.cpp): folds of a residual
