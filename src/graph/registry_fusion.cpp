@@ -1,5 +1,5 @@
 // Rewrites of registry ops into registry ops that every backend gets:
-// matmul + bias with constant weights into linear, the bias gradient
+// convolutions of one pixel and matmul + bias with constant weights into linear, the bias gradient
 // computed by the convolution's weight-gradient op, the ReLU gradient folded
 // into the max-pool gradient, and linear layers that read the same input
 // (attention's Q, K and V projections) merged into one.
@@ -9,12 +9,64 @@
 #include "graph/passes.h"
 #include "kiln/autograd.h"
 #include "kiln/functional.h"
+#include "ops/conv_attrs.h"
 
 namespace kiln::graph {
-namespace {
 
-
-}  // namespace
+std::string one_pixel_convolutions_as_linear(Graph& g) {
+  const std::vector<bool> mutated = g.mutated_values();
+  const OpDef &linear = OpRegistry::instance().get("linear"), &view = OpRegistry::instance().get("view");
+  std::vector<std::vector<Node>> insert_after(g.nodes.size());
+  size_t rewritten = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& conv = g.nodes[i];
+    if (!conv.is_op("conv2d") || conv.inputs.size() < 2 || conv.outputs.size() != 1) continue;
+    const Value &x = g.values[conv.inputs[0]], &w = g.values[conv.inputs[1]], &y = g.values[conv.outputs[0]];
+    const int bias = conv.inputs.size() > 2 ? conv.inputs[2] : -1;
+    const Shape &xs = x.meta.shape, &ws = w.meta.shape, &ys = y.meta.shape;
+    const Conv2dAttrs a = Conv2dAttrs::of(conv.attrs);
+    // One pixel in, one out, every weight on it: a product with the weights as [out, in].
+    if (w.kind != ValueKind::Constant || mutated[conv.inputs[1]] || w.meta.dtype != DType::Float32 ||
+        x.meta.dtype != DType::Float32 || xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || xs[2] != 1 ||
+        xs[3] != 1 || ws[2] != 1 || ws[3] != 1 || ys[2] != 1 || ys[3] != 1 || a.groups != 1 || a.padding[0] != 0 ||
+        a.padding[1] != 0 || (bias >= 0 && (!is_constant(g, bias) || mutated[bias])))
+      continue;
+    const int64_t batch = xs[0], in = xs[1], out = ys[1];
+    Value flat_x;
+    flat_x.meta = x.meta;
+    flat_x.meta.shape = {batch, in};
+    const int flat_in = g.add_value(std::move(flat_x));
+    Value flat_y;
+    flat_y.meta = y.meta;
+    flat_y.meta.shape = {batch, out};
+    const int flat_out = g.add_value(std::move(flat_y));
+    NoGradGuard no_grad;
+    const Tensor weight = g.values[conv.inputs[1]].tensor;
+    Node product;
+    product.op = &linear;
+    product.inputs = {flat_in, add_derived_constant(g, conv.inputs[1], "as [out, in]", ".2d", [&] {
+                        return weight.reshape({out, in}).contiguous();
+                      })};
+    if (bias >= 0) product.inputs.push_back(bias);
+    product.outputs = {flat_out};
+    Node unflatten;
+    unflatten.op = &view;
+    unflatten.attrs = Attrs{{"shape", std::vector<int64_t>{batch, out, 1, 1}}};
+    unflatten.inputs = {flat_out};
+    unflatten.outputs = conv.outputs;
+    Node& flatten = g.nodes[i];  // the convolution's place
+    flatten.op = &view;
+    flatten.attrs = Attrs{{"shape", std::vector<int64_t>{batch, in}}};
+    flatten.inputs = {flatten.inputs[0]};
+    flatten.outputs = {flat_in};
+    insert_after[i] = {std::move(product), std::move(unflatten)};
+    ++rewritten;
+  }
+  if (!rewritten) return "";
+  g.splice({}, std::move(insert_after));
+  return "turned " + std::to_string(rewritten) +
+         " convolutions of one pixel (squeeze-and-excitation's) into linear ops";
+}
 
 std::string matmul_bias_to_linear(Graph& g) {
   auto uses = g.use_counts();
