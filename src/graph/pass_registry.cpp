@@ -18,7 +18,6 @@ const std::vector<Pass>& generic_passes() {
       {"views folded", plain<fold_views>, Pass::Inference},
       {"convolution taps in padding", plain<drop_taps_in_padding>, Pass::Inference},
       {"padding into pools", plain<fold_padding_into_pools>, Pass::Inference},
-      {"one-pixel convolutions to linear", plain<one_pixel_convolutions_as_linear>, Pass::Inference},
       {"matmul + bias to linear", plain<matmul_bias_to_linear>, Pass::Inference},
       {"scales into linear layers", plain<fold_scales_into_linears>, Pass::Inference},
       {"parallel linear merge", plain<merge_parallel_linears>, Pass::Inference},

@@ -25,8 +25,9 @@ std::string drop_taps_in_padding(Graph& g);
 std::string fold_padding_into_pools(Graph& g);
 // Inference: x * 0.5 * (1 + erf(x / √2)), as exports write GELU, is one gelu.
 std::string recognize_gelu(Graph& g);
-// Inference: a 1x1 convolution of a one-pixel input with constant weights
-// (squeeze-and-excitation's) -> view, linear, view.
+// A 1x1 convolution of a one-pixel input with constant weights
+// (squeeze-and-excitation's) -> view, linear, view (the CPU's inference
+// graphs, for those its blocked layouts leave plain).
 std::string one_pixel_convolutions_as_linear(Graph& g);
 std::string matmul_bias_to_linear(Graph& g);  // inference: matmul(x, W) + b with constants -> linear(x, W^T, b)
 // Inference: a constant factor per output feature (or one for all) times a

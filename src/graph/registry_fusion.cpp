@@ -1,8 +1,9 @@
-// Rewrites of registry ops into registry ops that every backend gets:
-// convolutions of one pixel and matmul + bias with constant weights into linear, the bias gradient
-// computed by the convolution's weight-gradient op, the ReLU gradient folded
-// into the max-pool gradient, and linear layers that read the same input
-// (attention's Q, K and V projections) merged into one.
+// Rewrites of registry ops into registry ops: matmul + bias with constant
+// weights into linear, the bias gradient computed by the convolution's
+// weight-gradient op, the ReLU gradient folded into the max-pool gradient,
+// and linear layers that read the same input (attention's Q, K and V
+// projections) merged into one, for every backend; and, for the CPU's
+// passes, convolutions of one pixel into linear.
 #include <map>
 
 #include "graph/derived_constants.h"
@@ -26,20 +27,22 @@ std::string one_pixel_convolutions_as_linear(Graph& g) {
     const Shape &xs = x.meta.shape, &ws = w.meta.shape, &ys = y.meta.shape;
     const Conv2dAttrs a = Conv2dAttrs::of(conv.attrs);
     // One pixel in, one out, every weight on it: a product with the weights as [out, in].
-    if (w.kind != ValueKind::Constant || mutated[conv.inputs[1]] || w.meta.dtype != DType::Float32 ||
-        x.meta.dtype != DType::Float32 || xs.size() != 4 || ws.size() != 4 || ys.size() != 4 || xs[2] != 1 ||
-        xs[3] != 1 || ws[2] != 1 || ws[3] != 1 || ys[2] != 1 || ys[3] != 1 || a.groups != 1 || a.padding[0] != 0 ||
-        a.padding[1] != 0 || (bias >= 0 && (!is_constant(g, bias) || mutated[bias])))
+    if (!x.layout.empty() || !y.layout.empty() || w.kind != ValueKind::Constant || mutated[conv.inputs[1]] ||
+        w.meta.dtype != DType::Float32 || x.meta.dtype != DType::Float32 || xs.size() != 4 || ws.size() != 4 ||
+        ys.size() != 4 || xs[2] != 1 || xs[3] != 1 || ws[2] != 1 || ws[3] != 1 || ys[2] != 1 || ys[3] != 1 ||
+        a.groups != 1 || a.padding[0] != 0 || a.padding[1] != 0 ||
+        (bias >= 0 && (!is_constant(g, bias) || mutated[bias])))
       continue;
+    // A ReLU a backend's pass folded into the convolution follows the product.
+    const std::string activation = conv.attrs.get_string("activation", "none");
+    if (activation != "none" && activation != "relu") continue;
     const int64_t batch = xs[0], in = xs[1], out = ys[1];
-    Value flat_x;
+    Value flat_x, flat_y;  // (copied before add_value moves the values)
     flat_x.meta = x.meta;
     flat_x.meta.shape = {batch, in};
-    const int flat_in = g.add_value(std::move(flat_x));
-    Value flat_y;
     flat_y.meta = y.meta;
     flat_y.meta.shape = {batch, out};
-    const int flat_out = g.add_value(std::move(flat_y));
+    const int flat_in = g.add_value(std::move(flat_x)), flat_out = g.add_value(std::move(flat_y));
     NoGradGuard no_grad;
     const Tensor weight = g.values[conv.inputs[1]].tensor;
     Node product;
@@ -49,17 +52,29 @@ std::string one_pixel_convolutions_as_linear(Graph& g) {
                       })};
     if (bias >= 0) product.inputs.push_back(bias);
     product.outputs = {flat_out};
+    int product_out = flat_out;
+    Node rectify;
+    if (activation == "relu") {
+      Value rectified;
+      rectified.meta = g.values[flat_out].meta;
+      product_out = g.add_value(std::move(rectified));
+      rectify.op = &OpRegistry::instance().get("relu");
+      rectify.inputs = {flat_out};
+      rectify.outputs = {product_out};
+    }
     Node unflatten;
     unflatten.op = &view;
     unflatten.attrs = Attrs{{"shape", std::vector<int64_t>{batch, out, 1, 1}}};
-    unflatten.inputs = {flat_out};
+    unflatten.inputs = {product_out};
     unflatten.outputs = conv.outputs;
     Node& flatten = g.nodes[i];  // the convolution's place
     flatten.op = &view;
     flatten.attrs = Attrs{{"shape", std::vector<int64_t>{batch, in}}};
     flatten.inputs = {flatten.inputs[0]};
     flatten.outputs = {flat_in};
-    insert_after[i] = {std::move(product), std::move(unflatten)};
+    insert_after[i].push_back(std::move(product));
+    if (rectify.op) insert_after[i].push_back(std::move(rectify));
+    insert_after[i].push_back(std::move(unflatten));
     ++rewritten;
   }
   if (!rewritten) return "";

@@ -17,6 +17,8 @@ namespace {
       {"conv + relu", plain<fuse_conv_activation>},
       {"convolution layouts", choose_conv_layouts, Pass::Inference},
       {"convolution layouts", choose_training_conv_layouts, Pass::Training},
+      // (those the layouts left plain: oneDNN's plain kernel is slow on one pixel)
+      {"one-pixel convolutions to linear", plain<one_pixel_convolutions_as_linear>, Pass::Inference},
       {"packed linear weights", plain<use_packed_linear_weights>, Pass::Inference},
       {"recurrent weights prepared", plain<use_prepared_recurrent_weights>, Pass::Inference},
       {"attention heads interleaved", plain<write_attention_heads_interleaved>, Pass::Inference},
