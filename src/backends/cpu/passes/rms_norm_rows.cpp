@@ -39,7 +39,7 @@ int other_input(const Node& n, int id) {
 
 // The norm whose mean of squares `mean_at` is, or nullopt.
 std::optional<RmsNorm> match(const Graph& g, const std::vector<int>& uses, const std::vector<std::vector<int>>& readers,
-                             int mean_at) {
+                             const std::vector<bool>& written, int mean_at) {
   const Node& mean = g.nodes[mean_at];
   const Value& ms = g.values[mean.outputs[0]];
   const Shape& shape = ms.meta.shape;
@@ -58,7 +58,8 @@ std::optional<RmsNorm> match(const Graph& g, const std::vector<int>& uses, const
   RmsNorm r;
   r.x = square.inputs[0];
   const Shape& x_shape = g.values[r.x].meta.shape;
-  if (x_shape.size() != shape.size() || x_shape.back() <= 0) return std::nullopt;
+  // (x written in place between the ops would be read later by the kernel)
+  if (x_shape.size() != shape.size() || x_shape.back() <= 0 || written[r.x]) return std::nullopt;
   const int add_at = only_reader(g, uses, readers, mean.outputs[0], "add");
   if (add_at < 0) return std::nullopt;
   const int eps = other_input(g.nodes[add_at], mean.outputs[0]);
@@ -126,10 +127,11 @@ CustomKernel rms_norm_kernel(double eps, bool has_weight) {
 std::string fuse_rms_norms(Graph& g) {
   const std::vector<int> uses = g.use_counts();
   const std::vector<std::vector<int>> readers = g.readers();
+  const std::vector<bool> written = g.mutated_values();
   int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!g.nodes[i].is_op("mean") || g.nodes[i].outputs.size() != 1) continue;
-    const std::optional<RmsNorm> r = match(g, uses, readers, static_cast<int>(i));
+    const std::optional<RmsNorm> r = match(g, uses, readers, written, static_cast<int>(i));
     if (!r) continue;
     for (int at : r->consumed) g.nodes[at].removed = true;
     Node& n = g.nodes[r->last];
