@@ -103,8 +103,9 @@ TEST(NbitsMatmul, ProductsEqualTheirDefinition) {
 // half to even), each block's products (q - zero) a_q summed in integers,
 // times a_scale * scale: against that definition in float64, for 4-bit
 // codes in blocks of 32 to 128 (vpdpbusd where the build has VNNI: one row,
-// two, tiles of up to 12 rows and their tails, sixteen-output panels and a
-// panel cut short, a last unit of one 32-code run) and
+// two, tiles of up to 12 rows split evenly, sixteen-output panels and a
+// panel cut short, codes transposed 16 words at a time and the words past
+// them, a last unit of one 32-code run) and
 // 2- and 8-bit ones (the int32 loop); and against the float32 product,
 // within what rounding a to 8 bits moves it.
 TEST(NbitsMatmul, Int8ProductsEqualTheirDefinition) {
@@ -112,9 +113,9 @@ TEST(NbitsMatmul, Int8ProductsEqualTheirDefinition) {
     Shape a;
     int64_t n, bits, block;
   };
-  const std::vector<Case> cases = {{{1, 96}, 9, 4, 32},  {{2, 128}, 8, 4, 64}, {{7, 256}, 6, 4, 128},
-                                   {{5, 90}, 4, 4, 32},  {{3, 48}, 5, 8, 16},  {{2, 128}, 3, 2, 64},
-                                   {{13, 64}, 20, 4, 32}};
+  const std::vector<Case> cases = {{{1, 96}, 9, 4, 32},   {{2, 128}, 8, 4, 64},  {{7, 256}, 6, 4, 128},
+                                   {{5, 90}, 4, 4, 32},   {{3, 48}, 5, 8, 16},   {{2, 128}, 3, 2, 64},
+                                   {{13, 64}, 20, 4, 32}, {{16, 512}, 40, 4, 32}};
   uint64_t seed = 170;
   for (const Case& c : cases)
     for (const bool zero_points : {false, true}) {
