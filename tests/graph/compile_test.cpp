@@ -165,7 +165,8 @@ TEST(Compile, PassesSimplifyAndTheArenaReusesMemory) {
 
 // Exports write a constant per use (each layer its own position offset):
 // the ops reading equal constants are one op, also those that only folding
-// made the same; constants that differ in a value or their dtype stay apart.
+// made the same, or made in float64 and converted; constants that differ in
+// a value stay apart.
 TEST(Compile, OpsOnEqualConstantsAreMerged) {
   auto program = [](const std::vector<Tensor>& in) {
     std::vector<Tensor> out;
