@@ -32,34 +32,6 @@ const Lowering& lowering_for(const Graph& g) {
   return lowerings()[static_cast<int>(DeviceType::CPU)];
 }
 
-// The value a view reads through its chain of views (itself if none).
-int storage_root(const Graph& g, int id) {
-  for (;;) {
-    const Value& v = g.values[id];
-    if (v.kind != ValueKind::Result || v.producer < 0 || v.producer >= static_cast<int>(g.nodes.size())) return id;
-    const Node& producer = g.nodes[v.producer];
-    if (producer.removed || !producer.is_view() || producer.inputs.empty() || producer.inputs[0] < 0 ||
-        std::find(producer.outputs.begin(), producer.outputs.end(), id) == producer.outputs.end())
-      return id;
-    id = producer.inputs[0];
-  }
-}
-
-// Values written in place, themselves or through a view of the same
-// storage: a fused loop reads its inputs later than the first of its ops did.
-std::vector<bool> written_with_their_views(const Graph& g) {
-  const std::vector<bool> written = g.mutated_values();
-  std::vector<int> root(g.values.size());
-  std::vector<bool> root_written(g.values.size(), false);
-  for (size_t id = 0; id < g.values.size(); ++id) {
-    root[id] = storage_root(g, static_cast<int>(id));
-    if (written[id]) root_written[root[id]] = true;
-  }
-  std::vector<bool> out(g.values.size());
-  for (size_t id = 0; id < g.values.size(); ++id) out[id] = root_written[root[id]];
-  return out;
-}
-
 }  // namespace
 
 void register_elementwise_lowering(DeviceType backend, ElementwiseLowering lower, std::vector<DType> dtypes) {
@@ -73,7 +45,7 @@ std::string fuse_elementwise(Graph& g) {
     return std::find(lowering.dtypes.begin(), lowering.dtypes.end(), d) != lowering.dtypes.end();
   };
   auto uses = g.use_counts();
-  const std::vector<bool> mutated = written_with_their_views(g);
+  const std::vector<bool> mutated = g.written_through_views();  // a fused loop reads its inputs later
   // group[node] = index of the fused group a node's result feeds into, built in order.
   struct Group {
     std::vector<int> nodes;  // in execution order; the last produces the group's result

@@ -83,6 +83,34 @@ std::vector<bool> Graph::mutated_values() const {
   return m;
 }
 
+namespace {
+// The value a view reads through its chain of views (itself if none).
+int storage_root(const Graph& g, int id) {
+  for (;;) {
+    const Value& v = g.values[id];
+    if (v.kind != ValueKind::Result || v.producer < 0 || v.producer >= static_cast<int>(g.nodes.size())) return id;
+    const Node& producer = g.nodes[v.producer];
+    if (producer.removed || !producer.is_view() || producer.inputs.empty() || producer.inputs[0] < 0 ||
+        std::find(producer.outputs.begin(), producer.outputs.end(), id) == producer.outputs.end())
+      return id;
+    id = producer.inputs[0];
+  }
+}
+}  // namespace
+
+std::vector<bool> Graph::written_through_views() const {
+  const std::vector<bool> written = mutated_values();
+  std::vector<int> root(values.size());
+  std::vector<bool> root_written(values.size(), false);
+  for (size_t id = 0; id < values.size(); ++id) {
+    root[id] = storage_root(*this, static_cast<int>(id));
+    if (written[id]) root_written[root[id]] = true;
+  }
+  std::vector<bool> out(values.size());
+  for (size_t id = 0; id < values.size(); ++id) out[id] = root_written[root[id]];
+  return out;
+}
+
 std::vector<int> Graph::use_counts() const {
   std::vector<int> uses(values.size(), 0);
   for (const Node& n : nodes)

@@ -90,6 +90,10 @@ struct Graph {
   bool has_side_effects(const Node& n) const;
   // Value ids written in place by some node (their reads cannot be merged or folded).
   std::vector<bool> mutated_values() const;
+  // Values whose storage is written in place, themselves or through a view
+  // of it: a pass whose kernel reads a value later than the op it replaces
+  // did must leave these alone.
+  std::vector<bool> written_through_views() const;
   // Use counts per value over live nodes and the graph outputs.
   std::vector<int> use_counts() const;
   // The live nodes reading each value, in order (graph outputs not counted).

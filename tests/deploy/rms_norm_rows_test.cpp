@@ -21,15 +21,29 @@ namespace {
 
 Tensor scalar(float v) { return from_vector<float>({v}, {}); }
 
-std::vector<std::string> kernels_of(InferenceSession& session, const std::vector<Tensor>& inputs,
-                                    std::vector<Tensor>* outputs) {
-  session.run(inputs);
+// The kernels a compiled session ran x on (its second run), its outputs
+// checked against the ops one by one (optimization level 1).
+std::vector<std::string> kernels_checked_against_ops(InferenceSession& reference, InferenceSession& session,
+                                                     const Tensor& x) {
+  const auto want = reference.run({x});
+  session.run({x});
   profiler::start();
-  *outputs = session.run(inputs);
+  const auto got = session.run({x});
   profiler::stop();
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "output " << i);
+    EXPECT_TRUE(kt::all_close(got[i], want[i], 1e-5, 1e-6));
+  }
   std::vector<std::string> names;
   for (const auto& r : profiler::records()) names.push_back(r.name);
   return names;
+}
+
+SessionOptions op_by_op() {
+  SessionOptions o;
+  o.optimization_level = 1;
+  return o;
 }
 
 TEST(RmsNormRows, NormsWrittenAsOpsRunAsOneKernelEach) {
@@ -66,23 +80,14 @@ TEST(RmsNormRows, NormsWrittenAsOpsRunAsOneKernelEach) {
   b.io(false, "d", TensorProto::FLOAT, {2, -1, 40});
   const std::string path = b.save("rms_norm_rows.onnx");
 
-  SessionOptions plain;
-  plain.optimization_level = 1;
-  InferenceSession reference(path, plain), session(path);
+  InferenceSession reference(path, op_by_op()), session(path);
   for (int64_t length : {5, 9, 1}) {  // one compiled graph for other lengths too
     SCOPED_TRACE(::testing::Message() << "length " << length);
     manual_seed(4 + length);
-    const Tensor x = randn({2, length, 40}) * 3.0 + 0.5;
-    const auto want = reference.run({x});
-    std::vector<Tensor> got;
-    const std::vector<std::string> kernels = kernels_of(session, {x}, &got);
+    const std::vector<std::string> kernels =
+        kernels_checked_against_ops(reference, session, randn({2, length, 40}) * 3.0 + 0.5);
     EXPECT_EQ(std::count(kernels.begin(), kernels.end(), "rms_norm"), 2) << ::testing::PrintToString(kernels);
     EXPECT_EQ(std::count(kernels.begin(), kernels.end(), "mean"), 1) << ::testing::PrintToString(kernels);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      SCOPED_TRACE(::testing::Message() << "output " << i);
-      EXPECT_TRUE(kt::all_close(got[i], want[i], 1e-5, 1e-6));
-    }
   }
 }
 
@@ -101,15 +106,9 @@ TEST(RmsNormRows, ANormWhosePartsAreReadElsewhereStaysAsOps) {
   b.io(false, "y", TensorProto::FLOAT, {3, 16});
   b.io(false, "mean", TensorProto::FLOAT, {3, 1});
   const std::string path = b.save("rms_norm_read_elsewhere.onnx");
-  const Tensor x = randn({3, 16});
-  SessionOptions plain;
-  plain.optimization_level = 1;
-  const auto want = InferenceSession(path, plain).run({x});
-  InferenceSession session(path);
-  std::vector<Tensor> got;
-  const std::vector<std::string> kernels = kernels_of(session, {x}, &got);
+  InferenceSession reference(path, op_by_op()), session(path);
+  const std::vector<std::string> kernels = kernels_checked_against_ops(reference, session, randn({3, 16}));
   EXPECT_EQ(std::count(kernels.begin(), kernels.end(), "rms_norm"), 0) << ::testing::PrintToString(kernels);
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(kt::all_close(got[i], want[i], 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ CustomKernel nested_where_kernel(size_t element, bool inner_first) {
 
 std::string fuse_nested_wheres(Graph& g) {
   const std::vector<int> uses = g.use_counts();
-  const std::vector<bool> written = g.mutated_values();  // (read later than the inner selection read them)
+  const std::vector<bool> written = g.written_through_views();  // (read later than the inner selection read them)
   int fused = 0;
   for (Node& outer : g.nodes) {
     if (!outer.is_op("where") || outer.inputs.size() != 3 || outer.outputs.size() != 1) continue;

@@ -127,7 +127,7 @@ CustomKernel rms_norm_kernel(double eps, bool has_weight) {
 std::string fuse_rms_norms(Graph& g) {
   const std::vector<int> uses = g.use_counts();
   const std::vector<std::vector<int>> readers = g.readers();
-  const std::vector<bool> written = g.mutated_values();
+  const std::vector<bool> written = g.written_through_views();
   int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!g.nodes[i].is_op("mean") || g.nodes[i].outputs.size() != 1) continue;
